@@ -1,0 +1,199 @@
+// `shardtune estimate`: resolve inputs, validate them together, run the memory model, print.
+#include "cli/estimate_cmd.h"
+
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/format.h"
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "model/plan_json.h"
+#include "model/presets.h"
+#include "planner/offload_advisor.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_model.h"
+#include "simulator/memory_report_json.h"
+
+namespace shardtune::cli {
+namespace {
+
+// Why each category exists, for people reading the breakdown.
+const std::map<std::string, std::string>& Why() {
+  static const std::map<std::string, std::string> m{
+      {"sharded parameters", "fp32 master shards FSDP keeps per rank (1/N of the model, padded)"},
+      {"sharded gradients", "fp32 gradient shards from reduce-scatter, kept until zero_grad"},
+      {"optimizer state", "AdamW exp_avg + exp_avg_sq, fp32, created at the first step()"},
+      {"optimizer step temporaries", "foreach AdamW's exp_avg_sq.sqrt() for the whole param group"},
+      {"gathered (unsharded) parameters", "units all-gathered for compute (current + prefetched, root stays)"},
+      {"all-gather buffers", "flat all-gather outputs on the all-gather stream (kept one unit longer)"},
+      {"unsharded gradients", "param-dtype gradients of gathered units before reduce-scatter"},
+      {"reduce-scatter buffers", "fp32 reduce-scatter input of the previous unit, alive one unit longer"},
+      {"no_sync accumulated gradients", "fp32 full unsharded gradients kept across micro-batches"},
+      {"activations saved for backward", "tensors autograd keeps from forward, per block"},
+      {"activation working set (temporaries, gradients)", "the current block's temporaries and activation gradients"},
+      {"residual stream", "the hidden state passed between blocks"},
+      {"logits and loss", "log-softmax (fp32 when upcast) and logits the loop holds"},
+  };
+  return m;
+}
+
+sim::ModelLoad ParseLoad(const std::string& s) {
+  if (s == "every-rank") return sim::ModelLoad::kEveryRank;
+  if (s == "rank0") return sim::ModelLoad::kRank0;
+  if (s == "meta") return sim::ModelLoad::kMeta;
+  throw InputError("--model-load: expected every-rank, rank0 or meta, got \"" + s + "\"");
+}
+
+void Validate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+              const model::Plan& plan, const PlanFlags& flags) {
+  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
+  for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
+  for (auto& p : plan.Problems(flags.plan_file.empty() ? "plan" : flags.plan_file, cluster.world_size(),
+                               cluster.gpus_per_node, spec.num_layers, spec.max_seq_len)) {
+    problems.push_back(p);
+  }
+  if (flags.global_batch > 0) {
+    int64_t dp = cluster.world_size();
+    if (plan.GlobalBatch(static_cast<int>(dp)) != flags.global_batch) {
+      problems.push_back("--global-batch: expected micro-batch x grad-accum x data-parallel ranks = " +
+                         std::to_string(plan.micro_batch) + " x " + std::to_string(plan.grad_accum) +
+                         " x " + std::to_string(dp) + " = " +
+                         std::to_string(plan.GlobalBatch(static_cast<int>(dp))) + ", got " +
+                         std::to_string(flags.global_batch));
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg;
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw InputError(msg);
+}
+
+std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t seq) {
+  std::ostringstream o;
+  o << model::ToString(p.strategy) << " (shard group " << r.shard_group << " x " << r.replicas
+    << " replica" << (r.replicas > 1 ? "s" : "") << "), wrap " << model::WrapSpecToString(p.wrap) << " ("
+    << r.units.size() << " units), micro-batch " << p.micro_batch << " x " << seq << " tokens, grad-accum "
+    << p.grad_accum << (p.no_sync ? " (no_sync)" : "") << ", checkpointing "
+    << model::CheckpointingSpecToString(p) << ", offload " << model::ToString(p.offload) << ", "
+    << model::ToString(p.param_dtype) << " params / " << model::ToString(p.reduce_dtype) << " reduce, "
+    << model::ToString(p.optimizer) << " (" << model::ToString(p.optimizer_impl) << "), "
+    << model::ToString(p.modeling) << " modeling, " << model::ToString(p.attention) << " attention";
+  return o.str();
+}
+
+void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
+                const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
+                bool timeline, std::ostream& out) {
+  int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  const sim::UnitMemory* largest = &r.units.front();
+  for (const auto& u : r.units) {
+    if (u.gathered_bytes > largest->gathered_bytes) largest = &u;
+  }
+  out << "shardtune estimate: " << spec.name << " (" << FormatCount(r.parameters) << " parameters) on "
+      << c.name << " (" << r.world << " GPU" << (r.world > 1 ? "s" : "") << ", " << c.gpu.name << ")\n";
+  out << "plan: " << PlanLine(plan, r, seq) << "\n";
+  out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
+      << " params, " << FormatBytes(largest->gathered_bytes) << " when gathered\n\n";
+  auto row = [&](const std::string& k, Bytes b, const std::string& note) {
+    out << "  " << std::left << std::setw(46) << k << std::right << std::setw(11) << FormatBytes(b)
+        << (note.empty() ? "" : "  " + note) << "\n";
+  };
+  out << "Per GPU\n";
+  row("model states (persistent)", r.model_state,
+      "params " + FormatBytes(r.sharded_params) + " + grads " + FormatBytes(r.sharded_grads) +
+          " + optimizer " + FormatBytes(r.optimizer_state));
+  row("peak allocated (torch max_memory_allocated)", r.peak_allocated, "at: " + r.peak_phase);
+  out << "    breakdown at the peak:\n";
+  for (const auto& [cat, b] : r.peak_breakdown) {
+    auto it = Why().find(cat);
+    row("    " + cat, b, it == Why().end() ? "" : it->second);
+  }
+  row("step 0 peak / steady-state (step 1) peak", r.step0_peak,
+      "/ " + FormatBytes(r.steady_peak) + (r.step0_peak > r.steady_peak ? "  (step 0 is worse)" : ""));
+  row("caching allocator reserved (no pressure)", r.reserved_no_pressure,
+      "per-stream pools: blocks freed on one stream are not reused by another");
+  for (const auto& [k, b] : r.outside_allocator) row("outside the allocator: " + k, b, "");
+  row("fragmentation allowance", r.fragmentation, "");
+  row("required", r.required, std::string(r.fits ? "FITS" : "DOES NOT FIT") + " in " +
+                                  FormatBytes(r.capacity) + " usable (headroom " +
+                                  FormatBytes(r.capacity - r.required) + ")");
+  out << "  judged on: " << r.judged_on << "\n\n";
+  out << "Host (per node)\n";
+  for (const auto& [k, b] : r.host.breakdown) row(k, b, "");
+  row("peak (" + r.host.peak_phase + ")", r.host.peak_per_node,
+      std::string(r.host.fits ? "fits" : "DOES NOT FIT") + " in " + FormatBytes(r.host.capacity_per_node));
+  out << "\nWhat if (same plan, other offload / checkpointing):\n";
+  out << "  offload    checkpointing   GPU required       host per node      verdict\n";
+  for (const auto& a : alts) {
+    out << "  " << std::left << std::setw(11) << model::ToString(a.offload) << std::setw(16)
+        << model::ToString(a.checkpointing) << std::setw(19) << FormatBytes(a.gpu_required)
+        << std::setw(19) << FormatBytes(a.host_peak_per_node)
+        << (a.fits() ? "fits" : !a.gpu_fits && !a.host_fits ? "GPU and host too small"
+                                : !a.gpu_fits ? "GPU too small" : "host RAM too small")
+        << std::right << "\n";
+  }
+  if (timeline) {
+    out << "\nTimeline (allocated at the end of each phase / peak within it):\n";
+    for (const auto& t : r.timeline) {
+      out << "  " << std::setw(11) << FormatBytes(t.allocated_after) << std::setw(12)
+          << FormatBytes(t.allocated_peak) << "  " << t.phase << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
+  CLI::App* sub = app->add_subcommand("estimate", "Per-GPU and per-host memory of a training job");
+  sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
+      ->capture_default_str();
+  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G, 4xRTX4090) or cluster JSON")
+      ->capture_default_str();
+  sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
+      ->capture_default_str();
+  sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
+  AddPlanFlags(sub, &a->plan);
+}
+
+void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> warnings;
+  model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
+  profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
+  model::Plan plan = BuildPlan(a.plan);
+  Validate(spec, cluster, plan, a.plan);
+  sim::MemoryOptions opt;
+  opt.model_load = ParseLoad(a.model_load);
+  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, plan, opt);
+  auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
+  if (!a.json) {
+    for (const auto& w : warnings) err << "warning: " << w << "\n";
+    PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["schema"] = "shardtune.estimate";
+  j["schema_version"] = 1;
+  j["model"] = {{"name", spec.name}, {"parameters", r.parameters}, {"source", spec.source}};
+  j["cluster"] = {{"name", cluster.name}, {"world_size", cluster.world_size()},
+                  {"gpu", cluster.gpu.name}, {"usable_memory_bytes", cluster.gpu.usable_memory.count()}};
+  j["plan"] = model::PlanToJson(plan);
+  nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline);
+  for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
+  nlohmann::ordered_json alt = nlohmann::ordered_json::array();
+  for (const auto& x : alts) {
+    alt.push_back({{"offload", model::ToString(x.offload)},
+                   {"checkpointing", model::ToString(x.checkpointing)},
+                   {"gpu_required_bytes", x.gpu_required.count()}, {"gpu_fits", x.gpu_fits},
+                   {"host_peak_bytes_per_node", x.host_peak_per_node.count()},
+                   {"host_fits", x.host_fits}, {"fits", x.fits()}});
+  }
+  j["alternatives"] = alt;
+  j["warnings"] = warnings;
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace shardtune::cli

@@ -1,0 +1,55 @@
+// Preset and catalog listings.
+#include "cli/list_cmds.h"
+
+#include <iomanip>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/format.h"
+#include "model/model_spec_json.h"
+#include "model/module_tree.h"
+#include "model/presets.h"
+#include "profiles/hardware.h"
+
+namespace shardtune::cli {
+
+void RunModels(bool json, std::ostream& out) {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  if (!json) out << std::left << std::setw(16) << "name" << std::setw(12) << "parameters" << "source\n";
+  for (const auto& p : model::ModelPresets()) {
+    int64_t n = model::ParameterCount(p.spec);
+    if (json) {
+      arr.push_back({{"name", p.name}, {"parameters", n}, {"published_parameters", p.published_parameters},
+                     {"source", p.source}, {"spec", model::ModelSpecToJson(p.spec)}});
+    } else {
+      out << std::setw(16) << p.name << std::setw(12) << FormatCount(n) << p.source << "\n";
+    }
+  }
+  if (json) out << arr.dump(2) << "\n";
+}
+
+void RunGpus(bool json, std::ostream& out) {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  if (!json) {
+    out << std::left << std::setw(16) << "name" << std::setw(12) << "usable" << std::setw(14)
+        << "bf16 TFLOP/s" << std::setw(12) << "HBM GB/s" << std::setw(10) << "link" << "source\n";
+  }
+  for (const auto& g : profiles::GpuCatalog()) {
+    if (json) {
+      arr.push_back({{"name", g.name}, {"aliases", g.aliases},
+                     {"marketed_memory_bytes", g.marketed_memory.count()},
+                     {"usable_memory_bytes", g.usable_memory.count()},
+                     {"bf16_dense_flops_per_s", g.bf16_dense.count()},
+                     {"memory_bytes_per_s", g.memory_bandwidth.count()},
+                     {"intra_node_link", g.intra_node_link}, {"source", g.source}});
+    } else {
+      out << std::setw(16) << g.name << std::setw(12) << FormatBytes(g.usable_memory) << std::setw(14)
+          << std::fixed << std::setprecision(1) << g.bf16_dense.count() / 1e12 << std::setw(12)
+          << std::setprecision(0) << g.memory_bandwidth.count() / 1e9 << std::setw(10)
+          << g.intra_node_link << g.source << "\n";
+    }
+  }
+  if (json) out << arr.dump(2) << "\n";
+}
+
+}  // namespace shardtune::cli

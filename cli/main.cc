@@ -1,0 +1,47 @@
+// The shardtune command line. Only this file catches: errors print one line "error: ..." on
+// stderr and exit 1 (bad input), 3 (backend) or 70 (internal), STYLE.md §5.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/estimate_cmd.h"
+#include "cli/list_cmds.h"
+#include "model/errors.h"
+
+namespace {
+constexpr int kExitInput = 1;
+constexpr int kExitInternal = 70;
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shardtune::cli;
+  CLI::App app{"shardtune: memory estimates, plan search and runs for FSDP training"};
+  app.require_subcommand(1);
+  bool models_json = false, gpus_json = false;
+  app.add_subcommand("models", "List model presets")->add_flag("--json", models_json, "JSON output");
+  app.add_subcommand("gpus", "List GPU kinds")->add_flag("--json", gpus_json, "JSON output");
+  EstimateArgs estimate;
+  AddEstimateCommand(&app, &estimate);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitInput;
+  }
+  try {
+    if (app.got_subcommand("models")) RunModels(models_json, std::cout);
+    if (app.got_subcommand("gpus")) RunGpus(gpus_json, std::cout);
+    if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
+  } catch (const shardtune::InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitInput;
+  } catch (const std::exception& e) {
+    std::cerr << "error: internal: " << e.what() << "\n";
+    return kExitInternal;
+  }
+  return 0;
+}

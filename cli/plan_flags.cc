@@ -1,0 +1,89 @@
+// Plan flags -> model::Plan, flag by flag over an optional --plan file.
+#include "cli/plan_flags.h"
+
+#include "model/errors.h"
+#include "model/plan_json.h"
+
+namespace shardtune::cli {
+namespace {
+bool Given(const PlanFlags& f, const std::string& name) { return f.app->count(name) > 0; }
+}  // namespace
+
+void AddPlanFlags(CLI::App* app, PlanFlags* f) {
+  f->app = app;
+  app->add_option("--plan", f->plan_file, "Plan JSON (shardtune.plan); flags override it")
+      ->check(CLI::ExistingFile);
+  app->add_option("--strategy", f->strategy,
+                  "full_shard|shard_grad_op|no_shard|hybrid_shard|hybrid_shard_zero2");
+  app->add_option("--shard-group", f->shard_group, "Ranks per shard group (HSDP); default: all / GPUs per node");
+  app->add_option("--wrap", f->wrap, "block|every:K|ranges:0-7,8-31|size:N (e.g. size:100M)");
+  app->add_flag("--wrap-embedding", f->wrap_embedding, "Give the embedding its own FSDP unit");
+  app->add_flag("--wrap-head", f->wrap_head, "Give [final norm, LM head] their own FSDP unit");
+  app->add_option("--micro-batch", f->micro_batch, "Sequences per rank per micro-batch");
+  app->add_option("--seq-len", f->seq_len, "Tokens per sequence (default: the model's maximum)");
+  app->add_option("--grad-accum", f->grad_accum, "Micro-batches per optimizer step");
+  app->add_option("--global-batch", f->global_batch,
+                  "Sequences per optimizer step; must equal micro-batch x grad-accum x data-parallel ranks");
+  app->add_flag("--no-sync", f->no_sync, "Keep unsharded gradients across micro-batches, reduce on the last");
+  app->add_option("--checkpointing", f->checkpointing, "none|full|selective|every:K");
+  app->add_option("--offload", f->offload, "none|optimizer|all");
+  app->add_option("--precision", f->precision, "Param dtype: bf16|fp16|fp32");
+  app->add_option("--reduce-dtype", f->reduce_dtype, "Gradient reduction dtype: fp32|bf16|fp16");
+  app->add_option("--reshard-after-forward", f->reshard_after_forward, "true|false");
+  app->add_flag("--forward-prefetch", f->forward_prefetch, "Prefetch the next unit's all-gather in forward");
+  app->add_option("--backward-prefetch", f->backward_prefetch, "pre|post|none");
+  app->add_option("--max-inflight-allgathers", f->max_inflight, "Limit on in-flight all-gathers");
+  app->add_option("--optimizer", f->optimizer, "adamw|sgd|adafactor");
+  app->add_option("--optimizer-impl", f->optimizer_impl, "foreach|fused|for_loop (torch.optim)");
+  app->add_option("--attention", f->attention, "sdpa|eager");
+  app->add_option("--modeling", f->modeling, "hf|torchtitan: whose model code (what autograd saves)");
+  app->add_flag("--keep-logits", f->keep_logits, "The training loop holds outputs.logits through backward");
+}
+
+model::Plan BuildPlan(const PlanFlags& f) {
+  using namespace model;
+  Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
+  if (Given(f, "--strategy")) {
+    p.strategy = ParseEnum<ShardingStrategy>(f.strategy, "--strategy");
+    p.reshard_after_forward = StrategyReshardsAfterForward(p.strategy);
+  }
+  if (Given(f, "--shard-group")) p.shard_group_size = f.shard_group;
+  if (Given(f, "--wrap")) {
+    WrapPolicy w = ParseWrapSpec(f.wrap, "--wrap");
+    w.embedding_unit = p.wrap.embedding_unit;
+    w.head_unit = p.wrap.head_unit;
+    p.wrap = w;
+  }
+  if (Given(f, "--wrap-embedding")) p.wrap.embedding_unit = true;
+  if (Given(f, "--wrap-head")) p.wrap.head_unit = true;
+  if (Given(f, "--micro-batch")) p.micro_batch = f.micro_batch;
+  if (Given(f, "--seq-len")) p.seq_len = f.seq_len;
+  if (Given(f, "--grad-accum")) p.grad_accum = f.grad_accum;
+  if (Given(f, "--no-sync")) p.no_sync = true;
+  if (Given(f, "--checkpointing")) ParseCheckpointingSpec(f.checkpointing, "--checkpointing", &p);
+  if (Given(f, "--offload")) p.offload = ParseEnum<Offload>(f.offload, "--offload");
+  if (Given(f, "--precision")) p.param_dtype = ParseEnum<DType>(f.precision, "--precision");
+  if (Given(f, "--reduce-dtype")) p.reduce_dtype = ParseEnum<DType>(f.reduce_dtype, "--reduce-dtype");
+  if (Given(f, "--reshard-after-forward")) {
+    if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false") {
+      throw InputError("--reshard-after-forward: expected true or false, got \"" +
+                       f.reshard_after_forward + "\"");
+    }
+    p.reshard_after_forward = f.reshard_after_forward == "true";
+  }
+  if (Given(f, "--forward-prefetch")) p.forward_prefetch = true;
+  if (Given(f, "--backward-prefetch")) {
+    p.backward_prefetch = ParseEnum<BackwardPrefetch>(f.backward_prefetch, "--backward-prefetch");
+  }
+  if (Given(f, "--max-inflight-allgathers")) p.max_inflight_allgathers = f.max_inflight;
+  if (Given(f, "--optimizer")) p.optimizer = ParseEnum<Optimizer>(f.optimizer, "--optimizer");
+  if (Given(f, "--optimizer-impl")) {
+    p.optimizer_impl = ParseEnum<OptimizerImpl>(f.optimizer_impl, "--optimizer-impl");
+  }
+  if (Given(f, "--attention")) p.attention = ParseEnum<Attention>(f.attention, "--attention");
+  if (Given(f, "--modeling")) p.modeling = ParseEnum<Modeling>(f.modeling, "--modeling");
+  if (Given(f, "--keep-logits")) p.keep_logits = true;
+  return p;
+}
+
+}  // namespace shardtune::cli

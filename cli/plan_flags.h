@@ -1,0 +1,30 @@
+// The plan flags every planning subcommand shares (DESIGN.md "Plan flags"): one spelling per
+// concept. A --plan file is read first; each flag given on the command line overrides it.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/plan.h"
+
+namespace shardtune::cli {
+
+struct PlanFlags {
+  std::string plan_file;
+  std::string strategy, wrap, checkpointing, offload, precision, reduce_dtype, reshard_after_forward;
+  std::string backward_prefetch, optimizer, optimizer_impl, attention, modeling;
+  int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
+  int64_t seq_len = 0, global_batch = 0;
+  bool no_sync = false, forward_prefetch = false, keep_logits = false;
+  bool wrap_embedding = false, wrap_head = false;
+  CLI::App* app = nullptr;  // where the flags were added (to ask which were given)
+};
+
+// Adds the plan flags to `app`; `flags` must outlive parsing.
+void AddPlanFlags(CLI::App* app, PlanFlags* flags);
+// The plan: defaults, then --plan, then each flag that was given. Does not validate against the
+// model and cluster (the caller runs Plan::Problems). Throws InputError naming the flag.
+model::Plan BuildPlan(const PlanFlags& flags);
+
+}  // namespace shardtune::cli

@@ -1,0 +1,59 @@
+// Activation memory of one block and of the loss path, derived op by op from what PyTorch autograd
+// saves for backward in the modeling code we follow (HF transformers or torchtitan), instead of a
+// fitted bytes-per-token constant. Generalises Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models", eq. 2 (sbh(34 + 5as/h) for GPT with fp16).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+
+namespace shardtune::model {
+
+struct SavedTensor {
+  std::string name;        // e.g. "mlp.act_fn input (gate_proj output)"
+  double bytes_per_token;  // bytes per sequence position of the micro-batch (x B·S for the tensor)
+};
+
+// Result of walking one sub-graph (a block, or the head with the loss) through forward and
+// backward with a ledger of live tensors. All figures are bytes per token (multiply by B·S).
+struct ActivationLedger {
+  std::vector<SavedTensor> saved;  // kept from forward to backward (and tensors the caller holds)
+  double saved_per_token = 0;      // sum of `saved`
+  // Most bytes live at once during forward, counting the sub-graph's input, what it saved so far
+  // and its temporaries (e.g. RMSNorm's fp32 square).
+  double forward_peak_per_token = 0;
+  // Most bytes live at once during backward: what is still saved, the incoming gradient,
+  // gradients of intermediates and kernel workspaces (e.g. flash attention's fp32 dq_accum).
+  double backward_peak_per_token = 0;
+};
+
+// What one transformer block costs in activation memory.
+struct BlockActivations {
+  ActivationLedger full;           // no checkpointing
+  double checkpoint_input_per_token = 0;  // full checkpointing keeps only the block input
+  double selective_per_token = 0;  // selective: matmul and attention outputs only (torchtitan op SAC)
+};
+
+struct ActivationOptions {
+  DType dtype = DType::kBf16;  // compute dtype (the plan's param_dtype)
+  Attention attention = Attention::kSdpa;
+  Modeling modeling = Modeling::kHf;
+  bool loss_fp32_upcast = true;
+  bool keep_logits = false;  // as Plan::keep_logits
+  int64_t seq_len = 1;         // S: eager attention's score matrices grow with it
+};
+
+// ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.
+ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);
+BlockActivations ComputeBlockActivations(const ModelSpec& spec, const ActivationOptions& opt);
+// The final norm, LM head and cross-entropy: the logits and loss peak. Logits the caller holds
+// (HF returns outputs.logits) are in `saved` as "logits held by the caller".
+ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationOptions& opt);
+// Bytes per token of the residual stream (a block's input or output): e x H.
+double ResidualPerToken(const ModelSpec& spec, const ActivationOptions& opt);
+
+}  // namespace shardtune::model

@@ -1,0 +1,137 @@
+// Forward/backward walk of a recorded op graph with a byte ledger (see autograd_ledger.h).
+#include "model/autograd_ledger.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "model/errors.h"
+
+namespace shardtune::model {
+
+int AutogradLedger::Tensor(const std::string& name, double bytes_per_token) {
+  tensors_.push_back({name, bytes_per_token});
+  return static_cast<int>(tensors_.size()) - 1;
+}
+
+void AutogradLedger::HoldByCaller(int tensor) {
+  SHARDTUNE_CHECK(tensor >= 0 && tensor < static_cast<int>(tensors_.size())) << tensor;
+  tensors_[static_cast<size_t>(tensor)].held = true;
+}
+
+void AutogradLedger::HoldThroughForward(int tensor) {
+  SHARDTUNE_CHECK(tensor >= 0 && tensor < static_cast<int>(tensors_.size())) << tensor;
+  tensors_[static_cast<size_t>(tensor)].held_forward = true;
+}
+
+void AutogradLedger::Op(const std::string& name, const std::vector<int>& inputs, int output,
+                        const std::vector<int>& saved, double backward_workspace) {
+  int n = static_cast<int>(tensors_.size());
+  SHARDTUNE_CHECK(output >= 0 && output < n) << name;
+  for (int t : inputs) SHARDTUNE_CHECK(t >= 0 && t < n) << name;
+  for (int t : saved) SHARDTUNE_CHECK(t >= 0 && t < n) << name;
+  ops_.push_back({name, inputs, output, saved, backward_workspace});
+}
+
+// Forward: a tensor is live from the op that makes it until its last consumer has run, or until
+// backward if some op saves it (or the caller holds it). The graph's input is live at the start.
+double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_saved) const {
+  size_t n = tensors_.size();
+  is_saved->assign(n, false);
+  std::vector<int> last_use(n, -1);
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    for (int t : ops_[k].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(k);
+    for (int t : ops_[k].saved) (*is_saved)[static_cast<size_t>(t)] = true;
+  }
+  for (size_t t = 0; t < n; ++t) {
+    if (tensors_[t].held) (*is_saved)[t] = true;
+  }
+  std::vector<bool> live(n, false);
+  live[static_cast<size_t>(input)] = true;
+  auto live_bytes = [&] {
+    double b = 0;
+    for (size_t t = 0; t < n; ++t) b += live[t] ? tensors_[t].bytes : 0;
+    return b;
+  };
+  double peak = live_bytes();
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    live[static_cast<size_t>(ops_[k].output)] = true;
+    peak = std::max(peak, live_bytes());
+    for (int t : ops_[k].inputs) {
+      auto ut = static_cast<size_t>(t);
+      if (last_use[ut] == static_cast<int>(k) && !(*is_saved)[ut] && !tensors_[ut].held_forward &&
+          t != output) {
+        live[ut] = false;
+      }
+    }
+  }
+  (void)output;
+  return peak;
+}
+
+// Backward: nodes run in reverse recording order. Each consumes the gradient of its output and
+// allocates one gradient per input (a second gradient for the same tensor is summed into the
+// first, both live for that moment). Saved tensors are released when the earliest (in forward
+// order) op saving them has run backward; caller-held tensors never are.
+double AutogradLedger::Backward(int input, int output, const std::vector<bool>& is_saved) const {
+  size_t n = tensors_.size();
+  std::vector<int> first_saver(n, -1);
+  for (size_t k = ops_.size(); k-- > 0;) {
+    for (int t : ops_[k].saved) first_saver[static_cast<size_t>(t)] = static_cast<int>(k);
+  }
+  double saved_live = 0;
+  std::vector<bool> saved_alive(n, false);
+  for (size_t t = 0; t < n; ++t) {
+    if (is_saved[t]) {
+      saved_alive[t] = true;
+      saved_live += tensors_[t].bytes;
+    }
+  }
+  std::map<int, double> grads;  // tensor id -> bytes of its gradient buffer
+  grads[output] = tensors_[static_cast<size_t>(output)].bytes;
+  auto grad_bytes = [&] {
+    double b = 0;
+    for (const auto& kv : grads) b += kv.second;
+    return b;
+  };
+  double peak = saved_live + grad_bytes();
+  for (size_t k = ops_.size(); k-- > 0;) {
+    const OpInfo& op = ops_[k];
+    if (!grads.count(op.output)) continue;  // no gradient reaches this op
+    double fresh = 0, merged = 0;
+    std::set<int> distinct(op.inputs.begin(), op.inputs.end());
+    for (int t : distinct) {
+      double b = tensors_[static_cast<size_t>(t)].bytes;
+      fresh += b;
+      if (grads.count(t)) merged += b;
+    }
+    peak = std::max(peak, saved_live + grad_bytes() + fresh + op.backward_workspace);
+    grads.erase(op.output);
+    for (int t : distinct) grads[t] = tensors_[static_cast<size_t>(t)].bytes;
+    (void)merged;
+    for (int t : op.saved) {
+      auto ut = static_cast<size_t>(t);
+      if (first_saver[ut] == static_cast<int>(k) && saved_alive[ut] && !tensors_[ut].held) {
+        saved_alive[ut] = false;
+        saved_live -= tensors_[ut].bytes;
+      }
+    }
+  }
+  (void)input;
+  return peak;
+}
+
+ActivationLedger AutogradLedger::Run(int input, int output) const {
+  ActivationLedger out;
+  std::vector<bool> is_saved;
+  out.forward_peak_per_token = Forward(input, output, &is_saved);
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (!is_saved[t]) continue;
+    out.saved.push_back({tensors_[t].name, tensors_[t].bytes});
+    out.saved_per_token += tensors_[t].bytes;
+  }
+  out.backward_peak_per_token = Backward(input, output, is_saved);
+  return out;
+}
+
+}  // namespace shardtune::model

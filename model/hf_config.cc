@@ -1,0 +1,297 @@
+// HF config.json -> ModelSpec. Each architecture maps the keys its modeling_*.py reads into
+// parameters; keys with no memory effect are skipped only from explicit allow-lists, and any other
+// key becomes a warning (never silently dropped, never fatal).
+#include "model/hf_config.h"
+
+#include <climits>
+#include <set>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+enum class Family { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kGpt2, kGptNeox };
+
+struct Arch {
+  const char* name;        // "architectures"[0]
+  const char* model_type;  // "model_type"
+  Family family;
+};
+
+constexpr Arch kArchs[] = {
+    {"LlamaForCausalLM", "llama", Family::kLlama},
+    {"MistralForCausalLM", "mistral", Family::kMistral},
+    {"Qwen2ForCausalLM", "qwen2", Family::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", Family::kQwen3},
+    {"MixtralForCausalLM", "mixtral", Family::kMixtral},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", Family::kQwen2Moe},
+    {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
+    {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
+};
+
+// PretrainedConfig keys (configuration_utils.py): bookkeeping, token ids, generation defaults.
+const std::vector<std::string> kCommonSkipped = {
+    "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "use_cache", "initializer_range", "tokenizer_class", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_bfloat16", "pruned_heads", "is_encoder_decoder",
+    "is_decoder", "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k",
+    "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "task_specific_params", "problem_type", "id2label", "label2id",
+    "finetuning_task", "prefix", "_attn_implementation_autoset"};
+
+// Rotary, norm epsilon, dropout, activation name: no parameters and no change in what is saved.
+const std::vector<std::string> kRotaryDecoderSkipped = {
+    "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "attention_dropout",
+    "hidden_act"};
+// Sliding windows bound attention's reach, not the memory SDPA/flash kernels save.
+const std::vector<std::string> kQwenSkipped = {"sliding_window", "use_sliding_window",
+                                               "max_window_layers", "layer_types", "use_mrope"};
+const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "output_router_logits",
+                                                 "router_jitter_noise", "norm_topk_prob"};
+const std::vector<std::string> kGpt2Skipped = {
+    "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+    "layer_norm_epsilon", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
+const std::vector<std::string> kNeoxSkipped = {
+    "rotary_pct", "partial_rotary_factor", "rotary_emb_base", "rope_theta", "rope_scaling",
+    "layer_norm_eps", "hidden_act", "hidden_dropout", "attention_dropout", "classifier_dropout"};
+
+std::vector<std::string> SkippedKeys(Family f) {
+  std::vector<std::string> keys = kCommonSkipped;
+  auto add = [&keys](const std::vector<std::string>& more) {
+    keys.insert(keys.end(), more.begin(), more.end());
+  };
+  switch (f) {
+    case Family::kLlama: add(kRotaryDecoderSkipped); keys.push_back("pretraining_tp"); break;
+    case Family::kMistral: add(kRotaryDecoderSkipped); keys.push_back("sliding_window"); break;
+    case Family::kQwen2:
+    case Family::kQwen3: add(kRotaryDecoderSkipped); add(kQwenSkipped); break;
+    case Family::kMixtral:
+      add(kRotaryDecoderSkipped); add(kRouterSkipped); keys.push_back("sliding_window"); break;
+    case Family::kQwen2Moe:
+      add(kRotaryDecoderSkipped); add(kQwenSkipped); add(kRouterSkipped); break;
+    case Family::kGpt2: add(kGpt2Skipped); break;
+    case Family::kGptNeox: add(kNeoxSkipped); break;
+  }
+  return keys;
+}
+
+// StrictReader plus the HF conventions: null means "the class default", unknown keys warn.
+class HfReader {
+ public:
+  HfReader(const nlohmann::json& j, const std::string& file) : j_(j), r_(j, file) {}
+  int64_t Int(const std::string& key) {
+    read_.insert(key);
+    return r_.RequiredInt(key, 1, INT_MAX);
+  }
+  int64_t OptInt(const std::string& key, int64_t def) {
+    if (IsNullOrAbsent(key)) return def;
+    return Int(key);
+  }
+  bool OptBool(const std::string& key, bool def) {
+    if (IsNullOrAbsent(key)) return def;
+    read_.insert(key);
+    return r_.OptionalBool(key, def);
+  }
+  const nlohmann::json& Value(const std::string& key) {
+    read_.insert(key);
+    return r_.RequiredValue(key);
+  }
+  bool Has(const std::string& key) const { return r_.Has(key); }
+  std::string Where(const std::string& key) const { return r_.Where(key); }
+  void Skip(const std::vector<std::string>& keys) {
+    for (const auto& k : keys) {
+      r_.Ignore(k);
+      skipped_.insert(k);
+    }
+  }
+  // Warns about every key neither read nor skipped, then marks it read.
+  void Finish(const std::string& arch, std::vector<std::string>* warnings) {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (skipped_.count(it.key()) || read_.count(it.key())) continue;
+      if (warnings) {
+        warnings->push_back(r_.Where(it.key()) + ": unknown key for " + arch +
+                            ", ignored (assumed to have no effect on memory)");
+      }
+      r_.Ignore(it.key());
+    }
+    r_.Finish();
+  }
+ private:
+  bool IsNullOrAbsent(const std::string& key) {
+    if (!r_.Has(key)) return true;
+    if (!j_.at(key).is_null()) return false;
+    r_.Ignore(key);
+    read_.insert(key);
+    return true;
+  }
+  const nlohmann::json& j_;
+  StrictReader r_;
+  std::set<std::string> skipped_, read_;
+};
+
+void ReadQwen2Moe(HfReader* h, ModelSpec* s) {
+  // Qwen2MoeSparseMoeBlock: `num_experts` experts of moe_intermediate_size, one shared expert of
+  // shared_expert_intermediate_size and its sigmoid gate Linear(H, 1).
+  s->moe.num_experts = static_cast<int>(h->Int("num_experts"));
+  s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
+  s->moe.expert_ffn_hidden = h->Int("moe_intermediate_size");
+  s->moe.shared_expert_ffn_hidden = h->OptInt("shared_expert_intermediate_size", 0);
+  s->moe.num_shared_experts = s->moe.shared_expert_ffn_hidden > 0 ? 1 : 0;
+  s->moe.shared_expert_gate = s->moe.num_shared_experts > 0;
+  if (h->Has("decoder_sparse_step")) {
+    const auto& v = h->Value("decoder_sparse_step");
+    if (v != 1) {
+      throw InputError(h->Where("decoder_sparse_step") +
+                       ": expected 1 (shardtune models every block as MoE), got " + Describe(v));
+    }
+  }
+  if (h->Has("mlp_only_layers")) {
+    const auto& v = h->Value("mlp_only_layers");
+    if (!v.is_null() && v != nlohmann::json::array()) {
+      throw InputError(h->Where("mlp_only_layers") +
+                       ": expected [] (shardtune models every block as MoE), got " + Describe(v));
+    }
+  }
+  s->qkv_bias = h->OptBool("qkv_bias", true);  // Qwen2MoeAttention: q/k/v bias=True
+}
+
+// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE (modeling_llama.py and its copies).
+void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
+  s->num_layers = static_cast<int>(h->Int("num_hidden_layers"));
+  s->hidden = h->Int("hidden_size");
+  s->num_heads = static_cast<int>(h->Int("num_attention_heads"));
+  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", s->num_heads));
+  s->head_dim = h->OptInt("head_dim", 0);  // 0: hidden / heads, as the HF attention classes do
+  s->ffn_hidden = h->Int("intermediate_size");
+  s->vocab_size = h->Int("vocab_size");
+  s->max_seq_len = h->Int("max_position_embeddings");
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", false);
+  if (f == Family::kLlama || f == Family::kQwen3) {
+    // LlamaAttention / Qwen3Attention: q, k, v and o_proj all use bias=config.attention_bias.
+    s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  }
+  if (f == Family::kLlama) s->mlp_bias = h->OptBool("mlp_bias", false);
+  if (f == Family::kQwen2) s->qkv_bias = true;  // Qwen2Attention: q/k/v bias=True, o_proj not
+  if (f == Family::kQwen3) s->qk_norm = true;   // Qwen3Attention q_norm, k_norm
+  if (f == Family::kMixtral) {
+    s->moe.num_experts = static_cast<int>(h->Int("num_local_experts"));
+    s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
+  }
+  if (f == Family::kQwen2Moe) ReadQwen2Moe(h, s);
+}
+
+// GPT2LMHeadModel (modeling_gpt2.py): Conv1D layers with biases, LayerNorm, learned wpe, GELU MLP
+// of n_inner (None: 4 * n_embd), tied LM head (PretrainedConfig's tie_word_embeddings=True).
+void ReadGpt2(HfReader* h, ModelSpec* s) {
+  s->num_layers = static_cast<int>(h->Int("n_layer"));
+  s->hidden = h->Int("n_embd");
+  s->num_heads = static_cast<int>(h->Int("n_head"));
+  s->ffn_hidden = h->OptInt("n_inner", 4 * s->hidden);
+  s->vocab_size = h->Int("vocab_size");
+  s->max_seq_len = h->Int("n_positions");
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
+  s->norm = NormKind::kLayerNorm;
+  s->norm_bias = true;
+  s->mlp = MlpKind::kGelu;
+  s->positions = PositionKind::kLearned;
+  s->qkv_bias = s->attn_out_bias = s->mlp_bias = true;
+}
+
+// GPTNeoXForCausalLM (modeling_gpt_neox.py): LayerNorm, fused query_key_value and dense with
+// bias=config.attention_bias (default True), MLP with biases, rotary on rotary_pct of head_dim
+// (no parameters), untied embed_out.
+void ReadGptNeox(HfReader* h, ModelSpec* s) {
+  s->num_layers = static_cast<int>(h->Int("num_hidden_layers"));
+  s->hidden = h->Int("hidden_size");
+  s->num_heads = static_cast<int>(h->Int("num_attention_heads"));
+  s->ffn_hidden = h->Int("intermediate_size");
+  s->vocab_size = h->Int("vocab_size");
+  s->max_seq_len = h->Int("max_position_embeddings");
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", false);
+  s->parallel_residual = h->OptBool("use_parallel_residual", true);
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", true);
+  s->norm = NormKind::kLayerNorm;
+  s->norm_bias = true;
+  s->mlp = MlpKind::kGelu;
+  s->mlp_bias = true;
+}
+
+std::string SupportedList() {
+  std::string out;
+  for (const Arch& a : kArchs) out += std::string(out.empty() ? "" : ", ") + a.name;
+  return out;
+}
+
+const Arch& FindArch(const nlohmann::json& j, const std::string& file) {
+  StrictReader r(j, file);
+  std::string key = r.Has("architectures") ? "architectures" : "model_type";
+  const nlohmann::json& v = r.RequiredValue(key);
+  bool by_arch = key == "architectures";
+  const nlohmann::json& name = by_arch && v.is_array() && !v.empty() ? v[0] : v;
+  if (!name.is_string()) {
+    throw InputError(r.Where(key) + ": expected " +
+                     (by_arch ? "a non-empty array of strings" : "a string") + ", got " +
+                     Describe(v));
+  }
+  std::vector<std::string> candidates;
+  for (const Arch& a : kArchs) {
+    if (name.get<std::string>() == (by_arch ? a.name : a.model_type)) return a;
+    candidates.push_back(by_arch ? a.name : a.model_type);
+  }
+  std::string hint = ClosestName(name.get<std::string>(), candidates);
+  throw InputError(r.Where(key) + (by_arch ? "/0" : "") + ": unsupported architecture " +
+                   Describe(name) + (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                   "; supported: " + SupportedList());
+}
+
+}  // namespace
+
+bool LooksLikeHfConfig(const nlohmann::json& j) {
+  return j.is_object() && !j.contains("schema") &&
+         (j.contains("architectures") || j.contains("model_type"));
+}
+
+const std::vector<std::string>& SupportedHfArchitectures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Arch& a : kArchs) v.push_back(a.name);
+    return v;
+  }();
+  return names;
+}
+
+ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
+                         std::vector<std::string>* warnings) {
+  const Arch& arch = FindArch(j, file);
+  HfReader h(j, file);
+  h.Skip(SkippedKeys(arch.family));
+  ModelSpec s;
+  if (arch.family == Family::kGpt2) {
+    ReadGpt2(&h, &s);
+  } else if (arch.family == Family::kGptNeox) {
+    ReadGptNeox(&h, &s);
+  } else {
+    ReadRotaryDecoder(&h, arch.family, &s);
+  }
+  h.Finish(arch.name, warnings);
+  auto name = j.find("_name_or_path");
+  s.name = (name != j.end() && name->is_string() && !name->get<std::string>().empty())
+               ? name->get<std::string>()
+               : file;
+  s.source = "Hugging Face config.json " + file + " (" + arch.name + ")";
+  s.FillDefaults();
+  s.Validate(file + " (as shardtune.model)");
+  return s;
+}
+
+ModelSpec ReadHfConfigFile(const std::string& path, std::vector<std::string>* warnings) {
+  return ImportHfConfig(ReadJsonFile(path), path, warnings);
+}
+
+}  // namespace shardtune::model

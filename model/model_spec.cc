@@ -1,0 +1,172 @@
+// ModelSpec checks (every problem at once) and the closed-form parameter count. The count follows
+// the modules Hugging Face transformers builds, so presets match the published num_parameters().
+#include "model/model_spec.h"
+
+#include "model/errors.h"
+
+namespace shardtune::model {
+namespace {
+
+// Collects "where:/key: expected ..., got ..." messages.
+class ProblemList {
+ public:
+  explicit ProblemList(const std::string& where) : where_(where) {}
+  void Expect(bool ok, const std::string& key, const std::string& expected,
+              const std::string& got) {
+    if (!ok) out_.push_back(where_ + ":/" + key + ": expected " + expected + ", got " + got);
+  }
+  void Expect(bool ok, const std::string& key, const std::string& expected, int64_t got) {
+    Expect(ok, key, expected, std::to_string(got));
+  }
+  std::vector<std::string> Take() { return std::move(out_); }
+
+ private:
+  std::string where_;
+  std::vector<std::string> out_;
+};
+
+std::string Bool(bool b) { return b ? "true" : "false"; }
+
+void CheckAttention(const ModelSpec& s, ProblemList* p) {
+  p->Expect(s.num_heads >= 1, "num_heads", "integer >= 1", s.num_heads);
+  if (s.num_heads < 1) return;
+  // num_kv_heads 0 means "as num_heads" (multi-head attention).
+  bool kv_in_range = s.num_kv_heads == 0 || (s.num_kv_heads >= 1 && s.num_kv_heads <= s.num_heads);
+  p->Expect(kv_in_range, "num_kv_heads",
+            "integer in [1, num_heads = " + std::to_string(s.num_heads) + "]", s.num_kv_heads);
+  if (kv_in_range && s.num_kv_heads > 0) {
+    p->Expect(s.num_heads % s.num_kv_heads == 0, "num_kv_heads",
+              "a divisor of num_heads = " + std::to_string(s.num_heads) +
+                  " (each KV head serves num_heads / num_kv_heads query heads)",
+              s.num_kv_heads);
+  }
+  p->Expect(s.head_dim >= 0, "head_dim", "integer >= 1 (or absent: hidden / num_heads)",
+            s.head_dim);
+  if (s.head_dim == 0 && s.hidden >= 1) {
+    p->Expect(s.hidden % s.num_heads == 0, "hidden",
+              "a multiple of num_heads = " + std::to_string(s.num_heads) +
+                  " when head_dim is not given (or give head_dim explicitly)",
+              s.hidden);
+  }
+}
+
+void CheckMoe(const ModelSpec& s, ProblemList* p) {
+  const MoeSpec& m = s.moe;
+  p->Expect(m.num_experts >= 0, "moe/num_experts", "integer >= 0 (0: dense MLP)", m.num_experts);
+  if (m.num_experts <= 0) {
+    p->Expect(m.top_k == 0, "moe/top_k", "0 without experts (moe/num_experts is 0)", m.top_k);
+    p->Expect(m.num_shared_experts == 0, "moe/num_shared_experts", "0 without experts",
+              m.num_shared_experts);
+    p->Expect(!m.shared_expert_gate, "moe/shared_expert_gate", "false without experts",
+              Bool(m.shared_expert_gate));
+    return;
+  }
+  p->Expect(m.top_k >= 1 && m.top_k <= m.num_experts, "moe/top_k",
+            "integer in [1, num_experts = " + std::to_string(m.num_experts) + "]", m.top_k);
+  p->Expect(m.num_shared_experts >= 0, "moe/num_shared_experts", "integer >= 0",
+            m.num_shared_experts);
+  p->Expect(m.expert_ffn_hidden >= 0, "moe/expert_ffn_hidden",
+            "integer >= 1 (or 0: ffn_hidden)", m.expert_ffn_hidden);
+  p->Expect(m.shared_expert_ffn_hidden >= 0, "moe/shared_expert_ffn_hidden",
+            "integer >= 1 (or 0: expert_ffn_hidden)", m.shared_expert_ffn_hidden);
+  p->Expect(!m.shared_expert_gate || m.num_shared_experts >= 1, "moe/shared_expert_gate",
+            "false when moe/num_shared_experts is 0", Bool(m.shared_expert_gate));
+  // Mixtral's and Qwen2-MoE's expert MLPs have no biases.
+  p->Expect(!s.mlp_bias, "mlp_bias", "false with moe (expert MLPs have no bias)", Bool(s.mlp_bias));
+}
+
+// Elements of one norm's parameters over `width` features: RMSNorm has a weight, LayerNorm a
+// weight and (norm_bias) a bias. torch.nn.LayerNorm / LlamaRMSNorm.
+int64_t NormParams(const ModelSpec& s, int64_t width) {
+  return (s.norm == NormKind::kLayerNorm && s.norm_bias) ? 2 * width : width;
+}
+
+// One MLP of inner width f: SwiGLU gate_proj, up_proj [H -> f] and down_proj [f -> H]
+// (LlamaMLP); GELU c_fc [H -> f] and c_proj [f -> H] (GPT2MLP, GPTNeoXMLP). Biases when flagged.
+int64_t MlpParams(const ModelSpec& s, int64_t f, bool bias) {
+  int64_t matrices = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  int64_t weights = matrices * s.hidden * f;
+  int64_t biases = bias ? (matrices - 1) * f + s.hidden : 0;
+  return weights + biases;
+}
+
+int64_t AttentionParams(const ModelSpec& s) {
+  // q_proj [H -> a*d], k_proj and v_proj [H -> kv*d], o_proj [a*d -> H] (LlamaAttention; GPT-2's
+  // fused c_attn [H -> 3H] and NeoX's query_key_value are the same count).
+  int64_t n = s.hidden * s.q_dim() + 2 * s.hidden * s.kv_dim() + s.q_dim() * s.hidden;
+  if (s.qkv_bias) n += s.q_dim() + 2 * s.kv_dim();
+  if (s.attn_out_bias) n += s.hidden;
+  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by all heads.
+  if (s.qk_norm) n += 2 * NormParams(s, s.head_dim);
+  return n;
+}
+
+int64_t FeedForwardParams(const ModelSpec& s) {
+  const MoeSpec& m = s.moe;
+  if (!m.enabled()) return MlpParams(s, s.ffn_hidden, s.mlp_bias);
+  int64_t fe = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden;
+  int64_t fs = m.shared_expert_ffn_hidden > 0 ? m.shared_expert_ffn_hidden : fe;
+  // MixtralSparseMoeBlock: gate (router) Linear(H, E, bias=False) + E experts (w1, w3, w2).
+  int64_t n = s.hidden * m.num_experts + m.num_experts * MlpParams(s, fe, false);
+  // Qwen2MoeSparseMoeBlock: shared_expert MLP(H, shared_expert_intermediate_size) and
+  // shared_expert_gate Linear(H, 1, bias=False).
+  n += m.num_shared_experts * MlpParams(s, fs, false);
+  if (m.shared_expert_gate) n += s.hidden;
+  return n;
+}
+
+}  // namespace
+
+const char* ToString(NormKind k) { return k == NormKind::kRmsNorm ? "rms_norm" : "layer_norm"; }
+const char* ToString(MlpKind k) { return k == MlpKind::kSwiGlu ? "swiglu" : "gelu"; }
+const char* ToString(PositionKind k) { return k == PositionKind::kRotary ? "rotary" : "learned"; }
+
+void ModelSpec::FillDefaults() {
+  if (num_kv_heads == 0) num_kv_heads = num_heads;
+  if (head_dim == 0 && num_heads >= 1 && hidden >= 1 && hidden % num_heads == 0) {
+    head_dim = hidden / num_heads;
+  }
+}
+
+std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
+  ProblemList p(where);
+  p.Expect(num_layers >= 1, "num_layers", "integer >= 1", num_layers);
+  p.Expect(hidden >= 1, "hidden", "integer >= 1", hidden);
+  CheckAttention(*this, &p);
+  p.Expect(ffn_hidden >= 1, "ffn_hidden", "integer >= 1", ffn_hidden);
+  p.Expect(vocab_size >= 1, "vocab_size", "integer >= 1", vocab_size);
+  p.Expect(max_seq_len >= 1, "max_seq_len", "integer >= 1", max_seq_len);
+  p.Expect(!(norm == NormKind::kRmsNorm && norm_bias), "norm_bias",
+           "false with norm \"rms_norm\" (RMSNorm has no bias)", Bool(norm_bias));
+  CheckMoe(*this, &p);
+  return p.Take();
+}
+
+void ModelSpec::Validate(const std::string& where) const {
+  std::vector<std::string> problems = Problems(where);
+  if (problems.empty()) return;
+  std::string msg;
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw InputError(msg);
+}
+
+ParameterCounts CountParameters(const ModelSpec& spec) {
+  ModelSpec s = spec;
+  s.FillDefaults();
+  SHARDTUNE_CHECK(s.Problems("spec").empty()) << "CountParameters on an invalid spec " << s.name;
+  ParameterCounts c;
+  c.embedding = s.vocab_size * s.hidden;  // embed_tokens / wte / embed_in
+  // GPT-2's wpe: Embedding(n_positions, n_embd). Rotary positions have no parameters.
+  c.positions = s.positions == PositionKind::kLearned ? s.max_seq_len * s.hidden : 0;
+  // Two norms per block (input_layernorm + post_attention_layernorm, ln_1 + ln_2); NeoX's
+  // parallel residual keeps both, it only feeds them the same input.
+  c.block = AttentionParams(s) + FeedForwardParams(s) + 2 * NormParams(s, s.hidden);
+  c.final_norm = NormParams(s, s.hidden);  // model.norm / ln_f / final_layer_norm
+  c.lm_head = s.tied_embeddings ? 0 : s.vocab_size * s.hidden;  // lm_head / embed_out, no bias
+  c.total = c.embedding + c.positions + s.num_layers * c.block + c.final_norm + c.lm_head;
+  return c;
+}
+
+int64_t ParameterCount(const ModelSpec& spec) { return CountParameters(spec).total; }
+
+}  // namespace shardtune::model

@@ -1,0 +1,81 @@
+// The model spec: a decoder-only transformer described by its shape (DESIGN.md "model spec").
+// Plain data with documented defaults; Validate() checks every cross-field rule at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtune::model {
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class MlpKind { kGelu, kSwiGlu };  // GELU: 2 matrices (up, down); SwiGLU: 3 (gate, up, down)
+enum class PositionKind { kLearned, kRotary };
+
+// Mixture of experts in every block's MLP (Mixtral, Qwen-MoE, DeepSeek style shared experts).
+struct MoeSpec {
+  int num_experts = 0;               // 0: dense MLP
+  int top_k = 0;                     // experts each token is routed to
+  int num_shared_experts = 0;        // always-on experts (Qwen2-MoE, DeepSeek)
+  int64_t expert_ffn_hidden = 0;     // 0: the model's ffn_hidden
+  int64_t shared_expert_ffn_hidden = 0;  // 0: expert_ffn_hidden
+  bool shared_expert_gate = false;   // Qwen2-MoE's sigmoid gate [H -> 1] on the shared expert
+  bool enabled() const { return num_experts > 0; }
+};
+
+struct ModelSpec {
+  std::string name;            // preset or file name, for reports
+  int num_layers = 0;          // L
+  int64_t hidden = 0;          // H
+  int num_heads = 0;           // a
+  int num_kv_heads = 0;        // GQA/MQA; 0 in a file means num_heads
+  int64_t head_dim = 0;        // 0 in a file means hidden / num_heads
+  int64_t ffn_hidden = 0;      // F, the MLP's inner size
+  int64_t vocab_size = 0;      // V
+  int64_t max_seq_len = 0;     // the largest S the model accepts (learned positions: table size)
+  NormKind norm = NormKind::kRmsNorm;
+  bool norm_bias = false;      // LayerNorm with a bias (GPT-2, NeoX); RMSNorm never has one
+  MlpKind mlp = MlpKind::kSwiGlu;
+  PositionKind positions = PositionKind::kRotary;
+  bool qkv_bias = false;       // Qwen2, GPT-2, NeoX
+  bool attn_out_bias = false;  // GPT-2, NeoX
+  bool mlp_bias = false;       // GPT-2, NeoX
+  bool qk_norm = false;        // Qwen3: RMSNorm over head_dim on q and k
+  bool parallel_residual = false;  // GPT-NeoX: attention and MLP read the same input
+  bool tied_embeddings = false;    // LM head shares the token embedding
+  MoeSpec moe;
+  std::string source;          // where the shape comes from (presets cite the HF config)
+
+  int64_t kv_dim() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
+  int64_t q_dim() const { return static_cast<int64_t>(num_heads) * head_dim; }
+  // Replaces the "not given" zeros by their defaults: num_kv_heads 0 -> num_heads, head_dim 0 ->
+  // hidden / num_heads when num_heads divides hidden (else it stays 0 and Problems() says why).
+  // An explicit head_dim is kept as given (Gemma, Qwen3: head_dim need not be hidden / heads).
+  void FillDefaults();
+  // Returns every problem with the spec (empty when valid); `where` prefixes each message as
+  // "where:/key: expected ..., got ...". Zeros that FillDefaults() would replace are accepted.
+  std::vector<std::string> Problems(const std::string& where) const;
+  // Throws InputError listing all problems together, joined by "; ".
+  void Validate(const std::string& where) const;
+};
+
+// Parameter counts by part, in elements. Closed forms from the modules the HF modeling files build
+// (modeling_llama.py, modeling_gpt2.py, modeling_gpt_neox.py, modeling_mixtral.py, ...).
+struct ParameterCounts {
+  int64_t embedding = 0;   // token embedding V x H
+  int64_t positions = 0;   // learned position table max_seq_len x H (0 for rotary)
+  int64_t block = 0;       // ONE transformer block (attention, MLP or MoE, norms)
+  int64_t final_norm = 0;  // the norm before the LM head
+  int64_t lm_head = 0;     // V x H, 0 when tied to the embedding
+  int64_t total = 0;       // embedding + positions + L x block + final_norm + lm_head
+};
+// REQUIRES: spec has no Problems() (zeros FillDefaults() would replace are resolved here).
+ParameterCounts CountParameters(const ModelSpec& spec);
+// The model's total parameter count (tied weights counted once), as HF's num_parameters().
+int64_t ParameterCount(const ModelSpec& spec);
+
+const char* ToString(NormKind k);
+const char* ToString(MlpKind k);
+const char* ToString(PositionKind k);
+
+}  // namespace shardtune::model

@@ -1,0 +1,125 @@
+// Reading and writing "shardtune.model" JSON. Parsing checks only types (ranges are left to
+// ModelSpec::Validate() so that every range problem is reported at once).
+#include "model/model_spec_json.h"
+
+#include <climits>
+
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+// Type-only bounds: sizes beyond 2^31 are typos, and keep V x H etc. far from int64 overflow.
+constexpr int64_t kIntMin = INT_MIN;
+constexpr int64_t kIntMax = INT_MAX;
+constexpr int64_t kMaxExperts = 1 << 16;
+
+int ReadInt(StrictReader* r, const std::string& key) {
+  return static_cast<int>(r->RequiredInt(key, kIntMin, kIntMax));
+}
+int OptInt(StrictReader* r, const std::string& key, int def) {
+  return static_cast<int>(r->OptionalInt(key, def, kIntMin, kIntMax));
+}
+
+MoeSpec ReadMoe(StrictReader* r) {
+  MoeSpec m;
+  m.num_experts = static_cast<int>(r->RequiredInt("num_experts", kIntMin, kMaxExperts));
+  m.top_k = ReadInt(r, "top_k");
+  m.num_shared_experts = OptInt(r, "num_shared_experts", 0);
+  m.expert_ffn_hidden = r->OptionalInt("expert_ffn_hidden", 0, kIntMin, kIntMax);
+  m.shared_expert_ffn_hidden = r->OptionalInt("shared_expert_ffn_hidden", 0, kIntMin, kIntMax);
+  m.shared_expert_gate = r->OptionalBool("shared_expert_gate", false);
+  r->Finish();
+  return m;
+}
+
+void ReadKinds(StrictReader* r, ModelSpec* s) {
+  s->norm = r->OptionalEnum("norm", "rms_norm", {"rms_norm", "layer_norm"}) == "rms_norm"
+                ? NormKind::kRmsNorm
+                : NormKind::kLayerNorm;
+  s->norm_bias = r->OptionalBool("norm_bias", false);
+  s->mlp = r->OptionalEnum("mlp", "swiglu", {"swiglu", "gelu"}) == "swiglu" ? MlpKind::kSwiGlu
+                                                                             : MlpKind::kGelu;
+  s->positions = r->OptionalEnum("positions", "rotary", {"rotary", "learned"}) == "rotary"
+                     ? PositionKind::kRotary
+                     : PositionKind::kLearned;
+  s->qkv_bias = r->OptionalBool("qkv_bias", false);
+  s->attn_out_bias = r->OptionalBool("attn_out_bias", false);
+  s->mlp_bias = r->OptionalBool("mlp_bias", false);
+  s->qk_norm = r->OptionalBool("qk_norm", false);
+  s->parallel_residual = r->OptionalBool("parallel_residual", false);
+  s->tied_embeddings = r->OptionalBool("tied_embeddings", false);
+}
+
+}  // namespace
+
+ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
+  StrictReader r(j, file);
+  r.CheckSchema(kModelSchema, kModelSchemaVersion);
+  ModelSpec s;
+  s.name = r.OptionalString("name", file);
+  s.num_layers = ReadInt(&r, "num_layers");
+  s.hidden = r.RequiredInt("hidden", kIntMin, kIntMax);
+  s.num_heads = ReadInt(&r, "num_heads");
+  s.num_kv_heads = OptInt(&r, "num_kv_heads", 0);
+  s.head_dim = r.OptionalInt("head_dim", 0, kIntMin, kIntMax);
+  s.ffn_hidden = r.RequiredInt("ffn_hidden", kIntMin, kIntMax);
+  s.vocab_size = r.RequiredInt("vocab_size", kIntMin, kIntMax);
+  s.max_seq_len = r.RequiredInt("max_seq_len", kIntMin, kIntMax);
+  ReadKinds(&r, &s);
+  if (r.Has("moe")) {
+    StrictReader moe = r.RequiredObject("moe");
+    s.moe = ReadMoe(&moe);
+  }
+  s.source = r.OptionalString("source", "");
+  r.Finish();
+  // An explicit 0 is "absent" too; Problems() reports what FillDefaults() could not resolve.
+  s.FillDefaults();
+  s.Validate(file);
+  return s;
+}
+
+nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
+  ModelSpec s = spec;
+  s.FillDefaults();
+  nlohmann::ordered_json j;
+  j["schema"] = kModelSchema;
+  j["schema_version"] = kModelSchemaVersion;
+  j["name"] = s.name;
+  j["num_layers"] = s.num_layers;
+  j["hidden"] = s.hidden;
+  j["num_heads"] = s.num_heads;
+  j["num_kv_heads"] = s.num_kv_heads;
+  j["head_dim"] = s.head_dim;
+  j["ffn_hidden"] = s.ffn_hidden;
+  j["vocab_size"] = s.vocab_size;
+  j["max_seq_len"] = s.max_seq_len;
+  j["norm"] = ToString(s.norm);
+  j["norm_bias"] = s.norm_bias;
+  j["mlp"] = ToString(s.mlp);
+  j["positions"] = ToString(s.positions);
+  j["qkv_bias"] = s.qkv_bias;
+  j["attn_out_bias"] = s.attn_out_bias;
+  j["mlp_bias"] = s.mlp_bias;
+  j["qk_norm"] = s.qk_norm;
+  j["parallel_residual"] = s.parallel_residual;
+  j["tied_embeddings"] = s.tied_embeddings;
+  if (s.moe.enabled()) {
+    nlohmann::ordered_json m;
+    m["num_experts"] = s.moe.num_experts;
+    m["top_k"] = s.moe.top_k;
+    m["num_shared_experts"] = s.moe.num_shared_experts;
+    m["expert_ffn_hidden"] = s.moe.expert_ffn_hidden;
+    m["shared_expert_ffn_hidden"] = s.moe.shared_expert_ffn_hidden;
+    m["shared_expert_gate"] = s.moe.shared_expert_gate;
+    j["moe"] = m;
+  }
+  j["source"] = s.source;
+  return j;
+}
+
+ModelSpec ReadModelSpecFile(const std::string& path) {
+  return ModelSpecFromJson(ReadJsonFile(path), path);
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,274 @@
+// Module tree (HF transformers attribute names and tensor shapes), FLOPs per token, and wrap
+// policies turned into FSDP units.
+#include "model/module_tree.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "model/errors.h"
+
+namespace shardtune::model {
+namespace {
+
+ModuleNode Leaf(const std::string& name, const std::string& type, int seg) {
+  ModuleNode m;
+  m.name = name;
+  m.type = type;
+  m.first_segment = m.last_segment = seg;
+  return m;
+}
+
+// nn.Linear(in, out): weight [out, in], bias [out]. HF GPT-2's Conv1D stores weight [in, out],
+// so FSDP shards its dim 0 = in (modeling_gpt2.py / pytorch_utils.py Conv1D).
+ModuleNode Linear(const std::string& name, int64_t in, int64_t out, bool bias, int seg,
+                  bool conv1d = false) {
+  ModuleNode m = Leaf(name, conv1d ? "Conv1D" : "Linear", seg);
+  m.params.push_back(conv1d ? ParamTensor{name + ".weight", in, out, seg}
+                            : ParamTensor{name + ".weight", out, in, seg});
+  if (bias) m.params.push_back({name + ".bias", out, 1, seg});
+  return m;
+}
+
+ModuleNode Norm(const ModelSpec& s, const std::string& name, int64_t dim, int seg) {
+  ModuleNode m = Leaf(name, s.norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm", seg);
+  m.params.push_back({name + ".weight", dim, 1, seg});
+  if (s.norm == NormKind::kLayerNorm && s.norm_bias) m.params.push_back({name + ".bias", dim, 1, seg});
+  return m;
+}
+
+ModuleNode Parent(const std::string& name, const std::string& type, std::vector<ModuleNode> kids) {
+  ModuleNode m;
+  m.name = name;
+  m.type = type;
+  m.children = std::move(kids);
+  m.first_segment = m.children.front().first_segment;
+  m.last_segment = m.children.front().last_segment;
+  for (const auto& c : m.children) {
+    m.first_segment = std::min(m.first_segment, c.first_segment);
+    m.last_segment = std::max(m.last_segment, c.last_segment);
+  }
+  return m;
+}
+
+ModuleNode DenseMlp(const ModelSpec& s, const std::string& p, int64_t ffn, int seg) {
+  int64_t h = s.hidden;
+  if (s.mlp == MlpKind::kSwiGlu) {
+    return Parent(p, "MLP", {Linear(p + ".gate_proj", h, ffn, s.mlp_bias, seg),
+                             Linear(p + ".up_proj", h, ffn, s.mlp_bias, seg),
+                             Linear(p + ".down_proj", ffn, h, s.mlp_bias, seg)});
+  }
+  bool gpt2 = s.positions == PositionKind::kLearned;
+  return Parent(p, "MLP", {Linear(p + (gpt2 ? ".c_fc" : ".up_proj"), h, ffn, s.mlp_bias, seg, gpt2),
+                           Linear(p + (gpt2 ? ".c_proj" : ".down_proj"), ffn, h, s.mlp_bias, seg, gpt2)});
+}
+
+ModuleNode MoeBlock(const ModelSpec& s, const std::string& p, int seg) {
+  const MoeSpec& m = s.moe;
+  int64_t fe = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden;
+  std::vector<ModuleNode> experts;
+  for (int e = 0; e < m.num_experts; ++e) {
+    experts.push_back(DenseMlp(s, p + ".experts." + std::to_string(e), fe, seg));
+  }
+  std::vector<ModuleNode> kids{Linear(p + ".gate", s.hidden, m.num_experts, false, seg)};
+  ModuleNode list = Parent(p + ".experts", "ModuleList", std::move(experts));
+  list.is_container = true;
+  kids.push_back(std::move(list));
+  if (m.num_shared_experts > 0) {
+    int64_t fs = m.shared_expert_ffn_hidden > 0 ? m.shared_expert_ffn_hidden : fe;
+    kids.push_back(DenseMlp(s, p + ".shared_expert", fs * m.num_shared_experts, seg));
+    if (m.shared_expert_gate) kids.push_back(Linear(p + ".shared_expert_gate", s.hidden, 1, false, seg));
+  }
+  return Parent(p, "SparseMoeBlock", std::move(kids));
+}
+
+ModuleNode Block(const ModelSpec& s, int i) {
+  std::string p = "model.layers." + std::to_string(i);
+  int seg = BlockSegment(i);
+  int64_t h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim();
+  bool gpt2 = s.positions == PositionKind::kLearned;
+  std::vector<ModuleNode> attn;
+  if (gpt2) {  // GPT2Attention: fused c_attn [H, 3H] (Conv1D) and c_proj
+    attn = {Linear(p + ".attn.c_attn", h, qd + 2 * kvd, s.qkv_bias, seg, true),
+            Linear(p + ".attn.c_proj", qd, h, s.attn_out_bias, seg, true)};
+  } else {
+    attn = {Linear(p + ".self_attn.q_proj", h, qd, s.qkv_bias, seg),
+            Linear(p + ".self_attn.k_proj", h, kvd, s.qkv_bias, seg),
+            Linear(p + ".self_attn.v_proj", h, kvd, s.qkv_bias, seg),
+            Linear(p + ".self_attn.o_proj", qd, h, s.attn_out_bias, seg)};
+    if (s.qk_norm) {
+      attn.push_back(Norm(s, p + ".self_attn.q_norm", s.head_dim, seg));
+      attn.push_back(Norm(s, p + ".self_attn.k_norm", s.head_dim, seg));
+    }
+  }
+  std::vector<ModuleNode> kids;
+  kids.push_back(Norm(s, p + (gpt2 ? ".ln_1" : ".input_layernorm"), h, seg));
+  kids.push_back(Parent(p + (gpt2 ? ".attn" : ".self_attn"), "Attention", std::move(attn)));
+  kids.push_back(Norm(s, p + (gpt2 ? ".ln_2" : ".post_attention_layernorm"), h, seg));
+  kids.push_back(s.moe.enabled() ? MoeBlock(s, p + ".block_sparse_moe", seg)
+                                 : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg));
+  return Parent(p, "DecoderLayer", std::move(kids));
+}
+
+void CollectParams(const ModuleNode& m, std::set<std::string>* taken, std::vector<ParamTensor>* out) {
+  for (const auto& p : m.params) {
+    if (taken->insert(p.name).second) out->push_back(p);
+  }
+  for (const auto& c : m.children) CollectParams(c, taken, out);
+}
+
+const ModuleNode* FindBlock(const ModuleNode& root, int i) {
+  const ModuleNode& inner = root.children.front();  // "model"
+  for (const auto& c : inner.children) {
+    if (c.is_container) return &c.children.at(static_cast<size_t>(i));
+  }
+  SHARDTUNE_CHECK(false) << "no layers container";
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t ModuleNode::NumParams() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  for (const auto& c : children) n += c.NumParams();
+  return n;
+}
+
+ModuleNode BuildModuleTree(const ModelSpec& s) {
+  int L = s.num_layers;
+  std::vector<ModuleNode> inner;
+  ModuleNode embed = Leaf("model.embed_tokens", "Embedding", 0);
+  // Tied: the weight's gradient first appears in the LM head's backward.
+  embed.params.push_back({"model.embed_tokens.weight", s.vocab_size, s.hidden,
+                          s.tied_embeddings ? HeadSegment(L) : 0});
+  inner.push_back(embed);
+  if (s.positions == PositionKind::kLearned) {
+    ModuleNode pos = Leaf("model.embed_positions", "Embedding", 0);
+    pos.params.push_back({"model.embed_positions.weight", s.max_seq_len, s.hidden, 0});
+    inner.push_back(pos);
+  }
+  std::vector<ModuleNode> blocks;
+  for (int i = 0; i < L; ++i) blocks.push_back(Block(s, i));
+  ModuleNode layers = Parent("model.layers", "ModuleList", std::move(blocks));
+  layers.is_container = true;
+  inner.push_back(std::move(layers));
+  inner.push_back(Norm(s, "model.norm", s.hidden, FinalNormSegment(L)));
+  ModuleNode head = Leaf("lm_head", "Linear", HeadSegment(L));
+  if (!s.tied_embeddings) {
+    head.params.push_back({"lm_head.weight", s.vocab_size, s.hidden, HeadSegment(L)});
+  }
+  return Parent("", "ForCausalLM", {Parent("model", "Model", std::move(inner)), head});
+}
+
+Flops BlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
+  double h = static_cast<double>(s.hidden), qd = static_cast<double>(s.q_dim());
+  double kvd = static_cast<double>(s.kv_dim());
+  double attn_w = h * qd * 2 + h * kvd * 2;
+  double mats = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  double mlp_w;
+  if (s.moe.enabled()) {
+    const MoeSpec& m = s.moe;
+    double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
+    double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
+    mlp_w = h * m.num_experts + m.top_k * mats * h * fe + m.num_shared_experts * mats * h * fs;
+  } else {
+    mlp_w = mats * h * static_cast<double>(s.ffn_hidden);
+  }
+  return Flops::Of(2 * (attn_w + mlp_w) + 4 * static_cast<double>(seq_len) * qd);
+}
+
+Flops HeadForwardFlopsPerToken(const ModelSpec& s) {
+  return Flops::Of(2 * static_cast<double>(s.vocab_size) * static_cast<double>(s.hidden));
+}
+
+int64_t ActiveParamsPerToken(const ModelSpec& s) {
+  double block = (BlockForwardFlopsPerToken(s, 0).count()) / 2;
+  return static_cast<int64_t>(block) * s.num_layers + s.vocab_size * s.hidden;
+}
+
+int64_t FsdpUnit::NumParams() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+int64_t FsdpUnit::PaddedShardNumel(int n) const {
+  int64_t t = 0;
+  for (const auto& p : params) t += p.PaddedShardNumel(n);
+  return t;
+}
+
+std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
+  ModuleNode root = BuildModuleTree(s);
+  std::set<std::string> taken;
+  std::vector<FsdpUnit> units;
+  auto add_unit = [&](const std::string& name, const std::vector<const ModuleNode*>& mods) {
+    FsdpUnit u;
+    u.name = name;
+    u.first_segment = mods.front()->first_segment;
+    u.last_segment = mods.front()->last_segment;
+    for (const ModuleNode* m : mods) {
+      CollectParams(*m, &taken, &u.params);
+      u.first_segment = std::min(u.first_segment, m->first_segment);
+      u.last_segment = std::max(u.last_segment, m->last_segment);
+    }
+    if (!u.params.empty()) units.push_back(std::move(u));
+  };
+  const ModuleNode& inner = root.children.front();
+  int L = s.num_layers;
+  if (w.kind == WrapPolicy::Kind::kSize) {
+    // torch/distributed/fsdp/wrap.py _recursive_wrap with size_based_auto_wrap_policy: children
+    // first; a module is wrapped when the numel not already wrapped below it reaches
+    // min_num_params (ModuleList/ModuleDict excluded); the root only wraps its children.
+    std::function<int64_t(const ModuleNode&, bool)> wrap = [&](const ModuleNode& m, bool only_children) {
+      int64_t wrapped = 0;
+      for (const auto& c : m.children) wrapped += wrap(c, false);
+      int64_t remainder = m.NumParams() - wrapped;
+      if (!only_children && !m.is_container && remainder >= w.min_num_params && remainder > 0) {
+        add_unit(m.name, {&m});
+        return m.NumParams();
+      }
+      return wrapped;
+    };
+    wrap(root, true);
+  } else {
+    if (w.embedding_unit) {
+      std::vector<const ModuleNode*> mods;
+      for (const auto& c : inner.children) {
+        if (c.type == "Embedding") mods.push_back(&c);
+      }
+      add_unit("model.embed_tokens", mods);
+      if (s.tied_embeddings && !units.empty()) units.back().last_segment = HeadSegment(L);
+    }
+    std::vector<std::pair<int, int>> groups;
+    if (w.kind == WrapPolicy::Kind::kRanges) {
+      groups = w.ranges;
+    } else {
+      int k = w.kind == WrapPolicy::Kind::kEveryK ? std::max(1, w.every_k) : 1;
+      for (int b = 0; b < L; b += k) groups.push_back({b, std::min(L, b + k) - 1});
+    }
+    for (auto [first, last] : groups) {
+      std::vector<const ModuleNode*> mods;
+      for (int b = first; b <= last; ++b) mods.push_back(FindBlock(root, b));
+      add_unit(first == last ? mods.front()->name
+                             : "model.layers." + std::to_string(first) + "-" + std::to_string(last),
+               mods);
+    }
+    if (w.head_unit) add_unit("[model.norm, lm_head]", {&inner.children.back(), &root.children.back()});
+  }
+  FsdpUnit r;
+  r.name = "root";
+  r.is_root = true;
+  r.first_segment = 0;
+  r.last_segment = HeadSegment(L);
+  CollectParams(root, &taken, &r.params);
+  units.push_back(std::move(r));
+  std::stable_sort(units.begin(), units.end(), [](const FsdpUnit& a, const FsdpUnit& b) {
+    if (a.first_segment != b.first_segment) return a.first_segment < b.first_segment;
+    return a.last_segment > b.last_segment;
+  });
+  return units;
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,71 @@
+// The model as a tree of PyTorch modules with their parameter tensors (HF transformers naming),
+// FLOPs per token, and the FSDP units a wrap policy makes of it. A unit is what one fully_shard
+// call manages: its parameters are all-gathered, freed and reduce-scattered together.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "model/units.h"
+
+namespace shardtune::model {
+
+// One parameter tensor. FSDP2 shards and pads dim 0 (torch.chunk over the shard group).
+struct ParamTensor {
+  std::string name;
+  int64_t dim0 = 0;
+  int64_t inner = 1;  // product of the other dims
+  int segment = 0;    // forward segment that uses it (its gradient appears in that backward)
+  int64_t numel() const { return dim0 * inner; }
+  // Elements per rank after FSDP2's dim-0 padding: ceil(dim0 / n) * inner
+  // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _init_sharded_param).
+  int64_t PaddedShardNumel(int n) const { return (dim0 + n - 1) / n * inner; }
+};
+
+// Forward runs in segments: 0 = embeddings, 1..L = blocks, L+1 = final norm, L+2 = LM head + loss.
+inline int BlockSegment(int block) { return 1 + block; }
+inline int FinalNormSegment(int num_layers) { return num_layers + 1; }
+inline int HeadSegment(int num_layers) { return num_layers + 2; }
+inline int NumSegments(int num_layers) { return num_layers + 3; }
+
+struct ModuleNode {
+  std::string name;                 // attribute path, e.g. "model.layers.3.mlp"
+  std::string type;                 // e.g. "LlamaDecoderLayer", "ModuleList", "Linear"
+  std::vector<ParamTensor> params;  // owned directly, not by children
+  std::vector<ModuleNode> children;
+  int first_segment = 0, last_segment = 0;  // forward segments its forward spans
+  bool is_container = false;        // ModuleList: never wrapped by size_based_auto_wrap_policy
+  int64_t NumParams() const;        // own + all descendants
+};
+
+// HF-style module tree: XForCausalLM{model{embed_tokens, [embed_positions], layers[...], norm},
+// lm_head}. A tied LM head has no parameter of its own (it reuses embed_tokens.weight).
+ModuleNode BuildModuleTree(const ModelSpec& spec);
+
+// Forward FLOPs per token of one block at sequence length S: 2 x matmul weights (active experts
+// only for MoE) + attention scores and values 2 x 2 x S x q_dim (Narayanan et al. 2021, eq. 3;
+// full S x S, no causal halving, as the PaLM MFU convention). Backward is 2x forward.
+Flops BlockForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
+// LM head forward FLOPs per token: 2 x V x H.
+Flops HeadForwardFlopsPerToken(const ModelSpec& spec);
+// Parameters a token touches (MoE: top_k + shared experts), without embeddings' lookups.
+int64_t ActiveParamsPerToken(const ModelSpec& spec);
+
+struct FsdpUnit {
+  std::string name;                 // e.g. "model.layers.3", "model.layers.0-3", "root"
+  std::vector<ParamTensor> params;
+  int first_segment = 0, last_segment = 0;  // gathered from pre-forward of first to post-forward of last
+  bool is_root = false;             // fully_shard(model): not resharded after forward
+  int64_t NumParams() const;
+  int64_t PaddedShardNumel(int n) const;  // sum over params
+};
+
+// Applies the wrap policy. Units come in forward order of their first segment (outer first);
+// every parameter is in exactly one unit; the root unit is last-resort owner and always exists.
+// REQUIRES: policy validated against spec (Plan::Problems).
+std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& spec, const WrapPolicy& policy);
+
+}  // namespace shardtune::model

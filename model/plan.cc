@@ -1,0 +1,353 @@
+// Plan enums' names (one table per enum, shared by ToString, the CLI and plan JSON), the plan's
+// cross-field checks against a world and a model, and the CLI's compact --wrap and
+// --checkpointing syntaxes.
+#include "model/plan.h"
+
+#include <algorithm>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+using Names = std::vector<std::string>;
+
+// Overloads picked by a null pointer of the enum type; order = declaration order in plan.h.
+const Names& Table(ShardingStrategy*) {
+  static const Names v = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
+                          "hybrid_shard_zero2"};
+  return v;
+}
+const Names& Table(DType*) { static const Names v = {"fp32", "bf16", "fp16"}; return v; }
+const Names& Table(Checkpointing*) {
+  static const Names v = {"none", "full", "selective", "every"};
+  return v;
+}
+const Names& Table(Offload*) { static const Names v = {"none", "optimizer", "all"}; return v; }
+const Names& Table(BackwardPrefetch*) { static const Names v = {"pre", "post", "none"}; return v; }
+const Names& Table(Optimizer*) { static const Names v = {"adamw", "sgd", "adafactor"}; return v; }
+const Names& Table(OptimizerImpl*) {
+  static const Names v = {"foreach", "fused", "for_loop"};
+  return v;
+}
+const Names& Table(Attention*) { static const Names v = {"sdpa", "eager"}; return v; }
+const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
+const Names& Table(WrapPolicy::Kind*) {
+  static const Names v = {"block", "every", "ranges", "size"};
+  return v;
+}
+
+template <typename E>
+const char* Name(E e) {
+  const Names& names = EnumNames<E>();
+  auto i = static_cast<size_t>(e);
+  SHARDTUNE_CHECK(i < names.size()) << "enum value " << i << " has no name";
+  return names[i].c_str();
+}
+
+std::string Join(const Names& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// Collects "where:/key: expected ..., got ..." messages.
+class ProblemList {
+ public:
+  explicit ProblemList(const std::string& where) : where_(where) {}
+  void Expect(bool ok, const std::string& key, const std::string& expected, int64_t got) {
+    if (!ok) Add(key, expected, std::to_string(got));
+  }
+  void Add(const std::string& key, const std::string& expected, const std::string& got) {
+    out_.push_back(where_ + ":/" + key + ": expected " + expected + ", got " + got);
+  }
+  std::vector<std::string> Take() { return std::move(out_); }
+
+ private:
+  std::string where_;
+  std::vector<std::string> out_;
+};
+
+std::string RangeText(const std::pair<int, int>& r) {
+  return "[" + std::to_string(r.first) + ", " + std::to_string(r.second) + "]";
+}
+
+void CheckRanges(const std::vector<std::pair<int, int>>& ranges, int num_layers, ProblemList* p) {
+  if (ranges.empty()) {
+    p->Add("wrap/ranges", "at least one [first, last] block range", "none");
+    return;
+  }
+  int next = 0;  // the block the next range must start at: contiguous, in order, from 0
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto& r = ranges[i];
+    std::string key = "wrap/ranges/" + std::to_string(i);
+    if (r.first != next || r.second < r.first || r.second >= num_layers) {
+      p->Add(key,
+             "a range [" + std::to_string(next) + ", last] with last in [" +
+                 std::to_string(next) + ", " + std::to_string(num_layers - 1) +
+                 "] (ranges cover blocks 0.." + std::to_string(num_layers - 1) +
+                 " in order, without gaps or overlaps)",
+             RangeText(r));
+      return;
+    }
+    next = r.second + 1;
+  }
+  if (next != num_layers) {
+    p->Add("wrap/ranges", "ranges ending at block " + std::to_string(num_layers - 1),
+           "ranges ending at block " + std::to_string(next - 1));
+  }
+}
+
+void CheckWrap(const WrapPolicy& w, int num_layers, ProblemList* p) {
+  switch (w.kind) {
+    case WrapPolicy::Kind::kBlock: break;
+    case WrapPolicy::Kind::kEveryK:
+      p->Expect(w.every_k >= 1, "wrap/every_k", "integer >= 1", w.every_k);
+      break;
+    case WrapPolicy::Kind::kRanges: CheckRanges(w.ranges, num_layers, p); break;
+    case WrapPolicy::Kind::kSize:
+      p->Expect(w.min_num_params >= 1, "wrap/min_num_params", "integer >= 1", w.min_num_params);
+      break;
+  }
+}
+
+void CheckShardGroup(const Plan& plan, int world, int gpus_per_node, ProblemList* p) {
+  int g = plan.shard_group_size;
+  std::string strategy = ToString(plan.strategy);
+  if (g < 0) {
+    p->Expect(false, "shard_group_size", "integer >= 0 (0: the strategy's default)", g);
+    return;
+  }
+  if (plan.strategy == ShardingStrategy::kNoShard) {
+    p->Expect(g <= 1, "shard_group_size", "0 or 1 for no_shard (nothing is sharded)", g);
+    return;
+  }
+  if (!plan.Hybrid()) {
+    p->Expect(g == 0 || g == world, "shard_group_size",
+              "0 or the world size " + std::to_string(world) + " for " + strategy +
+                  " (use hybrid_shard to shard over fewer ranks)",
+              g);
+    return;
+  }
+  int resolved = plan.ResolvedShardGroup(world, gpus_per_node);
+  // A hybrid shard group equal to the world is allowed: one replica, FULL_SHARD's layout.
+  p->Expect(resolved >= 1 && resolved <= world && world % resolved == 0, "shard_group_size",
+            "a divisor of the world size " + std::to_string(world) + " for " + strategy +
+                " (shard groups tile the world)",
+            resolved);
+}
+
+bool ParseCount(const std::string& s, int64_t* out) {
+  if (s.empty() || s.size() > 18) return false;
+  if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  *out = std::stoll(s);
+  return true;
+}
+
+[[noreturn]] void BadSpec(const std::string& where, const std::string& expected,
+                          const std::string& text, const std::string& hint) {
+  throw InputError(where + ": expected " + expected + ", got \"" + text + "\"" +
+                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+}
+
+// "0-7,8-31" -> {{0, 7}, {8, 31}}; false on any syntax error.
+bool ParseRanges(const std::string& s, std::vector<std::pair<int, int>>* out) {
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos
+                                                                    : comma - start);
+    size_t dash = item.find('-');
+    int64_t a = 0, b = 0;
+    if (dash == std::string::npos) {
+      if (!ParseCount(item, &a)) return false;
+      b = a;  // "5" is the one-block range [5, 5]
+    } else if (!ParseCount(item.substr(0, dash), &a) || !ParseCount(item.substr(dash + 1), &b)) {
+      return false;
+    }
+    if (a > INT32_MAX || b > INT32_MAX) return false;
+    out->emplace_back(static_cast<int>(a), static_cast<int>(b));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return !out->empty();
+}
+
+// "100M" -> 100'000'000: decimal suffixes K, M, B (as parameter counts are quoted).
+bool ParseParamCount(std::string s, int64_t* out) {
+  int64_t scale = 1;
+  if (!s.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+    if (c == 'K') scale = 1'000;
+    if (c == 'M') scale = 1'000'000;
+    if (c == 'B') scale = 1'000'000'000;
+    if (scale > 1) s.pop_back();
+  }
+  int64_t n = 0;
+  if (!ParseCount(s, &n) || n > INT64_MAX / scale) return false;
+  *out = n * scale;
+  return true;
+}
+
+}  // namespace
+
+template <typename E>
+const std::vector<std::string>& EnumNames() {
+  return Table(static_cast<E*>(nullptr));
+}
+
+template <typename E>
+E ParseEnum(const std::string& text, const std::string& where) {
+  const Names& names = EnumNames<E>();
+  auto it = std::find(names.begin(), names.end(), text);
+  if (it == names.end()) {
+    BadSpec(where, "one of " + Join(names, ", "), text, ClosestName(text, names));
+  }
+  return static_cast<E>(it - names.begin());
+}
+
+template const Names& EnumNames<ShardingStrategy>();
+template const Names& EnumNames<DType>();
+template const Names& EnumNames<Checkpointing>();
+template const Names& EnumNames<Offload>();
+template const Names& EnumNames<BackwardPrefetch>();
+template const Names& EnumNames<Optimizer>();
+template const Names& EnumNames<OptimizerImpl>();
+template const Names& EnumNames<Attention>();
+template const Names& EnumNames<Modeling>();
+template const Names& EnumNames<WrapPolicy::Kind>();
+template ShardingStrategy ParseEnum<ShardingStrategy>(const std::string&, const std::string&);
+template DType ParseEnum<DType>(const std::string&, const std::string&);
+template Checkpointing ParseEnum<Checkpointing>(const std::string&, const std::string&);
+template Offload ParseEnum<Offload>(const std::string&, const std::string&);
+template BackwardPrefetch ParseEnum<BackwardPrefetch>(const std::string&, const std::string&);
+template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
+template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
+template Attention ParseEnum<Attention>(const std::string&, const std::string&);
+template Modeling ParseEnum<Modeling>(const std::string&, const std::string&);
+template WrapPolicy::Kind ParseEnum<WrapPolicy::Kind>(const std::string&, const std::string&);
+
+const char* ToString(ShardingStrategy s) { return Name(s); }
+const char* ToString(DType d) { return Name(d); }
+const char* ToString(Checkpointing c) { return Name(c); }
+const char* ToString(Offload o) { return Name(o); }
+const char* ToString(BackwardPrefetch b) { return Name(b); }
+const char* ToString(Optimizer o) { return Name(o); }
+const char* ToString(OptimizerImpl o) { return Name(o); }
+const char* ToString(Attention a) { return Name(a); }
+const char* ToString(Modeling m) { return Name(m); }
+const char* ToString(WrapPolicy::Kind k) { return Name(k); }
+
+int64_t BytesPerElement(DType d) {
+  switch (d) {
+    case DType::kFp32: return 4;
+    case DType::kBf16: return 2;
+    case DType::kFp16: return 2;
+  }
+  SHARDTUNE_CHECK(false) << "unknown DType " << static_cast<int>(d);
+  return 0;
+}
+
+bool StrategyReshardsAfterForward(ShardingStrategy s) {
+  return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+}
+
+int Plan::ResolvedShardGroup(int world, int gpus_per_node) const {
+  if (strategy == ShardingStrategy::kNoShard) return 1;
+  if (shard_group_size > 0) return shard_group_size;
+  if (Hybrid() && gpus_per_node > 0) return std::min(gpus_per_node, world);
+  return world;
+}
+
+std::vector<std::string> Plan::Problems(const std::string& where, int world, int gpus_per_node,
+                                        int num_layers, int64_t max_seq_len) const {
+  ProblemList p(where);
+  p.Expect(world >= 1, "world", "integer >= 1 (ranks)", world);
+  p.Expect(micro_batch >= 1, "micro_batch", "integer >= 1", micro_batch);
+  p.Expect(grad_accum >= 1, "grad_accum", "integer >= 1", grad_accum);
+  p.Expect(seq_len >= 0 && seq_len <= max_seq_len, "seq_len",
+           "integer in [1, max_seq_len = " + std::to_string(max_seq_len) +
+               "] (or 0: max_seq_len)",
+           seq_len);
+  if (world >= 1) CheckShardGroup(*this, world, gpus_per_node, &p);
+  CheckWrap(wrap, num_layers, &p);
+  p.Expect(checkpoint_every_k >= 1, "checkpoint_every_k", "integer >= 1", checkpoint_every_k);
+  p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",
+           max_inflight_allgathers);
+  return p.Take();
+}
+
+WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where) {
+  const std::string expected = "block, every:K, ranges:A-B,C-D,... or size:N[K|M|B]";
+  size_t colon = text.find(':');
+  std::string kind = text.substr(0, colon);
+  std::string arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  WrapPolicy w;
+  int64_t n = 0;
+  if (kind == "block" && colon == std::string::npos) {
+    w.kind = WrapPolicy::Kind::kBlock;
+  } else if (kind == "every" && ParseCount(arg, &n) && n >= 1 && n <= INT32_MAX) {
+    w.kind = WrapPolicy::Kind::kEveryK;
+    w.every_k = static_cast<int>(n);
+  } else if (kind == "ranges" && ParseRanges(arg, &w.ranges)) {
+    w.kind = WrapPolicy::Kind::kRanges;
+  } else if (kind == "size" && ParseParamCount(arg, &n) && n >= 1) {
+    w.kind = WrapPolicy::Kind::kSize;
+    w.min_num_params = n;
+  } else {
+    BadSpec(where, expected, text, ClosestName(kind, EnumNames<WrapPolicy::Kind>()));
+  }
+  return w;
+}
+
+std::string WrapSpecToString(const WrapPolicy& w) {
+  switch (w.kind) {
+    case WrapPolicy::Kind::kBlock: return "block";
+    case WrapPolicy::Kind::kEveryK: return "every:" + std::to_string(w.every_k);
+    case WrapPolicy::Kind::kRanges: {
+      Names items;
+      for (const auto& r : w.ranges) {
+        items.push_back(std::to_string(r.first) + "-" + std::to_string(r.second));
+      }
+      return "ranges:" + Join(items, ",");
+    }
+    case WrapPolicy::Kind::kSize: {
+      int64_t n = w.min_num_params;
+      if (n != 0 && n % 1'000'000'000 == 0) return "size:" + std::to_string(n / 1'000'000'000) + "B";
+      if (n != 0 && n % 1'000'000 == 0) return "size:" + std::to_string(n / 1'000'000) + "M";
+      if (n != 0 && n % 1'000 == 0) return "size:" + std::to_string(n / 1'000) + "K";
+      return "size:" + std::to_string(n);
+    }
+  }
+  return "block";
+}
+
+void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan) {
+  const std::string expected = "none, full, selective or every:K (K >= 1)";
+  size_t colon = text.find(':');
+  std::string kind = text.substr(0, colon);
+  int64_t k = 0;
+  if (kind == "every" && colon != std::string::npos) {
+    if (!ParseCount(text.substr(colon + 1), &k) || k < 1 || k > INT32_MAX) {
+      BadSpec(where, expected, text, "");
+    }
+    plan->checkpointing = Checkpointing::kEveryK;
+    plan->checkpoint_every_k = static_cast<int>(k);
+    return;
+  }
+  const Names plain = {"none", "full", "selective"};
+  if (colon != std::string::npos || std::find(plain.begin(), plain.end(), kind) == plain.end()) {
+    BadSpec(where, expected, text, ClosestName(kind, plain));
+  }
+  plan->checkpointing = ParseEnum<Checkpointing>(kind, where);
+}
+
+std::string CheckpointingSpecToString(const Plan& plan) {
+  if (plan.checkpointing == Checkpointing::kEveryK) {
+    return "every:" + std::to_string(plan.checkpoint_every_k);
+  }
+  return ToString(plan.checkpointing);
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,135 @@
+// The training plan: every FSDP knob shardtune estimates, simulates, tunes and runs (DESIGN.md
+// "plan"). Names follow PyTorch FSDP2 (STYLE.md §3). Defaults are what a user of fully_shard gets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardtune::model {
+
+enum class ShardingStrategy {
+  kFullShard,         // ZeRO-3: params, grads, optimizer sharded over the shard group
+  kShardGradOp,       // ZeRO-2: params stay gathered from forward to the end of backward
+  kNoShard,           // DDP-like: everything replicated, gradients all-reduced
+  kHybridShard,       // FULL_SHARD inside a shard group, replicated (all-reduce) across groups
+  kHybridShardZero2,  // SHARD_GRAD_OP inside a shard group, replicated across groups
+};
+
+enum class DType { kFp32, kBf16, kFp16 };
+int64_t BytesPerElement(DType d);
+
+enum class Checkpointing { kNone, kFull, kSelective, kEveryK };
+enum class Offload { kNone, kOptimizer, kAll };  // kAll: params + grads + optimizer on the host
+enum class BackwardPrefetch { kPre, kPost, kNone };
+enum class Optimizer { kAdamW, kSgd, kAdafactor };
+// How the optimizer's update is run; decides its temporaries (torch/optim/adam.py).
+enum class OptimizerImpl { kForeach, kFused, kForLoop };
+enum class Attention { kSdpa, kEager };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
+// Which code defines the model's forward: decides which tensors autograd saves.
+enum class Modeling { kHf, kTorchtitan };
+
+// How FSDP units are formed from the module tree (PyTorch fully_shard calls).
+struct WrapPolicy {
+  enum class Kind { kBlock, kEveryK, kRanges, kSize };
+  Kind kind = Kind::kBlock;
+  int every_k = 1;                           // kEveryK: blocks per unit
+  std::vector<std::pair<int, int>> ranges;   // kRanges: inclusive [first, last] block ranges
+  int64_t min_num_params = 0;                // kSize: size_based_auto_wrap_policy threshold
+  bool embedding_unit = false;  // embedding gets its own fully_shard (torchtitan); false: root
+  bool head_unit = false;       // [final norm, LM head] get their own unit; false: root
+};
+
+struct Plan {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  int shard_group_size = 0;     // 0: the whole world (FULL/GRAD_OP), GPUs per node (HYBRID)
+  WrapPolicy wrap;
+  int micro_batch = 1;          // sequences per rank per micro-batch (B)
+  int64_t seq_len = 0;          // S; 0: the model's max_seq_len
+  int grad_accum = 1;           // micro-batches per optimizer step
+  bool no_sync = false;         // keep unsharded grads across micro-batches, reduce on the last
+  Checkpointing checkpointing = Checkpointing::kNone;
+  int checkpoint_every_k = 1;   // kEveryK: checkpoint every k-th block
+  Offload offload = Offload::kNone;
+  DType param_dtype = DType::kBf16;   // compute dtype of gathered params
+  DType reduce_dtype = DType::kFp32;  // gradient reduce-scatter / all-reduce dtype
+  DType master_dtype = DType::kFp32;  // dtype of the sharded (master) params and optimizer state
+  bool reshard_after_forward = true;  // false for SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
+  bool forward_prefetch = false;      // explicit prefetch of the next unit in forward
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
+  int max_inflight_allgathers = 2;    // FSDP2 keeps at most 2 (current + prefetched)
+  Optimizer optimizer = Optimizer::kAdamW;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;  // torch's default on CUDA
+  Attention attention = Attention::kSdpa;
+  Modeling modeling = Modeling::kHf;
+  bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
+  bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
+
+  // Global batch in sequences for a world of `world` ranks.
+  int64_t GlobalBatch(int world) const {
+    return static_cast<int64_t>(micro_batch) * grad_accum * world;
+  }
+  bool Sharded() const { return strategy != ShardingStrategy::kNoShard; }
+  bool Hybrid() const {
+    return strategy == ShardingStrategy::kHybridShard ||
+           strategy == ShardingStrategy::kHybridShardZero2;
+  }
+  // Every problem with the plan for this world size and model depth (empty when valid), each as
+  // "where:/key: expected ..., got ...". Rules: micro_batch, grad_accum, checkpoint_every_k,
+  // max_inflight_allgathers >= 1; seq_len 0 (max_seq_len) or in [1, max_seq_len]; the resolved
+  // shard group divides world (FULL_SHARD / SHARD_GRAD_OP: 0 or world; NO_SHARD: 0 or 1; hybrid:
+  // <= world, equal is one replica); wrap every_k >= 1, size min_num_params >= 1, ranges cover
+  // blocks 0..num_layers-1 in order without gaps or overlaps. no_sync with grad_accum 1 is allowed
+  // (it has no effect); offload with NO_SHARD is allowed.
+  std::vector<std::string> Problems(const std::string& where, int world, int gpus_per_node,
+                                    int num_layers, int64_t max_seq_len) const;
+  // The shard group size after defaults, for a world of `world` ranks: shard_group_size when
+  // set, else world (FULL_SHARD, SHARD_GRAD_OP), min(gpus_per_node, world) (hybrid; world when
+  // gpus_per_node <= 0), 1 (NO_SHARD: nothing is sharded).
+  int ResolvedShardGroup(int world, int gpus_per_node) const;
+  // seq_len after its default: max_seq_len when 0.
+  int64_t ResolvedSeqLen(int64_t max_seq_len) const { return seq_len > 0 ? seq_len : max_seq_len; }
+};
+
+const char* ToString(ShardingStrategy s);
+const char* ToString(DType d);
+const char* ToString(Checkpointing c);
+const char* ToString(Offload o);
+const char* ToString(BackwardPrefetch b);
+const char* ToString(Optimizer o);
+const char* ToString(OptimizerImpl o);
+const char* ToString(Attention a);
+const char* ToString(Modeling m);
+const char* ToString(WrapPolicy::Kind k);  // "block", "every", "ranges", "size"
+
+// The names ToString() gives every value of E, in declaration order. Defined for ShardingStrategy,
+// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, Modeling
+// and WrapPolicy::Kind.
+template <typename E>
+const std::vector<std::string>& EnumNames();
+// The value whose ToString() is `text`. Throws InputError "where: expected one of a, b, got
+// \"x\" (did you mean \"a\"?)". Defined for the same enums as EnumNames().
+template <typename E>
+E ParseEnum(const std::string& text, const std::string& where);
+
+// What reshard_after_forward means for each strategy in FSDP2: false for SHARD_GRAD_OP and
+// HYBRID_SHARD_ZERO2 (fully_shard(reshard_after_forward=False)) and NO_SHARD, true otherwise. The
+// strategy decides; Plan::reshard_after_forward only matters for FULL_SHARD / HYBRID_SHARD.
+bool StrategyReshardsAfterForward(ShardingStrategy s);
+
+// Parses the CLI's --wrap syntax: "block", "every:K", "ranges:0-7,8-31" (inclusive block ranges)
+// or "size:N" (N with an optional K/M/B suffix: 10^3, 10^6, 10^9, e.g. "size:100M"). `where`
+// ("--wrap") prefixes messages. Throws InputError. Ranges are checked against the model depth
+// later, by Plan::Problems().
+WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where);
+// The --wrap text of `w` (shortest exact suffix for size), so ParseWrapSpec round-trips.
+// embedding_unit / head_unit have no compact syntax and are not written.
+std::string WrapSpecToString(const WrapPolicy& w);
+// Parses --checkpointing "none|full|selective|every:K" into plan->checkpointing (and
+// checkpoint_every_k for every:K). Throws InputError.
+void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan);
+// The --checkpointing text of the plan ("every:2", "full", ...).
+std::string CheckpointingSpecToString(const Plan& plan);
+
+}  // namespace shardtune::model

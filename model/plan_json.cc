@@ -1,0 +1,172 @@
+// Reading and writing "shardtune.plan" JSON. Enum names come from plan.cc's tables (EnumNames),
+// so the JSON, the CLI and ToString() spell every value the same way.
+#include "model/plan_json.h"
+
+#include <climits>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+constexpr int64_t kIntMin = INT_MIN;
+constexpr int64_t kIntMax = INT_MAX;
+
+template <typename E>
+E OptEnum(StrictReader* r, const std::string& key, E def) {
+  std::string s = r->OptionalEnum(key, ToString(def), EnumNames<E>());
+  return ParseEnum<E>(s, r->Where(key));
+}
+
+int OptInt(StrictReader* r, const std::string& key, int def) {
+  return static_cast<int>(r->OptionalInt(key, def, kIntMin, kIntMax));
+}
+
+// Rejects a key that only means something under another setting (a likely mistake).
+void RejectUnless(StrictReader* r, bool allowed, const std::string& key,
+                  const std::string& only_with) {
+  if (!allowed && r->Has(key)) {
+    throw InputError(r->Where(key) + ": only allowed with " + only_with);
+  }
+}
+
+std::vector<std::pair<int, int>> ReadRanges(const nlohmann::json& v, const std::string& where) {
+  const std::string expected = "[first, last] block indices (integers >= 0)";
+  if (!v.is_array()) throw InputError(where + ": expected an array of " + expected + ", got " +
+                                      Describe(v));
+  std::vector<std::pair<int, int>> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const nlohmann::json& r = v[i];
+    bool ok = r.is_array() && r.size() == 2;
+    for (size_t k = 0; ok && k < 2; ++k) {
+      ok = r[k].is_number_integer() && r[k].get<int64_t>() >= 0 && r[k].get<int64_t>() <= kIntMax;
+    }
+    if (!ok) {
+      throw InputError(where + "/" + std::to_string(i) + ": expected " + expected + ", got " +
+                       Describe(r));
+    }
+    out.emplace_back(r[0].get<int>(), r[1].get<int>());
+  }
+  return out;
+}
+
+WrapPolicy ReadWrap(StrictReader* r) {
+  WrapPolicy w;
+  w.kind = OptEnum(r, "policy", WrapPolicy::Kind::kBlock);
+  RejectUnless(r, w.kind == WrapPolicy::Kind::kEveryK, "every_k", "\"policy\": \"every\"");
+  RejectUnless(r, w.kind == WrapPolicy::Kind::kRanges, "ranges", "\"policy\": \"ranges\"");
+  RejectUnless(r, w.kind == WrapPolicy::Kind::kSize, "min_num_params", "\"policy\": \"size\"");
+  switch (w.kind) {
+    case WrapPolicy::Kind::kBlock: break;
+    case WrapPolicy::Kind::kEveryK:
+      w.every_k = static_cast<int>(r->RequiredInt("every_k", kIntMin, kIntMax));
+      break;
+    case WrapPolicy::Kind::kRanges:
+      w.ranges = ReadRanges(r->RequiredValue("ranges"), r->Where("ranges"));
+      break;
+    case WrapPolicy::Kind::kSize:
+      w.min_num_params = r->RequiredInt("min_num_params", INT64_MIN, INT64_MAX);
+      break;
+  }
+  w.embedding_unit = r->OptionalBool("embedding_unit", w.embedding_unit);
+  w.head_unit = r->OptionalBool("head_unit", w.head_unit);
+  r->Finish();
+  return w;
+}
+
+void ReadPrecisionAndComm(StrictReader* r, Plan* p) {
+  p->offload = OptEnum(r, "offload", p->offload);
+  p->param_dtype = OptEnum(r, "param_dtype", p->param_dtype);
+  p->reduce_dtype = OptEnum(r, "reduce_dtype", p->reduce_dtype);
+  p->master_dtype = OptEnum(r, "master_dtype", p->master_dtype);
+  p->reshard_after_forward =
+      r->OptionalBool("reshard_after_forward", StrategyReshardsAfterForward(p->strategy));
+  p->forward_prefetch = r->OptionalBool("forward_prefetch", p->forward_prefetch);
+  p->backward_prefetch = OptEnum(r, "backward_prefetch", p->backward_prefetch);
+  p->max_inflight_allgathers = OptInt(r, "max_inflight_allgathers", p->max_inflight_allgathers);
+}
+
+void ReadComputeChoices(StrictReader* r, Plan* p) {
+  p->optimizer = OptEnum(r, "optimizer", p->optimizer);
+  p->optimizer_impl = OptEnum(r, "optimizer_impl", p->optimizer_impl);
+  p->attention = OptEnum(r, "attention", p->attention);
+  p->modeling = OptEnum(r, "modeling", p->modeling);
+  p->loss_fp32_upcast = r->OptionalBool("loss_fp32_upcast", p->loss_fp32_upcast);
+  p->keep_logits = r->OptionalBool("keep_logits", p->keep_logits);
+}
+
+nlohmann::ordered_json WrapToJson(const WrapPolicy& w) {
+  nlohmann::ordered_json j;
+  j["policy"] = ToString(w.kind);
+  if (w.kind == WrapPolicy::Kind::kEveryK) j["every_k"] = w.every_k;
+  if (w.kind == WrapPolicy::Kind::kRanges) {
+    nlohmann::ordered_json ranges = nlohmann::ordered_json::array();
+    for (const auto& r : w.ranges) ranges.push_back({r.first, r.second});
+    j["ranges"] = ranges;
+  }
+  if (w.kind == WrapPolicy::Kind::kSize) j["min_num_params"] = w.min_num_params;
+  j["embedding_unit"] = w.embedding_unit;
+  j["head_unit"] = w.head_unit;
+  return j;
+}
+
+}  // namespace
+
+Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
+  StrictReader r(j, file);
+  r.CheckSchema(kPlanSchema, kPlanSchemaVersion);
+  Plan p;
+  p.strategy = OptEnum(&r, "strategy", p.strategy);
+  p.shard_group_size = OptInt(&r, "shard_group_size", p.shard_group_size);
+  if (r.Has("wrap")) {
+    StrictReader wrap = r.RequiredObject("wrap");
+    p.wrap = ReadWrap(&wrap);
+  }
+  p.micro_batch = OptInt(&r, "micro_batch", p.micro_batch);
+  p.seq_len = r.OptionalInt("seq_len", p.seq_len, INT64_MIN, INT64_MAX);
+  p.grad_accum = OptInt(&r, "grad_accum", p.grad_accum);
+  p.no_sync = r.OptionalBool("no_sync", p.no_sync);
+  p.checkpointing = OptEnum(&r, "checkpointing", p.checkpointing);
+  RejectUnless(&r, p.checkpointing == Checkpointing::kEveryK, "checkpoint_every_k",
+               "\"checkpointing\": \"every\"");
+  p.checkpoint_every_k = OptInt(&r, "checkpoint_every_k", p.checkpoint_every_k);
+  ReadPrecisionAndComm(&r, &p);
+  ReadComputeChoices(&r, &p);
+  r.Finish();
+  return p;
+}
+
+nlohmann::ordered_json PlanToJson(const Plan& p) {
+  nlohmann::ordered_json j;
+  j["schema"] = kPlanSchema;
+  j["schema_version"] = kPlanSchemaVersion;
+  j["strategy"] = ToString(p.strategy);
+  j["shard_group_size"] = p.shard_group_size;
+  j["wrap"] = WrapToJson(p.wrap);
+  j["micro_batch"] = p.micro_batch;
+  j["seq_len"] = p.seq_len;
+  j["grad_accum"] = p.grad_accum;
+  j["no_sync"] = p.no_sync;
+  j["checkpointing"] = ToString(p.checkpointing);
+  if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
+  j["offload"] = ToString(p.offload);
+  j["param_dtype"] = ToString(p.param_dtype);
+  j["reduce_dtype"] = ToString(p.reduce_dtype);
+  j["master_dtype"] = ToString(p.master_dtype);
+  j["reshard_after_forward"] = p.reshard_after_forward;
+  j["forward_prefetch"] = p.forward_prefetch;
+  j["backward_prefetch"] = ToString(p.backward_prefetch);
+  j["max_inflight_allgathers"] = p.max_inflight_allgathers;
+  j["optimizer"] = ToString(p.optimizer);
+  j["optimizer_impl"] = ToString(p.optimizer_impl);
+  j["attention"] = ToString(p.attention);
+  j["modeling"] = ToString(p.modeling);
+  j["loss_fp32_upcast"] = p.loss_fp32_upcast;
+  j["keep_logits"] = p.keep_logits;
+  return j;
+}
+
+Plan ReadPlanFile(const std::string& path) { return PlanFromJson(ReadJsonFile(path), path); }
+
+}  // namespace shardtune::model

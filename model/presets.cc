@@ -1,0 +1,184 @@
+// The preset table: shapes copied from each model's Hugging Face config.json (or paper), with the
+// parameter count the model's publisher or HF num_parameters() gives. presets_test checks both.
+#include "model/presets.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "model/errors.h"
+#include "model/hf_config.h"
+#include "model/model_spec_json.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+// A decoder shape: L layers, hidden H, a heads (kv heads for GQA), MLP inner size F.
+// Defaults are Llama's (RMSNorm, SwiGLU, rotary, no biases, untied).
+ModelSpec Shape(int layers, int64_t hidden, int heads, int kv_heads, int64_t ffn) {
+  ModelSpec s;
+  s.num_layers = layers;
+  s.hidden = hidden;
+  s.num_heads = heads;
+  s.num_kv_heads = kv_heads;
+  s.ffn_hidden = ffn;
+  return s;
+}
+
+// GPT-2 family (modeling_gpt2.py): LayerNorm with bias, GELU MLP with F = 4H, learned positions,
+// biases on every Linear (Conv1D), LM head tied to wte.
+ModelSpec Gpt2Shape(int layers, int64_t hidden, int heads, int64_t vocab, int64_t positions) {
+  ModelSpec s = Shape(layers, hidden, heads, heads, 4 * hidden);
+  s.vocab_size = vocab;
+  s.max_seq_len = positions;
+  s.norm = NormKind::kLayerNorm;
+  s.norm_bias = true;
+  s.mlp = MlpKind::kGelu;
+  s.positions = PositionKind::kLearned;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = true;
+  s.tied_embeddings = true;
+  return s;
+}
+
+ModelSpec WithVocab(ModelSpec s, int64_t vocab, int64_t max_seq_len) {
+  s.vocab_size = vocab;
+  s.max_seq_len = max_seq_len;
+  return s;
+}
+
+PresetInfo Preset(const std::string& name, ModelSpec spec, int64_t published,
+                  const std::string& source) {
+  spec.name = name;
+  spec.source = source;
+  spec.FillDefaults();
+  return PresetInfo{name, std::move(spec), published, source};
+}
+
+std::string HfConfig(const std::string& repo) {
+  return "https://huggingface.co/" + repo + "/blob/main/config.json";
+}
+
+void AddGpt(std::vector<PresetInfo>* p) {
+  const std::string counts = "; count: HF GPT2LMHeadModel num_parameters()";
+  p->push_back(Preset("gpt2", Gpt2Shape(12, 768, 12, 50257, 1024), 124'439'808,
+                      HfConfig("openai-community/gpt2") + counts));
+  p->push_back(Preset("gpt2-medium", Gpt2Shape(24, 1024, 16, 50257, 1024), 354'823'168,
+                      HfConfig("openai-community/gpt2-medium") + counts));
+  p->push_back(Preset("gpt2-large", Gpt2Shape(36, 1280, 20, 50257, 1024), 774'030'080,
+                      HfConfig("openai-community/gpt2-large") + counts));
+  p->push_back(Preset("gpt2-xl", Gpt2Shape(48, 1600, 25, 50257, 1024), 1'557'611'200,
+                      HfConfig("openai-community/gpt2-xl") + counts));
+  // Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1: n_layers 96,
+  // d_model 12288, n_heads 96, d_head 128, n_ctx 2048, GPT-2's BPE vocabulary and layout. The
+  // paper gives "175.0B" only (its alternating sparse attention has no parameters).
+  p->push_back(Preset("gpt3-175b", Gpt2Shape(96, 12288, 96, 50257, 2048), 0,
+                      "Brown et al. 2020, arXiv:2005.14165, Table 2.1 (GPT-2 layout)"));
+}
+
+void AddLlama(std::vector<PresetInfo>* p) {
+  const std::string counts = "; count: HF LlamaForCausalLM num_parameters()";
+  p->push_back(Preset("llama2-7b", WithVocab(Shape(32, 4096, 32, 32, 11008), 32000, 4096),
+                      6'738'415'616, HfConfig("meta-llama/Llama-2-7b-hf") + counts));
+  p->push_back(Preset("llama2-13b", WithVocab(Shape(40, 5120, 40, 40, 13824), 32000, 4096),
+                      13'015'864'320, HfConfig("meta-llama/Llama-2-13b-hf") + counts));
+  p->push_back(Preset("llama2-70b", WithVocab(Shape(80, 8192, 64, 8, 28672), 32000, 4096),
+                      68'976'648'192, HfConfig("meta-llama/Llama-2-70b-hf") + counts));
+  p->push_back(Preset("llama3-8b", WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 8192),
+                      8'030'261'248, HfConfig("meta-llama/Meta-Llama-3-8B") + counts));
+  p->push_back(Preset("llama3-70b", WithVocab(Shape(80, 8192, 64, 8, 28672), 128256, 8192),
+                      70'553'706'496, HfConfig("meta-llama/Meta-Llama-3-70B") + counts));
+  p->push_back(Preset("llama3-405b", WithVocab(Shape(126, 16384, 128, 8, 53248), 128256, 131072),
+                      405'853'388'800, HfConfig("meta-llama/Llama-3.1-405B") + counts));
+  ModelSpec l1b = WithVocab(Shape(16, 2048, 32, 8, 8192), 128256, 131072);
+  l1b.head_dim = 64;
+  l1b.tied_embeddings = true;
+  p->push_back(Preset("llama3.2-1b", l1b, 1'235'814'400,
+                      HfConfig("meta-llama/Llama-3.2-1B") + counts));
+  ModelSpec l3b = WithVocab(Shape(28, 3072, 24, 8, 8192), 128256, 131072);
+  l3b.head_dim = 128;
+  l3b.tied_embeddings = true;
+  // The safetensors hold 64 more values (rope frequency factors), which are not parameters.
+  p->push_back(Preset("llama3.2-3b", l3b, 3'212'749'824,
+                      HfConfig("meta-llama/Llama-3.2-3B") + counts));
+}
+
+void AddOthers(std::vector<PresetInfo>* p) {
+  p->push_back(Preset("mistral-7b", WithVocab(Shape(32, 4096, 32, 8, 14336), 32000, 32768),
+                      7'241'732'096,
+                      HfConfig("mistralai/Mistral-7B-v0.1") + "; count: HF num_parameters()"));
+  // Qwen2Attention: q_proj, k_proj, v_proj with bias=True; o_proj without.
+  ModelSpec qwen25 = WithVocab(Shape(28, 3584, 28, 4, 18944), 152064, 131072);
+  qwen25.qkv_bias = true;
+  p->push_back(Preset("qwen2.5-7b", qwen25, 7'615'616'512,
+                      HfConfig("Qwen/Qwen2.5-7B") + "; count: HF num_parameters()"));
+  // Qwen3Attention: q_norm / k_norm RMSNorm(head_dim); attention_bias false.
+  ModelSpec qwen3 = WithVocab(Shape(36, 4096, 32, 8, 12288), 151936, 40960);
+  qwen3.head_dim = 128;
+  qwen3.qk_norm = true;
+  p->push_back(Preset("qwen3-8b", qwen3, 8'190'735'360,
+                      HfConfig("Qwen/Qwen3-8B") + "; count: HF num_parameters()"));
+  ModelSpec mixtral = WithVocab(Shape(32, 4096, 32, 8, 14336), 32000, 32768);
+  mixtral.moe.num_experts = 8;  // num_local_experts
+  mixtral.moe.top_k = 2;        // num_experts_per_tok
+  p->push_back(Preset("mixtral-8x7b", mixtral, 46'702'792'704,
+                      HfConfig("mistralai/Mixtral-8x7B-v0.1") + "; count: HF num_parameters()"));
+}
+
+// A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab
+// 512 = 256 byte values + spare ids (special tokens), so byte-level data needs no tokenizer.
+void AddTiny(std::vector<PresetInfo>* p) {
+  ModelSpec llama = WithVocab(Shape(4, 256, 8, 4, 688), 512, 256);
+  p->push_back(Preset("tiny-llama", llama, 0, "shardtune: Llama layout at CPU scale"));
+  p->push_back(Preset("tiny-gpt2", Gpt2Shape(4, 256, 4, 512, 256), 0,
+                      "shardtune: GPT-2 layout at CPU scale"));
+}
+
+std::vector<PresetInfo> BuildPresets() {
+  std::vector<PresetInfo> p;
+  AddGpt(&p);
+  AddLlama(&p);
+  AddOthers(&p);
+  AddTiny(&p);
+  for (const PresetInfo& info : p) info.spec.Validate("preset " + info.name);
+  return p;
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+const std::vector<PresetInfo>& ModelPresets() {
+  static const std::vector<PresetInfo> presets = BuildPresets();
+  return presets;
+}
+
+ModelSpec FindModelPreset(const std::string& name) {
+  std::vector<std::string> names;
+  for (const PresetInfo& info : ModelPresets()) {
+    if (info.name == name) return info.spec;
+    names.push_back(info.name);
+  }
+  std::string hint = ClosestName(name, names);
+  std::string known;
+  for (size_t i = 0; i < names.size(); ++i) known += (i ? ", " : "") + names[i];
+  throw InputError("--model: unknown preset \"" + name + "\"" +
+                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") + "; known: " +
+                   known + " (or a shardtune.model JSON or a Hugging Face config.json file)");
+}
+
+ModelSpec ResolveModelArg(const std::string& arg, std::vector<std::string>* warnings) {
+  bool looks_like_path = arg.find('/') != std::string::npos ||
+                         (arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0);
+  if (!IsFile(arg)) {
+    if (looks_like_path) throw InputError("--model: cannot open file \"" + arg + "\"");
+    return FindModelPreset(arg);
+  }
+  nlohmann::json j = ReadJsonFile(arg);
+  if (LooksLikeHfConfig(j)) return ImportHfConfig(j, arg, warnings);
+  return ModelSpecFromJson(j, arg);
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,230 @@
+// The cluster spec: validation (Problems), the --cluster shorthand grammar
+// [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] and cpu:N, and LoadCluster (file or shorthand).
+#include "profiles/cluster.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <sstream>
+
+#include "model/errors.h"
+#include "profiles/cluster_defaults.h"
+
+namespace shardtune::profiles {
+namespace {
+
+constexpr char kGrammar[] = "[NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] (e.g. 8xH100, 2x8xA100-80G)";
+// Bounds that catch typos, not hardware limits.
+constexpr int kMaxNodes = 100000;
+constexpr int kMaxGpusPerNode = 1024;
+constexpr int kMaxCpuRanks = 4096;
+constexpr int kMaxFabricGbps = 100000;
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string Num(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+[[noreturn]] void ShorthandError(const std::string& text, const std::string& why) {
+  throw InputError(std::string("--cluster: expected ") + kGrammar + ", got \"" + text + "\"; " +
+                   why);
+}
+
+// Parses a decimal count in [1, max]; `what` names it in messages ("NODES", "GPUS").
+int ParseCount(const std::string& text, const std::string& digits, const std::string& what,
+               int max) {
+  if (digits.size() > 9 || std::stoll(digits) > max) {
+    ShorthandError(text, what + " must be at most " + std::to_string(max) + ", got " + digits);
+  }
+  int n = std::stoi(digits);
+  if (n < 1) ShorthandError(text, what + " must be >= 1, got " + digits);
+  return n;
+}
+
+void AddGpuProblems(const GpuSpec& g, const std::string& where, std::vector<std::string>* out) {
+  auto positive = [&](bool ok, const std::string& key, const std::string& got) {
+    if (!ok) out->push_back(where + "/" + key + ": expected a number > 0, got " + got);
+  };
+  positive(g.marketed_memory.count() > 0, "marketed_memory_bytes",
+           std::to_string(g.marketed_memory.count()));
+  positive(g.usable_memory.count() > 0, "usable_memory_bytes",
+           std::to_string(g.usable_memory.count()));
+  positive(g.bf16_dense.count() > 0, "bf16_dense_flops_per_s", Num(g.bf16_dense.count()));
+  positive(g.fp16_dense.count() > 0, "fp16_dense_flops_per_s", Num(g.fp16_dense.count()));
+  positive(g.tf32_dense.count() > 0, "tf32_dense_flops_per_s", Num(g.tf32_dense.count()));
+  positive(g.fp32.count() > 0, "fp32_flops_per_s", Num(g.fp32.count()));
+  positive(g.memory_bandwidth.count() > 0, "memory_bytes_per_s", Num(g.memory_bandwidth.count()));
+}
+
+void AddLinkProblems(const LinkSpec& l, const std::string& where, std::vector<std::string>* out) {
+  if (!(l.bandwidth_per_direction.count() > 0)) {
+    out->push_back(where + "/bandwidth_per_direction_bytes_per_s: expected a number > 0, got " +
+                   Num(l.bandwidth_per_direction.count()));
+  }
+  if (!(l.latency.count() >= 0)) {
+    out->push_back(where + "/latency_s: expected a number >= 0, got " + Num(l.latency.count()));
+  }
+}
+
+// The shorthand's optional "-FABRIC<Gbps>[/node]" suffix.
+struct FabricSuffix {
+  std::string family;  // "ib", "roce" or "eth"
+  int gbps = 0;
+  bool per_node = false;
+};
+
+// Splits "KIND[-FABRIC<Gbps>[/node]]" into the kind and the fabric. GPU kinds contain dashes
+// ("A100-80G"), so only a last dash-separated token of the form (ib|roce|eth)<digits>[/node]
+// is a fabric; another letters+digits token is an unknown fabric unless the whole text is a
+// known GPU kind.
+std::string SplitFabric(const std::string& text, const std::string& rest,
+                        std::optional<FabricSuffix>* fabric) {
+  size_t dash = rest.rfind('-');
+  if (dash == std::string::npos) return rest;
+  static const std::regex kTail("([A-Za-z]+)([0-9]*)(/node)?", std::regex::icase);
+  std::smatch m;
+  const std::string tail = rest.substr(dash + 1);
+  if (!std::regex_match(tail, m, kTail)) return rest;
+  const std::string family = Lower(m[1].str());
+  const bool known = family == "ib" || family == "roce" || family == "eth";
+  if (!known) {
+    if ((m[2].length() == 0 && !m[3].matched) || LookupGpu(rest)) return rest;
+    ShorthandError(text, "unknown fabric \"" + m[1].str() + "\" (expected ib, roce or eth)");
+  }
+  if (m[2].length() == 0) {
+    if (LookupGpu(rest)) return rest;
+    ShorthandError(text,
+                   "fabric \"" + family + "\" needs its rate in Gb/s, e.g. -" + family + "400");
+  }
+  FabricSuffix f;
+  f.family = family;
+  f.gbps = m[2].length() > 6 ? kMaxFabricGbps + 1 : std::stoi(m[2].str());
+  if (f.gbps < 1 || f.gbps > kMaxFabricGbps) {
+    ShorthandError(text, "fabric rate must be in [1, " + std::to_string(kMaxFabricGbps) +
+                             "] Gb/s, got " + m[2].str());
+  }
+  f.per_node = m[3].matched;
+  *fabric = f;
+  return rest.substr(0, dash);
+}
+
+ClusterSpec ParseCpuShorthand(const std::string& text) {
+  static const std::regex kCpu("cpu:([0-9]{1,9})", std::regex::icase);
+  std::smatch m;
+  int n = 0;
+  if (std::regex_match(text, m, kCpu)) n = std::stoi(m[1].str());
+  if (n < 1 || n > kMaxCpuRanks) {
+    throw InputError("--cluster: expected cpu:N with N in [1, " + std::to_string(kMaxCpuRanks) +
+                     "] CPU ranks (e.g. cpu:4), got \"" + text + "\"");
+  }
+  ClusterSpec c;
+  c.name = text;
+  c.cpu_only = true;
+  c.num_nodes = 1;
+  c.gpus_per_node = n;
+  c.host_memory_per_node = internal::CpuHostMemory();
+  c.gpu = internal::CpuRankSpec(n, c.host_memory_per_node);
+  c.intra_node = FindLink("loopback", "--cluster");
+  c.inter_node = c.intra_node;
+  c.nics_per_node = 0;
+  c.nic_bandwidth = c.inter_node.bandwidth_per_direction;
+  c.cpu_cores_per_node = n;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
+  std::vector<std::string> p;
+  auto add = [&](const std::string& key, const std::string& expected, const std::string& got) {
+    p.push_back(where + "/" + key + ": expected " + expected + ", got " + got);
+  };
+  if (num_nodes < 1) add("nodes", "integer >= 1", std::to_string(num_nodes));
+  if (gpus_per_node < 1) add("gpus_per_node", "integer >= 1", std::to_string(gpus_per_node));
+  if (nics_per_node < 0 || (num_nodes > 1 && nics_per_node < 1)) {
+    add("nics_per_node", num_nodes > 1 ? "integer >= 1 on more than one node" : "integer >= 0",
+        std::to_string(nics_per_node));
+  } else if (nics_per_node > 0 && gpus_per_node >= 1 && gpus_per_node % nics_per_node != 0) {
+    add("nics_per_node", "a divisor of gpus_per_node (" + std::to_string(gpus_per_node) + ")",
+        std::to_string(nics_per_node));
+  }
+  if (num_nodes > 1 && !(nic_bandwidth.count() > 0)) {
+    add("nic_bandwidth_bits_per_s", "a number > 0", Num(nic_bandwidth.count() * 8));
+  }
+  if (host_memory_per_node.count() <= 0) {
+    add("host_memory_bytes_per_node", "integer > 0", std::to_string(host_memory_per_node.count()));
+  }
+  if (cpu_cores_per_node < 0) {
+    add("cpu_cores_per_node", "integer >= 0", std::to_string(cpu_cores_per_node));
+  }
+  AddGpuProblems(gpu, where + "/gpu", &p);
+  AddLinkProblems(intra_node, where + "/intra_node_link", &p);
+  if (num_nodes > 1) AddLinkProblems(inter_node, where + "/inter_node_link", &p);
+  return p;
+}
+
+ClusterSpec ParseClusterShorthand(const std::string& text) {
+  if (text.empty()) ShorthandError(text, "the value is empty");
+  if (Lower(text.substr(0, 4)) == "cpu:") return ParseCpuShorthand(text);
+  static const std::regex kCounts("([0-9]+)[xX](?:([0-9]+)[xX])?(.*)");
+  std::smatch m;
+  if (!std::regex_match(text, m, kCounts)) {
+    ShorthandError(text, text[0] == '-' ? "counts must be positive integers"
+                                        : "it must start with a GPU count followed by x");
+  }
+  const bool two_counts = m[2].matched;
+  const int nodes = two_counts ? ParseCount(text, m[1].str(), "NODES", kMaxNodes) : 1;
+  const int gpus = ParseCount(text, m[two_counts ? 2 : 1].str(), "GPUS", kMaxGpusPerNode);
+  const std::string rest = m[3].str();
+  if (rest.empty()) ShorthandError(text, "the GPU KIND is missing after \"" + text + "\"");
+  if (rest[0] == '-') ShorthandError(text, "counts must be positive integers");
+  std::optional<FabricSuffix> fabric;
+  const std::string kind = SplitFabric(text, rest, &fabric);
+  if (!fabric && kind.find('/') != std::string::npos) {
+    ShorthandError(text, "\"/node\" may only follow a fabric, e.g. -roce800/node");
+  }
+  const GpuSpec* gpu = LookupGpu(kind);
+  if (!gpu) ShorthandError(text, UnknownGpuMessage(kind, /*list_known=*/false));
+
+  ClusterSpec c;
+  c.name = text;
+  c.num_nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.gpu = *gpu;
+  c.intra_node = FindLink(gpu->intra_node_link, "--cluster " + text);
+  if (fabric) {
+    std::string why;
+    auto link = internal::FabricLink(fabric->family, fabric->gbps, &why);
+    if (!link) ShorthandError(text, why);
+    c.inter_node = *link;
+    c.nics_per_node = nodes > 1 ? (fabric->per_node ? 1 : gpus) : 0;
+  } else {
+    c.inter_node = FindLink(gpu->default_fabric, "--cluster " + text);
+    c.nics_per_node = internal::DefaultNicsPerNode(c.intra_node, gpus, nodes);
+  }
+  c.nic_bandwidth = c.inter_node.bandwidth_per_direction;
+  const internal::NodeDefaults node = internal::DefaultNode(gpu->name, gpus);
+  c.host_memory_per_node = node.host_memory;
+  c.cpu_cores_per_node = node.cpu_cores;
+  auto problems = c.Problems("--cluster " + text);
+  SHARDTUNE_CHECK(problems.empty()) << problems.front();
+  return c;
+}
+
+ClusterSpec LoadCluster(const std::string& arg) {
+  std::error_code ec;
+  const bool json_name = arg.size() > 5 && Lower(arg.substr(arg.size() - 5)) == ".json";
+  // A missing *.json is reported as a missing file, not as a malformed shorthand.
+  if (std::filesystem::is_regular_file(arg, ec) || json_name) return ReadClusterFile(arg);
+  return ParseClusterShorthand(arg);
+}
+
+}  // namespace shardtune::profiles

@@ -1,0 +1,55 @@
+// The cluster spec: nodes x GPUs of one kind, the links inside and between nodes, host memory.
+// Built from a JSON file or a shorthand such as "8xH100", "2x8xA100-80G", "16x8xH100-ib400",
+// "12x8xH100-roce800/node" or "cpu:4" (DESIGN.md "--cluster").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/units.h"
+#include "profiles/hardware.h"
+
+namespace shardtune::profiles {
+
+struct ClusterSpec {
+  std::string name;  // the shorthand or file it came from
+  int num_nodes = 1;
+  int gpus_per_node = 1;
+  bool cpu_only = false;  // "cpu:N": N CPU ranks on this host (executor runs)
+  GpuSpec gpu;
+  LinkSpec intra_node;           // between GPUs of one node
+  LinkSpec inter_node;           // the fabric between nodes
+  int nics_per_node = 0;         // inter-node NICs per node (0 on one node)
+  BytesPerSecond nic_bandwidth;  // per NIC, per direction
+  Bytes host_memory_per_node;    // host RAM per node
+  int cpu_cores_per_node = 0;    // physical CPU cores per node (host Adam, data loading)
+
+  int world_size() const { return num_nodes * gpus_per_node; }
+  // Every problem (empty when valid), each "<where>/<json key>: expected ..., got ...", e.g.
+  // Problems("cluster.json:") -> {"cluster.json:/nodes: expected integer >= 1, got 0"}.
+  std::vector<std::string> Problems(const std::string& where) const;
+};
+
+// Parses a shorthand; throws InputError naming "--cluster" and the grammar on failure, e.g.
+//   --cluster: expected [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] (e.g. 8xH100, 2x8xA100-80G),
+//   got "8xH1OO"; unknown GPU kind "H1OO" (did you mean "H100"?)
+// Grammar: NODES defaults to 1; the separator is x or X; KIND is a catalog name or alias
+// (case-insensitive). Kinds contain dashes ("A100-80G"), so the last dash-separated token is a
+// fabric only when it reads (ib|roce|eth)<digits>[/node]. FABRIC<Gbps> gives one NIC of that
+// rate per GPU, "/node" one per node; "ib" needs a catalog InfiniBand rate (100, 200, 400,
+// 800), "roce" and "eth" take any rate. Without FABRIC: the kind's default_fabric, with one NIC
+// per GPU when the GPUs share an NVLink domain (SXM parts, DGX/HGX style) and one per node
+// otherwise. One node has no NICs (nics_per_node = 0). Host memory and cores come from the
+// kind's reference machine (e.g. DGX H100: 2 TiB, 112 cores for 8 GPUs), scaled by GPU count.
+// "cpu:N": N CPU ranks on one node, cpu_only, gpu = a "CPU" pseudo-GPU (one AVX2 core and a 1/N
+// share of an assumed 32 GiB host), links "loopback".
+ClusterSpec ParseClusterShorthand(const std::string& text);
+// Reads a cluster JSON file ("schema": "shardtune.cluster", keys and defaults listed at the top
+// of cluster_json.cc); strict: unknown keys are errors naming file and JSON pointer; every
+// problem found by Problems() is reported together in one InputError.
+ClusterSpec ReadClusterFile(const std::string& path);
+// A shorthand when `arg` is not an existing file, else the file (a name ending in ".json" is
+// always read as a file, so a missing one is reported as such).
+ClusterSpec LoadCluster(const std::string& arg);
+
+}  // namespace shardtune::profiles

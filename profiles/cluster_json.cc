@@ -1,0 +1,105 @@
+// ReadClusterFile: the "shardtune.cluster" JSON file. Strict (unknown keys are errors naming the
+// file and JSON pointer); types are checked while parsing, ranges and cross-field rules by
+// ClusterSpec::Problems, all reported together in one InputError.
+//
+// {"schema": "shardtune.cluster", "schema_version": 1,
+//  "name": "...",                           optional, default: the file path
+//  "nodes": N, "gpus_per_node": G,           required
+//  "gpu": "H100" | {gpus.json entry},        required: a catalog kind or an inline GPU object
+//  "intra_node_link": "nvlink4" | {...},     optional, default: the GPU's intra_node_link
+//  "inter_node_link": "ib-ndr" | {...},      optional, default: the GPU's default_fabric
+//  "nics_per_node": M,                       optional, default: G with NVLink, else 1 (0 on 1 node)
+//  "nic_bandwidth_bits_per_s": 400e9,        optional, default: the inter-node link's rate
+//  "host_memory_bytes_per_node": B,          optional, default: the kind's reference machine
+//  "cpu_cores_per_node": C}                  optional, default: the kind's reference machine
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+#include "profiles/cluster.h"
+#include "profiles/cluster_defaults.h"
+#include "profiles/hardware_json.h"
+
+namespace shardtune::profiles {
+namespace {
+
+constexpr int64_t kIntBound = int64_t{1} << 30;  // keeps int fields clear of overflow
+
+GpuSpec ReadGpu(model::StrictReader& r) {
+  const nlohmann::json& v = r.RequiredValue("gpu");
+  if (v.is_string()) return FindGpu(v.get<std::string>(), r.Where("gpu"));
+  if (!v.is_object()) {
+    throw InputError(r.Where("gpu") +
+                     ": expected a GPU kind (e.g. \"H100\") or a GPU object, got " +
+                     model::Describe(v));
+  }
+  model::StrictReader gr(v, r.file(), r.pointer() + "/gpu");
+  GpuSpec g = internal::ReadGpuSpec(gr);
+  gr.Finish();
+  // The inline GPU's link names must exist, as a catalog entry's do.
+  FindLink(g.intra_node_link, gr.Where("intra_node_link"));
+  FindLink(g.default_fabric, gr.Where("default_fabric"));
+  FindLink(g.host_link, gr.Where("host_link"));
+  return g;
+}
+
+// A link given by catalog name or as an inline object; `fallback` names the default link.
+LinkSpec ReadLink(model::StrictReader& r, const std::string& key, const std::string& fallback,
+                  const std::string& fallback_where) {
+  auto v = r.OptionalValue(key);
+  if (!v) return FindLink(fallback, fallback_where);
+  if (v->is_string()) return FindLink(v->get<std::string>(), r.Where(key));
+  if (!v->is_object()) {
+    throw InputError(r.Where(key) +
+                     ": expected a link kind (e.g. \"ib-ndr\") or a link object, got " +
+                     model::Describe(*v));
+  }
+  const nlohmann::json& obj = r.RequiredValue(key);
+  model::StrictReader lr(obj, r.file(), r.pointer() + "/" + key);
+  LinkSpec l = internal::ReadLinkSpec(lr);
+  lr.Finish();
+  return l;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "; " : "") + v[i];
+  return out;
+}
+
+}  // namespace
+
+ClusterSpec ReadClusterFile(const std::string& path) {
+  const nlohmann::json doc = model::ReadJsonFile(path);
+  model::StrictReader r(doc, path);
+  r.CheckSchema("shardtune.cluster", 1);
+  ClusterSpec c;
+  c.name = r.OptionalString("name", path);
+  c.num_nodes = static_cast<int>(r.RequiredInt("nodes", -kIntBound, kIntBound));
+  c.gpus_per_node = static_cast<int>(r.RequiredInt("gpus_per_node", -kIntBound, kIntBound));
+  c.gpu = ReadGpu(r);
+  const std::string gpu_where = r.Where("gpu");
+  c.intra_node = ReadLink(r, "intra_node_link", c.gpu.intra_node_link, gpu_where);
+  c.inter_node = ReadLink(r, "inter_node_link", c.gpu.default_fabric, gpu_where);
+  const int default_nics =
+      internal::DefaultNicsPerNode(c.intra_node, std::max(c.gpus_per_node, 1), c.num_nodes);
+  c.nics_per_node =
+      static_cast<int>(r.OptionalInt("nics_per_node", default_nics, -kIntBound, kIntBound));
+  c.nic_bandwidth = BytesPerSecond::Of(
+      r.OptionalNumber("nic_bandwidth_bits_per_s", c.inter_node.bandwidth_per_direction.count() * 8,
+                       -1e18, 1e18) /
+      8);
+  const internal::NodeDefaults node = internal::DefaultNode(c.gpu.name, c.gpus_per_node);
+  c.host_memory_per_node = Bytes::Of(
+      r.OptionalInt("host_memory_bytes_per_node", node.host_memory.count(), INT64_MIN, INT64_MAX));
+  c.cpu_cores_per_node =
+      static_cast<int>(r.OptionalInt("cpu_cores_per_node", node.cpu_cores, -kIntBound, kIntBound));
+  r.Finish();
+  const auto problems = c.Problems(path + ":");
+  if (!problems.empty()) throw InputError(Join(problems));
+  return c;
+}
+
+}  // namespace shardtune::profiles

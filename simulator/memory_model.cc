@@ -1,0 +1,148 @@
+// EstimateMemory: sets up the step walk, then adds what no PyTorch counter shows (CUDA context,
+// NCCL buffers), the caching allocator's view, and the host memory per node.
+#include "simulator/memory_model.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "simulator/step_walk.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::Plan;
+
+// Communicators one rank uses: FSDP's shard group, plus the replicate group under HSDP.
+// PyTorch creates an NCCL communicator per process group on its first collective.
+void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
+                      const MemoryConstants& k, MemoryReport* out) {
+  out->outside_allocator.push_back({"CUDA context and kernels", k.cuda_context});
+  std::vector<std::pair<std::string, int>> groups;
+  if (r.shard_group > 1) groups.push_back({"shard group", r.shard_group});
+  if (r.replicas > 1) groups.push_back({"replicate group", r.replicas});
+  bool nvswitch = c.intra_node.nvlink_domain && c.gpu.intra_node_link == "nvlink4";
+  for (const auto& [name, size] : groups) {
+    out->outside_allocator.push_back({"NCCL buffers (" + name + " of " + std::to_string(size) + ")",
+                                      k.nccl_per_communicator});
+    // NVLS needs an NVSwitch with multicast: H100/H200 HGX groups of more than 2 GPUs in a node.
+    bool in_node = name == "shard group" ? size <= c.gpus_per_node : r.shard_group >= c.gpus_per_node;
+    if (nvswitch && size > 2 && in_node) {
+      out->outside_allocator.push_back({"NCCL NVLS buffers (" + name + ")", k.nvls_per_communicator});
+    }
+  }
+  Bytes total;
+  for (const auto& kv : out->outside_allocator) total += kv.second;
+  out->outside_total = total;
+}
+
+void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& plan,
+                  const MemoryOptions& o, MemoryReport* r) {
+  int g = c.gpus_per_node;
+  int64_t shard_numel = 0;
+  for (const auto& u : r->units) shard_numel += u.parameters / std::max(1, r->shard_group);
+  HostMemory h;
+  h.capacity_per_node = c.host_memory_per_node;
+  std::vector<std::pair<std::string, Bytes>> train;
+  train.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
+  // CPU offload keeps fp32 shards of params, grads and both Adam moments on the host (pinned):
+  // FSDP2 CPUOffloadPolicy (all) or ZeRO-Offload (optimizer: fp32 master + grads + moments).
+  if (plan.offload != model::Offload::kNone) {
+    int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16
+                        : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
+    train.push_back({"offloaded params, grads and optimizer state (pinned)",
+                     Bytes::Of(shard_numel * per_param * g)});
+  }
+  std::vector<std::pair<std::string, Bytes>> load;
+  load.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
+  int64_t full = r->parameters * o.checkpoint_dtype_bytes;
+  if (o.model_load == ModelLoad::kEveryRank) {
+    load.push_back({"full model copy in every rank's RAM at load", Bytes::Of(full * g)});
+  } else if (o.model_load == ModelLoad::kRank0) {
+    load.push_back({"full model copy on rank 0 at load", Bytes::Of(full)});
+  }
+  auto sum = [](const std::vector<std::pair<std::string, Bytes>>& v) {
+    Bytes t;
+    for (const auto& kv : v) t += kv.second;
+    return t;
+  };
+  bool load_peak = sum(load) > sum(train);
+  h.peak_per_node = load_peak ? sum(load) : sum(train);
+  h.peak_phase = load_peak ? "model load" : "training";
+  h.breakdown = load_peak ? load : train;
+  h.fits = h.peak_per_node <= h.capacity_per_node;
+  (void)spec;
+  r->host = h;
+}
+
+}  // namespace
+
+MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                            const Plan& plan, const MemoryOptions& options) {
+  MemoryReport r;
+  r.world = cluster.world_size();
+  r.shard_group = plan.Sharded() ? plan.ResolvedShardGroup(r.world, cluster.gpus_per_node) : 1;
+  SHARDTUNE_CHECK(r.shard_group >= 1 && r.world % r.shard_group == 0) << r.shard_group;
+  r.replicas = r.world / r.shard_group;
+  WalkSetup w;
+  w.spec = &spec;
+  w.plan = &plan;
+  w.units = model::BuildFsdpUnits(spec, plan.wrap);
+  w.shard_n = r.shard_group;
+  w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  auto act = model::ActivationOptionsFor(plan, w.seq_len);
+  w.block = model::ComputeBlockActivations(spec, act);
+  w.head = model::ComputeHeadActivations(spec, act);
+  int64_t master = ShardedParamBytesPerElement(plan);
+  int64_t padded_shard = 0;
+  for (const auto& u : w.units) {
+    r.parameters += u.NumParams();
+    padded_shard += u.PaddedShardNumel(r.shard_group);
+    r.units.push_back({u.name, u.NumParams(),
+                       Bytes::Of(u.PaddedShardNumel(r.shard_group) * master),
+                       Bytes::Of(u.PaddedShardNumel(r.shard_group) * r.shard_group *
+                                 model::BytesPerElement(plan.param_dtype)),
+                       u.first_segment, u.last_segment});
+  }
+  MemoryLedger ledger;
+  WalkSteps(w, &ledger);
+
+  bool on_gpu = plan.offload == model::Offload::kNone;
+  r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(padded_shard * master);
+  r.sharded_grads = on_gpu ? Bytes::Of(padded_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
+  int64_t state_per = plan.optimizer == model::Optimizer::kAdamW ? 2 : 1;
+  r.optimizer_state = on_gpu && plan.optimizer != model::Optimizer::kAdafactor
+                          ? Bytes::Of(state_per * padded_shard * model::BytesPerElement(plan.master_dtype))
+                          : Bytes::Of(on_gpu ? 0 : 0);
+  if (on_gpu && plan.optimizer == model::Optimizer::kAdafactor) {
+    r.optimizer_state = Bytes::Of(ledger.Current("optimizer state"));
+  }
+  r.model_state = r.sharded_params + r.sharded_grads + r.optimizer_state;
+  r.peak_allocated = Bytes::Of(ledger.peak_bytes());
+  r.peak_phase = ledger.peak_phase();
+  for (const auto& kv : ledger.PeakBreakdown()) r.peak_breakdown.push_back({kv.first, Bytes::Of(kv.second)});
+  for (const auto& kv : ledger.category_peaks()) r.category_peaks.push_back({kv.first, Bytes::Of(kv.second)});
+  r.step0_peak = Bytes::Of(ledger.PeakWhere("step 0"));
+  r.steady_peak = Bytes::Of(ledger.PeakWhere("step 1"));
+  int64_t pools = 0;
+  for (int64_t p : ledger.stream_pool_peaks()) pools += p;
+  r.reserved_no_pressure = Bytes::Of(pools);
+  r.timeline = ledger.timeline();
+  r.fragmentation = Bytes::Of(static_cast<int64_t>(
+      static_cast<double>(r.peak_allocated.count()) * options.constants.fragmentation_fraction));
+  OutsideAllocator(cluster, r, options.constants, &r);
+  r.required = r.peak_allocated + r.fragmentation + r.outside_total;
+  r.capacity = cluster.gpu.usable_memory;
+  r.fits = r.required <= r.capacity;
+  std::ostringstream why;
+  why << "peak allocated + " << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
+      << "% fragmentation allowance + memory outside the allocator (CUDA context, NCCL) vs the "
+         "device's usable memory; the caching allocator frees its cache and retries before it "
+         "raises OOM, so reserved-but-free memory does not count";
+  r.judged_on = why.str();
+  HostEstimate(spec, cluster, plan, options, &r);
+  return r;
+}
+
+}  // namespace shardtune::sim

@@ -1,0 +1,98 @@
+// Per-rank GPU memory (and per-node host memory) of one training job: a walk through two
+// optimizer steps (step 0 creates AdamW state lazily; step 1 is the steady state) following what
+// PyTorch FSDP2 allocates and frees (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
+// _fsdp_collectives.py), with activations from model/activations.h. Reports the peak, the phase
+// it happens in, the breakdown at that moment, and the memory no PyTorch counter shows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "model/units.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_ledger.h"
+
+namespace shardtune::sim {
+
+// Figures that are not derived from a mechanism. Each names its source; a calibrated profile
+// replaces them.
+struct MemoryConstants {
+  // CUDA context + lazily loaded kernels per process. pytorch/pytorch#109888 (ptrblck: "around
+  // 400MB" with CUDA >= 11.7 lazy loading), #86509 (287 MB lazy, 667 MB eager). A guess for H100.
+  Bytes cuda_context = Bytes::MiB(500);
+  // NCCL device buffers per communicator (all protocols, ring + tree connections): measured
+  // 544 MB (2 GPUs) to 688 MB (> 2 GPUs) per communicator on A100 NVLink, NVIDIA/nccl#964.
+  Bytes nccl_per_communicator = Bytes::MiB(656);
+  // NVLS (NVSwitch multicast, H100/H200 HGX) buffers per communicator, NCCL >= 2.21:
+  // ncclNvlsBufferSetup: 16 channels x 2 x 128 KiB chunk x 8 steps x 8 heads = 256 MiB.
+  Bytes nvls_per_communicator = Bytes::MiB(256);
+  // Allowance for blocks split and cached but not reusable at the peak, as a fraction of the
+  // peak allocated. A guess (no mechanism modelled yet); calibration replaces it.
+  double fragmentation_fraction = 0.05;
+  // Host RSS of one training process before any model is loaded (Python, torch, CUDA and NCCL
+  // libraries). A guess; calibration replaces it.
+  Bytes host_process_baseline = Bytes::GiB(3);
+};
+
+// How each rank gets its weights at start-up (decides the host peak at load time).
+enum class ModelLoad {
+  kEveryRank,  // every process loads the full checkpoint into host RAM (HF from_pretrained default)
+  kRank0,      // rank 0 loads, others init on meta and receive shards (cpu_ram_efficient_loading)
+  kMeta,       // meta-device init + sharded (DCP) load: no full copy anywhere
+};
+
+struct MemoryOptions {
+  MemoryConstants constants;
+  ModelLoad model_load = ModelLoad::kEveryRank;
+  int checkpoint_dtype_bytes = 2;  // bytes per parameter of the checkpoint files (bf16)
+};
+
+struct UnitMemory {
+  std::string name;
+  int64_t parameters = 0;
+  Bytes shard_bytes;     // persistent sharded params of this unit on one rank
+  Bytes gathered_bytes;  // unsharded params while gathered (param dtype, padded)
+  int first_segment = 0, last_segment = 0;
+};
+
+struct HostMemory {
+  Bytes peak_per_node;
+  std::string peak_phase;  // "model load" or "training"
+  std::vector<std::pair<std::string, Bytes>> breakdown;  // at the peak, per node
+  Bytes capacity_per_node;
+  bool fits = true;
+};
+
+struct MemoryReport {
+  int world = 1, shard_group = 1, replicas = 1;
+  int64_t parameters = 0;
+  // Persistent per-rank model states in steady state: sharded params + grads + optimizer state.
+  Bytes sharded_params, sharded_grads, optimizer_state, model_state;
+  Bytes peak_allocated;        // torch.cuda.max_memory_allocated() over steps 0 and 1
+  std::string peak_phase;
+  std::vector<std::pair<std::string, Bytes>> peak_breakdown;
+  // The most each category ever held during the two steps (moments may differ).
+  std::vector<std::pair<std::string, Bytes>> category_peaks;
+  Bytes step0_peak, steady_peak;  // peak of step 0 and of step 1
+  Bytes reserved_no_pressure;  // what the caching allocator would hold with memory to spare
+  Bytes fragmentation;         // allowance added to the peak for the judgement
+  std::vector<std::pair<std::string, Bytes>> outside_allocator;  // CUDA context, NCCL
+  Bytes outside_total;
+  Bytes required;              // peak_allocated + fragmentation + outside_total: judged figure
+  Bytes capacity;              // usable device memory
+  bool fits = true;
+  std::string judged_on;       // sentence saying what `fits` compares
+  std::vector<TimelinePoint> timeline;
+  std::vector<UnitMemory> units;
+  HostMemory host;
+};
+
+// REQUIRES: spec and plan valid for the cluster (Plan::Problems empty).
+MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                            const model::Plan& plan, const MemoryOptions& options = {});
+
+}  // namespace shardtune::sim

@@ -1,0 +1,66 @@
+// MemoryReport -> JSON with units in every key (STYLE.md §6).
+#include "simulator/memory_report_json.h"
+
+namespace shardtune::sim {
+namespace {
+nlohmann::ordered_json PairsToJson(const std::vector<std::pair<std::string, Bytes>>& v) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& kv : v) j[kv.first] = kv.second.count();
+  return j;
+}
+}  // namespace
+
+nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline) {
+  nlohmann::ordered_json pr;
+  pr["world_size"] = r.world;
+  pr["shard_group_size"] = r.shard_group;
+  pr["replicas"] = r.replicas;
+  pr["model_state_bytes"] = r.model_state.count();
+  pr["sharded_params_bytes"] = r.sharded_params.count();
+  pr["sharded_grads_bytes"] = r.sharded_grads.count();
+  pr["optimizer_state_bytes"] = r.optimizer_state.count();
+  pr["peak_bytes"] = r.peak_allocated.count();
+  pr["peak_allocated_bytes"] = r.peak_allocated.count();
+  pr["peak_phase"] = r.peak_phase;
+  pr["breakdown"] = PairsToJson(r.peak_breakdown);
+  pr["category_peaks"] = PairsToJson(r.category_peaks);
+  pr["step0_peak_bytes"] = r.step0_peak.count();
+  pr["steady_peak_bytes"] = r.steady_peak.count();
+  pr["reserved_bytes"] = r.reserved_no_pressure.count();
+  pr["fragmentation_allowance_bytes"] = r.fragmentation.count();
+  pr["outside_allocator"] = PairsToJson(r.outside_allocator);
+  pr["outside_allocator_bytes"] = r.outside_total.count();
+  pr["nvidia_smi_bytes"] = (r.reserved_no_pressure + r.outside_total).count();
+  pr["required_bytes"] = r.required.count();
+  pr["capacity_bytes"] = r.capacity.count();
+  pr["headroom_bytes"] = (r.capacity - r.required).count();
+  nlohmann::ordered_json j;
+  j["per_rank"] = pr;
+  j["fits"] = r.fits;
+  j["judged_on"] = r.judged_on;
+  nlohmann::ordered_json host;
+  host["peak_bytes_per_node"] = r.host.peak_per_node.count();
+  host["peak_phase"] = r.host.peak_phase;
+  host["breakdown"] = PairsToJson(r.host.breakdown);
+  host["capacity_bytes_per_node"] = r.host.capacity_per_node.count();
+  host["fits"] = r.host.fits;
+  j["host"] = host;
+  nlohmann::ordered_json units = nlohmann::ordered_json::array();
+  for (const auto& u : r.units) {
+    units.push_back({{"name", u.name}, {"parameters", u.parameters},
+                     {"shard_bytes", u.shard_bytes.count()}, {"gathered_bytes", u.gathered_bytes.count()},
+                     {"first_segment", u.first_segment}, {"last_segment", u.last_segment}});
+  }
+  j["units"] = units;
+  if (with_timeline) {
+    nlohmann::ordered_json t = nlohmann::ordered_json::array();
+    for (const auto& p : r.timeline) {
+      t.push_back({{"phase", p.phase}, {"allocated_peak_bytes", p.allocated_peak.count()},
+                   {"allocated_after_bytes", p.allocated_after.count()}});
+    }
+    j["timeline"] = t;
+  }
+  return j;
+}
+
+}  // namespace shardtune::sim

@@ -1,0 +1,20 @@
+// JSON for MemoryReport (the `estimate --json` document's memory part).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_model.h"
+
+namespace shardtune::sim {
+
+// Keys: "per_rank" {model_state_bytes, peak_bytes (= torch.cuda.max_memory_allocated),
+// peak_phase, breakdown {category: bytes}, reserved_bytes, outside_allocator, required_bytes,
+// capacity_bytes, headroom_bytes, step0_peak_bytes, steady_peak_bytes, ...}, "fits",
+// "judged_on", "host" {peak_bytes_per_node, peak_phase, breakdown, capacity_bytes_per_node, fits},
+// "units" [...], "timeline" [...].
+nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline);
+
+}  // namespace shardtune::sim

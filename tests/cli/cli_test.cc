@@ -1,0 +1,132 @@
+// The shardtune binary as users run it: the default estimate works with no files, --json prints
+// one parseable document with the contract keys, and every bad input is a one-line error with
+// exit code 1 naming the flag or file and key.
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "shardtune_cli_" + name;
+}
+
+Result RunCli(const std::string& args) {
+  std::string err_path = TempPath("stderr.txt");
+  std::string cmd = std::string(SHARDTUNE_BIN) + " " + args + " 2>" + err_path;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  return r;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+void ExpectOneLineError(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::StartsWith("error: "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(needle));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(CliTest, DefaultEstimateRunsWithNoFiles) {
+  Result r = RunCli("estimate");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("peak allocated"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("breakdown at the peak"));
+}
+
+TEST(CliTest, JsonHasContractKeys) {
+  Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 4096 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("model").at("parameters").get<int64_t>(), 8'030'261'248LL);
+  for (const char* k : {"model_state_bytes", "peak_bytes", "breakdown", "peak_phase"}) {
+    EXPECT_TRUE(j.at("per_rank").contains(k)) << k;
+  }
+  EXPECT_TRUE(j.at("fits").is_boolean());
+  EXPECT_TRUE(j.at("host").at("peak_bytes_per_node").is_number_integer());
+  EXPECT_TRUE(j.at("host").at("fits").is_boolean());
+  int64_t sum = 0;
+  const nlohmann::json& breakdown = j.at("per_rank").at("breakdown");
+  for (auto it = breakdown.begin(); it != breakdown.end(); ++it) sum += it->get<int64_t>();
+  EXPECT_EQ(sum, j.at("per_rank").at("peak_bytes").get<int64_t>());
+}
+
+TEST(CliTest, ModelsAndGpusList) {
+  EXPECT_THAT(RunCli("models").out, ::testing::HasSubstr("llama2-70b"));
+  EXPECT_THAT(RunCli("gpus").out, ::testing::HasSubstr("H100"));
+}
+
+TEST(CliTest, UnknownPresetSuggestsClosest) {
+  ExpectOneLineError(RunCli("estimate --model llama3-8bb"), "llama3-8b");
+}
+
+TEST(CliTest, BadClusterShorthand) { ExpectOneLineError(RunCli("estimate --cluster 8xH1OO"), "--cluster"); }
+
+TEST(CliTest, ShardGroupMustDivideWorld) {
+  ExpectOneLineError(RunCli("estimate --strategy hybrid_shard --shard-group 3"), "shard");
+}
+
+TEST(CliTest, GlobalBatchMustMatchAccumulation) {
+  ExpectOneLineError(RunCli("estimate --micro-batch 2 --grad-accum 4 --global-batch 100"), "--global-batch");
+}
+
+TEST(CliTest, BadEnumFlagListsChoices) {
+  ExpectOneLineError(RunCli("estimate --strategy fully_shard"), "full_shard");
+}
+
+TEST(CliTest, PlanFileUnknownKeyNamesKey) {
+  std::string f = WriteFile("plan_bad.json",
+                            R"({"schema": "shardtune.plan", "schema_version": 1, "micro_bach": 2})");
+  ExpectOneLineError(RunCli("estimate --plan " + f), "micro_bach");
+}
+
+TEST(CliTest, PlanFileSyntaxErrorNamesFile) {
+  std::string f = WriteFile("plan_syntax.json", "{\"schema\": ");
+  ExpectOneLineError(RunCli("estimate --plan " + f), "plan_syntax.json");
+}
+
+TEST(CliTest, ModelSpecZeroLayersRejected) {
+  std::string f = WriteFile("model_zero.json", R"({"schema": "shardtune.model", "schema_version": 1,
+    "name": "m", "num_layers": 0, "hidden": 64, "num_heads": 4, "ffn_hidden": 128,
+    "vocab_size": 100, "max_seq_len": 32})");
+  ExpectOneLineError(RunCli("estimate --model " + f), "num_layers");
+}
+
+TEST(CliTest, SeqLenAboveModelMaximumRejected) {
+  ExpectOneLineError(RunCli("estimate --model gpt2 --seq-len 4096"), "seq_len");
+}
+
+TEST(CliTest, FlagsOverridePlanFile) {
+  std::string f = WriteFile("plan_ok.json",
+                            R"({"schema": "shardtune.plan", "schema_version": 1, "micro_batch": 2})");
+  Result r = RunCli("estimate --model tiny-llama --cluster 2xH100 --plan " + f + " --micro-batch 3 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("plan").at("micro_batch").get<int>(), 3);
+}
+
+}  // namespace

@@ -1,0 +1,98 @@
+// Activation ledger: the saved tensors of an HF Llama block and the loss path follow the byte
+// counts derived by hand from the modeling code, written here as formulas.
+#include "model/activations.h"
+
+#include <gtest/gtest.h>
+
+#include "model/autograd_ledger.h"
+#include "model/presets.h"
+
+namespace shardtune::model {
+namespace {
+
+ActivationOptions Bf16(Modeling m = Modeling::kHf) {
+  ActivationOptions o;
+  o.modeling = m;
+  o.seq_len = 4096;
+  return o;
+}
+
+// HF LlamaDecoderLayer, bf16, SDPA, per token:
+//   each RMSNorm: fp32 input copy 4H + rsqrt 4 + normalized 2H, output 2H (saved by the linears)
+//   attention: q 2qd, rotate_half(q) 2qd, k 2kv, rotate_half(k) 2kv (rope muls), q_embed 2qd,
+//              k_embed 2kv, v 2kv, output 2qd (sdpa), logsumexp 4·heads
+//   MLP: gate 2F (silu), silu 2F and up 2F (mul), product 2F (down_proj)
+TEST(ActivationsTest, HfLlamaBlockSavedMatchesHandCount) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  double h = 4096, qd = 4096, kv = 1024, f = 14336, heads = 32;
+  double expected = 2 * (4 * h + 4 + 2 * h + 2 * h) + (2 * qd * 4 + 2 * kv * 4 + 4 * heads) + 8 * f;
+  auto b = ComputeBlockActivations(s, Bf16());
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+  EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, 2 * h);
+  EXPECT_LT(b.selective_per_token, b.full.saved_per_token);
+  EXPECT_GT(b.full.backward_peak_per_token, b.full.saved_per_token);
+}
+
+// torchtitan: fused rms_norm saves input 2H + rstd 4; rope saves fp32 complex copies 4qd, 4kv.
+TEST(ActivationsTest, TorchtitanLlamaBlockSavedMatchesHandCount) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  double h = 4096, qd = 4096, kv = 1024, f = 14336, heads = 32;
+  double norms = 2 * (2 * h + 4 + 2 * h);
+  double attn = 4 * qd + 4 * kv + 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  auto b = ComputeBlockActivations(s, Bf16(Modeling::kTorchtitan));
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, norms + attn + 8 * f);
+}
+
+// Eager attention keeps the fp32 softmax (4·a·S) and the bf16 probabilities (2·a·S) per token.
+TEST(ActivationsTest, EagerAttentionAddsQuadraticScores) {
+  ModelSpec s = FindModelPreset("llama2-7b");
+  auto sdpa = ComputeBlockActivations(s, Bf16());
+  ActivationOptions eager = Bf16();
+  eager.attention = Attention::kEager;
+  auto e = ComputeBlockActivations(s, eager);
+  double a = 32, S = 4096, qd = 4096;
+  // eager drops the lse (4a); o_proj saves the contiguous copy of probs@v, as SDPA's output was.
+  double expected_delta = 6 * a * S - 4 * a;
+  (void)qd;
+  EXPECT_DOUBLE_EQ(e.full.saved_per_token - sdpa.full.saved_per_token, expected_delta);
+}
+
+// Loss path, HF with fp32 upcast, logits not held: the log-softmax output (4V) is saved; in
+// backward nll_loss's gradient (4V) and log_softmax's gradient (4V) are live with it: 12V.
+TEST(ActivationsTest, HfLossPeakIsTwelveBytesPerVocabEntry) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  auto head = ComputeHeadActivations(s, Bf16());
+  double v = 128256, h = 4096;
+  // final norm (4H + 4 + 2H), its output (2H, saved by lm_head), log-softmax output (4V)
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + 4 * v);
+  EXPECT_GE(head.backward_peak_per_token, 12 * v);
+  EXPECT_LT(head.backward_peak_per_token, 12 * v + 16 * h);
+  // Forward: bf16 logits (2V) and their fp32 copy (4V) and the log-softmax output (4V).
+  EXPECT_GE(head.forward_peak_per_token, 10 * v);
+}
+
+TEST(ActivationsTest, HeldLogitsStayInSaved) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  ActivationOptions o = Bf16();
+  o.keep_logits = true;
+  auto held = ComputeHeadActivations(s, o);
+  auto not_held = ComputeHeadActivations(s, Bf16());
+  EXPECT_DOUBLE_EQ(held.saved_per_token - not_held.saved_per_token, 2.0 * 128256);
+}
+
+TEST(AutogradLedgerTest, ChainFreesTemporariesAndKeepsSaved) {
+  AutogradLedger g;
+  int x = g.Tensor("x", 10);
+  int y = g.Tensor("y", 20);
+  int z = g.Tensor("z", 30);
+  g.Op("f", {x}, y, {});   // y = f(x), saves nothing
+  g.Op("g", {y}, z, {y});  // z = g(y), saves y
+  ActivationLedger r = g.Run(x, z);
+  EXPECT_DOUBLE_EQ(r.saved_per_token, 20);
+  EXPECT_DOUBLE_EQ(r.forward_peak_per_token, 20 + 30);  // x+y = 30, then x freed: y+z = 50
+  // Backward: saved y (20) + grad z (30) + new grad y (20) = 70; then grad x (10) + grad y (20).
+  EXPECT_DOUBLE_EQ(r.backward_peak_per_token, 70);
+}
+
+}  // namespace
+}  // namespace shardtune::model

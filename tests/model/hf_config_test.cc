@@ -1,0 +1,205 @@
+// Tests of the HF config.json import (hf_config.cc) on real config.json files under
+// tests/data/model/: imported counts equal the published ones, warnings, and every error path.
+#include "model/hf_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "model/errors.h"
+#include "model/model_spec_json.h"
+#include "model/presets.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+using testing::AllOf;
+using testing::HasSubstr;
+using testing::ThrowsMessage;
+
+std::string Data(const std::string& name) {
+  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + name;
+}
+
+nlohmann::json Load(const std::string& name) { return ReadJsonFile(Data(name)); }
+
+// The shape keys of two specs, without name and source.
+std::string Shape(ModelSpec s) {
+  s.name.clear();
+  s.source.clear();
+  return ModelSpecToJson(s).dump();
+}
+
+TEST(HfConfigTest, RealConfigsImportToThePresetShapes) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"llama2-7b.config.json", "llama2-7b"},     {"llama3-8b.config.json", "llama3-8b"},
+      {"gpt2.config.json", "gpt2"},               {"mixtral-8x7b.config.json", "mixtral-8x7b"},
+      {"qwen2.5-7b.config.json", "qwen2.5-7b"},   {"qwen3-8b.config.json", "qwen3-8b"},
+  };
+  for (const auto& [file, preset] : cases) {
+    std::vector<std::string> warnings;
+    ModelSpec s = ReadHfConfigFile(Data(file), &warnings);
+    EXPECT_TRUE(warnings.empty()) << file << ": " << (warnings.empty() ? "" : warnings[0]);
+    EXPECT_EQ(Shape(s), Shape(FindModelPreset(preset))) << file;
+    EXPECT_EQ(ParameterCount(s), ParameterCount(FindModelPreset(preset))) << file;
+  }
+}
+
+TEST(HfConfigTest, PublishedCountsOfImportedConfigs) {
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(Data("llama3-8b.config.json"))), 8'030'261'248);
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(Data("llama2-7b.config.json"))), 6'738'415'616);
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(Data("gpt2.config.json"))), 124'439'808);
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(Data("mixtral-8x7b.config.json"))), 46'702'792'704);
+}
+
+TEST(HfConfigTest, NameComesFromNameOrPathElseFile) {
+  EXPECT_EQ(ReadHfConfigFile(Data("llama2-7b.config.json")).name, "meta-llama/Llama-2-7b-hf");
+  EXPECT_EQ(ReadHfConfigFile(Data("gpt2.config.json")).name, Data("gpt2.config.json"));
+}
+
+TEST(HfConfigTest, GptNeoxPythia160m) {
+  // modeling_gpt_neox.py: embed_in and embed_out V*H (untied); per layer two LayerNorms (2H
+  // each), query_key_value H*3H + 3H, dense H*H + H, dense_h_to_4h H*F + F, dense_4h_to_h F*H + H;
+  // final_layer_norm 2H. Pythia paper (Biderman et al. 2023), Table: 162,322,944 for 160M.
+  ModelSpec s = ReadHfConfigFile(Data("pythia-160m.config.json"));
+  const int64_t L = 12, H = 768, F = 3072, V = 50304;
+  int64_t layer = 2 * (2 * H) + (H * 3 * H + 3 * H) + (H * H + H) + (H * F + F) + (F * H + H);
+  EXPECT_EQ(ParameterCount(s), 2 * V * H + L * layer + 2 * H);
+  EXPECT_EQ(ParameterCount(s), 162'322'944);
+  EXPECT_TRUE(s.parallel_residual);
+  EXPECT_EQ(s.positions, PositionKind::kRotary);
+  EXPECT_EQ(s.mlp, MlpKind::kGelu);
+}
+
+TEST(HfConfigTest, Qwen2MoeSharedExpertAndGate) {
+  // Qwen1.5-MoE-A2.7B: 60 experts of 1408, one shared expert of 5632 with a sigmoid gate, q/k/v
+  // bias. HF lists it as 14.3B parameters.
+  ModelSpec s = ReadHfConfigFile(Data("qwen1.5-moe-a2.7b.config.json"));
+  const int64_t L = 24, H = 2048, E = 60, Fe = 1408, Fs = 5632, V = 151936;
+  int64_t layer = 4 * H * H + 3 * H + H * E + E * 3 * H * Fe + 3 * H * Fs + H + 2 * H;
+  EXPECT_EQ(ParameterCount(s), 2 * V * H + L * layer + H);
+  EXPECT_NEAR(static_cast<double>(ParameterCount(s)), 14.3e9, 0.05e9);
+  EXPECT_EQ(s.moe.top_k, 4);
+  EXPECT_EQ(s.moe.num_shared_experts, 1);
+}
+
+TEST(HfConfigTest, Gpt2NullInnerMeansFourTimesHidden) {
+  nlohmann::json j = Load("gpt2.config.json");
+  j["n_inner"] = nullptr;
+  EXPECT_EQ(ImportHfConfig(j, "config.json").ffn_hidden, 4 * 768);
+  j["n_inner"] = 1000;
+  EXPECT_EQ(ImportHfConfig(j, "config.json").ffn_hidden, 1000);
+}
+
+TEST(HfConfigTest, LlamaBiasFlagsAndExplicitHeadDim) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  j["head_dim"] = 64;  // kept as given: q_dim 32*64 != hidden
+  ModelSpec s = ImportHfConfig(j, "config.json");
+  EXPECT_TRUE(s.qkv_bias);
+  EXPECT_TRUE(s.attn_out_bias);
+  EXPECT_TRUE(s.mlp_bias);
+  EXPECT_EQ(s.head_dim, 64);
+  EXPECT_EQ(s.q_dim(), 32 * 64);
+}
+
+TEST(HfConfigTest, ModelTypeAloneSelectsTheArchitecture) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j.erase("architectures");
+  EXPECT_EQ(ParameterCount(ImportHfConfig(j, "config.json")), 8'030'261'248);
+}
+
+TEST(HfConfigTest, UnknownKeysWarnWithPointerAndDoNotFail) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j["quantization_config"] = {{"bits", 4}};
+  j["n_layer"] = 3;  // a GPT-2 key means nothing to Llama
+  std::vector<std::string> warnings;
+  ImportHfConfig(j, "config.json", &warnings);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], HasSubstr("config.json:/n_layer: unknown key for LlamaForCausalLM"));
+  EXPECT_THAT(warnings[1], HasSubstr("config.json:/quantization_config: unknown key"));
+  EXPECT_NO_THROW(ImportHfConfig(j, "config.json", nullptr));
+}
+
+TEST(HfConfigTest, MissingOrMistypedKeysFail) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j.erase("hidden_size");
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/: missing required key "
+                                                  "\"hidden_size\"")));
+  j = Load("llama3-8b.config.json");
+  j["hidden_size"] = "4096";
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/hidden_size: expected integer in "
+                                                  "[1, 2147483647], got string \"4096\"")));
+  j = Load("llama3-8b.config.json");
+  j["hidden_size"] = 0;
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/hidden_size: expected integer")));
+  j = Load("llama3-8b.config.json");
+  j["tie_word_embeddings"] = "no";
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/tie_word_embeddings: expected "
+                                                  "true or false")));
+  j = Load("mixtral-8x7b.config.json");
+  j.erase("num_local_experts");
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("\"num_local_experts\"")));
+}
+
+TEST(HfConfigTest, CrossFieldProblemsAreValidated) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j["num_key_value_heads"] = 6;  // does not divide 32
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("num_kv_heads: expected a divisor")));
+}
+
+TEST(HfConfigTest, UnsupportedArchitectureListsSupported) {
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j["architectures"] = {"LlamaForCausalLMM"};
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(AllOf(
+                  HasSubstr("config.json:/architectures/0: unsupported architecture"),
+                  HasSubstr("(did you mean \"LlamaForCausalLM\"?)"),
+                  HasSubstr("supported: LlamaForCausalLM, MistralForCausalLM"),
+                  HasSubstr("GPTNeoXForCausalLM"))));
+  j["architectures"] = {"T5ForConditionalGeneration"};
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("supported: ")));
+  j["architectures"] = 5;
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/architectures: expected a "
+                                                  "non-empty array of strings")));
+  j.erase("architectures");
+  j["model_type"] = "bert";
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/model_type: unsupported")));
+}
+
+TEST(HfConfigTest, Qwen2MoeWithDenseLayersIsRejected) {
+  nlohmann::json j = Load("qwen1.5-moe-a2.7b.config.json");
+  j["decoder_sparse_step"] = 2;
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/decoder_sparse_step: expected 1")));
+  j["decoder_sparse_step"] = 1;
+  j["mlp_only_layers"] = {0, 1};
+  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/mlp_only_layers: expected []")));
+}
+
+TEST(HfConfigTest, LooksLikeHfConfig) {
+  EXPECT_TRUE(LooksLikeHfConfig(Load("gpt2.config.json")));
+  EXPECT_TRUE(LooksLikeHfConfig(nlohmann::json{{"model_type", "llama"}}));
+  EXPECT_FALSE(LooksLikeHfConfig(Load("tiny-moe.model.json")));
+  EXPECT_FALSE(LooksLikeHfConfig(nlohmann::json::array()));
+  EXPECT_EQ(SupportedHfArchitectures().size(), 8u);
+}
+
+TEST(HfConfigTest, NotAnObjectFails) {
+  EXPECT_THAT([] { ImportHfConfig(nlohmann::json::array(), "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/: expected a JSON object")));
+}
+
+}  // namespace
+}  // namespace shardtune::model

@@ -1,0 +1,220 @@
+// Memory model: model states equal the ZeRO paper's formulas up to FSDP2's padding; the walk
+// follows FSDP2's allocation rules (each expected value is derived here from those rules).
+#include "simulator/memory_model.h"
+
+#include <cstdlib>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "model/module_tree.h"
+#include "model/presets.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_report_json.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::FindModelPreset;
+using model::Plan;
+
+// CUDACachingAllocator rounds every block to 512 bytes.
+int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
+
+int64_t PaddedShard(const model::ModelSpec& s, const model::WrapPolicy& w, int n) {
+  int64_t t = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, w)) {
+    for (const auto& p : u.params) t += (p.dim0 + n - 1) / n * p.inner;
+  }
+  return t;
+}
+
+Bytes CategoryPeak(const MemoryReport& r, const std::string& cat) {
+  for (const auto& kv : r.category_peaks) {
+    if (kv.first == cat) return kv.second;
+  }
+  return Bytes();
+}
+
+int64_t PhasePeak(const MemoryReport& r, const std::string& prefix) {
+  int64_t p = 0;
+  for (const auto& t : r.timeline) {
+    if (t.phase.rfind(prefix, 0) == 0) p = std::max(p, t.allocated_peak.count());
+  }
+  return p;
+}
+
+Plan Short(int64_t seq = 1) {
+  Plan p;
+  p.seq_len = seq;
+  return p;
+}
+
+// Rajbhandari et al. 2020 (ZeRO), section 3.1 and Figure 1: mixed-precision Adam keeps
+// 2Ψ + 2Ψ + 12Ψ = 16Ψ bytes per data-parallel rank; ZeRO-3 (P_os+g+p) divides all of it by N.
+// FSDP2 keeps fp32 shards (4) + fp32 grads (4) + two fp32 moments (8): the same 16 per param.
+TEST(MemoryModelTest, FullShardModelStatesAreSixteenPsiOverN) {
+  auto s = FindModelPreset("llama2-7b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  auto r = EstimateMemory(s, c, Short());
+  double psi = 6'738'415'616.0;
+  EXPECT_EQ(r.model_state.count(), 16 * PaddedShard(s, model::WrapPolicy{}, 8));
+  EXPECT_NEAR(static_cast<double>(r.model_state.count()), 16 * psi / 8, 16 * psi / 8 * 1e-4);
+}
+
+TEST(MemoryModelTest, NoShardModelStatesAreSixteenPsi) {
+  auto s = FindModelPreset("llama2-7b");
+  Plan p = Short();
+  p.strategy = model::ShardingStrategy::kNoShard;
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), p);
+  EXPECT_EQ(r.model_state.count(), 16 * 6'738'415'616LL);
+  EXPECT_EQ(r.shard_group, 1);
+}
+
+TEST(MemoryModelTest, HybridShardDividesByShardGroupOnly) {
+  auto s = FindModelPreset("llama3-8b");
+  Plan p = Short();
+  p.strategy = model::ShardingStrategy::kHybridShard;
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("2x8xH100"), p);
+  EXPECT_EQ(r.shard_group, 8);
+  EXPECT_EQ(r.replicas, 2);
+  EXPECT_EQ(r.model_state.count(), 16 * PaddedShard(s, p.wrap, 8));
+}
+
+// Step 0's optimizer step: AdamW state is created lazily (8 bytes per shard element), then
+// foreach AdamW's exp_avg_sq.sqrt() adds 4 more; grads (4) and params (4) are live: 20 bytes.
+TEST(MemoryModelTest, FirstOptimizerStepHoldsTwentyBytesPerShardElement) {
+  auto s = FindModelPreset("llama2-7b");
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), Short());
+  int64_t expected = 0, total = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, model::WrapPolicy{})) {
+    int64_t shard = u.PaddedShardNumel(8);
+    expected += R512(4 * shard) * 2;  // params and grads, one buffer per unit each
+    total += shard;
+  }
+  expected += R512(8 * total) + R512(4 * total);
+  EXPECT_EQ(PhasePeak(r, "step 0 · optimizer step"), expected);
+}
+
+TEST(MemoryModelTest, LedgerEndsAtParamsPlusOptimizerState) {
+  auto s = FindModelPreset("tiny-llama");
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("4xH100"), Short(64));
+  ASSERT_FALSE(r.timeline.empty());
+  int64_t units = 0, total = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, model::WrapPolicy{})) {
+    units += R512(4 * u.PaddedShardNumel(4));
+    total += u.PaddedShardNumel(4);
+  }
+  EXPECT_EQ(r.timeline.back().allocated_after.count(), units + R512(8 * total));
+}
+
+// Step 1's backward sees the optimizer state step 0's backward did not: "step 1 runs out where
+// step 0 fit". With activations dominating, the difference is exactly the state.
+TEST(MemoryModelTest, SteadyStepBackwardCarriesOptimizerState) {
+  auto s = FindModelPreset("llama3-8b");
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), Short(8192));
+  int64_t d = PhasePeak(r, "step 1 · micro-batch 1/1 · backward") -
+              PhasePeak(r, "step 0 · micro-batch 1/1 · backward");
+  EXPECT_EQ(d, R512(8 * PaddedShard(s, model::WrapPolicy{}, 8)));
+  EXPECT_GT(r.steady_peak, r.step0_peak);
+}
+
+// FULL_SHARD per block: at most the root (never resharded after forward) and one block are
+// unsharded at once; the prefetched block waits in the all-gather buffer, not as params.
+TEST(MemoryModelTest, FullShardGathersRootPlusOneBlock) {
+  auto s = FindModelPreset("llama3-8b");
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), Short(512));
+  auto units = model::BuildFsdpUnits(s, model::WrapPolicy{});
+  int64_t root = R512(units.front().PaddedShardNumel(8) * 8 * 2);
+  int64_t block = R512(units[1].PaddedShardNumel(8) * 8 * 2);
+  EXPECT_EQ(CategoryPeak(r, "gathered (unsharded) parameters").count(), root + block);
+}
+
+// SHARD_GRAD_OP keeps every unit gathered from its forward to its backward.
+TEST(MemoryModelTest, ShardGradOpGathersWholeModel) {
+  auto s = FindModelPreset("llama3-8b");
+  Plan p = Short(512);
+  p.strategy = model::ShardingStrategy::kShardGradOp;
+  p.reshard_after_forward = false;
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), p);
+  int64_t all = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, p.wrap)) all += R512(u.PaddedShardNumel(8) * 8 * 2);
+  EXPECT_EQ(CategoryPeak(r, "gathered (unsharded) parameters").count(), all);
+}
+
+// no_sync with an fp32 reduce dtype: to_accumulated_grad_if_needed keeps fp32 unsharded grads
+// of every parameter (4Ψ) until the syncing micro-batch.
+TEST(MemoryModelTest, NoSyncKeepsFullFp32Gradients) {
+  auto s = FindModelPreset("llama3-8b");
+  Plan p = Short(256);
+  p.grad_accum = 2;
+  p.no_sync = true;
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), p);
+  int64_t expected = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, p.wrap)) expected += R512(4 * u.NumParams());
+  EXPECT_EQ(CategoryPeak(r, "no_sync accumulated gradients").count(), expected);
+  Plan sync = p;
+  sync.no_sync = false;
+  EXPECT_EQ(CategoryPeak(EstimateMemory(s, profiles::ParseClusterShorthand("8xH100"), sync),
+                         "no_sync accumulated gradients").count(), 0);
+}
+
+TEST(MemoryModelTest, OffloadAllMovesModelStatesToHost) {
+  auto s = FindModelPreset("llama2-70b");
+  auto c = profiles::ParseClusterShorthand("4xRTX4090");
+  Plan p = Short(4096);
+  p.offload = model::Offload::kAll;
+  p.checkpointing = model::Checkpointing::kFull;
+  MemoryOptions o;
+  o.model_load = ModelLoad::kMeta;
+  auto r = EstimateMemory(s, c, p, o);
+  EXPECT_EQ(r.model_state.count(), 0);
+  // 16 bytes per parameter on the host, over the node's 4 ranks: 16Ψ (within padding).
+  double host_states = 16.0 * 68'976'648'192.0;
+  EXPECT_GE(static_cast<double>(r.host.peak_per_node.count()), host_states * 0.999);
+  EXPECT_FALSE(r.host.fits);  // a 4090 workstation does not have ~1 TiB of RAM
+}
+
+TEST(MemoryModelTest, OutsideAllocatorCountsCommunicators) {
+  auto s = FindModelPreset("tiny-llama");
+  auto one = EstimateMemory(s, profiles::ParseClusterShorthand("1xH100"), Short(16));
+  EXPECT_EQ(one.outside_allocator.size(), 1u);  // the CUDA context only
+  Plan h = Short(16);
+  h.strategy = model::ShardingStrategy::kHybridShard;
+  auto hsdp = EstimateMemory(s, profiles::ParseClusterShorthand("2x8xH100"), h);
+  int nccl = 0;
+  for (const auto& kv : hsdp.outside_allocator) nccl += kv.first.rfind("NCCL buffers", 0) == 0;
+  EXPECT_EQ(nccl, 2);  // shard group and replicate group
+  EXPECT_EQ(hsdp.required, hsdp.peak_allocated + hsdp.fragmentation + hsdp.outside_total);
+}
+
+// Properties over random plans (seed from SHARDTUNE_TEST_SEED): more tokens never need less
+// memory; full checkpointing never needs more than none; the result is deterministic.
+TEST(MemoryModelTest, PropertiesOverRandomPlans) {
+  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
+  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261122;
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto s = FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  for (int i = 0; i < 12; ++i) {
+    Plan p;
+    p.micro_batch = 1 + static_cast<int>(rng() % 4);
+    p.seq_len = 256 << (rng() % 4);
+    p.grad_accum = 1 + static_cast<int>(rng() % 2);
+    p.strategy = rng() % 2 ? model::ShardingStrategy::kFullShard : model::ShardingStrategy::kShardGradOp;
+    p.reshard_after_forward = p.strategy == model::ShardingStrategy::kFullShard;
+    auto base = EstimateMemory(s, c, p);
+    Plan more = p;
+    more.micro_batch += 1;
+    EXPECT_GE(EstimateMemory(s, c, more).peak_allocated, base.peak_allocated);
+    Plan ckpt = p;
+    ckpt.checkpointing = model::Checkpointing::kFull;
+    EXPECT_LE(EstimateMemory(s, c, ckpt).peak_allocated, base.peak_allocated);
+    EXPECT_GE(base.peak_allocated, base.model_state);
+    EXPECT_EQ(MemoryReportToJson(base, true).dump(), MemoryReportToJson(EstimateMemory(s, c, p), true).dump());
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::sim
