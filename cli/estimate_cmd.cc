@@ -12,10 +12,12 @@
 #include "model/module_tree.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "planner/advice.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
+#include "simulator/profile_json.h"
 
 namespace shardtune::cli {
 namespace {
@@ -135,6 +137,9 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
                                 : !a.gpu_fits ? "GPU too small" : "host RAM too small")
         << std::right << "\n";
   }
+  auto advice = plan::AdviseOnMemory(plan, r, alts);
+  if (!advice.empty()) out << "\nWhy, and what would help:\n";
+  for (const auto& line : advice) out << "  - " << line << "\n";
   if (timeline) {
     out << "\nTimeline (allocated at the end of each phase / peak within it):\n";
     for (const auto& t : r.timeline) {
@@ -154,6 +159,8 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
       ->capture_default_str();
   sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
       ->capture_default_str();
+  sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
+      ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
   AddPlanFlags(sub, &a->plan);
@@ -167,6 +174,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   Validate(spec, cluster, plan, a.plan);
   sim::MemoryOptions opt;
   opt.model_load = ParseLoad(a.model_load);
+  if (!a.profile.empty()) opt.constants = sim::ReadProfileFile(a.profile).memory;
   sim::MemoryReport r = sim::EstimateMemory(spec, cluster, plan, opt);
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   if (!a.json) {
@@ -192,6 +200,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                    {"host_fits", x.host_fits}, {"fits", x.fits()}});
   }
   j["alternatives"] = alt;
+  j["advice"] = plan::AdviseOnMemory(plan, r, alts);
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

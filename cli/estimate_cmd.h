@@ -15,6 +15,7 @@ struct EstimateArgs {
   std::string model = "llama3-8b";
   std::string cluster = "8xH100";
   std::string model_load = "every-rank";
+  std::string profile;  // calibrated profile JSON; empty: the named defaults
   bool json = false;
   bool timeline = false;
   PlanFlags plan;

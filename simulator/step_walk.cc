@@ -103,10 +103,11 @@ class Walker {
     if (gathered_[i]) return;
     if (!NeedsGatherCopy()) { gathered_[i] = true; return; }
     if (prefetched_[i] == 0) IssueAllGather(i);
+    // The previous unit's flat buffer is dropped (all_gather_state = None) before this copy-out.
+    if (forward && deferred_ag_ > 0) l_->Free(kAgBuf, Stream::kAllGather, deferred_ag_);
     l_->Alloc(kGathered, Stream::kDefault, GatheredBytes(i));
     gathered_[i] = true;
     if (forward) {
-      if (deferred_ag_ > 0) l_->Free(kAgBuf, Stream::kAllGather, deferred_ag_);
       deferred_ag_ = prefetched_[i];
     } else if (prefetched_[i] > 0) {
       l_->Free(kAgBuf, Stream::kAllGather, prefetched_[i]);

@@ -1,0 +1,81 @@
+// What-if comparisons and advice: the sentences follow from the report's figures.
+#include "planner/advice.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "model/presets.h"
+#include "planner/offload_advisor.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::plan {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+// Llama-2-70B on 4 RTX 4090s: 16 bytes x 69B params / 4 ranks = 276 GB of model states per GPU
+// without offload, far above 24 GB; only offloading everything with checkpointing leaves the GPU
+// with gathered units and activations, and the host must then hold 16 bytes per parameter.
+TEST(AdviceTest, Llama70bOnFour4090sNeedsFullOffloadAndATerabyteOfHostRam) {
+  auto spec = model::FindModelPreset("llama2-70b");
+  auto cluster = profiles::ParseClusterShorthand("4xRTX4090");
+  model::Plan p;
+  p.seq_len = 4096;
+  sim::MemoryOptions o;
+  auto alts = CompareOffloadAndCheckpointing(spec, cluster, p, o);
+  ASSERT_EQ(alts.size(), 6u);
+  int gpu_fitting = 0;
+  for (const auto& a : alts) gpu_fitting += a.gpu_fits;
+  EXPECT_EQ(gpu_fitting, 1);
+  EXPECT_TRUE(alts.back().gpu_fits);  // offload all, checkpointing full
+  EXPECT_GE(static_cast<double>(alts.back().host_peak_per_node.count()), 16.0 * 68'976'648'192.0);
+  auto r = sim::EstimateMemory(spec, cluster, p, o);
+  EXPECT_FALSE(r.fits);
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, alts)), HasSubstr("Only offload all with checkpointing full"));
+}
+
+TEST(AdviceTest, OffloadNeverRaisesGpuMemory) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 2048;
+  auto alts = CompareOffloadAndCheckpointing(spec, cluster, p, sim::MemoryOptions{});
+  // order: (none, none), (none, full), (optimizer, none), (optimizer, full), (all, none), (all, full)
+  EXPECT_LE(alts[2].gpu_required, alts[0].gpu_required);
+  EXPECT_LE(alts[4].gpu_required, alts[2].gpu_required);
+  EXPECT_LE(alts[1].gpu_required, alts[0].gpu_required);
+}
+
+TEST(AdviceTest, SizeWrapPolicyHugeUnitIsNamed) {
+  auto spec = model::FindModelPreset("llama2-7b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 1024;
+  p.wrap = model::ParseWrapSpec("size:100M", "--wrap");
+  auto r = sim::EstimateMemory(spec, cluster, p);
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), HasSubstr("Unit model holds"));
+  model::Plan block = p;
+  block.wrap = model::WrapPolicy{};
+  EXPECT_THAT(Joined(AdviseOnMemory(block, sim::EstimateMemory(spec, cluster, block), {})),
+              ::testing::Not(HasSubstr("wrap policy left")));
+}
+
+TEST(AdviceTest, LossPeakIsExplained) {
+  auto spec = model::FindModelPreset("llama3-8b");  // V = 128256: the loss path dominates
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 8192;
+  p.checkpointing = model::Checkpointing::kFull;
+  auto r = sim::EstimateMemory(spec, cluster, p);
+  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), HasSubstr("12 bytes per vocabulary entry"));
+}
+
+}  // namespace
+}  // namespace shardtune::plan
