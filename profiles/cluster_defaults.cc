@@ -122,8 +122,8 @@ GpuSpec CpuRankSpec(int ranks, Bytes host_memory) {
   g.default_fabric = "loopback";
   g.host_link = "loopback";
   g.source =
-      "assumption for cpu:N ranks: one AVX2 core at 3 GHz (96 GFLOP/s), a 1/N share of a 32 GiB "
-      "host with dual-channel DDR4-3200 (51.2 GB/s); replace by calibration";
+      "assumption for cpu:N ranks, to be replaced by calibration: one AVX2 core at 3 GHz "
+      "(96 GFLOP/s) and a 1/N share of a dual-channel DDR4-3200 host (51.2 GB/s)";
   g.usable_memory_source = "the rank's 1/N share of the host memory";
   return g;
 }

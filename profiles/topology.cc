@@ -12,6 +12,7 @@
 #include <mutex>
 #include <queue>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "model/errors.h"
@@ -53,7 +54,9 @@ struct Topology::Impl {
   std::vector<Vertex> gpu;       // by rank
   std::vector<double> capacity;  // by edge id, bytes/s per direction
   std::vector<double> latency;   // by edge id, seconds
-  mutable std::mutex mu;         // guards paths
+  // Fabric switch -> NIC (inbound side) edges by destination node, as (NIC vertex, edge id).
+  std::vector<std::vector<std::pair<Vertex, int>>> fabric_to_node;
+  mutable std::mutex mu;                                          // guards paths
   mutable std::map<std::pair<int, int>, std::vector<int>> paths;  // (rank a, rank b) -> edge ids
 
   Vertex AddVertex(VertexKind kind, int node) { return boost::add_vertex({kind, node}, graph); }
@@ -94,8 +97,9 @@ void Topology::Impl::BuildNode(int node, const LinkSpec& pcie, Vertex fabric) {
   // Every GPU hangs off the host bridge by its PCIe link (for PCIe-only parts this is also the
   // GPU-to-GPU route). Switch uplinks are not modelled: the bridge is never a bottleneck.
   Vertex bridge = AddVertex(VertexKind::kHostBridge, node);
-  for (Vertex v : local)
+  for (Vertex v : local) {
     AddLink(v, bridge, pcie.bandwidth_per_direction, pcie.latency * 0.5, false);
+  }
   if (cluster.num_nodes <= 1 || cluster.nics_per_node <= 0) return;
   // NIC j serves the block of g / m consecutive GPUs j*g/m .. (j+1)*g/m - 1 (m = nics_per_node):
   // one per GPU on DGX-style nodes, all GPUs for "/node". A NIC is two vertices, one per
@@ -106,6 +110,7 @@ void Topology::Impl::BuildNode(int node, const LinkSpec& pcie, Vertex fabric) {
     Vertex out = AddVertex(VertexKind::kNicOut, node);
     Vertex in = AddVertex(VertexKind::kNicIn, node);
     AddEdge(out, fabric, cluster.nic_bandwidth, half_net, false);
+    fabric_to_node[static_cast<size_t>(node)].push_back({in, static_cast<int>(capacity.size())});
     AddEdge(fabric, in, cluster.nic_bandwidth, half_net, false);
     for (int i = j * per_nic; i < (j + 1) * per_nic; ++i) {
       AddEdge(local[static_cast<size_t>(i)], out, pcie.bandwidth_per_direction, Seconds(), false);
@@ -114,35 +119,44 @@ void Topology::Impl::BuildNode(int node, const LinkSpec& pcie, Vertex fabric) {
   }
 }
 
+// Dijkstra on latency (plus kHopCostS per edge) with sparse state. A route between two nodes
+// never passes through a third (that would add a fabric hop), so only vertices of the two end
+// nodes and the fabric switch are searched, and the switch is left only towards the
+// destination node: O(node size) per query, whatever the cluster size.
 std::vector<int> Topology::Impl::ShortestPath(Vertex src, Vertex dst) const {
-  const size_t n = boost::num_vertices(graph);
-  std::vector<double> dist(n, std::numeric_limits<double>::infinity());
-  std::vector<int> via(n, -1);  // edge id reaching the vertex
-  std::vector<Vertex> prev(n, src);
+  const int src_node = graph[src].node, dst_node = graph[dst].node;
+  std::unordered_map<Vertex, double> dist{{src, 0.0}};
+  std::unordered_map<Vertex, std::pair<Vertex, int>> via;  // vertex -> (previous, edge id)
   using Item = std::pair<double, Vertex>;
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
-  dist[src] = 0;
   queue.push({0.0, src});
+  auto relax = [&](double d, Vertex u, Vertex v, int id) {
+    const double nd = d + latency[static_cast<size_t>(id)] + kHopCostS;
+    auto it = dist.find(v);
+    if (it != dist.end() && it->second <= nd) return;
+    dist[v] = nd;
+    via[v] = {u, id};
+    queue.push({nd, v});
+  };
   while (!queue.empty()) {
-    auto [d, u] = queue.top();
+    const auto [d, u] = queue.top();
     queue.pop();
     if (d > dist[u]) continue;
     if (u == dst) break;
+    if (graph[u].kind == VertexKind::kFabricSwitch) {
+      for (const auto& [v, id] : fabric_to_node[static_cast<size_t>(dst_node)]) relax(d, u, v, id);
+      continue;
+    }
     for (auto [it, end] = boost::out_edges(u, graph); it != end; ++it) {
       const Vertex v = boost::target(*it, graph);
-      const int id = graph[*it].id;
-      const double nd = d + latency[static_cast<size_t>(id)] + kHopCostS;
-      if (nd < dist[v]) {
-        dist[v] = nd;
-        via[v] = id;
-        prev[v] = u;
-        queue.push({nd, v});
-      }
+      const int v_node = graph[v].node;
+      if (v_node >= 0 && v_node != src_node && v_node != dst_node) continue;
+      relax(d, u, v, graph[*it].id);
     }
   }
-  SHARDTUNE_CHECK(src == dst || via[dst] >= 0) << "no route in the topology graph";
+  SHARDTUNE_CHECK(src == dst || via.count(dst)) << "no route in the topology graph";
   std::vector<int> path;
-  for (Vertex v = dst; v != src; v = prev[v]) path.push_back(via[v]);
+  for (Vertex v = dst; v != src; v = via[v].first) path.push_back(via[v].second);
   std::reverse(path.begin(), path.end());
   return path;
 }
@@ -168,6 +182,7 @@ Topology::Topology(const ClusterSpec& cluster) : impl_(std::make_unique<Impl>())
                             ? FindLink(cluster.gpu.host_link, "cluster " + cluster.name + ": gpu")
                             : cluster.intra_node;
   Vertex fabric = impl_->AddVertex(VertexKind::kFabricSwitch, -1);
+  impl_->fabric_to_node.resize(static_cast<size_t>(cluster.num_nodes));
   for (int node = 0; node < cluster.num_nodes; ++node) impl_->BuildNode(node, pcie, fabric);
 }
 

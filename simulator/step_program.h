@@ -1,0 +1,81 @@
+// One rank's training steps as a program: ops in the order the CPU issues them (what
+// torch.cuda.max_memory_allocated follows), each on a CUDA stream, with the work it does, the
+// ops it waits for, and the memory it allocates and frees. The memory ledger replays the memory
+// actions in program order; the event simulator schedules the same ops in time. So `estimate`
+// and `simulate` see one sequence of events and never disagree on the peak.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profiles/collective.h"
+
+namespace shardtune::sim {
+
+// Where an op runs. Compute, all-gather and reduce-scatter streams as in FSDP2
+// (FSDPCommContext: all_gather_copy_in_stream, all_gather_stream, reduce_scatter_stream), a copy
+// stream for host<->device transfers of CPU offload, and the host CPU (offloaded optimizer).
+enum class Stream : uint8_t { kDefault = 0, kAllGather = 1, kReduceScatter = 2, kCopy = 3, kHost = 4 };
+inline constexpr int kNumStreams = 5;
+const char* ToString(Stream s);
+
+// Memory categories of the breakdown.
+enum class Category : uint8_t {
+  kShardedParams, kShardedGrads, kOptimizerState, kOptimizerTemp, kGathered, kAllGatherBuffers,
+  kUnshardedGrads, kReduceScatterBuffers, kNoSyncGrads, kActivations, kWorkingSet, kResidual,
+  kLoss, kCount
+};
+inline constexpr int kNumCategories = static_cast<int>(Category::kCount);
+const char* ToString(Category c);
+
+enum class OpKind : uint8_t {
+  kStartup,       // persistent sharded parameters
+  kAllGather,     // all-gather of a unit (copy-in + collective)
+  kCopyOut,       // all-gather output -> unsharded parameters
+  kForward,       // a segment's forward compute
+  kBackward,      // a segment's backward compute (recomputation included)
+  kReduceScatter, // copy-in + reduce-scatter of a unit's gradients
+  kAllReduce,     // HSDP all-reduce of a unit's gradient shard across replicas
+  kPostBackward,  // no_sync bookkeeping, end-of-backward releases
+  kHostToDevice,  // CPU offload: sharded parameters to the GPU before an all-gather
+  kDeviceToHost,  // CPU offload: gradient shard to the host after a reduce-scatter
+  kOptimizer,     // optimizer step
+  kZeroGrad,
+};
+const char* ToString(OpKind k);
+
+struct MemAction {
+  Category category;
+  Stream pool;      // the allocator pool (stream) the block belongs to
+  int64_t bytes;    // > 0 allocates, < 0 frees; a transient is an allocation and its free
+};
+
+struct ProgramOp {
+  OpKind kind = OpKind::kStartup;
+  Stream stream = Stream::kDefault;
+  int16_t step = 0, micro = 0;  // optimizer step (0, 1) and micro-batch
+  int32_t unit = -1;            // FSDP unit index, or -1
+  int32_t segment = -1;         // forward segment (0 embeddings, 1..L blocks, L+2 head), or -1
+  // Work. Compute: FLOPs by class and bytes moved by memory-bound kernels. Collectives: the
+  // total size S (nccl-tests convention) and the group it runs over.
+  double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
+  profiles::Collective collective = profiles::Collective::kAllGather;
+  int64_t comm_bytes = 0;
+  int8_t group = 0;             // 0: shard group, 1: replicate group, 2: host link
+  std::array<int32_t, 3> deps{{-1, -1, -1}};  // ops (by index) that must finish first
+  uint32_t mem_begin = 0, mem_end = 0;        // [begin, end) into StepProgram::actions
+};
+
+struct StepProgram {
+  std::vector<ProgramOp> ops;
+  std::vector<MemAction> actions;
+  std::vector<std::string> unit_names;
+  int num_layers = 0;
+  int grad_accum = 1;
+  // "step 1 · micro-batch 2/4 · backward · block 7" for reports; built on demand.
+  std::string OpName(size_t i) const;
+};
+
+}  // namespace shardtune::sim
