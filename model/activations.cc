@@ -24,6 +24,7 @@ int Linear(Ctx& c, int x, double out_features, const std::string& name) {
   // nn.Linear / Conv1D (addmm): saves its input (and the weight, a parameter).
   int y = c.g.Tensor(name + " output", c.e * out_features);
   c.g.Op(name, {x}, y, {x});
+  c.g.MarkComputeBound();
   return y;
 }
 
@@ -107,7 +108,9 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
     int lse = c.g.Tensor(name + " logsumexp (fp32)", kFp32 * s.num_heads);
     double ws = kFp32 * qd + (s.num_kv_heads != s.num_heads ? 2 * c.e * qd : 0.0);
     c.g.Op(name + " flash forward (lse)", {q, k, v}, lse, {});
+    c.g.MarkComputeBound();
     c.g.Op(name + " sdpa", {q, k, v, lse}, out, {q, k, v, lse, out}, ws);
+    c.g.MarkComputeBound();
     return out;
   }
   double scores = static_cast<double>(s.num_heads) * static_cast<double>(c.opt.seq_len);
@@ -121,6 +124,7 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
   (void)kvd;
   int sc = c.g.Tensor(name + " scores q@k^T", c.e * scores);
   c.g.Op(name + " matmul qk", {q, kr}, sc, {q, kr});
+  c.g.MarkComputeBound();
   int sm = c.g.Tensor(name + " scaled+masked scores", c.e * scores);
   c.g.Op(name + " scale+mask", {sc}, sm, {});
   int p32 = c.g.Tensor(name + " softmax (fp32)", kFp32 * scores);
@@ -129,6 +133,7 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
   c.g.Op(name + " probs to(dtype)", {p32}, p, {});
   int o = c.g.Tensor(name + " probs@v", c.e * qd);
   c.g.Op(name + " matmul pv", {p, vr}, o, {p, vr});
+  c.g.MarkComputeBound();
   c.g.Op(name + " transpose.contiguous", {o}, out, {});
   return out;
 }

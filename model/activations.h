@@ -29,6 +29,9 @@ struct ActivationLedger {
   // Most bytes live at once during backward: what is still saved, the incoming gradient,
   // gradients of intermediates and kernel workspaces (e.g. flash attention's fp32 dq_accum).
   double backward_peak_per_token = 0;
+  // Bytes read and written by the memory-bound (non-matmul, non-attention) ops of forward, per
+  // token: each such op reads its inputs and writes its output once. Backward moves about twice.
+  double elementwise_traffic_per_token = 0;
 };
 
 // What one transformer block costs in activation memory.

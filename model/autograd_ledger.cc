@@ -33,6 +33,11 @@ void AutogradLedger::Op(const std::string& name, const std::vector<int>& inputs,
   ops_.push_back({name, inputs, output, saved, backward_workspace});
 }
 
+void AutogradLedger::MarkComputeBound() {
+  SHARDTUNE_CHECK(!ops_.empty()) << "no op to mark";
+  ops_.back().compute_bound = true;
+}
+
 // Forward: a tensor is live from the op that makes it until its last consumer has run, or until
 // backward if some op saves it (or the caller holds it). The graph's input is live at the start.
 double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_saved) const {
@@ -131,6 +136,12 @@ ActivationLedger AutogradLedger::Run(int input, int output) const {
     out.saved_per_token += tensors_[t].bytes;
   }
   out.backward_peak_per_token = Backward(input, output, is_saved);
+  for (const auto& op : ops_) {
+    if (op.compute_bound) continue;
+    std::set<int> distinct(op.inputs.begin(), op.inputs.end());
+    for (int t : distinct) out.elementwise_traffic_per_token += tensors_[static_cast<size_t>(t)].bytes;
+    out.elementwise_traffic_per_token += tensors_[static_cast<size_t>(op.output)].bytes;
+  }
   return out;
 }
 

@@ -25,6 +25,9 @@ class AutogradLedger {
   // Gradients flow to every input in `inputs` (parameters are not tensors of this graph).
   void Op(const std::string& name, const std::vector<int>& inputs, int output,
           const std::vector<int>& saved, double backward_workspace = 0);
+  // Marks the last recorded op as a matmul or attention kernel (compute-bound): its traffic is
+  // not counted in elementwise_traffic_per_token.
+  void MarkComputeBound();
   // Walks forward from `input` then backward from `output` and returns the ledger.
   // REQUIRES: the ops form a chain from `input` to `output` in recording order.
   ActivationLedger Run(int input, int output) const;
@@ -42,6 +45,7 @@ class AutogradLedger {
     int output;
     std::vector<int> saved;
     double backward_workspace;
+    bool compute_bound = false;
   };
   double Forward(int input, int output, std::vector<bool>* is_saved) const;
   double Backward(int input, int output, const std::vector<bool>& is_saved) const;

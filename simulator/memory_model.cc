@@ -7,6 +7,7 @@
 
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "simulator/memory_ledger.h"
 #include "simulator/step_walk.h"
 
 namespace shardtune::sim {
@@ -78,9 +79,11 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
 
 }  // namespace
 
-MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                            const Plan& plan, const MemoryOptions& options) {
-  MemoryReport r;
+MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
+                                         const profiles::ClusterSpec& cluster, const Plan& plan,
+                                         const MemoryOptions& options, bool with_timeline) {
+  MemoryEstimate est;
+  MemoryReport& r = est.report;
   r.world = cluster.world_size();
   r.shard_group = plan.Sharded() ? plan.ResolvedShardGroup(r.world, cluster.gpus_per_node) : 1;
   SHARDTUNE_CHECK(r.shard_group >= 1 && r.world % r.shard_group == 0) << r.shard_group;
@@ -90,6 +93,7 @@ MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::Cluste
   w.plan = &plan;
   w.units = model::BuildFsdpUnits(spec, plan.wrap);
   w.shard_n = r.shard_group;
+  w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   w.block = model::ComputeBlockActivations(spec, act);
@@ -105,30 +109,36 @@ MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::Cluste
                                  model::BytesPerElement(plan.param_dtype)),
                        u.first_segment, u.last_segment});
   }
-  MemoryLedger ledger;
-  WalkSteps(w, &ledger);
+  est.program = BuildStepProgram(w);
+  MemoryLedger ledger(est.program);
+  est.peak_op = ledger.peak_op();
 
   bool on_gpu = plan.offload == model::Offload::kNone;
   r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(padded_shard * master);
   r.sharded_grads = on_gpu ? Bytes::Of(padded_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
-  int64_t state_per = plan.optimizer == model::Optimizer::kAdamW ? 2 : 1;
-  r.optimizer_state = on_gpu && plan.optimizer != model::Optimizer::kAdafactor
-                          ? Bytes::Of(state_per * padded_shard * model::BytesPerElement(plan.master_dtype))
-                          : Bytes::Of(on_gpu ? 0 : 0);
-  if (on_gpu && plan.optimizer == model::Optimizer::kAdafactor) {
-    r.optimizer_state = Bytes::Of(ledger.Current("optimizer state"));
-  }
+  r.optimizer_state = Bytes::Of(on_gpu ? ledger.category_peaks()[static_cast<size_t>(Category::kOptimizerState)] : 0);
   r.model_state = r.sharded_params + r.sharded_grads + r.optimizer_state;
   r.peak_allocated = Bytes::Of(ledger.peak_bytes());
-  r.peak_phase = ledger.peak_phase();
-  for (const auto& kv : ledger.PeakBreakdown()) r.peak_breakdown.push_back({kv.first, Bytes::Of(kv.second)});
-  for (const auto& kv : ledger.category_peaks()) r.category_peaks.push_back({kv.first, Bytes::Of(kv.second)});
-  r.step0_peak = Bytes::Of(ledger.PeakWhere("step 0"));
-  r.steady_peak = Bytes::Of(ledger.PeakWhere("step 1"));
+  r.peak_phase = est.program.OpName(ledger.peak_op());
+  for (int c = 0; c < kNumCategories; ++c) {
+    auto cat = static_cast<Category>(c);
+    int64_t at = ledger.at_peak()[static_cast<size_t>(c)];
+    if (at > 0) r.peak_breakdown.push_back({ToString(cat), Bytes::Of(at)});
+    int64_t pk = ledger.category_peaks()[static_cast<size_t>(c)];
+    if (pk > 0) r.category_peaks.push_back({ToString(cat), Bytes::Of(pk)});
+  }
+  std::stable_sort(r.peak_breakdown.begin(), r.peak_breakdown.end(),
+                   [](const auto& a, const auto& b) { return b.second < a.second; });
+  r.step0_peak = Bytes::Of(ledger.PeakOfStep(0));
+  r.steady_peak = Bytes::Of(ledger.PeakOfStep(1));
   int64_t pools = 0;
-  for (int64_t p : ledger.stream_pool_peaks()) pools += p;
+  for (int64_t p : ledger.pool_peaks()) pools += p;
   r.reserved_no_pressure = Bytes::Of(pools);
-  r.timeline = ledger.timeline();
+  if (with_timeline) {
+    for (size_t i = 0; i < est.program.ops.size(); ++i) {
+      r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(ledger.op_after()[i])});
+    }
+  }
   r.fragmentation = Bytes::Of(static_cast<int64_t>(
       static_cast<double>(r.peak_allocated.count()) * options.constants.fragmentation_fraction));
   OutsideAllocator(cluster, r, options.constants, &r);
@@ -142,7 +152,12 @@ MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::Cluste
          "raises OOM, so reserved-but-free memory does not count";
   r.judged_on = why.str();
   HostEstimate(spec, cluster, plan, options, &r);
-  return r;
+  return est;
+}
+
+MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                            const Plan& plan, const MemoryOptions& options) {
+  return EstimateMemoryWithProgram(spec, cluster, plan, options, true).report;
 }
 
 }  // namespace shardtune::sim

@@ -14,7 +14,7 @@
 #include "model/plan.h"
 #include "model/units.h"
 #include "profiles/cluster.h"
-#include "simulator/memory_ledger.h"
+#include "simulator/step_program.h"
 
 namespace shardtune::sim {
 
@@ -49,6 +49,13 @@ struct MemoryOptions {
   MemoryConstants constants;
   ModelLoad model_load = ModelLoad::kEveryRank;
   int checkpoint_dtype_bytes = 2;  // bytes per parameter of the checkpoint files (bf16)
+};
+
+// One moment of the steps (one program op) in the memory timeline.
+struct TimelinePoint {
+  std::string phase;      // e.g. "step 1 · micro-batch 2/4 · backward · block 7"
+  Bytes allocated_peak;   // most bytes allocated while the op was issued
+  Bytes allocated_after;  // bytes allocated after it
 };
 
 struct UnitMemory {
@@ -90,6 +97,17 @@ struct MemoryReport {
   std::vector<UnitMemory> units;
   HostMemory host;
 };
+
+// The program and the report built from it (`simulate` schedules the same program in time).
+struct MemoryEstimate {
+  StepProgram program;
+  MemoryReport report;
+  size_t peak_op = 0;  // index into program.ops
+};
+MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
+                                         const profiles::ClusterSpec& cluster,
+                                         const model::Plan& plan, const MemoryOptions& options,
+                                         bool with_timeline = true);
 
 // REQUIRES: spec and plan valid for the cluster (Plan::Problems empty).
 MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,

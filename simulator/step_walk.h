@@ -1,4 +1,6 @@
-// The walk through training steps that feeds a MemoryLedger (internal to the memory model).
+// Builds the StepProgram of one rank: FSDP2's allocation and communication rules applied to a
+// model's units and activations through two optimizer steps (step 0 creates optimizer state
+// lazily; step 1 is the steady state).
 #pragma once
 
 #include <vector>
@@ -7,7 +9,7 @@
 #include "model/model_spec.h"
 #include "model/module_tree.h"
 #include "model/plan.h"
-#include "simulator/memory_ledger.h"
+#include "simulator/step_program.h"
 
 namespace shardtune::sim {
 
@@ -16,13 +18,13 @@ struct WalkSetup {
   const model::Plan* plan = nullptr;
   std::vector<model::FsdpUnit> units;
   int shard_n = 1;        // ranks a unit is sharded over
+  int replicas = 1;       // HSDP replicas (all-reduce group size)
   int64_t seq_len = 1;    // S
   model::BlockActivations block;
   model::ActivationLedger head;
 };
 
-// Walks steps 0 and 1 (all micro-batches, optimizer, zero_grad) into `ledger`.
-void WalkSteps(const WalkSetup& setup, MemoryLedger* ledger);
+StepProgram BuildStepProgram(const WalkSetup& setup);
 
 // Bytes per element of the sharded (master) parameters as they live on the GPU.
 int64_t ShardedParamBytesPerElement(const model::Plan& plan);

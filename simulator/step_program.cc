@@ -1,0 +1,74 @@
+// Names for program ops, streams and categories (reports and traces only).
+#include "simulator/step_program.h"
+
+namespace shardtune::sim {
+
+const char* ToString(Stream s) {
+  switch (s) {
+    case Stream::kDefault: return "compute";
+    case Stream::kAllGather: return "all-gather";
+    case Stream::kReduceScatter: return "reduce-scatter";
+    case Stream::kCopy: return "host copy";
+    case Stream::kHost: return "host CPU";
+  }
+  return "?";
+}
+
+const char* ToString(Category c) {
+  switch (c) {
+    case Category::kShardedParams: return "sharded parameters";
+    case Category::kShardedGrads: return "sharded gradients";
+    case Category::kOptimizerState: return "optimizer state";
+    case Category::kOptimizerTemp: return "optimizer step temporaries";
+    case Category::kGathered: return "gathered (unsharded) parameters";
+    case Category::kAllGatherBuffers: return "all-gather buffers";
+    case Category::kUnshardedGrads: return "unsharded gradients";
+    case Category::kReduceScatterBuffers: return "reduce-scatter buffers";
+    case Category::kNoSyncGrads: return "no_sync accumulated gradients";
+    case Category::kActivations: return "activations saved for backward";
+    case Category::kWorkingSet: return "activation working set (temporaries, gradients)";
+    case Category::kResidual: return "residual stream";
+    case Category::kLoss: return "logits and loss";
+    case Category::kCount: break;
+  }
+  return "?";
+}
+
+const char* ToString(OpKind k) {
+  switch (k) {
+    case OpKind::kStartup: return "start-up";
+    case OpKind::kAllGather: return "all-gather";
+    case OpKind::kCopyOut: return "all-gather copy-out";
+    case OpKind::kForward: return "forward";
+    case OpKind::kBackward: return "backward";
+    case OpKind::kReduceScatter: return "reduce-scatter";
+    case OpKind::kAllReduce: return "replica all-reduce";
+    case OpKind::kPostBackward: return "post-backward";
+    case OpKind::kHostToDevice: return "host-to-device copy";
+    case OpKind::kDeviceToHost: return "device-to-host copy";
+    case OpKind::kOptimizer: return "optimizer step";
+    case OpKind::kZeroGrad: return "zero_grad(set_to_none=True)";
+  }
+  return "?";
+}
+
+std::string StepProgram::OpName(size_t i) const {
+  const ProgramOp& op = ops[i];
+  if (op.kind == OpKind::kStartup) return "start-up · sharded parameters";
+  std::string s = "step " + std::to_string(op.step);
+  if (op.kind != OpKind::kOptimizer && op.kind != OpKind::kZeroGrad) {
+    s += " · micro-batch " + std::to_string(op.micro + 1) + "/" + std::to_string(grad_accum);
+  }
+  s += std::string(" · ") + ToString(op.kind);
+  if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) {
+    if (op.segment == 0) s += " · embeddings";
+    else if (op.segment >= 1 && op.segment <= num_layers) s += " · block " + std::to_string(op.segment - 1);
+    else if (op.segment == num_layers + 1) s += " · final norm";
+    else s += " · LM head and loss";
+  } else if (op.unit >= 0 && static_cast<size_t>(op.unit) < unit_names.size()) {
+    s += " · " + unit_names[static_cast<size_t>(op.unit)];
+  }
+  return s;
+}
+
+}  // namespace shardtune::sim

@@ -1,0 +1,259 @@
+// Walker: compute ops (forward, backward, recomputation), backward with prefetch, post-backward
+// reduce-scatter (FSDPParamGroup.post_backward, foreach_reduce) and the optimizer step.
+#include <algorithm>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "simulator/step_walk_rules.h"
+
+namespace shardtune::sim::internal {
+
+// FlashAttention-2 (Dao 2023, section 3.1): backward does 2.5x the forward matmul FLOPs of
+// attention (5 GEMMs vs 2); linear layers do 2x (input and weight gradients).
+constexpr double kAttentionBackwardRatio = 2.5;
+constexpr double kMatmulBackwardRatio = 2.0;
+// Memory-bound ops move about twice their forward traffic in backward (read saved tensors and
+// the incoming gradient, write the input gradient).
+constexpr double kElementwiseBackwardRatio = 2.0;
+
+void Walker::ForwardCompute(int seg) {
+  const auto& spec = *s_.spec;
+  int L = spec.num_layers;
+  if (seg == model::FinalNormSegment(L)) return;  // counted with the head
+  Begin(OpKind::kForward, Stream::kDefault, -1, seg);
+  if (seg == 0) {
+    Alloc(Category::kResidual, Stream::kDefault, Tok(residual_));
+    Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
+  } else if (seg <= L) {
+    double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
+    Cur().attention_flops = attn * tokens_;
+    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn) * tokens_;
+    Cur().memory_bytes = s_.block.full.elementwise_traffic_per_token * tokens_;
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.block.full.forward_peak_per_token - residual_));
+    Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
+  } else {
+    Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    Cur().memory_bytes = s_.head.elementwise_traffic_per_token * tokens_;
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.head.forward_peak_per_token - residual_));
+    Alloc(Category::kLoss, Stream::kDefault, Tok(s_.head.saved_per_token));
+  }
+}
+
+// `grads`: bytes of parameter gradients AccumulateGrad allocates in this segment. They are
+// counted before the activation working set (conservative: some appear only later in the block).
+void Walker::BackwardCompute(int seg, int64_t grads) {
+  const auto& spec = *s_.spec;
+  int L = spec.num_layers;
+  last_backward_ = Begin(OpKind::kBackward, Stream::kDefault, -1, seg);
+  Alloc(Category::kUnshardedGrads, Stream::kDefault, grads);
+  if (seg == model::FinalNormSegment(L)) return;  // its compute is counted with the head
+  if (seg == model::HeadSegment(L)) {
+    Cur().matmul_flops = kMatmulBackwardRatio * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    Cur().memory_bytes = kElementwiseBackwardRatio * s_.head.elementwise_traffic_per_token * tokens_;
+    Free(Category::kLoss, Stream::kDefault, Tok(s_.head.saved_per_token));
+    Free(Category::kResidual, Stream::kDefault, Tok(residual_));
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.head.backward_peak_per_token));
+    if (p_.keep_logits) {
+      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
+      Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
+    }
+  } else if (seg >= 1) {
+    int b = seg - 1;
+    double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
+    double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn;
+    double elem = s_.block.full.elementwise_traffic_per_token;
+    // Recomputation re-runs the forward (full), or its memory-bound part (selective).
+    double re_mm = Checkpointed(b) ? 1.0 : 0.0;
+    double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
+    Cur().matmul_flops = (kMatmulBackwardRatio + re_mm) * mm * tokens_;
+    Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
+    Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
+    Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.block.full.backward_peak_per_token));
+  } else {
+    Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
+  }
+}
+
+// Backward runs segments in reverse. Pre-backward all-gathers a resharded unit and, with
+// BACKWARD_PRE, prefetches the next one (FSDP2 default: one unit ahead). Gradients of a unit's
+// parameters appear (param dtype, unpadded) in the segment that used them.
+void Walker::Backward() {
+  const auto& units = s_.units;
+  int L = s_.spec->num_layers;
+  bool sync = !p_.no_sync || micro_ == p_.grad_accum - 1;
+  for (int seg = model::NumSegments(L) - 1; seg >= 0; --seg) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (units[i].last_segment != seg) continue;
+      Unshard(i, false);
+      if (p_.backward_prefetch == model::BackwardPrefetch::kPre) PrefetchBackward(seg);
+    }
+    int64_t grads = 0;
+    for (size_t i = 0; i < units.size(); ++i) {
+      int64_t g = 0;
+      for (const auto& prm : units[i].params) g += prm.segment == seg ? prm.numel() * e_param_ : 0;
+      if (g == 0 || inplace_accum_[i]) continue;  // no_sync without a reduce dtype: += in place
+      unsharded_grad_[i] += g;
+      grads += g;
+    }
+    BackwardCompute(seg, grads);
+    for (size_t i = units.size(); i-- > 0;) {
+      if (units[i].first_segment == seg) PostBackward(i, sync);
+    }
+  }
+  Begin(OpKind::kPostBackward, Stream::kDefault, -1, -1);
+  Dep(last_reduce_);
+  Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
+  deferred_rs_ = 0;
+  if (kept_logits_ > 0 && micro_ < p_.grad_accum - 1) {
+    Free(Category::kLoss, Stream::kDefault, kept_logits_);
+    kept_logits_ = 0;
+  }
+}
+
+void Walker::PrefetchBackward(int seg) {
+  int best = -1;
+  for (size_t j = 0; j < s_.units.size(); ++j) {
+    const auto& u = s_.units[j];
+    if (u.last_segment >= seg || gathered_[j] || prefetch_op_[j] >= 0) continue;
+    if (best < 0 || u.last_segment > s_.units[static_cast<size_t>(best)].last_segment) best = static_cast<int>(j);
+  }
+  if (best >= 0 && NeedsGatherCopy()) IssueAllGather(static_cast<size_t>(best), last_copy_out_);
+}
+
+}  // namespace shardtune::sim::internal
+
+namespace shardtune::sim::internal {
+
+// FSDPParamGroup.post_backward: reshard, then foreach_reduce: the compute stream waits for the
+// previous unit's reduce-scatter (ReduceScatterState) and releases its input, a flat
+// reduce-dtype input of ws x padded shard is allocated and the unsharded grads copied in and
+// dropped; the output (padded shard, reduce-scatter stream) becomes the sharded grads or is
+// added into them. HSDP then all-reduces the shard across replicas; offload copies it D2H.
+void Walker::PostBackward(size_t i, bool sync) {
+  const auto& u = s_.units[i];
+  auto unit = static_cast<int32_t>(i);
+  int32_t post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
+  Reshard(i);
+  if (!sync) {
+    // set_requires_gradient_sync(False): to_accumulated_grad_if_needed keeps an fp32 copy of the
+    // whole unsharded grad until the syncing micro-batch; without a reduce dtype the
+    // param-dtype .grad stays and is accumulated in place.
+    if (e_reduce_ != e_param_) {
+      if (accumulated_[i] == 0) {
+        accumulated_[i] = u.NumParams() * e_reduce_;
+        Alloc(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
+      }
+      Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + 2 * accumulated_[i]);
+      Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
+      unsharded_grad_[i] = 0;
+    } else {
+      inplace_accum_[i] = true;
+    }
+    return;
+  }
+  Dep(last_reduce_);
+  Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
+  int64_t shard = u.PaddedShardNumel(n_);
+  int64_t rs_in = shard * n_ * e_reduce_;
+  Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
+  Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + accumulated_[i] + rs_in);
+  Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
+  unsharded_grad_[i] = 0;
+  inplace_accum_[i] = false;
+  Free(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
+  accumulated_[i] = 0;
+  deferred_rs_ = rs_in;
+  int64_t rs_out = shard * e_reduce_;
+  if (n_ > 1) {
+    last_reduce_ = Begin(OpKind::kReduceScatter, Stream::kReduceScatter, unit, -1);
+    Dep(post);
+    Cur().collective = profiles::Collective::kReduceScatter;
+    Cur().comm_bytes = rs_in;
+  }
+  bool offloaded = p_.offload != model::Offload::kNone;
+  if (offloaded || has_sharded_grad_[i]) {
+    // Offload: copied to the host's grads; accumulation: sharded_grad += output, then freed.
+    Transient(Category::kReduceScatterBuffers, Stream::kReduceScatter, rs_out);
+  } else {
+    sharded_grad_[i] = shard * model::BytesPerElement(p_.master_dtype);
+    Alloc(Category::kShardedGrads, Stream::kReduceScatter, sharded_grad_[i]);
+    has_sharded_grad_[i] = true;
+  }
+  if (s_.replicas > 1) {
+    last_reduce_ = Begin(OpKind::kAllReduce, Stream::kReduceScatter, unit, -1);
+    Dep(post);
+    Cur().collective = profiles::Collective::kAllReduce;
+    Cur().comm_bytes = rs_out;
+    Cur().group = 1;
+  }
+  if (offloaded) {
+    last_d2h_ = Begin(OpKind::kDeviceToHost, Stream::kCopy, unit, -1);
+    Dep(last_reduce_);
+    Dep(post);
+    Cur().comm_bytes = rs_out;
+    Cur().group = 2;
+  }
+}
+
+// torch.optim.AdamW (foreach, the CUDA default): exp_avg and exp_avg_sq are created at the first
+// step(); _multi_tensor_adam allocates exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs) for the whole
+// param group; fused has no full-size temporary; the for-loop path ~2 tensors of the largest param.
+// Traffic per fp32 element, foreach AdamW: mul_(p) 8, lerp_(m, g) 12, mul_(v) 8, addcmul_(v, g, g)
+// 12, sqrt(v) 8, div_ 8, add_ 8, addcdiv_(p, m, t) 16 = 80 bytes; fused reads p, g, m, v and
+// writes p, m, v: 28 bytes; SGD with momentum (foreach): 32 bytes.
+void Walker::OptimizerStep() {
+  micro_ = 0;
+  bool offloaded = p_.offload != model::Offload::kNone;
+  last_optimizer_ = Begin(OpKind::kOptimizer, offloaded ? Stream::kHost : Stream::kDefault, -1, -1);
+  Dep(last_reduce_);
+  Dep(last_d2h_);
+  int64_t shard = 0, largest = 0, factored = 0;
+  for (const auto& u : s_.units) {
+    shard += u.PaddedShardNumel(n_);
+    for (const auto& prm : u.params) {
+      int64_t ps = prm.PaddedShardNumel(n_);
+      largest = std::max(largest, ps);
+      // Adafactor: row and column second moments for matrices, a full one for vectors.
+      factored += prm.inner > 1 ? (prm.dim0 + n_ - 1) / n_ + prm.inner : ps;
+    }
+  }
+  int64_t e = model::BytesPerElement(p_.master_dtype);
+  double traffic_per_elem = 80;
+  if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
+  else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = 28;
+  Cur().memory_bytes = traffic_per_elem * static_cast<double>(shard);
+  if (!offloaded) {
+    int64_t state = 0;
+    switch (p_.optimizer) {
+      case model::Optimizer::kAdamW: state = 2 * shard * e; break;
+      case model::Optimizer::kSgd: state = shard * e; break;
+      case model::Optimizer::kAdafactor: state = factored * e; break;
+    }
+    if (!optimizer_state_) Alloc(Category::kOptimizerState, Stream::kDefault, state);
+    optimizer_state_ = true;
+    if (p_.optimizer != model::Optimizer::kSgd) {
+      switch (p_.optimizer_impl) {
+        case model::OptimizerImpl::kForeach: Transient(Category::kOptimizerTemp, Stream::kDefault, shard * e); break;
+        case model::OptimizerImpl::kForLoop: Transient(Category::kOptimizerTemp, Stream::kDefault, 2 * largest * e); break;
+        case model::OptimizerImpl::kFused: break;
+      }
+    }
+  }
+  if (p_.offload == model::Offload::kOptimizer) {  // ZeRO-Offload: updated params back to the GPU
+    last_optimizer_ = Begin(OpKind::kHostToDevice, Stream::kCopy, -1, -1);
+    Dep(prog_->ops.size() >= 2 ? static_cast<int32_t>(prog_->ops.size()) - 2 : -1);
+    Cur().comm_bytes = shard * e_param_;
+    Cur().group = 2;
+  }
+  Begin(OpKind::kZeroGrad, Stream::kDefault, -1, -1);
+  for (size_t i = 0; i < sharded_grad_.size(); ++i) {
+    Free(Category::kShardedGrads, Stream::kReduceScatter, sharded_grad_[i]);
+    sharded_grad_[i] = 0;
+    has_sharded_grad_[i] = false;
+  }
+  Free(Category::kLoss, Stream::kDefault, kept_logits_);
+  kept_logits_ = 0;
+}
+
+}  // namespace shardtune::sim::internal

@@ -1,0 +1,201 @@
+// Walker: program building, start-up, all-gather / reshard rules and forward (FSDP2's
+// FSDPParamGroup.pre_forward / post_forward, foreach_all_gather).
+#include <algorithm>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "simulator/step_walk_rules.h"
+
+namespace shardtune::sim::internal {
+
+using model::Plan;
+
+Walker::Walker(const WalkSetup& s, StepProgram* prog) : s_(s), prog_(prog), p_(*s.plan) {
+  n_ = s.shard_n;
+  tokens_ = static_cast<double>(p_.micro_batch) * static_cast<double>(s.seq_len);
+  e_param_ = model::BytesPerElement(p_.param_dtype);
+  e_reduce_ = model::BytesPerElement(p_.reduce_dtype);
+  residual_ = model::ResidualPerToken(*s.spec, model::ActivationOptionsFor(p_, s.seq_len));
+  size_t u = s.units.size();
+  gathered_.assign(u, false);
+  has_sharded_grad_.assign(u, false);
+  inplace_accum_.assign(u, false);
+  prefetch_op_.assign(u, -1);
+  prefetched_.assign(u, 0);
+  unsharded_grad_.assign(u, 0);
+  accumulated_.assign(u, 0);
+  sharded_grad_.assign(u, 0);
+}
+
+int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment) {
+  ProgramOp op;
+  op.kind = kind;
+  op.stream = stream;
+  op.step = step_;
+  op.micro = micro_;
+  op.unit = unit;
+  op.segment = segment;
+  op.mem_begin = op.mem_end = static_cast<uint32_t>(prog_->actions.size());
+  prog_->ops.push_back(op);
+  return static_cast<int32_t>(prog_->ops.size()) - 1;
+}
+
+void Walker::Dep(int32_t op) {
+  if (op < 0) return;
+  for (auto& d : Cur().deps) {
+    if (d == op) return;
+    if (d < 0) { d = op; return; }
+  }
+  SHARDTUNE_CHECK(false) << "more than 3 dependencies on " << ToString(Cur().kind);
+}
+
+void Walker::Alloc(Category c, Stream pool, int64_t bytes) {
+  if (bytes <= 0) return;
+  prog_->actions.push_back({c, pool, bytes});
+  Cur().mem_end = static_cast<uint32_t>(prog_->actions.size());
+}
+
+void Walker::Free(Category c, Stream pool, int64_t bytes) {
+  if (bytes <= 0) return;
+  prog_->actions.push_back({c, pool, -bytes});
+  Cur().mem_end = static_cast<uint32_t>(prog_->actions.size());
+}
+
+void Walker::Transient(Category c, Stream pool, int64_t bytes) {
+  Alloc(c, pool, bytes);
+  Free(c, pool, bytes);
+}
+
+void Walker::Run() {
+  // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
+  Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
+  if (p_.offload != model::Offload::kAll) {
+    for (const auto& u : s_.units) {
+      Alloc(Category::kShardedParams, Stream::kDefault, u.PaddedShardNumel(n_) * ShardedParamBytesPerElement(p_));
+    }
+  }
+  for (step_ = 0; step_ < 2; ++step_) {
+    for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
+      Forward();
+      Backward();
+    }
+    OptimizerStep();
+  }
+}
+
+bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
+  bool zero3 = p_.strategy == model::ShardingStrategy::kFullShard ||
+               p_.strategy == model::ShardingStrategy::kHybridShard;
+  // FSDP2 leaves the root gathered after forward (its backward needs it at once).
+  return zero3 && p_.reshard_after_forward && !u.is_root && n_ > 1;
+}
+
+int64_t Walker::GatheredBytes(size_t i) const {
+  // Unsharded params: ws x padded shard per param, param dtype (FSDPParam.init_all_gather_outputs).
+  return s_.units[i].PaddedShardNumel(n_) * n_ * e_param_;
+}
+
+bool Walker::NeedsGatherCopy() const {
+  return n_ > 1 || model::BytesPerElement(p_.master_dtype) != e_param_ ||
+         p_.offload != model::Offload::kNone;
+}
+
+// foreach_all_gather: a param-dtype copy of the shards (all_gather_copy_in), the flat output
+// ws x sum(padded shard) on the all-gather stream; CPU offload first copies the shard H2D. The
+// copy-in waits for the previous copy-out (the AllGatherState event) or, without backward
+// prefetch, for the backward compute that precedes it.
+void Walker::IssueAllGather(size_t i, int32_t dep) {
+  int64_t shard = s_.units[i].PaddedShardNumel(n_);
+  int32_t h2d = -1;
+  if (p_.offload != model::Offload::kNone) {
+    h2d = Begin(OpKind::kHostToDevice, Stream::kCopy, static_cast<int32_t>(i), -1);
+    Cur().comm_bytes = shard * ShardedParamBytesPerElement(p_);
+    Cur().group = 2;
+    Dep(last_optimizer_);
+  }
+  int32_t ag = Begin(OpKind::kAllGather, Stream::kAllGather, static_cast<int32_t>(i), -1);
+  Dep(dep);
+  Dep(last_optimizer_);
+  Dep(h2d);
+  if (p_.offload == model::Offload::kAll) Transient(Category::kAllGatherBuffers, Stream::kAllGather, shard * 4);
+  int64_t out = n_ > 1 ? shard * n_ * e_param_ : 0;
+  Alloc(Category::kAllGatherBuffers, Stream::kAllGather, shard * e_param_);
+  Alloc(Category::kAllGatherBuffers, Stream::kAllGather, out);
+  Free(Category::kAllGatherBuffers, Stream::kAllGather, shard * e_param_);
+  Cur().collective = profiles::Collective::kAllGather;
+  Cur().comm_bytes = out;
+  Cur().memory_bytes = static_cast<double>(shard * (4 + e_param_));  // cast copy-in
+  prefetch_op_[i] = ag;
+  prefetched_[i] = out;
+}
+
+// wait_for_unshard: in forward the previous unit's flat buffer is dropped (all_gather_state =
+// None) before this copy-out and this one is kept; in backward it is freed after the copy-out.
+void Walker::Unshard(size_t i, bool forward) {
+  if (gathered_[i]) return;
+  gathered_[i] = true;
+  if (!NeedsGatherCopy()) return;
+  if (prefetch_op_[i] < 0) IssueAllGather(i, forward ? last_copy_out_ : last_backward_);
+  last_copy_out_ = Begin(OpKind::kCopyOut, Stream::kDefault, static_cast<int32_t>(i), -1);
+  Dep(prefetch_op_[i]);
+  if (forward) Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
+  Alloc(Category::kGathered, Stream::kDefault, GatheredBytes(i));
+  Cur().memory_bytes = 2.0 * static_cast<double>(GatheredBytes(i));
+  if (forward) {
+    deferred_ag_ = prefetched_[i];
+  } else {
+    Free(Category::kAllGatherBuffers, Stream::kAllGather, prefetched_[i]);
+  }
+  prefetch_op_[i] = -1;
+  prefetched_[i] = 0;
+}
+
+void Walker::Reshard(size_t i) {
+  if (!gathered_[i]) return;
+  gathered_[i] = false;
+  if (NeedsGatherCopy()) Free(Category::kGathered, Stream::kDefault, GatheredBytes(i));
+}
+
+bool Walker::Checkpointed(int block) const {
+  switch (p_.checkpointing) {
+    case model::Checkpointing::kNone: return false;
+    case model::Checkpointing::kFull: return true;
+    case model::Checkpointing::kSelective: return false;
+    case model::Checkpointing::kEveryK: return block % std::max(1, p_.checkpoint_every_k) == 0;
+  }
+  return false;
+}
+
+double Walker::BlockSaved(int block) const {
+  if (Checkpointed(block)) return s_.block.checkpoint_input_per_token;
+  if (p_.checkpointing == model::Checkpointing::kSelective) return s_.block.selective_per_token;
+  return s_.block.full.saved_per_token;
+}
+
+void Walker::Forward() {
+  int L = s_.spec->num_layers;
+  const auto& units = s_.units;
+  for (int seg = 0; seg < model::NumSegments(L); ++seg) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (units[i].first_segment != seg) continue;
+      Unshard(i, true);
+      if (p_.forward_prefetch) {  // explicit prefetch of the next unit to start
+        for (size_t j = i + 1; j < units.size(); ++j) {
+          if (units[j].first_segment > seg && !gathered_[j] && prefetch_op_[j] < 0) {
+            IssueAllGather(j, last_copy_out_);
+            break;
+          }
+        }
+      }
+    }
+    ForwardCompute(seg);
+    for (size_t k = units.size(); k-- > 0;) {
+      if (units[k].last_segment == seg && ReshardAfterForward(units[k])) Reshard(k);
+    }
+  }
+  // The root's post-forward flushes the last kept all-gather buffer.
+  Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
+  deferred_ag_ = 0;
+}
+
+}  // namespace shardtune::sim::internal

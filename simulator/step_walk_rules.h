@@ -1,0 +1,59 @@
+// The walker behind BuildStepProgram (internal to the simulator; split out to keep files short).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "simulator/step_walk.h"
+
+namespace shardtune::sim::internal {
+
+class Walker {
+ public:
+  Walker(const WalkSetup& s, StepProgram* prog);
+  void Run();
+
+ private:
+  // Program building.
+  int32_t Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment);
+  void Dep(int32_t op);
+  void Alloc(Category c, Stream pool, int64_t bytes);
+  void Free(Category c, Stream pool, int64_t bytes);
+  void Transient(Category c, Stream pool, int64_t bytes);
+  ProgramOp& Cur() { return prog_->ops.back(); }
+
+  // FSDP2 rules.
+  void Forward();
+  void Backward();
+  void ForwardCompute(int seg);
+  void BackwardCompute(int seg, int64_t grads);
+  void IssueAllGather(size_t i, int32_t dep);
+  void Unshard(size_t i, bool forward);
+  void Reshard(size_t i);
+  void PrefetchBackward(int seg);
+  void PostBackward(size_t i, bool sync);
+  void OptimizerStep();
+  bool ReshardAfterForward(const model::FsdpUnit& u) const;
+  bool NeedsGatherCopy() const;
+  int64_t GatheredBytes(size_t i) const;
+  bool Checkpointed(int block) const;
+  double BlockSaved(int block) const;
+  int64_t Tok(double per_token) const { return static_cast<int64_t>(per_token * tokens_); }
+
+  const WalkSetup& s_;
+  StepProgram* prog_;
+  const model::Plan& p_;
+  int n_ = 1;
+  double tokens_ = 0, residual_ = 0;
+  int64_t e_param_ = 2, e_reduce_ = 4;
+  int16_t step_ = 0, micro_ = 0;
+  std::vector<bool> gathered_, has_sharded_grad_, inplace_accum_;
+  std::vector<int32_t> prefetch_op_;
+  std::vector<int64_t> prefetched_, unsharded_grad_, accumulated_, sharded_grad_;
+  int64_t deferred_ag_ = 0, deferred_rs_ = 0, kept_logits_ = 0;
+  bool optimizer_state_ = false;
+  int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
+  int32_t last_optimizer_ = -1;
+};
+
+}  // namespace shardtune::sim::internal
