@@ -42,37 +42,6 @@ const std::map<std::string, std::string>& Why() {
   return m;
 }
 
-sim::ModelLoad ParseLoad(const std::string& s) {
-  if (s == "every-rank") return sim::ModelLoad::kEveryRank;
-  if (s == "rank0") return sim::ModelLoad::kRank0;
-  if (s == "meta") return sim::ModelLoad::kMeta;
-  throw InputError("--model-load: expected every-rank, rank0 or meta, got \"" + s + "\"");
-}
-
-void Validate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-              const model::Plan& plan, const PlanFlags& flags) {
-  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
-  for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
-  for (auto& p : plan.Problems(flags.plan_file.empty() ? "plan" : flags.plan_file, cluster.world_size(),
-                               cluster.gpus_per_node, spec.num_layers, spec.max_seq_len)) {
-    problems.push_back(p);
-  }
-  if (flags.global_batch > 0) {
-    int64_t dp = cluster.world_size();
-    if (plan.GlobalBatch(static_cast<int>(dp)) != flags.global_batch) {
-      problems.push_back("--global-batch: expected micro-batch x grad-accum x data-parallel ranks = " +
-                         std::to_string(plan.micro_batch) + " x " + std::to_string(plan.grad_accum) +
-                         " x " + std::to_string(dp) + " = " +
-                         std::to_string(plan.GlobalBatch(static_cast<int>(dp))) + ", got " +
-                         std::to_string(flags.global_batch));
-    }
-  }
-  if (problems.empty()) return;
-  std::string msg;
-  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-  throw InputError(msg);
-}
-
 std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t seq) {
   std::ostringstream o;
   o << model::ToString(p.strategy) << " (shard group " << r.shard_group << " x " << r.replicas
@@ -153,42 +122,24 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   CLI::App* sub = app->add_subcommand("estimate", "Per-GPU and per-host memory of a training job");
-  sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
-      ->capture_default_str();
-  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G, 4xRTX4090) or cluster JSON")
-      ->capture_default_str();
-  sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
-      ->capture_default_str();
-  sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
-      ->check(CLI::ExistingFile);
-  sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
-  sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
-  AddPlanFlags(sub, &a->plan);
+  AddJobFlags(sub, a);
 }
 
 void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
-  std::vector<std::string> warnings;
-  model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
-  profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
-  model::Plan plan = BuildPlan(a.plan);
-  Validate(spec, cluster, plan, a.plan);
-  sim::MemoryOptions opt;
-  opt.model_load = ParseLoad(a.model_load);
-  if (!a.profile.empty()) opt.constants = sim::ReadProfileFile(a.profile).memory;
+  Job job = ResolveJob(a);
+  const auto& spec = job.spec;
+  const auto& cluster = job.cluster;
+  const auto& plan = job.plan;
+  const sim::MemoryOptions& opt = job.options.memory;
   sim::MemoryReport r = sim::EstimateMemory(spec, cluster, plan, opt);
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
+  const auto& warnings = job.warnings;
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
     return;
   }
-  nlohmann::ordered_json j;
-  j["schema"] = "shardtune.estimate";
-  j["schema_version"] = 1;
-  j["model"] = {{"name", spec.name}, {"parameters", r.parameters}, {"source", spec.source}};
-  j["cluster"] = {{"name", cluster.name}, {"world_size", cluster.world_size()},
-                  {"gpu", cluster.gpu.name}, {"usable_memory_bytes", cluster.gpu.usable_memory.count()}};
-  j["plan"] = model::PlanToJson(plan);
+  nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.estimate");
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
   nlohmann::ordered_json alt = nlohmann::ordered_json::array();

@@ -7,19 +7,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/plan_flags.h"
+#include "cli/job_args.h"
 
 namespace shardtune::cli {
 
-struct EstimateArgs {
-  std::string model = "llama3-8b";
-  std::string cluster = "8xH100";
-  std::string model_load = "every-rank";
-  std::string profile;  // calibrated profile JSON; empty: the named defaults
-  bool json = false;
-  bool timeline = false;
-  PlanFlags plan;
-};
+using EstimateArgs = JobArgs;
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* args);
 // Runs the estimate, writing the table (or one JSON document) to `out`. Throws InputError.

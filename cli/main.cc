@@ -6,6 +6,7 @@
 
 #include "cli/estimate_cmd.h"
 #include "cli/list_cmds.h"
+#include "cli/simulate_cmd.h"
 #include "model/errors.h"
 
 namespace {
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   app.add_subcommand("gpus", "List GPU kinds")->add_flag("--json", gpus_json, "JSON output");
   EstimateArgs estimate;
   AddEstimateCommand(&app, &estimate);
+  SimulateArgs simulate;
+  AddSimulateCommand(&app, &simulate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("models")) RunModels(models_json, std::cout);
     if (app.got_subcommand("gpus")) RunGpus(gpus_json, std::cout);
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
+    if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInput;

@@ -112,6 +112,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   est.program = BuildStepProgram(w);
   MemoryLedger ledger(est.program);
   est.peak_op = ledger.peak_op();
+  est.allocated_after = ledger.op_after();
 
   bool on_gpu = plan.offload == model::Offload::kNone;
   r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(padded_shard * master);

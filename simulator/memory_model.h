@@ -103,6 +103,7 @@ struct MemoryEstimate {
   StepProgram program;
   MemoryReport report;
   size_t peak_op = 0;  // index into program.ops
+  std::vector<int64_t> allocated_after;  // bytes allocated after each op
 };
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const profiles::ClusterSpec& cluster,

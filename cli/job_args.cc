@@ -1,0 +1,87 @@
+// Shared job inputs: resolution and joint validation.
+#include "cli/job_args.h"
+
+#include "model/errors.h"
+#include "model/plan_json.h"
+#include "model/presets.h"
+#include "simulator/profile_json.h"
+
+namespace shardtune::cli {
+namespace {
+
+sim::ModelLoad ParseLoad(const std::string& s) {
+  if (s == "every-rank") return sim::ModelLoad::kEveryRank;
+  if (s == "rank0") return sim::ModelLoad::kRank0;
+  if (s == "meta") return sim::ModelLoad::kMeta;
+  throw InputError("--model-load: expected every-rank, rank0 or meta, got \"" + s + "\"");
+}
+
+void Validate(const Job& job, const PlanFlags& flags) {
+  const auto& spec = job.spec;
+  const auto& cluster = job.cluster;
+  const auto& plan = job.plan;
+  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
+  for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
+  for (auto& p : plan.Problems(flags.plan_file.empty() ? "plan" : flags.plan_file,
+                               cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                               spec.max_seq_len)) {
+    problems.push_back(p);
+  }
+  if (flags.global_batch > 0) {
+    int64_t dp = cluster.world_size();
+    int64_t got = plan.GlobalBatch(static_cast<int>(dp));
+    if (got != flags.global_batch) {
+      problems.push_back("--global-batch: expected micro-batch x grad-accum x data-parallel ranks = " +
+                         std::to_string(plan.micro_batch) + " x " + std::to_string(plan.grad_accum) +
+                         " x " + std::to_string(dp) + " = " + std::to_string(got) + ", got " +
+                         std::to_string(flags.global_batch));
+    }
+  }
+  if (problems.empty()) return;
+  std::string msg;
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw InputError(msg);
+}
+
+}  // namespace
+
+void AddJobFlags(CLI::App* sub, JobArgs* a) {
+  sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
+      ->capture_default_str();
+  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G, 4xRTX4090) or cluster JSON")
+      ->capture_default_str();
+  sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
+      ->capture_default_str();
+  sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
+  AddPlanFlags(sub, &a->plan);
+}
+
+Job ResolveJob(const JobArgs& a) {
+  Job job;
+  job.spec = model::ResolveModelArg(a.model, &job.warnings);
+  job.cluster = profiles::LoadCluster(a.cluster);
+  job.plan = BuildPlan(a.plan);
+  Validate(job, a.plan);
+  job.seq_len = job.plan.seq_len > 0 ? job.plan.seq_len : job.spec.max_seq_len;
+  job.options.memory.model_load = ParseLoad(a.model_load);
+  if (!a.profile.empty()) job.options.memory.constants = sim::ReadProfileFile(a.profile).memory;
+  return job;
+}
+
+nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) {
+  nlohmann::ordered_json j;
+  j["schema"] = schema;
+  j["schema_version"] = 1;
+  j["model"] = {{"name", job.spec.name}, {"parameters", model::ParameterCount(job.spec)},
+                {"source", job.spec.source}};
+  j["cluster"] = {{"name", job.cluster.name}, {"world_size", job.cluster.world_size()},
+                  {"gpu", job.cluster.gpu.name},
+                  {"usable_memory_bytes", job.cluster.gpu.usable_memory.count()}};
+  j["plan"] = model::PlanToJson(job.plan);
+  return j;
+}
+
+}  // namespace shardtune::cli

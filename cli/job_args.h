@@ -1,0 +1,44 @@
+// Inputs every planning subcommand shares (estimate, simulate): --model, --cluster, plan flags,
+// --profile, --model-load, --json; resolved and validated together, all problems in one error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/plan_flags.h"
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "profiles/cluster.h"
+#include "simulator/simulate.h"
+
+namespace shardtune::cli {
+
+struct JobArgs {
+  std::string model = "llama3-8b";
+  std::string cluster = "8xH100";
+  std::string model_load = "every-rank";
+  std::string profile;  // calibrated profile JSON; empty: the named defaults
+  bool json = false;
+  bool timeline = false;
+  PlanFlags plan;
+};
+
+struct Job {
+  model::ModelSpec spec;
+  profiles::ClusterSpec cluster;
+  model::Plan plan;
+  sim::SimOptions options;
+  std::vector<std::string> warnings;
+  int64_t seq_len = 0;
+};
+
+void AddJobFlags(CLI::App* sub, JobArgs* args);
+// Throws InputError listing every problem of the model, cluster and plan together.
+Job ResolveJob(const JobArgs& args);
+// "schema", "schema_version", "model", "cluster", "plan" keys of a report.
+nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema);
+
+}  // namespace shardtune::cli

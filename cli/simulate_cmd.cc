@@ -1,0 +1,77 @@
+// `shardtune simulate`: schedule the step program and report times; --trace writes the timeline.
+#include "cli/simulate_cmd.h"
+
+#include <iomanip>
+
+#include "cli/format.h"
+#include "simulator/memory_report_json.h"
+#include "simulator/trace_json.h"
+
+namespace shardtune::cli {
+namespace {
+
+void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
+  const auto& m = r.memory;
+  out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters) << " parameters) on "
+      << job.cluster.name << " (" << m.world << " ranks, " << job.cluster.gpu.name << "), "
+      << model::ToString(job.plan.strategy) << ", micro-batch " << job.plan.micro_batch << " x "
+      << job.seq_len << " tokens, grad-accum " << job.plan.grad_accum << "\n\n";
+  out << std::fixed;
+  out << "Step (steady state, step 1)\n";
+  out << "  step time                " << std::setprecision(4) << r.step_time_s << " s\n";
+  out << "  throughput               " << std::setprecision(0) << r.tokens_per_s << " tokens/s ("
+      << r.tokens_per_s_per_gpu << " per GPU)\n";
+  out << "  MFU                      " << std::setprecision(1) << 100 * r.mfu << " %  (6N + 12·L·H·S = "
+      << std::setprecision(2) << r.model_flops_per_token / 1e9 << " GFLOP per token)\n";
+  out << "  compute                  " << std::setprecision(4) << r.compute_s << " s\n";
+  out << "  exposed communication    " << r.exposed_comm_s << " s ("
+      << std::setprecision(1) << 100 * r.exposed_comm_s / r.step_time_s << " % of the step)\n";
+  out << "  busy time by phase (streams overlap):\n";
+  for (const auto& [k, v] : r.phases_s) {
+    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
+  }
+  out << "\nMemory per GPU (the same program as estimate)\n";
+  out << "  peak allocated           " << FormatBytes(m.peak_allocated) << " at " << m.peak_phase << ", "
+      << std::setprecision(3) << r.peak_time_s << " s into its step\n";
+  out << "  required                 " << FormatBytes(m.required) << (m.fits ? " fits in " : " DOES NOT FIT in ")
+      << FormatBytes(m.capacity) << "\n";
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App* app, SimulateArgs* a) {
+  CLI::App* sub = app->add_subcommand("simulate", "Predict one training step: time, throughput, memory timeline");
+  AddJobFlags(sub, &a->job);
+  sub->add_option("--trace", a->trace, "Write the predicted step as a Chrome trace (Perfetto)");
+}
+
+void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
+  Job job = ResolveJob(a.job);
+  sim::SimReport r = sim::SimulateStep(job.spec, job.cluster, job.plan, job.options);
+  if (!a.trace.empty()) {
+    sim::WriteFileAtomically(a.trace, sim::ChromeTrace(r, "shardtune simulate · " + job.spec.name).dump() + "\n");
+  }
+  if (!a.job.json) {
+    for (const auto& w : job.warnings) err << "warning: " << w << "\n";
+    PrintTable(job, r, out);
+    return;
+  }
+  nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.simulate");
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
+  j["mfu"] = r.mfu;
+  j["model_flops_per_token"] = r.model_flops_per_token;
+  j["compute_s"] = r.compute_s;
+  j["exposed_comm_s"] = r.exposed_comm_s;
+  nlohmann::ordered_json phases = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.phases_s) phases[k] = v;
+  j["phases_s"] = phases;
+  j["peak_time_s"] = r.peak_time_s;
+  nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
+  for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
+  j["warnings"] = job.warnings;
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace shardtune::cli

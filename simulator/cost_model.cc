@@ -1,0 +1,86 @@
+// Compute and collective cost models.
+#include "simulator/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/errors.h"
+
+namespace shardtune::sim {
+namespace {
+
+// NCCL src/graph/tuning.cc, ncclTunerConstantsDefaults.baseLatencies, Simple protocol (us).
+constexpr double kRingBaseLatencyS = 8.4e-6;
+constexpr double kTreeBaseLatencyS = 8.4e-6;
+
+FlopsPerSecond Peak(const profiles::GpuSpec& gpu, model::DType dtype) {
+  switch (dtype) {
+    case model::DType::kBf16: return gpu.bf16_dense;
+    case model::DType::kFp16: return gpu.fp16_dense;
+    case model::DType::kFp32: return gpu.tf32_dense;  // torch allows TF32 matmuls for fp32 (opt-in)
+  }
+  return gpu.bf16_dense;
+}
+
+double FamilyEfficiency(const std::string& family, const CostConstants& k) {
+  if (family == "nvlink") return k.nvlink_efficiency;
+  if (family == "pcie") return k.pcie_efficiency;
+  return k.network_efficiency;
+}
+
+int Log2Ceil(int n) {
+  int l = 0;
+  while ((1 << l) < n) ++l;
+  return l;
+}
+
+}  // namespace
+
+Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_bytes,
+                    const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k) {
+  double peak = Peak(gpu, dtype).count();
+  double t = 0;
+  if (matmul_flops > 0) t += matmul_flops / (peak * k.matmul_efficiency);
+  if (attention_flops > 0) t += attention_flops / (peak * k.attention_efficiency);
+  if (memory_bytes > 0) t += memory_bytes / (gpu.memory_bandwidth.count() * k.memory_efficiency);
+  return Seconds::Of(t);
+}
+
+GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterSpec& cluster,
+                        const std::vector<std::vector<int>>& rings, const CostConstants& k) {
+  SHARDTUNE_CHECK(!rings.empty() && !rings.front().empty()) << "empty group";
+  const std::vector<int>& r = rings.front();
+  GroupLink g;
+  g.ranks = static_cast<int>(r.size());
+  g.nodes = topo.NodesSpanned(r);
+  g.intra_hop_latency = cluster.intra_node.latency;
+  g.inter_hop_latency = cluster.inter_node.latency;
+  if (g.ranks < 2) return g;
+  BytesPerSecond raw = rings.size() > 1 ? topo.ConcurrentRingBottleneck(rings) : topo.RingBottleneck(r);
+  const std::string& family = g.nodes > 1 ? cluster.inter_node.family : cluster.intra_node.family;
+  double eff = FamilyEfficiency(family, k);
+  if (g.nodes > 1) eff = std::min(eff, FamilyEfficiency(cluster.intra_node.family, k));
+  g.bus_bandwidth = BytesPerSecond::Of(raw.count() * eff);
+  return g;
+}
+
+Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g) {
+  int n = g.ranks;
+  if (n < 2) return Seconds();
+  double intra = g.intra_hop_latency.count(), inter = g.inter_hop_latency.count();
+  bool ar = c == profiles::Collective::kAllReduce;
+  int steps = ar ? 2 * (n - 1) : n - 1;
+  int inter_steps = g.nodes == 1 ? 0 : (ar ? 2 * (g.nodes - 1) : g.nodes - 1);
+  double ring = kRingBaseLatencyS + (steps - inter_steps) * intra + inter_steps * inter;
+  if (!ar) return Seconds::Of(ring);
+  double tree = kTreeBaseLatencyS + 2 * ((n / g.nodes - 1) * intra + Log2Ceil(g.nodes) * inter);
+  return Seconds::Of(std::min(ring, tree));
+}
+
+Seconds CollectiveTime(profiles::Collective c, Bytes full_size, const GroupLink& g) {
+  if (g.ranks < 2 || full_size.count() <= 0) return Seconds();
+  double bytes = static_cast<double>(full_size.count()) * profiles::BusBwFactor(c, g.ranks);
+  return CollectiveLatency(c, g) + Seconds::Of(bytes / g.bus_bandwidth.count());
+}
+
+}  // namespace shardtune::sim

@@ -1,0 +1,158 @@
+// Event-driven scheduling with per-stream FIFOs and fluid bandwidth sharing per link.
+#include "simulator/event_sim.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <queue>
+
+#include "model/errors.h"
+
+namespace shardtune::sim {
+namespace {
+
+enum class Ev : uint8_t { kFinish, kLatencyDone, kTransferDone };
+
+struct Event {
+  int64_t time;
+  uint64_t seq;
+  Ev kind;
+  int32_t op;
+  uint32_t version;
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+constexpr int kMaxLinks = 4;
+
+class Sim {
+ public:
+  Sim(const StepProgram& p, const std::vector<OpCost>& c) : p_(p), c_(c) {
+    size_t n = p.ops.size();
+    out_.start_ns.assign(n, -1);
+    out_.end_ns.assign(n, -1);
+    remaining_.assign(n, 0.0);
+    version_.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) queues_[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
+  }
+
+  Schedule Run() {
+    for (int s = 0; s < kNumStreams; ++s) TryStart(s);
+    while (!events_.empty()) {
+      Event e = events_.top();
+      events_.pop();
+      if (e.version != version_[static_cast<size_t>(e.op)]) continue;  // superseded by a rate change
+      Advance(e.time);
+      if (e.kind == Ev::kLatencyDone) {
+        JoinLink(e.op);
+      } else {
+        if (e.kind == Ev::kTransferDone) LeaveLink(e.op);
+        Finish(e.op);
+      }
+    }
+    for (size_t i = 0; i < p_.ops.size(); ++i) {
+      SHARDTUNE_CHECK(out_.end_ns[i] >= 0) << "op never ran: " << p_.OpName(i);
+    }
+    return out_;
+  }
+
+ private:
+  void Push(int64_t t, Ev kind, int32_t op) {
+    events_.push({t, seq_++, kind, op, version_[static_cast<size_t>(op)]});
+  }
+
+  bool Ready(int32_t op) const {
+    for (int32_t d : p_.ops[static_cast<size_t>(op)].deps) {
+      if (d >= 0 && out_.end_ns[static_cast<size_t>(d)] < 0) return false;
+    }
+    return true;
+  }
+
+  void TryStart(int s) {
+    auto& q = queues_[static_cast<size_t>(s)];
+    size_t& h = head_[static_cast<size_t>(s)];
+    if (busy_[static_cast<size_t>(s)] || h >= q.size()) return;
+    int32_t op = q[h];
+    if (!Ready(op)) return;
+    busy_[static_cast<size_t>(s)] = true;
+    auto i = static_cast<size_t>(op);
+    out_.start_ns[i] = now_;
+    const OpCost& c = c_[i];
+    if (c.transfer_ns > 0) Push(now_ + c.latency_ns, Ev::kLatencyDone, op);
+    else Push(now_ + c.fixed_ns + c.latency_ns, Ev::kFinish, op);
+  }
+
+  // Moves the clock, progressing every active transfer at its share of its link.
+  void Advance(int64_t t) {
+    double dt = static_cast<double>(t - now_);
+    if (dt > 0) {
+      for (int l = 0; l < kMaxLinks; ++l) {
+        auto& act = active_[static_cast<size_t>(l)];
+        if (act.empty()) continue;
+        double share = dt / static_cast<double>(act.size());
+        for (int32_t op : act) remaining_[static_cast<size_t>(op)] -= share;
+      }
+    }
+    now_ = t;
+  }
+
+  void Reschedule(int link) {
+    auto& act = active_[static_cast<size_t>(link)];
+    double k = static_cast<double>(act.size());
+    for (int32_t op : act) {
+      auto i = static_cast<size_t>(op);
+      ++version_[i];
+      double left = std::max(0.0, remaining_[i]);
+      Push(now_ + static_cast<int64_t>(std::llround(left * k)), Ev::kTransferDone, op);
+    }
+  }
+
+  int LinkOf(int32_t op) const {
+    return std::clamp<int>(c_[static_cast<size_t>(op)].link, 0, kMaxLinks - 1);
+  }
+
+  void JoinLink(int32_t op) {
+    remaining_[static_cast<size_t>(op)] = static_cast<double>(c_[static_cast<size_t>(op)].transfer_ns);
+    active_[static_cast<size_t>(LinkOf(op))].push_back(op);
+    Reschedule(LinkOf(op));
+  }
+
+  void LeaveLink(int32_t op) {
+    auto& act = active_[static_cast<size_t>(LinkOf(op))];
+    act.erase(std::find(act.begin(), act.end(), op));
+    Reschedule(LinkOf(op));
+  }
+
+  void Finish(int32_t op) {
+    auto i = static_cast<size_t>(op);
+    out_.end_ns[i] = now_;
+    out_.makespan_ns = std::max(out_.makespan_ns, now_);
+    auto s = static_cast<size_t>(p_.ops[i].stream);
+    busy_[s] = false;
+    ++head_[s];
+    for (int t = 0; t < kNumStreams; ++t) TryStart(t);
+  }
+
+  const StepProgram& p_;
+  const std::vector<OpCost>& c_;
+  Schedule out_;
+  std::array<std::vector<int32_t>, kNumStreams> queues_;
+  std::array<size_t, kNumStreams> head_{};
+  std::array<bool, kNumStreams> busy_{};
+  std::array<std::vector<int32_t>, kMaxLinks> active_;
+  std::vector<double> remaining_;
+  std::vector<uint32_t> version_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  int64_t now_ = 0;
+};
+
+}  // namespace
+
+int64_t ToNanos(double seconds) { return static_cast<int64_t>(std::llround(seconds * 1e9)); }
+
+Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs) {
+  SHARDTUNE_CHECK(costs.size() == program.ops.size()) << costs.size() << " costs for " << program.ops.size();
+  return Sim(program, costs).Run();
+}
+
+}  // namespace shardtune::sim

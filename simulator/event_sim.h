@@ -1,0 +1,35 @@
+// Discrete-event schedule of a StepProgram on one rank's streams (STYLE.md §7). An op starts
+// when every op it depends on has finished and its stream is free (streams run their ops in
+// program order). Collectives spend their latency term alone, then transfer; transfers that use
+// the same link at the same time share its bandwidth equally (fluid model). Equal times fire in
+// insertion order (a priority queue on (time, seq)), so schedules are deterministic.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "simulator/step_program.h"
+
+namespace shardtune::sim {
+
+// Cost of each op, precomputed by the caller: a fixed duration (compute, host work), or a
+// latency plus the seconds the transfer would take alone on its link.
+struct OpCost {
+  int64_t fixed_ns = 0;
+  int64_t latency_ns = 0;
+  int64_t transfer_ns = 0;  // > 0 marks a transfer
+  int8_t link = 0;          // transfers on the same link share its bandwidth
+};
+
+struct Schedule {
+  std::vector<int64_t> start_ns, end_ns;  // per op
+  int64_t makespan_ns = 0;
+};
+
+// REQUIRES: costs.size() == program.ops.size(); dependencies point to earlier ops.
+Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs);
+
+// Simulator time is int64 ns; seconds convert by rounding to nearest (STYLE.md §4).
+int64_t ToNanos(double seconds);
+
+}  // namespace shardtune::sim

@@ -1,0 +1,124 @@
+// SimulateStep: costs per op, the event schedule, and the step's figures.
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+
+namespace shardtune::sim {
+namespace {
+
+struct Links {
+  GroupLink shard, replicate, host;
+};
+
+Links DescribeLinks(const profiles::ClusterSpec& c, const MemoryReport& m, const CostConstants& k) {
+  profiles::Topology topo(c);
+  Links l;
+  std::vector<std::vector<int>> shard_rings, replica_rings;
+  for (int i = 0; i < m.replicas; ++i) shard_rings.push_back(topo.ShardGroup(m.shard_group, i));
+  for (int j = 0; j < m.shard_group; ++j) replica_rings.push_back(topo.ReplicaGroup(m.shard_group, j));
+  l.shard = DescribeGroup(topo, c, shard_rings, k);
+  l.replicate = DescribeGroup(topo, c, replica_rings, k);
+  // Host <-> device copies over the GPU's own PCIe link.
+  const profiles::LinkSpec& pcie = profiles::FindLink(c.gpu.host_link, "gpu " + c.gpu.name);
+  l.host.ranks = 2;
+  l.host.bus_bandwidth = BytesPerSecond::Of(pcie.bandwidth_per_direction.count() * k.pcie_efficiency);
+  l.host.intra_hop_latency = pcie.latency;
+  return l;
+}
+
+std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c,
+                            const model::Plan& plan, const Links& l, const CostConstants& k) {
+  std::vector<OpCost> costs(p.ops.size());
+  double host_bw = k.host_memory_bandwidth_per_node.count() / std::max(1, c.gpus_per_node);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const ProgramOp& op = p.ops[i];
+    OpCost& oc = costs[i];
+    double local = ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes, c.gpu,
+                               plan.param_dtype, k).count();
+    switch (op.kind) {
+      case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllReduce: {
+        const GroupLink& g = op.group == 1 ? l.replicate : l.shard;
+        double bytes = static_cast<double>(op.comm_bytes) * profiles::BusBwFactor(op.collective, g.ranks);
+        oc.latency_ns = ToNanos(local + (g.ranks > 1 ? CollectiveLatency(op.collective, g).count() : 0));
+        oc.transfer_ns = g.ranks > 1 && bytes > 0 ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count())) : 0;
+        oc.link = op.group;
+        break;
+      }
+      case OpKind::kHostToDevice: case OpKind::kDeviceToHost:
+        oc.latency_ns = ToNanos(l.host.intra_hop_latency.count());
+        oc.transfer_ns = std::max<int64_t>(1, ToNanos(static_cast<double>(op.comm_bytes) / l.host.bus_bandwidth.count()));
+        oc.link = 2;
+        break;
+      default:
+        oc.fixed_ns = op.stream == Stream::kHost ? ToNanos(op.memory_bytes / host_bw) : ToNanos(local);
+    }
+  }
+  return costs;
+}
+
+const char* PhaseOf(const ProgramOp& op) {
+  switch (op.kind) {
+    case OpKind::kForward: return "forward compute";
+    case OpKind::kBackward: return "backward compute";
+    case OpKind::kOptimizer: return "optimizer step";
+    case OpKind::kAllGather: return "all-gather";
+    case OpKind::kReduceScatter: return "reduce-scatter";
+    case OpKind::kAllReduce: return "replica all-reduce";
+    case OpKind::kHostToDevice: case OpKind::kDeviceToHost: return "host copies";
+    default: return "copy-in/copy-out";
+  }
+}
+
+double ModelFlopsPerToken(const model::ModelSpec& s, int64_t seq) {
+  // 6N for forward+backward of the parameters a token touches, 12·L·q_dim·S for attention
+  // scores and values (Chowdhery et al. 2022, PaLM, appendix B).
+  double n = s.moe.enabled() ? static_cast<double>(model::ActiveParamsPerToken(s))
+                             : static_cast<double>(model::ParameterCount(s));
+  return 6 * n + 12.0 * s.num_layers * static_cast<double>(s.q_dim()) * static_cast<double>(seq);
+}
+
+}  // namespace
+
+SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                       const model::Plan& plan, const SimOptions& o) {
+  MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, plan, o.memory, o.with_timeline);
+  SimReport r;
+  r.memory = std::move(est.report);
+  r.program = std::move(est.program);
+  Links links = DescribeLinks(cluster, r.memory, o.costs);
+  std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, o.costs);
+  r.schedule = RunEventSimulation(r.program, costs);
+  const auto& ops = r.program.ops;
+  int64_t t0 = 0, t1 = 0, compute = 0;
+  std::map<std::string, int64_t> phases;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    int64_t dur = r.schedule.end_ns[i] - r.schedule.start_ns[i];
+    if (ops[i].step == 0) t0 = std::max(t0, r.schedule.end_ns[i]);
+    if (ops[i].step != 1 || ops[i].kind == OpKind::kStartup) continue;
+    t1 = std::max(t1, r.schedule.end_ns[i]);
+    if (ops[i].stream == Stream::kDefault) compute += dur;
+    phases[PhaseOf(ops[i])] += dur;
+  }
+  int64_t step_ns = std::max<int64_t>(1, t1 - t0);
+  r.step_time_s = static_cast<double>(step_ns) * 1e-9;
+  r.compute_s = static_cast<double>(compute) * 1e-9;
+  r.exposed_comm_s = std::max(0.0, r.step_time_s - r.compute_s);
+  for (const auto& [k, v] : phases) r.phases_s.push_back({k, static_cast<double>(v) * 1e-9});
+  int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);
+  r.tokens_per_s = r.tokens_per_step / r.step_time_s;
+  r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();
+  r.model_flops_per_token = ModelFlopsPerToken(spec, seq);
+  r.mfu = r.model_flops_per_token * r.tokens_per_s_per_gpu / cluster.gpu.bf16_dense.count();
+  r.allocated_after = std::move(est.allocated_after);
+  size_t pk = est.peak_op;
+  int64_t step_start = ops[pk].step == 1 ? t0 : 0;
+  r.peak_time_s = static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9;
+  return r;
+}
+
+}  // namespace shardtune::sim

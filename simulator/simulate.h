@@ -1,0 +1,46 @@
+// One training step predicted in time: the StepProgram of the memory model scheduled by the
+// event simulator with the cost models. Step time, throughput, MFU, exposed communication, a
+// per-phase breakdown, and when the memory peak happens.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "profiles/cluster.h"
+#include "simulator/cost_model.h"
+#include "simulator/event_sim.h"
+#include "simulator/memory_model.h"
+
+namespace shardtune::sim {
+
+struct SimOptions {
+  MemoryOptions memory;
+  CostConstants costs;
+  bool with_timeline = true;  // build the memory timeline and op names (reports, traces)
+};
+
+struct SimReport {
+  MemoryReport memory;
+  double step_time_s = 0;            // the steady step (step 1)
+  double tokens_per_step = 0;        // whole job
+  double tokens_per_s = 0;           // whole job
+  double tokens_per_s_per_gpu = 0;
+  double model_flops_per_token = 0;  // 6N + 12·L·q_dim·S (PaLM appendix B convention)
+  double mfu = 0;                    // model FLOP/s per GPU over the dense bf16 peak
+  double compute_s = 0;              // compute stream busy in the step
+  double exposed_comm_s = 0;         // step time the compute stream spends waiting
+  std::vector<std::pair<std::string, double>> phases_s;  // per-phase busy seconds in the step
+  double peak_time_s = 0;            // when the memory peak's op starts, from its step's start
+  StepProgram program;
+  Schedule schedule;
+  std::vector<int64_t> allocated_after;  // bytes after each op (memory counter track)
+};
+
+// REQUIRES: inputs validated (Plan::Problems empty).
+SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                       const model::Plan& plan, const SimOptions& options = {});
+
+}  // namespace shardtune::sim

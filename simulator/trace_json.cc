@@ -1,0 +1,60 @@
+// Chrome trace JSON and atomic file writes.
+#include "simulator/trace_json.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "model/errors.h"
+
+namespace shardtune::sim {
+
+nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& process_name) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", process_name}}}});
+  for (int s = 0; s < kNumStreams; ++s) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", s},
+                      {"args", {{"name", ToString(static_cast<Stream>(s))}}}});
+  }
+  const auto& ops = r.program.ops;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    double ts = static_cast<double>(r.schedule.start_ns[i]) / 1e3;
+    double dur = static_cast<double>(r.schedule.end_ns[i] - r.schedule.start_ns[i]) / 1e3;
+    nlohmann::ordered_json args = {{"step", ops[i].step}, {"micro_batch", ops[i].micro}};
+    if (ops[i].comm_bytes > 0) args["bytes"] = ops[i].comm_bytes;
+    events.push_back({{"name", r.program.OpName(i)}, {"cat", ToString(ops[i].kind)}, {"ph", "X"},
+                      {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", static_cast<int>(ops[i].stream)},
+                      {"args", args}});
+    if (i < r.allocated_after.size()) {
+      events.push_back({{"name", "allocated bytes"}, {"ph", "C"}, {"ts", ts}, {"pid", 0},
+                        {"args", {{"allocated", r.allocated_after[i]}}}});
+    }
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw InputError(path + ": cannot write (" + std::strerror(errno) + ")");
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw InputError(path + ": write failed (" + std::strerror(err) + ")");
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw InputError(path + ": cannot finish writing (" + std::strerror(err) + ")");
+  }
+}
+
+}  // namespace shardtune::sim
