@@ -57,10 +57,10 @@ GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterS
   g.inter_hop_latency = cluster.inter_node.latency;
   if (g.ranks < 2) return g;
   BytesPerSecond raw = rings.size() > 1 ? topo.ConcurrentRingBottleneck(rings) : topo.RingBottleneck(r);
+  // The bottleneck of a ring that leaves its node is the network (NIC or PCIe to it); inside a
+  // node it is the intra-node link.
   const std::string& family = g.nodes > 1 ? cluster.inter_node.family : cluster.intra_node.family;
-  double eff = FamilyEfficiency(family, k);
-  if (g.nodes > 1) eff = std::min(eff, FamilyEfficiency(cluster.intra_node.family, k));
-  g.bus_bandwidth = BytesPerSecond::Of(raw.count() * eff);
+  g.bus_bandwidth = BytesPerSecond::Of(raw.count() * FamilyEfficiency(family, k));
   return g;
 }
 

@@ -3,6 +3,7 @@
 #include "simulator/memory_model.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "model/errors.h"
@@ -79,9 +80,70 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
 
 }  // namespace
 
+struct ModelCache::Impl {
+  std::string model_key;
+  std::map<std::string, std::vector<model::FsdpUnit>> units;
+  std::map<std::string, model::BlockActivations> blocks;
+  std::map<std::string, model::ActivationLedger> heads;
+  // Entries are for one model; a different spec clears them.
+  void Check(const model::ModelSpec& s) {
+    std::string k = s.name + "/" + std::to_string(s.num_layers) + "/" + std::to_string(s.hidden) + "/" +
+                    std::to_string(s.vocab_size) + "/" + std::to_string(s.ffn_hidden);
+    if (k != model_key) {
+      model_key = k;
+      units.clear();
+      blocks.clear();
+      heads.clear();
+    }
+  }
+};
+
+namespace {
+std::string ActKey(const model::ActivationOptions& o) {
+  return std::to_string(static_cast<int>(o.dtype)) + "/" + std::to_string(static_cast<int>(o.attention)) + "/" +
+         std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) + "/" +
+         std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len);
+}
+}  // namespace
+
+ModelCache::ModelCache() : impl_(std::make_unique<Impl>()) {}
+ModelCache::~ModelCache() = default;
+
+const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& spec,
+                                                      const model::WrapPolicy& w) {
+  impl_->Check(spec);
+  std::string key = model::WrapSpecToString(w) + "/" + std::to_string(w.embedding_unit) +
+                    std::to_string(w.head_unit);
+  auto it = impl_->units.find(key);
+  if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w)).first;
+  return it->second;
+}
+
+const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
+                                                 const model::ActivationOptions& o) {
+  impl_->Check(spec);
+  auto it = impl_->blocks.find(ActKey(o));
+  if (it == impl_->blocks.end()) it = impl_->blocks.emplace(ActKey(o), model::ComputeBlockActivations(spec, o)).first;
+  return it->second;
+}
+
+const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
+                                                const model::ActivationOptions& o) {
+  impl_->Check(spec);
+  auto it = impl_->heads.find(ActKey(o));
+  if (it == impl_->heads.end()) it = impl_->heads.emplace(ActKey(o), model::ComputeHeadActivations(spec, o)).first;
+  return it->second;
+}
+
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const profiles::ClusterSpec& cluster, const Plan& plan,
-                                         const MemoryOptions& options, bool with_timeline) {
+                                         const MemoryOptions& options, bool with_timeline,
+                                         ModelCache* cache) {
+  std::unique_ptr<ModelCache> own;
+  if (!cache) {
+    own = std::make_unique<ModelCache>();
+    cache = own.get();
+  }
   MemoryEstimate est;
   MemoryReport& r = est.report;
   r.world = cluster.world_size();
@@ -91,16 +153,16 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   WalkSetup w;
   w.spec = &spec;
   w.plan = &plan;
-  w.units = model::BuildFsdpUnits(spec, plan.wrap);
+  w.units = &cache->Units(spec, plan.wrap);
   w.shard_n = r.shard_group;
   w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
-  w.block = model::ComputeBlockActivations(spec, act);
-  w.head = model::ComputeHeadActivations(spec, act);
+  w.block = &cache->Block(spec, act);
+  w.head = &cache->Head(spec, act);
   int64_t master = ShardedParamBytesPerElement(plan);
   int64_t padded_shard = 0;
-  for (const auto& u : w.units) {
+  for (const auto& u : *w.units) {
     r.parameters += u.NumParams();
     padded_shard += u.PaddedShardNumel(r.shard_group);
     r.units.push_back({u.name, u.NumParams(),

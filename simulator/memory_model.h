@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/model_spec.h"
+#include "model/module_tree.h"
 #include "model/plan.h"
 #include "model/units.h"
 #include "profiles/cluster.h"
@@ -98,6 +101,21 @@ struct MemoryReport {
   HostMemory host;
 };
 
+// Results many plans of one model share: FSDP units per wrap policy, activation ledgers per
+// setting. The planner and the benchmark keep one per model and thread; not thread-safe.
+class ModelCache {
+ public:
+  ModelCache();
+  ~ModelCache();
+  const std::vector<model::FsdpUnit>& Units(const model::ModelSpec& spec, const model::WrapPolicy& w);
+  const model::BlockActivations& Block(const model::ModelSpec& spec, const model::ActivationOptions& o);
+  const model::ActivationLedger& Head(const model::ModelSpec& spec, const model::ActivationOptions& o);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The program and the report built from it (`simulate` schedules the same program in time).
 struct MemoryEstimate {
   StepProgram program;
@@ -108,7 +126,7 @@ struct MemoryEstimate {
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const profiles::ClusterSpec& cluster,
                                          const model::Plan& plan, const MemoryOptions& options,
-                                         bool with_timeline = true);
+                                         bool with_timeline = true, ModelCache* cache = nullptr);
 
 // REQUIRES: spec and plan valid for the cluster (Plan::Problems empty).
 MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,

@@ -14,8 +14,8 @@ struct Links {
   GroupLink shard, replicate, host;
 };
 
-Links DescribeLinks(const profiles::ClusterSpec& c, const MemoryReport& m, const CostConstants& k) {
-  profiles::Topology topo(c);
+Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec& c,
+                    const MemoryReport& m, const CostConstants& k) {
   Links l;
   std::vector<std::vector<int>> shard_rings, replica_rings;
   for (int i = 0; i < m.replicas; ++i) shard_rings.push_back(topo.ShardGroup(m.shard_group, i));
@@ -83,13 +83,35 @@ double ModelFlopsPerToken(const model::ModelSpec& s, int64_t seq) {
 
 }  // namespace
 
+struct SimContext::Impl {
+  explicit Impl(const profiles::ClusterSpec& c) : topo(c) {}
+  profiles::Topology topo;
+  ModelCache models;
+  std::map<int, Links> links;  // by shard group size (efficiencies fixed per context use)
+};
+
+SimContext::SimContext(const profiles::ClusterSpec& cluster) : impl_(std::make_unique<Impl>(cluster)) {}
+SimContext::~SimContext() = default;
+
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                       const model::Plan& plan, const SimOptions& o) {
-  MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, plan, o.memory, o.with_timeline);
+                       const model::Plan& plan, const SimOptions& o, SimContext* ctx) {
+  std::unique_ptr<SimContext> own;
+  if (!ctx) {
+    own = std::make_unique<SimContext>(cluster);
+    ctx = own.get();
+  }
+  MemoryEstimate est =
+      EstimateMemoryWithProgram(spec, cluster, plan, o.memory, o.with_timeline, &ctx->impl().models);
   SimReport r;
   r.memory = std::move(est.report);
   r.program = std::move(est.program);
-  Links links = DescribeLinks(cluster, r.memory, o.costs);
+  auto& cache = ctx->impl().links;
+  auto it = cache.find(r.memory.shard_group);
+  if (it == cache.end() || own) {
+    it = cache.insert_or_assign(r.memory.shard_group,
+                                DescribeLinks(ctx->impl().topo, cluster, r.memory, o.costs)).first;
+  }
+  const Links& links = it->second;
   std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, o.costs);
   r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;

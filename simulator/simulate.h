@@ -3,6 +3,7 @@
 // per-phase breakdown, and when the memory peak happens.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,8 +40,23 @@ struct SimReport {
   std::vector<int64_t> allocated_after;  // bytes after each op (memory counter track)
 };
 
-// REQUIRES: inputs validated (Plan::Problems empty).
+// What simulations of one cluster can share: its topology graph and the group descriptions
+// already computed (keyed by shard group size). Not thread-safe; one per thread.
+class SimContext {
+ public:
+  explicit SimContext(const profiles::ClusterSpec& cluster);
+  ~SimContext();
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// REQUIRES: inputs validated (Plan::Problems empty). `ctx`, when given, must have been built for
+// `cluster`; it saves rebuilding the topology on every call.
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                       const model::Plan& plan, const SimOptions& options = {});
+                       const model::Plan& plan, const SimOptions& options = {},
+                       SimContext* ctx = nullptr);
 
 }  // namespace shardtune::sim

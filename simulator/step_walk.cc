@@ -17,11 +17,11 @@ int64_t ShardedParamBytesPerElement(const model::Plan& plan) {
 }
 
 StepProgram BuildStepProgram(const WalkSetup& setup) {
-  SHARDTUNE_CHECK(setup.spec && setup.plan) << "incomplete setup";
+  SHARDTUNE_CHECK(setup.spec && setup.plan && setup.units && setup.block && setup.head) << "incomplete setup";
   StepProgram prog;
   prog.num_layers = setup.spec->num_layers;
   prog.grad_accum = setup.plan->grad_accum;
-  for (const auto& u : setup.units) prog.unit_names.push_back(u.name);
+  for (const auto& u : *setup.units) prog.unit_names.push_back(u.name);
   internal::Walker(setup, &prog).Run();
   return prog;
 }

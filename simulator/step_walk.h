@@ -16,12 +16,12 @@ namespace shardtune::sim {
 struct WalkSetup {
   const model::ModelSpec* spec = nullptr;
   const model::Plan* plan = nullptr;
-  std::vector<model::FsdpUnit> units;
+  const std::vector<model::FsdpUnit>* units = nullptr;
   int shard_n = 1;        // ranks a unit is sharded over
   int replicas = 1;       // HSDP replicas (all-reduce group size)
   int64_t seq_len = 1;    // S
-  model::BlockActivations block;
-  model::ActivationLedger head;
+  const model::BlockActivations* block = nullptr;
+  const model::ActivationLedger* head = nullptr;
 };
 
 StepProgram BuildStepProgram(const WalkSetup& setup);

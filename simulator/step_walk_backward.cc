@@ -28,14 +28,14 @@ void Walker::ForwardCompute(int seg) {
     double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
     Cur().attention_flops = attn * tokens_;
     Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn) * tokens_;
-    Cur().memory_bytes = s_.block.full.elementwise_traffic_per_token * tokens_;
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.block.full.forward_peak_per_token - residual_));
+    Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.forward_peak_per_token - residual_));
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
   } else {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
-    Cur().memory_bytes = s_.head.elementwise_traffic_per_token * tokens_;
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.head.forward_peak_per_token - residual_));
-    Alloc(Category::kLoss, Stream::kDefault, Tok(s_.head.saved_per_token));
+    Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.forward_peak_per_token - residual_));
+    Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
   }
 }
 
@@ -49,10 +49,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   if (seg == model::FinalNormSegment(L)) return;  // its compute is counted with the head
   if (seg == model::HeadSegment(L)) {
     Cur().matmul_flops = kMatmulBackwardRatio * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
-    Cur().memory_bytes = kElementwiseBackwardRatio * s_.head.elementwise_traffic_per_token * tokens_;
-    Free(Category::kLoss, Stream::kDefault, Tok(s_.head.saved_per_token));
+    Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
+    Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.head.backward_peak_per_token));
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.backward_peak_per_token));
     if (p_.keep_logits) {
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
@@ -61,7 +61,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     int b = seg - 1;
     double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
     double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn;
-    double elem = s_.block.full.elementwise_traffic_per_token;
+    double elem = block_.full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
     double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
@@ -69,7 +69,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(s_.block.full.backward_peak_per_token));
+    Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.backward_peak_per_token));
   } else {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
   }
@@ -79,27 +79,24 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
 // BACKWARD_PRE, prefetches the next one (FSDP2 default: one unit ahead). Gradients of a unit's
 // parameters appear (param dtype, unpadded) in the segment that used them.
 void Walker::Backward() {
-  const auto& units = s_.units;
   int L = s_.spec->num_layers;
   bool sync = !p_.no_sync || micro_ == p_.grad_accum - 1;
   for (int seg = model::NumSegments(L) - 1; seg >= 0; --seg) {
-    for (size_t i = 0; i < units.size(); ++i) {
-      if (units[i].last_segment != seg) continue;
+    for (int32_t ei : ends_[static_cast<size_t>(seg)]) {
+      auto i = static_cast<size_t>(ei);
       Unshard(i, false);
       if (p_.backward_prefetch == model::BackwardPrefetch::kPre) PrefetchBackward(seg);
     }
     int64_t grads = 0;
-    for (size_t i = 0; i < units.size(); ++i) {
-      int64_t g = 0;
-      for (const auto& prm : units[i].params) g += prm.segment == seg ? prm.numel() * e_param_ : 0;
-      if (g == 0 || inplace_accum_[i]) continue;  // no_sync without a reduce dtype: += in place
+    for (const auto& [ui, g] : grads_by_segment_[static_cast<size_t>(seg)]) {
+      auto i = static_cast<size_t>(ui);
+      if (inplace_accum_[i]) continue;  // no_sync without a reduce dtype: += in place
       unsharded_grad_[i] += g;
       grads += g;
     }
     BackwardCompute(seg, grads);
-    for (size_t i = units.size(); i-- > 0;) {
-      if (units[i].first_segment == seg) PostBackward(i, sync);
-    }
+    const auto& starts = starts_[static_cast<size_t>(seg)];
+    for (size_t k = starts.size(); k-- > 0;) PostBackward(static_cast<size_t>(starts[k]), sync);
   }
   Begin(OpKind::kPostBackward, Stream::kDefault, -1, -1);
   Dep(last_reduce_);
@@ -111,14 +108,16 @@ void Walker::Backward() {
   }
 }
 
+// The next unit in backward order: the latest-ending unit that ends before `seg` and is neither
+// gathered nor already prefetched.
 void Walker::PrefetchBackward(int seg) {
-  int best = -1;
-  for (size_t j = 0; j < s_.units.size(); ++j) {
-    const auto& u = s_.units[j];
-    if (u.last_segment >= seg || gathered_[j] || prefetch_op_[j] >= 0) continue;
-    if (best < 0 || u.last_segment > s_.units[static_cast<size_t>(best)].last_segment) best = static_cast<int>(j);
+  if (!NeedsGatherCopy()) return;
+  for (int32_t j : backward_order_) {
+    auto i = static_cast<size_t>(j);
+    if (units_[i].last_segment >= seg || gathered_[i] || prefetch_op_[i] >= 0) continue;
+    IssueAllGather(i, last_copy_out_);
+    return;
   }
-  if (best >= 0 && NeedsGatherCopy()) IssueAllGather(static_cast<size_t>(best), last_copy_out_);
 }
 
 }  // namespace shardtune::sim::internal
@@ -131,7 +130,7 @@ namespace shardtune::sim::internal {
 // dropped; the output (padded shard, reduce-scatter stream) becomes the sharded grads or is
 // added into them. HSDP then all-reduces the shard across replicas; offload copies it D2H.
 void Walker::PostBackward(size_t i, bool sync) {
-  const auto& u = s_.units[i];
+  const auto& u = units_[i];
   auto unit = static_cast<int32_t>(i);
   int32_t post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
   Reshard(i);
@@ -154,7 +153,7 @@ void Walker::PostBackward(size_t i, bool sync) {
   }
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
-  int64_t shard = u.PaddedShardNumel(n_);
+  int64_t shard = shard_numel_[i];
   int64_t rs_in = shard * n_ * e_reduce_;
   Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
   Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + accumulated_[i] + rs_in);
@@ -209,7 +208,7 @@ void Walker::OptimizerStep() {
   Dep(last_reduce_);
   Dep(last_d2h_);
   int64_t shard = 0, largest = 0, factored = 0;
-  for (const auto& u : s_.units) {
+  for (const auto& u : units_) {
     shard += u.PaddedShardNumel(n_);
     for (const auto& prm : u.params) {
       int64_t ps = prm.PaddedShardNumel(n_);

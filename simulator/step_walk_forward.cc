@@ -10,13 +10,14 @@ namespace shardtune::sim::internal {
 
 using model::Plan;
 
-Walker::Walker(const WalkSetup& s, StepProgram* prog) : s_(s), prog_(prog), p_(*s.plan) {
+Walker::Walker(const WalkSetup& s, StepProgram* prog)
+    : s_(s), units_(*s.units), block_(*s.block), head_(*s.head), prog_(prog), p_(*s.plan) {
   n_ = s.shard_n;
   tokens_ = static_cast<double>(p_.micro_batch) * static_cast<double>(s.seq_len);
   e_param_ = model::BytesPerElement(p_.param_dtype);
   e_reduce_ = model::BytesPerElement(p_.reduce_dtype);
   residual_ = model::ResidualPerToken(*s.spec, model::ActivationOptionsFor(p_, s.seq_len));
-  size_t u = s.units.size();
+  size_t u = s.units->size();
   gathered_.assign(u, false);
   has_sharded_grad_.assign(u, false);
   inplace_accum_.assign(u, false);
@@ -25,6 +26,30 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog) : s_(s), prog_(prog), p_(*
   unsharded_grad_.assign(u, 0);
   accumulated_.assign(u, 0);
   sharded_grad_.assign(u, 0);
+  auto segs = static_cast<size_t>(model::NumSegments(s.spec->num_layers));
+  starts_.assign(segs, {});
+  ends_.assign(segs, {});
+  grads_by_segment_.assign(segs, {});
+  shard_numel_.resize(u);
+  for (size_t i = 0; i < u; ++i) {
+    const auto& unit = units_[i];
+    shard_numel_[i] = unit.PaddedShardNumel(n_);
+    backward_order_.push_back(static_cast<int32_t>(i));
+    starts_[static_cast<size_t>(unit.first_segment)].push_back(static_cast<int32_t>(i));
+    ends_[static_cast<size_t>(unit.last_segment)].push_back(static_cast<int32_t>(i));
+    std::vector<int64_t> by_seg(segs, 0);
+    for (const auto& prm : unit.params) by_seg[static_cast<size_t>(prm.segment)] += prm.numel() * e_param_;
+    for (size_t g = 0; g < segs; ++g) {
+      if (by_seg[g] > 0) grads_by_segment_[g].push_back({static_cast<int32_t>(i), by_seg[g]});
+    }
+  }
+  std::stable_sort(backward_order_.begin(), backward_order_.end(), [&](int32_t a, int32_t b) {
+    return units_[static_cast<size_t>(a)].last_segment > units_[static_cast<size_t>(b)].last_segment;
+  });
+  // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
+  size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(p_.grad_accum) + 8;
+  prog_->ops.reserve(2 * per_step + 1);
+  prog_->actions.reserve(4 * per_step + u);
 }
 
 int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment) {
@@ -70,7 +95,7 @@ void Walker::Run() {
   // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   if (p_.offload != model::Offload::kAll) {
-    for (const auto& u : s_.units) {
+    for (const auto& u : units_) {
       Alloc(Category::kShardedParams, Stream::kDefault, u.PaddedShardNumel(n_) * ShardedParamBytesPerElement(p_));
     }
   }
@@ -92,7 +117,7 @@ bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
 
 int64_t Walker::GatheredBytes(size_t i) const {
   // Unsharded params: ws x padded shard per param, param dtype (FSDPParam.init_all_gather_outputs).
-  return s_.units[i].PaddedShardNumel(n_) * n_ * e_param_;
+  return shard_numel_[i] * n_ * e_param_;
 }
 
 bool Walker::NeedsGatherCopy() const {
@@ -105,7 +130,7 @@ bool Walker::NeedsGatherCopy() const {
 // copy-in waits for the previous copy-out (the AllGatherState event) or, without backward
 // prefetch, for the backward compute that precedes it.
 void Walker::IssueAllGather(size_t i, int32_t dep) {
-  int64_t shard = s_.units[i].PaddedShardNumel(n_);
+  int64_t shard = shard_numel_[i];
   int32_t h2d = -1;
   if (p_.offload != model::Offload::kNone) {
     h2d = Begin(OpKind::kHostToDevice, Stream::kCopy, static_cast<int32_t>(i), -1);
@@ -167,17 +192,17 @@ bool Walker::Checkpointed(int block) const {
 }
 
 double Walker::BlockSaved(int block) const {
-  if (Checkpointed(block)) return s_.block.checkpoint_input_per_token;
-  if (p_.checkpointing == model::Checkpointing::kSelective) return s_.block.selective_per_token;
-  return s_.block.full.saved_per_token;
+  if (Checkpointed(block)) return block_.checkpoint_input_per_token;
+  if (p_.checkpointing == model::Checkpointing::kSelective) return block_.selective_per_token;
+  return block_.full.saved_per_token;
 }
 
 void Walker::Forward() {
   int L = s_.spec->num_layers;
-  const auto& units = s_.units;
+  const auto& units = units_;
   for (int seg = 0; seg < model::NumSegments(L); ++seg) {
-    for (size_t i = 0; i < units.size(); ++i) {
-      if (units[i].first_segment != seg) continue;
+    for (int32_t si : starts_[static_cast<size_t>(seg)]) {
+      auto i = static_cast<size_t>(si);
       Unshard(i, true);
       if (p_.forward_prefetch) {  // explicit prefetch of the next unit to start
         for (size_t j = i + 1; j < units.size(); ++j) {
@@ -189,8 +214,10 @@ void Walker::Forward() {
       }
     }
     ForwardCompute(seg);
-    for (size_t k = units.size(); k-- > 0;) {
-      if (units[k].last_segment == seg && ReshardAfterForward(units[k])) Reshard(k);
+    const auto& ends = ends_[static_cast<size_t>(seg)];
+    for (size_t e = ends.size(); e-- > 0;) {
+      auto k = static_cast<size_t>(ends[e]);
+      if (ReshardAfterForward(units[k])) Reshard(k);
     }
   }
   // The root's post-forward flushes the last kept all-gather buffer.

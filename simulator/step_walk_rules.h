@@ -41,7 +41,16 @@ class Walker {
   int64_t Tok(double per_token) const { return static_cast<int64_t>(per_token * tokens_); }
 
   const WalkSetup& s_;
+  const std::vector<model::FsdpUnit>& units_;
+  const model::BlockActivations& block_;
+  const model::ActivationLedger& head_;
   StepProgram* prog_;
+  // Per forward segment: units whose span starts / ends there, and (unit, gradient bytes) of
+  // the parameters it uses (precomputed: the walk visits every segment of every pass).
+  std::vector<std::vector<int32_t>> starts_, ends_;
+  std::vector<std::vector<std::pair<int32_t, int64_t>>> grads_by_segment_;
+  std::vector<int64_t> shard_numel_;     // padded shard elements per unit
+  std::vector<int32_t> backward_order_;  // units by last segment, latest first (outer first on ties)
   const model::Plan& p_;
   int n_ = 1;
   double tokens_ = 0, residual_ = 0;

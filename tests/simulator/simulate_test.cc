@@ -1,0 +1,171 @@
+// FSDP semantics of the simulated step, one test each, and properties of the time model.
+#include "simulator/simulate.h"
+
+#include <cstdlib>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "model/module_tree.h"
+#include "model/presets.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::sim {
+namespace {
+
+model::Plan Plan(int64_t seq = 512) {
+  model::Plan p;
+  p.seq_len = seq;
+  return p;
+}
+
+int Count(const SimReport& r, OpKind k, int step = 1, int micro = -1) {
+  int n = 0;
+  for (const auto& op : r.program.ops) {
+    n += op.kind == k && op.step == step && (micro < 0 || op.micro == micro);
+  }
+  return n;
+}
+
+int Units(const model::ModelSpec& s, const model::Plan& p) {
+  return static_cast<int>(model::BuildFsdpUnits(s, p.wrap).size());
+}
+
+// FULL_SHARD: every unit is all-gathered for forward and, being resharded, again for backward;
+// the root stays gathered, so it is gathered once.
+TEST(SimulateTest, FullShardGathersTwicePerUnitExceptRoot) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  auto r = SimulateStep(s, c, Plan());
+  int u = Units(s, Plan());
+  EXPECT_EQ(Count(r, OpKind::kAllGather), 2 * (u - 1) + 1);
+  EXPECT_EQ(Count(r, OpKind::kReduceScatter), u);
+}
+
+TEST(SimulateTest, ShardGradOpGathersOncePerUnit) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  model::Plan p = Plan();
+  p.strategy = model::ShardingStrategy::kShardGradOp;
+  p.reshard_after_forward = false;
+  auto r = SimulateStep(s, profiles::ParseClusterShorthand("8xH100"), p);
+  EXPECT_EQ(Count(r, OpKind::kAllGather), Units(s, p));
+}
+
+// Accumulation: without no_sync every micro-batch reduce-scatters; with it only the last does.
+TEST(SimulateTest, NoSyncReducesOnlyOnTheLastMicroBatch) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p = Plan();
+  p.grad_accum = 3;
+  int u = Units(s, p);
+  auto sync = SimulateStep(s, c, p);
+  EXPECT_EQ(Count(sync, OpKind::kReduceScatter), 3 * u);
+  p.no_sync = true;
+  auto nosync = SimulateStep(s, c, p);
+  EXPECT_EQ(Count(nosync, OpKind::kReduceScatter, 1, 0), 0);
+  EXPECT_EQ(Count(nosync, OpKind::kReduceScatter, 1, 2), u);
+}
+
+// HSDP: reduce-scatter in the shard group, then all-reduce of the shard across replicas.
+TEST(SimulateTest, HybridShardAllReducesAcrossReplicas) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  model::Plan p = Plan();
+  p.strategy = model::ShardingStrategy::kHybridShard;
+  auto r = SimulateStep(s, profiles::ParseClusterShorthand("2x8xH100"), p);
+  int u = Units(s, p);
+  EXPECT_EQ(Count(r, OpKind::kReduceScatter), u);
+  EXPECT_EQ(Count(r, OpKind::kAllReduce), u);
+  for (const auto& op : r.program.ops) {
+    if (op.kind == OpKind::kAllReduce) {
+      EXPECT_EQ(op.group, 1);
+    }
+  }
+}
+
+// The optimizer step waits for the last gradient reduction of the step.
+TEST(SimulateTest, OptimizerStartsAfterTheLastReduction) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  auto r = SimulateStep(s, profiles::ParseClusterShorthand("8xH100"), Plan());
+  int64_t last_rs = 0, opt_start = -1;
+  for (size_t i = 0; i < r.program.ops.size(); ++i) {
+    const auto& op = r.program.ops[i];
+    if (op.step != 1) continue;
+    if (op.kind == OpKind::kReduceScatter) last_rs = std::max(last_rs, r.schedule.end_ns[i]);
+    if (op.kind == OpKind::kOptimizer) opt_start = r.schedule.start_ns[i];
+  }
+  EXPECT_GE(opt_start, last_rs);
+}
+
+// Backward prefetch: with BACKWARD_PRE the next unit's all-gather is issued at this unit's
+// pre-backward and overlaps its compute; with none it waits for that compute to end.
+TEST(SimulateTest, BackwardPrefetchOverlapsTheNextAllGather) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("2x8xH100");
+  model::Plan pre = Plan(2048);
+  model::Plan none = pre;
+  none.backward_prefetch = model::BackwardPrefetch::kNone;
+  auto a = SimulateStep(s, c, pre);
+  auto b = SimulateStep(s, c, none);
+  EXPECT_LT(a.step_time_s, b.step_time_s);
+  EXPECT_LE(a.exposed_comm_s, b.exposed_comm_s);
+}
+
+TEST(SimulateTest, EstimateAndSimulateAgreeOnThePeak) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p = Plan(4096);
+  p.grad_accum = 2;
+  auto sim = SimulateStep(s, c, p);
+  auto est = EstimateMemory(s, c, p);
+  EXPECT_EQ(sim.memory.peak_allocated, est.peak_allocated);
+  EXPECT_EQ(sim.memory.peak_phase, est.peak_phase);
+}
+
+// A serial case: one GPU, fp32 params (no gather copy), NO_SHARD: every op is on the compute
+// stream. With memory-bound and attention work made free, the step is the matmul FLOPs of
+// forward (2 per weight per token) and backward (4) for blocks and LM head over peak x eff.
+TEST(SimulateTest, SerialCaseEqualsClosedForm) {
+  auto s = model::FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("1xH100");
+  model::Plan p = Plan(256);
+  p.strategy = model::ShardingStrategy::kNoShard;
+  p.param_dtype = model::DType::kFp32;
+  SimOptions o;
+  o.costs.memory_efficiency = 1e12;
+  o.costs.attention_efficiency = 1e12;
+  auto r = SimulateStep(s, c, p, o);
+  double h = static_cast<double>(s.hidden), kv = static_cast<double>(s.kv_dim());
+  double block_w = 2 * h * h + 2 * h * kv + 3 * h * static_cast<double>(s.ffn_hidden);
+  double head_w = static_cast<double>(s.vocab_size) * h;
+  double tokens = 256;
+  double flops = 6 * (block_w * s.num_layers + head_w) * tokens;
+  double expected = flops / (c.gpu.tf32_dense.count() * o.costs.matmul_efficiency);
+  EXPECT_NEAR(r.step_time_s, expected, expected * 1e-3 + 1e-8);
+  EXPECT_NEAR(r.exposed_comm_s, 0, 1e-8);
+}
+
+// Properties: more FLOP/s or more bandwidth never makes a step slower; results are repeatable.
+TEST(SimulateTest, StepTimeMonotoneInHardware) {
+  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
+  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 7;
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto s = model::FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("2x8xH100");
+  for (int i = 0; i < 6; ++i) {
+    model::Plan p = Plan(256 << (rng() % 3));
+    p.micro_batch = 1 + static_cast<int>(rng() % 3);
+    p.grad_accum = 1 + static_cast<int>(rng() % 2);
+    SimOptions base, faster_gpu, faster_net;
+    faster_gpu.costs.matmul_efficiency *= 1.2;
+    faster_net.costs.network_efficiency *= 1.2;
+    faster_net.costs.nvlink_efficiency *= 1.1;
+    double t = SimulateStep(s, c, p, base).step_time_s;
+    EXPECT_LE(SimulateStep(s, c, p, faster_gpu).step_time_s, t);
+    EXPECT_LE(SimulateStep(s, c, p, faster_net).step_time_s, t);
+    EXPECT_EQ(SimulateStep(s, c, p, base).step_time_s, t);
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::sim
