@@ -129,4 +129,47 @@ TEST(CliTest, FlagsOverridePlanFile) {
   EXPECT_EQ(nlohmann::json::parse(r.out).at("plan").at("micro_batch").get<int>(), 3);
 }
 
+TEST(CliTest, SimulateJsonHasTimeKeysAndMatchesEstimatePeak) {
+  Result sim = RunCli("simulate --model llama3.2-1b --cluster 8xH100 --seq-len 1024 --json");
+  Result est = RunCli("estimate --model llama3.2-1b --cluster 8xH100 --seq-len 1024 --json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  ASSERT_EQ(est.code, 0) << est.err;
+  auto s = nlohmann::json::parse(sim.out);
+  auto e = nlohmann::json::parse(est.out);
+  for (const char* k : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "compute_s",
+                        "exposed_comm_s", "phases_s", "fits", "host"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  EXPECT_EQ(s.at("per_rank").at("peak_bytes"), e.at("per_rank").at("peak_bytes"));
+  EXPECT_EQ(s.at("per_rank").at("peak_phase"), e.at("per_rank").at("peak_phase"));
+  // tokens/s = global batch x S / step time (8 ranks x micro-batch 1 x 1024 tokens)
+  EXPECT_NEAR(s.at("tokens_per_s").get<double>(), 8 * 1024 / s.at("step_time_s").get<double>(), 1e-6 * 8 * 1024);
+}
+
+TEST(CliTest, SimulateWritesAChromeTrace) {
+  std::string trace = TempPath("trace.json");
+  Result r = RunCli("simulate --model tiny-llama --cluster 2xH100 --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(trace);
+  auto j = nlohmann::json::parse(in);
+  int complete = 0, counters = 0;
+  for (const auto& ev : j.at("traceEvents")) {
+    complete += ev.at("ph") == "X";
+    counters += ev.at("ph") == "C";
+  }
+  EXPECT_GT(complete, 0);
+  EXPECT_EQ(complete, counters);  // one memory counter sample per op
+}
+
+TEST(CliTest, SimulateListsEveryPlanProblem) {
+  Result r = RunCli("simulate --strategy hybrid_shard --shard-group 3 --micro-batch 0 --global-batch 7");
+  ExpectOneLineError(r, "shard");
+  EXPECT_THAT(r.err, ::testing::HasSubstr("micro_batch"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--global-batch"));
+}
+
+TEST(CliTest, SimulateRejectsRangesBeyondTheModel) {
+  ExpectOneLineError(RunCli("simulate --model tiny-llama --wrap ranges:0-1,2-9"), "ranges");
+}
+
 }  // namespace
