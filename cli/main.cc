@@ -7,6 +7,7 @@
 #include "cli/estimate_cmd.h"
 #include "cli/list_cmds.h"
 #include "cli/simulate_cmd.h"
+#include "cli/tune_cmd.h"
 #include "model/errors.h"
 
 namespace {
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   AddEstimateCommand(&app, &estimate);
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);
+  TuneArgs tune;
+  AddTuneCommand(&app, &tune);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("gpus")) RunGpus(gpus_json, std::cout);
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
+    if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInput;

@@ -93,6 +93,19 @@ struct SimContext::Impl {
 SimContext::SimContext(const profiles::ClusterSpec& cluster) : impl_(std::make_unique<Impl>(cluster)) {}
 SimContext::~SimContext() = default;
 
+ModelCache& CacheOf(SimContext& ctx) { return ctx.impl().models; }
+
+double ComputeLowerBoundS(const StepProgram& p, const profiles::ClusterSpec& c,
+                          const model::Plan& plan, const CostConstants& k) {
+  double t = 0;
+  for (const auto& op : p.ops) {
+    if (op.step != 1 || op.stream != Stream::kDefault || op.kind == OpKind::kStartup) continue;
+    t += static_cast<double>(ToNanos(ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes,
+                                                 c.gpu, plan.param_dtype, k).count())) * 1e-9;
+  }
+  return t;
+}
+
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                        const model::Plan& plan, const SimOptions& o, SimContext* ctx) {
   std::unique_ptr<SimContext> own;
@@ -102,12 +115,18 @@ SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec
   }
   MemoryEstimate est =
       EstimateMemoryWithProgram(spec, cluster, plan, o.memory, o.with_timeline, &ctx->impl().models);
+  return SimulateProgram(std::move(est), spec, cluster, plan, o, ctx);
+}
+
+SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
+                          const profiles::ClusterSpec& cluster, const model::Plan& plan,
+                          const SimOptions& o, SimContext* ctx) {
   SimReport r;
   r.memory = std::move(est.report);
   r.program = std::move(est.program);
   auto& cache = ctx->impl().links;
   auto it = cache.find(r.memory.shard_group);
-  if (it == cache.end() || own) {
+  if (it == cache.end()) {
     it = cache.insert_or_assign(r.memory.shard_group,
                                 DescribeLinks(ctx->impl().topo, cluster, r.memory, o.costs)).first;
   }

@@ -53,6 +53,16 @@ class SimContext {
   std::unique_ptr<Impl> impl_;
 };
 
+// Schedules a memory estimate's program (the rest of SimulateStep); `est` is consumed.
+SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
+                          const profiles::ClusterSpec& cluster, const model::Plan& plan,
+                          const SimOptions& options, SimContext* ctx);
+// A lower bound on the steady step time: the compute stream runs its ops one after another, so
+// the step takes at least their summed durations (no communication counted).
+double ComputeLowerBoundS(const StepProgram& program, const profiles::ClusterSpec& cluster,
+                          const model::Plan& plan, const CostConstants& costs);
+ModelCache& CacheOf(SimContext& ctx);
+
 // REQUIRES: inputs validated (Plan::Problems empty). `ctx`, when given, must have been built for
 // `cluster`; it saves rebuilding the topology on every call.
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,

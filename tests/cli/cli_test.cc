@@ -172,4 +172,36 @@ TEST(CliTest, SimulateRejectsRangesBeyondTheModel) {
   ExpectOneLineError(RunCli("simulate --model tiny-llama --wrap ranges:0-1,2-9"), "ranges");
 }
 
+TEST(CliTest, TuneWritesAWinnerThatEstimateReads) {
+  std::string plan = TempPath("winner.json");
+  Result r = RunCli("tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 --top 2 --out " + plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("Top plans"));
+  Result e = RunCli("estimate --model tiny-llama --cluster 2xH100 --plan " + plan + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  auto j = nlohmann::json::parse(e.out);
+  // micro-batch x grad-accum x 2 ranks = the requested global batch of 8
+  EXPECT_EQ(j.at("plan").at("micro_batch").get<int>() * j.at("plan").value("grad_accum", 1) * 2, 8);
+}
+
+TEST(CliTest, TuneJsonRanksBestFirst) {
+  Result r = RunCli("tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& top = j.at("top");
+  ASSERT_GE(top.size(), 1u);
+  for (size_t i = 1; i < top.size(); ++i) {
+    EXPECT_GE(top[i - 1].at("tokens_per_s").get<double>(), top[i].at("tokens_per_s").get<double>());
+  }
+  EXPECT_TRUE(j.at("fits").get<bool>());
+}
+
+TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
+  ExpectOneLineError(RunCli("tune --global-batch 8 --global-batch-tokens 65536 --seq-len 8192"),
+                     "exactly one");
+  ExpectOneLineError(RunCli("tune --global-batch 12 --seq-len 1024"), "multiple of the 8");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --objective cost"), "--price-per-gpu-hour");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --grad-accum 2"), "--grad-accum");
+}
+
 }  // namespace

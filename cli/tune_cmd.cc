@@ -1,0 +1,192 @@
+// `shardtune tune`: request validation, the search, and its report.
+#include "cli/tune_cmd.h"
+
+#include <cstdio>
+#include <chrono>
+#include <iomanip>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/format.h"
+#include "model/errors.h"
+#include "model/plan_json.h"
+#include "model/presets.h"
+#include "planner/search.h"
+#include "profiles/cluster.h"
+#include "simulator/profile_json.h"
+#include "simulator/trace_json.h"
+
+namespace shardtune::cli {
+namespace {
+
+bool Given(const TuneArgs& a, const char* flag) { return a.plan.app && a.plan.app->count(flag) > 0; }
+
+plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
+                                 const profiles::ClusterSpec& c) {
+  std::vector<std::string> problems;
+  plan::SearchRequest req;
+  model::Plan given = BuildPlan(a.plan);
+  int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
+  req.base = given;
+  req.seq_len = given.seq_len > 0 ? given.seq_len : spec.max_seq_len;
+  if (req.seq_len > spec.max_seq_len) {
+    problems.push_back("--seq-len: expected at most the model's max_seq_len " + std::to_string(spec.max_seq_len) +
+                       ", got " + std::to_string(req.seq_len));
+  }
+  int world = c.world_size();
+  if ((global_batch > 0) == (a.global_batch_tokens > 0)) {
+    problems.push_back("--global-batch / --global-batch-tokens: expected exactly one of them");
+  } else if (a.global_batch_tokens > 0 && a.global_batch_tokens % req.seq_len != 0) {
+    problems.push_back("--global-batch-tokens: expected a multiple of --seq-len " + std::to_string(req.seq_len) +
+                       ", got " + std::to_string(a.global_batch_tokens));
+  }
+  req.global_batch = global_batch > 0 ? global_batch : a.global_batch_tokens / std::max<int64_t>(1, req.seq_len);
+  if (req.global_batch > 0 && req.global_batch % world != 0) {
+    problems.push_back("global batch: expected a multiple of the " + std::to_string(world) +
+                       " data-parallel ranks, got " + std::to_string(req.global_batch) + " sequences");
+  }
+  if (a.objective == "throughput") req.objective = plan::Objective::kThroughput;
+  else if (a.objective == "memory") req.objective = plan::Objective::kMemory;
+  else if (a.objective == "cost") req.objective = plan::Objective::kCost;
+  else problems.push_back("--objective: expected throughput, memory or cost, got \"" + a.objective + "\"");
+  if (a.objective == "cost" && a.price_per_gpu_hour <= 0) {
+    problems.push_back("--price-per-gpu-hour: expected a price > 0 with --objective cost");
+  }
+  if (a.top < 1) problems.push_back("--top: expected >= 1, got " + std::to_string(a.top));
+  if (Given(a, "--micro-batch") && req.global_batch % world == 0 &&
+      (given.micro_batch < 1 || (req.global_batch / world) % given.micro_batch != 0)) {
+    problems.push_back("--micro-batch: expected a divisor of the per-rank batch " +
+                       std::to_string(req.global_batch / world) + ", got " + std::to_string(given.micro_batch));
+  }
+  if (Given(a, "--grad-accum")) problems.push_back("--grad-accum: follows from --global-batch and --micro-batch in tune; leave it out");
+  if (!problems.empty()) {
+    std::string msg;
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw InputError(msg);
+  }
+  req.objective == plan::Objective::kMemory ? void(req.min_tokens_per_s = a.min_tokens_per_s) : void();
+  req.price_per_gpu_hour = a.price_per_gpu_hour;
+  req.top_k = a.top;
+  // A plan flag given on the command line fixes that dimension of the search.
+  if (Given(a, "--strategy")) req.space.strategies = {given.strategy};
+  if (Given(a, "--shard-group")) req.space.hybrid_shard_groups = {given.shard_group_size};
+  if (Given(a, "--wrap")) req.space.wraps = {given.wrap};
+  if (Given(a, "--micro-batch")) req.space.micro_batches = {given.micro_batch};
+  if (Given(a, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
+  if (Given(a, "--offload")) req.space.offloads = {given.offload};
+  if (Given(a, "--forward-prefetch")) req.space.forward_prefetch = {true};
+  if (Given(a, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
+  if (!a.profile.empty()) req.options.memory.constants = sim::ReadProfileFile(a.profile).memory;
+  return req;
+}
+
+nlohmann::ordered_json CandidateJson(const plan::Candidate& c) {
+  return {{"key", c.key}, {"tokens_per_s", c.tokens_per_s}, {"mfu", c.mfu}, {"step_time_s", c.step_time_s},
+          {"exposed_comm_s", c.exposed_comm_s}, {"required_bytes", c.required.count()},
+          {"headroom_bytes", (c.capacity - c.required).count()},
+          {"dollars_per_million_tokens", c.dollars_per_million_tokens},
+          {"why_not_best", c.why_not_best}, {"plan", model::PlanToJson(c.plan)}};
+}
+
+void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                const plan::SearchRequest& req, const plan::SearchResult& r, std::ostream& out) {
+  out << "shardtune tune: " << spec.name << " on " << c.name << ", global batch " << req.global_batch << " x "
+      << req.seq_len << " tokens, objective " << a.objective << "\n";
+  out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
+      << " s: " << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
+      << " checked for memory, " << r.pruned_by_time_bound << " ruled out by the time lower bound, "
+      << r.simulated << " simulated\n\n";
+  if (r.top.empty()) {
+    out << r.advice_if_none << "\n";
+  } else {
+    out << "Top plans\n";
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      const auto& t = r.top[i];
+      out << "  " << i + 1 << ". " << std::setprecision(0) << t.tokens_per_s << " tokens/s, MFU "
+          << std::setprecision(1) << 100 * t.mfu << "%, step " << std::setprecision(3) << t.step_time_s
+          << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n";
+      if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
+    }
+    out << "\nPareto front (less memory, or more throughput, than every other plan)\n";
+    for (const auto& p : r.pareto) {
+      out << "  " << std::setw(10) << FormatBytes(p.required) << std::setw(12) << std::setprecision(0)
+          << p.tokens_per_s << " tokens/s  " << p.key << "\n";
+    }
+  }
+  out << "\nWhy the others lost\n";
+  for (const auto& x : r.rejected) {
+    out << "  " << std::setw(6) << x.count << "  " << x.reason << "\n          e.g. " << x.example << "\n";
+  }
+}
+
+}  // namespace
+
+void AddTuneCommand(CLI::App* app, TuneArgs* a) {
+  CLI::App* sub = app->add_subcommand("tune", "Search FSDP plans and rank them for a cluster");
+  sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")->capture_default_str();
+  sub->add_option("--cluster", a->cluster, "Shorthand or cluster JSON")->capture_default_str();
+  sub->add_option("--global-batch-tokens", a->global_batch_tokens, "Tokens per optimizer step, whole job");
+  sub->add_option("--objective", a->objective, "throughput|memory|cost")->capture_default_str();
+  sub->add_option("--min-tokens-per-s", a->min_tokens_per_s, "Throughput floor for --objective memory");
+  sub->add_option("--price-per-gpu-hour", a->price_per_gpu_hour, "Dollars per GPU-hour for --objective cost");
+  sub->add_option("--top", a->top, "How many plans to rank")->capture_default_str();
+  sub->add_option("--out", a->out, "Write the winning plan (shardtune.plan JSON)");
+  sub->add_option("--profile", a->profile, "Calibrated profile JSON")->check(CLI::ExistingFile);
+  sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  AddPlanFlags(sub, &a->plan);
+}
+
+void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> warnings;
+  model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
+  profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
+  plan::SearchRequest req = BuildRequest(a, spec, cluster);
+  bool bar = !a.json && ::isatty(2);
+  auto start = std::chrono::steady_clock::now();
+  auto progress = [&](int64_t done, int64_t total) {
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!bar || el < 1.0) return;
+    int width = 30, filled = static_cast<int>(width * done / std::max<int64_t>(1, total));
+    err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), ' ')
+        << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
+  };
+  plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
+  if (!a.out.empty() && !r.top.empty()) {
+    sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
+  }
+  if (!a.json) {
+    for (const auto& w : warnings) err << "warning: " << w << "\n";
+    PrintTable(a, spec, cluster, req, r, out);
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["schema"] = "shardtune.tune";
+  j["schema_version"] = 1;
+  j["model"] = {{"name", spec.name}, {"parameters", model::ParameterCount(spec)}};
+  j["cluster"] = {{"name", cluster.name}, {"world_size", cluster.world_size()}};
+  j["global_batch"] = req.global_batch;
+  j["seq_len"] = req.seq_len;
+  j["objective"] = a.objective;
+  j["enumerated"] = r.enumerated;
+  j["pruned_by_memory_bound"] = r.pruned_by_memory_bound;
+  j["pruned_by_time_bound"] = r.pruned_by_time_bound;
+  j["simulated"] = r.simulated;
+  nlohmann::ordered_json top = nlohmann::ordered_json::array(), pareto = nlohmann::ordered_json::array();
+  for (const auto& c : r.top) top.push_back(CandidateJson(c));
+  for (const auto& c : r.pareto) pareto.push_back(CandidateJson(c));
+  j["top"] = top;
+  j["pareto"] = pareto;
+  nlohmann::ordered_json rej = nlohmann::ordered_json::array();
+  for (const auto& x : r.rejected) {
+    rej.push_back({{"reason", x.reason}, {"count", x.count}, {"example", x.example},
+                   {"smallest_required_bytes", x.smallest_required.count()}});
+  }
+  j["rejected"] = rej;
+  j["fits"] = !r.top.empty();
+  j["advice_if_none"] = r.advice_if_none;
+  j["warnings"] = warnings;
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace shardtune::cli

@@ -1,0 +1,31 @@
+// `shardtune tune`: search FSDP plans for a model, cluster and global batch; rank them; explain
+// the losers; write the winner.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/plan_flags.h"
+
+namespace shardtune::cli {
+
+struct TuneArgs {
+  std::string model = "llama3-8b";
+  std::string cluster = "8xH100";
+  int64_t global_batch_tokens = 0;  // tokens (alternative to the plan flag --global-batch)
+  std::string objective = "throughput";
+  double min_tokens_per_s = 0;
+  double price_per_gpu_hour = 0;
+  int top = 5;
+  std::string out;                  // PLAN.json for the winner
+  std::string profile;
+  bool json = false;
+  PlanFlags plan;                   // given flags fix that dimension of the search
+};
+
+void AddTuneCommand(CLI::App* app, TuneArgs* args);
+void RunTune(const TuneArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace shardtune::cli

@@ -1,0 +1,157 @@
+// Plan enumeration, pruning, simulation and ranking for `shardtune tune`.
+#include "planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "planner/search_rank.h"
+
+namespace shardtune::plan {
+namespace {
+
+using model::Plan;
+
+std::vector<int> Divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  }
+  return d;
+}
+
+// HSDP shard groups: inside one node (divisors of GPUs per node, >= 2) or whole nodes (multiples
+// of GPUs per node), dividing the world and smaller than it (the topology-aware choice: shard
+// groups stay inside NVLink domains first).
+std::vector<int> HybridGroups(const profiles::ClusterSpec& c) {
+  std::vector<int> g;
+  int world = c.world_size(), gpn = c.gpus_per_node;
+  for (int d : Divisors(world)) {
+    if (d < 2 || d >= world) continue;
+    if (gpn % d == 0 || d % gpn == 0) g.push_back(d);
+  }
+  return g;
+}
+
+SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                     const SearchRequest& req) {
+  SearchSpace s = req.space;
+  if (s.strategies.empty()) {
+    s.strategies = {model::ShardingStrategy::kFullShard, model::ShardingStrategy::kShardGradOp,
+                    model::ShardingStrategy::kNoShard};
+    if (!HybridGroups(c).empty()) {
+      s.strategies.push_back(model::ShardingStrategy::kHybridShard);
+      s.strategies.push_back(model::ShardingStrategy::kHybridShardZero2);
+    }
+  }
+  if (s.hybrid_shard_groups.empty()) s.hybrid_shard_groups = HybridGroups(c);
+  if (s.wraps.empty()) {
+    s.wraps.push_back(model::WrapPolicy{});
+    for (int k : {2, 4}) {
+      if (spec.num_layers < 2 * k) continue;
+      model::WrapPolicy w;
+      w.kind = model::WrapPolicy::Kind::kEveryK;
+      w.every_k = k;
+      s.wraps.push_back(w);
+    }
+  }
+  if (s.micro_batches.empty()) s.micro_batches = Divisors(req.global_batch / c.world_size());
+  if (s.checkpointing.empty()) {
+    s.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
+                       model::Checkpointing::kEveryK, model::Checkpointing::kFull};
+  }
+  if (s.offloads.empty()) s.offloads = {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll};
+  if (s.forward_prefetch.empty()) s.forward_prefetch = {false, true};
+  if (s.backward_prefetch.empty()) s.backward_prefetch = {model::BackwardPrefetch::kPre, model::BackwardPrefetch::kNone};
+  return s;
+}
+
+}  // namespace
+
+const char* ToString(Objective o) {
+  switch (o) {
+    case Objective::kThroughput: return "throughput";
+    case Objective::kMemory: return "memory";
+    case Objective::kCost: return "cost";
+  }
+  return "?";
+}
+
+std::string PlanKey(const Plan& p) {
+  std::string k = model::ToString(p.strategy);
+  if (p.Hybrid()) k += "/" + std::to_string(p.shard_group_size);
+  k += " wrap=" + model::WrapSpecToString(p.wrap) + " mb=" + std::to_string(p.micro_batch) +
+       "x" + std::to_string(p.grad_accum) + " ckpt=" + model::CheckpointingSpecToString(p) +
+       " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
+       " bwd_prefetch=" + model::ToString(p.backward_prefetch);
+  return k;
+}
+
+std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                                 const SearchRequest& req) {
+  SearchSpace s = Defaults(spec, c, req);
+  int64_t per_rank = req.global_batch / c.world_size();
+  std::vector<Plan> out;
+  for (auto strategy : s.strategies) {
+    std::vector<int> groups = {0};
+    bool hybrid = strategy == model::ShardingStrategy::kHybridShard ||
+                  strategy == model::ShardingStrategy::kHybridShardZero2;
+    if (hybrid) groups = s.hybrid_shard_groups;
+    for (int g : groups) {
+      for (const auto& w : s.wraps) {
+        for (int mb : s.micro_batches) {
+          if (mb <= 0 || per_rank % mb != 0) continue;
+          for (auto ck : s.checkpointing) {
+            for (auto off : s.offloads) {
+              for (bool fp : s.forward_prefetch) {
+                for (auto bp : s.backward_prefetch) {
+                  // Units that stay gathered through backward issue no backward all-gather:
+                  // backward prefetch cannot matter, so only the default is searched.
+                  if (!model::StrategyReshardsAfterForward(strategy) && bp != s.backward_prefetch.front()) continue;
+                  Plan p = req.base;
+                  p.strategy = strategy;
+                  p.shard_group_size = g;
+                  p.reshard_after_forward = model::StrategyReshardsAfterForward(strategy);
+                  p.wrap = w;
+                  p.micro_batch = mb;
+                  p.grad_accum = static_cast<int>(per_rank / mb);
+                  p.seq_len = req.seq_len;
+                  p.checkpointing = ck;
+                  p.checkpoint_every_k = ck == model::Checkpointing::kEveryK ? 2 : 1;
+                  p.offload = off;
+                  p.forward_prefetch = fp;
+                  p.backward_prefetch = bp;
+                  out.push_back(p);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                         const SearchRequest& req, const std::function<void(int64_t, int64_t)>& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  SHARDTUNE_CHECK(req.global_batch % cluster.world_size() == 0) << "global batch not divisible";
+  std::vector<Plan> plans = EnumeratePlans(spec, cluster, req);
+  Ranker ranker(spec, cluster, req);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    ranker.Consider(plans[i]);
+    if (progress && (i % 64 == 0 || i + 1 == plans.size())) {
+      progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(plans.size()));
+    }
+  }
+  SearchResult r = ranker.Finish();
+  r.enumerated = static_cast<int64_t>(plans.size());
+  r.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace shardtune::plan

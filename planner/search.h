@@ -1,0 +1,92 @@
+// The plan search behind `shardtune tune`: enumerate FSDP plans for a model, cluster and global
+// batch; prune by a memory lower bound, then by a time lower bound against the current top-k;
+// simulate the rest; rank by the objective; keep the Pareto front of memory vs throughput and
+// say why every other plan lost.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "profiles/cluster.h"
+#include "simulator/simulate.h"
+
+namespace shardtune::plan {
+
+enum class Objective { kThroughput, kMemory, kCost };
+const char* ToString(Objective o);
+
+struct SearchSpace {
+  // Each list is searched in full; an empty list means the default set for the cluster.
+  std::vector<model::ShardingStrategy> strategies;
+  std::vector<int> hybrid_shard_groups;          // default: divisors of the world that keep
+                                                 // a group inside a node, plus whole nodes
+  std::vector<model::WrapPolicy> wraps;          // default: block, every:2, every:4
+  std::vector<int> micro_batches;                // default: divisors of the per-rank batch
+  std::vector<model::Checkpointing> checkpointing;  // default: none, selective, every:2, full
+  std::vector<model::Offload> offloads;          // default: none, optimizer, all
+  std::vector<bool> forward_prefetch;            // default: false, true
+  std::vector<model::BackwardPrefetch> backward_prefetch;  // default: pre, none
+};
+
+struct SearchRequest {
+  int64_t global_batch = 0;  // sequences per optimizer step over the whole job
+  int64_t seq_len = 0;
+  Objective objective = Objective::kThroughput;
+  double min_tokens_per_s = 0;        // kMemory: throughput floor
+  double price_per_gpu_hour = 0;      // kCost: dollars per GPU-hour
+  int top_k = 5;
+  model::Plan base;                   // knobs not searched (dtypes, optimizer, modeling, ...)
+  SearchSpace space;
+  sim::SimOptions options;
+  bool prune = true;                  // false: simulate every plan that fits (for tests)
+};
+
+struct Candidate {
+  model::Plan plan;
+  std::string key;             // compact description, unique per plan
+  double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  double exposed_comm_s = 0, compute_s = 0;
+  Bytes required, capacity;
+  std::string peak_phase;
+  double objective = 0;        // lower is better
+  double dollars_per_million_tokens = 0;
+  std::string why_not_best;    // filled for ranked plans after the first
+};
+
+struct Rejection {
+  std::string reason;          // grouped, e.g. "OOM: model states alone exceed the GPU"
+  int count = 0;
+  std::string example;         // one plan key and the figure, e.g. "... needs 91.2 GiB"
+  Bytes smallest_required;     // the least memory any plan in the group needed
+};
+
+struct SearchResult {
+  std::vector<Candidate> top;      // best first
+  std::vector<Candidate> pareto;   // memory vs throughput, by required memory
+  std::vector<Rejection> rejected;
+  int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;
+  int64_t memory_checked = 0, simulated = 0;
+  int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above
+  Bytes smallest_required;         // over everything checked (for "nothing fits" answers)
+  std::string advice_if_none;      // what would make the model fit, when nothing does
+  double search_s = 0;
+};
+
+// REQUIRES: request.global_batch divisible by the world size, seq_len valid for the model.
+// `progress` (may be empty) is called with (done, total) now and then. Deterministic.
+SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                         const SearchRequest& request,
+                         const std::function<void(int64_t, int64_t)>& progress = {});
+
+// All plans of the space, in search order (exposed for tests and the exhaustive check).
+std::vector<model::Plan> EnumeratePlans(const model::ModelSpec& spec,
+                                        const profiles::ClusterSpec& cluster,
+                                        const SearchRequest& request);
+std::string PlanKey(const model::Plan& p);
+
+}  // namespace shardtune::plan

@@ -1,0 +1,36 @@
+// Benchmark (not a test): whole plan-search time and plans evaluated per second, for
+// llama3-405b on 16x8xH100 and llama3-8b on 8xH100 (issue #4's speed cases). One core.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "model/presets.h"
+#include "planner/search.h"
+#include "profiles/cluster.h"
+
+int main() {
+  using namespace shardtune;
+  struct Case { const char* model; const char* cluster; int64_t batch; int64_t seq; };
+  for (const Case& k : {Case{"llama3-405b", "16x8xH100", 256, 8192}, Case{"llama3-8b", "8xH100", 64, 8192}}) {
+    auto spec = model::FindModelPreset(k.model);
+    auto cluster = profiles::ParseClusterShorthand(k.cluster);
+    plan::SearchRequest req;
+    req.global_batch = k.batch;
+    req.seq_len = k.seq;
+    std::vector<double> secs;
+    plan::SearchResult r;
+    for (int rep = 0; rep < 3; ++rep) {
+      r = plan::SearchPlans(spec, cluster, req);
+      secs.push_back(r.search_s);
+    }
+    std::sort(secs.begin(), secs.end());
+    double med = secs[1];
+    std::printf("%s on %s, global batch %lld x %lld: search median %.3f s (min %.3f, max %.3f) over 3; "
+                "%lld plans, %.0f plans/s; %lld memory-checked, %lld simulated; %s\n",
+                k.model, k.cluster, static_cast<long long>(k.batch), static_cast<long long>(k.seq), med,
+                secs.front(), secs.back(), static_cast<long long>(r.enumerated), r.enumerated / med,
+                static_cast<long long>(r.memory_checked), static_cast<long long>(r.simulated),
+                r.top.empty() ? "no plan fits" : r.top.front().key.c_str());
+  }
+  return 0;
+}
