@@ -85,7 +85,7 @@ void Walker::Backward() {
     for (int32_t ei : ends_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ei);
       Unshard(i, false);
-      if (p_.backward_prefetch == model::BackwardPrefetch::kPre) PrefetchBackward(seg);
+      if (p_.backward_prefetch == model::BackwardPrefetch::kPre) PrefetchBackward(seg, last_copy_out_);
     }
     int64_t grads = 0;
     for (const auto& [ui, g] : grads_by_segment_[static_cast<size_t>(seg)]) {
@@ -109,13 +109,14 @@ void Walker::Backward() {
 }
 
 // The next unit in backward order: the latest-ending unit that ends before `seg` and is neither
-// gathered nor already prefetched.
-void Walker::PrefetchBackward(int seg) {
+// gathered nor already prefetched. BACKWARD_PRE issues it at the current unit's pre-backward
+// (after its copy-out); BACKWARD_POST at its post-backward, after its gradient computation.
+void Walker::PrefetchBackward(int seg, int32_t dep) {
   if (!NeedsGatherCopy()) return;
   for (int32_t j : backward_order_) {
     auto i = static_cast<size_t>(j);
     if (units_[i].last_segment >= seg || gathered_[i] || prefetch_op_[i] >= 0) continue;
-    IssueAllGather(i, last_copy_out_);
+    IssueAllGather(i, dep);
     return;
   }
 }
@@ -134,6 +135,10 @@ void Walker::PostBackward(size_t i, bool sync) {
   auto unit = static_cast<int32_t>(i);
   int32_t post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
   Reshard(i);
+  if (p_.backward_prefetch == model::BackwardPrefetch::kPost) {
+    PrefetchBackward(u.first_segment, last_backward_);
+    if (Cur().kind != OpKind::kPostBackward) post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
+  }
   if (!sync) {
     // set_requires_gradient_sync(False): to_accumulated_grad_if_needed keeps an fp32 copy of the
     // whole unsharded grad until the syncing micro-batch; without a reduce dtype the

@@ -160,13 +160,19 @@ void Walker::Unshard(size_t i, bool forward) {
   if (gathered_[i]) return;
   gathered_[i] = true;
   if (!NeedsGatherCopy()) return;
+  // An explicitly prefetched unit's buffer is freed after its copy-out, like backward's; only the
+  // implicit forward path keeps it for the next unit (wait_for_unshard, AllGatherState).
+  bool implicit = forward && prefetch_op_[i] < 0;
   if (prefetch_op_[i] < 0) IssueAllGather(i, forward ? last_copy_out_ : last_backward_);
   last_copy_out_ = Begin(OpKind::kCopyOut, Stream::kDefault, static_cast<int32_t>(i), -1);
   Dep(prefetch_op_[i]);
-  if (forward) Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
+  if (forward) {
+    Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
+    deferred_ag_ = 0;
+  }
   Alloc(Category::kGathered, Stream::kDefault, GatheredBytes(i));
   Cur().memory_bytes = 2.0 * static_cast<double>(GatheredBytes(i));
-  if (forward) {
+  if (implicit) {
     deferred_ag_ = prefetched_[i];
   } else {
     Free(Category::kAllGatherBuffers, Stream::kAllGather, prefetched_[i]);
@@ -204,12 +210,14 @@ void Walker::Forward() {
     for (int32_t si : starts_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(si);
       Unshard(i, true);
-      if (p_.forward_prefetch) {  // explicit prefetch of the next unit to start
-        for (size_t j = i + 1; j < units.size(); ++j) {
-          if (units[j].first_segment > seg && !gathered_[j] && prefetch_op_[j] < 0) {
-            IssueAllGather(j, last_copy_out_);
-            break;
-          }
+      if (p_.forward_prefetch) {
+        // Explicit prefetch (set_modules_to_forward_prefetch): the next units to start, up to
+        // max_inflight_allgathers - 1 ahead of the one being computed.
+        int budget = std::max(1, p_.max_inflight_allgathers - 1);
+        for (size_t j = i + 1; j < units.size() && budget > 0; ++j) {
+          if (units[j].first_segment <= seg || gathered_[j]) continue;
+          if (prefetch_op_[j] < 0) IssueAllGather(j, last_copy_out_);
+          --budget;
         }
       }
     }

@@ -30,7 +30,7 @@ class Walker {
   void IssueAllGather(size_t i, int32_t dep);
   void Unshard(size_t i, bool forward);
   void Reshard(size_t i);
-  void PrefetchBackward(int seg);
+  void PrefetchBackward(int seg, int32_t dep);
   void PostBackward(size_t i, bool sync);
   void OptimizerStep();
   bool ReshardAfterForward(const model::FsdpUnit& u) const;

@@ -169,3 +169,43 @@ TEST(SimulateTest, StepTimeMonotoneInHardware) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+Bytes AgPeak(const SimReport& r) {
+  for (const auto& kv : r.memory.category_peaks) {
+    if (kv.first == "all-gather buffers") return kv.second;
+  }
+  return Bytes();
+}
+
+// Explicit forward prefetch with a limit of N in-flight all-gathers keeps up to N-1 units'
+// flat buffers ahead of the one computing: raising the limit raises the all-gather buffer peak.
+TEST(SimulateTest, InflightAllGatherLimitBoundsPrefetchedBuffers) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan two = Plan(1024);
+  two.forward_prefetch = true;
+  two.max_inflight_allgathers = 2;
+  model::Plan four = two;
+  four.max_inflight_allgathers = 4;
+  auto a = SimulateStep(s, c, two), b = SimulateStep(s, c, four);
+  EXPECT_GT(AgPeak(b), AgPeak(a));
+  EXPECT_EQ(Count(a, OpKind::kAllGather), Count(b, OpKind::kAllGather));
+}
+
+// BACKWARD_POST issues the next all-gather only after this unit's gradients are computed, so it
+// cannot overlap that compute: never faster than BACKWARD_PRE.
+TEST(SimulateTest, BackwardPostPrefetchesLaterThanPre) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("2x8xH100");
+  model::Plan pre = Plan(2048);
+  model::Plan post = pre;
+  post.backward_prefetch = model::BackwardPrefetch::kPost;
+  EXPECT_LE(SimulateStep(s, c, pre).step_time_s, SimulateStep(s, c, post).step_time_s);
+  EXPECT_EQ(Count(SimulateStep(s, c, post), OpKind::kAllGather), Count(SimulateStep(s, c, pre), OpKind::kAllGather));
+}
+
+}  // namespace
+}  // namespace shardtune::sim
