@@ -50,6 +50,11 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
   if (s.hybrid_shard_groups.empty()) s.hybrid_shard_groups = HybridGroups(c);
   if (s.wraps.empty()) {
     s.wraps.push_back(model::WrapPolicy{});
+    if (!spec.tied_embeddings) {  // torchtitan's grouping: embedding, blocks, [norm, output]
+      model::WrapPolicy titan;
+      titan.embedding_unit = titan.head_unit = true;
+      s.wraps.push_back(titan);
+    }
     for (int k : {2, 4}) {
       if (spec.num_layers < 2 * k) continue;
       model::WrapPolicy w;
@@ -83,7 +88,8 @@ const char* ToString(Objective o) {
 std::string PlanKey(const Plan& p) {
   std::string k = model::ToString(p.strategy);
   if (p.Hybrid()) k += "/" + std::to_string(p.shard_group_size);
-  k += " wrap=" + model::WrapSpecToString(p.wrap) + " mb=" + std::to_string(p.micro_batch) +
+  k += " wrap=" + model::WrapSpecToString(p.wrap) + (p.wrap.embedding_unit ? "+embedding" : "") +
+       (p.wrap.head_unit ? "+head" : "") + " mb=" + std::to_string(p.micro_batch) +
        "x" + std::to_string(p.grad_accum) + " ckpt=" + model::CheckpointingSpecToString(p) +
        " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
        " bwd_prefetch=" + model::ToString(p.backward_prefetch);

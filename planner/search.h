@@ -25,7 +25,8 @@ struct SearchSpace {
   std::vector<model::ShardingStrategy> strategies;
   std::vector<int> hybrid_shard_groups;          // default: divisors of the world that keep
                                                  // a group inside a node, plus whole nodes
-  std::vector<model::WrapPolicy> wraps;          // default: block, every:2, every:4
+  std::vector<model::WrapPolicy> wraps;          // default: block, block with separate
+                                                 // embedding and head units, every:2, every:4
   std::vector<int> micro_batches;                // default: divisors of the per-rank batch
   std::vector<model::Checkpointing> checkpointing;  // default: none, selective, every:2, full
   std::vector<model::Offload> offloads;          // default: none, optimizer, all

@@ -28,7 +28,7 @@ int main() {
     std::printf("%s on %s, global batch %lld x %lld: search median %.3f s (min %.3f, max %.3f) over 3; "
                 "%lld plans, %.0f plans/s; %lld memory-checked, %lld simulated; %s\n",
                 k.model, k.cluster, static_cast<long long>(k.batch), static_cast<long long>(k.seq), med,
-                secs.front(), secs.back(), static_cast<long long>(r.enumerated), r.enumerated / med,
+                secs.front(), secs.back(), static_cast<long long>(r.enumerated), static_cast<double>(r.enumerated) / med,
                 static_cast<long long>(r.memory_checked), static_cast<long long>(r.simulated),
                 r.top.empty() ? "no plan fits" : r.top.front().key.c_str());
   }
