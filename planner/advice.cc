@@ -1,6 +1,7 @@
 // Advice rules over a MemoryReport. Thresholds are presentation choices (when a sentence is
 // worth printing), not model constants.
 #include "planner/advice.h"
+#include "planner/text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,11 +9,6 @@
 namespace shardtune::plan {
 namespace {
 
-std::string GiB(Bytes b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", b.gib());
-  return buf;
-}
 
 Bytes At(const sim::MemoryReport& r, const std::string& cat) {
   for (const auto& kv : r.peak_breakdown) {
@@ -34,9 +30,9 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       if (a.fits()) { best = &a; break; }
     }
     if (best) {
-      out.push_back("Does not fit by " + GiB(r.required - r.capacity) + ". The first choice that fits is offload " +
+      out.push_back("Does not fit by " + GiBText(r.required - r.capacity) + ". The first choice that fits is offload " +
                     Name(best->offload) + " with checkpointing " + model::ToString(best->checkpointing) +
-                    ": " + GiB(best->gpu_required) + " per GPU and " + GiB(best->host_peak_per_node) +
+                    ": " + GiBText(best->gpu_required) + " per GPU and " + GiBText(best->host_peak_per_node) +
                     " of host RAM per node.");
     } else {
       const Alternative* gpu_ok = nullptr;
@@ -46,9 +42,9 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       if (gpu_ok) {
         out.push_back("Only offload " + std::string(Name(gpu_ok->offload)) + " with checkpointing " +
                       model::ToString(gpu_ok->checkpointing) + " fits the GPUs (" +
-                      GiB(gpu_ok->gpu_required) + " of " + GiB(gpu_ok->gpu_capacity) +
-                      "), and it needs " + GiB(gpu_ok->host_peak_per_node) + " of host RAM per node "
-                      "against " + GiB(gpu_ok->host_capacity_per_node) + " here: offloaded fp32 "
+                      GiBText(gpu_ok->gpu_required) + " of " + GiBText(gpu_ok->gpu_capacity) +
+                      "), and it needs " + GiBText(gpu_ok->host_peak_per_node) + " of host RAM per node "
+                      "against " + GiBText(gpu_ok->host_capacity_per_node) + " here: offloaded fp32 "
                       "params, grads and optimizer state take 16 bytes per parameter of the node's shards.");
       } else {
         out.push_back("No offload or checkpointing choice fits the GPUs: add GPUs (the fp32 model "
@@ -61,13 +57,13 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   if (loss_peak) {
     Bytes working = At(r, "activation working set (temporaries, gradients)");
     out.push_back("The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
-                  GiB(working + loss) + " (12 bytes per vocabulary entry per token). A chunked or "
+                  GiBText(working + loss) + " (12 bytes per vocabulary entry per token). A chunked or "
                   "fused linear cross-entropy, or a smaller micro-batch, removes most of it.");
   }
   Bytes acts = At(r, "activations saved for backward");
   if (plan.checkpointing == model::Checkpointing::kNone &&
       acts.count() > r.peak_allocated.count() / 3) {
-    out.push_back("Saved activations are " + GiB(acts) + " of the " + GiB(r.peak_allocated) +
+    out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +
                   " peak; --checkpointing full keeps only each block's input.");
   }
   if (!r.units.empty()) {
@@ -78,7 +74,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     for (const auto& u : r.units) {
       int span = u.last_segment - u.first_segment;
       if (u.name != "root" && u.gathered_bytes.count() > 4 * std::max<int64_t>(median, 1) && span > 1) {
-        out.push_back("Unit " + u.name + " holds " + GiB(u.gathered_bytes) + " gathered across " +
+        out.push_back("Unit " + u.name + " holds " + GiBText(u.gathered_bytes) + " gathered across " +
                       std::to_string(span + 1) + " forward segments: the wrap policy left many "
                       "submodules to one parent. --wrap block keeps one block gathered at a time.");
         break;
@@ -86,7 +82,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     }
   }
   if (r.steady_peak > r.step0_peak && r.steady_peak.count() > r.step0_peak.count() * 21 / 20) {
-    out.push_back("Step 1 peaks " + GiB(r.steady_peak - r.step0_peak) + " higher than step 0: the "
+    out.push_back("Step 1 peaks " + GiBText(r.steady_peak - r.step0_peak) + " higher than step 0: the "
                   "optimizer state created by the first step() is live through every later "
                   "forward and backward. A run that survives step 0 can still fail at step 1.");
   }

@@ -1,5 +1,6 @@
 // Ranker: memory lower bound, memory check, time lower bound, simulation, ranking.
 #include "planner/search_rank.h"
+#include "planner/text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,11 +10,6 @@
 namespace shardtune::plan {
 namespace {
 
-std::string GiB(Bytes b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", b.gib());
-  return buf;
-}
 
 std::string Secs(double s) {
   char buf[32];
@@ -102,7 +98,7 @@ void Ranker::Consider(const model::Plan& p) {
     ++result_.pruned_by_memory_bound;
     Reject(std::string("OOM: model states alone exceed the GPU (") + StrategyFamily(p) + ", offload " +
                model::ToString(p.offload) + ")",
-           key + " needs at least " + GiB(lb), lb);
+           key + " needs at least " + GiBText(lb), lb);
     return;
   }
   ++result_.memory_checked;
@@ -115,7 +111,7 @@ void Ranker::Consider(const model::Plan& p) {
   if (!m.fits) {
     Reject("OOM during " + PhaseKind(m.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
                model::ToString(p.offload) + ")",
-           key + " needs " + GiB(m.required) + " of " + GiB(capacity), m.required);
+           key + " needs " + GiBText(m.required) + " of " + GiBText(capacity), m.required);
     return;
   }
   double time_lb = sim::ComputeLowerBoundS(est.program, cluster_, p, opt_.costs);
@@ -187,8 +183,8 @@ SearchResult Ranker::Finish() {
   std::stable_sort(out.rejected.begin(), out.rejected.end(),
                    [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
   if (out.top.empty()) {
-    out.advice_if_none = "No plan fits: the smallest per-GPU need found is " + GiB(out.smallest_required) +
-        " against " + GiB(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
+    out.advice_if_none = "No plan fits: the smallest per-GPU need found is " + GiBText(out.smallest_required) +
+        " against " + GiBText(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
         "group (16 bytes per parameter over N GPUs): more GPUs, a GPU with more memory, or offload "
         "all with full checkpointing (which moves the states to host RAM) would make it fit.";
   }
@@ -208,7 +204,7 @@ std::string WhyNotBest(const Candidate& c, const Candidate& best) {
   if (c.plan.offload != best.plan.offload && c.plan.offload != model::Offload::kNone) {
     s += std::string("; offload ") + model::ToString(c.plan.offload) + " copies over PCIe and steps on the host";
   }
-  if (c.required < best.required) s += "; needs " + GiB(best.required - c.required) + " less memory";
+  if (c.required < best.required) s += "; needs " + GiBText(best.required - c.required) + " less memory";
   return s;
 }
 
