@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/estimate_cmd.h"
+#include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
 #include "cli/simulate_cmd.h"
 #include "cli/tune_cmd.h"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   AddSimulateCommand(&app, &simulate);
   TuneArgs tune;
   AddTuneCommand(&app, &tune);
+  ExportArgs export_args;
+  AddExportCommand(&app, &export_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
+    if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInput;

@@ -1,0 +1,59 @@
+// `shardtune export`: read a plan, check it against the model and cluster, hand it to the
+// planner's exporter, and print the config and its notes.
+#include "cli/export_cmd.h"
+
+#include <vector>
+
+#include "model/errors.h"
+#include "model/plan_json.h"
+#include "model/presets.h"
+#include "planner/export.h"
+#include "profiles/cluster.h"
+#include "simulator/trace_json.h"
+
+namespace shardtune::cli {
+
+void AddExportCommand(CLI::App* app, ExportArgs* a) {
+  CLI::App* sub = app->add_subcommand("export",
+                                      "Write a plan as an Accelerate, torchtitan, HF Trainer, "
+                                      "DeepSpeed or ROLL config");
+  sub->add_option("--plan", a->plan, "Plan JSON (shardtune.plan), e.g. from tune --out")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--format", a->format, "accelerate|torchtitan|hf-trainer|deepspeed|roll")
+      ->required();
+  sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
+      ->capture_default_str();
+  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G) or cluster JSON")
+      ->capture_default_str();
+  sub->add_option("--out", a->out, "Write the config to this file (atomically) instead of stdout");
+}
+
+void RunExport(const ExportArgs& a, std::ostream& out, std::ostream& err) {
+  plan::ExportFormat format = plan::ParseExportFormat(a.format, "--format");
+  model::Plan p = model::ReadPlanFile(a.plan);
+  std::vector<std::string> warnings;
+  model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
+  profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
+  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
+  for (auto& s : cluster.Problems("--cluster")) problems.push_back(s);
+  for (auto& s : p.Problems(a.plan, cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                            spec.max_seq_len)) {
+    problems.push_back(s);
+  }
+  if (!problems.empty()) {
+    std::string msg;
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw InputError(msg);
+  }
+  plan::ExportResult r = plan::ExportPlan(p, plan::MakeExportContext(spec, cluster, p), format);
+  if (a.out.empty()) {
+    out << r.text;
+  } else {
+    sim::WriteFileAtomically(a.out, r.text);
+  }
+  for (const auto& w : warnings) err << "warning: " << w << "\n";
+  for (const auto& n : r.notes) err << "note: " << n << "\n";
+}
+
+}  // namespace shardtune::cli

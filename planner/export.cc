@@ -1,0 +1,245 @@
+// Plan export: format names, the context a config needs (HF layer class, batch, world), and the
+// helpers the per-format writers share (quoting, comment blocks, notes common to FSDP2 targets).
+#include "planner/export.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <sstream>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+#include "planner/export_formats.h"
+
+namespace shardtune::plan {
+namespace {
+
+bool Contains(std::string text, const std::string& lower_word) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text.find(lower_word) != std::string::npos;
+}
+
+std::string Join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// Appends `text` as "# "-prefixed lines of at most `width` columns (continuations indented).
+void AppendWrapped(const std::string& text, size_t width, std::string* out) {
+  std::istringstream words(internal::OneLine(text));
+  std::string word, line = "#";
+  bool first = true;
+  while (words >> word) {
+    if (!first && line.size() + 1 + word.size() > width) {
+      *out += line + "\n";
+      line = "#  ";
+    }
+    line += " " + word;
+    first = false;
+  }
+  *out += line + "\n";
+}
+
+}  // namespace
+
+const std::vector<std::string>& ExportFormatNames() {
+  static const std::vector<std::string> names = {"accelerate", "torchtitan", "hf-trainer",
+                                                 "deepspeed", "roll"};
+  return names;
+}
+
+const char* ToString(ExportFormat f) {
+  const auto& names = ExportFormatNames();
+  auto i = static_cast<size_t>(f);
+  SHARDTUNE_CHECK(i < names.size()) << "export format " << i << " has no name";
+  return names[i].c_str();
+}
+
+ExportFormat ParseExportFormat(const std::string& text, const std::string& where) {
+  const auto& names = ExportFormatNames();
+  auto it = std::find(names.begin(), names.end(), text);
+  if (it != names.end()) return static_cast<ExportFormat>(it - names.begin());
+  std::string hint = model::ClosestName(text, names);
+  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got \"" + text + "\"" +
+                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+}
+
+// Class names as the HF modeling files define them: modeling_gpt2.py GPT2Block,
+// modeling_gpt_neox.py GPTNeoXLayer, modeling_mixtral.py MixtralDecoderLayer, modeling_qwen2_moe.py
+// Qwen2MoeDecoderLayer, modeling_qwen3_moe.py Qwen3MoeDecoderLayer, modeling_qwen3.py
+// Qwen3DecoderLayer, modeling_qwen2.py Qwen2DecoderLayer, modeling_mistral.py MistralDecoderLayer,
+// modeling_llama.py LlamaDecoderLayer. Llama and Mistral share a shape, so the name decides.
+std::string HfDecoderLayerClass(const model::ModelSpec& spec) {
+  if (spec.positions == model::PositionKind::kLearned) return "GPT2Block";
+  if (spec.parallel_residual) return "GPTNeoXLayer";
+  if (spec.moe.enabled()) {
+    if (spec.moe.num_shared_experts > 0) return "Qwen2MoeDecoderLayer";
+    return spec.qk_norm ? "Qwen3MoeDecoderLayer" : "MixtralDecoderLayer";
+  }
+  if (spec.qk_norm) return "Qwen3DecoderLayer";
+  if (spec.qkv_bias) return "Qwen2DecoderLayer";
+  if (Contains(spec.name, "mistral") || Contains(spec.source, "mistral"))
+    return "MistralDecoderLayer";
+  return "LlamaDecoderLayer";
+}
+
+ExportContext MakeExportContext(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                const model::Plan& plan) {
+  ExportContext ctx;
+  ctx.num_nodes = cluster.num_nodes;
+  ctx.gpus_per_node = cluster.gpus_per_node;
+  ctx.world_size = cluster.world_size();
+  ctx.model_name = spec.name;
+  ctx.layer_class = HfDecoderLayerClass(spec);
+  ctx.tied_embeddings = spec.tied_embeddings;
+  ctx.seq_len = plan.ResolvedSeqLen(spec.max_seq_len);
+  ctx.global_batch = plan.GlobalBatch(ctx.world_size);
+  return ctx;
+}
+
+ExportResult ExportPlan(const model::Plan& plan, const ExportContext& ctx, ExportFormat format) {
+  SHARDTUNE_CHECK(ctx.world_size >= 1 && ctx.world_size == ctx.num_nodes * ctx.gpus_per_node)
+      << "world " << ctx.world_size << " != " << ctx.num_nodes << " x " << ctx.gpus_per_node;
+  SHARDTUNE_CHECK(ctx.global_batch == plan.GlobalBatch(ctx.world_size))
+      << "global batch " << ctx.global_batch << " != micro-batch x grad-accum x world";
+  SHARDTUNE_CHECK(ctx.seq_len >= 1) << "seq_len " << ctx.seq_len;
+  switch (format) {
+    case ExportFormat::kAccelerate:
+      return internal::ExportAccelerate(plan, ctx);
+    case ExportFormat::kTorchtitan:
+      return internal::ExportTorchtitan(plan, ctx);
+    case ExportFormat::kHfTrainer:
+      return internal::ExportHfTrainer(plan, ctx);
+    case ExportFormat::kDeepspeed:
+      return internal::ExportDeepspeed(plan, ctx);
+    case ExportFormat::kRoll:
+      return internal::ExportRoll(plan, ctx);
+  }
+  SHARDTUNE_CHECK(false) << "unhandled export format " << static_cast<int>(format);
+  return {};
+}
+
+namespace internal {
+
+Layout ResolveLayout(const model::Plan& plan, const ExportContext& ctx) {
+  Layout l;
+  l.shard = plan.Sharded() ? plan.ResolvedShardGroup(ctx.world_size, ctx.gpus_per_node) : 1;
+  SHARDTUNE_CHECK(l.shard >= 1 && ctx.world_size % l.shard == 0)
+      << "shard group " << l.shard << " does not divide world " << ctx.world_size;
+  l.replicate = ctx.world_size / l.shard;
+  l.reshard_after_forward = l.shard > 1 && model::StrategyReshardsAfterForward(plan.strategy) &&
+                            plan.reshard_after_forward;
+  return l;
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string OneLine(const std::string& s) {
+  std::string out = s;
+  for (char& ch : out) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) ch = ' ';
+  }
+  return out;
+}
+
+std::string FormatFloat(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string CommentBlock(const std::vector<std::string>& header,
+                         const std::vector<std::string>& notes) {
+  std::string out;
+  for (const auto& h : header) AppendWrapped(h, 100, &out);
+  for (const auto& n : notes) AppendWrapped("note: " + n, 100, &out);
+  return out;
+}
+
+std::string Provenance(const model::Plan& plan, const ExportContext& ctx) {
+  return "Written by `shardtune export` for " + ctx.model_name + " on " +
+         std::to_string(ctx.num_nodes) + " node(s) x " + std::to_string(ctx.gpus_per_node) +
+         " GPUs: " + model::ToString(plan.strategy) + ", micro-batch " +
+         std::to_string(plan.micro_batch) + " x " + std::to_string(ctx.seq_len) +
+         " tokens, grad-accum " + std::to_string(plan.grad_accum) + ", checkpointing " +
+         model::CheckpointingSpecToString(plan) + ", offload " + model::ToString(plan.offload) +
+         ".";
+}
+
+void AddPrefetchNotes(const model::Plan& plan, const std::string& target,
+                      std::vector<std::string>* notes) {
+  if (plan.forward_prefetch) {
+    notes->push_back("forward_prefetch true: " + target +
+                     " has no setting for explicit forward "
+                     "prefetch (FSDP2 set_modules_to_forward_prefetch); it prefetches implicitly");
+  }
+  if (plan.backward_prefetch != model::BackwardPrefetch::kPre) {
+    notes->push_back(std::string("backward_prefetch ") + model::ToString(plan.backward_prefetch) +
+                     ": " + target +
+                     " always prefetches the next unit before its backward (BACKWARD_PRE)");
+  }
+  if (plan.max_inflight_allgathers != 2) {
+    notes->push_back("max_inflight_allgathers " + std::to_string(plan.max_inflight_allgathers) +
+                     ": " + target + " has no setting for it (FSDP2 keeps at most 2 in flight)");
+  }
+}
+
+void AddWrapNote(const model::Plan& plan, const ExportContext& ctx, const std::string& target,
+                 bool supports_size, std::vector<std::string>* notes) {
+  using Kind = model::WrapPolicy::Kind;
+  Kind k = plan.wrap.kind;
+  if (k == Kind::kBlock || (k == Kind::kSize && supports_size)) return;
+  notes->push_back("wrap " + model::WrapSpecToString(plan.wrap) + ": " + target +
+                   " cannot express it; written as one unit per " + ctx.layer_class);
+}
+
+void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
+                            std::vector<std::string>* notes) {
+  using C = model::Checkpointing;
+  if (plan.checkpointing != C::kSelective && plan.checkpointing != C::kEveryK) return;
+  notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
+                   " checkpoints every whole block only; written as full (less activation memory, "
+                   "more recompute than the plan)");
+}
+
+void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
+                             std::vector<std::string>* notes) {
+  if (plan.offload != model::Offload::kOptimizer) return;
+  notes->push_back("offload optimizer: " + target +
+                   " offloads parameters, gradients and optimizer "
+                   "state together (FSDP2 CPUOffloadPolicy) or nothing; written as no offload");
+}
+
+std::string OptimizerText(const model::Plan& plan) {
+  return std::string(model::ToString(plan.optimizer)) + " (" +
+         model::ToString(plan.optimizer_impl) + ")";
+}
+
+}  // namespace internal
+}  // namespace shardtune::plan

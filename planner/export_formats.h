@@ -1,0 +1,62 @@
+// Internals of plan export shared by the per-format writers (export_yaml.cc: Accelerate, ROLL;
+// export_toml.cc: torchtitan; export_json.cc: HF Trainer, DeepSpeed). Not a public API.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/plan.h"
+#include "planner/export.h"
+
+namespace shardtune::plan::internal {
+
+// How the plan lays parameters over the ranks, after defaults.
+struct Layout {
+  int shard = 1;      // ranks one copy of the parameters is sharded over; 1: replicated (DDP)
+  int replicate = 1;  // copies: world / shard
+  bool reshard_after_forward = false;  // FSDP2 flag of the non-root units
+  bool hybrid() const { return shard > 1 && replicate > 1; }
+  bool replicated_only() const { return shard == 1; }
+};
+// REQUIRES: ctx.world_size == num_nodes * gpus_per_node and the plan's shard group divides it.
+Layout ResolveLayout(const model::Plan& plan, const ExportContext& ctx);
+
+// `s` as a double-quoted string, valid in both YAML and TOML: \" \\ and control characters are
+// escaped (\n, \t, \uXXXX).
+std::string Quote(const std::string& s);
+// `s` with every control character (newlines included) replaced by a space, for comments.
+std::string OneLine(const std::string& s);
+// `v` with at least one decimal ("1.0", "0.5"), valid as a YAML/TOML float.
+std::string FormatFloat(double v);
+// "# " comment lines: the header lines, then one "note: ..." per note, wrapped at 100 columns.
+std::string CommentBlock(const std::vector<std::string>& header,
+                         const std::vector<std::string>& notes);
+// One line saying where the config came from (model, strategy, GPUs), for headers.
+std::string Provenance(const model::Plan& plan, const ExportContext& ctx);
+
+// Notes every FSDP2-based target shares: explicit forward prefetch, a backward prefetch other
+// than "pre" and a different in-flight all-gather limit have no setting anywhere.
+void AddPrefetchNotes(const model::Plan& plan, const std::string& target,
+                      std::vector<std::string>* notes);
+// A note for wrap policies `target` cannot express: every:K and ranges always, size when
+// !supports_size. The writers then wrap per block (layer class).
+void AddWrapNote(const model::Plan& plan, const ExportContext& ctx, const std::string& target,
+                 bool supports_size, std::vector<std::string>* notes);
+// A note when the target checkpoints whole blocks only and the plan asks for selective or
+// every:K; the writers then write full checkpointing (less memory, more recompute).
+void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
+                            std::vector<std::string>* notes);
+// A note when the plan offloads only the optimizer state: FSDP2's CPUOffloadPolicy moves
+// parameters, gradients and optimizer state together, so the writers write no offload.
+void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
+                             std::vector<std::string>* notes);
+// "adamw (foreach)", for notes.
+std::string OptimizerText(const model::Plan& plan);
+
+ExportResult ExportAccelerate(const model::Plan& plan, const ExportContext& ctx);
+ExportResult ExportRoll(const model::Plan& plan, const ExportContext& ctx);
+ExportResult ExportTorchtitan(const model::Plan& plan, const ExportContext& ctx);
+ExportResult ExportHfTrainer(const model::Plan& plan, const ExportContext& ctx);
+ExportResult ExportDeepspeed(const model::Plan& plan, const ExportContext& ctx);
+
+}  // namespace shardtune::plan::internal

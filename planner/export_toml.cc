@@ -1,0 +1,160 @@
+// TOML export: a torchtitan job config (the TOML files of torchtitan v0.2.x, read by
+// torchtitan/config/job_config.py). Written as text; strings are TOML basic strings.
+#include <sstream>
+#include <utility>
+
+#include "planner/export_formats.h"
+
+namespace shardtune::plan::internal {
+namespace {
+
+using model::DType;
+
+const char* TomlBool(bool b) { return b ? "true" : "false"; }
+
+// torchtitan's [model] name and flavor for shardtune presets with the same architecture
+// (torchtitan/models/llama3/__init__.py llama3_args, torchtitan/models/qwen3/__init__.py).
+std::pair<std::string, std::string> TorchtitanModel(const std::string& preset) {
+  if (preset == "llama3-8b") return {"llama3", "8B"};
+  if (preset == "llama3-70b") return {"llama3", "70B"};
+  if (preset == "llama3-405b") return {"llama3", "405B"};
+  if (preset == "qwen3-8b") return {"qwen3", "8B"};
+  return {"", ""};
+}
+
+// Training.mixed_precision_param: Literal["bfloat16", "float32"]; fp16 has no value.
+const char* TorchtitanParamDtype(DType d) { return d == DType::kFp32 ? "float32" : "bfloat16"; }
+
+std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportContext& ctx,
+                                         const Layout& l) {
+  const std::string target = "torchtitan";
+  std::vector<std::string> notes;
+  if (TorchtitanModel(ctx.model_name).first.empty()) {
+    notes.push_back("model " + ctx.model_name +
+                    ": no torchtitan model flavor is known to match; set "
+                    "[model] name and flavor yourself");
+  }
+  if (p.modeling == model::Modeling::kHf) {
+    notes.push_back(
+        "modeling hf: torchtitan runs its own model code; estimate with modeling torchtitan "
+        "for its activation memory");
+  }
+  AddWrapNote(p, ctx, target, /*supports_size=*/false, &notes);
+  if (!p.wrap.embedding_unit || !p.wrap.head_unit) {
+    notes.push_back(
+        "embedding_unit/head_unit: torchtitan always wraps the embedding and [norm, output] "
+        "as their own units (parallelize.py apply_fsdp)");
+  }
+  if (p.offload == model::Offload::kOptimizer) {
+    notes.push_back(
+        "offload optimizer: training.enable_cpu_offload moves parameters, gradients and "
+        "optimizer state together; written as false");
+  }
+  if (l.replicated_only() && p.offload == model::Offload::kAll) {
+    notes.push_back(
+        "offload all: torchtitan's DDP path (data_parallel_shard_degree 1) has no CPU offload");
+  }
+  if (p.no_sync && p.grad_accum > 1) {
+    notes.push_back("no_sync true: torchtitan reduce-scatters after every micro-batch");
+  }
+  AddPrefetchNotes(p, target, &notes);
+  if (p.param_dtype == DType::kFp16) {
+    notes.push_back(
+        "param_dtype fp16: mixed_precision_param takes bfloat16 or float32; written as bfloat16");
+  }
+  if (p.reduce_dtype != DType::kFp32) {
+    notes.push_back(std::string("reduce_dtype ") + model::ToString(p.reduce_dtype) +
+                    ": mixed_precision_reduce only takes float32");
+  }
+  if (p.master_dtype == DType::kFp16) {
+    notes.push_back(
+        "master_dtype fp16: training.dtype takes bfloat16 or float32; written as float32");
+  }
+  if (p.optimizer != model::Optimizer::kAdamW) {
+    notes.push_back(std::string("optimizer ") + model::ToString(p.optimizer) +
+                    ": torchtitan's build_optimizers knows Adam and AdamW only; written as AdamW");
+  }
+  if (p.attention == model::Attention::kEager) {
+    notes.push_back("attention eager: torchtitan flavors use SDPA (or flex); no eager attention");
+  }
+  return notes;
+}
+
+void WriteCheckpointSection(const model::Plan& p, std::ostream& t) {
+  // ActivationCheckpoint.mode: "selective" | "full" | "memory_budget" | "none"; selective_ac_option
+  // "op" (per-op SAC) or a positive integer N (checkpoint every N-th block,
+  // torchtitan/distributed/activation_checkpoint.py).
+  t << "\n[activation_checkpoint]\n";
+  switch (p.checkpointing) {
+    case model::Checkpointing::kNone:
+      t << "mode = \"none\"\n";
+      break;
+    case model::Checkpointing::kFull:
+      t << "mode = \"full\"\n";
+      break;
+    case model::Checkpointing::kSelective:
+      t << "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+      break;
+    case model::Checkpointing::kEveryK:
+      t << "mode = \"selective\"\nselective_ac_option = "
+        << Quote(std::to_string(p.checkpoint_every_k)) << "\n";
+      break;
+  }
+}
+
+}  // namespace
+
+// torchtitan job TOML (`--job.config_file`). Keys read in pytorch/torchtitan v0.2.2
+// (73a0e69, 2026-02-20), the last release configured by TOML (#2386 replaced it with Python
+// configs): torchtitan/config/job_config.py (Training.local_batch_size, global_batch_size, seq_len,
+// max_norm, enable_cpu_offload, dtype, mixed_precision_param, mixed_precision_reduce;
+// Parallelism.data_parallel_replicate_degree, data_parallel_shard_degree,
+// fsdp_reshard_after_forward "default"|"always"|"never"; ActivationCheckpoint.mode,
+// selective_ac_option; Optimizer.name, implementation), torchtitan/train.py (gradient
+// accumulation = global_batch_size / (local_batch_size x dp degree)),
+// torchtitan/models/llama3/infra/parallelize.py apply_fsdp ("default" keeps [norm, output]
+// gathered after forward; "always" reshards every unit, as shardtune does),
+// torchtitan/models/llama3/train_configs/llama3_8b.toml (layout).
+ExportResult ExportTorchtitan(const model::Plan& p, const ExportContext& ctx) {
+  Layout l = ResolveLayout(p, ctx);
+  ExportResult r;
+  r.notes = TorchtitanNotes(p, ctx, l);
+  auto [name, flavor] = TorchtitanModel(ctx.model_name);
+  std::ostringstream t;
+  t << "[model]\n";
+  if (name.empty()) {
+    t << "# name and flavor: no torchtitan model matches " << OneLine(ctx.model_name) << "\n";
+  } else {
+    t << "name = " << Quote(name) << "\nflavor = " << Quote(flavor) << "\n";
+  }
+  t << "\n[optimizer]\nname = \"AdamW\"\nimplementation = "
+    << Quote(p.optimizer_impl == model::OptimizerImpl::kForLoop ? "for-loop"
+                                                                : model::ToString(p.optimizer_impl))
+    << "\n";
+  t << "\n[training]\n";
+  t << "local_batch_size = " << p.micro_batch << "\n";
+  t << "global_batch_size = " << ctx.global_batch << "  # grad-accum " << p.grad_accum << "\n";
+  t << "seq_len = " << ctx.seq_len << "\n";
+  t << "max_norm = " << FormatFloat(ctx.max_grad_norm > 0 ? ctx.max_grad_norm : 0.0) << "\n";
+  t << "enable_cpu_offload = "
+    << TomlBool(p.offload == model::Offload::kAll && !l.replicated_only()) << "\n";
+  t << "dtype = " << Quote(p.master_dtype == DType::kBf16 ? "bfloat16" : "float32") << "\n";
+  t << "mixed_precision_param = " << Quote(TorchtitanParamDtype(p.param_dtype)) << "\n";
+  t << "mixed_precision_reduce = \"float32\"\n";
+  t << "\n[parallelism]\n";
+  t << "data_parallel_replicate_degree = " << l.replicate << "\n";
+  t << "data_parallel_shard_degree = " << l.shard << "\n";
+  t << "fsdp_reshard_after_forward = " << Quote(l.reshard_after_forward ? "always" : "never")
+    << "\n";
+  t << "tensor_parallel_degree = 1\npipeline_parallel_degree = 1\ncontext_parallel_degree = 1\n";
+  WriteCheckpointSection(p, t);
+  r.text = CommentBlock(
+               {"torchtitan job config: torchrun ... -m torchtitan.train --job.config_file THIS "
+                "(torchtitan <= 0.2.2; later versions take Python configs)",
+                Provenance(p, ctx)},
+               r.notes) +
+           "\n" + t.str();
+  return r;
+}
+
+}  // namespace shardtune::plan::internal

@@ -1,0 +1,283 @@
+// YAML exports: the Hugging Face Accelerate config file (FSDP2) and a ROLL worker with its FSDP2
+// strategy_config. Written as text (no YAML library); every string value is double-quoted, so
+// YAML 1.1 readers never turn "no" or "on" into booleans.
+#include <sstream>
+
+#include "planner/export_formats.h"
+
+namespace shardtune::plan::internal {
+namespace {
+
+using model::DType;
+
+const char* YamlBool(bool b) { return b ? "true" : "false"; }
+
+// Accelerate's --mixed_precision values (commands/launch.py): "no", "fp16", "bf16", "fp8".
+const char* AccelerateMixedPrecision(DType d) {
+  switch (d) {
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kFp32:
+      return "no";
+  }
+  return "no";
+}
+
+const char* TorchDtype(DType d) {
+  switch (d) {
+    case DType::kBf16:
+      return "torch.bfloat16";
+    case DType::kFp16:
+      return "torch.float16";
+    case DType::kFp32:
+      return "torch.float32";
+  }
+  return "torch.float32";
+}
+
+// Accelerate's mixed_precision string sets param and reduce dtype alike and keeps fp32 master
+// weights (utils/dataclasses.py set_mixed_precision, utils/fsdp_utils.py fsdp2_prepare_model).
+void AddAccelerateDtypeNotes(const model::Plan& p, std::vector<std::string>* out) {
+  std::vector<std::string>& notes = *out;
+  if (p.param_dtype != DType::kFp32 && p.reduce_dtype != p.param_dtype) {
+    notes.push_back(
+        std::string("reduce_dtype ") + model::ToString(p.reduce_dtype) + ": mixed_precision " +
+        AccelerateMixedPrecision(p.param_dtype) + " also reduces in " +
+        model::ToString(p.param_dtype) + "; for " + model::ToString(p.reduce_dtype) +
+        " pass FullyShardedDataParallelPlugin(mixed_precision_policy={\"param_dtype\": " +
+        TorchDtype(p.param_dtype) + ", \"reduce_dtype\": " + TorchDtype(p.reduce_dtype) +
+        ", \"output_dtype\": " + TorchDtype(p.param_dtype) + "}) in code");
+  } else if (p.param_dtype == DType::kFp32 && p.reduce_dtype != DType::kFp32) {
+    notes.push_back(std::string("reduce_dtype ") + model::ToString(p.reduce_dtype) +
+                    ": mixed_precision \"no\" reduces in fp32; set mixed_precision_policy in code");
+  }
+  if (p.master_dtype != DType::kFp32) {
+    notes.push_back(std::string("master_dtype ") + model::ToString(p.master_dtype) +
+                    ": Accelerate upcasts the sharded parameters to fp32 under mixed precision "
+                    "(fsdp2_prepare_model); no setting keeps them in " +
+                    model::ToString(p.master_dtype));
+  }
+}
+
+// Plan settings Accelerate's config file has no key for (sources: see ExportAccelerate).
+std::vector<std::string> AccelerateNotes(const model::Plan& p, const ExportContext& ctx,
+                                         const Layout& l) {
+  const std::string target = "Accelerate";
+  std::vector<std::string> notes;
+  std::string script =
+      "set in your training script: DataLoader batch_size=" + std::to_string(p.micro_batch) +
+      " sequences of " + std::to_string(ctx.seq_len) +
+      " tokens per GPU, Accelerator(gradient_accumulation_steps=" + std::to_string(p.grad_accum) +
+      ") (global batch " + std::to_string(ctx.global_batch) + " sequences), optimizer " +
+      OptimizerText(p);
+  if (ctx.max_grad_norm > 0)
+    script += ", accelerator.clip_grad_norm_(params, " + FormatFloat(ctx.max_grad_norm) + ")";
+  if (p.attention == model::Attention::kEager)
+    script += ", from_pretrained(attn_implementation=\"eager\")";
+  notes.push_back(script);
+  if (p.grad_accum > 1) {
+    notes.push_back(std::string("no_sync ") + (p.no_sync ? "true" : "false") + ": " +
+                    (p.no_sync
+                         ? "use accelerator.accumulate(model), which skips gradient sync until the "
+                           "last micro-batch"
+                         : "call backward on every micro-batch outside accelerator.accumulate(), "
+                           "which would skip gradient sync (set_requires_gradient_sync(False))"));
+  }
+  if (l.replicated_only()) {
+    if (p.checkpointing != model::Checkpointing::kNone) {
+      notes.push_back(
+          "checkpointing " + model::CheckpointingSpecToString(p) +
+          ": without FSDP enable it in the model (model.gradient_checkpointing_enable())");
+    }
+    if (p.offload != model::Offload::kNone) {
+      notes.push_back(std::string("offload ") + model::ToString(p.offload) +
+                      ": MULTI_GPU (DDP) has no CPU offload; written without");
+    }
+    return notes;
+  }
+  AddWrapNote(p, ctx, target, /*supports_size=*/true, &notes);
+  if (p.wrap.kind != model::WrapPolicy::Kind::kSize &&
+      (p.wrap.embedding_unit || p.wrap.head_unit)) {
+    notes.push_back("embedding_unit/head_unit: TRANSFORMER_BASED_WRAP wraps only " +
+                    ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
+  }
+  AddBlockCheckpointNote(p, target, &notes);
+  AddOptimizerOffloadNote(p, target, &notes);
+  AddPrefetchNotes(p, target, &notes);
+  AddAccelerateDtypeNotes(p, &notes);
+  return notes;
+}
+
+void WriteAccelerateFsdp(const model::Plan& p, const ExportContext& ctx, const Layout& l,
+                         std::ostream& y) {
+  y << "fsdp_config:\n";
+  y << "  fsdp_version: 2\n";
+  y << "  fsdp_reshard_after_forward: " << YamlBool(l.reshard_after_forward)
+    << "  # FSDP2's replacement for fsdp_sharding_strategy (true: FULL_SHARD, false: "
+       "SHARD_GRAD_OP)\n";
+  if (p.wrap.kind == model::WrapPolicy::Kind::kSize) {
+    y << "  fsdp_auto_wrap_policy: \"SIZE_BASED_WRAP\"\n";
+    y << "  fsdp_min_num_params: " << p.wrap.min_num_params << "\n";
+  } else {
+    y << "  fsdp_auto_wrap_policy: \"TRANSFORMER_BASED_WRAP\"\n";
+    y << "  fsdp_transformer_layer_cls_to_wrap: " << Quote(ctx.layer_class) << "\n";
+  }
+  y << "  fsdp_offload_params: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
+  y << "  fsdp_activation_checkpointing: "
+    << YamlBool(p.checkpointing != model::Checkpointing::kNone) << "\n";
+  y << "  fsdp_state_dict_type: \"SHARDED_STATE_DICT\"\n";
+  y << "  fsdp_cpu_ram_efficient_loading: true  # rank 0 reads the checkpoint, the others start "
+       "empty\n";
+  if (l.hybrid()) {
+    // HSDP in FSDP2 is a 2-D mesh (parallelism_config.py: dp_replicate_size > 1 and
+    // dp_shard_size > 1); launch.py reads these keys as --parallelism_config_* arguments.
+    y << "parallelism_config:\n";
+    y << "  parallelism_config_dp_replicate_size: " << l.replicate << "\n";
+    y << "  parallelism_config_dp_shard_size: " << l.shard << "\n";
+    y << "  parallelism_config_tp_size: 1\n";
+    y << "  parallelism_config_cp_size: 1\n";
+  }
+}
+
+// ROLL's param_dtype is both the load dtype of the trained model and the FSDP2 compute dtype
+// (fsdp2_strategy.py _prepare_fsdp2_model: torch_dtype = strategy_config param_dtype, default fp32
+// for fsdp2_train; MixedPrecisionPolicy param_dtype default bf16). Returns "" to leave it unset.
+std::string RollParamDtype(const model::Plan& p, std::vector<std::string>* notes) {
+  if (p.master_dtype == p.param_dtype) return model::ToString(p.param_dtype);
+  if (p.master_dtype == DType::kFp32 && p.param_dtype == DType::kBf16) return "";
+  notes->push_back(std::string("param_dtype ") + model::ToString(p.param_dtype) +
+                   " with master_dtype " + model::ToString(p.master_dtype) +
+                   ": ROLL loads the model in param_dtype, so the sharded "
+                   "parameters are " +
+                   model::ToString(p.param_dtype) + " too");
+  return model::ToString(p.param_dtype);
+}
+
+std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ctx,
+                                   const Layout& l) {
+  const std::string target = "ROLL's fsdp2 strategy";
+  std::vector<std::string> notes;
+  if (l.replicated_only()) {
+    notes.push_back(std::string(model::ToString(p.strategy)) +
+                    " (replicated, no sharding): " + target +
+                    " has no replicate-only mode (fsdp_size 1 shards over all ranks); written as "
+                    "fsdp_size " +
+                    std::to_string(ctx.world_size) + " without resharding");
+  }
+  AddWrapNote(p, ctx, target, /*supports_size=*/false, &notes);
+  if (!p.wrap.embedding_unit && !ctx.tied_embeddings) {
+    notes.push_back(
+        "embedding_unit false: ROLL wraps an untied nn.Embedding on its own even with "
+        "wrap_embeddings false (roll/utils/fsdp_utils.py apply_fsdp2)");
+  }
+  if (p.wrap.head_unit) {
+    notes.push_back(
+        "head_unit: wrap_lm_output wraps lm_head alone; the final norm stays in the root unit");
+  }
+  AddBlockCheckpointNote(p, target, &notes);
+  AddOptimizerOffloadNote(p, target, &notes);
+  AddPrefetchNotes(p, target, &notes);
+  if (p.optimizer != model::Optimizer::kAdamW ||
+      p.optimizer_impl != model::OptimizerImpl::kForeach) {
+    notes.push_back("optimizer " + OptimizerText(p) +
+                    ": ROLL's fsdp2_train always builds "
+                    "torch.optim.AdamW with its default (foreach) implementation");
+  }
+  if (p.attention == model::Attention::kEager) {
+    notes.push_back(
+        "attention eager: ROLL loads the model with its default attention implementation");
+  }
+  return notes;
+}
+
+}  // namespace
+
+// Hugging Face Accelerate config file for `accelerate launch --config_file FILE`, FSDP2. Keys read
+// in huggingface/accelerate @16cb6eb: src/accelerate/commands/config/config_args.py ClusterConfig
+// (top-level keys; unknown ones are errors, so batch sizes cannot go here), commands/launch.py
+// (fsdp_* and parallelism_config_* arguments; num_processes counts all machines),
+// utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__ (fsdp_version 2 rejects
+// forward_prefetch, drops backward_prefetch), docs/source/concept_guides/fsdp1_vs_fsdp2.md
+// (sharding_strategy -> reshard_after_forward), docs/source/usage_guides/fsdp.md,
+// examples/torch_native_parallelism/configs/tp_hsdp.yaml (parallelism_config for HSDP).
+ExportResult ExportAccelerate(const model::Plan& p, const ExportContext& ctx) {
+  Layout l = ResolveLayout(p, ctx);
+  ExportResult r;
+  r.notes = AccelerateNotes(p, ctx, l);
+  std::ostringstream y;
+  y << "compute_environment: \"LOCAL_MACHINE\"\n";
+  y << "distributed_type: " << (l.replicated_only() ? "\"MULTI_GPU\"" : "\"FSDP\"") << "\n";
+  y << "mixed_precision: " << Quote(AccelerateMixedPrecision(p.param_dtype)) << "\n";
+  y << "num_machines: " << ctx.num_nodes << "\n";
+  y << "num_processes: " << ctx.world_size << "  # all machines together\n";
+  y << "machine_rank: 0" << (ctx.num_nodes > 1 ? "  # the node's index: 0 on the main node" : "")
+    << "\n";
+  y << "main_training_function: \"main\"\n";
+  y << "use_cpu: false\n";
+  if (!l.replicated_only()) WriteAccelerateFsdp(p, ctx, l, y);
+  r.text =
+      CommentBlock({"Hugging Face Accelerate config: accelerate launch --config_file THIS train.py",
+                    Provenance(p, ctx)},
+                   r.notes) +
+      y.str();
+  return r;
+}
+
+// A ROLL worker (roll/configs/worker_config.py WorkerConfig: model_args, training_args,
+// strategy_args, device_mapping) with the fsdp2_train strategy. Keys read in alibaba/ROLL @8eb27cc:
+// docs_roll/docs/User Guides/Configuration/fsdp2.md (fsdp_size, param_dtype, reduce_dtype,
+// reshard_after_forward, offload_policy, wrap_policy; fsdp_size >= world or <= 1 is pure FSDP,
+// else HSDP with world / fsdp_size replicas), roll/distributed/strategy/fsdp2_strategy.py
+// (defaults; reduce_scatter_during_grad_accumulation), roll/utils/fsdp_utils.py apply_fsdp2
+// (wrap_policy), roll/configs/model_args.py (disable_gradient_checkpointing, ulysses_size),
+// roll/configs/training_args.py, roll/configs/base_config.py (sequence_length, num_gpus_per_node).
+ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
+  Layout l = ResolveLayout(p, ctx);
+  ExportResult r;
+  r.notes = RollNotes(p, ctx, l);
+  std::string param_dtype = RollParamDtype(p, &r.notes);
+  int fsdp_size = l.replicated_only() ? ctx.world_size : l.shard;
+  std::ostringstream y;
+  y << "num_gpus_per_node: " << ctx.gpus_per_node << "\n";
+  y << "sequence_length: " << ctx.seq_len << "\n";
+  y << "actor_train:  # or your pipeline's training worker (sft_train, critic, ...)\n";
+  y << "  model_args:\n";
+  y << "    disable_gradient_checkpointing: "
+    << YamlBool(p.checkpointing == model::Checkpointing::kNone) << "\n";
+  y << "    ulysses_size: 1\n";
+  y << "  training_args:\n";
+  y << "    per_device_train_batch_size: " << p.micro_batch << "\n";
+  y << "    gradient_accumulation_steps: " << p.grad_accum << "\n";
+  y << "  strategy_args:\n";
+  y << "    strategy_name: \"fsdp2_train\"\n";
+  y << "    strategy_config:\n";
+  y << "      fsdp_size: " << fsdp_size
+    << (l.hybrid() ? "  # HSDP: " + std::to_string(l.replicate) + " replicas" : "") << "\n";
+  if (param_dtype.empty()) {
+    y << "      # param_dtype unset: the model is loaded in fp32 (master weights) and computes in "
+         "bf16\n";
+  } else {
+    y << "      param_dtype: " << Quote(param_dtype) << "\n";
+  }
+  y << "      reduce_dtype: " << Quote(model::ToString(p.reduce_dtype)) << "\n";
+  y << "      reshard_after_forward: " << YamlBool(l.reshard_after_forward) << "\n";
+  y << "      offload_policy: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
+  y << "      reduce_scatter_during_grad_accumulation: " << YamlBool(!p.no_sync)
+    << "  # false: no_sync\n";
+  y << "      wrap_policy:\n";
+  y << "        transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
+  y << "        wrap_embeddings: " << YamlBool(p.wrap.embedding_unit) << "\n";
+  y << "        wrap_lm_output: " << YamlBool(p.wrap.head_unit) << "\n";
+  y << "  device_mapping: " << Quote("list(range(0," + std::to_string(ctx.world_size) + "))")
+    << "\n";
+  r.text =
+      CommentBlock({"ROLL worker config with the FSDP2 strategy (strategy_args.strategy_config)",
+                    Provenance(p, ctx)},
+                   r.notes) +
+      y.str();
+  return r;
+}
+
+}  // namespace shardtune::plan::internal

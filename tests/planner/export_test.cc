@@ -1,0 +1,352 @@
+// Plan export: each format is parsed back by a real parser (PyYAML, Python's tomllib, nlohmann
+// JSON) and its keys are checked against the plan; notes cover what a format cannot say.
+#include "planner/export.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/errors.h"
+#include "model/presets.h"
+#include "model/strict_json.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::plan {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+bool PythonHas(const std::string& module) {
+  std::string cmd = "python3 -c 'import " + module + "' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// Writes `text` to a temporary file, has python3 load it with `loader` (an expression of the
+// open file `f`) and print it as JSON, and parses that. Fails the test on any error.
+json LoadWithPython(const std::string& text, const std::string& module, const std::string& loader) {
+  std::string path = ::testing::TempDir() + "shardtune_export_" + std::to_string(::getpid()) + "_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::ofstream(path, std::ios::binary) << text;
+  std::string cmd = "python3 -c 'import json, sys, " + module +
+                    "; f = open(sys.argv[1], \"rb\"); " + "print(json.dumps(" + loader + "))' '" +
+                    path + "' 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) ADD_FAILURE() << "popen failed: " << cmd;
+  char buf[4096];
+  while (pipe != nullptr && std::fgets(buf, sizeof buf, pipe) != nullptr) output += buf;
+  int status = pipe != nullptr ? ::pclose(pipe) : -1;
+  std::remove(path.c_str());
+  EXPECT_EQ(status, 0) << output << "\n--- input ---\n" << text;
+  return model::ParseJsonText(status == 0 ? output : "null", "python3 " + module + " output");
+}
+
+// Typed reads by JSON pointer that report a missing key or a wrong type as a value, so a bad
+// export fails an EXPECT instead of throwing (and never builds a json from a C string, which
+// trips GCC 12's -Warray-bounds false positive in nlohmann::json).
+std::string Str(const json& doc, const std::string& ptr) {
+  json::json_pointer p(ptr);
+  if (!doc.contains(p)) return "<missing>";
+  const json& v = doc.at(p);
+  return v.is_string() ? v.get<std::string>() : "<not a string: " + v.dump() + ">";
+}
+int64_t Int(const json& doc, const std::string& ptr) {
+  json::json_pointer p(ptr);
+  if (!doc.contains(p) || !doc.at(p).is_number_integer()) return -999;
+  return doc.at(p).get<int64_t>();
+}
+std::string Bool(const json& doc, const std::string& ptr) {
+  json::json_pointer p(ptr);
+  if (!doc.contains(p)) return "<missing>";
+  const json& v = doc.at(p);
+  return v.is_boolean() ? (v.get<bool>() ? "true" : "false") : "<not a bool: " + v.dump() + ">";
+}
+bool Has(const json& doc, const std::string& ptr) { return doc.contains(json::json_pointer(ptr)); }
+
+json LoadYaml(const std::string& text) { return LoadWithPython(text, "yaml", "yaml.safe_load(f)"); }
+json LoadToml(const std::string& text) {
+  return LoadWithPython(text, "tomllib", "tomllib.load(f)");
+}
+
+#define SHARDTUNE_REQUIRE_PYTHON(module)                                                    \
+  if (!PythonHas(module)) {                                                                 \
+    GTEST_SKIP() << "python3 with " << (module) << " not found (CI installs python3-yaml; " \
+                 << "tomllib needs Python >= 3.11)";                                        \
+  }
+
+// The plan of the issue's example: HYBRID_SHARD in groups of 8 over 2 nodes x 8 GPUs.
+struct Job {
+  model::Plan plan;
+  ExportContext ctx;
+};
+
+Job HybridJob() {
+  Job j;
+  j.plan.strategy = model::ShardingStrategy::kHybridShard;
+  j.plan.shard_group_size = 8;
+  j.plan.micro_batch = 2;
+  j.plan.grad_accum = 4;
+  j.plan.seq_len = 4096;
+  j.plan.checkpointing = model::Checkpointing::kFull;
+  j.plan.offload = model::Offload::kAll;
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto cluster = profiles::ParseClusterShorthand("2x8xH100");
+  EXPECT_TRUE(j.plan
+                  .Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                            spec.max_seq_len)
+                  .empty());
+  j.ctx = MakeExportContext(spec, cluster, j.plan);
+  return j;
+}
+
+Job OneNodeJob(model::ShardingStrategy s) {
+  Job j;
+  j.plan.strategy = s;
+  j.plan.reshard_after_forward = model::StrategyReshardsAfterForward(s);
+  j.plan.seq_len = 2048;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  return j;
+}
+
+size_t CountNoteComments(const std::string& text) {
+  size_t n = 0;
+  for (size_t at = text.find("# note: "); at != std::string::npos;
+       at = text.find("# note: ", at + 1))
+    ++n;
+  return n;
+}
+
+TEST(ExportFormatTest, EveryNameRoundTrips) {
+  for (const auto& name : ExportFormatNames()) {
+    EXPECT_EQ(ToString(ParseExportFormat(name, "--format")), name);
+  }
+  EXPECT_EQ(ParseExportFormat("hf-trainer", "--format"), ExportFormat::kHfTrainer);
+}
+
+TEST(ExportFormatTest, UnknownNameListsTheFormatsAndSuggestsTheClosest) {
+  EXPECT_THAT(
+      [] { ParseExportFormat("deepspeeed", "--format"); },
+      ThrowsMessage<InputError>(AllOf(
+          HasSubstr(
+              "--format: expected one of accelerate, torchtitan, hf-trainer, deepspeed, roll"),
+          HasSubstr("got \"deepspeeed\""), HasSubstr("did you mean \"deepspeed\"?"))));
+  EXPECT_THAT([] { ParseExportFormat("megatron-lm-xyz", "--format"); },
+              ThrowsMessage<InputError>(testing::Not(HasSubstr("did you mean"))));
+}
+
+TEST(ExportContextTest, LayerClassFollowsTheArchitecture) {
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("llama3-8b")), "LlamaDecoderLayer");
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("gpt2")), "GPT2Block");
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("mixtral-8x7b")), "MixtralDecoderLayer");
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("mistral-7b")), "MistralDecoderLayer");
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("qwen2.5-7b")), "Qwen2DecoderLayer");
+  EXPECT_EQ(HfDecoderLayerClass(model::FindModelPreset("qwen3-8b")), "Qwen3DecoderLayer");
+  model::ModelSpec neox = model::FindModelPreset("llama3-8b");
+  neox.parallel_residual = true;
+  EXPECT_EQ(HfDecoderLayerClass(neox), "GPTNeoXLayer");
+}
+
+TEST(ExportContextTest, GlobalBatchIsMicroBatchTimesAccumulationTimesWorld) {
+  Job j = HybridJob();
+  EXPECT_EQ(j.ctx.world_size, 2 * 8);
+  EXPECT_EQ(j.ctx.global_batch, 2 * 4 * (2 * 8));
+  EXPECT_EQ(j.ctx.seq_len, 4096);
+}
+
+TEST(ExportTest, AccelerateYamlCarriesHybridShardingOffloadAndCheckpointing) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = HybridJob();
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate);
+  json y = LoadYaml(r.text);
+  EXPECT_EQ(Str(y, "/distributed_type"), "FSDP");
+  EXPECT_EQ(Str(y, "/mixed_precision"), "bf16");
+  EXPECT_EQ(Int(y, "/num_machines"), 2);
+  EXPECT_EQ(Int(y, "/num_processes"), 2 * 8);
+  EXPECT_EQ(Int(y, "/fsdp_config/fsdp_version"), 2);
+  EXPECT_EQ(Bool(y, "/fsdp_config/fsdp_reshard_after_forward"), "true");
+  EXPECT_EQ(Str(y, "/fsdp_config/fsdp_auto_wrap_policy"), "TRANSFORMER_BASED_WRAP");
+  EXPECT_EQ(Str(y, "/fsdp_config/fsdp_transformer_layer_cls_to_wrap"), "LlamaDecoderLayer");
+  EXPECT_EQ(Bool(y, "/fsdp_config/fsdp_offload_params"), "true");
+  EXPECT_EQ(Bool(y, "/fsdp_config/fsdp_activation_checkpointing"), "true");
+  EXPECT_FALSE(Has(y, "/fsdp_config/fsdp_forward_prefetch"));  // the FSDP2 plugin rejects it
+  EXPECT_EQ(Int(y, "/parallelism_config/parallelism_config_dp_replicate_size"), 16 / 8);
+  EXPECT_EQ(Int(y, "/parallelism_config/parallelism_config_dp_shard_size"), 8);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_THAT(r.notes[0], HasSubstr("gradient_accumulation_steps=4"));
+  EXPECT_THAT(r.notes[0], HasSubstr("batch_size=2 sequences of 4096 tokens"));
+  EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+TEST(ExportTest, TorchtitanTomlCarriesDegreesBatchAndCheckpointing) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = HybridJob();
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan);
+  json t = LoadToml(r.text);
+  EXPECT_EQ(Str(t, "/model/name"), "llama3");
+  EXPECT_EQ(Str(t, "/model/flavor"), "8B");
+  EXPECT_EQ(Int(t, "/training/local_batch_size"), 2);
+  // torchtitan derives grad-accum = global / (local x dp degree) (train.py).
+  EXPECT_EQ(Int(t, "/training/global_batch_size"), 2 * 4 * 16);
+  EXPECT_EQ(Int(t, "/training/seq_len"), 4096);
+  EXPECT_EQ(Bool(t, "/training/enable_cpu_offload"), "true");
+  EXPECT_EQ(Str(t, "/training/mixed_precision_param"), "bfloat16");
+  EXPECT_EQ(Str(t, "/training/mixed_precision_reduce"), "float32");
+  EXPECT_EQ(Str(t, "/training/dtype"), "float32");
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_replicate_degree"), 2);
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_shard_degree"), 8);
+  EXPECT_EQ(Str(t, "/parallelism/fsdp_reshard_after_forward"), "always");
+  EXPECT_EQ(Str(t, "/activation_checkpoint/mode"), "full");
+  EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+TEST(ExportTest, HfTrainerJsonCarriesFsdpOptionsAndBatch) {
+  Job j = HybridJob();
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer);
+  json h = model::ParseJsonText(r.text, "hf-trainer");
+  EXPECT_EQ(Int(h, "/per_device_train_batch_size"), 2);
+  EXPECT_EQ(Int(h, "/gradient_accumulation_steps"), 4);
+  EXPECT_EQ(Bool(h, "/bf16"), "true");
+  EXPECT_EQ(Bool(h, "/gradient_checkpointing"),
+            "false");  // FSDP: fsdp_config.activation_checkpointing
+  EXPECT_EQ(Str(h, "/fsdp"), "full_shard auto_wrap offload");
+  EXPECT_EQ(Int(h, "/fsdp_config/version"), 2);
+  EXPECT_EQ(Bool(h, "/fsdp_config/reshard_after_forward"), "true");
+  EXPECT_EQ(Bool(h, "/fsdp_config/activation_checkpointing"), "true");
+  EXPECT_EQ(Str(h, "/fsdp_config/transformer_layer_cls_to_wrap/0"), "LlamaDecoderLayer");
+  std::string all;
+  for (const auto& n : r.notes) all += n + "\n";
+  EXPECT_THAT(all, HasSubstr("parallelism_config_dp_replicate_size 2"));
+  EXPECT_THAT(all, HasSubstr("parallelism_config_dp_shard_size 8"));
+}
+
+TEST(ExportTest, DeepspeedJsonIsZero3WithHpzOffloadAndBatch) {
+  Job j = HybridJob();
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kDeepspeed);
+  json d = model::ParseJsonText(r.text, "deepspeed");
+  EXPECT_EQ(Int(d, "/train_batch_size"), 2 * 4 * 16);  // DeepSpeed checks micro x accum x world
+  EXPECT_EQ(Int(d, "/train_micro_batch_size_per_gpu"), 2);
+  EXPECT_EQ(Int(d, "/gradient_accumulation_steps"), 4);
+  EXPECT_EQ(Bool(d, "/bf16/enabled"), "true");
+  EXPECT_EQ(Str(d, "/communication_data_type"), "fp32");
+  EXPECT_EQ(Int(d, "/zero_optimization/stage"), 3);
+  EXPECT_EQ(Int(d, "/zero_optimization/zero_hpz_partition_size"), 8);
+  EXPECT_EQ(Str(d, "/zero_optimization/offload_optimizer/device"), "cpu");
+  EXPECT_EQ(Str(d, "/zero_optimization/offload_param/device"), "cpu");
+  std::string all;
+  for (const auto& n : r.notes) all += n + "\n";
+  EXPECT_THAT(all, HasSubstr("hpZ"));
+  EXPECT_THAT(all, HasSubstr("gradient_checkpointing_enable"));
+  EXPECT_THAT(all, HasSubstr("no FSDP units"));
+}
+
+TEST(ExportTest, RollYamlCarriesFsdpSizeDtypesOffloadAndWrapPolicy) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = HybridJob();
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kRoll);
+  json y = LoadYaml(r.text);
+  const std::string s = "/actor_train/strategy_args/strategy_config";
+  EXPECT_EQ(Str(y, "/actor_train/strategy_args/strategy_name"), "fsdp2_train");
+  EXPECT_EQ(Int(y, s + "/fsdp_size"), 8);    // < world 16: HSDP with 16 / 8 replicas
+  EXPECT_FALSE(Has(y, s + "/param_dtype"));  // unset: fp32 master weights, bf16 compute
+  EXPECT_EQ(Str(y, s + "/reduce_dtype"), "fp32");
+  EXPECT_EQ(Bool(y, s + "/reshard_after_forward"), "true");
+  EXPECT_EQ(Bool(y, s + "/offload_policy"), "true");
+  EXPECT_EQ(Str(y, s + "/wrap_policy/transformer_layer_cls_to_wrap/0"), "LlamaDecoderLayer");
+  EXPECT_EQ(Bool(y, "/actor_train/model_args/disable_gradient_checkpointing"), "false");
+  EXPECT_EQ(Int(y, "/actor_train/model_args/ulysses_size"), 1);
+  EXPECT_EQ(Int(y, "/actor_train/training_args/per_device_train_batch_size"), 2);
+  EXPECT_EQ(Int(y, "/actor_train/training_args/gradient_accumulation_steps"), 4);
+  EXPECT_EQ(Str(y, "/actor_train/device_mapping"), "list(range(0,16))");
+  EXPECT_EQ(Int(y, "/sequence_length"), 4096);
+  EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+TEST(ExportTest, RollWritesParamDtypeWhenMasterWeightsShareIt) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = HybridJob();
+  j.plan.master_dtype = model::DType::kBf16;
+  json y = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kRoll).text);
+  EXPECT_EQ(Str(y, "/actor_train/strategy_args/strategy_config/param_dtype"), "bf16");
+}
+
+TEST(ExportTest, ShardGradOpMapsToZero2AndNoResharding) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = OneNodeJob(model::ShardingStrategy::kShardGradOp);
+  json d = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kDeepspeed).text, "ds");
+  EXPECT_EQ(Int(d, "/zero_optimization/stage"), 2);
+  EXPECT_FALSE(Has(d, "/zero_optimization/zero_hpz_partition_size"));
+  json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_shard_degree"), 8);
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_replicate_degree"), 1);
+  EXPECT_EQ(Str(t, "/parallelism/fsdp_reshard_after_forward"), "never");
+  json h = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer).text, "hf");
+  EXPECT_EQ(Str(h, "/fsdp"), "shard_grad_op auto_wrap");
+  EXPECT_EQ(Bool(h, "/fsdp_config/reshard_after_forward"), "false");
+}
+
+TEST(ExportTest, NoShardIsDataParallelEverywhere) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kNoShard);
+  json a = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate).text);
+  EXPECT_EQ(Str(a, "/distributed_type"), "MULTI_GPU");
+  EXPECT_FALSE(Has(a, "/fsdp_config"));
+  json d = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kDeepspeed).text, "ds");
+  EXPECT_EQ(Int(d, "/zero_optimization/stage"), 0);
+  json h = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer).text, "hf");
+  EXPECT_FALSE(Has(h, "/fsdp"));
+  ExportResult roll = ExportPlan(j.plan, j.ctx, ExportFormat::kRoll);
+  ASSERT_FALSE(roll.notes.empty());
+  EXPECT_THAT(roll.notes[0], HasSubstr("no replicate-only mode"));
+}
+
+TEST(ExportTest, EveryKCheckpointingIsTorchtitanLayerSacAndANoteElsewhere) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.checkpointing = model::Checkpointing::kEveryK;
+  j.plan.checkpoint_every_k = 2;
+  json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
+  EXPECT_EQ(Str(t, "/activation_checkpoint/mode"), "selective");
+  EXPECT_EQ(Str(t, "/activation_checkpoint/selective_ac_option"), "2");
+  ExportResult a = ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate);
+  std::string all;
+  for (const auto& n : a.notes) all += n + "\n";
+  EXPECT_THAT(all, HasSubstr("checkpointing every:2"));
+}
+
+TEST(ExportTest, StringsWithQuotesAndBackslashesSurviveYamlAndToml) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = HybridJob();
+  j.ctx.layer_class = "My\"Layer\\x\ty";
+  json y = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate).text);
+  EXPECT_EQ(Str(y, "/fsdp_config/fsdp_transformer_layer_cls_to_wrap"), j.ctx.layer_class);
+  j.ctx.model_name = "odd\nname \"x\"";  // only in comments: must not break the document
+  json r = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kRoll).text);
+  EXPECT_EQ(
+      Str(r,
+          "/actor_train/strategy_args/strategy_config/wrap_policy/transformer_layer_cls_to_wrap/0"),
+      j.ctx.layer_class);
+  if (PythonHas("tomllib")) {
+    json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
+    EXPECT_EQ(Int(t, "/training/local_batch_size"), 2);
+  }
+}
+
+TEST(ExportTest, SameInputsGiveIdenticalText) {
+  Job j = HybridJob();
+  for (const auto& name : ExportFormatNames()) {
+    ExportFormat f = ParseExportFormat(name, "test");
+    EXPECT_EQ(ExportPlan(j.plan, j.ctx, f).text, ExportPlan(j.plan, j.ctx, f).text) << name;
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::plan
