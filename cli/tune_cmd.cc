@@ -12,6 +12,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "planner/export.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
 #include "simulator/profile_json.h"
@@ -132,6 +133,8 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--price-per-gpu-hour", a->price_per_gpu_hour, "Dollars per GPU-hour for --objective cost");
   sub->add_option("--top", a->top, "How many plans to rank")->capture_default_str();
   sub->add_option("--out", a->out, "Write the winning plan (shardtune.plan JSON)");
+  sub->add_option("--export", a->export_format,
+                  "Also print the winner as accelerate|torchtitan|hf-trainer|deepspeed|roll config");
   sub->add_option("--profile", a->profile, "Calibrated profile JSON")->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   AddPlanFlags(sub, &a->plan);
@@ -142,6 +145,8 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
   profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
   plan::SearchRequest req = BuildRequest(a, spec, cluster);
+  plan::ExportFormat format{};
+  if (!a.export_format.empty()) format = plan::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);
   auto start = std::chrono::steady_clock::now();
   auto progress = [&](int64_t done, int64_t total) {
@@ -155,9 +160,16 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.out.empty() && !r.top.empty()) {
     sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
   }
+  plan::ExportResult exported;
+  if (!a.export_format.empty() && !r.top.empty()) {
+    const model::Plan& best = r.top.front().plan;
+    exported = plan::ExportPlan(best, plan::MakeExportContext(spec, cluster, best), format);
+  }
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(a, spec, cluster, req, r, out);
+    if (!exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << exported.text;
+    for (const auto& n : exported.notes) err << "note: " << n << "\n";
     return;
   }
   nlohmann::ordered_json j;
@@ -185,6 +197,9 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   j["rejected"] = rej;
   j["fits"] = !r.top.empty();
   j["advice_if_none"] = r.advice_if_none;
+  if (!a.export_format.empty()) {
+    j["export"] = {{"format", a.export_format}, {"text", exported.text}, {"notes", exported.notes}};
+  }
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

@@ -20,6 +20,7 @@ struct TuneArgs {
   double price_per_gpu_hour = 0;
   int top = 5;
   std::string out;                  // PLAN.json for the winner
+  std::string export_format;        // --export FMT: the winner as that framework's config
   std::string profile;
   bool json = false;
   PlanFlags plan;                   // given flags fix that dimension of the search

@@ -196,6 +196,16 @@ TEST(CliTest, TuneJsonRanksBestFirst) {
   EXPECT_TRUE(j.at("fits").get<bool>());
 }
 
+TEST(CliTest, TuneExportsTheWinner) {
+  Result r = RunCli("tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 --export deepspeed --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  auto ds = nlohmann::json::parse(j.at("export").at("text").get<std::string>());
+  // DeepSpeed's train_batch_size is the global batch: micro x accumulation x ranks = 8.
+  EXPECT_EQ(ds.at("train_batch_size").get<int>(), 8);
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 128 --export deepspeeed"), "deepspeed");
+}
+
 TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --global-batch-tokens 65536 --seq-len 8192"),
                      "exactly one");
