@@ -67,7 +67,11 @@ Job ResolveJob(const JobArgs& a) {
   Validate(job, a.plan);
   job.seq_len = job.plan.seq_len > 0 ? job.plan.seq_len : job.spec.max_seq_len;
   job.options.memory.model_load = ParseLoad(a.model_load);
-  if (!a.profile.empty()) job.options.memory.constants = sim::ReadProfileFile(a.profile).memory;
+  if (!a.profile.empty()) {
+    sim::Profile prof = sim::ReadProfileFile(a.profile);
+    job.options.memory.constants = prof.memory;
+    job.options.costs = prof.costs;
+  }
   return job;
 }
 

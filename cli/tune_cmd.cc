@@ -78,7 +78,11 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (Given(a, "--offload")) req.space.offloads = {given.offload};
   if (Given(a, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (Given(a, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
-  if (!a.profile.empty()) req.options.memory.constants = sim::ReadProfileFile(a.profile).memory;
+  if (!a.profile.empty()) {
+    sim::Profile prof = sim::ReadProfileFile(a.profile);
+    req.options.memory.constants = prof.memory;
+    req.options.costs = prof.costs;
+  }
   return req;
 }
 

@@ -25,6 +25,23 @@ Profile ReadProfileFile(const std::string& path) {
         m.OptionalInt("host_process_baseline_bytes", k.host_process_baseline.count(), 0, kMax));
     m.Finish();
   }
+  CostConstants& c = p.costs;
+  if (auto comp = r.OptionalValue("compute")) {
+    model::StrictReader m(*comp, path, "/compute");
+    c.matmul_efficiency = m.OptionalNumber("matmul_efficiency", c.matmul_efficiency, 1e-3, 1);
+    c.attention_efficiency = m.OptionalNumber("attention_efficiency", c.attention_efficiency, 1e-3, 1);
+    c.memory_efficiency = m.OptionalNumber("memory_efficiency", c.memory_efficiency, 1e-3, 1);
+    c.host_memory_bandwidth_per_node = BytesPerSecond::Of(m.OptionalNumber(
+        "host_memory_bytes_per_s_per_node", c.host_memory_bandwidth_per_node.count(), 1e6, 1e15));
+    m.Finish();
+  }
+  if (auto net = r.OptionalValue("network")) {
+    model::StrictReader m(*net, path, "/network");
+    c.nvlink_efficiency = m.OptionalNumber("nvlink_efficiency", c.nvlink_efficiency, 1e-3, 1);
+    c.pcie_efficiency = m.OptionalNumber("pcie_efficiency", c.pcie_efficiency, 1e-3, 1);
+    c.network_efficiency = m.OptionalNumber("network_efficiency", c.network_efficiency, 1e-3, 1);
+    m.Finish();
+  }
   r.Finish();
   return p;
 }

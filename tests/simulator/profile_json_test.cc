@@ -28,6 +28,17 @@ TEST(ProfileJsonTest, MemorySectionOverridesDefaults) {
   EXPECT_EQ(p.memory.nccl_per_communicator, MemoryConstants{}.nccl_per_communicator);
 }
 
+TEST(ProfileJsonTest, ComputeAndNetworkSectionsOverrideCostConstants) {
+  auto p = ReadProfileFile(Write("p_cost.json", R"({"schema": "shardtune.profile", "schema_version": 1,
+      "compute": {"matmul_efficiency": 0.62}, "network": {"nvlink_efficiency": 0.7}})"));
+  EXPECT_DOUBLE_EQ(p.costs.matmul_efficiency, 0.62);
+  EXPECT_DOUBLE_EQ(p.costs.nvlink_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(p.costs.memory_efficiency, CostConstants{}.memory_efficiency);
+  std::string bad = Write("p_cost_bad.json", R"({"schema": "shardtune.profile", "schema_version": 1,
+      "compute": {"matmul_efficency": 0.62}})");
+  EXPECT_THAT([&] { ReadProfileFile(bad); }, ThrowsMessage<InputError>(HasSubstr("/compute/matmul_efficency")));
+}
+
 TEST(ProfileJsonTest, UnknownMemoryKeyIsNamedWithPointer) {
   std::string f = Write("p_bad.json", R"({"schema": "shardtune.profile", "schema_version": 1,
       "memory": {"cuda_contxt_bytes": 1}})");
