@@ -9,6 +9,7 @@
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "planner/search_rank.h"
+#include "planner/wrap_partition.h"
 
 namespace shardtune::plan {
 namespace {
@@ -60,6 +61,20 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
       model::WrapPolicy w;
       w.kind = model::WrapPolicy::Kind::kEveryK;
       w.every_k = k;
+      s.wraps.push_back(w);
+    }
+    // The non-uniform partition that minimises exposed all-gathers for a full-shard plan at
+    // micro-batch 1, when it differs from uniform per-block units.
+    model::Plan probe = req.base;
+    probe.strategy = model::ShardingStrategy::kFullShard;
+    probe.micro_batch = 1;
+    auto ranges = OptimalPartition(spec.num_layers, PartitionCostsFor(spec, c, probe, req.seq_len, req.options.costs));
+    bool uniform = true;
+    for (const auto& [a, b] : ranges) uniform = uniform && a == b;
+    if (!uniform) {
+      model::WrapPolicy w;
+      w.kind = model::WrapPolicy::Kind::kRanges;
+      w.ranges = ranges;
       s.wraps.push_back(w);
     }
   }
