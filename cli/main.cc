@@ -7,12 +7,15 @@
 #include "cli/estimate_cmd.h"
 #include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
+#include "cli/run_cmd.h"
 #include "cli/simulate_cmd.h"
 #include "cli/tune_cmd.h"
+#include "executor/errors.h"
 #include "model/errors.h"
 
 namespace {
 constexpr int kExitInput = 1;
+constexpr int kExitBackend = 3;
 constexpr int kExitInternal = 70;
 }  // namespace
 
@@ -25,12 +28,14 @@ int main(int argc, char** argv) {
   app.add_subcommand("gpus", "List GPU kinds")->add_flag("--json", gpus_json, "JSON output");
   EstimateArgs estimate;
   AddEstimateCommand(&app, &estimate);
+  RunArgs run_args;
+  AddRunCommand(&app, &run_args);
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);
-  TuneArgs tune;
-  AddTuneCommand(&app, &tune);
   ExportArgs export_args;
   AddExportCommand(&app, &export_args);
+  TuneArgs tune;
+  AddTuneCommand(&app, &tune);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -45,12 +50,16 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("models")) RunModels(models_json, std::cout);
     if (app.got_subcommand("gpus")) RunGpus(gpus_json, std::cout);
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
+    if (app.got_subcommand("run")) return RunRun(run_args, std::cout, std::cerr);
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
-    if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);
+    if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInput;
+  } catch (const shardtune::exec::BackendError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBackend;
   } catch (const std::exception& e) {
     std::cerr << "error: internal: " << e.what() << "\n";
     return kExitInternal;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -23,7 +24,11 @@ std::string TempPath(const std::string& name) {
 }
 
 Result RunCli(const std::string& args) {
-  std::string err_path = TempPath("stderr.txt");
+  // One stderr file per call and process: ctest -j runs these tests concurrently.
+  static int calls = 0;
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string err_path = TempPath(std::string(info ? info->name() : "x") + "_" +
+                                  std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".err");
   std::string cmd = std::string(SHARDTUNE_BIN) + " " + args + " 2>" + err_path;
   Result r;
   FILE* p = popen(cmd.c_str(), "r");

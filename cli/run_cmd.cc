@@ -1,0 +1,179 @@
+// `shardtune run`: flags -> exec::RunOptions, validation, launcher or one rank, progress lines.
+// No Torch headers here: the executor's entry points are plain C++.
+#include "cli/run_cmd.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "cli/format.h"
+#include "executor/errors.h"
+#include "executor/launcher.h"
+#include "executor/rank_env.h"
+#include "executor/run.h"
+#include "model/errors.h"
+#include "model/presets.h"
+
+extern char** environ;
+
+namespace shardtune::cli {
+namespace {
+
+std::map<std::string, std::string> EnvironmentMap() {
+  std::map<std::string, std::string> m;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+std::vector<std::string> EnvironmentList() {
+  std::vector<std::string> v;
+  for (char** e = environ; *e != nullptr; ++e) v.emplace_back(*e);
+  return v;
+}
+
+// This process's own command line (the launcher starts ranks with it).
+std::vector<std::string> OwnArgv() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  std::string cur;
+  for (char c : all) {
+    if (c == '\0') {
+      argv.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) argv.push_back(cur);
+  if (argv.empty())
+    throw exec::BackendError("run: cannot read /proc/self/cmdline to start the ranks");
+  return argv;
+}
+
+// --global-batch fixes grad-accum = global / (micro-batch x data-parallel ranks).
+void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
+  int64_t gb = a.plan.global_batch;
+  if (gb <= 0) {
+    if (a.plan.app->count("--global-batch") > 0) {
+      throw InputError("--global-batch: expected an integer >= 1, got " + std::to_string(gb));
+    }
+    return;
+  }
+  int64_t per = static_cast<int64_t>(plan->micro_batch) * dp;
+  std::string shape =
+      std::to_string(plan->micro_batch) + " x " + std::to_string(dp) + " = " + std::to_string(per);
+  if (plan->micro_batch < 1 || gb % per != 0) {
+    throw InputError("--global-batch: expected a multiple of micro-batch x data-parallel ranks = " +
+                     shape + ", got " + std::to_string(gb));
+  }
+  int accum = static_cast<int>(gb / per);
+  if (a.plan.app->count("--grad-accum") > 0 && plan->grad_accum != accum) {
+    throw InputError("--global-batch: " + std::to_string(gb) + " sequences = " + shape + " x " +
+                     std::to_string(accum) + " micro-batches, but --grad-accum is " +
+                     std::to_string(plan->grad_accum));
+  }
+  plan->grad_accum = accum;
+}
+
+exec::RunOptions MakeOptions(const RunArgs& a, int world) {
+  exec::RunOptions o;
+  o.spec = model::ResolveModelArg(a.model, nullptr);
+  o.plan = BuildPlan(a.plan);
+  if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
+  ApplyGlobalBatch(a, a.emulate_world > 0 ? a.emulate_world : world, &o.plan);
+  o.steps = a.steps;
+  o.out_dir = a.out;
+  o.seed = a.seed;
+  o.data_path = a.data;
+  o.emulate_world = a.emulate_world;
+  o.lr = a.lr;
+  o.warmup_steps = a.warmup_steps;
+  o.lr_schedule = exec::ParseLrSchedule(a.lr_schedule, "--lr-schedule");
+  o.weight_decay = a.weight_decay;
+  o.max_grad_norm = a.max_grad_norm;
+  o.checkpoint_every = a.checkpoint_every;
+  o.threads = a.threads;
+  o.timeout_s = a.timeout_s;
+  o.trace = !a.no_trace;
+  return o;
+}
+
+void PrintStep(const exec::StepLog& s, std::ostream& out) {
+  std::ostringstream line;
+  line << "step " << s.step << "/" << s.steps << "  loss " << std::fixed << std::setprecision(4)
+       << s.loss << "  lr " << std::scientific << std::setprecision(2) << s.lr << std::fixed
+       << "  grad_norm " << std::setprecision(3) << s.grad_norm << "  " << std::setprecision(0)
+       << s.tokens_per_s << " tokens/s  " << std::setprecision(3) << s.time_s << " s  peak "
+       << FormatBytes(Bytes::Of(s.tracked_peak_bytes));
+  out << line.str() << std::endl;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App* app, RunArgs* a) {
+  CLI::App* run = app->add_subcommand("run", "Train a plan for real (LibTorch, own FSDP runtime)");
+  run->add_option("--model", a->model,
+                  "Preset, shardtune.model JSON or HF config.json (default tiny-llama)");
+  run->add_option("--steps", a->steps, "Optimizer steps to reach (a resumed run continues)");
+  run->add_option("--out", a->out, "Output folder: measurements.json, trace.json, checkpoints/");
+  run->add_option("--nproc", a->nproc, "Local ranks to launch (default 1)");
+  run->add_option("--seed", a->seed, "Seed of the initialization and synthetic data");
+  run->add_option("--data", a->data, "Text file read as byte-level tokens (default: synthetic)");
+  run->add_option("--emulate-world", a->emulate_world,
+                  "Run rank 0 of a world of N in this one process (Emulated collectives)");
+  run->add_option("--lr", a->lr, "Peak learning rate (default 1e-3)");
+  run->add_option("--lr-schedule", a->lr_schedule, "cosine|wsd|constant (after linear warmup)");
+  run->add_option("--warmup-steps", a->warmup_steps, "Warmup steps (default steps / 10)");
+  run->add_option("--weight-decay", a->weight_decay, "AdamW weight decay (default 0.01)");
+  run->add_option("--max-grad-norm", a->max_grad_norm,
+                  "Global-norm clipping; 0 disables (default 1)");
+  run->add_option("--checkpoint-every", a->checkpoint_every,
+                  "Steps between checkpoints (0: at the end)");
+  run->add_option("--threads", a->threads, "Intra-op threads per rank (default cores / ranks)");
+  run->add_option("--timeout", a->timeout_s,
+                  "Rendezvous and collective timeout in seconds (default 60)");
+  run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
+  AddPlanFlags(run, &a->plan);
+}
+
+int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
+  exec::RankEnv env = exec::RankEnvFromVariables(EnvironmentMap());
+  if (!env.launched && a.nproc < 1) {
+    throw InputError("--nproc: expected an integer >= 1, got " + std::to_string(a.nproc));
+  }
+  int world = env.launched ? env.world_size : a.nproc;
+  exec::RunOptions o = MakeOptions(a, world);
+  exec::ValidateRun(o, world);
+  if (!env.launched && a.nproc > 1) {
+    exec::LaunchOptions lo;
+    lo.nproc = a.nproc;
+    lo.argv = OwnArgv();
+    lo.environment = EnvironmentList();
+    exec::LaunchResult r = exec::LaunchLocalRanks(lo);
+    if (r.exit_code == 0) return 0;
+    err << "error: " << r.message << "\n";
+    return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;
+  }
+  exec::RunCallbacks cb;
+  cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };
+  cb.on_message = [&err](const std::string& m) { err << m << std::endl; };
+  exec::RunSummary s = exec::RunRank(o, env, cb);
+  if (!env.launched || env.rank == 0) {
+    if (!s.measurements_path.empty()) out << "wrote " << s.measurements_path << "\n";
+    if (!s.trace_path.empty()) out << "wrote " << s.trace_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace shardtune::cli

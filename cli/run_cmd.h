@@ -1,0 +1,41 @@
+// `shardtune run`: train a plan for real (DESIGN.md "Executor"). Without RANK/WORLD_SIZE in the
+// environment it validates the inputs and either runs the single rank in this process or
+// launches --nproc local ranks of this same program; with them (torchrun --no-python, Slurm,
+// or our own launcher) this process is one rank.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "cli/plan_flags.h"
+
+namespace shardtune::cli {
+
+struct RunArgs {
+  std::string model = "tiny-llama";
+  std::string out;
+  std::string data;
+  std::string lr_schedule = "cosine";
+  int steps = 0;
+  int nproc = 1;
+  int emulate_world = 0;
+  uint64_t seed = 0;
+  double lr = 1e-3;
+  int warmup_steps = -1;
+  double weight_decay = 0.01;
+  double max_grad_norm = 1.0;
+  int checkpoint_every = 0;
+  int threads = 0;
+  double timeout_s = 60;
+  bool no_trace = false;
+  PlanFlags plan;
+};
+
+void AddRunCommand(CLI::App* app, RunArgs* args);
+// Runs the command; progress on `out` (rank 0), messages on `err`. Returns the exit code
+// (0, or a failed rank's code from the launcher). Throws InputError, exec::BackendError.
+int RunRun(const RunArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace shardtune::cli

@@ -1,0 +1,90 @@
+// The Emulated communicator (one rank of N, no peers) and the shared monotonic clock.
+#include "executor/communicator.h"
+
+#include <ATen/ATen.h>
+#include <time.h>
+
+#include "model/errors.h"
+
+namespace shardtune::exec {
+
+double MonotonicSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+namespace {
+
+// Work that already finished when it was issued; Wait() only records it.
+class DoneWork : public Work {
+ public:
+  DoneWork(CollectiveLog* log, CollectiveRecord r) : log_(log), record_(std::move(r)) {}
+  void Wait() override {
+    if (log_ == nullptr) return;
+    log_->Add(record_);
+    log_ = nullptr;
+  }
+  ~DoneWork() override { Wait(); }
+
+ private:
+  CollectiveLog* log_;
+  CollectiveRecord record_;
+};
+
+class EmulatedCommunicator : public Communicator {
+ public:
+  using Communicator::Communicator;
+  bool emulated() const override { return true; }
+
+  std::unique_ptr<Work> AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+    SHARDTUNE_CHECK(full.numel() == shard.numel() * size()) << "all-gather sizes";
+    double t0 = MonotonicSeconds();
+    // The shard may be a slice of `full` (FlatParam gathers in place): copy it out first.
+    at::Tensor local = shard.clone();
+    full.view({size(), shard.numel()}).copy_(local.view({1, shard.numel()}));
+    return Done(profiles::Collective::kAllGather, full.nbytes(), t0);
+  }
+  std::unique_ptr<Work> ReduceScatter(const at::Tensor& full, const at::Tensor& shard) override {
+    SHARDTUNE_CHECK(full.numel() == shard.numel() * size()) << "reduce-scatter sizes";
+    double t0 = MonotonicSeconds();
+    at::Tensor local = full.narrow(0, rank() * shard.numel(), shard.numel());
+    shard.copy_(local);
+    if (size() > 1) shard.mul_(static_cast<double>(size()));
+    return Done(profiles::Collective::kReduceScatter, full.nbytes(), t0);
+  }
+  std::unique_ptr<Work> AllReduce(const at::Tensor& t) override {
+    double t0 = MonotonicSeconds();
+    if (size() > 1) t.mul_(static_cast<double>(size()));
+    return Done(profiles::Collective::kAllReduce, t.nbytes(), t0);
+  }
+  std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
+    SHARDTUNE_CHECK(root >= 0 && root < size()) << "broadcast root " << root;
+    return Done(profiles::Collective::kBroadcast, t.nbytes(), MonotonicSeconds());
+  }
+  void Barrier() override {}
+
+ private:
+  std::unique_ptr<Work> Done(profiles::Collective kind, size_t bytes, double t0) {
+    CollectiveRecord r;
+    r.kind = kind;
+    r.group = group();
+    r.group_size = size();
+    r.full_size_bytes = static_cast<int64_t>(bytes);
+    r.sent_bytes = 0;
+    r.start_s = t0;
+    r.time_s = MonotonicSeconds() - t0;
+    r.emulated = true;
+    return std::make_unique<DoneWork>(&log(), std::move(r));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeEmulatedCommunicator(const std::string& group, int rank, int size,
+                                                       std::shared_ptr<CollectiveLog> log) {
+  SHARDTUNE_CHECK(size >= 1 && rank >= 0 && rank < size) << "rank " << rank << " of " << size;
+  return std::make_unique<EmulatedCommunicator>(group, rank, size, std::move(log));
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,113 @@
+// FSDP runtime, backward side: re-gather before a segment's backward, reduce a unit's flat
+// gradient once its parameters' gradients are all accumulated, finish reductions in order.
+// The hooks run on the autograd engine's thread (the caller's thread for CPU tensors).
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "executor/fsdp_runtime_impl.h"
+#include "model/errors.h"
+
+namespace shardtune::exec {
+
+void FsdpRuntime::Impl::CloseBackwardSegment() {
+  if (backward_segment < 0) return;
+  double now = MonotonicSeconds();
+  recorder->Add({segment_names[static_cast<size_t>(backward_segment)], "backward", Lane::kCompute,
+                 backward_mark_s, now - backward_mark_s});
+  backward_segment = -1;
+}
+
+void FsdpRuntime::Impl::PreBackward(int segment) {
+  CloseBackwardSegment();
+  // A unit whose gradients are all done (e.g. the root once its own segments are through) is
+  // not needed by the rest of backward, even though its segment range covers it.
+  for (int u : covering[static_cast<size_t>(segment)]) {
+    if (!backward_done[static_cast<size_t>(u)]) EnsureGathered(u);
+  }
+  if (options.plan.backward_prefetch == model::BackwardPrefetch::kPre) {
+    Prefetch(BackwardCandidates(segment));
+  }
+  backward_segment = segment;
+  backward_mark_s = MonotonicSeconds();
+}
+
+void FsdpRuntime::Impl::PostBackward(int u) {
+  size_t i = static_cast<size_t>(u);
+  double t0 = MonotonicSeconds();
+  FlatParam& unit = *units[i];
+  at::NoGradGuard no_grad;
+  at::Tensor flat = unit.TakeFlatGrad();  // [padded] reduce dtype
+  unit.Free();                            // reshard after backward
+  ++units_done;
+  backward_done[i] = true;
+  if (!sync) {  // no_sync: keep the unsharded gradient, reduce on the last micro-batch
+    if (nosync_grads[i].defined()) {
+      nosync_grads[i].add_(flat);
+    } else {
+      nosync_grads[i] = flat;
+    }
+    recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
+    return;
+  }
+  if (nosync_grads[i].defined()) {
+    flat.add_(nosync_grads[i]);
+    nosync_grads[i] = at::Tensor();
+  }
+  DrainReductions(1);  // at most one reduction in flight while the next one is issued
+  Reduction r;
+  r.unit = u;
+  r.input = flat;
+  if (groups.shard->size() > 1) {
+    r.output = at::empty({unit.shard_numel()}, flat.options());
+    r.work = groups.shard->ReduceScatter(r.input, r.output);
+  } else {
+    r.output = flat;
+  }
+  reductions.push_back(std::move(r));
+  recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
+  if (options.plan.backward_prefetch == model::BackwardPrefetch::kPost && backward_segment >= 0) {
+    Prefetch(BackwardCandidates(backward_segment));
+  }
+}
+
+void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
+  FlatParam& unit = *units[static_cast<size_t>(r.unit)];
+  double t0 = MonotonicSeconds();
+  if (r.work) r.work->Wait();
+  r.work.reset();
+  r.input = at::Tensor();  // the flat gradient is no longer read
+  if (groups.replicate->size() > 1) groups.replicate->AllReduce(r.output)->Wait();
+  // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients.
+  at::Tensor g = r.output.to(at::kFloat).div_(static_cast<double>(options.dp_world));
+  if (unit.grad_shard().defined()) {
+    unit.grad_shard().add_(g);
+  } else {
+    unit.grad_shard() = g;
+  }
+  double t1 = MonotonicSeconds();
+  recorder->Add({unit.name(), "reduce_wait", Lane::kReduce, t0, t1 - t0});
+}
+
+void FsdpRuntime::Impl::DrainReductions(size_t keep) {
+  while (reductions.size() > keep) {
+    FinishReduction(reductions.front());
+    reductions.pop_front();
+  }
+}
+
+void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
+  Impl& m = *impl_;
+  m.sync = sync;
+  m.units_done = 0;
+  m.backward_done.assign(m.units.size(), false);
+  m.backward_segment = -1;
+  torch::autograd::backward({loss}, {at::full({}, scale, loss.options())});
+  m.CloseBackwardSegment();
+  at::NoGradGuard no_grad;
+  m.DrainReductions(0);
+  SHARDTUNE_CHECK(m.units_done == static_cast<int>(m.units.size()))
+      << "only " << m.units_done << " of " << m.units.size() << " FSDP units finished backward";
+  SHARDTUNE_CHECK(m.inflight_gathers == 0) << m.inflight_gathers << " all-gathers left unused";
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,219 @@
+// FSDP runtime: units, forward with all-gathers and reshards, gradient clipping.
+#include "executor/fsdp_runtime.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "executor/fsdp_runtime_impl.h"
+#include "model/errors.h"
+
+namespace shardtune::exec {
+
+at::ScalarType ToScalarType(model::DType d) {
+  switch (d) {
+    case model::DType::kFp32:
+      return at::kFloat;
+    case model::DType::kBf16:
+      return at::kBFloat16;
+    case model::DType::kFp16:
+      return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+namespace {
+
+TransformerOptions ModelOptions(const model::Plan& plan) {
+  TransformerOptions t;
+  t.dtype = ToScalarType(plan.param_dtype);
+  t.sdpa = plan.attention == model::Attention::kSdpa;
+  return t;
+}
+
+std::string SegmentName(int s, int L) {
+  if (s == 0) return "model.embed_tokens";
+  if (s <= L) return "model.layers." + std::to_string(s - 1);
+  if (s == model::FinalNormSegment(L)) return "model.norm";
+  return "lm_head";
+}
+
+// BuildFsdpUnits keeps the root even when wrapping left it no parameters; such a unit has
+// nothing to gather or reduce.
+std::vector<model::FsdpUnit> NonEmptyUnits(const model::ModelSpec& spec,
+                                           const model::WrapPolicy& w) {
+  std::vector<model::FsdpUnit> units;
+  for (model::FsdpUnit& u : model::BuildFsdpUnits(spec, w)) {
+    if (!u.params.empty()) units.push_back(std::move(u));
+  }
+  return units;
+}
+
+bool Recomputes(const model::Plan& p, int block) {
+  if (p.checkpointing == model::Checkpointing::kFull) return true;
+  if (p.checkpointing == model::Checkpointing::kEveryK) return block % p.checkpoint_every_k == 0;
+  return false;
+}
+
+}  // namespace
+
+FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& options,
+                         ProcessGroups groups, Recorder* recorder)
+    : impl_(std::make_unique<Impl>()),
+      unit_specs_(NonEmptyUnits(spec, options.plan.wrap)),
+      groups_(std::move(groups)),
+      transformer_(spec, ModelOptions(options.plan)) {
+  SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() == options.dp_world)
+      << "shard " << groups_.shard->size() << " x replicate " << groups_.replicate->size()
+      << " != data-parallel world " << options.dp_world;
+  Impl& m = *impl_;
+  m.options = options;
+  m.groups = groups_;
+  m.recorder = recorder;
+  m.transformer = &transformer_;
+  m.unit_specs = &unit_specs_;
+  const model::Plan& plan = options.plan;
+  FlatParamOptions fo;
+  fo.param_dtype = ToScalarType(plan.param_dtype);
+  fo.reduce_dtype = ToScalarType(plan.reduce_dtype);
+  fo.shard_size = groups_.shard->size();
+  fo.shard_rank = groups_.shard->rank();
+  fo.seed = options.seed;
+  fo.device = options.device;
+  int nseg = transformer_.num_segments(), L = spec.num_layers;
+  m.starting.resize(static_cast<size_t>(nseg));
+  m.ending.resize(static_cast<size_t>(nseg));
+  m.covering.resize(static_cast<size_t>(nseg));
+  bool strategy_reshards = model::StrategyReshardsAfterForward(plan.strategy);
+  for (size_t u = 0; u < unit_specs_.size(); ++u) {
+    const model::FsdpUnit& us = unit_specs_[u];
+    m.units.push_back(std::make_unique<FlatParam>(us, fo));
+    m.reshard_after_forward.push_back(!us.is_root && strategy_reshards &&
+                                      plan.reshard_after_forward);
+    int idx = static_cast<int>(u);
+    m.starting[static_cast<size_t>(us.first_segment)].push_back(idx);
+    m.ending[static_cast<size_t>(us.last_segment)].push_back(idx);
+    for (int s = us.first_segment; s <= us.last_segment; ++s)
+      m.covering[static_cast<size_t>(s)].push_back(idx);
+    const FlatParam& fp = *m.units.back();
+    for (size_t i = 0; i < fp.slots().size(); ++i) m.table[fp.slots()[i].name] = fp.params()[i];
+    m.units.back()->InstallGradHooks([this, idx]() {
+      if (impl_->units[static_cast<size_t>(idx)]->CountGradReady()) impl_->PostBackward(idx);
+    });
+  }
+  m.gathers.resize(m.units.size());
+  m.nosync_grads.resize(m.units.size());
+  m.backward_done.assign(m.units.size(), false);
+  for (int s = 0; s < nseg; ++s) {
+    m.segment_names.push_back(SegmentName(s, L));
+    m.recompute.push_back(transformer_.IsBlockSegment(s) && Recomputes(plan, s - 1));
+    m.segment_fns.push_back([this, s](const at::Tensor& x) {
+      return transformer_.Segment(impl_->table, s, x, at::Tensor());
+    });
+  }
+}
+
+FsdpRuntime::~FsdpRuntime() = default;
+
+std::vector<FlatParam*> FsdpRuntime::units() {
+  std::vector<FlatParam*> out;
+  for (auto& u : impl_->units) out.push_back(u.get());
+  return out;
+}
+
+void FsdpRuntime::Impl::Issue(int u) {
+  size_t i = static_cast<size_t>(u);
+  SHARDTUNE_CHECK(!units[i]->gathered() && !gathers[i]) << units[i]->name() << " already gathering";
+  gathers[i] = units[i]->BeginGather(*groups.shard);
+  if (gathers[i]) ++inflight_gathers;
+}
+
+void FsdpRuntime::Impl::EnsureGathered(int u) {
+  size_t i = static_cast<size_t>(u);
+  if (units[i]->gathered()) return;
+  if (!gathers[i]) Issue(u);
+  if (!gathers[i]) return;  // a shard group of 1: the copy was the gather
+  double t0 = MonotonicSeconds();
+  gathers[i]->Wait();
+  gathers[i].reset();
+  --inflight_gathers;
+  units[i]->MarkGathered();
+  double t1 = MonotonicSeconds();
+  // The exposed wait; the collective itself is in the CollectiveLog (and the trace).
+  recorder->Add({units[i]->name(), "all_gather_wait", Lane::kAllGather, t0, t1 - t0});
+}
+
+void FsdpRuntime::Impl::Prefetch(const std::vector<int>& candidates) {
+  for (int u : candidates) {
+    if (inflight_gathers >= options.plan.max_inflight_allgathers) return;
+    size_t i = static_cast<size_t>(u);
+    if (!units[i]->gathered() && !gathers[i]) Issue(u);
+  }
+}
+
+std::vector<int> FsdpRuntime::Impl::BackwardCandidates(int segment) const {
+  std::vector<int> out;
+  for (int s = segment - 1; s >= 0; --s) {
+    for (int u : covering[static_cast<size_t>(s)]) {
+      if (backward_done[static_cast<size_t>(u)]) continue;
+      if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    }
+    if (out.size() >= 4) break;
+  }
+  return out;
+}
+
+at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labels) {
+  Impl& m = *impl_;
+  bool grad = at::GradMode::is_enabled();
+  at::Tensor x = tokens;
+  int nseg = transformer_.num_segments();
+  for (int s = 0; s < nseg; ++s) {
+    size_t si = static_cast<size_t>(s);
+    for (int u : m.starting[si]) m.EnsureGathered(u);
+    if (m.options.plan.forward_prefetch) {
+      std::vector<int> next;
+      for (size_t u = 0; u < m.units.size(); ++u) {
+        if (unit_specs_[u].first_segment > s) next.push_back(static_cast<int>(u));
+      }
+      m.Prefetch(next);
+    }
+    double t0 = MonotonicSeconds();
+    at::Tensor y = grad && m.recompute[si] ? Recompute(&m.segment_fns[si], x)
+                                           : transformer_.Segment(m.table, s, x, labels);
+    m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
+    if (grad) {
+      y.register_hook([this, s](const at::Tensor&) { impl_->PreBackward(s); });
+    }
+    for (int u : m.ending[si]) {
+      if (m.reshard_after_forward[static_cast<size_t>(u)]) m.units[static_cast<size_t>(u)]->Free();
+    }
+    x = y;
+  }
+  return x;
+}
+
+double FsdpRuntime::ClipGradNorm(double max_norm) {
+  Impl& m = *impl_;
+  at::NoGradGuard no_grad;
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m.options.device));
+  for (auto& u : m.units) {
+    if (u->grad_shard().defined()) sq += u->grad_shard().to(at::kDouble).pow(2).sum();
+  }
+  if (groups_.shard->size() > 1) groups_.shard->AllReduce(sq)->Wait();
+  double norm = std::sqrt(sq.item<double>());
+  if (max_norm > 0) {
+    double coef = std::min(1.0, max_norm / (norm + 1e-6));
+    for (auto& u : m.units) {
+      if (u->grad_shard().defined()) u->grad_shard().mul_(coef);
+    }
+  }
+  return norm;
+}
+
+void FsdpRuntime::ZeroGrad() {
+  for (auto& u : impl_->units) u->grad_shard() = at::Tensor();
+}
+
+}  // namespace shardtune::exec

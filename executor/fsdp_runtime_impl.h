@@ -1,0 +1,59 @@
+// The FSDP runtime's state, shared by fsdp_runtime.cc (construction, forward, clipping) and
+// fsdp_backward.cc (backward hooks, reductions). Internal to the executor.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/fsdp_runtime.h"
+#include "executor/recompute.h"
+
+namespace shardtune::exec {
+
+struct FsdpRuntime::Impl {
+  RuntimeOptions options;
+  ProcessGroups groups;
+  Recorder* recorder = nullptr;
+  const Transformer* transformer = nullptr;
+  const std::vector<model::FsdpUnit>* unit_specs = nullptr;
+
+  std::vector<std::unique_ptr<FlatParam>> units;  // forward order
+  std::vector<bool> reshard_after_forward;        // per unit
+  std::vector<std::unique_ptr<Work>> gathers;     // per unit: issued, not yet waited
+  int inflight_gathers = 0;
+  ParamTable table;                                          // every parameter, by name
+  std::vector<std::vector<int>> starting, ending, covering;  // per segment: unit indices
+  std::vector<std::string> segment_names;
+  std::vector<bool> recompute;         // per segment: activation checkpointing
+  std::vector<SegmentFn> segment_fns;  // per segment, for Recompute
+
+  // Backward state.
+  bool sync = true;
+  int backward_segment = -1;  // the segment whose backward runs now
+  double backward_mark_s = 0;
+  int units_done = 0;                    // units whose post-backward ran in this backward
+  std::vector<bool> backward_done;       // per unit: its post-backward ran (never re-gather it)
+  std::vector<at::Tensor> nosync_grads;  // per unit: [padded] reduce dtype (no_sync)
+  struct Reduction {
+    int unit = 0;
+    at::Tensor input, output;  // [padded] and [shard] in reduce dtype
+    std::unique_ptr<Work> work;
+  };
+  std::deque<Reduction> reductions;
+
+  // fsdp_runtime.cc
+  void Issue(int unit);
+  void EnsureGathered(int unit);
+  void Prefetch(const std::vector<int>& candidates);
+  std::vector<int> BackwardCandidates(int segment) const;
+  // fsdp_backward.cc
+  void PreBackward(int segment);
+  void PostBackward(int unit);
+  void FinishReduction(Reduction& r);
+  void DrainReductions(size_t keep);
+  void CloseBackwardSegment();
+};
+
+}  // namespace shardtune::exec

@@ -1,0 +1,260 @@
+// measurements.json and trace.json writers.
+#include "executor/measurements.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "executor/checkpoint.h"
+#include "executor/errors.h"
+#include "model/plan_json.h"
+#include "profiles/collective.h"
+
+namespace shardtune::exec {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+double Ns(double s) { return std::round(s * 1e9) / 1e9; }  // times at ns resolution
+
+Json EnvironmentJson(const Environment& e) {
+  return Json{{"shardtune_version", e.shardtune_version},
+              {"torch_version", e.torch_version},
+              {"backend", e.backend},
+              {"device", e.device},
+              {"cpu_model", e.cpu_model},
+              {"hostname", e.hostname},
+              {"date_utc", e.date_utc},
+              {"world_size", e.world_size},
+              {"emulated_world", e.emulated_world},
+              {"threads_per_rank", e.threads_per_rank}};
+}
+
+Json StepsJson(const std::vector<StepLog>& steps) {
+  Json a = Json::array();
+  for (const StepLog& s : steps) {
+    a.push_back({{"step", s.step},
+                 {"loss", s.loss},
+                 {"lr", s.lr},
+                 {"grad_norm", s.grad_norm},
+                 {"time_s", Ns(s.time_s)},
+                 {"tokens", s.tokens},
+                 {"tokens_per_s", s.tokens_per_s}});
+  }
+  return a;
+}
+
+// The innermost unit covering each segment (the one that owns the segment's own parameters).
+std::string UnitOfSegment(const std::vector<UnitInfo>& units, int s) {
+  const UnitInfo* best = nullptr;
+  for (const UnitInfo& u : units) {
+    if (u.first_segment <= s && s <= u.last_segment &&
+        (!best || u.last_segment - u.first_segment < best->last_segment - best->first_segment)) {
+      best = &u;
+    }
+  }
+  return best ? best->name : "";
+}
+
+Json ComputeJson(const MeasurementsDoc& d) {
+  Json a = Json::array();
+  if (!d.recorder) return a;
+  for (size_t s = 0; s < d.segment_names.size(); ++s) {
+    for (const char* phase : {"forward", "backward"}) {
+      auto it = d.recorder->totals().find({d.segment_names[s], phase});
+      if (it == d.recorder->totals().end()) continue;
+      const SpanTotal& t = it->second;
+      a.push_back({{"segment", d.segment_names[s]},
+                   {"unit", UnitOfSegment(d.units, static_cast<int>(s))},
+                   {"phase", phase},
+                   {"count", t.count},
+                   {"total_s", Ns(t.total_s)},
+                   {"mean_s", Ns(t.total_s / static_cast<double>(std::max<int64_t>(1, t.count)))}});
+    }
+  }
+  return a;
+}
+
+Json WaitsJson(const MeasurementsDoc& d) {
+  Json a = Json::array();
+  if (!d.recorder) return a;
+  for (const auto& [key, t] : d.recorder->totals()) {
+    if (key.second == "forward" || key.second == "backward") continue;
+    a.push_back({{"name", key.first},
+                 {"phase", key.second},
+                 {"count", t.count},
+                 {"total_s", Ns(t.total_s)}});
+  }
+  return a;
+}
+
+Json CollectivesJson(const std::vector<CollectiveRecord>& records) {
+  using Key = std::tuple<int, std::string, int, int64_t>;
+  struct Agg {
+    int64_t count = 0, sent = 0;
+    double time = 0;
+    bool emulated = false;
+  };
+  std::map<Key, Agg> agg;
+  for (const CollectiveRecord& r : records) {
+    Agg& a = agg[Key{static_cast<int>(r.kind), r.group, r.group_size, r.full_size_bytes}];
+    ++a.count;
+    a.time += r.time_s;
+    a.sent += r.sent_bytes;
+    a.emulated = a.emulated || r.emulated;
+  }
+  Json out = Json::array();
+  for (const auto& [k, a] : agg) {
+    auto kind = static_cast<profiles::Collective>(std::get<0>(k));
+    double mean = a.time / static_cast<double>(a.count);
+    double bytes = static_cast<double>(std::get<3>(k));
+    // busbw = S / t * factor (nccl-tests PERFORMANCE.md), factor from profiles/collective.h.
+    double busbw = mean > 0 ? bytes / mean * profiles::BusBwFactor(kind, std::get<2>(k)) : 0.0;
+    out.push_back({{"kind", profiles::ToString(kind)},
+                   {"group", std::get<1>(k)},
+                   {"group_size", std::get<2>(k)},
+                   {"bytes", std::get<3>(k)},
+                   {"count", a.count},
+                   {"time_s", Ns(mean)},
+                   {"total_time_s", Ns(a.time)},
+                   {"busbw_bytes_per_s", std::round(busbw)},
+                   {"sent_bytes_per_call", a.sent / a.count},
+                   {"emulated", a.emulated}});
+  }
+  return out;
+}
+
+Json MemoryJson(const std::vector<RankMemory>& mem) {
+  Json per = Json::array();
+  int64_t tracked = 0, rss = 0;
+  for (const RankMemory& m : mem) {
+    per.push_back({{"rank", m.rank},
+                   {"tracked_peak_bytes", m.tracked_peak_bytes},
+                   {"rss_peak_bytes", m.rss_peak_bytes}});
+    tracked = std::max(tracked, m.tracked_peak_bytes);
+    rss = std::max(rss, m.rss_peak_bytes);
+  }
+  return Json{{"peak_tracked_bytes", tracked},
+              {"peak_rss_bytes", rss},
+              {"judged_on",
+               "peak_tracked_bytes: tensor storage allocated through LibTorch's CPU "
+               "allocator (the CPU analogue of torch.cuda.max_memory_allocated); RSS "
+               "adds the process, libraries and allocator caches"},
+              {"per_rank", per}};
+}
+
+Json SummaryJson(const MeasurementsDoc& d) {
+  // The first step of a process pays one-time costs (allocations, thread pools): excluded
+  // from the means when there are others.
+  size_t first = d.steps.size() > 1 ? 1 : 0;
+  double time = 0;
+  int64_t tokens = 0;
+  for (size_t i = first; i < d.steps.size(); ++i) {
+    time += d.steps[i].time_s;
+    tokens += d.steps[i].tokens;
+  }
+  size_t n = d.steps.size() - first;
+  double tps = time > 0 ? static_cast<double>(tokens) / time : 0.0;
+  return Json{{"steps_measured", n},
+              {"mean_step_time_s", n ? Ns(time / static_cast<double>(n)) : 0.0},
+              {"tokens_per_s", tps},
+              {"model_flops_per_token", d.run.model_flops_per_token},
+              {"achieved_flops_per_s", tps * d.run.model_flops_per_token}};
+}
+
+}  // namespace
+
+void WriteMeasurements(const std::string& path, const MeasurementsDoc& d) {
+  Json j;
+  j["schema"] = kMeasurementsSchema;
+  j["schema_version"] = kMeasurementsSchemaVersion;
+  j["environment"] = EnvironmentJson(d.environment);
+  j["model"] = {{"name", d.model}, {"parameters", d.run.parameters}};
+  j["plan"] = model::PlanToJson(d.plan);
+  j["run"] = {{"micro_batch", d.run.micro_batch},
+              {"grad_accum", d.run.grad_accum},
+              {"data_parallel_ranks", d.run.dp_world},
+              {"seq_len", d.run.seq_len},
+              {"global_batch", d.run.global_batch},
+              {"tokens_per_step", d.run.global_batch * d.run.seq_len},
+              {"resumed_from_step", d.run.resumed_from_step},
+              {"data", d.run.data}};
+  j["steps"] = StepsJson(d.steps);
+  j["summary"] = SummaryJson(d);
+  Json units = Json::array();
+  for (const UnitInfo& u : d.units) {
+    units.push_back({{"name", u.name},
+                     {"numel", u.numel},
+                     {"padded_numel", u.padded_numel},
+                     {"shard_numel", u.shard_numel}});
+  }
+  j["units"] = units;
+  j["compute"] = ComputeJson(d);
+  j["waits"] = WaitsJson(d);
+  j["collectives"] = CollectivesJson(d.collectives);
+  j["memory"] = MemoryJson(d.memory);
+  WriteFileAtomically(path, j.dump(2) + "\n");
+}
+
+std::string TraceEventsJson(const std::vector<Span>& spans, const std::vector<CollectiveRecord>& c,
+                            int rank) {
+  static const char* kLaneNames[] = {"compute", "all_gather", "reduce", "step", "collectives"};
+  Json a = Json::array();
+  for (int lane = 0; lane < 5; ++lane) {
+    a.push_back({{"name", "thread_name"},
+                 {"ph", "M"},
+                 {"pid", rank},
+                 {"tid", lane},
+                 {"args", {{"name", kLaneNames[lane]}}}});
+  }
+  for (const Span& s : spans) {
+    a.push_back({{"name", s.name + " " + s.phase},
+                 {"cat", s.phase},
+                 {"ph", "X"},
+                 {"pid", rank},
+                 {"tid", static_cast<int>(s.lane)},
+                 {"ts", s.start_s * 1e6},
+                 {"dur", s.dur_s * 1e6}});
+  }
+  for (const CollectiveRecord& r : c) {
+    a.push_back({{"name", std::string(profiles::ToString(r.kind)) + " " + r.group},
+                 {"cat", "collective"},
+                 {"ph", "X"},
+                 {"pid", rank},
+                 {"tid", 4},
+                 {"ts", r.start_s * 1e6},
+                 {"dur", r.time_s * 1e6},
+                 {"args", {{"bytes", r.full_size_bytes}, {"group_size", r.group_size}}}});
+  }
+  return a.dump();
+}
+
+void MergeTraces(const std::vector<std::string>& parts, const std::string& out_path) {
+  Json events = Json::array();
+  double t0 = std::numeric_limits<double>::infinity();
+  for (const std::string& p : parts) {
+    Json part;
+    try {
+      part = Json::parse(ReadWholeFile(p));
+    } catch (const std::exception& e) {
+      throw BackendError("trace: cannot read \"" + p + "\": " + e.what());
+    }
+    for (auto& e : part) {
+      if (e.contains("ts")) t0 = std::min(t0, e["ts"].get<double>());
+      events.push_back(std::move(e));
+    }
+  }
+  for (auto& e : events) {
+    if (e.contains("ts")) e["ts"] = std::round((e["ts"].get<double>() - t0) * 1000.0) / 1000.0;
+    if (e.contains("dur")) e["dur"] = std::round(e["dur"].get<double>() * 1000.0) / 1000.0;
+  }
+  Json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  WriteFileAtomically(out_path, doc.dump() + "\n");
+  std::error_code ec;
+  for (const std::string& p : parts) std::filesystem::remove(p, ec);
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,211 @@
+// NCCL collectives behind the Communicator seam (compiled with SHARDTUNE_WITH_NCCL only; the
+// stub at the end answers otherwise).
+#include "executor/nccl_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "executor/errors.h"
+
+#ifdef SHARDTUNE_WITH_NCCL
+#include <ATen/ATen.h>
+
+#include "executor/nccl_check.h"
+#include "model/errors.h"
+#endif
+
+namespace shardtune::exec {
+
+#ifndef SHARDTUNE_WITH_NCCL
+bool NcclAvailable() { return false; }
+bool CudaDeviceAvailable() { return false; }
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous&, const std::string&, int,
+                                                   const std::vector<int>&, int,
+                                                   std::shared_ptr<CollectiveLog>) {
+  throw BackendError("this shardtune was built without NCCL (SHARDTUNE_WITH_NCCL off)");
+}
+#else
+bool NcclAvailable() { return true; }
+
+bool CudaDeviceAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+namespace {
+
+ncclDataType_t NcclType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kLong:
+      return ncclInt64;
+    case at::kInt:
+      return ncclInt32;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      break;
+  }
+  throw BackendError(std::string("NCCL: unsupported dtype ") + c10::toString(t));
+}
+
+class NcclWork : public Work {
+ public:
+  NcclWork(cudaEvent_t start, cudaEvent_t done, CollectiveRecord r, CollectiveLog* log, int rank,
+           std::vector<at::Tensor> keep)
+      : start_(start),
+        done_(done),
+        record_(std::move(r)),
+        log_(log),
+        rank_(rank),
+        keep_(std::move(keep)) {}
+  ~NcclWork() override {
+    if (done_ != nullptr) cudaEventSynchronize(done_);
+    Release();
+  }
+  void Wait() override {
+    if (done_ == nullptr) return;
+    int rank = rank_;
+    SHARDTUNE_CUDA_CHECK(cudaEventSynchronize(done_), rank);
+    SHARDTUNE_CUDA_CHECK(cudaStreamWaitEvent(nullptr, done_, 0), rank);
+    float ms = 0;
+    SHARDTUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_), rank);
+    record_.time_s = 1e-3 * ms;
+    log_->Add(record_);
+    Release();
+  }
+
+ private:
+  void Release() {
+    if (start_) cudaEventDestroy(start_);
+    if (done_) cudaEventDestroy(done_);
+    start_ = done_ = nullptr;
+    keep_.clear();
+  }
+  cudaEvent_t start_, done_;
+  CollectiveRecord record_;
+  CollectiveLog* log_;
+  int rank_;
+  std::vector<at::Tensor> keep_;  // the tensors NCCL reads and writes, alive until done
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(const std::string& group, int rank, int size, std::shared_ptr<CollectiveLog> log,
+                   ncclComm_t comm, cudaStream_t stream, int global_rank)
+      : Communicator(group, rank, size, std::move(log)),
+        comm_(comm),
+        stream_(stream),
+        global_rank_(global_rank) {}
+  ~NcclCommunicator() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::unique_ptr<Work> AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+    return Run(profiles::Collective::kAllGather, full, {shard, full}, [&] {
+      return ncclAllGather(shard.data_ptr(), full.data_ptr(), static_cast<size_t>(shard.numel()),
+                           NcclType(shard.scalar_type()), comm_, stream_);
+    });
+  }
+  std::unique_ptr<Work> ReduceScatter(const at::Tensor& full, const at::Tensor& shard) override {
+    return Run(profiles::Collective::kReduceScatter, full, {shard, full}, [&] {
+      return ncclReduceScatter(full.data_ptr(), shard.data_ptr(),
+                               static_cast<size_t>(shard.numel()), NcclType(full.scalar_type()),
+                               ncclSum, comm_, stream_);
+    });
+  }
+  std::unique_ptr<Work> AllReduce(const at::Tensor& t) override {
+    return Run(profiles::Collective::kAllReduce, t, {t}, [&] {
+      return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                           NcclType(t.scalar_type()), ncclSum, comm_, stream_);
+    });
+  }
+  std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
+    return Run(profiles::Collective::kBroadcast, t, {t}, [&] {
+      return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                           NcclType(t.scalar_type()), root, comm_, stream_);
+    });
+  }
+  void Barrier() override {
+    int rank = global_rank_;
+    void* one = nullptr;
+    SHARDTUNE_CUDA_CHECK(cudaMalloc(&one, sizeof(float)), rank);
+    ncclResult_t rc = ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, stream_);
+    cudaError_t sync = cudaStreamSynchronize(stream_);
+    cudaFree(one);
+    SHARDTUNE_NCCL_CHECK(rc, rank);
+    SHARDTUNE_CUDA_CHECK(sync, rank);
+  }
+
+ private:
+  template <typename F>
+  std::unique_ptr<Work> Run(profiles::Collective kind, const at::Tensor& full,
+                            std::vector<at::Tensor> keep, F&& call) {
+    int rank = global_rank_;
+    SHARDTUNE_CHECK(full.is_cuda()) << "NCCL collectives need CUDA tensors";
+    cudaEvent_t ready = nullptr, start = nullptr, done = nullptr;
+    SHARDTUNE_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), rank);
+    SHARDTUNE_CUDA_CHECK(cudaEventCreate(&start), rank);
+    SHARDTUNE_CUDA_CHECK(cudaEventCreate(&done), rank);
+    SHARDTUNE_CUDA_CHECK(cudaEventRecord(ready, nullptr), rank);  // after the default stream's work
+    SHARDTUNE_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0), rank);
+    cudaEventDestroy(ready);
+    CollectiveRecord r;
+    r.kind = kind;
+    r.group = group();
+    r.group_size = size();
+    r.full_size_bytes = static_cast<int64_t>(full.nbytes());
+    r.sent_bytes = static_cast<int64_t>(static_cast<double>(full.nbytes()) *
+                                        profiles::BusBwFactor(kind, size()));
+    r.start_s = MonotonicSeconds();
+    SHARDTUNE_CUDA_CHECK(cudaEventRecord(start, stream_), rank);
+    SHARDTUNE_NCCL_CHECK(call(), rank);
+    SHARDTUNE_CUDA_CHECK(cudaEventRecord(done, stream_), rank);
+    return std::make_unique<NcclWork>(start, done, std::move(r), &log(), rank, std::move(keep));
+  }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  int global_rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const std::string& group,
+                                                   int index, const std::vector<int>& ranks,
+                                                   int device, std::shared_ptr<CollectiveLog> log) {
+  int rank = rendezvous.options().rank;
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  SHARDTUNE_CHECK(it != ranks.end()) << "rank " << rank << " is not in group " << group;
+  int group_rank = static_cast<int>(it - ranks.begin()), size = static_cast<int>(ranks.size());
+  SHARDTUNE_CUDA_CHECK(cudaSetDevice(device), rank);
+  std::string key = "nccl_id/" + group + "_" + std::to_string(index);
+  ncclUniqueId id;
+  if (group_rank == 0) {
+    SHARDTUNE_NCCL_CHECK(ncclGetUniqueId(&id), rank);
+    const auto* p = reinterpret_cast<const uint8_t*>(&id);
+    rendezvous.Set(key, std::vector<uint8_t>(p, p + sizeof(id)));
+  } else {
+    std::vector<uint8_t> bytes = rendezvous.Get(key);
+    if (bytes.size() != sizeof(id))
+      throw BackendError("rank " + std::to_string(rank) + ": bad " + key);
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  ncclComm_t comm = nullptr;
+  SHARDTUNE_NCCL_CHECK(ncclCommInitRank(&comm, size, id, group_rank), rank);
+  cudaStream_t stream = nullptr;
+  SHARDTUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank);
+  return std::make_unique<NcclCommunicator>(group, group_rank, size, std::move(log), comm, stream,
+                                            rank);
+}
+#endif
+
+}  // namespace shardtune::exec

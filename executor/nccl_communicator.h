@@ -1,0 +1,30 @@
+// The NCCL communicator: ncclAllGather / ncclReduceScatter / ncclAllReduce / ncclBroadcast on
+// this process's own CUDA stream, ordered after the legacy default stream (LibTorch's default
+// current stream) with events. Built only with SHARDTUNE_WITH_NCCL (CUDA toolkit + nccl.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/communicator.h"
+#include "executor/rendezvous.h"
+
+namespace shardtune::exec {
+
+// True when this build has the NCCL communicator.
+bool NcclAvailable();
+
+// True when this process sees at least one CUDA device (false without NCCL support).
+bool CudaDeviceAvailable();
+
+// The NCCL communicator of group `group` number `index` (members: the global `ranks`, in
+// group-rank order) on CUDA device `device`. The group's rank 0 publishes the ncclUniqueId in
+// the rendezvous store. Tensors passed to it must live on that device. Wait() blocks the host
+// until the collective finished (so its GPU time can be recorded) and orders the default stream
+// after it. Throws BackendError (also when built without NCCL).
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const std::string& group,
+                                                   int index, const std::vector<int>& ranks,
+                                                   int device, std::shared_ptr<CollectiveLog> log);
+
+}  // namespace shardtune::exec

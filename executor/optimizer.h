@@ -1,0 +1,47 @@
+// The optimizer on the sharded fp32 parameters: each rank updates only its flat shards (ZeRO).
+// AdamW is torch.optim.AdamW's single-tensor formula (torch/optim/adamw.py, _single_tensor_adamw):
+// decoupled weight decay p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). SGD: p -= lr * g.
+// Weight decay applies to every element (one parameter group, as a plain torch.optim.AdamW).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/plan.h"
+
+namespace shardtune::exec {
+
+struct AdamWOptions {
+  double beta1 = 0.9;  // torch.optim.AdamW defaults
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+class ShardedOptimizer {
+ public:
+  // `params` are the flat fp32 shards; grads are read from `grads` at Step() time (same order).
+  // REQUIRES: kind is kAdamW or kSgd (Adafactor is not implemented).
+  ShardedOptimizer(model::Optimizer kind, AdamWOptions options, std::vector<at::Tensor*> params,
+                   std::vector<at::Tensor*> grads);
+  // One update with learning rate `lr`; shards whose gradient is undefined are skipped
+  // (torch skips parameters whose .grad is None).
+  void Step(double lr);
+  int64_t step() const { return step_; }
+  void set_step(int64_t s) { step_ = s; }
+  // AdamW state per shard (empty for SGD), for checkpoints.
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+
+ private:
+  model::Optimizer kind_;
+  AdamWOptions options_;
+  std::vector<at::Tensor*> params_, grads_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+}  // namespace shardtune::exec

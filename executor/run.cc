@@ -1,0 +1,216 @@
+// One rank of `shardtune run`: threads, memory tracking, process groups (Gloo, or Emulated for
+// --emulate-world and single-process runs), the train loop, checkpoints, measurements, trace.
+#include "executor/run.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "executor/gloo_communicator.h"
+#include "executor/measurements.h"
+#include "executor/memory_tracker.h"
+#include "executor/trainer.h"
+#include "model/module_tree.h"
+
+namespace shardtune::exec {
+namespace {
+
+struct Groups {
+  std::unique_ptr<Rendezvous> rendezvous;  // outlives the process groups built on it
+  ProcessGroups groups;
+};
+
+// World, shard and replicate groups: ranks [k*G, (k+1)*G) share shards; ranks i, i+G, ...
+// hold the same shard (HSDP's 2-D mesh, dp_replicate x dp_shard).
+Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<CollectiveLog> log) {
+  Groups g;
+  int W = env.launched ? env.world_size : 1, rank = env.launched ? env.rank : 0;
+  if (o.emulate_world > 0 || W == 1) {
+    int n = o.emulate_world > 0 ? o.emulate_world : 1;
+    int G = o.plan.ResolvedShardGroup(n, n);
+    g.groups.world = MakeEmulatedCommunicator("world", 0, 1, log);
+    g.groups.shard = MakeEmulatedCommunicator("shard", 0, G, log);
+    g.groups.replicate = MakeEmulatedCommunicator("replicate", 0, n / G, log);
+    return g;
+  }
+  RendezvousOptions ro{env.master_addr, env.master_port, rank, W, o.timeout_s};
+  g.rendezvous = Rendezvous::Connect(ro);
+  std::vector<int> all(static_cast<size_t>(W));
+  for (int r = 0; r < W; ++r) all[static_cast<size_t>(r)] = r;
+  g.groups.world = MakeGlooCommunicator(*g.rendezvous, "world", 0, all, log);
+  int G = o.plan.ResolvedShardGroup(W, W), R = W / G;
+  std::vector<int> shard, replicate;
+  for (int i = 0; i < G; ++i) shard.push_back(rank / G * G + i);
+  for (int j = 0; j < R; ++j) replicate.push_back(rank % G + j * G);
+  g.groups.shard = G > 1 ? MakeGlooCommunicator(*g.rendezvous, "shard", rank / G, shard, log)
+                         : MakeEmulatedCommunicator("shard", 0, 1, log);
+  g.groups.replicate =
+      R > 1 ? MakeGlooCommunicator(*g.rendezvous, "replicate", rank % G, replicate, log)
+            : MakeEmulatedCommunicator("replicate", 0, 1, log);
+  return g;
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+Environment MakeEnvironment(const RunOptions& o, int world, int threads) {
+  Environment e;
+  e.shardtune_version = SHARDTUNE_VERSION;
+  e.torch_version = TORCH_VERSION;
+  e.backend = o.emulate_world > 0 ? "emulated" : (world > 1 ? "gloo" : "single");
+  e.device = "cpu";
+  e.cpu_model = CpuModel();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  e.hostname = host;
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  e.date_utc = date;
+  e.world_size = world;
+  e.emulated_world = o.emulate_world;
+  e.threads_per_rank = threads;
+  return e;
+}
+
+// Per-rank peaks to every rank (rank 0 writes them).
+std::vector<RankMemory> GatherMemory(Communicator& world) {
+  at::Tensor mine = at::tensor({TrackedPeakBytes(), ResidentPeakBytes()}, at::kLong);
+  at::Tensor all = at::zeros({2 * world.size()}, at::kLong);
+  if (world.size() > 1) {
+    world.AllGather(mine, all)->Wait();
+  } else {
+    all.copy_(mine);
+  }
+  std::vector<RankMemory> out;
+  for (int r = 0; r < world.size(); ++r) {
+    out.push_back({r, all[2 * r].item<int64_t>(), all[2 * r + 1].item<int64_t>()});
+  }
+  return out;
+}
+
+MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& ctx) {
+  MeasurementsDoc d;
+  d.model = o.spec.name;
+  d.plan = o.plan;
+  d.run.micro_batch = o.plan.micro_batch;
+  d.run.grad_accum = o.plan.grad_accum;
+  d.run.dp_world = ctx.dp_world;
+  d.run.seq_len = t.seq_len();
+  d.run.global_batch = t.global_batch();
+  d.run.data = t.data_description();
+  d.run.parameters = model::ParameterCount(o.spec);
+  // 6N per token for the matmuls' forward + backward plus 12·L·H·S for attention scores
+  // (DESIGN.md's MFU convention, Narayanan et al. 2021).
+  d.run.model_flops_per_token = 6.0 * static_cast<double>(d.run.parameters) +
+                                12.0 * o.spec.num_layers * static_cast<double>(o.spec.hidden) *
+                                    static_cast<double>(t.seq_len());
+  for (size_t u = 0; u < t.runtime().unit_specs().size(); ++u) {
+    const model::FsdpUnit& us = t.runtime().unit_specs()[u];
+    FlatParam* fp = t.runtime().units()[u];
+    d.units.push_back({us.name, fp->numel(), fp->padded_numel(), fp->shard_numel(),
+                       us.first_segment, us.last_segment});
+  }
+  int L = o.spec.num_layers;
+  for (int s = 0; s < model::NumSegments(L); ++s) {
+    d.segment_names.push_back(s == 0   ? "model.embed_tokens"
+                              : s <= L ? "model.layers." + std::to_string(s - 1)
+                              : s == model::FinalNormSegment(L) ? "model.norm"
+                                                                : "lm_head");
+  }
+  d.recorder = ctx.recorder;
+  return d;
+}
+
+void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
+                  std::vector<StepLog> steps, const CollectiveLog& log, RunSummary* summary) {
+  Communicator& world = *ctx.groups.world;
+  std::vector<RankMemory> memory = GatherMemory(world);
+  namespace fs = std::filesystem;
+  std::string part =
+      (fs::path(o.out_dir) / (".trace.rank" + std::to_string(ctx.rank) + ".json")).string();
+  std::vector<CollectiveRecord> records = log.Snapshot();
+  if (o.trace) WriteFileAtomically(part, TraceEventsJson(ctx.recorder->spans(), records, ctx.rank));
+  world.Barrier();
+  summary->measurements_path = (fs::path(o.out_dir) / "measurements.json").string();
+  summary->trace_path = o.trace ? (fs::path(o.out_dir) / "trace.json").string() : "";
+  if (ctx.rank != 0) return;
+  if (o.trace) {
+    std::vector<std::string> parts;
+    for (int r = 0; r < ctx.world_size; ++r) {
+      parts.push_back(
+          (fs::path(o.out_dir) / (".trace.rank" + std::to_string(r) + ".json")).string());
+    }
+    MergeTraces(parts, summary->trace_path);
+  }
+  MeasurementsDoc d = MakeDoc(o, t, ctx);
+  d.environment = MakeEnvironment(o, ctx.world_size, at::get_num_threads());
+  d.run.resumed_from_step = summary->resumed_from_step;
+  d.steps = std::move(steps);
+  d.collectives = std::move(records);
+  d.memory = std::move(memory);
+  WriteMeasurements(summary->measurements_path, d);
+}
+
+}  // namespace
+
+RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& callbacks) {
+  InstallCpuMemoryTracker();
+  int local = std::max(1, env.launched ? env.local_world_size : 1);
+  int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / local));
+  auto log = std::make_shared<CollectiveLog>();
+  Groups g = MakeGroups(o, env, log);
+  Recorder recorder;
+  recorder.set_tracing(o.trace);
+  TrainerContext ctx;
+  ctx.options = o;
+  ctx.groups = g.groups;
+  ctx.rank = env.launched ? env.rank : 0;
+  ctx.world_size = env.launched ? env.world_size : 1;
+  ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank;
+  ctx.dp_world = o.emulate_world > 0 ? o.emulate_world : ctx.world_size;
+  ctx.recorder = &recorder;
+  ctx.callbacks = callbacks;
+  Trainer trainer(ctx);
+  RunSummary summary;
+  summary.resumed_from_step = trainer.Resume();
+  summary.last_step = summary.resumed_from_step;
+  if (summary.resumed_from_step >= o.steps) {
+    if (ctx.rank == 0 && callbacks.on_message) {
+      callbacks.on_message("nothing to do: the checkpoint is at step " +
+                           std::to_string(summary.resumed_from_step) + " >= --steps " +
+                           std::to_string(o.steps));
+    }
+    g.groups.world->Barrier();
+    return summary;
+  }
+  std::vector<StepLog> steps;
+  for (int64_t step = summary.resumed_from_step + 1; step <= o.steps; ++step) {
+    StepLog s = trainer.Step(step);
+    s.tracked_peak_bytes = TrackedPeakBytes();
+    steps.push_back(s);
+    if (ctx.rank == 0 && callbacks.on_step) callbacks.on_step(s);
+    bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
+    if (due || step == o.steps) trainer.SaveCheckpoint(step);
+    summary.last_step = step;
+  }
+  WriteOutputs(o, trainer, ctx, std::move(steps), *log, &summary);
+  g.groups.world->Barrier();
+  return summary;
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,74 @@
+// `shardtune run` as a library: train a model::Plan for real on this process's rank and write
+// OUT/measurements.json, OUT/trace.json and sharded checkpoints. Plain C++ (no Torch), so the
+// CLI compiles without LibTorch headers. Nothing here prints: progress goes to callbacks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executor/lr_schedule.h"
+#include "executor/rank_env.h"
+#include "model/model_spec.h"
+#include "model/plan.h"
+
+namespace shardtune::exec {
+
+struct RunOptions {
+  model::ModelSpec spec;
+  model::Plan plan;
+  std::string plan_name = "plan";  // prefixes plan problems: the --plan file, or "plan"
+  int steps = 1;                   // the optimizer step to reach (a resumed run continues up to it)
+  std::string out_dir;             // created if missing; checkpoints resume from here
+  uint64_t seed = 0;               // parameter init and synthetic data
+  std::string data_path;           // byte-level text file; empty: synthetic
+  int emulate_world = 0;           // > 0: this one process is rank 0 of that many (Emulated)
+  double lr = 1e-3;                // peak learning rate
+  int warmup_steps = -1;           // -1: steps / 10
+  LrSchedule lr_schedule = LrSchedule::kCosine;
+  double weight_decay = 0.01;  // AdamW decoupled weight decay (torch default)
+  double max_grad_norm = 1.0;  // global-norm clipping; <= 0: none
+  int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
+  int threads = 0;             // intra-op threads per rank; 0: cores / local ranks
+  double timeout_s = 60;       // rendezvous and collective timeout (a dead peer fails sooner)
+  bool trace = true;           // write OUT/trace.json
+};
+
+struct StepLog {
+  int64_t step = 0;
+  int steps = 0;    // the run's last step
+  double loss = 0;  // mean over the global batch
+  double lr = 0;
+  double grad_norm = 0;            // before clipping
+  double time_s = 0;               // wall time of the step (all micro-batches + optimizer)
+  int64_t tokens = 0;              // tokens in the global batch
+  double tokens_per_s = 0;         // tokens / time_s
+  int64_t tracked_peak_bytes = 0;  // rank 0's peak tensor bytes so far
+};
+
+struct RunCallbacks {
+  std::function<void(const StepLog&)> on_step;         // rank 0 only
+  std::function<void(const std::string&)> on_message;  // rank 0 only: resume, skipped checkpoints
+};
+
+struct RunSummary {
+  int64_t resumed_from_step = 0;  // 0: started fresh
+  int64_t last_step = 0;
+  std::string measurements_path;  // written by rank 0
+  std::string trace_path;
+};
+
+// Every problem that can be found before a rank starts, for a run of `world_size` processes,
+// thrown together as one InputError: the spec (and executor support, e.g. no MoE), the plan
+// (Plan::Problems), steps >= 1, the optimizer (adamw, sgd), checkpointing (not selective),
+// dtypes, --emulate-world, a readable --data file long enough for seq_len, a writable out_dir
+// (created when missing).
+void ValidateRun(const RunOptions& options, int world_size);
+
+// Runs this process's rank (env.launched false: the whole run in this process). Resumes from
+// the newest complete checkpoint in out_dir, skipping corrupted ones with a message. Throws
+// InputError, BackendError (a peer rank died, a timeout, a file system error).
+RunSummary RunRank(const RunOptions& options, const RankEnv& env, const RunCallbacks& callbacks);
+
+}  // namespace shardtune::exec

@@ -1,0 +1,99 @@
+// ValidateRun: every input problem of a run, found before any rank starts.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "executor/data.h"
+#include "executor/run.h"
+#include "executor/transformer_support.h"
+#include "model/errors.h"
+
+namespace shardtune::exec {
+namespace {
+
+std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
+  std::vector<std::string> p =
+      o.plan.Problems(o.plan_name, dp_world, dp_world, o.spec.num_layers, o.spec.max_seq_len);
+  const model::Plan& plan = o.plan;
+  if (plan.optimizer != model::Optimizer::kAdamW && plan.optimizer != model::Optimizer::kSgd) {
+    p.push_back("--optimizer: the executor runs adamw or sgd, got " +
+                std::string(model::ToString(plan.optimizer)));
+  }
+  if (plan.checkpointing == model::Checkpointing::kSelective) {
+    p.push_back(
+        "--checkpointing: selective is not supported by the executor (use full or every:K)");
+  }
+  if (plan.master_dtype != model::DType::kFp32) {
+    p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +
+                std::string(model::ToString(plan.master_dtype)));
+  }
+  if (plan.param_dtype == model::DType::kFp16 || plan.reduce_dtype == model::DType::kFp16) {
+    p.push_back("--precision/--reduce-dtype: fp16 is not supported on CPU (use bf16 or fp32)");
+  }
+  return p;
+}
+
+void CheckOutDir(const std::string& dir, std::vector<std::string>* problems) {
+  if (dir.empty()) {
+    problems->push_back("--out: expected a folder, got nothing");
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    problems->push_back("--out: cannot create the folder \"" + dir +
+                        "\": " + (ec ? ec.message() : "a file is in the way"));
+    return;
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    problems->push_back("--out: \"" + dir + "\" is not writable: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+void ValidateRun(const RunOptions& o, int world_size) {
+  std::vector<std::string> problems = o.spec.Problems("--model " + o.spec.name);
+  if (problems.empty()) {
+    std::string why = TransformerSupportProblem(o.spec);
+    if (!why.empty()) problems.push_back("--model " + o.spec.name + ": " + why);
+  }
+  if (o.steps < 1)
+    problems.push_back("--steps: expected an integer >= 1, got " + std::to_string(o.steps));
+  if (o.emulate_world < 0) {
+    problems.push_back("--emulate-world: expected an integer >= 1, got " +
+                       std::to_string(o.emulate_world));
+  }
+  if (o.emulate_world > 0 && world_size > 1) {
+    problems.push_back("--emulate-world: runs in one process, but " + std::to_string(world_size) +
+                       " ranks were started (drop --nproc or --emulate-world)");
+  }
+  if (o.checkpoint_every < 0) {
+    problems.push_back("--checkpoint-every: expected an integer >= 0, got " +
+                       std::to_string(o.checkpoint_every));
+  }
+  if (!(o.lr > 0)) problems.push_back("--lr: expected a number > 0");
+  if (!(o.timeout_s > 0)) problems.push_back("--timeout: expected seconds > 0");
+  int dp_world = o.emulate_world > 0 ? o.emulate_world : world_size;
+  if (problems.empty()) {
+    for (std::string& p : PlanProblems(o, dp_world)) problems.push_back(std::move(p));
+  }
+  if (problems.empty()) {
+    try {
+      TokenSource probe(DataOptions{o.data_path, o.seed, o.plan.ResolvedSeqLen(o.spec.max_seq_len),
+                                    o.spec.vocab_size});
+    } catch (const InputError& e) {
+      problems.push_back(e.what());
+    }
+  }
+  CheckOutDir(o.out_dir, &problems);
+  if (problems.empty()) return;
+  std::string msg;
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw InputError(msg);
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,95 @@
+// The training step: micro-batches of the global batch, backward with or without gradient
+// sync, clipping, optimizer, LR schedule, and the loss averaged over all ranks.
+#include "executor/trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "model/errors.h"
+
+namespace shardtune::exec {
+
+Trainer::Trainer(TrainerContext context)
+    : ctx_(std::move(context)),
+      seq_len_(ctx_.options.plan.ResolvedSeqLen(ctx_.options.spec.max_seq_len)),
+      data_(DataOptions{ctx_.options.data_path, ctx_.options.seed, seq_len_,
+                        ctx_.options.spec.vocab_size}) {
+  const RunOptions& o = ctx_.options;
+  RuntimeOptions ro;
+  ro.plan = o.plan;
+  ro.dp_world = ctx_.dp_world;
+  ro.seed = o.seed;
+  runtime_ = std::make_unique<FsdpRuntime>(o.spec, ro, ctx_.groups, ctx_.recorder);
+  std::vector<at::Tensor*> params, grads;
+  for (FlatParam* u : runtime_->units()) {
+    params.push_back(&u->shard());
+    grads.push_back(&u->grad_shard());
+  }
+  AdamWOptions adamw;
+  adamw.weight_decay = o.weight_decay;
+  optimizer_ = std::make_unique<ShardedOptimizer>(o.plan.optimizer, adamw, params, grads);
+  lr_.lr = o.lr;
+  lr_.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : o.steps / 10;
+  lr_.total_steps = o.steps;
+  lr_.schedule = o.lr_schedule;
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::Message(const std::string& text) const {
+  if (ctx_.rank == 0 && ctx_.callbacks.on_message) ctx_.callbacks.on_message(text);
+}
+
+int64_t Trainer::global_batch() const {
+  return static_cast<int64_t>(ctx_.options.plan.micro_batch) * ctx_.options.plan.grad_accum *
+         ctx_.dp_world;
+}
+
+at::Tensor Trainer::Batch(int64_t step, int micro, at::Tensor* labels) const {
+  int64_t B = ctx_.options.plan.micro_batch, S = seq_len_;
+  // Global sequence numbers: step-major, then micro-batch, then data-parallel rank, so the
+  // global batch of a step is the same set for every world size and accumulation.
+  int64_t first = (step - 1) * global_batch() + micro * ctx_.dp_world * B + ctx_.dp_rank * B;
+  std::vector<int64_t> buf(static_cast<size_t>(B * (S + 1)));
+  for (int64_t j = 0; j < B; ++j) data_.Sequence(first + j, buf.data() + j * (S + 1));
+  at::Tensor all = at::from_blob(buf.data(), {B, S + 1}, at::kLong).clone();  // [B, S+1]
+  *labels = all.narrow(1, 1, S).contiguous();                                 // [B, S]
+  return all.narrow(1, 0, S).contiguous();                                    // [B, S]
+}
+
+StepLog Trainer::Step(int64_t step) {
+  const model::Plan& plan = ctx_.options.plan;
+  double t0 = MonotonicSeconds();
+  double loss_sum = 0;
+  for (int m = 0; m < plan.grad_accum; ++m) {
+    at::Tensor labels;
+    at::Tensor tokens = Batch(step, m, &labels);
+    at::Tensor loss = runtime_->Forward(tokens, labels);
+    bool last = m + 1 == plan.grad_accum;
+    runtime_->Backward(loss, 1.0 / plan.grad_accum, /*sync=*/!plan.no_sync || last);
+    loss_sum += loss.item<double>();
+  }
+  double t_opt = MonotonicSeconds();
+  StepLog log;
+  log.step = step;
+  log.steps = ctx_.options.steps;
+  log.grad_norm = runtime_->ClipGradNorm(ctx_.options.max_grad_norm);
+  log.lr = LearningRate(lr_, static_cast<int>(step));
+  optimizer_->Step(log.lr);
+  runtime_->ZeroGrad();
+  double t1 = MonotonicSeconds();
+  ctx_.recorder->Add({"optimizer", "optimizer", Lane::kStep, t_opt, t1 - t_opt});
+  // The logged loss: mean over the global batch (all micro-batches of all ranks).
+  at::Tensor loss =
+      at::full({1}, loss_sum / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
+  if (ctx_.groups.world->size() > 1) ctx_.groups.world->AllReduce(loss)->Wait();
+  log.loss = loss.item<double>() / ctx_.groups.world->size();
+  log.time_s = MonotonicSeconds() - t0;
+  log.tokens = global_batch() * seq_len_;
+  log.tokens_per_s = static_cast<double>(log.tokens) / std::max(1e-12, log.time_s);
+  ctx_.recorder->Add({"step " + std::to_string(step), "step", Lane::kStep, t0, log.time_s});
+  return log;
+}
+
+}  // namespace shardtune::exec

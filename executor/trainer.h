@@ -1,0 +1,66 @@
+// The training loop of one rank: data, micro-batches, backward with (or without) gradient
+// sync, clipping, the sharded optimizer, the LR schedule, sharded checkpoints and resume.
+// Internal to the executor (run.cc drives it).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/checkpoint.h"
+#include "executor/collective_log.h"
+#include "executor/data.h"
+#include "executor/fsdp_runtime.h"
+#include "executor/optimizer.h"
+#include "executor/recorder.h"
+#include "executor/run.h"
+
+namespace shardtune::exec {
+
+struct TrainerContext {
+  RunOptions options;
+  ProcessGroups groups;
+  int rank = 0;        // global rank (real processes)
+  int world_size = 1;  // real processes
+  int dp_rank = 0;     // data-parallel rank: which sequences this rank reads
+  int dp_world = 1;    // data-parallel ranks (emulated world when emulating)
+  Recorder* recorder = nullptr;
+  RunCallbacks callbacks;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerContext context);
+  ~Trainer();
+
+  // Loads the newest complete checkpoint of out_dir (all ranks agree through rank 0) and
+  // returns its step, or 0 when there is none. Corrupted ones are reported and skipped.
+  int64_t Resume();
+  // Runs optimizer step `step` (1-based) over the global batch; returns its log.
+  StepLog Step(int64_t step);
+  // Writes the sharded checkpoint of the state after step `step` (collective over all ranks).
+  void SaveCheckpoint(int64_t step);
+
+  FsdpRuntime& runtime() { return *runtime_; }
+  int64_t global_batch() const;  // sequences per step
+  int64_t seq_len() const { return seq_len_; }
+  const std::string& data_description() const { return data_.description(); }
+
+ private:
+  void Message(const std::string& text) const;
+  at::Tensor Batch(int64_t step, int micro, at::Tensor* labels) const;  // tokens [B, S]
+  std::vector<Blob> StateBlobs(int64_t step) const;
+  void LoadState(const std::string& file, int64_t step);
+  std::string CheckpointRoot() const;
+
+  TrainerContext ctx_;
+  int64_t seq_len_ = 0;
+  TokenSource data_;
+  std::unique_ptr<FsdpRuntime> runtime_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+  LrOptions lr_;
+};
+
+}  // namespace shardtune::exec

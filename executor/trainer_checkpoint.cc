@@ -1,0 +1,184 @@
+// Sharded checkpoints of the trainer: each rank writes its flat shards, optimizer state and
+// RNG state; rank 0 writes the manifest and commits the folder; resume picks the newest
+// complete checkpoint on rank 0 and broadcasts its step.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "executor/errors.h"
+#include "executor/trainer.h"
+#include "model/errors.h"
+
+namespace shardtune::exec {
+namespace fs = std::filesystem;
+namespace {
+
+std::string RankFile(int rank) {
+  std::string d = std::to_string(rank);
+  return "rank" + std::string(d.size() < 5 ? 5 - d.size() : 0, '0') + d + ".bin";
+}
+
+std::string Bytes(const at::Tensor& t) {
+  at::Tensor c = t.contiguous().cpu();
+  return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
+
+void Fill(const at::Tensor& t, const std::string& bytes, const std::string& where) {
+  if (bytes.size() != t.nbytes()) {
+    throw BackendError(where + ": " + std::to_string(bytes.size()) + " bytes, expected " +
+                       std::to_string(t.nbytes()));
+  }
+  at::Tensor c = at::empty(t.sizes(), t.options().device(at::kCPU));
+  std::memcpy(c.data_ptr(), bytes.data(), bytes.size());
+  at::NoGradGuard no_grad;
+  t.copy_(c);
+}
+
+}  // namespace
+
+std::string Trainer::CheckpointRoot() const {
+  return (fs::path(ctx_.options.out_dir) / "checkpoints").string();
+}
+
+std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
+  std::vector<FlatParam*> units = runtime_->units();
+  nlohmann::ordered_json meta{{"step", step},
+                              {"next_sequence", step * global_batch()},
+                              {"seed", ctx_.options.seed},
+                              {"optimizer_step", optimizer_->step()},
+                              {"rank", ctx_.rank},
+                              {"world_size", ctx_.world_size},
+                              {"shard_group_size", runtime_->groups().shard->size()}};
+  meta["units"] = nlohmann::ordered_json::array();
+  for (FlatParam* u : units)
+    meta["units"].push_back({{"name", u->name()}, {"shard_numel", u->shard_numel()}});
+  std::vector<Blob> blobs{{"meta", meta.dump()}};
+  for (size_t i = 0; i < units.size(); ++i) {
+    std::string n = std::to_string(i);
+    blobs.push_back({"param/" + n, Bytes(units[i]->shard())});
+    if (!optimizer_->exp_avg().empty()) {
+      blobs.push_back({"exp_avg/" + n, Bytes(optimizer_->exp_avg()[i])});
+      blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[i])});
+    }
+  }
+  blobs.push_back({"rng/torch_cpu", Bytes(at::detail::getDefaultCPUGenerator().get_state())});
+  return blobs;
+}
+
+void Trainer::LoadState(const std::string& file, int64_t step) {
+  std::map<std::string, std::string> blobs;
+  for (Blob& b : DecodeBlobs(ReadWholeFile(file), file)) blobs[b.name] = std::move(b.bytes);
+  auto get = [&](const std::string& name) -> const std::string& {
+    auto it = blobs.find(name);
+    if (it == blobs.end()) throw BackendError(file + ": no \"" + name + "\" in the checkpoint");
+    return it->second;
+  };
+  nlohmann::json meta = nlohmann::json::parse(get("meta"));
+  std::vector<FlatParam*> units = runtime_->units();
+  if (meta.at("step").get<int64_t>() != step || meta.at("units").size() != units.size() ||
+      meta.at("next_sequence").get<int64_t>() != step * global_batch()) {
+    throw BackendError(file + ": its step, units or global batch differ from this run's");
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    std::string n = std::to_string(i), where = file + ": unit " + units[i]->name();
+    Fill(units[i]->shard(), get("param/" + n), where);
+    if (!optimizer_->exp_avg().empty()) {
+      Fill(optimizer_->exp_avg()[i], get("exp_avg/" + n), where + " exp_avg");
+      Fill(optimizer_->exp_avg_sq()[i], get("exp_avg_sq/" + n), where + " exp_avg_sq");
+    }
+  }
+  optimizer_->set_step(meta.at("optimizer_step").get<int64_t>());
+  const std::string& rng = get("rng/torch_cpu");
+  at::Tensor state = at::empty({static_cast<int64_t>(rng.size())}, at::kByte);
+  std::memcpy(state.data_ptr(), rng.data(), rng.size());
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+void Trainer::SaveCheckpoint(int64_t step) {
+  double t0 = MonotonicSeconds();
+  Communicator& world = *ctx_.groups.world;
+  std::string root = CheckpointRoot(), name = CheckpointDirName(step);
+  std::string tmp = root + "/" + name + ".tmp", final_dir = root + "/" + name;
+  if (ctx_.rank == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) throw BackendError("checkpoint: cannot create \"" + tmp + "\": " + ec.message());
+  }
+  world.Barrier();
+  FileDigest d =
+      WriteFileAtomically(tmp + "/" + RankFile(ctx_.rank), EncodeBlobs(StateBlobs(step)));
+  // Every rank's [size, checksum] to rank 0, which writes the manifest.
+  at::Tensor mine = at::tensor({d.size_bytes, static_cast<int64_t>(d.fnv1a64)}, at::kLong);
+  at::Tensor all = at::zeros({2 * world.size()}, at::kLong);
+  if (world.size() > 1) {
+    world.AllGather(mine, all)->Wait();
+  } else {
+    all.copy_(mine);
+  }
+  if (ctx_.rank == 0) {
+    CheckpointManifest m;
+    m.step = step;
+    m.world_size = ctx_.world_size;
+    m.shard_group_size = runtime_->groups().shard->size();
+    m.model = ctx_.options.spec.name;
+    for (int r = 0; r < world.size(); ++r) {
+      m.files.emplace_back(RankFile(r),
+                           FileDigest{all[2 * r].item<int64_t>(),
+                                      static_cast<uint64_t>(all[2 * r + 1].item<int64_t>())});
+    }
+    WriteManifest(tmp, m);
+    CommitDirectory(tmp, final_dir);
+  }
+  world.Barrier();
+  ctx_.recorder->Add({"checkpoint", "checkpoint", Lane::kStep, t0, MonotonicSeconds() - t0});
+  Message("saved checkpoint " + final_dir);
+}
+
+int64_t Trainer::Resume() {
+  int64_t chosen = 0;
+  std::string reject;
+  if (ctx_.rank == 0) {
+    for (const auto& [step, dir] : ListCheckpoints(CheckpointRoot())) {
+      CheckpointManifest m;
+      std::string problem = VerifyCheckpoint(dir, &m);
+      if (problem.empty() && m.step != step)
+        problem = "manifest.json: step " + std::to_string(m.step);
+      if (!problem.empty()) {
+        Message("checkpoint " + dir + " is incomplete or corrupted (" + problem + "); skipping it");
+        continue;
+      }
+      int shard = runtime_->groups().shard->size();
+      if (m.world_size != ctx_.world_size || m.shard_group_size != shard) {
+        reject = "--out: checkpoint " + dir + " was written by " + std::to_string(m.world_size) +
+                 " ranks with shard group " + std::to_string(m.shard_group_size) +
+                 ", this run has " + std::to_string(ctx_.world_size) + " with shard group " +
+                 std::to_string(shard) +
+                 " (resharding a checkpoint is not supported; hint: use another --out)";
+        chosen = -1;
+      } else {
+        chosen = step;
+      }
+      break;
+    }
+  }
+  at::Tensor t = at::full({1}, chosen, at::kLong);
+  if (ctx_.groups.world->size() > 1) ctx_.groups.world->Broadcast(t, 0)->Wait();
+  chosen = t.item<int64_t>();
+  if (chosen < 0)
+    throw InputError(ctx_.rank == 0 ? reject : "--out: rank 0 rejected the checkpoint");
+  if (chosen == 0) return 0;
+  std::string dir = CheckpointRoot() + "/" + CheckpointDirName(chosen);
+  LoadState(dir + "/" + RankFile(ctx_.rank), chosen);
+  Message("resumed from checkpoint " + dir + " (step " + std::to_string(chosen) + ")");
+  return chosen;
+}
+
+}  // namespace shardtune::exec

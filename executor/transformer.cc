@@ -1,0 +1,225 @@
+// The transformer's forward, segment by segment, with HF transformers' module names and math
+// (modeling_llama.py: LlamaRMSNorm in fp32, rotate_half rotary, repeat_kv GQA, SwiGLU MLP;
+// modeling_gpt2.py: Conv1D layers, gelu_new, learned positions, tied LM head).
+#include "executor/transformer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+#include "executor/transformer_support.h"
+#include "model/errors.h"
+#include "model/module_tree.h"
+
+namespace shardtune::exec {
+namespace {
+
+uint64_t NameHash(const std::string& s) {  // FNV-1a 64
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+const at::Tensor& Get(const ParamTable& p, const std::string& name) {
+  auto it = p.find(name);
+  SHARDTUNE_CHECK(it != p.end() && it->second.defined()) << "parameter " << name << " not gathered";
+  return it->second;
+}
+
+at::Tensor Maybe(const ParamTable& p, const std::string& name, bool present) {
+  return present ? Get(p, name) : at::Tensor();
+}
+
+// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]).
+at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool conv1d) {
+  if (!conv1d) return at::linear(x, w, b);
+  at::Tensor y = at::matmul(x, w);
+  return b.defined() ? y + b : y;
+}
+
+}  // namespace
+
+Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options)
+    : spec_(spec), options_(options) {
+  spec_.FillDefaults();
+  SHARDTUNE_CHECK(TransformerSupportProblem(spec_).empty()) << TransformerSupportProblem(spec_);
+  gpt2_names_ = spec_.positions == model::PositionKind::kLearned;
+#if TORCH_VERSION_MAJOR < 2
+  options_.sdpa = false;  // LibTorch 1.13 has only the private _scaled_dot_product_attention
+#endif
+}
+
+std::vector<int64_t> Transformer::Shape(int64_t dim0, int64_t inner) {
+  if (inner == 1) return {dim0};
+  return {dim0, inner};
+}
+
+void Transformer::InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full) {
+  at::NoGradGuard no_grad;
+  bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
+  if (EndsWith(name, ".bias")) {
+    full.zero_();
+  } else if (norm) {
+    full.fill_(1.0);
+  } else {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
+    full.normal_(0.0, 0.02, gen);
+  }
+}
+
+int Transformer::num_segments() const { return model::NumSegments(spec_.num_layers); }
+
+bool Transformer::IsBlockSegment(int segment) const {
+  return segment >= 1 && segment <= spec_.num_layers;
+}
+
+at::Tensor Transformer::Segment(const ParamTable& p, int segment, const at::Tensor& input,
+                                const at::Tensor& labels) const {
+  int L = spec_.num_layers;
+  if (segment == 0) return Embed(p, input);
+  if (IsBlockSegment(segment)) return Block(p, segment - 1, input);
+  if (segment == model::FinalNormSegment(L)) return Norm(p, "model.norm", input, spec_.hidden);
+  SHARDTUNE_CHECK(segment == model::HeadSegment(L)) << "segment " << segment;
+  return HeadLoss(p, input, labels);
+}
+
+at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) const {
+  at::Tensor x = at::embedding(Get(p, "model.embed_tokens.weight"), tokens);  // [B, S, H]
+  if (gpt2_names_) {
+    at::Tensor pos = Get(p, "model.embed_positions.weight").narrow(0, 0, tokens.size(1));
+    x = x + pos.unsqueeze(0);
+  }
+  return x;
+}
+
+at::Tensor Transformer::Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
+                             int64_t dim) const {
+  const at::Tensor& w = Get(p, name + ".weight");
+  if (spec_.norm == model::NormKind::kLayerNorm) {
+    at::Tensor b = Maybe(p, name + ".bias", spec_.norm_bias);
+    return at::layer_norm(x, {dim}, w, b, options_.norm_eps);
+  }
+  // LlamaRMSNorm: in fp32, then back to the input dtype before the weight.
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
+  return w * (x32 * at::rsqrt(var + options_.norm_eps)).to(x.scalar_type());
+}
+
+at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& x) const {
+  std::string pre = "model.layers." + std::to_string(layer);
+  std::string n1 = pre + (gpt2_names_ ? ".ln_1" : ".input_layernorm");
+  std::string n2 = pre + (gpt2_names_ ? ".ln_2" : ".post_attention_layernorm");
+  std::string attn = pre + (gpt2_names_ ? ".attn" : ".self_attn");
+  if (spec_.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    return x + Attention(p, attn, Norm(p, n1, x, spec_.hidden)) +
+           Mlp(p, pre + ".mlp", Norm(p, n2, x, spec_.hidden));
+  }
+  at::Tensor h = x + Attention(p, attn, Norm(p, n1, x, spec_.hidden));
+  return h + Mlp(p, pre + ".mlp", Norm(p, n2, h, spec_.hidden));
+}
+
+at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
+                                  const at::Tensor& x) const {
+  int64_t B = x.size(0), S = x.size(1), D = spec_.head_dim;
+  int64_t a = spec_.num_heads, kv = spec_.num_kv_heads;
+  at::Tensor q, k, v;
+  if (gpt2_names_) {
+    at::Tensor qkv = Dense(x, Get(p, pre + ".c_attn.weight"),
+                           Maybe(p, pre + ".c_attn.bias", spec_.qkv_bias), true);
+    q = qkv.narrow(-1, 0, a * D);
+    k = qkv.narrow(-1, a * D, kv * D);
+    v = qkv.narrow(-1, (a + kv) * D, kv * D);
+  } else {
+    q = Dense(x, Get(p, pre + ".q_proj.weight"), Maybe(p, pre + ".q_proj.bias", spec_.qkv_bias),
+              false);
+    k = Dense(x, Get(p, pre + ".k_proj.weight"), Maybe(p, pre + ".k_proj.bias", spec_.qkv_bias),
+              false);
+    v = Dense(x, Get(p, pre + ".v_proj.weight"), Maybe(p, pre + ".v_proj.bias", spec_.qkv_bias),
+              false);
+  }
+  q = q.view({B, S, a, D});
+  k = k.view({B, S, kv, D});
+  if (spec_.qk_norm) {  // Qwen3: RMSNorm over head_dim before the rotary
+    q = Norm(p, pre + ".q_norm", q, D);
+    k = Norm(p, pre + ".k_norm", k, D);
+  }
+  q = q.transpose(1, 2);                         // [B, a, S, D]
+  k = k.transpose(1, 2);                         // [B, kv, S, D]
+  v = v.reshape({B, S, kv, D}).transpose(1, 2);  // [B, kv, S, D]
+  if (spec_.positions == model::PositionKind::kRotary) {
+    q = Rotary(q);
+    k = Rotary(k);
+  }
+  at::Tensor o = Core(q, k, v).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
+  if (gpt2_names_) {
+    return Dense(o, Get(p, pre + ".c_proj.weight"),
+                 Maybe(p, pre + ".c_proj.bias", spec_.attn_out_bias), true);
+  }
+  return Dense(o, Get(p, pre + ".o_proj.weight"),
+               Maybe(p, pre + ".o_proj.bias", spec_.attn_out_bias), false);
+}
+
+at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
+  int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
+  if (kv != a) {  // repeat_kv: [B, kv, S, D] -> [B, a, S, D]
+    k = k.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
+    v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  if (options_.sdpa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#endif
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+  at::Tensor mask = at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());  // [B, a, S, S]
+  return at::matmul(probs, v);                                                 // [B, a, S, D]
+}
+
+at::Tensor Transformer::Rotary(const at::Tensor& x) const {
+  int64_t S = x.size(2), D = x.size(3);
+  auto f32 = x.options().dtype(at::kFloat);
+  at::Tensor inv =
+      at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
+  at::Tensor freqs = at::outer(at::arange(S, f32), inv);  // [S, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, D]
+  at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  at::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);  // rotate_half
+  return x * cos + rotated * sin;
+}
+
+at::Tensor Transformer::Mlp(const ParamTable& p, const std::string& pre,
+                            const at::Tensor& x) const {
+  bool b = spec_.mlp_bias;
+  if (spec_.mlp == model::MlpKind::kSwiGlu) {
+    at::Tensor g =
+        Dense(x, Get(p, pre + ".gate_proj.weight"), Maybe(p, pre + ".gate_proj.bias", b), false);
+    at::Tensor u =
+        Dense(x, Get(p, pre + ".up_proj.weight"), Maybe(p, pre + ".up_proj.bias", b), false);
+    return Dense(at::silu(g) * u, Get(p, pre + ".down_proj.weight"),
+                 Maybe(p, pre + ".down_proj.bias", b), false);
+  }
+  std::string up = pre + (gpt2_names_ ? ".c_fc" : ".up_proj");
+  std::string down = pre + (gpt2_names_ ? ".c_proj" : ".down_proj");
+  at::Tensor h = Dense(x, Get(p, up + ".weight"), Maybe(p, up + ".bias", b), gpt2_names_);
+  h = at::gelu(h, gpt2_names_ ? "tanh" : "none");  // GPT-2 gelu_new; NeoX exact GELU
+  return Dense(h, Get(p, down + ".weight"), Maybe(p, down + ".bias", b), gpt2_names_);
+}
+
+at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
+                                 const at::Tensor& labels) const {
+  const at::Tensor& w =
+      Get(p, spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  at::Tensor logits = at::linear(x, w);                                    // [B, S, V]
+  if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
+  return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,68 @@
+// A LibTorch decoder-only transformer built from a model::ModelSpec: Llama style (RMSNorm,
+// rotary, SwiGLU, GQA, optional qk-norm) and GPT-2 style (LayerNorm, learned positions, GELU,
+// Conv1D layout). Parameters carry the names and shapes of model/module_tree.cc, so the FSDP
+// units of BuildFsdpUnits() map 1:1 onto them. The forward is functional: each segment (the
+// forward segments of module_tree.h: embeddings, blocks, final norm, LM head + loss) reads its
+// parameters from a ParamTable that the FSDP runtime fills with views of gathered flat buffers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/model_spec.h"
+
+namespace shardtune::exec {
+
+// Parameter name -> tensor in the compute dtype (views of a unit's gathered flat buffer).
+using ParamTable = std::unordered_map<std::string, at::Tensor>;
+
+struct TransformerOptions {
+  at::ScalarType dtype = at::kFloat;  // compute (param) dtype
+  bool sdpa = false;                  // at::scaled_dot_product_attention (LibTorch >= 2.0 only)
+  double norm_eps = 1e-5;             // Llama 2 / GPT-2 layer_norm_epsilon
+  double rope_theta = 10000.0;        // Llama 2's rope base; the spec has no field for it
+};
+
+class Transformer {
+ public:
+  // REQUIRES: spec valid (Problems() empty) and TransformerSupportProblem(spec) empty.
+  Transformer(const model::ModelSpec& spec, TransformerOptions options);
+  // The tensor shape of a parameter named as in module_tree.cc: [dim0] when inner == 1, else
+  // [dim0, inner] (Linear [out, in], Conv1D [in, out], Embedding [V, H]).
+  static std::vector<int64_t> Shape(int64_t dim0, int64_t inner);
+  // Fills `full` (fp32, the parameter's full shape) with its initial value: norms' weights 1,
+  // biases 0, other weights N(0, 0.02) (GPT-2 / Llama initializer_range), drawn from a generator
+  // seeded by (seed, name), so the value depends on neither the wrap policy nor the world size.
+  static void InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full);
+
+  // Forward of segment `segment` (module_tree.h numbering). Segment 0 takes tokens [B, S] int64
+  // and returns hidden [B, S, H]; blocks and the final norm map hidden to hidden; the head
+  // segment returns the mean cross-entropy of `labels` [B, S] (a scalar, fp32: the logits are
+  // upcast to fp32 first, as HF's ForCausalLMLoss and torchtitan do).
+  at::Tensor Segment(const ParamTable& params, int segment, const at::Tensor& input,
+                     const at::Tensor& labels) const;
+  int num_segments() const;
+  bool IsBlockSegment(int segment) const;
+  const model::ModelSpec& spec() const { return spec_; }
+
+ private:
+  at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
+  at::Tensor Block(const ParamTable& p, int layer, const at::Tensor& x) const;
+  at::Tensor Attention(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v) const;
+  at::Tensor Mlp(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
+                  int64_t dim) const;
+  at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
+  at::Tensor Rotary(const at::Tensor& x) const;  // [B, heads, S, D]
+
+  model::ModelSpec spec_;
+  TransformerOptions options_;
+  bool gpt2_names_ = false;  // learned positions: GPT-2's module names and Conv1D layout
+};
+
+}  // namespace shardtune::exec

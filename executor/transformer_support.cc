@@ -1,0 +1,18 @@
+// The executor's model coverage: dense decoders of the Llama, GPT-2, NeoX and Qwen families.
+#include "executor/transformer_support.h"
+
+namespace shardtune::exec {
+
+std::string TransformerSupportProblem(const model::ModelSpec& spec) {
+  if (spec.moe.enabled()) return "mixture-of-experts models are not supported by the executor";
+  int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
+  if (kv <= 0 || spec.num_heads % kv != 0) return "num_heads must be a multiple of num_kv_heads";
+  int64_t head_dim =
+      spec.head_dim > 0 ? spec.head_dim : (spec.num_heads > 0 ? spec.hidden / spec.num_heads : 0);
+  if (spec.positions == model::PositionKind::kRotary && head_dim % 2 != 0) {
+    return "rotary positions need an even head_dim";
+  }
+  return "";
+}
+
+}  // namespace shardtune::exec

@@ -1,0 +1,140 @@
+// Plain parts of the executor: checkpoint files and their verification, rank variables
+// (torchrun, Slurm), and the launcher's failure handling with a stand-in program.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "executor/checkpoint.h"
+#include "executor/errors.h"
+#include "executor/launcher.h"
+#include "executor/rank_env.h"
+#include "model/errors.h"
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+TEST(ExecutorCheckpointTest, BlobsRoundTripAndTruncationIsDetected) {
+  std::vector<Blob> blobs{{"meta", "{}"}, {"param/0", std::string("\0\1\2\3", 4)}};
+  std::string bytes = EncodeBlobs(blobs);
+  std::vector<Blob> back = DecodeBlobs(bytes, "f");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].name, "param/0");
+  EXPECT_EQ(back[1].bytes, blobs[1].bytes);
+  EXPECT_THAT([&] { DecodeBlobs(bytes.substr(0, bytes.size() - 1), "f"); },
+              ThrowsMessage<BackendError>(HasSubstr("f: truncated")));
+}
+
+TEST(ExecutorCheckpointTest, VerifyFindsMissingTruncatedAndCorruptedFiles) {
+  testing::TempDir tmp;
+  std::string dir = tmp.Sub(CheckpointDirName(12));
+  std::filesystem::create_directories(dir);
+  CheckpointManifest m;
+  m.step = 12;
+  m.world_size = 2;
+  for (int r = 0; r < 2; ++r) {
+    std::string name = "rank0000" + std::to_string(r) + ".bin";
+    m.files.emplace_back(
+        name, WriteFileAtomically(dir + "/" + name, std::string(64, static_cast<char>('a' + r))));
+  }
+  WriteManifest(dir, m);
+  CheckpointManifest got;
+  EXPECT_EQ(VerifyCheckpoint(dir, &got), "");
+  EXPECT_EQ(got.step, 12);
+  EXPECT_EQ(got.files.size(), 2u);
+  std::filesystem::resize_file(dir + "/rank00001.bin", 10);
+  EXPECT_EQ(VerifyCheckpoint(dir, &got), "rank00001.bin: 10 bytes, manifest says 64");
+  WriteFileAtomically(dir + "/rank00001.bin", std::string(64, 'z'));
+  EXPECT_EQ(VerifyCheckpoint(dir, &got), "rank00001.bin: checksum mismatch");
+  std::filesystem::remove(dir + "/rank00001.bin");
+  EXPECT_EQ(VerifyCheckpoint(dir, &got), "rank00001.bin: missing");
+  std::filesystem::remove(dir + "/manifest.json");
+  EXPECT_THAT(VerifyCheckpoint(dir, &got), HasSubstr("manifest.json"));
+}
+
+TEST(ExecutorCheckpointTest, ListIgnoresTemporaryFoldersAndSortsNewestFirst) {
+  testing::TempDir tmp;
+  for (const char* d : {"step_00000002", "step_00000010", "step_00000012.tmp", "other"}) {
+    std::filesystem::create_directories(tmp.Sub(d));
+  }
+  auto list = ListCheckpoints(tmp.path());
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].first, 10);
+  EXPECT_EQ(list[1].first, 2);
+}
+
+TEST(ExecutorRankEnvTest, TorchrunVariablesWinAndSlurmNeedsAJobStep) {
+  RankEnv none = RankEnvFromVariables({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}});
+  EXPECT_FALSE(none.launched) << "an salloc shell is not a rank";
+  RankEnv t = RankEnvFromVariables({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1234"}});
+  EXPECT_TRUE(t.launched);
+  EXPECT_EQ(t.rank, 1);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.master_port, 1234);
+  RankEnv s = RankEnvFromVariables({{"SLURM_PROCID", "3"},
+                                    {"SLURM_NTASKS", "4"},
+                                    {"SLURM_STEP_ID", "0"},
+                                    {"SLURM_LOCALID", "1"},
+                                    {"SLURM_NTASKS_PER_NODE", "2(x2)"},
+                                    {"MASTER_ADDR", "node1"}});
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_EQ(s.world_size, 4);
+  EXPECT_EQ(s.local_world_size, 2);
+  EXPECT_EQ(s.master_addr, "node1");
+}
+
+TEST(ExecutorRankEnvTest, MalformedVariablesAreInputErrors) {
+  EXPECT_THAT(
+      [] {
+        RankEnvFromVariables({{"RANK", "5"}, {"WORLD_SIZE", "2"}});
+      },
+      ThrowsMessage<InputError>(
+          HasSubstr("RANK: expected an integer in [0, WORLD_SIZE = 2), got \"5\"")));
+  EXPECT_THAT(
+      [] {
+        RankEnvFromVariables({{"RANK", "0"}});
+      },
+      ThrowsMessage<InputError>(HasSubstr("WORLD_SIZE: not set")));
+  EXPECT_THAT(
+      [] {
+        RankEnvFromVariables(
+            {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}});
+      },
+      ThrowsMessage<InputError>(HasSubstr("MASTER_ADDR: not set")));
+}
+
+TEST(ExecutorLauncherTest, FirstFailureIsReportedAndTheOthersAreStopped) {
+  LaunchOptions o;
+  o.nproc = 3;
+  o.exe = "/bin/sh";
+  // Rank 1 fails at once; ranks 0 and 2 would sleep for a minute.
+  o.argv = {"sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 7; fi; exec sleep 60"};
+  o.grace_s = 2;
+  auto t0 = std::chrono::steady_clock::now();
+  LaunchResult r = LaunchLocalRanks(o);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_THAT(r.message, HasSubstr("rank 1 (pid "));
+  EXPECT_THAT(r.message, HasSubstr("exited with code 7; stopped the other 2 rank(s)"));
+  EXPECT_LT(s, 10.0);
+}
+
+TEST(ExecutorLauncherTest, RanksSeeTorchrunVariables) {
+  LaunchOptions o;
+  o.nproc = 2;
+  o.exe = "/bin/sh";
+  o.argv = {
+      "sh", "-c",
+      "[ \"$WORLD_SIZE\" = 2 ] && [ \"$MASTER_ADDR\" = 127.0.0.1 ] && [ -n \"$MASTER_PORT\" ] && "
+      "[ \"$LOCAL_RANK\" = \"$RANK\" ] && [ \"$KEEP\" = me ]"};
+  o.environment = {"KEEP=me", "RANK=99"};
+  EXPECT_EQ(LaunchLocalRanks(o).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace shardtune::exec

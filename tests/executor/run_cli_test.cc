@@ -1,0 +1,147 @@
+// `shardtune run` input errors: one line on stderr, exit code 1, before any rank starts; and a
+// smoke run of the tiny-llama preset with the default plan (bf16, FULL_SHARD) on 2 ranks.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec::testing {
+namespace {
+
+std::vector<std::string> Base(const std::string& out) {
+  return {"run",       "--model",   DataPath("micro-llama.model.json"),
+          "--steps",   "1",         "--out",
+          out,         "--seq-len", "16",
+          "--threads", "1"};
+}
+
+// Runs with one flag replaced or added; expects exit 1 and one "error: ..." line containing `want`.
+void ExpectInputError(std::vector<std::string> args, const std::string& want) {
+  ProcessResult r = RunShardtune(args, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+}
+
+TEST(ExecutorRunCliTest, NprocZeroIsAnInputError) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--nproc", "0"});
+  ExpectInputError(a, "--nproc: expected an integer >= 1, got 0");
+}
+
+TEST(ExecutorRunCliTest, StepsZeroIsAnInputError) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a[4] = "0";
+  ExpectInputError(a, "--steps: expected an integer >= 1, got 0");
+}
+
+TEST(ExecutorRunCliTest, UnreadableDataIsAnInputError) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--data", tmp.Sub("missing.txt")});
+  ExpectInputError(a, "--data: cannot read \"" + tmp.Sub("missing.txt") + "\": No such file");
+}
+
+TEST(ExecutorRunCliTest, DataShorterThanASequenceIsAnInputError) {
+  TempDir tmp;
+  std::ofstream(tmp.Sub("short.txt")) << "hello";
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--data", tmp.Sub("short.txt")});
+  ExpectInputError(a, "holds 5 bytes, expected at least seq_len + 1 = 17");
+}
+
+TEST(ExecutorRunCliTest, OutThatCannotBeAFolderIsAnInputError) {
+  TempDir tmp;
+  std::ofstream(tmp.Sub("file")) << "x";
+  ExpectInputError(Base(tmp.Sub("file") + "/out"), "--out: cannot create the folder");
+}
+
+TEST(ExecutorRunCliTest, GlobalBatchMustDivideIntoMicroBatchesAndRanks) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--nproc", "2", "--global-batch", "3"});
+  ExpectInputError(a,
+                   "--global-batch: expected a multiple of micro-batch x data-parallel ranks = 1 x "
+                   "2 = 2, got 3");
+}
+
+TEST(ExecutorRunCliTest, UnsupportedPlanChoicesAreInputErrors) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--checkpointing", "selective"});
+  ExpectInputError(a, "--checkpointing: selective is not supported by the executor");
+  auto b = Base(tmp.Sub("out"));
+  b.insert(b.end(), {"--emulate-world", "4", "--nproc", "2"});
+  ExpectInputError(b, "--emulate-world: runs in one process");
+}
+
+TEST(ExecutorRunCliTest, TinyLlamaDefaultPlanOnTwoRanksWritesMeasurementsAndTrace) {
+  TempDir tmp;
+  std::string out = tmp.Sub("out");
+  ProcessResult r = RunShardtune({"run", "--model", "tiny-llama", "--steps", "2", "--out", out,
+                                  "--nproc", "2", "--seq-len", "32", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 2/2  loss "), std::string::npos) << r.output;
+  std::ifstream in(out + "/measurements.json");
+  nlohmann::json m = nlohmann::json::parse(in);
+  EXPECT_EQ(m.at("schema"), "shardtune.measurements");
+  EXPECT_EQ(m.at("schema_version"), 1);
+  EXPECT_EQ(m.at("environment").at("world_size"), 2);
+  EXPECT_EQ(m.at("environment").at("backend"), "gloo");
+  EXPECT_EQ(m.at("plan").at("param_dtype"), "bf16");
+  ASSERT_EQ(m.at("steps").size(), 2u);
+  EXPECT_EQ(m.at("steps")[0].at("tokens"), 2 * 32);  // global batch 2 (1 x 1 x 2 ranks) x S
+  // Units as BuildFsdpUnits forms them for per-block wrapping: 4 blocks + root.
+  EXPECT_EQ(m.at("units").size(), 5u);
+  bool saw_rs = false;
+  for (const auto& c : m.at("collectives")) {
+    if (c.at("kind") == "reduce_scatter") {
+      saw_rs = true;
+      EXPECT_EQ(c.at("group_size"), 2);
+      // Built from all-to-all, it sends (n-1)/n of the flat gradient, like a ring.
+      EXPECT_EQ(c.at("sent_bytes_per_call"), c.at("bytes").get<int64_t>() / 2);
+      EXPECT_GT(c.at("busbw_bytes_per_s").get<double>(), 0);
+    }
+  }
+  EXPECT_TRUE(saw_rs);
+  EXPECT_GT(m.at("memory").at("peak_tracked_bytes").get<int64_t>(), 0);
+  EXPECT_EQ(m.at("memory").at("per_rank").size(), 2u);
+  std::ifstream tin(out + "/trace.json");
+  nlohmann::json trace = nlohmann::json::parse(tin);
+  EXPECT_GT(trace.at("traceEvents").size(), 10u);
+  EXPECT_FALSE(std::filesystem::exists(out + "/.trace.rank1.json"));
+}
+
+TEST(ExecutorRunCliTest, TextFileTrainsAsByteTokensAndTheLossFalls) {
+  TempDir tmp;
+  {
+    std::ofstream f(tmp.Sub("text.txt"));
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog. ";
+  }
+  std::string out = tmp.Sub("out");
+  ProcessResult r = RunShardtune({"run", "--model", DataPath("micro-llama.model.json"), "--steps",
+                                  "12", "--out", out, "--data", tmp.Sub("text.txt"), "--seq-len",
+                                  "32", "--global-batch", "4", "--nproc", "2", "--threads", "1",
+                                  "--lr", "3e-3", "--no-trace"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<int64_t, double> loss = Losses(out);
+  ASSERT_EQ(loss.size(), 12u);
+  std::cout << "byte-level text: loss " << loss.at(1) << " -> " << loss.at(12) << "\n";
+  EXPECT_LT(loss.at(12), loss.at(1) - 0.5);  // 9000 bytes of one sentence are easy to learn
+  EXPECT_FALSE(std::filesystem::exists(out + "/trace.json"));
+}
+
+}  // namespace
+}  // namespace shardtune::exec::testing

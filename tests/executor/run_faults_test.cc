@@ -1,0 +1,191 @@
+// Failures of real runs: a SIGKILLed run resumes from its last complete checkpoint with the
+// losses of an uninterrupted run; truncated or corrupted checkpoints are skipped with a clear
+// message; a rank that dies makes the others fail with a clear error within a bound.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "executor/launcher.h"
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec::testing {
+namespace {
+
+std::vector<std::string> Args(const std::string& out, int steps, int nproc) {
+  return {"run",
+          "--model",
+          DataPath("micro-llama.model.json"),
+          "--steps",
+          std::to_string(steps),
+          "--out",
+          out,
+          "--seq-len",
+          "32",
+          "--global-batch",
+          "4",
+          "--threads",
+          "1",
+          "--checkpoint-every",
+          "2",
+          "--precision",
+          "fp32",
+          "--nproc",
+          std::to_string(nproc),
+          "--timeout",
+          "20"};
+}
+
+double MaxDiffOnCommonSteps(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b,
+                            int* common) {
+  double d = 0;
+  *common = 0;
+  for (const auto& [step, loss] : a) {
+    auto it = b.find(step);
+    if (it == b.end()) continue;
+    ++*common;
+    d = std::max(d, std::fabs(loss - it->second));
+  }
+  return d;
+}
+
+TEST(ExecutorRunFaultsTest, SigkillThenRelaunchResumesWithTheUninterruptedLosses) {
+  TempDir tmp;
+  ProcessResult ref = RunShardtune(Args(tmp.Sub("ref"), 8, 2));
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+
+  std::string log = tmp.Sub("killed.log");
+  pid_t pid = StartShardtune(Args(tmp.Sub("run"), 8, 2), log);
+  ASSERT_TRUE(WaitForText(log, "step 5/8", 120)) << ReadText(log);
+  ::kill(-pid, SIGKILL);  // the launcher and both ranks (one process group)
+  EXPECT_EQ(WaitFor(pid, 30), 128 + SIGKILL);
+
+  ProcessResult again = RunShardtune(Args(tmp.Sub("run"), 8, 2));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("resumed from checkpoint"), std::string::npos) << again.output;
+  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_GE(resumed.begin()->first, 5) << "resumes after a checkpoint of step >= 4";
+  EXPECT_EQ(resumed.rbegin()->first, 8);
+  int common = 0;
+  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
+  std::cout << "resumed at step " << resumed.begin()->first << ": loss max diff vs uninterrupted "
+            << d << " over " << common << " steps\n";
+  EXPECT_EQ(common, static_cast<int>(resumed.size()));
+  EXPECT_EQ(d, 0.0) << "the same computation, restored bit for bit";
+}
+
+TEST(ExecutorRunFaultsTest, CorruptedAndTruncatedCheckpointsAreSkipped) {
+  TempDir tmp;
+  ProcessResult ref = RunShardtune(Args(tmp.Sub("ref"), 6, 2));
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ProcessResult first = RunShardtune(Args(tmp.Sub("run"), 6, 2));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::string ckpt = tmp.Sub("run") + "/checkpoints";
+  // Step 6: one flipped byte (same size: only the checksum sees it). Step 4: rank 1's file
+  // truncated. Step 2 stays intact.
+  {
+    std::fstream io(ckpt + "/step_00000006/rank00000.bin",
+                    std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(40);
+    char c = static_cast<char>(io.get());
+    io.seekp(40);
+    io.put(static_cast<char>(c ^ 0x5a));
+  }
+  std::filesystem::resize_file(ckpt + "/step_00000004/rank00001.bin", 100);
+  ProcessResult again = RunShardtune(Args(tmp.Sub("run"), 6, 2));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("checkpoint " + ckpt +
+                              "/step_00000006 is incomplete or corrupted (rank00000.bin: checksum "
+                              "mismatch); skipping it"),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("step_00000004 is incomplete or corrupted (rank00001.bin: 100 bytes, "
+                              "manifest says "),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("resumed from checkpoint " + ckpt + "/step_00000002 (step 2)"),
+            std::string::npos)
+      << again.output;
+  // Steps 3..6 of the resumed run equal the uninterrupted run's.
+  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
+  EXPECT_EQ(resumed.begin()->first, 3);
+  int common = 0;
+  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
+  EXPECT_EQ(common, 4);
+  EXPECT_EQ(d, 0.0);
+}
+
+// Ranks started the way torchrun starts them (RANK, WORLD_SIZE, MASTER_*): no launcher kills
+// the survivor, so it must notice the dead peer by itself.
+TEST(ExecutorRunFaultsTest, KilledRankMakesTheOtherFailWithAClearErrorWithinABound) {
+  TempDir tmp;
+  std::vector<std::string> args = Args(tmp.Sub("out"), 1000, 1);
+  args.resize(args.size() - 4);  // drop --nproc 1 --timeout 20
+  args.insert(args.end(), {"--timeout", "20"});
+  std::string port = std::to_string(FindFreePort());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, std::string> env{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", port}};
+    pids.push_back(StartShardtune(args, tmp.Sub("rank" + std::to_string(r) + ".log"), env));
+  }
+  ASSERT_TRUE(WaitForText(tmp.Sub("rank0.log"), "step 2/", 120)) << ReadText(tmp.Sub("rank0.log"));
+  ::kill(pids[1], SIGKILL);
+  WaitFor(pids[1], 10);
+  double seconds = 0;
+  int code = WaitFor(pids[0], 60, &seconds);
+  std::string out = ReadText(tmp.Sub("rank0.log"));
+  std::cout << "rank 0 exited " << seconds << " s after rank 1 was killed: "
+            << out.substr(out.rfind("error:") == std::string::npos ? 0 : out.rfind("error:"))
+            << "\n";
+  EXPECT_EQ(code, 3) << out;  // a backend error, not a hang (-1) or a crash
+  EXPECT_LT(seconds, 25.0);
+  EXPECT_NE(out.find("error: rank 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("failed"), std::string::npos) << out;
+}
+
+// Our launcher: when one rank dies, it stops the others and names the dead one.
+TEST(ExecutorRunFaultsTest, LauncherStopsTheOtherRanksWhenOneDies) {
+  TempDir tmp;
+  std::string log = tmp.Sub("launch.log");
+  pid_t launcher = StartShardtune(Args(tmp.Sub("out"), 1000, 2), log);
+  ASSERT_TRUE(WaitForText(log, "step 2/", 120)) << ReadText(log);
+  // The launcher's children; rank 1 is the one whose environment says RANK=1.
+  std::string children = ReadText("/proc/" + std::to_string(launcher) + "/task/" +
+                                  std::to_string(launcher) + "/children");
+  pid_t rank1 = -1;
+  std::istringstream in(children);
+  for (pid_t c; in >> c;) {
+    std::istringstream env(ReadText("/proc/" + std::to_string(c) + "/environ"));
+    for (std::string kv; std::getline(env, kv, '\0');) {
+      if (kv == "RANK=1") rank1 = c;
+    }
+  }
+  ASSERT_GT(rank1, 0) << "children: " << children;
+  ::kill(rank1, SIGKILL);
+  double seconds = 0;
+  int code = WaitFor(launcher, 60, &seconds);
+  std::string out = ReadText(log);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, -1) << "the launcher must not hang: " << out;
+  EXPECT_LT(seconds, 25.0);
+  EXPECT_NE(out.find("rank 1 (pid " + std::to_string(rank1) + ") was killed by signal 9"),
+            std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace shardtune::exec::testing

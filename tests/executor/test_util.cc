@@ -1,0 +1,118 @@
+// Process and file helpers for the executor tests.
+#include "tests/executor/test_util.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace shardtune::exec::testing {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::map<int64_t, double> StepField(const std::string& dir, const char* field) {
+  std::map<int64_t, double> out;
+  std::ifstream in(dir + "/measurements.json");
+  if (!in) return out;
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const auto& s : j.at("steps")) out[s.at("step").get<int64_t>()] = s.at(field).get<double>();
+  return out;
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/shardtune_exec_test_XXXXXX";
+  char* p = ::mkdtemp(tmpl);
+  path_ = p ? p : "/tmp/shardtune_exec_test_fallback";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+pid_t StartShardtune(const std::vector<std::string>& args, const std::string& log_path,
+                     const std::map<std::string, std::string>& env) {
+  std::vector<std::string> argv{SHARDTUNE_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (std::string& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    FILE* f = std::freopen(log_path.c_str(), "w", stdout);
+    if (f == nullptr) ::_exit(126);
+    ::dup2(STDOUT_FILENO, STDERR_FILENO);
+    ::execv(cargs[0], cargs.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int WaitFor(pid_t pid, double timeout_s, double* seconds) {
+  double t0 = Now();
+  while (true) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      if (seconds) *seconds = Now() - t0;
+      return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    }
+    if (Now() - t0 > timeout_s) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      if (seconds) *seconds = Now() - t0;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+ProcessResult RunShardtune(const std::vector<std::string>& args, double timeout_s,
+                           const std::map<std::string, std::string>& env) {
+  char tmpl[] = "/tmp/shardtune_exec_log_XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  if (fd >= 0) ::close(fd);
+  ProcessResult r;
+  pid_t pid = StartShardtune(args, tmpl, env);
+  r.exit_code = WaitFor(pid, timeout_s, &r.seconds);
+  r.output = ReadText(tmpl);
+  std::filesystem::remove(tmpl);
+  return r;
+}
+
+bool WaitForText(const std::string& path, const std::string& needle, double timeout_s) {
+  double t0 = Now();
+  while (Now() - t0 < timeout_s) {
+    if (ReadText(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::map<int64_t, double> Losses(const std::string& dir) { return StepField(dir, "loss"); }
+std::map<int64_t, double> GradNorms(const std::string& dir) { return StepField(dir, "grad_norm"); }
+
+std::string DataPath(const std::string& name) {
+  return std::string(SHARDTUNE_EXECUTOR_TEST_DATA_DIR) + "/" + name;
+}
+
+}  // namespace shardtune::exec::testing

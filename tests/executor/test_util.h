@@ -1,0 +1,54 @@
+// Helpers of the executor tests: temporary folders, running the built `shardtune` binary as
+// real processes (the launcher, or ranks started like torchrun does), reading measurements.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardtune::exec::testing {
+
+// A fresh folder under /tmp, removed (recursively) when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal when killed; -1 when it did not finish in time
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+};
+
+// Starts `shardtune args...` (SHARDTUNE_BIN) with `env` added to this environment, stdout and
+// stderr into `log_path`, in its own process group. Returns its pid.
+pid_t StartShardtune(const std::vector<std::string>& args, const std::string& log_path,
+                     const std::map<std::string, std::string>& env = {});
+// Waits up to timeout_s for `pid`; on timeout kills its process group and returns -1.
+int WaitFor(pid_t pid, double timeout_s, double* seconds = nullptr);
+// StartShardtune + WaitFor + the log's text.
+ProcessResult RunShardtune(const std::vector<std::string>& args, double timeout_s = 120,
+                           const std::map<std::string, std::string>& env = {});
+// Polls `path` until it contains `needle` or timeout_s passes. True when found.
+bool WaitForText(const std::string& path, const std::string& needle, double timeout_s);
+std::string ReadText(const std::string& path);
+
+// step -> loss, and step -> grad_norm, from DIR/measurements.json.
+std::map<int64_t, double> Losses(const std::string& dir);
+std::map<int64_t, double> GradNorms(const std::string& dir);
+
+// The executor's test data folder (tests/executor/data) and a model file in it.
+std::string DataPath(const std::string& name);
+
+}  // namespace shardtune::exec::testing
