@@ -81,12 +81,15 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
 }  // namespace
 
 struct ModelCache::Impl {
+  const model::ModelSpec* last_spec = nullptr;  // fast path: the same spec object as last call
   std::string model_key;
   std::map<std::string, std::vector<model::FsdpUnit>> units;
   std::map<std::string, model::BlockActivations> blocks;
   std::map<std::string, model::ActivationLedger> heads;
   // Entries are for one model; a different spec clears them.
   void Check(const model::ModelSpec& s) {
+    if (&s == last_spec && !model_key.empty()) return;
+    last_spec = &s;
     std::string k = s.name + "/" + std::to_string(s.num_layers) + "/" + std::to_string(s.hidden) + "/" +
                     std::to_string(s.vocab_size) + "/" + std::to_string(s.ffn_hidden);
     if (k != model_key) {

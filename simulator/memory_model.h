@@ -103,6 +103,8 @@ struct MemoryReport {
 
 // Results many plans of one model share: FSDP units per wrap policy, activation ledgers per
 // setting. The planner and the benchmark keep one per model and thread; not thread-safe.
+// REQUIRES: a spec is not modified while a cache holds results for it (the cache recognises the
+// spec it saw last by address).
 class ModelCache {
  public:
   ModelCache();

@@ -81,6 +81,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
 void Walker::Backward() {
   int L = s_.spec->num_layers;
   bool sync = !p_.no_sync || micro_ == p_.grad_accum - 1;
+  backward_cursor_ = 0;
   for (int seg = model::NumSegments(L) - 1; seg >= 0; --seg) {
     for (int32_t ei : ends_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ei);
@@ -113,9 +114,15 @@ void Walker::Backward() {
 // (after its copy-out); BACKWARD_POST at its post-backward, after its gradient computation.
 void Walker::PrefetchBackward(int seg, int32_t dep) {
   if (!NeedsGatherCopy()) return;
-  for (int32_t j : backward_order_) {
-    auto i = static_cast<size_t>(j);
-    if (units_[i].last_segment >= seg || gathered_[i] || prefetch_op_[i] >= 0) continue;
+  // Segments only decrease within a backward pass, so units ending at or after `seg` are done
+  // for good: the cursor skips them once.
+  while (backward_cursor_ < backward_order_.size() &&
+         units_[static_cast<size_t>(backward_order_[backward_cursor_])].last_segment >= seg) {
+    ++backward_cursor_;
+  }
+  for (size_t k = backward_cursor_; k < backward_order_.size(); ++k) {
+    auto i = static_cast<size_t>(backward_order_[k]);
+    if (gathered_[i] || prefetch_op_[i] >= 0) continue;
     IssueAllGather(i, dep);
     return;
   }
@@ -212,16 +219,7 @@ void Walker::OptimizerStep() {
   last_optimizer_ = Begin(OpKind::kOptimizer, offloaded ? Stream::kHost : Stream::kDefault, -1, -1);
   Dep(last_reduce_);
   Dep(last_d2h_);
-  int64_t shard = 0, largest = 0, factored = 0;
-  for (const auto& u : units_) {
-    shard += u.PaddedShardNumel(n_);
-    for (const auto& prm : u.params) {
-      int64_t ps = prm.PaddedShardNumel(n_);
-      largest = std::max(largest, ps);
-      // Adafactor: row and column second moments for matrices, a full one for vectors.
-      factored += prm.inner > 1 ? (prm.dim0 + n_ - 1) / n_ + prm.inner : ps;
-    }
-  }
+  int64_t shard = total_shard_numel_, largest = largest_param_shard_, factored = factored_numel_;
   int64_t e = model::BytesPerElement(p_.master_dtype);
   double traffic_per_elem = 80;
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;

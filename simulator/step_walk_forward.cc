@@ -34,6 +34,13 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   for (size_t i = 0; i < u; ++i) {
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
+    total_shard_numel_ += shard_numel_[i];
+    for (const auto& prm : unit.params) {
+      int64_t ps = prm.PaddedShardNumel(n_);
+      largest_param_shard_ = std::max(largest_param_shard_, ps);
+      // Adafactor: row and column second moments for matrices, a full one for vectors.
+      factored_numel_ += prm.inner > 1 ? (prm.dim0 + n_ - 1) / n_ + prm.inner : ps;
+    }
     backward_order_.push_back(static_cast<int32_t>(i));
     starts_[static_cast<size_t>(unit.first_segment)].push_back(static_cast<int32_t>(i));
     ends_[static_cast<size_t>(unit.last_segment)].push_back(static_cast<int32_t>(i));
@@ -95,8 +102,8 @@ void Walker::Run() {
   // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   if (p_.offload != model::Offload::kAll) {
-    for (const auto& u : units_) {
-      Alloc(Category::kShardedParams, Stream::kDefault, u.PaddedShardNumel(n_) * ShardedParamBytesPerElement(p_));
+    for (int64_t shard : shard_numel_) {
+      Alloc(Category::kShardedParams, Stream::kDefault, shard * ShardedParamBytesPerElement(p_));
     }
   }
   for (step_ = 0; step_ < 2; ++step_) {
