@@ -83,7 +83,14 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
     s.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
                        model::Checkpointing::kEveryK, model::Checkpointing::kFull};
   }
-  if (s.offloads.empty()) s.offloads = {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll};
+  if (s.offloads.empty()) {
+    // CPU ranks already keep everything in host memory: offload changes nothing there.
+    s.offloads = {model::Offload::kNone};
+    if (!c.cpu_only) {
+      s.offloads.push_back(model::Offload::kOptimizer);
+      s.offloads.push_back(model::Offload::kAll);
+    }
+  }
   if (s.forward_prefetch.empty()) s.forward_prefetch = {false, true};
   if (s.backward_prefetch.empty()) s.backward_prefetch = {model::BackwardPrefetch::kPre, model::BackwardPrefetch::kNone};
   return s;

@@ -107,5 +107,12 @@ TEST(SearchTest, HybridGroupsStayInsideNodesOrSpanWholeNodes) {
   }
 }
 
+TEST(SearchTest, CpuRanksAreNotOfferedOffload) {
+  auto spec = model::FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("cpu:4");
+  SearchRequest req = SmallSpace(8, 64);
+  for (const auto& p : EnumeratePlans(spec, c, req)) EXPECT_EQ(p.offload, model::Offload::kNone);
+}
+
 }  // namespace
 }  // namespace shardtune::plan
