@@ -38,6 +38,7 @@ const std::map<std::string, std::string>& Why() {
       {"activation working set (temporaries, gradients)", "the current block's temporaries and activation gradients"},
       {"residual stream", "the hidden state passed between blocks"},
       {"logits and loss", "log-softmax (fp32 when upcast) and logits the loop holds"},
+      {"cuBLAS workspaces", "cuBLAS's per-stream workspace, allocated through the caching allocator"},
   };
   return m;
 }

@@ -160,6 +160,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.shard_n = r.shard_group;
   w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   w.block = &cache->Block(spec, act);
   w.head = &cache->Head(spec, act);

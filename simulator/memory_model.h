@@ -33,6 +33,11 @@ struct MemoryConstants {
   // NVLS (NVSwitch multicast, H100/H200 HGX) buffers per communicator, NCCL >= 2.21:
   // ncclNvlsBufferSetup: 16 channels x 2 x 128 KiB chunk x 8 steps x 8 heads = 256 MiB.
   Bytes nvls_per_communicator = Bytes::MiB(256);
+  // cuBLAS workspace, allocated through the caching allocator (so counted by
+  // max_memory_allocated) per (handle, stream) at the first GEMM and kept:
+  // aten/src/ATen/cuda/CublasHandlePool.cpp getNewWorkspace / getChosenWorkspaceSize, whose test
+  // pins the default at 32 MiB. One for the compute stream; none on CPU ranks.
+  Bytes cublas_workspace = Bytes::MiB(32);
   // Allowance for blocks split and cached but not reusable at the peak, as a fraction of the
   // peak allocated. A guess (no mechanism modelled yet); calibration replaces it.
   double fragmentation_fraction = 0.05;

@@ -20,6 +20,7 @@ Profile ReadProfileFile(const std::string& path) {
         m.OptionalInt("nccl_per_communicator_bytes", k.nccl_per_communicator.count(), 0, kMax));
     k.nvls_per_communicator = Bytes::Of(
         m.OptionalInt("nvls_per_communicator_bytes", k.nvls_per_communicator.count(), 0, kMax));
+    k.cublas_workspace = Bytes::Of(m.OptionalInt("cublas_workspace_bytes", k.cublas_workspace.count(), 0, kMax));
     k.fragmentation_fraction = m.OptionalNumber("fragmentation_fraction", k.fragmentation_fraction, 0, 1);
     k.host_process_baseline = Bytes::Of(
         m.OptionalInt("host_process_baseline_bytes", k.host_process_baseline.count(), 0, kMax));

@@ -29,6 +29,7 @@ const char* ToString(Category c) {
     case Category::kWorkingSet: return "activation working set (temporaries, gradients)";
     case Category::kResidual: return "residual stream";
     case Category::kLoss: return "logits and loss";
+    case Category::kWorkspaces: return "cuBLAS workspaces";
     case Category::kCount: break;
   }
   return "?";

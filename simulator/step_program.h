@@ -25,7 +25,7 @@ const char* ToString(Stream s);
 enum class Category : uint8_t {
   kShardedParams, kShardedGrads, kOptimizerState, kOptimizerTemp, kGathered, kAllGatherBuffers,
   kUnshardedGrads, kReduceScatterBuffers, kNoSyncGrads, kActivations, kWorkingSet, kResidual,
-  kLoss, kCount
+  kLoss, kWorkspaces, kCount
 };
 inline constexpr int kNumCategories = static_cast<int>(Category::kCount);
 const char* ToString(Category c);

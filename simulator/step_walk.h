@@ -20,6 +20,7 @@ struct WalkSetup {
   int shard_n = 1;        // ranks a unit is sharded over
   int replicas = 1;       // HSDP replicas (all-reduce group size)
   int64_t seq_len = 1;    // S
+  int64_t workspace_bytes = 0;  // persistent library workspaces (cuBLAS) on the compute stream
   const model::BlockActivations* block = nullptr;
   const model::ActivationLedger* head = nullptr;
 };

@@ -101,6 +101,7 @@ void Walker::Transient(Category c, Stream pool, int64_t bytes) {
 void Walker::Run() {
   // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
+  Alloc(Category::kWorkspaces, Stream::kDefault, s_.workspace_bytes);
   if (p_.offload != model::Offload::kAll) {
     for (int64_t shard : shard_numel_) {
       Alloc(Category::kShardedParams, Stream::kDefault, shard * ShardedParamBytesPerElement(p_));

@@ -93,6 +93,7 @@ TEST(MemoryModelTest, FirstOptimizerStepHoldsTwentyBytesPerShardElement) {
     total += shard;
   }
   expected += R512(8 * total) + R512(4 * total);
+  expected += MemoryConstants{}.cublas_workspace.count();  // 32 MiB, allocated at start-up
   EXPECT_EQ(PhasePeak(r, "step 0 · optimizer step"), expected);
 }
 
@@ -105,7 +106,17 @@ TEST(MemoryModelTest, LedgerEndsAtParamsPlusOptimizerState) {
     units += R512(4 * u.PaddedShardNumel(4));
     total += u.PaddedShardNumel(4);
   }
-  EXPECT_EQ(r.timeline.back().allocated_after.count(), units + R512(8 * total));
+  EXPECT_EQ(r.timeline.back().allocated_after.count(),
+            units + R512(8 * total) + MemoryConstants{}.cublas_workspace.count());
+}
+
+// CPU ranks have no cuBLAS: the same job on cpu:4 ends 32 MiB lower than on 4 GPUs.
+TEST(MemoryModelTest, CublasWorkspaceOnlyOnGpus) {
+  auto s = FindModelPreset("tiny-llama");
+  auto gpu = EstimateMemory(s, profiles::ParseClusterShorthand("4xH100"), Short(64));
+  auto cpu = EstimateMemory(s, profiles::ParseClusterShorthand("cpu:4"), Short(64));
+  EXPECT_EQ(gpu.timeline.back().allocated_after - cpu.timeline.back().allocated_after,
+            MemoryConstants{}.cublas_workspace);
 }
 
 // Step 1's backward sees the optimizer state step 0's backward did not: "step 1 runs out where
