@@ -125,6 +125,42 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   }
 }
 
+struct NodeResult {
+  int nodes = 0;
+  bool searched = false;  // false: the global batch does not divide over this many GPUs
+  bool fits = false;
+  double tokens_per_s = 0;
+  std::string key;
+};
+
+// The same search on the first 1..N nodes of the cluster (same GPUs, links and NICs per node);
+// stops at the fewest nodes whose best plan fits and reaches the throughput floor.
+std::vector<NodeResult> SearchNodes(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                                    const plan::SearchRequest& req, double floor_tokens_per_s) {
+  std::vector<NodeResult> out;
+  for (int k = 1; k <= c.num_nodes; ++k) {
+    NodeResult n;
+    n.nodes = k;
+    profiles::ClusterSpec sub = c;
+    sub.num_nodes = k;
+    sub.name = std::to_string(k) + "x" + std::to_string(c.gpus_per_node) + "x" + c.gpu.name;
+    if (req.global_batch % sub.world_size() == 0) {
+      n.searched = true;
+      plan::SearchRequest r = req;
+      r.space.hybrid_shard_groups.clear();  // groups depend on the world size
+      plan::SearchResult res = plan::SearchPlans(spec, sub, r);
+      if (!res.top.empty()) {
+        n.fits = true;
+        n.tokens_per_s = res.top.front().tokens_per_s;
+        n.key = res.top.front().key;
+      }
+    }
+    out.push_back(n);
+    if (n.fits && n.tokens_per_s >= floor_tokens_per_s) break;
+  }
+  return out;
+}
+
 }  // namespace
 
 void AddTuneCommand(CLI::App* app, TuneArgs* a) {
@@ -133,13 +169,15 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--cluster", a->cluster, "Shorthand or cluster JSON")->capture_default_str();
   sub->add_option("--global-batch-tokens", a->global_batch_tokens, "Tokens per optimizer step, whole job");
   sub->add_option("--objective", a->objective, "throughput|memory|cost")->capture_default_str();
-  sub->add_option("--min-tokens-per-s", a->min_tokens_per_s, "Throughput floor for --objective memory");
+  sub->add_option("--min-tokens-per-s", a->min_tokens_per_s, "Throughput floor for --objective memory and --search-nodes");
   sub->add_option("--price-per-gpu-hour", a->price_per_gpu_hour, "Dollars per GPU-hour for --objective cost");
   sub->add_option("--top", a->top, "How many plans to rank")->capture_default_str();
   sub->add_option("--out", a->out, "Write the winning plan (shardtune.plan JSON)");
   sub->add_option("--export", a->export_format,
                   "Also print the winner as accelerate|torchtitan|hf-trainer|deepspeed|roll config");
   sub->add_option("--profile", a->profile, "Calibrated profile JSON")->check(CLI::ExistingFile);
+  sub->add_flag("--search-nodes", a->search_nodes,
+                "Also search 1..N nodes for the fewest that fit (and reach --min-tokens-per-s)");
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   AddPlanFlags(sub, &a->plan);
 }
@@ -161,6 +199,8 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
         << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
   };
   plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
+  std::vector<NodeResult> nodes;
+  if (a.search_nodes) nodes = SearchNodes(spec, cluster, req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
     sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
   }
@@ -172,6 +212,14 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(a, spec, cluster, req, r, out);
+    if (!nodes.empty()) out << "\nFewest nodes (same global batch)\n";
+    for (const auto& n : nodes) {
+      out << "  " << n.nodes << " node(s): "
+          << (!n.searched ? std::string("global batch does not divide over these GPUs")
+              : !n.fits  ? std::string("no plan fits")
+                         : std::to_string(static_cast<long long>(n.tokens_per_s)) + " tokens/s with " + n.key)
+          << "\n";
+    }
     if (!exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << exported.text;
     for (const auto& n : exported.notes) err << "note: " << n << "\n";
     return;
@@ -201,6 +249,14 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   j["rejected"] = rej;
   j["fits"] = !r.top.empty();
   j["advice_if_none"] = r.advice_if_none;
+  if (a.search_nodes) {
+    nlohmann::ordered_json ns = nlohmann::ordered_json::array();
+    for (const auto& n : nodes) {
+      ns.push_back({{"nodes", n.nodes}, {"searched", n.searched}, {"fits", n.fits},
+                    {"tokens_per_s", n.tokens_per_s}, {"key", n.key}});
+    }
+    j["node_search"] = ns;
+  }
   if (!a.export_format.empty()) {
     j["export"] = {{"format", a.export_format}, {"text", exported.text}, {"notes", exported.notes}};
   }

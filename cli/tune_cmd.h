@@ -21,6 +21,7 @@ struct TuneArgs {
   int top = 5;
   std::string out;                  // PLAN.json for the winner
   std::string export_format;        // --export FMT: the winner as that framework's config
+  bool search_nodes = false;        // also find the fewest nodes (<= the cluster's) that fit
   std::string profile;
   bool json = false;
   PlanFlags plan;                   // given flags fix that dimension of the search

@@ -211,6 +211,24 @@ TEST(CliTest, TuneExportsTheWinner) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 128 --export deepspeeed"), "deepspeed");
 }
 
+// The node search stops at the fewest nodes whose best plan fits and reaches the floor; every
+// smaller count either had no fitting plan or stayed below the floor.
+TEST(CliTest, TuneSearchesTheFewestNodes) {
+  Result r = RunCli("tune --model llama3-8b --cluster 4x1xH100 --global-batch 4 --seq-len 2048 "
+                    "--search-nodes --min-tokens-per-s 5000 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ns = nlohmann::json::parse(r.out).at("node_search");
+  ASSERT_GE(ns.size(), 1u);
+  const auto& last = ns.back();
+  if (last.at("fits").get<bool>() && last.at("tokens_per_s").get<double>() >= 5000) {
+    for (size_t i = 0; i + 1 < ns.size(); ++i) {
+      EXPECT_FALSE(ns[i].at("fits").get<bool>() && ns[i].at("tokens_per_s").get<double>() >= 5000) << i;
+    }
+  } else {
+    EXPECT_EQ(ns.size(), 4u);  // searched them all without reaching the floor
+  }
+}
+
 TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --global-batch-tokens 65536 --seq-len 8192"),
                      "exactly one");
