@@ -8,16 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/format.h"
-#include "model/errors.h"
-#include "model/module_tree.h"
-#include "model/plan_json.h"
-#include "model/presets.h"
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
-#include "simulator/profile_json.h"
 
 namespace shardtune::cli {
 namespace {

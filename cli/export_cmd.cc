@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "cli/job_args.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -35,17 +36,7 @@ void RunExport(const ExportArgs& a, std::ostream& out, std::ostream& err) {
   std::vector<std::string> warnings;
   model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
   profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
-  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
-  for (auto& s : cluster.Problems("--cluster")) problems.push_back(s);
-  for (auto& s : p.Problems(a.plan, cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                            spec.max_seq_len)) {
-    problems.push_back(s);
-  }
-  if (!problems.empty()) {
-    std::string msg;
-    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-    throw InputError(msg);
-  }
+  ThrowIfProblems(JobProblems(spec, cluster, p, a.plan));
   plan::ExportResult r = plan::ExportPlan(p, plan::MakeExportContext(spec, cluster, p), format);
   if (a.out.empty()) {
     out << r.text;

@@ -17,16 +17,10 @@ sim::ModelLoad ParseLoad(const std::string& s) {
 }
 
 void Validate(const Job& job, const PlanFlags& flags) {
-  const auto& spec = job.spec;
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
-  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
-  for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
-  for (auto& p : plan.Problems(flags.plan_file.empty() ? "plan" : flags.plan_file,
-                               cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                               spec.max_seq_len)) {
-    problems.push_back(p);
-  }
+  std::vector<std::string> problems =
+      JobProblems(job.spec, cluster, plan, flags.plan_file.empty() ? "plan" : flags.plan_file);
   if (flags.global_batch > 0) {
     int64_t dp = cluster.world_size();
     int64_t got = plan.GlobalBatch(static_cast<int>(dp));
@@ -37,13 +31,21 @@ void Validate(const Job& job, const PlanFlags& flags) {
                          std::to_string(flags.global_batch));
     }
   }
-  if (problems.empty()) return;
-  std::string msg;
-  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-  throw InputError(msg);
+  ThrowIfProblems(problems);
 }
 
 }  // namespace
+
+std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                     const model::Plan& plan, const std::string& plan_where) {
+  std::vector<std::string> problems = spec.Problems("--model " + spec.name);
+  for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
+  for (auto& p : plan.Problems(plan_where, cluster.world_size(), cluster.gpus_per_node,
+                               spec.num_layers, spec.max_seq_len)) {
+    problems.push_back(p);
+  }
+  return problems;
+}
 
 void AddJobFlags(CLI::App* sub, JobArgs* a) {
   sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")

@@ -36,6 +36,10 @@ struct Job {
 };
 
 void AddJobFlags(CLI::App* sub, JobArgs* args);
+// Every problem of the model, the cluster and the plan for them (`plan_where` names the plan's
+// file or "plan"), in one list.
+std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                     const model::Plan& plan, const std::string& plan_where);
 // Throws InputError listing every problem of the model, cluster and plan together.
 Job ResolveJob(const JobArgs& args);
 // "schema", "schema_version", "model", "cluster", "plan" keys of a report.

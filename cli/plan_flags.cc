@@ -5,9 +5,7 @@
 #include "model/plan_json.h"
 
 namespace shardtune::cli {
-namespace {
-bool Given(const PlanFlags& f, const std::string& name) { return f.app->count(name) > 0; }
-}  // namespace
+bool FlagGiven(const PlanFlags& f, const std::string& flag) { return f.app && f.app->count(flag) > 0; }
 
 void AddPlanFlags(CLI::App* app, PlanFlags* f) {
   f->app = app;
@@ -43,46 +41,46 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f) {
 model::Plan BuildPlan(const PlanFlags& f) {
   using namespace model;
   Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
-  if (Given(f, "--strategy")) {
+  if (FlagGiven(f, "--strategy")) {
     p.strategy = ParseEnum<ShardingStrategy>(f.strategy, "--strategy");
     p.reshard_after_forward = StrategyReshardsAfterForward(p.strategy);
   }
-  if (Given(f, "--shard-group")) p.shard_group_size = f.shard_group;
-  if (Given(f, "--wrap")) {
+  if (FlagGiven(f, "--shard-group")) p.shard_group_size = f.shard_group;
+  if (FlagGiven(f, "--wrap")) {
     WrapPolicy w = ParseWrapSpec(f.wrap, "--wrap");
     w.embedding_unit = p.wrap.embedding_unit;
     w.head_unit = p.wrap.head_unit;
     p.wrap = w;
   }
-  if (Given(f, "--wrap-embedding")) p.wrap.embedding_unit = true;
-  if (Given(f, "--wrap-head")) p.wrap.head_unit = true;
-  if (Given(f, "--micro-batch")) p.micro_batch = f.micro_batch;
-  if (Given(f, "--seq-len")) p.seq_len = f.seq_len;
-  if (Given(f, "--grad-accum")) p.grad_accum = f.grad_accum;
-  if (Given(f, "--no-sync")) p.no_sync = true;
-  if (Given(f, "--checkpointing")) ParseCheckpointingSpec(f.checkpointing, "--checkpointing", &p);
-  if (Given(f, "--offload")) p.offload = ParseEnum<Offload>(f.offload, "--offload");
-  if (Given(f, "--precision")) p.param_dtype = ParseEnum<DType>(f.precision, "--precision");
-  if (Given(f, "--reduce-dtype")) p.reduce_dtype = ParseEnum<DType>(f.reduce_dtype, "--reduce-dtype");
-  if (Given(f, "--reshard-after-forward")) {
+  if (FlagGiven(f, "--wrap-embedding")) p.wrap.embedding_unit = true;
+  if (FlagGiven(f, "--wrap-head")) p.wrap.head_unit = true;
+  if (FlagGiven(f, "--micro-batch")) p.micro_batch = f.micro_batch;
+  if (FlagGiven(f, "--seq-len")) p.seq_len = f.seq_len;
+  if (FlagGiven(f, "--grad-accum")) p.grad_accum = f.grad_accum;
+  if (FlagGiven(f, "--no-sync")) p.no_sync = true;
+  if (FlagGiven(f, "--checkpointing")) ParseCheckpointingSpec(f.checkpointing, "--checkpointing", &p);
+  if (FlagGiven(f, "--offload")) p.offload = ParseEnum<Offload>(f.offload, "--offload");
+  if (FlagGiven(f, "--precision")) p.param_dtype = ParseEnum<DType>(f.precision, "--precision");
+  if (FlagGiven(f, "--reduce-dtype")) p.reduce_dtype = ParseEnum<DType>(f.reduce_dtype, "--reduce-dtype");
+  if (FlagGiven(f, "--reshard-after-forward")) {
     if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false") {
       throw InputError("--reshard-after-forward: expected true or false, got \"" +
                        f.reshard_after_forward + "\"");
     }
     p.reshard_after_forward = f.reshard_after_forward == "true";
   }
-  if (Given(f, "--forward-prefetch")) p.forward_prefetch = true;
-  if (Given(f, "--backward-prefetch")) {
+  if (FlagGiven(f, "--forward-prefetch")) p.forward_prefetch = true;
+  if (FlagGiven(f, "--backward-prefetch")) {
     p.backward_prefetch = ParseEnum<BackwardPrefetch>(f.backward_prefetch, "--backward-prefetch");
   }
-  if (Given(f, "--max-inflight-allgathers")) p.max_inflight_allgathers = f.max_inflight;
-  if (Given(f, "--optimizer")) p.optimizer = ParseEnum<Optimizer>(f.optimizer, "--optimizer");
-  if (Given(f, "--optimizer-impl")) {
+  if (FlagGiven(f, "--max-inflight-allgathers")) p.max_inflight_allgathers = f.max_inflight;
+  if (FlagGiven(f, "--optimizer")) p.optimizer = ParseEnum<Optimizer>(f.optimizer, "--optimizer");
+  if (FlagGiven(f, "--optimizer-impl")) {
     p.optimizer_impl = ParseEnum<OptimizerImpl>(f.optimizer_impl, "--optimizer-impl");
   }
-  if (Given(f, "--attention")) p.attention = ParseEnum<Attention>(f.attention, "--attention");
-  if (Given(f, "--modeling")) p.modeling = ParseEnum<Modeling>(f.modeling, "--modeling");
-  if (Given(f, "--keep-logits")) p.keep_logits = true;
+  if (FlagGiven(f, "--attention")) p.attention = ParseEnum<Attention>(f.attention, "--attention");
+  if (FlagGiven(f, "--modeling")) p.modeling = ParseEnum<Modeling>(f.modeling, "--modeling");
+  if (FlagGiven(f, "--keep-logits")) p.keep_logits = true;
   return p;
 }
 

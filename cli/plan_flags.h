@@ -21,6 +21,8 @@ struct PlanFlags {
   CLI::App* app = nullptr;  // where the flags were added (to ask which were given)
 };
 
+// True when `flag` (e.g. "--strategy") was given on the command line.
+bool FlagGiven(const PlanFlags& flags, const std::string& flag);
 // Adds the plan flags to `app`; `flags` must outlive parsing.
 void AddPlanFlags(CLI::App* app, PlanFlags* flags);
 // The plan: defaults, then --plan, then each flag that was given. Does not validate against the

@@ -21,7 +21,6 @@
 namespace shardtune::cli {
 namespace {
 
-bool Given(const TuneArgs& a, const char* flag) { return a.plan.app && a.plan.app->count(flag) > 0; }
 
 plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
                                  const profiles::ClusterSpec& c) {
@@ -55,29 +54,25 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
     problems.push_back("--price-per-gpu-hour: expected a price > 0 with --objective cost");
   }
   if (a.top < 1) problems.push_back("--top: expected >= 1, got " + std::to_string(a.top));
-  if (Given(a, "--micro-batch") && req.global_batch % world == 0 &&
+  if (FlagGiven(a.plan, "--micro-batch") && req.global_batch % world == 0 &&
       (given.micro_batch < 1 || (req.global_batch / world) % given.micro_batch != 0)) {
     problems.push_back("--micro-batch: expected a divisor of the per-rank batch " +
                        std::to_string(req.global_batch / world) + ", got " + std::to_string(given.micro_batch));
   }
-  if (Given(a, "--grad-accum")) problems.push_back("--grad-accum: follows from --global-batch and --micro-batch in tune; leave it out");
-  if (!problems.empty()) {
-    std::string msg;
-    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-    throw InputError(msg);
-  }
-  req.objective == plan::Objective::kMemory ? void(req.min_tokens_per_s = a.min_tokens_per_s) : void();
+  if (FlagGiven(a.plan, "--grad-accum")) problems.push_back("--grad-accum: follows from --global-batch and --micro-batch in tune; leave it out");
+  ThrowIfProblems(problems);
+  if (req.objective == plan::Objective::kMemory) req.min_tokens_per_s = a.min_tokens_per_s;
   req.price_per_gpu_hour = a.price_per_gpu_hour;
   req.top_k = a.top;
   // A plan flag given on the command line fixes that dimension of the search.
-  if (Given(a, "--strategy")) req.space.strategies = {given.strategy};
-  if (Given(a, "--shard-group")) req.space.hybrid_shard_groups = {given.shard_group_size};
-  if (Given(a, "--wrap")) req.space.wraps = {given.wrap};
-  if (Given(a, "--micro-batch")) req.space.micro_batches = {given.micro_batch};
-  if (Given(a, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
-  if (Given(a, "--offload")) req.space.offloads = {given.offload};
-  if (Given(a, "--forward-prefetch")) req.space.forward_prefetch = {true};
-  if (Given(a, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
+  if (FlagGiven(a.plan, "--strategy")) req.space.strategies = {given.strategy};
+  if (FlagGiven(a.plan, "--shard-group")) req.space.hybrid_shard_groups = {given.shard_group_size};
+  if (FlagGiven(a.plan, "--wrap")) req.space.wraps = {given.wrap};
+  if (FlagGiven(a.plan, "--micro-batch")) req.space.micro_batches = {given.micro_batch};
+  if (FlagGiven(a.plan, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
+  if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
+  if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
+  if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
   if (!a.profile.empty()) {
     sim::Profile prof = sim::ReadProfileFile(a.profile);
     req.options.memory.constants = prof.memory;

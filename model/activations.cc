@@ -102,7 +102,7 @@ int Rope(Ctx& c, int x, double dim, const std::string& name) {
 // expanded dk/dv. Eager (HF eager_attention_forward): matmul, softmax in fp32 then cast, matmul.
 int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
   const ModelSpec& s = c.spec;
-  double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
+  double qd = static_cast<double>(s.q_dim());
   int out = c.g.Tensor(name + " output", c.e * qd);
   if (c.opt.attention == Attention::kSdpa) {
     int lse = c.g.Tensor(name + " logsumexp (fp32)", kFp32 * s.num_heads);
@@ -121,7 +121,6 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
     vr = c.g.Tensor(name + " repeat_kv(v)", c.e * qd);
     c.g.Op(name + " repeat_kv v", {v}, vr, {});
   }
-  (void)kvd;
   int sc = c.g.Tensor(name + " scores q@k^T", c.e * scores);
   c.g.Op(name + " matmul qk", {q, kr}, sc, {q, kr});
   c.g.MarkComputeBound();

@@ -70,7 +70,6 @@ double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_save
       }
     }
   }
-  (void)output;
   return peak;
 }
 
@@ -78,7 +77,7 @@ double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_save
 // allocates one gradient per input (a second gradient for the same tensor is summed into the
 // first, both live for that moment). Saved tensors are released when the earliest (in forward
 // order) op saving them has run backward; caller-held tensors never are.
-double AutogradLedger::Backward(int input, int output, const std::vector<bool>& is_saved) const {
+double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved) const {
   size_t n = tensors_.size();
   std::vector<int> first_saver(n, -1);
   for (size_t k = ops_.size(); k-- > 0;) {
@@ -103,17 +102,12 @@ double AutogradLedger::Backward(int input, int output, const std::vector<bool>& 
   for (size_t k = ops_.size(); k-- > 0;) {
     const OpInfo& op = ops_[k];
     if (!grads.count(op.output)) continue;  // no gradient reaches this op
-    double fresh = 0, merged = 0;
+    double fresh = 0;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());
-    for (int t : distinct) {
-      double b = tensors_[static_cast<size_t>(t)].bytes;
-      fresh += b;
-      if (grads.count(t)) merged += b;
-    }
+    for (int t : distinct) fresh += tensors_[static_cast<size_t>(t)].bytes;
     peak = std::max(peak, saved_live + grad_bytes() + fresh + op.backward_workspace);
     grads.erase(op.output);
     for (int t : distinct) grads[t] = tensors_[static_cast<size_t>(t)].bytes;
-    (void)merged;
     for (int t : op.saved) {
       auto ut = static_cast<size_t>(t);
       if (first_saver[ut] == static_cast<int>(k) && saved_alive[ut] && !tensors_[ut].held) {
@@ -122,7 +116,6 @@ double AutogradLedger::Backward(int input, int output, const std::vector<bool>& 
       }
     }
   }
-  (void)input;
   return peak;
 }
 
@@ -135,7 +128,7 @@ ActivationLedger AutogradLedger::Run(int input, int output) const {
     out.saved.push_back({tensors_[t].name, tensors_[t].bytes});
     out.saved_per_token += tensors_[t].bytes;
   }
-  out.backward_peak_per_token = Backward(input, output, is_saved);
+  out.backward_peak_per_token = Backward(output, is_saved);
   for (const auto& op : ops_) {
     if (op.compute_bound) continue;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());

@@ -48,7 +48,7 @@ class AutogradLedger {
     bool compute_bound = false;
   };
   double Forward(int input, int output, std::vector<bool>* is_saved) const;
-  double Backward(int input, int output, const std::vector<bool>& is_saved) const;
+  double Backward(int output, const std::vector<bool>& is_saved) const;
   std::vector<TensorInfo> tensors_;
   std::vector<OpInfo> ops_;
 };

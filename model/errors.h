@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shardtune {
 
@@ -20,6 +21,15 @@ class InternalError : public std::logic_error {
  public:
   explicit InternalError(const std::string& what) : std::logic_error(what) {}
 };
+
+// Throws one InputError listing every problem, joined by "; " (Validate() reports all problems
+// together, STYLE.md §6). Does nothing when `problems` is empty.
+inline void ThrowIfProblems(const std::vector<std::string>& problems) {
+  if (problems.empty()) return;
+  std::string msg;
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw InputError(msg);
+}
 
 namespace internal {
 // Collects the streamed context of a failed SHARDTUNE_CHECK and throws InternalError when the

@@ -143,11 +143,7 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
 }
 
 void ModelSpec::Validate(const std::string& where) const {
-  std::vector<std::string> problems = Problems(where);
-  if (problems.empty()) return;
-  std::string msg;
-  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-  throw InputError(msg);
+  ThrowIfProblems(Problems(where));
 }
 
 ParameterCounts CountParameters(const ModelSpec& spec) {

@@ -63,12 +63,6 @@ LinkSpec ReadLink(model::StrictReader& r, const std::string& key, const std::str
   return l;
 }
 
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "; " : "") + v[i];
-  return out;
-}
-
 }  // namespace
 
 ClusterSpec ReadClusterFile(const std::string& path) {
@@ -98,7 +92,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
       static_cast<int>(r.OptionalInt("cpu_cores_per_node", node.cpu_cores, -kIntBound, kIntBound));
   r.Finish();
   const auto problems = c.Problems(path + ":");
-  if (!problems.empty()) throw InputError(Join(problems));
+  ThrowIfProblems(problems);
   return c;
 }
 

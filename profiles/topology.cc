@@ -40,12 +40,6 @@ using Vertex = boost::graph_traits<Graph>::vertex_descriptor;
 // fewer hops wins. Far below any link latency, so it never overrides one.
 constexpr double kHopCostS = 1e-12;
 
-std::string JoinProblems(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "; " : "") + v[i];
-  return out;
-}
-
 }  // namespace
 
 struct Topology::Impl {
@@ -174,8 +168,7 @@ const std::vector<int>& Topology::Impl::Path(int a, int b) const {
 }
 
 Topology::Topology(const ClusterSpec& cluster) : impl_(std::make_unique<Impl>()) {
-  const auto problems = cluster.Problems("cluster " + cluster.name + ":");
-  if (!problems.empty()) throw InputError(JoinProblems(problems));
+  ThrowIfProblems(cluster.Problems("cluster " + cluster.name + ":"));
   impl_->cluster = cluster;
   // The GPU's own PCIe link: the host link of NVLink parts, the intra-node link of PCIe parts.
   const LinkSpec pcie = cluster.intra_node.nvlink_domain

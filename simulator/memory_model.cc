@@ -39,8 +39,8 @@ void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
   out->outside_total = total;
 }
 
-void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& plan,
-                  const MemoryOptions& o, MemoryReport* r) {
+void HostEstimate(const profiles::ClusterSpec& c, const Plan& plan, const MemoryOptions& o,
+                  MemoryReport* r) {
   int g = c.gpus_per_node;
   int64_t shard_numel = 0;
   for (const auto& u : r->units) shard_numel += u.parameters / std::max(1, r->shard_group);
@@ -74,7 +74,6 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
   h.peak_phase = load_peak ? "model load" : "training";
   h.breakdown = load_peak ? load : train;
   h.fits = h.peak_per_node <= h.capacity_per_node;
-  (void)spec;
   r->host = h;
 }
 
@@ -218,7 +217,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
          "device's usable memory; the caching allocator frees its cache and retries before it "
          "raises OOM, so reserved-but-free memory does not count";
   r.judged_on = why.str();
-  HostEstimate(spec, cluster, plan, options, &r);
+  HostEstimate(cluster, plan, options, &r);
   return est;
 }
 
