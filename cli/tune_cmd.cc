@@ -54,6 +54,9 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
     problems.push_back("--price-per-gpu-hour: expected a price > 0 with --objective cost");
   }
   if (a.top < 1) problems.push_back("--top: expected >= 1, got " + std::to_string(a.top));
+  if (!(a.min_tokens_per_s >= 0)) {
+    problems.push_back("--min-tokens-per-s: expected >= 0, got " + std::to_string(a.min_tokens_per_s));
+  }
   if (FlagGiven(a.plan, "--micro-batch") && req.global_batch % world == 0 &&
       (given.micro_batch < 1 || (req.global_batch / world) % given.micro_batch != 0)) {
     problems.push_back("--micro-batch: expected a divisor of the per-rank batch " +

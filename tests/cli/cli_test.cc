@@ -235,6 +235,8 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 12 --seq-len 1024"), "multiple of the 8");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --objective cost"), "--price-per-gpu-hour");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --grad-accum 2"), "--grad-accum");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --min-tokens-per-s -5"), "--min-tokens-per-s");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --top 0"), "--top");
 }
 
 }  // namespace
