@@ -25,6 +25,8 @@ int Linear(Ctx& c, int x, double out_features, const std::string& name) {
   int y = c.g.Tensor(name + " output", c.e * out_features);
   c.g.Op(name, {x}, y, {x});
   c.g.MarkComputeBound();
+  // Its backward allocates dW [out, in] (addmm_backward: mat1.t() @ grad).
+  c.g.SetParamElements(out_features * c.g.BytesPerToken(x) / c.e);
   return y;
 }
 
@@ -37,6 +39,7 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name) {
     int y = c.g.Tensor(name + " output", c.e * dim);
     c.g.Op(name + " fused rms_norm", {x}, rstd, {});
     c.g.Op(name + " apply", {x, rstd}, y, {x, rstd});
+    c.g.SetParamElements(dim);
     return y;
   }
   int x32 = x;
@@ -59,6 +62,7 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name) {
   }
   int y = c.g.Tensor(name + " output", c.e * dim);
   c.g.Op(name + " weight mul", {nb}, y, {nb});
+  c.g.SetParamElements(dim);
   return y;
 }
 
@@ -68,6 +72,7 @@ int LayerNorm(Ctx& c, int x, double dim, const std::string& name) {
   int y = c.g.Tensor(name + " output", c.e * dim);
   c.g.Op(name + " stats", {x}, stats, {});
   c.g.Op(name, {x, stats}, y, {x, stats});
+  c.g.SetParamElements(2 * dim);  // weight and bias
   return y;
 }
 
@@ -75,23 +80,27 @@ int Norm(Ctx& c, int x, double dim, const std::string& name) {
   return c.spec.norm == NormKind::kRmsNorm ? RmsNorm(c, x, dim, name) : LayerNorm(c, x, dim, name);
 }
 
-// Rotary embedding. HF apply_rotary_pos_emb: (q * cos) + (rotate_half(q) * sin); both muls save
-// their tensor input (cos/sin are shared per model and negligible). torchtitan apply_rotary_emb:
-// view_as_complex(x.float()) * freqs_cis saves the fp32 complex copy; type_as casts back.
+// Rotary embedding. HF apply_rotary_pos_emb: (q * cos) + (rotate_half(q) * sin). cos/sin come
+// from the no-grad rotary module, so each mul saves only cos or sin (autograd saves `self` of a
+// mul only when `other` needs a gradient: tools/autograd/derivatives.yaml, mul.Tensor), which
+// are shared by all layers [S, d] tensors, negligible: rope keeps nothing per token. torchtitan
+// apply_rotary_emb: view_as_complex(x.float()) * freqs_cis saves freqs_cis only, likewise.
+// Measured on an H100 (tests/data/validation/fsdp2_h100_measured.json): HF Llama saves
+// 20H + 4H_kv + 8I bytes per token per layer in bf16 with SDPA, no rope term.
 int Rope(Ctx& c, int x, double dim, const std::string& name) {
   int y = c.g.Tensor(name + " after rope", c.e * dim);
   if (c.opt.modeling == Modeling::kTorchtitan) {
     int xc = c.g.Tensor(name + " fp32 complex copy", kFp32 * dim);
     c.g.Op(name + " float()", {x}, xc, {});
-    c.g.Op(name + " complex mul", {xc}, y, {xc});
+    c.g.Op(name + " complex mul", {xc}, y, {});
     return y;
   }
   int xcos = c.g.Tensor(name + " * cos", c.e * dim);
-  c.g.Op(name + " mul cos", {x}, xcos, {x});
+  c.g.Op(name + " mul cos", {x}, xcos, {});
   int rot = c.g.Tensor(name + " rotate_half", c.e * dim);
   c.g.Op(name + " rotate_half (cat)", {x}, rot, {});
   int rsin = c.g.Tensor(name + " rotate_half * sin", c.e * dim);
-  c.g.Op(name + " mul sin", {rot}, rsin, {rot});
+  c.g.Op(name + " mul sin", {rot}, rsin, {});
   c.g.Op(name + " add", {xcos, rsin}, y, {});
   return y;
 }

@@ -29,6 +29,15 @@ struct ActivationLedger {
   // Most bytes live at once during backward: what is still saved, the incoming gradient,
   // gradients of intermediates and kernel workspaces (e.g. flash attention's fp32 dq_accum).
   double backward_peak_per_token = 0;
+  // The backward moment by moment: at each node, the bytes per token live then and the fraction of
+  // the graph's parameter elements whose gradients exist by then (a matmul's backward allocates
+  // its weight gradient, which AccumulateGrad keeps). The per-token bytes scale with B·S, the
+  // gradients do not, so the peak of (tokens x live + grads x fraction) is found by the caller.
+  struct BackwardPoint {
+    double live_per_token = 0;
+    double param_grad_fraction = 0;
+  };
+  std::vector<BackwardPoint> backward_profile;
   // Bytes read and written by the memory-bound (non-matmul, non-attention) ops of forward, per
   // token: each such op reads its inputs and writes its output once. Backward moves about twice.
   double elementwise_traffic_per_token = 0;

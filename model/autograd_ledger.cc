@@ -38,6 +38,16 @@ void AutogradLedger::MarkComputeBound() {
   ops_.back().compute_bound = true;
 }
 
+void AutogradLedger::SetParamElements(double elements) {
+  SHARDTUNE_CHECK(!ops_.empty()) << "no op to give parameters";
+  ops_.back().param_elements = elements;
+}
+
+double AutogradLedger::BytesPerToken(int tensor) const {
+  SHARDTUNE_CHECK(tensor >= 0 && tensor < static_cast<int>(tensors_.size())) << tensor;
+  return tensors_[static_cast<size_t>(tensor)].bytes;
+}
+
 // Forward: a tensor is live from the op that makes it until its last consumer has run, or until
 // backward if some op saves it (or the caller holds it). The graph's input is live at the start.
 double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_saved) const {
@@ -77,8 +87,12 @@ double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_save
 // allocates one gradient per input (a second gradient for the same tensor is summed into the
 // first, both live for that moment). Saved tensors are released when the earliest (in forward
 // order) op saving them has run backward; caller-held tensors never are.
-double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved) const {
+double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved,
+                                std::vector<ActivationLedger::BackwardPoint>* profile) const {
   size_t n = tensors_.size();
+  double param_total = 0, param_done = 0;
+  for (const OpInfo& op : ops_) param_total += op.param_elements;
+  auto fraction = [&] { return param_total > 0 ? param_done / param_total : 0.0; };
   std::vector<int> first_saver(n, -1);
   for (size_t k = ops_.size(); k-- > 0;) {
     for (int t : ops_[k].saved) first_saver[static_cast<size_t>(t)] = static_cast<int>(k);
@@ -99,13 +113,17 @@ double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved) c
     return b;
   };
   double peak = saved_live + grad_bytes();
+  profile->push_back({peak, 0.0});
   for (size_t k = ops_.size(); k-- > 0;) {
     const OpInfo& op = ops_[k];
     if (!grads.count(op.output)) continue;  // no gradient reaches this op
     double fresh = 0;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());
     for (int t : distinct) fresh += tensors_[static_cast<size_t>(t)].bytes;
-    peak = std::max(peak, saved_live + grad_bytes() + fresh + op.backward_workspace);
+    double now = saved_live + grad_bytes() + fresh + op.backward_workspace;
+    peak = std::max(peak, now);
+    param_done += op.param_elements;  // the weight gradient is allocated by this node
+    profile->push_back({now, fraction()});
     grads.erase(op.output);
     for (int t : distinct) grads[t] = tensors_[static_cast<size_t>(t)].bytes;
     for (int t : op.saved) {
@@ -128,7 +146,7 @@ ActivationLedger AutogradLedger::Run(int input, int output) const {
     out.saved.push_back({tensors_[t].name, tensors_[t].bytes});
     out.saved_per_token += tensors_[t].bytes;
   }
-  out.backward_peak_per_token = Backward(output, is_saved);
+  out.backward_peak_per_token = Backward(output, is_saved, &out.backward_profile);
   for (const auto& op : ops_) {
     if (op.compute_bound) continue;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());

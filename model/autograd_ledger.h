@@ -28,6 +28,10 @@ class AutogradLedger {
   // Marks the last recorded op as a matmul or attention kernel (compute-bound): its traffic is
   // not counted in elementwise_traffic_per_token.
   void MarkComputeBound();
+  // Gives the last recorded op `elements` parameter elements: its backward allocates their
+  // gradient (a Linear's weight, a norm's scale).
+  void SetParamElements(double elements);
+  double BytesPerToken(int tensor) const;
   // Walks forward from `input` then backward from `output` and returns the ledger.
   // REQUIRES: the ops form a chain from `input` to `output` in recording order.
   ActivationLedger Run(int input, int output) const;
@@ -46,9 +50,11 @@ class AutogradLedger {
     std::vector<int> saved;
     double backward_workspace;
     bool compute_bound = false;
+    double param_elements = 0;
   };
   double Forward(int input, int output, std::vector<bool>* is_saved) const;
-  double Backward(int output, const std::vector<bool>& is_saved) const;
+  double Backward(int output, const std::vector<bool>& is_saved,
+                  std::vector<ActivationLedger::BackwardPoint>* profile) const;
   std::vector<TensorInfo> tensors_;
   std::vector<OpInfo> ops_;
 };

@@ -39,8 +39,23 @@ void Walker::ForwardCompute(int seg) {
   }
 }
 
-// `grads`: bytes of parameter gradients AccumulateGrad allocates in this segment. They are
-// counted before the activation working set (conservative: some appear only later in the block).
+// The working set of a segment's backward on top of its parameter gradients `grads`: autograd
+// allocates a matmul's weight gradient when that node runs, so at the moment of most live
+// activation bytes only the gradients of the nodes already run exist (e.g. the LM head's dW is
+// made after the loss backward's fp32 peak). Peak = max over nodes of (B·S x live per token +
+// grads x fraction of the parameters whose gradients exist), minus `grads`, which the caller
+// has already allocated.
+int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const {
+  int64_t peak = Tok(l.backward_peak_per_token);  // a ledger without a profile
+  if (!l.backward_profile.empty()) peak = 0;
+  for (const auto& p : l.backward_profile) {
+    peak = std::max(peak, Tok(p.live_per_token) +
+                              static_cast<int64_t>(p.param_grad_fraction * static_cast<double>(grads)));
+  }
+  return std::max<int64_t>(0, peak - grads);
+}
+
+// `grads`: bytes of parameter gradients AccumulateGrad allocates in this segment.
 void Walker::BackwardCompute(int seg, int64_t grads) {
   const auto& spec = *s_.spec;
   int L = spec.num_layers;
@@ -52,7 +67,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.backward_peak_per_token));
+    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(head_, grads));
     if (p_.keep_logits) {
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
@@ -69,7 +84,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.backward_peak_per_token));
+    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(block_.full, grads));
   } else {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
   }

@@ -119,8 +119,12 @@ void Walker::Run() {
 bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
   bool zero3 = p_.strategy == model::ShardingStrategy::kFullShard ||
                p_.strategy == model::ShardingStrategy::kHybridShard;
-  // FSDP2 leaves the root gathered after forward (its backward needs it at once).
-  return zero3 && p_.reshard_after_forward && !u.is_root && n_ > 1;
+  // FSDP2 leaves the root gathered after forward (its backward needs it at once): FSDPState.
+  // _lazy_init sets the root group's post_forward_mesh_info = None when reshard_after_forward
+  // was left at its default (None). A one-rank mesh reshards too: the bf16 unsharded parameters
+  // are separate all-gather outputs (measured on an H100: the same activations-after-forward at
+  // world 1 and world 8, tests/data/validation/fsdp2_h100_measured.json).
+  return zero3 && p_.reshard_after_forward && !u.is_root;
 }
 
 int64_t Walker::GatheredBytes(size_t i) const {
@@ -151,12 +155,13 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   Dep(last_optimizer_);
   Dep(h2d);
   if (p_.offload == model::Offload::kAll) Transient(Category::kAllGatherBuffers, Stream::kAllGather, shard * 4);
-  int64_t out = n_ > 1 ? shard * n_ * e_param_ : 0;
-  Alloc(Category::kAllGatherBuffers, Stream::kAllGather, shard * e_param_);
+  // all_gather_copy_in (_fsdp_collectives.py) allocates the flat output ws x shard and copies
+  // the cast shards into this rank's slice of it (all_gather_input is a narrow() view), also on a
+  // one-rank mesh, where no bytes move.
+  int64_t out = shard * n_ * e_param_;
   Alloc(Category::kAllGatherBuffers, Stream::kAllGather, out);
-  Free(Category::kAllGatherBuffers, Stream::kAllGather, shard * e_param_);
   Cur().collective = profiles::Collective::kAllGather;
-  Cur().comm_bytes = out;
+  Cur().comm_bytes = n_ > 1 ? out : 0;
   Cur().memory_bytes = static_cast<double>(shard * (4 + e_param_));  // cast copy-in
   prefetch_op_[i] = ag;
   prefetched_[i] = out;

@@ -27,6 +27,7 @@ class Walker {
   void Backward();
   void ForwardCompute(int seg);
   void BackwardCompute(int seg, int64_t grads);
+  int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const;
   void IssueAllGather(size_t i, int32_t dep);
   void Unshard(size_t i, bool forward);
   void Reshard(size_t i);

@@ -19,13 +19,16 @@ ActivationOptions Bf16(Modeling m = Modeling::kHf) {
 
 // HF LlamaDecoderLayer, bf16, SDPA, per token:
 //   each RMSNorm: fp32 input copy 4H + rsqrt 4 + normalized 2H, output 2H (saved by the linears)
-//   attention: q 2qd, rotate_half(q) 2qd, k 2kv, rotate_half(k) 2kv (rope muls), q_embed 2qd,
-//              k_embed 2kv, v 2kv, output 2qd (sdpa), logsumexp 4·heads
+//   attention: rope saves nothing per token (cos/sin need no gradient, so q*cos saves only cos);
+//              q_embed 2qd, k_embed 2kv, v 2kv, output 2qd (sdpa), logsumexp 4·heads
 //   MLP: gate 2F (silu), silu 2F and up 2F (mul), product 2F (down_proj)
+// That is 20H + 4kv + 8F (+ lse) for Llama (qd = H), which an H100 run of HF Llama-3.2-1B under
+// FSDP2 measured exactly (tests/data/validation/fsdp2_h100_measured.json: 4.816 GiB after
+// forward at micro-batch 1 x 2048, logits included).
 TEST(ActivationsTest, HfLlamaBlockSavedMatchesHandCount) {
   ModelSpec s = FindModelPreset("llama3-8b");
   double h = 4096, qd = 4096, kv = 1024, f = 14336, heads = 32;
-  double expected = 2 * (4 * h + 4 + 2 * h + 2 * h) + (2 * qd * 4 + 2 * kv * 4 + 4 * heads) + 8 * f;
+  double expected = 2 * (4 * h + 4 + 2 * h + 2 * h) + (2 * qd * 2 + 2 * kv * 2 + 4 * heads) + 8 * f;
   auto b = ComputeBlockActivations(s, Bf16());
   EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
   EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, 2 * h);
@@ -33,14 +36,48 @@ TEST(ActivationsTest, HfLlamaBlockSavedMatchesHandCount) {
   EXPECT_GT(b.full.backward_peak_per_token, b.full.saved_per_token);
 }
 
-// torchtitan: fused rms_norm saves input 2H + rstd 4; rope saves fp32 complex copies 4qd, 4kv.
+// torchtitan: fused rms_norm saves input 2H + rstd 4; rope's complex mul saves only freqs_cis.
 TEST(ActivationsTest, TorchtitanLlamaBlockSavedMatchesHandCount) {
   ModelSpec s = FindModelPreset("llama3-8b");
   double h = 4096, qd = 4096, kv = 1024, f = 14336, heads = 32;
   double norms = 2 * (2 * h + 4 + 2 * h);
-  double attn = 4 * qd + 4 * kv + 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  double attn = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
   auto b = ComputeBlockActivations(s, Bf16(Modeling::kTorchtitan));
   EXPECT_DOUBLE_EQ(b.full.saved_per_token, norms + attn + 8 * f);
+}
+
+// The backward profile: no parameter gradient exists before the first node, all exist after
+// the last; the head's peak (the loss backward) comes before the LM head's dW.
+TEST(ActivationsTest, BackwardProfileOrdersWeightGradients) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  auto head = ComputeHeadActivations(s, Bf16());
+  ASSERT_FALSE(head.backward_profile.empty());
+  EXPECT_DOUBLE_EQ(head.backward_profile.front().param_grad_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(head.backward_profile.back().param_grad_fraction, 1.0);
+  double v = 128256, h = 4096;
+  for (const auto& p : head.backward_profile) {
+    if (p.live_per_token >= 12 * v) EXPECT_DOUBLE_EQ(p.param_grad_fraction, 0.0);
+    EXPECT_LE(p.live_per_token, head.backward_peak_per_token);
+  }
+  // The block: fractions never decrease; the final one counts every weight (q,k,v,o,gate,up,down
+  // and the two norms), so the down_proj's share appears first.
+  auto b = ComputeBlockActivations(s, Bf16()).full;
+  double prev = 0;
+  for (const auto& p : b.backward_profile) {
+    EXPECT_GE(p.param_grad_fraction, prev);
+    prev = p.param_grad_fraction;
+  }
+  double qd = 4096, kv = 1024, f = 14336;
+  double total = h * qd + 2 * h * kv + qd * h + 3 * h * f + 2 * h;
+  EXPECT_DOUBLE_EQ(prev, 1.0);
+  double first = 0;  // after the residual add, the first node with a weight is down_proj
+  for (const auto& p : b.backward_profile) {
+    if (p.param_grad_fraction > 0) {
+      first = p.param_grad_fraction;
+      break;
+    }
+  }
+  EXPECT_NEAR(first, f * h / total, 1e-12);
 }
 
 // Eager attention keeps the fp32 softmax (4·a·S) and the bf16 probabilities (2·a·S) per token.

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Measure PyTorch FSDP2 (fully_shard) training memory and time on one GPU: the reference that
+shardtune's `estimate` and `simulate` are compared with (tests/data/validation/).
+
+One configuration per process (a fresh CUDA context and caching allocator each time). A world
+of N > 1 ranks runs as rank 0 of N over PyTorch's fake process group
+(torch.testing._internal.distributed.fake_pg): every allocation FSDP2 makes for its all-gather
+and reduce-scatter buffers happens exactly as on a real rank, the collectives move no data.
+So the per-rank *memory* of an N-GPU job is measured on one GPU; its *time* lacks the
+communication. World 1 uses a real NCCL process group, so NCCL's own memory is in the
+`outside` figures.
+
+Model: Hugging Face transformers' LlamaForCausalLM, built on the meta device from a config
+(Llama-3.2-1B or Llama-3-8B shapes), `fully_shard` per decoder layer and then the root, as
+torchtitan and the FSDP2 tutorial do; MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32);
+torch.optim.AdamW (foreach by default). Loss: HF's own (labels=input_ids: fp32 upcast logits,
+shift, cross-entropy).
+
+Per step it records the peak of torch.cuda.max_memory_allocated over forward, backward and the
+optimizer step separately (reset between phases), reserved bytes, and the device's used memory
+from cudaMemGetInfo (what nvidia-smi shows for this one process), and the step time.
+Prints one JSON object on stdout.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+MODELS = {
+    # meta-llama/Llama-3.2-1B config.json
+    "llama3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                        num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                        head_dim=64, tie_word_embeddings=True, rope_theta=500000.0,
+                        max_position_embeddings=131072, rms_norm_eps=1e-5),
+    # meta-llama/Meta-Llama-3-8B config.json
+    "llama3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                      head_dim=128, tie_word_embeddings=False, rope_theta=500000.0,
+                      max_position_embeddings=8192, rms_norm_eps=1e-5),
+}
+
+MiB = 2**20
+
+
+def used_bytes():
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama3.2-1b", choices=sorted(MODELS))
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--mb", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--ckpt", default="none", choices=["none", "full"])
+    ap.add_argument("--reshard", type=int, default=1)  # reshard_after_forward
+    ap.add_argument("--optim", default="foreach", choices=["foreach", "fused", "forloop"])
+    ap.add_argument("--param-dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    ap.add_argument("--tag", default="")
+    a = ap.parse_args()
+
+    torch.cuda.set_device(0)
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    context_used = used_bytes()  # CUDA context + the 512-byte tensor's 2 MiB segment
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+    if a.world == 1:
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    else:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=a.world)
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama import modeling_llama
+
+    cfg = LlamaConfig(**MODELS[a.model])
+    cfg._attn_implementation = a.attn
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    if a.ckpt == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    mesh = init_device_mesh("cuda", (a.world,))
+    pdt = torch.bfloat16 if a.param_dtype == "bf16" else torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=pdt, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard))
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard))
+    model.to_empty(device="cuda")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.to_local().normal_(0.0, 0.02)
+    # Non-persistent rotary buffers were on meta: rebuild them on the GPU.
+    model.model.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+    torch.cuda.synchronize()
+    n_params = sum(p.numel() for p in model.parameters())
+    after_init_alloc = torch.cuda.memory_allocated()
+
+    okw = dict(lr=1e-4, weight_decay=0.01)
+    if a.optim == "fused":
+        okw["fused"] = True
+    elif a.optim == "forloop":
+        okw["foreach"] = False
+    else:
+        okw["foreach"] = True
+    opt = torch.optim.AdamW(model.parameters(), **okw)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    steps = []
+    for step in range(a.steps):
+        rec = {"step": step}
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fwd_peak = bwd_peak = 0
+        for micro in range(a.accum):
+            x = torch.randint(0, cfg.vocab_size, (a.mb, a.seq), device="cuda", generator=g)
+            torch.cuda.reset_peak_memory_stats()
+            rec.setdefault("before_forward_allocated", torch.cuda.memory_allocated())
+            out = model(input_ids=x, labels=x)
+            fwd_peak = max(fwd_peak, torch.cuda.max_memory_allocated())
+            rec.setdefault("after_forward_allocated", torch.cuda.memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+            loss = out.loss / a.accum
+            del out
+            loss.backward()
+            bwd_peak = max(bwd_peak, torch.cuda.max_memory_allocated())
+            del loss, x
+        rec["after_backward_allocated"] = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        opt.step()
+        opt_peak = torch.cuda.max_memory_allocated()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        rec["time_s"] = time.perf_counter() - t0
+        rec["forward_peak_allocated"] = fwd_peak
+        rec["backward_peak_allocated"] = bwd_peak
+        rec["optimizer_peak_allocated"] = opt_peak
+        rec["peak_allocated"] = max(fwd_peak, bwd_peak, opt_peak)
+        rec["after_step_allocated"] = torch.cuda.memory_allocated()
+        rec["reserved"] = torch.cuda.memory_reserved()
+        rec["max_reserved"] = torch.cuda.max_memory_reserved()
+        rec["device_used"] = used_bytes()
+        rec["alloc_retries"] = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+        steps.append(rec)
+
+    tokens = a.mb * a.seq * a.accum * a.world
+    steady = [s["time_s"] for s in steps[2:]] or [steps[-1]["time_s"]]
+    med = statistics.median(steady)
+    L, H, S = cfg.num_hidden_layers, cfg.hidden_size, a.seq
+    flops_per_token = 6 * n_params + 12 * L * H * S  # DESIGN.md's MFU convention
+    result = {
+        "config": vars(a),
+        "n_params": n_params,
+        "context_used_bytes": context_used,
+        "after_init_allocated": after_init_alloc,
+        "steps": steps,
+        "steady_step_time_s_median": med,
+        "tokens_per_s_per_gpu": a.mb * a.seq * a.accum / med,
+        "mfu_989": (a.mb * a.seq * a.accum / med) * flops_per_token / 989e12,
+        "env": {"torch": torch.__version__, "transformers": transformers.__version__,
+                "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                "gpu": torch.cuda.get_device_name(0),
+                "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "expandable_segments": "expandable_segments:True" in
+                os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")},
+    }
+    print(json.dumps(result))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs measure_fsdp2.py over the reference configurations, one process each, appending one JSON
+# object per line to $1 (default fsdp2_sweep.jsonl); a failed configuration appends
+# {"config_args": ..., "error": <last lines of its stderr>}. Needs one CUDA GPU, torch >= 2.6
+# and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake)
+set -u
+out=${1:-fsdp2_sweep.jsonl}
+set_=${2:-all}
+here=$(cd "$(dirname "$0")" && pwd)
+run() {
+  local err; err=$(mktemp)
+  if line=$(timeout 150 python3 "$here/measure_fsdp2.py" "$@" 2>"$err"); then
+    echo "$line" >>"$out"
+  else
+    python3 -c 'import json,sys; print(json.dumps({"config_args": sys.argv[2:], "error": open(sys.argv[1]).read()[-1500:]}))' "$err" "$@" >>"$out"
+  fi
+  rm -f "$err"
+}
+if [[ $set_ == all || $set_ == w1 ]]; then
+  run --mb 1
+  run --mb 2
+  run --mb 4
+  run --mb 8
+  run --mb 8 --ckpt full
+  run --mb 16 --ckpt full
+  run --mb 4 --reshard 0
+  run --mb 4 --optim fused
+  run --mb 2 --accum 2
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run --mb 4 --tag expandable
+fi
+if [[ $set_ == all || $set_ == fake ]]; then
+  run --world 8 --mb 1
+  run --world 8 --mb 4
+  run --world 2 --mb 2
+  run --world 8 --mb 4 --reshard 0
+  run --world 8 --model llama3-8b --mb 1
+  run --world 8 --model llama3-8b --mb 2 --ckpt full
+  run --world 4 --model llama3-8b --mb 1 --seq 4096 --ckpt full
+fi
