@@ -11,6 +11,7 @@
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
+#include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
 
@@ -116,6 +117,49 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
 
 }  // namespace
 
+std::string PhaseVerdict(const sim::JobPhases& p) {
+  if (p.phases.empty()) return "";
+  const sim::PhaseMemory& d = p.phases[static_cast<size_t>(p.deciding)];
+  std::string where = std::string(sim::ToString(d.phase));
+  std::ostringstream o;
+  if (p.fits) {
+    o << "fits in every phase; tightest: " << where << " (" << FormatBytes(d.required) << " required at "
+      << d.moment << ", headroom " << FormatBytes(d.headroom) << ")";
+    return o.str();
+  }
+  o << (p.training_fits ? "fits in training, " : "") << "runs out ";
+  bool gpu = !d.fits;
+  if (d.phase == sim::JobPhase::kSave) o << "while saving";
+  else if (d.phase == sim::JobPhase::kResume) o << "while resuming";
+  else if (d.phase == sim::JobPhase::kLoad) o << "while loading the model";
+  else o << "in " << where;
+  if (gpu) {
+    o << ": " << FormatBytes(d.required) << " > " << FormatBytes(p.capacity) << " at the " << d.moment;
+  } else {
+    o << " on the host: " << FormatBytes(d.host_total) << " per node > " << FormatBytes(p.host_limit)
+      << " (" << d.host_moment << ")";
+  }
+  if (!d.hint.empty()) o << "; " << d.hint;
+  return o.str();
+}
+
+void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
+  out << "\nJob phases (GPU per rank; host per node, pinned + pageable)\n";
+  out << "  phase            allocated    required  GPU      host (pinned)           peak moment\n";
+  for (const auto& ph : p.phases) {
+    out << "  " << std::left << std::setw(15) << sim::ToString(ph.phase) << std::right << std::setw(11)
+        << FormatBytes(ph.allocated_peak) << std::setw(12) << FormatBytes(ph.required) << "  "
+        << std::left << std::setw(7) << (ph.fits ? "fits" : "OOM") << std::right << std::setw(11)
+        << FormatBytes(ph.host_total) << " (" << std::setw(9) << FormatBytes(ph.host_pinned) << ")"
+        << (ph.host_fits ? "  " : "! ") << ph.moment << "\n";
+    std::string top;
+    for (const auto& [k, b] : ph.top) top += (top.empty() ? "" : ", ") + k + " " + FormatBytes(b);
+    out << "      top: " << top << "; reserved " << FormatBytes(ph.reserved) << ", nvidia-smi "
+        << FormatBytes(ph.nvidia_smi) << "\n";
+  }
+  out << "  verdict: " << PhaseVerdict(p) << "\n";
+}
+
 void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   CLI::App* sub = app->add_subcommand("estimate", "Per-GPU and per-host memory of a training job");
   AddJobFlags(sub, a);
@@ -127,12 +171,15 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
   const sim::MemoryOptions& opt = job.options.memory;
-  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, plan, opt);
+  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
+  const sim::MemoryReport& r = est.report;
+  sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
+    PrintPhases(phases, out);
     return;
   }
   nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.estimate");
@@ -146,6 +193,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                    {"host_peak_bytes_per_node", x.host_peak_per_node.count()},
                    {"host_fits", x.host_fits}, {"fits", x.fits()}});
   }
+  j["phases"] = sim::JobPhasesToJson(phases);
   j["alternatives"] = alt;
   j["advice"] = plan::AdviseOnMemory(plan, r, alts);
   j["warnings"] = warnings;

@@ -4,6 +4,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "simulator/job_phases.h"
 #include "simulator/profile_json.h"
 
 namespace shardtune::cli {
@@ -14,6 +15,24 @@ sim::ModelLoad ParseLoad(const std::string& s) {
   if (s == "rank0") return sim::ModelLoad::kRank0;
   if (s == "meta") return sim::ModelLoad::kMeta;
   throw InputError("--model-load: expected every-rank, rank0 or meta, got \"" + s + "\"");
+}
+
+// "64GiB", "512MiB", "1.5TiB", "1000000" (bytes); binary units (capacities, STYLE.md §4).
+Bytes ParseHostLimit(const std::string& s) {
+  const std::string where = "--host-memory-limit";
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    throw InputError(where + ": expected a size like 64GiB, got \"" + s + "\"");
+  }
+  std::string unit = s.substr(pos);
+  double mult = unit.empty() || unit == "B" ? 1.0 : unit == "KiB" ? 1024.0 : unit == "MiB" ? kMiB
+                : unit == "GiB" ? kGiB : unit == "TiB" ? kGiB * 1024.0 : -1.0;
+  if (mult < 0) throw InputError(where + ": unknown unit \"" + unit + "\" in \"" + s + "\" (use B, KiB, MiB, GiB or TiB)");
+  if (!(v >= 0)) throw InputError(where + ": expected a size >= 0, got \"" + s + "\"");
+  return Bytes::Of(static_cast<int64_t>(v * mult));
 }
 
 void Validate(const Job& job, const PlanFlags& flags) {
@@ -54,6 +73,15 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
       ->capture_default_str();
   sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
       ->capture_default_str();
+  sub->add_option("--load-dtype", a->load_dtype, "Dtype of the pretrained weights read at load: bf16|fp16|fp32")
+      ->capture_default_str();
+  sub->add_option("--checkpoint-format", a->checkpoint_format,
+                  "none|sharded|full|full_cpu_offload: how checkpoints are saved and resumed")
+      ->capture_default_str();
+  sub->add_option("--allocator", a->allocator, "default|expandable_segments (PYTORCH_CUDA_ALLOC_CONF)")
+      ->capture_default_str();
+  sub->add_option("--host-memory-limit", a->host_memory_limit, "cgroup limit on host RAM per node, e.g. 64GiB");
+  sub->add_flag("--no-grad-clip", a->no_grad_clip, "No clip_grad_norm_ before the optimizer step");
   sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
@@ -69,6 +97,12 @@ Job ResolveJob(const JobArgs& a) {
   Validate(job, a.plan);
   job.seq_len = job.plan.seq_len > 0 ? job.plan.seq_len : job.spec.max_seq_len;
   job.options.memory.model_load = ParseLoad(a.model_load);
+  job.options.memory.checkpoint_dtype_bytes = static_cast<int>(
+      model::BytesPerElement(model::ParseEnum<model::DType>(a.load_dtype, "--load-dtype")));
+  job.options.memory.checkpoint_format = sim::ParseCheckpointFormat(a.checkpoint_format, "--checkpoint-format");
+  job.options.memory.allocator = sim::ParseAllocatorMode(a.allocator, "--allocator");
+  if (!a.host_memory_limit.empty()) job.options.memory.host_memory_limit = ParseHostLimit(a.host_memory_limit);
+  job.options.memory.clip_grad_norm = !a.no_grad_clip;
   if (!a.profile.empty()) {
     sim::Profile prof = sim::ReadProfileFile(a.profile);
     job.options.memory.constants = prof.memory;

@@ -20,6 +20,11 @@ struct JobArgs {
   std::string model = "llama3-8b";
   std::string cluster = "8xH100";
   std::string model_load = "every-rank";
+  std::string load_dtype = "bf16";            // dtype of the pretrained weights read at load
+  std::string checkpoint_format = "sharded";  // none|sharded|full|full_cpu_offload
+  std::string allocator = "default";          // default|expandable_segments
+  std::string host_memory_limit;              // cgroup limit per node ("64GiB"); empty: none
+  bool no_grad_clip = false;                  // no clip_grad_norm_ before the optimizer step
   std::string profile;  // calibrated profile JSON; empty: the named defaults
   bool json = false;
   bool timeline = false;

@@ -4,10 +4,15 @@
 #include <iomanip>
 
 #include "cli/format.h"
+#include "simulator/job_phases.h"
 #include "simulator/memory_report_json.h"
 #include "simulator/trace_json.h"
 
 namespace shardtune::cli {
+
+// The per-phase table and verdict of `estimate` (defined in cli/estimate_cmd.cc).
+void PrintPhases(const sim::JobPhases& p, std::ostream& out);
+
 namespace {
 
 void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
@@ -48,12 +53,16 @@ void AddSimulateCommand(CLI::App* app, SimulateArgs* a) {
 void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   Job job = ResolveJob(a.job);
   sim::SimReport r = sim::SimulateStep(job.spec, job.cluster, job.plan, job.options);
+  sim::JobPhases job_phases =
+      sim::EstimateJobPhases(r.program, r.memory, job.spec, job.cluster, job.plan, job.options.memory);
   if (!a.trace.empty()) {
-    sim::WriteFileAtomically(a.trace, sim::ChromeTrace(r, "shardtune simulate · " + job.spec.name).dump() + "\n");
+    sim::WriteFileAtomically(
+        a.trace, sim::ChromeTrace(r, "shardtune simulate · " + job.spec.name, &job_phases).dump() + "\n");
   }
   if (!a.job.json) {
     for (const auto& w : job.warnings) err << "warning: " << w << "\n";
     PrintTable(job, r, out);
+    PrintPhases(job_phases, out);
     return;
   }
   nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.simulate");
@@ -70,6 +79,7 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   j["peak_time_s"] = r.peak_time_s;
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
+  j["phases"] = sim::JobPhasesToJson(job_phases);
   j["warnings"] = job.warnings;
   out << j.dump(2) << "\n";
 }

@@ -24,9 +24,11 @@ namespace shardtune::sim {
 // Figures that are not derived from a mechanism. Each names its source; a calibrated profile
 // replaces them.
 struct MemoryConstants {
-  // CUDA context + lazily loaded kernels per process. pytorch/pytorch#109888 (ptrblck: "around
-  // 400MB" with CUDA >= 11.7 lazy loading), #86509 (287 MB lazy, 667 MB eager). A guess for H100.
-  Bytes cuda_context = Bytes::MiB(500);
+  // CUDA context + lazily loaded kernels per process, measured: 621 MiB on an H100 with torch
+  // 2.11 + CUDA 13.0 (cudaMemGetInfo used after the first tiny tensor, one process): shardtune H100
+  // measurement 2026-11-22, tests/data/validation. Earlier public figures: pytorch/pytorch#109888
+  // ("around 400MB" with lazy loading), #86509 (287 MB lazy, 667 MB eager).
+  Bytes cuda_context = Bytes::MiB(621);
   // NCCL device buffers per communicator (all protocols, ring + tree connections): measured
   // 544 MB (2 GPUs) to 688 MB (> 2 GPUs) per communicator on A100 NVLink, NVIDIA/nccl#964.
   Bytes nccl_per_communicator = Bytes::MiB(656);
@@ -53,11 +55,32 @@ enum class ModelLoad {
   kMeta,       // meta-device init + sharded (DCP) load: no full copy anywhere
 };
 
+// How training checkpoints are written and read back (decides the save and resume phases).
+enum class CheckpointFormat {
+  kNone,            // no checkpoints: no save or resume phase
+  kSharded,         // torch.distributed.checkpoint (DCP) of the sharded state dict (FSDP2 default)
+  kFull,            // get_state_dict(full_state_dict=True): gathered on the GPU of every rank
+  kFullCpuOffload,  // full_state_dict=True, cpu_offload=True: gathered to rank 0's host RAM
+};
+
+// PYTORCH_CUDA_ALLOC_CONF: the default caching allocator, or expandable_segments:True (one
+// segment per stream that grows by mapping pages, so split-block fragmentation cannot strand
+// memory the next allocation needs).
+enum class AllocatorMode { kDefault, kExpandableSegments };
+
 struct MemoryOptions {
   MemoryConstants constants;
   ModelLoad model_load = ModelLoad::kEveryRank;
-  int checkpoint_dtype_bytes = 2;  // bytes per parameter of the checkpoint files (bf16)
+  int checkpoint_dtype_bytes = 2;  // bytes per parameter of the pretrained weights loaded (bf16)
+  CheckpointFormat checkpoint_format = CheckpointFormat::kSharded;  // what FSDP2 users get (DCP)
+  AllocatorMode allocator = AllocatorMode::kDefault;
+  Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
+  bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
 };
+
+// Page size of an expandable segment in the large pool (c10/cuda/CUDACachingAllocator.cpp
+// SegmentRange: "2 MiB pages for small segments, 20 MiB pages for large segments", kLargeBuffer).
+inline constexpr int64_t kExpandablePageBytes = 20 * 1024 * 1024;
 
 // One moment of the steps (one program op) in the memory timeline.
 struct TimelinePoint {
@@ -134,6 +157,9 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const profiles::ClusterSpec& cluster,
                                          const model::Plan& plan, const MemoryOptions& options,
                                          bool with_timeline = true, ModelCache* cache = nullptr);
+
+// What an expandable segment holding `pool_bytes` reserves: whole 20 MiB pages.
+int64_t ExpandableReserved(int64_t pool_bytes);
 
 // REQUIRES: spec and plan valid for the cluster (Plan::Problems empty).
 MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,

@@ -63,4 +63,34 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   return j;
 }
 
+nlohmann::ordered_json JobPhasesToJson(const JobPhases& p) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& ph : p.phases) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& kv : ph.top) top.push_back({{"name", kv.first}, {"bytes", kv.second.count()}});
+    nlohmann::ordered_json host = {{"moment", ph.host_moment},
+                                   {"pinned_bytes_per_node", ph.host_pinned.count()},
+                                   {"pageable_bytes_per_node", ph.host_pageable.count()},
+                                   {"total_bytes_per_node", ph.host_total.count()},
+                                   {"breakdown", PairsToJson(ph.host_breakdown)},
+                                   {"fits", ph.host_fits}};
+    list.push_back({{"phase", ToString(ph.phase)}, {"moment", ph.moment},
+                    {"allocated_peak_bytes", ph.allocated_peak.count()}, {"top", top},
+                    {"reserved_bytes", ph.reserved.count()},
+                    {"fragmentation_allowance_bytes", ph.fragmentation.count()},
+                    {"outside_allocator_bytes", ph.outside.count()},
+                    {"nvidia_smi_bytes", ph.nvidia_smi.count()}, {"required_bytes", ph.required.count()},
+                    {"headroom_bytes", ph.headroom.count()}, {"fits", ph.fits}, {"host", host},
+                    {"hint", ph.hint}});
+  }
+  nlohmann::ordered_json j;
+  j["fits"] = p.fits;
+  j["training_fits"] = p.training_fits;
+  j["deciding_phase"] = p.phases.empty() ? "" : ToString(p.phases[static_cast<size_t>(p.deciding)].phase);
+  j["capacity_bytes"] = p.capacity.count();
+  j["host_limit_bytes_per_node"] = p.host_limit.count();
+  j["list"] = list;
+  return j;
+}
+
 }  // namespace shardtune::sim

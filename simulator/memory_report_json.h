@@ -6,6 +6,7 @@
 #include "model/model_spec.h"
 #include "model/plan.h"
 #include "profiles/cluster.h"
+#include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 
 namespace shardtune::sim {
@@ -16,5 +17,11 @@ namespace shardtune::sim {
 // "judged_on", "host" {peak_bytes_per_node, peak_phase, breakdown, capacity_bytes_per_node, fits},
 // "units" [...], "timeline" [...].
 nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline);
+
+// The `phases` document: {"fits", "training_fits", "deciding_phase", "capacity_bytes",
+// "host_limit_bytes_per_node", "list": [{"phase", "moment", "allocated_peak_bytes", "top" [{name,
+// bytes}], "reserved_bytes", "fragmentation_allowance_bytes", "outside_allocator_bytes",
+// "nvidia_smi_bytes", "required_bytes", "headroom_bytes", "fits", "host": {...}, "hint"}]}.
+nlohmann::ordered_json JobPhasesToJson(const JobPhases& p);
 
 }  // namespace shardtune::sim

@@ -1,6 +1,8 @@
 // Chrome trace JSON and atomic file writes.
 #include "simulator/trace_json.h"
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +13,53 @@
 
 namespace shardtune::sim {
 
-nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& process_name) {
+namespace {
+
+void AddPhaseMarks(const SimReport& r, const JobPhases& phases, nlohmann::ordered_json* events) {
+  constexpr int kTid = kNumStreams;  // the track after the streams
+  events->push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", kTid},
+                     {"args", {{"name", "job phases"}}}});
+  const auto& ops = r.program.ops;
+  std::array<int64_t, 2> begin{{-1, -1}}, end{{0, 0}};
+  int64_t last = 0;
+  for (size_t i = 0; i < ops.size() && i < r.schedule.start_ns.size(); ++i) {
+    last = std::max(last, r.schedule.end_ns[i]);
+    if (ops[i].kind == OpKind::kStartup || ops[i].step < 0 || ops[i].step > 1) continue;
+    auto s = static_cast<size_t>(ops[i].step);
+    if (begin[s] < 0 || r.schedule.start_ns[i] < begin[s]) begin[s] = r.schedule.start_ns[i];
+    end[s] = std::max(end[s], r.schedule.end_ns[i]);
+  }
+  for (const auto& ph : phases.phases) {
+    nlohmann::ordered_json args = {{"allocated_peak_bytes", ph.allocated_peak.count()},
+                                   {"required_bytes", ph.required.count()}, {"moment", ph.moment},
+                                   {"fits", ph.fits}, {"host_bytes_per_node", ph.host_total.count()}};
+    nlohmann::ordered_json e = {{"name", ToString(ph.phase)}, {"cat", "phase"}, {"pid", 0}, {"tid", kTid}};
+    if (ph.phase == JobPhase::kStep0 || ph.phase == JobPhase::kSteady) {
+      // An async span ("b" ... "e"), so complete ("X") events stay one per scheduled op.
+      size_t s = ph.phase == JobPhase::kStep0 ? 0 : 1;
+      e["ph"] = "b";
+      e["id"] = static_cast<int>(s);
+      e["ts"] = static_cast<double>(std::max<int64_t>(0, begin[s])) / 1e3;
+      nlohmann::ordered_json close = {{"name", ToString(ph.phase)}, {"cat", "phase"}, {"ph", "e"},
+                                      {"id", static_cast<int>(s)}, {"pid", 0}, {"tid", kTid},
+                                      {"ts", static_cast<double>(end[s]) / 1e3}};
+      e["args"] = args;
+      events->push_back(e);
+      events->push_back(close);
+      continue;
+    }
+    e["ph"] = "i";  // not scheduled in time: an instant mark
+    e["s"] = "t";
+    e["ts"] = ph.phase == JobPhase::kLoad ? 0.0 : static_cast<double>(last) / 1e3;
+    e["args"] = args;
+    events->push_back(e);
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& process_name,
+                                   const JobPhases* phases) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", process_name}}}});
   for (int s = 0; s < kNumStreams; ++s) {
@@ -32,6 +80,7 @@ nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& proces
                         {"args", {{"allocated", r.allocated_after[i]}}}});
     }
   }
+  if (phases) AddPhaseMarks(r, *phases, &events);
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 

@@ -1,0 +1,73 @@
+// Internals of EstimateJobPhases shared by job_phases.cc and job_phases_host.cc (and tests):
+// the replay of memory actions by named category, and the sizes the phases need.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "simulator/job_phases.h"
+
+namespace shardtune::sim::internal {
+
+// Bytes per category name and per allocator pool, replayed in program order with the caching
+// allocator's 512-byte blocks (RoundToBlock); tracks the current phase's peak, its moment (the
+// label in force when it was reached) and the categories then. Pool peaks never reset: the cache
+// keeps what it reserved for the life of the process.
+class Replay {
+ public:
+  void Begin(const std::string& moment);  // starts a phase: its peak is the current total
+  void set_label(const std::string& label) { label_ = label; }
+  void Apply(const std::string& category, Stream pool, int64_t signed_bytes);
+  void ApplyOp(const StepProgram& p, size_t i);       // labels with the op's name
+  void ApplyActions(const StepProgram& p, size_t i);  // keeps the current label
+  int64_t total() const { return total_; }
+  int64_t phase_peak() const { return phase_peak_; }
+  const std::string& moment() const { return moment_; }
+  const std::map<std::string, int64_t>& at_peak() const { return at_peak_; }
+  // Reserved with no memory pressure: per-pool peaks, 2 MiB segments per block (default) or
+  // whole 20 MiB pages per pool (expandable segments).
+  int64_t Reserved(bool expandable) const;
+  int64_t RawPoolPeaks() const;
+
+ private:
+  std::map<std::string, int64_t> cur_, at_peak_;
+  std::array<int64_t, kNumStreams> pool_raw_{}, pool_seg_{}, pool_raw_peak_{}, pool_seg_peak_{};
+  int64_t total_ = 0, phase_peak_ = 0;
+  std::string label_, moment_;
+};
+
+int64_t RoundToSegment(int64_t bytes);
+
+// Sizes of the model the phases need, per rank (shard group of n).
+struct JobSizes {
+  int64_t param_tensors = 0;
+  int64_t parameters = 0;
+  int64_t shard_numel = 0;                       // padded shard elements per rank, all params
+  int64_t largest_param_numel = 0;
+  std::vector<int64_t> param_full_master_bytes;  // per parameter: padded full size, master dtype
+  std::vector<int64_t> state_full_bytes;         // per optimizer state tensor, gathered in full
+  int64_t full_state_bytes = 0;                  // sum of both lists: the full state dict
+  std::string largest_unit_name;
+  int64_t largest_unit_full_bytes = 0;           // unpadded, master dtype
+  std::string largest_param_name;
+  int64_t largest_param_full_ckpt_bytes = 0;     // unpadded, dtype of the pretrained weights
+  int64_t largest_param_shard_ckpt_bytes = 0;    // its padded shard in that dtype
+  std::string largest_tensor_name;               // largest of params and state tensors, full
+  int64_t largest_tensor_full_bytes = 0;
+  int64_t largest_shard_item_bytes = 0;          // largest local shard of any state tensor
+  int64_t full_ckpt_bytes = 0;                   // parameters x pretrained-weight dtype
+  int64_t full_master_bytes = 0;                 // parameters x master dtype (unpadded)
+  int64_t largest_param_master_bytes = 0;        // unpadded
+};
+
+JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int shard_n,
+                      const MemoryOptions& o);
+// Fills host_* of every phase and out->host_limit (job_phases_host.cc).
+void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                   const model::Plan& plan, const MemoryReport& report, const JobSizes& z,
+                   const MemoryOptions& o, JobPhases* out);
+
+}  // namespace shardtune::sim::internal
