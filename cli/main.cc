@@ -4,12 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/calibrate_cmd.h"
 #include "cli/estimate_cmd.h"
 #include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
 #include "cli/run_cmd.h"
 #include "cli/simulate_cmd.h"
 #include "cli/tune_cmd.h"
+#include "cli/validate_cmd.h"
 #include "executor/errors.h"
 #include "model/errors.h"
 
@@ -36,6 +38,10 @@ int main(int argc, char** argv) {
   AddExportCommand(&app, &export_args);
   TuneArgs tune;
   AddTuneCommand(&app, &tune);
+  CalibrateArgs calibrate;
+  AddCalibrateCommand(&app, &calibrate);
+  ValidateArgs validate;
+  AddValidateCommand(&app, &validate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -54,6 +60,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);
     if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
+    if (app.got_subcommand("calibrate")) RunCalibrate(calibrate, std::cout, std::cerr);
+    if (app.got_subcommand("validate")) RunValidate(validate, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitInput;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/format.h"
+#include "cli/tune_measure.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -177,8 +178,35 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_flag("--search-nodes", a->search_nodes,
                 "Also search 1..N nodes for the fewest that fit (and reach --min-tokens-per-s)");
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  // --measure and its companions are read back from the parsed subcommand (MeasureOptionsOf).
+  sub->add_option("--measure", "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
+  sub->add_option("--measure-steps", "Steps per measured run (default 4; the first is left out)");
+  sub->add_option("--measure-dir", "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
   AddPlanFlags(sub, &a->plan);
 }
+
+namespace {
+// The --measure options of the parsed tune subcommand (plans 0: not asked for).
+MeasureOptions MeasureOptionsOf(const TuneArgs& a) {
+  MeasureOptions m;
+  if (!a.plan.app || a.plan.app->count("--measure") == 0) return m;
+  auto integer = [&a](const char* flag, int def) {
+    if (a.plan.app->count(flag) == 0) return def;
+    try {
+      return a.plan.app->get_option(flag)->as<int>();
+    } catch (const CLI::Error&) {
+      throw InputError(std::string(flag) + ": expected an integer, got \"" +
+                       a.plan.app->get_option(flag)->as<std::string>() + "\"");
+    }
+  };
+  m.plans = integer("--measure", 0);
+  if (m.plans < 1) throw InputError("--measure: expected a number of plans >= 1, got " + std::to_string(m.plans));
+  m.steps = integer("--measure-steps", 4);
+  if (a.plan.app->count("--measure-dir") > 0) m.dir = a.plan.app->get_option("--measure-dir")->as<std::string>();
+  m.model_arg = a.model;
+  return m;
+}
+}  // namespace
 
 void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   std::vector<std::string> warnings;
@@ -196,7 +224,10 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
     err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), ' ')
         << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
   };
+  MeasureOptions measure = MeasureOptionsOf(a);
   plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
+  MeasureResult measured;
+  if (measure.plans > 0 && !r.top.empty()) measured = MeasureTopPlans(spec, cluster, req, r, measure);
   std::vector<NodeResult> nodes;
   if (a.search_nodes) nodes = SearchNodes(spec, cluster, req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
@@ -217,6 +248,10 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
               : !n.fits  ? std::string("no plan fits")
                          : std::to_string(static_cast<long long>(n.tokens_per_s)) + " tokens/s with " + n.key)
           << "\n";
+    }
+    if (measure.plans > 0) {
+      for (const auto& w : measured.warnings) err << "warning: " << w << "\n";
+      PrintMeasureResult(measured, out);
     }
     if (!exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << exported.text;
     for (const auto& n : exported.notes) err << "note: " << n << "\n";
@@ -258,6 +293,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.export_format.empty()) {
     j["export"] = {{"format", a.export_format}, {"text", exported.text}, {"notes", exported.notes}};
   }
+  if (measure.plans > 0) j["measured"] = MeasureResultJson(measured);
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

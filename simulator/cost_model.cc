@@ -43,6 +43,7 @@ Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_b
   if (matmul_flops > 0) t += matmul_flops / (peak * k.matmul_efficiency);
   if (attention_flops > 0) t += attention_flops / (peak * k.attention_efficiency);
   if (memory_bytes > 0) t += memory_bytes / (gpu.memory_bandwidth.count() * k.memory_efficiency);
+  if (matmul_flops > 0 || attention_flops > 0 || memory_bytes > 0) t += k.compute_op_overhead.count();
   return Seconds::Of(t);
 }
 
@@ -61,12 +62,20 @@ GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterS
   // node it is the intra-node link.
   const std::string& family = g.nodes > 1 ? cluster.inter_node.family : cluster.intra_node.family;
   g.bus_bandwidth = BytesPerSecond::Of(raw.count() * FamilyEfficiency(family, k));
+  for (const CollectiveCalibration& cal : k.collectives) {
+    if (cal.link_family != family || cal.group_size != g.ranks) continue;
+    // Concurrent rings share the fitted bandwidth as they share the raw one.
+    double share = raw.count() / topo.RingBottleneck(r).count();
+    g.bus_bandwidth = BytesPerSecond::Of(cal.bus_bandwidth.count() * share);
+    g.latency_override = cal.latency;
+  }
   return g;
 }
 
 Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g) {
   int n = g.ranks;
   if (n < 2) return Seconds();
+  if (const auto& fitted = g.latency_override[static_cast<size_t>(c)]) return *fitted;
   double intra = g.intra_hop_latency.count(), inter = g.inter_hop_latency.count();
   bool ar = c == profiles::Collective::kAllReduce;
   int steps = ar ? 2 * (n - 1) : n - 1;

@@ -3,6 +3,9 @@
 // is not a datasheet figure is named here with its source; a calibrated profile replaces it.
 #pragma once
 
+#include <array>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/plan.h"
@@ -12,6 +15,18 @@
 #include "profiles/topology.h"
 
 namespace shardtune::sim {
+
+// A collective cost fitted from measurements (`shardtune calibrate`) for one link family and
+// group size: t(c, S) = latency[c] + S x BusBwFactor(c, n) / bus_bandwidth, the same
+// latency + serialization form as CollectiveTime. It replaces the topology's achieved bandwidth
+// and NCCL's latency model for groups of that size whose bottleneck link is of that family.
+struct CollectiveCalibration {
+  std::string link_family;  // "nvlink", "pcie", "ib", "roce", "eth", "loopback"
+  int group_size = 2;
+  BytesPerSecond bus_bandwidth;
+  // By profiles::Collective; absent: NCCL's latency model for that kind.
+  std::array<std::optional<Seconds>, 5> latency;
+};
 
 struct CostConstants {
   // Achieved fraction of the dense tensor-core peak for large GEMMs: 790-798 TFLOP/s measured for
@@ -33,11 +48,18 @@ struct CostConstants {
   // Host memory bandwidth one rank's offloaded optimizer gets (DDR5 server, shared by the
   // node's ranks): a guess.
   BytesPerSecond host_memory_bandwidth_per_node = BytesPerSecond::GBps(200);
+  // Fixed time per compute op (a kernel or a whole segment's dispatch), on top of its work: what
+  // makes small ops reach less of the peak than large ones. 0 until calibrated (the GPU numbers
+  // above are large-GEMM figures).
+  Seconds compute_op_overhead;
+  // Fitted collective costs (calibrated profiles); empty: the topology and NCCL's model.
+  std::vector<CollectiveCalibration> collectives;
 };
 
 // Time of a compute op: matmul FLOPs and attention FLOPs at the GPU's dense peak for `dtype`
 // times their efficiencies, plus memory-bound bytes at HBM bandwidth times its efficiency (the
-// op's kernels run one after another, so the terms add).
+// op's kernels run one after another, so the terms add), plus k.compute_op_overhead for an op
+// with any work.
 Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_bytes,
                     const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k);
 
@@ -50,11 +72,15 @@ struct GroupLink {
   BytesPerSecond bus_bandwidth;  // achieved: bottleneck x family efficiency
   Seconds intra_hop_latency;
   Seconds inter_hop_latency;
+  // Calibrated latency per profiles::Collective (from CostConstants::collectives); absent: NCCL's
+  // latency model.
+  std::array<std::optional<Seconds>, 5> latency_override;
   bool crosses_nodes() const { return nodes > 1; }
 };
 
 // Builds the GroupLink of `rings` (groups running the same collective at once; the first is the
-// one reported). REQUIRES: rings non-empty, each ring's ranks valid.
+// one reported). A CollectiveCalibration of k for the group's size and bottleneck link family
+// replaces its bandwidth and latencies. REQUIRES: rings non-empty, each ring's ranks valid.
 GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterSpec& cluster,
                         const std::vector<std::vector<int>>& rings, const CostConstants& k);
 

@@ -1,25 +1,57 @@
 // The calibrated profile (`--profile FILE`, "schema": "shardtune.profile"): values that replace
-// the simulator's named guesses. Today its "memory" section overrides MemoryConstants; the
-// calibration issue (#6) adds compute and collective fits to the same file.
+// the simulator's named guesses. "memory" overrides MemoryConstants, "compute" and "network" the
+// cost model's efficiencies, "collectives" fitted latency + bandwidth per link family and group
+// size. Version 2 (written by `shardtune calibrate`) adds "provenance" (where the measurements
+// were taken) and "fit" (each fitted term's residual); version 1 files are still read.
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
 
 namespace shardtune::sim {
 
+inline constexpr int kProfileSchemaVersion = 2;
+
+// The machine and software the profile's measurements came from (empty fields: unknown).
+struct ProfileProvenance {
+  std::string hostname, cpu_model, device, backend, torch_version, shardtune_version;
+  std::vector<std::string> measurements;  // the files it was fitted on
+};
+
+// How well one fitted term explains its measurements: relative residuals (fit - measured) /
+// measured over its rows.
+struct FitSummary {
+  std::string term;  // "compute", "collectives loopback x2", "memory overheads", ...
+  int rows = 0;
+  double rms_relative_residual = 0;
+  double max_relative_residual = 0;
+  std::string note;  // what was fitted, what could not be identified
+};
+
 struct Profile {
   std::string name;    // free text, e.g. "H100 SXM, torch 2.11, NCCL 2.28, 2026-11-13"
   MemoryConstants memory;
-  CostConstants costs;  // "compute" and "network" sections
+  CostConstants costs;  // "compute", "network" and "collectives" sections
+  bool has_provenance = false;
+  ProfileProvenance provenance;
+  std::vector<FitSummary> fits;
 };
 
 // Reads and validates a profile; keys absent from "memory", "compute" ({matmul_efficiency,
-// attention_efficiency, memory_efficiency, host_memory_bytes_per_s_per_node}) and "network"
-// ({nvlink_efficiency, pcie_efficiency, network_efficiency}) keep their defaults.
+// attention_efficiency, memory_efficiency, op_overhead_s, host_memory_bytes_per_s_per_node}) and
+// "network" ({nvlink_efficiency, pcie_efficiency, network_efficiency}) keep their defaults.
+// Efficiencies are in (0, 16]: above 1 only where the device's peak is an assumption (cpu:N).
 // Throws InputError naming the file and JSON pointer.
 Profile ReadProfileFile(const std::string& path);
+// The same from parsed JSON; `name` stands for the file in messages.
+Profile ProfileFromJson(const nlohmann::json& j, const std::string& name);
+// Every section, schema_version kProfileSchemaVersion; ProfileFromJson(ProfileToJson(p))
+// reproduces p.
+nlohmann::ordered_json ProfileToJson(const Profile& p);
 
 }  // namespace shardtune::sim

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -239,4 +240,155 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --top 0"), "--top");
 }
 
+// --- calibrate / validate / tune --measure (issue #6) ---
+
+// A real 1-rank CPU run (3 steps, so the first is left out of the steady figures), made once.
+const std::string& MeasuredRun() {
+  static const std::string path = [] {
+    std::string dir = TempPath("measured_run_" + std::to_string(::getpid()));
+    Result r = RunCli("run --model tiny-llama --nproc 1 --steps 3 --micro-batch 1 --seq-len 32 --out " + dir);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return dir + "/measurements.json";
+  }();
+  return path;
+}
+
+TEST(CliTest, ValidateComparesEveryFigureOfARealRun) {
+  Result r = RunCli("validate --measurements " + MeasuredRun() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema"], "shardtune.validate");
+  ASSERT_EQ(j["runs"].size(), 1u);
+  std::set<std::string> kinds;
+  for (const auto& row : j["runs"][0]["rows"]) {
+    kinds.insert(row["kind"].get<std::string>());
+    double pred = row["predicted"], meas = row["measured"];
+    // error = (predicted - measured) / measured, as printed.
+    EXPECT_NEAR(row["error"].get<double>(), (pred - meas) / meas, 1e-12) << row["name"];
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"step", "phase", "compute", "memory"}));  // 1 rank: no collectives
+  EXPECT_GE(j["summary"]["all"]["worst_abs_error"].get<double>(),
+            j["summary"]["all"]["median_abs_error"].get<double>());
+  EXPECT_TRUE(j["warnings"].empty()) << j["warnings"];  // steady spans present
+  Result text = RunCli("validate --measurements " + MeasuredRun());
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("step time"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("median |error|"));
+}
+
+TEST(CliTest, CalibrateWritesAProfileThatEverySubcommandAccepts) {
+  std::string prof = TempPath("calibrated_profile.json");
+  Result r = RunCli("calibrate " + MeasuredRun() + " --out " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("Residuals"));
+  std::ifstream in(prof);
+  auto p = nlohmann::json::parse(in);
+  EXPECT_EQ(p["schema"], "shardtune.profile");
+  EXPECT_EQ(p["schema_version"], 2);
+  EXPECT_EQ(p["provenance"]["measurements"][0], MeasuredRun());
+  EXPECT_FALSE(p["fit"].empty());
+  for (const char* cmd : {"estimate", "simulate"}) {
+    Result e = RunCli(std::string(cmd) + " --model tiny-llama --cluster cpu:1 --seq-len 32 --profile " + prof + " --json");
+    EXPECT_EQ(e.code, 0) << cmd << ": " << e.err;
+  }
+  Result t = RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --profile " + prof);
+  EXPECT_EQ(t.code, 0) << t.err;
+  // Validating the fit's own run with its profile: the per-step phase totals (forward, backward,
+  // optimizer), which the time-weighted fit targets, move towards the measurement. (Single spans
+  // may not: the fit weights each by its share of the step.)
+  Result before = RunCli("validate --measurements " + MeasuredRun() + " --json");
+  Result after = RunCli("validate --measurements " + MeasuredRun() + " --profile " + prof + " --json");
+  ASSERT_EQ(after.code, 0) << after.err;
+  auto jb = nlohmann::json::parse(before.out), ja = nlohmann::json::parse(after.out);
+  EXPECT_LT(ja["summary"]["phase"]["median_abs_error"].get<double>(),
+            jb["summary"]["phase"]["median_abs_error"].get<double>());
+}
+
+TEST(CliTest, ValidateWarnsAboutAProfileFromAnotherMachine) {
+  std::string prof = WriteFile("other_machine_profile.json", R"({"schema": "shardtune.profile", "schema_version": 2,
+      "name": "h100 box", "provenance": {"hostname": "gpu-node-7", "device": "cuda"}})");
+  Result r = RunCli("validate --measurements " + MeasuredRun() + " --profile " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("warning: "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("gpu-node-7"));
+}
+
+TEST(CliTest, MalformedMeasurementsAreOneLineErrors) {
+  std::string bad = WriteFile("bad_measurements.json",
+                              R"({"schema": "shardtune.measurements", "schema_version": 1, "model": {"name": 3}})");
+  ExpectOneLineError(RunCli("validate --measurements " + bad), "bad_measurements.json:/: missing required key \"environment\"");
+  ExpectOneLineError(RunCli("calibrate " + bad + " --out " + TempPath("never.json")), "/model/name");
+  std::string syntax = WriteFile("syntax_measurements.json", "{\"schema\": ");
+  ExpectOneLineError(RunCli("validate --measurements " + syntax), "syntax_measurements.json");
+  std::string plan = WriteFile("a_plan.json", R"({"schema": "shardtune.plan", "schema_version": 1})");
+  ExpectOneLineError(RunCli("validate --measurements " + plan), "shardtune.measurements");
+  ExpectOneLineError(RunCli("validate --measurements " + MeasuredRun() + " --cluster 8xH100"), "world of 1");
+}
+
+TEST(CliTest, TuneMeasureRejectsWhatItCannotRun) {
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --measure 2"), "--measure");
+  ExpectOneLineError(RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --measure 0"),
+                     "--measure");
+  ExpectOneLineError(RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --measure 1 "
+                            "--measure-steps 1"), "--measure-steps");
+}
+
+TEST(CliTest, TuneMeasureRunsTheTopPlansAndReportsTheMeasuredWinner) {
+  std::string dir = TempPath("tune_measure_" + std::to_string(::getpid()));
+  Result r = RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --measure 2 "
+                    "--measure-steps 3 --measure-dir " + dir + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& m = j["measured"];
+  ASSERT_EQ(m["plans"].size(), 2u);
+  // Ranked by measured throughput, best first; the winner is the first.
+  EXPECT_GE(m["plans"][0]["measured_tokens_per_s"].get<double>(), m["plans"][1]["measured_tokens_per_s"].get<double>());
+  EXPECT_EQ(m["measured_winner"], m["plans"][0]["key"]);
+  std::ifstream prof(m["profile"].get<std::string>());
+  EXPECT_EQ(nlohmann::json::parse(prof)["schema"], "shardtune.profile");
+  EXPECT_FALSE(m["calibrated_top"].empty());
+}
+
+// Issue #11: the whole job. The JSON carries every phase; a consolidated checkpoint of an 8B
+// model gathered on every GPU (12 bytes per parameter) is what decides the verdict, and the text
+// says so; the simulate trace marks the phases.
+TEST(CliTest, EstimatePhasesNameTheDecidingPhase) {
+  Result r = RunCli("estimate --seq-len 2048 --checkpoint-format full --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& ph = j["phases"];
+  ASSERT_EQ(ph["list"].size(), 5u);
+  EXPECT_TRUE(ph["training_fits"].get<bool>());
+  EXPECT_FALSE(ph["fits"].get<bool>());
+  EXPECT_EQ(ph["deciding_phase"], "checkpoint save");
+  for (const auto& p : ph["list"]) {
+    EXPECT_EQ(p["nvidia_smi_bytes"].get<int64_t>(),
+              p["reserved_bytes"].get<int64_t>() + p["outside_allocator_bytes"].get<int64_t>());
+  }
+  Result text = RunCli("estimate --seq-len 2048 --checkpoint-format full");
+  EXPECT_THAT(text.out, ::testing::HasSubstr("fits in training, runs out while saving"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("use sharded checkpoints"));
+}
+
+TEST(CliTest, SimulateTraceMarksThePhases) {
+  std::string trace = TempPath("phases_trace_" + std::to_string(::getpid()) + ".json");
+  Result r = RunCli("simulate --model tiny-llama --cluster 4xH100 --seq-len 64 --json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["phases"]["list"].size(), 5u);
+  std::ifstream in(trace);
+  auto t = nlohmann::json::parse(in);
+  int marks = 0;
+  for (const auto& e : t["traceEvents"]) marks += e.value("cat", "") == "phase" && e["ph"] != "e" ? 1 : 0;
+  EXPECT_EQ(marks, 5);
+}
+
+TEST(CliTest, BadJobSettingsAreOneLineErrors) {
+  ExpectOneLineError(RunCli("estimate --allocator cudaMallocAsync"), "--allocator");
+  ExpectOneLineError(RunCli("estimate --host-memory-limit=-1GiB"), "--host-memory-limit");
+  ExpectOneLineError(RunCli("estimate --host-memory-limit 64GB"), "--host-memory-limit");
+  ExpectOneLineError(RunCli("estimate --checkpoint-format zip"), "--checkpoint-format");
+  ExpectOneLineError(RunCli("estimate --load-dtype int8"), "--load-dtype");
+}
+
 }  // namespace
+

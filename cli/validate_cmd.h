@@ -1,0 +1,25 @@
+// `shardtune validate`: predicted vs measured, side by side, for step time, each phase, each
+// compute span, each collective and peak memory, with each error and a summary (median and worst
+// absolute percentage error).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace shardtune::cli {
+
+struct ValidateArgs {
+  std::vector<std::string> measurements;  // --measurements M.json...
+  std::string profile;                    // --profile P; empty: the named defaults
+  std::string model;                      // --model; empty: each file's model
+  std::string cluster;                    // --cluster; empty: cpu:N for CPU runs
+  bool json = false;
+};
+
+void AddValidateCommand(CLI::App* app, ValidateArgs* args);
+void RunValidate(const ValidateArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace shardtune::cli

@@ -1,0 +1,266 @@
+// Strict reading of "shardtune.measurements" files: every problem collected, then one error.
+#include "simulator/measurements_json.h"
+
+#include <functional>
+#include <limits>
+
+#include "model/errors.h"
+#include "model/plan_json.h"
+#include "model/strict_json.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::StrictReader;
+using Json = nlohmann::json;
+
+constexpr int64_t kMaxCount = int64_t{1} << 50;
+constexpr double kMaxSeconds = 1e7;  // 115 days: anything longer is a corrupted file
+
+// Runs `read`, turning an InputError into one more problem (so all problems are reported).
+void Try(std::vector<std::string>* problems, const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const InputError& e) {
+    problems->push_back(e.what());
+  }
+}
+
+const char* kKinds[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all"};
+
+profiles::Collective KindFromName(const std::string& s) {
+  for (int i = 0; i < 5; ++i) {
+    if (s == kKinds[i]) return static_cast<profiles::Collective>(i);
+  }
+  return profiles::Collective::kAllGather;  // unreachable: RequiredEnum checked the name
+}
+
+// Reads the array at `key` of `r`, calling `each` with a reader of every element.
+void ForEach(StrictReader& r, const std::string& key, std::vector<std::string>* problems,
+             const std::function<void(StrictReader&)>& each) {
+  const Json* arr = nullptr;
+  Try(problems, [&] {
+    const Json& v = r.RequiredValue(key);
+    if (!v.is_array()) {
+      throw InputError(r.Where(key) + ": expected an array, got " + model::Describe(v));
+    }
+    arr = &v;
+  });
+  if (!arr) return;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    Try(problems, [&] {
+      StrictReader e((*arr)[i], r.file(), r.pointer() + "/" + key + "/" + std::to_string(i));
+      std::vector<std::string> inner;
+      Try(&inner, [&] { each(e); });
+      // After a bad key the rest are unread: Finish() would call them unknown.
+      if (inner.empty()) Try(&inner, [&] { e.Finish(); });
+      ThrowIfProblems(inner);
+    });
+  }
+}
+
+void ReadEnvironment(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  Try(p, [&] {
+    StrictReader e = top.RequiredObject("environment");
+    MeasuredEnvironment& v = m->environment;
+    Try(p, [&] { v.shardtune_version = e.RequiredString("shardtune_version"); });
+    Try(p, [&] { v.torch_version = e.RequiredString("torch_version"); });
+    Try(p, [&] { v.backend = e.RequiredString("backend"); });
+    Try(p, [&] { v.device = e.RequiredString("device"); });
+    Try(p, [&] { v.cpu_model = e.RequiredString("cpu_model"); });
+    Try(p, [&] { v.hostname = e.RequiredString("hostname"); });
+    Try(p, [&] { v.date_utc = e.RequiredString("date_utc"); });
+    Try(p, [&] { v.world_size = static_cast<int>(e.RequiredInt("world_size", 1, 1 << 24)); });
+    Try(p, [&] { v.emulated_world = static_cast<int>(e.RequiredInt("emulated_world", 0, 1 << 24)); });
+    Try(p, [&] { v.threads_per_rank = static_cast<int>(e.RequiredInt("threads_per_rank", 1, 1 << 16)); });
+    Try(p, [&] { e.Finish(); });
+  });
+}
+
+void ReadRun(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  Try(p, [&] {
+    StrictReader r = top.RequiredObject("run");
+    Try(p, [&] { m->micro_batch = static_cast<int>(r.RequiredInt("micro_batch", 1, 1 << 24)); });
+    Try(p, [&] { m->grad_accum = static_cast<int>(r.RequiredInt("grad_accum", 1, 1 << 24)); });
+    Try(p, [&] { m->data_parallel_ranks = static_cast<int>(r.RequiredInt("data_parallel_ranks", 1, 1 << 24)); });
+    Try(p, [&] { m->seq_len = r.RequiredInt("seq_len", 1, kMaxCount); });
+    Try(p, [&] { m->global_batch = r.RequiredInt("global_batch", 1, kMaxCount); });
+    Try(p, [&] { m->tokens_per_step = r.RequiredInt("tokens_per_step", 1, kMaxCount); });
+    Try(p, [&] { m->resumed_from_step = r.RequiredInt("resumed_from_step", 0, kMaxCount); });
+    Try(p, [&] { r.RequiredString("data"); });
+    Try(p, [&] { r.Finish(); });
+  });
+}
+
+void ReadSummary(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  Try(p, [&] {
+    StrictReader s = top.RequiredObject("summary");
+    Try(p, [&] { m->steps_measured = s.RequiredInt("steps_measured", 1, kMaxCount); });
+    Try(p, [&] { m->mean_step_time_s = s.RequiredNumber("mean_step_time_s", 1e-9, kMaxSeconds); });
+    Try(p, [&] { m->tokens_per_s = s.RequiredNumber("tokens_per_s", 0, 1e15); });
+    Try(p, [&] { s.RequiredNumber("model_flops_per_token", 0, 1e30); });
+    Try(p, [&] { s.RequiredNumber("achieved_flops_per_s", 0, 1e30); });
+    Try(p, [&] { s.Finish(); });
+  });
+}
+
+void ReadLists(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  ForEach(top, "steps", p, [&](StrictReader& e) {
+    MeasuredStep s;
+    s.step = e.RequiredInt("step", 1, kMaxCount);
+    s.loss = e.RequiredNumber("loss", -1e30, 1e30);
+    s.lr = e.RequiredNumber("lr", 0, 1e6);
+    s.grad_norm = e.RequiredNumber("grad_norm", 0, 1e300);
+    s.time_s = e.RequiredNumber("time_s", 0, kMaxSeconds);
+    s.tokens = e.RequiredInt("tokens", 1, kMaxCount);
+    e.RequiredNumber("tokens_per_s", 0, 1e15);
+    m->steps.push_back(s);
+  });
+  ForEach(top, "units", p, [&](StrictReader& e) {
+    e.RequiredString("name");
+    e.RequiredInt("numel", 0, kMaxCount);
+    e.RequiredInt("padded_numel", 0, kMaxCount);
+    e.RequiredInt("shard_numel", 0, kMaxCount);
+  });
+  ForEach(top, "compute", p, [&](StrictReader& e) {
+    MeasuredCompute c;
+    c.segment = e.RequiredString("segment");
+    c.unit = e.RequiredString("unit");
+    c.phase = e.RequiredEnum("phase", {"forward", "backward"});
+    c.count = e.RequiredInt("count", 1, kMaxCount);
+    c.total_s = e.RequiredNumber("total_s", 0, kMaxSeconds);
+    c.mean_s = e.RequiredNumber("mean_s", 0, kMaxSeconds);
+    if (e.Has("steady_mean_s")) {
+      c.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
+      c.steady_mean_s = e.RequiredNumber("steady_mean_s", 0, kMaxSeconds);
+    }
+    m->compute.push_back(c);
+  });
+}
+
+void ReadCommunication(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  ForEach(top, "waits", p, [&](StrictReader& e) {
+    MeasuredWait w;
+    w.name = e.RequiredString("name");
+    w.phase = e.RequiredString("phase");
+    w.count = e.RequiredInt("count", 1, kMaxCount);
+    w.total_s = e.RequiredNumber("total_s", 0, kMaxSeconds);
+    if (e.Has("steady_total_s")) {
+      w.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
+      w.steady_total_s = e.RequiredNumber("steady_total_s", 0, kMaxSeconds);
+    }
+    m->waits.push_back(w);
+  });
+  ForEach(top, "collectives", p, [&](StrictReader& e) {
+    MeasuredCollective c;
+    c.kind = KindFromName(e.RequiredEnum("kind", {std::begin(kKinds), std::end(kKinds)}));
+    c.group = e.RequiredEnum("group", {"world", "shard", "replicate"});
+    c.group_size = static_cast<int>(e.RequiredInt("group_size", 1, 1 << 24));
+    c.bytes = e.RequiredInt("bytes", 0, kMaxCount);
+    c.count = e.RequiredInt("count", 1, kMaxCount);
+    c.time_s = e.RequiredNumber("time_s", 0, kMaxSeconds);
+    c.total_time_s = e.RequiredNumber("total_time_s", 0, kMaxSeconds);
+    c.busbw_bytes_per_s = e.RequiredNumber("busbw_bytes_per_s", 0, 1e18);
+    c.sent_bytes_per_call = e.RequiredInt("sent_bytes_per_call", 0, kMaxCount);
+    c.emulated = e.OptionalBool("emulated", false);
+    if (e.Has("steady_time_s")) {
+      c.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
+      c.steady_time_s = e.RequiredNumber("steady_time_s", 0, kMaxSeconds);
+    }
+    m->collectives.push_back(c);
+  });
+}
+
+void ReadMemory(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  Try(p, [&] {
+    StrictReader r = top.RequiredObject("memory");
+    Try(p, [&] { m->peak_tracked_bytes = r.RequiredInt("peak_tracked_bytes", 1, kMaxCount); });
+    Try(p, [&] { m->peak_rss_bytes = r.RequiredInt("peak_rss_bytes", 0, kMaxCount); });
+    Try(p, [&] { r.OptionalString("judged_on", ""); });
+    Try(p, [&] { m->peak_device_reserved_bytes = r.OptionalInt("peak_device_reserved_bytes", 0, 0, kMaxCount); });
+    Try(p, [&] { m->device_used_bytes = r.OptionalInt("device_used_bytes", 0, 0, kMaxCount); });
+    ForEach(r, "per_rank", p, [&](StrictReader& e) {
+      MeasuredRankMemory k;
+      k.rank = static_cast<int>(e.RequiredInt("rank", 0, 1 << 24));
+      k.tracked_peak_bytes = e.RequiredInt("tracked_peak_bytes", 0, kMaxCount);
+      k.rss_peak_bytes = e.RequiredInt("rss_peak_bytes", 0, kMaxCount);
+      // Written for CUDA runs only (executor/measurements.cc MemoryJson).
+      e.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
+      k.device_reserved_peak_bytes = e.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
+      k.device_used_bytes = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+      k.device_alloc_retries = e.OptionalInt("device_alloc_retries", 0, 0, kMaxCount);
+      m->memory_per_rank.push_back(k);
+    });
+    Try(p, [&] { r.Finish(); });
+  });
+}
+
+// Cross-field rules: a file that parses but cannot be used.
+void CheckComplete(const Measurements& m, const std::string& name, std::vector<std::string>* p) {
+  if (m.steps.empty()) p->push_back(name + ":/steps: expected at least one step, got an empty list");
+  if (m.compute.empty()) {
+    p->push_back(name + ":/compute: expected the per-segment forward and backward spans, got an empty list");
+  }
+  if (m.memory_per_rank.empty()) {
+    p->push_back(name + ":/memory/per_rank: expected one entry per rank, got an empty list");
+  }
+  if (m.environment.world_size > 1 && m.environment.emulated_world == 0 && m.collectives.empty()) {
+    p->push_back(name + ":/collectives: expected the collectives of a " +
+                 std::to_string(m.environment.world_size) + "-rank run, got an empty list");
+  }
+}
+
+}  // namespace
+
+bool Measurements::HasSteadyCompute() const {
+  for (const auto& c : compute) {
+    if (!c.steady_mean_s) return false;
+  }
+  return !compute.empty();
+}
+
+std::optional<double> Measurements::OptimizerPerStepS() const {
+  for (const auto& w : waits) {
+    if (w.phase != "optimizer") continue;
+    if (w.steady_total_s && w.steady_count > 0) return *w.steady_total_s / static_cast<double>(w.steady_count);
+    return w.total_s / static_cast<double>(w.count);
+  }
+  return std::nullopt;
+}
+
+Measurements MeasurementsFromJson(const Json& j, const std::string& name) {
+  Measurements m;
+  m.path = name;
+  StrictReader top(j, name);
+  top.CheckSchema(kMeasurementsKind, kMeasurementsMaxVersion);
+  m.schema_version = static_cast<int>(j.at("schema_version").get<int64_t>());
+  std::vector<std::string> p;
+  ReadEnvironment(top, &m, &p);
+  Try(&p, [&] {
+    StrictReader r = top.RequiredObject("model");
+    std::vector<std::string> inner;
+    Try(&inner, [&] { m.model_name = r.RequiredString("name"); });
+    Try(&inner, [&] { m.parameters = r.RequiredInt("parameters", 1, kMaxCount); });
+    Try(&inner, [&] { r.Finish(); });
+    ThrowIfProblems(inner);
+  });
+  Try(&p, [&] {
+    const Json& plan = top.RequiredValue("plan");
+    m.plan = model::PlanFromJson(plan, name + ":/plan");
+  });
+  ReadRun(top, &m, &p);
+  ReadSummary(top, &m, &p);
+  ReadLists(top, &m, &p);
+  ReadCommunication(top, &m, &p);
+  ReadMemory(top, &m, &p);
+  Try(&p, [&] { top.Finish(); });
+  if (p.empty()) CheckComplete(m, name, &p);
+  ThrowIfProblems(p);
+  return m;
+}
+
+Measurements ReadMeasurementsFile(const std::string& path) {
+  return MeasurementsFromJson(model::ReadJsonFile(path), path);
+}
+
+}  // namespace shardtune::sim
