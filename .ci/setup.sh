@@ -3,7 +3,8 @@
 # when anything is). Safe to run again. Usage: bash .ci/setup.sh
 set -euo pipefail
 pkgs=(cmake g++ make ccache libtorch-dev libgloo-dev libeigen3-dev libboost-graph-dev
-      libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev python3 python3-yaml)
+      libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev python3 python3-yaml
+      clang libclang-rt-dev gdb)  # clang + libFuzzer: tests/fuzz; gdb: executor fault injection
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 #include "executor/checkpoint.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -202,16 +203,25 @@ void CommitDirectory(const std::string& tmp, const std::string& final_dir) {
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
     std::string old = final_dir + ".old";
-    fs::remove_all(old, ec);
+    RemoveTree(old);
     fs::rename(final_dir, old, ec);
     if (ec)
       throw BackendError("checkpoint: cannot move aside \"" + final_dir + "\": " + ec.message());
-    fs::remove_all(old, ec);
+    RemoveTree(old);
   }
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
     throw BackendError(Errno("checkpoint: cannot rename to", final_dir));
   }
   FsyncPath(fs::path(final_dir).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+namespace {
+int RemoveEntry(const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }
+}  // namespace
+
+void RemoveTree(const std::string& path) {
+  // FTW_DEPTH: children before their directory; FTW_PHYS: do not follow symbolic links.
+  ::nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace shardtune::exec

@@ -53,4 +53,10 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 // Renames `tmp` to `final_dir` (an existing `final_dir` is removed first) and fsyncs the parent.
 void CommitDirectory(const std::string& tmp, const std::string& final_dir);
 
+// Removes `path` and everything under it (rm -rf; a missing path is fine), by nftw(3) rather
+// than std::filesystem::remove_all: a Python wheel's libtorch.so exports its own
+// std::filesystem symbols, and its remove_all crashed a binary that resolved to it (H100
+// machine, torch 2.11).
+void RemoveTree(const std::string& path);
+
 }  // namespace shardtune::exec

@@ -140,8 +140,38 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
     --remaining;
     bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!failed || result.exit_code != 0) continue;
-    result.exit_code = ExitCodeOf(status);
-    result.message = Describe(static_cast<int>(r), pid, status);
+    // The first failure seen may be a rank that only lost its peer (a socket error, exit 3, or
+    // SIGPIPE) while the rank that caused it died a moment earlier: collect what else exits
+    // within kSettle and name the most likely cause, a rank killed by a signal other than
+    // SIGPIPE/SIGTERM, else the first failure.
+    constexpr auto kSettle = std::chrono::milliseconds(200);
+    auto settle_end = std::chrono::steady_clock::now() + kSettle;
+    auto cause = [](int st) {
+      return WIFSIGNALED(st) && WTERMSIG(st) != SIGPIPE && WTERMSIG(st) != SIGTERM;
+    };
+    size_t best_r = r;
+    pid_t best_pid = pid;
+    int best_status = status;
+    while (!cause(best_status) && remaining > 0 && std::chrono::steady_clock::now() < settle_end) {
+      int st = 0;
+      pid_t p2 = ::waitpid(-1, &st, WNOHANG);
+      if (p2 <= 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      size_t r2 = 0;
+      while (r2 < pids.size() && pids[r2] != p2) ++r2;
+      if (r2 == pids.size()) continue;
+      done[r2] = true;
+      --remaining;
+      if (cause(st)) {
+        best_r = r2;
+        best_pid = p2;
+        best_status = st;
+      }
+    }
+    result.exit_code = ExitCodeOf(best_status);
+    result.message = Describe(static_cast<int>(best_r), best_pid, best_status);
     if (remaining == 0) continue;
     result.message += "; stopped the other " + std::to_string(remaining) + " rank(s)";
     SignalAll(pids, done, SIGTERM);

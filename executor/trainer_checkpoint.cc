@@ -2,6 +2,7 @@
 // RNG state; rank 0 writes the manifest and commits the folder; resume picks the newest
 // complete checkpoint on rank 0 and broadcasts its step.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
@@ -37,6 +38,52 @@ void Fill(const at::Tensor& t, const std::string& bytes, const std::string& wher
   std::memcpy(c.data_ptr(), bytes.data(), bytes.size());
   at::NoGradGuard no_grad;
   t.copy_(c);
+}
+
+// "" when rank 0's file of the checkpoint at `step` was written by this plan and model (the same
+// units with the same shard sizes, global batch and optimizer state), else what differs.
+std::string PlanMismatch(const std::string& file, int64_t step, const std::vector<FlatParam*>& units,
+                         int64_t global_batch, bool has_adam_state) {
+  std::vector<Blob> blobs;
+  try {
+    blobs = DecodeBlobs(ReadWholeFile(file), file);
+  } catch (const BackendError& e) {
+    return e.what();
+  }
+  nlohmann::json meta;
+  bool has_adam = false;
+  for (const Blob& b : blobs) {
+    if (b.name == "meta") meta = nlohmann::json::parse(b.bytes, nullptr, /*allow_exceptions=*/false);
+    if (b.name.rfind("exp_avg/", 0) == 0) has_adam = true;
+  }
+  if (!meta.is_object() || !meta.contains("units") || !meta["units"].is_array() ||
+      !meta.contains("next_sequence") || !meta["next_sequence"].is_number_integer()) {
+    return "its metadata is unreadable";
+  }
+  const nlohmann::json& saved = meta["units"];
+  if (saved.size() != units.size()) {
+    return std::to_string(saved.size()) + " FSDP units, this run has " +
+           std::to_string(units.size());
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    const nlohmann::json& u = saved[i];
+    if (!u.is_object() || u.value("name", "") != units[i]->name() ||
+        u.value("shard_numel", int64_t{-1}) != units[i]->shard_numel()) {
+      return "unit " + std::to_string(i) + " is " + u.dump() + ", this run's is " +
+             units[i]->name() + " with " + std::to_string(units[i]->shard_numel()) +
+             " elements per shard";
+    }
+  }
+  const int64_t batch = step > 0 ? meta["next_sequence"].get<int64_t>() / step : 0;
+  if (batch != global_batch) {
+    return "a global batch of " + std::to_string(batch) + " sequences, this run has " +
+           std::to_string(global_batch);
+  }
+  if (has_adam != has_adam_state) {
+    return has_adam ? "AdamW state, this run's optimizer keeps none"
+                    : "no AdamW state, this run's optimizer needs it";
+  }
+  return "";
 }
 
 }  // namespace
@@ -108,7 +155,7 @@ void Trainer::SaveCheckpoint(int64_t step) {
   std::string tmp = root + "/" + name + ".tmp", final_dir = root + "/" + name;
   if (ctx_.rank == 0) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    RemoveTree(tmp);
     fs::create_directories(tmp, ec);
     if (ec) throw BackendError("checkpoint: cannot create \"" + tmp + "\": " + ec.message());
   }
@@ -162,6 +209,12 @@ int64_t Trainer::Resume() {
                  ", this run has " + std::to_string(ctx_.world_size) + " with shard group " +
                  std::to_string(shard) +
                  " (resharding a checkpoint is not supported; hint: use another --out)";
+        chosen = -1;
+      } else if (std::string diff = PlanMismatch(dir + "/" + RankFile(0), step, runtime_->units(), global_batch(),
+                                              !optimizer_->exp_avg().empty());
+                 !diff.empty()) {
+        reject = "--out: checkpoint " + dir + " was written for another plan or model (" + diff +
+                 "; hint: use another --out, or the plan and model that wrote it)";
         chosen = -1;
       } else {
         chosen = step;

@@ -2,6 +2,9 @@
 // the modules Hugging Face transformers builds, so presets match the published num_parameters().
 #include "model/model_spec.h"
 
+#include <iomanip>
+#include <sstream>
+
 #include "model/errors.h"
 
 namespace shardtune::model {
@@ -77,43 +80,76 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
 
 // Elements of one norm's parameters over `width` features: RMSNorm has a weight, LayerNorm a
 // weight and (norm_bias) a bias. torch.nn.LayerNorm / LlamaRMSNorm.
-int64_t NormParams(const ModelSpec& s, int64_t width) {
+// T is int64_t for the count and long double for the overflow check in Problems() (a shape of
+// valid sizes can still overflow int64, found by tests/fuzz).
+template <typename T>
+T NormParams(const ModelSpec& s, T width) {
   return (s.norm == NormKind::kLayerNorm && s.norm_bias) ? 2 * width : width;
 }
 
 // One MLP of inner width f: SwiGLU gate_proj, up_proj [H -> f] and down_proj [f -> H]
 // (LlamaMLP); GELU c_fc [H -> f] and c_proj [f -> H] (GPT2MLP, GPTNeoXMLP). Biases when flagged.
-int64_t MlpParams(const ModelSpec& s, int64_t f, bool bias) {
-  int64_t matrices = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
-  int64_t weights = matrices * s.hidden * f;
-  int64_t biases = bias ? (matrices - 1) * f + s.hidden : 0;
+template <typename T>
+T MlpParams(const ModelSpec& s, T f, bool bias) {
+  T matrices = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  T weights = matrices * static_cast<T>(s.hidden) * f;
+  T biases = bias ? (matrices - 1) * f + static_cast<T>(s.hidden) : 0;
   return weights + biases;
 }
 
-int64_t AttentionParams(const ModelSpec& s) {
+template <typename T>
+T AttentionParams(const ModelSpec& s) {
+  const T h = static_cast<T>(s.hidden), q = static_cast<T>(s.num_heads) * static_cast<T>(s.head_dim),
+          kv = static_cast<T>(s.num_kv_heads) * static_cast<T>(s.head_dim);
   // q_proj [H -> a*d], k_proj and v_proj [H -> kv*d], o_proj [a*d -> H] (LlamaAttention; GPT-2's
   // fused c_attn [H -> 3H] and NeoX's query_key_value are the same count).
-  int64_t n = s.hidden * s.q_dim() + 2 * s.hidden * s.kv_dim() + s.q_dim() * s.hidden;
-  if (s.qkv_bias) n += s.q_dim() + 2 * s.kv_dim();
-  if (s.attn_out_bias) n += s.hidden;
+  T n = h * q + 2 * h * kv + q * h;
+  if (s.qkv_bias) n += q + 2 * kv;
+  if (s.attn_out_bias) n += h;
   // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by all heads.
-  if (s.qk_norm) n += 2 * NormParams(s, s.head_dim);
+  if (s.qk_norm) n += 2 * NormParams(s, static_cast<T>(s.head_dim));
   return n;
 }
 
-int64_t FeedForwardParams(const ModelSpec& s) {
+template <typename T>
+T FeedForwardParams(const ModelSpec& s) {
   const MoeSpec& m = s.moe;
-  if (!m.enabled()) return MlpParams(s, s.ffn_hidden, s.mlp_bias);
-  int64_t fe = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden;
-  int64_t fs = m.shared_expert_ffn_hidden > 0 ? m.shared_expert_ffn_hidden : fe;
+  if (!m.enabled()) return MlpParams(s, static_cast<T>(s.ffn_hidden), s.mlp_bias);
+  T fe = static_cast<T>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
+  T fs = m.shared_expert_ffn_hidden > 0 ? static_cast<T>(m.shared_expert_ffn_hidden) : fe;
+  const T h = static_cast<T>(s.hidden), experts = static_cast<T>(m.num_experts);
   // MixtralSparseMoeBlock: gate (router) Linear(H, E, bias=False) + E experts (w1, w3, w2).
-  int64_t n = s.hidden * m.num_experts + m.num_experts * MlpParams(s, fe, false);
+  T n = h * experts + experts * MlpParams(s, fe, false);
   // Qwen2MoeSparseMoeBlock: shared_expert MLP(H, shared_expert_intermediate_size) and
   // shared_expert_gate Linear(H, 1, bias=False).
-  n += m.num_shared_experts * MlpParams(s, fs, false);
-  if (m.shared_expert_gate) n += s.hidden;
+  n += static_cast<T>(m.num_shared_experts) * MlpParams(s, fs, false);
+  if (m.shared_expert_gate) n += h;
   return n;
 }
+
+// Every part of CountParameters() in type T (the formulas are written once, above).
+template <typename T>
+T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
+  const T h = static_cast<T>(s.hidden), v = static_cast<T>(s.vocab_size);
+  const T embedding = v * h;  // embed_tokens / wte / embed_in
+  // GPT-2's wpe: Embedding(n_positions, n_embd). Rotary positions have no parameters.
+  const T positions = s.positions == PositionKind::kLearned ? static_cast<T>(s.max_seq_len) * h : 0;
+  // Two norms per block (input_layernorm + post_attention_layernorm, ln_1 + ln_2); NeoX's
+  // parallel residual keeps both, it only feeds them the same input.
+  const T block = AttentionParams<T>(s) + FeedForwardParams<T>(s) + 2 * NormParams(s, h);
+  const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm
+  const T lm_head = s.tied_embeddings ? 0 : v * h;  // lm_head / embed_out, no bias
+  const T total = embedding + positions + static_cast<T>(s.num_layers) * block + final_norm + lm_head;
+  if (parts) {
+    *parts = ParameterCounts{static_cast<int64_t>(embedding), static_cast<int64_t>(positions),
+                             static_cast<int64_t>(block),     static_cast<int64_t>(final_norm),
+                             static_cast<int64_t>(lm_head),   static_cast<int64_t>(total)};
+  }
+  return total;
+}
+
+// 10^15 parameters: far above any trained model, far below int64 (and the byte counts derived).
+constexpr long double kMaxParameters = 1e15L;
 
 }  // namespace
 
@@ -139,7 +175,19 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
   p.Expect(!(norm == NormKind::kRmsNorm && norm_bias), "norm_bias",
            "false with norm \"rms_norm\" (RMSNorm has no bias)", Bool(norm_bias));
   CheckMoe(*this, &p);
-  return p.Take();
+  std::vector<std::string> problems = p.Take();
+  if (problems.empty()) {
+    ModelSpec s = *this;
+    s.FillDefaults();
+    const long double n = TotalParams<long double>(s, nullptr);
+    if (!(n <= kMaxParameters)) {
+      std::ostringstream got;
+      got << std::setprecision(3) << static_cast<double>(n);
+      problems.push_back(where + ":/: expected at most 1e15 parameters in all, got " + got.str() +
+                         " from these sizes (hint: one of them has a typo)");
+    }
+  }
+  return problems;
 }
 
 void ModelSpec::Validate(const std::string& where) const {
@@ -151,15 +199,7 @@ ParameterCounts CountParameters(const ModelSpec& spec) {
   s.FillDefaults();
   SHARDTUNE_CHECK(s.Problems("spec").empty()) << "CountParameters on an invalid spec " << s.name;
   ParameterCounts c;
-  c.embedding = s.vocab_size * s.hidden;  // embed_tokens / wte / embed_in
-  // GPT-2's wpe: Embedding(n_positions, n_embd). Rotary positions have no parameters.
-  c.positions = s.positions == PositionKind::kLearned ? s.max_seq_len * s.hidden : 0;
-  // Two norms per block (input_layernorm + post_attention_layernorm, ln_1 + ln_2); NeoX's
-  // parallel residual keeps both, it only feeds them the same input.
-  c.block = AttentionParams(s) + FeedForwardParams(s) + 2 * NormParams(s, s.hidden);
-  c.final_norm = NormParams(s, s.hidden);  // model.norm / ln_f / final_layer_norm
-  c.lm_head = s.tied_embeddings ? 0 : s.vocab_size * s.hidden;  // lm_head / embed_out, no bias
-  c.total = c.embedding + c.positions + s.num_layers * c.block + c.final_norm + c.lm_head;
+  TotalParams<int64_t>(s, &c);
   return c;
 }
 

@@ -2,6 +2,7 @@
 #include "model/strict_json.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -27,11 +28,27 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 std::string EscapePointerToken(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      // Messages are one line: a key "a\nb" is shown as JSON writes it (found by tests/fuzz).
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
   }
   return out;
+}
+
+// A string value as JSON writes it: quoted, control characters escaped, so that messages stay
+// one line (tests/fuzz/regressions).
+std::string Quote(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -56,6 +73,11 @@ nlohmann::json ParseJsonText(const std::string& text, const std::string& name) {
     if (pos != std::string::npos) msg = msg.substr(pos);
     throw InputError(name + ":" + std::to_string(line) + ":" + std::to_string(col) +
                      ": invalid JSON: " + msg);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range, e.g. 2e308 (found by tests/fuzz): "number overflow ...".
+    std::string msg = e.what();
+    auto pos = msg.find("] ");
+    throw InputError(name + ": invalid JSON: " + (pos == std::string::npos ? msg : msg.substr(pos + 2)));
   }
 }
 
@@ -153,9 +175,10 @@ int64_t StrictReader::RequiredInt(const std::string& key, int64_t min, int64_t m
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d)) && d >= static_cast<double>(min) &&
-        d <= static_cast<double>(max)) {
-      return static_cast<int64_t>(d);
+    // Range before the cast: a double outside int64 is undefined behaviour (found by tests/fuzz).
+    if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) {
+      int64_t x = static_cast<int64_t>(d);
+      if (x >= min && x <= max) return x;
     }
   }
   Fail(key, expected, v);
@@ -207,7 +230,7 @@ std::string StrictReader::RequiredEnum(const std::string& key,
   std::string s = v.get<std::string>();
   if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
     std::string hint = ClosestName(s, allowed);
-    throw InputError(Where(key) + ": expected " + expected + ", got \"" + s + "\"" +
+    throw InputError(Where(key) + ": expected " + expected + ", got " + Quote(s) +
                      (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
   }
   return s;
@@ -232,7 +255,7 @@ void StrictReader::Ignore(const std::string& key) {
 void StrictReader::CheckSchema(const std::string& kind, int max_version) {
   std::string got = RequiredString("schema");
   if (got != kind) {
-    throw InputError(Where("schema") + ": expected \"" + kind + "\", got \"" + got + "\"");
+    throw InputError(Where("schema") + ": expected \"" + kind + "\", got " + Quote(got));
   }
   int64_t version = RequiredInt("schema_version", 1, 1 << 20);
   if (version > max_version) {

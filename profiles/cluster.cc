@@ -173,6 +173,19 @@ std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
 
 ClusterSpec ParseClusterShorthand(const std::string& text) {
   if (text.empty()) ShorthandError(text, "the value is empty");
+  // Messages quote the text, so it must be one printable line; std::regex also recurses per
+  // character. Both found by tests/fuzz.
+  constexpr size_t kMaxLength = 128;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c >= 0x7f || i >= kMaxLength) {
+      throw InputError(std::string("--cluster: expected ") + kGrammar +
+                       ", got a value with " +
+                       (i >= kMaxLength ? "more than " + std::to_string(kMaxLength) + " characters"
+                                        : "a non-printable or non-ASCII byte at offset " +
+                                              std::to_string(i)));
+    }
+  }
   if (Lower(text.substr(0, 4)) == "cpu:") return ParseCpuShorthand(text);
   static const std::regex kCounts("([0-9]+)[xX](?:([0-9]+)[xX])?(.*)");
   std::smatch m;
