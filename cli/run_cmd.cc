@@ -106,6 +106,12 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world) {
   o.threads = a.threads;
   o.timeout_s = a.timeout_s;
   o.trace = !a.no_trace;
+  o.checkpoints = !a.no_checkpoints;
+  if (a.plan.app->count("--on-nonfinite") > 0 &&
+      a.plan.app->get_option("--on-nonfinite")->as<std::string>() == "skip") {
+    o.on_nonfinite = exec::OnNonFinite::kSkip;
+  }
+  o.device = a.device == "auto" ? (exec::CudaRunsAvailable() ? "cuda" : "cpu") : a.device;
   return o;
 }
 
@@ -130,6 +136,9 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--nproc", a->nproc, "Local ranks to launch (default 1)");
   run->add_option("--seed", a->seed, "Seed of the initialization and synthetic data");
   run->add_option("--data", a->data, "Text file read as byte-level tokens (default: synthetic)");
+  run->add_option("--device", a->device,
+                  "auto|cpu|cuda: where the ranks run (auto: cuda when built with a CUDA LibTorch "
+                  "and a GPU is visible; each rank uses GPU LOCAL_RANK and NCCL)");
   run->add_option("--emulate-world", a->emulate_world,
                   "Run rank 0 of a world of N in this one process (Emulated collectives)");
   run->add_option("--lr", a->lr, "Peak learning rate (default 1e-3)");
@@ -144,6 +153,12 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--timeout", a->timeout_s,
                   "Rendezvous and collective timeout in seconds (default 60)");
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
+  run->add_flag("--no-checkpoints", a->no_checkpoints,
+                "Write no checkpoints (benchmark runs; nothing to resume from)");
+  run->add_option("--on-nonfinite",
+                  "stop|skip: a step whose loss or gradient norm is NaN/inf stops the run "
+                  "(default; the last checkpoint is kept) or has its update skipped")
+      ->check(CLI::IsMember({"stop", "skip"}));
   AddPlanFlags(run, &a->plan);
 }
 

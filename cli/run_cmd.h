@@ -18,6 +18,7 @@ struct RunArgs {
   std::string out;
   std::string data;
   std::string lr_schedule = "cosine";
+  std::string device = "auto";  // auto: cuda when this build has CUDA and a GPU is visible
   int steps = 0;
   int nproc = 1;
   int emulate_world = 0;
@@ -30,6 +31,7 @@ struct RunArgs {
   int threads = 0;
   double timeout_s = 60;
   bool no_trace = false;
+  bool no_checkpoints = false;
   PlanFlags plan;
 };
 

@@ -2,6 +2,7 @@
 // gradient once its parameters' gradients are all accumulated, finish reductions in order.
 // The hooks run on the autograd engine's thread (the caller's thread for CPU tensors).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 #include <torch/csrc/autograd/autograd.h>
 
 #include "executor/fsdp_runtime_impl.h"

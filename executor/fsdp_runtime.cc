@@ -2,6 +2,7 @@
 #include "executor/fsdp_runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 
 #include <algorithm>
 #include <cmath>

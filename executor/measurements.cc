@@ -59,20 +59,59 @@ std::string UnitOfSegment(const std::vector<UnitInfo>& units, int s) {
   return best ? best->name : "";
 }
 
+// The end of this process's first step on the run clock, when the trace kept the spans and
+// there was more than one step: spans and collectives issued before it pay one-time costs
+// (lazy allocations, thread pools) and are left out of the "steady_*" figures calibration uses.
+// NaN when unknown (no trace, or one step).
+double FirstStepEnd(const MeasurementsDoc& d) {
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!d.recorder || d.steps.size() < 2) return nan;
+  double first_start = std::numeric_limits<double>::infinity(), end = nan;
+  for (const Span& s : d.recorder->spans()) {
+    if (s.phase == "step" && s.start_s < first_start) {
+      first_start = s.start_s;
+      end = s.start_s + s.dur_s;
+    }
+  }
+  return end;
+}
+
+// Totals per (name, phase) of the spans that start after `cutoff`.
+std::map<std::pair<std::string, std::string>, SpanTotal> SteadyTotals(const MeasurementsDoc& d,
+                                                                      double cutoff) {
+  std::map<std::pair<std::string, std::string>, SpanTotal> out;
+  if (!d.recorder || std::isnan(cutoff)) return out;
+  for (const Span& s : d.recorder->spans()) {
+    if (s.start_s < cutoff) continue;
+    SpanTotal& t = out[{s.name, s.phase}];
+    ++t.count;
+    t.total_s += s.dur_s;
+  }
+  return out;
+}
+
 Json ComputeJson(const MeasurementsDoc& d) {
   Json a = Json::array();
   if (!d.recorder) return a;
+  double cutoff = FirstStepEnd(d);
+  auto steady = SteadyTotals(d, cutoff);
   for (size_t s = 0; s < d.segment_names.size(); ++s) {
     for (const char* phase : {"forward", "backward"}) {
       auto it = d.recorder->totals().find({d.segment_names[s], phase});
       if (it == d.recorder->totals().end()) continue;
       const SpanTotal& t = it->second;
-      a.push_back({{"segment", d.segment_names[s]},
-                   {"unit", UnitOfSegment(d.units, static_cast<int>(s))},
-                   {"phase", phase},
-                   {"count", t.count},
-                   {"total_s", Ns(t.total_s)},
-                   {"mean_s", Ns(t.total_s / static_cast<double>(std::max<int64_t>(1, t.count)))}});
+      Json e = {{"segment", d.segment_names[s]},
+                {"unit", UnitOfSegment(d.units, static_cast<int>(s))},
+                {"phase", phase},
+                {"count", t.count},
+                {"total_s", Ns(t.total_s)},
+                {"mean_s", Ns(t.total_s / static_cast<double>(std::max<int64_t>(1, t.count)))}};
+      auto st = steady.find({d.segment_names[s], phase});
+      if (st != steady.end()) {
+        e["steady_count"] = st->second.count;
+        e["steady_mean_s"] = Ns(st->second.total_s / static_cast<double>(st->second.count));
+      }
+      a.push_back(e);
     }
   }
   return a;
@@ -81,21 +120,26 @@ Json ComputeJson(const MeasurementsDoc& d) {
 Json WaitsJson(const MeasurementsDoc& d) {
   Json a = Json::array();
   if (!d.recorder) return a;
+  auto steady = SteadyTotals(d, FirstStepEnd(d));
   for (const auto& [key, t] : d.recorder->totals()) {
     if (key.second == "forward" || key.second == "backward") continue;
-    a.push_back({{"name", key.first},
-                 {"phase", key.second},
-                 {"count", t.count},
-                 {"total_s", Ns(t.total_s)}});
+    Json e = {{"name", key.first}, {"phase", key.second}, {"count", t.count},
+              {"total_s", Ns(t.total_s)}};
+    auto st = steady.find(key);
+    if (st != steady.end()) {
+      e["steady_count"] = st->second.count;
+      e["steady_total_s"] = Ns(st->second.total_s);
+    }
+    a.push_back(e);
   }
   return a;
 }
 
-Json CollectivesJson(const std::vector<CollectiveRecord>& records) {
+Json CollectivesJson(const std::vector<CollectiveRecord>& records, double cutoff) {
   using Key = std::tuple<int, std::string, int, int64_t>;
   struct Agg {
-    int64_t count = 0, sent = 0;
-    double time = 0;
+    int64_t count = 0, sent = 0, steady_count = 0;
+    double time = 0, steady_time = 0;
     bool emulated = false;
   };
   std::map<Key, Agg> agg;
@@ -105,6 +149,10 @@ Json CollectivesJson(const std::vector<CollectiveRecord>& records) {
     a.time += r.time_s;
     a.sent += r.sent_bytes;
     a.emulated = a.emulated || r.emulated;
+    if (!std::isnan(cutoff) && r.start_s >= cutoff) {
+      ++a.steady_count;
+      a.steady_time += r.time_s;
+    }
   }
   Json out = Json::array();
   for (const auto& [k, a] : agg) {
@@ -123,6 +171,10 @@ Json CollectivesJson(const std::vector<CollectiveRecord>& records) {
                    {"busbw_bytes_per_s", std::round(busbw)},
                    {"sent_bytes_per_call", a.sent / a.count},
                    {"emulated", a.emulated}});
+    if (a.steady_count > 0) {
+      out.back()["steady_count"] = a.steady_count;
+      out.back()["steady_time_s"] = Ns(a.steady_time / static_cast<double>(a.steady_count));
+    }
   }
   return out;
 }
@@ -130,20 +182,40 @@ Json CollectivesJson(const std::vector<CollectiveRecord>& records) {
 Json MemoryJson(const std::vector<RankMemory>& mem) {
   Json per = Json::array();
   int64_t tracked = 0, rss = 0;
+  int64_t reserved = 0, used = 0;
+  bool cuda = false;
   for (const RankMemory& m : mem) {
-    per.push_back({{"rank", m.rank},
-                   {"tracked_peak_bytes", m.tracked_peak_bytes},
-                   {"rss_peak_bytes", m.rss_peak_bytes}});
+    Json r = {{"rank", m.rank},
+              {"tracked_peak_bytes", m.tracked_peak_bytes},
+              {"rss_peak_bytes", m.rss_peak_bytes}};
+    if (m.device_allocated_peak_bytes > 0) {
+      cuda = true;
+      r["device_allocated_peak_bytes"] = m.device_allocated_peak_bytes;
+      r["device_reserved_peak_bytes"] = m.device_reserved_peak_bytes;
+      r["device_used_bytes"] = m.device_used_bytes;
+      r["device_alloc_retries"] = m.device_alloc_retries;
+    }
+    per.push_back(r);
     tracked = std::max(tracked, m.tracked_peak_bytes);
     rss = std::max(rss, m.rss_peak_bytes);
+    reserved = std::max(reserved, m.device_reserved_peak_bytes);
+    used = std::max(used, m.device_used_bytes);
   }
-  return Json{{"peak_tracked_bytes", tracked},
-              {"peak_rss_bytes", rss},
-              {"judged_on",
-               "peak_tracked_bytes: tensor storage allocated through LibTorch's CPU "
-               "allocator (the CPU analogue of torch.cuda.max_memory_allocated); RSS "
-               "adds the process, libraries and allocator caches"},
-              {"per_rank", per}};
+  Json out{{"peak_tracked_bytes", tracked},
+           {"peak_rss_bytes", rss},
+           {"judged_on",
+            cuda ? "peak_tracked_bytes: the CUDA caching allocator's peak allocated bytes "
+                   "(torch.cuda.max_memory_allocated); reserved adds its cache, device_used the "
+                   "CUDA context and NCCL buffers (cudaMemGetInfo)"
+                 : "peak_tracked_bytes: tensor storage allocated through LibTorch's CPU "
+                   "allocator (the CPU analogue of torch.cuda.max_memory_allocated); RSS "
+                   "adds the process, libraries and allocator caches"},
+           {"per_rank", per}};
+  if (cuda) {
+    out["peak_device_reserved_bytes"] = reserved;
+    out["device_used_bytes"] = used;
+  }
+  return out;
 }
 
 Json SummaryJson(const MeasurementsDoc& d) {
@@ -194,7 +266,7 @@ void WriteMeasurements(const std::string& path, const MeasurementsDoc& d) {
   j["units"] = units;
   j["compute"] = ComputeJson(d);
   j["waits"] = WaitsJson(d);
-  j["collectives"] = CollectivesJson(d.collectives);
+  j["collectives"] = CollectivesJson(d.collectives, FirstStepEnd(d));
   j["memory"] = MemoryJson(d.memory);
   WriteFileAtomically(path, j.dump(2) + "\n");
 }

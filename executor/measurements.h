@@ -35,6 +35,10 @@ struct RankMemory {
   int rank = 0;
   int64_t tracked_peak_bytes = 0;  // tensor storage through LibTorch's CPU allocator
   int64_t rss_peak_bytes = 0;      // VmHWM
+  // CUDA runs (0 on CPU): the caching allocator's peaks and the device's used memory at the end
+  // (cudaMemGetInfo: CUDA context, NCCL buffers and the allocator's reservations).
+  int64_t device_allocated_peak_bytes = 0, device_reserved_peak_bytes = 0;
+  int64_t device_used_bytes = 0, device_alloc_retries = 0;
 };
 
 struct RunShape {

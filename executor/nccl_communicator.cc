@@ -19,7 +19,7 @@ namespace shardtune::exec {
 #ifndef SHARDTUNE_WITH_NCCL
 bool NcclAvailable() { return false; }
 bool CudaDeviceAvailable() { return false; }
-std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous&, const std::string&, int,
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous*, const std::string&, int,
                                                    const std::vector<int>&, int,
                                                    std::shared_ptr<CollectiveLog>) {
   throw BackendError("this shardtune was built without NCCL (SHARDTUNE_WITH_NCCL off)");
@@ -96,26 +96,53 @@ class NcclWork : public Work {
   std::vector<at::Tensor> keep_;  // the tensors NCCL reads and writes, alive until done
 };
 
+// A collective on CPU tensors run through device copies: Wait() waits for it and copies the
+// device result back into the host tensor.
+class StagedWork : public Work {
+ public:
+  StagedWork(std::unique_ptr<Work> inner, at::Tensor device_result, at::Tensor host_result)
+      : inner_(std::move(inner)), device_(std::move(device_result)), host_(std::move(host_result)) {}
+  void Wait() override {
+    if (!inner_) return;
+    inner_->Wait();
+    inner_.reset();
+    host_.copy_(device_);
+  }
+
+ private:
+  std::unique_ptr<Work> inner_;
+  at::Tensor device_, host_;
+};
+
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const std::string& group, int rank, int size, std::shared_ptr<CollectiveLog> log,
-                   ncclComm_t comm, cudaStream_t stream, int global_rank)
+                   ncclComm_t comm, cudaStream_t stream, int global_rank, int device)
       : Communicator(group, rank, size, std::move(log)),
         comm_(comm),
         stream_(stream),
-        global_rank_(global_rank) {}
+        global_rank_(global_rank),
+        device_(device) {}
   ~NcclCommunicator() override {
     ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
 
   std::unique_ptr<Work> AllGather(const at::Tensor& shard, const at::Tensor& full) override {
+    if (!full.is_cuda()) {
+      at::Tensor d_full = at::empty(full.sizes(), full.options().device(Device()));
+      return std::make_unique<StagedWork>(AllGather(shard.to(Device()), d_full), d_full, full);
+    }
     return Run(profiles::Collective::kAllGather, full, {shard, full}, [&] {
       return ncclAllGather(shard.data_ptr(), full.data_ptr(), static_cast<size_t>(shard.numel()),
                            NcclType(shard.scalar_type()), comm_, stream_);
     });
   }
   std::unique_ptr<Work> ReduceScatter(const at::Tensor& full, const at::Tensor& shard) override {
+    if (!full.is_cuda()) {
+      at::Tensor d_shard = at::empty(shard.sizes(), shard.options().device(Device()));
+      return std::make_unique<StagedWork>(ReduceScatter(full.to(Device()), d_shard), d_shard, shard);
+    }
     return Run(profiles::Collective::kReduceScatter, full, {shard, full}, [&] {
       return ncclReduceScatter(full.data_ptr(), shard.data_ptr(),
                                static_cast<size_t>(shard.numel()), NcclType(full.scalar_type()),
@@ -123,12 +150,20 @@ class NcclCommunicator : public Communicator {
     });
   }
   std::unique_ptr<Work> AllReduce(const at::Tensor& t) override {
+    if (!t.is_cuda()) {
+      at::Tensor d = t.to(Device());
+      return std::make_unique<StagedWork>(AllReduce(d), d, t);
+    }
     return Run(profiles::Collective::kAllReduce, t, {t}, [&] {
       return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                            NcclType(t.scalar_type()), ncclSum, comm_, stream_);
     });
   }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
+    if (!t.is_cuda()) {
+      at::Tensor d = t.to(Device());
+      return std::make_unique<StagedWork>(Broadcast(d, root), d, t);
+    }
     return Run(profiles::Collective::kBroadcast, t, {t}, [&] {
       return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
                            NcclType(t.scalar_type()), root, comm_, stream_);
@@ -146,6 +181,8 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
+  at::Device Device() const { return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
+
   template <typename F>
   std::unique_ptr<Work> Run(profiles::Collective kind, const at::Tensor& full,
                             std::vector<at::Tensor> keep, F&& call) {
@@ -175,14 +212,17 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_;
   cudaStream_t stream_;
   int global_rank_;
+  int device_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const std::string& group,
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous* rendezvous, const std::string& group,
                                                    int index, const std::vector<int>& ranks,
                                                    int device, std::shared_ptr<CollectiveLog> log) {
-  int rank = rendezvous.options().rank;
+  SHARDTUNE_CHECK(rendezvous != nullptr || ranks.size() == 1)
+      << "group " << group << " of " << ranks.size() << " ranks needs a rendezvous";
+  int rank = rendezvous ? rendezvous->options().rank : ranks.front();
   auto it = std::find(ranks.begin(), ranks.end(), rank);
   SHARDTUNE_CHECK(it != ranks.end()) << "rank " << rank << " is not in group " << group;
   int group_rank = static_cast<int>(it - ranks.begin()), size = static_cast<int>(ranks.size());
@@ -192,9 +232,9 @@ std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const
   if (group_rank == 0) {
     SHARDTUNE_NCCL_CHECK(ncclGetUniqueId(&id), rank);
     const auto* p = reinterpret_cast<const uint8_t*>(&id);
-    rendezvous.Set(key, std::vector<uint8_t>(p, p + sizeof(id)));
+    if (rendezvous) rendezvous->Set(key, std::vector<uint8_t>(p, p + sizeof(id)));
   } else {
-    std::vector<uint8_t> bytes = rendezvous.Get(key);
+    std::vector<uint8_t> bytes = rendezvous->Get(key);
     if (bytes.size() != sizeof(id))
       throw BackendError("rank " + std::to_string(rank) + ": bad " + key);
     std::memcpy(&id, bytes.data(), sizeof(id));
@@ -204,7 +244,7 @@ std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const
   cudaStream_t stream = nullptr;
   SHARDTUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank);
   return std::make_unique<NcclCommunicator>(group, group_rank, size, std::move(log), comm, stream,
-                                            rank);
+                                            rank, device);
 }
 #endif
 

@@ -20,10 +20,12 @@ bool CudaDeviceAvailable();
 
 // The NCCL communicator of group `group` number `index` (members: the global `ranks`, in
 // group-rank order) on CUDA device `device`. The group's rank 0 publishes the ncclUniqueId in
-// the rendezvous store. Tensors passed to it must live on that device. Wait() blocks the host
-// until the collective finished (so its GPU time can be recorded) and orders the default stream
-// after it. Throws BackendError (also when built without NCCL).
-std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous& rendezvous, const std::string& group,
+// the rendezvous store (`rendezvous` may be null for a one-rank group: nothing to exchange).
+// Tensors should live on that device; CPU tensors (loss and norm scalars, checkpoint metadata)
+// are staged through the device. Wait() blocks the host until the collective finished (so its
+// GPU time can be recorded) and orders the default stream after it. Throws BackendError (also
+// when built without NCCL).
+std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous* rendezvous, const std::string& group,
                                                    int index, const std::vector<int>& ranks,
                                                    int device, std::shared_ptr<CollectiveLog> log);
 

@@ -2,6 +2,7 @@
 #include "executor/optimizer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 
 #include <cmath>
 

@@ -8,14 +8,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "executor/cuda_support.h"
 #include "executor/gloo_communicator.h"
 #include "executor/measurements.h"
 #include "executor/memory_tracker.h"
+#include "executor/nccl_communicator.h"
 #include "executor/trainer.h"
 #include "model/module_tree.h"
 
@@ -28,10 +31,19 @@ struct Groups {
 };
 
 // World, shard and replicate groups: ranks [k*G, (k+1)*G) share shards; ranks i, i+G, ...
-// hold the same shard (HSDP's 2-D mesh, dp_replicate x dp_shard).
-Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<CollectiveLog> log) {
+// hold the same shard (HSDP's 2-D mesh, dp_replicate x dp_shard). On CUDA the groups are NCCL
+// communicators (a single rank gets one-rank NCCL communicators, so the NCCL path runs).
+Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<CollectiveLog> log,
+                  int cuda_device) {
   Groups g;
   int W = env.launched ? env.world_size : 1, rank = env.launched ? env.rank : 0;
+  bool cuda = cuda_device >= 0;
+  if (cuda && o.emulate_world == 0 && W == 1) {
+    g.groups.world = MakeNcclCommunicator(nullptr, "world", 0, {0}, cuda_device, log);
+    g.groups.shard = MakeNcclCommunicator(nullptr, "shard", 0, {0}, cuda_device, log);
+    g.groups.replicate = MakeEmulatedCommunicator("replicate", 0, 1, log);
+    return g;
+  }
   if (o.emulate_world > 0 || W == 1) {
     int n = o.emulate_world > 0 ? o.emulate_world : 1;
     int G = o.plan.ResolvedShardGroup(n, n);
@@ -44,16 +56,19 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
   g.rendezvous = Rendezvous::Connect(ro);
   std::vector<int> all(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) all[static_cast<size_t>(r)] = r;
-  g.groups.world = MakeGlooCommunicator(*g.rendezvous, "world", 0, all, log);
+  auto make = [&](const std::string& name, int index,
+                  const std::vector<int>& ranks) -> std::unique_ptr<Communicator> {
+    if (cuda) return MakeNcclCommunicator(g.rendezvous.get(), name, index, ranks, cuda_device, log);
+    return MakeGlooCommunicator(*g.rendezvous, name, index, ranks, log);
+  };
+  g.groups.world = make("world", 0, all);
   int G = o.plan.ResolvedShardGroup(W, W), R = W / G;
   std::vector<int> shard, replicate;
   for (int i = 0; i < G; ++i) shard.push_back(rank / G * G + i);
   for (int j = 0; j < R; ++j) replicate.push_back(rank % G + j * G);
-  g.groups.shard = G > 1 ? MakeGlooCommunicator(*g.rendezvous, "shard", rank / G, shard, log)
-                         : MakeEmulatedCommunicator("shard", 0, 1, log);
-  g.groups.replicate =
-      R > 1 ? MakeGlooCommunicator(*g.rendezvous, "replicate", rank % G, replicate, log)
-            : MakeEmulatedCommunicator("replicate", 0, 1, log);
+  g.groups.shard = G > 1 ? make("shard", rank / G, shard) : MakeEmulatedCommunicator("shard", 0, 1, log);
+  g.groups.replicate = R > 1 ? make("replicate", rank % G, replicate)
+                             : MakeEmulatedCommunicator("replicate", 0, 1, log);
   return g;
 }
 
@@ -66,12 +81,13 @@ std::string CpuModel() {
   return "unknown";
 }
 
-Environment MakeEnvironment(const RunOptions& o, int world, int threads) {
+Environment MakeEnvironment(const RunOptions& o, int world, int threads, int cuda_device) {
   Environment e;
   e.shardtune_version = SHARDTUNE_VERSION;
   e.torch_version = TORCH_VERSION;
-  e.backend = o.emulate_world > 0 ? "emulated" : (world > 1 ? "gloo" : "single");
-  e.device = "cpu";
+  bool cuda = cuda_device >= 0;
+  e.backend = o.emulate_world > 0 ? "emulated" : cuda ? "nccl" : (world > 1 ? "gloo" : "single");
+  e.device = cuda ? "cuda:" + CudaDeviceName(cuda_device) : "cpu";
   e.cpu_model = CpuModel();
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
@@ -86,10 +102,17 @@ Environment MakeEnvironment(const RunOptions& o, int world, int threads) {
   return e;
 }
 
-// Per-rank peaks to every rank (rank 0 writes them).
-std::vector<RankMemory> GatherMemory(Communicator& world) {
-  at::Tensor mine = at::tensor({TrackedPeakBytes(), ResidentPeakBytes()}, at::kLong);
-  at::Tensor all = at::zeros({2 * world.size()}, at::kLong);
+// Per-rank peaks to every rank (rank 0 writes them). On CUDA, tracked = the caching
+// allocator's peak allocated bytes (torch.cuda.max_memory_allocated).
+std::vector<RankMemory> GatherMemory(Communicator& world, int cuda_device) {
+  constexpr int kFields = 6;
+  CudaMemory c;
+  if (cuda_device >= 0) c = ReadCudaMemory(cuda_device);
+  int64_t tracked = cuda_device >= 0 ? c.allocated_peak_bytes : TrackedPeakBytes();
+  at::Tensor mine = at::tensor({tracked, ResidentPeakBytes(), c.allocated_peak_bytes,
+                                c.reserved_peak_bytes, c.device_used_bytes, c.alloc_retries},
+                               at::kLong);
+  at::Tensor all = at::zeros({kFields * world.size()}, at::kLong);
   if (world.size() > 1) {
     world.AllGather(mine, all)->Wait();
   } else {
@@ -97,7 +120,15 @@ std::vector<RankMemory> GatherMemory(Communicator& world) {
   }
   std::vector<RankMemory> out;
   for (int r = 0; r < world.size(); ++r) {
-    out.push_back({r, all[2 * r].item<int64_t>(), all[2 * r + 1].item<int64_t>()});
+    RankMemory m;
+    m.rank = r;
+    m.tracked_peak_bytes = all[kFields * r].item<int64_t>();
+    m.rss_peak_bytes = all[kFields * r + 1].item<int64_t>();
+    m.device_allocated_peak_bytes = all[kFields * r + 2].item<int64_t>();
+    m.device_reserved_peak_bytes = all[kFields * r + 3].item<int64_t>();
+    m.device_used_bytes = all[kFields * r + 4].item<int64_t>();
+    m.device_alloc_retries = all[kFields * r + 5].item<int64_t>();
+    out.push_back(m);
   }
   return out;
 }
@@ -138,7 +169,7 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
 void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
                   std::vector<StepLog> steps, const CollectiveLog& log, RunSummary* summary) {
   Communicator& world = *ctx.groups.world;
-  std::vector<RankMemory> memory = GatherMemory(world);
+  std::vector<RankMemory> memory = GatherMemory(world, ctx.cuda_device);
   namespace fs = std::filesystem;
   std::string part =
       (fs::path(o.out_dir) / (".trace.rank" + std::to_string(ctx.rank) + ".json")).string();
@@ -157,7 +188,7 @@ void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
     MergeTraces(parts, summary->trace_path);
   }
   MeasurementsDoc d = MakeDoc(o, t, ctx);
-  d.environment = MakeEnvironment(o, ctx.world_size, at::get_num_threads());
+  d.environment = MakeEnvironment(o, ctx.world_size, at::get_num_threads(), ctx.cuda_device);
   d.run.resumed_from_step = summary->resumed_from_step;
   d.steps = std::move(steps);
   d.collectives = std::move(records);
@@ -167,13 +198,24 @@ void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
 
 }  // namespace
 
+bool CudaRunsAvailable() { return CudaAvailable(); }
+bool NcclRunsAvailable() { return NcclAvailable(); }
+
 RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& callbacks) {
+  // A peer that died closes its sockets: writing to them must be an error (EPIPE, reported with
+  // the rank) rather than SIGPIPE killing this rank silently.
+  std::signal(SIGPIPE, SIG_IGN);
   InstallCpuMemoryTracker();
   int local = std::max(1, env.launched ? env.local_world_size : 1);
   int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / local));
+  int cuda_device = -1;
+  if (o.device == "cuda") {
+    cuda_device = env.launched ? env.local_rank : 0;
+    SetCudaDevice(cuda_device);
+  }
   auto log = std::make_shared<CollectiveLog>();
-  Groups g = MakeGroups(o, env, log);
+  Groups g = MakeGroups(o, env, log, cuda_device);
   Recorder recorder;
   recorder.set_tracing(o.trace);
   TrainerContext ctx;
@@ -185,6 +227,7 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   ctx.dp_world = o.emulate_world > 0 ? o.emulate_world : ctx.world_size;
   ctx.recorder = &recorder;
   ctx.callbacks = callbacks;
+  ctx.cuda_device = cuda_device;
   Trainer trainer(ctx);
   RunSummary summary;
   summary.resumed_from_step = trainer.Resume();
@@ -201,11 +244,12 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   std::vector<StepLog> steps;
   for (int64_t step = summary.resumed_from_step + 1; step <= o.steps; ++step) {
     StepLog s = trainer.Step(step);
-    s.tracked_peak_bytes = TrackedPeakBytes();
+    s.tracked_peak_bytes =
+        cuda_device >= 0 ? ReadCudaMemory(cuda_device).allocated_peak_bytes : TrackedPeakBytes();
     steps.push_back(s);
     if (ctx.rank == 0 && callbacks.on_step) callbacks.on_step(s);
     bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
-    if (due || step == o.steps) trainer.SaveCheckpoint(step);
+    if (o.checkpoints && (due || step == o.steps)) trainer.SaveCheckpoint(step);
     summary.last_step = step;
   }
   WriteOutputs(o, trainer, ctx, std::move(steps), *log, &summary);

@@ -15,6 +15,12 @@
 
 namespace shardtune::exec {
 
+// What a step whose global loss or gradient norm is NaN or infinite does (--on-nonfinite).
+enum class OnNonFinite {
+  kStop,  // throw BackendError naming the step; no checkpoint of it is written
+  kSkip,  // drop its update (no optimizer step, gradients zeroed), say so, go on
+};
+
 struct RunOptions {
   model::ModelSpec spec;
   model::Plan plan;
@@ -30,10 +36,21 @@ struct RunOptions {
   double weight_decay = 0.01;  // AdamW decoupled weight decay (torch default)
   double max_grad_norm = 1.0;  // global-norm clipping; <= 0: none
   int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
+  bool checkpoints = true;     // false: write none (benchmarks; nothing to resume from)
   int threads = 0;             // intra-op threads per rank; 0: cores / local ranks
   double timeout_s = 60;       // rendezvous and collective timeout (a dead peer fails sooner)
   bool trace = true;           // write OUT/trace.json
+  // Default stop: a diverged run should not spend its budget; skip rides out rare spikes.
+  OnNonFinite on_nonfinite = OnNonFinite::kStop;
+  // "cpu", or "cuda": each rank on GPU LOCAL_RANK, collectives over NCCL (also a one-rank NCCL
+  // communicator, so a single GPU runs the real NCCL path), Emulated with emulate_world.
+  std::string device = "cpu";
 };
+
+// True when this build can run on CUDA (LibTorch with CUDA) and a GPU is visible.
+bool CudaRunsAvailable();
+// True when this build has the NCCL communicator.
+bool NcclRunsAvailable();
 
 struct StepLog {
   int64_t step = 0;

@@ -71,6 +71,17 @@ void ValidateRun(const RunOptions& o, int world_size) {
     problems.push_back("--emulate-world: runs in one process, but " + std::to_string(world_size) +
                        " ranks were started (drop --nproc or --emulate-world)");
   }
+  if (o.device != "cpu" && o.device != "cuda") {
+    problems.push_back("--device: expected cpu or cuda, got '" + o.device + "'");
+  } else if (o.device == "cuda" && !CudaRunsAvailable()) {
+    problems.push_back(
+        "--device cuda: this shardtune's LibTorch has no CUDA or no GPU is visible (build against "
+        "a CUDA LibTorch, e.g. -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils."
+        "cmake_prefix_path)'))");
+  } else if (o.device == "cuda" && world_size > 1 && !NcclRunsAvailable()) {
+    problems.push_back("--device cuda with " + std::to_string(world_size) +
+                       " ranks: this shardtune was built without NCCL (no nccl.h found)");
+  }
   if (o.checkpoint_every < 0) {
     problems.push_back("--checkpoint-every: expected an integer >= 0, got " +
                        std::to_string(o.checkpoint_every));

@@ -5,7 +5,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
+#include "executor/cuda_support.h"
+#include "executor/errors.h"
 #include "model/errors.h"
 
 namespace shardtune::exec {
@@ -20,6 +24,7 @@ Trainer::Trainer(TrainerContext context)
   ro.plan = o.plan;
   ro.dp_world = ctx_.dp_world;
   ro.seed = o.seed;
+  if (ctx_.cuda_device >= 0) ro.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ctx_.cuda_device));
   runtime_ = std::make_unique<FsdpRuntime>(o.spec, ro, ctx_.groups, ctx_.recorder);
   std::vector<at::Tensor*> params, grads;
   for (FlatParam* u : runtime_->units()) {
@@ -65,26 +70,44 @@ StepLog Trainer::Step(int64_t step) {
   for (int m = 0; m < plan.grad_accum; ++m) {
     at::Tensor labels;
     at::Tensor tokens = Batch(step, m, &labels);
+    if (ctx_.cuda_device >= 0) {
+      auto dev = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ctx_.cuda_device));
+      tokens = tokens.to(dev, /*non_blocking=*/false);
+      labels = labels.to(dev, /*non_blocking=*/false);
+    }
     at::Tensor loss = runtime_->Forward(tokens, labels);
     bool last = m + 1 == plan.grad_accum;
     runtime_->Backward(loss, 1.0 / plan.grad_accum, /*sync=*/!plan.no_sync || last);
     loss_sum += loss.item<double>();
   }
-  double t_opt = MonotonicSeconds();
   StepLog log;
   log.step = step;
   log.steps = ctx_.options.steps;
-  log.grad_norm = runtime_->ClipGradNorm(ctx_.options.max_grad_norm);
-  log.lr = LearningRate(lr_, static_cast<int>(step));
-  optimizer_->Step(log.lr);
-  runtime_->ZeroGrad();
-  double t1 = MonotonicSeconds();
-  ctx_.recorder->Add({"optimizer", "optimizer", Lane::kStep, t_opt, t1 - t_opt});
-  // The logged loss: mean over the global batch (all micro-batches of all ranks).
+  // The logged loss: mean over the global batch (all micro-batches of all ranks), reduced before
+  // the update so that every rank takes the same decision on a non-finite step.
   at::Tensor loss =
       at::full({1}, loss_sum / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
   if (ctx_.groups.world->size() > 1) ctx_.groups.world->AllReduce(loss)->Wait();
   log.loss = loss.item<double>() / ctx_.groups.world->size();
+  double t_opt = MonotonicSeconds();
+  log.grad_norm = runtime_->ClipGradNorm(ctx_.options.max_grad_norm);  // global: same on all ranks
+  log.lr = LearningRate(lr_, static_cast<int>(step));
+  if (std::isfinite(log.loss) && std::isfinite(log.grad_norm)) {
+    optimizer_->Step(log.lr);
+  } else {
+    std::ostringstream what;
+    what << "step " << step << ": loss " << log.loss << ", gradient norm " << log.grad_norm
+         << " on the global batch";
+    if (ctx_.options.on_nonfinite == OnNonFinite::kStop) {
+      throw BackendError(what.str() + "; stopping (--on-nonfinite stop), the last checkpoint is "
+                                      "kept (hint: lower --lr, or --on-nonfinite skip)");
+    }
+    Message(what.str() + "; its update is skipped (--on-nonfinite skip)");
+  }
+  runtime_->ZeroGrad();
+  if (ctx_.cuda_device >= 0) SynchronizeCuda(ctx_.cuda_device);  // the step's kernels are done
+  double t1 = MonotonicSeconds();
+  ctx_.recorder->Add({"optimizer", "optimizer", Lane::kStep, t_opt, t1 - t_opt});
   log.time_s = MonotonicSeconds() - t0;
   log.tokens = global_batch() * seq_len_;
   log.tokens_per_s = static_cast<double>(log.tokens) / std::max(1e-12, log.time_s);

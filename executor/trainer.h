@@ -28,6 +28,7 @@ struct TrainerContext {
   int dp_world = 1;    // data-parallel ranks (emulated world when emulating)
   Recorder* recorder = nullptr;
   RunCallbacks callbacks;
+  int cuda_device = -1;  // >= 0: parameters, batches and optimizer state on this GPU
 };
 
 class Trainer {

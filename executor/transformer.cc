@@ -4,6 +4,7 @@
 #include "executor/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
 

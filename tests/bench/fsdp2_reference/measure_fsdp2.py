@@ -66,6 +66,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--tag", default="")
+    ap.add_argument("--root-reshard", default="explicit", choices=["explicit", "default"])
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
@@ -99,7 +100,12 @@ def main():
     mp = MixedPrecisionPolicy(param_dtype=pdt, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard))
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard))
+    # The root: --root-reshard default leaves reshard_after_forward at FSDP2's default (None:
+    # the root stays unsharded after forward, _fsdp_state.py _lazy_init); explicit passes the
+    # same value as the blocks (True also reshards the root).
+    root_kw = {} if (a.root_reshard == "default" and a.reshard) else {
+        "reshard_after_forward": bool(a.reshard)}
+    fully_shard(model, mesh=mesh, mp_policy=mp, **root_kw)
     model.to_empty(device="cuda")
     with torch.no_grad():
         for p in model.parameters():

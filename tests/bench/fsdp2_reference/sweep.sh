@@ -2,7 +2,7 @@
 # Runs measure_fsdp2.py over the reference configurations, one process each, appending one JSON
 # object per line to $1 (default fsdp2_sweep.jsonl); a failed configuration appends
 # {"config_args": ..., "error": <last lines of its stderr>}. Needs one CUDA GPU, torch >= 2.6
-# and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake)
+# and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake | timing)
 set -u
 out=${1:-fsdp2_sweep.jsonl}
 set_=${2:-all}
@@ -27,6 +27,13 @@ if [[ $set_ == all || $set_ == w1 ]]; then
   run --mb 4 --optim fused
   run --mb 2 --accum 2
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run --mb 4 --tag expandable
+fi
+if [[ $set_ == timing ]]; then  # no other work on the machine: reference step times
+  for mb in 1 2 4 8; do run --mb $mb --steps 8 --root-reshard default; done
+  run --mb 8 --ckpt full --steps 8 --root-reshard default
+  run --mb 4 --reshard 0 --steps 8
+  run --mb 4 --optim fused --steps 8 --root-reshard default
+  run --world 8 --model llama3-8b --mb 1 --steps 5 --root-reshard default
 fi
 if [[ $set_ == all || $set_ == fake ]]; then
   run --world 8 --mb 1

@@ -1,0 +1,73 @@
+// CUDA allocator statistics and device control (see cuda_support.h).
+#include "executor/cuda_support.h"
+
+#include <string>
+
+#include "executor/errors.h"
+
+#ifdef SHARDTUNE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace shardtune::exec {
+
+#ifndef SHARDTUNE_TORCH_CUDA
+bool CudaAvailable() { return false; }
+void SetCudaDevice(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+CudaMemory ReadCudaMemory(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+void ResetCudaPeaks(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+void SynchronizeCuda(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+std::string CudaDeviceName(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+#else
+namespace {
+void Check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw BackendError(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+}  // namespace
+
+bool CudaAvailable() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+void SetCudaDevice(int device) {
+  Check(cudaSetDevice(device), "cudaSetDevice");
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+}
+
+CudaMemory ReadCudaMemory(int device) {
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  // Index 0 is StatType::AGGREGATE (c10/core/CachingDeviceAllocator.h), as torch.cuda's
+  // memory_stats()["allocated_bytes.all.*"].
+  CudaMemory m;
+  m.allocated_bytes = stats.allocated_bytes[0].current;
+  m.allocated_peak_bytes = stats.allocated_bytes[0].peak;
+  m.reserved_bytes = stats.reserved_bytes[0].current;
+  m.reserved_peak_bytes = stats.reserved_bytes[0].peak;
+  m.alloc_retries = stats.num_alloc_retries;
+  size_t free_b = 0, total_b = 0;
+  Check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  m.device_used_bytes = static_cast<int64_t>(total_b - free_b);
+  return m;
+}
+
+void ResetCudaPeaks(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+}
+
+void SynchronizeCuda(int device) {
+  Check(cudaSetDevice(device), "cudaSetDevice");
+  Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+std::string CudaDeviceName(int device) {
+  cudaDeviceProp prop{};
+  Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.name;
+}
+#endif
+
+}  // namespace shardtune::exec
