@@ -41,6 +41,8 @@ struct ActivationLedger {
   // Bytes read and written by the memory-bound (non-matmul, non-attention) ops of forward, per
   // token: each such op reads its inputs and writes its output once. Backward moves about twice.
   double elementwise_traffic_per_token = 0;
+  // Ops recorded in forward: about one kernel launch each (views excluded), what the host issues.
+  int forward_ops = 0;
 };
 
 // What one transformer block costs in activation memory.

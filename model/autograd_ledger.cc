@@ -147,6 +147,7 @@ ActivationLedger AutogradLedger::Run(int input, int output) const {
     out.saved_per_token += tensors_[t].bytes;
   }
   out.backward_peak_per_token = Backward(output, is_saved, &out.backward_profile);
+  out.forward_ops = static_cast<int>(ops_.size());
   for (const auto& op : ops_) {
     if (op.compute_bound) continue;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());

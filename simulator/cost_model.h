@@ -52,6 +52,16 @@ struct CostConstants {
   // makes small ops reach less of the peak than large ones. 0 until calibrated (the GPU numbers
   // above are large-GEMM figures).
   Seconds compute_op_overhead;
+  // Host (CPU) time to issue work, which the GPU cannot run ahead of (simulate's host model):
+  // eager PyTorch dispatches an operator in about 10 us (H. He, "Making Deep Learning Go Brrrr
+  // From First Principles", 2022: "overhead ... on the order of 10 microseconds per op"); a guess
+  // for kernels issued from HF Python modules until calibrated.
+  Seconds host_per_kernel = Seconds::Micros(10);
+  // FSDP2's Python hooks per unit: FSDP::pre_forward measured at about 1 ms per call on a Xeon
+  // with torch 2.10 (pytorch/pytorch#173680); pre_backward runs the same unshard path and
+  // post_backward's foreach_reduce loops over the same parameters, so each is taken as 1 ms
+  // too: a guess until calibrated.
+  Seconds host_per_fsdp_hook = Seconds::Micros(1000);
   // Fitted collective costs (calibrated profiles); empty: the topology and NCCL's model.
   std::vector<CollectiveCalibration> collectives;
 };

@@ -11,7 +11,7 @@
 namespace shardtune::sim {
 namespace {
 
-enum class Ev : uint8_t { kFinish, kLatencyDone, kTransferDone };
+enum class Ev : uint8_t { kFinish, kLatencyDone, kTransferDone, kIssued };
 
 struct Event {
   int64_t time;
@@ -32,17 +32,25 @@ class Sim {
     out_.end_ns.assign(n, -1);
     remaining_.assign(n, 0.0);
     version_.assign(n, 0);
+    issued_.assign(n, false);
     for (size_t i = 0; i < n; ++i) queues_[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
   }
 
   Schedule Run() {
+    IssueNext();
     for (int s = 0; s < kNumStreams; ++s) TryStart(s);
     while (!events_.empty()) {
       Event e = events_.top();
       events_.pop();
       if (e.version != version_[static_cast<size_t>(e.op)]) continue;  // superseded by a rate change
       Advance(e.time);
-      if (e.kind == Ev::kLatencyDone) {
+      if (e.kind == Ev::kIssued) {
+        issued_[static_cast<size_t>(e.op)] = true;
+        host_busy_ = false;
+        ++host_next_;
+        IssueNext();
+        for (int s = 0; s < kNumStreams; ++s) TryStart(s);
+      } else if (e.kind == Ev::kLatencyDone) {
         JoinLink(e.op);
       } else {
         if (e.kind == Ev::kTransferDone) LeaveLink(e.op);
@@ -60,7 +68,27 @@ class Sim {
     events_.push({t, seq_++, kind, op, version_[static_cast<size_t>(op)]});
   }
 
+  // The host issues the next op in program order (a host_sync op once all earlier ops finished).
+  // Ops with no host time are issued at once, without an event.
+  void IssueNext() {
+    while (!host_busy_ && host_next_ < p_.ops.size()) {
+      size_t i = host_next_;
+      if (p_.ops[i].host_sync) {
+        while (finished_prefix_ < i && out_.end_ns[finished_prefix_] >= 0) ++finished_prefix_;
+        if (finished_prefix_ < i) return;  // retried when an op finishes
+      }
+      if (c_[i].host_ns <= 0) {
+        issued_[i] = true;
+        ++host_next_;
+        continue;
+      }
+      host_busy_ = true;
+      Push(now_ + c_[i].host_ns, Ev::kIssued, static_cast<int32_t>(i));
+    }
+  }
+
   bool Ready(int32_t op) const {
+    if (!issued_[static_cast<size_t>(op)]) return false;
     for (int32_t d : p_.ops[static_cast<size_t>(op)].deps) {
       if (d >= 0 && out_.end_ns[static_cast<size_t>(d)] < 0) return false;
     }
@@ -129,6 +157,7 @@ class Sim {
     auto s = static_cast<size_t>(p_.ops[i].stream);
     busy_[s] = false;
     ++head_[s];
+    IssueNext();
     for (int t = 0; t < kNumStreams; ++t) TryStart(t);
   }
 
@@ -138,6 +167,10 @@ class Sim {
   std::array<std::vector<int32_t>, kNumStreams> queues_;
   std::array<size_t, kNumStreams> head_{};
   std::array<bool, kNumStreams> busy_{};
+  std::vector<bool> issued_;  // the host has issued the op
+  size_t host_next_ = 0;      // next op the host issues (program order)
+  bool host_busy_ = false;
+  size_t finished_prefix_ = 0;  // ops [0, finished_prefix_) have all finished
   std::array<std::vector<int32_t>, kMaxLinks> active_;
   std::vector<double> remaining_;
   std::vector<uint32_t> version_;

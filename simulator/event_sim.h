@@ -1,6 +1,8 @@
 // Discrete-event schedule of a StepProgram on one rank's streams (STYLE.md §7). An op starts
-// when every op it depends on has finished and its stream is free (streams run their ops in
-// program order). Collectives spend their latency term alone, then transfer; transfers that use
+// when every op it depends on has finished, its stream is free (streams run their ops in
+// program order) and the host has issued it: one host thread issues the ops in program order,
+// spending OpCost::host_ns on each, and before an op marked host_sync it first waits for every
+// earlier op to finish (so a launch-bound step is as slow as its host work). Collectives spend their latency term alone, then transfer; transfers that use
 // the same link at the same time share its bandwidth equally (fluid model). Equal times fire in
 // insertion order (a priority queue on (time, seq)), so schedules are deterministic.
 #pragma once
@@ -19,6 +21,7 @@ struct OpCost {
   int64_t latency_ns = 0;
   int64_t transfer_ns = 0;  // > 0 marks a transfer
   int8_t link = 0;          // transfers on the same link share its bandwidth
+  int64_t host_ns = 0;      // host (CPU) time to issue the op; the host issues ops in program order
 };
 
 struct Schedule {

@@ -39,6 +39,11 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
     OpCost& oc = costs[i];
     double local = ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes, c.gpu,
                                plan.param_dtype, k).count();
+    // On CPU ranks the kernels run on the issuing thread itself: their time is the compute.
+    if (!c.cpu_only) {
+      oc.host_ns = ToNanos(op.host_kernels * k.host_per_kernel.count() +
+                           op.host_hooks * k.host_per_fsdp_hook.count());
+    }
     switch (op.kind) {
       case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllReduce: {
         const GroupLink& g = op.group == 1 ? l.replicate : l.shard;

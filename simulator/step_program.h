@@ -64,6 +64,12 @@ struct ProgramOp {
   profiles::Collective collective = profiles::Collective::kAllGather;
   int64_t comm_bytes = 0;
   int8_t group = 0;             // 0: shard group, 1: replicate group, 2: host link
+  // Host work that issues this op (simulate's host model): eager kernel launches, FSDP2 Python
+  // hooks (pre-forward / pre-backward unshard, post-backward reduce), and whether the host first
+  // waits for every earlier op (the training loop's per-step sync, e.g. loss.item()).
+  int16_t host_kernels = 0;
+  int8_t host_hooks = 0;
+  bool host_sync = false;
   std::array<int32_t, 3> deps{{-1, -1, -1}};  // ops (by index) that must finish first
   uint32_t mem_begin = 0, mem_end = 0;        // [begin, end) into StepProgram::actions
 };

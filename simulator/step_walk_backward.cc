@@ -22,6 +22,7 @@ void Walker::ForwardCompute(int seg) {
   if (seg == model::FinalNormSegment(L)) return;  // counted with the head
   Begin(OpKind::kForward, Stream::kDefault, -1, seg);
   if (seg == 0) {
+    Cur().host_kernels = 1;
     Alloc(Category::kResidual, Stream::kDefault, Tok(residual_));
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
   } else if (seg <= L) {
@@ -31,11 +32,13 @@ void Walker::ForwardCompute(int seg) {
     Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
     Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.forward_peak_per_token - residual_));
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
+    Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
   } else {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
     Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.forward_peak_per_token - residual_));
     Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
+    Cur().host_kernels = static_cast<int16_t>(head_.forward_ops);
   }
 }
 
@@ -65,6 +68,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   if (seg == model::HeadSegment(L)) {
     Cur().matmul_flops = kMatmulBackwardRatio * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
+    Cur().host_kernels = static_cast<int16_t>(2 * head_.forward_ops);
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(head_, grads));
@@ -81,12 +85,16 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
     double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
     Cur().matmul_flops = (kMatmulBackwardRatio + re_mm) * mm * tokens_;
+    // About two backward kernels per forward op (autograd nodes launch the input and the weight
+    // gradient), plus the recomputed forward.
+    Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * block_.full.forward_ops);
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(block_.full, grads));
   } else {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
+    Cur().host_kernels = 2;
   }
 }
 
@@ -156,6 +164,7 @@ void Walker::PostBackward(size_t i, bool sync) {
   const auto& u = units_[i];
   auto unit = static_cast<int32_t>(i);
   int32_t post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
+  Cur().host_hooks = 1;  // the post-backward hook: reshard + foreach_reduce in Python
   Reshard(i);
   if (p_.backward_prefetch == model::BackwardPrefetch::kPost) {
     PrefetchBackward(u.first_segment, last_backward_);
@@ -240,6 +249,10 @@ void Walker::OptimizerStep() {
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
   else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = 28;
   Cur().memory_bytes = traffic_per_elem * static_cast<double>(shard);
+  // Host: torch.optim's foreach path groups the parameters by device and dtype in Python and
+  // launches multi_tensor_apply kernels; the for-loop path launches ~12 kernels per parameter.
+  Cur().host_kernels = static_cast<int16_t>(std::min<int64_t>(
+      INT16_MAX, (p_.optimizer_impl == model::OptimizerImpl::kForLoop ? 12 : 1) * param_tensors_));
   if (!offloaded) {
     int64_t state = 0;
     switch (p_.optimizer) {

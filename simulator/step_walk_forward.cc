@@ -35,6 +35,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
     total_shard_numel_ += shard_numel_[i];
+    param_tensors_ += static_cast<int64_t>(unit.params.size());
     for (const auto& prm : unit.params) {
       int64_t ps = prm.PaddedShardNumel(n_);
       largest_param_shard_ = std::max(largest_param_shard_, ps);
@@ -108,10 +109,14 @@ void Walker::Run() {
     }
   }
   for (step_ = 0; step_ < 2; ++step_) {
+    size_t first_op = prog_->ops.size();
     for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
       Forward();
       Backward();
     }
+    // The loop syncs once per step (loss.item() for logging): the host issues step 1 only after
+    // step 0 finished on the GPU.
+    if (step_ == 1 && first_op < prog_->ops.size()) prog_->ops[first_op].host_sync = true;
     OptimizerStep();
   }
 }
@@ -178,6 +183,7 @@ void Walker::Unshard(size_t i, bool forward) {
   bool implicit = forward && prefetch_op_[i] < 0;
   if (prefetch_op_[i] < 0) IssueAllGather(i, forward ? last_copy_out_ : last_backward_);
   last_copy_out_ = Begin(OpKind::kCopyOut, Stream::kDefault, static_cast<int32_t>(i), -1);
+  Cur().host_hooks = 1;  // the pre-forward / pre-backward hook: unshard + wait_for_unshard
   Dep(prefetch_op_[i]);
   if (forward) {
     Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);

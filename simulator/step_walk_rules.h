@@ -53,6 +53,7 @@ class Walker {
   std::vector<int64_t> shard_numel_;     // padded shard elements per unit
   std::vector<int32_t> backward_order_;  // units by last segment, latest first (outer first on ties)
   size_t backward_cursor_ = 0;           // units before it end at or after the current segment
+  int64_t param_tensors_ = 0;  // parameter tensors of this rank (torch.optim loops over them)
   int64_t total_shard_numel_ = 0, largest_param_shard_ = 0, factored_numel_ = 0;  // optimizer sizes
   const model::Plan& p_;
   int n_ = 1;

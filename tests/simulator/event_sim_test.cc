@@ -64,6 +64,44 @@ TEST(EventSimTest, LateJoinerSlowsTheFirstTransfer) {
   EXPECT_EQ(s.end_ns[2], 2000);
 }
 
+// Host-bound: each op needs 300 ns of host time to issue and 100 ns on the GPU. The host issues
+// in program order, so op i can start at 300 (i + 1) and the GPU idles between ops:
+// makespan = 3 x 300 + 100.
+TEST(EventSimTest, TheGpuCannotRunAheadOfTheHost) {
+  StepProgram p;
+  std::vector<OpCost> c;
+  for (int i = 0; i < 3; ++i) {
+    p.ops.push_back(Op(Stream::kDefault));
+    OpCost oc{100, 0, 0, 0};
+    oc.host_ns = 300;
+    c.push_back(oc);
+  }
+  auto s = RunEventSimulation(p, c);
+  EXPECT_EQ(s.start_ns[1], 600);
+  EXPECT_EQ(s.makespan_ns, 3 * 300 + 100);
+  // GPU-bound: 100 ns to issue, 300 on the GPU: the host runs ahead and the GPU never idles
+  // after the first issue: makespan = 100 + 3 x 300.
+  for (auto& oc : c) {
+    oc.fixed_ns = 300;
+    oc.host_ns = 100;
+  }
+  auto g = RunEventSimulation(p, c);
+  EXPECT_EQ(g.makespan_ns, 100 + 3 * 300);
+}
+
+// A host_sync op is issued only once every earlier op finished: op 1 (a collective stream,
+// 1000 ns) holds back op 2's issue, so op 2 starts at 1000 + its 50 ns of host time.
+TEST(EventSimTest, AHostSyncWaitsForEveryEarlierOp) {
+  StepProgram p;
+  p.ops = {Op(Stream::kDefault), Op(Stream::kAllGather), Op(Stream::kDefault)};
+  p.ops[2].host_sync = true;
+  std::vector<OpCost> c = {{10, 0, 0, 0}, {1000, 0, 0, 0}, {10, 0, 0, 0}};
+  c[2].host_ns = 50;
+  auto s = RunEventSimulation(p, c);
+  EXPECT_EQ(s.start_ns[2], 1000 + 50);
+  EXPECT_EQ(s.makespan_ns, 1000 + 50 + 10);
+}
+
 TEST(EventSimTest, ToNanosRoundsToNearest) {
   EXPECT_EQ(ToNanos(1.4e-9), 1);
   EXPECT_EQ(ToNanos(1.6e-9), 2);

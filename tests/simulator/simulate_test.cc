@@ -133,6 +133,8 @@ TEST(SimulateTest, SerialCaseEqualsClosedForm) {
   SimOptions o;
   o.costs.memory_efficiency = 1e12;
   o.costs.attention_efficiency = 1e12;
+  o.costs.host_per_kernel = Seconds::Of(0);  // the GPU-bound closed form: no host issue time
+  o.costs.host_per_fsdp_hook = Seconds::Of(0);
   auto r = SimulateStep(s, c, p, o);
   double h = static_cast<double>(s.hidden), kv = static_cast<double>(s.kv_dim());
   double block_w = 2 * h * h + 2 * h * kv + 3 * h * static_cast<double>(s.ffn_hidden);
@@ -145,6 +147,29 @@ TEST(SimulateTest, SerialCaseEqualsClosedForm) {
 }
 
 // Properties: more FLOP/s or more bandwidth never makes a step slower; results are repeatable.
+// A launch-bound step: tiny-llama at 256 tokens is microseconds of GPU work, so the step is
+// the host's issue time: per step, every compute op's kernels x host_per_kernel plus one FSDP2
+// hook per unit for pre-forward, pre-backward and post-backward each; the GPU adds at most the
+// last op's work.
+TEST(SimulateTest, LaunchBoundStepIsTheHostTime) {
+  auto s = model::FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("1xH100");
+  model::Plan p = Plan(256);
+  SimOptions o;
+  auto r = SimulateStep(s, c, p, o);
+  int64_t kernels = 0, hooks = 0;
+  for (const auto& op : r.program.ops) {
+    if (op.step != 1) continue;
+    kernels += op.host_kernels;
+    hooks += op.host_hooks;
+  }
+  double host = kernels * o.costs.host_per_kernel.count() + hooks * o.costs.host_per_fsdp_hook.count();
+  EXPECT_GE(r.step_time_s, host);
+  EXPECT_LE(r.step_time_s, host * 1.05);
+  int units = static_cast<int>(r.memory.units.size());
+  EXPECT_GE(hooks, 3 * units - 1);  // the root is gathered once per step (not resharded)
+}
+
 TEST(SimulateTest, StepTimeMonotoneInHardware) {
   const char* env = std::getenv("SHARDTUNE_TEST_SEED");
   uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 7;
