@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
@@ -61,6 +62,23 @@ std::vector<std::string> OwnArgv() {
   return argv;
 }
 
+// Test-only hook of the watchdog's tests: SHARDTUNE_TEST_STALL="RANK:SECONDS:PHASE" makes rank
+// RANK sleep SECONDS when it enters PHASE (a PhaseName, e.g. "steady step"). Malformed: ignored.
+void ApplyTestStall(exec::RunOptions* o) {
+  const char* v = std::getenv("SHARDTUNE_TEST_STALL");
+  if (v == nullptr) return;
+  std::string s = v;
+  size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
+  if (b == std::string::npos) return;
+  try {
+    o->test_stall_rank = std::stoi(s.substr(0, a));
+    o->test_stall_s = std::stod(s.substr(a + 1, b - a - 1));
+    o->test_stall_phase = s.substr(b + 1);
+  } catch (const std::exception&) {
+    o->test_stall_phase.clear();
+  }
+}
+
 // --global-batch fixes grad-accum = global / (micro-batch x data-parallel ranks).
 void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
   int64_t gb = a.plan.global_batch;
@@ -112,6 +130,9 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world) {
     o.on_nonfinite = exec::OnNonFinite::kSkip;
   }
   o.device = a.device == "auto" ? (exec::CudaRunsAvailable() ? "cuda" : "cpu") : a.device;
+  o.watchdog_timeout_s = a.watchdog_timeout_s;
+  o.export_full_state_dict = a.export_full_state_dict;
+  ApplyTestStall(&o);
   return o;
 }
 
@@ -152,6 +173,12 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--threads", a->threads, "Intra-op threads per rank (default cores / ranks)");
   run->add_option("--timeout", a->timeout_s,
                   "Rendezvous and collective timeout in seconds (default 60)");
+  run->add_option("--watchdog-timeout", a->watchdog_timeout_s,
+                  "A rank with no progress for this many seconds names its phase and exits "
+                  "with code 3 (default 600; 0: no watchdog)");
+  run->add_flag("--export-full-state-dict", a->export_full_state_dict,
+                "After the last step, write OUT/model.safetensors: the full fp32 parameters "
+                "gathered to rank 0 under Hugging Face names");
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
   run->add_flag("--no-checkpoints", a->no_checkpoints,
                 "Write no checkpoints (benchmark runs; nothing to resume from)");
@@ -183,10 +210,17 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   exec::RunCallbacks cb;
   cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };
   cb.on_message = [&err](const std::string& m) { err << m << std::endl; };
+  // From the watchdog's thread while this rank is stuck: nothing to unwind, so leave at once
+  // with the backend exit code (the launcher then stops the other ranks).
+  cb.on_stall = [&err](const std::string& m) {
+    err << "error: " << m << std::endl;
+    std::_Exit(3);
+  };
   exec::RunSummary s = exec::RunRank(o, env, cb);
   if (!env.launched || env.rank == 0) {
     if (!s.measurements_path.empty()) out << "wrote " << s.measurements_path << "\n";
     if (!s.trace_path.empty()) out << "wrote " << s.trace_path << "\n";
+    if (!s.state_dict_path.empty()) out << "wrote " << s.state_dict_path << "\n";
   }
   return 0;
 }

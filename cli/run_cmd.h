@@ -30,6 +30,8 @@ struct RunArgs {
   int checkpoint_every = 0;
   int threads = 0;
   double timeout_s = 60;
+  double watchdog_timeout_s = 600;
+  bool export_full_state_dict = false;
   bool no_trace = false;
   bool no_checkpoints = false;
   PlanFlags plan;

@@ -218,6 +218,52 @@ Json MemoryJson(const std::vector<RankMemory>& mem) {
   return out;
 }
 
+// Per phase (phase_meter.h): the worst rank's peaks, rank 0's duration, and every rank's figures.
+Json PhasesJson(const std::vector<RankPhases>& ranks) {
+  Json out = Json::array();
+  if (ranks.empty()) return out;
+  for (int i = 0; i < kNumRunPhases; ++i) {
+    auto idx = static_cast<size_t>(i);
+    if (ranks[0][idx].count == 0) continue;
+    int64_t tracked = 0, rss = 0, allocated = 0, reserved = 0, used = 0;
+    Json per = Json::array();
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const PhasePeak& p = ranks[r][idx];
+      Json e = {{"rank", r},
+                {"count", p.count},
+                {"duration_s", Ns(p.duration_s)},
+                {"tracked_start_bytes", p.tracked_start_bytes},
+                {"tracked_peak_bytes", p.tracked_peak_bytes},
+                {"rss_peak_bytes", p.rss_peak_bytes}};
+      if (p.device_allocated_peak_bytes > 0) {
+        e["device_allocated_peak_bytes"] = p.device_allocated_peak_bytes;
+        e["device_reserved_peak_bytes"] = p.device_reserved_peak_bytes;
+        e["device_used_bytes"] = p.device_used_bytes;
+      }
+      per.push_back(e);
+      tracked = std::max(tracked, p.tracked_peak_bytes);
+      rss = std::max(rss, p.rss_peak_bytes);
+      allocated = std::max(allocated, p.device_allocated_peak_bytes);
+      reserved = std::max(reserved, p.device_reserved_peak_bytes);
+      used = std::max(used, p.device_used_bytes);
+    }
+    const PhasePeak& p0 = ranks[0][idx];
+    Json ph = {{"name", PhaseName(static_cast<RunPhase>(i))},
+               {"count", p0.count},
+               {"duration_s", Ns(p0.duration_s)},
+               {"peak_tracked_bytes", tracked},
+               {"peak_rss_bytes", rss}};
+    if (allocated > 0) {
+      ph["peak_device_allocated_bytes"] = allocated;
+      ph["peak_device_reserved_bytes"] = reserved;
+      ph["device_used_bytes"] = used;
+    }
+    ph["per_rank"] = per;
+    out.push_back(ph);
+  }
+  return out;
+}
+
 Json SummaryJson(const MeasurementsDoc& d) {
   // The first step of a process pays one-time costs (allocations, thread pools): excluded
   // from the means when there are others.
@@ -268,6 +314,7 @@ void WriteMeasurements(const std::string& path, const MeasurementsDoc& d) {
   j["waits"] = WaitsJson(d);
   j["collectives"] = CollectivesJson(d.collectives, FirstStepEnd(d));
   j["memory"] = MemoryJson(d.memory);
+  j["phases"] = PhasesJson(d.phases);
   WriteFileAtomically(path, j.dump(2) + "\n");
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "executor/collective_log.h"
+#include "executor/phase_meter.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
 #include "model/plan.h"
@@ -60,6 +61,7 @@ struct MeasurementsDoc {
   const Recorder* recorder = nullptr;         // compute and wait totals of rank 0
   std::vector<CollectiveRecord> collectives;  // rank 0's
   std::vector<RankMemory> memory;
+  std::vector<RankPhases> phases;  // by rank (phase_meter.h); phases never entered are left out
 };
 
 // Writes the document atomically. Throws BackendError.

@@ -105,5 +105,11 @@ int64_t TrackedPeakBytes() { return g_peak.load(); }
 void ResetTrackedPeak() { g_peak.store(g_live.load()); }
 int64_t ResidentBytes() { return StatusKib("VmRSS"); }
 int64_t ResidentPeakBytes() { return StatusKib("VmHWM"); }
+bool ResetResidentPeak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
 
 }  // namespace shardtune::exec

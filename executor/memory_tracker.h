@@ -15,5 +15,8 @@ int64_t TrackedPeakBytes();   // maximum of TrackedBytes() since the last reset
 void ResetTrackedPeak();      // peak := current
 int64_t ResidentBytes();      // VmRSS
 int64_t ResidentPeakBytes();  // VmHWM
+// VmHWM := VmRSS (writes "5" to /proc/self/clear_refs, Linux >= 4.0). False when the kernel
+// refused; VmHWM then stays the process's peak so far.
+bool ResetResidentPeak();
 
 }  // namespace shardtune::exec

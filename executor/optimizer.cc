@@ -16,11 +16,15 @@ ShardedOptimizer::ShardedOptimizer(model::Optimizer kind, AdamWOptions options,
   SHARDTUNE_CHECK(kind_ == model::Optimizer::kAdamW || kind_ == model::Optimizer::kSgd)
       << "optimizer " << model::ToString(kind_);
   SHARDTUNE_CHECK(params_.size() == grads_.size()) << "params and grads";
-  if (kind_ == model::Optimizer::kAdamW) {
-    for (at::Tensor* p : params_) {
-      exp_avg_.push_back(at::zeros_like(*p));
-      exp_avg_sq_.push_back(at::zeros_like(*p));
-    }
+}
+
+void ShardedOptimizer::EnsureState() {
+  if (!keeps_state()) return;
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros_like(*params_[i]);
+    if (!exp_avg_sq_[i].defined()) exp_avg_sq_[i] = at::zeros_like(*params_[i]);
   }
 }
 
@@ -37,6 +41,15 @@ void ShardedOptimizer::Step(double lr) {
     if (kind_ == model::Optimizer::kSgd) {
       p.add_(g, -lr);
       continue;
+    }
+    // torch/optim/adamw.py _init_group: state["exp_avg"] = zeros_like(p) on first use.
+    if (exp_avg_.size() != params_.size()) {
+      exp_avg_.resize(params_.size());
+      exp_avg_sq_.resize(params_.size());
+    }
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = at::zeros_like(p);
+      exp_avg_sq_[i] = at::zeros_like(p);
     }
     p.mul_(1.0 - lr * o.weight_decay);
     exp_avg_[i].mul_(o.beta1).add_(g, 1.0 - o.beta1);

@@ -28,11 +28,19 @@ class ShardedOptimizer {
   ShardedOptimizer(model::Optimizer kind, AdamWOptions options, std::vector<at::Tensor*> params,
                    std::vector<at::Tensor*> grads);
   // One update with learning rate `lr`; shards whose gradient is undefined are skipped
-  // (torch skips parameters whose .grad is None).
+  // (torch skips parameters whose .grad is None). AdamW state is created lazily, as
+  // torch.optim.AdamW does: zeros for a shard at the first Step() that updates it, so the first
+  // step's peak holds the state's creation and the start-up holds none.
   void Step(double lr);
+  // True for optimizers that keep state (AdamW), whether or not it was created yet.
+  bool keeps_state() const { return kind_ == model::Optimizer::kAdamW; }
+  // Creates the state of every shard that has none (a checkpoint load, or a save after a step
+  // that skipped every update). No-op for SGD.
+  void EnsureState();
   int64_t step() const { return step_; }
   void set_step(int64_t s) { step_ = s; }
-  // AdamW state per shard (empty for SGD), for checkpoints.
+  // AdamW state per shard, for checkpoints: empty for SGD and before the first Step() or
+  // EnsureState(); afterwards one tensor per shard (undefined for a shard never updated).
   std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 

@@ -15,11 +15,14 @@
 #include <thread>
 
 #include "executor/cuda_support.h"
+#include "executor/full_state_dict.h"
 #include "executor/gloo_communicator.h"
 #include "executor/measurements.h"
 #include "executor/memory_tracker.h"
 #include "executor/nccl_communicator.h"
+#include "executor/phase_meter.h"
 #include "executor/trainer.h"
+#include "executor/watchdog.h"
 #include "model/module_tree.h"
 
 namespace shardtune::exec {
@@ -104,13 +107,15 @@ Environment MakeEnvironment(const RunOptions& o, int world, int threads, int cud
 
 // Per-rank peaks to every rank (rank 0 writes them). On CUDA, tracked = the caching
 // allocator's peak allocated bytes (torch.cuda.max_memory_allocated).
-std::vector<RankMemory> GatherMemory(Communicator& world, int cuda_device) {
+// The peaks are the whole process's: PhaseMeter keeps them across its per-phase resets.
+std::vector<RankMemory> GatherMemory(Communicator& world, int cuda_device, const PhaseMeter& meter) {
   constexpr int kFields = 6;
   CudaMemory c;
   if (cuda_device >= 0) c = ReadCudaMemory(cuda_device);
-  int64_t tracked = cuda_device >= 0 ? c.allocated_peak_bytes : TrackedPeakBytes();
-  at::Tensor mine = at::tensor({tracked, ResidentPeakBytes(), c.allocated_peak_bytes,
-                                c.reserved_peak_bytes, c.device_used_bytes, c.alloc_retries},
+  PhaseMeter::Peaks p = meter.SoFar();
+  int64_t allocated = cuda_device >= 0 ? p.tracked : 0;
+  at::Tensor mine = at::tensor({p.tracked, p.rss, allocated, p.device_reserved,
+                                c.device_used_bytes, c.alloc_retries},
                                at::kLong);
   at::Tensor all = at::zeros({kFields * world.size()}, at::kLong);
   if (world.size() > 1) {
@@ -167,9 +172,11 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
 }
 
 void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
-                  std::vector<StepLog> steps, const CollectiveLog& log, RunSummary* summary) {
+                  std::vector<StepLog> steps, const CollectiveLog& log, const PhaseMeter& meter,
+                  RunSummary* summary) {
   Communicator& world = *ctx.groups.world;
-  std::vector<RankMemory> memory = GatherMemory(world, ctx.cuda_device);
+  std::vector<RankMemory> memory = GatherMemory(world, ctx.cuda_device, meter);
+  std::vector<RankPhases> phases = GatherPhases(world, meter.phases());
   namespace fs = std::filesystem;
   std::string part =
       (fs::path(o.out_dir) / (".trace.rank" + std::to_string(ctx.rank) + ".json")).string();
@@ -193,6 +200,7 @@ void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
   d.steps = std::move(steps);
   d.collectives = std::move(records);
   d.memory = std::move(memory);
+  d.phases = std::move(phases);
   WriteMeasurements(summary->measurements_path, d);
 }
 
@@ -214,6 +222,17 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
     cuda_device = env.launched ? env.local_rank : 0;
     SetCudaDevice(cuda_device);
   }
+  const int rank = env.launched ? env.rank : 0;
+  Watchdog watchdog(o.watchdog_timeout_s, rank, callbacks.on_stall);
+  PhaseMeter meter(cuda_device, &watchdog);
+  for (int p = 0; p < kNumRunPhases; ++p) {
+    auto phase = static_cast<RunPhase>(p);
+    if (o.test_stall_rank == rank && o.test_stall_phase == PhaseName(phase)) {
+      meter.StallAt(phase, o.test_stall_s);
+    }
+  }
+  // Model load: process groups, the model built and sharded, the optimizer created.
+  meter.Begin(RunPhase::kLoad);
   auto log = std::make_shared<CollectiveLog>();
   Groups g = MakeGroups(o, env, log, cuda_device);
   Recorder recorder;
@@ -221,38 +240,56 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   TrainerContext ctx;
   ctx.options = o;
   ctx.groups = g.groups;
-  ctx.rank = env.launched ? env.rank : 0;
+  ctx.rank = rank;
   ctx.world_size = env.launched ? env.world_size : 1;
   ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank;
   ctx.dp_world = o.emulate_world > 0 ? o.emulate_world : ctx.world_size;
   ctx.recorder = &recorder;
   ctx.callbacks = callbacks;
   ctx.cuda_device = cuda_device;
+  ctx.watchdog = &watchdog;
   Trainer trainer(ctx);
+  meter.End();
   RunSummary summary;
+  meter.Begin(RunPhase::kResume);
   summary.resumed_from_step = trainer.Resume();
+  meter.End(/*keep=*/summary.resumed_from_step > 0);
   summary.last_step = summary.resumed_from_step;
+  auto export_state = [&] {
+    if (!o.export_full_state_dict) return;
+    watchdog.SetPhase("full state dict export");
+    summary.state_dict_path = (std::filesystem::path(o.out_dir) / "model.safetensors").string();
+    ExportFullStateDict(trainer.runtime(), ctx.rank, o.spec.name, summary.state_dict_path);
+  };
   if (summary.resumed_from_step >= o.steps) {
     if (ctx.rank == 0 && callbacks.on_message) {
       callbacks.on_message("nothing to do: the checkpoint is at step " +
                            std::to_string(summary.resumed_from_step) + " >= --steps " +
                            std::to_string(o.steps));
     }
+    export_state();
     g.groups.world->Barrier();
     return summary;
   }
   std::vector<StepLog> steps;
   for (int64_t step = summary.resumed_from_step + 1; step <= o.steps; ++step) {
+    meter.Begin(steps.empty() ? RunPhase::kStep0 : RunPhase::kSteady);
     StepLog s = trainer.Step(step);
-    s.tracked_peak_bytes =
-        cuda_device >= 0 ? ReadCudaMemory(cuda_device).allocated_peak_bytes : TrackedPeakBytes();
+    meter.End();
+    s.tracked_peak_bytes = meter.SoFar().tracked;
     steps.push_back(s);
     if (ctx.rank == 0 && callbacks.on_step) callbacks.on_step(s);
     bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
-    if (o.checkpoints && (due || step == o.steps)) trainer.SaveCheckpoint(step);
+    if (o.checkpoints && (due || step == o.steps)) {
+      meter.Begin(RunPhase::kSave);
+      trainer.SaveCheckpoint(step);
+      meter.End();
+    }
     summary.last_step = step;
   }
-  WriteOutputs(o, trainer, ctx, std::move(steps), *log, &summary);
+  export_state();
+  watchdog.SetPhase("writing measurements");
+  WriteOutputs(o, trainer, ctx, std::move(steps), *log, meter, &summary);
   g.groups.world->Barrier();
   return summary;
 }

@@ -45,6 +45,18 @@ struct RunOptions {
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK, collectives over NCCL (also a one-rank NCCL
   // communicator, so a single GPU runs the real NCCL path), Emulated with emulate_world.
   std::string device = "cpu";
+  // A rank with no progress (phase change or micro-batch) for this long reports its phase
+  // through RunCallbacks::on_stall; <= 0: no watchdog. Generous by default: a step of a large
+  // model on CPU can take minutes, a hung collective otherwise waits for timeout_s per call.
+  double watchdog_timeout_s = 600;
+  // After the last step, rank 0 writes OUT/model.safetensors: the full, unpadded fp32
+  // parameters under the module tree's names (full_state_dict.h). Not with emulate_world.
+  bool export_full_state_dict = false;
+  // Test-only (the watchdog's tests): rank test_stall_rank sleeps test_stall_s seconds when it
+  // enters the phase named test_stall_phase ("step 0", "steady step", ...). Empty: never.
+  std::string test_stall_phase;
+  int test_stall_rank = 0;
+  double test_stall_s = 0;
 };
 
 // True when this build can run on CUDA (LibTorch with CUDA) and a GPU is visible.
@@ -67,6 +79,10 @@ struct StepLog {
 struct RunCallbacks {
   std::function<void(const StepLog&)> on_step;         // rank 0 only
   std::function<void(const std::string&)> on_message;  // rank 0 only: resume, skipped checkpoints
+  // Any rank, from the watchdog's thread, once: a one-line "watchdog: rank R made no progress
+  // ... in phase P" (RunOptions::watchdog_timeout_s). The CLI prints it and exits with code 3;
+  // when it returns, the run goes on (still stalled).
+  std::function<void(const std::string&)> on_stall;
 };
 
 struct RunSummary {
@@ -74,12 +90,14 @@ struct RunSummary {
   int64_t last_step = 0;
   std::string measurements_path;  // written by rank 0
   std::string trace_path;
+  std::string state_dict_path;    // OUT/model.safetensors with export_full_state_dict
 };
 
 // Every problem that can be found before a rank starts, for a run of `world_size` processes,
 // thrown together as one InputError: the spec (and executor support, e.g. no MoE), the plan
 // (Plan::Problems), steps >= 1, the optimizer (adamw, sgd), checkpointing (not selective),
-// dtypes, --emulate-world, a readable --data file long enough for seq_len, a writable out_dir
+// dtypes, --emulate-world, --watchdog-timeout >= 0, --export-full-state-dict without
+// --emulate-world, a readable --data file long enough for seq_len, a writable out_dir
 // (created when missing).
 void ValidateRun(const RunOptions& options, int world_size);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "executor/data.h"
 #include "executor/run.h"
@@ -88,6 +89,15 @@ void ValidateRun(const RunOptions& o, int world_size) {
   }
   if (!(o.lr > 0)) problems.push_back("--lr: expected a number > 0");
   if (!(o.timeout_s > 0)) problems.push_back("--timeout: expected seconds > 0");
+  if (!(o.watchdog_timeout_s >= 0)) {
+    std::ostringstream v;
+    v << o.watchdog_timeout_s;
+    problems.push_back("--watchdog-timeout: expected seconds >= 0 (0: no watchdog), got " + v.str());
+  }
+  if (o.export_full_state_dict && o.emulate_world > 0) {
+    problems.push_back("--export-full-state-dict: an emulated world holds one rank's shards only "
+                       "(hint: drop --emulate-world)");
+  }
   int dp_world = o.emulate_world > 0 ? o.emulate_world : world_size;
   if (problems.empty()) {
     for (std::string& p : PlanProblems(o, dp_world)) problems.push_back(std::move(p));

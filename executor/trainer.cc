@@ -79,6 +79,7 @@ StepLog Trainer::Step(int64_t step) {
     bool last = m + 1 == plan.grad_accum;
     runtime_->Backward(loss, 1.0 / plan.grad_accum, /*sync=*/!plan.no_sync || last);
     loss_sum += loss.item<double>();
+    if (ctx_.watchdog) ctx_.watchdog->Progress();
   }
   StepLog log;
   log.step = step;

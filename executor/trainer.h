@@ -16,6 +16,7 @@
 #include "executor/optimizer.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
+#include "executor/watchdog.h"
 
 namespace shardtune::exec {
 
@@ -29,6 +30,7 @@ struct TrainerContext {
   Recorder* recorder = nullptr;
   RunCallbacks callbacks;
   int cuda_device = -1;  // >= 0: parameters, batches and optimizer state on this GPU
+  Watchdog* watchdog = nullptr;  // not owned; hears a Progress() per micro-batch (may be null)
 };
 
 class Trainer {

@@ -108,7 +108,7 @@ std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i);
     blobs.push_back({"param/" + n, Bytes(units[i]->shard())});
-    if (!optimizer_->exp_avg().empty()) {
+    if (optimizer_->keeps_state()) {
       blobs.push_back({"exp_avg/" + n, Bytes(optimizer_->exp_avg()[i])});
       blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[i])});
     }
@@ -127,6 +127,9 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
   };
   nlohmann::json meta = nlohmann::json::parse(get("meta"));
   std::vector<FlatParam*> units = runtime_->units();
+  // The state a fresh process has not created yet (lazy AdamW), filled from the file below:
+  // the resume phase holds the whole state plus one staging tensor at a time.
+  optimizer_->EnsureState();
   if (meta.at("step").get<int64_t>() != step || meta.at("units").size() != units.size() ||
       meta.at("next_sequence").get<int64_t>() != step * global_batch()) {
     throw BackendError(file + ": its step, units or global batch differ from this run's");
@@ -134,7 +137,7 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i), where = file + ": unit " + units[i]->name();
     Fill(units[i]->shard(), get("param/" + n), where);
-    if (!optimizer_->exp_avg().empty()) {
+    if (optimizer_->keeps_state()) {
       Fill(optimizer_->exp_avg()[i], get("exp_avg/" + n), where + " exp_avg");
       Fill(optimizer_->exp_avg_sq()[i], get("exp_avg_sq/" + n), where + " exp_avg_sq");
     }
@@ -160,6 +163,7 @@ void Trainer::SaveCheckpoint(int64_t step) {
     if (ec) throw BackendError("checkpoint: cannot create \"" + tmp + "\": " + ec.message());
   }
   world.Barrier();
+  optimizer_->EnsureState();  // a run whose every update was skipped so far (--on-nonfinite skip)
   FileDigest d =
       WriteFileAtomically(tmp + "/" + RankFile(ctx_.rank), EncodeBlobs(StateBlobs(step)));
   // Every rank's [size, checksum] to rank 0, which writes the manifest.
@@ -211,7 +215,7 @@ int64_t Trainer::Resume() {
                  " (resharding a checkpoint is not supported; hint: use another --out)";
         chosen = -1;
       } else if (std::string diff = PlanMismatch(dir + "/" + RankFile(0), step, runtime_->units(), global_batch(),
-                                              !optimizer_->exp_avg().empty());
+                                              optimizer_->keeps_state());
                  !diff.empty()) {
         reject = "--out: checkpoint " + dir + " was written for another plan or model (" + diff +
                  "; hint: use another --out, or the plan and model that wrote it)";

@@ -59,6 +59,18 @@ std::vector<int> GroupRanks(const profiles::Topology& topo, const MeasuredCollec
   return all;
 }
 
+// The short name of a phase in validate's rows.
+std::string PhaseRowName(JobPhase p) {
+  switch (p) {
+    case JobPhase::kLoad: return "load";
+    case JobPhase::kStep0: return "step 0";
+    case JobPhase::kSteady: return "steady";
+    case JobPhase::kSave: return "save";
+    case JobPhase::kResume: return "resume";
+  }
+  return "?";
+}
+
 }  // namespace
 
 RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
@@ -92,6 +104,10 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
     p.compute.push_back(it == by_segment.end() ? ComputeWork{} : it->second);
   }
   const MemoryReport& mem = p.report.memory;
+  MemoryOptions mo = o.memory;
+  mo.model_load = ModelLoad::kEveryRank;               // executor/flat_param.cc: init, then shard
+  mo.checkpoint_format = CheckpointFormat::kSharded;   // executor/checkpoint.h
+  p.phases = EstimateJobPhases(p.report.program, mem, spec, cluster, plan, mo);
   p.communicators = (mem.shard_group > 1 ? 1 : 0) + (mem.replicas > 1 ? 1 : 0);
   profiles::Topology topo(cluster);
   for (const MeasuredCollective& c : m.collectives) {
@@ -139,6 +155,14 @@ std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction
   const MemoryReport& mem = p.report.memory;
   add("memory", "peak allocated (tracked)", static_cast<double>(mem.peak_allocated.count()),
       static_cast<double>(m.peak_tracked_bytes), true);
+  for (const MeasuredPhase& ph : m.phases) {
+    for (const PhaseMemory& pp : p.phases.phases) {
+      if (ph.name != ToString(pp.phase)) continue;
+      add("memory", "memory: " + PhaseRowName(pp.phase) + " peak",
+          static_cast<double>(pp.allocated_peak.count()), static_cast<double>(ph.peak_tracked_bytes),
+          true);
+    }
+  }
   bool cuda = m.device_used_bytes > 0;
   add("memory", cuda ? "peak required (device used)" : "peak required (RSS)",
       static_cast<double>(mem.required.count()),

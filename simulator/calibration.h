@@ -9,6 +9,7 @@
 #include "model/model_spec.h"
 #include "profiles/cluster.h"
 #include "simulator/cost_model.h"
+#include "simulator/job_phases.h"
 #include "simulator/measurements_json.h"
 #include "simulator/profile_json.h"
 #include "simulator/simulate.h"
@@ -32,6 +33,9 @@ struct RunPrediction {
   profiles::GpuSpec gpu;
   model::DType dtype = model::DType::kBf16;
   int communicators = 0;  // process groups with a peer (shard, replicate)
+  // The job's phases as `estimate` reports them, for the executor's way of running: every rank
+  // builds the model then shards it (ModelLoad::kEveryRank), sharded checkpoints.
+  JobPhases phases;
 };
 
 // Simulates the measured run's plan (its micro-batch, accumulation and sequence length) on
@@ -52,7 +56,9 @@ struct ComparisonRow {
 
 // Every figure of one run: step time, forward/backward/optimizer per step, each (segment, phase)
 // span, each collective (kind, group, size) with a peer, peak allocated (vs tracked) and peak
-// required (vs RSS). Left out: rows whose measured value is 0, spans the program has no work
+// required (vs RSS), and per measured job phase its predicted allocated peak vs the worst
+// rank's tracked peak ("memory: step 0 peak", "memory: steady peak", "memory: save peak", ...;
+// on CUDA tracked is the allocator's allocated peak). Left out: rows whose measured value is 0, spans the program has no work
 // for, and collectives seen only in the first step of a run that has steady figures (start-up).
 std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
                                       const CostConstants& costs);

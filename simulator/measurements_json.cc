@@ -195,6 +195,41 @@ void ReadMemory(StrictReader& top, Measurements* m, std::vector<std::string>* p)
   });
 }
 
+void ReadPhases(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
+  if (!top.Has("phases")) return;
+  ForEach(top, "phases", p, [&](StrictReader& e) {
+    MeasuredPhase ph;
+    ph.name = e.RequiredEnum("name", {"model load", "step 0", "steady step", "checkpoint save", "resume"});
+    ph.count = e.RequiredInt("count", 1, kMaxCount);
+    ph.duration_s = e.RequiredNumber("duration_s", 0, kMaxSeconds);
+    ph.peak_tracked_bytes = e.RequiredInt("peak_tracked_bytes", 0, kMaxCount);
+    ph.peak_rss_bytes = e.RequiredInt("peak_rss_bytes", 0, kMaxCount);
+    // Written for CUDA runs only (executor/measurements.cc PhasesJson).
+    ph.peak_device_allocated_bytes = e.OptionalInt("peak_device_allocated_bytes", 0, 0, kMaxCount);
+    ph.peak_device_reserved_bytes = e.OptionalInt("peak_device_reserved_bytes", 0, 0, kMaxCount);
+    ph.device_used_bytes = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+    std::vector<std::string> inner;
+    ForEach(e, "per_rank", &inner, [&](StrictReader& r) {
+      MeasuredPhaseRank k;
+      k.rank = static_cast<int>(r.RequiredInt("rank", 0, 1 << 24));
+      k.count = r.RequiredInt("count", 0, kMaxCount);
+      k.duration_s = r.RequiredNumber("duration_s", 0, kMaxSeconds);
+      k.tracked_start_bytes = r.RequiredInt("tracked_start_bytes", 0, kMaxCount);
+      k.tracked_peak_bytes = r.RequiredInt("tracked_peak_bytes", 0, kMaxCount);
+      k.rss_peak_bytes = r.RequiredInt("rss_peak_bytes", 0, kMaxCount);
+      k.device_allocated_peak_bytes = r.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
+      k.device_reserved_peak_bytes = r.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
+      k.device_used_bytes = r.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+      ph.per_rank.push_back(k);
+    });
+    ThrowIfProblems(inner);
+    if (ph.per_rank.empty()) {
+      throw InputError(e.Where("per_rank") + ": expected one entry per rank, got an empty list");
+    }
+    m->phases.push_back(ph);
+  });
+}
+
 // Cross-field rules: a file that parses but cannot be used.
 void CheckComplete(const Measurements& m, const std::string& name, std::vector<std::string>* p) {
   if (m.steps.empty()) p->push_back(name + ":/steps: expected at least one step, got an empty list");
@@ -253,6 +288,7 @@ Measurements MeasurementsFromJson(const Json& j, const std::string& name) {
   ReadLists(top, &m, &p);
   ReadCommunication(top, &m, &p);
   ReadMemory(top, &m, &p);
+  ReadPhases(top, &m, &p);
   Try(&p, [&] { top.Finish(); });
   if (p.empty()) CheckComplete(m, name, &p);
   ThrowIfProblems(p);

@@ -85,6 +85,26 @@ struct MeasuredRankMemory {
   int64_t RequiredBytes() const { return device_used_bytes > 0 ? device_used_bytes : rss_peak_bytes; }
 };
 
+// One phase of the job as the executor measured it (executor/phase_meter.h), named as
+// JobPhase's ToString: "model load", "step 0", "steady step", "checkpoint save", "resume".
+struct MeasuredPhaseRank {
+  int rank = 0;
+  int64_t count = 0;
+  double duration_s = 0;
+  int64_t tracked_start_bytes = 0;  // live tracked (CUDA: allocated) bytes when first entered
+  int64_t tracked_peak_bytes = 0;   // CPU: tensor bytes; CUDA: max_memory_allocated
+  int64_t rss_peak_bytes = 0;       // host VmHWM within the phase
+  int64_t device_allocated_peak_bytes = 0, device_reserved_peak_bytes = 0, device_used_bytes = 0;
+};
+struct MeasuredPhase {
+  std::string name;
+  int64_t count = 0;      // times rank 0 entered it (steady: steps after the first)
+  double duration_s = 0;  // rank 0's, summed
+  int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;  // the worst rank's
+  int64_t peak_device_allocated_bytes = 0, peak_device_reserved_bytes = 0, device_used_bytes = 0;
+  std::vector<MeasuredPhaseRank> per_rank;
+};
+
 struct Measurements {
   std::string path;  // the file it was read from (for messages)
   int schema_version = 1;
@@ -104,6 +124,8 @@ struct Measurements {
   int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
   int64_t peak_device_reserved_bytes = 0, device_used_bytes = 0;  // CUDA runs only
   std::vector<MeasuredRankMemory> memory_per_rank;
+  // Optional "phases" (files written before issue #11 have none: empty).
+  std::vector<MeasuredPhase> phases;
 
   // True when the compute figures leave out the first step (the run kept its trace).
   bool HasSteadyCompute() const;

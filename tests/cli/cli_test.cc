@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -388,6 +389,33 @@ TEST(CliTest, BadJobSettingsAreOneLineErrors) {
   ExpectOneLineError(RunCli("estimate --host-memory-limit 64GB"), "--host-memory-limit");
   ExpectOneLineError(RunCli("estimate --checkpoint-format zip"), "--checkpoint-format");
   ExpectOneLineError(RunCli("estimate --load-dtype int8"), "--load-dtype");
+}
+
+// --- per-phase memory (issue #11): validate compares each measured phase with the estimate's ---
+
+TEST(CliTest, ValidateComparesEveryMeasuredPhaseOfARealRun) {
+  auto m = nlohmann::json::parse(std::ifstream(MeasuredRun()));
+  std::set<std::string> measured;
+  for (const auto& p : m["phases"]) measured.insert(p["name"].get<std::string>());
+  // A fresh 3-step run with a final checkpoint: no resume.
+  EXPECT_EQ(measured, (std::set<std::string>{"model load", "step 0", "steady step", "checkpoint save"}));
+  Result r = RunCli("validate --measurements " + MeasuredRun() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  std::map<std::string, double> rows;
+  for (const auto& row : j["runs"][0]["rows"]) rows[row["name"].get<std::string>()] = row["measured"];
+  const std::map<std::string, std::string> names = {{"model load", "memory: load peak"},
+                                                    {"step 0", "memory: step 0 peak"},
+                                                    {"steady step", "memory: steady peak"},
+                                                    {"checkpoint save", "memory: save peak"}};
+  for (const auto& p : m["phases"]) {
+    const std::string& row = names.at(p["name"].get<std::string>());
+    ASSERT_EQ(rows.count(row), 1u) << row;
+    EXPECT_EQ(rows[row], p["peak_tracked_bytes"].get<double>()) << row;
+  }
+  EXPECT_EQ(rows.count("memory: resume peak"), 0u);
+  Result text = RunCli("validate --measurements " + MeasuredRun());
+  EXPECT_THAT(text.out, ::testing::HasSubstr("memory: steady peak"));
 }
 
 }  // namespace

@@ -38,6 +38,26 @@ TEST(ExecutorOptimizerTest, ShardedAdamWMatchesTorchOptimAdamWBitForBit) {
   EXPECT_EQ(mine.step(), 5);
 }
 
+TEST(ExecutorOptimizerTest, AdamWStateIsCreatedAtTheFirstStepThatUpdatesAShard) {
+  // torch.optim.AdamW creates state["exp_avg"] in _init_group, at the first step() of a
+  // parameter whose .grad is set: nothing at construction, nothing for a None grad.
+  at::Tensor p0 = at::ones({3}), p1 = at::ones({5}), g0 = at::ones({3}), g1;
+  ShardedOptimizer adamw(model::Optimizer::kAdamW, AdamWOptions{}, {&p0, &p1}, {&g0, &g1});
+  EXPECT_TRUE(adamw.keeps_state());
+  EXPECT_TRUE(adamw.exp_avg().empty());
+  adamw.Step(1e-3);
+  ASSERT_EQ(adamw.exp_avg().size(), 2u);
+  EXPECT_TRUE(adamw.exp_avg()[0].defined());
+  EXPECT_EQ(adamw.exp_avg_sq()[0].numel(), 3);
+  EXPECT_FALSE(adamw.exp_avg()[1].defined());  // its gradient was None
+  adamw.EnsureState();                         // a checkpoint load or save
+  EXPECT_TRUE(at::equal(adamw.exp_avg()[1], at::zeros({5})));
+  ShardedOptimizer sgd(model::Optimizer::kSgd, AdamWOptions{}, {&p0}, {&g0});
+  sgd.EnsureState();
+  EXPECT_FALSE(sgd.keeps_state());
+  EXPECT_TRUE(sgd.exp_avg().empty());
+}
+
 TEST(ExecutorOptimizerTest, UndefinedGradientsAreSkippedLikeNoneGrads) {
   at::Tensor p = at::ones({4}), g;
   ShardedOptimizer sgd(model::Optimizer::kSgd, AdamWOptions{}, {&p}, {&g});

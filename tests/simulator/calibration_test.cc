@@ -387,3 +387,75 @@ TEST(ProfileJsonTest, CalibratedProfileRoundTrips) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// A "phases" entry as executor/measurements.cc PhasesJson writes it (one rank).
+Json PhaseJson(const std::string& name, int64_t peak) {
+  return Json{{"name", name}, {"count", 1}, {"duration_s", 0.1}, {"peak_tracked_bytes", peak},
+              {"peak_rss_bytes", 2 * peak},
+              {"per_rank", Json::array({Json{{"rank", 0}, {"count", 1}, {"duration_s", 0.1},
+                                             {"tracked_start_bytes", peak / 2},
+                                             {"tracked_peak_bytes", peak},
+                                             {"rss_peak_bytes", 2 * peak}}})}};
+}
+
+TEST(ValidatePhasesTest, EachMeasuredPhaseIsComparedWithTheEstimatesPhase) {
+  Json j = GoodMeasurements();
+  const std::vector<std::pair<std::string, std::string>> phases = {
+      {"model load", "memory: load peak"}, {"step 0", "memory: step 0 peak"},
+      {"steady step", "memory: steady peak"}, {"checkpoint save", "memory: save peak"},
+      {"resume", "memory: resume peak"}};
+  j["phases"] = Json::array();
+  for (size_t i = 0; i < phases.size(); ++i) {
+    j["phases"].push_back(PhaseJson(phases[i].first, 1000000 * static_cast<int64_t>(i + 1)));
+  }
+  Measurements m = MeasurementsFromJson(j, "phases.json");
+  ASSERT_EQ(m.phases.size(), 5u);
+  EXPECT_EQ(m.phases[2].name, "steady step");
+  EXPECT_EQ(m.phases[2].per_rank[0].tracked_start_bytes, 1500000);
+  model::ModelSpec spec = model::ResolveModelArg("tiny-llama", nullptr);
+  profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("cpu:2");
+  RunPrediction p = PredictRun(m, spec, cluster, SimOptions{});
+  std::vector<ComparisonRow> rows = CompareRun(m, p, CostConstants{});
+  for (size_t i = 0; i < phases.size(); ++i) {
+    SCOPED_TRACE(phases[i].first);
+    const ComparisonRow* row = nullptr;
+    for (const auto& r : rows) {
+      if (r.name == phases[i].second) row = &r;
+    }
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->kind, "memory");
+    EXPECT_TRUE(row->bytes);
+    EXPECT_EQ(row->measured, 1e6 * static_cast<double>(i + 1));
+    // The prediction is the estimate's own phase (simulator/job_phases.cc) for the executor's
+    // way of loading and checkpointing.
+    const PhaseMemory* want = nullptr;
+    for (const auto& ph : p.phases.phases) {
+      if (phases[i].first == ToString(ph.phase)) want = &ph;
+    }
+    ASSERT_NE(want, nullptr);
+    EXPECT_EQ(row->predicted, static_cast<double>(want->allocated_peak.count()));
+  }
+}
+
+TEST(ValidatePhasesTest, FilesWithoutPhasesHaveNoPhaseRowsAndBadPhasesAreErrors) {
+  Measurements m = MeasurementsFromJson(GoodMeasurements(), "old.json");
+  EXPECT_TRUE(m.phases.empty());
+  Json j = GoodMeasurements();
+  j["phases"] = Json::array({PhaseJson("warmup", 1)});
+  EXPECT_THAT([&] { MeasurementsFromJson(j, "p.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("p.json:/phases/0/name"), HasSubstr("warmup"))));
+  j["phases"] = Json::array({PhaseJson("step 0", 1)});
+  j["phases"][0]["per_rank"] = Json::array();
+  EXPECT_THAT([&] { MeasurementsFromJson(j, "e.json"); },
+              ThrowsMessage<InputError>(HasSubstr("e.json:/phases/0/per_rank: expected one entry per rank")));
+  j["phases"] = Json::array({PhaseJson("step 0", 1)});
+  j["phases"][0]["peak_tracked_bytes"] = -5;
+  EXPECT_THAT([&] { MeasurementsFromJson(j, "n.json"); },
+              ThrowsMessage<InputError>(HasSubstr("n.json:/phases/0/peak_tracked_bytes")));
+}
+
+}  // namespace
+}  // namespace shardtune::sim
