@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -113,6 +114,11 @@ std::vector<pid_t> StartRanks(const LaunchOptions& o, int port) {
   return pids;
 }
 
+// The rank of child `pid`, or pids.size() when it is none of ours.
+size_t RankOf(const std::vector<pid_t>& pids, pid_t pid) {
+  return static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+}
+
 // Reaps the ranks; the first failure sends SIGTERM to the rest, SIGKILL after grace_s.
 LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
   LaunchResult result;
@@ -133,8 +139,7 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    size_t r = 0;
-    while (r < pids.size() && pids[r] != pid) ++r;
+    size_t r = RankOf(pids, pid);
     if (r == pids.size()) continue;
     done[r] = true;
     --remaining;
@@ -159,8 +164,7 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;
       }
-      size_t r2 = 0;
-      while (r2 < pids.size() && pids[r2] != p2) ++r2;
+      size_t r2 = RankOf(pids, p2);
       if (r2 == pids.size()) continue;
       done[r2] = true;
       --remaining;

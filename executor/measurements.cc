@@ -179,6 +179,14 @@ Json CollectivesJson(const std::vector<CollectiveRecord>& records, double cutoff
   return out;
 }
 
+// The CUDA figures of one rank (absent on CPU runs, where they are 0).
+void AddDeviceBytes(Json* j, int64_t allocated_peak, int64_t reserved_peak, int64_t used) {
+  if (allocated_peak <= 0) return;
+  (*j)["device_allocated_peak_bytes"] = allocated_peak;
+  (*j)["device_reserved_peak_bytes"] = reserved_peak;
+  (*j)["device_used_bytes"] = used;
+}
+
 Json MemoryJson(const std::vector<RankMemory>& mem) {
   Json per = Json::array();
   int64_t tracked = 0, rss = 0;
@@ -188,11 +196,9 @@ Json MemoryJson(const std::vector<RankMemory>& mem) {
     Json r = {{"rank", m.rank},
               {"tracked_peak_bytes", m.tracked_peak_bytes},
               {"rss_peak_bytes", m.rss_peak_bytes}};
+    AddDeviceBytes(&r, m.device_allocated_peak_bytes, m.device_reserved_peak_bytes, m.device_used_bytes);
     if (m.device_allocated_peak_bytes > 0) {
       cuda = true;
-      r["device_allocated_peak_bytes"] = m.device_allocated_peak_bytes;
-      r["device_reserved_peak_bytes"] = m.device_reserved_peak_bytes;
-      r["device_used_bytes"] = m.device_used_bytes;
       r["device_alloc_retries"] = m.device_alloc_retries;
     }
     per.push_back(r);
@@ -235,11 +241,7 @@ Json PhasesJson(const std::vector<RankPhases>& ranks) {
                 {"tracked_start_bytes", p.tracked_start_bytes},
                 {"tracked_peak_bytes", p.tracked_peak_bytes},
                 {"rss_peak_bytes", p.rss_peak_bytes}};
-      if (p.device_allocated_peak_bytes > 0) {
-        e["device_allocated_peak_bytes"] = p.device_allocated_peak_bytes;
-        e["device_reserved_peak_bytes"] = p.device_reserved_peak_bytes;
-        e["device_used_bytes"] = p.device_used_bytes;
-      }
+      AddDeviceBytes(&e, p.device_allocated_peak_bytes, p.device_reserved_peak_bytes, p.device_used_bytes);
       per.push_back(e);
       tracked = std::max(tracked, p.tracked_peak_bytes);
       rss = std::max(rss, p.rss_peak_bytes);
