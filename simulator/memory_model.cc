@@ -21,6 +21,11 @@ using model::Plan;
 // PyTorch creates an NCCL communicator per process group on its first collective.
 void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
                       const MemoryConstants& k, MemoryReport* out) {
+  if (c.cpu_only) {  // Gloo on CPU ranks: no CUDA context, no NCCL
+    out->outside_allocator.push_back({"LibTorch CPU process (libraries, allocator, Gloo)", k.cpu_process});
+    out->outside_total = k.cpu_process;
+    return;
+  }
   out->outside_allocator.push_back({"CUDA context and kernels", k.cuda_context});
   std::vector<std::pair<std::string, int>> groups;
   if (r.shard_group > 1) groups.push_back({"shard group", r.shard_group});
@@ -169,6 +174,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
+  w.reduce_scatter_receive_buffer = cluster.cpu_only;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   w.block = &cache->Block(spec, act);
   w.head = &cache->Head(spec, act);

@@ -29,6 +29,12 @@ struct MemoryConstants {
   // measurement 2026-11-22, tests/data/validation. Earlier public figures: pytorch/pytorch#109888
   // ("around 400MB" with lazy loading), #86509 (287 MB lazy, 667 MB eager).
   Bytes cuda_context = Bytes::MiB(621);
+  // A CPU rank of shardtune's executor (cpu:N clusters) has no CUDA context or NCCL buffers; its
+  // resident set beyond tensor storage is LibTorch's libraries, the allocator and Gloo's
+  // buffers: RSS minus the tracked peak was 215-274 MiB (median 220) in the 2-rank tiny-llama runs of
+  // tests/bench/calibration_experiment.sh (Debian 12, LibTorch 1.13, 2026-11-22). calibrate's
+  // memory fit replaces it.
+  Bytes cpu_process = Bytes::MiB(220);
   // NCCL device buffers per communicator (all protocols, ring + tree connections): measured
   // 544 MB (2 GPUs) to 688 MB (> 2 GPUs) per communicator on A100 NVLink, NVIDIA/nccl#964.
   Bytes nccl_per_communicator = Bytes::MiB(656);

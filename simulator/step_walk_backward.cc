@@ -205,6 +205,10 @@ void Walker::PostBackward(size_t i, bool sync) {
     Dep(post);
     Cur().collective = profiles::Collective::kReduceScatter;
     Cur().comm_bytes = rs_in;
+    if (s_.reduce_scatter_receive_buffer) {  // freed with the input, at the next reduction
+      Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
+      deferred_rs_ += rs_in;
+    }
   }
   bool offloaded = p_.offload != model::Offload::kNone;
   if (offloaded || has_sharded_grad_[i]) {

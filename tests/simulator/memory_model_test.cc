@@ -229,3 +229,26 @@ TEST(MemoryModelTest, PropertiesOverRandomPlans) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// CPU ranks (cpu:N, shardtune's executor over Gloo) have no CUDA context and no NCCL buffers:
+// what lives outside the tensor allocator is the LibTorch process itself.
+TEST(MemoryModelCpuTest, CpuRanksHaveNoCudaContextOrNccl) {
+  auto s = model::FindModelPreset("tiny-llama");
+  model::Plan p;
+  p.micro_batch = 2;
+  p.seq_len = 128;
+  MemoryOptions o;
+  MemoryReport m = EstimateMemory(s, profiles::ParseClusterShorthand("cpu:2"), p, o);
+  ASSERT_EQ(m.outside_allocator.size(), 1u);
+  EXPECT_EQ(m.outside_total.count(), o.constants.cpu_process.count());
+  MemoryReport g = EstimateMemory(s, profiles::ParseClusterShorthand("2xH100"), p, o);
+  // Two H100 ranks: the CUDA context plus one NCCL communicator (the shard group of 2, no NVLS).
+  EXPECT_EQ(g.outside_total.count(),
+            o.constants.cuda_context.count() + o.constants.nccl_per_communicator.count());
+}
+
+}  // namespace
+}  // namespace shardtune::sim
