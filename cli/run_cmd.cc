@@ -125,8 +125,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world) {
   o.timeout_s = a.timeout_s;
   o.trace = !a.no_trace;
   o.checkpoints = !a.no_checkpoints;
-  if (a.plan.app->count("--on-nonfinite") > 0 &&
-      a.plan.app->get_option("--on-nonfinite")->as<std::string>() == "skip") {
+  if (a.on_nonfinite == "skip") {
     o.on_nonfinite = exec::OnNonFinite::kSkip;
   }
   o.device = a.device == "auto" ? (exec::CudaRunsAvailable() ? "cuda" : "cpu") : a.device;
@@ -182,7 +181,7 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
   run->add_flag("--no-checkpoints", a->no_checkpoints,
                 "Write no checkpoints (benchmark runs; nothing to resume from)");
-  run->add_option("--on-nonfinite",
+  run->add_option("--on-nonfinite", a->on_nonfinite,
                   "stop|skip: a step whose loss or gradient norm is NaN/inf stops the run "
                   "(default; the last checkpoint is kept) or has its update skipped")
       ->check(CLI::IsMember({"stop", "skip"}));

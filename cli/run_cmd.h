@@ -18,7 +18,8 @@ struct RunArgs {
   std::string out;
   std::string data;
   std::string lr_schedule = "cosine";
-  std::string device = "auto";  // auto: cuda when this build has CUDA and a GPU is visible
+  std::string device = "auto";
+  std::string on_nonfinite = "stop";  // stop|skip (CLI11 checks the choice)  // auto: cuda when this build has CUDA and a GPU is visible
   int steps = 0;
   int nproc = 1;
   int emulate_world = 0;

@@ -85,6 +85,9 @@ TEST(ExecutorRunCliTest, UnsupportedPlanChoicesAreInputErrors) {
   auto b = Base(tmp.Sub("out"));
   b.insert(b.end(), {"--emulate-world", "4", "--nproc", "2"});
   ExpectInputError(b, "--emulate-world: runs in one process");
+  auto c = Base(tmp.Sub("out"));
+  c.insert(c.end(), {"--device", "gpu"});
+  ExpectInputError(c, "--device: expected cpu or cuda, got 'gpu'");
 }
 
 TEST(ExecutorRunCliTest, TinyLlamaDefaultPlanOnTwoRanksWritesMeasurementsAndTrace) {
