@@ -41,7 +41,7 @@ void Validate(const Job& job, const PlanFlags& flags) {
   std::vector<std::string> problems =
       JobProblems(job.spec, cluster, plan, flags.plan_file.empty() ? "plan" : flags.plan_file);
   if (flags.global_batch > 0) {
-    int64_t dp = cluster.world_size();
+    int64_t dp = plan.DataParallel(cluster.world_size());
     int64_t got = plan.GlobalBatch(static_cast<int>(dp));
     if (got != flags.global_batch) {
       problems.push_back("--global-batch: expected micro-batch x grad-accum x data-parallel ranks = " +

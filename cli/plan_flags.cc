@@ -36,7 +36,38 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f) {
   app->add_option("--attention", f->attention, "sdpa|eager");
   app->add_option("--modeling", f->modeling, "hf|torchtitan: whose model code (what autograd saves)");
   app->add_flag("--keep-logits", f->keep_logits, "The training loop holds outputs.logits through backward");
+  app->add_option("--cp", f->cp, "Ulysses context-parallel size (divides heads, seq-len and world)");
+  app->add_option("--cp-fsdp-mesh", f->cp_fsdp_mesh,
+                  "dp_cp|dp: FSDP shards over data-parallel x cp ranks (verl, torchtitan) or dp only");
+  app->add_option("--role", f->role, "train|infer (forward only: reference / log-prob workers)");
+  app->add_option("--freeze", f->freeze,
+                  "Freeze parameters whose name starts with this prefix (repeatable), e.g. model.embed_tokens");
+  app->add_option("--lora-rank", f->lora_rank, "LoRA rank r (0: off); base weights frozen");
+  app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha (scale alpha/r)");
+  app->add_option("--lora-targets", f->lora_targets, "Comma-separated projections, e.g. q_proj,v_proj");
+  app->add_option("--lora-dtype", f->lora_dtype, "Adapter weight dtype: fp32|bf16|fp16");
+  app->add_option("--tiled-mlp", f->tiled_mlp, "Sequence tiles the MLP runs over (1: off)");
+  app->add_flag("--wrap-experts", f->wrap_experts, "MoE: every expert its own FSDP unit");
 }
+
+namespace {
+std::vector<std::string> SplitCommas(const std::string& text, const std::string& where) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) {
+      throw InputError(where + ": expected comma-separated names (e.g. q_proj,v_proj), got \"" +
+                       text + "\"");
+    }
+    out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace
 
 model::Plan BuildPlan(const PlanFlags& f) {
   using namespace model;
@@ -50,6 +81,7 @@ model::Plan BuildPlan(const PlanFlags& f) {
     WrapPolicy w = ParseWrapSpec(f.wrap, "--wrap");
     w.embedding_unit = p.wrap.embedding_unit;
     w.head_unit = p.wrap.head_unit;
+    w.expert_units = p.wrap.expert_units;
     p.wrap = w;
   }
   if (FlagGiven(f, "--wrap-embedding")) p.wrap.embedding_unit = true;
@@ -81,6 +113,16 @@ model::Plan BuildPlan(const PlanFlags& f) {
   if (FlagGiven(f, "--attention")) p.attention = ParseEnum<Attention>(f.attention, "--attention");
   if (FlagGiven(f, "--modeling")) p.modeling = ParseEnum<Modeling>(f.modeling, "--modeling");
   if (FlagGiven(f, "--keep-logits")) p.keep_logits = true;
+  if (FlagGiven(f, "--cp")) p.cp = f.cp;
+  if (FlagGiven(f, "--cp-fsdp-mesh")) p.cp_fsdp_mesh = ParseEnum<CpFsdpMesh>(f.cp_fsdp_mesh, "--cp-fsdp-mesh");
+  if (FlagGiven(f, "--role")) p.role = ParseEnum<Role>(f.role, "--role");
+  if (FlagGiven(f, "--freeze")) p.frozen_prefixes = f.freeze;
+  if (FlagGiven(f, "--lora-rank")) p.lora.rank = f.lora_rank;
+  if (FlagGiven(f, "--lora-alpha")) p.lora.alpha = f.lora_alpha;
+  if (FlagGiven(f, "--lora-targets")) p.lora.targets = SplitCommas(f.lora_targets, "--lora-targets");
+  if (FlagGiven(f, "--lora-dtype")) p.lora.dtype = ParseEnum<DType>(f.lora_dtype, "--lora-dtype");
+  if (FlagGiven(f, "--tiled-mlp")) p.tiled_mlp_shards = f.tiled_mlp;
+  if (FlagGiven(f, "--wrap-experts")) p.wrap.expert_units = true;
   return p;
 }
 

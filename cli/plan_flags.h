@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,11 @@ struct PlanFlags {
   std::string plan_file;
   std::string strategy, wrap, checkpointing, offload, precision, reduce_dtype, reshard_after_forward;
   std::string backward_prefetch, optimizer, optimizer_impl, attention, modeling;
+  std::string cp_fsdp_mesh, role, lora_targets, lora_dtype;
+  std::vector<std::string> freeze;
+  int cp = 1, lora_rank = 0, tiled_mlp = 1;
+  double lora_alpha = 16.0;
+  bool wrap_experts = false;
   int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
   int64_t seq_len = 0, global_batch = 0;
   bool no_sync = false, forward_prefetch = false, keep_logits = false;

@@ -109,7 +109,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world) {
   o.spec = model::ResolveModelArg(a.model, nullptr);
   o.plan = BuildPlan(a.plan);
   if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
-  ApplyGlobalBatch(a, a.emulate_world > 0 ? a.emulate_world : world, &o.plan);
+  ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), &o.plan);
   o.steps = a.steps;
   o.out_dir = a.out;
   o.seed = a.seed;

@@ -33,6 +33,8 @@ const Names& Table(OptimizerImpl*) {
 }
 const Names& Table(Attention*) { static const Names v = {"sdpa", "eager"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
+const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
+const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
 const Names& Table(WrapPolicy::Kind*) {
   static const Names v = {"block", "every", "ranges", "size"};
   return v;
@@ -113,6 +115,7 @@ void CheckWrap(const WrapPolicy& w, int num_layers, ProblemList* p) {
 }
 
 void CheckShardGroup(const Plan& plan, int world, int gpus_per_node, ProblemList* p) {
+  world = plan.FsdpWorld(world);  // cp_fsdp_mesh dp: FSDP sees world / cp ranks
   int g = plan.shard_group_size;
   std::string strategy = ToString(plan.strategy);
   if (g < 0) {
@@ -216,6 +219,8 @@ template const Names& EnumNames<Optimizer>();
 template const Names& EnumNames<OptimizerImpl>();
 template const Names& EnumNames<Attention>();
 template const Names& EnumNames<Modeling>();
+template const Names& EnumNames<CpFsdpMesh>();
+template const Names& EnumNames<Role>();
 template const Names& EnumNames<WrapPolicy::Kind>();
 template ShardingStrategy ParseEnum<ShardingStrategy>(const std::string&, const std::string&);
 template DType ParseEnum<DType>(const std::string&, const std::string&);
@@ -226,6 +231,8 @@ template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
 template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
 template Attention ParseEnum<Attention>(const std::string&, const std::string&);
 template Modeling ParseEnum<Modeling>(const std::string&, const std::string&);
+template CpFsdpMesh ParseEnum<CpFsdpMesh>(const std::string&, const std::string&);
+template Role ParseEnum<Role>(const std::string&, const std::string&);
 template WrapPolicy::Kind ParseEnum<WrapPolicy::Kind>(const std::string&, const std::string&);
 
 const char* ToString(ShardingStrategy s) { return Name(s); }
@@ -237,6 +244,8 @@ const char* ToString(Optimizer o) { return Name(o); }
 const char* ToString(OptimizerImpl o) { return Name(o); }
 const char* ToString(Attention a) { return Name(a); }
 const char* ToString(Modeling m) { return Name(m); }
+const char* ToString(CpFsdpMesh m) { return Name(m); }
+const char* ToString(Role r) { return Name(r); }
 const char* ToString(WrapPolicy::Kind k) { return Name(k); }
 
 int64_t BytesPerElement(DType d) {
@@ -253,8 +262,13 @@ bool StrategyReshardsAfterForward(ShardingStrategy s) {
   return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
 }
 
+int Plan::FsdpWorld(int world) const {
+  return cp > 1 && cp_fsdp_mesh == CpFsdpMesh::kDp && world % cp == 0 ? world / cp : world;
+}
+
 int Plan::ResolvedShardGroup(int world, int gpus_per_node) const {
   if (strategy == ShardingStrategy::kNoShard) return 1;
+  world = FsdpWorld(world);
   if (shard_group_size > 0) return shard_group_size;
   if (Hybrid() && gpus_per_node > 0) return std::min(gpus_per_node, world);
   return world;
@@ -270,7 +284,26 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
            "integer in [1, max_seq_len = " + std::to_string(max_seq_len) +
                "] (or 0: max_seq_len)",
            seq_len);
-  if (world >= 1) CheckShardGroup(*this, world, gpus_per_node, &p);
+  p.Expect(cp >= 1 && (world < 1 || world % cp == 0), "cp",
+           "an integer >= 1 dividing the world size " + std::to_string(world) +
+               " (Ulysses groups tile the world)",
+           cp);
+  if (cp >= 1 && seq_len > 0) {
+    p.Expect(seq_len % cp == 0, "cp",
+             "a divisor of seq_len " + std::to_string(seq_len) + " (each rank holds seq_len / cp tokens)",
+             cp);
+  }
+  p.Expect(tiled_mlp_shards >= 1, "tiled_mlp_shards", "integer >= 1 (1: off)", tiled_mlp_shards);
+  p.Expect(lora.rank >= 0, "lora/rank", "integer >= 0 (0: no LoRA)", lora.rank);
+  if (lora.enabled() && lora.targets.empty()) {
+    p.Add("lora/targets", "at least one projection name (e.g. q_proj, v_proj)", "none");
+  }
+  for (size_t i = 0; i < frozen_prefixes.size(); ++i) {
+    if (frozen_prefixes[i].empty()) {
+      p.Add("frozen_prefixes/" + std::to_string(i), "a non-empty module name prefix", "\"\"");
+    }
+  }
+  if (world >= 1 && cp >= 1 && world % cp == 0) CheckShardGroup(*this, world, gpus_per_node, &p);
   CheckWrap(wrap, num_layers, &p);
   p.Expect(checkpoint_every_k >= 1, "checkpoint_every_k", "integer >= 1", checkpoint_every_k);
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",

@@ -29,6 +29,29 @@ enum class OptimizerImpl { kForeach, kFused, kForLoop };
 enum class Attention { kSdpa, kEager };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
+// Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).
+//  kDpCp: over data-parallel x cp ranks (verl: the FSDP mesh is the whole world and the Ulysses
+//         mesh [dp, sp] is separate, verl/workers/fsdp_workers.py; torchtitan: fully_shard on the
+//         flattened "dp_shard_cp" mesh, torchtitan/distributed/parallel_dims.py; ROLL: FSDP2 over
+//         the world, roll/distributed/strategy/fsdp2_strategy.py).
+//  kDp:   over data-parallel ranks only; the cp ranks of a group hold replicas and all-reduce
+//         their gradients (like HSDP's replicate dimension).
+enum class CpFsdpMesh { kDpCp, kDp };
+// What a role does with the model: train (forward, backward, optimizer) or infer (forward only,
+// under no_grad: ROLL fsdp2_infer, verl's reference and log-prob workers).
+enum class Role { kTrain, kInfer };
+
+// LoRA adapters (Hu et al. 2021, "LoRA", eq. 3: h = W0 x + B A x, A: r x in, B: out x r) on the
+// named projections of every block, as PEFT's LoraConfig(r, lora_alpha, target_modules). The base
+// weights are frozen; the adapters are trainable (gradients, reduce-scatter, optimizer state).
+struct LoraSpec {
+  int rank = 0;                      // r; 0: no LoRA
+  double alpha = 16.0;               // lora_alpha (scale alpha / r; no effect on memory or time)
+  std::vector<std::string> targets;  // HF projection names: q_proj k_proj v_proj o_proj gate_proj
+                                     // up_proj down_proj (GPT-2: c_attn c_proj c_fc)
+  DType dtype = DType::kFp32;        // PEFT keeps adapter weights in fp32 (autocast_adapter_dtype)
+  bool enabled() const { return rank > 0; }
+};
 
 // How FSDP units are formed from the module tree (PyTorch fully_shard calls).
 struct WrapPolicy {
@@ -39,6 +62,7 @@ struct WrapPolicy {
   int64_t min_num_params = 0;                // kSize: size_based_auto_wrap_policy threshold
   bool embedding_unit = false;  // embedding gets its own fully_shard (torchtitan); false: root
   bool head_unit = false;       // [final norm, LM head] get their own unit; false: root
+  bool expert_units = false;    // MoE: every expert its own unit (ROLL strategy_config moe_experts)
 };
 
 struct Plan {
@@ -66,10 +90,29 @@ struct Plan {
   bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
   bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
 
+  // Ulysses context parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses): each rank of a cp group
+  // holds S / cp tokens of the same sequences; attention runs after an all-to-all that trades
+  // the sequence split for a head split. cp ranks share one micro-batch, so the data-parallel
+  // degree is world / cp.
+  int cp = 1;
+  CpFsdpMesh cp_fsdp_mesh = CpFsdpMesh::kDpCp;
+  Role role = Role::kTrain;
+  // Parameters whose HF name starts with one of these are frozen (no gradient, no reduction, no
+  // optimizer state; still sharded and gathered): ROLL freeze_module_prefix, e.g. "model.embed_tokens",
+  // "model.layers.0.", "visual.".
+  std::vector<std::string> frozen_prefixes;
+  LoraSpec lora;
+  // Tiled MLP (ROLL apply_tiled_mlp / tiled_num_shards): the MLP runs over sequence tiles; 1: off.
+  int tiled_mlp_shards = 1;
+
   // Global batch in sequences for a world of `world` ranks.
   int64_t GlobalBatch(int world) const {
-    return static_cast<int64_t>(micro_batch) * grad_accum * world;
+    return static_cast<int64_t>(micro_batch) * grad_accum * DataParallel(world);
   }
+  // Ranks that read different sequences: world / cp (cp ranks share a micro-batch).
+  int DataParallel(int world) const { return cp > 0 ? world / cp : world; }
+  // True when parameters have gradients at all: a training role with something trainable.
+  bool Trains() const { return role == Role::kTrain; }
   bool Sharded() const { return strategy != ShardingStrategy::kNoShard; }
   bool Hybrid() const {
     return strategy == ShardingStrategy::kHybridShard ||
@@ -81,13 +124,18 @@ struct Plan {
   // shard group divides world (FULL_SHARD / SHARD_GRAD_OP: 0 or world; NO_SHARD: 0 or 1; hybrid:
   // <= world, equal is one replica); wrap every_k >= 1, size min_num_params >= 1, ranges cover
   // blocks 0..num_layers-1 in order without gaps or overlaps. no_sync with grad_accum 1 is allowed
-  // (it has no effect); offload with NO_SHARD is allowed.
+  // (it has no effect); offload with NO_SHARD is allowed. cp >= 1 divides world and seq_len (when
+  // given); tiled_mlp_shards >= 1; lora rank >= 0 with targets when > 0; frozen prefixes non-empty.
+  // Checks that need the model (cp vs heads, names vs modules) live with the model code.
   std::vector<std::string> Problems(const std::string& where, int world, int gpus_per_node,
                                     int num_layers, int64_t max_seq_len) const;
   // The shard group size after defaults, for a world of `world` ranks: shard_group_size when
   // set, else world (FULL_SHARD, SHARD_GRAD_OP), min(gpus_per_node, world) (hybrid; world when
   // gpus_per_node <= 0), 1 (NO_SHARD: nothing is sharded).
+  // With cp > 1 and cp_fsdp_mesh dp, "world" here is the FSDP world, world / cp.
   int ResolvedShardGroup(int world, int gpus_per_node) const;
+  // Ranks FSDP's mesh spans: world, or world / cp with cp_fsdp_mesh dp (cp ranks replicate).
+  int FsdpWorld(int world) const;
   // seq_len after its default: max_seq_len when 0.
   int64_t ResolvedSeqLen(int64_t max_seq_len) const { return seq_len > 0 ? seq_len : max_seq_len; }
 };
@@ -101,11 +149,13 @@ const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Attention a);
 const char* ToString(Modeling m);
+const char* ToString(CpFsdpMesh m);  // "dp_cp", "dp"
+const char* ToString(Role r);        // "train", "infer"
 const char* ToString(WrapPolicy::Kind k);  // "block", "every", "ranges", "size"
 
 // The names ToString() gives every value of E, in declaration order. Defined for ShardingStrategy,
-// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, Modeling
-// and WrapPolicy::Kind.
+// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, Modeling,
+// CpFsdpMesh, Role and WrapPolicy::Kind.
 template <typename E>
 const std::vector<std::string>& EnumNames();
 // The value whose ToString() is `text`. Throws InputError "where: expected one of a, b, got

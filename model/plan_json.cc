@@ -71,6 +71,7 @@ WrapPolicy ReadWrap(StrictReader* r) {
   }
   w.embedding_unit = r->OptionalBool("embedding_unit", w.embedding_unit);
   w.head_unit = r->OptionalBool("head_unit", w.head_unit);
+  w.expert_units = r->OptionalBool("expert_units", w.expert_units);
   r->Finish();
   return w;
 }
@@ -96,6 +97,50 @@ void ReadComputeChoices(StrictReader* r, Plan* p) {
   p->keep_logits = r->OptionalBool("keep_logits", p->keep_logits);
 }
 
+std::vector<std::string> ReadStrings(const nlohmann::json& v, const std::string& where,
+                                     const std::string& what) {
+  if (!v.is_array()) throw InputError(where + ": expected an array of " + what + ", got " + Describe(v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string() || v[i].get<std::string>().empty()) {
+      throw InputError(where + "/" + std::to_string(i) + ": expected " + what + ", got " +
+                       Describe(v[i]));
+    }
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+LoraSpec ReadLora(StrictReader* r) {
+  LoraSpec l;
+  l.rank = static_cast<int>(r->RequiredInt("rank", 0, kIntMax));
+  l.alpha = r->OptionalNumber("alpha", l.alpha, 0.0, 1e9);
+  if (r->Has("targets")) {
+    l.targets = ReadStrings(r->RequiredValue("targets"), r->Where("targets"),
+                            "projection names (non-empty strings, e.g. \"q_proj\")");
+  }
+  l.dtype = OptEnum(r, "dtype", l.dtype);
+  r->Finish();
+  return l;
+}
+
+// Context parallelism, roles, frozen parameters, LoRA, tiled MLP (all optional; schema v1 files
+// without them read as a plain full fine-tune).
+void ReadTrainableAndParallel(StrictReader* r, Plan* p) {
+  p->cp = OptInt(r, "cp", p->cp);
+  p->cp_fsdp_mesh = OptEnum(r, "cp_fsdp_mesh", p->cp_fsdp_mesh);
+  p->role = OptEnum(r, "role", p->role);
+  if (r->Has("frozen_prefixes")) {
+    p->frozen_prefixes = ReadStrings(r->RequiredValue("frozen_prefixes"), r->Where("frozen_prefixes"),
+                                     "module name prefixes (non-empty strings)");
+  }
+  if (r->Has("lora")) {
+    StrictReader lora = r->RequiredObject("lora");
+    p->lora = ReadLora(&lora);
+  }
+  p->tiled_mlp_shards = OptInt(r, "tiled_mlp_shards", p->tiled_mlp_shards);
+}
+
 nlohmann::ordered_json WrapToJson(const WrapPolicy& w) {
   nlohmann::ordered_json j;
   j["policy"] = ToString(w.kind);
@@ -108,6 +153,7 @@ nlohmann::ordered_json WrapToJson(const WrapPolicy& w) {
   if (w.kind == WrapPolicy::Kind::kSize) j["min_num_params"] = w.min_num_params;
   j["embedding_unit"] = w.embedding_unit;
   j["head_unit"] = w.head_unit;
+  if (w.expert_units) j["expert_units"] = true;
   return j;
 }
 
@@ -133,6 +179,7 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
   p.checkpoint_every_k = OptInt(&r, "checkpoint_every_k", p.checkpoint_every_k);
   ReadPrecisionAndComm(&r, &p);
   ReadComputeChoices(&r, &p);
+  ReadTrainableAndParallel(&r, &p);
   r.Finish();
   return p;
 }
@@ -164,6 +211,15 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["modeling"] = ToString(p.modeling);
   j["loss_fp32_upcast"] = p.loss_fp32_upcast;
   j["keep_logits"] = p.keep_logits;
+  j["cp"] = p.cp;
+  j["cp_fsdp_mesh"] = ToString(p.cp_fsdp_mesh);
+  j["role"] = ToString(p.role);
+  j["frozen_prefixes"] = p.frozen_prefixes;
+  if (p.lora.enabled()) {
+    j["lora"] = {{"rank", p.lora.rank}, {"alpha", p.lora.alpha}, {"targets", p.lora.targets},
+                 {"dtype", ToString(p.lora.dtype)}};
+  }
+  j["tiled_mlp_shards"] = p.tiled_mlp_shards;
   return j;
 }
 

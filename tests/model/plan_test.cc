@@ -38,6 +38,8 @@ TEST(PlanEnumsTest, EveryNameRoundTrips) {
   ExpectNamesRoundTrip<Attention>();
   ExpectNamesRoundTrip<Modeling>();
   ExpectNamesRoundTrip<WrapPolicy::Kind>();
+  ExpectNamesRoundTrip<CpFsdpMesh>();
+  ExpectNamesRoundTrip<Role>();
   EXPECT_STREQ(ToString(ShardingStrategy::kHybridShardZero2), "hybrid_shard_zero2");
   EXPECT_STREQ(ToString(OptimizerImpl::kForLoop), "for_loop");
 }
@@ -275,6 +277,53 @@ TEST(PlanJsonTest, NonDefaultPlansRoundTrip) {
     Plan back = PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json");
     EXPECT_EQ(PlanToJson(back).dump(), out) << wrap;
   }
+}
+
+TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {
+  Plan p;
+  p.cp = 4;
+  p.cp_fsdp_mesh = CpFsdpMesh::kDp;
+  p.role = Role::kInfer;
+  p.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
+  p.lora.rank = 8;
+  p.lora.alpha = 32;
+  p.lora.targets = {"q_proj", "v_proj"};
+  p.lora.dtype = DType::kBf16;
+  p.tiled_mlp_shards = 4;
+  p.wrap.expert_units = true;
+  std::string out = PlanToJson(p).dump();
+  Plan back = PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json");
+  EXPECT_EQ(PlanToJson(back).dump(), out);
+  EXPECT_EQ(back.cp, 4);
+  EXPECT_EQ(back.lora.targets, p.lora.targets);
+  EXPECT_TRUE(back.wrap.expert_units);
+  EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "lora": {"rank": 8, "targets": [""]}})", "p.json"), "p.json"); },
+              ThrowsMessage<InputError>(HasSubstr("p.json:/lora/targets/0: expected projection names")));
+  EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "cp_fsdp_mesh": "cp"})", "p.json"), "p.json"); },
+              ThrowsMessage<InputError>(HasSubstr("p.json:/cp_fsdp_mesh")));
+}
+
+TEST(PlanTest, ContextParallelDividesWorldAndSequence) {
+  Plan p;
+  p.cp = 3;
+  p.seq_len = 1024;
+  auto problems = p.Problems("plan", 8, 8, 4, 4096);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_THAT(problems[0], HasSubstr("plan:/cp: expected an integer >= 1 dividing the world size 8"));
+  EXPECT_THAT(problems[1], HasSubstr("plan:/cp: expected a divisor of seq_len 1024"));
+  p.cp = 4;
+  EXPECT_TRUE(p.Problems("plan", 8, 8, 4, 4096).empty());
+  // Data-parallel degree and global batch count cp ranks once: 8 ranks / cp 4 = 2 batches.
+  p.micro_batch = 3;
+  p.grad_accum = 2;
+  EXPECT_EQ(p.DataParallel(8), 2);
+  EXPECT_EQ(p.GlobalBatch(8), 3 * 2 * 2);
+  // With FSDP over dp only, FULL_SHARD shards over world / cp and rejects a larger group.
+  EXPECT_EQ(p.ResolvedShardGroup(8, 8), 8);
+  p.cp_fsdp_mesh = CpFsdpMesh::kDp;
+  EXPECT_EQ(p.ResolvedShardGroup(8, 8), 2);
+  p.shard_group_size = 8;
+  EXPECT_FALSE(p.Problems("plan", 8, 8, 4, 4096).empty());
 }
 
 TEST(PlanJsonTest, BadValuesNameTheKeyAndPointer) {
