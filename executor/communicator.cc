@@ -58,6 +58,16 @@ class EmulatedCommunicator : public Communicator {
     if (size() > 1) t.mul_(static_cast<double>(size()));
     return Done(profiles::Collective::kAllReduce, t.nbytes(), t0);
   }
+  std::unique_ptr<Work> AllToAll(const at::Tensor& input, const at::Tensor& output) override {
+    SHARDTUNE_CHECK(input.numel() == output.numel() && input.numel() % size() == 0)
+        << "all-to-all sizes";
+    double t0 = MonotonicSeconds();
+    int64_t k = input.numel() / size();
+    // What every rank would send us if it held our data: its chunk `rank`, i.e. ours.
+    at::Tensor mine = input.reshape({-1}).narrow(0, rank() * k, k).clone();
+    output.view({size(), k}).copy_(mine.view({1, k}));
+    return Done(profiles::Collective::kAllToAll, input.nbytes(), t0);
+  }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
     SHARDTUNE_CHECK(root >= 0 && root < size()) << "broadcast root " << root;
     return Done(profiles::Collective::kBroadcast, t.nbytes(), MonotonicSeconds());

@@ -47,6 +47,12 @@ class Communicator {
   virtual std::unique_ptr<Work> ReduceScatter(const at::Tensor& full, const at::Tensor& shard) = 0;
   // t <- sum over ranks of t, in place. REQUIRES: t contiguous.
   virtual std::unique_ptr<Work> AllReduce(const at::Tensor& t) = 0;
+  // output[j * k : (j + 1) * k] <- rank j's input[rank * k : (rank + 1) * k]: chunk j of this
+  // rank's input goes to rank j, chunk j of the output comes from rank j (MPI_Alltoall,
+  // c10d all_to_all_single with equal splits). Recorded with S = input.nbytes() (the per-rank
+  // buffer, as nccl-tests' alltoall counts it) and sent bytes (n-1)/n S.
+  // REQUIRES: both contiguous, same dtype, device and numel, numel divisible by size.
+  virtual std::unique_ptr<Work> AllToAll(const at::Tensor& input, const at::Tensor& output) = 0;
   // t <- root's t, in place. REQUIRES: t contiguous, 0 <= root < size.
   virtual std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) = 0;
   // Returns when every rank of the group has called Barrier().
@@ -65,7 +71,8 @@ class Communicator {
 // One rank (`rank`) of a group of `size` ranks, without any other process. Collectives produce
 // correctly sized results as if every rank held this rank's data: all-gather replicates the
 // local shard into every slot, reduce-scatter returns size x the local slice, all-reduce returns
-// size x t, broadcast and barrier do nothing. So one device runs the true per-rank memory and
+// size x t, all-to-all fills every output chunk with the local input's chunk `rank`, broadcast
+// and barrier do nothing. So one device runs the true per-rank memory and
 // compute of an N-rank job (the numbers it trains on are not those of the real job).
 // With size 1 it is the exact single-rank communicator. Records carry emulated = true.
 std::unique_ptr<Communicator> MakeEmulatedCommunicator(const std::string& group, int rank, int size,

@@ -78,7 +78,10 @@ void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
   r.work.reset();
   r.input = at::Tensor();  // the flat gradient is no longer read
   if (groups.replicate->size() > 1) groups.replicate->AllReduce(r.output)->Wait();
-  // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients.
+  // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients. With
+  // cp the sum also runs over the cp ranks, whose losses are shares of one micro-batch's mean
+  // (FsdpRuntime::Forward): their sum is that micro-batch's gradient, so the divisor stays
+  // dp_world (verl and torchtitan average over dp x cp and scale the loss by cp instead).
   at::Tensor g = r.output.to(at::kFloat).div_(static_cast<double>(options.dp_world));
   if (unit.grad_shard().defined()) {
     unit.grad_shard().add_(g);

@@ -64,10 +64,13 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     : impl_(std::make_unique<Impl>()),
       unit_specs_(NonEmptyUnits(spec, options.plan.wrap)),
       groups_(std::move(groups)),
-      transformer_(spec, ModelOptions(options.plan)) {
-  SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() == options.dp_world)
+      transformer_(spec, ModelOptions(options.plan), options.cp > 1 ? groups_.cp.get() : nullptr) {
+  SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() ==
+                  options.dp_world * options.cp)
       << "shard " << groups_.shard->size() << " x replicate " << groups_.replicate->size()
-      << " != data-parallel world " << options.dp_world;
+      << " != data-parallel world " << options.dp_world << " x cp " << options.cp;
+  SHARDTUNE_CHECK(options.cp == 1 || (groups_.cp && groups_.cp->size() == options.cp))
+      << "cp " << options.cp << " needs a cp group of that size";
   Impl& m = *impl_;
   m.options = options;
   m.groups = groups_;

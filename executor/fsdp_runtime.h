@@ -28,6 +28,10 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> world;      // every rank (loss logging, checkpoints)
   std::shared_ptr<Communicator> shard;      // dp_shard: the unit's shards live here
   std::shared_ptr<Communicator> replicate;  // dp_replicate: same shard index, other replicas
+  // Ulysses context parallelism: the cp ranks that share a micro-batch (adjacent global ranks,
+  // rank = dp_index * cp + cp_index). Null or size 1: no cp. With cp_fsdp_mesh dp the cp ranks
+  // are part of `replicate` (they hold the same shards and all-reduce their gradients).
+  std::shared_ptr<Communicator> cp;
 };
 
 struct RuntimeOptions {
@@ -35,20 +39,24 @@ struct RuntimeOptions {
   int dp_world = 1;   // data-parallel ranks: the gradient sum is divided by it
   uint64_t seed = 0;  // parameter initialization
   at::Device device = at::kCPU;
+  int cp = 1;  // Ulysses degree: shard x replicate spans dp_world x cp ranks
 };
 
 class FsdpRuntime {
  public:
   // Builds the units of BuildFsdpUnits(spec, plan.wrap), initializes and shards them.
-  // REQUIRES: groups.shard->size() * groups.replicate->size() == dp_world (emulated or real).
+  // REQUIRES: groups.shard->size() * groups.replicate->size() == dp_world * cp (emulated or
+  // real); groups.cp of size cp when cp > 1.
   FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& options, ProcessGroups groups,
               Recorder* recorder);
   ~FsdpRuntime();
   FsdpRuntime(const FsdpRuntime&) = delete;
   FsdpRuntime& operator=(const FsdpRuntime&) = delete;
 
-  // Forward of one micro-batch: tokens and labels [B, S] int64. Returns the mean loss (fp32
-  // scalar) with its graph.
+  // Forward of one micro-batch: tokens and labels [B, S] int64 (with cp: this rank's slice
+  // [B, S / cp] of the cp group's sequences). Returns the mean loss (fp32 scalar) with its
+  // graph; with cp, this rank's share of it (its token losses / (B x S)), so that the cp group's
+  // shares sum to the micro-batch's mean loss and their gradients to its gradient.
   at::Tensor Forward(const at::Tensor& tokens, const at::Tensor& labels);
   // Backpropagates loss * scale and reduces the gradients into the sharded fp32 gradients.
   // sync false (no_sync, not the last micro-batch): the flat gradients are accumulated

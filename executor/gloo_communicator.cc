@@ -140,6 +140,22 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  std::unique_ptr<Work> AllToAll(const at::Tensor& input, const at::Tensor& output) override {
+    SHARDTUNE_CHECK(input.numel() == output.numel() && input.numel() % size() == 0 &&
+                    input.is_contiguous() && output.is_contiguous())
+        << "all-to-all sizes";
+    double t0 = MonotonicSeconds();
+    auto w = Make(profiles::Collective::kAllToAll, input, t0, Ring(input));
+    // As bytes (16-bit floats have no Gloo kernels); alltoall_base splits dim 0 equally, so
+    // both travel flattened.
+    w->inputs = {AsWire(input.view({-1}))};
+    w->outputs = {AsWire(output.view({-1}))};
+    return Issue(std::move(w), [&](GlooWork& g) {
+      std::vector<int64_t> equal_splits;
+      return pg_->alltoall_base(g.outputs[0], g.inputs[0], equal_splits, equal_splits);
+    });
+  }
+
   std::unique_ptr<Work> AllReduce(const at::Tensor& t) override {
     double t0 = MonotonicSeconds();
     bool half = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;

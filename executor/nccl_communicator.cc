@@ -159,6 +159,33 @@ class NcclCommunicator : public Communicator {
                            NcclType(t.scalar_type()), ncclSum, comm_, stream_);
     });
   }
+  std::unique_ptr<Work> AllToAll(const at::Tensor& input, const at::Tensor& output) override {
+    SHARDTUNE_CHECK(input.numel() == output.numel() && input.numel() % size() == 0)
+        << "all-to-all sizes";
+    if (!input.is_cuda()) {
+      at::Tensor d_out = at::empty(output.sizes(), output.options().device(Device()));
+      return std::make_unique<StagedWork>(AllToAll(input.to(Device()), d_out), d_out, output);
+    }
+    // NCCL has no all-to-all call before 2.28: grouped point-to-point sends and receives, as
+    // c10d's ProcessGroupNCCL::alltoall_base does (torch/csrc/cuda/nccl.cpp,
+    // all2all_single_equal_split).
+    return Run(profiles::Collective::kAllToAll, input, {input, output}, [&]() -> ncclResult_t {
+      size_t k = static_cast<size_t>(input.numel() / size());
+      size_t chunk_bytes = k * input.element_size();
+      ncclDataType_t type = NcclType(input.scalar_type());
+      const auto* send = static_cast<const char*>(input.data_ptr());
+      auto* recv = static_cast<char*>(output.data_ptr());
+      ncclResult_t rc = ncclGroupStart();
+      if (rc != ncclSuccess) return rc;
+      for (int peer = 0; peer < size() && rc == ncclSuccess; ++peer) {
+        size_t off = static_cast<size_t>(peer) * chunk_bytes;
+        rc = ncclSend(send + off, k, type, peer, comm_, stream_);
+        if (rc == ncclSuccess) rc = ncclRecv(recv + off, k, type, peer, comm_, stream_);
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
     if (!t.is_cuda()) {
       at::Tensor d = t.to(Device());

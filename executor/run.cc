@@ -33,13 +33,20 @@ struct Groups {
   ProcessGroups groups;
 };
 
-// World, shard and replicate groups: ranks [k*G, (k+1)*G) share shards; ranks i, i+G, ...
-// hold the same shard (HSDP's 2-D mesh, dp_replicate x dp_shard). On CUDA the groups are NCCL
-// communicators (a single rank gets one-rank NCCL communicators, so the NCCL path runs).
+// World, shard, replicate and cp groups. Ranks are laid out cp innermost, rank = dp_index x cp +
+// cp_index (the cp ranks of a micro-batch adjacent, so inside one node first, as torchtitan's
+// mesh ["dp_replicate", "dp_shard", "cp"] and verl's (dp, sp) device mesh). FSDP's mesh is the
+// world (cp_fsdp_mesh dp_cp) or the dp_index ranks of one cp_index (cp_fsdp_mesh dp): over it,
+// ranks [k*G, (k+1)*G) share shards and ranks i, i+G, ... hold the same shard (HSDP's 2-D mesh,
+// dp_replicate x dp_shard). With cp_fsdp_mesh dp the cp ranks also hold the same shards and are
+// folded into the replicate group, whose all-reduce then sums their gradients too. On CUDA the
+// groups are NCCL communicators (a single rank gets one-rank NCCL communicators, so the NCCL
+// path runs).
 Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<CollectiveLog> log,
                   int cuda_device) {
   Groups g;
   int W = env.launched ? env.world_size : 1, rank = env.launched ? env.rank : 0;
+  int cp = std::max(1, o.plan.cp);
   bool cuda = cuda_device >= 0;
   if (cuda && o.emulate_world == 0 && W == 1) {
     g.groups.world = MakeNcclCommunicator(nullptr, "world", 0, {0}, cuda_device, log);
@@ -53,6 +60,7 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     g.groups.world = MakeEmulatedCommunicator("world", 0, 1, log);
     g.groups.shard = MakeEmulatedCommunicator("shard", 0, G, log);
     g.groups.replicate = MakeEmulatedCommunicator("replicate", 0, n / G, log);
+    if (cp > 1) g.groups.cp = MakeEmulatedCommunicator("cp", 0, cp, log);
     return g;
   }
   RendezvousOptions ro{env.master_addr, env.master_port, rank, W, o.timeout_s};
@@ -65,13 +73,29 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     return MakeGlooCommunicator(*g.rendezvous, name, index, ranks, log);
   };
   g.groups.world = make("world", 0, all);
-  int G = o.plan.ResolvedShardGroup(W, W), R = W / G;
+  // The FSDP mesh's ranks as global ranks: mesh index m is global rank m (dp_cp), or
+  // m x cp + cp_index (dp; the cp ranks then join the replicate group).
+  bool cp_in_mesh = cp == 1 || o.plan.cp_fsdp_mesh == model::CpFsdpMesh::kDpCp;
+  int stride = cp_in_mesh ? 1 : cp, offset = cp_in_mesh ? 0 : rank % cp;
+  int m = cp_in_mesh ? rank : rank / cp;  // this rank's index in the FSDP mesh
+  int G = o.plan.ResolvedShardGroup(W, W), R = (cp_in_mesh ? W : W / cp) / G;
   std::vector<int> shard, replicate;
-  for (int i = 0; i < G; ++i) shard.push_back(rank / G * G + i);
-  for (int j = 0; j < R; ++j) replicate.push_back(rank % G + j * G);
-  g.groups.shard = G > 1 ? make("shard", rank / G, shard) : MakeEmulatedCommunicator("shard", 0, 1, log);
-  g.groups.replicate = R > 1 ? make("replicate", rank % G, replicate)
-                             : MakeEmulatedCommunicator("replicate", 0, 1, log);
+  for (int i = 0; i < G; ++i) shard.push_back((m / G * G + i) * stride + offset);
+  for (int j = 0; j < R; ++j) {
+    for (int c = 0; c < (cp_in_mesh ? 1 : cp); ++c) {
+      replicate.push_back((m % G + j * G) * stride + (cp_in_mesh ? offset : c));
+    }
+  }
+  int shard_index = cp_in_mesh ? m / G : (m / G) * cp + offset;
+  g.groups.shard =
+      G > 1 ? make("shard", shard_index, shard) : MakeEmulatedCommunicator("shard", 0, 1, log);
+  g.groups.replicate = replicate.size() > 1 ? make("replicate", m % G, replicate)
+                                            : MakeEmulatedCommunicator("replicate", 0, 1, log);
+  if (cp > 1) {
+    std::vector<int> cp_ranks;
+    for (int c = 0; c < cp; ++c) cp_ranks.push_back(rank / cp * cp + c);
+    g.groups.cp = make("cp", rank / cp, cp_ranks);
+  }
   return g;
 }
 
@@ -242,8 +266,10 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   ctx.groups = g.groups;
   ctx.rank = rank;
   ctx.world_size = env.launched ? env.world_size : 1;
-  ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank;
-  ctx.dp_world = o.emulate_world > 0 ? o.emulate_world : ctx.world_size;
+  int cp = std::max(1, o.plan.cp);  // cp ranks share a micro-batch: data-parallel rank = rank / cp
+  ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank / cp;
+  ctx.dp_world = (o.emulate_world > 0 ? o.emulate_world : ctx.world_size) / cp;
+  ctx.cp_rank = o.emulate_world > 0 ? 0 : ctx.rank % cp;
   ctx.recorder = &recorder;
   ctx.callbacks = callbacks;
   ctx.cuda_device = cuda_device;

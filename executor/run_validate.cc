@@ -61,6 +61,10 @@ void ValidateRun(const RunOptions& o, int world_size) {
   if (problems.empty()) {
     std::string why = TransformerSupportProblem(o.spec);
     if (!why.empty()) problems.push_back("--model " + o.spec.name + ": " + why);
+    std::string ulysses = UlyssesProblem(o.spec, o.plan.cp);
+    if (why.empty() && !ulysses.empty()) {
+      problems.push_back(ulysses + " (model " + o.spec.name + ")");
+    }
   }
   if (o.steps < 1)
     problems.push_back("--steps: expected an integer >= 1, got " + std::to_string(o.steps));

@@ -23,6 +23,7 @@ Trainer::Trainer(TrainerContext context)
   RuntimeOptions ro;
   ro.plan = o.plan;
   ro.dp_world = ctx_.dp_world;
+  ro.cp = o.plan.cp;
   ro.seed = o.seed;
   if (ctx_.cuda_device >= 0) ro.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ctx_.cuda_device));
   runtime_ = std::make_unique<FsdpRuntime>(o.spec, ro, ctx_.groups, ctx_.recorder);
@@ -59,8 +60,11 @@ at::Tensor Trainer::Batch(int64_t step, int micro, at::Tensor* labels) const {
   std::vector<int64_t> buf(static_cast<size_t>(B * (S + 1)));
   for (int64_t j = 0; j < B; ++j) data_.Sequence(first + j, buf.data() + j * (S + 1));
   at::Tensor all = at::from_blob(buf.data(), {B, S + 1}, at::kLong).clone();  // [B, S+1]
-  *labels = all.narrow(1, 1, S).contiguous();                                 // [B, S]
-  return all.narrow(1, 0, S).contiguous();                                    // [B, S]
+  // The next-token shift runs on the full sequence, then every cp rank keeps its contiguous
+  // slice of inputs and labels: the label of a slice's last token is the next slice's first.
+  int64_t cp = ctx_.options.plan.cp, s = S / cp, first_token = ctx_.cp_rank * s;
+  *labels = all.narrow(1, 1 + first_token, s).contiguous();  // [B, S/cp]
+  return all.narrow(1, first_token, s).contiguous();         // [B, S/cp]
 }
 
 StepLog Trainer::Step(int64_t step) {
@@ -85,11 +89,16 @@ StepLog Trainer::Step(int64_t step) {
   log.step = step;
   log.steps = ctx_.options.steps;
   // The logged loss: mean over the global batch (all micro-batches of all ranks), reduced before
-  // the update so that every rank takes the same decision on a non-finite step.
+  // the update so that every rank takes the same decision on a non-finite step. With cp a
+  // rank's loss is its share of its cp group's (Transformer::Segment): the world's sum counts
+  // each data-parallel rank's full-sequence loss once, so it is divided by world / cp.
   at::Tensor loss =
       at::full({1}, loss_sum / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
-  if (ctx_.groups.world->size() > 1) ctx_.groups.world->AllReduce(loss)->Wait();
-  log.loss = loss.item<double>() / ctx_.groups.world->size();
+  int world = ctx_.groups.world->size();
+  if (world > 1) ctx_.groups.world->AllReduce(loss)->Wait();
+  int cp_ranks = ctx_.groups.cp ? ctx_.groups.cp->size() : 1;
+  // (One process emulating cp ranks, world 1, holds one share: scaled to a full loss.)
+  log.loss = loss.item<double>() * cp_ranks / world;
   double t_opt = MonotonicSeconds();
   log.grad_norm = runtime_->ClipGradNorm(ctx_.options.max_grad_norm);  // global: same on all ranks
   log.lr = LearningRate(lr_, static_cast<int>(step));

@@ -26,7 +26,8 @@ struct TrainerContext {
   int rank = 0;        // global rank (real processes)
   int world_size = 1;  // real processes
   int dp_rank = 0;     // data-parallel rank: which sequences this rank reads
-  int dp_world = 1;    // data-parallel ranks (emulated world when emulating)
+  int dp_world = 1;    // data-parallel ranks (emulated world when emulating), world / cp
+  int cp_rank = 0;     // index in the cp group: which slice S / cp of the sequences it holds
   Recorder* recorder = nullptr;
   RunCallbacks callbacks;
   int cuda_device = -1;  // >= 0: parameters, batches and optimizer state on this GPU
@@ -53,7 +54,8 @@ class Trainer {
 
  private:
   void Message(const std::string& text) const;
-  at::Tensor Batch(int64_t step, int micro, at::Tensor* labels) const;  // tokens [B, S]
+  // tokens and labels [B, S / cp]: this rank's slice of the cp group's sequences.
+  at::Tensor Batch(int64_t step, int micro, at::Tensor* labels) const;
   std::vector<Blob> StateBlobs(int64_t step) const;
   void LoadState(const std::string& file, int64_t step);
   std::string CheckpointRoot() const;

@@ -10,7 +10,9 @@
 
 #include <cmath>
 
+#include "executor/communicator.h"
 #include "executor/transformer_support.h"
+#include "executor/ulysses.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
 
@@ -46,10 +48,14 @@ at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, 
 
 }  // namespace
 
-Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options)
-    : spec_(spec), options_(options) {
+Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp)
+    : spec_(spec), options_(options), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
   spec_.FillDefaults();
   SHARDTUNE_CHECK(TransformerSupportProblem(spec_).empty()) << TransformerSupportProblem(spec_);
+  if (cp_ != nullptr) {
+    std::string why = UlyssesProblem(spec_, cp_->size());
+    SHARDTUNE_CHECK(why.empty()) << why;
+  }
   gpt2_names_ = spec_.positions == model::PositionKind::kLearned;
 #if TORCH_VERSION_MAJOR < 2
   options_.sdpa = false;  // LibTorch 1.13 has only the private _scaled_dot_product_attention
@@ -74,6 +80,10 @@ void Transformer::InitParameter(const std::string& name, uint64_t seed, const at
   }
 }
 
+int64_t Transformer::PositionOffset(int64_t local_seq_len) const {
+  return cp_ != nullptr ? cp_->rank() * local_seq_len : 0;
+}
+
 int Transformer::num_segments() const { return model::NumSegments(spec_.num_layers); }
 
 bool Transformer::IsBlockSegment(int segment) const {
@@ -93,7 +103,8 @@ at::Tensor Transformer::Segment(const ParamTable& p, int segment, const at::Tens
 at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) const {
   at::Tensor x = at::embedding(Get(p, "model.embed_tokens.weight"), tokens);  // [B, S, H]
   if (gpt2_names_) {
-    at::Tensor pos = Get(p, "model.embed_positions.weight").narrow(0, 0, tokens.size(1));
+    int64_t s = tokens.size(1);
+    at::Tensor pos = Get(p, "model.embed_positions.weight").narrow(0, PositionOffset(s), s);
     x = x + pos.unsqueeze(0);
   }
   return x;
@@ -154,10 +165,27 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   k = k.transpose(1, 2);                         // [B, kv, S, D]
   v = v.reshape({B, S, kv, D}).transpose(1, 2);  // [B, kv, S, D]
   if (spec_.positions == model::PositionKind::kRotary) {
-    q = Rotary(q);
-    k = Rotary(k);
+    q = Rotary(q, PositionOffset(S));
+    k = Rotary(k, PositionOffset(S));
   }
-  at::Tensor o = Core(q, k, v).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
+  at::Tensor o;
+  if (cp_ == nullptr) {
+    o = Core(q, k, v).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
+  } else {
+    // Ulysses: S here is this rank's slice. Fewer kv heads than cp ranks: repeat each kv head
+    // cp / kv times so every rank receives one whole kv head (verl's monkey_patch.py,
+    // repeat_kv(k, ulysses_sp_size // num_kv_heads)); else each rank receives kv / cp of them.
+    int64_t n = cp_->size();
+    if (kv < n) {
+      k = k.unsqueeze(2).expand({B, kv, n / kv, S, D}).reshape({B, n, S, D});
+      v = v.unsqueeze(2).expand({B, kv, n / kv, S, D}).reshape({B, n, S, D});
+    }
+    auto to_heads = [&](const at::Tensor& t) {  // [B, h, S/cp, D] -> [B, h/cp, S, D]
+      return GatherSeqScatterHeads(t.transpose(1, 2), *cp_).transpose(1, 2);
+    };
+    at::Tensor local = Core(to_heads(q), to_heads(k), to_heads(v));  // [B, a/cp, S_full, D]
+    o = GatherHeadsScatterSeq(local.transpose(1, 2), *cp_).reshape({B, S, a * D});
+  }
   if (gpt2_names_) {
     return Dense(o, Get(p, pre + ".c_proj.weight"),
                  Maybe(p, pre + ".c_proj.bias", spec_.attn_out_bias), true);
@@ -183,12 +211,12 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
   return at::matmul(probs, v);                                                 // [B, a, S, D]
 }
 
-at::Tensor Transformer::Rotary(const at::Tensor& x) const {
+at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset) const {
   int64_t S = x.size(2), D = x.size(3);
   auto f32 = x.options().dtype(at::kFloat);
   at::Tensor inv =
       at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
-  at::Tensor freqs = at::outer(at::arange(S, f32), inv);  // [S, D/2]
+  at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, D]
   at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
   at::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
@@ -220,7 +248,14 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
       Get(p, spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   at::Tensor logits = at::linear(x, w);                                    // [B, S, V]
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
-  return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
+  if (cp_ == nullptr) {
+    return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
+  }
+  // This rank's share of the micro-batch's mean: every token of the cp group counts once, and
+  // every cp rank holds S / cp of them (no ignored labels: the count is B x S_local x cp).
+  at::Tensor sum = at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}),
+                                          {}, at::Reduction::Sum);
+  return sum / static_cast<double>(labels.numel() * cp_->size());
 }
 
 }  // namespace shardtune::exec

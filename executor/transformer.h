@@ -4,6 +4,10 @@
 // units of BuildFsdpUnits() map 1:1 onto them. The forward is functional: each segment (the
 // forward segments of module_tree.h: embeddings, blocks, final norm, LM head + loss) reads its
 // parameters from a ParamTable that the FSDP runtime fills with views of gathered flat buffers.
+// With a cp group (Ulysses context parallelism, Jacobs et al. 2023, arXiv:2309.14509 Fig. 2)
+// each rank's input is its contiguous slice S / cp of the group's sequences: positions start
+// at cp_rank x S / cp, and attention trades the sequence split for a head split with an
+// all-to-all before it and the inverse after it (ulysses.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +21,8 @@
 
 namespace shardtune::exec {
 
+class Communicator;
+
 // Parameter name -> tensor in the compute dtype (views of a unit's gathered flat buffer).
 using ParamTable = std::unordered_map<std::string, at::Tensor>;
 
@@ -29,8 +35,9 @@ struct TransformerOptions {
 
 class Transformer {
  public:
-  // REQUIRES: spec valid (Problems() empty) and TransformerSupportProblem(spec) empty.
-  Transformer(const model::ModelSpec& spec, TransformerOptions options);
+  // REQUIRES: spec valid (Problems() empty) and TransformerSupportProblem(spec) empty; with a cp
+  // group of size > 1 (not owned, outlives this), UlyssesProblem(spec, cp size) empty.
+  Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp = nullptr);
   // The tensor shape of a parameter named as in module_tree.cc: [dim0] when inner == 1, else
   // [dim0, inner] (Linear [out, in], Conv1D [in, out], Embedding [V, H]).
   static std::vector<int64_t> Shape(int64_t dim0, int64_t inner);
@@ -42,7 +49,9 @@ class Transformer {
   // Forward of segment `segment` (module_tree.h numbering). Segment 0 takes tokens [B, S] int64
   // and returns hidden [B, S, H]; blocks and the final norm map hidden to hidden; the head
   // segment returns the mean cross-entropy of `labels` [B, S] (a scalar, fp32: the logits are
-  // upcast to fp32 first, as HF's ForCausalLMLoss and torchtitan do).
+  // upcast to fp32 first, as HF's ForCausalLMLoss and torchtitan do). With cp, S is the local
+  // slice and the head returns this rank's share: its token losses summed / (B x S x cp), so
+  // the shares of a cp group sum to the mean over the full sequences.
   at::Tensor Segment(const ParamTable& params, int segment, const at::Tensor& input,
                      const at::Tensor& labels) const;
   int num_segments() const;
@@ -58,11 +67,13 @@ class Transformer {
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
-  at::Tensor Rotary(const at::Tensor& x) const;  // [B, heads, S, D]
+  at::Tensor Rotary(const at::Tensor& x, int64_t offset) const;  // [B, heads, S, D]
+  int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
 
   model::ModelSpec spec_;
   TransformerOptions options_;
   bool gpt2_names_ = false;  // learned positions: GPT-2's module names and Conv1D layout
+  Communicator* cp_ = nullptr;  // Ulysses group (size > 1), or null
 };
 
 }  // namespace shardtune::exec

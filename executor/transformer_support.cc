@@ -15,4 +15,20 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   return "";
 }
 
+std::string UlyssesProblem(const model::ModelSpec& spec, int cp) {
+  if (cp <= 1) return "";
+  int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
+  if (spec.num_heads % cp != 0) {
+    return "--cp " + std::to_string(cp) + ": Ulysses splits attention heads, and " +
+           std::to_string(spec.num_heads) + " heads are not divisible by " + std::to_string(cp) +
+           " (hint: a --cp that divides num_heads)";
+  }
+  if (kv % cp != 0 && cp % kv != 0) {
+    return "--cp " + std::to_string(cp) + ": " + std::to_string(kv) +
+           " kv heads and cp must divide one another (each rank gets kv/cp kv heads, or one "
+           "repeated cp/kv times)";
+  }
+  return "";
+}
+
 }  // namespace shardtune::exec

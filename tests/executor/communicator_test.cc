@@ -48,6 +48,18 @@ TEST(ExecutorCommunicatorTest, EmulatedReduceScatterAndAllReduceActAsIfAllRanksH
   EXPECT_EQ(t.item<float>(), 3.0f);
 }
 
+TEST(ExecutorCommunicatorTest, EmulatedAllToAllFillsEveryChunkWithTheLocalChunkOfThisRank) {
+  auto log = std::make_shared<CollectiveLog>();
+  auto c = MakeEmulatedCommunicator("cp", 1, 3, log);
+  at::Tensor in = at::arange(6, at::kFloat), out = at::zeros({6});
+  c->AllToAll(in, out)->Wait();  // every rank would send rank 1 its chunk 1: {2, 3}
+  EXPECT_TRUE(at::equal(out, at::tensor({2.0f, 3.0f, 2.0f, 3.0f, 2.0f, 3.0f})));
+  auto records = log->Snapshot();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].kind, profiles::Collective::kAllToAll);
+  EXPECT_EQ(records[0].full_size_bytes, 6 * 4);
+}
+
 // Runs `body(rank, comm)` in `n` forked processes over Gloo; true when all exit 0.
 bool RunGloo(int n, const std::function<bool(int, Communicator&, CollectiveLog&)>& body) {
   int port = FindFreePort();
@@ -108,6 +120,28 @@ TEST(ExecutorCommunicatorTest, GlooReduceScatterFromAllToAllEqualsAReferenceSum)
              Check(rec.kind == profiles::Collective::kReduceScatter, "kind") &&
              Check(rec.full_size_bytes == n * k * 4, "full size") &&
              Check(rec.sent_bytes == n * k * 4 * (n - 1) / n, "ring traffic (n-1)/n S");
+    });
+    EXPECT_TRUE(ok) << n << " ranks";
+  }
+}
+
+TEST(ExecutorCommunicatorTest, GlooAllToAllSendsChunkJToRankJInFp32AndBf16) {
+  if (!GlooAvailable()) GTEST_SKIP() << "built without Gloo";
+  for (int n : {2, 3}) {
+    bool ok = RunGloo(n, [n](int rank, Communicator& c, CollectiveLog& log) {
+      bool good = true;
+      const int64_t k = 129;  // chunk elements
+      for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+        at::Tensor in = Input(rank, n * k, dt), out = at::empty({n * k}, dt);
+        c.AllToAll(in, out)->Wait();
+        std::vector<at::Tensor> want;  // chunk j <- rank j's chunk `rank`
+        for (int j = 0; j < n; ++j) want.push_back(Input(j, n * k, dt).narrow(0, rank * k, k));
+        good = Check(at::equal(out, at::cat(want)), "all-to-all") && good;
+      }
+      auto rec = log.Snapshot().at(0);
+      return good && Check(rec.kind == profiles::Collective::kAllToAll, "kind") &&
+             Check(rec.full_size_bytes == n * k * 4, "S: the per-rank buffer") &&
+             Check(rec.sent_bytes == n * k * 4 * (n - 1) / n, "sent (n-1)/n S");
     });
     EXPECT_TRUE(ok) << n << " ranks";
   }

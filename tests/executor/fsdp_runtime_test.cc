@@ -30,7 +30,7 @@ model::ModelSpec Spec(const std::string& file) {
 ProcessGroups Emulated(int shard, int replicate, std::shared_ptr<CollectiveLog> log) {
   return {MakeEmulatedCommunicator("world", 0, 1, log),
           MakeEmulatedCommunicator("shard", 0, shard, log),
-          MakeEmulatedCommunicator("replicate", 0, replicate, log)};
+          MakeEmulatedCommunicator("replicate", 0, replicate, log), nullptr};
 }
 
 struct Batch {
@@ -203,6 +203,9 @@ class FailingReduceScatter : public Communicator {
     throw BackendError("rank 0 (shard group 0, 2 ranks): reduce_scatter failed: peer gone");
   }
   std::unique_ptr<Work> AllReduce(const at::Tensor& t) override { return inner_->AllReduce(t); }
+  std::unique_ptr<Work> AllToAll(const at::Tensor& in, const at::Tensor& out) override {
+    return inner_->AllToAll(in, out);
+  }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
     return inner_->Broadcast(t, root);
   }
@@ -221,7 +224,7 @@ TEST(ExecutorFsdpRuntimeErrorTest, CollectiveFailureInsideBackwardHookSurfacesAs
   Recorder rec;
   ProcessGroups g{MakeEmulatedCommunicator("world", 0, 1, log),
                   std::make_shared<FailingReduceScatter>(log),
-                  MakeEmulatedCommunicator("replicate", 0, 1, log)};
+                  MakeEmulatedCommunicator("replicate", 0, 1, log), nullptr};
   FsdpRuntime rt(spec, {PlanOf(c), 2, kSeed, at::kCPU}, g, &rec);
   Batch b = MakeBatch(spec, 1, 16, 6);
   at::Tensor loss = rt.Forward(b.tokens, b.labels);
