@@ -17,11 +17,11 @@ namespace shardtune::cli {
 void AddExportCommand(CLI::App* app, ExportArgs* a) {
   CLI::App* sub = app->add_subcommand("export",
                                       "Write a plan as an Accelerate, torchtitan, HF Trainer, "
-                                      "DeepSpeed or ROLL config");
+                                      "DeepSpeed, ROLL or verl config");
   sub->add_option("--plan", a->plan, "Plan JSON (shardtune.plan), e.g. from tune --out")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--format", a->format, "accelerate|torchtitan|hf-trainer|deepspeed|roll")
+  sub->add_option("--format", a->format, "accelerate|torchtitan|hf-trainer|deepspeed|roll|verl")
       ->required();
   sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
       ->capture_default_str();

@@ -10,7 +10,7 @@ namespace shardtune::cli {
 
 struct ExportArgs {
   std::string plan;                 // --plan PLAN.json (shardtune.plan), required
-  std::string format;               // --format accelerate|torchtitan|hf-trainer|deepspeed|roll
+  std::string format;               // --format accelerate|torchtitan|hf-trainer|deepspeed|roll|verl
   std::string model = "llama3-8b";  // --model: the layer class, sequence length and names
   std::string cluster = "8xH100";   // --cluster: world size and GPUs per node
   std::string out;                  // --out FILE (written atomically); empty: stdout

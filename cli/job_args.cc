@@ -39,7 +39,7 @@ void Validate(const Job& job, const PlanFlags& flags) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
   std::vector<std::string> problems =
-      JobProblems(job.spec, cluster, plan, flags.plan_file.empty() ? "plan" : flags.plan_file);
+      JobProblems(job.spec, cluster, plan, PlanSource(flags));
   if (flags.global_batch > 0) {
     int64_t dp = plan.DataParallel(cluster.world_size());
     int64_t got = plan.GlobalBatch(static_cast<int>(dp));
@@ -87,13 +87,15 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
   AddPlanFlags(sub, &a->plan);
+  AddFromFlags(sub, &a->plan);
 }
 
 Job ResolveJob(const JobArgs& a) {
   Job job;
   job.spec = model::ResolveModelArg(a.model, &job.warnings);
   job.cluster = profiles::LoadCluster(a.cluster);
-  job.plan = BuildPlan(a.plan);
+  plan::ImportContext from = plan::MakeImportContext(job.spec, job.cluster);
+  job.plan = BuildPlan(a.plan, &from, &job.warnings);
   Validate(job, a.plan);
   job.seq_len = job.plan.seq_len > 0 ? job.plan.seq_len : job.spec.max_seq_len;
   job.options.memory.model_load = ParseLoad(a.model_load);

@@ -50,6 +50,27 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f) {
   app->add_flag("--wrap-experts", f->wrap_experts, "MoE: every expert its own FSDP unit");
 }
 
+void AddFromFlags(CLI::App* app, PlanFlags* f) {
+  app->add_option("--from", f->from_files,
+                  "Trainer config to read the plan from (repeatable, applied in order): Accelerate "
+                  "YAML, HF Trainer args JSON, ROLL or verl YAML. Precedence: defaults < --plan < "
+                  "--from < plan flags")
+      ->check(CLI::ExistingFile);
+  app->add_option("--from-format", f->from_format,
+                  "accelerate|hf-trainer|roll|verl (default: detected from the content)");
+  app->add_option("--from-worker", f->from_worker,
+                  "ROLL worker (actor_train, reference, ...) or verl role (actor, ref) to read");
+}
+
+std::string PlanSource(const PlanFlags& f) {
+  if (!f.from_files.empty()) {
+    std::string out;
+    for (const auto& file : f.from_files) out += (out.empty() ? "" : "+") + file;
+    return out;
+  }
+  return f.plan_file.empty() ? "plan" : f.plan_file;
+}
+
 namespace {
 std::vector<std::string> SplitCommas(const std::string& text, const std::string& where) {
   std::vector<std::string> out;
@@ -69,9 +90,22 @@ std::vector<std::string> SplitCommas(const std::string& text, const std::string&
 }
 }  // namespace
 
-model::Plan BuildPlan(const PlanFlags& f) {
+model::Plan BuildPlan(const PlanFlags& f, const plan::ImportContext* from_ctx,
+                      std::vector<std::string>* warnings) {
   using namespace model;
   Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
+  if (!f.from_files.empty()) {
+    SHARDTUNE_CHECK(from_ctx != nullptr) << "--from without a model and cluster to read it against";
+    plan::ImportContext ctx = *from_ctx;
+    ctx.worker = f.from_worker;
+    plan::ImportFormat format{};
+    if (!f.from_format.empty()) format = plan::ParseImportFormat(f.from_format, "--from-format");
+    for (const auto& file : f.from_files) {
+      plan::ImportResult r =
+          plan::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
+      if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
+    }
+  }
   if (FlagGiven(f, "--strategy")) {
     p.strategy = ParseEnum<ShardingStrategy>(f.strategy, "--strategy");
     p.reshard_after_forward = StrategyReshardsAfterForward(p.strategy);

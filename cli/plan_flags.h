@@ -1,5 +1,6 @@
 // The plan flags every planning subcommand shares (DESIGN.md "Plan flags"): one spelling per
-// concept. A --plan file is read first; each flag given on the command line overrides it.
+// concept. Precedence, lowest first: defaults < --plan < each --from config in command-line order
+// < each plan flag given on the command line.
 #pragma once
 
 #include <string>
@@ -8,11 +9,14 @@
 #include <CLI/CLI.hpp>
 
 #include "model/plan.h"
+#include "planner/import.h"
 
 namespace shardtune::cli {
 
 struct PlanFlags {
   std::string plan_file;
+  std::vector<std::string> from_files;  // --from, in order (estimate, simulate, tune)
+  std::string from_format, from_worker;
   std::string strategy, wrap, checkpointing, offload, precision, reduce_dtype, reshard_after_forward;
   std::string backward_prefetch, optimizer, optimizer_impl, attention, modeling;
   std::string cp_fsdp_mesh, role, lora_targets, lora_dtype;
@@ -31,8 +35,16 @@ struct PlanFlags {
 bool FlagGiven(const PlanFlags& flags, const std::string& flag);
 // Adds the plan flags to `app`; `flags` must outlive parsing.
 void AddPlanFlags(CLI::App* app, PlanFlags* flags);
-// The plan: defaults, then --plan, then each flag that was given. Does not validate against the
-// model and cluster (the caller runs Plan::Problems). Throws InputError naming the flag.
-model::Plan BuildPlan(const PlanFlags& flags);
+// Adds --from FILE (repeatable), --from-format and --from-worker to `app` (estimate, simulate,
+// tune); `flags` must outlive parsing.
+void AddFromFlags(CLI::App* app, PlanFlags* flags);
+// The plan: defaults, then --plan, then each --from config (read against `from_ctx`, the model
+// and cluster; REQUIRES: non-null when flags.from_files is not empty), then each flag that was
+// given. Import warnings are appended to `warnings` (may be null). Does not validate against the
+// model and cluster (the caller runs Plan::Problems). Throws InputError naming the flag or file.
+model::Plan BuildPlan(const PlanFlags& flags, const plan::ImportContext* from_ctx = nullptr,
+                      std::vector<std::string>* warnings = nullptr);
+// Where plan problems come from, for messages: the --from files, else --plan, else "plan".
+std::string PlanSource(const PlanFlags& flags);
 
 }  // namespace shardtune::cli

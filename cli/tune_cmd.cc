@@ -24,11 +24,16 @@ namespace {
 
 
 plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
-                                 const profiles::ClusterSpec& c) {
+                                 const profiles::ClusterSpec& c, std::vector<std::string>* warnings) {
   std::vector<std::string> problems;
   plan::SearchRequest req;
-  model::Plan given = BuildPlan(a.plan);
+  plan::ImportContext from = plan::MakeImportContext(spec, c);
+  model::Plan given = BuildPlan(a.plan, &from, warnings);
   int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
+  // With --from and no batch flag, the config's global batch is the one to keep.
+  if (global_batch == 0 && a.global_batch_tokens == 0 && !a.plan.from_files.empty()) {
+    global_batch = given.GlobalBatch(c.world_size());
+  }
   req.base = given;
   req.seq_len = given.seq_len > 0 ? given.seq_len : spec.max_seq_len;
   if (req.seq_len > spec.max_seq_len) {
@@ -173,7 +178,7 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--top", a->top, "How many plans to rank")->capture_default_str();
   sub->add_option("--out", a->out, "Write the winning plan (shardtune.plan JSON)");
   sub->add_option("--export", a->export_format,
-                  "Also print the winner as accelerate|torchtitan|hf-trainer|deepspeed|roll config");
+                  "Also print the winner as accelerate|torchtitan|hf-trainer|deepspeed|roll|verl config");
   sub->add_option("--profile", a->profile, "Calibrated profile JSON")->check(CLI::ExistingFile);
   sub->add_flag("--search-nodes", a->search_nodes,
                 "Also search 1..N nodes for the fewest that fit (and reach --min-tokens-per-s)");
@@ -183,6 +188,7 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--measure-steps", "Steps per measured run (default 4; the first is left out)");
   sub->add_option("--measure-dir", "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
   AddPlanFlags(sub, &a->plan);
+  AddFromFlags(sub, &a->plan);
 }
 
 namespace {
@@ -212,7 +218,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   std::vector<std::string> warnings;
   model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
   profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
-  plan::SearchRequest req = BuildRequest(a, spec, cluster);
+  plan::SearchRequest req = BuildRequest(a, spec, cluster, &warnings);
   plan::ExportFormat format{};
   if (!a.export_format.empty()) format = plan::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);

@@ -46,7 +46,7 @@ void AppendWrapped(const std::string& text, size_t width, std::string* out) {
 
 const std::vector<std::string>& ExportFormatNames() {
   static const std::vector<std::string> names = {"accelerate", "torchtitan", "hf-trainer",
-                                                 "deepspeed", "roll"};
+                                                 "deepspeed", "roll", "verl"};
   return names;
 }
 
@@ -116,6 +116,8 @@ ExportResult ExportPlan(const model::Plan& plan, const ExportContext& ctx, Expor
       return internal::ExportDeepspeed(plan, ctx);
     case ExportFormat::kRoll:
       return internal::ExportRoll(plan, ctx);
+    case ExportFormat::kVerl:
+      return internal::ExportVerl(plan, ctx);
   }
   SHARDTUNE_CHECK(false) << "unhandled export format " << static_cast<int>(format);
   return {};
@@ -234,6 +236,43 @@ void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
   notes->push_back("offload optimizer: " + target +
                    " offloads parameters, gradients and optimizer "
                    "state together (FSDP2 CPUOffloadPolicy) or nothing; written as no offload");
+}
+
+void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bool has_cp,
+                          std::vector<std::string>* notes) {
+  if (plan.cp > 1 && !has_cp) {
+    notes->push_back("cp " + std::to_string(plan.cp) + ": " + target +
+                     " has no Ulysses sequence parallelism; written without");
+  }
+  if (plan.role == model::Role::kInfer) {
+    notes->push_back("role infer: " + target + " configures training; run the forward-only "
+                     "worker (no gradients, no optimizer) yourself");
+  }
+  if (!plan.frozen_prefixes.empty()) {
+    std::string list;
+    for (const auto& f : plan.frozen_prefixes) list += (list.empty() ? "" : ", ") + f;
+    notes->push_back("frozen prefixes " + list + ": " + target +
+                     " has no key for them; set requires_grad_(False) on those parameters in code");
+  }
+  if (plan.lora.enabled()) {
+    notes->push_back("LoRA rank " + std::to_string(plan.lora.rank) + ": " + target +
+                     " has no key for it; wrap the model with peft.get_peft_model(LoraConfig(r=" +
+                     std::to_string(plan.lora.rank) + ", lora_alpha=" +
+                     FormatFloat(plan.lora.alpha) + ")) in code");
+  }
+  if (plan.tiled_mlp_shards > 1) {
+    notes->push_back("tiled MLP (" + std::to_string(plan.tiled_mlp_shards) + " shards): " +
+                     target + " has no key for it");
+  }
+}
+
+// MoE expert MLP classes of the HF modeling files: modeling_mixtral.py MixtralBlockSparseTop2MLP,
+// modeling_qwen2_moe.py Qwen2MoeMLP, modeling_qwen3_moe.py Qwen3MoeMLP.
+std::string HfExpertClass(const std::string& layer_class) {
+  if (layer_class == "MixtralDecoderLayer") return "MixtralBlockSparseTop2MLP";
+  if (layer_class == "Qwen2MoeDecoderLayer") return "Qwen2MoeMLP";
+  if (layer_class == "Qwen3MoeDecoderLayer") return "Qwen3MoeMLP";
+  return "";
 }
 
 std::string OptimizerText(const model::Plan& plan) {

@@ -1,6 +1,7 @@
 // Exports a plan as another trainer's configuration: Hugging Face Accelerate (FSDP2 YAML),
 // torchtitan (job TOML), Hugging Face Trainer (TrainingArguments JSON), DeepSpeed (ZeRO JSON, the
-// closest equivalent) and ROLL (FSDP2 strategy YAML). What a format cannot say becomes a note.
+// closest equivalent), ROLL (FSDP2 strategy YAML) and verl (FSDP worker YAML). What a format cannot
+// say becomes a note. planner/import.h reads the Accelerate, HF Trainer, ROLL and verl outputs back.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +14,13 @@
 
 namespace shardtune::plan {
 
-enum class ExportFormat { kAccelerate, kTorchtitan, kHfTrainer, kDeepspeed, kRoll };
+enum class ExportFormat { kAccelerate, kTorchtitan, kHfTrainer, kDeepspeed, kRoll, kVerl };
 
-// "accelerate", "torchtitan", "hf-trainer", "deepspeed", "roll", in declaration order.
+// "accelerate", "torchtitan", "hf-trainer", "deepspeed", "roll", "verl", in declaration order.
 const std::vector<std::string>& ExportFormatNames();
 const char* ToString(ExportFormat f);
 // The format named `text`. Throws InputError "where: expected one of accelerate, torchtitan,
-// hf-trainer, deepspeed, roll, got \"x\" (did you mean \"y\"?)".
+// hf-trainer, deepspeed, roll, verl, got \"x\" (did you mean \"y\"?)".
 ExportFormat ParseExportFormat(const std::string& text, const std::string& where);
 
 // What a config needs beyond the plan: the job's shape and the model's names.

@@ -1,5 +1,6 @@
 // Internals of plan export shared by the per-format writers (export_yaml.cc: Accelerate, ROLL;
-// export_toml.cc: torchtitan; export_json.cc: HF Trainer, DeepSpeed). Not a public API.
+// export_toml.cc: torchtitan; export_json.cc: HF Trainer, DeepSpeed; export_verl.cc: verl). Not a
+// public API.
 #pragma once
 
 #include <string>
@@ -50,6 +51,13 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
 // parameters, gradients and optimizer state together, so the writers write no offload.
 void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                              std::vector<std::string>* notes);
+// Notes for the plan fields of model-side features a target has no key for: Ulysses cp, the
+// inference role, frozen prefixes, LoRA, tiled MLP (each only when the plan uses it).
+void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bool has_cp,
+                          std::vector<std::string>* notes);
+// The class of one MoE expert MLP for a block class (MixtralBlockSparseTop2MLP, Qwen2MoeMLP,
+// Qwen3MoeMLP); "" for dense blocks.
+std::string HfExpertClass(const std::string& layer_class);
 // "adamw (foreach)", for notes.
 std::string OptimizerText(const model::Plan& plan);
 
@@ -58,5 +66,6 @@ ExportResult ExportRoll(const model::Plan& plan, const ExportContext& ctx);
 ExportResult ExportTorchtitan(const model::Plan& plan, const ExportContext& ctx);
 ExportResult ExportHfTrainer(const model::Plan& plan, const ExportContext& ctx);
 ExportResult ExportDeepspeed(const model::Plan& plan, const ExportContext& ctx);
+ExportResult ExportVerl(const model::Plan& plan, const ExportContext& ctx);
 
 }  // namespace shardtune::plan::internal

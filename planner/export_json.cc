@@ -36,6 +36,7 @@ std::vector<std::string> HfTrainerNotes(const model::Plan& p, const ExportContex
   std::vector<std::string> notes;
   notes.push_back("sequence length " + std::to_string(ctx.seq_len) +
                   ": TrainingArguments has no key for it; pad or pack your dataset to this length");
+  AddModelFeatureNotes(p, target, /*has_cp=*/false, &notes);
   if (p.grad_accum > 1 && !p.no_sync) {
     notes.push_back(
         "no_sync false: the Trainer skips gradient sync on all but the last micro-batch "
@@ -117,6 +118,7 @@ int ZeroStage(const model::Plan& p, const Layout& l) {
 std::vector<std::string> DeepspeedNotes(const model::Plan& p, const ExportContext& ctx,
                                         const Layout& l, int stage) {
   std::vector<std::string> notes;
+  AddModelFeatureNotes(p, "DeepSpeed's ZeRO config", /*has_cp=*/false, &notes);
   if (l.hybrid() && stage == 3) {
     notes.push_back(
         "hybrid_shard: written as ZeRO++ hpZ (zero_hpz_partition_size " + std::to_string(l.shard) +
@@ -208,6 +210,8 @@ ExportResult ExportHfTrainer(const model::Plan& p, const ExportContext& ctx) {
     if (p.offload == model::Offload::kAll) fsdp += " offload";
     j["fsdp"] = fsdp;
     j["fsdp_config"] = HfFsdpConfig(p, ctx, l);
+  } else {
+    j["fsdp"] = "";  // TrainingArguments' default: no FSDP, the Trainer runs DDP
   }
   r.text = j.dump(2) + "\n";
   return r;

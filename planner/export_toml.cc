@@ -39,6 +39,12 @@ std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportConte
         "modeling hf: torchtitan runs its own model code; estimate with modeling torchtitan "
         "for its activation memory");
   }
+  AddModelFeatureNotes(p, target, /*has_cp=*/true, &notes);
+  if (p.cp > 1) {
+    notes.push_back("cp " + std::to_string(p.cp) +
+                    ": written as context_parallel_degree, which is ring attention in torchtitan "
+                    "(not Ulysses); its communication differs from the plan's all-to-all");
+  }
   AddWrapNote(p, ctx, target, /*supports_size=*/false, &notes);
   if (!p.wrap.embedding_unit || !p.wrap.head_unit) {
     notes.push_back(
@@ -143,10 +149,13 @@ ExportResult ExportTorchtitan(const model::Plan& p, const ExportContext& ctx) {
   t << "mixed_precision_reduce = \"float32\"\n";
   t << "\n[parallelism]\n";
   t << "data_parallel_replicate_degree = " << l.replicate << "\n";
-  t << "data_parallel_shard_degree = " << l.shard << "\n";
+  // ParallelDims: replicate x shard x cp = world; fully_shard runs on the dp_shard x cp mesh.
+  t << "data_parallel_shard_degree = "
+    << (p.cp > 1 && l.shard % p.cp == 0 ? l.shard / p.cp : l.shard) << "\n";
   t << "fsdp_reshard_after_forward = " << Quote(l.reshard_after_forward ? "always" : "never")
     << "\n";
-  t << "tensor_parallel_degree = 1\npipeline_parallel_degree = 1\ncontext_parallel_degree = 1\n";
+  t << "tensor_parallel_degree = 1\npipeline_parallel_degree = 1\ncontext_parallel_degree = "
+    << p.cp << "\n";
   WriteCheckpointSection(p, t);
   r.text = CommentBlock(
                {"torchtitan job config: torchrun ... -m torchtitan.train --job.config_file THIS "

@@ -77,6 +77,7 @@ std::vector<std::string> AccelerateNotes(const model::Plan& p, const ExportConte
   if (p.attention == model::Attention::kEager)
     script += ", from_pretrained(attn_implementation=\"eager\")";
   notes.push_back(script);
+  AddModelFeatureNotes(p, target, /*has_cp=*/false, &notes);
   if (p.grad_accum > 1) {
     notes.push_back(std::string("no_sync ") + (p.no_sync ? "true" : "false") + ": " +
                     (p.no_sync
@@ -141,12 +142,14 @@ void WriteAccelerateFsdp(const model::Plan& p, const ExportContext& ctx, const L
   }
 }
 
-// ROLL's param_dtype is both the load dtype of the trained model and the FSDP2 compute dtype
+// ROLL's param_dtype is both the load dtype of the model and the FSDP2 compute dtype
 // (fsdp2_strategy.py _prepare_fsdp2_model: torch_dtype = strategy_config param_dtype, default fp32
-// for fsdp2_train; MixedPrecisionPolicy param_dtype default bf16). Returns "" to leave it unset.
+// for fsdp2_train and bf16 for fsdp2_infer; MixedPrecisionPolicy param_dtype default bf16).
+// Returns "" to leave it unset (the role's default pair).
 std::string RollParamDtype(const model::Plan& p, std::vector<std::string>* notes) {
+  DType default_master = p.role == model::Role::kTrain ? DType::kFp32 : DType::kBf16;
+  if (p.master_dtype == default_master && p.param_dtype == DType::kBf16) return "";
   if (p.master_dtype == p.param_dtype) return model::ToString(p.param_dtype);
-  if (p.master_dtype == DType::kFp32 && p.param_dtype == DType::kBf16) return "";
   notes->push_back(std::string("param_dtype ") + model::ToString(p.param_dtype) +
                    " with master_dtype " + model::ToString(p.master_dtype) +
                    ": ROLL loads the model in param_dtype, so the sharded "
@@ -176,6 +179,16 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
     notes.push_back(
         "head_unit: wrap_lm_output wraps lm_head alone; the final norm stays in the root unit");
   }
+  if (p.wrap.expert_units && HfExpertClass(ctx.layer_class).empty()) {
+    notes.push_back("expert units: " + ctx.layer_class + " has no experts; moe_experts not written");
+  }
+  if (p.cp > 1 && p.cp_fsdp_mesh == model::CpFsdpMesh::kDp) {
+    notes.push_back("cp_fsdp_mesh dp: ROLL's FSDP2 mesh spans all ranks (ulysses ranks shard too)");
+  }
+  if (p.lora.enabled() && p.lora.dtype != DType::kFp32 && p.lora.dtype != p.master_dtype) {
+    notes.push_back(std::string("lora dtype ") + model::ToString(p.lora.dtype) +
+                    ": ROLL keeps adapters in fp32 (autocast_adapter_dtype) or the model dtype");
+  }
   AddBlockCheckpointNote(p, target, &notes);
   AddOptimizerOffloadNote(p, target, &notes);
   AddPrefetchNotes(p, target, &notes);
@@ -187,9 +200,32 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
   }
   if (p.attention == model::Attention::kEager) {
     notes.push_back(
-        "attention eager: ROLL loads the model with its default attention implementation");
+        "attention eager: ROLL's attn_implementation takes sdpa, fa2 or auto (model_args.py)");
   }
   return notes;
+}
+
+// model_args (roll/configs/model_args.py): checkpointing, Ulysses, frozen prefixes, LoRA.
+void WriteRollModelArgs(const model::Plan& p, std::ostream& y) {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+    return out;
+  };
+  y << "  model_args:\n";
+  y << "    disable_gradient_checkpointing: "
+    << YamlBool(p.role != model::Role::kTrain || p.checkpointing == model::Checkpointing::kNone)
+    << "\n";
+  y << "    ulysses_size: " << p.cp << "\n";
+  if (!p.frozen_prefixes.empty()) {
+    y << "    freeze_module_prefix: " << Quote(join(p.frozen_prefixes)) << "\n";
+  }
+  if (p.lora.enabled()) {
+    y << "    lora_target: " << Quote(join(p.lora.targets)) << "\n";
+    y << "    lora_rank: " << p.lora.rank << "\n";
+    y << "    lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
+    y << "    autocast_adapter_dtype: " << YamlBool(p.lora.dtype == DType::kFp32) << "\n";
+  }
 }
 
 }  // namespace
@@ -238,38 +274,52 @@ ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
   ExportResult r;
   r.notes = RollNotes(p, ctx, l);
   std::string param_dtype = RollParamDtype(p, &r.notes);
+  bool train = p.role == model::Role::kTrain;
   int fsdp_size = l.replicated_only() ? ctx.world_size : l.shard;
   std::ostringstream y;
   y << "num_gpus_per_node: " << ctx.gpus_per_node << "\n";
   y << "sequence_length: " << ctx.seq_len << "\n";
-  y << "actor_train:  # or your pipeline's training worker (sft_train, critic, ...)\n";
-  y << "  model_args:\n";
-  y << "    disable_gradient_checkpointing: "
-    << YamlBool(p.checkpointing == model::Checkpointing::kNone) << "\n";
-  y << "    ulysses_size: 1\n";
-  y << "  training_args:\n";
-  y << "    per_device_train_batch_size: " << p.micro_batch << "\n";
-  y << "    gradient_accumulation_steps: " << p.grad_accum << "\n";
+  if (train) {
+    y << "actor_train:  # or your pipeline's training worker (sft_train, critic, ...)\n";
+  } else {
+    y << "reference:  # or your pipeline's forward-only worker\n";
+  }
+  WriteRollModelArgs(p, y);
+  if (train) {
+    y << "  training_args:\n";
+    y << "    per_device_train_batch_size: " << p.micro_batch << "\n";
+    y << "    gradient_accumulation_steps: " << p.grad_accum << "\n";
+  } else {
+    y << "  infer_batch_size: " << p.micro_batch << "\n";
+  }
   y << "  strategy_args:\n";
-  y << "    strategy_name: \"fsdp2_train\"\n";
+  y << "    strategy_name: " << (train ? "\"fsdp2_train\"" : "\"fsdp2_infer\"") << "\n";
   y << "    strategy_config:\n";
   y << "      fsdp_size: " << fsdp_size
     << (l.hybrid() ? "  # HSDP: " + std::to_string(l.replicate) + " replicas" : "") << "\n";
   if (param_dtype.empty()) {
-    y << "      # param_dtype unset: the model is loaded in fp32 (master weights) and computes in "
-         "bf16\n";
+    y << "      # param_dtype unset: the model is loaded in "
+      << (train ? "fp32 (master weights)" : "bf16") << " and computes in bf16\n";
   } else {
     y << "      param_dtype: " << Quote(param_dtype) << "\n";
   }
   y << "      reduce_dtype: " << Quote(model::ToString(p.reduce_dtype)) << "\n";
   y << "      reshard_after_forward: " << YamlBool(l.reshard_after_forward) << "\n";
   y << "      offload_policy: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
-  y << "      reduce_scatter_during_grad_accumulation: " << YamlBool(!p.no_sync)
-    << "  # false: no_sync\n";
+  if (train) {
+    y << "      reduce_scatter_during_grad_accumulation: " << YamlBool(!p.no_sync)
+      << "  # false: no_sync\n";
+  }
+  if (p.tiled_mlp_shards > 1) {
+    y << "      apply_tiled_mlp: true\n      tiled_num_shards: " << p.tiled_mlp_shards << "\n";
+  }
+  std::string expert = p.wrap.expert_units ? HfExpertClass(ctx.layer_class) : "";
+  if (!expert.empty()) y << "      apply_expert_patch: true\n";
   y << "      wrap_policy:\n";
   y << "        transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
   y << "        wrap_embeddings: " << YamlBool(p.wrap.embedding_unit) << "\n";
   y << "        wrap_lm_output: " << YamlBool(p.wrap.head_unit) << "\n";
+  if (!expert.empty()) y << "        moe_experts: [" << Quote(expert) << "]\n";
   y << "  device_mapping: " << Quote("list(range(0," + std::to_string(ctx.world_size) + "))")
     << "\n";
   r.text =

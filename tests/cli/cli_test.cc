@@ -383,6 +383,83 @@ TEST(CliTest, SimulateTraceMarksThePhases) {
   EXPECT_EQ(marks, 5);
 }
 
+std::string ConfigPath(const std::string& name) {
+  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/configs/" + name;
+}
+
+TEST(CliTest, EstimateFromRollConfig) {
+  Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+                    ConfigPath("roll_fsdp2_train.yaml"));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("warning: "));  // learning_rate & co. are ignored
+  EXPECT_THAT(r.err, ::testing::HasSubstr("/actor_train/training_args/learning_rate"));
+}
+
+// fsdp_size 4 of 8 GPUs: HSDP in groups of 4; ulysses_size 2; batch 1 x 32. The config's
+// sequence (2048 + 4096) is longer than tiny-llama's 256, so --seq-len, a plan flag, overrides it.
+TEST(CliTest, FromConfigIsReadAndPlanFlagsOverrideIt) {
+  Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+                    ConfigPath("roll_rlvr_fsdp2_cp2.yaml") + " --seq-len 256 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("plan").at("strategy"), "hybrid_shard");
+  EXPECT_EQ(j.at("plan").at("shard_group_size"), 4);
+  EXPECT_EQ(j.at("plan").at("cp"), 2);
+  EXPECT_EQ(j.at("plan").at("grad_accum"), 32);
+  EXPECT_EQ(j.at("plan").at("seq_len"), 256);
+  ASSERT_TRUE(j.at("warnings").is_array());
+  bool ignored = false;
+  for (const auto& w : j.at("warnings")) {
+    ignored = ignored || w.get<std::string>().find("/actor_infer") != std::string::npos;
+  }
+  EXPECT_TRUE(ignored) << j.at("warnings").dump();
+}
+
+// Two files layer in order: the Trainer arguments set the batch over the Accelerate config.
+TEST(CliTest, SeveralFromFilesApplyInOrder) {
+  Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+                    ConfigPath("accelerate_fsdp1.yaml") + " --from " +
+                    ConfigPath("hf_trainer_args.json") + " --seq-len 128 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto plan = nlohmann::json::parse(r.out).at("plan");
+  EXPECT_EQ(plan.at("offload"), "none");  // the Trainer's fsdp options have no "offload"
+  EXPECT_EQ(plan.at("micro_batch"), 2);
+  EXPECT_EQ(plan.at("checkpointing"), "full");
+}
+
+TEST(CliTest, BadFromConfigsAreOneLineErrors) {
+  // The sequence of the RLVR example does not fit tiny-llama: the plan's problem names the file.
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+                            ConfigPath("roll_rlvr_fsdp2_cp2.yaml")),
+                     "roll_rlvr_fsdp2_cp2.yaml");
+  // 8 GPUs in device_mapping, 16 in --cluster.
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 2x8xH100 --from " +
+                            ConfigPath("roll_fsdp2_train.yaml")),
+                     "device_mapping: expected the --cluster world size 16 ranks, got 8");
+  std::string bad = WriteFile("bad_accelerate.yaml",
+                              "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FUL_SHARD\n");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + bad),
+                     "/fsdp_config/fsdp_sharding_strategy: expected one of FULL_SHARD");
+  ExpectOneLineError(RunCli("estimate --model tiny-gpt2 --cluster 8xH100 --from " +
+                            ConfigPath("accelerate_fsdp2.yaml")),
+                     "expected the model's block class \"GPT2Block\", got \"LlamaDecoderLayer\"");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --from " + ConfigPath("verl_sft.yaml") +
+                            " --from-format rol"),
+                     "--from-format: expected one of accelerate, hf-trainer, roll, verl");
+}
+
+TEST(CliTest, TuneFromConfigKeepsItsGlobalBatch) {
+  Result r = RunCli("tune --model tiny-llama --cluster 8xH100 --from " +
+                    ConfigPath("roll_fsdp2_train.yaml") + " --top 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("top").empty()) << r.out;
+  auto best = j.at("top").at(0).at("plan");
+  // 1 sequence x 32 micro-batches x 8 ranks = 256 sequences per step, whatever the split.
+  EXPECT_EQ(best.at("micro_batch").get<int>() * best.at("grad_accum").get<int>() * 8, 256);
+  EXPECT_EQ(best.at("seq_len"), 256);
+}
+
 TEST(CliTest, BadJobSettingsAreOneLineErrors) {
   ExpectOneLineError(RunCli("estimate --allocator cudaMallocAsync"), "--allocator");
   ExpectOneLineError(RunCli("estimate --host-memory-limit=-1GiB"), "--host-memory-limit");

@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "model/errors.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "planner/config_yaml.h"
 #include "profiles/cluster.h"
 
 namespace shardtune::plan {
@@ -302,7 +304,7 @@ TEST(ExportTest, NoShardIsDataParallelEverywhere) {
   json d = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kDeepspeed).text, "ds");
   EXPECT_EQ(Int(d, "/zero_optimization/stage"), 0);
   json h = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer).text, "hf");
-  EXPECT_FALSE(Has(h, "/fsdp"));
+  EXPECT_EQ(Str(h, "/fsdp"), "");  // TrainingArguments' "no FSDP", so an import reads DDP
   ExportResult roll = ExportPlan(j.plan, j.ctx, ExportFormat::kRoll);
   ASSERT_FALSE(roll.notes.empty());
   EXPECT_THAT(roll.notes[0], HasSubstr("no replicate-only mode"));
@@ -337,6 +339,113 @@ TEST(ExportTest, StringsWithQuotesAndBackslashesSurviveYamlAndToml) {
   if (PythonHas("tomllib")) {
     json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
     EXPECT_EQ(Int(t, "/training/local_batch_size"), 2);
+  }
+}
+
+TEST(ExportTest, RollYamlCarriesUlyssesLoraFreezeTiledAndMoeExperts) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.cp = 2;
+  j.plan.lora.rank = 16;
+  j.plan.lora.alpha = 32.0;
+  j.plan.lora.targets = {"q_proj", "v_proj"};
+  j.plan.frozen_prefixes = {"model.embed_tokens"};
+  j.plan.tiled_mlp_shards = 4;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  json y = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kRoll).text);
+  EXPECT_EQ(Int(y, "/actor_train/model_args/ulysses_size"), 2);
+  EXPECT_EQ(Str(y, "/actor_train/model_args/lora_target"), "q_proj,v_proj");
+  EXPECT_EQ(Int(y, "/actor_train/model_args/lora_rank"), 16);
+  EXPECT_EQ(Str(y, "/actor_train/model_args/freeze_module_prefix"), "model.embed_tokens");
+  const std::string s = "/actor_train/strategy_args/strategy_config";
+  EXPECT_EQ(Bool(y, s + "/apply_tiled_mlp"), "true");
+  EXPECT_EQ(Int(y, s + "/tiled_num_shards"), 4);
+  // A MoE plan with one unit per expert names the expert MLP class and enables the patch.
+  Job m;
+  m.plan.seq_len = 2048;
+  m.plan.wrap.expert_units = true;
+  m.ctx = MakeExportContext(model::FindModelPreset("mixtral-8x7b"),
+                            profiles::ParseClusterShorthand("8xH100"), m.plan);
+  json e = LoadYaml(ExportPlan(m.plan, m.ctx, ExportFormat::kRoll).text);
+  EXPECT_EQ(Str(e, s + "/wrap_policy/moe_experts/0"), "MixtralBlockSparseTop2MLP");
+  EXPECT_EQ(Bool(e, s + "/apply_expert_patch"), "true");
+}
+
+TEST(ExportTest, RollInferRoleIsAnFsdp2InferWorker) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.role = model::Role::kInfer;
+  j.plan.micro_batch = 4;
+  j.plan.master_dtype = model::DType::kBf16;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  json y = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kRoll).text);
+  EXPECT_EQ(Str(y, "/reference/strategy_args/strategy_name"), "fsdp2_infer");
+  EXPECT_EQ(Int(y, "/reference/infer_batch_size"), 4);
+  EXPECT_FALSE(Has(y, "/reference/training_args"));
+  EXPECT_FALSE(Has(y, "/reference/strategy_args/strategy_config/param_dtype"));  // bf16 default
+}
+
+// verl: 8 ranks, cp 2 -> 4 data-parallel ranks; ppo_mini_batch_size = 2 x 4 x 4 = 32 prompts.
+TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.cp = 2;
+  j.plan.micro_batch = 2;
+  j.plan.grad_accum = 4;
+  j.plan.offload = model::Offload::kAll;
+  j.plan.checkpointing = model::Checkpointing::kFull;
+  j.plan.lora.rank = 8;
+  j.plan.lora.targets = {"q_proj"};
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  json y = LoadYaml(r.text);
+  const std::string a = "/actor_rollout_ref/actor";
+  EXPECT_EQ(Int(y, a + "/ppo_mini_batch_size"), 32);
+  EXPECT_EQ(Int(y, a + "/ppo_micro_batch_size_per_gpu"), 2);
+  EXPECT_EQ(Int(y, a + "/ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(Int(y, a + "/fsdp_config/fsdp_size"), -1);
+  EXPECT_EQ(Bool(y, a + "/fsdp_config/offload_policy"), "true");
+  EXPECT_EQ(Str(y, a + "/fsdp_config/model_dtype"), "fp32");
+  EXPECT_EQ(Str(y, a + "/fsdp_config/wrap_policy/transformer_layer_cls_to_wrap/0"),
+            "LlamaDecoderLayer");
+  EXPECT_EQ(Int(y, "/actor_rollout_ref/model/lora_rank"), 8);
+  EXPECT_EQ(Bool(y, "/actor_rollout_ref/model/enable_gradient_checkpointing"), "true");
+  EXPECT_EQ(Int(y, "/data/max_prompt_length") + Int(y, "/data/max_response_length"), 2048);
+  EXPECT_EQ(Int(y, "/trainer/n_gpus_per_node"), 8);
+  EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+TEST(ExportTest, TorchtitanCarriesContextParallelDegree) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.cp = 2;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
+  EXPECT_EQ(Int(t, "/parallelism/context_parallel_degree"), 2);
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_shard_degree"), 4);  // 8 = shard 4 x cp 2
+}
+
+// The import side's YAML subset reads the example configs and every YAML export exactly as
+// PyYAML's safe_load does.
+TEST(ConfigYamlTest, AgreesWithPyYamlOnExamplesAndExports) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  std::vector<std::string> texts;
+  for (const char* f : {"accelerate_fsdp1.yaml", "accelerate_fsdp2.yaml", "roll_rlvr_fsdp2_cp2.yaml",
+                        "verl_grpo_lora.yaml", "verl_sft.yaml"}) {
+    std::ifstream in(std::string(SHARDTUNE_TEST_DATA_DIR) + "/configs/" + f);
+    texts.push_back(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  Job j = HybridJob();
+  for (ExportFormat f : {ExportFormat::kAccelerate, ExportFormat::kRoll, ExportFormat::kVerl}) {
+    texts.push_back(ExportPlan(j.plan, j.ctx, f).text);
+  }
+  for (const auto& text : texts) {
+    json mine = model::ParseJsonText(ParseYamlSubset(text, "t").dump(), "subset");
+    EXPECT_EQ(mine, LoadYaml(text)) << text;
   }
 }
 

@@ -1,0 +1,433 @@
+// The YAML subset reader: lines -> (indent, content) after comments are cut, then a recursive
+// descent over indentation for block collections and a character scanner for flow collections.
+#include "planner/config_yaml.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "model/errors.h"
+
+namespace shardtune::plan {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct Line {
+  int number = 0;  // 1-based, for messages
+  int indent = 0;
+  std::string text;  // without indentation, comment and trailing spaces
+};
+
+// Cuts a comment: '#' at the start or after a space, outside quotes.
+std::string StripComment(const std::string& s) {
+  char quote = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (quote) {
+      if (quote == '"' && c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (c == '"' || c == '\'') {
+      // A quote opens a quoted scalar only where one can start, not inside a plain word (it's).
+      if (i == 0 || std::string(" [{,:-").find(s[i - 1]) != std::string::npos) quote = c;
+    } else if (c == '#' && (i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t')) {
+      return s.substr(0, i);
+    }
+  }
+  return s;
+}
+
+std::string TrimRight(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+class Parser {
+ public:
+  Parser(const std::string& text, std::string file) : file_(std::move(file)) { Split(text); }
+
+  ordered_json Document() {
+    if (lines_.empty()) return ordered_json::object();
+    if (lines_[0].indent != 0) Fail(lines_[0], "a key at column 1", "indentation");
+    ordered_json doc = Block(0);
+    if (pos_ < lines_.size())
+      Fail(lines_[pos_], "a key at column 1", "\"" + lines_[pos_].text + "\"");
+    return doc;
+  }
+
+ private:
+  [[noreturn]] void Fail(const Line& l, const std::string& expected, const std::string& got) const {
+    throw InputError(file_ + ":" + std::to_string(l.number) + ": expected " + expected + ", got " +
+                     got);
+  }
+
+  void Split(const std::string& text) {
+    size_t start = 0;
+    int number = 0;
+    while (start <= text.size()) {
+      size_t end = text.find('\n', start);
+      std::string raw =
+          text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      ++number;
+      start = end == std::string::npos ? text.size() + 1 : end + 1;
+      std::string s = TrimRight(StripComment(raw));
+      size_t ind = s.find_first_not_of(' ');
+      if (ind == std::string::npos) continue;
+      Line l{number, static_cast<int>(ind), s.substr(ind)};
+      if (l.text[0] == '\t') Fail(l, "spaces for indentation", "a tab");
+      if (l.text == "---" && lines_.empty()) continue;
+      if (l.text == "---" || l.text == "...") Fail(l, "one YAML document", "\"" + l.text + "\"");
+      lines_.push_back(l);
+    }
+  }
+
+  static bool IsSeqItem(const std::string& t) { return t == "-" || t.rfind("- ", 0) == 0; }
+
+  // The collection whose first line is lines_[pos_], at `indent`.
+  ordered_json Block(int indent) {
+    return IsSeqItem(lines_[pos_].text) ? Sequence(indent) : Mapping(indent);
+  }
+
+  // A value that starts on the next line: a deeper block, a sequence at the key's own indent
+  // ("key:\n- a"), or nothing (null).
+  ordered_json Nested(int key_indent) {
+    if (pos_ >= lines_.size()) return nullptr;
+    const Line& next = lines_[pos_];
+    if (next.indent > key_indent) return Block(next.indent);
+    if (next.indent == key_indent && IsSeqItem(next.text)) return Sequence(key_indent);
+    return nullptr;
+  }
+
+  ordered_json Sequence(int indent) {
+    ordered_json seq = ordered_json::array();
+    while (pos_ < lines_.size() && lines_[pos_].indent == indent && IsSeqItem(lines_[pos_].text)) {
+      Line& l = lines_[pos_];
+      std::string rest = l.text.size() > 1 ? l.text.substr(1) : "";
+      size_t off = rest.find_first_not_of(' ');
+      if (off == std::string::npos) {
+        ++pos_;
+        ordered_json v = pos_ < lines_.size() && lines_[pos_].indent > indent
+                             ? Block(lines_[pos_].indent)
+                             : ordered_json(nullptr);
+        seq.push_back(v);
+        continue;
+      }
+      int item_indent = indent + 1 + static_cast<int>(off);
+      std::string item = rest.substr(off);
+      if (KeyEnd(item) != std::string::npos || IsSeqItem(item)) {
+        // "- key: v" (or "- - x"): the item is a block collection starting at the item's column.
+        l.indent = item_indent;
+        l.text = item;
+        seq.push_back(Block(item_indent));
+      } else {
+        ++pos_;
+        seq.push_back(InlineValue(l, item));
+      }
+    }
+    return seq;
+  }
+
+  // Where the key of "key: value" ends (the ':'), or npos when `t` is not a mapping entry.
+  static size_t KeyEnd(const std::string& t) {
+    if (t.empty() || t[0] == '[' || t[0] == '{') return std::string::npos;
+    size_t i = 0;
+    if (t[0] == '"' || t[0] == '\'') {
+      char q = t[0];
+      for (i = 1; i < t.size(); ++i) {
+        if (q == '"' && t[i] == '\\') {
+          ++i;
+        } else if (t[i] == q) {
+          if (q == '\'' && i + 1 < t.size() && t[i + 1] == '\'') {
+            ++i;
+            continue;
+          }
+          break;
+        }
+      }
+      ++i;
+      return i < t.size() && t[i] == ':' && (i + 1 == t.size() || t[i + 1] == ' ')
+                 ? i
+                 : std::string::npos;
+    }
+    for (i = 0; i < t.size(); ++i) {
+      if (t[i] == ':' && (i + 1 == t.size() || t[i + 1] == ' ')) return i;
+    }
+    return std::string::npos;
+  }
+
+  ordered_json Mapping(int indent) {
+    ordered_json map = ordered_json::object();
+    while (pos_ < lines_.size() && lines_[pos_].indent == indent) {
+      const Line l = lines_[pos_];
+      if (IsSeqItem(l.text)) Fail(l, "a key (\"name: value\")", "a list item");
+      size_t colon = KeyEnd(l.text);
+      if (colon == std::string::npos) Fail(l, "\"key: value\"", "\"" + l.text + "\"");
+      std::string key_text = l.text.substr(0, colon);
+      ordered_json key = Scalar(l, key_text, /*quoted_only_strings=*/true);
+      if (!key.is_string()) key = key_text;  // "1: x" or "true: y": the key is its text
+      std::string k = key.get<std::string>();
+      if (k.empty() || k[0] == '&' || k[0] == '*' || k[0] == '!' || k[0] == '?') {
+        Fail(l, "a plain or quoted key", "\"" + key_text + "\"");
+      }
+      if (map.contains(k)) Fail(l, "each key once in a mapping", "a second \"" + k + "\"");
+      std::string rest = l.text.substr(colon + 1);
+      size_t off = rest.find_first_not_of(' ');
+      ++pos_;
+      if (off == std::string::npos) {
+        map[k] = Nested(indent);
+      } else {
+        std::string value = rest.substr(off);
+        // A plain scalar may continue on more indented lines (folded with a space).
+        char c = value[0];
+        if (std::string("[{\"'|>&*!").find(c) == std::string::npos) {
+          while (pos_ < lines_.size() && lines_[pos_].indent > indent &&
+                 !IsSeqItem(lines_[pos_].text) && KeyEnd(lines_[pos_].text) == std::string::npos) {
+            value += " " + lines_[pos_++].text;
+          }
+        }
+        map[k] = InlineValue(l, value);
+      }
+    }
+    if (pos_ < lines_.size() && lines_[pos_].indent > indent) {
+      Fail(lines_[pos_], "indentation of " + std::to_string(indent) + " spaces (or less)",
+           std::to_string(lines_[pos_].indent) + " spaces");
+    }
+    return map;
+  }
+
+  // A value written after "key: " or "- ": a flow collection (possibly continued on the next,
+  // more indented lines) or a scalar.
+  ordered_json InlineValue(const Line& l, std::string text) {
+    char c = text[0];
+    if (c == '&' || c == '*') Fail(l, "a value (anchors and aliases are not supported)", text);
+    if (c == '!') Fail(l, "a value (tags are not supported)", text);
+    if ((c == '|' || c == '>') && text.size() <= 3) {
+      Fail(l, "a value (block scalars | and > are not supported)", text);
+    }
+    if (c == '[' || c == '{') {
+      while (!Balanced(text) && pos_ < lines_.size()) text += " " + lines_[pos_++].text;
+      size_t i = 0;
+      ordered_json v = Flow(l, text, &i);
+      SkipSpaces(text, &i);
+      if (i != text.size()) Fail(l, "the end of the line after a flow collection", text.substr(i));
+      return v;
+    }
+    return Scalar(l, text, false);
+  }
+
+  static bool Balanced(const std::string& t) {
+    int depth = 0;
+    char quote = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      char c = t[i];
+      if (quote) {
+        if (quote == '"' && c == '\\')
+          ++i;
+        else if (c == quote)
+          quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+    }
+    return depth <= 0;
+  }
+
+  static void SkipSpaces(const std::string& t, size_t* i) {
+    while (*i < t.size() && t[*i] == ' ') ++*i;
+  }
+
+  ordered_json Flow(const Line& l, const std::string& t, size_t* i) {
+    SkipSpaces(t, i);
+    if (*i >= t.size()) Fail(l, "a value", "the end of the line");
+    char open = t[*i];
+    if (open != '[' && open != '{') return FlowScalar(l, t, i);
+    char close = open == '[' ? ']' : '}';
+    ++*i;
+    ordered_json out = open == '[' ? ordered_json::array() : ordered_json::object();
+    SkipSpaces(t, i);
+    if (*i < t.size() && t[*i] == close) {
+      ++*i;
+      return out;
+    }
+    while (true) {
+      if (open == '[') {
+        out.push_back(Flow(l, t, i));
+      } else {
+        ordered_json key = FlowScalar(l, t, i);
+        std::string k = key.is_string() ? key.get<std::string>() : key.dump();
+        SkipSpaces(t, i);
+        if (*i >= t.size() || t[*i] != ':')
+          Fail(l, "':' after the key \"" + k + "\"", t.substr(*i));
+        ++*i;
+        if (out.contains(k)) Fail(l, "each key once in a mapping", "a second \"" + k + "\"");
+        out[k] = Flow(l, t, i);
+      }
+      SkipSpaces(t, i);
+      if (*i < t.size() && t[*i] == ',') {
+        ++*i;
+        SkipSpaces(t, i);
+        if (*i < t.size() && t[*i] == close) {  // trailing comma
+          ++*i;
+          return out;
+        }
+        continue;
+      }
+      if (*i < t.size() && t[*i] == close) {
+        ++*i;
+        return out;
+      }
+      Fail(l, std::string("',' or '") + close + "'", *i < t.size() ? t.substr(*i) : "the end");
+    }
+  }
+
+  ordered_json FlowScalar(const Line& l, const std::string& t, size_t* i) {
+    size_t start = *i;
+    if (t[*i] == '"' || t[*i] == '\'') {
+      char q = t[*i];
+      for (++*i; *i < t.size(); ++*i) {
+        if (q == '"' && t[*i] == '\\') {
+          ++*i;
+        } else if (t[*i] == q) {
+          if (q == '\'' && *i + 1 < t.size() && t[*i + 1] == '\'') {
+            ++*i;
+            continue;
+          }
+          break;
+        }
+      }
+      ++*i;
+      return Scalar(l, t.substr(start, *i - start), false);
+    }
+    while (*i < t.size() && t[*i] != ',' && t[*i] != ']' && t[*i] != '}' &&
+           !(t[*i] == ':' && (*i + 1 == t.size() || t[*i + 1] == ' '))) {
+      ++*i;
+    }
+    return Scalar(l, TrimRight(t.substr(start, *i - start)), false);
+  }
+
+  ordered_json Scalar(const Line& l, const std::string& s, bool quoted_only_strings) {
+    if (s.empty()) return nullptr;
+    if (s[0] == '"') return DoubleQuoted(l, s);
+    if (s[0] == '\'') {
+      if (s.size() < 2 || s.back() != '\'') Fail(l, "a closing '", s);
+      std::string out;
+      for (size_t i = 1; i + 1 < s.size(); ++i) {
+        out += s[i];
+        if (s[i] == '\'') ++i;  // '' is one quote
+      }
+      return out;
+    }
+    if (quoted_only_strings) return s;
+    return Plain(s);
+  }
+
+  ordered_json DoubleQuoted(const Line& l, const std::string& s) {
+    if (s.size() < 2 || s.back() != '"') Fail(l, "a closing \"", s);
+    std::string out;
+    for (size_t i = 1; i + 1 < s.size(); ++i) {
+      if (s[i] != '\\') {
+        out += s[i];
+        continue;
+      }
+      if (i + 2 >= s.size()) Fail(l, "an escape after \\", s);
+      char e = s[++i];
+      switch (e) {
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'u': {
+          if (i + 4 >= s.size()) Fail(l, "4 hex digits after \\u", s);
+          long cp = std::strtol(s.substr(i + 1, 4).c_str(), nullptr, 16);
+          i += 4;
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default:
+          Fail(l, "a known escape (\\n \\t \\\" \\\\ \\uXXXX)", std::string("\\") + e);
+      }
+    }
+    return out;
+  }
+
+  static ordered_json Plain(const std::string& s) {
+    static const char* kNull[] = {"~", "null", "Null", "NULL"};
+    static const char* kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+    static const char* kFalse[] = {"false", "False", "FALSE", "no", "No",
+                                   "NO",    "off",   "Off",   "OFF"};
+    for (const char* n : kNull)
+      if (s == n) return nullptr;
+    for (const char* t : kTrue)
+      if (s == t) return true;
+    for (const char* f : kFalse)
+      if (s == f) return false;
+    if (s == ".inf" || s == "+.inf" || s == ".Inf") return std::numeric_limits<double>::infinity();
+    if (s == "-.inf" || s == "-.Inf") return -std::numeric_limits<double>::infinity();
+    std::string digits = s;
+    digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+    size_t d = digits[0] == '-' || digits[0] == '+' ? 1 : 0;
+    if (d < digits.size() && std::all_of(digits.begin() + static_cast<long>(d), digits.end(),
+                                         [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      errno = 0;
+      long long v = std::strtoll(digits.c_str(), nullptr, 10);
+      if (errno == 0) return static_cast<int64_t>(v);
+    }
+    // A float needs a '.' in YAML 1.1 (PyYAML reads 1e-5 as a string, 1.0e-5 as a float).
+    char* end = nullptr;
+    double v = std::strtod(digits.c_str(), &end);
+    bool numeric = end == digits.c_str() + digits.size() && d < digits.size() &&
+                   (std::isdigit(static_cast<unsigned char>(digits[d])) != 0 || digits[d] == '.') &&
+                   digits.find('.') != std::string::npos &&
+                   digits.find_first_of("xXnN") == std::string::npos;
+    if (numeric) return v;
+    return s;
+  }
+
+  std::string file_;
+  std::vector<Line> lines_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file) {
+  return Parser(text, file).Document();
+}
+
+}  // namespace shardtune::plan

@@ -1,0 +1,22 @@
+// A reader for the YAML subset trainer configs are written in (Accelerate, ROLL, verl): no YAML
+// library is among the project's dependencies (DESIGN.md "Build"), so this is a small, strict one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace shardtune::plan {
+
+// Parses `text` into a JSON tree. Supported: block mappings and block sequences (indented with
+// spaces; "- key: v" items), flow sequences and mappings ([a, b], {k: v}, also over several lines),
+// plain, single- and double-quoted scalars, comments, a leading "---". Plain scalars follow YAML
+// 1.1 as PyYAML's safe_load reads them: null, ~ and an empty value -> null;
+// true/false/yes/no/on/off in any of the three cases (true, True, TRUE) -> boolean; integers and
+// floats with a '.' (1.0e-6, .inf; 1e-5 stays a string, as in PyYAML) -> numbers; anything else ->
+// string. Quoted scalars are always strings. Not supported (InputError naming the line): anchors
+// and aliases, tags, block scalars (| and >), multi-document files, tabs in indentation, keys that
+// are not scalars. Duplicate keys are errors. `file` prefixes every message: "cfg.yaml:12: expected
+// ..., got ...".
+nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file);
+
+}  // namespace shardtune::plan

@@ -1,0 +1,385 @@
+// Config import: format names and detection, the typed reader with key tables, and the helpers
+// the per-format readers share (sharding from an FSDP2 mesh, layer-class and world checks).
+#include "planner/import.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "model/errors.h"
+#include "model/strict_json.h"
+#include "planner/config_yaml.h"
+#include "planner/export.h"
+#include "planner/import_reader.h"
+
+namespace shardtune::plan {
+namespace {
+
+std::string Join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string EscapeToken(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string Trim(const std::string& s) {
+  size_t a = s.find_first_not_of(' ');
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(' ') - a + 1);
+}
+
+bool LooksLikeJson(const std::string& text) {
+  size_t i = text.find_first_not_of(" \t\r\n");
+  return i != std::string::npos && text[i] == '{';
+}
+
+internal::Json ParseConfig(const std::string& text, const std::string& file) {
+  if (LooksLikeJson(text)) return model::ParseJsonText(text, file);
+  return ParseYamlSubset(text, file);
+}
+
+}  // namespace
+
+const std::vector<std::string>& ImportFormatNames() {
+  static const std::vector<std::string> names = {"accelerate", "hf-trainer", "roll", "verl"};
+  return names;
+}
+
+const char* ToString(ImportFormat f) {
+  const auto& names = ImportFormatNames();
+  auto i = static_cast<size_t>(f);
+  SHARDTUNE_CHECK(i < names.size()) << "import format " << i << " has no name";
+  return names[i].c_str();
+}
+
+ImportFormat ParseImportFormat(const std::string& text, const std::string& where) {
+  const auto& names = ImportFormatNames();
+  auto it = std::find(names.begin(), names.end(), text);
+  if (it != names.end()) return static_cast<ImportFormat>(it - names.begin());
+  std::string hint = model::ClosestName(text, names);
+  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got \"" + text + "\"" +
+                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+}
+
+ImportContext MakeImportContext(const model::ModelSpec& spec,
+                                const profiles::ClusterSpec& cluster) {
+  ImportContext ctx;
+  ctx.world_size = cluster.world_size();
+  ctx.gpus_per_node = cluster.gpus_per_node;
+  ctx.layer_class = HfDecoderLayerClass(spec);
+  ctx.tied_embeddings = spec.tied_embeddings;
+  ctx.model_parameters = model::ParameterCount(spec);
+  return ctx;
+}
+
+namespace {
+ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, bool json_text) {
+  const std::string formats = "use --from-format accelerate|hf-trainer|roll|verl";
+  if (!doc.is_object()) {
+    throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
+  }
+  if (json_text) return ImportFormat::kHfTrainer;  // the only JSON format
+  if (doc.contains("distributed_type") || doc.contains("compute_environment")) {
+    return ImportFormat::kAccelerate;
+  }
+  if (doc.contains("actor_rollout_ref") ||
+      (doc.contains("data") && doc.contains("model") && doc.contains("trainer"))) {
+    return ImportFormat::kVerl;
+  }
+  for (const auto& item : doc.items()) {
+    if (item.value().is_object() && item.value().contains("strategy_args")) {
+      return ImportFormat::kRoll;
+    }
+  }
+  if (doc.contains("per_device_train_batch_size") || doc.contains("output_dir")) {
+    return ImportFormat::kHfTrainer;
+  }
+  throw InputError(
+      file +
+      ": expected an Accelerate config (distributed_type), HF Trainer arguments "
+      "(per_device_train_batch_size), a ROLL pipeline (a worker with strategy_args) or "
+      "a verl config (actor_rollout_ref, or data/model/trainer), got none of their "
+      "keys; " +
+      formats);
+}
+}  // namespace
+
+ImportFormat DetectImportFormat(const std::string& text, const std::string& file) {
+  return DetectFromTree(ParseConfig(text, file), file, LooksLikeJson(text));
+}
+
+ImportResult ImportConfigText(const std::string& text, const std::string& file,
+                              const ImportContext& ctx, const ImportFormat* format,
+                              model::Plan* plan) {
+  internal::Json doc = ParseConfig(text, file);
+  ImportFormat f = format ? *format : DetectFromTree(doc, file, LooksLikeJson(text));
+  if (!doc.is_object()) {
+    throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
+  }
+  switch (f) {
+    case ImportFormat::kAccelerate:
+      return internal::ImportAccelerate(doc, file, ctx, plan);
+    case ImportFormat::kHfTrainer:
+      return internal::ImportHfTrainer(doc, file, ctx, plan);
+    case ImportFormat::kRoll:
+      return internal::ImportRoll(doc, file, ctx, plan);
+    case ImportFormat::kVerl:
+      return internal::ImportVerl(doc, file, ctx, plan);
+  }
+  SHARDTUNE_CHECK(false) << "unhandled import format " << static_cast<int>(f);
+  return {};
+}
+
+ImportResult ImportConfigFile(const std::string& path, const ImportContext& ctx,
+                              const ImportFormat* format, model::Plan* plan) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": expected a readable config file, got an unreadable path");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ImportConfigText(text.str(), path, ctx, format, plan);
+}
+
+namespace internal {
+
+std::string Got(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::array:
+      return "a list " + v.dump();
+    case Json::value_t::object:
+      return "a mapping";
+    case Json::value_t::null:
+      return "null";
+    default:
+      return v.dump();
+  }
+}
+
+ConfigReader::ConfigReader(const Json& obj, std::string file, std::string pointer,
+                           std::vector<std::string>* ignored)
+    : obj_(obj), file_(std::move(file)), pointer_(std::move(pointer)), ignored_(ignored) {
+  if (!obj_.is_object()) {
+    throw InputError(file_ + ":" + (pointer_.empty() ? "/" : pointer_) +
+                     ": expected a mapping, got " + Got(obj_));
+  }
+}
+
+std::string ConfigReader::Where(const std::string& key) const {
+  return file_ + ":" + pointer_ + "/" + EscapeToken(key);
+}
+
+void ConfigReader::Fail(const std::string& key, const std::string& expected) const {
+  const Json* v = Raw(key);
+  throw InputError(Where(key) + ": expected " + expected + ", got " + (v ? Got(*v) : "nothing"));
+}
+
+namespace {
+bool Interpolation(const Json& v) {
+  return v.is_string() && v.get<std::string>().rfind("${", 0) == 0;
+}
+
+bool Neutral(const Json& v, const Json& neutral) {
+  if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || Interpolation(v)) return true;
+  if ((v.is_string() || v.is_array() || v.is_object()) && v.empty()) return true;
+  return !neutral.is_null() && v == neutral;
+}
+}  // namespace
+
+void ConfigReader::CheckKeys(const KeyTable& table) const {
+  std::vector<std::string> names;
+  for (const auto& r : table) names.push_back(r.key);
+  for (const auto& item : obj_.items()) {
+    const std::string& key = item.key();
+    auto rule =
+        std::find_if(table.begin(), table.end(), [&](const KeyRule& r) { return r.key == key; });
+    if (rule == table.end()) {
+      std::string hint = model::ClosestName(key, names);
+      throw InputError(Where(key) + ": expected a known key, got unknown key \"" + key + "\"" +
+                       (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                       "; shardtune does not know whether it changes memory or time");
+    }
+    if (rule->use == KeyUse::kIgnored) {
+      if (ignored_) ignored_->push_back(pointer_ + "/" + EscapeToken(key));
+    } else if (rule->use == KeyUse::kUnsupported && !Neutral(item.value(), rule->neutral)) {
+      throw InputError(
+          Where(key) + ": expected " +
+          (rule->neutral.is_null() ? std::string("false, null or empty") : rule->neutral.dump()) +
+          " (" + rule->why + ", which shardtune does not model), got " + Got(item.value()));
+    }
+  }
+}
+
+const Json* ConfigReader::Raw(const std::string& key) const {
+  auto it = obj_.find(key);
+  return it == obj_.end() ? nullptr : &*it;
+}
+
+bool ConfigReader::Has(const std::string& key) const {
+  const Json* v = Raw(key);
+  return v != nullptr && !v->is_null() && !Interpolation(*v);
+}
+
+std::optional<bool> ConfigReader::Bool(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (s == "true") return true;
+    if (s == "false") return false;
+  }
+  Fail(key, "true or false");
+}
+
+std::optional<int64_t> ConfigReader::Int(const std::string& key, int64_t min, int64_t max) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  int64_t x = 0;
+  if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else if (v.is_number_float() &&
+             v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
+    x = static_cast<int64_t>(v.get<double>());  // 1e8 as YAML writes it
+  } else {
+    Fail(key, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  if (x < min || x > max) {
+    Fail(key, max == INT64_MAX
+                  ? "an integer >= " + std::to_string(min)
+                  : "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return x;
+}
+
+std::optional<double> ConfigReader::Number(const std::string& key, double min, double max) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  if (!v.is_number() || v.get<double>() < min || v.get<double>() > max) {
+    std::ostringstream os;
+    os << "a number in [" << min << ", " << max << "]";
+    Fail(key, os.str());
+  }
+  return v.get<double>();
+}
+
+std::optional<std::string> ConfigReader::String(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  if (!v.is_string()) Fail(key, "a string");
+  return v.get<std::string>();
+}
+
+std::optional<std::string> ConfigReader::Enum(const std::string& key,
+                                              const std::vector<std::string>& allowed) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (v.is_string() && std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+  std::string hint = model::ClosestName(s, allowed);
+  throw InputError(Where(key) + ": expected one of " + Join(allowed, ", ") + ", got " + Got(v) +
+                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+}
+
+std::optional<std::vector<std::string>> ConfigReader::Names(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    std::stringstream ss(v.get<std::string>());
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      item = Trim(item);
+      if (item.empty()) Fail(key, "comma-separated names without empty entries");
+      out.push_back(item);
+    }
+  } else if (v.is_array()) {
+    for (const auto& e : v) {
+      if (!e.is_string() || e.get<std::string>().empty()) Fail(key, "a list of names");
+      out.push_back(e.get<std::string>());
+    }
+  } else {
+    Fail(key, "a name, comma-separated names or a list of names");
+  }
+  if (out.empty()) Fail(key, "at least one name");
+  return out;
+}
+
+std::optional<ConfigReader> ConfigReader::Section(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  const Json& v = *Raw(key);
+  if (!v.is_object()) Fail(key, "a mapping");
+  return ConfigReader(v, file_, pointer_ + "/" + EscapeToken(key), ignored_);
+}
+
+void SetFsdp2Sharding(int group, int world, bool reshard, model::Plan* plan) {
+  bool hybrid = group > 1 && world > 0 && group < world;
+  using S = model::ShardingStrategy;
+  if (hybrid) {
+    plan->strategy = reshard ? S::kHybridShard : S::kHybridShardZero2;
+    plan->shard_group_size = group;
+  } else {
+    plan->strategy = reshard ? S::kFullShard : S::kShardGradOp;
+    plan->shard_group_size = 0;
+  }
+  plan->reshard_after_forward = reshard;
+}
+
+void CheckLayerClasses(const ConfigReader& reader, const std::string& key,
+                       const std::vector<std::string>& classes, const ImportContext& ctx) {
+  if (ctx.layer_class.empty()) return;
+  for (const auto& c : classes) {
+    if (c != ctx.layer_class) {
+      throw InputError(reader.Where(key) + ": expected the model's block class \"" +
+                       ctx.layer_class + "\", got \"" + c +
+                       "\" (shardtune models FSDP units of whole blocks of this model)");
+    }
+  }
+}
+
+// PEFT's "all-linear" (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers: every
+// nn.Linear but the output layer), by the HF modeling file of each block class.
+std::vector<std::string> AllLinearTargets(const std::string& layer_class) {
+  if (layer_class == "GPT2Block") return {"c_attn", "c_proj", "c_fc"};
+  if (layer_class == "GPTNeoXLayer") {
+    return {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+  }
+  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+}
+
+model::DType ParseTrainerDtype(const ConfigReader& reader, const std::string& key) {
+  const Json* v = reader.Raw(key);
+  std::string s = v && v->is_string() ? v->get<std::string>() : "";
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  if (s == "bf16" || s == "bfloat16") return model::DType::kBf16;
+  if (s == "fp16" || s == "float16" || s == "half") return model::DType::kFp16;
+  if (s == "fp32" || s == "float32" || s == "float") return model::DType::kFp32;
+  reader.Fail(key, "one of bf16, bfloat16, fp16, float16, fp32, float32");
+}
+
+void CheckWorld(int config_world, const ImportContext& ctx, const std::string& where) {
+  if (config_world <= 0 || ctx.world_size <= 0 || config_world == ctx.world_size) return;
+  throw InputError(where + ": expected the --cluster world size " + std::to_string(ctx.world_size) +
+                   " ranks, got " + std::to_string(config_world) +
+                   " (give a --cluster with that many GPUs, or edit the config)");
+}
+
+std::string IgnoredWarning(const std::string& file, const std::vector<std::string>& ignored) {
+  if (ignored.empty()) return "";
+  return file + ": ignored " + std::to_string(ignored.size()) +
+         " key(s) that do not change memory or time: " + Join(ignored, ", ");
+}
+
+}  // namespace internal
+}  // namespace shardtune::plan

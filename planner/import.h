@@ -1,0 +1,63 @@
+// Imports a trainer's existing configuration as a plan (`--from FILE`): Hugging Face Accelerate
+// config YAML, Hugging Face Trainer arguments JSON, ROLL pipeline YAML and verl trainer YAML, the
+// inverse of planner/export.h. Every key of the file is either mapped onto the plan, reported as
+// ignored (a warning: it does not change memory or time), or rejected (an InputError: it changes
+// memory or time in a way shardtune does not model, or it is unknown).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/plan.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::plan {
+
+enum class ImportFormat { kAccelerate, kHfTrainer, kRoll, kVerl };
+
+// "accelerate", "hf-trainer", "roll", "verl", in declaration order.
+const std::vector<std::string>& ImportFormatNames();
+const char* ToString(ImportFormat f);
+// Throws InputError "where: expected one of accelerate, hf-trainer, roll, verl, got \"x\"".
+ImportFormat ParseImportFormat(const std::string& text, const std::string& where);
+
+// What an import checks the file against.
+struct ImportContext {
+  int world_size = 0;       // ranks of --cluster; 0: unknown (no conflict check, the file's own)
+  int gpus_per_node = 0;    // 0: unknown
+  std::string layer_class;  // HF class of one block (HfDecoderLayerClass); "": not checked
+  bool tied_embeddings = false;  // ROLL wraps an untied embedding on its own
+  int64_t model_parameters = 0;  // for Accelerate's NO_WRAP (one unit): 0 rejects NO_WRAP
+  // Which worker of a ROLL pipeline (actor_train, reference, critic, ...) or which verl role
+  // (actor, ref, critic) to import; "": the training worker (ROLL: the only fsdp2_train worker,
+  // else actor_train; verl: actor, or ref when the file has no actor).
+  std::string worker;
+};
+
+// The context of `spec` on `cluster`.
+ImportContext MakeImportContext(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster);
+
+struct ImportResult {
+  ImportFormat format = ImportFormat::kAccelerate;
+  std::string worker;                 // the ROLL worker / verl role imported; "" for the others
+  int world_size = 0;                 // ranks the file asks for; 0: it does not say
+  std::vector<std::string> warnings;  // one line each, naming the file and the keys
+};
+
+// Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;
+// settings the file does not mention stay as they are, so several files layer in order.
+// `format`: nullptr detects it from the content. Throws InputError with one line naming the file
+// and the key path ("cfg.yaml:/fsdp_config/fsdp_sharding_strategy: expected one of ..., got
+// \"FUL_SHARD\""). Deterministic; no I/O.
+ImportResult ImportConfigText(const std::string& text, const std::string& file,
+                              const ImportContext& ctx, const ImportFormat* format,
+                              model::Plan* plan);
+// The same for a file on disk. Throws InputError when it cannot be read.
+ImportResult ImportConfigFile(const std::string& path, const ImportContext& ctx,
+                              const ImportFormat* format, model::Plan* plan);
+// The format `text` is in, from its keys; throws InputError naming the file when none matches.
+ImportFormat DetectImportFormat(const std::string& text, const std::string& file);
+
+}  // namespace shardtune::plan

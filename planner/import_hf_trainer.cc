@@ -1,0 +1,352 @@
+// Import of Hugging Face Trainer arguments (a TrainingArguments JSON as HfArgumentParser reads
+// it): batch, accumulation, precision, optimizer, and FSDP through `fsdp` + `fsdp_config`.
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "model/errors.h"
+#include "planner/import_reader.h"
+
+namespace shardtune::plan::internal {
+namespace {
+
+using model::ShardingStrategy;
+
+const KeyTable& TrainerKeys() {
+  static const KeyTable t = [] {
+    KeyTable k = {
+        {"per_device_train_batch_size", KeyUse::kMapped},
+        {"gradient_accumulation_steps", KeyUse::kMapped},
+        {"gradient_checkpointing", KeyUse::kMapped},
+        {"bf16", KeyUse::kMapped},
+        {"fp16", KeyUse::kMapped},
+        {"optim", KeyUse::kMapped},
+        {"max_grad_norm", KeyUse::kMapped},
+        {"fsdp", KeyUse::kMapped},
+        {"fsdp_config", KeyUse::kMapped},
+        // TRL SFTConfig: the sequence length the trainer pads or truncates to.
+        {"max_seq_length", KeyUse::kMapped},
+        {"max_length", KeyUse::kMapped},
+        {"deepspeed", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
+        {"torch_compile", KeyUse::kUnsupported, "torch.compile"},
+        {"use_liger_kernel", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
+        {"packing", KeyUse::kUnsupported, "packed sequences of varying length"},
+        {"padding_free", KeyUse::kUnsupported, "padding-free batches"},
+    };
+    // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
+    for (const char* name : {"output_dir",
+                             "overwrite_output_dir",
+                             "do_train",
+                             "do_eval",
+                             "do_predict",
+                             "eval_strategy",
+                             "evaluation_strategy",
+                             "eval_steps",
+                             "per_device_eval_batch_size",
+                             "eval_accumulation_steps",
+                             "learning_rate",
+                             "weight_decay",
+                             "adam_beta1",
+                             "adam_beta2",
+                             "adam_epsilon",
+                             "num_train_epochs",
+                             "max_steps",
+                             "lr_scheduler_type",
+                             "lr_scheduler_kwargs",
+                             "warmup_ratio",
+                             "warmup_steps",
+                             "log_level",
+                             "logging_dir",
+                             "logging_strategy",
+                             "logging_first_step",
+                             "logging_steps",
+                             "logging_nan_inf_filter",
+                             "save_strategy",
+                             "save_steps",
+                             "save_total_limit",
+                             "save_safetensors",
+                             "save_only_model",
+                             "seed",
+                             "data_seed",
+                             "tf32",
+                             "local_rank",
+                             "ddp_backend",
+                             "ddp_timeout",
+                             "ddp_find_unused_parameters",
+                             "ddp_bucket_cap_mb",
+                             "dataloader_num_workers",
+                             "dataloader_pin_memory",
+                             "dataloader_prefetch_factor",
+                             "dataloader_drop_last",
+                             "dataloader_persistent_workers",
+                             "run_name",
+                             "disable_tqdm",
+                             "remove_unused_columns",
+                             "label_names",
+                             "load_best_model_at_end",
+                             "metric_for_best_model",
+                             "greater_is_better",
+                             "report_to",
+                             "push_to_hub",
+                             "hub_model_id",
+                             "hub_strategy",
+                             "hub_token",
+                             "resume_from_checkpoint",
+                             "gradient_checkpointing_kwargs",
+                             "include_num_input_tokens_seen",
+                             "group_by_length",
+                             "length_column_name",
+                             "bf16_full_eval",
+                             "fp16_full_eval",
+                             "half_precision_backend",
+                             "fp16_opt_level",
+                             "label_smoothing_factor",
+                             "optim_args",
+                             "dataset_text_field",
+                             "dataset_num_proc",
+                             "prediction_loss_only",
+                             "full_determinism",
+                             "use_cpu",
+                             "accelerator_config"}) {
+      k.push_back({name, KeyUse::kIgnored});
+    }
+    return k;
+  }();
+  return t;
+}
+
+// training_args.py fsdp_config keys (the "fsdp_" prefix is optional: __post_init__ strips it).
+const KeyTable& FsdpConfigKeys() {
+  static const KeyTable t = {
+      {"version", KeyUse::kMapped},
+      {"min_num_params", KeyUse::kMapped},
+      {"transformer_layer_cls_to_wrap", KeyUse::kMapped},
+      {"auto_wrap_policy", KeyUse::kMapped},
+      {"backward_prefetch", KeyUse::kMapped},
+      {"forward_prefetch", KeyUse::kMapped},
+      {"limit_all_gathers", KeyUse::kMapped},
+      {"activation_checkpointing", KeyUse::kMapped},
+      {"reshard_after_forward", KeyUse::kMapped},
+      {"offload_params", KeyUse::kMapped},
+      {"cpu_ram_efficient_loading", KeyUse::kMapped},
+      {"state_dict_type", KeyUse::kIgnored},
+      {"use_orig_params", KeyUse::kIgnored},
+      {"sync_module_states", KeyUse::kIgnored},
+      {"xla", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+      {"xla_fsdp_v2", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+      {"xla_fsdp_grad_ckpt", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+      {"xla_fsdp_settings", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+  };
+  return t;
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The `fsdp` options: a space-separated string or a list (training_args.py FSDPOption).
+std::vector<std::string> FsdpOptions(const ConfigReader& r) {
+  const Json* v = r.Raw("fsdp");
+  std::vector<std::string> opts;
+  if (v == nullptr || v->is_null() || (v->is_boolean() && !v->get<bool>())) return opts;
+  if (v->is_string()) {
+    std::istringstream words(v->get<std::string>());
+    std::string w;
+    while (words >> w) opts.push_back(w);
+  } else if (v->is_array()) {
+    for (const auto& e : *v) {
+      if (!e.is_string()) r.Fail("fsdp", "FSDP options as a string or a list of strings");
+      opts.push_back(e.get<std::string>());
+    }
+  } else {
+    r.Fail("fsdp", "FSDP options, e.g. \"full_shard auto_wrap\"");
+  }
+  static const std::vector<std::string> known = {"full_shard",   "shard_grad_op",      "no_shard",
+                                                 "hybrid_shard", "hybrid_shard_zero2", "offload",
+                                                 "auto_wrap"};
+  for (const auto& o : opts) {
+    if (std::find(known.begin(), known.end(), o) == known.end()) {
+      throw InputError(r.Where("fsdp") +
+                       ": expected options among full_shard, shard_grad_op, "
+                       "no_shard, hybrid_shard, hybrid_shard_zero2, offload, "
+                       "auto_wrap, got \"" +
+                       o + "\"");
+    }
+  }
+  return opts;
+}
+
+bool HasOption(const std::vector<std::string>& opts, const std::string& o) {
+  return std::find(opts.begin(), opts.end(), o) != opts.end();
+}
+
+// fsdp_config with the "fsdp_" prefixes removed (a copy, so messages point at the real keys'
+// parent).
+Json StripPrefixes(const Json& c) {
+  Json out = Json::object();
+  for (const auto& item : c.items()) {
+    std::string k = item.key().rfind("fsdp_", 0) == 0 ? item.key().substr(5) : item.key();
+    out[k] = item.value();
+  }
+  return out;
+}
+
+void ReadFsdp(const ConfigReader& top, const std::vector<std::string>& opts,
+              const ImportContext& ctx, ImportResult* out, model::Plan* plan,
+              std::vector<std::string>* ignored) {
+  std::optional<Json> stripped;
+  std::optional<ConfigReader> fc;
+  if (top.Has("fsdp_config")) {
+    if (!top.Raw("fsdp_config")->is_object()) {
+      top.Fail("fsdp_config", "the fsdp_config mapping inline (a path to a JSON file is not read)");
+    }
+    stripped = StripPrefixes(*top.Raw("fsdp_config"));
+    fc.emplace(*stripped, top.file(), "/fsdp_config", ignored);
+    fc->CheckKeys(FsdpConfigKeys());
+  }
+  int64_t version = fc ? fc->Int("version", 1, 2).value_or(1) : 1;
+  ShardingStrategy s = HasOption(opts, "shard_grad_op")        ? ShardingStrategy::kShardGradOp
+                       : HasOption(opts, "no_shard")           ? ShardingStrategy::kNoShard
+                       : HasOption(opts, "hybrid_shard")       ? ShardingStrategy::kHybridShard
+                       : HasOption(opts, "hybrid_shard_zero2") ? ShardingStrategy::kHybridShardZero2
+                                                               : ShardingStrategy::kFullShard;
+  if (version == 2) {
+    if (s != ShardingStrategy::kFullShard && s != ShardingStrategy::kShardGradOp) {
+      top.Fail("fsdp", "full_shard or shard_grad_op with fsdp_config version 2");
+    }
+    bool reshard = s == ShardingStrategy::kFullShard;
+    if (auto r = fc->Bool("reshard_after_forward")) reshard = *r;
+    SetFsdp2Sharding(0, ctx.world_size, reshard, plan);
+  } else {
+    plan->strategy = s;
+    plan->shard_group_size = 0;
+    plan->reshard_after_forward = model::StrategyReshardsAfterForward(s);
+  }
+  plan->offload = HasOption(opts, "offload") || (fc && fc->Bool("offload_params").value_or(false))
+                      ? model::Offload::kAll
+                      : model::Offload::kNone;
+  if (!fc) return;
+  std::string policy;
+  if (auto p = fc->Enum("auto_wrap_policy", {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP"})) {
+    policy = *p;
+  } else if (fc->Int("min_num_params", 0, INT64_MAX).value_or(0) > 0) {
+    policy = "SIZE_BASED_WRAP";
+  } else if (fc->Has("transformer_layer_cls_to_wrap") || HasOption(opts, "auto_wrap")) {
+    policy = "TRANSFORMER_BASED_WRAP";
+  }
+  if (policy == "SIZE_BASED_WRAP") {
+    model::WrapPolicy w;
+    w.kind = model::WrapPolicy::Kind::kSize;
+    w.min_num_params = fc->Int("min_num_params", 1, INT64_MAX).value_or(100000000);
+    w.expert_units = plan->wrap.expert_units;
+    plan->wrap = w;
+  } else if (policy == "TRANSFORMER_BASED_WRAP") {
+    if (auto cls = fc->Names("transformer_layer_cls_to_wrap")) {
+      CheckLayerClasses(*fc, "transformer_layer_cls_to_wrap", *cls, ctx);
+    }
+    model::WrapPolicy w;
+    w.expert_units = plan->wrap.expert_units;
+    plan->wrap = w;
+  }
+  if (auto b = fc->Raw("backward_prefetch"); b && !b->is_null()) {
+    std::string v = b->is_string() ? Lower(b->get<std::string>()) : "";
+    if (v != "backward_pre" && v != "backward_post") {
+      fc->Fail("backward_prefetch", "backward_pre or backward_post");
+    }
+    if (version == 2) {
+      out->warnings.push_back(fc->Where("backward_prefetch") + ": FSDP2 ignores it");
+    } else {
+      plan->backward_prefetch =
+          v == "backward_pre" ? model::BackwardPrefetch::kPre : model::BackwardPrefetch::kPost;
+    }
+  }
+  if (auto f = fc->Bool("forward_prefetch")) plan->forward_prefetch = *f && version == 1;
+  if (auto l = fc->Bool("limit_all_gathers"); l && !*l) {
+    fc->Fail("limit_all_gathers",
+             "true (without the limit FSDP1 all-gathers run ahead "
+             "without bound, which shardtune does not model)");
+  }
+  if (fc->Bool("cpu_ram_efficient_loading").value_or(false)) {
+    out->warnings.push_back(
+        fc->Where("cpu_ram_efficient_loading") +
+        ": rank 0 alone reads the weights; pass --model-load rank0 to model it");
+  }
+}
+
+}  // namespace
+
+// Keys read in huggingface/transformers src/transformers/training_args.py (TrainingArguments
+// fields; __post_init__ / _process_fsdp_args for fsdp and fsdp_config, OptimizerNames for optim)
+// and trl/trainer/sft_config.py (max_seq_length, later max_length). With FSDP the Trainer hands
+// mixed precision to Accelerate, which reduces in the param dtype.
+ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const ImportContext& ctx,
+                             model::Plan* plan) {
+  ImportResult out;
+  out.format = ImportFormat::kHfTrainer;
+  std::vector<std::string> ignored;
+  ConfigReader top(doc, file, "", &ignored);
+  top.CheckKeys(TrainerKeys());
+  if (auto b = top.Int("per_device_train_batch_size", 1, 1 << 20)) {
+    plan->micro_batch = static_cast<int>(*b);
+  }
+  if (auto g = top.Int("gradient_accumulation_steps", 1, 1 << 20)) {
+    // trainer.py runs every micro-batch but the last under accelerator.accumulate(), which skips
+    // gradient sync (FSDP no_sync / set_requires_gradient_sync(False)).
+    plan->grad_accum = static_cast<int>(*g);
+    plan->no_sync = *g > 1;
+  }
+  for (const std::string key : {"max_seq_length", "max_length"}) {
+    if (auto s = top.Int(key, 1, INT64_MAX)) plan->seq_len = *s;
+  }
+  auto bf16 = top.Bool("bf16");
+  auto fp16 = top.Bool("fp16");
+  if (bf16.value_or(false) && fp16.value_or(false)) top.Fail("fp16", "false when bf16 is true");
+  if (bf16 || fp16) {
+    model::DType d = bf16.value_or(false)   ? model::DType::kBf16
+                     : fp16.value_or(false) ? model::DType::kFp16
+                                            : model::DType::kFp32;
+    plan->param_dtype = d;
+    plan->reduce_dtype = d;
+    plan->master_dtype = model::DType::kFp32;
+  }
+  if (auto o = top.Enum("optim", {"adamw_torch", "adamw_torch_fused", "sgd", "adafactor"})) {
+    plan->optimizer = *o == "sgd"         ? model::Optimizer::kSgd
+                      : *o == "adafactor" ? model::Optimizer::kAdafactor
+                                          : model::Optimizer::kAdamW;
+    plan->optimizer_impl =
+        *o == "adamw_torch_fused" ? model::OptimizerImpl::kFused : model::OptimizerImpl::kForeach;
+  }
+  if (auto n = top.Number("max_grad_norm", 0, 1e30); n && *n == 0) {
+    out.warnings.push_back(top.Where("max_grad_norm") +
+                           ": no gradient clipping; pass --no-grad-clip to model it");
+  }
+  std::vector<std::string> opts = FsdpOptions(top);
+  if (!opts.empty()) {
+    ReadFsdp(top, opts, ctx, &out, plan, &ignored);
+  } else if (top.Raw("fsdp") != nullptr) {
+    plan->strategy = ShardingStrategy::kNoShard;  // fsdp "" / false: the Trainer runs DDP
+    plan->shard_group_size = 0;
+    plan->reshard_after_forward = false;
+    plan->offload = model::Offload::kNone;
+  }
+  auto gc = top.Bool("gradient_checkpointing");
+  const Json* fc = top.Raw("fsdp_config");
+  std::optional<bool> ac;
+  if (!opts.empty() && fc && fc->is_object()) {
+    Json s = StripPrefixes(*fc);
+    if (s.contains("activation_checkpointing")) {
+      ac = ConfigReader(s, file, "/fsdp_config", nullptr).Bool("activation_checkpointing");
+    }
+  }
+  if (gc || ac) {
+    plan->checkpointing = gc.value_or(false) || ac.value_or(false) ? model::Checkpointing::kFull
+                                                                   : model::Checkpointing::kNone;
+    plan->checkpoint_every_k = 1;
+  }
+  std::string w = IgnoredWarning(file, ignored);
+  if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
+  return out;
+}
+
+}  // namespace shardtune::plan::internal

@@ -1,0 +1,106 @@
+// Internals of config import shared by the per-format readers (import_accelerate.cc: Accelerate
+// and HF Trainer; import_roll.cc; import_verl.cc): typed reads with "file:/key/path" messages and
+// the per-format key tables that classify every key. Not a public API.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/plan.h"
+#include "planner/import.h"
+
+namespace shardtune::plan::internal {
+
+using Json = nlohmann::ordered_json;
+
+// What a key of a config means to shardtune.
+enum class KeyUse {
+  kMapped,       // read into the plan (or checked against the cluster / model)
+  kIgnored,      // no effect on memory or time (paths, logging, learning rate): a warning
+  kUnsupported,  // changes memory or time in a way shardtune does not model: an error unless
+                 // the value is neutral (null, false, empty, or `neutral`)
+};
+struct KeyRule {
+  KeyRule(std::string k, KeyUse u = KeyUse::kMapped, std::string w = "", Json n = nullptr)
+      : key(std::move(k)), use(u), why(std::move(w)), neutral(std::move(n)) {}
+  std::string key;
+  KeyUse use = KeyUse::kMapped;
+  std::string why;         // for kUnsupported: what it does (in the error); kIgnored: optional
+  Json neutral = nullptr;  // kUnsupported: a further value that is harmless (e.g. 1 for tp_size)
+};
+using KeyTable = std::vector<KeyRule>;
+
+// One object of a config. Collects ignored keys into `ignored` (JSON pointers).
+class ConfigReader {
+ public:
+  ConfigReader(const Json& obj, std::string file, std::string pointer,
+               std::vector<std::string>* ignored);
+  // Classifies every key of the object by `table`: an unknown key is an InputError (with the
+  // closest known name), an ignored one is collected, an unsupported one with a non-neutral value
+  // is an InputError saying what it does.
+  void CheckKeys(const KeyTable& table) const;
+  // True when `key` is present, not null and not a Hydra/OmegaConf interpolation ("${...}", which
+  // is not resolved: the value counts as not given, so the reader's default applies; an
+  // unsupported key with an interpolated value is not an error for the same reason).
+  bool Has(const std::string& key) const;
+  std::optional<bool> Bool(const std::string& key) const;  // also "true"/"false" strings
+  std::optional<int64_t> Int(const std::string& key, int64_t min, int64_t max) const;
+  std::optional<double> Number(const std::string& key, double min, double max) const;
+  std::optional<std::string> String(const std::string& key) const;
+  // A string that must be one of `allowed` (exactly); the message lists them.
+  std::optional<std::string> Enum(const std::string& key,
+                                  const std::vector<std::string>& allowed) const;
+  // A list of names: a list of strings, or one string split at commas (spaces trimmed).
+  std::optional<std::vector<std::string>> Names(const std::string& key) const;
+  // A nested object; nullopt when absent or null.
+  std::optional<ConfigReader> Section(const std::string& key) const;
+  const Json* Raw(const std::string& key) const;
+  // "file:/pointer/key".
+  std::string Where(const std::string& key) const;
+  [[noreturn]] void Fail(const std::string& key, const std::string& expected) const;
+  const std::string& file() const { return file_; }
+  const Json& obj() const { return obj_; }
+
+ private:
+  const Json& obj_;
+  std::string file_;
+  std::string pointer_;
+  std::vector<std::string>* ignored_;
+};
+
+// A value's description for "got ..." messages: "\"FUL_SHARD\"", "16", "true", "a list".
+std::string Got(const Json& v);
+
+// Sets the sharding strategy of `*plan` the way FSDP2 expresses it: a shard group of `group`
+// ranks out of `world` (group <= 1 or >= world: one group over all ranks) and reshard after
+// forward or not. Canonical: FULL_SHARD / HYBRID_SHARD reshard, SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
+// do not, and plan.reshard_after_forward says the same.
+void SetFsdp2Sharding(int group, int world, bool reshard, model::Plan* plan);
+// Checks that every class in `classes` is the model's block class (ctx.layer_class). Throws
+// InputError naming reader.Where(key) otherwise.
+void CheckLayerClasses(const ConfigReader& reader, const std::string& key,
+                       const std::vector<std::string>& classes, const ImportContext& ctx);
+// PEFT's "all-linear" for the model's block class: every linear layer of a block.
+std::vector<std::string> AllLinearTargets(const std::string& layer_class);
+// Parses a dtype name as the trainers write it: bf16/bfloat16/torch.bfloat16, fp16/float16/half,
+// fp32/float32/float. Throws InputError at reader.Where(key).
+model::DType ParseTrainerDtype(const ConfigReader& reader, const std::string& key);
+// Throws InputError when the config's world size `config_world` (read at `where`) is not the
+// cluster's (ctx.world_size, when known).
+void CheckWorld(int config_world, const ImportContext& ctx, const std::string& where);
+// The warning listing the ignored keys of `file`; "" when none.
+std::string IgnoredWarning(const std::string& file, const std::vector<std::string>& ignored);
+
+ImportResult ImportAccelerate(const Json& doc, const std::string& file, const ImportContext& ctx,
+                              model::Plan* plan);
+ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const ImportContext& ctx,
+                             model::Plan* plan);
+ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportContext& ctx,
+                        model::Plan* plan);
+ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportContext& ctx,
+                        model::Plan* plan);
+
+}  // namespace shardtune::plan::internal

@@ -1,0 +1,409 @@
+// Import of a ROLL pipeline YAML: one worker (actor_train, reference, ...) with the fsdp2_train or
+// fsdp2_infer strategy. A worker section defines the whole worker, so ROLL's defaults apply to the
+// keys it leaves out (fsdp_size 1, gradient checkpointing on, per_device_train_batch_size 8, ...).
+#include <algorithm>
+#include <cctype>
+
+#include "model/errors.h"
+#include "planner/import_reader.h"
+
+namespace shardtune::plan::internal {
+namespace {
+
+// Pipeline-level keys shardtune reads (roll/configs/base_config.py); every other top-level key
+// that is not a worker configures the RL algorithm, data or logging and is ignored with a warning.
+const std::vector<std::string> kPipelineMapped = {"sequence_length", "prompt_length",
+                                                  "response_length", "num_gpus_per_node"};
+
+// roll/configs/worker_config.py WorkerConfig.
+const KeyTable& WorkerKeys() {
+  static const KeyTable t = [] {
+    KeyTable k = {
+        {"model_args", KeyUse::kMapped},
+        {"training_args", KeyUse::kMapped},
+        {"strategy_args", KeyUse::kMapped},
+        {"device_mapping", KeyUse::kMapped},
+        {"world_size", KeyUse::kMapped},
+        {"infer_batch_size", KeyUse::kMapped},
+        {"use_dynamic_batching_in_train", KeyUse::kUnsupported, "token-budget micro-batches"},
+        {"use_dynamic_batching_in_infer", KeyUse::kUnsupported, "token-budget micro-batches"},
+        {"use_sequence_packing", KeyUse::kUnsupported, "packed sequences"},
+        {"mtp_training_mode", KeyUse::kUnsupported, "multi-token prediction", "disabled"},
+    };
+    for (const char* name : {"name",
+                             "worker_cls",
+                             "num_gpus_per_worker",
+                             "model_update_frequency",
+                             "backend_timeout",
+                             "system_envs",
+                             "generating_args",
+                             "data_args",
+                             "offload_nccl",
+                             "max_concurrency",
+                             "checkpoint_config",
+                             "max_tokens_per_microbatch_in_train",
+                             "sequence_length_round_in_train",
+                             "max_tokens_per_microbatch_in_infer",
+                             "sequence_length_round_in_infer",
+                             "sequence_packing_args",
+                             "apply_loss_scale",
+                             "topr_positive_weight",
+                             "topr_negative_weight",
+                             "pg_variant",
+                             "algorithm",
+                             "tag_included",
+                             "router_replay",
+                             "opd_kl_coef",
+                             "max_packed_sequence_length_forward",
+                             "max_packed_sequence_length_train",
+                             "min_num_micro_batches_forward",
+                             "min_num_micro_batches_train",
+                             "loss_agg_mode",
+                             "use_remove_padding"}) {
+      k.push_back({name, KeyUse::kIgnored});
+    }
+    return k;
+  }();
+  return t;
+}
+
+// roll/configs/model_args.py ModelArguments.
+const KeyTable& ModelArgsKeys() {
+  static const KeyTable t = {
+      {"disable_gradient_checkpointing", KeyUse::kMapped},
+      {"ulysses_size", KeyUse::kMapped},
+      {"freeze_module_prefix", KeyUse::kMapped},
+      {"lora_rank", KeyUse::kMapped},
+      {"lora_alpha", KeyUse::kMapped},
+      {"lora_target", KeyUse::kMapped},
+      {"autocast_adapter_dtype", KeyUse::kMapped},
+      {"attn_implementation", KeyUse::kMapped},
+      // fsdp2 loads and computes in strategy_config.param_dtype, which overrides dtype
+      // (fsdp2_strategy.py _prepare_fsdp2_model sets model_args.compute_dtype).
+      {"dtype", KeyUse::kIgnored},
+      {"model_name_or_path", KeyUse::kIgnored},
+      {"model_type", KeyUse::kIgnored},
+      {"gradient_checkpointing_use_reentrant", KeyUse::kIgnored},
+      {"lora_dropout", KeyUse::kIgnored},
+      {"adapter_name_or_path", KeyUse::kIgnored},
+      {"num_labels", KeyUse::kIgnored},
+      {"device_map", KeyUse::kIgnored},
+      {"moe_aux_loss_coef", KeyUse::kIgnored},
+      {"vision_dp", KeyUse::kIgnored},
+      {"additional_target", KeyUse::kUnsupported, "extra fully trainable modules next to LoRA"},
+      {"model_config_kwargs", KeyUse::kUnsupported, "overrides of the model's config.json"},
+  };
+  return t;
+}
+
+const KeyTable& TrainingArgsKeys() {
+  static const KeyTable t = [] {
+    KeyTable k = {{"per_device_train_batch_size", KeyUse::kMapped},
+                  {"gradient_accumulation_steps", KeyUse::kMapped}};
+    for (const char* name :
+         {"learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "num_train_epochs",
+          "max_steps", "lr_scheduler_type", "seed", "data_seed", "output_dir",
+          "dataloader_num_workers", "save_hf_model", "adam_beta1", "adam_beta2", "max_grad_norm"}) {
+      k.push_back({name, KeyUse::kIgnored});
+    }
+    return k;
+  }();
+  return t;
+}
+
+// roll/distributed/strategy/fsdp2_strategy.py (strategy_config.get(...)) and
+// docs_roll/docs/User Guides/Configuration/fsdp2.md.
+const KeyTable& StrategyConfigKeys() {
+  static const KeyTable t = {
+      {"fsdp_size", KeyUse::kMapped},
+      {"param_dtype", KeyUse::kMapped},
+      {"reduce_dtype", KeyUse::kMapped},
+      {"reshard_after_forward", KeyUse::kMapped},
+      {"offload_policy", KeyUse::kMapped},
+      {"reduce_scatter_during_grad_accumulation", KeyUse::kMapped},
+      {"wrap_policy", KeyUse::kMapped},
+      {"apply_tiled_mlp", KeyUse::kMapped},
+      {"tiled_num_shards", KeyUse::kMapped},
+      {"apply_expert_patch", KeyUse::kMapped},
+      {"ep_size", KeyUse::kUnsupported, "expert parallelism", 1},
+      {"efsdp_size", KeyUse::kUnsupported, "a separate expert FSDP mesh", 1},
+      {"moe_use_grouped_mm", KeyUse::kIgnored},
+      {"async_save_ckpt", KeyUse::kIgnored},
+      {"model_type", KeyUse::kIgnored},
+  };
+  return t;
+}
+
+// roll/utils/fsdp_utils.py apply_fsdp2.
+const KeyTable& WrapPolicyKeys() {
+  static const KeyTable t = {{"transformer_layer_cls_to_wrap", KeyUse::kMapped},
+                             {"wrap_embeddings", KeyUse::kMapped},
+                             {"wrap_lm_output", KeyUse::kMapped},
+                             {"moe_experts", KeyUse::kMapped}};
+  return t;
+}
+
+// device_mapping: a list of GPU ids or ROLL's string "list(range(a,b[,step]))" (terms joined by
+// "+"), which worker_config.py evaluates. Returns the number of GPUs.
+int CountDevices(const ConfigReader& w) {
+  const Json* v = w.Raw("device_mapping");
+  if (v->is_array()) {
+    for (const auto& e : *v) {
+      if (!e.is_number_integer()) w.Fail("device_mapping", "a list of GPU ids");
+    }
+    if (v->empty()) w.Fail("device_mapping", "at least one GPU");
+    return static_cast<int>(v->size());
+  }
+  if (!v->is_string()) w.Fail("device_mapping", "a list of GPU ids or \"list(range(0,N))\"");
+  std::string s;
+  for (char c : v->get<std::string>()) {
+    if (c != ' ') s += c;
+  }
+  int total = 0;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const std::string head = "list(range(";
+    if (s.compare(pos, head.size(), head) != 0) {
+      w.Fail("device_mapping", "list(range(a,b)) terms joined by +");
+    }
+    pos += head.size();
+    size_t close = s.find("))", pos);
+    if (close == std::string::npos) w.Fail("device_mapping", "list(range(a,b))");
+    std::vector<long> args;
+    std::string inner = s.substr(pos, close - pos) + ",";
+    size_t start = 0;
+    for (size_t i = 0; i < inner.size(); ++i) {
+      if (inner[i] != ',') continue;
+      std::string num = inner.substr(start, i - start);
+      if (num.empty() || !std::all_of(num.begin(), num.end(),
+                                      [](unsigned char c) { return std::isdigit(c) != 0; })) {
+        w.Fail("device_mapping", "integer arguments to range()");
+      }
+      args.push_back(std::stol(num));
+      start = i + 1;
+    }
+    long a = args.size() >= 2 ? args[0] : 0;
+    long b = args.size() >= 2 ? args[1] : args[0];
+    long step = args.size() == 3 ? args[2] : 1;
+    if (args.size() > 3 || step < 1 || b <= a) w.Fail("device_mapping", "a non-empty range(a,b)");
+    total += static_cast<int>((b - a + step - 1) / step);
+    pos = close + 2;
+    if (pos < s.size() && s[pos] == '+') ++pos;
+  }
+  return total;
+}
+
+// The worker to import: ctx.worker, else the training worker (see ImportContext::worker).
+std::string PickWorker(const Json& doc, const std::string& file, const ImportContext& ctx) {
+  std::vector<std::string> train, infer, all;
+  for (const auto& item : doc.items()) {
+    const Json& v = item.value();
+    if (!v.is_object() || !v.contains("strategy_args")) continue;
+    all.push_back(item.key());
+    const Json& sa = v["strategy_args"];
+    std::string name =
+        sa.is_object() && sa.contains("strategy_name") && sa["strategy_name"].is_string()
+            ? sa["strategy_name"].get<std::string>()
+            : "";
+    if (name == "fsdp2_train") train.push_back(item.key());
+    if (name == "fsdp2_infer") infer.push_back(item.key());
+  }
+  std::string list;
+  for (const auto& n : train) list += (list.empty() ? "" : ", ") + n;
+  for (const auto& n : infer) list += (list.empty() ? "" : ", ") + n;
+  if (!ctx.worker.empty()) {
+    if (std::find(all.begin(), all.end(), ctx.worker) == all.end()) {
+      throw InputError(file + ":/" + ctx.worker + ": expected a worker with strategy_args (" +
+                       (list.empty() ? "none has fsdp2" : list) + "), got none");
+    }
+    return ctx.worker;
+  }
+  if (train.size() == 1) return train[0];
+  if (std::find(train.begin(), train.end(), "actor_train") != train.end()) return "actor_train";
+  if (train.empty() && infer.size() == 1) return infer[0];
+  throw InputError(file + ": expected one fsdp2_train worker (or --from-worker NAME), got " +
+                   (list.empty() ? std::string("no worker with strategy fsdp2_train or fsdp2_infer")
+                                 : "several: " + list));
+}
+
+void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* out,
+              model::Plan* plan) {
+  model::WrapPolicy w;  // ROLL wraps every block class (transformer_layer_cls_to_wrap)
+  bool wrap_embeddings = false;
+  if (auto wp = sc.Section("wrap_policy")) {
+    wp->CheckKeys(WrapPolicyKeys());
+    if (auto cls = wp->Names("transformer_layer_cls_to_wrap")) {
+      CheckLayerClasses(*wp, "transformer_layer_cls_to_wrap", *cls, ctx);
+    }
+    wrap_embeddings = wp->Bool("wrap_embeddings").value_or(false);
+    w.head_unit = wp->Bool("wrap_lm_output").value_or(false);
+    if (auto moe = wp->Names("moe_experts")) {
+      // apply_fsdp2 wraps experts only with apply_expert_patch (or ep_size > 1).
+      w.expert_units = sc.Bool("apply_expert_patch").value_or(false);
+      if (!w.expert_units) {
+        out->warnings.push_back(wp->Where("moe_experts") +
+                                ": ROLL wraps experts only with apply_expert_patch true; ignored");
+      }
+    }
+  }
+  // apply_fsdp2 wraps an untied nn.Embedding on its own even with wrap_embeddings false.
+  w.embedding_unit = wrap_embeddings || !ctx.tied_embeddings;
+  plan->wrap = w;
+}
+
+void ReadLora(const ConfigReader& ma, const ImportContext& ctx, model::Plan* plan) {
+  plan->lora = model::LoraSpec{};
+  if (!ma.Has("lora_target")) return;  // model_args.py: LoRA is on when lora_target is set
+  const Json* t = ma.Raw("lora_target");
+  if (t->is_string() && t->get<std::string>().find_first_of("*$|(") != std::string::npos) {
+    ma.Fail("lora_target", "module names (a regular expression is not modelled)");
+  }
+  std::vector<std::string> names = *ma.Names("lora_target");
+  if (names.size() == 1 && (names[0] == "all-linear" || names[0] == "all")) {
+    names = AllLinearTargets(ctx.layer_class);
+  }
+  plan->lora.rank = static_cast<int>(ma.Int("lora_rank", 1, 1 << 16).value_or(8));
+  plan->lora.alpha = ma.Number("lora_alpha", 0, 1e9).value_or(2.0 * plan->lora.rank);
+  plan->lora.targets = names;
+  plan->lora.dtype =
+      ma.Bool("autocast_adapter_dtype").value_or(true) ? model::DType::kFp32 : plan->master_dtype;
+}
+
+// strategy_config (and model_args.ulysses_size): mesh, resharding, dtypes, offload, no_sync,
+// tiled MLP. `world`: the worker's ranks, 0 when unknown.
+void ReadStrategyConfig(const ConfigReader& cfg, const ConfigReader& ma, bool train, int world,
+                        model::Plan* plan) {
+  plan->cp = static_cast<int>(ma.Int("ulysses_size", 1, 1 << 16).value_or(1));
+  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;  // FSDP2 over the whole world
+  int64_t fsdp_size = cfg.Int("fsdp_size", INT32_MIN, 1 << 20).value_or(1);
+  bool hybrid = fsdp_size > 1 && (world <= 0 || fsdp_size < world);
+  if (hybrid && world <= 0) {
+    cfg.Fail("fsdp_size", "1 or the world size when neither device_mapping nor --cluster gives it");
+  }
+  if (hybrid && world % fsdp_size != 0) {
+    cfg.Fail("fsdp_size",
+             "a divisor of the world size " + std::to_string(world) +
+                 " (HSDP: world / fsdp_size replicas), or >= " + std::to_string(world));
+  }
+  if (plan->cp > 1 && fsdp_size < plan->cp) {
+    cfg.Fail("fsdp_size", "at least ulysses_size " + std::to_string(plan->cp) +
+                              " (fsdp2_strategy.py asserts fsdp_size >= cp_size)");
+  }
+  SetFsdp2Sharding(static_cast<int>(fsdp_size), world,
+                   cfg.Bool("reshard_after_forward").value_or(true), plan);
+  model::DType param = train ? model::DType::kFp32 : model::DType::kBf16;
+  bool has_param = cfg.Has("param_dtype");
+  if (has_param) param = ParseTrainerDtype(cfg, "param_dtype");
+  // Loaded in param_dtype (the master copy); computed in it when given, else bf16.
+  plan->master_dtype = param;
+  plan->param_dtype = has_param ? param : model::DType::kBf16;
+  plan->reduce_dtype =
+      cfg.Has("reduce_dtype") ? ParseTrainerDtype(cfg, "reduce_dtype") : model::DType::kFp32;
+  plan->offload =
+      cfg.Bool("offload_policy").value_or(false) ? model::Offload::kAll : model::Offload::kNone;
+  plan->no_sync = !cfg.Bool("reduce_scatter_during_grad_accumulation").value_or(true);
+  plan->tiled_mlp_shards =
+      cfg.Bool("apply_tiled_mlp").value_or(false)
+          ? static_cast<int>(cfg.Int("tiled_num_shards", 1, 1 << 16).value_or(4))
+          : 1;
+}
+
+}  // namespace
+
+// Keys read in alibaba/ROLL @8eb27cc: roll/configs/base_config.py (sequence_length, else
+// prompt_length + response_length; num_gpus_per_node), roll/configs/worker_config.py,
+// roll/configs/model_args.py (lora_rank default 8, lora_alpha default 2 x rank, comma-separated
+// lora_target and freeze_module_prefix, disable_gradient_checkpointing default false,
+// ulysses_size), roll/configs/training_args.py (per_device_train_batch_size default 8),
+// roll/distributed/strategy/fsdp2_strategy.py (create_device_mesh_with_ep: fsdp_size <= 1 or
+// >= world is one FSDP group, else HSDP [world / fsdp_size, fsdp_size]; fsdp_size >= ulysses
+// size; param_dtype default fp32 for fsdp2_train and bf16 for fsdp2_infer; reduce_dtype fp32;
+// tiled_num_shards default 4; reduce_scatter_during_grad_accumulation default true),
+// roll/utils/fsdp_utils.py apply_fsdp2 (wrap_policy), docs_roll/docs/User Guides/Configuration/
+// fsdp2.md.
+ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportContext& ctx,
+                        model::Plan* plan) {
+  ImportResult out;
+  out.format = ImportFormat::kRoll;
+  std::vector<std::string> ignored;
+  ConfigReader top(doc, file, "", &ignored);
+  out.worker = PickWorker(doc, file, ctx);
+  for (const auto& item : doc.items()) {
+    const std::string& k = item.key();
+    if (k != out.worker &&
+        std::find(kPipelineMapped.begin(), kPipelineMapped.end(), k) == kPipelineMapped.end()) {
+      ignored.push_back("/" + k);
+    }
+  }
+  if (auto g = top.Int("num_gpus_per_node", 1, 1 << 16);
+      g && ctx.gpus_per_node > 0 && *g != ctx.gpus_per_node) {
+    top.Fail("num_gpus_per_node",
+             "the --cluster's " + std::to_string(ctx.gpus_per_node) + " GPUs per node");
+  }
+  if (auto s = top.Int("sequence_length", 1, INT64_MAX)) {
+    plan->seq_len = *s;
+  } else if (top.Has("response_length")) {
+    plan->seq_len = *top.Int("response_length", 1, INT64_MAX) +
+                    top.Int("prompt_length", 0, INT64_MAX).value_or(0);
+  }
+  ConfigReader w = *top.Section(out.worker);
+  w.CheckKeys(WorkerKeys());
+  ConfigReader sa = *w.Section("strategy_args");
+  sa.CheckKeys({{"strategy_name", KeyUse::kMapped}, {"strategy_config", KeyUse::kMapped}});
+  std::string name = sa.Enum("strategy_name", {"fsdp2_train", "fsdp2_infer"}).value_or("");
+  if (name.empty()) sa.Fail("strategy_name", "fsdp2_train or fsdp2_infer");
+  bool train = name == "fsdp2_train";
+  int world = ctx.world_size;
+  if (w.Has("device_mapping")) {
+    int n = CountDevices(w);
+    CheckWorld(n, ctx, w.Where("device_mapping"));
+    world = out.world_size = n;
+  } else if (auto ws = w.Int("world_size", 1, 1 << 20)) {
+    CheckWorld(static_cast<int>(*ws), ctx, w.Where("world_size"));
+    world = out.world_size = static_cast<int>(*ws);
+  }
+  static const Json kEmpty = Json::object();
+  auto sc = sa.Section("strategy_config");
+  ConfigReader cfg =
+      sc ? *sc
+         : ConfigReader(kEmpty, file, "/" + out.worker + "/strategy_args/strategy_config",
+                        &ignored);
+  cfg.CheckKeys(StrategyConfigKeys());
+  auto mas = w.Section("model_args");
+  ConfigReader ma =
+      mas ? *mas : ConfigReader(kEmpty, file, "/" + out.worker + "/model_args", &ignored);
+  ma.CheckKeys(ModelArgsKeys());
+
+  plan->role = train ? model::Role::kTrain : model::Role::kInfer;
+  ReadStrategyConfig(cfg, ma, train, world, plan);
+  ReadWrap(cfg, ctx, &out, plan);
+  plan->frozen_prefixes = ma.Names("freeze_module_prefix").value_or(std::vector<std::string>{});
+  ReadLora(ma, ctx, plan);
+  // model_args.py: Literal["sdpa", "fa2", "auto"], all memory-efficient kernels (no S^2 saved).
+  ma.Enum("attn_implementation", {"sdpa", "fa2", "auto"});
+  plan->attention = model::Attention::kSdpa;
+  bool ckpt = train && !ma.Bool("disable_gradient_checkpointing").value_or(false);
+  plan->checkpointing = ckpt ? model::Checkpointing::kFull : model::Checkpointing::kNone;
+  plan->checkpoint_every_k = 1;
+  if (train) {
+    auto tas = w.Section("training_args");
+    ConfigReader ta =
+        tas ? *tas : ConfigReader(kEmpty, file, "/" + out.worker + "/training_args", &ignored);
+    ta.CheckKeys(TrainingArgsKeys());
+    plan->micro_batch =
+        static_cast<int>(ta.Int("per_device_train_batch_size", 1, 1 << 20).value_or(8));
+    plan->grad_accum =
+        static_cast<int>(ta.Int("gradient_accumulation_steps", 1, 1 << 20).value_or(1));
+    if (w.Has("infer_batch_size")) ignored.push_back("/" + out.worker + "/infer_batch_size");
+  } else {
+    plan->micro_batch = static_cast<int>(w.Int("infer_batch_size", 1, 1 << 20).value_or(16));
+    plan->grad_accum = 1;
+    plan->no_sync = false;
+    if (w.Has("training_args")) ignored.push_back("/" + out.worker + "/training_args");
+  }
+  std::string warn = IgnoredWarning(file, ignored);
+  if (!warn.empty()) out.warnings.insert(out.warnings.begin(), warn);
+  return out;
+}
+
+}  // namespace shardtune::plan::internal

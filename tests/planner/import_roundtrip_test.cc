@@ -1,0 +1,238 @@
+// Round trips: import(export(plan)) == plan for every importable format over a set of plans the
+// format can express (canonical: reshard_after_forward as the strategy says, fields the format
+// has no key for at their defaults), and export(import(example file)) keeps every setting.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/plan_json.h"
+#include "model/presets.h"
+#include "planner/export.h"
+#include "planner/import.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::plan {
+namespace {
+
+using model::DType;
+using model::Plan;
+using model::ShardingStrategy;
+
+struct Case {
+  std::string name;
+  std::string model;
+  std::string cluster;
+  Plan plan;
+};
+
+ImportFormat ImportOf(ExportFormat f) {
+  switch (f) {
+    case ExportFormat::kAccelerate:
+      return ImportFormat::kAccelerate;
+    case ExportFormat::kHfTrainer:
+      return ImportFormat::kHfTrainer;
+    case ExportFormat::kRoll:
+      return ImportFormat::kRoll;
+    default:
+      return ImportFormat::kVerl;
+  }
+}
+
+void ExpectRoundTrip(const Case& c, ExportFormat format) {
+  SCOPED_TRACE(std::string(ToString(format)) + " / " + c.name);
+  model::ModelSpec spec = model::FindModelPreset(c.model);
+  profiles::ClusterSpec cluster = profiles::ParseClusterShorthand(c.cluster);
+  ASSERT_TRUE(c.plan
+                  .Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                            spec.max_seq_len)
+                  .empty());
+  ExportResult out = ExportPlan(c.plan, MakeExportContext(spec, cluster, c.plan), format);
+  Plan back;
+  ImportFormat f = ImportOf(format);
+  ImportConfigText(out.text, "exported", MakeImportContext(spec, cluster), &f, &back);
+  EXPECT_EQ(model::PlanToJson(back).dump(1), model::PlanToJson(c.plan).dump(1)) << out.text;
+  // Detection finds the same format without the override.
+  EXPECT_EQ(DetectImportFormat(out.text, "exported"), f);
+}
+
+Plan Sharded(ShardingStrategy s, int group = 0) {
+  Plan p;
+  p.strategy = s;
+  p.shard_group_size = group;
+  p.reshard_after_forward = model::StrategyReshardsAfterForward(s);
+  return p;
+}
+
+void SetMixed(DType d, Plan* p) {
+  p->param_dtype = d;
+  p->reduce_dtype = d;
+}
+
+TEST(ImportRoundTripTest, Accelerate) {
+  std::vector<Case> cases;
+  Plan a = Sharded(ShardingStrategy::kFullShard);
+  SetMixed(DType::kBf16, &a);
+  a.checkpointing = model::Checkpointing::kFull;
+  a.offload = model::Offload::kAll;
+  cases.push_back({"full_shard", "llama3-8b", "8xH100", a});
+  Plan b = Sharded(ShardingStrategy::kShardGradOp);
+  SetMixed(DType::kFp32, &b);
+  b.wrap.kind = model::WrapPolicy::Kind::kSize;
+  b.wrap.min_num_params = 100000000;
+  cases.push_back({"shard_grad_op size wrap fp32", "llama3-8b", "8xH100", b});
+  Plan c = Sharded(ShardingStrategy::kHybridShard, 8);
+  SetMixed(DType::kFp16, &c);
+  cases.push_back({"hybrid 2x8", "llama3-8b", "2x8xH100", c});
+  Plan d = Sharded(ShardingStrategy::kHybridShardZero2, 4);
+  SetMixed(DType::kBf16, &d);
+  cases.push_back({"hybrid_zero2 groups of 4", "qwen3-8b", "8xH100", d});
+  Plan e = Sharded(ShardingStrategy::kNoShard);
+  SetMixed(DType::kBf16, &e);
+  cases.push_back({"no_shard", "llama3-8b", "8xH100", e});
+  for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kAccelerate);
+}
+
+TEST(ImportRoundTripTest, HfTrainer) {
+  std::vector<Case> cases;
+  Plan a = Sharded(ShardingStrategy::kFullShard);
+  SetMixed(DType::kBf16, &a);
+  a.micro_batch = 2;
+  a.grad_accum = 4;
+  a.no_sync = true;
+  a.checkpointing = model::Checkpointing::kFull;
+  a.offload = model::Offload::kAll;
+  a.optimizer_impl = model::OptimizerImpl::kFused;
+  cases.push_back({"full_shard fused", "llama3-8b", "8xH100", a});
+  Plan b = Sharded(ShardingStrategy::kShardGradOp);
+  SetMixed(DType::kFp32, &b);
+  b.wrap.kind = model::WrapPolicy::Kind::kSize;
+  b.wrap.min_num_params = 5000000;
+  b.optimizer = model::Optimizer::kSgd;
+  cases.push_back({"shard_grad_op sgd", "gpt2", "8xH100", b});
+  Plan c = Sharded(ShardingStrategy::kNoShard);
+  SetMixed(DType::kFp16, &c);
+  c.checkpointing = model::Checkpointing::kFull;
+  c.optimizer = model::Optimizer::kAdafactor;
+  c.grad_accum = 2;
+  c.no_sync = true;
+  cases.push_back({"ddp adafactor", "llama3-8b", "8xH100", c});
+  for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kHfTrainer);
+}
+
+TEST(ImportRoundTripTest, Roll) {
+  std::vector<Case> cases;
+  Plan a = Sharded(ShardingStrategy::kHybridShard, 4);
+  a.cp = 2;
+  a.master_dtype = DType::kBf16;
+  a.checkpointing = model::Checkpointing::kFull;
+  a.micro_batch = 2;
+  a.grad_accum = 8;
+  a.no_sync = true;
+  a.seq_len = 4096;
+  a.wrap.embedding_unit = true;  // llama3-8b's embedding is untied: ROLL wraps it on its own
+  a.lora.rank = 16;
+  a.lora.alpha = 32.0;
+  a.lora.targets = {"q_proj", "v_proj"};
+  a.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
+  a.tiled_mlp_shards = 4;
+  cases.push_back({"hsdp cp lora freeze tiled", "llama3-8b", "8xH100", a});
+  Plan b = Sharded(ShardingStrategy::kFullShard);
+  b.role = model::Role::kInfer;
+  b.master_dtype = DType::kBf16;
+  b.offload = model::Offload::kAll;
+  b.micro_batch = 4;
+  b.seq_len = 2048;
+  b.wrap.embedding_unit = true;
+  b.wrap.head_unit = true;
+  cases.push_back({"fsdp2_infer", "llama3-8b", "8xH100", b});
+  Plan c = Sharded(ShardingStrategy::kShardGradOp);
+  c.seq_len = 1024;
+  c.wrap.embedding_unit = true;
+  cases.push_back({"shard_grad_op fp32 master", "qwen3-8b", "2x8xH100", c});
+  Plan d = Sharded(ShardingStrategy::kFullShard);
+  d.seq_len = 4096;
+  d.wrap.embedding_unit = true;
+  d.wrap.expert_units = true;
+  d.master_dtype = DType::kFp16;
+  d.param_dtype = DType::kFp16;
+  cases.push_back({"moe experts fp16", "mixtral-8x7b", "8xH100", d});
+  Plan e = Sharded(ShardingStrategy::kFullShard);
+  e.seq_len = 512;
+  e.wrap.embedding_unit = false;  // GPT-2 ties wte and the head: no separate embedding unit
+  cases.push_back({"tied gpt2", "gpt2", "8xH100", e});
+  for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kRoll);
+}
+
+TEST(ImportRoundTripTest, Verl) {
+  std::vector<Case> cases;
+  Plan a = Sharded(ShardingStrategy::kFullShard);
+  a.cp = 2;
+  a.micro_batch = 2;
+  a.grad_accum = 4;
+  a.seq_len = 4096;
+  a.checkpointing = model::Checkpointing::kFull;
+  a.offload = model::Offload::kAll;
+  a.forward_prefetch = true;
+  a.lora.rank = 32;
+  a.lora.alpha = 64.0;
+  a.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  a.tiled_mlp_shards = 2;
+  cases.push_back({"actor cp lora tiled offload", "llama3-8b", "8xH100", a});
+  Plan b = Sharded(ShardingStrategy::kHybridShardZero2, 8);
+  b.wrap.kind = model::WrapPolicy::Kind::kSize;
+  b.wrap.min_num_params = 50000000;
+  b.master_dtype = DType::kBf16;
+  b.reduce_dtype = DType::kBf16;
+  b.seq_len = 2048;
+  cases.push_back({"hybrid zero2 size wrap", "qwen3-8b", "2x8xH100", b});
+  Plan c = Sharded(ShardingStrategy::kFullShard);
+  c.role = model::Role::kInfer;
+  c.master_dtype = DType::kBf16;
+  c.offload = model::Offload::kAll;
+  c.micro_batch = 8;
+  c.seq_len = 2048;
+  cases.push_back({"ref worker", "llama3-8b", "8xH100", c});
+  for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
+}
+
+// export(import(example)) == the imported plan: the exported config keeps every setting the
+// example had (HF Trainer: TrainingArguments has no sequence-length key, so seq_len is dropped).
+TEST(ImportRoundTripTest, ExamplesSurviveExportAndImportAgain) {
+  struct Example {
+    std::string file;
+    ExportFormat format;
+    std::string worker;
+  };
+  const std::vector<Example> examples = {
+      {"accelerate_fsdp2.yaml", ExportFormat::kAccelerate, ""},
+      {"accelerate_fsdp1.yaml", ExportFormat::kAccelerate, ""},
+      {"hf_trainer_args.json", ExportFormat::kHfTrainer, ""},
+      {"roll_rlvr_fsdp2_cp2.yaml", ExportFormat::kRoll, ""},
+      {"roll_rlvr_fsdp2_cp2.yaml", ExportFormat::kRoll, "reference"},
+      {"verl_grpo_lora.yaml", ExportFormat::kVerl, ""},
+      {"verl_grpo_lora.yaml", ExportFormat::kVerl, "ref"},
+      {"verl_sft.yaml", ExportFormat::kVerl, ""},
+  };
+  model::ModelSpec spec = model::FindModelPreset("llama3-8b");
+  profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("8xH100");
+  for (const auto& e : examples) {
+    SCOPED_TRACE(e.file + " " + e.worker);
+    ImportContext ctx = MakeImportContext(spec, cluster);
+    ctx.worker = e.worker;
+    Plan first;
+    ImportConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/configs/" + e.file, ctx, nullptr,
+                     &first);
+    ExportResult out = ExportPlan(first, MakeExportContext(spec, cluster, first), e.format);
+    ctx.worker = "";
+    Plan second;
+    ImportFormat f = ImportOf(e.format);
+    ImportConfigText(out.text, "exported", ctx, &f, &second);
+    if (e.format == ExportFormat::kHfTrainer) second.seq_len = first.seq_len;
+    EXPECT_EQ(model::PlanToJson(second).dump(1), model::PlanToJson(first).dump(1)) << out.text;
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::plan

@@ -1,0 +1,479 @@
+// Config import: the example configs of tests/data/configs (expected plans written by hand from
+// each file and the source project's documented semantics), bad configs (one line naming the file
+// and the key path), unknown and ignored keys, and layering of several files.
+#include "planner/import.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/errors.h"
+#include "model/plan_json.h"
+
+namespace shardtune::plan {
+namespace {
+
+using model::Plan;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+std::string Data(const std::string& name) {
+  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/configs/" + name;
+}
+
+// A Llama model (untied embedding) on one node of 8 GPUs.
+ImportContext LlamaOn8() {
+  ImportContext ctx;
+  ctx.world_size = 8;
+  ctx.gpus_per_node = 8;
+  ctx.layer_class = "LlamaDecoderLayer";
+  ctx.tied_embeddings = false;
+  ctx.model_parameters = 1000000;
+  return ctx;
+}
+
+void ExpectSamePlan(const Plan& got, const Plan& want) {
+  EXPECT_EQ(model::PlanToJson(got).dump(1), model::PlanToJson(want).dump(1));
+}
+
+Plan FromFile(const std::string& name, const ImportContext& ctx, ImportResult* r = nullptr) {
+  Plan p;
+  ImportResult res = ImportConfigFile(Data(name), ctx, nullptr, &p);
+  if (r) *r = res;
+  return p;
+}
+
+Plan FromText(const std::string& text, const ImportContext& ctx, ImportResult* r = nullptr,
+              const std::string& file = "cfg.yaml") {
+  Plan p;
+  ImportResult res = ImportConfigText(text, file, ctx, nullptr, &p);
+  if (r) *r = res;
+  return p;
+}
+
+std::string AllWarnings(const ImportResult& r) {
+  std::string out;
+  for (const auto& w : r.warnings) out += w + "\n";
+  return out;
+}
+
+TEST(ImportFormatTest, NamesRoundTripAndUnknownSuggests) {
+  for (const auto& n : ImportFormatNames())
+    EXPECT_EQ(ToString(ParseImportFormat(n, "--from-format")), n);
+  EXPECT_THAT([] { ParseImportFormat("rolll", "--from-format"); },
+              ThrowsMessage<InputError>(HasSubstr("did you mean \"roll\"")));
+}
+
+TEST(ImportFormatTest, DetectedFromContent) {
+  EXPECT_EQ(DetectImportFormat("distributed_type: FSDP\n", "a"), ImportFormat::kAccelerate);
+  EXPECT_EQ(DetectImportFormat("{\"fsdp\": \"full_shard\"}", "a"), ImportFormat::kHfTrainer);
+  EXPECT_EQ(DetectImportFormat("w:\n  strategy_args: {}\n", "a"), ImportFormat::kRoll);
+  EXPECT_EQ(DetectImportFormat("actor_rollout_ref: {}\n", "a"), ImportFormat::kVerl);
+  EXPECT_THAT([] { DetectImportFormat("foo: 1\n", "x.yaml"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("x.yaml"), HasSubstr("--from-format"))));
+}
+
+// accelerate_fsdp2.yaml: fsdp_version 2, reshard true on 8 processes -> FULL_SHARD over all 8;
+// TRANSFORMER_BASED_WRAP -> one unit per block, embedding and head in the root; activation
+// checkpointing -> full; mixed_precision bf16 -> bf16 params and reduction, fp32 master.
+TEST(ImportAccelerateTest, Fsdp2ExampleFile) {
+  ImportResult r;
+  Plan got = FromFile("accelerate_fsdp2.yaml", LlamaOn8(), &r);
+  Plan want;
+  want.checkpointing = model::Checkpointing::kFull;
+  want.param_dtype = model::DType::kBf16;
+  want.reduce_dtype = model::DType::kBf16;
+  ExpectSamePlan(got, want);
+  EXPECT_EQ(r.format, ImportFormat::kAccelerate);
+  EXPECT_EQ(r.world_size, 8);
+  std::string w = AllWarnings(r);
+  EXPECT_THAT(w, HasSubstr("/compute_environment"));
+  EXPECT_THAT(w, HasSubstr("/tpu_use_sudo"));
+  EXPECT_THAT(w, HasSubstr("fsdp_cpu_ram_efficient_loading: rank 0 alone"));
+}
+
+// accelerate_fsdp1.yaml: FULL_SHARD, BACKWARD_PRE, no forward prefetch, offload params -> all.
+TEST(ImportAccelerateTest, Fsdp1ExampleFile) {
+  Plan got = FromFile("accelerate_fsdp1.yaml", LlamaOn8());
+  Plan want;
+  want.offload = model::Offload::kAll;
+  want.param_dtype = model::DType::kBf16;
+  want.reduce_dtype = model::DType::kBf16;
+  ExpectSamePlan(got, want);
+}
+
+TEST(ImportAccelerateTest, Fsdp1IntegerCodesAndHybrid) {
+  Plan p = FromText(
+      "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n  fsdp_sharding_strategy: 4\n"
+      "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 100000000\n"
+      "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_forward_prefetch: true\n",
+      LlamaOn8());
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kHybridShard);  // code 4 = HYBRID_SHARD
+  EXPECT_EQ(p.shard_group_size, 0);                              // FSDP1 hybrid: within a node
+  EXPECT_EQ(p.wrap.kind, model::WrapPolicy::Kind::kSize);
+  EXPECT_EQ(p.wrap.min_num_params, 100000000);
+  EXPECT_EQ(p.backward_prefetch, model::BackwardPrefetch::kPost);
+  EXPECT_TRUE(p.forward_prefetch);
+}
+
+TEST(ImportAccelerateTest, Fsdp2HybridFromParallelismConfig) {
+  Plan p = FromText(
+      "distributed_type: FSDP\nnum_processes: 16\nnum_machines: 2\nfsdp_config:\n"
+      "  fsdp_version: 2\n  fsdp_reshard_after_forward: false\nparallelism_config:\n"
+      "  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 8\n",
+      ImportContext{});
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kHybridShardZero2);
+  EXPECT_EQ(p.shard_group_size, 8);
+  EXPECT_FALSE(p.reshard_after_forward);
+}
+
+TEST(ImportAccelerateTest, NoWrapIsOneUnitAboveTheModelSize) {
+  ImportResult r;
+  Plan p = FromText("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n",
+                    LlamaOn8(), &r);
+  EXPECT_EQ(p.wrap.kind, model::WrapPolicy::Kind::kSize);
+  EXPECT_EQ(p.wrap.min_num_params, LlamaOn8().model_parameters + 1);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("NO_WRAP"));
+}
+
+TEST(ImportAccelerateTest, MultiGpuIsNoShard) {
+  Plan p = FromText("distributed_type: MULTI_GPU\nmixed_precision: 'no'\nnum_processes: 8\n",
+                    LlamaOn8());
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kNoShard);
+  EXPECT_EQ(p.param_dtype, model::DType::kFp32);
+}
+
+// Newer Accelerate names FSDP1's strategy fsdp_reshard_after_forward too (a strategy name there).
+TEST(ImportAccelerateTest, Fsdp1StrategyUnderTheNewKey) {
+  Plan p = FromText(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n",
+      LlamaOn8());
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kShardGradOp);
+  EXPECT_FALSE(p.reshard_after_forward);
+}
+
+TEST(ImportAccelerateTest, Fsdp2RejectsForwardPrefetchAndStrategyNames) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_forward_prefetch: "
+            "true\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(
+          HasSubstr("cfg.yaml:/fsdp_config/fsdp_forward_prefetch: expected false")));
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_sharding_strategy: "
+            "FULL_SHARD\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr("fsdp_reshard_after_forward true|false")));
+}
+
+TEST(ImportHfTrainerTest, Version2RejectsHybridOptions) {
+  EXPECT_THAT(
+      [] {
+        FromText("{\"fsdp\": \"hybrid_shard auto_wrap\", \"fsdp_config\": {\"fsdp_version\": 2}}",
+                 LlamaOn8(), nullptr, "a.json");
+      },
+      ThrowsMessage<InputError>(HasSubstr("a.json:/fsdp: expected full_shard or shard_grad_op")));
+  EXPECT_THAT([] { FromText("{\"fsdp\": \"full_shard wrap\"}", LlamaOn8(), nullptr, "a.json"); },
+              ThrowsMessage<InputError>(HasSubstr("got \"wrap\"")));
+}
+
+// hf_trainer_args.json: batch 2 x accumulation 4, max_seq_length 2048, bf16 (reduction too),
+// adamw_torch_fused, fsdp "full_shard auto_wrap" with version 2 -> FULL_SHARD, block wrap, and
+// activation_checkpointing true.
+TEST(ImportHfTrainerTest, ExampleFile) {
+  ImportResult r;
+  Plan got = FromFile("hf_trainer_args.json", LlamaOn8(), &r);
+  Plan want;
+  want.micro_batch = 2;
+  want.grad_accum = 4;
+  want.no_sync = true;  // the Trainer skips gradient sync until the last micro-batch
+  want.seq_len = 2048;
+  want.param_dtype = model::DType::kBf16;
+  want.reduce_dtype = model::DType::kBf16;
+  want.optimizer_impl = model::OptimizerImpl::kFused;
+  want.checkpointing = model::Checkpointing::kFull;
+  ExpectSamePlan(got, want);
+  EXPECT_EQ(r.format, ImportFormat::kHfTrainer);
+  EXPECT_THAT(AllWarnings(r), AllOf(HasSubstr("/learning_rate"), HasSubstr("/report_to")));
+}
+
+TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
+  Plan p = FromText(
+      "{\"fsdp\": [\"shard_grad_op\", \"offload\"], \"fsdp_config\": {\"fsdp_min_num_params\": "
+      "2000, \"backward_prefetch\": \"backward_post\"}, \"per_device_train_batch_size\": 1}",
+      LlamaOn8(), nullptr, "args.json");
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kShardGradOp);
+  EXPECT_FALSE(p.reshard_after_forward);
+  EXPECT_EQ(p.offload, model::Offload::kAll);
+  EXPECT_EQ(p.wrap.kind, model::WrapPolicy::Kind::kSize);
+  EXPECT_EQ(p.wrap.min_num_params, 2000);
+  EXPECT_EQ(p.backward_prefetch, model::BackwardPrefetch::kPost);
+}
+
+// roll_rlvr_fsdp2_cp2.yaml, worker actor_train: 8 GPUs (device_mapping), fsdp_size 4 < 8 -> HSDP
+// in groups of 4 (2 replicas); ulysses_size 2; param_dtype bf16 -> loaded and computed in bf16;
+// reduce float32; gradient checkpointing on; per-device batch 1 x 32 accumulation; sequence
+// 2048 + 4096; the untied embedding gets its own unit (apply_fsdp2).
+Plan RollExamplePlan() {
+  Plan want;
+  want.strategy = model::ShardingStrategy::kHybridShard;
+  want.shard_group_size = 4;
+  want.cp = 2;
+  want.master_dtype = model::DType::kBf16;
+  want.param_dtype = model::DType::kBf16;
+  want.checkpointing = model::Checkpointing::kFull;
+  want.micro_batch = 1;
+  want.grad_accum = 32;
+  want.seq_len = 6144;
+  want.wrap.embedding_unit = true;
+  return want;
+}
+
+TEST(ImportRollTest, ExampleFileTrainWorker) {
+  ImportResult r;
+  Plan got = FromFile("roll_rlvr_fsdp2_cp2.yaml", LlamaOn8(), &r);
+  ExpectSamePlan(got, RollExamplePlan());
+  EXPECT_EQ(r.worker, "actor_train");
+  EXPECT_EQ(r.world_size, 8);
+  std::string w = AllWarnings(r);
+  EXPECT_THAT(w, AllOf(HasSubstr("/actor_infer"), HasSubstr("/rewards"), HasSubstr("/exp_name"),
+                       HasSubstr("/actor_train/training_args/learning_rate")));
+}
+
+// The reference worker: fsdp2_infer, infer_batch_size 4, offload_policy true, no checkpointing.
+TEST(ImportRollTest, ExampleFileReferenceWorker) {
+  ImportContext ctx = LlamaOn8();
+  ctx.worker = "reference";
+  ImportResult r;
+  Plan got = FromFile("roll_rlvr_fsdp2_cp2.yaml", ctx, &r);
+  Plan want = RollExamplePlan();
+  want.role = model::Role::kInfer;
+  want.micro_batch = 4;
+  want.grad_accum = 1;
+  want.offload = model::Offload::kAll;
+  want.checkpointing = model::Checkpointing::kNone;
+  ExpectSamePlan(got, want);
+  EXPECT_EQ(r.worker, "reference");
+}
+
+TEST(ImportRollTest, DefaultsLoraFreezeTiledAndPureFsdp) {
+  Plan p = FromText(
+      "sequence_length: 1024\nsft_train:\n  model_args:\n    lora_target: q_proj,v_proj\n"
+      "    freeze_module_prefix: model.embed_tokens, model.layers.0.\n  strategy_args:\n"
+      "    strategy_name: fsdp2_train\n    strategy_config:\n      fsdp_size: 16\n"
+      "      apply_tiled_mlp: true\n      reduce_scatter_during_grad_accumulation: false\n"
+      "  device_mapping: [0, 1, 2, 3, 4, 5, 6, 7]\n",
+      LlamaOn8());
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kFullShard);  // fsdp_size >= world: pure FSDP
+  EXPECT_EQ(p.shard_group_size, 0);
+  EXPECT_EQ(p.master_dtype, model::DType::kFp32);  // fsdp2_train loads fp32 without param_dtype
+  EXPECT_EQ(p.param_dtype, model::DType::kBf16);
+  EXPECT_EQ(p.micro_batch, 8);           // training_args.py default
+  EXPECT_EQ(p.lora.rank, 8);             // model_args.py default
+  EXPECT_DOUBLE_EQ(p.lora.alpha, 16.0);  // 2 x rank
+  EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(p.frozen_prefixes, (std::vector<std::string>{"model.embed_tokens", "model.layers.0."}));
+  EXPECT_EQ(p.tiled_mlp_shards, 4);  // tiled_num_shards default
+  EXPECT_TRUE(p.no_sync);
+  EXPECT_EQ(p.checkpointing, model::Checkpointing::kFull);
+}
+
+// verl_grpo_lora.yaml, actor: 8 GPUs, sp 2 -> 4 data-parallel ranks; ppo_mini_batch_size 256 x
+// rollout.n 5 / 4 = 320 sequences per rank per update; micro 4 -> 80 micro-batches; sequence
+// 512 + 1024; LoRA 64/32 on all linear layers; fsdp2 with fsdp_size -1 -> FULL_SHARD; actor
+// model_dtype default fp32, params bf16, reduction fp32.
+TEST(ImportVerlTest, ExampleFileActor) {
+  ImportResult r;
+  Plan got = FromFile("verl_grpo_lora.yaml", LlamaOn8(), &r);
+  Plan want;
+  want.cp = 2;
+  want.micro_batch = 4;
+  want.grad_accum = 80;
+  want.seq_len = 1536;
+  want.checkpointing = model::Checkpointing::kFull;
+  want.lora.rank = 64;
+  want.lora.alpha = 32.0;
+  want.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  ExpectSamePlan(got, want);
+  EXPECT_EQ(r.worker, "actor");
+  EXPECT_THAT(AllWarnings(r),
+              AllOf(HasSubstr("/algorithm"), HasSubstr("/actor_rollout_ref/rollout"),
+                    HasSubstr("/trainer/logger")));
+}
+
+// The ref worker: inference, log-prob micro-batch 40, parameters offloaded (verl forces CPU
+// offload for non-actor roles), model_dtype default bf16, sp from the actor.
+TEST(ImportVerlTest, ExampleFileRef) {
+  ImportContext ctx = LlamaOn8();
+  ctx.worker = "ref";
+  Plan got = FromFile("verl_grpo_lora.yaml", ctx);
+  Plan want;
+  want.role = model::Role::kInfer;
+  want.cp = 2;
+  want.micro_batch = 40;
+  want.seq_len = 1536;
+  want.offload = model::Offload::kAll;
+  want.master_dtype = model::DType::kBf16;
+  want.lora.rank = 64;
+  want.lora.alpha = 32.0;
+  want.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  ExpectSamePlan(got, want);
+}
+
+// verl_sft.yaml: 8 GPUs, sp 2 -> dp 4; train_batch_size 256 / 4 = 64 per rank / micro 4 = 16.
+TEST(ImportVerlTest, SftExampleFile) {
+  Plan got = FromFile("verl_sft.yaml", LlamaOn8());
+  Plan want;
+  want.cp = 2;
+  want.micro_batch = 4;
+  want.grad_accum = 16;
+  want.seq_len = 1024;
+  want.checkpointing = model::Checkpointing::kFull;
+  ExpectSamePlan(got, want);
+}
+
+// Bad configs: one line naming the file and the key path, what was expected and what was found.
+TEST(ImportErrorTest, UnknownStrategyName) {
+  EXPECT_THAT(
+      [] {
+        FromText("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: FUL_SHARD\n",
+                 LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr(
+          "cfg.yaml:/fsdp_config/fsdp_sharding_strategy: expected one of FULL_SHARD, "
+          "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2, got \"FUL_SHARD\" (did you "
+          "mean \"FULL_SHARD\"?)")));
+}
+
+TEST(ImportErrorTest, RollFsdpSizeNotDividingTheWorld) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "w:\n  strategy_args:\n    strategy_name: fsdp2_train\n    strategy_config:\n"
+            "      fsdp_size: 3\n  device_mapping: list(range(0,8))\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr(
+          "cfg.yaml:/w/strategy_args/strategy_config/fsdp_size: expected a divisor of the world "
+          "size 8")));
+}
+
+TEST(ImportErrorTest, LayerClassNotInTheModel) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: "
+            "TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: GPT2Block\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr(
+          "cfg.yaml:/fsdp_config/fsdp_transformer_layer_cls_to_wrap: expected the model's block "
+          "class \"LlamaDecoderLayer\", got \"GPT2Block\"")));
+}
+
+TEST(ImportErrorTest, ZeroOrNegativeBatch) {
+  EXPECT_THAT(
+      [] { FromText("{\"per_device_train_batch_size\": 0}", LlamaOn8(), nullptr, "a.json"); },
+      ThrowsMessage<InputError>(
+          HasSubstr("a.json:/per_device_train_batch_size: expected an integer in [1, ")));
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "w:\n  training_args:\n    gradient_accumulation_steps: -2\n  strategy_args:\n"
+            "    strategy_name: fsdp2_train\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(
+          HasSubstr("cfg.yaml:/w/training_args/gradient_accumulation_steps")));
+}
+
+TEST(ImportErrorTest, WorldSizeConflictsWithTheCluster) {
+  EXPECT_THAT(
+      [] { FromText("distributed_type: FSDP\nnum_processes: 16\nfsdp_config: {}\n", LlamaOn8()); },
+      ThrowsMessage<InputError>(
+          HasSubstr("cfg.yaml:/num_processes: expected the --cluster world size 8 ranks, got 16")));
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "trainer:\n  nnodes: 2\n  n_gpus_per_node: 8\nactor_rollout_ref:\n  actor:\n"
+            "    ppo_micro_batch_size_per_gpu: 1\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/trainer/n_gpus_per_node: expected the "
+                                          "--cluster world size 8 ranks, got 16")));
+}
+
+TEST(ImportErrorTest, UnknownKeyIsAnErrorWithTheClosestKnownName) {
+  EXPECT_THAT(
+      [] {
+        FromText("distributed_type: FSDP\nfsdp_config:\n  fsdp_ofload_params: true\n", LlamaOn8());
+      },
+      ThrowsMessage<InputError>(AllOf(HasSubstr("cfg.yaml:/fsdp_config/fsdp_ofload_params"),
+                                      HasSubstr("did you mean \"fsdp_offload_params\"?"))));
+}
+
+TEST(ImportErrorTest, UnsupportedKeyWithAnEffectIsAnError) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "actor_rollout_ref:\n  actor:\n    use_dynamic_bsz: true\n    "
+            "ppo_micro_batch_size_per_gpu: 1\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(
+          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/actor/use_dynamic_bsz"),
+                HasSubstr("token-budget micro-batches"))));
+  // The same key at its neutral value is accepted.
+  EXPECT_NO_THROW(
+      FromText("actor_rollout_ref:\n  actor:\n    use_dynamic_bsz: false\n"
+               "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
+               LlamaOn8()));
+}
+
+TEST(ImportErrorTest, VerlMiniBatchNotAMultipleOfTheMicroBatch) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 24\n"
+            "    ppo_micro_batch_size_per_gpu: 2\n",
+            LlamaOn8());  // 24 / 8 ranks = 3 per rank, not a multiple of 2
+      },
+      ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/actor_rollout_ref/actor/ppo_mini_batch_size: "
+                                          "expected a per-rank batch (3)")));
+}
+
+TEST(ImportErrorTest, RollUlyssesLargerThanFsdpSize) {
+  EXPECT_THAT(
+      [] {
+        FromText(
+            "w:\n  model_args:\n    ulysses_size: 4\n  strategy_args:\n    strategy_name: "
+            "fsdp2_train\n    strategy_config:\n      fsdp_size: 2\n",
+            LlamaOn8());
+      },
+      ThrowsMessage<InputError>(HasSubstr("at least ulysses_size 4")));
+}
+
+// Files layer in order: the Trainer arguments only change what they name.
+TEST(ImportLayeringTest, SecondFileKeepsWhatItDoesNotName) {
+  ImportContext ctx = LlamaOn8();
+  Plan p;
+  ImportConfigFile(Data("accelerate_fsdp1.yaml"), ctx, nullptr, &p);
+  ImportConfigText("{\"per_device_train_batch_size\": 3, \"fp16\": true, \"bf16\": false}",
+                   "b.json", ctx, nullptr, &p);
+  EXPECT_EQ(p.offload, model::Offload::kAll);  // from the Accelerate file
+  EXPECT_EQ(p.micro_batch, 3);
+  EXPECT_EQ(p.param_dtype, model::DType::kFp16);
+  EXPECT_EQ(p.reduce_dtype, model::DType::kFp16);
+}
+
+}  // namespace
+}  // namespace shardtune::plan
