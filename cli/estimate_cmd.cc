@@ -42,13 +42,20 @@ const std::map<std::string, std::string>& Why() {
 std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t seq) {
   std::ostringstream o;
   o << model::ToString(p.strategy) << " (shard group " << r.shard_group << " x " << r.replicas
-    << " replica" << (r.replicas > 1 ? "s" : "") << "), wrap " << model::WrapSpecToString(p.wrap) << " ("
-    << r.units.size() << " units), micro-batch " << p.micro_batch << " x " << seq << " tokens, grad-accum "
-    << p.grad_accum << (p.no_sync ? " (no_sync)" : "") << ", checkpointing "
-    << model::CheckpointingSpecToString(p) << ", offload " << model::ToString(p.offload) << ", "
-    << model::ToString(p.param_dtype) << " params / " << model::ToString(p.reduce_dtype) << " reduce, "
-    << model::ToString(p.optimizer) << " (" << model::ToString(p.optimizer_impl) << "), "
-    << model::ToString(p.modeling) << " modeling, " << model::ToString(p.attention) << " attention";
+    << " replica" << (r.replicas > 1 ? "s" : "") << "), wrap " << model::WrapSpecToString(p.wrap)
+    << " (" << r.units.size() << " units), micro-batch " << p.micro_batch << " x " << seq
+    << " tokens, grad-accum " << p.grad_accum << (p.no_sync ? " (no_sync)" : "");
+  if (r.cp > 1) {
+    o << ", Ulysses cp " << r.cp << " (each rank holds " << seq / r.cp
+      << " tokens of a sequence; FSDP over "
+      << (r.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << "; "
+      << FormatBytes(r.all_to_all_bytes_per_layer) << " of all-to-alls per layer per pass)";
+  }
+  o << ", checkpointing " << model::CheckpointingSpecToString(p) << ", offload "
+    << model::ToString(p.offload) << ", " << model::ToString(p.param_dtype) << " params / "
+    << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
+    << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
+    << model::ToString(p.attention) << " attention";
   return o.str();
 }
 

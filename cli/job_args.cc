@@ -1,6 +1,7 @@
 // Shared job inputs: resolution and joint validation.
 #include "cli/job_args.h"
 
+#include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -42,7 +43,7 @@ void Validate(const Job& job, const PlanFlags& flags) {
       JobProblems(job.spec, cluster, plan, PlanSource(flags));
   if (flags.global_batch > 0) {
     int64_t dp = plan.DataParallel(cluster.world_size());
-    int64_t got = plan.GlobalBatch(static_cast<int>(dp));
+    int64_t got = plan.GlobalBatch(cluster.world_size());  // micro x accum x (world / cp)
     if (got != flags.global_batch) {
       problems.push_back("--global-batch: expected micro-batch x grad-accum x data-parallel ranks = " +
                          std::to_string(plan.micro_batch) + " x " + std::to_string(plan.grad_accum) +
@@ -61,6 +62,11 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
   for (auto& p : plan.Problems(plan_where, cluster.world_size(), cluster.gpus_per_node,
                                spec.num_layers, spec.max_seq_len)) {
+    problems.push_back(p);
+  }
+  // Ulysses cp against the model's heads and the FSDP mesh (model/context_parallel.h).
+  for (auto& p :
+       model::CpProblems(spec, plan, cluster.world_size(), cluster.gpus_per_node, plan_where)) {
     problems.push_back(p);
   }
   return problems;

@@ -17,10 +17,16 @@ namespace {
 
 void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   const auto& m = r.memory;
-  out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters) << " parameters) on "
-      << job.cluster.name << " (" << m.world << " ranks, " << job.cluster.gpu.name << "), "
-      << model::ToString(job.plan.strategy) << ", micro-batch " << job.plan.micro_batch << " x "
-      << job.seq_len << " tokens, grad-accum " << job.plan.grad_accum << "\n\n";
+  out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters)
+      << " parameters) on " << job.cluster.name << " (" << m.world << " ranks, "
+      << job.cluster.gpu.name << "), " << model::ToString(job.plan.strategy) << ", micro-batch "
+      << job.plan.micro_batch << " x " << job.seq_len << " tokens, grad-accum "
+      << job.plan.grad_accum;
+  if (job.plan.cp > 1) {
+    out << ", Ulysses cp " << job.plan.cp << " (" << job.seq_len / job.plan.cp
+        << " tokens per rank)";
+  }
+  out << "\n\n";
   out << std::fixed;
   out << "Step (steady state, step 1)\n";
   out << "  step time                " << std::setprecision(4) << r.step_time_s << " s\n";
@@ -31,6 +37,12 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   out << "  compute                  " << std::setprecision(4) << r.compute_s << " s\n";
   out << "  exposed communication    " << r.exposed_comm_s << " s ("
       << std::setprecision(1) << 100 * r.exposed_comm_s / r.step_time_s << " % of the step)\n";
+  if (r.cp > 1) {
+    out << "  Ulysses cp " << r.cp << "            " << std::setprecision(4) << r.all_to_all_s
+        << " s of all-to-alls on the critical path (" << r.all_to_all_calls_per_step << " calls, "
+        << FormatBytes(Bytes::Of(r.all_to_all_bytes_per_step)) << " total size per step; FSDP over "
+        << (m.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << ")\n";
+  }
   out << "  busy time by phase (streams overlap):\n";
   for (const auto& [k, v] : r.phases_s) {
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
@@ -73,6 +85,12 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   j["model_flops_per_token"] = r.model_flops_per_token;
   j["compute_s"] = r.compute_s;
   j["exposed_comm_s"] = r.exposed_comm_s;
+  j["cp"] = r.cp;
+  j["all_to_all"] = {{"bytes_per_step", r.all_to_all_bytes_per_step},
+                     {"calls_per_step", r.all_to_all_calls_per_step},
+                     {"time_s", r.all_to_all_s},
+                     {"group_size", r.cp_group.ranks},
+                     {"bus_bandwidth_bytes_per_s", r.cp_group.bus_bandwidth.count()}};
   nlohmann::ordered_json phases = nlohmann::ordered_json::object();
   for (const auto& [k, v] : r.phases_s) phases[k] = v;
   j["phases_s"] = phases;

@@ -10,6 +10,7 @@
 
 #include "cli/format.h"
 #include "cli/tune_measure.h"
+#include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -22,6 +23,58 @@
 namespace shardtune::cli {
 namespace {
 
+// The cp degrees to search: --cp N fixes one, --cp-sizes 1,2,4 lists them, neither: the default
+// (planner DefaultCpSizes). Each given value must suit the model, world and sequence length.
+std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
+                           const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                           const plan::SearchRequest& req) {
+  std::vector<int> sizes;
+  std::string where = "--cp";
+  if (FlagGiven(a.plan, "--cp")) sizes = {given.cp};
+  if (a.plan.app && a.plan.app->count("--cp-sizes") > 0) {
+    where = "--cp-sizes";
+    std::string text = a.plan.app->get_option("--cp-sizes")->as<std::string>();
+    sizes.clear();
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t comma = text.find(',', start);
+      size_t len = comma == std::string::npos ? std::string::npos : comma - start;
+      std::string item = text.substr(start, len);
+      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
+          item.size() > 6) {
+        throw InputError(
+            "--cp-sizes: expected a comma-separated list of integers >= 1 (e.g. 1,2,4,8), got \"" +
+            text + "\"");
+      }
+      sizes.push_back(std::stoi(item));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (sizes.empty()) return {};
+  std::vector<std::string> problems;
+  int world = c.world_size();
+  for (int cp : sizes) {
+    model::Plan probe = given;
+    probe.cp = cp;
+    probe.strategy = model::ShardingStrategy::kFullShard;
+    probe.shard_group_size = 0;
+    auto add = [&](const std::string& expected) {
+      problems.push_back(where + ": expected " + expected + ", got " + std::to_string(cp));
+    };
+    if (cp < 1 || world % cp != 0) {
+      add("a cp >= 1 dividing the world size " + std::to_string(world));
+    } else if (req.seq_len % cp != 0) {
+      add("a cp dividing --seq-len " + std::to_string(req.seq_len));
+    } else {
+      for (const auto& p : model::CpProblems(spec, probe, world, c.gpus_per_node, where)) {
+        problems.push_back(p);
+      }
+    }
+  }
+  ThrowIfProblems(problems);
+  return sizes;
+}
 
 plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
                                  const profiles::ClusterSpec& c, std::vector<std::string>* warnings) {
@@ -82,6 +135,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
+  req.space.cp_sizes = CpSizesOf(a, given, spec, c, req);
   if (!a.profile.empty()) {
     sim::Profile prof = sim::ReadProfileFile(a.profile);
     req.options.memory.constants = prof.memory;
@@ -122,6 +176,10 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
       out << "  " << std::setw(10) << FormatBytes(p.required) << std::setw(12) << std::setprecision(0)
           << p.tokens_per_s << " tokens/s  " << p.key << "\n";
     }
+  }
+  if (r.cp_verdicts.size() > 1 || (r.cp_verdicts.size() == 1 && r.cp_verdicts[0].cp > 1)) {
+    out << "\nUlysses context parallelism: which cp sizes fit\n";
+    for (const auto& v : r.cp_verdicts) out << "  " << v.why << "\n";
   }
   out << "\nWhy the others lost\n";
   for (const auto& x : r.rejected) {
@@ -183,6 +241,10 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_flag("--search-nodes", a->search_nodes,
                 "Also search 1..N nodes for the fewest that fit (and reach --min-tokens-per-s)");
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  // Read back from the parsed subcommand (CpSizesOf), like --measure.
+  sub->add_option(
+      "--cp-sizes",
+      "Ulysses cp degrees to search, e.g. 1,2,4,8 (default: every valid one in a node)");
   // --measure and its companions are read back from the parsed subcommand (MeasureOptionsOf).
   sub->add_option("--measure", "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
   sub->add_option("--measure-steps", "Steps per measured run (default 4; the first is left out)");
@@ -286,6 +348,19 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
                    {"smallest_required_bytes", x.smallest_required.count()}});
   }
   j["rejected"] = rej;
+  nlohmann::ordered_json cps = nlohmann::ordered_json::array();
+  for (const auto& v : r.cp_verdicts) {
+    cps.push_back({{"cp", v.cp},
+                   {"plans", v.plans},
+                   {"fitting", v.fitting},
+                   {"smallest_required_bytes", v.smallest_required.count()},
+                   {"smallest_key", v.smallest_key},
+                   {"best_step_time_s", v.best_step_time_s},
+                   {"best_key", v.best_key},
+                   {"best_required_bytes", v.best_required.count()},
+                   {"why", v.why}});
+  }
+  j["cp_verdicts"] = cps;
   j["fits"] = !r.top.empty();
   j["advice_if_none"] = r.advice_if_none;
   if (a.search_nodes) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "model/autograd_ledger.h"
+#include "model/context_parallel.h"
 
 namespace shardtune::model {
 namespace {
@@ -109,13 +110,14 @@ int Rope(Ctx& c, int x, double dim, const std::string& name) {
 // so the transpose+contiguous before o_proj is free) and the fp32 logsumexp [B, a, S]; the
 // backward allocates an fp32 dq accumulator (flash_api.cpp mha_bwd dq_accum) and, with GQA,
 // expanded dk/dv. Eager (HF eager_attention_forward): matmul, softmax in fp32 then cast, matmul.
-int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
+// `kv_heads`: KV heads as the kernel sees them (repeated for Ulysses when cp > num_kv_heads).
+int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
   const ModelSpec& s = c.spec;
   double qd = static_cast<double>(s.q_dim());
   int out = c.g.Tensor(name + " output", c.e * qd);
   if (c.opt.attention == Attention::kSdpa) {
     int lse = c.g.Tensor(name + " logsumexp (fp32)", kFp32 * s.num_heads);
-    double ws = kFp32 * qd + (s.num_kv_heads != s.num_heads ? 2 * c.e * qd : 0.0);
+    double ws = kFp32 * qd + (kv_heads != s.num_heads ? 2 * c.e * qd : 0.0);
     c.g.Op(name + " flash forward (lse)", {q, k, v}, lse, {});
     c.g.MarkComputeBound();
     c.g.Op(name + " sdpa", {q, k, v, lse}, out, {q, k, v, lse, out}, ws);
@@ -124,7 +126,7 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
   }
   double scores = static_cast<double>(s.num_heads) * static_cast<double>(c.opt.seq_len);
   int kr = k, vr = v;
-  if (s.num_kv_heads != s.num_heads) {  // repeat_kv materialises [B, a, S, d] copies
+  if (kv_heads != s.num_heads) {  // repeat_kv materialises [B, a, S, d] copies
     kr = c.g.Tensor(name + " repeat_kv(k)", c.e * qd);
     c.g.Op(name + " repeat_kv k", {k}, kr, {});
     vr = c.g.Tensor(name + " repeat_kv(v)", c.e * qd);
@@ -146,6 +148,20 @@ int AttentionCore(Ctx& c, int q, int k, int v, const std::string& name) {
   return out;
 }
 
+// verl utils/ulysses.py all_to_all_tensor: tensor_split + contiguous copies (the send chunks),
+// empty_like receive chunks, dist.all_to_all, torch.cat (+ contiguous) into the result. Per slice
+// token each buffer is `dim` elements; the input dies after the split unless something saved it.
+int UlyssesAllToAll(Ctx& c, int x, double dim, const std::string& name) {
+  int send = c.g.Tensor(name + " all-to-all send chunks", c.e * dim);
+  c.g.Op(name + " tensor_split.contiguous", {x}, send, {});
+  int recv = c.g.Tensor(name + " all-to-all receive chunks", c.e * dim);
+  c.g.Op(name + " all_to_all", {send}, recv, {});
+  c.g.MarkComputeBound();  // NCCL moves these bytes on the all-to-all stream, not the compute one
+  int out = c.g.Tensor(name + " after all-to-all", c.e * dim);
+  c.g.Op(name + " cat", {recv}, out, {});
+  return out;
+}
+
 int AttentionSublayer(Ctx& c, int x) {
   const ModelSpec& s = c.spec;
   double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
@@ -160,7 +176,29 @@ int AttentionSublayer(Ctx& c, int x) {
     q = Rope(c, q, qd, "attn.q");
     k = Rope(c, k, kvd, "attn.k");
   }
-  int o = AttentionCore(c, q, k, v, "attn.core");
+  if (c.opt.cp <= 1) {
+    int o = AttentionCore(c, q, k, v, s.num_kv_heads, "attn.core");
+    return Linear(c, o, static_cast<double>(s.hidden), "attn.o_proj");
+  }
+  // verl _ulysses_flash_attention_forward: repeat_kv(k, v) when cp > num_kv_heads, then
+  // gather_seq_scatter_heads on q, k, v; flash attention on [B, S, heads/cp, d]; then
+  // gather_heads_scatter_seq on the output. The all-to-alls save nothing (their backward is the
+  // inverse all-to-all), so flash saves the gathered q, k, v and its output, and o_proj saves
+  // the scattered-back output: one more q-sized tensor per token than without cp.
+  int rep = KvRepeat(s, c.opt.cp);
+  if (rep > 1) {
+    int kr = c.g.Tensor("attn.ulysses repeat_kv(k)", c.e * kvd * rep);
+    c.g.Op("attn.ulysses repeat_kv k", {k}, kr, {});
+    int vr = c.g.Tensor("attn.ulysses repeat_kv(v)", c.e * kvd * rep);
+    c.g.Op("attn.ulysses repeat_kv v", {v}, vr, {});
+    k = kr;
+    v = vr;
+  }
+  q = UlyssesAllToAll(c, q, qd, "attn.ulysses q");
+  k = UlyssesAllToAll(c, k, kvd * rep, "attn.ulysses k");
+  v = UlyssesAllToAll(c, v, kvd * rep, "attn.ulysses v");
+  int o = AttentionCore(c, q, k, v, s.num_kv_heads * rep, "attn.core");
+  o = UlyssesAllToAll(c, o, qd, "attn.ulysses out");
   return Linear(c, o, static_cast<double>(s.hidden), "attn.o_proj");
 }
 
@@ -231,6 +269,7 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   o.loss_fp32_upcast = plan.loss_fp32_upcast;
   o.keep_logits = plan.keep_logits;
   o.seq_len = seq_len;
+  o.cp = plan.cp;
   return o;
 }
 
@@ -266,6 +305,9 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
                   n.find(".up output") != std::string::npos ||
                   n.find("router output") != std::string::npos;
     bool attn = n.find("attn.core") != std::string::npos;
+    // Ulysses: tensors that came through an all-to-all are kept rather than recomputed (a
+    // recompute would rerun the collective; torchtitan's SAC save list keeps collective outputs).
+    attn = attn || n.find("attn.ulysses") != std::string::npos;
     if (matmul || attn) sel += t.bytes_per_token;
   }
   b.selective_per_token = std::min(sel, b.full.saved_per_token);

@@ -59,6 +59,12 @@ struct ActivationOptions {
   bool loss_fp32_upcast = true;
   bool keep_logits = false;  // as Plan::keep_logits
   int64_t seq_len = 1;         // S: eager attention's score matrices grow with it
+  // Ulysses context parallelism degree (Plan::cp). With cp > 1 a "token" is a position of this
+  // rank's slice, so ledgers multiply by B·S/cp: outside attention every tensor is
+  // [B, S/cp, H]; inside, q/k/v/out are [B, S, heads/cp, d] (the same elements per slice token,
+  // except KV heads repeated when cp > num_kv_heads), plus the all-to-all buffers (verl
+  // utils/ulysses.py all_to_all_tensor) and the output held on both sides of its all-to-all.
+  int cp = 1;
 };
 
 // ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.

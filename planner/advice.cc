@@ -61,6 +61,18 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                   "fused linear cross-entropy, or a smaller micro-batch, removes most of it.");
   }
   Bytes acts = At(r, "activations saved for backward");
+  // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying
+  // when activations or the loss path make up most of a peak that does not fit.
+  Bytes per_token = acts + loss + At(r, "activation working set (temporaries, gradients)");
+  if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2) {
+    out.push_back(
+        "Activations and the loss path are " + GiBText(per_token) + " of the " +
+        GiBText(r.peak_allocated) +
+        " peak and scale with the tokens a rank holds: "
+        "Ulysses context parallelism (--cp N, a divisor of the attention heads) gives each "
+        "rank S/N tokens of a sequence, dividing them by N, for 4 all-to-alls per layer "
+        "per pass (`shardtune tune` searches N).");
+  }
   if (plan.checkpointing == model::Checkpointing::kNone &&
       acts.count() > r.peak_allocated.count() / 3) {
     out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "planner/search_rank.h"
@@ -78,7 +79,19 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
       s.wraps.push_back(w);
     }
   }
-  if (s.micro_batches.empty()) s.micro_batches = Divisors(req.global_batch / c.world_size());
+  if (s.cp_sizes.empty()) s.cp_sizes = DefaultCpSizes(spec, c, req);
+  if (s.micro_batches.empty()) {
+    // Divisors of the per-rank batch of every cp searched (cp ranks share sequences, so a rank
+    // gets global_batch x cp / world of them).
+    for (int cp : s.cp_sizes) {
+      for (int d : Divisors(req.global_batch * std::max(1, cp) / c.world_size())) {
+        if (std::find(s.micro_batches.begin(), s.micro_batches.end(), d) == s.micro_batches.end()) {
+          s.micro_batches.push_back(d);
+        }
+      }
+    }
+    std::sort(s.micro_batches.begin(), s.micro_batches.end());
+  }
   if (s.checkpointing.empty()) {
     s.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
                        model::Checkpointing::kEveryK, model::Checkpointing::kFull};
@@ -98,6 +111,25 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
 
 }  // namespace
 
+std::vector<int> DefaultCpSizes(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                                const SearchRequest& req) {
+  std::vector<int> out;
+  int world = c.world_size();
+  for (int cp : Divisors(world)) {
+    if (cp > std::max(1, c.gpus_per_node)) break;  // cp groups stay inside a node (NVLink)
+    if (req.seq_len > 0 && req.seq_len % cp != 0) continue;
+    if ((req.global_batch * cp) % world != 0) continue;
+    model::Plan probe = req.base;
+    probe.cp = cp;
+    probe.strategy = model::ShardingStrategy::kFullShard;
+    probe.shard_group_size = 0;
+    if (!model::CpProblems(spec, probe, world, c.gpus_per_node, "plan").empty()) continue;
+    out.push_back(cp);
+  }
+  if (out.empty()) out.push_back(1);
+  return out;
+}
+
 const char* ToString(Objective o) {
   switch (o) {
     case Objective::kThroughput: return "throughput";
@@ -115,14 +147,27 @@ std::string PlanKey(const Plan& p) {
        "x" + std::to_string(p.grad_accum) + " ckpt=" + model::CheckpointingSpecToString(p) +
        " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
        " bwd_prefetch=" + model::ToString(p.backward_prefetch);
+  if (p.cp > 1) k += " cp=" + std::to_string(p.cp);
   return k;
 }
 
-std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
-                                 const SearchRequest& req) {
-  SearchSpace s = Defaults(spec, c, req);
-  int64_t per_rank = req.global_batch / c.world_size();
+namespace {
+
+// cp suits the model and tiles the FSDP mesh (verl's and torchtitan's rules, Plan::Problems).
+bool CpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
+  int world = c.world_size(), gpn = c.gpus_per_node;
+  return model::CpProblems(spec, p, world, gpn, "plan").empty() &&
+         p.Problems("plan", world, gpn, spec.num_layers, spec.max_seq_len).empty();
+}
+
+// The plans of the space for one cp degree (cp ranks share sequences: a data-parallel rank gets
+// global_batch x cp / world of them). Combinations that cp rules out are skipped.
+std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                             const SearchRequest& req, const SearchSpace& s, int cp) {
   std::vector<Plan> out;
+  if (cp < 1 || c.world_size() % cp != 0 || (req.global_batch * cp) % c.world_size() != 0)
+    return out;
+  int64_t per_rank = req.global_batch * cp / c.world_size();
   for (auto strategy : s.strategies) {
     std::vector<int> groups = {0};
     bool hybrid = strategy == model::ShardingStrategy::kHybridShard ||
@@ -152,6 +197,8 @@ std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::C
                   p.offload = off;
                   p.forward_prefetch = fp;
                   p.backward_prefetch = bp;
+                  p.cp = cp;
+                  if (cp > 1 && !CpFits(spec, c, p)) continue;
                   out.push_back(p);
                 }
               }
@@ -160,6 +207,19 @@ std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::C
         }
       }
     }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                                 const SearchRequest& req) {
+  SearchSpace s = Defaults(spec, c, req);
+  std::vector<Plan> out;
+  for (int cp : s.cp_sizes) {
+    std::vector<Plan> plans = PlansForCp(spec, c, req, s, cp);
+    out.insert(out.end(), plans.begin(), plans.end());
   }
   return out;
 }

@@ -32,6 +32,11 @@ struct SearchSpace {
   std::vector<model::Offload> offloads;          // default: none, optimizer, all
   std::vector<bool> forward_prefetch;            // default: false, true
   std::vector<model::BackwardPrefetch> backward_prefetch;  // default: pre, none
+  // Ulysses context-parallel degrees. Default: every cp verl accepts for the model (divides
+  // num_heads; num_kv_heads divides it or it divides num_kv_heads) that divides the world and
+  // seq_len, keeps the cp group inside a node, and leaves a whole number of sequences per
+  // data-parallel rank. Values that break those rules are skipped, never simulated.
+  std::vector<int> cp_sizes;
 };
 
 struct SearchRequest {
@@ -66,10 +71,27 @@ struct Rejection {
   Bytes smallest_required;     // the least memory any plan in the group needed
 };
 
+// What the search found for one cp degree: does any plan with it fit, and why (not).
+struct CpVerdict {
+  int cp = 1;
+  int64_t plans = 0;         // plans enumerated with this cp
+  int64_t fitting = 0;       // of those, plans found to fit (simulated or pruned by time)
+  Bytes smallest_required;   // least per-GPU need over its memory-checked plans
+  std::string smallest_key;  // the plan that needed it
+  // The two largest categories at that plan's peak, e.g. {"activations saved for backward", ..}.
+  std::vector<std::pair<std::string, Bytes>> smallest_peak_top;
+  std::string smallest_peak_phase;
+  double best_step_time_s = 0;  // fastest simulated plan that fits (0: none simulated)
+  std::string best_key;
+  Bytes best_required;  // that plan's per-GPU need
+  std::string why;      // one sentence with the figures, e.g. "cp=1: no plan fits: ..."
+};
+
 struct SearchResult {
   std::vector<Candidate> top;      // best first
   std::vector<Candidate> pareto;   // memory vs throughput, by required memory
   std::vector<Rejection> rejected;
+  std::vector<CpVerdict> cp_verdicts;  // one per cp searched, ascending
   int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;
   int64_t memory_checked = 0, simulated = 0;
   int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above
@@ -77,6 +99,10 @@ struct SearchResult {
   std::string advice_if_none;      // what would make the model fit, when nothing does
   double search_s = 0;
 };
+
+// The cp degrees the default search space holds for this model, cluster and request.
+std::vector<int> DefaultCpSizes(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                const SearchRequest& request);
 
 // REQUIRES: request.global_batch divisible by the world size, seq_len valid for the model.
 // `progress` (may be empty) is called with (done, total) now and then. Deterministic.

@@ -34,6 +34,11 @@ const char* StrategyFamily(const model::Plan& p) {
   }
 }
 
+// ", cp 2" for plans with Ulysses cp, so grouped reasons say which cp they are about.
+std::string CpSuffix(const model::Plan& p) {
+  return p.cp > 1 ? ", cp " + std::to_string(p.cp) : "";
+}
+
 }  // namespace
 
 Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req)
@@ -92,12 +97,13 @@ void Ranker::Admit(Candidate c) {
 
 void Ranker::Consider(const model::Plan& p) {
   std::string key = PlanKey(p);
+  ++VerdictOf(p.cp).plans;
   Bytes capacity = cluster_.gpu.usable_memory;
   Bytes lb = ModelStateLowerBound(p);
   if (req_.prune && lb > capacity) {
     ++result_.pruned_by_memory_bound;
-    Reject(std::string("OOM: model states alone exceed the GPU (") + StrategyFamily(p) + ", offload " +
-               model::ToString(p.offload) + ")",
+    Reject(std::string("OOM: model states alone exceed the GPU (") + StrategyFamily(p) +
+               ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
            key + " needs at least " + GiBText(lb), lb);
     return;
   }
@@ -108,12 +114,14 @@ void Ranker::Consider(const model::Plan& p) {
   if (result_.smallest_required.count() == 0 || m.required < result_.smallest_required) {
     result_.smallest_required = m.required;
   }
+  NoteMemory(p, key, m);
   if (!m.fits) {
     Reject("OOM during " + PhaseKind(m.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
-               model::ToString(p.offload) + ")",
+               model::ToString(p.offload) + CpSuffix(p) + ")",
            key + " needs " + GiBText(m.required) + " of " + GiBText(capacity), m.required);
     return;
   }
+  ++VerdictOf(p.cp).fitting;
   double time_lb = sim::ComputeLowerBoundS(est.program, cluster_, p, opt_.costs);
   double tokens = static_cast<double>(req_.global_batch) * static_cast<double>(req_.seq_len);
   if (req_.objective == Objective::kMemory) {
@@ -132,6 +140,12 @@ void Ranker::Consider(const model::Plan& p) {
   if (req_.objective == Objective::kMemory && r.tokens_per_s < req_.min_tokens_per_s) {
     Reject("below the throughput floor", key, Bytes());
     return;
+  }
+  CpVerdict& v = VerdictOf(p.cp);
+  if (v.best_step_time_s == 0 || r.step_time_s < v.best_step_time_s) {
+    v.best_step_time_s = r.step_time_s;
+    v.best_key = key;
+    v.best_required = r.memory.required;
   }
   Candidate c;
   c.plan = p;
@@ -180,6 +194,7 @@ SearchResult Ranker::Finish() {
     }
   }
   for (auto& [k, v] : rejections_) out.rejected.push_back(v);
+  FinishVerdicts(&out);
   std::stable_sort(out.rejected.begin(), out.rejected.end(),
                    [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
   if (out.top.empty()) {
@@ -189,6 +204,71 @@ SearchResult Ranker::Finish() {
         "all with full checkpointing (which moves the states to host RAM) would make it fit.";
   }
   return out;
+}
+
+CpVerdict& Ranker::VerdictOf(int cp) {
+  CpVerdict& v = verdicts_[cp];
+  v.cp = cp;
+  return v;
+}
+
+void Ranker::NoteMemory(const model::Plan& p, const std::string& key, const sim::MemoryReport& m) {
+  CpVerdict& v = VerdictOf(p.cp);
+  if (v.smallest_required.count() > 0 && !(m.required < v.smallest_required)) return;
+  v.smallest_required = m.required;
+  v.smallest_key = key;
+  v.smallest_peak_phase = m.peak_phase;
+  v.smallest_peak_top.assign(
+      m.peak_breakdown.begin(),
+      m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
+}
+
+// One sentence per cp: why it fits (its fastest plan) or why not (its least need, what dominates).
+void Ranker::FinishVerdicts(SearchResult* out) const {
+  double best = 0;
+  int best_cp = 0;
+  for (const auto& [cp, v] : verdicts_) {
+    if (v.best_step_time_s > 0 && (best == 0 || v.best_step_time_s < best)) {
+      best = v.best_step_time_s;
+      best_cp = cp;
+    }
+  }
+  const Bytes capacity = cluster_.gpu.usable_memory;
+  for (const auto& [cp, verdict] : verdicts_) {
+    CpVerdict v = verdict;
+    std::string w = "cp=" + std::to_string(cp) + ": ";
+    char buf[160];
+    if (v.fitting == 0 && v.smallest_required.count() == 0) {
+      w += "does not fit: model states alone exceed " + GiBText(capacity) + " in all " +
+           std::to_string(v.plans) + " plans";
+    } else if (v.fitting == 0) {
+      w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
+           GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +
+           "); at its peak (" + v.smallest_peak_phase + ")";
+      for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
+        w += (i ? " and " : " the largest parts are ") + v.smallest_peak_top[i].first + " " +
+             GiBText(v.smallest_peak_top[i].second);
+      }
+    } else if (v.best_step_time_s == 0) {
+      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
+           " plans, least need " + GiBText(v.smallest_required) +
+           ") but its compute alone is slower than the top plans' whole step";
+    } else {
+      std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
+      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
+           " plans, least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
+           "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
+      if (cp != best_cp) {
+        std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",
+                      100.0 * (v.best_step_time_s / best - 1.0), best_cp);
+        w += buf;
+      } else {
+        w += ", the fastest cp";
+      }
+    }
+    v.why = w;
+    out->cp_verdicts.push_back(v);
+  }
 }
 
 std::string WhyNotBest(const Candidate& c, const Candidate& best) {

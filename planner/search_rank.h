@@ -21,6 +21,9 @@ class Ranker {
  private:
   Bytes ModelStateLowerBound(const model::Plan& plan);
   void Reject(const std::string& reason, const std::string& example, Bytes required);
+  CpVerdict& VerdictOf(int cp);
+  void NoteMemory(const model::Plan& p, const std::string& key, const sim::MemoryReport& m);
+  void FinishVerdicts(SearchResult* out) const;
   double Objective(const Candidate& c) const;
   bool CanEnterTop(double objective_lower_bound) const;
   void Admit(Candidate c);
@@ -35,6 +38,7 @@ class Ranker {
   std::vector<Candidate> candidates_;
   std::priority_queue<double> top_objectives_;  // the k best objectives (max on top)
   std::map<std::string, Rejection> rejections_;
+  std::map<int, CpVerdict> verdicts_;  // by cp
   SearchResult result_;
 };
 

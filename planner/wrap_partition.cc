@@ -86,7 +86,9 @@ std::vector<std::pair<int, int>> OptimalPartition(int L, const PartitionCosts& c
 PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                  const model::Plan& plan, int64_t seq, const sim::CostConstants& k) {
   PartitionCosts c;
-  double tokens = static_cast<double>(plan.micro_batch) * static_cast<double>(seq);
+  // A rank's tokens: S / cp with Ulysses (attention keeps the full S for its heads / cp).
+  double tokens =
+      static_cast<double>(plan.micro_batch) * static_cast<double>(seq / std::max(1, plan.cp));
   double attn = 4.0 * static_cast<double>(seq) * static_cast<double>(spec.q_dim());
   double mm = model::BlockForwardFlopsPerToken(spec, seq).count() - attn;
   auto block = model::ComputeBlockActivations(spec, model::ActivationOptionsFor(plan, seq));

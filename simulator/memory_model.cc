@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "simulator/memory_ledger.h"
@@ -30,12 +31,14 @@ void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
   std::vector<std::pair<std::string, int>> groups;
   if (r.shard_group > 1) groups.push_back({"shard group", r.shard_group});
   if (r.replicas > 1) groups.push_back({"replicate group", r.replicas});
+  if (r.cp > 1) groups.push_back({"cp group", r.cp});  // Ulysses all-to-alls: its own process group
   bool nvswitch = c.intra_node.nvlink_domain && c.gpu.intra_node_link == "nvlink4";
   for (const auto& [name, size] : groups) {
     out->outside_allocator.push_back({"NCCL buffers (" + name + " of " + std::to_string(size) + ")",
                                       k.nccl_per_communicator});
     // NVLS needs an NVSwitch with multicast: H100/H200 HGX groups of more than 2 GPUs in a node.
-    bool in_node = name == "shard group" ? size <= c.gpus_per_node : r.shard_group >= c.gpus_per_node;
+    bool in_node = name == "shard group" || name == "cp group" ? size <= c.gpus_per_node
+                                                               : r.shard_group >= c.gpus_per_node;
     if (nvswitch && size > 2 && in_node) {
       out->outside_allocator.push_back({"NCCL NVLS buffers (" + name + ")", k.nvls_per_communicator});
     }
@@ -111,9 +114,11 @@ struct ModelCache::Impl {
 
 namespace {
 std::string ActKey(const model::ActivationOptions& o) {
-  return std::to_string(static_cast<int>(o.dtype)) + "/" + std::to_string(static_cast<int>(o.attention)) + "/" +
-         std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) + "/" +
-         std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len);
+  return std::to_string(static_cast<int>(o.dtype)) + "/" +
+         std::to_string(static_cast<int>(o.attention)) + "/" +
+         std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) +
+         "/" + std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len) + "/" +
+         std::to_string(o.cp);
 }
 }  // namespace
 
@@ -166,6 +171,8 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   r.shard_group = plan.Sharded() ? plan.ResolvedShardGroup(r.world, cluster.gpus_per_node) : 1;
   SHARDTUNE_CHECK(r.shard_group >= 1 && r.world % r.shard_group == 0) << r.shard_group;
   r.replicas = r.world / r.shard_group;
+  r.cp = plan.cp;
+  r.cp_fsdp_mesh = model::ToString(plan.cp_fsdp_mesh);
   WalkSetup w;
   w.spec = &spec;
   w.plan = &plan;
@@ -173,6 +180,8 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.shard_n = r.shard_group;
   w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  r.all_to_all_bytes_per_layer =
+      Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);

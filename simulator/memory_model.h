@@ -113,6 +113,13 @@ struct HostMemory {
 
 struct MemoryReport {
   int world = 1, shard_group = 1, replicas = 1;
+  // Ulysses degree and which ranks FSDP shards over with it ("dp_cp": shard_group includes the
+  // cp ranks; "dp": the cp ranks are replicas, counted in `replicas`).
+  int cp = 1;
+  std::string cp_fsdp_mesh = "dp_cp";
+  // Total size S of one attention layer's forward all-to-alls on one rank (q, k, v in, output
+  // back; backward moves the same again): model::UlyssesAllToAllPerLayer. 0 when cp is 1.
+  Bytes all_to_all_bytes_per_layer;
   int64_t parameters = 0;
   // Persistent per-rank model states in steady state: sharded params + grads + optimizer state.
   Bytes sharded_params, sharded_grads, optimizer_state, model_state;

@@ -15,6 +15,9 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   pr["world_size"] = r.world;
   pr["shard_group_size"] = r.shard_group;
   pr["replicas"] = r.replicas;
+  pr["cp"] = r.cp;
+  pr["cp_fsdp_mesh"] = r.cp_fsdp_mesh;
+  pr["all_to_all_bytes_per_layer"] = r.all_to_all_bytes_per_layer.count();
   pr["model_state_bytes"] = r.model_state.count();
   pr["sharded_params_bytes"] = r.sharded_params.count();
   pr["sharded_grads_bytes"] = r.sharded_grads.count();

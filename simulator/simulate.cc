@@ -11,17 +11,28 @@ namespace shardtune::sim {
 namespace {
 
 struct Links {
-  GroupLink shard, replicate, host;
+  GroupLink shard, replicate, host, cp;
+  // Fluid-model link the Ulysses all-to-alls share: the shard group's (0) when both groups stay
+  // inside one node (every GPU's NVLink carries both), else a link of their own (3).
+  int8_t cp_link = 3;
 };
 
 Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec& c,
                     const MemoryReport& m, const CostConstants& k) {
   Links l;
+  if (m.cp > 1) {
+    // cp groups are consecutive ranks (inside the node first, as verl's and torchtitan's meshes
+    // put cp innermost); all of them run their all-to-alls at the same time.
+    std::vector<std::vector<int>> cp_rings;
+    for (int i = 0; i < m.world / m.cp; ++i) cp_rings.push_back(topo.ShardGroup(m.cp, i));
+    l.cp = DescribeGroup(topo, c, cp_rings, k);
+  }
   std::vector<std::vector<int>> shard_rings, replica_rings;
   for (int i = 0; i < m.replicas; ++i) shard_rings.push_back(topo.ShardGroup(m.shard_group, i));
   for (int j = 0; j < m.shard_group; ++j) replica_rings.push_back(topo.ReplicaGroup(m.shard_group, j));
   l.shard = DescribeGroup(topo, c, shard_rings, k);
   l.replicate = DescribeGroup(topo, c, replica_rings, k);
+  if (m.cp > 1 && !l.cp.crosses_nodes() && !l.shard.crosses_nodes()) l.cp_link = 0;
   // Host <-> device copies over the GPU's own PCIe link.
   const profiles::LinkSpec& pcie = profiles::FindLink(c.gpu.host_link, "gpu " + c.gpu.name);
   l.host.ranks = 2;
@@ -53,6 +64,20 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         oc.link = op.group;
         break;
       }
+      case OpKind::kAllToAll: {
+        // Each dist.all_to_all call pays the latency; the bytes are S x (n-1)/n at the cp
+        // group's bus bandwidth (nccl-tests doc/PERFORMANCE.md, alltoall).
+        const GroupLink& g = l.cp;
+        double bytes =
+            static_cast<double>(op.comm_bytes) * profiles::BusBwFactor(op.collective, g.ranks);
+        double lat = g.ranks > 1 ? op.calls * CollectiveLatency(op.collective, g).count() : 0;
+        oc.latency_ns = ToNanos(lat);
+        oc.transfer_ns = g.ranks > 1 && bytes > 0
+                             ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count()))
+                             : 0;
+        oc.link = l.cp_link;
+        break;
+      }
       case OpKind::kHostToDevice: case OpKind::kDeviceToHost:
         oc.latency_ns = ToNanos(l.host.intra_hop_latency.count());
         oc.transfer_ns = std::max<int64_t>(1, ToNanos(static_cast<double>(op.comm_bytes) / l.host.bus_bandwidth.count()));
@@ -74,6 +99,8 @@ const char* PhaseOf(const ProgramOp& op) {
     case OpKind::kReduceScatter: return "reduce-scatter";
     case OpKind::kAllReduce: return "replica all-reduce";
     case OpKind::kHostToDevice: case OpKind::kDeviceToHost: return "host copies";
+    case OpKind::kAllToAll:
+      return "Ulysses all-to-all";
     default: return "copy-in/copy-out";
   }
 }
@@ -92,7 +119,7 @@ struct SimContext::Impl {
   explicit Impl(const profiles::ClusterSpec& c) : topo(c) {}
   profiles::Topology topo;
   ModelCache models;
-  std::map<int, Links> links;  // by shard group size (efficiencies fixed per context use)
+  std::map<std::pair<int, int>, Links> links;  // by (shard group, cp) (efficiencies fixed per use)
 };
 
 SimContext::SimContext(const profiles::ClusterSpec& cluster) : impl_(std::make_unique<Impl>(cluster)) {}
@@ -130,10 +157,13 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.memory = std::move(est.report);
   r.program = std::move(est.program);
   auto& cache = ctx->impl().links;
-  auto it = cache.find(r.memory.shard_group);
+  const std::pair<int, int> link_key{r.memory.shard_group, r.memory.cp};
+  auto it = cache.find(link_key);
   if (it == cache.end()) {
-    it = cache.insert_or_assign(r.memory.shard_group,
-                                DescribeLinks(ctx->impl().topo, cluster, r.memory, o.costs)).first;
+    it =
+        cache
+            .insert_or_assign(link_key, DescribeLinks(ctx->impl().topo, cluster, r.memory, o.costs))
+            .first;
   }
   const Links& links = it->second;
   std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, o.costs);
@@ -148,7 +178,14 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
     t1 = std::max(t1, r.schedule.end_ns[i]);
     if (ops[i].stream == Stream::kDefault) compute += dur;
     phases[PhaseOf(ops[i])] += dur;
+    if (ops[i].kind == OpKind::kAllToAll) {
+      r.all_to_all_bytes_per_step += ops[i].comm_bytes;
+      r.all_to_all_calls_per_step += ops[i].calls;
+      r.all_to_all_s += static_cast<double>(dur) * 1e-9;
+    }
   }
+  r.cp = plan.cp;
+  r.cp_group = links.cp;
   int64_t step_ns = std::max<int64_t>(1, t1 - t0);
   r.step_time_s = static_cast<double>(step_ns) * 1e-9;
   r.compute_s = static_cast<double>(compute) * 1e-9;

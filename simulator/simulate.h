@@ -35,6 +35,12 @@ struct SimReport {
   double exposed_comm_s = 0;         // step time the compute stream spends waiting
   std::vector<std::pair<std::string, double>> phases_s;  // per-phase busy seconds in the step
   double peak_time_s = 0;            // when the memory peak's op starts, from its step's start
+  // Ulysses context parallelism (plan.cp > 1): the all-to-alls of the steady step on one rank.
+  int cp = 1;
+  int64_t all_to_all_bytes_per_step = 0;  // sum of total sizes S (nccl-tests convention)
+  int64_t all_to_all_calls_per_step = 0;  // dist.all_to_all calls (4 per layer per pass)
+  double all_to_all_s = 0;                // all-to-all stream busy time; on the critical path
+  GroupLink cp_group;                     // the cp group on the topology (ranks 1 when cp 1)
   StepProgram program;
   Schedule schedule;
   std::vector<int64_t> allocated_after;  // bytes after each op (memory counter track)

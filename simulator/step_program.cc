@@ -10,6 +10,8 @@ const char* ToString(Stream s) {
     case Stream::kReduceScatter: return "reduce-scatter";
     case Stream::kCopy: return "host copy";
     case Stream::kHost: return "host CPU";
+    case Stream::kAllToAll:
+      return "all-to-all (Ulysses cp)";
   }
   return "?";
 }
@@ -49,6 +51,8 @@ const char* ToString(OpKind k) {
     case OpKind::kDeviceToHost: return "device-to-host copy";
     case OpKind::kOptimizer: return "optimizer step";
     case OpKind::kZeroGrad: return "zero_grad(set_to_none=True)";
+    case OpKind::kAllToAll:
+      return "Ulysses all-to-all";
   }
   return "?";
 }
@@ -61,7 +65,7 @@ std::string StepProgram::OpName(size_t i) const {
     s += " · micro-batch " + std::to_string(op.micro + 1) + "/" + std::to_string(grad_accum);
   }
   s += std::string(" · ") + ToString(op.kind);
-  if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) {
+  if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward || op.kind == OpKind::kAllToAll) {
     if (op.segment == 0) s += " · embeddings";
     else if (op.segment >= 1 && op.segment <= num_layers) s += " · block " + std::to_string(op.segment - 1);
     else if (op.segment == num_layers + 1) s += " · final norm";

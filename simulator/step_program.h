@@ -16,9 +16,17 @@ namespace shardtune::sim {
 
 // Where an op runs. Compute, all-gather and reduce-scatter streams as in FSDP2
 // (FSDPCommContext: all_gather_copy_in_stream, all_gather_stream, reduce_scatter_stream), a copy
-// stream for host<->device transfers of CPU offload, and the host CPU (offloaded optimizer).
-enum class Stream : uint8_t { kDefault = 0, kAllGather = 1, kReduceScatter = 2, kCopy = 3, kHost = 4 };
-inline constexpr int kNumStreams = 5;
+// stream for host<->device transfers of CPU offload, the host CPU (offloaded optimizer), and
+// the Ulysses all-to-alls (NCCL's stream for the cp process group; its own track in traces).
+enum class Stream : uint8_t {
+  kDefault = 0,
+  kAllGather = 1,
+  kReduceScatter = 2,
+  kCopy = 3,
+  kHost = 4,
+  kAllToAll = 5
+};
+inline constexpr int kNumStreams = 6;
 const char* ToString(Stream s);
 
 // Memory categories of the breakdown.
@@ -31,18 +39,19 @@ inline constexpr int kNumCategories = static_cast<int>(Category::kCount);
 const char* ToString(Category c);
 
 enum class OpKind : uint8_t {
-  kStartup,       // persistent sharded parameters
-  kAllGather,     // all-gather of a unit (copy-in + collective)
-  kCopyOut,       // all-gather output -> unsharded parameters
-  kForward,       // a segment's forward compute
-  kBackward,      // a segment's backward compute (recomputation included)
-  kReduceScatter, // copy-in + reduce-scatter of a unit's gradients
-  kAllReduce,     // HSDP all-reduce of a unit's gradient shard across replicas
-  kPostBackward,  // no_sync bookkeeping, end-of-backward releases
-  kHostToDevice,  // CPU offload: sharded parameters to the GPU before an all-gather
-  kDeviceToHost,  // CPU offload: gradient shard to the host after a reduce-scatter
-  kOptimizer,     // optimizer step
+  kStartup,        // persistent sharded parameters
+  kAllGather,      // all-gather of a unit (copy-in + collective)
+  kCopyOut,        // all-gather output -> unsharded parameters
+  kForward,        // a segment's forward compute
+  kBackward,       // a segment's backward compute (recomputation included)
+  kReduceScatter,  // copy-in + reduce-scatter of a unit's gradients
+  kAllReduce,      // HSDP all-reduce of a unit's gradient shard across replicas
+  kPostBackward,   // no_sync bookkeeping, end-of-backward releases
+  kHostToDevice,   // CPU offload: sharded parameters to the GPU before an all-gather
+  kDeviceToHost,   // CPU offload: gradient shard to the host after a reduce-scatter
+  kOptimizer,      // optimizer step
   kZeroGrad,
+  kAllToAll,  // Ulysses all-to-alls of one attention layer (q, k, v in or the output back)
 };
 const char* ToString(OpKind k);
 
@@ -63,7 +72,8 @@ struct ProgramOp {
   double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
   profiles::Collective collective = profiles::Collective::kAllGather;
   int64_t comm_bytes = 0;
-  int8_t group = 0;             // 0: shard group, 1: replicate group, 2: host link
+  int8_t group = 0;  // 0: shard group, 1: replicate group, 2: host link, 3: cp group
+  int8_t calls = 1;  // collective calls the op stands for (each pays the latency)
   // Host work that issues this op (simulate's host model): eager kernel launches, FSDP2 Python
   // hooks (pre-forward / pre-backward unshard, post-backward reduce), and whether the host first
   // waits for every earlier op (the training loop's per-step sync, e.g. loss.item()).

@@ -8,14 +8,6 @@
 
 namespace shardtune::sim::internal {
 
-// FlashAttention-2 (Dao 2023, section 3.1): backward does 2.5x the forward matmul FLOPs of
-// attention (5 GEMMs vs 2); linear layers do 2x (input and weight gradients).
-constexpr double kAttentionBackwardRatio = 2.5;
-constexpr double kMatmulBackwardRatio = 2.0;
-// Memory-bound ops move about twice their forward traffic in backward (read saved tensors and
-// the incoming gradient, write the input gradient).
-constexpr double kElementwiseBackwardRatio = 2.0;
-
 void Walker::ForwardCompute(int seg) {
   const auto& spec = *s_.spec;
   int L = spec.num_layers;
@@ -33,6 +25,7 @@ void Walker::ForwardCompute(int seg) {
     Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.forward_peak_per_token - residual_));
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
     Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
+    if (p_.cp > 1) UlyssesChain(UlyssesForwardPieces(Cur().memory_bytes, Cur().host_kernels));
   } else {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
@@ -92,6 +85,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(block_.full, grads));
+    if (p_.cp > 1) {
+      last_backward_ = UlyssesChain(
+          UlyssesBackwardPieces(Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
+    }
   } else {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
     Cur().host_kernels = 2;

@@ -13,7 +13,10 @@ using model::Plan;
 Walker::Walker(const WalkSetup& s, StepProgram* prog)
     : s_(s), units_(*s.units), block_(*s.block), head_(*s.head), prog_(prog), p_(*s.plan) {
   n_ = s.shard_n;
-  tokens_ = static_cast<double>(p_.micro_batch) * static_cast<double>(s.seq_len);
+  // Ulysses: each rank of a cp group holds S / cp positions of the same B sequences.
+  tokens_ =
+      static_cast<double>(p_.micro_batch) * static_cast<double>(s.seq_len / std::max(1, p_.cp));
+  a2a_ = model::UlyssesAllToAllPerLayer(*s.spec, p_, s.seq_len);
   e_param_ = model::BytesPerElement(p_.param_dtype);
   e_reduce_ = model::BytesPerElement(p_.reduce_dtype);
   residual_ = model::ResidualPerToken(*s.spec, model::ActivationOptionsFor(p_, s.seq_len));

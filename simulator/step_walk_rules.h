@@ -4,9 +4,27 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/context_parallel.h"
 #include "simulator/step_walk.h"
 
 namespace shardtune::sim::internal {
+
+// FlashAttention-2 (Dao 2023, section 3.1): backward does 2.5x the forward matmul FLOPs of
+// attention (5 GEMMs vs 2); linear layers do 2x (input and weight gradients).
+inline constexpr double kAttentionBackwardRatio = 2.5;
+inline constexpr double kMatmulBackwardRatio = 2.0;
+// Memory-bound ops move about twice their forward traffic in backward (read saved tensors and
+// the incoming gradient, write the input gradient).
+inline constexpr double kElementwiseBackwardRatio = 2.0;
+
+// One piece of a block's compute split around Ulysses all-to-alls: its work, then the
+// all-to-all that follows it (none in the last piece).
+struct UlyssesPiece {
+  double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
+  int16_t host_kernels = 0;
+  int64_t all_to_all_bytes = 0;  // total size S of the all-to-alls after this piece
+  int8_t all_to_all_calls = 0;
+};
 
 class Walker {
  public:
@@ -28,6 +46,13 @@ class Walker {
   void ForwardCompute(int seg);
   void BackwardCompute(int seg, int64_t grads);
   int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const;
+  // Ulysses (plan.cp > 1, step_walk_ulysses.cc): the current op, already begun with its memory
+  // actions, becomes pieces[0]; each later piece is a compute op of the same kind that waits for
+  // the all-to-alls of the piece before it. Returns the last compute op.
+  int32_t UlyssesChain(const std::vector<UlyssesPiece>& pieces);
+  std::vector<UlyssesPiece> UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const;
+  std::vector<UlyssesPiece> UlyssesBackwardPieces(bool recompute, double elem_bytes,
+                                                  int16_t host_kernels) const;
   void IssueAllGather(size_t i, int32_t dep);
   void Unshard(size_t i, bool forward);
   void Reshard(size_t i);
@@ -57,7 +82,8 @@ class Walker {
   int64_t total_shard_numel_ = 0, largest_param_shard_ = 0, factored_numel_ = 0;  // optimizer sizes
   const model::Plan& p_;
   int n_ = 1;
-  double tokens_ = 0, residual_ = 0;
+  double tokens_ = 0, residual_ = 0;  // tokens_: this rank's B·S/cp
+  model::UlyssesAllToAll a2a_;        // per layer; zero sizes when cp is 1
   int64_t e_param_ = 2, e_reduce_ = 4;
   int16_t step_ = 0, micro_ = 0;
   std::vector<bool> gathered_, has_sharded_grad_, inplace_accum_;

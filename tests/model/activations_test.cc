@@ -117,6 +117,46 @@ TEST(ActivationsTest, HeldLogitsStayInSaved) {
   EXPECT_DOUBLE_EQ(held.saved_per_token - not_held.saved_per_token, 2.0 * 128256);
 }
 
+// Ulysses (verl): per token of the rank's S/cp slice, flash saves the gathered q, k, v and its
+// output ([B, S, a/cp, d]: the same elements per slice token), and o_proj saves the output after
+// its all-to-all back: 2qd more than without cp. The all-to-all buffers are transient.
+TEST(ActivationsTest, UlyssesSavesTheOutputOnBothSidesOfItsAllToAll) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  double qd = 4096;
+  auto base = ComputeBlockActivations(s, Bf16());
+  for (int cp : {2, 4}) {
+    ActivationOptions o = Bf16();
+    o.cp = cp;
+    auto b = ComputeBlockActivations(s, o);
+    EXPECT_DOUBLE_EQ(b.full.saved_per_token - base.full.saved_per_token, 2 * qd) << cp;
+    for (const auto& t : b.full.saved) {
+      EXPECT_EQ(t.name.find("send"), std::string::npos) << t.name;
+      EXPECT_EQ(t.name.find("receive"), std::string::npos) << t.name;
+    }
+    // Every forward moment holds what it held without cp, and after the output's all-to-all
+    // also the second copy (2qd); HF Llama's forward peaks in the MLP, after it.
+    EXPECT_GE(b.full.forward_peak_per_token, base.full.forward_peak_per_token + 2 * qd);
+    // The head (logits, loss) is per slice token too: its per-token figures do not change.
+    EXPECT_DOUBLE_EQ(ComputeHeadActivations(s, o).backward_peak_per_token,
+                     ComputeHeadActivations(s, Bf16()).backward_peak_per_token);
+  }
+}
+
+// KV heads fewer than cp are repeated before the all-to-all (verl repeat_kv), so the gathered k
+// and v flash saves are repeat x larger: with 2 KV heads (kvd 256) and cp 4, 2 x 2·kvd each.
+TEST(ActivationsTest, UlyssesRepeatedKvHeadsAreSavedLarger) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  s.num_kv_heads = 2;
+  double qd = 4096, kvd = 2 * 128, rep = 2;
+  auto base = ComputeBlockActivations(s, Bf16());
+  ActivationOptions o = Bf16();
+  o.cp = 4;
+  auto b = ComputeBlockActivations(s, o);
+  // k_embed and v (2·kvd bytes each) become 2·kvd·rep; plus the output's second copy.
+  double expected = 2 * (2 * kvd * rep - 2 * kvd) + 2 * qd;
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token - base.full.saved_per_token, expected);
+}
+
 TEST(AutogradLedgerTest, ChainFreesTemporariesAndKeepsSaved) {
   AutogradLedger g;
   int x = g.Tensor("x", 10);

@@ -77,5 +77,25 @@ TEST(AdviceTest, LossPeakIsExplained) {
   EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), HasSubstr("12 bytes per vocabulary entry"));
 }
 
+// llama3-8b (as Llama-3.1-8B) at 65,536 tokens with full checkpointing: the loss path alone is
+// 12·V·S = 100.9e9 B per rank, above the H100's 84.9e9 B, so the plan cannot fit and most of the
+// peak scales with the rank's tokens; the advice names Ulysses cp. With cp 4 it fits (the search
+// test bounds it) and the sentence is gone.
+TEST(AdviceTest, TokenBoundPeakSuggestsContextParallelism) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  spec.max_seq_len = 131072;
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 65536;
+  p.checkpointing = model::Checkpointing::kFull;
+  auto r = sim::EstimateMemory(spec, cluster, p);
+  ASSERT_FALSE(r.fits);
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), HasSubstr("Ulysses context parallelism (--cp N"));
+  p.cp = 4;
+  auto r4 = sim::EstimateMemory(spec, cluster, p);
+  EXPECT_TRUE(r4.fits);
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r4, {})), ::testing::Not(HasSubstr("Ulysses")));
+}
+
 }  // namespace
 }  // namespace shardtune::plan

@@ -19,6 +19,7 @@ SearchRequest SmallSpace(int64_t global_batch, int64_t seq) {
   r.space.wraps = {model::WrapPolicy{}};
   r.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kFull};
   r.space.forward_prefetch = {false};
+  r.space.cp_sizes = {1};  // cp has its own tests below
   return r;
 }
 
@@ -112,6 +113,98 @@ TEST(SearchTest, CpuRanksAreNotOfferedOffload) {
   auto c = profiles::ParseClusterShorthand("cpu:4");
   SearchRequest req = SmallSpace(8, 64);
   for (const auto& p : EnumeratePlans(spec, c, req)) EXPECT_EQ(p.offload, model::Offload::kNone);
+}
+
+// Ulysses cp as a search dimension: only values verl accepts for the model (heads 32, KV heads 8:
+// 1, 2, 4, 8 on one 8-GPU node; 16 and 32 would leave the node), each with a whole per-rank batch.
+// Llama-3.1-8B: llama3-8b's shapes with 131,072 positions (its config.json
+// max_position_embeddings); the llama3-8b preset (Meta-Llama-3-8B) stops at 8,192.
+model::ModelSpec Llama31_8b() {
+  auto spec = model::FindModelPreset("llama3-8b");
+  spec.max_seq_len = 131072;
+  return spec;
+}
+
+TEST(SearchTest, DefaultCpSizesAreTheValidOnesInsideANode) {
+  auto spec = Llama31_8b();
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req = SmallSpace(8, 65536);
+  EXPECT_EQ(DefaultCpSizes(spec, c, req), (std::vector<int>{1, 2, 4, 8}));
+  req.seq_len = 4098;  // 4098 = 2 x 2049: only cp 1 and 2 divide it
+  EXPECT_EQ(DefaultCpSizes(spec, c, req), (std::vector<int>{1, 2}));
+  req.space.cp_sizes = {};
+  req.seq_len = 65536;
+  int64_t per_cp[9] = {};
+  for (const auto& p : EnumeratePlans(spec, c, req)) {
+    ASSERT_TRUE(p.cp == 1 || p.cp == 2 || p.cp == 4 || p.cp == 8) << p.cp;
+    // cp ranks share sequences: micro-batch x grad-accum = global batch x cp / world.
+    EXPECT_EQ(p.micro_batch * p.grad_accum, 8 * p.cp / 8) << PlanKey(p);
+    ++per_cp[p.cp];
+  }
+  for (int cp : {1, 2, 4, 8}) EXPECT_GT(per_cp[cp], 0) << cp;
+}
+
+// The scenario: llama3-8b (as Llama-3.1-8B) at 65,536 tokens per sequence, global batch
+// 8, on 8xH100.
+// Which cp sizes fit follows from the loss path: HF's fp32 upcast keeps 12 bytes per vocabulary
+// entry per token live at the loss backward (activations_test: 12V), on the rank's S/cp tokens.
+//  - cp=1: 12·V·S alone = 12 x 128256 x 65536 = 100.9e9 B > 84.9e9 B usable: no plan can fit,
+//    whatever it shards, checkpoints or offloads.
+//  - cp=4, cp=8 with full checkpointing and no offload fit under an upper bound: model states
+//    16·N/8, checkpointed block inputs L·2H·t, the loss path 16·V·t (12V plus the bf16 logits
+//    and their fp32 copy's share), one block's backward (< 400 kB per token) and four gathered
+//    units of at most the LM head (2·V·H bytes each), + 5% fragmentation + 2 GiB outside the
+//    allocator, with t = S/cp tokens per rank.
+TEST(SearchTest, UlyssesCpSizesThatFitLlama3At64kOn8xH100) {
+  auto spec = Llama31_8b();
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req;
+  req.global_batch = 8;
+  req.seq_len = 65536;
+  req.top_k = 3;
+  req.space.strategies = {model::ShardingStrategy::kFullShard};
+  req.space.wraps = {model::WrapPolicy{}};
+  req.space.micro_batches = {1};
+  req.space.checkpointing = {model::Checkpointing::kFull};
+  req.space.offloads = {model::Offload::kNone, model::Offload::kAll};
+  req.space.forward_prefetch = {false};
+  req.space.backward_prefetch = {model::BackwardPrefetch::kPre};
+  SearchResult r = SearchPlans(spec, c, req);
+  ASSERT_EQ(r.cp_verdicts.size(), 4u);
+  const double V = 128256, H = 4096, L = 32, S = 65536,
+               N = static_cast<double>(model::ParameterCount(spec));
+  const double capacity = static_cast<double>(c.gpu.usable_memory.count());
+  for (const CpVerdict& v : r.cp_verdicts) {
+    SCOPED_TRACE(v.why);
+    const double t = S / v.cp;
+    EXPECT_EQ(v.why.rfind("cp=" + std::to_string(v.cp) + ": ", 0), 0u);
+    // The verdict agrees with its own figures.
+    EXPECT_EQ(v.fitting > 0, v.smallest_required <= c.gpu.usable_memory);
+    if (12 * V * t > capacity) {
+      EXPECT_EQ(v.fitting, 0);
+      EXPECT_NE(v.why.find("does not fit"), std::string::npos);
+      EXPECT_NE(v.why.find("LM head and loss"), std::string::npos);  // where the peak is, named
+      EXPECT_GT(static_cast<double>(v.smallest_required.count()), 12 * V * t);
+    }
+    double upper = (16 * N / 8 + L * 2 * H * t + 16 * V * t + 400e3 * t + 4 * 2 * V * H) * 1.05 +
+                   2.0 * (1 << 30);
+    if (upper < capacity) {
+      EXPECT_GT(v.fitting, 0);
+      EXPECT_NE(v.why.find("fits"), std::string::npos);
+      EXPECT_GT(v.best_step_time_s, 0);
+    }
+  }
+  EXPECT_EQ(r.cp_verdicts[0].cp, 1);
+  EXPECT_EQ(r.cp_verdicts[0].fitting, 0);  // 12·V·S > capacity (above)
+  EXPECT_GT(r.cp_verdicts[2].fitting, 0);  // cp=4 under the upper bound
+  EXPECT_GT(r.cp_verdicts[3].fitting, 0);  // cp=8 likewise
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_GT(r.top.front().plan.cp, 1);
+  for (const auto& x : r.rejected) {
+    if (x.reason.find("OOM") != std::string::npos && x.example.find("cp=") == std::string::npos) {
+      EXPECT_EQ(x.reason.find(", cp "), std::string::npos) << x.reason;  // cp 1 reasons carry no cp
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+// Walker: a block's compute split around its Ulysses all-to-alls (plan.cp > 1). verl's
+// _ulysses_flash_attention_forward (verl/models/transformers/monkey_patch.py) calls
+// gather_seq_scatter_heads on q, k, v, runs flash attention, then gather_heads_scatter_seq on the
+// output, each a blocking dist.all_to_all (verl/utils/ulysses.py all_to_all_tensor, async_op
+// False): attention cannot start before its inputs arrive and o_proj cannot start before the
+// output is back, so the all-to-alls sit on the critical path with no overlap inside the layer
+// (DeepSpeed-Ulysses, Jacobs et al. 2023, section 3.1, likewise). They run on their own stream
+// so traces show them apart; FSDP's all-gathers and reduce-scatters still overlap them.
+#include <algorithm>
+
+#include "model/errors.h"
+#include "model/module_tree.h"
+#include "simulator/step_walk_rules.h"
+
+namespace shardtune::sim::internal {
+namespace {
+
+struct BlockFlops {
+  double pre = 0;   // q, k, v projections: 2·H·(q_dim + 2·kv_dim) per token
+  double post = 0;  // o_proj and the MLP: the rest of the block's matmuls
+  double attn = 0;  // 4·S·q_dim per token (scores and values, full S: each rank has heads / cp)
+};
+
+BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len) {
+  BlockFlops f;
+  double h = static_cast<double>(spec.hidden);
+  f.attn = 4.0 * static_cast<double>(seq_len) * static_cast<double>(spec.q_dim());
+  double mm = model::BlockForwardFlopsPerToken(spec, seq_len).count() - f.attn;
+  f.pre = std::min(mm, 2.0 * h * static_cast<double>(spec.q_dim() + 2 * spec.kv_dim()));
+  f.post = mm - f.pre;
+  return f;
+}
+
+}  // namespace
+
+std::vector<UlyssesPiece> Walker::UlyssesForwardPieces(double elem_bytes,
+                                                       int16_t host_kernels) const {
+  BlockFlops f = Split(*s_.spec, s_.seq_len);
+  std::vector<UlyssesPiece> v(3);
+  // Norm, projections and rope, then q, k, v out (3 calls); the memory-bound traffic is kept
+  // with the first piece (an approximation: it only moves time between pieces of one chain).
+  v[0] = {
+      f.pre * tokens_, 0, elem_bytes, host_kernels, a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes, 3};
+  v[1] = {0, f.attn * tokens_, 0, 0, a2a_.out_bytes, 1};  // flash attention, output back
+  v[2] = {f.post * tokens_, 0, 0, 0, 0, 0};               // o_proj and the MLP
+  return v;
+}
+
+std::vector<UlyssesPiece> Walker::UlyssesBackwardPieces(bool recompute, double elem_bytes,
+                                                        int16_t host_kernels) const {
+  BlockFlops f = Split(*s_.spec, s_.seq_len);
+  int64_t qkv = a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes;
+  std::vector<UlyssesPiece> v;
+  if (recompute) {
+    // Full checkpointing reruns the block's forward first, its all-to-alls included.
+    v.push_back({f.pre * tokens_, 0, elem_bytes, host_kernels, qkv, 3});
+    v.push_back({0, f.attn * tokens_, 0, 0, a2a_.out_bytes, 1});
+    elem_bytes = 0;
+    host_kernels = 0;
+  }
+  double post = (kMatmulBackwardRatio + (recompute ? 1.0 : 0.0)) * f.post * tokens_;
+  // o_proj and MLP backward, then the output's gradient goes to the head split (1 call);
+  // flash attention backward, then dq, dk, dv go back to the sequence split (3 calls).
+  v.push_back({post, 0, elem_bytes, host_kernels, a2a_.out_bytes, 1});
+  v.push_back({0, kAttentionBackwardRatio * f.attn * tokens_, 0, 0, qkv, 3});
+  v.push_back({kMatmulBackwardRatio * f.pre * tokens_, 0, 0, 0, 0, 0});
+  return v;
+}
+
+int32_t Walker::UlyssesChain(const std::vector<UlyssesPiece>& pieces) {
+  SHARDTUNE_CHECK(!pieces.empty()) << "empty Ulysses chain";
+  const OpKind kind = Cur().kind;
+  const int32_t seg = Cur().segment;
+  int32_t compute = static_cast<int32_t>(prog_->ops.size()) - 1;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const UlyssesPiece& pc = pieces[i];
+    if (i > 0) {
+      int32_t wait = static_cast<int32_t>(prog_->ops.size()) - 1;  // the all-to-all before it
+      compute = Begin(kind, Stream::kDefault, -1, seg);
+      Dep(wait);
+    }
+    ProgramOp& op = prog_->ops[static_cast<size_t>(compute)];
+    op.matmul_flops = pc.matmul_flops;
+    op.attention_flops = pc.attention_flops;
+    op.memory_bytes = pc.memory_bytes;
+    op.host_kernels = pc.host_kernels;
+    if (pc.all_to_all_bytes <= 0) continue;
+    Begin(OpKind::kAllToAll, Stream::kAllToAll, -1, seg);
+    Dep(compute);
+    Cur().collective = profiles::Collective::kAllToAll;
+    Cur().comm_bytes = pc.all_to_all_bytes;
+    Cur().group = 3;
+    Cur().calls = pc.all_to_all_calls;
+    Cur().host_kernels = pc.all_to_all_calls;  // one NCCL launch per dist.all_to_all
+  }
+  return compute;
+}
+
+}  // namespace shardtune::sim::internal
