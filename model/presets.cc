@@ -85,6 +85,10 @@ void AddLlama(std::vector<PresetInfo>* p) {
                       68'976'648'192, HfConfig("meta-llama/Llama-2-70b-hf") + counts));
   p->push_back(Preset("llama3-8b", WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 8192),
                       8'030'261'248, HfConfig("meta-llama/Meta-Llama-3-8B") + counts));
+  // Llama 3.1 8B: Llama 3 8B's shapes with 131,072 positions (rope_scaling llama3), the model
+  // long-context users train (verl / ROLL Ulysses examples).
+  p->push_back(Preset("llama3.1-8b", WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 131072),
+                      8'030'261'248, HfConfig("meta-llama/Llama-3.1-8B") + counts));
   p->push_back(Preset("llama3-70b", WithVocab(Shape(80, 8192, 64, 8, 28672), 128256, 8192),
                       70'553'706'496, HfConfig("meta-llama/Meta-Llama-3-70B") + counts));
   p->push_back(Preset("llama3-405b", WithVocab(Shape(126, 16384, 128, 8, 53248), 128256, 131072),

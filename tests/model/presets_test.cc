@@ -41,6 +41,10 @@ TEST(PresetsTest, Llama3_8bByHand) {
   // 32 layers, H 4096, 8 kv heads of 128 (kv_dim 1024), F 14336, V 128256: 8,030,261,248.
   EXPECT_EQ(ParameterCount(FindModelPreset("llama3-8b")),
             LlamaFormula(32, 4096, 8 * 128, 14336, 128256));
+  // Llama 3.1 8B: the same shapes with 131,072 positions (config.json max_position_embeddings).
+  EXPECT_EQ(ParameterCount(FindModelPreset("llama3.1-8b")),
+            LlamaFormula(32, 4096, 8 * 128, 14336, 128256));
+  EXPECT_EQ(FindModelPreset("llama3.1-8b").max_seq_len, 131072);
 }
 
 TEST(PresetsTest, Llama3_2_1bByHandIsTied) {
