@@ -3,14 +3,17 @@
 
 #include <iomanip>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/format.h"
+#include "model/errors.h"
+#include "model/plan_json.h"
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
+#include "simulator/colocation.h"
+#include "simulator/feature_savings.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
@@ -56,6 +59,18 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";
+  if (!p.Trains()) o << ", role infer (forward only)";
+  if (p.lora.enabled()) {
+    o << ", LoRA r=" << p.lora.rank << " on ";
+    for (size_t i = 0; i < p.lora.targets.size(); ++i) o << (i ? "," : "") << p.lora.targets[i];
+  }
+  if (!p.frozen_prefixes.empty()) {
+    o << ", frozen ";
+    for (size_t i = 0; i < p.frozen_prefixes.size(); ++i)
+      o << (i ? "," : "") << p.frozen_prefixes[i];
+  }
+  if (p.tiled_mlp_shards > 1) o << ", tiled MLP x" << p.tiled_mlp_shards;
+  if (p.wrap.expert_units) o << ", per-expert units";
   return o.str();
 }
 
@@ -170,7 +185,70 @@ void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
 void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   CLI::App* sub = app->add_subcommand("estimate", "Per-GPU and per-host memory of a training job");
   AddJobFlags(sub, a);
+  sub->add_option("--role-plan", a->role_plans,
+                  "Plan JSON of another role on the same GPUs (repeatable; RL: reference, rollout)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--offload-between-roles", a->offload_between_roles,
+                "Idle roles offload params and optimizer state to the host (verl param_offload, "
+                "ROLL offload)");
+  sub->add_flag(
+      "--roles-in-one-process", a->roles_in_one_process,
+      "All roles share one process per GPU (verl's fused worker); default: one process per role");
 }
+
+namespace {
+
+// The roles of --role-plan next to the main plan, estimated on the same cluster.
+sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
+                                     const sim::MemoryReport& main) {
+  std::vector<sim::ColocatedRole> roles;
+  std::string main_name = std::string(model::ToString(job.plan.role)) + " (" +
+                          (a.plan.plan_file.empty() ? std::string("flags") : a.plan.plan_file) +
+                          ")";
+  roles.push_back({main_name, main});
+  for (const auto& file : a.role_plans) {
+    model::Plan p = model::ReadPlanFile(file);
+    ThrowIfProblems(JobProblems(job.spec, job.cluster, p, file));
+    roles.push_back({std::string(model::ToString(p.role)) + " (" + file + ")",
+                     sim::EstimateMemory(job.spec, job.cluster, p, job.options.memory)});
+  }
+  sim::ColocationOptions o;
+  o.offload_between_roles = a.offload_between_roles;
+  o.separate_processes = !a.roles_in_one_process;
+  return sim::CoLocate(roles, o, job.options.memory.constants);
+}
+
+void PrintColocation(const sim::ColocationReport& c, std::ostream& out) {
+  out << "\nCo-located roles (per GPU)\n";
+  out << "  role                                  alone      idle residue   while it runs\n";
+  for (const auto& r : c.roles) {
+    out << "  " << std::left << std::setw(36) << r.name << std::right << std::setw(11)
+        << FormatBytes(r.own_required) << std::setw(15) << FormatBytes(r.idle_total)
+        << std::setw(16) << FormatBytes(r.colocated_required) << "\n";
+  }
+  out << "  peak " << FormatBytes(c.peak) << " while " << c.peak_role
+      << " runs: " << (c.fits ? "FITS" : "DOES NOT FIT") << " in " << FormatBytes(c.capacity)
+      << "\n";
+  out << "  judged on: " << c.judged_on << "\n";
+}
+
+nlohmann::ordered_json ColocationJson(const sim::ColocationReport& c) {
+  nlohmann::ordered_json roles = nlohmann::ordered_json::array();
+  for (const auto& r : c.roles) {
+    nlohmann::ordered_json residue = nlohmann::ordered_json::object();
+    for (const auto& [k, b] : r.idle_residue) residue[k] = b.count();
+    roles.push_back({{"role", r.name},
+                     {"required_bytes", r.own_required.count()},
+                     {"idle_residue_bytes", r.idle_total.count()},
+                     {"idle_residue", residue},
+                     {"colocated_required_bytes", r.colocated_required.count()}});
+  }
+  return {{"roles", roles},           {"peak_bytes", c.peak.count()},
+          {"peak_role", c.peak_role}, {"capacity_bytes", c.capacity.count()},
+          {"fits", c.fits},           {"judged_on", c.judged_on}};
+}
+
+}  // namespace
 
 void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   Job job = ResolveJob(a);
@@ -183,9 +261,15 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
+  sim::FeatureSavings savings;
+  if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
+  sim::ColocationReport colocated;
+  if (!a.role_plans.empty()) colocated = ColocatedRoles(a, job, r);
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
+    PrintFeatureSavings(savings, r, out);
+    if (!a.role_plans.empty()) PrintColocation(colocated, out);
     PrintPhases(phases, out);
     return;
   }
@@ -200,6 +284,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                    {"host_peak_bytes_per_node", x.host_peak_per_node.count()},
                    {"host_fits", x.host_fits}, {"fits", x.fits()}});
   }
+  if (sim::UsesFeatures(plan)) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
+  if (!a.role_plans.empty()) j["colocation"] = ColocationJson(colocated);
   j["phases"] = sim::JobPhasesToJson(phases);
   j["alternatives"] = alt;
   j["advice"] = plan::AdviseOnMemory(plan, r, alts);

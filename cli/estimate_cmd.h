@@ -2,16 +2,22 @@
 // breakdown, what the allocator reserves, what lives outside it, and what-if alternatives.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
+#include <vector>
 
 #include "cli/job_args.h"
 
 namespace shardtune::cli {
 
-using EstimateArgs = JobArgs;
+// The job flags plus co-located roles: each --role-plan FILE (a shardtune.plan, usually with
+// "role") is another role of the same RL job on the same GPUs as the plan from the flags.
+struct EstimateArgs : JobArgs {
+  std::vector<std::string> role_plans;
+  bool offload_between_roles = false;  // verl param/optimizer offload, ROLL offload between phases
+  bool roles_in_one_process = false;   // verl's fused worker; default: a process per role (ROLL)
+};
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* args);
 // Runs the estimate, writing the table (or one JSON document) to `out`. Throws InputError.

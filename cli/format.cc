@@ -31,4 +31,35 @@ std::string FormatCount(int64_t n) {
   return buf;
 }
 
+void PrintFeatureSavings(const sim::FeatureSavings& f, const sim::MemoryReport& r,
+                         std::ostream& out) {
+  if (f.features.empty()) return;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.2f%%",
+                r.parameters > 0 ? 100.0 * static_cast<double>(r.trainable_parameters) /
+                                       static_cast<double>(r.parameters)
+                                 : 0.0);
+  out << "\nVersus the full fine-tune of the same plan (peak " << FormatBytes(f.full_finetune_peak)
+      << ", required " << FormatBytes(f.full_finetune_required) << "):\n";
+  out << "  trainable parameters " << FormatCount(r.trainable_parameters) << " of "
+      << FormatCount(r.parameters) << " (" << pct << ")";
+  if (r.adapter_parameters > 0) out << ", LoRA adapters " << FormatCount(r.adapter_parameters);
+  out << "\n";
+  for (const auto& x : f.features) {
+    out << "  " << x.feature << ":";
+    std::string sep = " ";
+    for (const auto& [what, b] : x.saved) {
+      out << sep << (b.count() > 0 ? "-" : "+") << FormatBytes(Bytes::Of(std::llabs(b.count())))
+          << " " << what;
+      sep = ", ";
+    }
+    if (x.saved.empty()) out << " no change";
+    out << " (peak " << (x.peak_saved.count() >= 0 ? "-" : "+")
+        << FormatBytes(Bytes::Of(std::llabs(x.peak_saved.count()))) << ")\n";
+  }
+  out << "  total: peak " << FormatBytes(r.peak_allocated) << " vs "
+      << FormatBytes(f.full_finetune_peak) << " (" << (f.total_peak_saved.count() >= 0 ? "-" : "+")
+      << FormatBytes(Bytes::Of(std::llabs(f.total_peak_saved.count()))) << ")\n";
+}
+
 }  // namespace shardtune::cli

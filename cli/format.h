@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "model/units.h"
+#include "simulator/feature_savings.h"
+#include "simulator/memory_model.h"
 
 namespace shardtune::cli {
 
@@ -12,5 +15,11 @@ namespace shardtune::cli {
 std::string FormatBytes(Bytes b);
 // "6.74 B", "124.4 M", "512 K" (decimal: parameter counts).
 std::string FormatCount(int64_t n);
+// For a plan with frozen parameters, LoRA, a tiled MLP, expert units or an inference role: the
+// trainable count and one line per feature, e.g. "frozen: -12.4 GiB optimizer state, -3.1 GiB
+// sharded gradients (peak -15.5 GiB)", against the full fine-tune of the same plan. Prints
+// nothing when f.features is empty.
+void PrintFeatureSavings(const sim::FeatureSavings& f, const sim::MemoryReport& r,
+                         std::ostream& out);
 
 }  // namespace shardtune::cli

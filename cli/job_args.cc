@@ -5,6 +5,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "model/trainable.h"
 #include "simulator/job_phases.h"
 #include "simulator/profile_json.h"
 
@@ -69,6 +70,12 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
        model::CpProblems(spec, plan, cluster.world_size(), cluster.gpus_per_node, plan_where)) {
     problems.push_back(p);
   }
+  if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
+    for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),
+                                               plan_where)) {
+      problems.push_back(p);
+    }
+  }
   return problems;
 }
 
@@ -88,6 +95,10 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
       ->capture_default_str();
   sub->add_option("--host-memory-limit", a->host_memory_limit, "cgroup limit on host RAM per node, e.g. 64GiB");
   sub->add_flag("--no-grad-clip", a->no_grad_clip, "No clip_grad_norm_ before the optimizer step");
+  sub->add_option("--moe-capacity-factor", a->moe_capacity_factor,
+                  "MoE: tokens per expert as a multiple of the balanced top_k x tokens / experts "
+                  "(default 1.0)")
+      ->capture_default_str();
   sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
@@ -111,6 +122,11 @@ Job ResolveJob(const JobArgs& a) {
   job.options.memory.allocator = sim::ParseAllocatorMode(a.allocator, "--allocator");
   if (!a.host_memory_limit.empty()) job.options.memory.host_memory_limit = ParseHostLimit(a.host_memory_limit);
   job.options.memory.clip_grad_norm = !a.no_grad_clip;
+  if (!(a.moe_capacity_factor > 0)) {
+    throw InputError("--moe-capacity-factor: expected a number > 0 (1.0: balanced load), got " +
+                     std::to_string(a.moe_capacity_factor));
+  }
+  job.options.memory.moe_capacity_factor = a.moe_capacity_factor;
   if (!a.profile.empty()) {
     sim::Profile prof = sim::ReadProfileFile(a.profile);
     job.options.memory.constants = prof.memory;

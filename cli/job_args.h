@@ -25,6 +25,7 @@ struct JobArgs {
   std::string allocator = "default";          // default|expandable_segments
   std::string host_memory_limit;              // cgroup limit per node ("64GiB"); empty: none
   bool no_grad_clip = false;                  // no clip_grad_norm_ before the optimizer step
+  double moe_capacity_factor = 1.0;           // MoE tokens per expert / balanced load
   std::string profile;  // calibrated profile JSON; empty: the named defaults
   bool json = false;
   bool timeline = false;

@@ -71,9 +71,15 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
     sim::WriteFileAtomically(
         a.trace, sim::ChromeTrace(r, "shardtune simulate · " + job.spec.name, &job_phases).dump() + "\n");
   }
+  sim::FeatureSavings savings;
+  if (sim::UsesFeatures(job.plan)) {
+    savings =
+        sim::CompareWithFullFinetune(job.spec, job.cluster, job.plan, job.options.memory, r.memory);
+  }
   if (!a.job.json) {
     for (const auto& w : job.warnings) err << "warning: " << w << "\n";
     PrintTable(job, r, out);
+    PrintFeatureSavings(savings, r.memory, out);
     PrintPhases(job_phases, out);
     return;
   }
@@ -97,6 +103,8 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   j["peak_time_s"] = r.peak_time_s;
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
+  if (sim::UsesFeatures(job.plan))
+    j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
   j["phases"] = sim::JobPhasesToJson(job_phases);
   j["warnings"] = job.warnings;
   out << j.dump(2) << "\n";

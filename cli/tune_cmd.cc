@@ -1,11 +1,11 @@
 // `shardtune tune`: request validation, the search, and its report.
 #include "cli/tune_cmd.h"
 
-#include <cstdio>
-#include <chrono>
-#include <iomanip>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 
 #include "cli/format.h"
@@ -14,9 +14,12 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "model/trainable.h"
 #include "planner/export.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
+#include "simulator/feature_savings.h"
+#include "simulator/memory_report_json.h"
 #include "simulator/profile_json.h"
 #include "simulator/trace_json.h"
 
@@ -120,6 +123,11 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
       (given.micro_batch < 1 || (req.global_batch / world) % given.micro_batch != 0)) {
     problems.push_back("--micro-batch: expected a divisor of the per-rank batch " +
                        std::to_string(req.global_batch / world) + ", got " + std::to_string(given.micro_batch));
+  }
+  // Frozen prefixes, LoRA, expert units and tiled MLP pass through the search as base-plan fields.
+  for (auto& pr : model::TrainabilityProblems(
+           spec, given, req.seq_len, a.plan.plan_file.empty() ? "plan" : a.plan.plan_file)) {
+    problems.push_back(pr);
   }
   if (FlagGiven(a.plan, "--grad-accum")) problems.push_back("--grad-accum: follows from --global-batch and --micro-batch in tune; leave it out");
   ThrowIfProblems(problems);
@@ -306,9 +314,18 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
     const model::Plan& best = r.top.front().plan;
     exported = plan::ExportPlan(best, plan::MakeExportContext(spec, cluster, best), format);
   }
+  sim::FeatureSavings savings;
+  sim::MemoryReport best_memory;
+  bool features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);
+  if (features) {
+    const model::Plan& best = r.top.front().plan;
+    best_memory = sim::EstimateMemory(spec, cluster, best, req.options.memory);
+    savings = sim::CompareWithFullFinetune(spec, cluster, best, req.options.memory, best_memory);
+  }
   if (!a.json) {
     for (const auto& w : warnings) err << "warning: " << w << "\n";
     PrintTable(a, spec, cluster, req, r, out);
+    if (features) PrintFeatureSavings(savings, best_memory, out);  // for the #1 plan
     if (!nodes.empty()) out << "\nFewest nodes (same global batch)\n";
     for (const auto& n : nodes) {
       out << "  " << n.nodes << " node(s): "
@@ -362,6 +379,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   }
   j["cp_verdicts"] = cps;
   j["fits"] = !r.top.empty();
+  if (features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
   j["advice_if_none"] = r.advice_if_none;
   if (a.search_nodes) {
     nlohmann::ordered_json ns = nlohmann::ordered_json::array();

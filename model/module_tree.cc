@@ -217,6 +217,22 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
   };
   const ModuleNode& inner = root.children.front();
   int L = s.num_layers;
+  if (w.expert_units && s.moe.enabled()) {
+    // ROLL's wrap_policy.moe_experts (roll/distributed/strategy/fsdp2_strategy.py): fully_shard
+    // on every module of the listed expert class (e.g. Qwen3MoeMLP) before its decoder layer, so
+    // each expert is its own unit nested in the block's unit (which keeps router, shared experts).
+    for (int b = 0; b < L; ++b) {
+      for (const auto& part : FindBlock(root, b)->children) {
+        for (const auto& list : part.children) {
+          if (!list.is_container) continue;
+          for (const auto& expert : list.children) {
+            add_unit(expert.name, {&expert});
+            units.back().is_expert = true;
+          }
+        }
+      }
+    }
+  }
   if (w.kind == WrapPolicy::Kind::kSize) {
     // torch/distributed/fsdp/wrap.py _recursive_wrap with size_based_auto_wrap_policy: children
     // first; a module is wrapped when the numel not already wrapped below it reaches
@@ -266,7 +282,8 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
   units.push_back(std::move(r));
   std::stable_sort(units.begin(), units.end(), [](const FsdpUnit& a, const FsdpUnit& b) {
     if (a.first_segment != b.first_segment) return a.first_segment < b.first_segment;
-    return a.last_segment > b.last_segment;
+    if (a.last_segment != b.last_segment) return a.last_segment > b.last_segment;
+    return !a.is_expert && b.is_expert;  // the block's unit before its experts (outer first)
   });
   return units;
 }

@@ -19,6 +19,8 @@ struct ParamTensor {
   int64_t dim0 = 0;
   int64_t inner = 1;  // product of the other dims
   int segment = 0;    // forward segment that uses it (its gradient appears in that backward)
+  bool requires_grad = true;  // false: frozen (no gradient, reduce-scatter or optimizer state)
+  bool lora_adapter = false;  // a LoRA A or B matrix (stored in Plan::lora.dtype)
   int64_t numel() const { return dim0 * inner; }
   // Elements per rank after FSDP2's dim-0 padding: ceil(dim0 / n) * inner
   // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _init_sharded_param).
@@ -59,6 +61,7 @@ struct FsdpUnit {
   std::vector<ParamTensor> params;
   int first_segment = 0, last_segment = 0;  // gathered from pre-forward of first to post-forward of last
   bool is_root = false;             // fully_shard(model): not resharded after forward
+  bool is_expert = false;           // one MoE expert (WrapPolicy::expert_units), inside its block
   int64_t NumParams() const;
   int64_t PaddedShardNumel(int n) const;  // sum over params
 };

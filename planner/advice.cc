@@ -47,8 +47,13 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                       "against " + GiBText(gpu_ok->host_capacity_per_node) + " here: offloaded fp32 "
                       "params, grads and optimizer state take 16 bytes per parameter of the node's shards.");
       } else {
-        out.push_back("No offload or checkpointing choice fits the GPUs: add GPUs (the fp32 model "
-                      "states alone are 16 bytes per parameter over the shard group).");
+        out.push_back(
+            r.trainable_parameters == r.parameters
+                ? "No offload or checkpointing choice fits the GPUs: add GPUs (the fp32 model "
+                  "states alone are 16 bytes per parameter over the shard group)."
+                : "No offload or checkpointing choice fits the GPUs: add GPUs (the model "
+                  "states are 16 bytes per trainable and 4 per frozen parameter over the "
+                  "shard group).");
       }
     }
   }
@@ -97,6 +102,25 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     out.push_back("Step 1 peaks " + GiBText(r.steady_peak - r.step0_peak) + " higher than step 0: the "
                   "optimizer state created by the first step() is live through every later "
                   "forward and backward. A run that survives step 0 can still fail at step 1.");
+  }
+  // Frozen parameters (LoRA's base, --freeze, an inference role) keep master-dtype shards no
+  // optimizer updates; PEFT and RL reference workers usually load them in bf16 instead.
+  if (r.trainable_parameters < r.parameters && plan.master_dtype == model::DType::kFp32 &&
+      plan.offload == model::Offload::kNone) {
+    double frozen = 0;
+    for (const auto& u : r.units) {
+      if (u.parameters > 0) {
+        frozen += static_cast<double>(u.shard_bytes.count()) *
+                  static_cast<double>(u.parameters - u.trainable) /
+                  static_cast<double>(u.parameters);
+      }
+    }
+    if (frozen > static_cast<double>(r.peak_allocated.count()) / 10) {
+      out.push_back(
+          "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
+          " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
+          "bf16 halves that.");
+    }
   }
   if (plan.no_sync && r.shard_group > 1) {
     out.push_back("--no-sync keeps fp32 unsharded gradients of the whole model between micro-batches; "

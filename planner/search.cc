@@ -189,6 +189,9 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                   p.shard_group_size = g;
                   p.reshard_after_forward = model::StrategyReshardsAfterForward(strategy);
                   p.wrap = w;
+                  // Per-expert units are a property of the model's MoE blocks, orthogonal to how
+                  // blocks are grouped: the base plan's choice applies to every wrap searched.
+                  p.wrap.expert_units = w.expert_units || req.base.wrap.expert_units;
                   p.micro_batch = mb;
                   p.grad_accum = static_cast<int>(per_rank / mb);
                   p.seq_len = req.seq_len;

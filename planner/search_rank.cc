@@ -1,11 +1,12 @@
 // Ranker: memory lower bound, memory check, time lower bound, simulation, ranking.
 #include "planner/search_rank.h"
-#include "planner/text.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "model/module_tree.h"
+#include "model/trainable.h"
+#include "planner/text.h"
 
 namespace shardtune::plan {
 namespace {
@@ -52,18 +53,37 @@ Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluste
 // less, since the step's peak includes them (simulator/step_walk_backward.cc OptimizerStep).
 Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
   int n = p.Sharded() ? p.ResolvedShardGroup(cluster_.world_size(), cluster_.gpus_per_node) : 1;
-  std::string key = model::WrapSpecToString(p.wrap) + "/" + std::to_string(n);
-  auto it = shard_numel_.find(key);
-  if (it == shard_numel_.end()) {
-    int64_t t = 0;
-    for (const auto& u : sim::CacheOf(ctx_).Units(spec_, p.wrap)) t += u.PaddedShardNumel(n);
-    it = shard_numel_.emplace(key, t).first;
-  }
   int64_t per_elem = 0;
   switch (p.offload) {
     case model::Offload::kNone: per_elem = 16; break;
     case model::Offload::kOptimizer: per_elem = model::BytesPerElement(p.param_dtype); break;
     case model::Offload::kAll: per_elem = 0; break;
+  }
+  if (model::ChangesTrainability(p)) {
+    // Frozen parameters (all of them for an inference role) keep only their shard: the master
+    // dtype's bytes (param dtype under optimizer offload, none under full offload); LoRA adapters
+    // their lora.dtype shard plus, when they train, gradient and moments (at least as above).
+    int64_t bytes = 0;
+    int64_t frozen_elem =
+        p.offload == model::Offload::kNone ? model::BytesPerElement(p.master_dtype) : per_elem;
+    for (const auto& u : sim::CacheOf(ctx_).UnitsFor(spec_, p)) {
+      for (const auto& prm : u.params) {
+        int64_t ps = prm.PaddedShardNumel(n);
+        bool trains = prm.requires_grad && p.Trains();
+        int64_t e = trains ? per_elem : frozen_elem;
+        if (prm.lora_adapter) e = std::min(e, model::BytesPerElement(p.lora.dtype));
+        bytes += ps * e;
+      }
+    }
+    return Bytes::Of(bytes) + outside_floor_;
+  }
+  std::string key = model::WrapSpecToString(p.wrap) + "/" + std::to_string(p.wrap.expert_units) +
+                    "/" + std::to_string(n);
+  auto it = shard_numel_.find(key);
+  if (it == shard_numel_.end()) {
+    int64_t t = 0;
+    for (const auto& u : sim::CacheOf(ctx_).Units(spec_, p.wrap)) t += u.PaddedShardNumel(n);
+    it = shard_numel_.emplace(key, t).first;
   }
   return Bytes::Of(it->second * per_elem) + outside_floor_;
 }

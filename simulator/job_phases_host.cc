@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/module_tree.h"
+#include "model/trainable.h"
 #include "simulator/job_phases_internal.h"
 #include "simulator/step_walk.h"
 
@@ -14,7 +15,8 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
   int64_t em = model::BytesPerElement(plan.master_dtype);
   int64_t ec = o.checkpoint_dtype_bytes;
   int64_t largest_numel = 0;
-  for (const auto& u : model::BuildFsdpUnits(spec, plan.wrap)) {
+  for (const auto& u :
+       model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap))) {
     int64_t unit_numel = 0;
     for (const auto& prm : u.params) {
       int64_t full_padded = prm.PaddedShardNumel(n) * n * em;
@@ -23,18 +25,21 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
       z.parameters += prm.numel();
       unit_numel += prm.numel();
       z.param_full_master_bytes.push_back(full_padded);
+      bool trains = prm.requires_grad && plan.Trains();
+      if (trains) {
+        z.trainable_parameters += prm.numel();
+        z.trainable_shard_numel += prm.PaddedShardNumel(n);
+      }
       // Optimizer state tensors per parameter, each shaped like it (torch/optim/adam.py
       // _init_group: exp_avg, exp_avg_sq; sgd.py: momentum_buffer); Adafactor's factored row
       // and column moments for matrices (torch/optim/_adafactor.py), a full one for vectors.
-      switch (plan.optimizer) {
-        case model::Optimizer::kAdamW:
-          z.state_full_bytes.push_back(full_padded);
-          z.state_full_bytes.push_back(full_padded);
-          break;
-        case model::Optimizer::kSgd: z.state_full_bytes.push_back(full_padded); break;
-        case model::Optimizer::kAdafactor:
-          z.state_full_bytes.push_back(prm.inner > 1 ? (prm.dim0 + prm.inner) * em : full_padded);
-          break;
+      // Frozen parameters have none (torch.optim only gets requires_grad parameters).
+      int states = !trains ? 0 : plan.optimizer == model::Optimizer::kAdamW ? 2
+                               : plan.optimizer == model::Optimizer::kSgd   ? 1
+                                                                            : 0;
+      for (int k = 0; k < states; ++k) z.state_full_bytes.push_back(full_padded);
+      if (trains && plan.optimizer == model::Optimizer::kAdafactor) {
+        z.state_full_bytes.push_back(prm.inner > 1 ? (prm.dim0 + prm.inner) * em : full_padded);
       }
       if (full_padded > z.largest_tensor_full_bytes) {
         z.largest_tensor_full_bytes = full_padded;
@@ -86,7 +91,7 @@ int64_t FullStateHostBytes(const JobSizes& z, const model::Plan& plan, int64_t e
   if (plan.optimizer == model::Optimizer::kAdafactor) {
     for (size_t i = 0; i < z.state_full_bytes.size(); ++i) factored += z.state_full_bytes[i];
   }
-  return z.parameters * em * (1 + states) + factored;
+  return z.parameters * em + z.trainable_parameters * em * states + factored;
 }
 
 HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const MemoryOptions& o, int g) {
@@ -97,7 +102,10 @@ HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const Mem
   if (plan.offload != model::Offload::kNone) {
     int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16 : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
     if (ph == JobPhase::kLoad) per_param = em;  // only the parameter shards exist yet
-    h.pinned.push_back({"offloaded shards (pinned)", Bytes::Of(z.shard_numel * per_param * g)});
+    // Frozen shards offload their parameters only.
+    int64_t frozen = z.shard_numel - z.trainable_shard_numel;
+    h.pinned.push_back({"offloaded shards (pinned)",
+                        Bytes::Of((z.trainable_shard_numel * per_param + frozen * em) * g)});
   }
   int64_t loaded = LoadedCopyBytes(z, o, em);
   switch (ph) {

@@ -46,6 +46,8 @@ struct JobSizes {
   int64_t param_tensors = 0;
   int64_t parameters = 0;
   int64_t shard_numel = 0;                       // padded shard elements per rank, all params
+  int64_t trainable_parameters = 0;              // with gradients and optimizer state
+  int64_t trainable_shard_numel = 0;             // their padded shard elements per rank
   int64_t largest_param_numel = 0;
   std::vector<int64_t> param_full_master_bytes;  // per parameter: padded full size, master dtype
   std::vector<int64_t> state_full_bytes;         // per optimizer state tensor, gathered in full

@@ -10,6 +10,8 @@
 #include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/tiled_mlp.h"
+#include "model/trainable.h"
 #include "simulator/memory_ledger.h"
 #include "simulator/step_walk.h"
 
@@ -51,8 +53,11 @@ void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
 void HostEstimate(const profiles::ClusterSpec& c, const Plan& plan, const MemoryOptions& o,
                   MemoryReport* r) {
   int g = c.gpus_per_node;
-  int64_t shard_numel = 0;
-  for (const auto& u : r->units) shard_numel += u.parameters / std::max(1, r->shard_group);
+  int64_t shard_numel = 0, trainable_numel = 0;
+  for (const auto& u : r->units) {
+    shard_numel += u.parameters / std::max(1, r->shard_group);
+    trainable_numel += u.trainable / std::max(1, r->shard_group);
+  }
   HostMemory h;
   h.capacity_per_node = c.host_memory_per_node;
   std::vector<std::pair<std::string, Bytes>> train;
@@ -60,10 +65,12 @@ void HostEstimate(const profiles::ClusterSpec& c, const Plan& plan, const Memory
   // CPU offload keeps fp32 shards of params, grads and both Adam moments on the host (pinned):
   // FSDP2 CPUOffloadPolicy (all) or ZeRO-Offload (optimizer: fp32 master + grads + moments).
   if (plan.offload != model::Offload::kNone) {
+    // Frozen parameters (and an inference role's) offload their fp32 shard only.
     int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16
                         : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
-    train.push_back({"offloaded params, grads and optimizer state (pinned)",
-                     Bytes::Of(shard_numel * per_param * g)});
+    train.push_back(
+        {"offloaded params, grads and optimizer state (pinned)",
+         Bytes::Of((trainable_numel * per_param + (shard_numel - trainable_numel) * 4) * g)});
   }
   std::vector<std::pair<std::string, Bytes>> load;
   load.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
@@ -129,9 +136,27 @@ const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& sp
                                                       const model::WrapPolicy& w) {
   impl_->Check(spec);
   std::string key = model::WrapSpecToString(w) + "/" + std::to_string(w.embedding_unit) +
-                    std::to_string(w.head_unit);
+                    std::to_string(w.head_unit) + std::to_string(w.expert_units);
   auto it = impl_->units.find(key);
   if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w)).first;
+  return it->second;
+}
+
+const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec& spec,
+                                                         const Plan& plan) {
+  const auto& base = Units(spec, plan.wrap);
+  if (!model::ChangesTrainability(plan)) return base;
+  std::string key = "trainability/" + model::WrapSpecToString(plan.wrap) + "/" +
+                    std::to_string(plan.wrap.embedding_unit) + std::to_string(plan.wrap.head_unit) +
+                    std::to_string(plan.wrap.expert_units) + "/" + model::ToString(plan.role) +
+                    "/" + std::to_string(plan.lora.rank);
+  for (const auto& t : plan.lora.targets) key += "," + t;
+  key += "/";
+  for (const auto& f : plan.frozen_prefixes) key += f + "|";
+  auto it = impl_->units.find(key);
+  if (it == impl_->units.end()) {
+    it = impl_->units.emplace(key, model::ApplyTrainability(spec, plan, base)).first;
+  }
   return it->second;
 }
 
@@ -176,7 +201,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   WalkSetup w;
   w.spec = &spec;
   w.plan = &plan;
-  w.units = &cache->Units(spec, plan.wrap);
+  w.units = &cache->UnitsFor(spec, plan);
   w.shard_n = r.shard_group;
   w.replicas = r.replicas;
   w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
@@ -186,17 +211,37 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   w.block = &cache->Block(spec, act);
+  model::BlockActivations tiled;
+  if (plan.tiled_mlp_shards > 1 || (spec.moe.enabled() && options.moe_capacity_factor != 1.0)) {
+    tiled = model::TiledMlpBlockActivations(spec, act, plan.tiled_mlp_shards,
+                                            options.moe_capacity_factor);
+    w.block = &tiled;
+  }
   w.head = &cache->Head(spec, act);
   int64_t master = ShardedParamBytesPerElement(plan);
-  int64_t padded_shard = 0;
+  int64_t lora_e = plan.offload == model::Offload::kOptimizer
+                       ? model::BytesPerElement(plan.param_dtype)
+                       : model::BytesPerElement(plan.lora.dtype);
+  int64_t shard_bytes = 0, grad_shard = 0;
   for (const auto& u : *w.units) {
     r.parameters += u.NumParams();
-    padded_shard += u.PaddedShardNumel(r.shard_group);
-    r.units.push_back({u.name, u.NumParams(),
-                       Bytes::Of(u.PaddedShardNumel(r.shard_group) * master),
+    int64_t unit_bytes = 0, unit_grad = 0, trainable = 0;
+    for (const auto& prm : u.params) {
+      int64_t ps = prm.PaddedShardNumel(r.shard_group);
+      unit_bytes += ps * (prm.lora_adapter ? lora_e : master);
+      if (prm.requires_grad && plan.Trains()) {
+        unit_grad += ps;
+        trainable += prm.numel();
+      }
+      if (prm.lora_adapter) r.adapter_parameters += prm.numel();
+    }
+    shard_bytes += unit_bytes;
+    grad_shard += unit_grad;
+    r.trainable_parameters += trainable;
+    r.units.push_back({u.name, u.NumParams(), Bytes::Of(unit_bytes),
                        Bytes::Of(u.PaddedShardNumel(r.shard_group) * r.shard_group *
                                  model::BytesPerElement(plan.param_dtype)),
-                       u.first_segment, u.last_segment});
+                       u.first_segment, u.last_segment, trainable});
   }
   est.program = BuildStepProgram(w);
   MemoryLedger ledger(est.program);
@@ -204,8 +249,9 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   est.allocated_after = ledger.op_after();
 
   bool on_gpu = plan.offload == model::Offload::kNone;
-  r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(padded_shard * master);
-  r.sharded_grads = on_gpu ? Bytes::Of(padded_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
+  r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(shard_bytes);
+  r.sharded_grads =
+      on_gpu ? Bytes::Of(grad_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
   r.optimizer_state = Bytes::Of(on_gpu ? ledger.category_peaks()[static_cast<size_t>(Category::kOptimizerState)] : 0);
   r.model_state = r.sharded_params + r.sharded_grads + r.optimizer_state;
   r.peak_allocated = Bytes::Of(ledger.peak_bytes());

@@ -82,6 +82,10 @@ struct MemoryOptions {
   AllocatorMode allocator = AllocatorMode::kDefault;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
+  // MoE: tokens per routed expert as a multiple of the balanced load top_k x T / E (1.0: HF's
+  // dropless routers under a working load-balancing loss; > 1: capacity-padded experts or an
+  // imbalance allowance). Scales the experts' intermediate activations (model/tiled_mlp.h).
+  double moe_capacity_factor = 1.0;
 };
 
 // Page size of an expandable segment in the large pool (c10/cuda/CUDACachingAllocator.cpp
@@ -101,6 +105,7 @@ struct UnitMemory {
   Bytes shard_bytes;     // persistent sharded params of this unit on one rank
   Bytes gathered_bytes;  // unsharded params while gathered (param dtype, padded)
   int first_segment = 0, last_segment = 0;
+  int64_t trainable = 0;  // parameters with gradients (frozen and inference: fewer or none)
 };
 
 struct HostMemory {
@@ -120,7 +125,9 @@ struct MemoryReport {
   // Total size S of one attention layer's forward all-to-alls on one rank (q, k, v in, output
   // back; backward moves the same again): model::UlyssesAllToAllPerLayer. 0 when cp is 1.
   Bytes all_to_all_bytes_per_layer;
-  int64_t parameters = 0;
+  int64_t parameters = 0;            // every parameter, LoRA adapters included
+  int64_t trainable_parameters = 0;  // requires_grad ones (= parameters for a full fine-tune)
+  int64_t adapter_parameters = 0;    // LoRA A and B elements
   // Persistent per-rank model states in steady state: sharded params + grads + optimizer state.
   Bytes sharded_params, sharded_grads, optimizer_state, model_state;
   Bytes peak_allocated;        // torch.cuda.max_memory_allocated() over steps 0 and 1
@@ -151,6 +158,9 @@ class ModelCache {
   ModelCache();
   ~ModelCache();
   const std::vector<model::FsdpUnit>& Units(const model::ModelSpec& spec, const model::WrapPolicy& w);
+  // The plan's units with requires_grad and LoRA adapters applied (model/trainable.h).
+  const std::vector<model::FsdpUnit>& UnitsFor(const model::ModelSpec& spec,
+                                               const model::Plan& plan);
   const model::BlockActivations& Block(const model::ModelSpec& spec, const model::ActivationOptions& o);
   const model::ActivationLedger& Head(const model::ModelSpec& spec, const model::ActivationOptions& o);
 

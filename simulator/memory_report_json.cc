@@ -18,6 +18,9 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   pr["cp"] = r.cp;
   pr["cp_fsdp_mesh"] = r.cp_fsdp_mesh;
   pr["all_to_all_bytes_per_layer"] = r.all_to_all_bytes_per_layer.count();
+  pr["parameters"] = r.parameters;
+  pr["trainable_parameters"] = r.trainable_parameters;
+  pr["lora_adapter_parameters"] = r.adapter_parameters;
   pr["model_state_bytes"] = r.model_state.count();
   pr["sharded_params_bytes"] = r.sharded_params.count();
   pr["sharded_grads_bytes"] = r.sharded_grads.count();
@@ -50,9 +53,13 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   j["host"] = host;
   nlohmann::ordered_json units = nlohmann::ordered_json::array();
   for (const auto& u : r.units) {
-    units.push_back({{"name", u.name}, {"parameters", u.parameters},
-                     {"shard_bytes", u.shard_bytes.count()}, {"gathered_bytes", u.gathered_bytes.count()},
-                     {"first_segment", u.first_segment}, {"last_segment", u.last_segment}});
+    units.push_back({{"name", u.name},
+                     {"parameters", u.parameters},
+                     {"shard_bytes", u.shard_bytes.count()},
+                     {"gathered_bytes", u.gathered_bytes.count()},
+                     {"first_segment", u.first_segment},
+                     {"last_segment", u.last_segment},
+                     {"trainable_parameters", u.trainable}});
   }
   j["units"] = units;
   if (with_timeline) {
@@ -93,6 +100,21 @@ nlohmann::ordered_json JobPhasesToJson(const JobPhases& p) {
   j["capacity_bytes"] = p.capacity.count();
   j["host_limit_bytes_per_node"] = p.host_limit.count();
   j["list"] = list;
+  return j;
+}
+
+nlohmann::ordered_json FeatureSavingsToJson(const FeatureSavings& f) {
+  nlohmann::ordered_json j;
+  j["full_finetune_peak_bytes"] = f.full_finetune_peak.count();
+  j["full_finetune_required_bytes"] = f.full_finetune_required.count();
+  j["peak_saved_bytes"] = f.total_peak_saved.count();
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& x : f.features) {
+    list.push_back({{"feature", x.feature},
+                    {"peak_saved_bytes", x.peak_saved.count()},
+                    {"saved_bytes", PairsToJson(x.saved)}});
+  }
+  j["features"] = list;
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include "model/model_spec.h"
 #include "model/plan.h"
 #include "profiles/cluster.h"
+#include "simulator/feature_savings.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 
@@ -23,5 +24,10 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
 // bytes}], "reserved_bytes", "fragmentation_allowance_bytes", "outside_allocator_bytes",
 // "nvidia_smi_bytes", "required_bytes", "headroom_bytes", "fits", "host": {...}, "hint"}]}.
 nlohmann::ordered_json JobPhasesToJson(const JobPhases& p);
+
+// The `savings_vs_full_finetune` document: {"full_finetune_peak_bytes",
+// "full_finetune_required_bytes", "peak_saved_bytes", "features": [{"feature",
+// "peak_saved_bytes", "saved_bytes": {figure: bytes}}]}.
+nlohmann::ordered_json FeatureSavingsToJson(const FeatureSavings& f);
 
 }  // namespace shardtune::sim

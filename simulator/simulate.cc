@@ -6,6 +6,7 @@
 
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/trainable.h"
 
 namespace shardtune::sim {
 namespace {
@@ -196,6 +197,12 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.tokens_per_s = r.tokens_per_step / r.step_time_s;
   r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();
   r.model_flops_per_token = ModelFlopsPerToken(spec, seq);
+  // Frozen parameters, LoRA and inference roles do less work per token than 6N (a forward only,
+  // no weight gradients of frozen weights, no backward below the first trainable parameter).
+  if (model::ChangesTrainability(plan)) {
+    r.model_flops_per_token =
+        model::ModelFlopsPerToken(spec, ctx->impl().models.UnitsFor(spec, plan), plan, seq);
+  }
   r.mfu = r.model_flops_per_token * r.tokens_per_s_per_gpu / cluster.gpu.bf16_dense.count();
   r.allocated_after = std::move(est.allocated_after);
   size_t pk = est.peak_op;

@@ -20,9 +20,13 @@ void Walker::ForwardCompute(int seg) {
   } else if (seg <= L) {
     double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
     Cur().attention_flops = attn * tokens_;
-    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn) * tokens_;
+    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn +
+                          AdapterFlopsPerToken(seg)) *
+                         tokens_;
     Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(block_.full.forward_peak_per_token - residual_));
+    Transient(
+        Category::kWorkingSet, Stream::kDefault,
+        p_.Trains() ? Tok(block_.full.forward_peak_per_token - residual_) : InferWorkingSet());
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
     Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
     if (p_.cp > 1) UlyssesChain(UlyssesForwardPieces(Cur().memory_bytes, Cur().host_kernels));
@@ -30,7 +34,13 @@ void Walker::ForwardCompute(int seg) {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
     Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.forward_peak_per_token - residual_));
-    Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
+    if (p_.Trains()) {
+      Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
+    } else {  // no_grad: only the logits [B, S, V] the caller gets back (log-probs are taken from
+              // them)
+      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
+      Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
+    }
     Cur().host_kernels = static_cast<int16_t>(head_.forward_ops);
   }
 }
@@ -59,7 +69,8 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   Alloc(Category::kUnshardedGrads, Stream::kDefault, grads);
   if (seg == model::FinalNormSegment(L)) return;  // its compute is counted with the head
   if (seg == model::HeadSegment(L)) {
-    Cur().matmul_flops = kMatmulBackwardRatio * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    Cur().matmul_flops =
+        BackwardMatmulRatio(seg) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
     Cur().host_kernels = static_cast<int16_t>(2 * head_.forward_ops);
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
@@ -77,7 +88,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
     double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
-    Cur().matmul_flops = (kMatmulBackwardRatio + re_mm) * mm * tokens_;
+    Cur().matmul_flops = ((BackwardMatmulRatio(seg) + re_mm) * mm +
+                          (kMatmulBackwardRatio + re_mm) * AdapterFlopsPerToken(seg) +
+                          (re_mm > 0 ? 0 : TiledRecomputeFlopsPerToken(b))) *
+                         tokens_;
     // About two backward kernels per forward op (autograd nodes launch the input and the weight
     // gradient), plus the recomputed forward.
     Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * block_.full.forward_ops);
@@ -103,21 +117,34 @@ void Walker::Backward() {
   bool sync = !p_.no_sync || micro_ == p_.grad_accum - 1;
   backward_cursor_ = 0;
   for (int seg = model::NumSegments(L) - 1; seg >= 0; --seg) {
+    const auto& starts = starts_[static_cast<size_t>(seg)];
+    if (!Backprops(seg)) {
+      // Autograd never reaches this segment: no pre-backward all-gather, no compute; units that
+      // start here still get their post-backward (the root's final callback) for grads made above.
+      for (size_t k = starts.size(); k-- > 0;) PostBackward(static_cast<size_t>(starts[k]), sync);
+      continue;
+    }
     for (int32_t ei : ends_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ei);
+      if (units_[i].is_expert) continue;  // one at a time, BackwardExperts
       Unshard(i, false);
       if (p_.backward_prefetch == model::BackwardPrefetch::kPre) PrefetchBackward(seg, last_copy_out_);
     }
+    BackwardExperts(seg, true, sync);
     int64_t grads = 0;
     for (const auto& [ui, g] : grads_by_segment_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ui);
       if (inplace_accum_[i]) continue;  // no_sync without a reduce dtype: += in place
+      if (units_[i].is_expert && !gathered_[i]) continue;  // its gradients come with its own pass
       unsharded_grad_[i] += g;
       grads += g;
     }
     BackwardCompute(seg, grads);
-    const auto& starts = starts_[static_cast<size_t>(seg)];
-    for (size_t k = starts.size(); k-- > 0;) PostBackward(static_cast<size_t>(starts[k]), sync);
+    BackwardExperts(seg, false, sync);
+    for (size_t k = starts.size(); k-- > 0;) {
+      if (!units_[static_cast<size_t>(starts[k])].is_expert)
+        PostBackward(static_cast<size_t>(starts[k]), sync);
+    }
   }
   Begin(OpKind::kPostBackward, Stream::kDefault, -1, -1);
   Dep(last_reduce_);
@@ -167,13 +194,18 @@ void Walker::PostBackward(size_t i, bool sync) {
     PrefetchBackward(u.first_segment, last_backward_);
     if (Cur().kind != OpKind::kPostBackward) post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
   }
+  // foreach_reduce covers only parameters with a gradient (FSDPParamGroup.post_backward:
+  // fsdp_params_with_grad); a unit with none reduces nothing.
+  if (grad_shard_numel_[i] == 0) return;
   if (!sync) {
     // set_requires_gradient_sync(False): to_accumulated_grad_if_needed keeps an fp32 copy of the
     // whole unsharded grad until the syncing micro-batch; without a reduce dtype the
     // param-dtype .grad stays and is accumulated in place.
     if (e_reduce_ != e_param_) {
       if (accumulated_[i] == 0) {
-        accumulated_[i] = u.NumParams() * e_reduce_;
+        accumulated_[i] = 0;
+        for (const auto& prm : u.params)
+          accumulated_[i] += prm.requires_grad ? prm.numel() * e_reduce_ : 0;
         Alloc(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
       }
       Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + 2 * accumulated_[i]);
@@ -186,7 +218,7 @@ void Walker::PostBackward(size_t i, bool sync) {
   }
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
-  int64_t shard = shard_numel_[i];
+  int64_t shard = grad_shard_numel_[i];
   int64_t rs_in = shard * n_ * e_reduce_;
   Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
   Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + accumulated_[i] + rs_in);
@@ -244,7 +276,8 @@ void Walker::OptimizerStep() {
   last_optimizer_ = Begin(OpKind::kOptimizer, offloaded ? Stream::kHost : Stream::kDefault, -1, -1);
   Dep(last_reduce_);
   Dep(last_d2h_);
-  int64_t shard = total_shard_numel_, largest = largest_param_shard_, factored = factored_numel_;
+  int64_t shard = total_grad_shard_numel_, largest = largest_param_shard_,
+          factored = factored_numel_;
   int64_t e = model::BytesPerElement(p_.master_dtype);
   double traffic_per_elem = 80;
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;

@@ -38,8 +38,9 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
     total_shard_numel_ += shard_numel_[i];
-    param_tensors_ += static_cast<int64_t>(unit.params.size());
     for (const auto& prm : unit.params) {
+      if (!prm.requires_grad || !p_.Trains()) continue;  // the optimizer holds trainable ones only
+      ++param_tensors_;
       int64_t ps = prm.PaddedShardNumel(n_);
       largest_param_shard_ = std::max(largest_param_shard_, ps);
       // Adafactor: row and column second moments for matrices, a full one for vectors.
@@ -49,7 +50,10 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     starts_[static_cast<size_t>(unit.first_segment)].push_back(static_cast<int32_t>(i));
     ends_[static_cast<size_t>(unit.last_segment)].push_back(static_cast<int32_t>(i));
     std::vector<int64_t> by_seg(segs, 0);
-    for (const auto& prm : unit.params) by_seg[static_cast<size_t>(prm.segment)] += prm.numel() * e_param_;
+    for (const auto& prm : unit.params) {
+      if (prm.requires_grad && p_.Trains())
+        by_seg[static_cast<size_t>(prm.segment)] += prm.numel() * e_param_;
+    }
     for (size_t g = 0; g < segs; ++g) {
       if (by_seg[g] > 0) grads_by_segment_[g].push_back({static_cast<int32_t>(i), by_seg[g]});
     }
@@ -57,6 +61,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   std::stable_sort(backward_order_.begin(), backward_order_.end(), [&](int32_t a, int32_t b) {
     return units_[static_cast<size_t>(a)].last_segment > units_[static_cast<size_t>(b)].last_segment;
   });
+  InitTrainability();
   // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
   size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(p_.grad_accum) + 8;
   prog_->ops.reserve(2 * per_step + 1);
@@ -107,20 +112,18 @@ void Walker::Run() {
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   Alloc(Category::kWorkspaces, Stream::kDefault, s_.workspace_bytes);
   if (p_.offload != model::Offload::kAll) {
-    for (int64_t shard : shard_numel_) {
-      Alloc(Category::kShardedParams, Stream::kDefault, shard * ShardedParamBytesPerElement(p_));
-    }
+    for (int64_t bytes : shard_bytes_) Alloc(Category::kShardedParams, Stream::kDefault, bytes);
   }
   for (step_ = 0; step_ < 2; ++step_) {
     size_t first_op = prog_->ops.size();
     for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
       Forward();
-      Backward();
+      if (p_.Trains()) Backward();
     }
     // The loop syncs once per step (loss.item() for logging): the host issues step 1 only after
     // step 0 finished on the GPU.
     if (step_ == 1 && first_op < prog_->ops.size()) prog_->ops[first_op].host_sync = true;
-    OptimizerStep();
+    if (p_.Trains()) OptimizerStep();  // an inference role has no optimizer
   }
 }
 
@@ -154,7 +157,7 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   int32_t h2d = -1;
   if (p_.offload != model::Offload::kNone) {
     h2d = Begin(OpKind::kHostToDevice, Stream::kCopy, static_cast<int32_t>(i), -1);
-    Cur().comm_bytes = shard * ShardedParamBytesPerElement(p_);
+    Cur().comm_bytes = shard_bytes_[i];
     Cur().group = 2;
     Dep(last_optimizer_);
   }
@@ -220,9 +223,13 @@ bool Walker::Checkpointed(int block) const {
 }
 
 double Walker::BlockSaved(int block) const {
+  // No graph before the first segment backward reaches (and none at all under no_grad).
+  if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
   if (Checkpointed(block)) return block_.checkpoint_input_per_token;
-  if (p_.checkpointing == model::Checkpointing::kSelective) return block_.selective_per_token;
-  return block_.full.saved_per_token;
+  double lora = lora_saved_per_token_[static_cast<size_t>(model::BlockSegment(block))];
+  if (p_.checkpointing == model::Checkpointing::kSelective)
+    return block_.selective_per_token + lora;
+  return block_.full.saved_per_token + lora;
 }
 
 void Walker::Forward() {
@@ -231,6 +238,7 @@ void Walker::Forward() {
   for (int seg = 0; seg < model::NumSegments(L); ++seg) {
     for (int32_t si : starts_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(si);
+      if (units[i].is_expert) continue;  // one at a time, ForwardExperts
       Unshard(i, true);
       if (p_.forward_prefetch) {
         // Explicit prefetch (set_modules_to_forward_prefetch): the next units to start, up to
@@ -243,7 +251,9 @@ void Walker::Forward() {
         }
       }
     }
+    ForwardExperts(seg, true);
     ForwardCompute(seg);
+    ForwardExperts(seg, false);
     const auto& ends = ends_[static_cast<size_t>(seg)];
     for (size_t e = ends.size(); e-- > 0;) {
       auto k = static_cast<size_t>(ends[e]);
@@ -253,6 +263,11 @@ void Walker::Forward() {
   // The root's post-forward flushes the last kept all-gather buffer.
   Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
   deferred_ag_ = 0;
+  if (!p_.Trains()) {  // no backward: the caller drops the logits and the residual stream
+    Free(Category::kLoss, Stream::kDefault, kept_logits_);
+    kept_logits_ = 0;
+    Free(Category::kResidual, Stream::kDefault, Tok(residual_));
+  }
 }
 
 }  // namespace shardtune::sim::internal

@@ -65,6 +65,16 @@ class Walker {
   bool Checkpointed(int block) const;
   double BlockSaved(int block) const;
   int64_t Tok(double per_token) const { return static_cast<int64_t>(per_token * tokens_); }
+  // Frozen parameters, LoRA, inference roles, expert units, tiled MLP (step_walk_trainable.cc).
+  void InitTrainability();
+  bool Backprops(int seg) const { return seg >= first_backward_seg_; }
+  double BackwardMatmulRatio(int seg) const;
+  double AdapterFlopsPerToken(int seg) const;
+  double TiledRecomputeFlopsPerToken(int block) const;
+  int64_t InferWorkingSet() const;
+  void ForwardExperts(int seg, bool before_compute);
+  void BackwardExperts(int seg, bool before_compute, bool sync);
+  std::vector<int32_t> ExpertsStarting(int seg) const;
 
   const WalkSetup& s_;
   const std::vector<model::FsdpUnit>& units_;
@@ -91,6 +101,14 @@ class Walker {
   std::vector<int64_t> prefetched_, unsharded_grad_, accumulated_, sharded_grad_;
   int64_t deferred_ag_ = 0, deferred_rs_ = 0, kept_logits_ = 0;
   bool optimizer_state_ = false;
+  // Trainability: per unit, padded shard elements of parameters that require grad and the bytes
+  // of all its shards (adapters in lora.dtype); per segment, the share of base matmul weights that
+  // train, adapter elements and what LoRA saves per token; the first segment backward reaches.
+  std::vector<int64_t> grad_shard_numel_, shard_bytes_;
+  std::vector<double> weight_grad_fraction_, adapter_numel_, lora_saved_per_token_;
+  int first_backward_seg_ = 0;
+  int64_t total_grad_shard_numel_ = 0;
+  double tiled_mlp_flops_ = 0;
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
   int32_t last_optimizer_ = -1;
 };

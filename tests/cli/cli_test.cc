@@ -497,3 +497,59 @@ TEST(CliTest, ValidateComparesEveryMeasuredPhaseOfARealRun) {
 
 }  // namespace
 
+// --- frozen parameters, LoRA, inference roles, expert units, tiled MLP (issue #9) ---
+
+TEST(CliTest, TrainabilityPlanErrorsNameKeyAndFlag) {
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 2xH100 --freeze visual."),
+                     "plan:/frozen_prefixes/0: expected a prefix of a parameter name");
+  ExpectOneLineError(
+      RunCli("estimate --model tiny-llama --cluster 2xH100 --lora-rank 8 --lora-targets c_attn"),
+      "plan:/lora/targets/0: expected a projection of tiny-llama");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 2xH100 --wrap-experts"),
+                     "--wrap-experts");
+  ExpectOneLineError(
+      RunCli("estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --tiled-mlp 3"),
+      "plan:/tiled_mlp_shards: expected a divisor of seq_len 128");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 2xH100 --moe-capacity-factor 0"),
+                     "--moe-capacity-factor");
+}
+
+TEST(CliTest, EstimateReportsWhatLoraAndFreezingSave) {
+  Result r = RunCli(
+      "estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --lora-rank 8 "
+      "--lora-targets q_proj,v_proj --freeze model.embed_tokens --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& s = j.at("savings_vs_full_finetune");
+  ASSERT_EQ(s.at("features").size(), 2u);
+  EXPECT_EQ(s["features"][0]["feature"], "frozen");
+  EXPECT_EQ(s["features"][1]["feature"], "LoRA");
+  EXPECT_GT(s["features"][1]["saved_bytes"].at("optimizer state").get<int64_t>(), 0);
+  EXPECT_EQ(s["peak_saved_bytes"].get<int64_t>(), s["full_finetune_peak_bytes"].get<int64_t>() -
+                                                      j["per_rank"]["peak_bytes"].get<int64_t>());
+  EXPECT_LT(j["per_rank"]["trainable_parameters"].get<int64_t>(),
+            j["per_rank"]["parameters"].get<int64_t>());
+  Result text = RunCli(
+      "estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --lora-rank 8 "
+      "--lora-targets q_proj,v_proj");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("Versus the full fine-tune of the same plan"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("  LoRA: "));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("LoRA r=8 on q_proj,v_proj"));
+}
+
+TEST(CliTest, EstimateCoLocatesRolePlans) {
+  std::string ref = WriteFile(
+      "ref_role.json",
+      R"({"schema": "shardtune.plan", "schema_version": 1, "role": "infer", "seq_len": 128})");
+  Result r = RunCli("estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --role-plan " +
+                    ref + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& c = j.at("colocation");
+  ASSERT_EQ(c.at("roles").size(), 2u);
+  int64_t actor = c["roles"][0]["required_bytes"].get<int64_t>();
+  int64_t ref_idle = c["roles"][1]["idle_residue_bytes"].get<int64_t>();
+  EXPECT_EQ(c["roles"][0]["colocated_required_bytes"].get<int64_t>(), actor + ref_idle);
+  EXPECT_EQ(actor, j["per_rank"]["required_bytes"].get<int64_t>());
+}

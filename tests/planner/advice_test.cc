@@ -97,5 +97,24 @@ TEST(AdviceTest, TokenBoundPeakSuggestsContextParallelism) {
   EXPECT_THAT(Joined(AdviseOnMemory(p, r4, {})), ::testing::Not(HasSubstr("Ulysses")));
 }
 
+// LoRA freezes the base: its fp32 shards are 4 bytes x 8.03 B / 8 = 3.7 GiB per rank of the
+// ~20 GiB peak at 2048 tokens, more than a tenth, so the advice names them; a full fine-tune has
+// no frozen shards to name.
+TEST(AdviceTest, FrozenFp32ShardsAreNamed) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 2048;
+  p.checkpointing = model::Checkpointing::kFull;
+  model::Plan lora = p;
+  lora.lora.rank = 16;
+  lora.lora.targets = {"q_proj", "v_proj"};
+  auto r = sim::EstimateMemory(spec, cluster, lora);
+  ASSERT_LT(r.peak_allocated.count(), 10 * r.sharded_params.count());
+  EXPECT_THAT(Joined(AdviseOnMemory(lora, r, {})), HasSubstr("Frozen parameters keep"));
+  EXPECT_THAT(Joined(AdviseOnMemory(p, sim::EstimateMemory(spec, cluster, p), {})),
+              ::testing::Not(HasSubstr("Frozen parameters keep")));
+}
+
 }  // namespace
 }  // namespace shardtune::plan

@@ -207,5 +207,29 @@ TEST(SearchTest, UlyssesCpSizesThatFitLlama3At64kOn8xH100) {
   }
 }
 
+// A LoRA base plan passes through the search: every plan keeps its adapters, and the memory
+// lower bound counts 16 bytes only for trainable elements (4 for frozen ones), so LoRA on a model
+// whose full fine-tune cannot fit without offload (llama3-70b: 16 x 70.6 B / 8 = 141 GB per
+// rank) still finds plans without offload.
+TEST(SearchTest, LoraBasePlanPassesThroughAndFitsWhereFullFineTuneCannot) {
+  auto spec = model::FindModelPreset("llama3-70b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req = SmallSpace(8, 2048);
+  req.space.strategies = {model::ShardingStrategy::kFullShard};
+  req.space.checkpointing = {model::Checkpointing::kFull};
+  req.space.offloads = {model::Offload::kNone};
+  req.space.backward_prefetch = {model::BackwardPrefetch::kPre};
+  req.space.micro_batches = {1};
+  EXPECT_TRUE(SearchPlans(spec, c, req).top.empty());
+  req.base.lora.rank = 16;
+  req.base.lora.targets = {"q_proj", "v_proj"};
+  req.base.frozen_prefixes = {"model.embed_tokens"};
+  SearchResult r = SearchPlans(spec, c, req);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_EQ(r.top.front().plan.lora.rank, 16);
+  EXPECT_EQ(r.top.front().plan.frozen_prefixes, req.base.frozen_prefixes);
+  EXPECT_EQ(r.top.front().plan.offload, model::Offload::kNone);
+}
+
 }  // namespace
 }  // namespace shardtune::plan

@@ -1,0 +1,69 @@
+// Tiled MLP activations and recompute FLOPs (see tiled_mlp.h for the mechanism and sources).
+#include "model/tiled_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/errors.h"
+
+namespace shardtune::model {
+namespace {
+
+bool MlpIntermediate(const std::string& name) {
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  return starts("mlp.") || starts("moe.experts") || starts("moe.shared_expert");
+}
+
+}  // namespace
+
+BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const ActivationOptions& opt,
+                                          int shards, double moe_capacity_factor) {
+  SHARDTUNE_CHECK(shards >= 1 && moe_capacity_factor > 0) << shards << " " << moe_capacity_factor;
+  BlockActivations full = ComputeBlockActivations(spec, opt);
+  bool capacity = spec.moe.enabled() && moe_capacity_factor != 1.0;
+  if (shards == 1 && !capacity) return full;
+  ModelSpec tile = spec;
+  auto div = [&](double v) {
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(v / shards)));
+  };
+  int64_t fe = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
+  int64_t fs = spec.moe.shared_expert_ffn_hidden > 0 ? spec.moe.shared_expert_ffn_hidden : fe;
+  tile.ffn_hidden = div(static_cast<double>(spec.ffn_hidden));
+  if (spec.moe.enabled()) {
+    tile.moe.expert_ffn_hidden = div(static_cast<double>(fe) * moe_capacity_factor);
+    tile.moe.shared_expert_ffn_hidden = div(static_cast<double>(fs));
+  }
+  BlockActivations t = ComputeBlockActivations(tile, opt);
+  SHARDTUNE_CHECK(t.full.backward_profile.size() == full.full.backward_profile.size())
+      << "tiled ledger has another graph";
+  BlockActivations out = t;
+  out.full.saved.clear();
+  out.full.saved_per_token = 0;
+  for (const auto& s : t.full.saved) {
+    if (shards > 1 && MlpIntermediate(s.name)) continue;
+    out.full.saved.push_back(s);
+    out.full.saved_per_token += s.bytes_per_token;
+  }
+  for (size_t i = 0; i < out.full.backward_profile.size(); ++i) {
+    out.full.backward_profile[i].param_grad_fraction =
+        full.full.backward_profile[i].param_grad_fraction;
+  }
+  out.full.elementwise_traffic_per_token = full.full.elementwise_traffic_per_token;
+  out.selective_per_token = std::min(t.selective_per_token, out.full.saved_per_token);
+  out.checkpoint_input_per_token = full.checkpoint_input_per_token;
+  if (shards == 1) out.full.forward_ops = full.full.forward_ops;
+  return out;
+}
+
+Flops MlpForwardFlopsPerToken(const ModelSpec& s) {
+  double h = static_cast<double>(s.hidden);
+  double mats = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  if (!s.moe.enabled()) return Flops::Of(2 * mats * h * static_cast<double>(s.ffn_hidden));
+  const MoeSpec& m = s.moe;
+  double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
+  double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
+  return Flops::Of(2 * mats * h * (m.top_k * fe + m.num_shared_experts * fs));
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,65 @@
+// Which parameters train under a plan: frozen prefixes (ROLL freeze_module_prefix), LoRA adapters
+// (PEFT LoraConfig) and inference-only roles, applied to the FSDP units of model/module_tree.h,
+// plus the checks of those plan fields that need the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.h"
+#include "model/module_tree.h"
+#include "model/plan.h"
+
+namespace shardtune::model {
+
+// Every problem of the plan's frozen_prefixes, lora, wrap.expert_units and tiled_mlp_shards
+// against this model (empty when valid), each "where:/key: expected ..., got ...": a frozen prefix
+// that matches no parameter name, a LoRA target that is not a projection of this model, expert
+// units on a dense model, tiled_mlp_shards not dividing the sequence length `seq_len`.
+std::vector<std::string> TrainabilityProblems(const ModelSpec& spec, const Plan& plan,
+                                              int64_t seq_len, const std::string& where);
+
+// The projection names LoRA can target in this model (HF names: q_proj ... down_proj, GPT-2's
+// c_attn c_proj c_fc; MoE experts' projections included).
+std::vector<std::string> LoraTargetNames(const ModelSpec& spec);
+
+// Returns `units` with each parameter's requires_grad set from the plan and LoRA adapters added to
+// the unit that owns their base projection. A parameter is frozen when the role is infer, when its
+// name starts with a frozen prefix ("lm_head" on a tied model names model.embed_tokens.weight), or
+// when LoRA is on (PEFT freezes every base weight: mark_only_lora_as_trainable). Each adapter of
+// base "P.weight" [out, in] is "P.lora_A.default.weight" [r, in] and "P.lora_B.default.weight"
+// [out, r] (peft/tuners/lora/layer.py update_layer), trainable unless the role is infer.
+// REQUIRES: TrainabilityProblems() empty.
+std::vector<FsdpUnit> ApplyTrainability(const ModelSpec& spec, const Plan& plan,
+                                        std::vector<FsdpUnit> units);
+
+// True when the plan changes which parameters train or adds adapters (ApplyTrainability is not
+// the identity).
+bool ChangesTrainability(const Plan& plan);
+
+struct TrainableCounts {
+  int64_t total = 0;      // every parameter, adapters included
+  int64_t trainable = 0;  // requires_grad
+  int64_t frozen = 0;     // total - trainable
+  int64_t adapters = 0;   // LoRA A and B elements
+};
+TrainableCounts CountTrainable(const std::vector<FsdpUnit>& units);
+
+// The first forward segment autograd backpropagates into: the smallest segment using a trainable
+// parameter (a trainable tied embedding counts as segment 0, where its lookup is). Segments before
+// it record no graph (no input and no parameter requires grad: torch autograd builds a node only
+// for ops with an input that requires grad), so they save no activations and run no backward.
+// num_segments when nothing trains.
+int FirstBackwardSegment(const std::vector<FsdpUnit>& units, int num_layers);
+
+// Model FLOPs per token of one training step with this trainability (MFU's numerator).
+// A full fine-tune gets the PaLM figure 6N + 12·L·q_dim·S (Chowdhery et al. 2022, appendix B).
+// Otherwise: forward 2N + 4·L·q_dim·S; input gradients 2·N_b + 8·L_b·q_dim·S over the segments
+// backward reaches (from FirstBackwardSegment); weight gradients 2·N_t of the trainable
+// parameters (Narayanan et al. 2021: each backward GEMM costs its forward). N counts routed
+// experts at top_k / num_experts. An inference role: the forward only.
+double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& units,
+                          const Plan& plan, int64_t seq_len);
+
+}  // namespace shardtune::model

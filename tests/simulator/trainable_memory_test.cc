@@ -1,0 +1,314 @@
+// Frozen parameters, LoRA, inference roles, per-expert units and tiled MLP in the memory walk and
+// the compute ops; each expected value is derived here from FSDP2's rules and the FLOP counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "model/activations.h"
+#include "model/module_tree.h"
+#include "model/presets.h"
+#include "profiles/cluster.h"
+#include "simulator/colocation.h"
+#include "simulator/feature_savings.h"
+#include "simulator/memory_model.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::FindModelPreset;
+using model::Plan;
+
+int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
+
+Bytes CategoryPeak(const MemoryReport& r, const std::string& cat) {
+  for (const auto& kv : r.category_peaks) {
+    if (kv.first == cat) return kv.second;
+  }
+  return Bytes();
+}
+
+Plan Seq(int64_t s) {
+  Plan p;
+  p.seq_len = s;
+  return p;
+}
+
+// Padded shard elements (n ranks) of the parameters whose name starts with `prefix`.
+int64_t ShardOf(const model::ModelSpec& s, const std::string& prefix, int n) {
+  int64_t t = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, model::WrapPolicy{})) {
+    for (const auto& p : u.params) {
+      if (p.name.rfind(prefix, 0) == 0) t += p.PaddedShardNumel(n);
+    }
+  }
+  return t;
+}
+
+double BackwardMatmul(const MemoryEstimate& e, int segment) {
+  for (const auto& op : e.program.ops) {
+    if (op.kind == OpKind::kBackward && op.segment == segment && op.step == 1)
+      return op.matmul_flops;
+  }
+  return -1;
+}
+
+// Frozen parameters keep their fp32 shard but get no gradient (4 bytes) and no AdamW moments
+// (8 bytes): the model states fall by exactly 12 bytes per frozen shard element.
+TEST(TrainableMemoryTest, FrozenDropsGradsAndAdamStateByTheFrozenShards) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan full = Seq(1);
+  Plan frozen = full;
+  frozen.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
+  auto a = EstimateMemory(s, c, full), b = EstimateMemory(s, c, frozen);
+  int64_t f = ShardOf(s, "model.embed_tokens", 8) + ShardOf(s, "model.layers.0.", 8);
+  int64_t total = ShardOf(s, "", 8);
+  EXPECT_EQ(a.sharded_params, b.sharded_params);
+  EXPECT_EQ((a.sharded_grads - b.sharded_grads).count(), 4 * f);
+  EXPECT_EQ((a.optimizer_state - b.optimizer_state).count(),
+            R512(8 * total) - R512(8 * (total - f)));
+  EXPECT_EQ(a.trainable_parameters - b.trainable_parameters,
+            model::CountParameters(s).embedding + model::CountParameters(s).block);
+}
+
+// A frozen block in the middle still all-gathers in forward and backward (gradients flow through
+// it to block 0) but does not reduce-scatter; its backward skips the weight-gradient GEMMs:
+// Narayanan et al. 2021, backward = input grad + weight grad = 2 x forward matmul FLOPs, so the
+// frozen block's backward matmul FLOPs fall by 1 x its forward matmul FLOPs.
+TEST(TrainableMemoryTest, FrozenMiddleBlockKeepsAllGathersDropsReduceScatterAndWeightGrads) {
+  auto s = FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("4xH100");
+  Plan full = Seq(64);
+  Plan frozen = full;
+  frozen.frozen_prefixes = {"model.layers.1."};
+  auto a = EstimateMemoryWithProgram(s, c, full, {}, false),
+       b = EstimateMemoryWithProgram(s, c, frozen, {}, false);
+  auto count = [](const MemoryEstimate& e, OpKind k, double* bytes) {
+    int n = 0;
+    for (const auto& op : e.program.ops) {
+      if (op.kind != k) continue;
+      ++n;
+      *bytes += static_cast<double>(op.comm_bytes);
+    }
+    return n;
+  };
+  double ag_a = 0, ag_b = 0, rs_a = 0, rs_b = 0;
+  EXPECT_EQ(count(a, OpKind::kAllGather, &ag_a), count(b, OpKind::kAllGather, &ag_b));
+  EXPECT_EQ(ag_a, ag_b);
+  EXPECT_EQ(count(a, OpKind::kReduceScatter, &rs_a) - count(b, OpKind::kReduceScatter, &rs_b),
+            2);  // 2 steps
+  double tokens = 64, attn = 4.0 * 64 * static_cast<double>(s.q_dim());
+  double mm = model::BlockForwardFlopsPerToken(s, 64).count() - attn;
+  EXPECT_DOUBLE_EQ(
+      BackwardMatmul(a, model::BlockSegment(1)) - BackwardMatmul(b, model::BlockSegment(1)),
+      mm * tokens);
+  EXPECT_DOUBLE_EQ(BackwardMatmul(a, model::BlockSegment(0)),
+                   BackwardMatmul(b, model::BlockSegment(0)));
+}
+
+// Autograd records no graph before the first trainable parameter: frozen embeddings and blocks
+// 0-1 save no activations and run no backward.
+TEST(TrainableMemoryTest, NothingBelowTheFirstTrainableBlockRunsBackward) {
+  auto s = FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("4xH100");
+  Plan full = Seq(64);
+  Plan frozen = full;
+  frozen.frozen_prefixes = {"model.embed_tokens", "model.layers.0.", "model.layers.1."};
+  auto a = EstimateMemoryWithProgram(s, c, full, {}, false),
+       b = EstimateMemoryWithProgram(s, c, frozen, {}, false);
+  for (const auto& op : b.program.ops) {
+    if (op.kind == OpKind::kBackward) {
+      EXPECT_GT(op.segment, model::BlockSegment(1)) << op.segment;
+    }
+  }
+  auto act = model::ComputeBlockActivations(s, model::ActivationOptionsFor(full, 64));
+  int64_t per_block = R512(static_cast<int64_t>(act.full.saved_per_token * 64));
+  EXPECT_EQ((CategoryPeak(a.report, "activations saved for backward") -
+             CategoryPeak(b.report, "activations saved for backward"))
+                .count(),
+            2 * per_block);
+}
+
+// LoRA r on q and v: trainable = sum over blocks of r (in + out) per target; the sharded grads
+// and the AdamW moments cover the adapters' padded shards only.
+TEST(TrainableMemoryTest, LoraModelStatesCoverOnlyTheAdapters) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(1);
+  p.lora.rank = 16;
+  p.lora.targets = {"q_proj", "v_proj"};
+  auto r = EstimateMemory(s, c, p);
+  int64_t rk = 16, h = s.hidden, n = 8;
+  EXPECT_EQ(r.trainable_parameters, s.num_layers * (rk * (h + s.q_dim()) + rk * (h + s.kv_dim())));
+  // A [r, H] pads dim 0 to ceil(r / n) rows; B [out, r] to ceil(out / n).
+  auto padded = [&](int64_t d0, int64_t inner) { return (d0 + n - 1) / n * inner; };
+  int64_t shard =
+      s.num_layers * (2 * padded(rk, h) + padded(s.q_dim(), rk) + padded(s.kv_dim(), rk));
+  EXPECT_EQ(r.sharded_grads.count(), 4 * shard);
+  EXPECT_EQ(r.optimizer_state.count(), R512(8 * shard));
+  // The base weights stay (fp32 master shards), adapters are added in lora.dtype (fp32).
+  EXPECT_EQ(r.sharded_params.count(), 4 * (ShardOf(s, "", 8) + shard));
+}
+
+// An inference role: forward under no_grad only. Nothing of training exists; the peak is the
+// sharded params, gathered units, the working set and the logits.
+TEST(TrainableMemoryTest, InferRoleHoldsNoGradsOptimizerOrSavedActivations) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(2048);
+  p.role = model::Role::kInfer;
+  auto r = EstimateMemory(s, c, p);
+  EXPECT_EQ(r.sharded_grads.count(), 0);
+  EXPECT_EQ(r.optimizer_state.count(), 0);
+  EXPECT_EQ(r.trainable_parameters, 0);
+  for (const char* cat : {"activations saved for backward", "sharded gradients", "optimizer state",
+                          "unsharded gradients", "reduce-scatter buffers"}) {
+    EXPECT_EQ(CategoryPeak(r, cat).count(), 0) << cat;
+  }
+  int64_t logits = 2 * 2048 * s.vocab_size;  // [B, S, V] bf16
+  int64_t gathered_unit = 2 * model::CountParameters(s).block;
+  int64_t root =
+      2 * (model::CountParameters(s).embedding + model::CountParameters(s).lm_head + s.hidden);
+  auto act = model::ComputeBlockActivations(s, model::ActivationOptionsFor(p, 2048));
+  auto head = model::ComputeHeadActivations(s, model::ActivationOptionsFor(p, 2048));
+  int64_t working = static_cast<int64_t>(
+      std::max(act.full.forward_peak_per_token, head.forward_peak_per_token) * 2048);
+  EXPECT_GE(r.peak_allocated.count(), r.sharded_params.count() + logits);
+  // Upper bound: params + root + current and next unit (gathered and all-gather buffer) + working
+  // set + logits + the 32 MiB cuBLAS workspace + 512-byte rounding.
+  EXPECT_LE(r.peak_allocated.count(), r.sharded_params.count() + root + 4 * gathered_unit +
+                                          working + logits +
+                                          MemoryConstants{}.cublas_workspace.count() + (1 << 20));
+  Plan train = Seq(2048);
+  EXPECT_LT(r.peak_allocated, EstimateMemory(s, c, train).peak_allocated);
+}
+
+model::ModelSpec TinyMoe() {
+  model::ModelSpec s = FindModelPreset("tiny-llama");
+  s.name = "tiny-moe";
+  s.moe.num_experts = 4;
+  s.moe.top_k = 2;
+  s.moe.expert_ffn_hidden = s.ffn_hidden / 2;
+  return s;
+}
+
+// Per-expert units: one expert is gathered at a time, so the gathered peak is the root, one
+// block without its experts and one expert, instead of the root and a whole block.
+TEST(TrainableMemoryTest, ExpertUnitsGatherOneExpertAtATime) {
+  auto s = TinyMoe();
+  auto c = profiles::ParseClusterShorthand("4xH100");
+  Plan plain = Seq(64);
+  Plan experts = plain;
+  experts.wrap.expert_units = true;
+  auto a = EstimateMemory(s, c, plain), b = EstimateMemory(s, c, experts);
+  int n = 4;
+  auto gathered = [&](int64_t padded_shard) { return R512(2 * padded_shard * n); };
+  int64_t root = 0, block = 0, expert = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, experts.wrap)) {
+    if (u.is_root)
+      root = u.PaddedShardNumel(n);
+    else if (u.is_expert)
+      expert = u.PaddedShardNumel(n);
+    else
+      block = u.PaddedShardNumel(n);
+  }
+  int64_t whole_block = 0;
+  for (const auto& u : model::BuildFsdpUnits(s, plain.wrap)) {
+    if (!u.is_root) whole_block = u.PaddedShardNumel(n);
+  }
+  EXPECT_EQ(CategoryPeak(a, "gathered (unsharded) parameters").count(),
+            gathered(root) + gathered(whole_block));
+  EXPECT_EQ(CategoryPeak(b, "gathered (unsharded) parameters").count(),
+            gathered(root) + gathered(block) + gathered(expert));
+  EXPECT_EQ(b.sharded_params, a.sharded_params);
+}
+
+// Tiled MLP: the MLP's intermediates (4 x F x e per token for SwiGLU: gate, silu, up, product)
+// are not saved; backward re-runs the MLP forward: + 2 x 3 x H x F FLOPs per token.
+TEST(TrainableMemoryTest, TiledMlpSavesNoMlpIntermediatesAndRecomputesTheMlp) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan plain = Seq(4096);
+  Plan tiled = plain;
+  tiled.tiled_mlp_shards = 4;
+  auto a = EstimateMemoryWithProgram(s, c, plain, {}, false),
+       b = EstimateMemoryWithProgram(s, c, tiled, {}, false);
+  auto act = model::ComputeBlockActivations(s, model::ActivationOptionsFor(plain, 4096));
+  double tokens = 4096, f = static_cast<double>(s.ffn_hidden), h = static_cast<double>(s.hidden);
+  int64_t full_block = static_cast<int64_t>(act.full.saved_per_token * tokens);
+  int64_t tiled_block = static_cast<int64_t>((act.full.saved_per_token - 4 * f * 2) * tokens);
+  EXPECT_EQ((CategoryPeak(a.report, "activations saved for backward") -
+             CategoryPeak(b.report, "activations saved for backward"))
+                .count(),
+            s.num_layers * (R512(full_block) - R512(tiled_block)));
+  EXPECT_DOUBLE_EQ(
+      BackwardMatmul(b, model::BlockSegment(3)) - BackwardMatmul(a, model::BlockSegment(3)),
+      2 * 3 * h * f * tokens);
+}
+
+// The savings report: each feature's steps add up to the total, and freezing reports the
+// optimizer state it removes.
+TEST(TrainableMemoryTest, FeatureSavingsAddUpToTheTotal) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(2048);
+  p.frozen_prefixes = {"model.embed_tokens"};
+  p.tiled_mlp_shards = 4;
+  MemoryReport r = EstimateMemory(s, c, p);
+  FeatureSavings f = CompareWithFullFinetune(s, c, p, {}, r);
+  ASSERT_EQ(f.features.size(), 2u);
+  EXPECT_EQ(f.features[0].feature, "frozen");
+  EXPECT_EQ(f.features[1].feature, "tiled MLP");
+  EXPECT_EQ((f.features[0].peak_saved + f.features[1].peak_saved).count(),
+            f.total_peak_saved.count());
+  int64_t total = ShardOf(s, "", 8), e = ShardOf(s, "model.embed_tokens", 8);
+  bool found = false;
+  for (const auto& [what, b] : f.features[0].saved) {
+    if (what != "optimizer state") continue;
+    found = true;
+    EXPECT_EQ(b.count(), R512(8 * total) - R512(8 * (total - e)));
+  }
+  EXPECT_TRUE(found);
+  EXPECT_FALSE(UsesFeatures(Seq(2048)));
+}
+
+}  // namespace
+}  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// Co-location: while one role runs, every other role's idle residue is on the GPU too. Without
+// offload that residue is its sharded params + optimizer state (+ its own process's context,
+// NCCL buffers and cuBLAS workspace); with offload and one process, nothing.
+TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan actor = Seq(2048);
+  Plan ref = actor;
+  ref.role = model::Role::kInfer;
+  MemoryReport a = EstimateMemory(s, c, actor), r = EstimateMemory(s, c, ref);
+  std::vector<ColocatedRole> roles{{"actor", a}, {"reference", r}};
+  MemoryConstants k;
+  ColocationOptions resident;
+  resident.separate_processes = false;
+  ColocationReport x = CoLocate(roles, resident, k);
+  ASSERT_EQ(x.roles.size(), 2u);
+  EXPECT_EQ(x.roles[0].colocated_required, a.required + r.sharded_params);
+  EXPECT_EQ(x.roles[1].colocated_required, r.required + a.sharded_params + a.optimizer_state);
+  EXPECT_EQ(x.peak, std::max(x.roles[0].colocated_required, x.roles[1].colocated_required));
+  ColocationOptions separate;  // a process per role: each idle one keeps context, NCCL, cuBLAS
+  ColocationReport y = CoLocate(roles, separate, k);
+  EXPECT_EQ(y.roles[0].colocated_required,
+            a.required + r.sharded_params + r.outside_total + k.cublas_workspace);
+  ColocationOptions offload;
+  offload.offload_between_roles = true;
+  offload.separate_processes = false;
+  ColocationReport z = CoLocate(roles, offload, k);
+  EXPECT_EQ(z.roles[0].colocated_required, a.required);
+  EXPECT_EQ(z.roles[1].colocated_required, r.required);
+}
+
+}  // namespace
+}  // namespace shardtune::sim
