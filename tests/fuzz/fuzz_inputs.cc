@@ -14,10 +14,12 @@
 #include "model/model_spec_json.h"
 #include "model/plan.h"
 #include "model/plan_json.h"
+#include "model/presets.h"
 #include "model/strict_json.h"
 #include "profiles/cluster.h"
 #include "simulator/measurements_json.h"
 #include "simulator/profile_json.h"
+#include "planner/import.h"
 
 namespace shardtune::fuzz {
 namespace {
@@ -67,6 +69,14 @@ void Parse(const std::string& name, const std::string& text) {
     UsePlan(model::PlanFromJson(model::ParseJsonText(text, "plan.json"), "plan.json"));
   } else if (name == "profile_json") {
     sim::ReadProfileFile(AsFile(text));
+  } else if (name == "config_import") {
+    // --from: an Accelerate / HF Trainer / ROLL / verl file (format detected), for tiny-llama on
+    // one 8-GPU node, then what estimate does next with the plan.
+    static const model::ModelSpec spec = model::FindModelPreset("tiny-llama");
+    static const profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("8xH100");
+    model::Plan plan;
+    plan::ImportConfigText(text, "cfg.yaml", plan::MakeImportContext(spec, cluster), nullptr, &plan);
+    UsePlan(plan);
   } else if (name == "measurements_json") {
     sim::MeasurementsFromJson(model::ParseJsonText(text, "measurements.json"), "measurements.json");
   } else {
@@ -87,7 +97,7 @@ const std::vector<std::string>& TargetNames() {
   static const std::vector<std::string> kNames = {"model_spec",        "hf_config",
                                                   "cluster_json",      "cluster_shorthand",
                                                   "plan_json",         "profile_json",
-                                                  "measurements_json"};
+                                                  "measurements_json", "config_import"};
   return kNames;
 }
 
