@@ -36,7 +36,7 @@ std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
   if (FlagGiven(a.plan, "--cp")) sizes = {given.cp};
   if (a.plan.app && a.plan.app->count("--cp-sizes") > 0) {
     where = "--cp-sizes";
-    std::string text = a.plan.app->get_option("--cp-sizes")->as<std::string>();
+    const std::string& text = a.cp_sizes;
     sizes.clear();
     size_t start = 0;
     while (start <= text.size()) {
@@ -251,34 +251,38 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   // Read back from the parsed subcommand (CpSizesOf), like --measure.
   sub->add_option(
-      "--cp-sizes",
+      "--cp-sizes", a->cp_sizes,
       "Ulysses cp degrees to search, e.g. 1,2,4,8 (default: every valid one in a node)");
-  // --measure and its companions are read back from the parsed subcommand (MeasureOptionsOf).
-  sub->add_option("--measure", "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
-  sub->add_option("--measure-steps", "Steps per measured run (default 4; the first is left out)");
-  sub->add_option("--measure-dir", "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
+  sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
+  sub->add_option("--measure-steps", a->measure_steps, "Steps per measured run (default 4; the first is left out)");
+  sub->add_option("--measure-dir", a->measure_dir, "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
   AddPlanFlags(sub, &a->plan);
   AddFromFlags(sub, &a->plan);
 }
 
 namespace {
-// The --measure options of the parsed tune subcommand (plans 0: not asked for).
+// The --measure options (plans 0: not asked for).
+int IntegerFlag(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw InputError(flag + ": expected an integer, got \"" + text + "\"");
+  }
+  return value;
+}
+
 MeasureOptions MeasureOptionsOf(const TuneArgs& a) {
   MeasureOptions m;
   if (!a.plan.app || a.plan.app->count("--measure") == 0) return m;
-  auto integer = [&a](const char* flag, int def) {
-    if (a.plan.app->count(flag) == 0) return def;
-    try {
-      return a.plan.app->get_option(flag)->as<int>();
-    } catch (const CLI::Error&) {
-      throw InputError(std::string(flag) + ": expected an integer, got \"" +
-                       a.plan.app->get_option(flag)->as<std::string>() + "\"");
-    }
-  };
-  m.plans = integer("--measure", 0);
+  m.plans = IntegerFlag("--measure", a.measure);
   if (m.plans < 1) throw InputError("--measure: expected a number of plans >= 1, got " + std::to_string(m.plans));
-  m.steps = integer("--measure-steps", 4);
-  if (a.plan.app->count("--measure-dir") > 0) m.dir = a.plan.app->get_option("--measure-dir")->as<std::string>();
+  if (a.plan.app->count("--measure-steps") > 0) m.steps = IntegerFlag("--measure-steps", a.measure_steps);
+  if (a.plan.app->count("--measure-dir") > 0) m.dir = a.measure_dir;
   m.model_arg = a.model;
   return m;
 }

@@ -24,6 +24,10 @@ struct TuneArgs {
   bool search_nodes = false;        // also find the fewest nodes (<= the cluster's) that fit
   std::string profile;
   bool json = false;
+  std::string cp_sizes;             // --cp-sizes "1,2,4" ("" : not given)
+  // --measure N (0: not asked for), --measure-steps, --measure-dir. Kept as text so a bad value
+  // gets shardtune's one-line error rather than CLI11's.
+  std::string measure, measure_steps, measure_dir;
   PlanFlags plan;                   // given flags fix that dimension of the search
 };
 
