@@ -52,7 +52,7 @@ FlatParam::FlatParam(const model::FsdpUnit& unit, const FlatParamOptions& o)
     for (size_t i = s.shape.size(); i-- > 1;) strides[i - 1] = strides[i] * s.shape[i];
     at::Tensor v =
         at::empty({0}, full_.options()).set_(full_.storage(), s.offset, s.shape, strides);
-    params_.push_back(v.requires_grad_(true));
+    params_.push_back(v.requires_grad_(o.requires_grad));
   }
   Free();
 }
@@ -106,6 +106,7 @@ at::Tensor FlatParam::TakeFlatGrad() {
 }
 
 void FlatParam::InstallGradHooks(std::function<void()> on_grad) {
+  SHARDTUNE_CHECK(trainable()) << name_ << ": a frozen flat parameter has no gradients";
   for (const at::Tensor& p : params_) {
     std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
     acc->add_post_hook(std::make_unique<GradReadyHook>(on_grad));

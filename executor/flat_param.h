@@ -41,6 +41,9 @@ struct FlatParamOptions {
   int shard_rank = 0;
   uint64_t seed = 0;             // parameter initialization
   at::Device device = at::kCPU;  // where shards and gathered buffers live
+  // false: a frozen flat parameter (plan.frozen_prefixes, LoRA's base weights): its views do not
+  // require grad, it gets no grad hooks, no gradient, no reduction and no optimizer state.
+  bool requires_grad = true;
 };
 
 class FlatParam {
@@ -57,10 +60,12 @@ class FlatParam {
   int64_t padded_numel() const { return shard_numel_ * options_.shard_size; }
   int64_t shard_numel() const { return shard_numel_; }
   const FlatParamOptions& options() const { return options_; }
+  bool trainable() const { return options_.requires_grad; }
 
   at::Tensor& shard() { return shard_; }            // [shard_numel] fp32 master
   at::Tensor& grad_shard() { return grad_shard_; }  // [shard_numel] fp32, undefined when zero
-  // The parameters in slots() order: leaf tensors (requires_grad) viewing the gathered buffer.
+  // The parameters in slots() order: leaf tensors (requires_grad unless frozen) viewing the
+  // gathered buffer.
   const std::vector<at::Tensor>& params() const { return params_; }
 
   bool gathered() const { return gathered_; }
@@ -79,6 +84,7 @@ class FlatParam {
   at::Tensor TakeFlatGrad();
   // Keeps the parameters' AccumulateGrad nodes alive and calls `on_grad` after each one ran
   // (on the autograd thread), so the runtime knows when the unit's backward is complete.
+  // REQUIRES: trainable().
   void InstallGradHooks(std::function<void()> on_grad);
 
  private:

@@ -18,8 +18,28 @@ void FsdpRuntime::Impl::CloseBackwardSegment() {
   backward_segment = -1;
 }
 
+void FsdpRuntime::Impl::FinishFrozen(int u) {
+  size_t i = static_cast<size_t>(u);
+  SHARDTUNE_CHECK(!units[i]->trainable() && !backward_done[i]) << units[i]->name();
+  if (gathers[i]) {  // prefetched, then not needed
+    gathers[i]->Wait();
+    gathers[i].reset();
+    --inflight_gathers;
+  }
+  units[i]->Free();
+  backward_done[i] = true;
+}
+
 void FsdpRuntime::Impl::PreBackward(int segment) {
   CloseBackwardSegment();
+  // A frozen unit has no AccumulateGrad to say its backward is over: it is once the backward
+  // reaches a segment before its first one.
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (!units[u]->trainable() && !backward_done[u] &&
+        (*unit_specs)[u].first_segment > segment) {
+      FinishFrozen(static_cast<int>(u));
+    }
+  }
   // A unit whose gradients are all done (e.g. the root once its own segments are through) is
   // not needed by the rest of backward, even though its segment range covers it.
   for (int u : covering[static_cast<size_t>(segment)]) {
@@ -109,8 +129,16 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
   m.CloseBackwardSegment();
   at::NoGradGuard no_grad;
   m.DrainReductions(0);
-  SHARDTUNE_CHECK(m.units_done == static_cast<int>(m.units.size()))
-      << "only " << m.units_done << " of " << m.units.size() << " FSDP units finished backward";
+  int trainable = 0;
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    if (m.units[u]->trainable()) {
+      ++trainable;
+    } else if (!m.backward_done[u]) {
+      m.FinishFrozen(static_cast<int>(u));
+    }
+  }
+  SHARDTUNE_CHECK(m.units_done == trainable)
+      << "only " << m.units_done << " of " << trainable << " trainable FSDP units finished backward";
   SHARDTUNE_CHECK(m.inflight_gathers == 0) << m.inflight_gathers << " all-gathers left unused";
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "executor/fsdp_runtime_impl.h"
+#include "executor/param_groups.h"
 #include "model/errors.h"
 
 namespace shardtune::exec {
@@ -30,6 +31,7 @@ TransformerOptions ModelOptions(const model::Plan& plan) {
   TransformerOptions t;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
+  if (plan.lora.enabled()) t.lora_scale = plan.lora.alpha / plan.lora.rank;  // PEFT: alpha / r
   return t;
 }
 
@@ -41,14 +43,20 @@ std::string SegmentName(int s, int L) {
 }
 
 // BuildFsdpUnits keeps the root even when wrapping left it no parameters; such a unit has
-// nothing to gather or reduce.
-std::vector<model::FsdpUnit> NonEmptyUnits(const model::ModelSpec& spec,
-                                           const model::WrapPolicy& w) {
+// nothing to gather or reduce. Frozen parameters and LoRA adapters split a unit into up to three
+// flat parameters (param_groups.h).
+std::vector<FlatParamGroup> NonEmptyGroups(const model::ModelSpec& spec, const model::Plan& plan) {
   std::vector<model::FsdpUnit> units;
-  for (model::FsdpUnit& u : model::BuildFsdpUnits(spec, w)) {
+  for (model::FsdpUnit& u : model::BuildFsdpUnits(spec, plan.wrap)) {
     if (!u.params.empty()) units.push_back(std::move(u));
   }
-  return units;
+  return SplitUnits(spec, units, plan);
+}
+
+std::vector<model::FsdpUnit> Specs(const std::vector<FlatParamGroup>& groups) {
+  std::vector<model::FsdpUnit> out;
+  for (const FlatParamGroup& g : groups) out.push_back(g.unit);
+  return out;
 }
 
 bool Recomputes(const model::Plan& p, int block) {
@@ -62,7 +70,7 @@ bool Recomputes(const model::Plan& p, int block) {
 FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& options,
                          ProcessGroups groups, Recorder* recorder)
     : impl_(std::make_unique<Impl>()),
-      unit_specs_(NonEmptyUnits(spec, options.plan.wrap)),
+      unit_specs_(Specs(NonEmptyGroups(spec, options.plan))),
       groups_(std::move(groups)),
       transformer_(spec, ModelOptions(options.plan), options.cp > 1 ? groups_.cp.get() : nullptr) {
   SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() ==
@@ -90,9 +98,13 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   m.ending.resize(static_cast<size_t>(nseg));
   m.covering.resize(static_cast<size_t>(nseg));
   bool strategy_reshards = model::StrategyReshardsAfterForward(plan.strategy);
+  std::vector<FlatParamGroup> flat_groups = NonEmptyGroups(spec, plan);
   for (size_t u = 0; u < unit_specs_.size(); ++u) {
     const model::FsdpUnit& us = unit_specs_[u];
-    m.units.push_back(std::make_unique<FlatParam>(us, fo));
+    FlatParamOptions gfo = fo;
+    gfo.requires_grad = flat_groups[u].trainable;
+    if (flat_groups[u].lora) gfo.param_dtype = ToScalarType(plan.lora.dtype);
+    m.units.push_back(std::make_unique<FlatParam>(us, gfo));
     m.reshard_after_forward.push_back(!us.is_root && strategy_reshards &&
                                       plan.reshard_after_forward);
     int idx = static_cast<int>(u);
@@ -102,10 +114,12 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
       m.covering[static_cast<size_t>(s)].push_back(idx);
     const FlatParam& fp = *m.units.back();
     for (size_t i = 0; i < fp.slots().size(); ++i) m.table[fp.slots()[i].name] = fp.params()[i];
+    if (!fp.trainable()) continue;  // no gradients: nothing to reduce (FSDP2 fsdp_params_with_grad)
     m.units.back()->InstallGradHooks([this, idx]() {
       if (impl_->units[static_cast<size_t>(idx)]->CountGradReady()) impl_->PostBackward(idx);
     });
   }
+  m.segment_grad.assign(static_cast<size_t>(nseg), true);
   m.gathers.resize(m.units.size());
   m.nosync_grads.resize(m.units.size());
   m.backward_done.assign(m.units.size(), false);
@@ -159,6 +173,7 @@ void FsdpRuntime::Impl::Prefetch(const std::vector<int>& candidates) {
 std::vector<int> FsdpRuntime::Impl::BackwardCandidates(int segment) const {
   std::vector<int> out;
   for (int s = segment - 1; s >= 0; --s) {
+    if (!segment_grad[static_cast<size_t>(s)]) break;  // no backward from here down (frozen)
     for (int u : covering[static_cast<size_t>(s)]) {
       if (backward_done[static_cast<size_t>(u)]) continue;
       if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
@@ -184,14 +199,25 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
       m.Prefetch(next);
     }
     double t0 = MonotonicSeconds();
+    if (grad && m.recompute[si] && !x.requires_grad()) {
+      // A recomputed block after frozen ones: its input has no gradient, yet its parameters do;
+      // the reentrant Function's output needs an input that requires grad (HF's
+      // enable_input_require_grads, used by PEFT with gradient checkpointing, for the same).
+      x = x.detach().requires_grad_(true);
+    }
     at::Tensor y = grad && m.recompute[si] ? Recompute(&m.segment_fns[si], x)
                                            : transformer_.Segment(m.table, s, x, labels);
     m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
-    if (grad) {
+    // Frozen segments before the first trainable parameter have no backward at all.
+    m.segment_grad[si] = grad && y.requires_grad();
+    if (m.segment_grad[si]) {
       y.register_hook([this, s](const at::Tensor&) { impl_->PreBackward(s); });
     }
     for (int u : m.ending[si]) {
-      if (m.reshard_after_forward[static_cast<size_t>(u)]) m.units[static_cast<size_t>(u)]->Free();
+      // A unit no backward will need (frozen, before every trainable parameter) is freed now.
+      if (m.reshard_after_forward[static_cast<size_t>(u)] || (grad && !m.segment_grad[si])) {
+        m.units[static_cast<size_t>(u)]->Free();
+      }
     }
     x = y;
   }

@@ -7,7 +7,9 @@
 // FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD(_ZERO2) and NO_SHARD (a shard group of 1, gradients
 // all-reduced) are all this one path with different groups and reshard flags.
 // Units are gathered per forward segment (embeddings, block, final norm, head): a unit smaller
-// than a block (size-based wrapping) stays gathered for its whole block.
+// than a block (size-based wrapping) stays gathered for its whole block. Frozen parameters and
+// LoRA adapters (param_groups.h) make separate flat parameters; frozen ones are gathered and
+// freed like the others but have no gradient, reduction or clipping share.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -69,6 +71,9 @@ class FsdpRuntime {
   // Drops the sharded gradients (set_to_none).
   void ZeroGrad();
 
+  // The flat parameters in forward order, and their units (index-aligned). A unit with frozen
+  // parameters or LoRA adapters has one flat parameter per group (param_groups.h), each listed
+  // with the unit's segments and the group's parameters and name.
   std::vector<FlatParam*> units();
   const std::vector<model::FsdpUnit>& unit_specs() const { return unit_specs_; }
   const ProcessGroups& groups() const { return groups_; }

@@ -28,6 +28,9 @@ struct FsdpRuntime::Impl {
   std::vector<std::string> segment_names;
   std::vector<bool> recompute;         // per segment: activation checkpointing
   std::vector<SegmentFn> segment_fns;  // per segment, for Recompute
+  // Per segment: its output required grad in the last forward, so its backward runs (false for
+  // frozen segments before the first trainable parameter).
+  std::vector<bool> segment_grad;
 
   // Backward state.
   bool sync = true;
@@ -54,6 +57,8 @@ struct FsdpRuntime::Impl {
   void FinishReduction(Reduction& r);
   void DrainReductions(size_t keep);
   void CloseBackwardSegment();
+  // Frees a frozen unit whose backward is over (or never ran) and marks it done.
+  void FinishFrozen(int unit);
 };
 
 }  // namespace shardtune::exec

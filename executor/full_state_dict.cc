@@ -13,6 +13,19 @@
 #include "model/errors.h"
 
 namespace shardtune::exec {
+namespace {
+
+// LoRA adapters as PEFT saves them: get_peft_model_state_dict drops the adapter name
+// (peft/utils/save_and_load.py), "...q_proj.lora_A.default.weight" -> "...q_proj.lora_A.weight".
+std::string SavedName(std::string name) {
+  for (const char* k : {".lora_A.default.", ".lora_B.default."}) {
+    size_t at = name.find(k);
+    if (at != std::string::npos) name.replace(at + 7, 8, "");  // drop "default."
+  }
+  return name;
+}
+
+}  // namespace
 
 void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& model_name,
                          const std::string& path) {
@@ -35,7 +48,7 @@ void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& mode
       auto begin = static_cast<int64_t>(data.size());
       auto bytes = static_cast<size_t>(s.numel) * sizeof(float);
       data.append(static_cast<const char*>(host.data_ptr()) + s.offset * 4, bytes);  // LE fp32
-      header[s.name] = {{"dtype", "F32"},
+      header[SavedName(s.name)] = {{"dtype", "F32"},
                         {"shape", s.shape},
                         {"data_offsets", {begin, static_cast<int64_t>(data.size())}}};
     }

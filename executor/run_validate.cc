@@ -11,6 +11,7 @@
 #include "executor/run.h"
 #include "executor/transformer_support.h"
 #include "model/errors.h"
+#include "model/trainable.h"
 
 namespace shardtune::exec {
 namespace {
@@ -27,9 +28,20 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
     p.push_back(
         "--checkpointing: selective is not supported by the executor (use full or every:K)");
   }
+  // Frozen prefixes and LoRA targets against the model's parameter names (model/trainable.h).
+  for (std::string& f : model::TrainabilityProblems(
+           o.spec, plan, plan.ResolvedSeqLen(o.spec.max_seq_len), o.plan_name)) {
+    p.push_back(std::move(f));
+  }
+  if (!plan.Trains()) {
+    p.push_back(o.plan_name + ":/role: expected train (the executor trains), got infer");
+  }
   if (plan.master_dtype != model::DType::kFp32) {
     p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +
                 std::string(model::ToString(plan.master_dtype)));
+  }
+  if (plan.lora.enabled() && plan.lora.dtype == model::DType::kFp16) {
+    p.push_back("--lora-dtype: fp16 is not supported on CPU (use fp32 or bf16)");
   }
   if (plan.param_dtype == model::DType::kFp16 || plan.reduce_dtype == model::DType::kFp16) {
     p.push_back("--precision/--reduce-dtype: fp16 is not supported on CPU (use bf16 or fp32)");

@@ -29,6 +29,10 @@ Trainer::Trainer(TrainerContext context)
   runtime_ = std::make_unique<FsdpRuntime>(o.spec, ro, ctx_.groups, ctx_.recorder);
   std::vector<at::Tensor*> params, grads;
   for (FlatParam* u : runtime_->units()) {
+    // Frozen flat parameters have no gradient and no optimizer state (FSDP2 and torch.optim
+    // see only requires_grad parameters in a PEFT / freeze setup).
+    opt_index_.push_back(u->trainable() ? static_cast<int>(params.size()) : -1);
+    if (!u->trainable()) continue;
     params.push_back(&u->shard());
     grads.push_back(&u->grad_shard());
   }

@@ -64,7 +64,8 @@ class Trainer {
   int64_t seq_len_ = 0;
   TokenSource data_;
   std::unique_ptr<FsdpRuntime> runtime_;
-  std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;  // over the trainable flat parameters only
+  std::vector<int> opt_index_;  // per flat parameter: its optimizer index, -1 when frozen
   LrOptions lr_;
 };
 

@@ -102,15 +102,19 @@ std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
                               {"world_size", ctx_.world_size},
                               {"shard_group_size", runtime_->groups().shard->size()}};
   meta["units"] = nlohmann::ordered_json::array();
-  for (FlatParam* u : units)
-    meta["units"].push_back({{"name", u->name()}, {"shard_numel", u->shard_numel()}});
+  for (FlatParam* u : units) {
+    meta["units"].push_back({{"name", u->name()},
+                             {"shard_numel", u->shard_numel()},
+                             {"trainable", u->trainable()}});
+  }
   std::vector<Blob> blobs{{"meta", meta.dump()}};
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i);
-    blobs.push_back({"param/" + n, Bytes(units[i]->shard())});
-    if (optimizer_->keeps_state()) {
-      blobs.push_back({"exp_avg/" + n, Bytes(optimizer_->exp_avg()[i])});
-      blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[i])});
+    blobs.push_back({"param/" + n, Bytes(units[i]->shard())});  // frozen ones too
+    int o = opt_index_[i];
+    if (optimizer_->keeps_state() && o >= 0) {  // frozen: no optimizer state
+      blobs.push_back({"exp_avg/" + n, Bytes(optimizer_->exp_avg()[static_cast<size_t>(o)])});
+      blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[static_cast<size_t>(o)])});
     }
   }
   blobs.push_back({"rng/torch_cpu", Bytes(at::detail::getDefaultCPUGenerator().get_state())});
@@ -137,9 +141,11 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i), where = file + ": unit " + units[i]->name();
     Fill(units[i]->shard(), get("param/" + n), where);
-    if (optimizer_->keeps_state()) {
-      Fill(optimizer_->exp_avg()[i], get("exp_avg/" + n), where + " exp_avg");
-      Fill(optimizer_->exp_avg_sq()[i], get("exp_avg_sq/" + n), where + " exp_avg_sq");
+    int o = opt_index_[i];
+    if (optimizer_->keeps_state() && o >= 0) {
+      auto k = static_cast<size_t>(o);
+      Fill(optimizer_->exp_avg()[k], get("exp_avg/" + n), where + " exp_avg");
+      Fill(optimizer_->exp_avg_sq()[k], get("exp_avg_sq/" + n), where + " exp_avg_sq");
     }
   }
   optimizer_->set_step(meta.at("optimizer_step").get<int64_t>());

@@ -70,8 +70,14 @@ std::vector<int64_t> Transformer::Shape(int64_t dim0, int64_t inner) {
 void Transformer::InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full) {
   at::NoGradGuard no_grad;
   bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
-  if (EndsWith(name, ".bias")) {
+  if (EndsWith(name, ".bias") || name.find(".lora_B.") != std::string::npos) {
     full.zero_();
+  } else if (name.find(".lora_A.") != std::string::npos) {
+    // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain x sqrt(3 / fan_in)
+    // = 1 / sqrt(fan_in), fan_in = in = size(1) of [r, in].
+    double bound = 1.0 / std::sqrt(static_cast<double>(full.size(1)));
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
+    full.uniform_(-bound, bound, gen);
   } else if (norm) {
     full.fill_(1.0);
   } else {
@@ -142,18 +148,14 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   int64_t a = spec_.num_heads, kv = spec_.num_kv_heads;
   at::Tensor q, k, v;
   if (gpt2_names_) {
-    at::Tensor qkv = Dense(x, Get(p, pre + ".c_attn.weight"),
-                           Maybe(p, pre + ".c_attn.bias", spec_.qkv_bias), true);
+    at::Tensor qkv = Proj(p, pre + ".c_attn", x, spec_.qkv_bias, true);
     q = qkv.narrow(-1, 0, a * D);
     k = qkv.narrow(-1, a * D, kv * D);
     v = qkv.narrow(-1, (a + kv) * D, kv * D);
   } else {
-    q = Dense(x, Get(p, pre + ".q_proj.weight"), Maybe(p, pre + ".q_proj.bias", spec_.qkv_bias),
-              false);
-    k = Dense(x, Get(p, pre + ".k_proj.weight"), Maybe(p, pre + ".k_proj.bias", spec_.qkv_bias),
-              false);
-    v = Dense(x, Get(p, pre + ".v_proj.weight"), Maybe(p, pre + ".v_proj.bias", spec_.qkv_bias),
-              false);
+    q = Proj(p, pre + ".q_proj", x, spec_.qkv_bias, false);
+    k = Proj(p, pre + ".k_proj", x, spec_.qkv_bias, false);
+    v = Proj(p, pre + ".v_proj", x, spec_.qkv_bias, false);
   }
   q = q.view({B, S, a, D});
   k = k.view({B, S, kv, D});
@@ -186,12 +188,8 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     at::Tensor local = Core(to_heads(q), to_heads(k), to_heads(v));  // [B, a/cp, S_full, D]
     o = GatherHeadsScatterSeq(local.transpose(1, 2), *cp_).reshape({B, S, a * D});
   }
-  if (gpt2_names_) {
-    return Dense(o, Get(p, pre + ".c_proj.weight"),
-                 Maybe(p, pre + ".c_proj.bias", spec_.attn_out_bias), true);
-  }
-  return Dense(o, Get(p, pre + ".o_proj.weight"),
-               Maybe(p, pre + ".o_proj.bias", spec_.attn_out_bias), false);
+  return Proj(p, pre + (gpt2_names_ ? ".c_proj" : ".o_proj"), o, spec_.attn_out_bias,
+              gpt2_names_);
 }
 
 at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
@@ -228,25 +226,36 @@ at::Tensor Transformer::Mlp(const ParamTable& p, const std::string& pre,
                             const at::Tensor& x) const {
   bool b = spec_.mlp_bias;
   if (spec_.mlp == model::MlpKind::kSwiGlu) {
-    at::Tensor g =
-        Dense(x, Get(p, pre + ".gate_proj.weight"), Maybe(p, pre + ".gate_proj.bias", b), false);
-    at::Tensor u =
-        Dense(x, Get(p, pre + ".up_proj.weight"), Maybe(p, pre + ".up_proj.bias", b), false);
-    return Dense(at::silu(g) * u, Get(p, pre + ".down_proj.weight"),
-                 Maybe(p, pre + ".down_proj.bias", b), false);
+    at::Tensor g = Proj(p, pre + ".gate_proj", x, b, false);
+    at::Tensor u = Proj(p, pre + ".up_proj", x, b, false);
+    return Proj(p, pre + ".down_proj", at::silu(g) * u, b, false);
   }
   std::string up = pre + (gpt2_names_ ? ".c_fc" : ".up_proj");
   std::string down = pre + (gpt2_names_ ? ".c_proj" : ".down_proj");
-  at::Tensor h = Dense(x, Get(p, up + ".weight"), Maybe(p, up + ".bias", b), gpt2_names_);
+  at::Tensor h = Proj(p, up, x, b, gpt2_names_);
   h = at::gelu(h, gpt2_names_ ? "tanh" : "none");  // GPT-2 gelu_new; NeoX exact GELU
-  return Dense(h, Get(p, down + ".weight"), Maybe(p, down + ".bias", b), gpt2_names_);
+  return Proj(p, down, h, b, gpt2_names_);
+}
+
+at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,
+                             bool bias, bool conv1d) const {
+  at::Tensor y = Dense(x, Get(p, module + ".weight"), Maybe(p, module + ".bias", bias), conv1d);
+  auto a = p.find(module + ".lora_A.default.weight");  // model/trainable.h's (PEFT's) names
+  if (a == p.end()) return y;
+  // PEFT lora.Linear.forward: x cast to the adapter dtype, result += lora_B(lora_A(x)) * scaling
+  // (added in the base output's dtype). lora_A [r, in], lora_B [out, r], whatever the base
+  // layout (GPT-2's Conv1D included).
+  const at::Tensor& wa = a->second;
+  const at::Tensor& wb = Get(p, module + ".lora_B.default.weight");
+  at::Tensor d = at::linear(at::linear(x.to(wa.scalar_type()), wa), wb);  // [..., out]
+  return y + (d * options_.lora_scale).to(y.scalar_type());
 }
 
 at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
                                  const at::Tensor& labels) const {
-  const at::Tensor& w =
-      Get(p, spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  at::Tensor logits = at::linear(x, w);                                    // [B, S, V]
+  at::Tensor logits = spec_.tied_embeddings  // [B, S, V]; LoRA may target lm_head
+                          ? at::linear(x, Get(p, "model.embed_tokens.weight"))
+                          : Proj(p, "lm_head", x, /*bias=*/false, /*conv1d=*/false);
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
   if (cp_ == nullptr) {
     return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));

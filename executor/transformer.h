@@ -31,6 +31,8 @@ struct TransformerOptions {
   bool sdpa = false;                  // at::scaled_dot_product_attention (LibTorch >= 2.0 only)
   double norm_eps = 1e-5;             // Llama 2 / GPT-2 layer_norm_epsilon
   double rope_theta = 10000.0;        // Llama 2's rope base; the spec has no field for it
+  // LoRA scale alpha / r (PEFT's `scaling`); the adapters run when the ParamTable has them.
+  double lora_scale = 1.0;
 };
 
 class Transformer {
@@ -44,6 +46,8 @@ class Transformer {
   // Fills `full` (fp32, the parameter's full shape) with its initial value: norms' weights 1,
   // biases 0, other weights N(0, 0.02) (GPT-2 / Llama initializer_range), drawn from a generator
   // seeded by (seed, name), so the value depends on neither the wrap policy nor the world size.
+  // LoRA (peft/tuners/lora/layer.py, LoraLayer.reset_lora_parameters): lora_A [r, in]
+  // kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), lora_B zeros.
   static void InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full);
 
   // Forward of segment `segment` (module_tree.h numbering). Segment 0 takes tokens [B, S] int64
@@ -64,6 +68,11 @@ class Transformer {
   at::Tensor Attention(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v) const;
   at::Tensor Mlp(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  // A projection `module` (".weight", ".bias" when `bias`), plus its LoRA adapters when the
+  // table has them: base(x) + lora_B(lora_A(x)) x scale (PEFT lora.Linear.forward, no dropout); adapters are
+  // named "<module>.lora_A.default.weight" and ".lora_B.default.weight" (model/trainable.h).
+  at::Tensor Proj(const ParamTable& p, const std::string& module, const at::Tensor& x, bool bias,
+                  bool conv1d) const;
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
