@@ -48,11 +48,13 @@ double PredictedSeconds(const ComputeWork& w, const profiles::GpuSpec& gpu, mode
   return t + (w.ops - 1) * k.compute_op_overhead.count();
 }
 
-// The ranks of a measured group: the executor's shard groups are consecutive ranks, its
-// replicate groups ranks i, i+G, ... (executor/README.md "Semantics"), the world all ranks.
+// The ranks of a measured group: the executor's shard groups and cp groups are consecutive ranks
+// (cp innermost: rank = dp_index x cp + cp_index), its replicate groups ranks i, i+G, ...
+// (executor/README.md "Semantics"), the world all ranks.
 std::vector<int> GroupRanks(const profiles::Topology& topo, const MeasuredCollective& c, int world,
                             int shard_group) {
   if (c.group == "replicate") return topo.ReplicaGroup(std::max(1, shard_group), 0);
+  if (c.group == "cp" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
   if (c.group == "shard" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
   std::vector<int> all(static_cast<size_t>(std::min(world, c.group_size)));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);

@@ -59,7 +59,7 @@ struct MeasuredWait {
 // Rank 0's collectives of one (kind, group, size): S = bytes (nccl-tests' total size).
 struct MeasuredCollective {
   profiles::Collective kind = profiles::Collective::kAllGather;
-  std::string group;  // "world" | "shard" | "replicate"
+  std::string group;  // "world" | "shard" | "replicate" | "cp" (Ulysses all-to-alls)
   int group_size = 1;
   int64_t bytes = 0;
   int64_t count = 0;

@@ -76,6 +76,23 @@ TEST(MeasurementsJsonTest, ReadsEveryFieldOfAValidFile) {
   EXPECT_EQ(m.memory_per_rank.size(), 2u);
 }
 
+// Ulysses runs log their all-to-alls on the "cp" group (executor/README.md); other group names
+// are still refused.
+TEST(MeasurementsJsonTest, ReadsCpAllToAllsAndRejectsUnknownGroups) {
+  Json j = GoodMeasurements();
+  Json a2a = j["collectives"][0];
+  a2a["kind"] = "all_to_all";
+  a2a["group"] = "cp";
+  j["collectives"].push_back(a2a);
+  Measurements m = MeasurementsFromJson(j, "cp.json");
+  ASSERT_EQ(m.collectives.size(), 2u);
+  EXPECT_EQ(m.collectives[1].kind, profiles::Collective::kAllToAll);
+  EXPECT_EQ(m.collectives[1].group, "cp");
+  j["collectives"][1]["group"] = "pipeline";
+  EXPECT_THAT([&] { MeasurementsFromJson(j, "pp.json"); },
+              ThrowsMessage<InputError>(HasSubstr("pp.json:/collectives/1/group: expected one of world, shard, replicate, cp")));
+}
+
 TEST(MeasurementsJsonTest, CudaRunsAreJudgedOnDeviceMemoryUsed) {
   Json j = GoodMeasurements();
   j["memory"]["peak_device_reserved_bytes"] = 60000000;
