@@ -48,6 +48,81 @@ std::string TrimRight(std::string s) {
   return s;
 }
 
+// A string as a JSON string literal: quoted, control characters escaped, so that a message that
+// shows it stays one line (a key may hold "\n" written as an escape).
+std::string Quote(const std::string& s) {
+  return ordered_json(s).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+std::string Hex(unsigned char c) {
+  static const char kHex[] = "0123456789ABCDEF";
+  return std::string("0x") + kHex[c >> 4] + kHex[c & 0xF];
+}
+
+// Where `s` stops being printable UTF-8 (YAML 1.2 c-printable less the C1 controls: tab and
+// printable ASCII, and well-formed multi-byte sequences of code points U+00A0 and up), or npos.
+// `*why` says what was found there. `text_only` false: only checks that `s` is UTF-8 (JSON, whose
+// reader handles control characters).
+size_t BadByte(const std::string& s, std::string* why, bool text_only = true) {
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (text_only && ((c < 0x20 && c != '\t') || c == 0x7F)) {
+        *why = "the control character " + Hex(c);
+        return i;
+      }
+      ++i;
+      continue;
+    }
+    int n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    if (c > 0xF4) n = 0;
+    uint32_t cp = n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    bool ok = n != 0 && i + static_cast<size_t>(n) <= s.size();
+    for (int k = 1; ok && k < n; ++k) {
+      auto d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((d & 0xC0) != 0x80) ok = false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates, beyond U+10FFFF, and C1 controls are not text.
+    if (ok && ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+               (cp >= 0xD800 && cp <= 0xDFFF) || (text_only && cp >= 0x80 && cp < 0xA0))) {
+      ok = false;
+    }
+    if (!ok) {
+      *why = "the byte " + Hex(c);
+      return i;
+    }
+    if (text_only && (cp == 0x2028 || cp == 0x2029)) {  // YAML 1.1 line breaks; here only \n
+      *why = cp == 0x2028 ? "the line separator U+2028" : "the paragraph separator U+2029";
+      return i;
+    }
+    i += static_cast<size_t>(n);
+  }
+  return std::string::npos;
+}
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Collections nested deeper than this are rejected: no trainer config comes close, and the
+// reader (and nlohmann's dump and destructor) recurse once per level.
+constexpr int kMaxDepth = 64;
+
 class Parser {
  public:
   Parser(const std::string& text, std::string file) : file_(std::move(file)) { Split(text); }
@@ -68,7 +143,8 @@ class Parser {
   }
 
   void Split(const std::string& text) {
-    size_t start = 0;
+    // A UTF-8 byte order mark may open the stream (YAML 1.2 5.2).
+    size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
     int number = 0;
     while (start <= text.size()) {
       size_t end = text.find('\n', start);
@@ -76,6 +152,13 @@ class Parser {
           text.substr(start, end == std::string::npos ? std::string::npos : end - start);
       ++number;
       start = end == std::string::npos ? text.size() + 1 : end + 1;
+      if (!raw.empty() && raw.back() == '\r') raw.pop_back();  // CRLF line ends
+      std::string why;
+      size_t bad = BadByte(raw, &why);
+      if (bad != std::string::npos) {
+        Fail(Line{number, 0, ""}, "printable UTF-8 text",
+             why + " at column " + std::to_string(bad + 1));
+      }
       std::string s = TrimRight(StripComment(raw));
       size_t ind = s.find_first_not_of(' ');
       if (ind == std::string::npos) continue;
@@ -89,8 +172,26 @@ class Parser {
 
   static bool IsSeqItem(const std::string& t) { return t == "-" || t.rfind("- ", 0) == 0; }
 
+  // Counts one level of nesting while alive; more than kMaxDepth is an InputError.
+  class Nest {
+   public:
+    Nest(Parser* p, const Line& l) : p_(p) {
+      if (++p_->depth_ > kMaxDepth) {
+        p_->Fail(l, "at most " + std::to_string(kMaxDepth) + " levels of nested collections",
+                 "more");
+      }
+    }
+    ~Nest() { --p_->depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser* p_;
+  };
+
   // The collection whose first line is lines_[pos_], at `indent`.
   ordered_json Block(int indent) {
+    Nest nest(this, lines_[pos_]);
     return IsSeqItem(lines_[pos_].text) ? Sequence(indent) : Mapping(indent);
   }
 
@@ -175,7 +276,7 @@ class Parser {
       if (k.empty() || k[0] == '&' || k[0] == '*' || k[0] == '!' || k[0] == '?') {
         Fail(l, "a plain or quoted key", "\"" + key_text + "\"");
       }
-      if (map.contains(k)) Fail(l, "each key once in a mapping", "a second \"" + k + "\"");
+      if (map.contains(k)) Fail(l, "each key once in a mapping", "a second " + Quote(k));
       std::string rest = l.text.substr(colon + 1);
       size_t off = rest.find_first_not_of(' ');
       ++pos_;
@@ -251,6 +352,7 @@ class Parser {
     if (*i >= t.size()) Fail(l, "a value", "the end of the line");
     char open = t[*i];
     if (open != '[' && open != '{') return FlowScalar(l, t, i);
+    Nest nest(this, l);
     char close = open == '[' ? ']' : '}';
     ++*i;
     ordered_json out = open == '[' ? ordered_json::array() : ordered_json::object();
@@ -267,9 +369,9 @@ class Parser {
         std::string k = key.is_string() ? key.get<std::string>() : key.dump();
         SkipSpaces(t, i);
         if (*i >= t.size() || t[*i] != ':')
-          Fail(l, "':' after the key \"" + k + "\"", t.substr(*i));
+          Fail(l, "':' after the key " + Quote(k), *i < t.size() ? t.substr(*i) : "the end");
         ++*i;
-        if (out.contains(k)) Fail(l, "each key once in a mapping", "a second \"" + k + "\"");
+        if (out.contains(k)) Fail(l, "each key once in a mapping", "a second " + Quote(k));
         out[k] = Flow(l, t, i);
       }
       SkipSpaces(t, i);
@@ -305,7 +407,7 @@ class Parser {
           break;
         }
       }
-      ++*i;
+      *i = std::min(*i + 1, t.size());  // past the closing quote (or the end when unclosed)
       return Scalar(l, t.substr(start, *i - start), false);
     }
     while (*i < t.size() && t[*i] != ',' && t[*i] != ']' && t[*i] != '}' &&
@@ -363,27 +465,51 @@ class Parser {
         case '/':
           out += '/';
           break;
-        case 'u': {
-          if (i + 4 >= s.size()) Fail(l, "4 hex digits after \\u", s);
-          long cp = std::strtol(s.substr(i + 1, 4).c_str(), nullptr, 16);
-          i += 4;
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
+        case 'x':
+        case 'u':
+        case 'U': {
+          // \xXX, \uXXXX (a UTF-16 surrogate pair as two), \UXXXXXXXX: a code point as UTF-8.
+          uint32_t cp = HexDigits(l, s, &i, e == 'x' ? 2 : e == 'u' ? 4 : 8);
+          if (cp >= 0xD800 && cp <= 0xDBFF && e == 'u' && i + 6 < s.size() && s[i + 1] == '\\' &&
+              s[i + 2] == 'u') {
+            size_t j = i + 2;
+            uint32_t low = HexDigits(l, s, &j, 4);
+            if (low >= 0xDC00 && low <= 0xDFFF) {
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+              i = j;
+            }
           }
+          if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
+            Fail(l, "escapes of Unicode characters (no lone UTF-16 surrogate, none past U+10FFFF)",
+                 s);
+          }
+          AppendUtf8(cp, &out);
           break;
         }
         default:
-          Fail(l, "a known escape (\\n \\t \\\" \\\\ \\uXXXX)", std::string("\\") + e);
+          Fail(l, "a known escape (\\n \\t \\\" \\\\ \\xXX \\uXXXX \\UXXXXXXXX)",
+               static_cast<unsigned char>(e) < 0x80 ? std::string("\\") + e
+                                                    : "\\ before a non-ASCII character");
       }
     }
     return out;
+  }
+
+  // The `digits` hex digits after s[*i] (the escape letter); leaves *i on the last one.
+  uint32_t HexDigits(const Line& l, const std::string& s, size_t* i, int digits) const {
+    uint32_t v = 0;
+    for (int k = 1; k <= digits; ++k) {
+      size_t j = *i + static_cast<size_t>(k);
+      // The closing quote is s.back(): a digit must come before it.
+      if (j + 1 >= s.size() || std::isxdigit(static_cast<unsigned char>(s[j])) == 0) {
+        Fail(l, std::to_string(digits) + " hex digits after \\" + s[*i], s);
+      }
+      auto c = static_cast<unsigned char>(s[j]);
+      int digit = std::isdigit(c) != 0 ? c - '0' : std::tolower(c) - 'a' + 10;
+      v = v * 16 + static_cast<uint32_t>(digit);
+    }
+    *i += static_cast<size_t>(digits);
+    return v;
   }
 
   static ordered_json Plain(const std::string& s) {
@@ -422,9 +548,29 @@ class Parser {
   std::string file_;
   std::vector<Line> lines_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
+
+void CheckUtf8(const std::string& text, const std::string& file) {
+  size_t line_start = 0;
+  int line = 1;
+  while (line_start <= text.size()) {
+    size_t end = text.find('\n', line_start);
+    std::string raw = text.substr(line_start, end == std::string::npos ? std::string::npos
+                                                                       : end - line_start);
+    std::string why;
+    size_t bad = BadByte(raw, &why, /*text_only=*/false);
+    if (bad != std::string::npos) {
+      throw InputError(file + ":" + std::to_string(line) + ": expected UTF-8 text, got " + why +
+                       " at column " + std::to_string(bad + 1));
+    }
+    if (end == std::string::npos) break;
+    line_start = end + 1;
+    ++line;
+  }
+}
 
 nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file) {
   return Parser(text, file).Document();

@@ -15,8 +15,16 @@ namespace shardtune::plan {
 // floats with a '.' (1.0e-6, .inf; 1e-5 stays a string, as in PyYAML) -> numbers; anything else ->
 // string. Quoted scalars are always strings. Not supported (InputError naming the line): anchors
 // and aliases, tags, block scalars (| and >), multi-document files, tabs in indentation, keys that
-// are not scalars. Duplicate keys are errors. `file` prefixes every message: "cfg.yaml:12: expected
-// ..., got ...".
+// are not scalars, collections nested more than 64 deep, text that is not UTF-8 or holds control
+// characters other than tab (a UTF-8 byte order mark and CRLF line ends are fine). Double-quoted
+// escapes: \n \t \r \0 \" \\ \/ \xXX \uXXXX (a surrogate pair as one) \UXXXXXXXX. Duplicate
+// keys are errors. `file` prefixes every message: "cfg.yaml:12: expected ..., got ...", which is
+// one line: keys from the file are shown as JSON strings ("a\nb").
 nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file);
+
+// Throws InputError "file:LINE: expected UTF-8 text, got the byte 0xD6 at column 7" when `text`
+// is not well-formed UTF-8 (overlong forms, surrogates and code points past U+10FFFF included).
+// ParseYamlSubset checks this (and rejects control characters but tab) itself; for JSON text.
+void CheckUtf8(const std::string& text, const std::string& file);
 
 }  // namespace shardtune::plan

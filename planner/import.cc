@@ -3,6 +3,7 @@
 #include "planner/import.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -21,17 +22,67 @@ std::string Join(const std::vector<std::string>& v, const std::string& sep) {
   return out;
 }
 
+// `s` with its control characters written as JSON writes them (\u000a): messages and warnings
+// are one line each. Leaves everything else, so applying it twice changes nothing more.
+std::string EscapeControls(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A key as a JSON pointer token; control characters (a quoted YAML key or a JSON key may hold
+// "\n") are shown as JSON writes them, so that messages stay one line.
 std::string EscapeToken(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~')
+    if (c == '~') {
       out += "~0";
-    else if (c == '/')
+    } else if (c == '/') {
       out += "~1";
-    else
+    } else {
       out += c;
+    }
   }
-  return out;
+  return EscapeControls(out);
+}
+
+// Deepest nesting of [ and { in JSON text (outside strings): the JSON reader does not bound it
+// and converting and printing the tree recurse once per level.
+constexpr int kMaxJsonDepth = 64;
+void CheckJsonDepth(const std::string& text, const std::string& file) {
+  int depth = 0;
+  bool in_string = false;
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') ++line;
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw InputError(file + ":" + std::to_string(line) + ": expected at most " +
+                         std::to_string(kMaxJsonDepth) +
+                         " levels of nested arrays and objects, got more");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
 }
 
 std::string Trim(const std::string& s) {
@@ -46,11 +97,21 @@ bool LooksLikeJson(const std::string& text) {
 }
 
 internal::Json ParseConfig(const std::string& text, const std::string& file) {
-  if (LooksLikeJson(text)) return model::ParseJsonText(text, file);
+  if (LooksLikeJson(text)) {
+    CheckUtf8(text, file);  // before the JSON reader, whose message would quote the bad byte
+    CheckJsonDepth(text, file);
+    return model::ParseJsonText(text, file);
+  }
   return ParseYamlSubset(text, file);
 }
 
 }  // namespace
+
+namespace internal {
+std::string QuoteName(const std::string& s) {
+  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+}  // namespace internal
 
 const std::vector<std::string>& ImportFormatNames() {
   static const std::vector<std::string> names = {"accelerate", "hf-trainer", "roll", "verl"};
@@ -69,7 +130,8 @@ ImportFormat ParseImportFormat(const std::string& text, const std::string& where
   auto it = std::find(names.begin(), names.end(), text);
   if (it != names.end()) return static_cast<ImportFormat>(it - names.begin());
   std::string hint = model::ClosestName(text, names);
-  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got \"" + text + "\"" +
+  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got " +
+                   internal::QuoteName(text) +
                    (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
 }
 
@@ -156,13 +218,17 @@ namespace internal {
 std::string Got(const Json& v) {
   switch (v.type()) {
     case Json::value_t::array:
-      return "a list " + v.dump();
+      return "a list " + v.dump(-1, ' ', false, Json::error_handler_t::replace);
     case Json::value_t::object:
       return "a mapping";
     case Json::value_t::null:
       return "null";
-    default:
+    case Json::value_t::number_float:  // JSON has no infinity: dump() would say null
+      if (std::isinf(v.get<double>())) return v.get<double>() > 0 ? ".inf" : "-.inf";
+      if (std::isnan(v.get<double>())) return ".nan";
       return v.dump();
+    default:
+      return v.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
 }
 
@@ -170,13 +236,13 @@ ConfigReader::ConfigReader(const Json& obj, std::string file, std::string pointe
                            std::vector<std::string>* ignored)
     : obj_(obj), file_(std::move(file)), pointer_(std::move(pointer)), ignored_(ignored) {
   if (!obj_.is_object()) {
-    throw InputError(file_ + ":" + (pointer_.empty() ? "/" : pointer_) +
+    throw InputError(file_ + ":" + (pointer_.empty() ? "/" : EscapeControls(pointer_)) +
                      ": expected a mapping, got " + Got(obj_));
   }
 }
 
 std::string ConfigReader::Where(const std::string& key) const {
-  return file_ + ":" + pointer_ + "/" + EscapeToken(key);
+  return file_ + ":" + EscapeControls(pointer_) + "/" + EscapeToken(key);
 }
 
 void ConfigReader::Fail(const std::string& key, const std::string& expected) const {
@@ -205,7 +271,7 @@ void ConfigReader::CheckKeys(const KeyTable& table) const {
         std::find_if(table.begin(), table.end(), [&](const KeyRule& r) { return r.key == key; });
     if (rule == table.end()) {
       std::string hint = model::ClosestName(key, names);
-      throw InputError(Where(key) + ": expected a known key, got unknown key \"" + key + "\"" +
+      throw InputError(Where(key) + ": expected a known key, got unknown key " + QuoteName(key) +
                        (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
                        "; shardtune does not know whether it changes memory or time");
     }
@@ -247,9 +313,14 @@ std::optional<int64_t> ConfigReader::Int(const std::string& key, int64_t min, in
   if (!Has(key)) return std::nullopt;
   const Json& v = *Raw(key);
   int64_t x = 0;
-  if (v.is_number_integer()) {
+  // 2^63 as a double: the first value past int64_t (casting it or more is undefined).
+  constexpr double kInt64End = 9223372036854775808.0;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    Fail(key, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  } else if (v.is_number_integer()) {
     x = v.get<int64_t>();
-  } else if (v.is_number_float() &&
+  } else if (v.is_number_float() && v.get<double>() >= -kInt64End &&
+             v.get<double>() < kInt64End &&
              v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
     x = static_cast<int64_t>(v.get<double>());  // 1e8 as YAML writes it
   } else {
@@ -323,6 +394,12 @@ std::optional<ConfigReader> ConfigReader::Section(const std::string& key) const 
   return ConfigReader(v, file_, pointer_ + "/" + EscapeToken(key), ignored_);
 }
 
+ConfigReader ConfigReader::RequiredSection(const std::string& key) const {
+  std::optional<ConfigReader> s = Section(key);
+  if (!s) Fail(key, "a mapping");
+  return *s;
+}
+
 void SetFsdp2Sharding(int group, int world, bool reshard, model::Plan* plan) {
   bool hybrid = group > 1 && world > 0 && group < world;
   using S = model::ShardingStrategy;
@@ -342,8 +419,8 @@ void CheckLayerClasses(const ConfigReader& reader, const std::string& key,
   for (const auto& c : classes) {
     if (c != ctx.layer_class) {
       throw InputError(reader.Where(key) + ": expected the model's block class \"" +
-                       ctx.layer_class + "\", got \"" + c +
-                       "\" (shardtune models FSDP units of whole blocks of this model)");
+                       ctx.layer_class + "\", got " + QuoteName(c) +
+                       " (shardtune models FSDP units of whole blocks of this model)");
     }
   }
 }
@@ -378,7 +455,7 @@ void CheckWorld(int config_world, const ImportContext& ctx, const std::string& w
 std::string IgnoredWarning(const std::string& file, const std::vector<std::string>& ignored) {
   if (ignored.empty()) return "";
   return file + ": ignored " + std::to_string(ignored.size()) +
-         " key(s) that do not change memory or time: " + Join(ignored, ", ");
+         " key(s) that do not change memory or time: " + EscapeControls(Join(ignored, ", "));
 }
 
 }  // namespace internal

@@ -33,8 +33,9 @@ ShardingStrategy ReadStrategy(const ConfigReader& r, const std::string& key) {
     if (code < 1 || code > 5) r.Fail(key, "a strategy name or its code 1-5");
     return kStrategies[code - 1];
   }
-  std::string name = *r.Enum(key, StrategyNames());
-  return kStrategies[std::find(StrategyNames().begin(), StrategyNames().end(), name) -
+  std::optional<std::string> name = r.Enum(key, StrategyNames());
+  if (!name) r.Fail(key, "a strategy name or its code 1-5");  // "${...}": not given
+  return kStrategies[std::find(StrategyNames().begin(), StrategyNames().end(), *name) -
                      StrategyNames().begin()];
 }
 

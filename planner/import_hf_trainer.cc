@@ -170,8 +170,8 @@ std::vector<std::string> FsdpOptions(const ConfigReader& r) {
       throw InputError(r.Where("fsdp") +
                        ": expected options among full_shard, shard_grad_op, "
                        "no_shard, hybrid_shard, hybrid_shard_zero2, offload, "
-                       "auto_wrap, got \"" +
-                       o + "\"");
+                       "auto_wrap, got " +
+                       QuoteName(o));
     }
   }
   return opts;

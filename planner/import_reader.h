@@ -57,6 +57,8 @@ class ConfigReader {
   std::optional<std::vector<std::string>> Names(const std::string& key) const;
   // A nested object; nullopt when absent or null.
   std::optional<ConfigReader> Section(const std::string& key) const;
+  // A nested object that must be there: absent, null or an interpolation is an InputError.
+  ConfigReader RequiredSection(const std::string& key) const;
   const Json* Raw(const std::string& key) const;
   // "file:/pointer/key".
   std::string Where(const std::string& key) const;
@@ -71,6 +73,8 @@ class ConfigReader {
   std::vector<std::string>* ignored_;
 };
 
+// `s` as a JSON string literal ("a\\nb" for a, newline, b): how messages show a name from the file.
+std::string QuoteName(const std::string& s);
 // A value's description for "got ..." messages: "\"FUL_SHARD\"", "16", "true", "a list".
 std::string Got(const Json& v);
 

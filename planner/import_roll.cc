@@ -175,11 +175,12 @@ int CountDevices(const ConfigReader& w) {
     for (size_t i = 0; i < inner.size(); ++i) {
       if (inner[i] != ',') continue;
       std::string num = inner.substr(start, i - start);
-      if (num.empty() || !std::all_of(num.begin(), num.end(),
-                                      [](unsigned char c) { return std::isdigit(c) != 0; })) {
-        w.Fail("device_mapping", "integer arguments to range()");
+      if (num.empty() || num.size() > 6 ||
+          !std::all_of(num.begin(), num.end(),
+                       [](unsigned char c) { return std::isdigit(c) != 0; })) {
+        w.Fail("device_mapping", "integer arguments to range() in [0, 999999]");
       }
-      args.push_back(std::stol(num));
+      args.push_back(std::stol(num));  // at most 6 digits: no overflow
       start = i + 1;
     }
     long a = args.size() >= 2 ? args[0] : 0;
@@ -187,6 +188,7 @@ int CountDevices(const ConfigReader& w) {
     long step = args.size() == 3 ? args[2] : 1;
     if (args.size() > 3 || step < 1 || b <= a) w.Fail("device_mapping", "a non-empty range(a,b)");
     total += static_cast<int>((b - a + step - 1) / step);
+    if (total > (1 << 20)) w.Fail("device_mapping", "at most 1048576 GPUs");
     pos = close + 2;
     if (pos < s.size() && s[pos] == '+') ++pos;
   }
@@ -209,8 +211,8 @@ std::string PickWorker(const Json& doc, const std::string& file, const ImportCon
     if (name == "fsdp2_infer") infer.push_back(item.key());
   }
   std::string list;
-  for (const auto& n : train) list += (list.empty() ? "" : ", ") + n;
-  for (const auto& n : infer) list += (list.empty() ? "" : ", ") + n;
+  for (const auto& n : train) list += (list.empty() ? "" : ", ") + QuoteName(n);
+  for (const auto& n : infer) list += (list.empty() ? "" : ", ") + QuoteName(n);
   if (!ctx.worker.empty()) {
     if (std::find(all.begin(), all.end(), ctx.worker) == all.end()) {
       throw InputError(file + ":/" + ctx.worker + ": expected a worker with strategy_args (" +
@@ -343,12 +345,13 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   if (auto s = top.Int("sequence_length", 1, INT64_MAX)) {
     plan->seq_len = *s;
   } else if (top.Has("response_length")) {
-    plan->seq_len = *top.Int("response_length", 1, INT64_MAX) +
-                    top.Int("prompt_length", 0, INT64_MAX).value_or(0);
+    // Halves of int64_t, so that the sum cannot overflow.
+    plan->seq_len = *top.Int("response_length", 1, INT64_MAX / 2) +
+                    top.Int("prompt_length", 0, INT64_MAX / 2).value_or(0);
   }
-  ConfigReader w = *top.Section(out.worker);
+  ConfigReader w = top.RequiredSection(out.worker);
   w.CheckKeys(WorkerKeys());
-  ConfigReader sa = *w.Section("strategy_args");
+  ConfigReader sa = w.RequiredSection("strategy_args");
   sa.CheckKeys({{"strategy_name", KeyUse::kMapped}, {"strategy_config", KeyUse::kMapped}});
   std::string name = sa.Enum("strategy_name", {"fsdp2_train", "fsdp2_infer"}).value_or("");
   if (name.empty()) sa.Fail("strategy_name", "fsdp2_train or fsdp2_infer");

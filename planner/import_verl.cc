@@ -231,13 +231,13 @@ int Accumulation(const ConfigReader& r, const std::string& key, int64_t per_rank
 
 void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
                std::vector<std::string>* ignored, model::Plan* plan) {
-  ConfigReader arr = *top.Section("actor_rollout_ref");
+  ConfigReader arr = top.RequiredSection("actor_rollout_ref");
   std::string role = !ctx.worker.empty() ? ctx.worker : arr.Has("actor") ? "actor" : "ref";
   if (role != "actor" && role != "ref") {
     throw InputError(top.file() +
                      ": --from-worker: expected actor or ref for a verl PPO config, "
-                     "got \"" +
-                     role + "\"");
+                     "got " +
+                     QuoteName(role));
   }
   if (!arr.Has(role)) arr.Fail(role, "the " + role + " worker's section");
   out->worker = role;
@@ -246,7 +246,7 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
       ignored->push_back("/actor_rollout_ref/" + item.key());
   }
   bool train = role == "actor";
-  ConfigReader w = *arr.Section(role);
+  ConfigReader w = arr.RequiredSection(role);
   w.CheckKeys(WorkerKeys());
   Fsdp m;
   m.world = ReadWorld(top, ctx, out);
@@ -300,8 +300,9 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
     plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", mini / dp, plan->micro_batch);
   }
   if (auto data = top.Section("data")) {
-    int64_t prompt = data->Int("max_prompt_length", 1, INT64_MAX).value_or(512);
-    int64_t response = data->Int("max_response_length", 1, INT64_MAX).value_or(512);
+    // Halves of int64_t, so that the sum cannot overflow.
+    int64_t prompt = data->Int("max_prompt_length", 1, INT64_MAX / 2).value_or(512);
+    int64_t response = data->Int("max_response_length", 1, INT64_MAX / 2).value_or(512);
     plan->seq_len = prompt + response;
   }
 }
@@ -316,7 +317,7 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   plan->cp = m.sp;
   plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
   plan->role = model::Role::kTrain;
-  ConfigReader model = *top.Section("model");
+  ConfigReader model = top.RequiredSection("model");
   model.CheckKeys(ModelKeys());
   std::string strategy = model.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp2");
   static const Json kEmpty = Json::object();
@@ -324,7 +325,7 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, top.file(), "/model/fsdp_config", ignored),
                  strategy, true, m, ctx, out, plan);
   ReadModel(model, true, ctx, plan);
-  ConfigReader data = *top.Section("data");
+  ConfigReader data = top.RequiredSection("data");
   // fsdp_sft_trainer.py: train_batch_size //= dp; micro-batches = that // micro_batch_size_per_gpu.
   int dp = m.world / m.sp;
   plan->micro_batch =

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "model/errors.h"
 
 namespace shardtune::plan {
@@ -122,6 +125,104 @@ TEST(ConfigYamlTest, RejectedConstructsNameTheLine) {
   EXPECT_THAT([] { Parse("a: [1, 2\n"); }, ThrowsMessage<InputError>(HasSubstr("t.yaml:1:")));
   EXPECT_THAT([] { Parse("a: 1\n---\nb: 2\n"); },
               ThrowsMessage<InputError>(HasSubstr("one YAML document")));
+}
+
+// The message of the InputError that parsing `text` throws ("" when it parses): tests/fuzz
+// requires one non-empty line.
+std::string ErrorOf(const std::string& text) {
+  try {
+    Parse(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Each of these was a contract violation found by tests/fuzz (config_import), kept in
+// tests/fuzz/regressions/config_import/ under the same name.
+TEST(ConfigYamlTest, InvalidUtf8AndControlBytesAreRejectedWithTheirLineAndColumn) {
+  // invalid_utf8: the byte went into a JSON string and nlohmann's dump() threw type_error 316.
+  EXPECT_EQ(ErrorOf("a: 1\nb: \xD6\n"),
+            "t.yaml:2: expected printable UTF-8 text, got the byte 0xD6 at column 4");
+  EXPECT_EQ(ErrorOf("a: \xE2\x82\n"),  // a truncated 3-byte sequence
+            "t.yaml:1: expected printable UTF-8 text, got the byte 0xE2 at column 4");
+  EXPECT_EQ(ErrorOf("a: \xC0\xAF\n"),  // an overlong '/'
+            "t.yaml:1: expected printable UTF-8 text, got the byte 0xC0 at column 4");
+  EXPECT_EQ(ErrorOf("a: \xED\xA0\x80\n"),  // an encoded UTF-16 surrogate
+            "t.yaml:1: expected printable UTF-8 text, got the byte 0xED at column 4");
+  EXPECT_EQ(ErrorOf(std::string("a: x\0y\n", 7)),
+            "t.yaml:1: expected printable UTF-8 text, got the control character 0x00 at column 5");
+  EXPECT_EQ(ErrorOf("a: 1\rb: 2\n"),  // a lone CR (old Mac line end)
+            "t.yaml:1: expected printable UTF-8 text, got the control character 0x0D at column 5");
+  EXPECT_EQ(ErrorOf("a: x\xE2\x80\xA8y\n"),
+            "t.yaml:1: expected printable UTF-8 text, got the line separator U+2028 at column 5");
+  // Well-formed UTF-8 stays as it is.
+  EXPECT_EQ(Parse("a: gr\xC3\xBC\xC3\x9F \xF0\x9F\x98\x80\n")["a"],
+            "gr\xC3\xBC\xC3\x9F \xF0\x9F\x98\x80");
+}
+
+TEST(ConfigYamlTest, EscapesMakeValidUtf8OrAreRejected) {
+  EXPECT_EQ(Parse("a: \"\\u00e9 \\x41 \\U0001F600 \\ud83d\\ude00\"\n")["a"],
+            "\xC3\xA9 A \xF0\x9F\x98\x80 \xF0\x9F\x98\x80");
+  // escape_lone_surrogate: "\ud800" became the bytes ED A0 80, which dump() rejects.
+  EXPECT_EQ(ErrorOf("a: \"\\ud800\"\n"),
+            "t.yaml:1: expected escapes of Unicode characters (no lone UTF-16 surrogate, none past "
+            "U+10FFFF), got \"\\ud800\"");
+  EXPECT_EQ(ErrorOf("a: \"\\UFFFFFFFF\"\n"),
+            "t.yaml:1: expected escapes of Unicode characters (no lone UTF-16 surrogate, none past "
+            "U+10FFFF), got \"\\UFFFFFFFF\"");
+  EXPECT_EQ(ErrorOf("a: \"\\uzzzz\"\n"),
+            "t.yaml:1: expected 4 hex digits after \\u, got \"\\uzzzz\"");
+  EXPECT_EQ(ErrorOf("a: \"\\u12\"\n"), "t.yaml:1: expected 4 hex digits after \\u, got \"\\u12\"");
+}
+
+TEST(ConfigYamlTest, KeysWithEscapedLineBreaksStayOnOneLineInMessages) {
+  EXPECT_EQ(ErrorOf("\"a\\nb\": 1\n\"a\\nb\": 2\n"),
+            "t.yaml:2: expected each key once in a mapping, got a second \"a\\nb\"");
+  EXPECT_EQ(ErrorOf("a: {\"x\\ry\": 1, \"x\\ry\": 2}\n"),
+            "t.yaml:1: expected each key once in a mapping, got a second \"x\\ry\"");
+}
+
+TEST(ConfigYamlTest, NestingDeeperThan64LevelsIsRejected) {
+  std::string ok = "a: " + std::string(63, '[') + std::string(63, ']') + "\n";
+  EXPECT_TRUE(Parse(ok)["a"].is_array());
+  // deep_flow / deep_block_sequence: the recursive descent overflowed the stack.
+  const std::string msg = "t.yaml:1: expected at most 64 levels of nested collections, got more";
+  EXPECT_EQ(ErrorOf("a: " + std::string(5000, '[') + std::string(5000, ']') + "\n"), msg);
+  std::string maps = "a: ";
+  for (int i = 0; i < 100; ++i) maps += "{k: ";
+  EXPECT_EQ(ErrorOf(maps + "1" + std::string(100, '}') + "\n"), msg);
+  std::string items;
+  for (int i = 0; i < 100; ++i) items += "- ";
+  EXPECT_EQ(ErrorOf(items + "x\n"), msg);
+  std::string block;
+  for (int i = 0; i < 100; ++i) block += std::string(static_cast<size_t>(i), ' ') + "k:\n";
+  EXPECT_EQ(ErrorOf(block),
+            "t.yaml:65: expected at most 64 levels of nested collections, got more");
+}
+
+TEST(ConfigYamlTest, UnclosedQuoteInAFlowCollectionIsAnInputError) {
+  // unclosed_flow_quote: the scanner stepped past the end and substr() threw out_of_range.
+  EXPECT_EQ(ErrorOf("a: {'k''\n"), "t.yaml:1: expected ':' after the key \"k'\", got the end");
+  EXPECT_THAT([] { Parse("a: {'x\n"); },
+              ThrowsMessage<InputError>(HasSubstr("t.yaml:1: expected")));
+  EXPECT_THAT([] { Parse("a: [\"abc\n"); },
+              ThrowsMessage<InputError>(HasSubstr("t.yaml:1: expected")));
+  EXPECT_THAT([] { Parse("a: {\"k\" 1}\n"); },
+              ThrowsMessage<InputError>(HasSubstr("t.yaml:1: expected ':' after the key \"k\"")));
+}
+
+TEST(ConfigYamlTest, ByteOrderMarkAndCrLfLineEndsAreRead) {
+  ordered_json j = Parse("\xEF\xBB\xBF" "a: 1\r\nb: [x, y]\r\nc: \"q\"\r\n");
+  EXPECT_EQ(j["a"], 1);
+  EXPECT_EQ(j["b"], ordered_json::array({"x", "y"}));
+  EXPECT_EQ(j["c"], "q");
+}
+
+TEST(ConfigYamlTest, NumbersBeyondTheirRangesStayWellDefined) {
+  ordered_json j = Parse("i: 99999999999999999999\nf: 1" + std::string(400, '0') + ".0\n");
+  EXPECT_EQ(j["i"], "99999999999999999999");  // beyond int64 and no '.': a string
+  EXPECT_TRUE(std::isinf(j["f"].get<double>()));
 }
 
 }  // namespace

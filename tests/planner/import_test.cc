@@ -475,5 +475,77 @@ TEST(ImportLayeringTest, SecondFileKeepsWhatItDoesNotName) {
   EXPECT_EQ(p.reduce_dtype, model::DType::kFp16);
 }
 
+// The message of the InputError that importing `text` throws ("" when it imports).
+std::string ImportError(const std::string& text, const std::string& file = "cfg.yaml",
+                        const std::string& worker = "") {
+  ImportContext ctx = LlamaOn8();
+  ctx.worker = worker;
+  try {
+    FromText(text, ctx, nullptr, file);
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find_first_of("\r\n"), std::string::npos) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// Contract violations found by tests/fuzz (config_import); the inputs are kept in
+// tests/fuzz/regressions/config_import/ under the names in the comments.
+TEST(ImportFuzzRegressionTest, InvalidUtf8IsAnInputErrorNamingTheLine) {
+  // invalid_utf8: was nlohmann type_error 316 from dump() in a message.
+  EXPECT_EQ(ImportError("distributed_type: FSDP\nfsdp_config: \xD6\n"),
+            "cfg.yaml:2: expected printable UTF-8 text, got the byte 0xD6 at column 14");
+  // JSON too, before the JSON reader (whose message would quote the byte).
+  EXPECT_EQ(ImportError("{\"output_dir\":\n \"\xD6\"}", "cfg.json"),
+            "cfg.json:2: expected UTF-8 text, got the byte 0xD6 at column 3");
+}
+
+TEST(ImportFuzzRegressionTest, KeysWithLineBreaksAreEscapedInMessages) {
+  EXPECT_THAT(ImportError("distributed_type: FSDP\n\"a\\nb\": 1\n"),
+              HasSubstr("cfg.yaml:/a\\u000ab: expected a known key, got unknown key \"a\\nb\""));
+  EXPECT_THAT(ImportError("{\"output_dir\": \"x\", \"a\\r\": 1}", "cfg.json"),
+              HasSubstr("cfg.json:/a\\u000d: expected a known key, got unknown key \"a\\r\""));
+}
+
+TEST(ImportFuzzRegressionTest, MissingOrNullSectionsAreInputErrors) {
+  // verl_sft_without_model: *Section("model") dereferenced an empty optional (ASan:
+  // stack-use-after-scope).
+  EXPECT_EQ(ImportError("actor_rollout_ref: ~\ndata: {}\n"
+                        "trainer: {nnodes: 1, n_gpus_per_node: 8}\n"),
+            "cfg.yaml:/model: expected a mapping, got nothing");
+  EXPECT_EQ(ImportError("actor_train:\n  strategy_args: ~\n", "cfg.yaml", "actor_train"),
+            "cfg.yaml:/actor_train/strategy_args: expected a mapping, got null");
+}
+
+TEST(ImportFuzzRegressionTest, OutOfRangeNumbersAreInputErrors) {
+  // A float beyond int64_t was cast to it (undefined); 2^64-1 read as int64_t wrapped to -1.
+  EXPECT_THAT(ImportError("{\"output_dir\": \"x\", \"per_device_train_batch_size\": 1e300}",
+                          "cfg.json"),
+              HasSubstr("cfg.json:/per_device_train_batch_size: expected an integer in [1, "));
+  EXPECT_THAT(ImportError("{\"output_dir\": \"x\", \"per_device_train_batch_size\": "
+                          "18446744073709551615}",
+                          "cfg.json"),
+              HasSubstr("got 18446744073709551615"));
+  EXPECT_THAT(ImportError("distributed_type: FSDP\nnum_processes: 1" + std::string(400, '0') +
+                          ".0\n"),
+              HasSubstr("cfg.yaml:/num_processes: expected an integer in [1, 1048576], got .inf"));
+  // prompt_length + response_length overflowed int64_t.
+  EXPECT_THAT(ImportError("response_length: 9223372036854775807\nprompt_length: 1\nactor_train:\n"
+                          "  strategy_args: {strategy_name: fsdp2_train}\n"),
+              HasSubstr("cfg.yaml:/response_length: expected an integer in [1, "
+                        "4611686018427387903], got 9223372036854775807"));
+  // device_mapping: std::stol threw out_of_range on 23 digits.
+  EXPECT_THAT(ImportError("actor_train:\n  device_mapping: list(range(0,99999999999999999999999))\n"
+                          "  strategy_args: {strategy_name: fsdp2_train}\n"),
+              HasSubstr("cfg.yaml:/actor_train/device_mapping: expected integer arguments to "
+                        "range() in [0, 999999]"));
+}
+
+TEST(ImportFuzzRegressionTest, DeepJsonNestingIsRejectedBeforeParsing) {
+  std::string deep = "{\"output_dir\": " + std::string(10000, '[') + std::string(10000, ']') + "}";
+  EXPECT_EQ(ImportError(deep, "cfg.json"),
+            "cfg.json:1: expected at most 64 levels of nested arrays and objects, got more");
+}
+
 }  // namespace
 }  // namespace shardtune::plan
