@@ -37,6 +37,17 @@ Bytes ParseHostLimit(const std::string& s) {
   return Bytes::Of(static_cast<int64_t>(v * mult));
 }
 
+}  // namespace
+
+std::string BeyondTrainedContext(const model::ModelSpec& spec, int64_t seq_len) {
+  return "--seq-len " + std::to_string(seq_len) + " is beyond " + spec.name +
+         "'s max_seq_len (max_position_embeddings) " + std::to_string(spec.max_seq_len) +
+         ": rotary positions extend to it, but the model was not trained that long (a long-context "
+         "variant or rope scaling is the usual choice); memory and time are estimated as asked";
+}
+
+namespace {
+
 void Validate(const Job& job, const PlanFlags& flags) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
@@ -62,7 +73,7 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   std::vector<std::string> problems = spec.Problems("--model " + spec.name);
   for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
   for (auto& p : plan.Problems(plan_where, cluster.world_size(), cluster.gpus_per_node,
-                               spec.num_layers, spec.max_seq_len)) {
+                               spec.num_layers, spec.SeqLenLimit())) {
     problems.push_back(p);
   }
   // Ulysses cp against the model's heads and the FSDP mesh (model/context_parallel.h).
@@ -115,6 +126,7 @@ Job ResolveJob(const JobArgs& a) {
   job.plan = BuildPlan(a.plan, &from, &job.warnings);
   Validate(job, a.plan);
   job.seq_len = job.plan.seq_len > 0 ? job.plan.seq_len : job.spec.max_seq_len;
+  if (job.seq_len > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, job.seq_len));
   job.options.memory.model_load = ParseLoad(a.model_load);
   job.options.memory.checkpoint_dtype_bytes = static_cast<int>(
       model::BytesPerElement(model::ParseEnum<model::DType>(a.load_dtype, "--load-dtype")));

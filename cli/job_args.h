@@ -46,6 +46,8 @@ void AddJobFlags(CLI::App* sub, JobArgs* args);
 // file or "plan"), in one list.
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where);
+// The warning for a rotary model asked for more tokens than its max_seq_len.
+std::string BeyondTrainedContext(const model::ModelSpec& spec, int64_t seq_len);
 // Throws InputError listing every problem of the model, cluster and plan together.
 Job ResolveJob(const JobArgs& args);
 // "schema", "schema_version", "model", "cluster", "plan" keys of a report.

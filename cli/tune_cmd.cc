@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/format.h"
+#include "cli/job_args.h"
 #include "cli/tune_measure.h"
 #include "model/context_parallel.h"
 #include "model/errors.h"
@@ -92,9 +93,14 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   }
   req.base = given;
   req.seq_len = given.seq_len > 0 ? given.seq_len : spec.max_seq_len;
-  if (req.seq_len > spec.max_seq_len) {
-    problems.push_back("--seq-len: expected at most the model's max_seq_len " + std::to_string(spec.max_seq_len) +
-                       ", got " + std::to_string(req.seq_len));
+  if (req.seq_len > spec.SeqLenLimit()) {
+    problems.push_back("--seq-len: expected at most " +
+                       std::string(spec.positions == model::PositionKind::kLearned
+                                       ? "the model's max_seq_len (learned position table) "
+                                       : "the rotary cap ") +
+                       std::to_string(spec.SeqLenLimit()) + ", got " + std::to_string(req.seq_len));
+  } else if (req.seq_len > spec.max_seq_len) {
+    warnings->push_back(BeyondTrainedContext(spec, req.seq_len));
   }
   int world = c.world_size();
   if ((global_batch > 0) == (a.global_batch_tokens > 0)) {

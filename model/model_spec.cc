@@ -2,6 +2,8 @@
 // the modules Hugging Face transformers builds, so presets match the published num_parameters().
 #include "model/model_spec.h"
 
+#include <algorithm>
+
 #include <iomanip>
 #include <sstream>
 
@@ -204,5 +206,9 @@ ParameterCounts CountParameters(const ModelSpec& spec) {
 }
 
 int64_t ParameterCount(const ModelSpec& spec) { return CountParameters(spec).total; }
+
+int64_t ModelSpec::SeqLenLimit() const {
+  return positions == PositionKind::kLearned ? max_seq_len : std::max(max_seq_len, kRotarySeqLenCap);
+}
 
 }  // namespace shardtune::model

@@ -23,6 +23,10 @@ struct MoeSpec {
   bool enabled() const { return num_experts > 0; }
 };
 
+// A sanity cap on rotary sequence lengths (2^24 tokens, 128x the longest published context of
+// the presets): beyond it inputs are certainly typos.
+inline constexpr int64_t kRotarySeqLenCap = int64_t{1} << 24;
+
 struct ModelSpec {
   std::string name;            // preset or file name, for reports
   int num_layers = 0;          // L
@@ -46,6 +50,12 @@ struct ModelSpec {
   MoeSpec moe;
   std::string source;          // where the shape comes from (presets cite the HF config)
 
+  // The longest sequence a plan may ask for. Learned positions: the table, max_seq_len. Rotary
+  // positions are computed for any position (HF LlamaRotaryEmbedding, torchtitan
+  // precompute_freqs_cis), so max_seq_len (max_position_embeddings) is what the model was
+  // trained at, not a limit: longer plans are estimated with a warning (quality is the user's
+  // call; memory and time do not depend on it), up to kRotarySeqLenCap.
+  int64_t SeqLenLimit() const;
   int64_t kv_dim() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
   int64_t q_dim() const { return static_cast<int64_t>(num_heads) * head_dim; }
   // Replaces the "not given" zeros by their defaults: num_kv_heads 0 -> num_heads, head_dim 0 ->

@@ -281,8 +281,8 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   p.Expect(micro_batch >= 1, "micro_batch", "integer >= 1", micro_batch);
   p.Expect(grad_accum >= 1, "grad_accum", "integer >= 1", grad_accum);
   p.Expect(seq_len >= 0 && seq_len <= max_seq_len, "seq_len",
-           "integer in [1, max_seq_len = " + std::to_string(max_seq_len) +
-               "] (or 0: max_seq_len)",
+           "integer in [1, " + std::to_string(max_seq_len) +
+               "] (the model's sequence limit: ModelSpec::SeqLenLimit; 0: its max_seq_len)",
            seq_len);
   p.Expect(cp >= 1 && (world < 1 || world % cp == 0), "cp",
            "an integer >= 1 dividing the world size " + std::to_string(world) +

@@ -120,7 +120,8 @@ struct Plan {
   }
   // Every problem with the plan for this world size and model depth (empty when valid), each as
   // "where:/key: expected ..., got ...". Rules: micro_batch, grad_accum, checkpoint_every_k,
-  // max_inflight_allgathers >= 1; seq_len 0 (max_seq_len) or in [1, max_seq_len]; the resolved
+  // max_inflight_allgathers >= 1; seq_len 0 (max_seq_len) or in [1, max_seq_len] where the caller
+  // passes ModelSpec::SeqLenLimit() as max_seq_len (rotary models accept longer sequences); the resolved
   // shard group divides world (FULL_SHARD / SHARD_GRAD_OP: 0 or world; NO_SHARD: 0 or 1; hybrid:
   // <= world, equal is one replica); wrap every_k >= 1, size min_num_params >= 1, ranges cover
   // blocks 0..num_layers-1 in order without gaps or overlaps. no_sync with grad_accum 1 is allowed

@@ -157,7 +157,7 @@ namespace {
 bool CpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
   int world = c.world_size(), gpn = c.gpus_per_node;
   return model::CpProblems(spec, p, world, gpn, "plan").empty() &&
-         p.Problems("plan", world, gpn, spec.num_layers, spec.max_seq_len).empty();
+         p.Problems("plan", world, gpn, spec.num_layers, spec.SeqLenLimit()).empty();
 }
 
 // The plans of the space for one cp degree (cp ranks share sequences: a data-parallel rank gets

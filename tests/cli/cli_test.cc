@@ -42,6 +42,7 @@ Result RunCli(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream e(err_path);
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  std::remove(err_path.c_str());  // leave nothing behind in the temporary folder
   return r;
 }
 
@@ -81,6 +82,15 @@ TEST(CliTest, JsonHasContractKeys) {
   const nlohmann::json& breakdown = j.at("per_rank").at("breakdown");
   for (auto it = breakdown.begin(); it != breakdown.end(); ++it) sum += it->get<int64_t>();
   EXPECT_EQ(sum, j.at("per_rank").at("peak_bytes").get<int64_t>());
+}
+
+// Rotary models compute positions for any length: beyond max_position_embeddings (llama3-8b:
+// 8,192) the plan is estimated with a warning; learned positions (GPT-2: 1,024) are a hard limit.
+TEST(CliTest, RotaryModelsBeyondTheirTrainedContextWarnLearnedPositionsRefuse) {
+  Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 65536 --cp 8 --checkpointing full");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("warning: --seq-len 65536 is beyond llama3-8b's max_seq_len"));
+  ExpectOneLineError(RunCli("estimate --model gpt2 --cluster 8xH100 --seq-len 2048"), "seq_len");
 }
 
 TEST(CliTest, ModelsAndGpusList) {
@@ -428,8 +438,9 @@ TEST(CliTest, SeveralFromFilesApplyInOrder) {
 }
 
 TEST(CliTest, BadFromConfigsAreOneLineErrors) {
-  // The sequence of the RLVR example does not fit tiny-llama: the plan's problem names the file.
-  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+  // The sequence of the RLVR example is longer than tiny-gpt2's learned position table (a hard
+  // limit, unlike rotary positions): the plan's problem names the file.
+  ExpectOneLineError(RunCli("estimate --model tiny-gpt2 --cluster 8xH100 --from " +
                             ConfigPath("roll_rlvr_fsdp2_cp2.yaml")),
                      "roll_rlvr_fsdp2_cp2.yaml");
   // 8 GPUs in device_mapping, 16 in --cluster.

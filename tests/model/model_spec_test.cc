@@ -267,5 +267,15 @@ TEST(ModelSpecJsonTest, MissingFileIsAnInputError) {
               ThrowsMessage<InputError>(HasSubstr("/nonexistent/model.json: cannot open")));
 }
 
+// Learned positions stop at their table; rotary positions extend (up to a sanity cap).
+TEST(ModelSpecTest, SeqLenLimitFollowsThePositionKind) {
+  ModelSpec s;
+  s.max_seq_len = 1024;
+  s.positions = PositionKind::kLearned;
+  EXPECT_EQ(s.SeqLenLimit(), 1024);
+  s.positions = PositionKind::kRotary;
+  EXPECT_EQ(s.SeqLenLimit(), int64_t{1} << 24);
+}
+
 }  // namespace
 }  // namespace shardtune::model

@@ -90,7 +90,7 @@ TEST(PlanTest, EachRuleReportsWhereWhatAndGot) {
   const Case cases[] = {
       {[](Plan* p) { p->micro_batch = 0; }, "p:/micro_batch: expected integer >= 1, got 0"},
       {[](Plan* p) { p->grad_accum = -1; }, "p:/grad_accum: expected integer >= 1, got -1"},
-      {[](Plan* p) { p->seq_len = 4097; }, "p:/seq_len: expected integer in [1, max_seq_len = 4096]"},
+      {[](Plan* p) { p->seq_len = 4097; }, "p:/seq_len: expected integer in [1, 4096] (the model's sequence limit"},
       {[](Plan* p) { p->seq_len = -1; }, "p:/seq_len: expected integer in [1, "},
       {[](Plan* p) { p->shard_group_size = -1; }, "p:/shard_group_size: expected integer >= 0"},
       {[](Plan* p) { p->shard_group_size = 4; }, "p:/shard_group_size: expected 0 or the world "
