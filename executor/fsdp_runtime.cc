@@ -31,6 +31,7 @@ TransformerOptions ModelOptions(const model::Plan& plan) {
   TransformerOptions t;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
+  t.selective = plan.checkpointing == model::Checkpointing::kSelective;
   if (plan.lora.enabled()) t.lora_scale = plan.lora.alpha / plan.lora.rank;  // PEFT: alpha / r
   return t;
 }

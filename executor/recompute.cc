@@ -1,9 +1,16 @@
-// The recompute node as a LibTorch custom autograd Function.
+// The recompute nodes as LibTorch custom autograd Functions, and the storage refill of
+// selective checkpointing.
 #include "executor/recompute.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
+#include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <memory>
+
+#include "model/errors.h"
 
 namespace shardtune::exec {
 namespace {
@@ -11,12 +18,17 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// saved_data holds IValues only: a pointer travels as an integer.
+template <typename T>
+int64_t PointerBits(T* p) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
+}
+
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // Runs under no-grad (Function::apply): nothing inside fn is saved.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn) {
-    // saved_data holds IValues only: the function travels as an integer. It outlives the
-    // backward (REQUIRES of Recompute).
-    ctx->saved_data["fn"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(fn));
+    // The function outlives the backward (REQUIRES of Recompute).
+    ctx->saved_data["fn"] = PointerBits(fn);
     ctx->save_for_backward({x});
     return {(*fn)(x)};
   }
@@ -35,10 +47,99 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   }
 };
 
+struct PieceFunction : public torch::autograd::Function<PieceFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, int64_t fn,
+                               double arg) {
+    ctx->saved_data["fn"] = fn;
+    ctx->saved_data["arg"] = arg;
+    ctx->save_for_backward(inputs.vec());
+    return {reinterpret_cast<PieceFn>(static_cast<intptr_t>(fn))(inputs.vec(), arg)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto fn = reinterpret_cast<PieceFn>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
+    variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> in, wanted;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      in.push_back(saved[i].detach());
+      if (ctx->needs_input_grad(i)) {
+        in.back().requires_grad_(true);
+        wanted.push_back(in.back());
+      }
+    }
+    variable_list out(saved.size() + 2);  // + fn and arg
+    if (wanted.empty()) return out;
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = fn(in, ctx->saved_data["arg"].toDouble());
+    }
+    variable_list g = torch::autograd::grad({y}, wanted, {grads[0]}, /*retain_graph=*/false,
+                                            /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t i = 0, j = 0; i < saved.size(); ++i) {
+      if (ctx->needs_input_grad(i)) out[i] = g[j++];
+    }
+    return out;
+  }
+};
+
+// What a refill needs; held by the consumers' hooks, emptied by the first refill.
+struct Refill {
+  c10::intrusive_ptr<c10::StorageImpl> storage;  // 0 bytes until refilled
+  size_t nbytes = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes, strides;
+  at::TensorOptions options;
+  PieceFn fn = nullptr;
+  double arg = 0;
+  std::vector<at::Tensor> inputs;
+
+  void Run() {
+    if (!storage) return;  // refilled already
+    at::NoGradGuard no_grad;
+    at::Tensor value = fn(inputs, arg);
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+    storage->set_nbytes(nbytes);
+    at::Tensor alias = at::empty({0}, options).set_(c10::Storage(storage), offset, sizes, strides);
+    alias.copy_(value);
+    // From here on the consumers' saved tensors alone keep the bytes alive.
+    storage.reset();
+    inputs.clear();
+  }
+};
+
 }  // namespace
 
 at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x) {
   return RecomputeFunction::apply(x, fn)[0];
+}
+
+at::Tensor RecomputePiece(PieceFn fn, double arg, const std::vector<at::Tensor>& inputs) {
+  return PieceFunction::apply(at::TensorList(inputs), PointerBits(fn), arg)[0];
+}
+
+void DropUntilBackward(const at::Tensor& y, PieceFn fn, double arg,
+                       const std::vector<at::Tensor>& inputs,
+                       const std::vector<at::Tensor>& consumers) {
+  auto refill = std::make_shared<Refill>();
+  refill->storage = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+      y.storage().unsafeGetStorageImpl());
+  refill->nbytes = refill->storage->nbytes();
+  SHARDTUNE_CHECK(refill->nbytes ==
+                  static_cast<size_t>(y.numel()) * static_cast<size_t>(y.element_size()))
+      << "a dropped piece output must own its storage";
+  refill->offset = y.storage_offset();
+  refill->sizes = y.sizes().vec();
+  refill->strides = y.strides().vec();
+  refill->options = y.options().requires_grad(false);
+  refill->fn = fn;
+  refill->arg = arg;
+  for (const at::Tensor& t : inputs) refill->inputs.push_back(t.detach());
+  refill->storage->set_data_ptr_noswap(at::DataPtr(nullptr, y.device()));
+  refill->storage->set_nbytes(0);
+  for (const at::Tensor& c : consumers) {
+    if (c.requires_grad()) c.register_hook([refill](const at::Tensor&) { refill->Run(); });
+  }
 }
 
 }  // namespace shardtune::exec

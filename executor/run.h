@@ -95,7 +95,7 @@ struct RunSummary {
 
 // Every problem that can be found before a rank starts, for a run of `world_size` processes,
 // thrown together as one InputError: the spec (and executor support, e.g. no MoE), the plan
-// (Plan::Problems), steps >= 1, the optimizer (adamw, sgd), checkpointing (not selective),
+// (Plan::Problems), steps >= 1, the optimizer (adamw, sgd), checkpointing,
 // dtypes, --emulate-world, --watchdog-timeout >= 0, --export-full-state-dict without
 // --emulate-world, a readable --data file long enough for seq_len, a writable out_dir
 // (created when missing).

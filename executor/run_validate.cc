@@ -24,10 +24,6 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
     p.push_back("--optimizer: the executor runs adamw or sgd, got " +
                 std::string(model::ToString(plan.optimizer)));
   }
-  if (plan.checkpointing == model::Checkpointing::kSelective) {
-    p.push_back(
-        "--checkpointing: selective is not supported by the executor (use full or every:K)");
-  }
   // Frozen prefixes and LoRA targets against the model's parameter names (model/trainable.h).
   for (std::string& f : model::TrainabilityProblems(
            o.spec, plan, plan.ResolvedSeqLen(o.spec.max_seq_len), o.plan_name)) {

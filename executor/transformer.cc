@@ -46,6 +46,31 @@ at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, 
   return b.defined() ? y + b : y;
 }
 
+// The memory-bound pieces of a block as pure functions of tensors (recompute.h PieceFn), so
+// selective checkpointing can rerun them; the plain forward calls the same ones.
+// LlamaRMSNorm: in fp32, then back to the input dtype before the weight. inputs: x, weight.
+at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
+  const at::Tensor& x = in[0];
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
+  return in[1] * (x32 * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+// inputs: x, weight[, bias].
+at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps) {
+  return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in.size() > 2 ? in[2] : at::Tensor(), eps);
+}
+
+// HF LlamaMLP: silu(gate) x up. inputs: gate, up.
+at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
+  return at::silu(in[0]) * in[1];
+}
+
+// GPT-2 gelu_new (tanh != 0), NeoX exact GELU. inputs: the up projection's output.
+at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
+  return at::gelu(in[0], tanh != 0 ? "tanh" : "none");
+}
+
 }  // namespace
 
 Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp)
@@ -116,17 +141,45 @@ at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) con
   return x;
 }
 
+Transformer::Piece Transformer::NormPiece(const ParamTable& p, const std::string& name,
+                                          const at::Tensor& x) const {
+  Piece piece{&RmsNormPiece, options_.norm_eps, {x, Get(p, name + ".weight")}};
+  if (spec_.norm == model::NormKind::kLayerNorm) {
+    piece.fn = &LayerNormPiece;
+    if (spec_.norm_bias) piece.inputs.push_back(Get(p, name + ".bias"));
+  }
+  return piece;
+}
+
+at::Tensor Transformer::Run(const Piece& piece) const {
+  if (Selective()) return RecomputePiece(piece.fn, piece.arg, piece.inputs);
+  return piece.fn(piece.inputs, piece.arg);
+}
+
+void Transformer::Drop(const at::Tensor& y, const Piece& piece,
+                       const std::vector<at::Tensor>& consumers) const {
+  if (Selective()) DropUntilBackward(y, piece.fn, piece.arg, piece.inputs, consumers);
+}
+
+bool Transformer::Selective() const { return options_.selective && at::GradMode::is_enabled(); }
+
 at::Tensor Transformer::Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                              int64_t dim) const {
-  const at::Tensor& w = Get(p, name + ".weight");
-  if (spec_.norm == model::NormKind::kLayerNorm) {
-    at::Tensor b = Maybe(p, name + ".bias", spec_.norm_bias);
-    return at::layer_norm(x, {dim}, w, b, options_.norm_eps);
-  }
-  // LlamaRMSNorm: in fp32, then back to the input dtype before the weight.
-  at::Tensor x32 = x.to(at::kFloat);
-  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
-  return w * (x32 * at::rsqrt(var + options_.norm_eps)).to(x.scalar_type());
+  SHARDTUNE_CHECK(x.size(-1) == dim) << name << ": normalized size " << dim;
+  Piece piece = NormPiece(p, name, x);
+  return piece.fn(piece.inputs, piece.arg);
+}
+
+// A norm followed by the projections that read its output (`project`): with selective
+// checkpointing the norm keeps only its input, and its output is dropped once projected.
+std::vector<at::Tensor> Transformer::NormThen(
+    const ParamTable& p, const std::string& name, const at::Tensor& x,
+    const std::function<std::vector<at::Tensor>(const at::Tensor&)>& project) const {
+  Piece piece = NormPiece(p, name, x);
+  at::Tensor n = Run(piece);
+  std::vector<at::Tensor> out = project(n);
+  Drop(n, piece, out);
+  return out;
 }
 
 at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& x) const {
@@ -134,34 +187,44 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
   std::string n1 = pre + (gpt2_names_ ? ".ln_1" : ".input_layernorm");
   std::string n2 = pre + (gpt2_names_ ? ".ln_2" : ".post_attention_layernorm");
   std::string attn = pre + (gpt2_names_ ? ".attn" : ".self_attn");
+  auto qkv = [&](const at::Tensor& n) { return Qkv(p, attn, n); };
+  auto up = [&](const at::Tensor& n) { return MlpUp(p, pre + ".mlp", n); };
   if (spec_.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
-    return x + Attention(p, attn, Norm(p, n1, x, spec_.hidden)) +
-           Mlp(p, pre + ".mlp", Norm(p, n2, x, spec_.hidden));
+    return x + Attention(p, attn, NormThen(p, n1, x, qkv)) +
+           MlpDown(p, pre + ".mlp", NormThen(p, n2, x, up));
   }
-  at::Tensor h = x + Attention(p, attn, Norm(p, n1, x, spec_.hidden));
-  return h + Mlp(p, pre + ".mlp", Norm(p, n2, h, spec_.hidden));
+  at::Tensor h = x + Attention(p, attn, NormThen(p, n1, x, qkv));
+  return h + MlpDown(p, pre + ".mlp", NormThen(p, n2, h, up));
+}
+
+// The attention's input projections: q, k, v [B, S, heads * D], or GPT-2's c_attn [B, S, 3H].
+std::vector<at::Tensor> Transformer::Qkv(const ParamTable& p, const std::string& pre,
+                                         const at::Tensor& x) const {
+  if (gpt2_names_) return {Proj(p, pre + ".c_attn", x, spec_.qkv_bias, true)};
+  return {Proj(p, pre + ".q_proj", x, spec_.qkv_bias, false),
+          Proj(p, pre + ".k_proj", x, spec_.qkv_bias, false),
+          Proj(p, pre + ".v_proj", x, spec_.qkv_bias, false)};
 }
 
 at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
-                                  const at::Tensor& x) const {
-  int64_t B = x.size(0), S = x.size(1), D = spec_.head_dim;
+                                  const std::vector<at::Tensor>& qkv) const {
+  int64_t B = qkv[0].size(0), S = qkv[0].size(1), D = spec_.head_dim;
   int64_t a = spec_.num_heads, kv = spec_.num_kv_heads;
   at::Tensor q, k, v;
   if (gpt2_names_) {
-    at::Tensor qkv = Proj(p, pre + ".c_attn", x, spec_.qkv_bias, true);
-    q = qkv.narrow(-1, 0, a * D);
-    k = qkv.narrow(-1, a * D, kv * D);
-    v = qkv.narrow(-1, (a + kv) * D, kv * D);
+    q = qkv[0].narrow(-1, 0, a * D);
+    k = qkv[0].narrow(-1, a * D, kv * D);
+    v = qkv[0].narrow(-1, (a + kv) * D, kv * D);
   } else {
-    q = Proj(p, pre + ".q_proj", x, spec_.qkv_bias, false);
-    k = Proj(p, pre + ".k_proj", x, spec_.qkv_bias, false);
-    v = Proj(p, pre + ".v_proj", x, spec_.qkv_bias, false);
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
   }
   q = q.view({B, S, a, D});
   k = k.view({B, S, kv, D});
-  if (spec_.qk_norm) {  // Qwen3: RMSNorm over head_dim before the rotary
-    q = Norm(p, pre + ".q_norm", q, D);
-    k = Norm(p, pre + ".k_norm", k, D);
+  if (spec_.qk_norm) {  // Qwen3: RMSNorm over head_dim before the rotary (nothing saves its output)
+    q = Run(NormPiece(p, pre + ".q_norm", q));
+    k = Run(NormPiece(p, pre + ".k_norm", k));
   }
   q = q.transpose(1, 2);                         // [B, a, S, D]
   k = k.transpose(1, 2);                         // [B, kv, S, D]
@@ -222,19 +285,33 @@ at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset) const {
   return x * cos + rotated * sin;
 }
 
-at::Tensor Transformer::Mlp(const ParamTable& p, const std::string& pre,
-                            const at::Tensor& x) const {
+// The MLP's input projections: SwiGLU's gate and up, or the single up (GPT-2 c_fc).
+std::vector<at::Tensor> Transformer::MlpUp(const ParamTable& p, const std::string& pre,
+                                           const at::Tensor& x) const {
   bool b = spec_.mlp_bias;
   if (spec_.mlp == model::MlpKind::kSwiGlu) {
-    at::Tensor g = Proj(p, pre + ".gate_proj", x, b, false);
-    at::Tensor u = Proj(p, pre + ".up_proj", x, b, false);
-    return Proj(p, pre + ".down_proj", at::silu(g) * u, b, false);
+    return {Proj(p, pre + ".gate_proj", x, b, false), Proj(p, pre + ".up_proj", x, b, false)};
   }
-  std::string up = pre + (gpt2_names_ ? ".c_fc" : ".up_proj");
-  std::string down = pre + (gpt2_names_ ? ".c_proj" : ".down_proj");
-  at::Tensor h = Proj(p, up, x, b, gpt2_names_);
-  h = at::gelu(h, gpt2_names_ ? "tanh" : "none");  // GPT-2 gelu_new; NeoX exact GELU
-  return Proj(p, down, h, b, gpt2_names_);
+  return {Proj(p, pre + (gpt2_names_ ? ".c_fc" : ".up_proj"), x, b, gpt2_names_)};
+}
+
+// The activation (recomputed under selective checkpointing, dropped once projected) and the
+// down projection.
+at::Tensor Transformer::MlpDown(const ParamTable& p, const std::string& pre,
+                                const std::vector<at::Tensor>& up) const {
+  bool b = spec_.mlp_bias;
+  Piece act{&SwiGluPiece, 0.0, up};
+  std::string down = pre + ".down_proj";
+  bool conv1d = false;
+  if (spec_.mlp != model::MlpKind::kSwiGlu) {
+    act = Piece{&GeluPiece, gpt2_names_ ? 1.0 : 0.0, up};  // GPT-2 gelu_new; NeoX exact GELU
+    down = pre + (gpt2_names_ ? ".c_proj" : ".down_proj");
+    conv1d = gpt2_names_;
+  }
+  at::Tensor h = Run(act);
+  at::Tensor out = Proj(p, down, h, b, conv1d);
+  Drop(h, act, {out});
+  return out;
 }
 
 at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,

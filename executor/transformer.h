@@ -13,10 +13,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "executor/recompute.h"
 #include "model/model_spec.h"
 
 namespace shardtune::exec {
@@ -33,6 +35,10 @@ struct TransformerOptions {
   double rope_theta = 10000.0;        // Llama 2's rope base; the spec has no field for it
   // LoRA scale alpha / r (PEFT's `scaling`); the adapters run when the ParamTable has them.
   double lora_scale = 1.0;
+  // Selective activation checkpointing (plan checkpointing "selective"), with grad enabled only:
+  // each block keeps its input, the matmul outputs and the attention core's tensors; norms and
+  // the MLP activation keep only their inputs and are recomputed in backward (recompute.h).
+  bool selective = false;
 };
 
 class Transformer {
@@ -64,10 +70,32 @@ class Transformer {
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
+  // A memory-bound piece (a norm, the MLP activation) and its inputs.
+  struct Piece {
+    PieceFn fn;
+    double arg;
+    std::vector<at::Tensor> inputs;
+  };
+  Piece NormPiece(const ParamTable& p, const std::string& name, const at::Tensor& x) const;
+  bool Selective() const;
+  at::Tensor Run(const Piece& piece) const;  // RecomputePiece when Selective()
+  // DropUntilBackward when Selective(): `consumers` are the projections that read y.
+  void Drop(const at::Tensor& y, const Piece& piece,
+            const std::vector<at::Tensor>& consumers) const;
+  // Norm `name` of x, then `project` of its output (selective: the output is dropped after).
+  std::vector<at::Tensor> NormThen(
+      const ParamTable& p, const std::string& name, const at::Tensor& x,
+      const std::function<std::vector<at::Tensor>(const at::Tensor&)>& project) const;
   at::Tensor Block(const ParamTable& p, int layer, const at::Tensor& x) const;
-  at::Tensor Attention(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  std::vector<at::Tensor> Qkv(const ParamTable& p, const std::string& prefix,
+                              const at::Tensor& x) const;
+  at::Tensor Attention(const ParamTable& p, const std::string& prefix,
+                       const std::vector<at::Tensor>& qkv) const;
   at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v) const;
-  at::Tensor Mlp(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
+                                const at::Tensor& x) const;
+  at::Tensor MlpDown(const ParamTable& p, const std::string& prefix,
+                     const std::vector<at::Tensor>& up) const;
   // A projection `module` (".weight", ".bias" when `bias`), plus its LoRA adapters when the
   // table has them: base(x) + lora_B(lora_A(x)) x scale (PEFT lora.Linear.forward, no dropout); adapters are
   // named "<module>.lora_A.default.weight" and ".lora_B.default.weight" (model/trainable.h).

@@ -119,7 +119,11 @@ TEST_P(ExecutorFsdpRuntimeTest, GradientsEqualPlainAutograd) {
   rt.Backward(l2, 0.5, /*sync=*/true);
   for (FlatParam* u : rt.units())
     EXPECT_EQ(u->gathered_bytes(), 0) << u->name() << " after backward";
-  at::Tensor r1 = ref.Loss(rt.transformer(), b1), r2 = ref.Loss(rt.transformer(), b2);
+  // The reference forward never checkpoints (selective changes the runtime's transformer).
+  TransformerOptions plain_options;
+  plain_options.sdpa = ro.plan.attention == model::Attention::kSdpa;
+  Transformer plain(spec, plain_options);
+  at::Tensor r1 = ref.Loss(plain, b1), r2 = ref.Loss(plain, b2);
   ((r1 + r2) * 0.5).backward();
   EXPECT_EQ(l1.item<double>(), r1.item<double>());
   double d = MaxGradDiff(rt, ref);
@@ -138,7 +142,11 @@ INSTANTIATE_TEST_SUITE_P(
                            model::ShardingStrategy::kFullShard, true, true},
                       Case{"gpt2_block_recompute", "micro-gpt2.model.json", "block", "full"},
                       Case{"gpt2_tied_embedding_unit", "micro-gpt2.model.json", "block", "none",
-                           model::ShardingStrategy::kFullShard, true, false}),
+                           model::ShardingStrategy::kFullShard, true, false},
+                      Case{"llama_selective", "micro-llama.model.json", "block", "selective"},
+                      Case{"llama_selective_size_wrap_shard_grad_op", "micro-llama.model.json",
+                           "size:10K", "selective", model::ShardingStrategy::kShardGradOp},
+                      Case{"gpt2_selective", "micro-gpt2.model.json", "block", "selective"}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 TEST(ExecutorFsdpRuntimeNoSyncTest, UnshardedAccumulationEqualsPerMicroBatchReduction) {

@@ -80,8 +80,8 @@ TEST(ExecutorRunCliTest, GlobalBatchMustDivideIntoMicroBatchesAndRanks) {
 TEST(ExecutorRunCliTest, UnsupportedPlanChoicesAreInputErrors) {
   TempDir tmp;
   auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--checkpointing", "selective"});
-  ExpectInputError(a, "--checkpointing: selective is not supported by the executor");
+  a.insert(a.end(), {"--optimizer", "adafactor"});
+  ExpectInputError(a, "--optimizer: the executor runs adamw or sgd, got adafactor");
   auto b = Base(tmp.Sub("out"));
   b.insert(b.end(), {"--emulate-world", "4", "--nproc", "2"});
   ExpectInputError(b, "--emulate-world: runs in one process");
