@@ -25,6 +25,21 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+
+// A string value as JSON writes it: quoted, control characters escaped, so that messages stay
+// one line (tests/fuzz/regressions).
+std::string Quote(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  return out;
+}
+
+}  // namespace
+
 std::string EscapePointerToken(const std::string& key) {
   std::string out;
   for (char c : key) {
@@ -44,20 +59,6 @@ std::string EscapePointerToken(const std::string& key) {
   }
   return out;
 }
-
-// A string value as JSON writes it: quoted, control characters escaped, so that messages stay
-// one line (tests/fuzz/regressions).
-std::string Quote(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
-  return out;
-}
-
-}  // namespace
 
 nlohmann::json ParseJsonText(const std::string& text, const std::string& name) {
   try {

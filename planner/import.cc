@@ -39,22 +39,6 @@ std::string EscapeControls(const std::string& s) {
   return out;
 }
 
-// A key as a JSON pointer token; control characters (a quoted YAML key or a JSON key may hold
-// "\n") are shown as JSON writes them, so that messages stay one line.
-std::string EscapeToken(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return EscapeControls(out);
-}
-
 // Deepest nesting of [ and { in JSON text (outside strings): the JSON reader does not bound it
 // and converting and printing the tree recurse once per level.
 constexpr int kMaxJsonDepth = 64;
@@ -242,7 +226,7 @@ ConfigReader::ConfigReader(const Json& obj, std::string file, std::string pointe
 }
 
 std::string ConfigReader::Where(const std::string& key) const {
-  return file_ + ":" + EscapeControls(pointer_) + "/" + EscapeToken(key);
+  return file_ + ":" + EscapeControls(pointer_) + "/" + model::EscapePointerToken(key);
 }
 
 void ConfigReader::Fail(const std::string& key, const std::string& expected) const {
@@ -276,7 +260,7 @@ void ConfigReader::CheckKeys(const KeyTable& table) const {
                        "; shardtune does not know whether it changes memory or time");
     }
     if (rule->use == KeyUse::kIgnored) {
-      if (ignored_) ignored_->push_back(pointer_ + "/" + EscapeToken(key));
+      if (ignored_) ignored_->push_back(pointer_ + "/" + model::EscapePointerToken(key));
     } else if (rule->use == KeyUse::kUnsupported && !Neutral(item.value(), rule->neutral)) {
       throw InputError(
           Where(key) + ": expected " +
@@ -391,7 +375,7 @@ std::optional<ConfigReader> ConfigReader::Section(const std::string& key) const 
   if (!Has(key)) return std::nullopt;
   const Json& v = *Raw(key);
   if (!v.is_object()) Fail(key, "a mapping");
-  return ConfigReader(v, file_, pointer_ + "/" + EscapeToken(key), ignored_);
+  return ConfigReader(v, file_, pointer_ + "/" + model::EscapePointerToken(key), ignored_);
 }
 
 ConfigReader ConfigReader::RequiredSection(const std::string& key) const {
