@@ -24,15 +24,6 @@ std::vector<std::string> Base(const std::string& out) {
           "--threads", "1"};
 }
 
-// Runs with one flag replaced or added; expects exit 1 and one "error: ..." line containing `want`.
-void ExpectInputError(std::vector<std::string> args, const std::string& want) {
-  ProcessResult r = RunShardtune(args, 60);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
-}
-
 TEST(ExecutorRunCliTest, NprocZeroIsAnInputError) {
   TempDir tmp;
   auto a = Base(tmp.Sub("out"));

@@ -210,15 +210,6 @@ TEST(ExecutorRunCpResumeTest, ResumedCpRunReproducesTheUninterruptedLosses) {
   for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
 }
 
-// Bad cp input: one "error: ..." line, exit 1, before any rank starts.
-void ExpectInputError(std::vector<std::string> args, const std::string& want) {
-  ProcessResult r = RunShardtune(args, 60);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
-}
-
 TEST(ExecutorRunCpInputTest, CpNotDividingHeadsSequenceOrWorldIsAnInputError) {
   TempDir tmp;
   json m = ReadJson(DataPath("micro-llama.model.json"));

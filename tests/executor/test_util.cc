@@ -1,11 +1,14 @@
 // Process and file helpers for the executor tests.
 #include "tests/executor/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +116,14 @@ std::map<int64_t, double> GradNorms(const std::string& dir) { return StepField(d
 
 std::string DataPath(const std::string& name) {
   return std::string(SHARDTUNE_EXECUTOR_TEST_DATA_DIR) + "/" + name;
+}
+
+void ExpectInputError(const std::vector<std::string>& args, const std::string& want) {
+  ProcessResult r = RunShardtune(args, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
 }
 
 }  // namespace shardtune::exec::testing

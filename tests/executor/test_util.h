@@ -40,6 +40,9 @@ int WaitFor(pid_t pid, double timeout_s, double* seconds = nullptr);
 // StartShardtune + WaitFor + the log's text.
 ProcessResult RunShardtune(const std::vector<std::string>& args, double timeout_s = 120,
                            const std::map<std::string, std::string>& env = {});
+// Runs shardtune with `args` and expects an input error: exit 1 and exactly one "error: ..." line
+// containing `want` (reported before any rank starts).
+void ExpectInputError(const std::vector<std::string>& args, const std::string& want);
 // Polls `path` until it contains `needle` or timeout_s passes. True when found.
 bool WaitForText(const std::string& path, const std::string& needle, double timeout_s);
 std::string ReadText(const std::string& path);
