@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,22 +31,59 @@ double MonotonicSeconds();
 // Thread-safe append-only list of records.
 class CollectiveLog {
  public:
+  ~CollectiveLog() { Resolve(); }
   void Add(const CollectiveRecord& r) {
     std::lock_guard<std::mutex> lock(mu_);
     records_.push_back(r);
   }
+  // A record whose duration is known only later: a CUDA collective the compute stream waits for
+  // without the host waiting (NcclWork::Wait). `time_s(wait)` returns the duration, blocking
+  // until the collective finished when `wait`, else nullopt while it runs; it is called until it
+  // answers (finished ones are swept at each AddPending, the rest by Resolve(), Snapshot() or the
+  // destructor), then dropped.
+  using PendingTime = std::function<std::optional<double>(bool wait)>;
+  void AddPending(const CollectiveRecord& r, PendingTime time_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Sweep(false);
+    pending_.push_back({records_.size(), std::move(time_s)});
+    records_.push_back(r);
+  }
+  // Fills the times of the pending records.
+  void Resolve() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    Sweep(true);
+  }
   std::vector<CollectiveRecord> Snapshot() const {
+    Resolve();
     std::lock_guard<std::mutex> lock(mu_);
     return records_;
   }
   void Clear() {
+    Resolve();
     std::lock_guard<std::mutex> lock(mu_);
     records_.clear();
   }
 
  private:
+  struct Pending {
+    size_t index;
+    PendingTime time_s;
+  };
+  void Sweep(bool wait) const {  // REQUIRES: mu_ held
+    size_t kept = 0;
+    for (Pending& p : pending_) {
+      std::optional<double> t = p.time_s(wait);
+      if (t) {
+        records_[p.index].time_s = *t;
+      } else {
+        pending_[kept++] = std::move(p);
+      }
+    }
+    pending_.resize(kept);
+  }
   mutable std::mutex mu_;
-  std::vector<CollectiveRecord> records_;
+  mutable std::vector<CollectiveRecord> records_;
+  mutable std::vector<Pending> pending_;
 };
 
 }  // namespace shardtune::exec

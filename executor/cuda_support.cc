@@ -37,24 +37,33 @@ void SetCudaDevice(int device) {
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
 }
 
+namespace {
+// The caching allocator sets itself up at the first CUDA allocation; before that its statistics
+// calls throw "Invalid device argument." (c10/cuda/CUDACachingAllocator.cpp assertValidDevice),
+// and every statistic is zero.
+bool AllocatorReady() { return c10::cuda::CUDACachingAllocator::get()->initialized(); }
+}  // namespace
+
 CudaMemory ReadCudaMemory(int device) {
   namespace alloc = c10::cuda::CUDACachingAllocator;
+  CudaMemory m;
+  size_t free_b = 0, total_b = 0;
+  Check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  m.device_used_bytes = static_cast<int64_t>(total_b - free_b);
+  if (!AllocatorReady()) return m;
   auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   // Index 0 is StatType::AGGREGATE (c10/core/CachingDeviceAllocator.h), as torch.cuda's
   // memory_stats()["allocated_bytes.all.*"].
-  CudaMemory m;
   m.allocated_bytes = stats.allocated_bytes[0].current;
   m.allocated_peak_bytes = stats.allocated_bytes[0].peak;
   m.reserved_bytes = stats.reserved_bytes[0].current;
   m.reserved_peak_bytes = stats.reserved_bytes[0].peak;
   m.alloc_retries = stats.num_alloc_retries;
-  size_t free_b = 0, total_b = 0;
-  Check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  m.device_used_bytes = static_cast<int64_t>(total_b - free_b);
   return m;
 }
 
 void ResetCudaPeaks(int device) {
+  if (!AllocatorReady()) return;  // nothing allocated yet: every peak is zero
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
 

@@ -45,7 +45,14 @@ FlatParam::FlatParam(const model::FsdpUnit& unit, const FlatParamOptions& o)
   for (const ParamSlot& s : slots_) {
     Transformer::InitParameter(s.name, o.seed, full.narrow(0, s.offset, s.numel).view(s.shape));
   }
-  shard_ = full.narrow(0, o.shard_rank * shard_numel_, shard_numel_).clone().to(o.device);
+  bool offload = o.offload_shard && o.device.is_cuda();
+  shard_ = full.narrow(0, o.shard_rank * shard_numel_, shard_numel_).clone();
+  if (offload) {
+    shard_ = shard_.pin_memory();  // page-locked: asynchronous host <-> device copies
+    if (o.keep_device_shard) device_shard_ = shard_.to(o.device).to(o.param_dtype);
+  } else {
+    shard_ = shard_.to(o.device);
+  }
   full_ = at::empty({padded_numel()}, at::TensorOptions().dtype(o.param_dtype).device(o.device));
   for (const ParamSlot& s : slots_) {
     std::vector<int64_t> strides(s.shape.size(), 1);
@@ -69,12 +76,28 @@ std::unique_ptr<Work> FlatParam::BeginGather(Communicator& comm) {
   }
   at::NoGradGuard no_grad;
   at::Tensor local = full_.narrow(0, options_.shard_rank * shard_numel_, shard_numel_);
-  local.copy_(shard_);  // fp32 master -> param dtype
+  if (device_shard_.defined()) {
+    local.copy_(device_shard_);  // ZeRO-Offload: the param-dtype shard is already here
+  } else if (offloaded()) {
+    // CPU offload: host fp32 shard -> device (asynchronous from pinned memory), then the cast
+    // in the copy-in, as FSDP2 does.
+    local.copy_(shard_.to(full_.device(), /*non_blocking=*/true));
+  } else {
+    local.copy_(shard_);  // fp32 master -> param dtype
+  }
   if (options_.shard_size == 1) {
     gathered_ = true;
     return nullptr;
   }
   return comm.AllGather(local, full_);
+}
+
+void FlatParam::RefreshDeviceShard() {
+  if (!device_shard_.defined()) return;
+  at::NoGradGuard no_grad;
+  // Pinned host fp32 -> device, then the cast there (a cross-device copy_ with a dtype change
+  // converts on the host: ATen/native/cuda/Copy.cu).
+  device_shard_.copy_(shard_.to(device_shard_.device(), /*non_blocking=*/true));
 }
 
 void FlatParam::Free() {

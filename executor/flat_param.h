@@ -40,7 +40,16 @@ struct FlatParamOptions {
   int shard_size = 1;                        // n, ranks in the shard group
   int shard_rank = 0;
   uint64_t seed = 0;             // parameter initialization
-  at::Device device = at::kCPU;  // where shards and gathered buffers live
+  at::Device device = at::kCPU;  // where gathered buffers (and shards, unless offloaded) live
+  // CPU offload (plan offload optimizer|all) on a GPU run: the fp32 master shard, its gradient
+  // and so the optimizer state live in page-locked host memory; a gather copies the shard to
+  // the device first (FSDP2 CPUOffloadPolicy(pin_memory=True):
+  // torch/distributed/fsdp/_fully_shard/_fsdp_param.py, `sharded_param.to(device,
+  // non_blocking=True)` before the all-gather copy-in). Ignored on a CPU run (already host).
+  bool offload_shard = false;
+  // ZeRO-Offload (plan offload optimizer): a param-dtype copy of the shard stays on `device`,
+  // refreshed after each optimizer step (RefreshDeviceShard), so gathers need no host copy.
+  bool keep_device_shard = false;
   // false: a frozen flat parameter (plan.frozen_prefixes, LoRA's base weights): its views do not
   // require grad, it gets no grad hooks, no gradient, no reduction and no optimizer state.
   bool requires_grad = true;
@@ -64,6 +73,12 @@ class FlatParam {
 
   at::Tensor& shard() { return shard_; }            // [shard_numel] fp32 master
   at::Tensor& grad_shard() { return grad_shard_; }  // [shard_numel] fp32, undefined when zero
+  // Where shard(), grad_shard() and the optimizer state live (the host under CPU offload).
+  at::Device shard_device() const { return shard_.device(); }
+  bool offloaded() const { return shard_.device() != full_.device(); }
+  // After shard() changed (optimizer step, checkpoint load): refreshes the device copy of a
+  // ZeRO-Offload shard (no-op without one).
+  void RefreshDeviceShard();
   // The parameters in slots() order: leaf tensors (requires_grad unless frozen) viewing the
   // gathered buffer.
   const std::vector<at::Tensor>& params() const { return params_; }
@@ -93,6 +108,7 @@ class FlatParam {
   std::vector<ParamSlot> slots_;
   int64_t numel_ = 0, shard_numel_ = 0;
   at::Tensor shard_, grad_shard_, full_;
+  at::Tensor device_shard_;  // [shard_numel] param dtype on the device (keep_device_shard only)
   std::vector<at::Tensor> params_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   bool gathered_ = false;

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 #include <torch/csrc/autograd/autograd.h>
 
+#include "executor/cuda_support.h"
 #include "executor/fsdp_runtime_impl.h"
 #include "model/errors.h"
 
@@ -103,7 +104,13 @@ void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
   // (FsdpRuntime::Forward): their sum is that micro-batch's gradient, so the divisor stays
   // dp_world (verl and torchtitan average over dp x cp and scale the loss by cp instead).
   at::Tensor g = r.output.to(at::kFloat).div_(static_cast<double>(options.dp_world));
-  if (unit.grad_shard().defined()) {
+  if (unit.offloaded()) {
+    // FSDP2 with CPUOffloadPolicy: the reduced shard goes to the host without blocking
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce:
+    // `new_sharded_grad.to(torch.device("cpu"), non_blocking=True)`; a CUDA -> CPU copy with
+    // non_blocking lands in pinned memory: ATen/native/TensorConversions.cpp `pin_out`).
+    host_grads.push_back({r.unit, g.to(unit.shard_device(), /*non_blocking=*/true)});
+  } else if (unit.grad_shard().defined()) {
     unit.grad_shard().add_(g);
   } else {
     unit.grad_shard() = g;
@@ -129,6 +136,20 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
   m.CloseBackwardSegment();
   at::NoGradGuard no_grad;
   m.DrainReductions(0);
+  if (!m.host_grads.empty()) {
+    // The host copies must land before the host reads them (clipping and the optimizer run on
+    // the host): FSDP2 synchronizes on its post-reduce event for the same reason.
+    SynchronizeCuda(m.options.device.index());
+    for (Impl::HostGrad& h : m.host_grads) {
+      at::Tensor& acc = m.units[static_cast<size_t>(h.unit)]->grad_shard();
+      if (acc.defined()) {
+        acc.add_(h.grad);
+      } else {
+        acc = h.grad;
+      }
+    }
+    m.host_grads.clear();
+  }
   int trainable = 0;
   for (size_t u = 0; u < m.units.size(); ++u) {
     if (m.units[u]->trainable()) {

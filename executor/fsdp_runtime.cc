@@ -94,6 +94,8 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   fo.shard_rank = groups_.shard->rank();
   fo.seed = options.seed;
   fo.device = options.device;
+  fo.offload_shard = plan.offload != model::Offload::kNone;
+  fo.keep_device_shard = plan.offload == model::Offload::kOptimizer;
   int nseg = transformer_.num_segments(), L = spec.num_layers;
   m.starting.resize(static_cast<size_t>(nseg));
   m.ending.resize(static_cast<size_t>(nseg));
@@ -228,9 +230,24 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
 double FsdpRuntime::ClipGradNorm(double max_norm) {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
-  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m.options.device));
+  // On the shards' device: the host under CPU offload (FSDP2 clips the CPU gradients there).
+  at::Device where = m.units.empty() ? m.options.device : m.units.front()->shard_device();
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
   for (auto& u : m.units) {
-    if (u->grad_shard().defined()) sq += u->grad_shard().to(at::kDouble).pow(2).sum();
+    const at::Tensor& g = u->grad_shard();
+    if (!g.defined()) continue;
+    if (g.is_cuda()) {
+      // An fp32 norm per shard, squared and summed: torch's clip_grad_norm_ takes
+      // torch._foreach_norm of the gradients and the norm of those (torch/nn/utils/clip_grad.py);
+      // no fp64 copy of the gradients on the device.
+      sq += g.norm().to(at::kDouble).pow(2);
+      continue;
+    }
+    // On the host: squares summed in fp64, in slices (no fp64 copy of a whole shard).
+    constexpr int64_t kSlice = int64_t{1} << 20;
+    for (int64_t off = 0; off < g.numel(); off += kSlice) {
+      sq += g.narrow(0, off, std::min(kSlice, g.numel() - off)).to(at::kDouble).pow(2).sum();
+    }
   }
   if (groups_.shard->size() > 1) groups_.shard->AllReduce(sq)->Wait();
   double norm = std::sqrt(sq.item<double>());
@@ -241,6 +258,10 @@ double FsdpRuntime::ClipGradNorm(double max_norm) {
     }
   }
   return norm;
+}
+
+void FsdpRuntime::RefreshDeviceShards() {
+  for (auto& u : impl_->units) u->RefreshDeviceShard();
 }
 
 void FsdpRuntime::ZeroGrad() {

@@ -70,6 +70,9 @@ class FsdpRuntime {
   double ClipGradNorm(double max_norm);
   // Drops the sharded gradients (set_to_none).
   void ZeroGrad();
+  // After the master shards changed (optimizer step, checkpoint load): refreshes the device
+  // copies ZeRO-Offload (plan offload optimizer) keeps on a GPU run; no-op otherwise.
+  void RefreshDeviceShards();
 
   // The flat parameters in forward order, and their units (index-aligned). A unit with frozen
   // parameters or LoRA adapters has one flat parameter per group (param_groups.h), each listed

@@ -45,6 +45,13 @@ struct FsdpRuntime::Impl {
     std::unique_ptr<Work> work;
   };
   std::deque<Reduction> reductions;
+  // CPU offload: gradient shards on their way to the host (non-blocking device-to-host copies
+  // into pinned memory), added to the units' grad_shard() once Backward has waited for them.
+  struct HostGrad {
+    int unit = 0;
+    at::Tensor grad;  // [shard] fp32 on the host, being written
+  };
+  std::vector<HostGrad> host_grads;
 
   // fsdp_runtime.cc
   void Issue(int unit);

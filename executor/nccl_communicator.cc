@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "executor/errors.h"
 
@@ -70,15 +71,26 @@ class NcclWork : public Work {
     if (done_ != nullptr) cudaEventSynchronize(done_);
     Release();
   }
+  // Stream-ordered, as c10d's ProcessGroupNCCL::WorkNCCL::wait (synchronizeStream): the compute
+  // (legacy default) stream waits for the collective's done event and the host goes on. The
+  // buffers may then be freed: the caching allocator reuses their blocks only for work on the
+  // default stream, which is ordered after the collective. The collective's GPU time (start to
+  // done event) is read later, when the log is resolved (after the step's synchronize).
   void Wait() override {
     if (done_ == nullptr) return;
     int rank = rank_;
-    SHARDTUNE_CUDA_CHECK(cudaEventSynchronize(done_), rank);
     SHARDTUNE_CUDA_CHECK(cudaStreamWaitEvent(nullptr, done_, 0), rank);
-    float ms = 0;
-    SHARDTUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_), rank);
-    record_.time_s = 1e-3 * ms;
-    log_->Add(record_);
+    cudaEvent_t start = start_, done = done_;
+    start_ = done_ = nullptr;
+    log_->AddPending(record_, [start, done](bool wait) -> std::optional<double> {
+      if (!wait && cudaEventQuery(done) == cudaErrorNotReady) return std::nullopt;
+      float ms = 0;
+      bool ok = cudaEventSynchronize(done) == cudaSuccess &&
+                cudaEventElapsedTime(&ms, start, done) == cudaSuccess;
+      cudaEventDestroy(start);
+      cudaEventDestroy(done);
+      return ok ? 1e-3 * ms : 0.0;
+    });
     Release();
   }
 

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/errors.h"
@@ -51,12 +52,31 @@ void ShardedOptimizer::Step(double lr) {
       exp_avg_[i] = at::zeros_like(p);
       exp_avg_sq_[i] = at::zeros_like(p);
     }
-    p.mul_(1.0 - lr * o.weight_decay);
-    exp_avg_[i].mul_(o.beta1).add_(g, 1.0 - o.beta1);
-    exp_avg_sq_[i].mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / bc2_sqrt).add_(o.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
+    // On the host (CPU runs, CPU offload) the shard is updated in slices that stay in cache,
+    // with one reused denominator buffer: the same element-wise ops, so the same bits, without
+    // streaming whole shards through memory nine times or faulting in a fresh temporary per
+    // shard at every step. On a GPU one pass per op over the whole shard.
+    int64_t n = p.numel(), slice = p.is_cpu() ? kHostSliceNumel : n;
+    for (int64_t off = 0; off < n; off += slice) {
+      int64_t len = std::min(slice, n - off);
+      at::Tensor ps = p.narrow(0, off, len), gs = g.narrow(0, off, len);
+      at::Tensor ms = exp_avg_[i].narrow(0, off, len), vs = exp_avg_sq_[i].narrow(0, off, len);
+      ps.mul_(1.0 - lr * o.weight_decay);
+      ms.mul_(o.beta1).add_(gs, 1.0 - o.beta1);
+      vs.mul_(o.beta2).addcmul_(gs, gs, 1.0 - o.beta2);
+      at::Tensor denom;
+      if (p.is_cpu()) {
+        if (!scratch_.defined() || scratch_.numel() < len) scratch_ = at::empty({len}, p.options());
+        denom = scratch_.narrow(0, 0, len);
+        at::sqrt_out(denom, vs);
+      } else {
+        denom = vs.sqrt();
+      }
+      denom.div_(bc2_sqrt).add_(o.eps);
+      ps.addcdiv_(ms, denom, -lr / bc1);
+    }
   }
+  scratch_ = at::Tensor();  // a step's temporary, as the per-shard denominator it replaces
 }
 
 }  // namespace shardtune::exec

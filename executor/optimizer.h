@@ -45,10 +45,15 @@ class ShardedOptimizer {
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 
  private:
+  // Host shards are updated in slices of this many elements (4 MiB of fp32: with the gradient,
+  // moments and denominator about 20 MiB, inside a server CPU's last-level cache).
+  static constexpr int64_t kHostSliceNumel = int64_t{1} << 20;
+
   model::Optimizer kind_;
   AdamWOptions options_;
   std::vector<at::Tensor*> params_, grads_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  at::Tensor scratch_;  // [<= kHostSliceNumel] the AdamW denominator of a host slice, within Step()
   int64_t step_ = 0;
 };
 

@@ -74,7 +74,7 @@ at::Tensor Trainer::Batch(int64_t step, int micro, at::Tensor* labels) const {
 StepLog Trainer::Step(int64_t step) {
   const model::Plan& plan = ctx_.options.plan;
   double t0 = MonotonicSeconds();
-  double loss_sum = 0;
+  at::Tensor loss_sum;  // on the loss's device: no host wait per micro-batch
   for (int m = 0; m < plan.grad_accum; ++m) {
     at::Tensor labels;
     at::Tensor tokens = Batch(step, m, &labels);
@@ -86,7 +86,8 @@ StepLog Trainer::Step(int64_t step) {
     at::Tensor loss = runtime_->Forward(tokens, labels);
     bool last = m + 1 == plan.grad_accum;
     runtime_->Backward(loss, 1.0 / plan.grad_accum, /*sync=*/!plan.no_sync || last);
-    loss_sum += loss.item<double>();
+    at::Tensor detached = loss.detach().to(at::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
     if (ctx_.watchdog) ctx_.watchdog->Progress();
   }
   StepLog log;
@@ -97,7 +98,7 @@ StepLog Trainer::Step(int64_t step) {
   // rank's loss is its share of its cp group's (Transformer::Segment): the world's sum counts
   // each data-parallel rank's full-sequence loss once, so it is divided by world / cp.
   at::Tensor loss =
-      at::full({1}, loss_sum / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
+      at::full({1}, loss_sum.item<double>() / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
   int world = ctx_.groups.world->size();
   if (world > 1) ctx_.groups.world->AllReduce(loss)->Wait();
   int cp_ranks = ctx_.groups.cp ? ctx_.groups.cp->size() : 1;
@@ -108,6 +109,7 @@ StepLog Trainer::Step(int64_t step) {
   log.lr = LearningRate(lr_, static_cast<int>(step));
   if (std::isfinite(log.loss) && std::isfinite(log.grad_norm)) {
     optimizer_->Step(log.lr);
+    runtime_->RefreshDeviceShards();  // ZeRO-Offload: updated params back to the GPU
   } else {
     std::ostringstream what;
     what << "step " << step << ": loss " << log.loss << ", gradient norm " << log.grad_norm

@@ -148,6 +148,7 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
       Fill(optimizer_->exp_avg_sq()[k], get("exp_avg_sq/" + n), where + " exp_avg_sq");
     }
   }
+  runtime_->RefreshDeviceShards();
   optimizer_->set_step(meta.at("optimizer_step").get<int64_t>());
   const std::string& rng = get("rng/torch_cpu");
   at::Tensor state = at::empty({static_cast<int64_t>(rng.size())}, at::kByte);

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <optional>
 
 #include "executor/communicator.h"
 #include "executor/transformer_support.h"
@@ -257,6 +258,15 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
 
 at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
   int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
+  // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
+  // no [B, a, S, D] copies of k and v are made or saved for backward.
+  if (options_.sdpa) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/kv != a);
+  }
+#endif
   if (kv != a) {  // repeat_kv: [B, kv, S, D] -> [B, a, S, D]
     k = k.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
     v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});

@@ -2,15 +2,16 @@
 # shardtune's own FSDP runtime on one GPU: Llama-3.2-1B at 2048 tokens per sequence, world 1
 # over a one-rank NCCL communicator and rank 0 of an emulated 8-GPU world; prints tokens/s,
 # MFU and the CUDA allocator's peaks next to `shardtune estimate` for the same plan.
-# Usage: gpu_executor_bench.sh BUILD_DIR OUT_DIR    (needs a CUDA LibTorch build and one GPU)
+# Usage: [ONLY="name ..."] gpu_executor_bench.sh BUILD_DIR OUT_DIR    (needs a CUDA LibTorch build and one GPU)
 set -euo pipefail
 B=${1:?build dir}/cli/shardtune
 out=${2:?out dir}
 mkdir -p "$out"
-run() {  # name, extra flags...
+run() {  # name, extra flags... (MODEL=... picks another preset)
   local name=$1; shift
+  [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0  # ONLY="a b": just those runs
   rm -rf "/tmp/st_$name"
-  "$B" run --model llama3.2-1b --device cuda --seq-len 2048 --no-trace --no-checkpoints \
+  "$B" run --model "${MODEL:-llama3.2-1b}" --device cuda --seq-len 2048 --no-trace --no-checkpoints \
     --out "/tmp/st_$name" "$@" >"$out/$name.log" 2>&1 || { echo "$name failed"; tail -5 "$out/$name.log"; return 0; }
   cp "/tmp/st_$name/measurements.json" "$out/$name.json"
   python3 - "$out/$name.json" "$name" <<'PY'
@@ -29,3 +30,6 @@ PY
 run w1_mb4 --micro-batch 4 --steps 6
 run w1_mb8 --micro-batch 8 --steps 6
 run e8_mb4 --micro-batch 4 --steps 4 --emulate-world 8
+run w1_mb4_offload_all --micro-batch 4 --steps 4 --offload all
+run w1_mb4_offload_opt --micro-batch 4 --steps 4 --offload optimizer
+MODEL=llama3-8b run e8_8b_mb1 --micro-batch 1 --steps 4 --emulate-world 8

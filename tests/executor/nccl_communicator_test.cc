@@ -43,6 +43,45 @@ TEST(ExecutorNcclTest, OneRankCollectivesOnTheGpu) {
   EXPECT_EQ(log->Snapshot().size(), 3u);
 }
 
+// All-to-all as grouped send/recv (the Ulysses path): on one rank every chunk comes back to its
+// own slot. Its time is filled when the log is resolved (Wait does not block the host).
+TEST(ExecutorNcclTest, OneRankAllToAllIsTheIdentityAndIsTimed) {
+  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
+    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
+  }
+  auto log = std::make_shared<CollectiveLog>();
+  auto comm = MakeNcclCommunicator(nullptr, "cp", 0, {0}, 0, log);
+  auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kBFloat16);
+  at::Tensor in = at::arange(1 << 20, cuda), out = at::full({1 << 20}, -1, cuda);
+  comm->AllToAll(in, out)->Wait();
+  EXPECT_TRUE(at::equal(out.cpu(), in.cpu()));
+  std::vector<CollectiveRecord> r = log->Snapshot();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, profiles::Collective::kAllToAll);
+  EXPECT_EQ(r[0].full_size_bytes, 2 << 20);
+  EXPECT_GT(r[0].time_s, 0.0);
+}
+
+// Wait() orders the compute stream after the collective without a host wait: a kernel launched
+// right after it reads the collective's output, never the buffer's earlier contents. Each round
+// reduces into a fresh buffer filled with NaN first, so a read that overtook the collective
+// would show.
+TEST(ExecutorNcclTest, WaitOrdersTheComputeStreamAfterTheCollective) {
+  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
+    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
+  }
+  auto log = std::make_shared<CollectiveLog>();
+  auto comm = MakeNcclCommunicator(nullptr, "shard", 0, {0}, 0, log);
+  auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
+  const int64_t n = 64 << 20;  // 256 MiB: long enough for a race to be seen
+  at::Tensor full = at::ones({n}, cuda);
+  for (int round = 0; round < 4; ++round) {
+    at::Tensor out = at::full({n}, std::nan(""), cuda);
+    comm->ReduceScatter(full, out)->Wait();
+    EXPECT_EQ(out.sum().item<double>(), static_cast<double>(n)) << "round " << round;
+  }
+}
+
 // CPU tensors (loss and norm scalars) go through the device and come back.
 TEST(ExecutorNcclTest, CpuTensorsAreStagedThroughTheGpu) {
   if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
@@ -61,12 +100,13 @@ TEST(ExecutorNcclTest, CpuTensorsAreStagedThroughTheGpu) {
 
 // Runs `shardtune run` (the real CLI, in a child process) on `device` and returns the losses
 // from its measurements.json; fails the test with the child's exit status otherwise.
-nlohmann::json RunCli(const std::string& device, const std::string& dir) {
+nlohmann::json RunCli(const std::string& device, const std::string& dir,
+                      const std::string& extra = "") {
   std::system(("rm -rf '" + dir + "'").c_str());
   std::string cmd = std::string(SHARDTUNE_BIN) +
                     " run --model tiny-llama --micro-batch 2 --seq-len 64 --steps 3 --precision fp32"
                     " --reduce-dtype fp32 --no-trace --no-checkpoints --device " + device +
-                    " --out " + dir + " > " + dir + ".log 2>&1";
+                    " --out " + dir + " " + extra + " > " + dir + ".log 2>&1";
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd;
   std::ifstream in(dir + "/measurements.json");
@@ -95,6 +135,36 @@ TEST(ExecutorGpuRunTest, CudaRunMatchesCpuRun) {
   EXPECT_GE(mem.at("peak_device_reserved_bytes").get<int64_t>(), mem.at("peak_tracked_bytes").get<int64_t>());
   // rm -rf, not std::filesystem::remove_all: see RemoveTree in executor/checkpoint.h.
   std::system(("rm -rf " + base + "_cpu " + base + "_gpu " + base + "_cpu.log " + base + "_gpu.log").c_str());
+}
+
+// CPU offload on the GPU (plan offload all: FSDP2 CPUOffloadPolicy; optimizer: ZeRO-Offload with
+// a bf16/fp32 device copy of the shard) trains the same numbers as no offload, with gradient
+// accumulation, and takes the master shard, gradients and AdamW state (16 bytes per parameter
+// in fp32) off the device: the device peak drops by at least the optimizer state, 8 B/param.
+TEST(ExecutorGpuRunTest, CpuOffloadTrainsTheSameLossesWithLessDeviceMemory) {
+  if (!CudaRunsAvailable()) GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = std::string(tmp && *tmp ? tmp : "/tmp") + "/shardtune_off_" + std::to_string(::getpid());
+  const std::string accum = "--grad-accum 2";
+  nlohmann::json none = RunCli("cuda", base + "_none", accum),
+                 all = RunCli("cuda", base + "_all", accum + " --offload all"),
+                 opt = RunCli("cuda", base + "_opt", accum + " --offload optimizer");
+  for (const nlohmann::json* j : {&none, &all, &opt}) {
+    ASSERT_TRUE(j->contains("steps"));
+    ASSERT_EQ(j->at("steps").size(), 3u);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    double a = none.at("steps").at(i).at("loss").get<double>();
+    EXPECT_NEAR(all.at("steps").at(i).at("loss").get<double>(), a, 1e-5 * std::abs(a)) << i;
+    EXPECT_NEAR(opt.at("steps").at(i).at("loss").get<double>(), a, 1e-5 * std::abs(a)) << i;
+  }
+  auto peak = [](const nlohmann::json& j) {
+    return j.at("memory").at("per_rank").at(0).at("device_allocated_peak_bytes").get<int64_t>();
+  };
+  int64_t params = none.at("model").at("parameters").get<int64_t>();
+  EXPECT_GT(peak(none) - peak(all), 8 * params);
+  EXPECT_GT(peak(none) - peak(opt), 8 * params);
+  std::system(("rm -rf " + base + "_none* " + base + "_all* " + base + "_opt*").c_str());
 }
 
 TEST(ExecutorNcclTest, BuiltWhenCudaAndNcclWereFound) { EXPECT_TRUE(NcclAvailable()); }

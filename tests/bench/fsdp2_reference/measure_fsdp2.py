@@ -24,6 +24,7 @@ Prints one JSON object on stdout.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -67,6 +68,17 @@ def main():
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--tag", default="")
     ap.add_argument("--root-reshard", default="explicit", choices=["explicit", "default"])
+    # Parameter-efficient and frozen runs (PEFT LoRA: peft.get_peft_model before fully_shard, as
+    # TRL/Accelerate do; autocast_adapter_dtype keeps adapters fp32 over a bf16 base).
+    ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--lora-alpha", type=float, default=32.0)
+    ap.add_argument("--lora-targets", default="q_proj,v_proj")
+    ap.add_argument("--freeze-layers", type=int, default=-1,
+                    help="freeze the embeddings and the first K decoder layers (-1: none)")
+    ap.add_argument("--base-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="dtype of the module (the sharded parameters) when fully_shard runs")
+    ap.add_argument("--offload", type=int, default=0,
+                    help="1: CPUOffloadPolicy(pin_memory=True); AdamW then runs on the host")
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
@@ -92,28 +104,46 @@ def main():
     cfg._attn_implementation = a.attn
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)
+    if a.base_dtype == "bf16":
+        model.to(torch.bfloat16)
     if a.ckpt == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+    if a.freeze_layers >= 0:
+        model.model.embed_tokens.requires_grad_(False)
+        for layer in model.model.layers[:a.freeze_layers]:
+            layer.requires_grad_(False)
+    layers_parent = model.model
+    if a.lora_rank > 0:
+        import peft
+        lcfg = peft.LoraConfig(r=a.lora_rank, lora_alpha=a.lora_alpha, lora_dropout=0.0,
+                               target_modules=a.lora_targets.split(","), bias="none")
+        model = peft.get_peft_model(model, lcfg)  # freezes every base weight
+        layers_parent = model.base_model.model.model
     mesh = init_device_mesh("cuda", (a.world,))
     pdt = torch.bfloat16 if a.param_dtype == "bf16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=pdt, reduce_dtype=torch.float32)
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard))
+    extra = {}
+    if a.offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+        extra["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    for layer in layers_parent.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=bool(a.reshard), **extra)
     # The root: --root-reshard default leaves reshard_after_forward at FSDP2's default (None:
     # the root stays unsharded after forward, _fsdp_state.py _lazy_init); explicit passes the
     # same value as the blocks (True also reshards the root).
     root_kw = {} if (a.root_reshard == "default" and a.reshard) else {
         "reshard_after_forward": bool(a.reshard)}
-    fully_shard(model, mesh=mesh, mp_policy=mp, **root_kw)
-    model.to_empty(device="cuda")
+    fully_shard(model, mesh=mesh, mp_policy=mp, **root_kw, **extra)
+    model.to_empty(device="cpu" if a.offload else "cuda")
     with torch.no_grad():
         for p in model.parameters():
             p.to_local().normal_(0.0, 0.02)
     # Non-persistent rotary buffers were on meta: rebuild them on the GPU.
-    model.model.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+    layers_parent.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
     torch.cuda.synchronize()
     n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     after_init_alloc = torch.cuda.memory_allocated()
 
     okw = dict(lr=1e-4, weight_decay=0.01)
@@ -123,7 +153,7 @@ def main():
         okw["foreach"] = False
     else:
         okw["foreach"] = True
-    opt = torch.optim.AdamW(model.parameters(), **okw)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **okw)
 
     g = torch.Generator(device="cuda").manual_seed(0)
     steps = []
@@ -171,12 +201,14 @@ def main():
     result = {
         "config": vars(a),
         "n_params": n_params,
+        "n_trainable": n_trainable,
         "context_used_bytes": context_used,
         "after_init_allocated": after_init_alloc,
         "steps": steps,
         "steady_step_time_s_median": med,
         "tokens_per_s_per_gpu": a.mb * a.seq * a.accum / med,
         "mfu_989": (a.mb * a.seq * a.accum / med) * flops_per_token / 989e12,
+        "host_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "env": {"torch": torch.__version__, "transformers": transformers.__version__,
                 "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                 "gpu": torch.cuda.get_device_name(0),

@@ -9,7 +9,7 @@ set_=${2:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 run() {
   local err; err=$(mktemp)
-  if line=$(timeout 150 python3 "$here/measure_fsdp2.py" "$@" 2>"$err"); then
+  if line=$(timeout "${SWEEP_TIMEOUT:-150}" python3 "$here/measure_fsdp2.py" "$@" 2>"$err"); then
     echo "$line" >>"$out"
   else
     python3 -c 'import json,sys; print(json.dumps({"config_args": sys.argv[2:], "error": open(sys.argv[1]).read()[-1500:]}))' "$err" "$@" >>"$out"
@@ -43,4 +43,18 @@ if [[ $set_ == all || $set_ == fake ]]; then
   run --world 8 --model llama3-8b --mb 1
   run --world 8 --model llama3-8b --mb 2 --ckpt full
   run --world 4 --model llama3-8b --mb 1 --seq 4096 --ckpt full
+fi
+if [[ $set_ == peft ]]; then  # frozen layers and PEFT LoRA (peft.get_peft_model before fully_shard)
+  run --mb 4 --lora-rank 16 --lora-targets q_proj,v_proj
+  run --mb 4 --lora-rank 16 --lora-targets q_proj,v_proj --base-dtype bf16
+  run --mb 4 --lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --base-dtype bf16
+  run --mb 8 --lora-rank 16 --lora-targets q_proj,v_proj --base-dtype bf16 --ckpt full
+  run --mb 4 --freeze-layers 8
+  run --mb 4 --freeze-layers 15
+  run --world 8 --model llama3-8b --mb 1 --lora-rank 16 --lora-targets q_proj,v_proj --base-dtype bf16
+  run --world 8 --model llama3-8b --mb 2 --freeze-layers 16
+fi
+if [[ $set_ == offload ]]; then  # CPUOffloadPolicy(pin_memory=True): params, grads, AdamW on the host
+  run --mb 4 --offload 1 --steps 3
+  run --world 8 --model llama3-8b --mb 1 --offload 1 --steps 3
 fi
