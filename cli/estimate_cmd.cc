@@ -24,7 +24,7 @@ namespace {
 // Why each category exists, for people reading the breakdown.
 const std::map<std::string, std::string>& Why() {
   static const std::map<std::string, std::string> m{
-      {"sharded parameters", "fp32 master shards FSDP keeps per rank (1/N of the model, padded)"},
+      {"sharded parameters", "master shards FSDP keeps per rank (1/N of the model, padded)"},
       {"sharded gradients", "fp32 gradient shards from reduce-scatter, kept until zero_grad"},
       {"optimizer state", "AdamW exp_avg + exp_avg_sq, fp32, created at the first step()"},
       {"optimizer step temporaries", "foreach AdamW's exp_avg_sq.sqrt() for the whole param group"},
@@ -92,9 +92,13 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
         << (note.empty() ? "" : "  " + note) << "\n";
   };
   out << "Per GPU\n";
+  std::string frozen;
+  if (r.frozen_sharded_params.count() > 0) {
+    frozen = " (frozen " + FormatBytes(r.frozen_sharded_params) + " in " + r.frozen_dtype + ")";
+  }
   row("model states (persistent)", r.model_state,
-      "params " + FormatBytes(r.sharded_params) + " + grads " + FormatBytes(r.sharded_grads) +
-          " + optimizer " + FormatBytes(r.optimizer_state));
+      "params " + FormatBytes(r.sharded_params) + frozen + " + grads " +
+          FormatBytes(r.sharded_grads) + " + optimizer " + FormatBytes(r.optimizer_state));
   row("peak allocated (torch max_memory_allocated)", r.peak_allocated, "at: " + r.peak_phase);
   out << "    breakdown at the peak:\n";
   for (const auto& [cat, b] : r.peak_breakdown) {

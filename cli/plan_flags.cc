@@ -46,6 +46,9 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f) {
   app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha (scale alpha/r)");
   app->add_option("--lora-targets", f->lora_targets, "Comma-separated projections, e.g. q_proj,v_proj");
   app->add_option("--lora-dtype", f->lora_dtype, "Adapter weight dtype: fp32|bf16|fp16");
+  app->add_option("--frozen-dtype", f->frozen_dtype,
+                  "fp32|bf16|fp16: dtype the frozen weights were loaded in, which their FSDP "
+                  "shards keep (LoRA base, --freeze, role infer); default: the master dtype");
   app->add_option("--tiled-mlp", f->tiled_mlp, "Sequence tiles the MLP runs over (1: off)");
   app->add_flag("--wrap-experts", f->wrap_experts, "MoE: every expert its own FSDP unit");
 }
@@ -155,6 +158,9 @@ model::Plan BuildPlan(const PlanFlags& f, const plan::ImportContext* from_ctx,
   if (FlagGiven(f, "--lora-alpha")) p.lora.alpha = f.lora_alpha;
   if (FlagGiven(f, "--lora-targets")) p.lora.targets = SplitCommas(f.lora_targets, "--lora-targets");
   if (FlagGiven(f, "--lora-dtype")) p.lora.dtype = ParseEnum<DType>(f.lora_dtype, "--lora-dtype");
+  if (FlagGiven(f, "--frozen-dtype")) {
+    p.frozen_dtype = ParseEnum<DType>(f.frozen_dtype, "--frozen-dtype");
+  }
   if (FlagGiven(f, "--tiled-mlp")) p.tiled_mlp_shards = f.tiled_mlp;
   if (FlagGiven(f, "--wrap-experts")) p.wrap.expert_units = true;
   return p;

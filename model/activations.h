@@ -67,12 +67,41 @@ struct ActivationOptions {
   int cp = 1;
 };
 
+// Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and
+// whether its input does: autograd records a node only for an op with an input or a parameter
+// that requires grad, and saves a tensor only for a gradient it computes (autograd_ledger.h), so
+// a frozen Linear whose input requires grad saves its weight (the gathered parameter, not per
+// token) but not its input. The default is a full fine-tune. model/trainable.h
+// SubgraphTrainabilities builds these from the plan's frozen prefixes and LoRA.
+struct Trainability {
+  bool input_requires_grad = true;
+  bool all_params_train = true;  // false: only `trainable` do
+  // Names of the base parameters that require grad, relative to the block ("self_attn.q_proj
+  // .weight", "mlp.down_proj.bias"; MoE experts as "block_sparse_moe.experts.*.gate_proj.weight":
+  // any expert's) or, for the head, full names ("model.norm.weight", "lm_head.weight").
+  std::vector<std::string> trainable;
+  // Projections with LoRA adapters of rank lora_rank (PEFT: base frozen, lora_A [r, in] and
+  // lora_B [out, r] trainable), named like `trainable` without ".weight".
+  std::vector<std::string> lora_modules;
+  int lora_rank = 0;
+  bool FullFinetune() const {
+    return input_requires_grad && all_params_train && lora_modules.empty();
+  }
+  // A string that differs between trainabilities that record different graphs (cache keys).
+  std::string Key() const;
+};
+
 // ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.
 ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);
-BlockActivations ComputeBlockActivations(const ModelSpec& spec, const ActivationOptions& opt);
+// One block with the given trainability (default: full fine-tune). LoRA adds PEFT's adapter ops
+// (lora_B(lora_A(x)) * scaling + base(x)): A saves x for its weight gradient (the base
+// projection's input, the same storage: dropout 0 is nn.Identity), B saves A's output [.., r].
+BlockActivations ComputeBlockActivations(const ModelSpec& spec, const ActivationOptions& opt,
+                                         const Trainability& t = {});
 // The final norm, LM head and cross-entropy: the logits and loss peak. Logits the caller holds
 // (HF returns outputs.logits) are in `saved` as "logits held by the caller".
-ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationOptions& opt);
+ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationOptions& opt,
+                                        const Trainability& t = {});
 // Bytes per token of the residual stream (a block's input or output): e x H.
 double ResidualPerToken(const ModelSpec& spec, const ActivationOptions& opt);
 

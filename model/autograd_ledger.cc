@@ -25,11 +25,16 @@ void AutogradLedger::HoldThroughForward(int tensor) {
 }
 
 void AutogradLedger::Op(const std::string& name, const std::vector<int>& inputs, int output,
-                        const std::vector<int>& saved, double backward_workspace) {
+                        const std::vector<SavedFor>& saved, double backward_workspace) {
   int n = static_cast<int>(tensors_.size());
   SHARDTUNE_CHECK(output >= 0 && output < n) << name;
   for (int t : inputs) SHARDTUNE_CHECK(t >= 0 && t < n) << name;
-  for (int t : saved) SHARDTUNE_CHECK(t >= 0 && t < n) << name;
+  for (const SavedFor& s : saved) {
+    SHARDTUNE_CHECK(s.tensor >= 0 && s.tensor < n) << name;
+    SHARDTUNE_CHECK(s.grad == SavedFor::kAnyGrad || s.grad == SavedFor::kParamGrad ||
+                    (s.grad >= 0 && s.grad < static_cast<int>(inputs.size())))
+        << name << " saves for gradient " << s.grad;
+  }
   ops_.push_back({name, inputs, output, saved, backward_workspace});
 }
 
@@ -38,9 +43,12 @@ void AutogradLedger::MarkComputeBound() {
   ops_.back().compute_bound = true;
 }
 
-void AutogradLedger::SetParamElements(double elements) {
+void AutogradLedger::SetParam(double elements, bool trains, bool requires_grad) {
   SHARDTUNE_CHECK(!ops_.empty()) << "no op to give parameters";
+  SHARDTUNE_CHECK(requires_grad || !trains) << ops_.back().name;
   ops_.back().param_elements = elements;
+  ops_.back().param_trains = trains;
+  ops_.back().param_requires_grad = requires_grad;
 }
 
 double AutogradLedger::BytesPerToken(int tensor) const {
@@ -48,15 +56,45 @@ double AutogradLedger::BytesPerToken(int tensor) const {
   return tensors_[static_cast<size_t>(tensor)].bytes;
 }
 
+// torch/csrc/autograd (VariableType codegen, gen_variable_type.py): an op makes a grad_fn only
+// when compute_requires_grad(inputs) (an input or a parameter requires grad), and its output then
+// requires grad. A saved tensor whose formula belongs to one gradient is saved under
+// should_compute_output(that edge), i.e. when that input requires grad; one used by a
+// multi-output formula whenever the node exists.
+AutogradLedger::Recorded AutogradLedger::Record(int input, bool input_requires_grad) const {
+  Recorded r;
+  r.requires_grad.assign(tensors_.size(), false);
+  r.requires_grad[static_cast<size_t>(input)] = input_requires_grad;
+  r.saves.resize(ops_.size());
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const OpInfo& op = ops_[k];
+    bool node = op.param_requires_grad;
+    for (int t : op.inputs) node = node || r.requires_grad[static_cast<size_t>(t)];
+    if (!node) continue;
+    r.requires_grad[static_cast<size_t>(op.output)] = true;
+    for (const SavedFor& s : op.saved) {
+      bool needed = s.grad == SavedFor::kAnyGrad;
+      if (s.grad == SavedFor::kParamGrad) needed = op.param_trains;
+      if (s.grad >= 0) {
+        auto in = static_cast<size_t>(op.inputs[static_cast<size_t>(s.grad)]);
+        needed = r.requires_grad[in];
+      }
+      if (needed) r.saves[k].push_back(s.tensor);
+    }
+  }
+  return r;
+}
+
 // Forward: a tensor is live from the op that makes it until its last consumer has run, or until
 // backward if some op saves it (or the caller holds it). The graph's input is live at the start.
-double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_saved) const {
+double AutogradLedger::Forward(int input, int output, const Recorded& rec,
+                               std::vector<bool>* is_saved) const {
   size_t n = tensors_.size();
   is_saved->assign(n, false);
   std::vector<int> last_use(n, -1);
   for (size_t k = 0; k < ops_.size(); ++k) {
     for (int t : ops_[k].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(k);
-    for (int t : ops_[k].saved) (*is_saved)[static_cast<size_t>(t)] = true;
+    for (int t : rec.saves[k]) (*is_saved)[static_cast<size_t>(t)] = true;
   }
   for (size_t t = 0; t < n; ++t) {
     if (tensors_[t].held) (*is_saved)[t] = true;
@@ -84,18 +122,18 @@ double AutogradLedger::Forward(int input, int output, std::vector<bool>* is_save
 }
 
 // Backward: nodes run in reverse recording order. Each consumes the gradient of its output and
-// allocates one gradient per input (a second gradient for the same tensor is summed into the
-// first, both live for that moment). Saved tensors are released when the earliest (in forward
-// order) op saving them has run backward; caller-held tensors never are.
-double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved,
+// allocates one gradient per input that requires grad (a second gradient for the same tensor is
+// summed into the first, both live for that moment). Saved tensors are released when the
+// earliest (in forward order) op saving them has run backward; caller-held tensors never are.
+double AutogradLedger::Backward(int output, const Recorded& rec, const std::vector<bool>& is_saved,
                                 std::vector<ActivationLedger::BackwardPoint>* profile) const {
   size_t n = tensors_.size();
   double param_total = 0, param_done = 0;
-  for (const OpInfo& op : ops_) param_total += op.param_elements;
+  for (const OpInfo& op : ops_) param_total += op.param_trains ? op.param_elements : 0;
   auto fraction = [&] { return param_total > 0 ? param_done / param_total : 0.0; };
   std::vector<int> first_saver(n, -1);
   for (size_t k = ops_.size(); k-- > 0;) {
-    for (int t : ops_[k].saved) first_saver[static_cast<size_t>(t)] = static_cast<int>(k);
+    for (int t : rec.saves[k]) first_saver[static_cast<size_t>(t)] = static_cast<int>(k);
   }
   double saved_live = 0;
   std::vector<bool> saved_alive(n, false);
@@ -106,7 +144,8 @@ double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved,
     }
   }
   std::map<int, double> grads;  // tensor id -> bytes of its gradient buffer
-  grads[output] = tensors_[static_cast<size_t>(output)].bytes;
+  if (rec.requires_grad[static_cast<size_t>(output)])
+    grads[output] = tensors_[static_cast<size_t>(output)].bytes;
   auto grad_bytes = [&] {
     double b = 0;
     for (const auto& kv : grads) b += kv.second;
@@ -118,15 +157,18 @@ double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved,
     const OpInfo& op = ops_[k];
     if (!grads.count(op.output)) continue;  // no gradient reaches this op
     double fresh = 0;
-    std::set<int> distinct(op.inputs.begin(), op.inputs.end());
+    std::set<int> distinct;
+    for (int t : op.inputs) {
+      if (rec.requires_grad[static_cast<size_t>(t)]) distinct.insert(t);
+    }
     for (int t : distinct) fresh += tensors_[static_cast<size_t>(t)].bytes;
     double now = saved_live + grad_bytes() + fresh + op.backward_workspace;
     peak = std::max(peak, now);
-    param_done += op.param_elements;  // the weight gradient is allocated by this node
+    if (op.param_trains) param_done += op.param_elements;  // the weight gradient is made here
     profile->push_back({now, fraction()});
     grads.erase(op.output);
     for (int t : distinct) grads[t] = tensors_[static_cast<size_t>(t)].bytes;
-    for (int t : op.saved) {
+    for (int t : rec.saves[k]) {
       auto ut = static_cast<size_t>(t);
       if (first_saver[ut] == static_cast<int>(k) && saved_alive[ut] && !tensors_[ut].held) {
         saved_alive[ut] = false;
@@ -137,16 +179,17 @@ double AutogradLedger::Backward(int output, const std::vector<bool>& is_saved,
   return peak;
 }
 
-ActivationLedger AutogradLedger::Run(int input, int output) const {
+ActivationLedger AutogradLedger::Run(int input, int output, bool input_requires_grad) const {
   ActivationLedger out;
+  Recorded rec = Record(input, input_requires_grad);
   std::vector<bool> is_saved;
-  out.forward_peak_per_token = Forward(input, output, &is_saved);
+  out.forward_peak_per_token = Forward(input, output, rec, &is_saved);
   for (size_t t = 0; t < tensors_.size(); ++t) {
     if (!is_saved[t]) continue;
     out.saved.push_back({tensors_[t].name, tensors_[t].bytes});
     out.saved_per_token += tensors_[t].bytes;
   }
-  out.backward_peak_per_token = Backward(output, is_saved, &out.backward_profile);
+  out.backward_peak_per_token = Backward(output, rec, is_saved, &out.backward_profile);
   out.forward_ops = static_cast<int>(ops_.size());
   for (const auto& op : ops_) {
     if (op.compute_bound) continue;

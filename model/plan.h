@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,13 @@ struct Plan {
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params
   DType reduce_dtype = DType::kFp32;  // gradient reduce-scatter / all-reduce dtype
   DType master_dtype = DType::kFp32;  // dtype of the sharded (master) params and optimizer state
+  // dtype the frozen parameters (requires_grad false: LoRA's base, frozen prefixes, an inference
+  // role's) were loaded in; FSDP2 keeps each sharded parameter in the dtype the module had at
+  // fully_shard and casts to param_dtype only in the all-gather copy-in (_fsdp_param.py
+  // _init_sharded_param, init_all_gather_outputs). PEFT users load the base with
+  // torch_dtype=torch.bfloat16 while get_peft_model(autocast_adapter_dtype=True) keeps the adapters
+  // in fp32. Unset (default): master_dtype, as when the whole model is loaded in it.
+  std::optional<DType> frozen_dtype;
   bool reshard_after_forward = true;  // false for SHARD_GRAD_OP / HYBRID_SHARD_ZERO2
   bool forward_prefetch = false;      // explicit prefetch of the next unit in forward
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
@@ -105,6 +113,8 @@ struct Plan {
   // Tiled MLP (ROLL apply_tiled_mlp / tiled_num_shards): the MLP runs over sequence tiles; 1: off.
   int tiled_mlp_shards = 1;
 
+  // The frozen parameters' dtype after its default (master_dtype).
+  DType FrozenDtype() const { return frozen_dtype.value_or(master_dtype); }
   // Global batch in sequences for a world of `world` ranks.
   int64_t GlobalBatch(int world) const {
     return static_cast<int64_t>(micro_batch) * grad_accum * DataParallel(world);

@@ -81,6 +81,7 @@ void ReadPrecisionAndComm(StrictReader* r, Plan* p) {
   p->param_dtype = OptEnum(r, "param_dtype", p->param_dtype);
   p->reduce_dtype = OptEnum(r, "reduce_dtype", p->reduce_dtype);
   p->master_dtype = OptEnum(r, "master_dtype", p->master_dtype);
+  if (r->Has("frozen_dtype")) p->frozen_dtype = OptEnum(r, "frozen_dtype", p->FrozenDtype());
   p->reshard_after_forward =
       r->OptionalBool("reshard_after_forward", StrategyReshardsAfterForward(p->strategy));
   p->forward_prefetch = r->OptionalBool("forward_prefetch", p->forward_prefetch);
@@ -201,6 +202,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["param_dtype"] = ToString(p.param_dtype);
   j["reduce_dtype"] = ToString(p.reduce_dtype);
   j["master_dtype"] = ToString(p.master_dtype);
+  if (p.frozen_dtype) j["frozen_dtype"] = ToString(*p.frozen_dtype);
   j["reshard_after_forward"] = p.reshard_after_forward;
   j["forward_prefetch"] = p.forward_prefetch;
   j["backward_prefetch"] = ToString(p.backward_prefetch);

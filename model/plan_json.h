@@ -19,12 +19,14 @@ inline constexpr int kPlanSchemaVersion = 1;
 // shard_group_size, wrap {policy "block"|"every"|"ranges"|"size", every_k, ranges [[0,7],[8,31]],
 // min_num_params, embedding_unit, head_unit}, micro_batch, seq_len, grad_accum, no_sync,
 // checkpointing "none"|"full"|"selective"|"every", checkpoint_every_k, offload, param_dtype,
-// reduce_dtype, master_dtype, reshard_after_forward, forward_prefetch, backward_prefetch,
-// max_inflight_allgathers, optimizer, optimizer_impl, attention, modeling, loss_fp32_upcast,
-// keep_logits. Parsing checks types and names only: ranges and cross-field rules need the world
-// and the model, so callers run Plan::Problems() next. Throws InputError.
+// reduce_dtype, master_dtype, frozen_dtype (absent: master_dtype), reshard_after_forward,
+// forward_prefetch, backward_prefetch, max_inflight_allgathers, optimizer, optimizer_impl,
+// attention, modeling, loss_fp32_upcast, keep_logits, cp, cp_fsdp_mesh, role, frozen_prefixes,
+// lora {rank, alpha, targets, dtype}, tiled_mlp_shards. Parsing checks types and names only:
+// ranges and cross-field rules need the world and the model, so callers run Plan::Problems() next.
+// Throws InputError.
 Plan PlanFromJson(const nlohmann::json& j, const std::string& file);
-// Writes every key, so PlanFromJson(PlanToJson(p)) == p.
+// Writes every key (frozen_dtype only when set), so PlanFromJson(PlanToJson(p)) == p.
 nlohmann::ordered_json PlanToJson(const Plan& plan);
 // Reads and parses a "shardtune.plan" file. Throws InputError.
 Plan ReadPlanFile(const std::string& path);

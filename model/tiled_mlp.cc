@@ -18,9 +18,10 @@ bool MlpIntermediate(const std::string& name) {
 }  // namespace
 
 BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const ActivationOptions& opt,
-                                          int shards, double moe_capacity_factor) {
+                                          int shards, double moe_capacity_factor,
+                                          const Trainability& trainability) {
   SHARDTUNE_CHECK(shards >= 1 && moe_capacity_factor > 0) << shards << " " << moe_capacity_factor;
-  BlockActivations full = ComputeBlockActivations(spec, opt);
+  BlockActivations full = ComputeBlockActivations(spec, opt, trainability);
   bool capacity = spec.moe.enabled() && moe_capacity_factor != 1.0;
   if (shards == 1 && !capacity) return full;
   ModelSpec tile = spec;
@@ -34,16 +35,25 @@ BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const Activatio
     tile.moe.expert_ffn_hidden = div(static_cast<double>(fe) * moe_capacity_factor);
     tile.moe.shared_expert_ffn_hidden = div(static_cast<double>(fs));
   }
-  BlockActivations t = ComputeBlockActivations(tile, opt);
+  BlockActivations t = ComputeBlockActivations(tile, opt, trainability);
   SHARDTUNE_CHECK(t.full.backward_profile.size() == full.full.backward_profile.size())
       << "tiled ledger has another graph";
   BlockActivations out = t;
   out.full.saved.clear();
   out.full.saved_per_token = 0;
+  bool input_saved = false;
   for (const auto& s : t.full.saved) {
     if (shards > 1 && MlpIntermediate(s.name)) continue;
+    input_saved = input_saved || s.name == "post_attention_layernorm output";
     out.full.saved.push_back(s);
     out.full.saved_per_token += s.bytes_per_token;
+  }
+  // TiledMLP.forward saves its input x (ctx.save_for_backward) whenever its node exists. With
+  // frozen MLP weights no projection saves the post-attention norm's output, so x is added here.
+  if (shards > 1 && !input_saved && out.full.saved_per_token > 0) {
+    double x = static_cast<double>(BytesPerElement(opt.dtype) * spec.hidden);
+    out.full.saved.push_back({"TiledMLP input (saved by its autograd Function)", x});
+    out.full.saved_per_token += x;
   }
   for (size_t i = 0; i < out.full.backward_profile.size(); ++i) {
     out.full.backward_profile[i].param_grad_fraction =

@@ -23,9 +23,11 @@ namespace shardtune::model {
 // expert capacity = tokens per batch / experts x capacity factor; Lepikhin et al. 2021, GShard).
 // It scales the routed experts' [tokens, F_e] intermediates, modelled as F_e x C wide; the
 // [tokens, H] gathered copies are not scaled. With shards 1 and C 1 this is
-// ComputeBlockActivations. REQUIRES: shards >= 1, moe_capacity_factor > 0.
+// ComputeBlockActivations. `t`: the block's trainability (ComputeBlockActivations).
+// REQUIRES: shards >= 1, moe_capacity_factor > 0.
 BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const ActivationOptions& opt,
-                                          int shards, double moe_capacity_factor = 1.0);
+                                          int shards, double moe_capacity_factor = 1.0,
+                                          const Trainability& t = {});
 
 // Forward matmul FLOPs per token of one block's MLP (routed top_k + shared experts for MoE):
 // 2 x matmul weights (Narayanan et al. 2021, eq. 3). TiledMLP's backward re-runs this forward.

@@ -6,6 +6,8 @@
 #include <functional>
 #include <set>
 
+#include "model/errors.h"
+
 namespace shardtune::model {
 namespace {
 
@@ -183,6 +185,70 @@ int FirstBackwardSegment(const std::vector<FsdpUnit>& units, int num_layers) {
     }
   }
   return first;
+}
+
+namespace {
+
+// "block_sparse_moe.experts.12.gate_proj.weight" -> "block_sparse_moe.experts.*.gate_proj.weight":
+// the activation ledger records the routed experts as one MLP of top_k copies.
+std::string CollapseExpertIndex(const std::string& rel) {
+  const std::string key = ".experts.";
+  auto at = rel.find(key);
+  if (at == std::string::npos) return rel;
+  size_t digits = at + key.size(), end = digits;
+  while (end < rel.size() && rel[end] >= '0' && rel[end] <= '9') ++end;
+  if (end == digits) return rel;
+  return rel.substr(0, digits) + "*" + rel.substr(end);
+}
+
+}  // namespace
+
+SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& plan,
+                                            const std::vector<FsdpUnit>& units) {
+  int L = spec.num_layers;
+  int first = FirstBackwardSegment(units, L);
+  SubgraphTrainability out;
+  out.blocks.resize(static_cast<size_t>(L));
+  std::vector<std::set<std::string>> trainable(static_cast<size_t>(L) + 1),
+      lora(static_cast<size_t>(L) + 1);  // index L: the head
+  auto at = [&](size_t i) -> Trainability& {
+    return i < out.blocks.size() ? out.blocks[i] : out.head;
+  };
+  for (int b = 0; b < L; ++b) {
+    at(static_cast<size_t>(b)).input_requires_grad = first < BlockSegment(b);
+  }
+  out.head.input_requires_grad = first < FinalNormSegment(L);
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      size_t i;
+      std::string rel;
+      if (p.segment >= BlockSegment(0) && p.segment < BlockSegment(L)) {
+        i = static_cast<size_t>(p.segment - BlockSegment(0));
+        std::string prefix = "model.layers." + std::to_string(i) + ".";
+        SHARDTUNE_CHECK(StartsWith(p.name, prefix)) << p.name << " in segment " << p.segment;
+        rel = CollapseExpertIndex(p.name.substr(prefix.size()));
+      } else if (p.segment >= FinalNormSegment(L)) {
+        i = static_cast<size_t>(L);  // final norm, LM head, a tied embedding's head use
+        rel = p.name;
+      } else {
+        continue;  // embeddings: no activations of their own
+      }
+      if (p.lora_adapter) {
+        lora[i].insert(rel.substr(0, rel.find(".lora_")));
+      } else if (p.requires_grad) {
+        trainable[i].insert(rel);
+      } else {
+        at(i).all_params_train = false;
+      }
+    }
+  }
+  for (size_t i = 0; i <= static_cast<size_t>(L); ++i) {
+    Trainability& t = at(i);
+    t.lora_rank = lora[i].empty() ? 0 : plan.lora.rank;
+    t.lora_modules.assign(lora[i].begin(), lora[i].end());
+    if (!t.all_params_train) t.trainable.assign(trainable[i].begin(), trainable[i].end());
+  }
+  return out;
 }
 
 double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& units,

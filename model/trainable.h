@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/model_spec.h"
 #include "model/module_tree.h"
 #include "model/plan.h"
@@ -52,6 +53,19 @@ TrainableCounts CountTrainable(const std::vector<FsdpUnit>& units);
 // for ops with an input that requires grad), so they save no activations and run no backward.
 // num_segments when nothing trains.
 int FirstBackwardSegment(const std::vector<FsdpUnit>& units, int num_layers);
+
+// What autograd can record in each block and in the head under a plan: which base parameters
+// require grad, which projections carry LoRA adapters, and whether the sub-graph's input requires
+// grad (requires_grad propagates forward from the first trainable parameter: a block's input does
+// when a segment before it has one, FirstBackwardSegment). Feeds ComputeBlockActivations /
+// ComputeHeadActivations. REQUIRES: `units` from ApplyTrainability(spec, plan, ...) and
+// plan.Trains() (an inference role records nothing at all).
+struct SubgraphTrainability {
+  std::vector<Trainability> blocks;  // one per block, in order
+  Trainability head;                 // final norm + LM head (full parameter names)
+};
+SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& plan,
+                                            const std::vector<FsdpUnit>& units);
 
 // Model FLOPs per token of one training step with this trainability (MFU's numerator).
 // A full fine-tune gets the PaLM figure 6N + 12·L·q_dim·S (Chowdhery et al. 2022, appendix B).

@@ -103,9 +103,10 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                   "optimizer state created by the first step() is live through every later "
                   "forward and backward. A run that survives step 0 can still fail at step 1.");
   }
-  // Frozen parameters (LoRA's base, --freeze, an inference role) keep master-dtype shards no
-  // optimizer updates; PEFT and RL reference workers usually load them in bf16 instead.
-  if (r.trainable_parameters < r.parameters && plan.master_dtype == model::DType::kFp32 &&
+  // Frozen parameters (LoRA's base, --freeze, an inference role) keep their shards in the dtype
+  // they were loaded in (Plan::frozen_dtype, default the master dtype) though no optimizer
+  // updates them; PEFT and RL reference workers usually load them in bf16.
+  if (r.trainable_parameters < r.parameters && plan.FrozenDtype() == model::DType::kFp32 &&
       plan.offload == model::Offload::kNone) {
     double frozen = 0;
     for (const auto& u : r.units) {
@@ -119,7 +120,8 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       out.push_back(
           "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
           " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
-          "bf16 halves that.");
+          "bf16 (--frozen-dtype bf16, from_pretrained(torch_dtype=torch.bfloat16)) halves "
+          "that.");
     }
   }
   if (plan.no_sync && r.shard_group > 1) {

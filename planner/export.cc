@@ -264,6 +264,18 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
     notes->push_back("tiled MLP (" + std::to_string(plan.tiled_mlp_shards) + " shards): " +
                      target + " has no key for it");
   }
+  AddFrozenDtypeNote(plan, target + " has no key for the dtype the model is loaded in", notes);
+}
+
+void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,
+                        std::vector<std::string>* notes) {
+  if (!plan.frozen_dtype || *plan.frozen_dtype == plan.master_dtype) return;
+  const char* torch = *plan.frozen_dtype == model::DType::kBf16   ? "torch.bfloat16"
+                      : *plan.frozen_dtype == model::DType::kFp16 ? "torch.float16"
+                                                                  : "torch.float32";
+  notes->push_back(std::string("frozen_dtype ") + model::ToString(*plan.frozen_dtype) + ": " +
+                   why + "; load the frozen weights with from_pretrained(torch_dtype=" + torch +
+                   ") in code");
 }
 
 // MoE expert MLP classes of the HF modeling files: modeling_mixtral.py MixtralBlockSparseTop2MLP,

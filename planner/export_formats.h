@@ -52,9 +52,14 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
 void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                              std::vector<std::string>* notes);
 // Notes for the plan fields of model-side features a target has no key for: Ulysses cp, the
-// inference role, frozen prefixes, LoRA, tiled MLP (each only when the plan uses it).
+// inference role, frozen prefixes, LoRA, tiled MLP, frozen dtype (each only when the plan uses
+// it).
 void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bool has_cp,
                           std::vector<std::string>* notes);
+// A note when the plan's frozen parameters are loaded in a dtype other than the master dtype
+// (Plan::frozen_dtype), which the target cannot express (`why`). AddModelFeatureNotes adds it.
+void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,
+                        std::vector<std::string>* notes);
 // The class of one MoE expert MLP for a block class (MixtralBlockSparseTop2MLP, Qwen2MoeMLP,
 // Qwen3MoeMLP); "" for dense blocks.
 std::string HfExpertClass(const std::string& layer_class);

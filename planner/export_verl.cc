@@ -66,6 +66,11 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
     notes.push_back("lora dtype " + std::string(model::ToString(p.lora.dtype)) +
                     ": verl keeps PEFT's fp32 adapters");
   }
+  // fsdp_workers.py _build_model_optimizer loads the whole model with torch_dtype = model_dtype
+  // (written from master_dtype) before get_peft_model.
+  AddFrozenDtypeNote(p, "verl loads the whole model in fsdp_config.model_dtype (written: " +
+                            std::string(model::ToString(p.master_dtype)) + ")",
+                     &notes);
   if (p.optimizer != model::Optimizer::kAdamW) {
     notes.push_back("optimizer " + OptimizerText(p) + ": verl's FSDP workers build AdamW");
   }

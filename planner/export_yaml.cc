@@ -189,6 +189,8 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
     notes.push_back(std::string("lora dtype ") + model::ToString(p.lora.dtype) +
                     ": ROLL keeps adapters in fp32 (autocast_adapter_dtype) or the model dtype");
   }
+  AddFrozenDtypeNote(
+      p, "ROLL loads the whole model in strategy_config param_dtype (the master copy)", &notes);
   AddBlockCheckpointNote(p, target, &notes);
   AddOptimizerOffloadNote(p, target, &notes);
   AddPrefetchNotes(p, target, &notes);

@@ -140,6 +140,8 @@ void ReadFsdpConfig(const ConfigReader& f, const std::string& strategy, bool act
   // get_sharding_strategy: reshard_after_forward false -> SHARD_GRAD_OP / _HYBRID_SHARD_ZERO2.
   bool reshard = Given(f, "reshard_after_forward") ? *f.Bool("reshard_after_forward") : true;
   SetFsdp2Sharding(size < 0 ? 0 : static_cast<int>(size), m.world, reshard, plan);
+  // model_dtype is the dtype the whole model is loaded in (from_pretrained torch_dtype), the
+  // frozen base of a LoRA actor included: Plan::frozen_dtype's default (master_dtype) follows it.
   plan->master_dtype = Given(f, "model_dtype")
                            ? ParseTrainerDtype(f, "model_dtype")
                            : (actor ? model::DType::kFp32 : model::DType::kBf16);

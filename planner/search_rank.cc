@@ -60,12 +60,12 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
     case model::Offload::kAll: per_elem = 0; break;
   }
   if (model::ChangesTrainability(p)) {
-    // Frozen parameters (all of them for an inference role) keep only their shard: the master
+    // Frozen parameters (all of them for an inference role) keep only their shard: the frozen
     // dtype's bytes (param dtype under optimizer offload, none under full offload); LoRA adapters
     // their lora.dtype shard plus, when they train, gradient and moments (at least as above).
     int64_t bytes = 0;
     int64_t frozen_elem =
-        p.offload == model::Offload::kNone ? model::BytesPerElement(p.master_dtype) : per_elem;
+        p.offload == model::Offload::kNone ? model::BytesPerElement(p.FrozenDtype()) : per_elem;
     for (const auto& u : sim::CacheOf(ctx_).UnitsFor(spec_, p)) {
       for (const auto& prm : u.params) {
         int64_t ps = prm.PaddedShardNumel(n);

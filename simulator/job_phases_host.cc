@@ -13,19 +13,22 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
                       const MemoryOptions& o) {
   JobSizes z;
   int64_t em = model::BytesPerElement(plan.master_dtype);
+  int64_t ef = model::BytesPerElement(plan.FrozenDtype());  // frozen ones: as they were loaded
   int64_t ec = o.checkpoint_dtype_bytes;
   int64_t largest_numel = 0;
   for (const auto& u :
        model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap))) {
-    int64_t unit_numel = 0;
+    int64_t unit_bytes = 0;
     for (const auto& prm : u.params) {
-      int64_t full_padded = prm.PaddedShardNumel(n) * n * em;
+      bool trains = prm.requires_grad && plan.Trains();
+      int64_t ep = trains || prm.lora_adapter ? em : ef;
+      int64_t full_padded = prm.PaddedShardNumel(n) * n * ep;
       z.shard_numel += prm.PaddedShardNumel(n);
       ++z.param_tensors;
       z.parameters += prm.numel();
-      unit_numel += prm.numel();
+      z.full_master_bytes += prm.numel() * ep;
+      unit_bytes += prm.numel() * ep;
       z.param_full_master_bytes.push_back(full_padded);
-      bool trains = prm.requires_grad && plan.Trains();
       if (trains) {
         z.trainable_parameters += prm.numel();
         z.trainable_shard_numel += prm.PaddedShardNumel(n);
@@ -45,25 +48,25 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
         z.largest_tensor_full_bytes = full_padded;
         z.largest_tensor_name = prm.name;
       }
-      z.largest_shard_item_bytes = std::max(z.largest_shard_item_bytes, prm.PaddedShardNumel(n) * em);
+      z.largest_shard_item_bytes =
+          std::max(z.largest_shard_item_bytes, prm.PaddedShardNumel(n) * ep);
       if (prm.numel() > largest_numel) {
         largest_numel = prm.numel();
         z.largest_param_numel = largest_numel;
         z.largest_param_name = prm.name;
         z.largest_param_full_ckpt_bytes = prm.numel() * ec;
         z.largest_param_shard_ckpt_bytes = prm.PaddedShardNumel(n) * ec;
-        z.largest_param_master_bytes = prm.numel() * em;
+        z.largest_param_master_bytes = prm.numel() * ep;
       }
     }
-    if (unit_numel * em > z.largest_unit_full_bytes) {
-      z.largest_unit_full_bytes = unit_numel * em;
+    if (unit_bytes > z.largest_unit_full_bytes) {
+      z.largest_unit_full_bytes = unit_bytes;
       z.largest_unit_name = u.name;
     }
   }
   for (int64_t b : z.param_full_master_bytes) z.full_state_bytes += b;
   for (int64_t b : z.state_full_bytes) z.full_state_bytes += b;
   z.full_ckpt_bytes = z.parameters * ec;
-  z.full_master_bytes = z.parameters * em;
   return z;
 }
 
@@ -91,7 +94,7 @@ int64_t FullStateHostBytes(const JobSizes& z, const model::Plan& plan, int64_t e
   if (plan.optimizer == model::Optimizer::kAdafactor) {
     for (size_t i = 0; i < z.state_full_bytes.size(); ++i) factored += z.state_full_bytes[i];
   }
-  return z.parameters * em + z.trainable_parameters * em * states + factored;
+  return z.full_master_bytes + z.trainable_parameters * em * states + factored;
 }
 
 HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const MemoryOptions& o, int g) {
@@ -102,10 +105,11 @@ HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const Mem
   if (plan.offload != model::Offload::kNone) {
     int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16 : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
     if (ph == JobPhase::kLoad) per_param = em;  // only the parameter shards exist yet
-    // Frozen shards offload their parameters only.
+    // Frozen shards offload their parameters only, in the dtype they were loaded in.
     int64_t frozen = z.shard_numel - z.trainable_shard_numel;
+    int64_t ef = model::BytesPerElement(plan.FrozenDtype());
     h.pinned.push_back({"offloaded shards (pinned)",
-                        Bytes::Of((z.trainable_shard_numel * per_param + frozen * em) * g)});
+                        Bytes::Of((z.trainable_shard_numel * per_param + frozen * ef) * g)});
   }
   int64_t loaded = LoadedCopyBytes(z, o, em);
   switch (ph) {

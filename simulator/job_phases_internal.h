@@ -49,11 +49,12 @@ struct JobSizes {
   int64_t trainable_parameters = 0;              // with gradients and optimizer state
   int64_t trainable_shard_numel = 0;             // their padded shard elements per rank
   int64_t largest_param_numel = 0;
-  std::vector<int64_t> param_full_master_bytes;  // per parameter: padded full size, master dtype
+  // Per parameter: padded full size in its sharded dtype (master; frozen: Plan::FrozenDtype).
+  std::vector<int64_t> param_full_master_bytes;
   std::vector<int64_t> state_full_bytes;         // per optimizer state tensor, gathered in full
   int64_t full_state_bytes = 0;                  // sum of both lists: the full state dict
   std::string largest_unit_name;
-  int64_t largest_unit_full_bytes = 0;           // unpadded, master dtype
+  int64_t largest_unit_full_bytes = 0;           // unpadded, sharded dtypes
   std::string largest_param_name;
   int64_t largest_param_full_ckpt_bytes = 0;     // unpadded, dtype of the pretrained weights
   int64_t largest_param_shard_ckpt_bytes = 0;    // its padded shard in that dtype
@@ -61,7 +62,7 @@ struct JobSizes {
   int64_t largest_tensor_full_bytes = 0;
   int64_t largest_shard_item_bytes = 0;          // largest local shard of any state tensor
   int64_t full_ckpt_bytes = 0;                   // parameters x pretrained-weight dtype
-  int64_t full_master_bytes = 0;                 // parameters x master dtype (unpadded)
+  int64_t full_master_bytes = 0;                 // parameters x their sharded dtype (unpadded)
   int64_t largest_param_master_bytes = 0;        // unpadded
 };
 

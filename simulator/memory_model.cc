@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "model/context_parallel.h"
 #include "model/errors.h"
@@ -65,12 +66,14 @@ void HostEstimate(const profiles::ClusterSpec& c, const Plan& plan, const Memory
   // CPU offload keeps fp32 shards of params, grads and both Adam moments on the host (pinned):
   // FSDP2 CPUOffloadPolicy (all) or ZeRO-Offload (optimizer: fp32 master + grads + moments).
   if (plan.offload != model::Offload::kNone) {
-    // Frozen parameters (and an inference role's) offload their fp32 shard only.
+    // Frozen parameters (and an inference role's) offload their shard only: fp32, or the dtype
+    // the plan says they were loaded in (Plan::frozen_dtype).
     int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16
                         : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
-    train.push_back(
-        {"offloaded params, grads and optimizer state (pinned)",
-         Bytes::Of((trainable_numel * per_param + (shard_numel - trainable_numel) * 4) * g)});
+    int64_t frozen_e = plan.frozen_dtype ? model::BytesPerElement(*plan.frozen_dtype) : 4;
+    int64_t frozen_numel = shard_numel - trainable_numel;
+    train.push_back({"offloaded params, grads and optimizer state (pinned)",
+                     Bytes::Of((trainable_numel * per_param + frozen_numel * frozen_e) * g)});
   }
   std::vector<std::pair<std::string, Bytes>> load;
   load.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
@@ -104,6 +107,7 @@ struct ModelCache::Impl {
   std::map<std::string, std::vector<model::FsdpUnit>> units;
   std::map<std::string, model::BlockActivations> blocks;
   std::map<std::string, model::ActivationLedger> heads;
+  std::map<std::string, model::SubgraphTrainability> trainability;
   // Entries are for one model; a different spec clears them.
   void Check(const model::ModelSpec& s) {
     if (&s == last_spec && !model_key.empty()) return;
@@ -115,6 +119,7 @@ struct ModelCache::Impl {
       units.clear();
       blocks.clear();
       heads.clear();
+      trainability.clear();
     }
   }
 };
@@ -142,17 +147,25 @@ const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& sp
   return it->second;
 }
 
-const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec& spec,
-                                                         const Plan& plan) {
-  const auto& base = Units(spec, plan.wrap);
-  if (!model::ChangesTrainability(plan)) return base;
-  std::string key = "trainability/" + model::WrapSpecToString(plan.wrap) + "/" +
+namespace {
+// What decides the units' requires_grad and adapters under a plan (cache keys).
+std::string TrainabilityKey(const Plan& plan) {
+  std::string key = model::WrapSpecToString(plan.wrap) + "/" +
                     std::to_string(plan.wrap.embedding_unit) + std::to_string(plan.wrap.head_unit) +
                     std::to_string(plan.wrap.expert_units) + "/" + model::ToString(plan.role) +
                     "/" + std::to_string(plan.lora.rank);
   for (const auto& t : plan.lora.targets) key += "," + t;
   key += "/";
   for (const auto& f : plan.frozen_prefixes) key += f + "|";
+  return key;
+}
+}  // namespace
+
+const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec& spec,
+                                                         const Plan& plan) {
+  const auto& base = Units(spec, plan.wrap);
+  if (!model::ChangesTrainability(plan)) return base;
+  std::string key = "trainability/" + TrainabilityKey(plan);
   auto it = impl_->units.find(key);
   if (it == impl_->units.end()) {
     it = impl_->units.emplace(key, model::ApplyTrainability(spec, plan, base)).first;
@@ -173,6 +186,49 @@ const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
   impl_->Check(spec);
   auto it = impl_->heads.find(ActKey(o));
   if (it == impl_->heads.end()) it = impl_->heads.emplace(ActKey(o), model::ComputeHeadActivations(spec, o)).first;
+  return it->second;
+}
+
+const model::SubgraphTrainability& ModelCache::TrainabilityFor(const model::ModelSpec& spec,
+                                                               const Plan& plan) {
+  const auto& units = UnitsFor(spec, plan);
+  std::string key = TrainabilityKey(plan);
+  auto it = impl_->trainability.find(key);
+  if (it == impl_->trainability.end()) {
+    it = impl_->trainability.emplace(key, model::SubgraphTrainabilities(spec, plan, units)).first;
+  }
+  return it->second;
+}
+
+const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
+                                                 const model::ActivationOptions& o,
+                                                 const model::Trainability& t, int tiled_shards,
+                                                 double capacity) {
+  bool tiled = tiled_shards > 1 || (spec.moe.enabled() && capacity != 1.0);
+  if (!tiled && t.FullFinetune()) return Block(spec, o);
+  impl_->Check(spec);
+  std::string key = ActKey(o) + "/" + t.Key() + "/" + std::to_string(tiled_shards) + "/" +
+                    std::to_string(capacity);
+  auto it = impl_->blocks.find(key);
+  if (it == impl_->blocks.end()) {
+    model::BlockActivations b =
+        tiled ? model::TiledMlpBlockActivations(spec, o, tiled_shards, capacity, t)
+              : model::ComputeBlockActivations(spec, o, t);
+    it = impl_->blocks.emplace(key, std::move(b)).first;
+  }
+  return it->second;
+}
+
+const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
+                                                const model::ActivationOptions& o,
+                                                const model::Trainability& t) {
+  if (t.FullFinetune()) return Head(spec, o);
+  impl_->Check(spec);
+  std::string key = ActKey(o) + "/" + t.Key();
+  auto it = impl_->heads.find(key);
+  if (it == impl_->heads.end()) {
+    it = impl_->heads.emplace(key, model::ComputeHeadActivations(spec, o, t)).first;
+  }
   return it->second;
 }
 
@@ -210,28 +266,32 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
-  w.block = &cache->Block(spec, act);
-  model::BlockActivations tiled;
-  if (plan.tiled_mlp_shards > 1 || (spec.moe.enabled() && options.moe_capacity_factor != 1.0)) {
-    tiled = model::TiledMlpBlockActivations(spec, act, plan.tiled_mlp_shards,
-                                            options.moe_capacity_factor);
-    w.block = &tiled;
-  }
+  model::Trainability full;
+  w.block = &cache->Block(spec, act, full, plan.tiled_mlp_shards, options.moe_capacity_factor);
   w.head = &cache->Head(spec, act);
-  int64_t master = ShardedParamBytesPerElement(plan);
-  int64_t lora_e = plan.offload == model::Offload::kOptimizer
-                       ? model::BytesPerElement(plan.param_dtype)
-                       : model::BytesPerElement(plan.lora.dtype);
-  int64_t shard_bytes = 0, grad_shard = 0;
+  if (plan.Trains() && model::ChangesTrainability(plan)) {
+    // Frozen parameters and LoRA: each block records only what its trainable parameters and
+    // its input's requires_grad make autograd save (model/activations.h Trainability).
+    const model::SubgraphTrainability& st = cache->TrainabilityFor(spec, plan);
+    for (const auto& t : st.blocks) {
+      w.blocks.push_back(
+          &cache->Block(spec, act, t, plan.tiled_mlp_shards, options.moe_capacity_factor));
+    }
+    w.head = &cache->Head(spec, act, st.head);
+  }
+  int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
   for (const auto& u : *w.units) {
     r.parameters += u.NumParams();
     int64_t unit_bytes = 0, unit_grad = 0, trainable = 0;
     for (const auto& prm : u.params) {
       int64_t ps = prm.PaddedShardNumel(r.shard_group);
-      unit_bytes += ps * (prm.lora_adapter ? lora_e : master);
+      int64_t bytes = ps * ShardedBytesPerElement(plan, prm);
+      unit_bytes += bytes;
       if (prm.requires_grad && plan.Trains()) {
         unit_grad += ps;
         trainable += prm.numel();
+      } else if (!prm.lora_adapter) {
+        frozen_bytes += bytes;
       }
       if (prm.lora_adapter) r.adapter_parameters += prm.numel();
     }
@@ -250,6 +310,10 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
 
   bool on_gpu = plan.offload == model::Offload::kNone;
   r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(shard_bytes);
+  r.frozen_sharded_params =
+      plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(frozen_bytes);
+  r.frozen_dtype = model::ToString(plan.offload == model::Offload::kOptimizer ? plan.param_dtype
+                                                                             : plan.FrozenDtype());
   r.sharded_grads =
       on_gpu ? Bytes::Of(grad_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
   r.optimizer_state = Bytes::Of(on_gpu ? ledger.category_peaks()[static_cast<size_t>(Category::kOptimizerState)] : 0);

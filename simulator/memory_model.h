@@ -15,6 +15,7 @@
 #include "model/model_spec.h"
 #include "model/module_tree.h"
 #include "model/plan.h"
+#include "model/trainable.h"
 #include "model/units.h"
 #include "profiles/cluster.h"
 #include "simulator/step_program.h"
@@ -130,6 +131,10 @@ struct MemoryReport {
   int64_t adapter_parameters = 0;    // LoRA A and B elements
   // Persistent per-rank model states in steady state: sharded params + grads + optimizer state.
   Bytes sharded_params, sharded_grads, optimizer_state, model_state;
+  // The frozen parameters' part of sharded_params (LoRA's base, frozen prefixes, an inference
+  // role's parameters) and the dtype their shards are in (Plan::FrozenDtype).
+  Bytes frozen_sharded_params;
+  std::string frozen_dtype;
   Bytes peak_allocated;        // torch.cuda.max_memory_allocated() over steps 0 and 1
   std::string peak_phase;
   std::vector<std::pair<std::string, Bytes>> peak_breakdown;
@@ -163,6 +168,19 @@ class ModelCache {
                                                const model::Plan& plan);
   const model::BlockActivations& Block(const model::ModelSpec& spec, const model::ActivationOptions& o);
   const model::ActivationLedger& Head(const model::ModelSpec& spec, const model::ActivationOptions& o);
+  // What each block and the head record under the plan (model::SubgraphTrainabilities of
+  // UnitsFor). REQUIRES: plan.Trains().
+  const model::SubgraphTrainability& TrainabilityFor(const model::ModelSpec& spec,
+                                                     const model::Plan& plan);
+  // A block with trainability `t` and a tiled MLP of `tiled_shards` tiles and MoE capacity
+  // factor `capacity` (model::TiledMlpBlockActivations); the head with trainability `t`.
+  const model::BlockActivations& Block(const model::ModelSpec& spec,
+                                       const model::ActivationOptions& o,
+                                       const model::Trainability& t, int tiled_shards,
+                                       double capacity);
+  const model::ActivationLedger& Head(const model::ModelSpec& spec,
+                                      const model::ActivationOptions& o,
+                                      const model::Trainability& t);
 
  private:
   struct Impl;

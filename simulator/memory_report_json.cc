@@ -23,6 +23,8 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   pr["lora_adapter_parameters"] = r.adapter_parameters;
   pr["model_state_bytes"] = r.model_state.count();
   pr["sharded_params_bytes"] = r.sharded_params.count();
+  pr["frozen_sharded_params_bytes"] = r.frozen_sharded_params.count();
+  pr["frozen_dtype"] = r.frozen_dtype;
   pr["sharded_grads_bytes"] = r.sharded_grads.count();
   pr["optimizer_state_bytes"] = r.optimizer_state.count();
   pr["peak_bytes"] = r.peak_allocated.count();

@@ -10,10 +10,15 @@
 
 namespace shardtune::sim {
 
-int64_t ShardedParamBytesPerElement(const model::Plan& plan) {
+int64_t ShardedBytesPerElement(const model::Plan& plan, const model::ParamTensor& param) {
   // ZeRO-Offload of the optimizer keeps only param-dtype shards on the GPU (Ren et al. 2021).
   if (plan.offload == model::Offload::kOptimizer) return model::BytesPerElement(plan.param_dtype);
-  return model::BytesPerElement(plan.master_dtype);
+  // Adapters keep their own dtype in the sharded state (FSDP2 casts every parameter of a unit to
+  // param_dtype for compute; MixedPrecisionPolicy only requires trainable ones to share a dtype,
+  // FSDPParamGroup._init_mp_dtypes). Frozen ones keep the dtype they were loaded in.
+  if (param.lora_adapter) return model::BytesPerElement(plan.lora.dtype);
+  bool trains = param.requires_grad && plan.Trains();
+  return model::BytesPerElement(trains ? plan.master_dtype : plan.FrozenDtype());
 }
 
 StepProgram BuildStepProgram(const WalkSetup& setup) {

@@ -25,13 +25,20 @@ struct WalkSetup {
   // receive buffer as large as the input, then a local sum (executor/gloo_communicator.cc),
   // alive until the reduction is waited for.
   bool reduce_scatter_receive_buffer = false;
+  // A full fine-tune's block: the compute ops' traffic and kernels, and an inference role's
+  // working set.
   const model::BlockActivations* block = nullptr;
+  // Per block, what it records under frozen parameters or LoRA (saved activations, working sets);
+  // empty: `block` for every block.
+  std::vector<const model::BlockActivations*> blocks;
   const model::ActivationLedger* head = nullptr;
 };
 
 StepProgram BuildStepProgram(const WalkSetup& setup);
 
-// Bytes per element of the sharded (master) parameters as they live on the GPU.
-int64_t ShardedParamBytesPerElement(const model::Plan& plan);
+// Bytes per element of one sharded parameter on the GPU: trainable ones in the master dtype,
+// LoRA adapters in lora.dtype, frozen ones in the plan's frozen dtype; all in the param dtype
+// under optimizer offload (ZeRO-Offload keeps param-dtype shards on the GPU).
+int64_t ShardedBytesPerElement(const model::Plan& plan, const model::ParamTensor& param);
 
 }  // namespace shardtune::sim

@@ -24,9 +24,9 @@ void Walker::ForwardCompute(int seg) {
                           AdapterFlopsPerToken(seg)) *
                          tokens_;
     Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
-    Transient(
-        Category::kWorkingSet, Stream::kDefault,
-        p_.Trains() ? Tok(block_.full.forward_peak_per_token - residual_) : InferWorkingSet());
+    Transient(Category::kWorkingSet, Stream::kDefault,
+              p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - residual_)
+                          : InferWorkingSet());
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
     Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
     if (p_.cp > 1) UlyssesChain(UlyssesForwardPieces(Cur().memory_bytes, Cur().host_kernels));
@@ -98,7 +98,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
-    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(block_.full, grads));
+    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
     if (p_.cp > 1) {
       last_backward_ = UlyssesChain(
           UlyssesBackwardPieces(Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));

@@ -4,6 +4,7 @@
 
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/trainable.h"
 #include "simulator/step_walk_rules.h"
 
 namespace shardtune::sim::internal {
@@ -144,7 +145,10 @@ int64_t Walker::GatheredBytes(size_t i) const {
 }
 
 bool Walker::NeedsGatherCopy() const {
-  return n_ > 1 || model::BytesPerElement(p_.master_dtype) != e_param_ ||
+  // A frozen shard in a dtype other than param_dtype is cast in the all-gather copy-in too.
+  bool frozen_cast = model::ChangesTrainability(p_) &&
+                     model::BytesPerElement(p_.FrozenDtype()) != e_param_ && shard_dtype_differs_;
+  return n_ > 1 || model::BytesPerElement(p_.master_dtype) != e_param_ || frozen_cast ||
          p_.offload != model::Offload::kNone;
 }
 
@@ -225,11 +229,10 @@ bool Walker::Checkpointed(int block) const {
 double Walker::BlockSaved(int block) const {
   // No graph before the first segment backward reaches (and none at all under no_grad).
   if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
-  if (Checkpointed(block)) return block_.checkpoint_input_per_token;
-  double lora = lora_saved_per_token_[static_cast<size_t>(model::BlockSegment(block))];
-  if (p_.checkpointing == model::Checkpointing::kSelective)
-    return block_.selective_per_token + lora;
-  return block_.full.saved_per_token + lora;
+  // Full checkpointing keeps the block input of every block backward reaches (to recompute it).
+  if (Checkpointed(block)) return Blk(block).checkpoint_input_per_token;
+  if (p_.checkpointing == model::Checkpointing::kSelective) return Blk(block).selective_per_token;
+  return Blk(block).full.saved_per_token;
 }
 
 void Walker::Forward() {

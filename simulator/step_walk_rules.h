@@ -64,6 +64,10 @@ class Walker {
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
   double BlockSaved(int block) const;
+  // What block `block` records: its own ledger under frozen parameters or LoRA, else block_.
+  const model::BlockActivations& Blk(int block) const {
+    return s_.blocks.empty() ? block_ : *s_.blocks[static_cast<size_t>(block)];
+  }
   int64_t Tok(double per_token) const { return static_cast<int64_t>(per_token * tokens_); }
   // Frozen parameters, LoRA, inference roles, expert units, tiled MLP (step_walk_trainable.cc).
   void InitTrainability();
@@ -102,12 +106,14 @@ class Walker {
   int64_t deferred_ag_ = 0, deferred_rs_ = 0, kept_logits_ = 0;
   bool optimizer_state_ = false;
   // Trainability: per unit, padded shard elements of parameters that require grad and the bytes
-  // of all its shards (adapters in lora.dtype); per segment, the share of base matmul weights that
-  // train, adapter elements and what LoRA saves per token; the first segment backward reaches.
+  // of all its shards (adapters in lora.dtype, frozen ones in the plan's frozen dtype); per
+  // segment, the share of base matmul weights that train and adapter elements; the first segment
+  // backward reaches.
   std::vector<int64_t> grad_shard_numel_, shard_bytes_;
-  std::vector<double> weight_grad_fraction_, adapter_numel_, lora_saved_per_token_;
+  std::vector<double> weight_grad_fraction_, adapter_numel_;
   int first_backward_seg_ = 0;
   int64_t total_grad_shard_numel_ = 0;
+  bool shard_dtype_differs_ = false;  // some sharded parameter is not in the param dtype
   double tiled_mlp_flops_ = 0;
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
   int32_t last_optimizer_ = -1;

@@ -19,34 +19,23 @@ void Walker::InitTrainability() {
   shard_bytes_.assign(u, 0);
   weight_grad_fraction_.assign(segs, 0.0);
   adapter_numel_.assign(segs, 0.0);
-  lora_saved_per_token_.assign(segs, 0.0);
   std::vector<double> mat(segs, 0.0), mat_train(segs, 0.0);
-  int64_t master = ShardedParamBytesPerElement(p_);
-  // Adapters keep their own dtype in the sharded state (FSDP2 casts every parameter of a unit to
-  // param_dtype for compute; MixedPrecisionPolicy only requires trainable ones to share a dtype,
-  // FSDPParamGroup._init_mp_dtypes); ZeRO-Offload keeps param-dtype shards on the GPU.
-  int64_t lora_e =
-      p_.offload == model::Offload::kOptimizer ? e_param_ : model::BytesPerElement(p_.lora.dtype);
   const auto& moe = spec.moe;
   // A routed expert sees top_k / num_experts of the tokens (balanced router).
   double expert_share = moe.enabled() ? static_cast<double>(moe.top_k) / moe.num_experts : 1.0;
   for (size_t i = 0; i < u; ++i) {
     for (const auto& prm : units_[i].params) {
       int64_t ps = prm.PaddedShardNumel(n_);
-      shard_bytes_[i] += ps * (prm.lora_adapter ? lora_e : master);
+      int64_t e = ShardedBytesPerElement(p_, prm);
+      shard_bytes_[i] += ps * e;
+      shard_dtype_differs_ = shard_dtype_differs_ || e != e_param_;
       bool trains = prm.requires_grad && p_.Trains();
       if (trains) grad_shard_numel_[i] += ps;
       auto seg = static_cast<size_t>(prm.segment);
       double share = prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
       if (prm.lora_adapter) {
+        // What the adapters save is in the block's ledger (model/activations.h Trainability).
         adapter_numel_[seg] += share * static_cast<double>(prm.numel());
-        // B's matmul saves A's output [B, S, r] for B's weight gradient (peft/tuners/lora/layer.py
-        // Linear.forward: lora_B(lora_A(dropout(x))) * scaling; dropout 0 is nn.Identity, and the
-        // scaling multiply by a Python float saves nothing). A saves x, which the base projection's
-        // input already is in the full fine-tune ledger used for the block.
-        bool is_a = prm.name.find(".lora_A.") != std::string::npos;
-        if (is_a && trains)
-          lora_saved_per_token_[seg] += share * static_cast<double>(prm.dim0 * e_param_);
       } else if (prm.inner > 1 && seg > 0) {  // matmul weights (segment 0 holds lookup tables)
         mat[seg] += static_cast<double>(prm.numel());
         if (trains) mat_train[seg] += static_cast<double>(prm.numel());

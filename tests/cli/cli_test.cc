@@ -549,6 +549,43 @@ TEST(CliTest, EstimateReportsWhatLoraAndFreezingSave) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("LoRA r=8 on q_proj,v_proj"));
 }
 
+// --frozen-dtype (estimate, simulate, tune): the frozen shards' bytes follow it, the JSON and the
+// text name them, tune keeps it in the plan it writes, and a bad value is a one-line error.
+TEST(CliTest, FrozenDtypeFlagSetsTheFrozenShards) {
+  const std::string lora =
+      " --model tiny-llama --cluster 2xH100 --seq-len 128 --lora-rank 8"
+      " --lora-targets q_proj,v_proj";
+  Result a = RunCli("estimate" + lora + " --json");
+  Result b = RunCli("estimate" + lora + " --frozen-dtype bf16 --json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  int64_t fa = ja["per_rank"]["frozen_sharded_params_bytes"].get<int64_t>();
+  int64_t fb = jb["per_rank"]["frozen_sharded_params_bytes"].get<int64_t>();
+  EXPECT_EQ(ja["per_rank"]["frozen_dtype"], "fp32");
+  EXPECT_EQ(jb["per_rank"]["frozen_dtype"], "bf16");
+  EXPECT_EQ(fa, 2 * fb);  // 4 vs 2 bytes per frozen shard element
+  EXPECT_EQ(ja["per_rank"]["sharded_params_bytes"].get<int64_t>() - fa,
+            jb["per_rank"]["sharded_params_bytes"].get<int64_t>() - fb);  // adapters unchanged
+  Result text = RunCli("estimate" + lora + " --frozen-dtype bf16");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr(" in bf16)"));
+  Result sim = RunCli("simulate" + lora + " --frozen-dtype bf16 --json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  EXPECT_EQ(nlohmann::json::parse(sim.out)["per_rank"]["frozen_sharded_params_bytes"], fb);
+  std::string out = TempPath("frozen_tune_plan.json");
+  Result tune = RunCli("tune" + lora + " --frozen-dtype bf16 --global-batch 8 --out " + out);
+  ASSERT_EQ(tune.code, 0) << tune.err;
+  std::ifstream in(out);
+  EXPECT_EQ(nlohmann::json::parse(in).at("frozen_dtype"), "bf16");
+  ExpectOneLineError(RunCli("estimate" + lora + " --frozen-dtype int8"), "--frozen-dtype");
+  // run's executor keeps frozen parameters in master_dtype: it says so instead of ignoring it.
+  ExpectOneLineError(RunCli("run --model tiny-llama --nproc 1 --steps 1 --seq-len 32 --lora-rank 8 "
+                            "--lora-targets q_proj --frozen-dtype bf16 --out " +
+                            TempPath("frozen_run")),
+                     "--frozen-dtype: expected fp32");
+}
+
 TEST(CliTest, EstimateCoLocatesRolePlans) {
   std::string ref = WriteFile(
       "ref_role.json",

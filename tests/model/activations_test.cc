@@ -173,3 +173,139 @@ TEST(AutogradLedgerTest, ChainFreesTemporariesAndKeepsSaved) {
 
 }  // namespace
 }  // namespace shardtune::model
+
+namespace shardtune::model {
+namespace {
+
+// Frozen parameters and LoRA: autograd saves a tensor only for a gradient it computes
+// (derivatives.yaml + gen_variable_type.py's should_compute_output guards), so the per-token
+// figures below are hand counts over the HF Llama op list, on Llama-3.2-1B's shapes:
+// H 2048, 32 heads (qd 2048), 8 KV heads (kvd 512), F 8192, bf16 (e = 2), SDPA.
+struct OneB {
+  ModelSpec s = FindModelPreset("llama3.2-1b");
+  double h = 2048, qd = 2048, kv = 512, f = 8192, heads = 32, e = 2;
+  // A frozen RMSNorm whose input requires grad: pow and the rsqrt mul keep the fp32 copy (4H),
+  // rsqrt its fp32 output (4); the weight mul saves x_hat only for the (frozen) weight.
+  double frozen_norm() const { return 4 * h + 4; }
+  // SDPA (flash) saves q and k after rope, v, its output and the fp32 logsumexp whenever its
+  // node exists (one multi-output formula); rope's q * cos saves only cos.
+  double sdpa() const { return e * qd + e * kv + e * kv + e * qd + 4 * heads; }
+  // SwiGLU with frozen projections, input requiring grad: silu saves its input gate(x) (eF), the
+  // product saves silu(gate) and up (2 x eF) for each other's gradient; down_proj (frozen) does
+  // not save the product.
+  double frozen_mlp() const { return 3 * e * f; }
+};
+
+Trainability LoraQv(bool input_requires_grad, int r) {
+  Trainability t;
+  t.input_requires_grad = input_requires_grad;
+  t.all_params_train = false;
+  t.lora_modules = {"self_attn.q_proj", "self_attn.v_proj"};
+  t.lora_rank = r;
+  return t;
+}
+
+// (a) All base weights frozen, LoRA r on q_proj and v_proj, a block after a trainable one (its
+// input requires grad): both norms frozen, the normed input x saved once (lora_A of q and of v
+// save the same tensor for their weight gradients; the frozen base projections save nothing),
+// each lora_B saves A's output (e·r), attention and MLP as for any frozen block.
+TEST(FrozenActivationsTest, LoraOnQvSavesAdapterInputsNotTheFrozenLinearsInputs) {
+  OneB m;
+  double r = 16;
+  double expected = 2 * m.frozen_norm() + m.e * m.h + 2 * m.e * r + m.sdpa() + m.frozen_mlp();
+  auto b = ComputeBlockActivations(m.s, Bf16(), LoraQv(true, 16));
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+  // Full checkpointing still keeps only the block input.
+  EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, m.e * m.h);
+}
+
+// (a') The same adapters in the first block after a frozen embedding: its input does not require
+// grad, so input_layernorm records nothing, k (frozen, no adapter) requires no grad; SDPA still
+// saves q, k, v (its node exists because q and v require grad).
+TEST(FrozenActivationsTest, LoraBlockWhoseInputNeedsNoGradSkipsTheFirstNorm) {
+  OneB m;
+  double r = 16;
+  double expected = m.e * m.h + 2 * m.e * r + m.sdpa() + m.frozen_norm() + m.frozen_mlp();
+  auto b = ComputeBlockActivations(m.s, Bf16(), LoraQv(false, 16));
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+}
+
+// (b) A fully frozen block after a trainable one: gradients flow through it, so the norms keep
+// what grad-input needs, SDPA its inputs and output, SwiGLU silu(gate) and up; no Linear input.
+TEST(FrozenActivationsTest, FrozenBlockAfterATrainableOneSavesNoLinearInputs) {
+  OneB m;
+  Trainability t;
+  t.all_params_train = false;
+  double expected = 2 * m.frozen_norm() + m.sdpa() + m.frozen_mlp();
+  auto b = ComputeBlockActivations(m.s, Bf16(), t);
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+  for (const auto& s : b.full.saved) {
+    EXPECT_EQ(s.name.find("normalized"), std::string::npos) << s.name;
+    EXPECT_NE(s.name, "input_layernorm output");
+    EXPECT_NE(s.name, "mlp.silu*up");
+  }
+  // No parameter gradient anywhere in its backward.
+  EXPECT_DOUBLE_EQ(b.full.backward_profile.back().param_grad_fraction, 0.0);
+  // A frozen block whose input needs no grad records nothing.
+  t.input_requires_grad = false;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16(), t).full.saved_per_token, 0.0);
+}
+
+// (c) A full fine-tune is unchanged: each norm adds x_hat (eH) and its output (eH, saved by the
+// projections), down_proj saves the product (eF): 20H + 4kvd + 8F + 4 heads + 8 per token.
+TEST(FrozenActivationsTest, FullFinetuneKeepsEveryLinearInput) {
+  OneB m;
+  double norm = m.frozen_norm() + m.e * m.h + m.e * m.h;
+  double expected = 2 * norm + m.sdpa() + m.frozen_mlp() + m.e * m.f;
+  Trainability full;
+  EXPECT_TRUE(full.FullFinetune());
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16(), full).full.saved_per_token, expected);
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16()).full.saved_per_token, expected);
+  // Every base parameter named trainable is the same graph as all_params_train.
+  Trainability named;
+  named.all_params_train = false;
+  for (const char* p :
+       {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    named.trainable.push_back(p);
+  }
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16(), named).full.saved_per_token, expected);
+}
+
+// The LM head under LoRA (final norm and the tied embedding frozen): lm_head does not save the
+// normed hidden state; the frozen norm keeps 4H + 4; log_softmax keeps its fp32 output (4V).
+TEST(FrozenActivationsTest, FrozenHeadSavesNoLmHeadInput) {
+  OneB m;
+  double v = 128256;
+  Trainability t;
+  t.all_params_train = false;
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(m.s, Bf16(), t).saved_per_token,
+                   m.frozen_norm() + 4 * v);
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(m.s, Bf16()).saved_per_token,
+                   m.frozen_norm() + 2 * m.e * m.h + 4 * v);
+}
+
+// A frozen Linear followed by its consumer: mm saves mat1 (the input) for mat2's gradient only
+// (derivatives.yaml mm/addmm), so a frozen weight with an input that requires grad saves nothing
+// per token, and a trainable weight whose input needs no grad still saves the input.
+TEST(AutogradLedgerTest, SavesOnlyForGradientsItComputes) {
+  for (bool weight_trains : {false, true}) {
+    for (bool input_rg : {false, true}) {
+      AutogradLedger g;
+      int x = g.Tensor("x", 10);
+      int y = g.Tensor("y", 20);
+      g.Op("linear", {x}, y, {{x, SavedFor::kParamGrad}});
+      g.SetParam(200, weight_trains, weight_trains);
+      ActivationLedger r = g.Run(x, y, input_rg);
+      EXPECT_DOUBLE_EQ(r.saved_per_token, weight_trains ? 10 : 0) << weight_trains << input_rg;
+      // Backward allocates the input's gradient only when the input requires grad.
+      double grad_in = input_rg ? 10 : 0;
+      double node = weight_trains || input_rg ? r.saved_per_token + 20 + grad_in : 0;
+      EXPECT_DOUBLE_EQ(r.backward_peak_per_token, node) << weight_trains << input_rg;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::model

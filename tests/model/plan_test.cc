@@ -303,6 +303,36 @@ TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {
               ThrowsMessage<InputError>(HasSubstr("p.json:/cp_fsdp_mesh")));
 }
 
+// frozen_dtype: absent means the master dtype (and is not written back); set, it round-trips and
+// a bad name is a one-line error naming the key, the choices and what was found.
+TEST(PlanJsonTest, FrozenDtypeDefaultsToMasterAndRoundTrips) {
+  Plan p = PlanFromJson(PlanDoc(), "plan.json");
+  EXPECT_FALSE(p.frozen_dtype.has_value());
+  EXPECT_EQ(p.FrozenDtype(), p.master_dtype);
+  EXPECT_FALSE(PlanToJson(p).contains("frozen_dtype"));
+  p.master_dtype = DType::kBf16;
+  EXPECT_EQ(p.FrozenDtype(), DType::kBf16);
+  nlohmann::json j = PlanDoc();
+  j["frozen_dtype"] = "bf16";
+  Plan bf16 = PlanFromJson(j, "plan.json");
+  ASSERT_TRUE(bf16.frozen_dtype.has_value());
+  EXPECT_EQ(*bf16.frozen_dtype, DType::kBf16);
+  EXPECT_EQ(bf16.master_dtype, DType::kFp32);
+  std::string out = PlanToJson(bf16).dump();
+  EXPECT_EQ(PlanToJson(PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json")).dump(), out);
+  j["frozen_dtype"] = "int8";
+  EXPECT_THAT([&] { PlanFromJson(j, "plan.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("plan.json:/frozen_dtype"),
+                                              HasSubstr("fp32, bf16"), HasSubstr("int8"))));
+  j["frozen_dtype"] = 2;
+  EXPECT_THAT([&] { PlanFromJson(j, "plan.json"); },
+              ThrowsMessage<InputError>(HasSubstr("plan.json:/frozen_dtype")));
+  j.erase("frozen_dtype");
+  j["frozen_dtyp"] = "bf16";
+  EXPECT_THAT([&] { PlanFromJson(j, "plan.json"); },
+              ThrowsMessage<InputError>(HasSubstr("frozen_dtype")));
+}
+
 TEST(PlanTest, ContextParallelDividesWorldAndSequence) {
   Plan p;
   p.cp = 3;

@@ -163,6 +163,41 @@ TEST(TrainableTest, MoeCapacityFactorScalesTheExpertIntermediates) {
   EXPECT_DOUBLE_EQ(same.full.saved_per_token, one.full.saved_per_token);
 }
 
+// What each block records: under LoRA on q, v (base frozen, embedding frozen) block 0's input
+// does not require grad and later blocks' does; every block names the adapted projections and no
+// trainable base weight; the head's input requires grad and nothing in it trains. Freezing a
+// block's MLP leaves its attention and norms trainable.
+TEST(TrainableTest, SubgraphTrainabilitiesFollowRequiresGradAndAdapters) {
+  ModelSpec s = FindModelPreset("llama3.2-1b");
+  Plan lora;
+  lora.lora.rank = 16;
+  lora.lora.targets = {"q_proj", "v_proj"};
+  auto t =
+      SubgraphTrainabilities(s, lora, ApplyTrainability(s, lora, BuildFsdpUnits(s, lora.wrap)));
+  ASSERT_EQ(t.blocks.size(), static_cast<size_t>(s.num_layers));
+  EXPECT_FALSE(t.blocks[0].input_requires_grad);
+  EXPECT_TRUE(t.blocks[1].input_requires_grad);
+  for (const auto& b : t.blocks) {
+    EXPECT_FALSE(b.all_params_train);
+    EXPECT_TRUE(b.trainable.empty());
+    EXPECT_EQ(b.lora_modules, (std::vector<std::string>{"self_attn.q_proj", "self_attn.v_proj"}));
+    EXPECT_EQ(b.lora_rank, 16);
+  }
+  EXPECT_TRUE(t.head.input_requires_grad);
+  EXPECT_FALSE(t.head.all_params_train);
+  EXPECT_TRUE(t.head.lora_modules.empty());
+  Plan mlp;
+  mlp.frozen_prefixes = {"model.layers.3.mlp"};
+  auto f = SubgraphTrainabilities(s, mlp, ApplyTrainability(s, mlp, BuildFsdpUnits(s, mlp.wrap)));
+  EXPECT_TRUE(f.blocks[2].FullFinetune());
+  EXPECT_FALSE(f.blocks[3].all_params_train);
+  EXPECT_EQ(f.blocks[3].trainable,
+            (std::vector<std::string>{"input_layernorm.weight", "post_attention_layernorm.weight",
+                                      "self_attn.k_proj.weight", "self_attn.o_proj.weight",
+                                      "self_attn.q_proj.weight", "self_attn.v_proj.weight"}));
+  EXPECT_TRUE(f.head.input_requires_grad);
+}
+
 // MFU's numerator: a full fine-tune is PaLM's 6N + 12·L·q_dim·S; inference is its forward third;
 // freezing the embedding and block 0 removes their input gradients (2 x their N and block 0's
 // 8·q_dim·S attention backward) and their weight gradients (2 x their N).

@@ -112,7 +112,13 @@ TEST(AdviceTest, FrozenFp32ShardsAreNamed) {
   auto r = sim::EstimateMemory(spec, cluster, lora);
   ASSERT_LT(r.peak_allocated.count(), 10 * r.sharded_params.count());
   EXPECT_THAT(Joined(AdviseOnMemory(lora, r, {})), HasSubstr("Frozen parameters keep"));
+  EXPECT_THAT(Joined(AdviseOnMemory(lora, r, {})), HasSubstr("--frozen-dtype bf16"));
   EXPECT_THAT(Joined(AdviseOnMemory(p, sim::EstimateMemory(spec, cluster, p), {})),
+              ::testing::Not(HasSubstr("Frozen parameters keep")));
+  // Loaded in bf16 already: nothing to advise.
+  model::Plan bf16 = lora;
+  bf16.frozen_dtype = model::DType::kBf16;
+  EXPECT_THAT(Joined(AdviseOnMemory(bf16, sim::EstimateMemory(spec, cluster, bf16), {})),
               ::testing::Not(HasSubstr("Frozen parameters keep")));
 }
 

@@ -418,6 +418,34 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
   EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
 }
 
+// No format has a key for a load dtype of the frozen weights apart from the master weights'
+// (verl's model_dtype and ROLL's param_dtype load the whole model): each says so in a note, and
+// none does when frozen_dtype is unset or equals the master dtype.
+TEST(ExportTest, FrozenDtypeOtherThanMasterIsANoteEverywhere) {
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.lora.rank = 8;
+  j.plan.lora.targets = {"q_proj"};
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  auto noted = [&](const model::Plan& p, ExportFormat f) {
+    for (const auto& n : ExportPlan(p, j.ctx, f).notes) {
+      if (n.find("frozen_dtype bf16") != std::string::npos) return true;
+    }
+    return false;
+  };
+  model::Plan bf16 = j.plan;
+  bf16.frozen_dtype = model::DType::kBf16;
+  model::Plan same = j.plan;
+  same.frozen_dtype = model::DType::kFp32;
+  for (ExportFormat f : {ExportFormat::kAccelerate, ExportFormat::kTorchtitan,
+                         ExportFormat::kHfTrainer, ExportFormat::kDeepspeed, ExportFormat::kRoll,
+                         ExportFormat::kVerl}) {
+    EXPECT_TRUE(noted(bf16, f)) << static_cast<int>(f);
+    EXPECT_FALSE(noted(j.plan, f)) << static_cast<int>(f);
+    EXPECT_FALSE(noted(same, f)) << static_cast<int>(f);
+  }
+}
+
 TEST(ExportTest, TorchtitanCarriesContextParallelDegree) {
   SHARDTUNE_REQUIRE_PYTHON("tomllib");
   Job j = OneNodeJob(model::ShardingStrategy::kFullShard);

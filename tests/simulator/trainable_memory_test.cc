@@ -108,7 +108,9 @@ TEST(TrainableMemoryTest, FrozenMiddleBlockKeepsAllGathersDropsReduceScatterAndW
 }
 
 // Autograd records no graph before the first trainable parameter: frozen embeddings and blocks
-// 0-1 save no activations and run no backward.
+// 0-1 save no activations and run no backward. Block 2's input does not require grad either, so
+// its input_layernorm records only the weight multiply (x_hat for the weight's gradient): it
+// saves the full block less the norm's fp32 input copy and rsqrt (4H + 4 bytes per token).
 TEST(TrainableMemoryTest, NothingBelowTheFirstTrainableBlockRunsBackward) {
   auto s = FindModelPreset("tiny-llama");
   auto c = profiles::ParseClusterShorthand("4xH100");
@@ -123,11 +125,39 @@ TEST(TrainableMemoryTest, NothingBelowTheFirstTrainableBlockRunsBackward) {
     }
   }
   auto act = model::ComputeBlockActivations(s, model::ActivationOptionsFor(full, 64));
-  int64_t per_block = R512(static_cast<int64_t>(act.full.saved_per_token * 64));
+  double per_token = act.full.saved_per_token, h = static_cast<double>(s.hidden);
+  int64_t per_block = R512(static_cast<int64_t>(per_token * 64));
+  int64_t first_trained = R512(static_cast<int64_t>((per_token - (4 * h + 4)) * 64));
   EXPECT_EQ((CategoryPeak(a.report, "activations saved for backward") -
              CategoryPeak(b.report, "activations saved for backward"))
                 .count(),
-            2 * per_block);
+            2 * per_block + per_block - first_trained);
+}
+
+// LoRA r on q_proj and v_proj (tiny-llama: H 256, 8 heads, 4 KV heads of 32, F 688, bf16,
+// SDPA) at 64 tokens: per token, every block saves its frozen norms' fp32 copy and rsqrt
+// (4H + 4 each, whose input requires grad), the normed input once for both lora_A (2H), each
+// lora_B's input (2r), SDPA's q, k, v, output and logsumexp and SwiGLU's gate, silu and up (6F);
+// the frozen Linears save no input. Block 0 follows the frozen embedding: its input needs no
+// grad, so its input_layernorm records nothing.
+TEST(TrainableMemoryTest, LoraBlocksSaveOnlyWhatTheAdaptersAndGradInputNeed) {
+  auto s = FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("4xH100");
+  Plan p = Seq(64);
+  p.lora.rank = 8;
+  p.lora.targets = {"q_proj", "v_proj"};
+  auto r = EstimateMemory(s, c, p);
+  double h = 256, qd = 256, kv = 128, heads = 8, f = 688, rk = 8, e = 2;
+  double norm = 4 * h + 4, sdpa = e * (2 * qd + 2 * kv) + 4 * heads;
+  double rest = e * h + 2 * e * rk + sdpa + norm + 3 * e * f;
+  int64_t first = R512(static_cast<int64_t>(rest * 64));
+  int64_t later = R512(static_cast<int64_t>((norm + rest) * 64));
+  EXPECT_EQ(CategoryPeak(r, "activations saved for backward").count(),
+            first + (s.num_layers - 1) * later);
+  // Full checkpointing keeps each block's input (eH), the first block's included.
+  p.checkpointing = model::Checkpointing::kFull;
+  EXPECT_EQ(CategoryPeak(EstimateMemory(s, c, p), "activations saved for backward").count(),
+            s.num_layers * R512(static_cast<int64_t>(e * h * 64)));
 }
 
 // LoRA r on q and v: trainable = sum over blocks of r (in + out) per target; the sharded grads
@@ -149,6 +179,62 @@ TEST(TrainableMemoryTest, LoraModelStatesCoverOnlyTheAdapters) {
   EXPECT_EQ(r.optimizer_state.count(), R512(8 * shard));
   // The base weights stay (fp32 master shards), adapters are added in lora.dtype (fp32).
   EXPECT_EQ(r.sharded_params.count(), 4 * (ShardOf(s, "", 8) + shard));
+}
+
+// Frozen parameters in the dtype they were loaded in (--frozen-dtype bf16, as PEFT users load
+// the base): LoRA on llama3-8b over 8 ranks keeps (frozen padded shard x 2 + adapter padded shard
+// x 4) bytes of sharded parameters; the all-gathers still move param-dtype (bf16) bytes.
+TEST(TrainableMemoryTest, FrozenDtypeSetsTheFrozenShardsBytes) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(1);
+  p.lora.rank = 16;
+  p.lora.targets = {"q_proj", "v_proj"};
+  Plan bf16 = p;
+  bf16.frozen_dtype = model::DType::kBf16;
+  auto a = EstimateMemoryWithProgram(s, c, p, {}, false),
+       b = EstimateMemoryWithProgram(s, c, bf16, {}, false);
+  int64_t rk = 16, h = s.hidden, n = 8;
+  auto padded = [&](int64_t d0, int64_t inner) { return (d0 + n - 1) / n * inner; };
+  int64_t adapters =
+      s.num_layers * (2 * padded(rk, h) + padded(s.q_dim(), rk) + padded(s.kv_dim(), rk));
+  int64_t frozen = ShardOf(s, "", 8);
+  EXPECT_EQ(b.report.sharded_params.count(), 2 * frozen + 4 * adapters);
+  EXPECT_EQ(b.report.frozen_sharded_params.count(), 2 * frozen);
+  EXPECT_EQ(b.report.frozen_dtype, "bf16");
+  EXPECT_EQ(a.report.sharded_params.count(), 4 * frozen + 4 * adapters);  // default: master fp32
+  EXPECT_EQ(a.report.frozen_dtype, "fp32");
+  EXPECT_EQ(a.report.sharded_params - b.report.sharded_params,
+            a.report.peak_allocated - b.report.peak_allocated);
+  double ag_a = 0, ag_b = 0;
+  for (const auto& op : a.program.ops) {
+    if (op.kind == OpKind::kAllGather) ag_a += static_cast<double>(op.comm_bytes);
+  }
+  for (const auto& op : b.program.ops) {
+    if (op.kind == OpKind::kAllGather) ag_b += static_cast<double>(op.comm_bytes);
+  }
+  EXPECT_EQ(ag_a, ag_b);
+  // Offloaded (CPUOffloadPolicy): the host holds the frozen shards in their dtype (meta-device
+  // load, so training is the host's peak).
+  MemoryOptions meta;
+  meta.model_load = ModelLoad::kMeta;
+  Plan off = bf16;
+  off.offload = model::Offload::kAll;
+  Plan off32 = p;
+  off32.offload = model::Offload::kAll;
+  auto host = [](const MemoryReport& r) {
+    for (const auto& [what, bytes] : r.host.breakdown) {
+      if (what.rfind("offloaded", 0) == 0) return bytes;
+    }
+    return Bytes();
+  };
+  int64_t frozen_numel = 0;
+  for (const auto& u : EstimateMemory(s, c, off, meta).units) {
+    frozen_numel += (u.parameters - u.trainable) / n;
+  }
+  Bytes host32 = host(EstimateMemory(s, c, off32, meta));
+  Bytes host16 = host(EstimateMemory(s, c, off, meta));
+  EXPECT_EQ((host32 - host16).count(), (4 - 2) * frozen_numel * c.gpus_per_node);
 }
 
 // An inference role: forward under no_grad only. Nothing of training exists; the peak is the

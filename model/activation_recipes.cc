@@ -1,0 +1,266 @@
+// Op-by-op recipes of a block's projections (with PEFT LoRA adapters), norms and attention
+// sublayer: what autograd saves for backward in HF transformers (modeling_llama.py,
+// modeling_gpt2.py) and torchtitan (models/llama3/model/model.py), per token, e = bytes of the
+// compute dtype. activations.cc assembles blocks and the head from them.
+#include "model/activation_recipes.h"
+
+#include <algorithm>
+
+#include "model/context_parallel.h"
+
+namespace shardtune::model::recipes {
+namespace {
+
+bool Has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+// Module `m`'s weight requires grad; some parameter of `m` (weight or bias) does.
+bool WeightTrains(const Ctx& c, const std::string& m) {
+  return c.t.all_params_train || Has(c.t.trainable, m + ".weight");
+}
+bool AnyTrains(const Ctx& c, const std::string& m) {
+  if (c.t.all_params_train) return true;
+  std::string prefix = m + ".";
+  return std::any_of(c.t.trainable.begin(), c.t.trainable.end(), [&](const std::string& p) {
+    return p.compare(0, prefix.size(), prefix) == 0;
+  });
+}
+
+// PEFT LoraLayer Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); then
+// result = result + lora_B(lora_A(dropout(x))) * scaling. lora_dropout 0 is nn.Identity and
+// _cast_input_dtype returns x itself when its dtype is lora_A's (FSDP2 gathers the adapters in
+// param_dtype like the base), so A's input is the base's input tensor. Each mm saves its input
+// for its weight's gradient only; `* scaling` (a Python float, mul.Scalar) and the add save
+// nothing per token. `copies`: routed copies per token (MoE experts: top_k).
+int LoraAdapter(Ctx& c, int x, int base, double out, double copies, const std::string& name) {
+  double r = c.t.lora_rank, in = c.g.BytesPerToken(x) / c.e / copies;
+  int a = c.g.Tensor(name + ".lora_A output", c.e * r * copies);
+  c.g.Op(name + ".lora_A", {x}, a, {{x, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(r * in);
+  int b = c.g.Tensor(name + ".lora_B output", c.e * out);
+  c.g.Op(name + ".lora_B", {a}, b, {{a, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(out / copies * r);
+  int scaled = c.g.Tensor(name + ".lora_B output * scaling", c.e * out);
+  c.g.Op(name + ".lora scaling", {b}, scaled, {});
+  int y = c.g.Tensor(name + " output", c.e * out);
+  c.g.Op(name + " + lora", {base, scaled}, y, {});
+  return y;
+}
+
+}  // namespace
+
+// nn.Linear / Conv1D (mm / addmm; F.linear folds [B, S, in] into an mm): derivatives.yaml
+// "mat1: mm_mat1_backward(grad, mat2, mat1.sym_sizes(), ...)", "mat2: mm_mat2_backward(grad,
+// mat1, ...)": the input is saved for the weight's gradient only (and the weight, a parameter,
+// for the input's). `module`: the HF module it belongs to (model/module_tree.cc names).
+int Linear(Ctx& c, int x, double out_features, const std::string& name, const std::string& module,
+           double copies) {
+  bool lora = Has(c.t.lora_modules, module);
+  bool adapter_here = lora && c.lora_done.insert(module).second;
+  // GPT-2's fused c_attn is recorded as three projections: its adapter (on the first) makes the
+  // whole module's output require grad.
+  bool requires_grad = AnyTrains(c, module) || (lora && !adapter_here);
+  int y = c.g.Tensor(name + (adapter_here ? " base output" : " output"), c.e * out_features);
+  c.g.Op(name, {x}, y, {{x, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  // Its backward allocates dW [out, in] (addmm_backward: mat1.t() @ grad) when the weight trains.
+  c.g.SetParam(out_features * c.g.BytesPerToken(x) / c.e, WeightTrains(c, module), requires_grad);
+  if (adapter_here) y = LoraAdapter(c, x, y, out_features, copies, name);
+  return y;
+}
+
+namespace {
+
+// HF LlamaRMSNorm.forward: x.to(fp32); pow(2).mean; x * rsqrt(var + eps); weight * x.to(dtype).
+// pow and mul save the fp32 copy, rsqrt saves its [.., 1] output, the weight mul saves x_hat
+// for the weight's gradient only (mul.Tensor: "self: mul_tensor_backward(grad, other, ...)").
+// torchtitan (nn.RMSNorm -> fused F.rms_norm in torch >= 2.8) saves the input and rstd only, for
+// its one "input, weight" formula (whenever the node exists).
+int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::string& module) {
+  bool w = WeightTrains(c, module), any = AnyTrains(c, module);
+  if (c.opt.modeling == Modeling::kTorchtitan) {
+    int rstd = c.g.Tensor(name + " rstd (fp32)", kFp32);
+    int y = c.g.Tensor(name + " output", c.e * dim);
+    c.g.Op(name + " fused rms_norm", {x}, rstd, {});
+    c.g.Op(name + " apply", {x, rstd}, y, {x, rstd});
+    c.g.SetParam(dim, w, any);
+    return y;
+  }
+  int x32 = x;
+  if (c.e != kFp32) {
+    x32 = c.g.Tensor(name + " fp32 copy of input", kFp32 * dim);
+    c.g.Op(name + " to(float32)", {x}, x32, {});
+  }
+  int sq = c.g.Tensor(name + " x^2 (fp32)", kFp32 * dim);
+  c.g.Op(name + " pow", {x32}, sq, {x32});
+  int var = c.g.Tensor(name + " variance", kFp32);
+  c.g.Op(name + " mean", {sq}, var, {});
+  int rs = c.g.Tensor(name + " rsqrt", kFp32);
+  c.g.Op(name + " rsqrt", {var}, rs, {rs});
+  int n32 = c.g.Tensor(name + " normalized (fp32)", kFp32 * dim);
+  c.g.Op(name + " mul", {x32, rs}, n32, {{x32, 1}, {rs, 0}});
+  int nb = n32;
+  if (c.e != kFp32) {
+    nb = c.g.Tensor(name + " normalized", c.e * dim);
+    c.g.Op(name + " to(dtype)", {n32}, nb, {});
+  }
+  int y = c.g.Tensor(name + " output", c.e * dim);
+  c.g.Op(name + " weight mul", {nb}, y, {{nb, SavedFor::kParamGrad}});
+  c.g.SetParam(dim, w, any);
+  return y;
+}
+
+// torch.nn.functional.layer_norm (native kernel): saves input, mean and rstd (fp32 per row) for
+// its one "input, weight, bias: native_layer_norm_backward" formula, whenever the node exists.
+int LayerNorm(Ctx& c, int x, double dim, const std::string& name, const std::string& module) {
+  int stats = c.g.Tensor(name + " mean+rstd (fp32)", 2 * kFp32);
+  int y = c.g.Tensor(name + " output", c.e * dim);
+  c.g.Op(name + " stats", {x}, stats, {});
+  c.g.Op(name, {x, stats}, y, {x, stats});
+  c.g.SetParam(2 * dim, AnyTrains(c, module), AnyTrains(c, module));  // weight and bias
+  return y;
+}
+
+}  // namespace
+
+int Norm(Ctx& c, int x, double dim, const std::string& name, const std::string& module) {
+  return c.spec.norm == NormKind::kRmsNorm ? RmsNorm(c, x, dim, name, module)
+                                           : LayerNorm(c, x, dim, name, module);
+}
+
+namespace {
+
+// Rotary embedding. HF apply_rotary_pos_emb: (q * cos) + (rotate_half(q) * sin). cos/sin come
+// from the no-grad rotary module, so each mul saves only cos or sin (autograd saves `self` of a
+// mul only when `other` needs a gradient: tools/autograd/derivatives.yaml, mul.Tensor), which
+// are shared by all layers [S, d] tensors, negligible: rope keeps nothing per token. torchtitan
+// apply_rotary_emb: view_as_complex(x.float()) * freqs_cis saves freqs_cis only, likewise.
+// Measured on an H100 (tests/data/validation/fsdp2_h100_measured.json): HF Llama saves
+// 20H + 4H_kv + 8I bytes per token per layer in bf16 with SDPA, no rope term.
+int Rope(Ctx& c, int x, double dim, const std::string& name) {
+  int y = c.g.Tensor(name + " after rope", c.e * dim);
+  if (c.opt.modeling == Modeling::kTorchtitan) {
+    int xc = c.g.Tensor(name + " fp32 complex copy", kFp32 * dim);
+    c.g.Op(name + " float()", {x}, xc, {});
+    c.g.Op(name + " complex mul", {xc}, y, {});
+    return y;
+  }
+  int xcos = c.g.Tensor(name + " * cos", c.e * dim);
+  c.g.Op(name + " mul cos", {x}, xcos, {});
+  int rot = c.g.Tensor(name + " rotate_half", c.e * dim);
+  c.g.Op(name + " rotate_half (cat)", {x}, rot, {});
+  int rsin = c.g.Tensor(name + " rotate_half * sin", c.e * dim);
+  c.g.Op(name + " mul sin", {rot}, rsin, {});
+  c.g.Op(name + " add", {xcos, rsin}, y, {});
+  return y;
+}
+
+// Attention core. SDPA flash/efficient kernels save q, k, v, the output (in [B, S, a, d] memory,
+// so the transpose+contiguous before o_proj is free) and the fp32 logsumexp [B, a, S]; the
+// backward allocates an fp32 dq accumulator (flash_api.cpp mha_bwd dq_accum) and, with GQA,
+// expanded dk/dv. Its derivative is one formula for "query, key, value" (derivatives.yaml
+// _scaled_dot_product_flash_attention), which gen_variable_type.py guard_for does not guard, so
+// all five are saved whenever any of q, k, v requires grad. Eager (HF eager_attention_forward):
+// matmul, softmax in fp32 then cast, matmul; each matmul saves one factor per other's gradient.
+// `kv_heads`: KV heads as the kernel sees them (repeated for Ulysses when cp > num_kv_heads).
+int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
+  const ModelSpec& s = c.spec;
+  double qd = static_cast<double>(s.q_dim());
+  int out = c.g.Tensor(name + " output", c.e * qd);
+  if (c.opt.attention == Attention::kSdpa) {
+    int lse = c.g.Tensor(name + " logsumexp (fp32)", kFp32 * s.num_heads);
+    double ws = kFp32 * qd + (kv_heads != s.num_heads ? 2 * c.e * qd : 0.0);
+    c.g.Op(name + " flash forward (lse)", {q, k, v}, lse, {});
+    c.g.MarkComputeBound();
+    c.g.Op(name + " sdpa", {q, k, v, lse}, out, {q, k, v, lse, out}, ws);
+    c.g.MarkComputeBound();
+    return out;
+  }
+  double scores = static_cast<double>(s.num_heads) * static_cast<double>(c.opt.seq_len);
+  int kr = k, vr = v;
+  if (kv_heads != s.num_heads) {  // repeat_kv materialises [B, a, S, d] copies
+    kr = c.g.Tensor(name + " repeat_kv(k)", c.e * qd);
+    c.g.Op(name + " repeat_kv k", {k}, kr, {});
+    vr = c.g.Tensor(name + " repeat_kv(v)", c.e * qd);
+    c.g.Op(name + " repeat_kv v", {v}, vr, {});
+  }
+  int sc = c.g.Tensor(name + " scores q@k^T", c.e * scores);
+  c.g.Op(name + " matmul qk", {q, kr}, sc, {{q, 1}, {kr, 0}});
+  c.g.MarkComputeBound();
+  int sm = c.g.Tensor(name + " scaled+masked scores", c.e * scores);
+  c.g.Op(name + " scale+mask", {sc}, sm, {});
+  int p32 = c.g.Tensor(name + " softmax (fp32)", kFp32 * scores);
+  c.g.Op(name + " softmax", {sm}, p32, {p32});
+  int p = c.g.Tensor(name + " probs", c.e * scores);
+  c.g.Op(name + " probs to(dtype)", {p32}, p, {});
+  int o = c.g.Tensor(name + " probs@v", c.e * qd);
+  c.g.Op(name + " matmul pv", {p, vr}, o, {{p, 1}, {vr, 0}});
+  c.g.MarkComputeBound();
+  c.g.Op(name + " transpose.contiguous", {o}, out, {});
+  return out;
+}
+
+// verl utils/ulysses.py all_to_all_tensor: tensor_split + contiguous copies (the send chunks),
+// empty_like receive chunks, dist.all_to_all, torch.cat (+ contiguous) into the result. Per slice
+// token each buffer is `dim` elements; the input dies after the split unless something saved it.
+int UlyssesAllToAll(Ctx& c, int x, double dim, const std::string& name) {
+  int send = c.g.Tensor(name + " all-to-all send chunks", c.e * dim);
+  c.g.Op(name + " tensor_split.contiguous", {x}, send, {});
+  int recv = c.g.Tensor(name + " all-to-all receive chunks", c.e * dim);
+  c.g.Op(name + " all_to_all", {send}, recv, {});
+  c.g.MarkComputeBound();  // NCCL moves these bytes on the all-to-all stream, not the compute one
+  int out = c.g.Tensor(name + " after all-to-all", c.e * dim);
+  c.g.Op(name + " cat", {recv}, out, {});
+  return out;
+}
+
+}  // namespace
+
+bool Gpt2(const Ctx& c) { return c.spec.positions == PositionKind::kLearned; }
+
+int AttentionSublayer(Ctx& c, int x) {
+  const ModelSpec& s = c.spec;
+  double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
+  bool gpt2 = Gpt2(c);
+  int q = Linear(c, x, qd, "attn.q_proj", gpt2 ? "attn.c_attn" : "self_attn.q_proj");
+  int k = Linear(c, x, kvd, "attn.k_proj", gpt2 ? "attn.c_attn" : "self_attn.k_proj");
+  int v = Linear(c, x, kvd, "attn.v_proj", gpt2 ? "attn.c_attn" : "self_attn.v_proj");
+  if (s.qk_norm) {  // Qwen3: RMSNorm over head_dim on q and k before rope
+    q = RmsNorm(c, q, qd, "attn.q_norm", "self_attn.q_norm");
+    k = RmsNorm(c, k, kvd, "attn.k_norm", "self_attn.k_norm");
+  }
+  if (s.positions == PositionKind::kRotary) {
+    q = Rope(c, q, qd, "attn.q");
+    k = Rope(c, k, kvd, "attn.k");
+  }
+  if (c.opt.cp <= 1) {
+    int o = AttentionCore(c, q, k, v, s.num_kv_heads, "attn.core");
+    return Linear(c, o, static_cast<double>(s.hidden), "attn.o_proj",
+                  gpt2 ? "attn.c_proj" : "self_attn.o_proj");
+  }
+  // verl _ulysses_flash_attention_forward: repeat_kv(k, v) when cp > num_kv_heads, then
+  // gather_seq_scatter_heads on q, k, v; flash attention on [B, S, heads/cp, d]; then
+  // gather_heads_scatter_seq on the output. The all-to-alls save nothing (their backward is the
+  // inverse all-to-all), so flash saves the gathered q, k, v and its output, and o_proj saves
+  // the scattered-back output: one more q-sized tensor per token than without cp.
+  int rep = KvRepeat(s, c.opt.cp);
+  if (rep > 1) {
+    int kr = c.g.Tensor("attn.ulysses repeat_kv(k)", c.e * kvd * rep);
+    c.g.Op("attn.ulysses repeat_kv k", {k}, kr, {});
+    int vr = c.g.Tensor("attn.ulysses repeat_kv(v)", c.e * kvd * rep);
+    c.g.Op("attn.ulysses repeat_kv v", {v}, vr, {});
+    k = kr;
+    v = vr;
+  }
+  q = UlyssesAllToAll(c, q, qd, "attn.ulysses q");
+  k = UlyssesAllToAll(c, k, kvd * rep, "attn.ulysses k");
+  v = UlyssesAllToAll(c, v, kvd * rep, "attn.ulysses v");
+  int o = AttentionCore(c, q, k, v, s.num_kv_heads * rep, "attn.core");
+  o = UlyssesAllToAll(c, o, qd, "attn.ulysses out");
+  return Linear(c, o, static_cast<double>(s.hidden), "attn.o_proj",
+                gpt2 ? "attn.c_proj" : "self_attn.o_proj");
+}
+
+}  // namespace shardtune::model::recipes
