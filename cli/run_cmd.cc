@@ -109,15 +109,6 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world) {
   o.spec = model::ResolveModelArg(a.model, nullptr);
   o.plan = BuildPlan(a.plan);
   if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
-  // The executor keeps every sharded parameter in master_dtype; frozen_dtype is modelled by
-  // estimate, simulate and tune only.
-  if (o.plan.frozen_dtype && *o.plan.frozen_dtype != o.plan.master_dtype) {
-    std::string where = FlagGiven(a.plan, "--frozen-dtype") ? std::string("--frozen-dtype")
-                                                            : o.plan_name + ":/frozen_dtype";
-    throw InputError(where + ": expected " + model::ToString(o.plan.master_dtype) +
-                     " (run keeps frozen parameters in master_dtype), got " +
-                     model::ToString(*o.plan.frozen_dtype));
-  }
   ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), &o.plan);
   o.steps = a.steps;
   o.out_dir = a.out;

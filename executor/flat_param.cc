@@ -46,7 +46,9 @@ FlatParam::FlatParam(const model::FsdpUnit& unit, const FlatParamOptions& o)
     Transformer::InitParameter(s.name, o.seed, full.narrow(0, s.offset, s.numel).view(s.shape));
   }
   bool offload = o.offload_shard && o.device.is_cuda();
-  shard_ = full.narrow(0, o.shard_rank * shard_numel_, shard_numel_).clone();
+  SHARDTUNE_CHECK(!o.requires_grad || o.shard_dtype == at::kFloat)
+      << name_ << ": trainable shards are fp32 masters";
+  shard_ = full.narrow(0, o.shard_rank * shard_numel_, shard_numel_).to(o.shard_dtype).clone();
   if (offload) {
     shard_ = shard_.pin_memory();  // page-locked: asynchronous host <-> device copies
     if (o.keep_device_shard) device_shard_ = shard_.to(o.device).to(o.param_dtype);

@@ -37,6 +37,10 @@ struct ParamSlot {
 struct FlatParamOptions {
   at::ScalarType param_dtype = at::kFloat;   // gathered buffer and compute
   at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction
+  // The sharded parameter's dtype: fp32 master for trainable ones; a frozen flat parameter keeps
+  // the dtype the model was loaded in (plan frozen_dtype), as FSDP2 keeps each sharded parameter
+  // in the module's dtype and casts in the all-gather copy-in.
+  at::ScalarType shard_dtype = at::kFloat;
   int shard_size = 1;                        // n, ranks in the shard group
   int shard_rank = 0;
   uint64_t seed = 0;             // parameter initialization
@@ -71,7 +75,7 @@ class FlatParam {
   const FlatParamOptions& options() const { return options_; }
   bool trainable() const { return options_.requires_grad; }
 
-  at::Tensor& shard() { return shard_; }            // [shard_numel] fp32 master
+  at::Tensor& shard() { return shard_; }            // [shard_numel] shard_dtype (fp32 master)
   at::Tensor& grad_shard() { return grad_shard_; }  // [shard_numel] fp32, undefined when zero
   // Where shard(), grad_shard() and the optimizer state live (the host under CPU offload).
   at::Device shard_device() const { return shard_.device(); }

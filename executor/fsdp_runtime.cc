@@ -106,6 +106,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     const model::FsdpUnit& us = unit_specs_[u];
     FlatParamOptions gfo = fo;
     gfo.requires_grad = flat_groups[u].trainable;
+    if (!gfo.requires_grad) gfo.shard_dtype = ToScalarType(plan.FrozenDtype());
     if (flat_groups[u].lora) gfo.param_dtype = ToScalarType(plan.lora.dtype);
     m.units.push_back(std::make_unique<FlatParam>(us, gfo));
     m.reshard_after_forward.push_back(!us.is_root && strategy_reshards &&

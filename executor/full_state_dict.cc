@@ -36,7 +36,7 @@ void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& mode
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::string data;
   for (FlatParam* u : runtime.units()) {
-    at::Tensor shard = u->shard();  // [shard_numel] fp32
+    at::Tensor shard = u->shard().to(at::kFloat);  // [shard_numel] fp32 (frozen: upcast)
     at::Tensor full = shard;
     if (shard_comm.size() > 1) {
       full = at::empty({u->padded_numel()}, shard.options());  // [padded_numel] fp32

@@ -73,6 +73,13 @@ std::string PlanMismatch(const std::string& file, int64_t step, const std::vecto
              units[i]->name() + " with " + std::to_string(units[i]->shard_numel()) +
              " elements per shard";
     }
+    // Checkpoints written before shards recorded their dtype hold fp32 shards.
+    std::string dtype = c10::toString(units[i]->shard().scalar_type());
+    if (u.value("dtype", std::string("Float")) != dtype) {
+      return "unit " + std::to_string(i) + " (" + units[i]->name() + ") holds " +
+             u.value("dtype", std::string("Float")) + " shards, this run's are " + dtype +
+             " (frozen_dtype)";
+    }
   }
   const int64_t batch = step > 0 ? meta["next_sequence"].get<int64_t>() / step : 0;
   if (batch != global_batch) {
@@ -105,6 +112,7 @@ std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
   for (FlatParam* u : units) {
     meta["units"].push_back({{"name", u->name()},
                              {"shard_numel", u->shard_numel()},
+                             {"dtype", c10::toString(u->shard().scalar_type())},
                              {"trainable", u->trainable()}});
   }
   std::vector<Blob> blobs{{"meta", meta.dump()}};

@@ -119,6 +119,13 @@ int64_t ReduceScatterBytesPerStep(const Case& c, const model::ModelSpec& spec) {
   return total;
 }
 
+bool FrozenBf16(const Case& c) {
+  for (size_t i = 0; i + 1 < c.flags.size(); ++i) {
+    if (c.flags[i] == "--frozen-dtype" && c.flags[i + 1] == "bf16") return true;
+  }
+  return false;
+}
+
 class ExecutorFrozenLoraTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExecutorFrozenLoraTest, TwoRanksMatchOneRankAndOnlyTrainableParametersChange) {
@@ -165,6 +172,9 @@ TEST_P(ExecutorFrozenLoraTest, TwoRanksMatchOneRankAndOnlyTrainableParametersCha
       if (at != std::string::npos) internal.insert(at + 8, "default.");
     }
     Transformer::InitParameter(internal, kSeed, init);
+    // --frozen-dtype bf16: the frozen shards hold the initialization rounded to bf16, as a base
+    // model loaded with torch_dtype=torch.bfloat16 does.
+    if (Frozen(c, name) && FrozenBf16(c)) init = init.to(at::kBFloat16).to(at::kFloat);
     if (Frozen(c, name)) {
       ++frozen;
       EXPECT_TRUE(at::equal(t, init));
@@ -208,7 +218,12 @@ TEST_P(ExecutorFrozenLoraTest, TwoRanksMatchOneRankAndOnlyTrainableParametersCha
     bool frozen_unit = EndsWith(u.at("name").get<std::string>(), " [frozen]");
     SCOPED_TRACE(u.dump());
     EXPECT_EQ(u.at("trainable").get<bool>(), !frozen_unit);
-    EXPECT_TRUE(blobs.count("param/" + std::to_string(i)));
+    ASSERT_TRUE(blobs.count("param/" + std::to_string(i)));
+    // A frozen shard is stored in frozen_dtype (2 bytes per element for bf16), a trainable one
+    // as its fp32 master.
+    size_t element_bytes = frozen_unit && FrozenBf16(c) ? 2 : 4;
+    EXPECT_EQ(blobs.at("param/" + std::to_string(i)).size(),
+              element_bytes * u.at("shard_numel").get<size_t>());
     EXPECT_EQ(blobs.count("exp_avg/" + std::to_string(i)), frozen_unit ? 0u : 1u);
     EXPECT_EQ(blobs.count("exp_avg_sq/" + std::to_string(i)), frozen_unit ? 0u : 1u);
     with_state += frozen_unit ? 0 : 1;
@@ -240,7 +255,12 @@ INSTANTIATE_TEST_SUITE_P(
              {"--checkpointing", "full"}},
         Case{"lora_gpt2_c_attn", "micro-gpt2.model.json", {}, {"c_attn"}, {}},
         Case{"lora_mlp_and_head_bf16_base", "micro-llama.model.json", {},
-             {"o_proj", "down_proj", "lm_head"}, {}, "bf16"}),
+             {"o_proj", "down_proj", "lm_head"}, {}, "bf16"},
+        Case{"lora_q_v_frozen_dtype_bf16", "micro-llama.model.json", {}, {"q_proj", "v_proj"},
+             {"--frozen-dtype", "bf16"}},
+        Case{"frozen_layer0_frozen_dtype_bf16_offload", "micro-llama.model.json",
+             {"model.embed_tokens", "model.layers.0."}, {}, {"--frozen-dtype", "bf16",
+             "--offload", "all"}}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 // A LoRA run resumed from its checkpoint (adapters, their AdamW state, frozen base shards)
