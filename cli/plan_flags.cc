@@ -1,6 +1,8 @@
 // Plan flags -> model::Plan, flag by flag over an optional --plan file.
 #include "cli/plan_flags.h"
 
+#include <sstream>
+
 #include "model/errors.h"
 #include "model/plan_json.h"
 
@@ -44,6 +46,8 @@ void AddPlanFlags(CLI::App* app, PlanFlags* f) {
                   "Freeze parameters whose name starts with this prefix (repeatable), e.g. model.embed_tokens");
   app->add_option("--lora-rank", f->lora_rank, "LoRA rank r (0: off); base weights frozen");
   app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha (scale alpha/r)");
+  app->add_option("--lora-dropout", f->lora_dropout,
+                  "LoRA dropout p in [0, 1) (PEFT lora_dropout; saves a dropped input copy per adapter)");
   app->add_option("--lora-targets", f->lora_targets, "Comma-separated projections, e.g. q_proj,v_proj");
   app->add_option("--lora-dtype", f->lora_dtype, "Adapter weight dtype: fp32|bf16|fp16");
   app->add_option("--frozen-dtype", f->frozen_dtype,
@@ -156,6 +160,14 @@ model::Plan BuildPlan(const PlanFlags& f, const plan::ImportContext* from_ctx,
   if (FlagGiven(f, "--freeze")) p.frozen_prefixes = f.freeze;
   if (FlagGiven(f, "--lora-rank")) p.lora.rank = f.lora_rank;
   if (FlagGiven(f, "--lora-alpha")) p.lora.alpha = f.lora_alpha;
+  if (FlagGiven(f, "--lora-dropout")) {
+    if (!(f.lora_dropout >= 0.0 && f.lora_dropout < 1.0)) {
+      std::ostringstream got;
+      got << f.lora_dropout;
+      throw InputError("--lora-dropout: expected a probability in [0, 1), got " + got.str());
+    }
+    p.lora.dropout = f.lora_dropout;
+  }
   if (FlagGiven(f, "--lora-targets")) p.lora.targets = SplitCommas(f.lora_targets, "--lora-targets");
   if (FlagGiven(f, "--lora-dtype")) p.lora.dtype = ParseEnum<DType>(f.lora_dtype, "--lora-dtype");
   if (FlagGiven(f, "--frozen-dtype")) {

@@ -23,6 +23,7 @@ struct PlanFlags {
   std::vector<std::string> freeze;
   int cp = 1, lora_rank = 0, tiled_mlp = 1;
   double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
   bool wrap_experts = false;
   int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
   int64_t seq_len = 0, global_batch = 0;

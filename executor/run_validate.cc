@@ -36,6 +36,12 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
     p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +
                 std::string(model::ToString(plan.master_dtype)));
   }
+  if (plan.lora.enabled() && plan.lora.dropout > 0) {
+    // Equal losses for 1 and N ranks need each sequence's dropout masks to follow the sequence,
+    // not the rank: not built. estimate/simulate/tune model the dropout's memory.
+    p.push_back("--lora-dropout (plan:/lora/dropout): expected 0 (the executor has no LoRA dropout), got " +
+                std::to_string(plan.lora.dropout));
+  }
   if (plan.lora.enabled() && plan.lora.dtype == model::DType::kFp16) {
     p.push_back("--lora-dtype: fp16 is not supported on CPU (use fp32 or bf16)");
   }

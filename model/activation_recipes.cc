@@ -32,10 +32,23 @@ bool AnyTrains(const Ctx& c, const std::string& m) {
 // param_dtype like the base), so A's input is the base's input tensor. Each mm saves its input
 // for its weight's gradient only; `* scaling` (a Python float, mul.Scalar) and the add save
 // nothing per token. `copies`: routed copies per token (MoE experts: top_k).
+//
+// lora_dropout p > 0 is nn.Dropout, F.dropout -> native_dropout(x, p, train) returning the dropped
+// copy and a bool mask (aten/src/ATen/native/Dropout.cpp; the fused CUDA kernel writes the mask
+// as bool, 1 byte per element); derivatives.yaml "input: native_dropout_backward(grad, result1,
+// ...)" saves the mask for the input's gradient only. Each adapter has its own dropout module, so
+// each target projection keeps its own dropped copy (saved by its A) and mask.
 int LoraAdapter(Ctx& c, int x, int base, double out, double copies, const std::string& name) {
   double r = c.t.lora_rank, in = c.g.BytesPerToken(x) / c.e / copies;
+  int a_input = x;
+  if (c.t.lora_dropout > 0) {
+    int mask = c.g.Tensor(name + ".lora_dropout mask", 1.0 * in * copies);
+    c.g.Op(name + ".lora_dropout mask (bernoulli)", {}, mask, {});  // needs no gradient
+    a_input = c.g.Tensor(name + ".lora_dropout output", c.e * in * copies);
+    c.g.Op(name + ".lora_dropout", {x, mask}, a_input, {{mask, 0}});
+  }
   int a = c.g.Tensor(name + ".lora_A output", c.e * r * copies);
-  c.g.Op(name + ".lora_A", {x}, a, {{x, SavedFor::kParamGrad}});
+  c.g.Op(name + ".lora_A", {a_input}, a, {{a_input, SavedFor::kParamGrad}});
   c.g.MarkComputeBound();
   c.g.SetParam(r * in);
   int b = c.g.Tensor(name + ".lora_B output", c.e * out);

@@ -89,7 +89,8 @@ int Add(Ctx& c, int a, int b, const std::string& name) {
 std::string Trainability::Key() const {
   if (FullFinetune()) return "full";
   std::string k = std::string(input_requires_grad ? "in+" : "in-") +
-                   (all_params_train ? "all" : "some") + "/r" + std::to_string(lora_rank);
+                   (all_params_train ? "all" : "some") + "/r" + std::to_string(lora_rank) +
+                   "/p" + std::to_string(lora_dropout);
   for (const auto& p : trainable) k += "|" + p;
   k += "/";
   for (const auto& m : lora_modules) k += "|" + m;

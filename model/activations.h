@@ -84,6 +84,7 @@ struct Trainability {
   // lora_B [out, r] trainable), named like `trainable` without ".weight".
   std::vector<std::string> lora_modules;
   int lora_rank = 0;
+  double lora_dropout = 0;  // PEFT lora_dropout p (> 0: nn.Dropout before each adapter's A)
   bool FullFinetune() const {
     return input_requires_grad && all_params_train && lora_modules.empty();
   }
@@ -95,7 +96,9 @@ struct Trainability {
 ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);
 // One block with the given trainability (default: full fine-tune). LoRA adds PEFT's adapter ops
 // (lora_B(lora_A(x)) * scaling + base(x)): A saves x for its weight gradient (the base
-// projection's input, the same storage: dropout 0 is nn.Identity), B saves A's output [.., r].
+// projection's input, the same storage: dropout 0 is nn.Identity; with dropout p > 0 A saves its
+// own dropped copy and native_dropout saves a bool mask when x requires grad), B saves A's
+// output [.., r].
 BlockActivations ComputeBlockActivations(const ModelSpec& spec, const ActivationOptions& opt,
                                          const Trainability& t = {});
 // The final norm, LM head and cross-entropy: the logits and loss peak. Logits the caller holds

@@ -51,6 +51,9 @@ struct LoraSpec {
   std::vector<std::string> targets;  // HF projection names: q_proj k_proj v_proj o_proj gate_proj
                                      // up_proj down_proj (GPT-2: c_attn c_proj c_fc)
   DType dtype = DType::kFp32;        // PEFT keeps adapter weights in fp32 (autocast_adapter_dtype)
+  // LoraConfig(lora_dropout): p > 0 puts an nn.Dropout before each adapter's A (a dropped copy of
+  // the input and, when the input requires grad, its bool mask are saved); 0 is nn.Identity.
+  double dropout = 0.0;
   bool enabled() const { return rank > 0; }
 };
 

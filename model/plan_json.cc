@@ -121,6 +121,8 @@ LoraSpec ReadLora(StrictReader* r) {
                             "projection names (non-empty strings, e.g. \"q_proj\")");
   }
   l.dtype = OptEnum(r, "dtype", l.dtype);
+  // [0, 1): torch.nn.Dropout accepts p = 1, but an adapter that drops every input never trains.
+  l.dropout = r->OptionalNumber("dropout", l.dropout, 0.0, 0.999999);
   r->Finish();
   return l;
 }
@@ -219,7 +221,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["frozen_prefixes"] = p.frozen_prefixes;
   if (p.lora.enabled()) {
     j["lora"] = {{"rank", p.lora.rank}, {"alpha", p.lora.alpha}, {"targets", p.lora.targets},
-                 {"dtype", ToString(p.lora.dtype)}};
+                 {"dtype", ToString(p.lora.dtype)}, {"dropout", p.lora.dropout}};
   }
   j["tiled_mlp_shards"] = p.tiled_mlp_shards;
   return j;

@@ -245,6 +245,7 @@ SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& p
   for (size_t i = 0; i <= static_cast<size_t>(L); ++i) {
     Trainability& t = at(i);
     t.lora_rank = lora[i].empty() ? 0 : plan.lora.rank;
+    t.lora_dropout = lora[i].empty() ? 0 : plan.lora.dropout;
     t.lora_modules.assign(lora[i].begin(), lora[i].end());
     if (!t.all_params_train) t.trainable.assign(trainable[i].begin(), trainable[i].end());
   }

@@ -226,6 +226,7 @@ void WriteRollModelArgs(const model::Plan& p, std::ostream& y) {
     y << "    lora_target: " << Quote(join(p.lora.targets)) << "\n";
     y << "    lora_rank: " << p.lora.rank << "\n";
     y << "    lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
+    y << "    lora_dropout: " << FormatFloat(p.lora.dropout) << "\n";
     y << "    autocast_adapter_dtype: " << YamlBool(p.lora.dtype == DType::kFp32) << "\n";
   }
 }

@@ -84,7 +84,7 @@ const KeyTable& ModelArgsKeys() {
       {"model_name_or_path", KeyUse::kIgnored},
       {"model_type", KeyUse::kIgnored},
       {"gradient_checkpointing_use_reentrant", KeyUse::kIgnored},
-      {"lora_dropout", KeyUse::kIgnored},
+      {"lora_dropout", KeyUse::kMapped},
       {"adapter_name_or_path", KeyUse::kIgnored},
       {"num_labels", KeyUse::kIgnored},
       {"device_map", KeyUse::kIgnored},
@@ -267,6 +267,8 @@ void ReadLora(const ConfigReader& ma, const ImportContext& ctx, model::Plan* pla
   plan->lora.rank = static_cast<int>(ma.Int("lora_rank", 1, 1 << 16).value_or(8));
   plan->lora.alpha = ma.Number("lora_alpha", 0, 1e9).value_or(2.0 * plan->lora.rank);
   plan->lora.targets = names;
+  // roll/configs/model_args.py lora_dropout (default 0.0); PEFT LoraConfig(lora_dropout).
+  plan->lora.dropout = ma.Number("lora_dropout", 0, 0.999999).value_or(0.0);
   plan->lora.dtype =
       ma.Bool("autocast_adapter_dtype").value_or(true) ? model::DType::kFp32 : plan->master_dtype;
 }

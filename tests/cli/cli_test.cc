@@ -549,6 +549,29 @@ TEST(CliTest, EstimateReportsWhatLoraAndFreezingSave) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("LoRA r=8 on q_proj,v_proj"));
 }
 
+// --lora-dropout: more saved activations (each adapter keeps a dropped copy and a mask; the
+// per-token formula is tests/model/activations_test.cc's), written into the plan, bad values and
+// run (no dropout in the executor) are one-line errors.
+TEST(CliTest, LoraDropoutFlag) {
+  const std::string lora =
+      " --model tiny-llama --cluster 2xH100 --seq-len 128 --lora-rank 8 --lora-targets q_proj,v_proj";
+  Result a = RunCli("estimate" + lora + " --json");
+  Result b = RunCli("estimate" + lora + " --lora-dropout 0.1 --json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto activations = [](const std::string& out) {
+    return nlohmann::json::parse(out)["per_rank"]["category_peaks"]["activations saved for backward"]
+        .get<int64_t>();
+  };
+  EXPECT_GT(activations(a.out), 0);
+  EXPECT_GT(activations(b.out), activations(a.out));
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(b.out)["plan"]["lora"]["dropout"].get<double>(), 0.1);
+  ExpectOneLineError(RunCli("estimate" + lora + " --lora-dropout 1"), "--lora-dropout: expected a probability");
+  ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --seq-len 32 --lora-rank 8 "
+                            "--lora-targets q_proj --lora-dropout 0.1 --out " + TempPath("dropout_run")),
+                     "--lora-dropout (plan:/lora/dropout): expected 0");
+}
+
 // --frozen-dtype (estimate, simulate, tune): the frozen shards' bytes follow it, the JSON and the
 // text name them, tune keeps it in the plan it writes, and a bad value is a one-line error.
 TEST(CliTest, FrozenDtypeFlagSetsTheFrozenShards) {

@@ -198,16 +198,7 @@ TEST(ExecutorRunCpResumeTest, ResumedCpRunReproducesTheUninterruptedLosses) {
                        "2", "--lr-schedule", "constant", "--warmup-steps", "0"});
     return a;
   };
-  ProcessResult full = RunShardtune(args(tmp.Sub("full"), 4));
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  ProcessResult first = RunShardtune(args(tmp.Sub("resumed"), 2));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  ProcessResult second = RunShardtune(args(tmp.Sub("resumed"), 4));
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("resumed from checkpoint"), std::string::npos) << second.output;
-  std::map<int64_t, double> a = Losses(tmp.Sub("full")), b = Losses(tmp.Sub("resumed"));
-  ASSERT_EQ(b.size(), 2u);
-  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+  ExpectResumeReproducesLosses(args, tmp.Sub("cp"));
 }
 
 TEST(ExecutorRunCpInputTest, CpNotDividingHeadsSequenceOrWorldIsAnInputError) {

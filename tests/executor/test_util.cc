@@ -114,6 +114,22 @@ std::string ReadText(const std::string& path) {
 std::map<int64_t, double> Losses(const std::string& dir) { return StepField(dir, "loss"); }
 std::map<int64_t, double> GradNorms(const std::string& dir) { return StepField(dir, "grad_norm"); }
 
+void ExpectResumeReproducesLosses(
+    const std::function<std::vector<std::string>(const std::string& out, int steps)>& args_for,
+    const std::string& tmp_root) {
+  std::string full_dir = tmp_root + "/full", resumed_dir = tmp_root + "/resumed";
+  ProcessResult full = RunShardtune(args_for(full_dir, 4));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult first = RunShardtune(args_for(resumed_dir, 2));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ProcessResult second = RunShardtune(args_for(resumed_dir, 4));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from checkpoint"), std::string::npos) << second.output;
+  std::map<int64_t, double> a = Losses(full_dir), b = Losses(resumed_dir);
+  ASSERT_EQ(b.size(), 2u);
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+}
+
 std::string DataPath(const std::string& name) {
   return std::string(SHARDTUNE_EXECUTOR_TEST_DATA_DIR) + "/" + name;
 }

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ std::string ReadText(const std::string& path);
 // step -> loss, and step -> grad_norm, from DIR/measurements.json.
 std::map<int64_t, double> Losses(const std::string& dir);
 std::map<int64_t, double> GradNorms(const std::string& dir);
+
+// Runs `args_for(out, 4)` uninterrupted, then `args_for(out2, 2)` and `args_for(out2, 4)` (the
+// second resumes from the first's step-2 checkpoint: args_for must ask for --checkpoint-every 2
+// and a schedule both step counts share, e.g. constant LR), and expects the resumed steps' losses
+// to equal the uninterrupted run's bit for bit.
+void ExpectResumeReproducesLosses(
+    const std::function<std::vector<std::string>(const std::string& out, int steps)>& args_for,
+    const std::string& tmp_root);
 
 // The executor's test data folder (tests/executor/data) and a model file in it.
 std::string DataPath(const std::string& name);

@@ -219,6 +219,24 @@ TEST(FrozenActivationsTest, LoraOnQvSavesAdapterInputsNotTheFrozenLinearsInputs)
   EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, m.e * m.h);
 }
 
+// (a'') The same adapters with PEFT lora_dropout p > 0: each adapter's nn.Dropout makes its own
+// dropped copy of x (eH, saved by its lora_A instead of x) and a bool mask (1 byte x H, saved by
+// native_dropout for x's gradient), so x itself is no longer saved: two adapters keep 2 x 3H.
+// When the block input needs no grad (after a frozen embedding), the masks are not saved.
+TEST(FrozenActivationsTest, LoraDropoutSavesADroppedCopyAndAMaskPerAdapter) {
+  OneB m;
+  double r = 16;
+  Trainability t = LoraQv(true, 16);
+  t.lora_dropout = 0.1;
+  double expected = 2 * m.frozen_norm() + 2 * (m.e * m.h + 1 * m.h) + 2 * m.e * r + m.sdpa() +
+                    m.frozen_mlp();
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16(), t).full.saved_per_token, expected);
+  Trainability first = LoraQv(false, 16);
+  first.lora_dropout = 0.1;
+  double expected_first = 2 * m.e * m.h + 2 * m.e * r + m.sdpa() + m.frozen_norm() + m.frozen_mlp();
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(m.s, Bf16(), first).full.saved_per_token, expected_first);
+}
+
 // (a') The same adapters in the first block after a frozen embedding: its input does not require
 // grad, so input_layernorm records nothing, k (frozen, no adapter) requires no grad; SDPA still
 // saves q, k, v (its node exists because q and v require grad).

@@ -289,6 +289,7 @@ TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {
   p.lora.alpha = 32;
   p.lora.targets = {"q_proj", "v_proj"};
   p.lora.dtype = DType::kBf16;
+  p.lora.dropout = 0.05;
   p.tiled_mlp_shards = 4;
   p.wrap.expert_units = true;
   std::string out = PlanToJson(p).dump();
@@ -296,7 +297,10 @@ TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {
   EXPECT_EQ(PlanToJson(back).dump(), out);
   EXPECT_EQ(back.cp, 4);
   EXPECT_EQ(back.lora.targets, p.lora.targets);
+  EXPECT_DOUBLE_EQ(back.lora.dropout, 0.05);
   EXPECT_TRUE(back.wrap.expert_units);
+  EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "lora": {"rank": 8, "targets": ["q_proj"], "dropout": 1}})", "p.json"), "p.json"); },
+              ThrowsMessage<InputError>(HasSubstr("p.json:/lora/dropout")));
   EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "lora": {"rank": 8, "targets": [""]}})", "p.json"), "p.json"); },
               ThrowsMessage<InputError>(HasSubstr("p.json:/lora/targets/0: expected projection names")));
   EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "cp_fsdp_mesh": "cp"})", "p.json"), "p.json"); },

@@ -265,6 +265,15 @@ TEST(ImportRollTest, ExampleFileReferenceWorker) {
   EXPECT_EQ(r.worker, "reference");
 }
 
+TEST(ImportRollTest, LoraDropoutIsReadAndChecked) {
+  const std::string head = "sequence_length: 1024\nsft_train:\n  model_args:\n    lora_target: q_proj\n";
+  const std::string tail = "  strategy_args:\n    strategy_name: fsdp2_train\n"
+                           "  device_mapping: [0, 1, 2, 3, 4, 5, 6, 7]\n";
+  Plan p = FromText(head + "    lora_dropout: 0.05\n" + tail, LlamaOn8());
+  EXPECT_DOUBLE_EQ(p.lora.dropout, 0.05);
+  EXPECT_THROW(FromText(head + "    lora_dropout: 1.5\n" + tail, LlamaOn8()), InputError);
+}
+
 TEST(ImportRollTest, DefaultsLoraFreezeTiledAndPureFsdp) {
   Plan p = FromText(
       "sequence_length: 1024\nsft_train:\n  model_args:\n    lora_target: q_proj,v_proj\n"
@@ -280,6 +289,7 @@ TEST(ImportRollTest, DefaultsLoraFreezeTiledAndPureFsdp) {
   EXPECT_EQ(p.micro_batch, 8);           // training_args.py default
   EXPECT_EQ(p.lora.rank, 8);             // model_args.py default
   EXPECT_DOUBLE_EQ(p.lora.alpha, 16.0);  // 2 x rank
+  EXPECT_DOUBLE_EQ(p.lora.dropout, 0.0);  // model_args.py default
   EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(p.frozen_prefixes, (std::vector<std::string>{"model.embed_tokens", "model.layers.0."}));
   EXPECT_EQ(p.tiled_mlp_shards, 4);  // tiled_num_shards default
