@@ -107,10 +107,25 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   }
   row("step 0 peak / steady-state (step 1) peak", r.step0_peak,
       "/ " + FormatBytes(r.steady_peak) + (r.step0_peak > r.steady_peak ? "  (step 0 is worse)" : ""));
-  row("caching allocator reserved (no pressure)", r.reserved_no_pressure,
-      "per-stream pools: blocks freed on one stream are not reused by another");
+  if (r.allocator_replayed) {
+    row("caching allocator reserved (no pressure)", r.reserved_no_pressure,
+        "step 0 " + FormatBytes(r.reserved_step0) + " / steady " + FormatBytes(r.reserved_steady) +
+            " (allocator replayed tensor by tensor)");
+    out << "    reserved " << FormatBytes(r.reserved_no_pressure) << " = allocated peak "
+        << FormatBytes(r.peak_allocated) << " + " << FormatBytes(r.fragmentation)
+        << " cached free blocks (split segments, per-stream pools), largest free block "
+        << FormatBytes(r.largest_free_block) << " at the allocated peak";
+    if (r.allocator_retries > 0) {
+      out << "; under the capacity the allocator frees its cache and retries "
+          << r.allocator_retries << " time(s)";
+    }
+    out << "\n";
+  } else {
+    row("caching allocator reserved (no pressure)", r.reserved_no_pressure,
+        "per-stream pools: blocks freed on one stream are not reused by another");
+  }
   for (const auto& [k, b] : r.outside_allocator) row("outside the allocator: " + k, b, "");
-  row("fragmentation allowance", r.fragmentation, "");
+  if (!r.allocator_replayed) row("fragmentation allowance", r.fragmentation, "");
   row("required", r.required, std::string(r.fits ? "FITS" : "DOES NOT FIT") + " in " +
                                   FormatBytes(r.capacity) + " usable (headroom " +
                                   FormatBytes(r.capacity - r.required) + ")");

@@ -50,6 +50,11 @@ struct SearchRequest {
   SearchSpace space;
   sim::SimOptions options;
   bool prune = true;                  // false: simulate every plan that fits (for tests)
+  // The caching-allocator replay (sim::MemoryOptions::allocator_replay) costs about as much as the
+  // rest of a plan's memory estimate: by default the search screens plans with the
+  // fragmentation allowance and replays only the plans it is about to list in `top` (dropping any
+  // the replay finds out of memory). true: replay every memory-checked plan.
+  bool replay_every_plan = false;
 };
 
 struct Candidate {

@@ -46,6 +46,22 @@ Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluste
     : spec_(spec), cluster_(cluster), req_(req), ctx_(cluster), opt_(req.options) {
   opt_.with_timeline = false;
   outside_floor_ = opt_.memory.constants.cuda_context;
+  replay_top_ = opt_.memory.allocator_replay && !req.replay_every_plan;
+  if (replay_top_) opt_.memory.allocator_replay = false;
+}
+
+// The caching-allocator replay of a plan the screening (fragmentation allowance) let through:
+// false when the replay runs out of memory; `c.required` becomes the replay's figure.
+bool Ranker::ReplayFits(Candidate* c) {
+  sim::MemoryOptions mo = opt_.memory;
+  mo.allocator_replay = true;
+  sim::MemoryReport m =
+      sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false, &sim::CacheOf(ctx_)).report;
+  c->required = m.required;
+  if (m.fits) return true;
+  Reject("OOM in the caching allocator replay: split cached blocks leave no segment for a request",
+         c->key + " needs " + GiBText(m.required) + " of " + GiBText(m.capacity), m.required);
+  return false;
 }
 
 // Persistent model states the plan keeps on the GPU at the optimizer step (params, grads and
@@ -192,6 +208,7 @@ SearchResult Ranker::Finish() {
   // Plans that differ only in knobs with no effect here (same time and memory) are listed once:
   // the first in search order, which favours the defaults.
   for (size_t i = 0; i < all.size() && static_cast<int>(out.top.size()) < req_.top_k; ++i) {
+    if (replay_top_ && !ReplayFits(&all[i])) continue;
     if (!out.top.empty() && all[i].step_time_s == out.top.back().step_time_s &&
         all[i].required == out.top.back().required) {
       ++out.equivalent_hidden;

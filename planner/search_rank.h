@@ -27,12 +27,14 @@ class Ranker {
   double Objective(const Candidate& c) const;
   bool CanEnterTop(double objective_lower_bound) const;
   void Admit(Candidate c);
+  bool ReplayFits(Candidate* c);
 
   const model::ModelSpec& spec_;
   const profiles::ClusterSpec& cluster_;
   const SearchRequest& req_;
   sim::SimContext ctx_;
   sim::SimOptions opt_;
+  bool replay_top_ = false;  // screen with the allowance, replay the allocator for `top` only
   Bytes outside_floor_;                    // CUDA context: present in every plan
   std::map<std::string, int64_t> shard_numel_;  // (wrap, n) -> padded shard elements
   std::vector<Candidate> candidates_;

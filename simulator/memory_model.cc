@@ -13,6 +13,7 @@
 #include "model/module_tree.h"
 #include "model/tiled_mlp.h"
 #include "model/trainable.h"
+#include "simulator/allocator_sim.h"
 #include "simulator/memory_ledger.h"
 #include "simulator/step_walk.h"
 
@@ -232,6 +233,31 @@ const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
   return it->second;
 }
 
+namespace {
+// Reserved memory and the judgement from the allocator replay: with memory to spare first (what
+// max_memory_reserved shows when nothing presses), then, only if that exceeds the capacity left
+// to the allocator, again under it (release_cached_blocks and retry; OOM if that fails too).
+void JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
+  AllocatorReplay free_run = ReplayAllocator(program, 0);
+  r->allocator_replayed = true;
+  r->reserved_no_pressure = Bytes::Of(free_run.reserved_peak_bytes);
+  r->reserved_step0 = Bytes::Of(free_run.reserved_step0_bytes);
+  r->reserved_steady = Bytes::Of(free_run.reserved_steady_bytes);
+  r->largest_free_block = Bytes::Of(free_run.largest_free_block_bytes);
+  r->fragmentation =
+      Bytes::Of(std::max<int64_t>(0, free_run.reserved_peak_bytes - r->peak_allocated.count()));
+  int64_t capacity = (r->capacity - r->outside_total).count();
+  r->required = r->reserved_no_pressure + r->outside_total;
+  r->fits = free_run.reserved_peak_bytes <= capacity;
+  r->allocator_retries = 0;
+  if (r->fits || capacity <= 0) return;
+  AllocatorReplay pressed = ReplayAllocator(program, capacity);
+  r->allocator_retries = pressed.retries;
+  r->fits = !pressed.out_of_memory;
+  if (r->fits) r->required = Bytes::Of(pressed.reserved_peak_bytes) + r->outside_total;
+}
+}  // namespace
+
 int64_t ExpandableReserved(int64_t pool_bytes) {
   if (pool_bytes <= 0) return 0;
   return (pool_bytes + kExpandablePageBytes - 1) / kExpandablePageBytes * kExpandablePageBytes;
@@ -265,6 +291,10 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
       Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
+  bool expandable = options.allocator == AllocatorMode::kExpandableSegments;
+  // The CUDA caching allocator replay; CPU ranks use LibTorch's CPU allocator (no segments).
+  bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
+  w.record_tensors = replay;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   model::Trainability full;
   w.block = &cache->Block(spec, act, full, plan.tiled_mlp_shards, options.moe_capacity_factor);
@@ -339,8 +369,11 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
       r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(ledger.op_after()[i])});
     }
   }
-  bool expandable = options.allocator == AllocatorMode::kExpandableSegments;
-  if (expandable) {
+  OutsideAllocator(cluster, r, options.constants, &r);
+  r.capacity = cluster.gpu.usable_memory;
+  if (replay) {
+    JudgeOnAllocatorReplay(est.program, &r);
+  } else if (expandable) {
     // One expandable segment per stream pool, mapped in 20 MiB pages: reserved is each pool's
     // peak rounded up to a page, and the only slack is the unused tail of the last page.
     // Blocks inside an expandable segment are splits of it, rounded to 512 bytes only, so
@@ -362,21 +395,30 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
     r.fragmentation = Bytes::Of(static_cast<int64_t>(
         static_cast<double>(r.peak_allocated.count()) * options.constants.fragmentation_fraction));
   }
-  OutsideAllocator(cluster, r, options.constants, &r);
-  r.required = r.peak_allocated + r.fragmentation + r.outside_total;
-  r.capacity = cluster.gpu.usable_memory;
-  r.fits = r.required <= r.capacity;
-  std::ostringstream why;
-  why << "peak allocated + ";
-  if (expandable) {
-    why << "expandable_segments page rounding (20 MiB pages per stream pool)";
-  } else {
-    why << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
-        << "% fragmentation allowance";
+  if (!replay) {
+    r.required = r.peak_allocated + r.fragmentation + r.outside_total;
+    r.fits = r.required <= r.capacity;
   }
-  why << " + memory outside the allocator (CUDA context, NCCL) vs the device's usable memory; "
-         "the caching allocator frees its cache and retries before it raises OOM, so "
-         "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
+  std::ostringstream why;
+  if (replay) {
+    why << "the caching allocator replayed over every tensor of both steps "
+           "(c10/cuda/CUDACachingAllocator.cpp: 2 MiB small-pool and 20 MiB or 2 MiB-rounded "
+           "large-pool segments, best fit per stream, block splitting) in the device's usable "
+           "memory less the memory outside the allocator (CUDA context, NCCL); a failed cudaMalloc "
+           "frees the cached whole segments and retries, a second failure is the OOM "
+           "(nvidia-smi shows reserved + outside)";
+  } else {
+    why << "peak allocated + ";
+    if (expandable) {
+      why << "expandable_segments page rounding (20 MiB pages per stream pool)";
+    } else {
+      why << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
+          << "% fragmentation allowance";
+    }
+    why << " + memory outside the allocator (CUDA context, NCCL) vs the device's usable memory; "
+           "the caching allocator frees its cache and retries before it raises OOM, so "
+           "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
+  }
   r.judged_on = why.str();
   HostEstimate(cluster, plan, options, &r);
   return est;

@@ -48,7 +48,11 @@ struct MemoryConstants {
   // pins the default at 32 MiB. One for the compute stream; none on CPU ranks.
   Bytes cublas_workspace = Bytes::MiB(32);
   // Allowance for blocks split and cached but not reusable at the peak, as a fraction of the
-  // peak allocated. A guess (no mechanism modelled yet); calibration replaces it.
+  // peak allocated. A guess; calibration fits it from CPU ranks' RSS. On GPU clusters with the
+  // default allocator the training estimate replays the caching allocator instead
+  // (simulator/allocator_sim.h) and this no longer scales it; it still serves CPU ranks (LibTorch's
+  // CPU allocator), the job phases other than the training steps (job_phases.cc) and
+  // MemoryOptions::allocator_replay = false.
   double fragmentation_fraction = 0.05;
   // Host RSS of one training process before any model is loaded (Python, torch, CUDA and NCCL
   // libraries). A guess; calibration replaces it.
@@ -81,6 +85,10 @@ struct MemoryOptions {
   int checkpoint_dtype_bytes = 2;  // bytes per parameter of the pretrained weights loaded (bf16)
   CheckpointFormat checkpoint_format = CheckpointFormat::kSharded;  // what FSDP2 users get (DCP)
   AllocatorMode allocator = AllocatorMode::kDefault;
+  // Default allocator on a GPU: replay the caching allocator over every tensor of the steps
+  // (allocator_sim.h) for reserved memory and the judgement. false: the fragmentation_fraction
+  // allowance instead (about 10x faster; the planner's search uses it and replays its best plans).
+  bool allocator_replay = true;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
   // MoE: tokens per routed expert as a multiple of the balanced load top_k x T / E (1.0: HF's
@@ -142,10 +150,20 @@ struct MemoryReport {
   std::vector<std::pair<std::string, Bytes>> category_peaks;
   Bytes step0_peak, steady_peak;  // peak of step 0 and of step 1
   Bytes reserved_no_pressure;  // what the caching allocator would hold with memory to spare
-  Bytes fragmentation;         // allowance added to the peak for the judgement
+  // Replayed caching allocator (allocator_replayed): max_memory_reserved through step 0 and during
+  // step 1 with memory to spare; at the allocated peak, the largest cached free block; the
+  // num_alloc_retries of the replay under the capacity (cache released and cudaMalloc retried).
+  bool allocator_replayed = false;
+  Bytes reserved_step0, reserved_steady, largest_free_block;
+  int64_t allocator_retries = 0;
+  // reserved_no_pressure - peak_allocated when replayed (cached free blocks), else the allowance
+  // fragmentation_fraction x peak (expandable segments: page rounding).
+  Bytes fragmentation;
   std::vector<std::pair<std::string, Bytes>> outside_allocator;  // CUDA context, NCCL
   Bytes outside_total;
-  Bytes required;              // peak_allocated + fragmentation + outside_total: judged figure
+  // The judged figure: peak_allocated + fragmentation + outside_total; replayed: the replay's
+  // reserved peak under the capacity (after any retries) + outside_total.
+  Bytes required;
   Bytes capacity;              // usable device memory
   bool fits = true;
   std::string judged_on;       // sentence saying what `fits` compares

@@ -36,6 +36,12 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   pr["steady_peak_bytes"] = r.steady_peak.count();
   pr["reserved_bytes"] = r.reserved_no_pressure.count();
   pr["fragmentation_allowance_bytes"] = r.fragmentation.count();
+  if (r.allocator_replayed) {
+    pr["reserved_step0_bytes"] = r.reserved_step0.count();
+    pr["reserved_steady_bytes"] = r.reserved_steady.count();
+    pr["largest_free_block_bytes"] = r.largest_free_block.count();
+    pr["allocator_retries"] = r.allocator_retries;
+  }
   pr["outside_allocator"] = PairsToJson(r.outside_allocator);
   pr["outside_allocator_bytes"] = r.outside_total.count();
   pr["nvidia_smi_bytes"] = (r.reserved_no_pressure + r.outside_total).count();

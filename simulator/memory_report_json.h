@@ -14,7 +14,9 @@ namespace shardtune::sim {
 
 // Keys: "per_rank" {model_state_bytes, peak_bytes (= torch.cuda.max_memory_allocated),
 // peak_phase, breakdown {category: bytes}, reserved_bytes, outside_allocator, required_bytes,
-// capacity_bytes, headroom_bytes, step0_peak_bytes, steady_peak_bytes, ...}, "fits",
+// capacity_bytes, headroom_bytes, step0_peak_bytes, steady_peak_bytes, and with the allocator
+// replay reserved_step0_bytes, reserved_steady_bytes, largest_free_block_bytes,
+// allocator_retries (num_alloc_retries under the capacity), ...}, "fits",
 // "judged_on", "host" {peak_bytes_per_node, peak_phase, breakdown, capacity_bytes_per_node, fits},
 // "units" [...], "timeline" [...].
 nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline);

@@ -61,6 +61,18 @@ struct MemAction {
   int64_t bytes;    // > 0 allocates, < 0 frees; a transient is an allocation and its free
 };
 
+// One tensor as the caching allocator sees it, for the allocator replay
+// (simulator/allocator_sim.h). MemActions lump tensors (a block's saved activations, a unit's
+// gradients) and free by byte count, which is all the ledger needs; these events name each tensor
+// PyTorch allocates separately, and each free names the allocation it ends. A tensor is freed in
+// the pool (stream) it was allocated in, as FSDP2's record_stream / event handling keeps it.
+struct TensorEvent {
+  uint32_t op = 0;    // the program op it belongs to (index into StepProgram::ops)
+  int32_t id = -1;    // allocation: its id (0, 1, ... in order); free: the id it frees
+  int64_t bytes = 0;  // > 0: allocates `bytes` in `pool`; 0: frees tensor `id`
+  Stream pool = Stream::kDefault;
+};
+
 struct ProgramOp {
   OpKind kind = OpKind::kStartup;
   Stream stream = Stream::kDefault;
@@ -87,6 +99,10 @@ struct ProgramOp {
 struct StepProgram {
   std::vector<ProgramOp> ops;
   std::vector<MemAction> actions;
+  // Tensor-level allocations and frees in program order; empty unless the walk recorded them
+  // (WalkSetup::record_tensors). num_tensor_ids: allocations recorded.
+  std::vector<TensorEvent> tensors;
+  int32_t num_tensor_ids = 0;
   std::vector<std::string> unit_names;
   int num_layers = 0;
   int grad_accum = 1;

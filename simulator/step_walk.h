@@ -32,6 +32,9 @@ struct WalkSetup {
   // empty: `block` for every block.
   std::vector<const model::BlockActivations*> blocks;
   const model::ActivationLedger* head = nullptr;
+  // Record StepProgram::tensors (each tensor PyTorch allocates separately, with identities) for
+  // the caching-allocator replay. Costs time per plan; the planner's search leaves it off.
+  bool record_tensors = false;
 };
 
 StepProgram BuildStepProgram(const WalkSetup& setup);

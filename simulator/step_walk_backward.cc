@@ -17,6 +17,7 @@ void Walker::ForwardCompute(int seg) {
     Cur().host_kernels = 1;
     Alloc(Category::kResidual, Stream::kDefault, Tok(residual_));
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
+    residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
     double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
     Cur().attention_flops = attn * tokens_;
@@ -24,22 +25,29 @@ void Walker::ForwardCompute(int seg) {
                           AdapterFlopsPerToken(seg)) *
                          tokens_;
     Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
-    Transient(Category::kWorkingSet, Stream::kDefault,
-              p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - residual_)
-                          : InferWorkingSet());
+    int64_t ws = p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - residual_)
+                             : InferWorkingSet();
+    Transient(Category::kWorkingSet, Stream::kDefault, ws);
+    TWorkingSet(ws, p_.Trains() ? Blk(seg - 1).full : block_.full);
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
+    TAllocSaved(seg - 1);
     Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
     if (p_.cp > 1) UlyssesChain(UlyssesForwardPieces(Cur().memory_bytes, Cur().host_kernels));
   } else {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
     Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.forward_peak_per_token - residual_));
+    TWorkingSet(Tok(head_.forward_peak_per_token - residual_), head_);
     if (p_.Trains()) {
       Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
+      if (rec_) {
+        for (const auto& t : head_.saved) loss_ids_.push_back(TAlloc(Stream::kDefault, Tok(t.bytes_per_token)));
+      }
     } else {  // no_grad: only the logits [B, S, V] the caller gets back (log-probs are taken from
               // them)
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
+      kept_logits_id_ = TAlloc(Stream::kDefault, kept_logits_);
     }
     Cur().host_kernels = static_cast<int16_t>(head_.forward_ops);
   }
@@ -67,6 +75,8 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   int L = spec.num_layers;
   last_backward_ = Begin(OpKind::kBackward, Stream::kDefault, -1, seg);
   Alloc(Category::kUnshardedGrads, Stream::kDefault, grads);
+  for (int32_t u : seg_grad_units_) TAllocGrads(static_cast<size_t>(u), seg);
+  seg_grad_units_.clear();
   if (seg == model::FinalNormSegment(L)) return;  // its compute is counted with the head
   if (seg == model::HeadSegment(L)) {
     Cur().matmul_flops =
@@ -76,9 +86,15 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(head_, grads));
+    if (rec_) {
+      TFreeAll(&loss_ids_);
+      TFree(&residual_id_);
+      TWorkingSet(BackwardWorkingSet(head_, grads), head_);
+    }
     if (p_.keep_logits) {
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
+      kept_logits_id_ = TAlloc(Stream::kDefault, kept_logits_);
     }
   } else if (seg >= 1) {
     int b = seg - 1;
@@ -99,6 +115,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
+    if (rec_) {
+      TFreeAll(&act_ids_[static_cast<size_t>(b)]);
+      TWorkingSet(BackwardWorkingSet(Blk(b).full, grads), Blk(b).full);
+    }
     if (p_.cp > 1) {
       last_backward_ = UlyssesChain(
           UlyssesBackwardPieces(Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
@@ -138,6 +158,7 @@ void Walker::Backward() {
       if (units_[i].is_expert && !gathered_[i]) continue;  // its gradients come with its own pass
       unsharded_grad_[i] += g;
       grads += g;
+      if (rec_) seg_grad_units_.push_back(ui);
     }
     BackwardCompute(seg, grads);
     BackwardExperts(seg, false, sync);
@@ -150,9 +171,11 @@ void Walker::Backward() {
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   deferred_rs_ = 0;
+  TFreeAll(&deferred_rs_ids_);
   if (kept_logits_ > 0 && micro_ < p_.grad_accum - 1) {
     Free(Category::kLoss, Stream::kDefault, kept_logits_);
     kept_logits_ = 0;
+    TFree(&kept_logits_id_);
   }
 }
 
@@ -207,10 +230,16 @@ void Walker::PostBackward(size_t i, bool sync) {
         for (const auto& prm : u.params)
           accumulated_[i] += prm.requires_grad ? prm.numel() * e_reduce_ : 0;
         Alloc(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
+        if (rec_) {  // to_accumulated_grad_if_needed: grad.to(reduce_dtype) per parameter
+          for (const auto& prm : u.params) {
+            if (prm.requires_grad) nosync_ids_[i].push_back(TAlloc(Stream::kDefault, prm.numel() * e_reduce_));
+          }
+        }
       }
       Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + 2 * accumulated_[i]);
       Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
       unsharded_grad_[i] = 0;
+      if (rec_) TFreeAll(&ugrad_ids_[i]);
     } else {
       inplace_accum_[i] = true;
     }
@@ -228,6 +257,12 @@ void Walker::PostBackward(size_t i, bool sync) {
   Free(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
   accumulated_[i] = 0;
   deferred_rs_ = rs_in;
+  if (rec_) {  // the reduce-scatter input, one flat buffer; the grads copied in are dropped
+    TFreeAll(&deferred_rs_ids_);
+    deferred_rs_ids_.push_back(TAlloc(Stream::kDefault, rs_in));
+    TFreeAll(&ugrad_ids_[i]);
+    TFreeAll(&nosync_ids_[i]);
+  }
   int64_t rs_out = shard * e_reduce_;
   if (n_ > 1) {
     last_reduce_ = Begin(OpKind::kReduceScatter, Stream::kReduceScatter, unit, -1);
@@ -237,15 +272,20 @@ void Walker::PostBackward(size_t i, bool sync) {
     if (s_.reduce_scatter_receive_buffer) {  // freed with the input, at the next reduction
       Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
       deferred_rs_ += rs_in;
+      if (rec_) deferred_rs_ids_.push_back(TAlloc(Stream::kDefault, rs_in));
     }
   }
   bool offloaded = p_.offload != model::Offload::kNone;
   if (offloaded || has_sharded_grad_[i]) {
     // Offload: copied to the host's grads; accumulation: sharded_grad += output, then freed.
     Transient(Category::kReduceScatterBuffers, Stream::kReduceScatter, rs_out);
+    TTransient(Stream::kReduceScatter, rs_out);
   } else {
     sharded_grad_[i] = shard * model::BytesPerElement(p_.master_dtype);
     Alloc(Category::kShardedGrads, Stream::kReduceScatter, sharded_grad_[i]);
+    // The reduce output, one flat buffer on the reduce-scatter stream; the sharded .grad of each
+    // parameter is a view into it (foreach_reduce: torch.as_strided(reduce_output, ...)).
+    if (rec_) sharded_grad_id_[i] = TAlloc(Stream::kReduceScatter, sharded_grad_[i]);
     has_sharded_grad_[i] = true;
   }
   if (s_.replicas > 1) {
@@ -294,12 +334,21 @@ void Walker::OptimizerStep() {
       case model::Optimizer::kSgd: state = shard * e; break;
       case model::Optimizer::kAdafactor: state = factored * e; break;
     }
-    if (!optimizer_state_) Alloc(Category::kOptimizerState, Stream::kDefault, state);
+    if (!optimizer_state_) {
+      Alloc(Category::kOptimizerState, Stream::kDefault, state);
+      OptimizerStateTensors(state);
+    }
     optimizer_state_ = true;
     if (p_.optimizer != model::Optimizer::kSgd) {
       switch (p_.optimizer_impl) {
-        case model::OptimizerImpl::kForeach: Transient(Category::kOptimizerTemp, Stream::kDefault, shard * e); break;
-        case model::OptimizerImpl::kForLoop: Transient(Category::kOptimizerTemp, Stream::kDefault, 2 * largest * e); break;
+        case model::OptimizerImpl::kForeach:
+          Transient(Category::kOptimizerTemp, Stream::kDefault, shard * e);
+          ForeachSqrtTensors();
+          break;
+        case model::OptimizerImpl::kForLoop:
+          Transient(Category::kOptimizerTemp, Stream::kDefault, 2 * largest * e);
+          TTransient(Stream::kDefault, 2 * largest * e);
+          break;
         case model::OptimizerImpl::kFused: break;
       }
     }
@@ -315,9 +364,52 @@ void Walker::OptimizerStep() {
     Free(Category::kShardedGrads, Stream::kReduceScatter, sharded_grad_[i]);
     sharded_grad_[i] = 0;
     has_sharded_grad_[i] = false;
+    if (rec_) TFree(&sharded_grad_id_[i]);
   }
   Free(Category::kLoss, Stream::kDefault, kept_logits_);
   kept_logits_ = 0;
+  TFree(&kept_logits_id_);
+}
+
+// The trainable parameters in model.parameters() order (embeddings, blocks, norm, head), the
+// order torch.optim walks a param group.
+std::vector<int64_t> Walker::TrainableShardNumels() const {
+  std::vector<std::pair<int, int64_t>> v;
+  for (const auto& u : units_) {
+    for (const auto& prm : u.params) {
+      if (prm.requires_grad && p_.Trains()) v.push_back({prm.segment, prm.PaddedShardNumel(n_)});
+    }
+  }
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int64_t> out;
+  for (const auto& kv : v) out.push_back(kv.second);
+  return out;
+}
+
+// Optimizer state, created at the first step() (adam.py _init_group: exp_avg = zeros_like(p),
+// then exp_avg_sq, parameter by parameter; SGD: momentum_buffer = clone(grad)); Adafactor's
+// factored moments stay one lump of `state` bytes.
+void Walker::OptimizerStateTensors(int64_t state) {
+  if (!rec_) return;
+  int64_t e = model::BytesPerElement(p_.master_dtype);
+  if (p_.optimizer == model::Optimizer::kAdafactor) {
+    TAlloc(Stream::kDefault, state);
+    return;
+  }
+  int per_param = p_.optimizer == model::Optimizer::kAdamW ? 2 : 1;
+  for (int64_t ps : TrainableShardNumels()) {
+    for (int k = 0; k < per_param; ++k) TAlloc(Stream::kDefault, ps * e);
+  }
+}
+
+// _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), one tensor per
+// parameter, all alive until the update is done.
+void Walker::ForeachSqrtTensors() {
+  if (!rec_) return;
+  int64_t e = model::BytesPerElement(p_.master_dtype);
+  std::vector<int32_t> ids;
+  for (int64_t ps : TrainableShardNumels()) ids.push_back(TAlloc(Stream::kDefault, ps * e));
+  TFreeAll(&ids);
 }
 
 }  // namespace shardtune::sim::internal

@@ -63,6 +63,15 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     return units_[static_cast<size_t>(a)].last_segment > units_[static_cast<size_t>(b)].last_segment;
   });
   InitTrainability();
+  rec_ = s.record_tensors;
+  if (rec_) {
+    ag_id_.assign(u, -1);
+    sharded_grad_id_.assign(u, -1);
+    gathered_ids_.assign(u, {});
+    ugrad_ids_.assign(u, {});
+    nosync_ids_.assign(u, {});
+    act_ids_.assign(static_cast<size_t>(s.spec->num_layers), {});
+  }
   // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
   size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(p_.grad_accum) + 8;
   prog_->ops.reserve(2 * per_step + 1);
@@ -108,12 +117,67 @@ void Walker::Transient(Category c, Stream pool, int64_t bytes) {
   Free(c, pool, bytes);
 }
 
+int32_t Walker::TAlloc(Stream pool, int64_t bytes) {
+  if (!rec_ || bytes <= 0) return -1;
+  int32_t id = prog_->num_tensor_ids++;
+  prog_->tensors.push_back({static_cast<uint32_t>(prog_->ops.size() - 1), id, bytes, pool});
+  return id;
+}
+
+void Walker::TFree(int32_t* id) {
+  if (*id < 0) return;
+  prog_->tensors.push_back({static_cast<uint32_t>(prog_->ops.size() - 1), *id, 0, Stream::kDefault});
+  *id = -1;
+}
+
+void Walker::TFreeAll(std::vector<int32_t>* ids) {
+  for (int32_t& id : *ids) TFree(&id);
+  ids->clear();
+}
+
+void Walker::TWorkingSet(int64_t bytes, const model::ActivationLedger& l) {
+  if (!rec_ || bytes <= 0) return;
+  double largest = 0;
+  for (const auto& t : l.saved) largest = std::max(largest, t.bytes_per_token);
+  int64_t chunk = largest > 0 ? std::max<int64_t>(1, Tok(largest)) : bytes;
+  std::vector<int32_t> ids;
+  for (int64_t left = bytes; left > 0; left -= chunk) ids.push_back(TAlloc(Stream::kDefault, std::min(chunk, left)));
+  TFreeAll(&ids);
+}
+
+void Walker::TAllocGrads(size_t i, int seg) {
+  if (!rec_) return;
+  for (const auto& prm : units_[i].params) {  // AccumulateGrad: .grad per parameter, param dtype
+    if (!prm.requires_grad || !p_.Trains() || (seg >= 0 && prm.segment != seg)) continue;
+    ugrad_ids_[i].push_back(TAlloc(Stream::kDefault, prm.numel() * e_param_));
+  }
+}
+
+void Walker::TAllocSaved(int block) {
+  if (!rec_) return;
+  auto& ids = act_ids_[static_cast<size_t>(block)];
+  double saved = BlockSaved(block);
+  if (saved <= 0) return;
+  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) {
+    ids.push_back(TAlloc(Stream::kDefault, Tok(saved)));
+    return;
+  }
+  for (const auto& t : Blk(block).full.saved) ids.push_back(TAlloc(Stream::kDefault, Tok(t.bytes_per_token)));
+}
+
 void Walker::Run() {
   // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   Alloc(Category::kWorkspaces, Stream::kDefault, s_.workspace_bytes);
+  TAlloc(Stream::kDefault, s_.workspace_bytes);
   if (p_.offload != model::Offload::kAll) {
     for (int64_t bytes : shard_bytes_) Alloc(Category::kShardedParams, Stream::kDefault, bytes);
+    if (rec_) {  // fully_shard + to_empty: one padded shard per parameter (_init_sharded_param)
+      for (const auto& u : units_) {
+        for (const auto& prm : u.params)
+          TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * ShardedBytesPerElement(p_, prm));
+      }
+    }
   }
   for (step_ = 0; step_ < 2; ++step_) {
     size_t first_op = prog_->ops.size();
@@ -169,12 +233,30 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   Dep(dep);
   Dep(last_optimizer_);
   Dep(h2d);
-  if (p_.offload == model::Offload::kAll) Transient(Category::kAllGatherBuffers, Stream::kAllGather, shard * 4);
+  if (p_.offload == model::Offload::kAll) {
+    Transient(Category::kAllGatherBuffers, Stream::kAllGather, shard * 4);
+    TTransient(Stream::kAllGather, shard * 4);
+  }
+  // _get_param_all_gather_inputs: shards whose dtype is not param_dtype are cast by one foreach
+  // copy into a flat param-dtype buffer, freed once all_gather_copy_in has copied it (replay only:
+  // the ledger leaves this short-lived copy out).
+  int32_t cast_id = -1;
+  if (rec_) {
+    int64_t cast = 0;
+    for (const auto& prm : units_[i].params) {
+      if (ShardedBytesPerElement(p_, prm) != e_param_) cast += prm.PaddedShardNumel(n_) * e_param_;
+    }
+    cast_id = TAlloc(Stream::kAllGather, cast);
+  }
   // all_gather_copy_in (_fsdp_collectives.py) allocates the flat output ws x shard and copies
   // the cast shards into this rank's slice of it (all_gather_input is a narrow() view), also on a
   // one-rank mesh, where no bytes move.
   int64_t out = shard * n_ * e_param_;
   Alloc(Category::kAllGatherBuffers, Stream::kAllGather, out);
+  if (rec_) {
+    ag_id_[i] = TAlloc(Stream::kAllGather, out);
+    TFree(&cast_id);
+  }
   Cur().collective = profiles::Collective::kAllGather;
   Cur().comm_bytes = n_ > 1 ? out : 0;
   Cur().memory_bytes = static_cast<double>(shard * (4 + e_param_));  // cast copy-in
@@ -198,13 +280,20 @@ void Walker::Unshard(size_t i, bool forward) {
   if (forward) {
     Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
     deferred_ag_ = 0;
+    TFree(&deferred_ag_id_);
   }
   Alloc(Category::kGathered, Stream::kDefault, GatheredBytes(i));
+  if (rec_) {  // foreach_all_gather_copy_out: init_all_gather_outputs, one tensor per parameter
+    for (const auto& prm : units_[i].params)
+      gathered_ids_[i].push_back(TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * n_ * e_param_));
+  }
   Cur().memory_bytes = 2.0 * static_cast<double>(GatheredBytes(i));
   if (implicit) {
     deferred_ag_ = prefetched_[i];
+    if (rec_) std::swap(deferred_ag_id_, ag_id_[i]);
   } else {
     Free(Category::kAllGatherBuffers, Stream::kAllGather, prefetched_[i]);
+    if (rec_) TFree(&ag_id_[i]);
   }
   prefetch_op_[i] = -1;
   prefetched_[i] = 0;
@@ -214,6 +303,7 @@ void Walker::Reshard(size_t i) {
   if (!gathered_[i]) return;
   gathered_[i] = false;
   if (NeedsGatherCopy()) Free(Category::kGathered, Stream::kDefault, GatheredBytes(i));
+  if (rec_) TFreeAll(&gathered_ids_[i]);
 }
 
 bool Walker::Checkpointed(int block) const {
@@ -266,10 +356,13 @@ void Walker::Forward() {
   // The root's post-forward flushes the last kept all-gather buffer.
   Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
   deferred_ag_ = 0;
+  TFree(&deferred_ag_id_);
   if (!p_.Trains()) {  // no backward: the caller drops the logits and the residual stream
     Free(Category::kLoss, Stream::kDefault, kept_logits_);
     kept_logits_ = 0;
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
+    TFree(&kept_logits_id_);
+    TFree(&residual_id_);
   }
 }
 

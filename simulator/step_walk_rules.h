@@ -38,6 +38,26 @@ class Walker {
   void Alloc(Category c, Stream pool, int64_t bytes);
   void Free(Category c, Stream pool, int64_t bytes);
   void Transient(Category c, Stream pool, int64_t bytes);
+  // Tensor events for the allocator replay (no-ops returning -1 unless s_.record_tensors).
+  int32_t TAlloc(Stream pool, int64_t bytes);
+  void TFree(int32_t* id);  // frees `*id` (if >= 0) and sets it to -1
+  void TFreeAll(std::vector<int32_t>* ids);
+  void TTransient(Stream pool, int64_t bytes) {
+    int32_t id = TAlloc(pool, bytes);
+    TFree(&id);
+  }
+  // A working set the ledger keeps as one figure, replayed as tensors of at most the ledger's
+  // largest saved tensor (an op's temporaries are tensors of the shapes it saves: [B, S, I],
+  // [B, S, V] fp32 logits), all alive at the moment of the peak.
+  void TWorkingSet(int64_t bytes, const model::ActivationLedger& l);
+  // Unit i's unsharded gradients made in segment `seg` (seg < 0: all of them), one per parameter.
+  void TAllocGrads(size_t i, int seg);
+  // What block `block` saves for backward, one tensor per SavedTensor of its ledger (the block
+  // input alone under full checkpointing; selective checkpointing's outputs as one lump).
+  void TAllocSaved(int block);
+  std::vector<int64_t> TrainableShardNumels() const;
+  void OptimizerStateTensors(int64_t state);
+  void ForeachSqrtTensors();
   ProgramOp& Cur() { return prog_->ops.back(); }
 
   // FSDP2 rules.
@@ -117,6 +137,13 @@ class Walker {
   double tiled_mlp_flops_ = 0;
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
   int32_t last_optimizer_ = -1;
+  // Tensor identities for the allocator replay (step_program.h TensorEvent).
+  bool rec_ = false;
+  std::vector<int32_t> ag_id_, sharded_grad_id_;  // per unit: all-gather output, sharded grads
+  std::vector<std::vector<int32_t>> gathered_ids_, ugrad_ids_, nosync_ids_;  // per unit, per param
+  std::vector<std::vector<int32_t>> act_ids_;  // per block: saved activations
+  std::vector<int32_t> deferred_rs_ids_, loss_ids_, seg_grad_units_;
+  int32_t deferred_ag_id_ = -1, residual_id_ = -1, kept_logits_id_ = -1;
 };
 
 }  // namespace shardtune::sim::internal

@@ -135,6 +135,7 @@ void Walker::BackwardExperts(int seg, bool before_compute, bool sync) {
       for (const auto& prm : units_[i].params) g += prm.requires_grad ? prm.numel() * e_param_ : 0;
       unsharded_grad_[i] += g;
       Alloc(Category::kUnshardedGrads, Stream::kDefault, g);
+      TAllocGrads(i, -1);
     }
     PostBackward(i, sync);
   }

@@ -4,15 +4,21 @@
 // reshard_after_forward on and off, foreach and fused AdamW, gradient accumulation) must be
 // predicted within kTolerance for torch.cuda.max_memory_allocated at step 0 and in the steady
 // state. The reference is the measurement, not shardtune's output.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "model/presets.h"
 #include "profiles/cluster.h"
+#include "simulator/memory_ledger.h"
 #include "simulator/memory_model.h"
 
 namespace shardtune::sim {
@@ -21,12 +27,41 @@ namespace {
 // The acceptance band of this comparison (relative error of the peak allocated bytes).
 constexpr double kTolerance = 0.02;
 
-nlohmann::json LoadRuns() {
+// torch.cuda.max_memory_reserved against the caching allocator replay (simulator/allocator_sim.h),
+// at step 0 and in the steady steps, for all 25 runs (the expandable-segments run is printed, not
+// held: it has its own model). Two bands: every run within kReservedTolerance, and the median
+// within kReservedMedianTolerance. Why not tighter: the replay places each tensor as the
+// allocator does, but the ledger's working sets are replayed as tensors of the largest saved
+// shape (not the kernels' real temporaries) and a segment's allocations come in the ledger's
+// order, not the kernels'; one misplaced [B, S, V] fp32 logits block (2 GiB on Llama-3-8B at
+// 2048 tokens) is 5-10% of these runs' reserved. Worst case at the time of writing: -11.7%
+// (Llama-3-8B, world 8, micro-batch 1, steady); median 2.3%; the per-pool-peak estimate it
+// replaced was off by up to 35% (step 0) and 22% (steady).
+constexpr double kReservedTolerance = 0.12;
+constexpr double kReservedMedianTolerance = 0.04;
+
+std::string DataPath(const std::string& file) {
   const char* dir = std::getenv("SHARDTUNE_TEST_DATA_DIR");
   std::string base = dir ? dir : SHARDTUNE_TEST_DATA_DIR;
-  std::ifstream in(base + "/validation/fsdp2_h100_measured.json");
+  return base + "/validation/" + file;
+}
+
+nlohmann::json LoadRuns() {
+  std::ifstream in(DataPath("fsdp2_h100_measured.json"));
   EXPECT_TRUE(in.good());
   return nlohmann::json::parse(in);
+}
+
+// The LoRA, frozen and offload runs (one JSON document per line).
+std::vector<nlohmann::json> LoadPeftRuns() {
+  std::ifstream in(DataPath("fsdp2_h100_peft_offload.jsonl"));
+  EXPECT_TRUE(in.good());
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
 }
 
 model::Plan PlanOf(const nlohmann::json& c) {
@@ -42,7 +77,33 @@ model::Plan PlanOf(const nlohmann::json& c) {
                                       : model::OptimizerImpl::kForeach;
   p.attention = c.at("attn") == "eager" ? model::Attention::kEager : model::Attention::kSdpa;
   p.param_dtype = c.at("param_dtype") == "fp32" ? model::DType::kFp32 : model::DType::kBf16;
+  // PEFT runs (tests/bench/fsdp2_reference/compare_estimate.py flags()): adapters fp32,
+  // --freeze-layers K freezes the embeddings and blocks 0..K-1, --base-dtype is the frozen dtype.
+  if (c.value("lora_rank", 0) > 0) {
+    p.lora.rank = c.at("lora_rank").get<int>();
+    p.lora.alpha = c.at("lora_alpha").get<double>();
+    std::stringstream targets(c.at("lora_targets").get<std::string>());
+    for (std::string t; std::getline(targets, t, ',');) p.lora.targets.push_back(t);
+    p.lora.dtype = model::DType::kFp32;
+  }
+  if (c.value("freeze_layers", -1) >= 0) {
+    p.frozen_prefixes.push_back("model.embed_tokens");
+    for (int i = 0; i < c.at("freeze_layers").get<int>(); ++i)
+      p.frozen_prefixes.push_back("model.layers." + std::to_string(i) + ".");
+  }
+  if (c.value("base_dtype", "fp32") == "bf16") p.frozen_dtype = model::DType::kBf16;
+  if (c.value("offload", 0) != 0) p.offload = model::Offload::kAll;
   return p;
+}
+
+// max_memory_reserved of step 0 and the most of the later steps (the measurement resets peaks
+// between phases, so each step's figure is the reserved bytes it ended with).
+std::pair<double, double> MeasuredReserved(const nlohmann::json& run) {
+  const auto& steps = run.at("steps");
+  double steady = 0;
+  for (size_t s = 1; s < steps.size(); ++s)
+    steady = std::max(steady, steps.at(s).at("max_reserved").get<double>());
+  return {steps.at(0).at("max_reserved").get<double>(), steady};
 }
 
 TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
@@ -65,6 +126,59 @@ TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
     ++compared;
   }
   EXPECT_GE(compared, 10);
+}
+
+// Prints, per run, the measured max_memory_reserved and the error of the per-pool-peak estimate
+// the replay replaced (MemoryLedger::pool_peaks, one figure for both steps) and of the replay.
+TEST(Fsdp2MeasuredTest, MaxReservedWithinTolerance) {
+  std::vector<nlohmann::json> runs;
+  nlohmann::json doc = LoadRuns();
+  for (const auto& r : doc.at("runs")) runs.push_back(r);
+  for (const auto& r : LoadPeftRuns()) runs.push_back(r);
+  std::printf("%-52s %8s %8s | %7s %7s | %7s %7s\n", "run", "meas0", "measS", "old0", "oldS",
+              "new0", "newS");
+  double worst = 0;
+  int compared = 0;
+  std::vector<double> errors;
+  for (const auto& r : runs) {
+    if (r.contains("error") || !r.contains("config")) continue;
+    const auto& c = r.at("config");
+    model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
+    auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
+    model::Plan plan = PlanOf(c);
+    MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, plan, {}, false);
+    int64_t old_reserved = 0;
+    MemoryLedger ledger(est.program);
+    for (int64_t p : ledger.pool_peaks()) old_reserved += p;
+    auto [m0, ms] = MeasuredReserved(r);
+    double gib = 1024.0 * 1024 * 1024;
+    double o0 = static_cast<double>(old_reserved) / m0 - 1, os = static_cast<double>(old_reserved) / ms - 1;
+    double n0 = static_cast<double>(est.report.reserved_step0.count()) / m0 - 1;
+    double ns = static_cast<double>(est.report.reserved_steady.count()) / ms - 1;
+    std::string id = c.at("model").get<std::string>() + " w" + std::to_string(c.at("world").get<int>()) +
+                     " mb" + std::to_string(c.at("mb").get<int>()) + " " + c.at("ckpt").get<std::string>() +
+                     (c.at("reshard").get<int>() ? "" : " noreshard") + " " + c.at("optim").get<std::string>() +
+                     (c.at("accum").get<int>() > 1 ? " accum" + std::to_string(c.at("accum").get<int>()) : "") +
+                     (c.value("lora_rank", 0) > 0 ? " lora" + std::to_string(c.at("lora_rank").get<int>()) : "") +
+                     (c.value("freeze_layers", -1) >= 0 ? " freeze" + std::to_string(c.at("freeze_layers").get<int>()) : "") +
+                     (c.value("base_dtype", "fp32") == "bf16" ? " base-bf16" : "") +
+                     (c.value("offload", 0) ? " offload" : "") + " " + c.value("tag", "");
+    std::printf("%-52s %8.2f %8.2f | %+6.1f%% %+6.1f%% | %+6.1f%% %+6.1f%%\n", id.c_str(), m0 / gib,
+                ms / gib, 100 * o0, 100 * os, 100 * n0, 100 * ns);
+    if (c.value("tag", "") == "expandable") continue;  // a different allocator mode
+    EXPECT_NEAR(n0, 0.0, kReservedTolerance) << id;
+    EXPECT_NEAR(ns, 0.0, kReservedTolerance) << id;
+    worst = std::max({worst, std::abs(n0), std::abs(ns)});
+    errors.push_back(std::abs(n0));
+    errors.push_back(std::abs(ns));
+    ++compared;
+  }
+  std::sort(errors.begin(), errors.end());
+  double median = errors.empty() ? 0 : errors[errors.size() / 2];
+  std::printf("replay error: worst %.1f%%, median %.1f%% over %d runs\n", 100 * worst, 100 * median,
+              compared);
+  EXPECT_LE(median, kReservedMedianTolerance);
+  EXPECT_GE(compared, 20);
 }
 
 }  // namespace

@@ -1,0 +1,103 @@
+// A model of PyTorch's CUDA caching allocator with its default settings
+// (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator; PYTORCH_CUDA_ALLOC_CONF unset),
+// replayed over a StepProgram's tensors: which segments it cudaMallocs, how cached blocks are
+// split, reused best-fit per stream and merged, and whether it runs out of memory (after freeing
+// its cache and retrying) under a capacity. What torch.cuda.max_memory_reserved follows.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "simulator/step_program.h"
+
+namespace shardtune::sim {
+
+// Constants of c10/cuda/CUDACachingAllocator.cpp (c10/core/CachingDeviceAllocator.h since 2.6).
+inline constexpr int64_t kMinBlockBytes = 512;             // kMinBlockSize: round_size granule
+inline constexpr int64_t kSmallSizeBytes = 1 << 20;        // kSmallSize: largest small-pool request
+inline constexpr int64_t kSmallBufferBytes = 2 << 20;      // kSmallBuffer: small-pool segment
+inline constexpr int64_t kLargeBufferBytes = 20 << 20;     // kLargeBuffer: segment for < 10 MiB
+inline constexpr int64_t kMinLargeAllocBytes = 10 << 20;   // kMinLargeAlloc
+inline constexpr int64_t kRoundLargeBytes = 2 << 20;       // kRoundLarge: larger segments' granule
+
+// round_size with roundup_power2_divisions unset: at least 512 bytes, a multiple of 512.
+int64_t AllocatorRoundSize(int64_t bytes);
+// get_allocation_size: the segment cudaMalloc'd for a (rounded) request no cached block serves.
+int64_t AllocatorSegmentSize(int64_t rounded_bytes);
+
+// One device's DeviceCachingAllocator. Streams are small integers (sim::Stream values). Not
+// thread-safe; one per replay.
+class CachingAllocatorModel {
+ public:
+  // capacity_bytes: the most cudaMalloc can hand out in total (usable device memory minus what
+  // lives outside the allocator); 0: unlimited.
+  explicit CachingAllocatorModel(int64_t capacity_bytes = 0);
+
+  // malloc: a block of round_size(bytes) on `stream`. Returns its handle, or -1 when cudaMalloc
+  // fails even after release_cached_blocks (the OOM PyTorch raises).
+  int32_t Malloc(int stream, int64_t bytes);
+  // free: the block returns to its pool, merged with free neighbours in its segment.
+  void Free(int32_t handle);
+
+  int64_t reserved_bytes() const { return reserved_; }
+  int64_t peak_reserved_bytes() const { return peak_reserved_; }
+  int64_t allocated_bytes() const { return allocated_; }  // block bytes (rounded), as PyTorch
+  int64_t peak_allocated_bytes() const { return peak_allocated_; }
+  int segments() const { return segments_; }
+  int64_t retries() const { return retries_; }  // memory_stats()["num_alloc_retries"]
+  int64_t LargestFreeBlock() const;
+  // Bytes of cached free blocks per stream.
+  std::array<int64_t, kNumStreams> FreeBytesPerStream() const;
+
+ private:
+  struct Block {
+    int64_t addr = 0, size = 0;
+    int32_t prev = -1, next = -1;  // neighbours in the same segment
+    int stream = 0;
+    bool small = false, allocated = false;
+  };
+  // BlockComparatorSize: (stream, size, address); lower_bound gives the best fit on a stream.
+  using Key = std::tuple<int, int64_t, int64_t, int32_t>;
+  Key KeyOf(int32_t b) const;
+  std::set<Key>& PoolOf(const Block& b) { return b.small ? small_ : large_; }
+  int32_t NewBlock(const Block& b);
+  bool CudaMalloc(int stream, bool small, int64_t size, int32_t* block);
+  void ReleaseCachedBlocks();
+  void Merge(int32_t dst, int32_t src);
+
+  int64_t capacity_ = 0, reserved_ = 0, peak_reserved_ = 0, allocated_ = 0, peak_allocated_ = 0;
+  int64_t next_addr_ = 0, retries_ = 0;
+  int segments_ = 0;
+  std::array<int64_t, kNumStreams> stream_reserved_{}, stream_allocated_{};
+  std::vector<Block> blocks_;
+  std::vector<int32_t> unused_;  // recycled block slots
+  std::set<Key> small_, large_;  // free blocks
+};
+
+// The replay of one program: every tensor the program allocates (StepProgram::tensors), in
+// program order, through one CachingAllocatorModel.
+struct AllocatorReplay {
+  int64_t reserved_peak_bytes = 0;    // max_memory_reserved over start-up and both steps
+  int64_t reserved_step0_bytes = 0;   // max_memory_reserved through the end of step 0
+  int64_t reserved_steady_bytes = 0;  // most reserved during step 1 (the steady state)
+  int64_t allocated_peak_bytes = 0;   // max_memory_allocated of the replay (rounded blocks)
+  int segments = 0;                   // segments held at the end
+  int64_t retries = 0;                // num_alloc_retries
+  bool out_of_memory = false;         // a cudaMalloc failed after the retry
+  size_t oom_op = 0;                  // the op of that request (program.ops index)
+  int64_t oom_request_bytes = 0;
+  // At the moment of the most allocated bytes: reserved then, the cached free bytes per stream
+  // and the largest free block (where the reserved-but-free memory is).
+  int64_t reserved_at_allocated_peak_bytes = 0;
+  std::array<int64_t, kNumStreams> free_at_allocated_peak_bytes{};
+  int64_t largest_free_block_bytes = 0;
+};
+
+// REQUIRES: program.tensors recorded (WalkSetup::record_tensors). capacity_bytes 0: unlimited.
+AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes = 0);
+
+}  // namespace shardtune::sim
