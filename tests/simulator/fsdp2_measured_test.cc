@@ -128,6 +128,39 @@ TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
   EXPECT_GE(compared, 10);
 }
 
+// The LoRA / frozen / offload runs (peft.get_peft_model before fully_shard, CPUOffloadPolicy): the
+// same 2% on the peak allocated, and the trainable parameter count PEFT / requires_grad reports.
+// They exercise what autograd saves around frozen Linear layers (model/autograd_ledger.h) and
+// the frozen parameters' load dtype.
+TEST(Fsdp2MeasuredTest, PeftFrozenAndOffloadPeakAllocatedWithinTolerance) {
+  int compared = 0, lora = 0, frozen = 0, offload = 0;
+  for (const nlohmann::json& r : LoadPeftRuns()) {
+    if (r.contains("error")) continue;
+    const auto& c = r.at("config");
+    model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
+    auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
+    model::Plan plan = PlanOf(c);
+    MemoryReport m = EstimateMemory(spec, cluster, plan);
+    double step0 = r.at("steps").at(0).at("peak_allocated").get<double>();
+    double steady = 0;
+    for (size_t s = 1; s < r.at("steps").size(); ++s) {
+      steady = std::max(steady, r.at("steps").at(s).at("peak_allocated").get<double>());
+    }
+    std::string id = c.dump();
+    EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << id;
+    EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << id;
+    EXPECT_EQ(m.trainable_parameters, r.at("n_trainable").get<int64_t>()) << id;
+    ++compared;
+    lora += plan.lora.enabled();
+    frozen += !plan.frozen_prefixes.empty();
+    offload += plan.offload != model::Offload::kNone;
+  }
+  EXPECT_GE(compared, 10);
+  EXPECT_GE(lora, 5);
+  EXPECT_GE(frozen, 3);
+  EXPECT_GE(offload, 2);
+}
+
 // Prints, per run, the measured max_memory_reserved and the error of the per-pool-peak estimate
 // the replay replaced (MemoryLedger::pool_peaks, one figure for both steps) and of the replay.
 TEST(Fsdp2MeasuredTest, MaxReservedWithinTolerance) {
