@@ -117,7 +117,9 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
         << FormatBytes(r.largest_free_block) << " at the allocated peak";
     if (r.allocator_retries > 0) {
       out << "; under the capacity the allocator frees its cache and retries "
-          << r.allocator_retries << " time(s)";
+          << r.allocator_retries << " time(s)"
+          << (r.fits ? " and the step completes (each retry is a device-wide sync)"
+                     : ", then a cudaMalloc fails even after freeing it: out of memory");
     }
     out << "\n";
   } else {
