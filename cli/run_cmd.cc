@@ -20,6 +20,9 @@
 #include "executor/run.h"
 #include "model/errors.h"
 #include "model/presets.h"
+#include "model/model_spec.h"
+#include "planner/export.h"
+#include "planner/import.h"
 
 extern char** environ;
 
@@ -104,10 +107,23 @@ void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
   plan->grad_accum = accum;
 }
 
-exec::RunOptions MakeOptions(const RunArgs& a, int world) {
+exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::ostream* warn) {
   exec::RunOptions o;
   o.spec = model::ResolveModelArg(a.model, nullptr);
-  o.plan = BuildPlan(a.plan);
+  // --from: the trainer config is read against this run's world (the emulated one with
+  // --emulate-world) and its ranks per node, as estimate reads it against --cluster.
+  plan::ImportContext from;
+  from.world_size = a.emulate_world > 0 ? a.emulate_world : world;
+  from.gpus_per_node = a.emulate_world > 0 ? 0 : local_world;
+  from.layer_class = plan::HfDecoderLayerClass(o.spec);
+  from.tied_embeddings = o.spec.tied_embeddings;
+  from.model_parameters = model::ParameterCount(o.spec);
+  from.world_flag = a.emulate_world > 0 ? "--emulate-world" : "--nproc";
+  std::vector<std::string> warnings;
+  o.plan = BuildPlan(a.plan, &from, &warnings);
+  if (warn != nullptr) {
+    for (const std::string& w : warnings) *warn << "warning: " << w << "\n";
+  }
   if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
   ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), &o.plan);
   o.steps = a.steps;
@@ -186,6 +202,7 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
                   "(default; the last checkpoint is kept) or has its update skipped")
       ->check(CLI::IsMember({"stop", "skip"}));
   AddPlanFlags(run, &a->plan);
+  AddFromFlags(run, &a->plan);
 }
 
 int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
@@ -194,7 +211,9 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
     throw InputError("--nproc: expected an integer >= 1, got " + std::to_string(a.nproc));
   }
   int world = env.launched ? env.world_size : a.nproc;
-  exec::RunOptions o = MakeOptions(a, world);
+  int local_world = env.launched ? env.local_world_size : a.nproc;
+  // Warnings from --from once, from the launching process (each rank re-reads the file quietly).
+  exec::RunOptions o = MakeOptions(a, world, local_world, env.launched ? nullptr : &err);
   exec::ValidateRun(o, world);
   if (!env.launched && a.nproc > 1) {
     exec::LaunchOptions lo;

@@ -431,9 +431,12 @@ model::DType ParseTrainerDtype(const ConfigReader& reader, const std::string& ke
 
 void CheckWorld(int config_world, const ImportContext& ctx, const std::string& where) {
   if (config_world <= 0 || ctx.world_size <= 0 || config_world == ctx.world_size) return;
-  throw InputError(where + ": expected the --cluster world size " + std::to_string(ctx.world_size) +
-                   " ranks, got " + std::to_string(config_world) +
-                   " (give a --cluster with that many GPUs, or edit the config)");
+  std::string hint = ctx.world_flag == "--cluster" ? "give a --cluster with that many GPUs"
+                                                   : "run with " + ctx.world_flag + " " +
+                                                         std::to_string(config_world);
+  throw InputError(where + ": expected the " + ctx.world_flag + " world size " +
+                   std::to_string(ctx.world_size) + " ranks, got " + std::to_string(config_world) +
+                   " (" + hint + ", or edit the config)");
 }
 
 std::string IgnoredWarning(const std::string& file, const std::vector<std::string>& ignored) {

@@ -34,6 +34,9 @@ struct ImportContext {
   // (actor, ref, critic) to import; "": the training worker (ROLL: the only fsdp2_train worker,
   // else actor_train; verl: actor, or ref when the file has no actor).
   std::string worker;
+  // The flag that set world_size / gpus_per_node, for error messages: "--cluster" (estimate,
+  // simulate, tune) or "--nproc" (run: its own ranks).
+  std::string world_flag = "--cluster";
 };
 
 // The context of `spec` on `cluster`.

@@ -281,7 +281,7 @@ ImportResult ImportAccelerate(const Json& doc, const std::string& file, const Im
       top.Fail("num_machines", "a divisor of num_processes " + std::to_string(*n));
     }
     if (ctx.gpus_per_node > 0 && ctx.world_size == *n && *n / machines != ctx.gpus_per_node) {
-      top.Fail("num_machines", "the --cluster's " + std::to_string(*n / ctx.gpus_per_node) +
+      top.Fail("num_machines", "the " + ctx.world_flag + "'s " + std::to_string(*n / ctx.gpus_per_node) +
                                    " node(s) of " + std::to_string(ctx.gpus_per_node) + " GPUs");
     }
   }

@@ -342,7 +342,7 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   if (auto g = top.Int("num_gpus_per_node", 1, 1 << 16);
       g && ctx.gpus_per_node > 0 && *g != ctx.gpus_per_node) {
     top.Fail("num_gpus_per_node",
-             "the --cluster's " + std::to_string(ctx.gpus_per_node) + " GPUs per node");
+             "the " + ctx.world_flag + "'s " + std::to_string(ctx.gpus_per_node) + " GPUs per node");
   }
   if (auto s = top.Int("sequence_length", 1, INT64_MAX)) {
     plan->seq_len = *s;

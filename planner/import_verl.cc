@@ -215,7 +215,7 @@ int ReadWorld(const ConfigReader& top, const ImportContext& ctx, ImportResult* o
   int64_t nodes = tr->Int("nnodes", 1, 1 << 16).value_or(1);
   int64_t gpus = tr->Int("n_gpus_per_node", 1, 1 << 16).value_or(8);
   if (ctx.gpus_per_node > 0 && gpus != ctx.gpus_per_node && nodes * gpus == ctx.world_size) {
-    tr->Fail("n_gpus_per_node", "the --cluster's " + std::to_string(ctx.gpus_per_node));
+    tr->Fail("n_gpus_per_node", "the " + ctx.world_flag + "'s " + std::to_string(ctx.gpus_per_node));
   }
   CheckWorld(static_cast<int>(nodes * gpus), ctx, tr->Where("n_gpus_per_node"));
   out->world_size = static_cast<int>(nodes * gpus);

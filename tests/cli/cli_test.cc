@@ -572,6 +572,33 @@ TEST(CliTest, LoraDropoutFlag) {
                      "--lora-dropout (plan:/lora/dropout): expected 0");
 }
 
+// run --from: an Accelerate FSDP2 config is the plan of a real run, read against the run's own
+// world (--nproc); a world the file contradicts is a one-line error naming file and key.
+TEST(CliTest, RunReadsItsPlanFromATrainerConfig) {
+  const std::string body =
+      "distributed_type: FSDP\nmixed_precision: 'no'\nfsdp_config:\n"
+      "  fsdp_version: 2\n  fsdp_activation_checkpointing: true\n"
+      "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  fsdp_reshard_after_forward: true\n"
+      "num_machines: 1\nnum_processes: ";
+  std::string good = WriteFile("run_from_2.yaml", body + "2\n");
+  std::string out = TempPath("run_from_out");
+  Result r = RunCli("run --model tiny-llama --nproc 2 --steps 1 --seq-len 32 --no-trace --no-checkpoints"
+                    " --threads 1 --from " + good + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(out + "/measurements.json");
+  ASSERT_TRUE(in.good());
+  nlohmann::json m = nlohmann::json::parse(in);
+  EXPECT_EQ(m["plan"]["checkpointing"], "full");
+  EXPECT_EQ(m["plan"]["param_dtype"], "fp32");  // mixed_precision 'no'
+  EXPECT_EQ(m["run"]["data_parallel_ranks"], 2);
+  std::string bad = WriteFile("run_from_8.yaml", body + "8\n");
+  ExpectOneLineError(RunCli("run --model tiny-llama --nproc 2 --steps 1 --seq-len 32 --from " + bad +
+                            " --out " + TempPath("run_from_bad")),
+                     "/num_processes: expected the --nproc world size 2 ranks, got 8 (run with "
+                     "--nproc 8, or edit the config)");
+}
+
 // --frozen-dtype (estimate, simulate, tune): the frozen shards' bytes follow it, the JSON and the
 // text name them, tune keeps it in the plan it writes, and a bad value is a one-line error.
 TEST(CliTest, FrozenDtypeFlagSetsTheFrozenShards) {
