@@ -106,23 +106,30 @@ std::pair<double, double> MeasuredReserved(const nlohmann::json& run) {
   return {steps.at(0).at("max_reserved").get<double>(), steady};
 }
 
+// The estimate of a measured run, its step-0 and steady peaks (max_memory_allocated of step 0 and
+// the most of the later steps) checked to kTolerance.
+MemoryReport ExpectPeaksWithinTolerance(const nlohmann::json& run) {
+  const auto& c = run.at("config");
+  model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
+  auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
+  MemoryReport m = EstimateMemory(spec, cluster, PlanOf(c));
+  double step0 = run.at("steps").at(0).at("peak_allocated").get<double>();
+  double steady = 0;
+  for (size_t s = 1; s < run.at("steps").size(); ++s) {
+    steady = std::max(steady, run.at("steps").at(s).at("peak_allocated").get<double>());
+  }
+  std::string id = c.dump();
+  EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << id;
+  EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << id;
+  return m;
+}
+
 TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
   nlohmann::json doc = LoadRuns();
   int compared = 0;
   for (const auto& r : doc.at("runs")) {
     if (r.contains("error")) continue;  // an out-of-memory run has no peaks
-    const auto& c = r.at("config");
-    model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
-    auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
-    MemoryReport m = EstimateMemory(spec, cluster, PlanOf(c));
-    double step0 = r.at("steps").at(0).at("peak_allocated").get<double>();
-    double steady = 0;
-    for (size_t s = 1; s < r.at("steps").size(); ++s) {
-      steady = std::max(steady, r.at("steps").at(s).at("peak_allocated").get<double>());
-    }
-    std::string id = c.dump();
-    EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << id;
-    EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << id;
+    ExpectPeaksWithinTolerance(r);
     ++compared;
   }
   EXPECT_GE(compared, 10);
@@ -137,19 +144,9 @@ TEST(Fsdp2MeasuredTest, PeftFrozenAndOffloadPeakAllocatedWithinTolerance) {
   for (const nlohmann::json& r : LoadPeftRuns()) {
     if (r.contains("error")) continue;
     const auto& c = r.at("config");
-    model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
-    auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
     model::Plan plan = PlanOf(c);
-    MemoryReport m = EstimateMemory(spec, cluster, plan);
-    double step0 = r.at("steps").at(0).at("peak_allocated").get<double>();
-    double steady = 0;
-    for (size_t s = 1; s < r.at("steps").size(); ++s) {
-      steady = std::max(steady, r.at("steps").at(s).at("peak_allocated").get<double>());
-    }
-    std::string id = c.dump();
-    EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << id;
-    EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << id;
-    EXPECT_EQ(m.trainable_parameters, r.at("n_trainable").get<int64_t>()) << id;
+    MemoryReport m = ExpectPeaksWithinTolerance(r);
+    EXPECT_EQ(m.trainable_parameters, r.at("n_trainable").get<int64_t>()) << c.dump();
     ++compared;
     lora += plan.lora.enabled();
     frozen += !plan.frozen_prefixes.empty();
