@@ -10,6 +10,16 @@
 #include "model/errors.h"
 
 namespace shardtune::exec {
+namespace {
+// *acc += g, or *acc = g while *acc is undefined (a gradient accumulated over micro-batches).
+void Accumulate(at::Tensor* acc, const at::Tensor& g) {
+  if (acc->defined()) {
+    acc->add_(g);
+  } else {
+    *acc = g;
+  }
+}
+}  // namespace
 
 void FsdpRuntime::Impl::CloseBackwardSegment() {
   if (backward_segment < 0) return;
@@ -63,11 +73,7 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   ++units_done;
   backward_done[i] = true;
   if (!sync) {  // no_sync: keep the unsharded gradient, reduce on the last micro-batch
-    if (nosync_grads[i].defined()) {
-      nosync_grads[i].add_(flat);
-    } else {
-      nosync_grads[i] = flat;
-    }
+    Accumulate(&nosync_grads[i], flat);
     recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
     return;
   }
@@ -110,10 +116,8 @@ void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
     // `new_sharded_grad.to(torch.device("cpu"), non_blocking=True)`; a CUDA -> CPU copy with
     // non_blocking lands in pinned memory: ATen/native/TensorConversions.cpp `pin_out`).
     host_grads.push_back({r.unit, g.to(unit.shard_device(), /*non_blocking=*/true)});
-  } else if (unit.grad_shard().defined()) {
-    unit.grad_shard().add_(g);
   } else {
-    unit.grad_shard() = g;
+    Accumulate(&unit.grad_shard(), g);
   }
   double t1 = MonotonicSeconds();
   recorder->Add({unit.name(), "reduce_wait", Lane::kReduce, t0, t1 - t0});
@@ -141,12 +145,7 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
     // the host): FSDP2 synchronizes on its post-reduce event for the same reason.
     SynchronizeCuda(m.options.device.index());
     for (Impl::HostGrad& h : m.host_grads) {
-      at::Tensor& acc = m.units[static_cast<size_t>(h.unit)]->grad_shard();
-      if (acc.defined()) {
-        acc.add_(h.grad);
-      } else {
-        acc = h.grad;
-      }
+      Accumulate(&m.units[static_cast<size_t>(h.unit)]->grad_shard(), h.grad);
     }
     m.host_grads.clear();
   }

@@ -75,10 +75,10 @@ std::string PlanMismatch(const std::string& file, int64_t step, const std::vecto
     }
     // Checkpoints written before shards recorded their dtype hold fp32 shards.
     std::string dtype = c10::toString(units[i]->shard().scalar_type());
-    if (u.value("dtype", std::string("Float")) != dtype) {
-      return "unit " + std::to_string(i) + " (" + units[i]->name() + ") holds " +
-             u.value("dtype", std::string("Float")) + " shards, this run's are " + dtype +
-             " (frozen_dtype)";
+    std::string saved_dtype = u.value("dtype", std::string("Float"));
+    if (saved_dtype != dtype) {
+      return "unit " + std::to_string(i) + " (" + units[i]->name() + ") holds " + saved_dtype +
+             " shards, this run's are " + dtype + " (frozen_dtype)";
     }
   }
   const int64_t batch = step > 0 ? meta["next_sequence"].get<int64_t>() / step : 0;

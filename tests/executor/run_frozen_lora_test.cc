@@ -277,6 +277,29 @@ TEST(ExecutorLoraResumeTest, ResumedLoraRunReproducesTheUninterruptedLosses) {
   ExpectResumeReproducesLosses(args, tmp.Sub("lora"));
 }
 
+// A checkpoint whose frozen shards are fp32 is not resumed by a run that keeps them in bf16: the
+// refusal names the unit and both dtypes, and the checkpoint stays resumable by its own plan.
+TEST(ExecutorLoraResumeTest, ResumeWithAnotherFrozenDtypeIsRefused) {
+  TempDir tmp;
+  Case c{"lora", "micro-llama.model.json", {}, {"q_proj", "v_proj"}, {}};
+  std::vector<std::string> first = Args(c, tmp.Sub("out"), 1);
+  first.insert(first.end(), {"--checkpoint-every", "1"});
+  ProcessResult r1 = RunShardtune(first);
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  std::vector<std::string> again = Args(c, tmp.Sub("out"), 2);
+  again.insert(again.end(), {"--checkpoint-every", "1", "--frozen-dtype", "bf16"});
+  ProcessResult r2 = RunShardtune(again);
+  EXPECT_EQ(r2.exit_code, 1) << r2.output;
+  EXPECT_NE(r2.output.find("[frozen]) holds Float shards, this run's are BFloat16 (frozen_dtype)"),
+            std::string::npos)
+      << r2.output;
+  std::vector<std::string> same = Args(c, tmp.Sub("out"), 2);
+  same.insert(same.end(), {"--checkpoint-every", "1"});
+  ProcessResult r3 = RunShardtune(same);
+  EXPECT_EQ(r3.exit_code, 0) << r3.output;
+  EXPECT_NE(r3.output.find("resumed from checkpoint"), std::string::npos) << r3.output;
+}
+
 // Bad input: one "error: ..." line naming the flag, exit 1, before any rank starts.
 void ExpectFlagsInputError(const std::vector<std::string>& extra, const std::string& want) {
   TempDir tmp;
