@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "executor/fsdp_runtime_impl.h"
+#include "executor/optimizer.h"
 #include "executor/param_groups.h"
 #include "model/errors.h"
 
@@ -245,9 +246,8 @@ double FsdpRuntime::ClipGradNorm(double max_norm) {
       continue;
     }
     // On the host: squares summed in fp64, in slices (no fp64 copy of a whole shard).
-    constexpr int64_t kSlice = int64_t{1} << 20;
-    for (int64_t off = 0; off < g.numel(); off += kSlice) {
-      sq += g.narrow(0, off, std::min(kSlice, g.numel() - off)).to(at::kDouble).pow(2).sum();
+    for (int64_t off = 0; off < g.numel(); off += kHostSliceNumel) {
+      sq += g.narrow(0, off, std::min(kHostSliceNumel, g.numel() - off)).to(at::kDouble).pow(2).sum();
     }
   }
   if (groups_.shard->size() > 1) groups_.shard->AllReduce(sq)->Wait();

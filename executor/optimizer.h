@@ -21,6 +21,11 @@ struct AdamWOptions {
   double weight_decay = 0.01;
 };
 
+// Host shards are updated (AdamW) and measured (gradient clipping) in slices of this many elements:
+// 4 MiB of fp32, with the gradient, moments and denominator about 20 MiB, inside a server CPU's
+// last-level cache; no full-shard temporary (fp64 copy, denominator) is allocated.
+inline constexpr int64_t kHostSliceNumel = int64_t{1} << 20;
+
 class ShardedOptimizer {
  public:
   // `params` are the flat fp32 shards; grads are read from `grads` at Step() time (same order).
@@ -45,10 +50,6 @@ class ShardedOptimizer {
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 
  private:
-  // Host shards are updated in slices of this many elements (4 MiB of fp32: with the gradient,
-  // moments and denominator about 20 MiB, inside a server CPU's last-level cache).
-  static constexpr int64_t kHostSliceNumel = int64_t{1} << 20;
-
   model::Optimizer kind_;
   AdamWOptions options_;
   std::vector<at::Tensor*> params_, grads_;
