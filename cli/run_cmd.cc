@@ -20,8 +20,6 @@
 #include "executor/run.h"
 #include "model/errors.h"
 #include "model/presets.h"
-#include "model/model_spec.h"
-#include "planner/export.h"
 #include "planner/import.h"
 
 extern char** environ;
@@ -112,13 +110,10 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   o.spec = model::ResolveModelArg(a.model, nullptr);
   // --from: the trainer config is read against this run's world (the emulated one with
   // --emulate-world) and its ranks per node, as estimate reads it against --cluster.
-  plan::ImportContext from;
-  from.world_size = a.emulate_world > 0 ? a.emulate_world : world;
-  from.gpus_per_node = a.emulate_world > 0 ? 0 : local_world;
-  from.layer_class = plan::HfDecoderLayerClass(o.spec);
-  from.tied_embeddings = o.spec.tied_embeddings;
-  from.model_parameters = model::ParameterCount(o.spec);
-  from.world_flag = a.emulate_world > 0 ? "--emulate-world" : "--nproc";
+  plan::ImportContext from =
+      a.emulate_world > 0
+          ? plan::MakeImportContext(o.spec, a.emulate_world, 0, "--emulate-world")
+          : plan::MakeImportContext(o.spec, world, local_world, "--nproc");
   std::vector<std::string> warnings;
   o.plan = BuildPlan(a.plan, &from, &warnings);
   if (warn != nullptr) {

@@ -119,15 +119,21 @@ ImportFormat ParseImportFormat(const std::string& text, const std::string& where
                    (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
 }
 
-ImportContext MakeImportContext(const model::ModelSpec& spec,
-                                const profiles::ClusterSpec& cluster) {
+ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, int gpus_per_node,
+                                const std::string& world_flag) {
   ImportContext ctx;
-  ctx.world_size = cluster.world_size();
-  ctx.gpus_per_node = cluster.gpus_per_node;
+  ctx.world_size = world_size;
+  ctx.gpus_per_node = gpus_per_node;
+  ctx.world_flag = world_flag;
   ctx.layer_class = HfDecoderLayerClass(spec);
   ctx.tied_embeddings = spec.tied_embeddings;
   ctx.model_parameters = model::ParameterCount(spec);
   return ctx;
+}
+
+ImportContext MakeImportContext(const model::ModelSpec& spec,
+                                const profiles::ClusterSpec& cluster) {
+  return MakeImportContext(spec, cluster.world_size(), cluster.gpus_per_node, "--cluster");
 }
 
 namespace {

@@ -41,6 +41,10 @@ struct ImportContext {
 
 // The context of `spec` on `cluster`.
 ImportContext MakeImportContext(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster);
+// The context of `spec` on `world_size` ranks of `gpus_per_node` (0: unknown) that `world_flag`
+// set (run: "--nproc").
+ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, int gpus_per_node,
+                                const std::string& world_flag);
 
 struct ImportResult {
   ImportFormat format = ImportFormat::kAccelerate;
