@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "model/units.h"
 #include "profiles/cluster.h"
 #include "profiles/collective.h"
+#include "profiles/kernel_tables.h"
 #include "profiles/topology.h"
 
 namespace shardtune::sim {
@@ -64,6 +66,9 @@ struct CostConstants {
   Seconds host_per_fsdp_hook = Seconds::Micros(1000);
   // Fitted collective costs (calibrated profiles); empty: the topology and NCCL's model.
   std::vector<CollectiveCalibration> collectives;
+  // Measured kernel tables (`shardtune probe`, a profile's "kernels" section); null or empty: the
+  // datasheet peaks times the efficiencies above. Shared, immutable once built.
+  std::shared_ptr<const profiles::KernelTables> tables;
 };
 
 // Time of a compute op: matmul FLOPs and attention FLOPs at the GPU's dense peak for `dtype`
