@@ -171,9 +171,10 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   out << "shardtune tune: " << spec.name << " on " << c.name << ", global batch " << req.global_batch << " x "
       << req.seq_len << " tokens, objective " << a.objective << "\n";
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
-      << " s: " << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
+      << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
+      << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
       << " checked for memory, " << r.pruned_by_time_bound << " ruled out by the time lower bound, "
-      << r.simulated << " simulated\n\n";
+      << r.simulated << " simulated, " << r.replayed << " replayed through the caching allocator\n\n";
   if (r.top.empty()) {
     out << r.advice_if_none << "\n";
   } else {
@@ -259,6 +260,8 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option(
       "--cp-sizes", a->cp_sizes,
       "Ulysses cp degrees to search, e.g. 1,2,4,8 (default: every valid one in a node)");
+  sub->add_option("--jobs", a->jobs,
+                  "Threads evaluating plans (default: every core; the answer is the same for any N)");
   sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
   sub->add_option("--measure-steps", a->measure_steps, "Steps per measured run (default 4; the first is left out)");
   sub->add_option("--measure-dir", a->measure_dir, "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
@@ -311,6 +314,12 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
         << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
   };
   MeasureOptions measure = MeasureOptionsOf(a);
+  if (!a.jobs.empty()) {
+    req.jobs = IntegerFlag("--jobs", a.jobs);
+    if (req.jobs < 1 || req.jobs > 1024) {
+      throw InputError("--jobs: expected a number of threads from 1 to 1024, got " + a.jobs);
+    }
+  }
   plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
   MeasureResult measured;
   if (measure.plans > 0 && !r.top.empty()) measured = MeasureTopPlans(spec, cluster, req, r, measure);
@@ -364,6 +373,15 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   j["pruned_by_memory_bound"] = r.pruned_by_memory_bound;
   j["pruned_by_time_bound"] = r.pruned_by_time_bound;
   j["simulated"] = r.simulated;
+  j["work"] = {{"enumerated", r.enumerated},
+               {"pruned_by_memory_bound", r.pruned_by_memory_bound},
+               {"memory_checked", r.memory_checked},
+               {"pruned_by_time_bound", r.pruned_by_time_bound},
+               {"simulated", r.simulated},
+               {"replayed", r.replayed},
+               {"equivalent_hidden", r.equivalent_hidden},
+               {"threads", r.threads},
+               {"wall_s", r.search_s}};
   nlohmann::ordered_json top = nlohmann::ordered_json::array(), pareto = nlohmann::ordered_json::array();
   for (const auto& c : r.top) top.push_back(CandidateJson(c));
   for (const auto& c : r.pareto) pareto.push_back(CandidateJson(c));

@@ -28,6 +28,7 @@ struct TuneArgs {
   // --measure N (0: not asked for), --measure-steps, --measure-dir. Kept as text so a bad value
   // gets shardtune's one-line error rather than CLI11's.
   std::string measure, measure_steps, measure_dir;
+  std::string jobs;                 // --jobs N ("": the hardware concurrency)
   PlanFlags plan;                   // given flags fix that dimension of the search
 };
 

@@ -233,13 +233,7 @@ SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSp
   SHARDTUNE_CHECK(req.global_batch % cluster.world_size() == 0) << "global batch not divisible";
   std::vector<Plan> plans = EnumeratePlans(spec, cluster, req);
   Ranker ranker(spec, cluster, req);
-  for (size_t i = 0; i < plans.size(); ++i) {
-    ranker.Consider(plans[i]);
-    if (progress && (i % 64 == 0 || i + 1 == plans.size())) {
-      progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(plans.size()));
-    }
-  }
-  SearchResult r = ranker.Finish();
+  SearchResult r = ranker.Run(plans, progress);
   r.enumerated = static_cast<int64_t>(plans.size());
   r.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

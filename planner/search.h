@@ -49,12 +49,18 @@ struct SearchRequest {
   model::Plan base;                   // knobs not searched (dtypes, optimizer, modeling, ...)
   SearchSpace space;
   sim::SimOptions options;
-  bool prune = true;                  // false: simulate every plan that fits (for tests)
+  // false: the exhaustive search (for tests): every plan walked in full (the model-state bound
+  // still names the reason it fails, and the walk must agree), replayed through the caching
+  // allocator, and simulated when it fits; nothing pruned by time. Same answer, more work.
+  bool prune = true;
   // The caching-allocator replay (sim::MemoryOptions::allocator_replay) costs about as much as the
   // rest of a plan's memory estimate: by default the search screens plans with the
   // fragmentation allowance and replays only the plans it is about to list in `top` (dropping any
   // the replay finds out of memory). true: replay every memory-checked plan.
   bool replay_every_plan = false;
+  // Threads evaluating plans; 0: std::thread::hardware_concurrency(). The answer is the same for
+  // any number (tests/planner/search_test.cc).
+  int jobs = 0;
 };
 
 struct Candidate {
@@ -97,12 +103,15 @@ struct SearchResult {
   std::vector<Candidate> pareto;   // memory vs throughput, by required memory
   std::vector<Rejection> rejected;
   std::vector<CpVerdict> cp_verdicts;  // one per cp searched, ascending
+  // The work done: plans enumerated, ruled out by the model-state bound, walked for memory,
+  // replayed through the caching allocator, ruled out by the time bound, simulated in time.
   int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;
-  int64_t memory_checked = 0, simulated = 0;
+  int64_t memory_checked = 0, replayed = 0, simulated = 0;
+  int threads = 1;
   int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above
   Bytes smallest_required;         // over everything checked (for "nothing fits" answers)
   std::string advice_if_none;      // what would make the model fit, when nothing does
-  double search_s = 0;
+  double search_s = 0;  // wall seconds of SearchPlans
 };
 
 // The cp degrees the default search space holds for this model, cluster and request.

@@ -1,16 +1,27 @@
-// Ranker: memory lower bound, memory check, time lower bound, simulation, ranking.
+// Ranker: memory screening (model-state bound, then the memory walk), memory verdicts, time
+// lower bounds, simulation in lower-bound order with top-k pruning, and the allocator replay of
+// the plans about to enter the list.
 #include "planner/search_rank.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <limits>
+#include <thread>
 
+#include "model/errors.h"
 #include "model/module_tree.h"
 #include "model/trainable.h"
+#include "planner/parallel.h"
 #include "planner/text.h"
 
 namespace shardtune::plan {
 namespace {
 
+// Plans simulated per window: the top-k bound is refreshed between windows, and the windows are
+// the same for any thread count (so are the plans they prune). Large enough to keep two to
+// sixteen threads busy, small enough that the bound tightens early.
+constexpr size_t kSimulationWindow = 32;
 
 std::string Secs(double s) {
   char buf[32];
@@ -40,34 +51,39 @@ std::string CpSuffix(const model::Plan& p) {
   return p.cp > 1 ? ", cp " + std::to_string(p.cp) : "";
 }
 
+// The screening figure of a report: allocated peak + the fragmentation allowance + memory
+// outside the allocator (memory_model.cc, the judgement without the allocator replay). A report
+// that replayed the allocator carries its own `required`; the search judges every plan on this
+// one so that its verdicts do not depend on which plans were replayed.
+Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& k) {
+  if (!m.allocator_replayed) return m.required;
+  Bytes frag = Bytes::Of(static_cast<int64_t>(static_cast<double>(m.peak_allocated.count()) *
+                                              k.fragmentation_fraction));
+  return m.peak_allocated + frag + m.outside_total;
+}
+
 }  // namespace
 
 Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req)
-    : spec_(spec), cluster_(cluster), req_(req), ctx_(cluster), opt_(req.options) {
-  opt_.with_timeline = false;
-  outside_floor_ = opt_.memory.constants.cuda_context;
-  replay_top_ = opt_.memory.allocator_replay && !req.replay_every_plan;
-  if (replay_top_) opt_.memory.allocator_replay = false;
+    : spec_(spec), cluster_(cluster), req_(req), opt_(req.options), full_opt_(req.options) {
+  opt_.with_timeline = full_opt_.with_timeline = false;
+  exhaustive_ = !req.prune;
+  bool replay = opt_.memory.allocator_replay;
+  replay_top_ = replay && !req.replay_every_plan && !exhaustive_;
+  opt_.memory.allocator_replay = replay && (req.replay_every_plan || exhaustive_);
+  opt_.memory.skip_repeated_micro_batches = !exhaustive_;
+  full_opt_.memory.allocator_replay = false;
+  threads_ = req.jobs > 0 ? req.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// The caching-allocator replay of a plan the screening (fragmentation allowance) let through:
-// false when the replay runs out of memory; `c.required` becomes the replay's figure.
-bool Ranker::ReplayFits(Candidate* c) {
-  sim::MemoryOptions mo = opt_.memory;
-  mo.allocator_replay = true;
-  sim::MemoryReport m =
-      sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false, &sim::CacheOf(ctx_)).report;
-  c->required = m.required;
-  if (m.fits) return true;
-  Reject("OOM in the caching allocator replay: split cached blocks leave no segment for a request",
-         c->key + " needs " + GiBText(m.required) + " of " + GiBText(m.capacity), m.required);
-  return false;
-}
+Ranker::~Ranker() = default;
+
+Ranker::Worker& Ranker::WorkerOf(size_t thread) { return *workers_[thread]; }
 
 // Persistent model states the plan keeps on the GPU at the optimizer step (params, grads and
 // optimizer state, sharded and padded) plus the CUDA context: no plan of this kind can need
 // less, since the step's peak includes them (simulator/step_walk_backward.cc OptimizerStep).
-Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
+Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
   int n = p.Sharded() ? p.ResolvedShardGroup(cluster_.world_size(), cluster_.gpus_per_node) : 1;
   int64_t per_elem = 0;
   switch (p.offload) {
@@ -75,6 +91,7 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
     case model::Offload::kOptimizer: per_elem = model::BytesPerElement(p.param_dtype); break;
     case model::Offload::kAll: per_elem = 0; break;
   }
+  Bytes outside_floor = opt_.memory.constants.cuda_context;  // present in every GPU plan
   if (model::ChangesTrainability(p)) {
     // Frozen parameters (all of them for an inference role) keep only their shard: the frozen
     // dtype's bytes (param dtype under optimizer offload, none under full offload); LoRA adapters
@@ -82,7 +99,7 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
     int64_t bytes = 0;
     int64_t frozen_elem =
         p.offload == model::Offload::kNone ? model::BytesPerElement(p.FrozenDtype()) : per_elem;
-    for (const auto& u : sim::CacheOf(ctx_).UnitsFor(spec_, p)) {
+    for (const auto& u : sim::CacheOf(w.ctx).UnitsFor(spec_, p)) {
       for (const auto& prm : u.params) {
         int64_t ps = prm.PaddedShardNumel(n);
         bool trains = prm.requires_grad && p.Trains();
@@ -91,238 +108,163 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p) {
         bytes += ps * e;
       }
     }
-    return Bytes::Of(bytes) + outside_floor_;
+    return Bytes::Of(bytes) + outside_floor;
   }
-  std::string key = model::WrapSpecToString(p.wrap) + "/" + std::to_string(p.wrap.expert_units) +
+  std::string key = model::WrapSpecToString(p.wrap) + "/" + std::to_string(p.wrap.embedding_unit) +
+                    std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units) +
                     "/" + std::to_string(n);
-  auto it = shard_numel_.find(key);
-  if (it == shard_numel_.end()) {
+  auto it = w.shard_numel.find(key);
+  if (it == w.shard_numel.end()) {
     int64_t t = 0;
-    for (const auto& u : sim::CacheOf(ctx_).Units(spec_, p.wrap)) t += u.PaddedShardNumel(n);
-    it = shard_numel_.emplace(key, t).first;
+    for (const auto& u : sim::CacheOf(w.ctx).Units(spec_, p.wrap)) t += u.PaddedShardNumel(n);
+    it = w.shard_numel.emplace(key, t).first;
   }
-  return Bytes::Of(it->second * per_elem) + outside_floor_;
+  return Bytes::Of(it->second * per_elem) + outside_floor;
 }
 
-void Ranker::Reject(const std::string& reason, const std::string& example, Bytes required) {
-  Rejection& r = rejections_[reason];
-  if (r.count == 0 || (required.count() > 0 && required < r.smallest_required)) {
-    r.example = example;
-    if (required.count() > 0) r.smallest_required = required;
+// One plan's memory verdict. A plan the model-state bound rules out is not walked, except in
+// the exhaustive search, which walks it and checks that the walk agrees.
+Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
+  Screened s;
+  const Bytes capacity = cluster_.gpu.usable_memory;
+  s.bound = ModelStateLowerBound(p, w);
+  s.bound_oom = s.bound > capacity;
+  if (s.bound_oom && !exhaustive_) return s;
+  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
+                                                           &sim::CacheOf(w.ctx));
+  const sim::MemoryReport& m = est.report;
+  s.evaluated = true;
+  s.required = ScreeningRequired(m, opt_.memory.constants);
+  s.fits = s.required <= capacity;
+  SHARDTUNE_CHECK(!(s.bound_oom && s.fits)) << "the model-state bound " << s.bound.count()
+      << " exceeds the walk's need " << s.required.count() << " for " << PlanKey(p);
+  s.peak_phase = m.peak_phase;
+  s.peak_top.assign(m.peak_breakdown.begin(),
+                    m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
+  if (m.allocator_replayed) {
+    s.replayed = true;
+    s.replay_fits = m.fits;
+    s.replay_required = m.required;
   }
-  r.reason = reason;
-  ++r.count;
+  if (s.fits) s.time_lb_s = sim::ComputeLowerBoundS(est.program, cluster_, p, opt_.costs);
+  sim::CacheOf(w.ctx).Recycle(std::move(est.program));
+  return s;
 }
 
-double Ranker::Objective(const Candidate& c) const {
-  if (req_.objective == Objective::kMemory) return static_cast<double>(c.required.count());
-  return c.step_time_s;  // a fixed global batch: least step time = most tokens/s = least cost
+SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
+                         const std::function<void(int64_t, int64_t)>& progress) {
+  int threads = std::max(1, std::min<int>(threads_, static_cast<int>(std::max<size_t>(1, plans.size()))));
+  for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<Worker>(cluster_));
+  result_.threads = threads;
+  screened_.assign(plans.size(), Screened{});
+  auto total = static_cast<int64_t>(plans.size());
+  ParallelFor(
+      plans.size(), threads,
+      [&](size_t i, int t) { screened_[i] = Screen(plans[i], WorkerOf(static_cast<size_t>(t))); },
+      [&](size_t done) {
+        if (progress) progress(static_cast<int64_t>(done), total);
+      });
+  std::vector<size_t> fitting;
+  for (size_t i = 0; i < plans.size(); ++i) BookMemory(i, plans[i], screened_[i], &fitting);
+  SimulateFitting(plans, std::move(fitting));
+  return Finish();
 }
 
-bool Ranker::CanEnterTop(double lower_bound) const {
-  if (!req_.prune || static_cast<int>(top_objectives_.size()) < req_.top_k) return true;
-  return lower_bound < top_objectives_.top();
-}
-
-void Ranker::Admit(Candidate c) {
-  c.objective = Objective(c);
-  top_objectives_.push(c.objective);
-  if (static_cast<int>(top_objectives_.size()) > req_.top_k) top_objectives_.pop();
-  candidates_.push_back(std::move(c));
-}
-
-void Ranker::Consider(const model::Plan& p) {
-  std::string key = PlanKey(p);
+void Ranker::BookMemory(size_t index, const model::Plan& p, const Screened& s,
+                        std::vector<size_t>* fitting) {
   ++VerdictOf(p.cp).plans;
-  Bytes capacity = cluster_.gpu.usable_memory;
-  Bytes lb = ModelStateLowerBound(p);
-  if (req_.prune && lb > capacity) {
+  if (s.evaluated) ++result_.memory_checked;
+  if (s.replayed) ++result_.replayed;
+  std::string key = PlanKey(p);
+  if (s.bound_oom) {
     ++result_.pruned_by_memory_bound;
     Reject(std::string("OOM: model states alone exceed the GPU (") + StrategyFamily(p) +
                ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
-           key + " needs at least " + GiBText(lb), lb);
+           key + " needs at least " + GiBText(s.bound), s.bound);
     return;
   }
-  ++result_.memory_checked;
-  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
-                                                           &sim::CacheOf(ctx_));
-  const sim::MemoryReport& m = est.report;
-  if (result_.smallest_required.count() == 0 || m.required < result_.smallest_required) {
-    result_.smallest_required = m.required;
+  if (result_.smallest_required.count() == 0 || s.required < result_.smallest_required) {
+    result_.smallest_required = s.required;
   }
-  NoteMemory(p, key, m);
-  if (!m.fits) {
-    Reject("OOM during " + PhaseKind(m.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
+  NoteMemory(p.cp, key, s);
+  if (!s.fits) {
+    Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
                model::ToString(p.offload) + CpSuffix(p) + ")",
-           key + " needs " + GiBText(m.required) + " of " + GiBText(capacity), m.required);
+           key + " needs " + GiBText(s.required) + " of " + GiBText(cluster_.gpu.usable_memory),
+           s.required);
     return;
   }
   ++VerdictOf(p.cp).fitting;
-  double time_lb = sim::ComputeLowerBoundS(est.program, cluster_, p, opt_.costs);
   double tokens = static_cast<double>(req_.global_batch) * static_cast<double>(req_.seq_len);
-  if (req_.objective == Objective::kMemory) {
-    if (req_.prune && tokens / time_lb < req_.min_tokens_per_s) {
-      ++result_.pruned_by_time_bound;
-      Reject("below the throughput floor (compute alone is too slow)", key, Bytes());
-      return;
-    }
-  } else if (!CanEnterTop(time_lb)) {
+  if (req_.objective == Objective::kMemory && tokens / s.time_lb_s < req_.min_tokens_per_s) {
     ++result_.pruned_by_time_bound;
-    Reject("slower than the top plans: its compute alone takes longer than their whole step", key + ": compute " + Secs(time_lb), Bytes());
+    Reject("below the throughput floor (compute alone is too slow)", key, Bytes());
     return;
   }
-  ++result_.simulated;
-  sim::SimReport r = sim::SimulateProgram(std::move(est), spec_, cluster_, p, opt_, &ctx_);
-  if (req_.objective == Objective::kMemory && r.tokens_per_s < req_.min_tokens_per_s) {
-    Reject("below the throughput floor", key, Bytes());
-    return;
-  }
-  CpVerdict& v = VerdictOf(p.cp);
-  if (v.best_step_time_s == 0 || r.step_time_s < v.best_step_time_s) {
-    v.best_step_time_s = r.step_time_s;
-    v.best_key = key;
-    v.best_required = r.memory.required;
-  }
-  Candidate c;
-  c.plan = p;
-  c.key = key;
-  c.step_time_s = r.step_time_s;
-  c.tokens_per_s = r.tokens_per_s;
-  c.mfu = r.mfu;
-  c.exposed_comm_s = r.exposed_comm_s;
-  c.compute_s = r.compute_s;
-  c.required = r.memory.required;
-  c.capacity = r.memory.capacity;
-  c.peak_phase = r.memory.peak_phase;
-  c.dollars_per_million_tokens = req_.price_per_gpu_hour > 0
-      ? req_.price_per_gpu_hour * cluster_.world_size() / 3600.0 / r.tokens_per_s * 1e6 : 0;
-  Admit(std::move(c));
+  fitting->push_back(index);
 }
 
-SearchResult Ranker::Finish() {
-  SearchResult out = result_;
-  std::vector<Candidate> all = candidates_;
-  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
-    return a.objective < b.objective;  // ties keep search order (deterministic)
+// The objective of the k-th best distinct confirmed candidate (infinity while fewer than k):
+// a plan whose lower bound exceeds it cannot make the list. Distinct as Finish lists them
+// (same step time and need: one entry); counting distinct pairs never exceeds the entries
+// Finish shows, so the bound is never tighter than the list's.
+double Ranker::TopThreshold() const {
+  if (req_.objective == Objective::kMemory) return std::numeric_limits<double>::infinity();
+  std::vector<std::pair<double, int64_t>> seen;
+  for (const auto& [obj, ci] : confirmed_) {
+    std::pair<double, int64_t> id{candidates_[ci].step_time_s, candidates_[ci].required.count()};
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    seen.push_back(id);
+    if (static_cast<int>(seen.size()) == req_.top_k) return obj;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+// A fitting plan may be left unsimulated when its compute alone is slower than the top-k bound
+// and than its cp's fastest plan so far (so each cp's verdict names its true fastest plan).
+bool Ranker::Prunable(double time_lb_s, int cp) const {
+  if (exhaustive_ || req_.objective == Objective::kMemory) return false;
+  if (!(time_lb_s > TopThreshold())) return false;
+  auto it = verdicts_.find(cp);
+  return it != verdicts_.end() && it->second.best_step_time_s > 0 &&
+         time_lb_s > it->second.best_step_time_s;
+}
+
+void Ranker::SimulateFitting(const std::vector<model::Plan>& plans, std::vector<size_t> order) {
+  // Cheapest lower bound first, so that the top-k bound tightens as early as it can.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return screened_[a].time_lb_s < screened_[b].time_lb_s;
   });
-  // Plans that differ only in knobs with no effect here (same time and memory) are listed once:
-  // the first in search order, which favours the defaults.
-  for (size_t i = 0; i < all.size() && static_cast<int>(out.top.size()) < req_.top_k; ++i) {
-    if (replay_top_ && !ReplayFits(&all[i])) continue;
-    if (!out.top.empty() && all[i].step_time_s == out.top.back().step_time_s &&
-        all[i].required == out.top.back().required) {
-      ++out.equivalent_hidden;
-      continue;
-    }
-    out.top.push_back(all[i]);
-  }
-  for (size_t i = 1; i < out.top.size(); ++i) out.top[i].why_not_best = WhyNotBest(out.top[i], out.top[0]);
-  // Pareto front over everything simulated: less memory or more throughput than every other.
-  std::vector<Candidate> by_mem = candidates_;
-  std::sort(by_mem.begin(), by_mem.end(), [](const Candidate& a, const Candidate& b) {
-    return a.required != b.required ? a.required < b.required
-                                    : (a.tokens_per_s != b.tokens_per_s ? a.tokens_per_s > b.tokens_per_s : a.key < b.key);
-  });
-  double best_tps = -1;
-  for (const auto& c : by_mem) {
-    if (c.tokens_per_s > best_tps) {
-      out.pareto.push_back(c);
-      best_tps = c.tokens_per_s;
-    }
-  }
-  for (auto& [k, v] : rejections_) out.rejected.push_back(v);
-  FinishVerdicts(&out);
-  std::stable_sort(out.rejected.begin(), out.rejected.end(),
-                   [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
-  if (out.top.empty()) {
-    out.advice_if_none = "No plan fits: the smallest per-GPU need found is " + GiBText(out.smallest_required) +
-        " against " + GiBText(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
-        "group (16 bytes per parameter over N GPUs): more GPUs, a GPU with more memory, or offload "
-        "all with full checkpointing (which moves the states to host RAM) would make it fit.";
-  }
-  return out;
-}
-
-CpVerdict& Ranker::VerdictOf(int cp) {
-  CpVerdict& v = verdicts_[cp];
-  v.cp = cp;
-  return v;
-}
-
-void Ranker::NoteMemory(const model::Plan& p, const std::string& key, const sim::MemoryReport& m) {
-  CpVerdict& v = VerdictOf(p.cp);
-  if (v.smallest_required.count() > 0 && !(m.required < v.smallest_required)) return;
-  v.smallest_required = m.required;
-  v.smallest_key = key;
-  v.smallest_peak_phase = m.peak_phase;
-  v.smallest_peak_top.assign(
-      m.peak_breakdown.begin(),
-      m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
-}
-
-// One sentence per cp: why it fits (its fastest plan) or why not (its least need, what dominates).
-void Ranker::FinishVerdicts(SearchResult* out) const {
-  double best = 0;
-  int best_cp = 0;
-  for (const auto& [cp, v] : verdicts_) {
-    if (v.best_step_time_s > 0 && (best == 0 || v.best_step_time_s < best)) {
-      best = v.best_step_time_s;
-      best_cp = cp;
-    }
-  }
-  const Bytes capacity = cluster_.gpu.usable_memory;
-  for (const auto& [cp, verdict] : verdicts_) {
-    CpVerdict v = verdict;
-    std::string w = "cp=" + std::to_string(cp) + ": ";
-    char buf[160];
-    if (v.fitting == 0 && v.smallest_required.count() == 0) {
-      w += "does not fit: model states alone exceed " + GiBText(capacity) + " in all " +
-           std::to_string(v.plans) + " plans";
-    } else if (v.fitting == 0) {
-      w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
-           GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +
-           "); at its peak (" + v.smallest_peak_phase + ")";
-      for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
-        w += (i ? " and " : " the largest parts are ") + v.smallest_peak_top[i].first + " " +
-             GiBText(v.smallest_peak_top[i].second);
+  std::vector<sim::SimReport> reports(kSimulationWindow);
+  for (size_t start = 0; start < order.size(); start += kSimulationWindow) {
+    size_t end = std::min(order.size(), start + kSimulationWindow);
+    std::vector<size_t> run;
+    for (size_t j = start; j < end; ++j) {
+      size_t i = order[j];
+      if (!Prunable(screened_[i].time_lb_s, plans[i].cp)) {
+        run.push_back(i);
+        continue;
       }
-    } else if (v.best_step_time_s == 0) {
-      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
-           " plans, least need " + GiBText(v.smallest_required) +
-           ") but its compute alone is slower than the top plans' whole step";
-    } else {
-      std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
-      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
-           " plans, least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
-           "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
-      if (cp != best_cp) {
-        std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",
-                      100.0 * (v.best_step_time_s / best - 1.0), best_cp);
-        w += buf;
-      } else {
-        w += ", the fastest cp";
-      }
+      ++result_.pruned_by_time_bound;
+      Reject("slower than the top plans: its compute alone takes longer than their whole step",
+             PlanKey(plans[i]) + ": compute " + Secs(screened_[i].time_lb_s), Bytes());
     }
-    v.why = w;
-    out->cp_verdicts.push_back(v);
+    ParallelFor(
+        run.size(), result_.threads,
+        [&](size_t j, int t) {
+          Worker& w = WorkerOf(static_cast<size_t>(t));
+          const model::Plan& p = plans[run[j]];
+          sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(
+              spec_, cluster_, p, full_opt_.memory, false, &sim::CacheOf(w.ctx));
+          reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
+        },
+        [](size_t) {});
+    for (size_t j = 0; j < run.size(); ++j) {
+      ++result_.simulated;
+      Admit(run[j], plans[run[j]], reports[j]);
+      reports[j] = sim::SimReport{};
+    }
   }
-}
-
-std::string WhyNotBest(const Candidate& c, const Candidate& best) {
-  double slower = 100.0 * (c.step_time_s / best.step_time_s - 1.0);
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "step %.3f s vs %.3f s (%+.1f%%): compute %+.3f s, exposed communication %+.3f s",
-                c.step_time_s, best.step_time_s, slower, c.compute_s - best.compute_s,
-                c.exposed_comm_s - best.exposed_comm_s);
-  std::string s = buf;
-  if (c.plan.checkpointing != best.plan.checkpointing && c.compute_s > best.compute_s) {
-    s += std::string("; checkpointing ") + model::ToString(c.plan.checkpointing) + " recomputes the forward";
-  }
-  if (c.plan.offload != best.plan.offload && c.plan.offload != model::Offload::kNone) {
-    s += std::string("; offload ") + model::ToString(c.plan.offload) + " copies over PCIe and steps on the host";
-  }
-  if (c.required < best.required) s += "; needs " + GiBText(best.required - c.required) + " less memory";
-  return s;
 }
 
 }  // namespace shardtune::plan

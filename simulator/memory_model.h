@@ -89,6 +89,12 @@ struct MemoryOptions {
   // (allocator_sim.h) for reserved memory and the judgement. false: the fragmentation_fraction
   // allowance instead (about 10x faster; the planner's search uses it and replays its best plans).
   bool allocator_replay = true;
+  // Walk only the micro-batches whose memory differs (step_walk.h
+  // WalkSetup::skip_repeated_micro_batches): the same report, in a fraction of the time, but a
+  // program that cannot be scheduled (simulate) or replayed. Ignored when the allocator is
+  // replayed or a timeline is asked for. The planner's memory screening sets it. The report then
+  // leaves reserved_no_pressure at 0 (the ledger's pool figure depends on every micro-batch).
+  bool skip_repeated_micro_batches = false;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
   // MoE: tokens per routed expert as a multiple of the balanced load top_k x T / E (1.0: HF's
@@ -199,6 +205,11 @@ class ModelCache {
   const model::ActivationLedger& Head(const model::ModelSpec& spec,
                                       const model::ActivationOptions& o,
                                       const model::Trainability& t);
+  // Storage for the next program (its vectors emptied, their capacity kept) and its return
+  // (Recycle): a search that estimates thousands of plans reuses one set of buffers instead of
+  // allocating and faulting in fresh pages for each.
+  StepProgram TakeProgramStorage();
+  void Recycle(StepProgram&& program);
 
  private:
   struct Impl;

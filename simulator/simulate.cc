@@ -7,6 +7,7 @@
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "model/trainable.h"
+#include "simulator/step_walk.h"
 
 namespace shardtune::sim {
 namespace {
@@ -130,13 +131,17 @@ ModelCache& CacheOf(SimContext& ctx) { return ctx.impl().models; }
 
 double ComputeLowerBoundS(const StepProgram& p, const profiles::ClusterSpec& c,
                           const model::Plan& plan, const CostConstants& k) {
-  double t = 0;
+  // Summed in whole nanoseconds, as the event simulation schedules them; a program that left out
+  // repeated micro-batches counts the last leading micro-batch's ops once for each it stands for.
+  int64_t t_ns = 0;
   for (const auto& op : p.ops) {
     if (op.step != 1 || op.stream != Stream::kDefault || op.kind == OpKind::kStartup) continue;
-    t += static_cast<double>(ToNanos(ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes,
-                                                 c.gpu, plan.param_dtype, k).count())) * 1e-9;
+    int64_t times =
+        op.micro == kWalkedLeadingMicroBatches - 1 ? 1 + p.repeats_of_last_leading_micro_batch : 1;
+    t_ns += times * ToNanos(ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes,
+                                        c.gpu, plan.param_dtype, k).count());
   }
-  return t;
+  return static_cast<double>(t_ns) * 1e-9;
 }
 
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,

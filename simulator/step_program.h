@@ -106,6 +106,10 @@ struct StepProgram {
   std::vector<std::string> unit_names;
   int num_layers = 0;
   int grad_accum = 1;
+  // Micro-batches of each step the walk left out because they repeat the last leading one
+  // (micro-batch index kWalkedLeadingMicroBatches - 1; step_walk.h skip_repeated_micro_batches):
+  // 0 for a full program.
+  int repeats_of_last_leading_micro_batch = 0;
   // "step 1 · micro-batch 2/4 · backward · block 7" for reports; built on demand.
   std::string OpName(size_t i) const;
 };

@@ -21,11 +21,21 @@ int64_t ShardedBytesPerElement(const model::Plan& plan, const model::ParamTensor
   return model::BytesPerElement(trains ? plan.master_dtype : plan.FrozenDtype());
 }
 
-StepProgram BuildStepProgram(const WalkSetup& setup) {
+StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   SHARDTUNE_CHECK(setup.spec && setup.plan && setup.units && setup.block && setup.head) << "incomplete setup";
   StepProgram prog;
+  prog.ops = std::move(storage.ops);
+  prog.actions = std::move(storage.actions);
+  prog.tensors = std::move(storage.tensors);
+  prog.ops.clear();
+  prog.actions.clear();
+  prog.tensors.clear();
   prog.num_layers = setup.spec->num_layers;
   prog.grad_accum = setup.plan->grad_accum;
+  if (setup.skip_repeated_micro_batches) {
+    prog.repeats_of_last_leading_micro_batch =
+        std::max(0, setup.plan->grad_accum - kWalkedLeadingMicroBatches - 1);
+  }
   for (const auto& u : *setup.units) prog.unit_names.push_back(u.name);
   internal::Walker(setup, &prog).Run();
   return prog;

@@ -35,9 +35,23 @@ struct WalkSetup {
   // Record StepProgram::tensors (each tensor PyTorch allocates separately, with identities) for
   // the caching-allocator replay. Costs time per plan; the planner's search leaves it off.
   bool record_tensors = false;
+  // Walk only the first kWalkedLeadingMicroBatches micro-batches and the last of each step
+  // (false: all of them). The ones in between start from the state the one before them left
+  // (accumulated gradients, no_sync buffers and kept logits exist from the second on; the third
+  // starts from the state the second leaves) and allocate and free the same bytes in the same
+  // order, so the ledger's peaks, their moments and the categories are those of the full walk
+  // (tests/simulator/micro_batch_skip_test.cc checks this against full walks over random plans).
+  // The program then lacks those ops (StepProgram::repeats_of_last_leading_micro_batch), so it
+  // cannot be scheduled in time or replayed through the caching allocator. The planner's memory
+  // screening uses it.
+  bool skip_repeated_micro_batches = false;
 };
 
-StepProgram BuildStepProgram(const WalkSetup& setup);
+// Micro-batches a walk with skip_repeated_micro_batches walks before it jumps to the last one.
+inline constexpr int kWalkedLeadingMicroBatches = 3;
+
+// `storage`: a program whose vectors are reused (emptied, capacity kept).
+StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage = {});
 
 // Bytes per element of one sharded parameter on the GPU: trainable ones in the master dtype,
 // LoRA adapters in lora.dtype, frozen ones in the plan's frozen dtype; all in the param dtype

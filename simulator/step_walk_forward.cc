@@ -73,7 +73,9 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     act_ids_.assign(static_cast<size_t>(s.spec->num_layers), {});
   }
   // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
-  size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(p_.grad_accum) + 8;
+  int walked = s.skip_repeated_micro_batches
+                   ? std::min(kWalkedLeadingMicroBatches + 1, p_.grad_accum) : p_.grad_accum;
+  size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(walked) + 8;
   prog_->ops.reserve(2 * per_step + 1);
   prog_->actions.reserve(4 * per_step + u);
 }
@@ -182,6 +184,10 @@ void Walker::Run() {
   for (step_ = 0; step_ < 2; ++step_) {
     size_t first_op = prog_->ops.size();
     for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
+      // Micro-batches 4 .. grad_accum-1 repeat the third (WalkSetup::skip_repeated_micro_batches).
+      if (s_.skip_repeated_micro_batches && micro_ == kWalkedLeadingMicroBatches) {
+        micro_ = static_cast<int16_t>(std::max(kWalkedLeadingMicroBatches, p_.grad_accum - 1));
+      }
       Forward();
       if (p_.Trains()) Backward();
     }

@@ -1,0 +1,238 @@
+// Ranker, second half: admitting simulated plans, the allocator replay of the plans about to
+// enter the list, the top list, the Pareto front, grouped rejections and the per-cp verdicts.
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "planner/search_rank.h"
+#include "planner/text.h"
+
+namespace shardtune::plan {
+
+void Ranker::Reject(const std::string& reason, const std::string& example, Bytes required) {
+  Rejection& r = rejections_[reason];
+  if (r.count == 0 || (required.count() > 0 && required < r.smallest_required)) {
+    r.example = example;
+    if (required.count() > 0) r.smallest_required = required;
+  }
+  r.reason = reason;
+  ++r.count;
+}
+
+double Ranker::Objective(const Candidate& c) const {
+  if (req_.objective == Objective::kMemory) return static_cast<double>(c.required.count());
+  return c.step_time_s;  // a fixed global batch: least step time = most tokens/s = least cost
+}
+
+// The caching-allocator replay of candidate `ci` (once): false when it runs out of memory;
+// the candidate's `required` becomes the replay's figure.
+bool Ranker::ConfirmForTop(Candidate* c) {
+  size_t ci = static_cast<size_t>(c - candidates_.data());
+  if (replay_state_[ci] != 0) return replay_state_[ci] > 0;
+  const Screened& s = screened_[candidate_index_[ci]];
+  bool fits = true;
+  if (s.replayed) {  // replayed while screening (exhaustive search, replay_every_plan)
+    fits = s.replay_fits;
+    c->required = s.replay_required;
+  } else if (replay_top_) {
+    sim::MemoryOptions mo = opt_.memory;
+    mo.allocator_replay = true;
+    mo.skip_repeated_micro_batches = false;
+    sim::MemoryReport m = sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false,
+                                                         &sim::CacheOf(workers_[0]->ctx)).report;
+    ++result_.replayed;
+    fits = m.fits;
+    c->required = m.required;
+  }
+  replay_state_[ci] = fits ? 1 : -1;
+  if (!fits) {
+    Reject("OOM in the caching allocator replay: split cached blocks leave no segment for a request",
+           c->key + " needs " + GiBText(c->required) + " of " + GiBText(c->capacity), c->required);
+  }
+  return fits;
+}
+
+void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) {
+  CpVerdict& v = VerdictOf(p.cp);
+  std::string key = PlanKey(p);
+  // Each cp's fastest plan; ties go to the plan enumerated first, whatever the order simulated.
+  auto best = verdict_best_index_.find(p.cp);
+  if (v.best_step_time_s == 0 || r.step_time_s < v.best_step_time_s ||
+      (r.step_time_s == v.best_step_time_s && index < best->second)) {
+    v.best_step_time_s = r.step_time_s;
+    v.best_key = key;
+    v.best_required = r.memory.required;
+    verdict_best_index_[p.cp] = index;
+  }
+  if (req_.objective == Objective::kMemory && r.tokens_per_s < req_.min_tokens_per_s) {
+    Reject("below the throughput floor", key, Bytes());
+    return;
+  }
+  Candidate c;
+  c.plan = p;
+  c.key = key;
+  c.step_time_s = r.step_time_s;
+  c.tokens_per_s = r.tokens_per_s;
+  c.mfu = r.mfu;
+  c.exposed_comm_s = r.exposed_comm_s;
+  c.compute_s = r.compute_s;
+  c.required = r.memory.required;
+  c.capacity = r.memory.capacity;
+  c.peak_phase = r.memory.peak_phase;
+  c.dollars_per_million_tokens = req_.price_per_gpu_hour > 0
+      ? req_.price_per_gpu_hour * cluster_.world_size() / 3600.0 / r.tokens_per_s * 1e6 : 0;
+  c.objective = Objective(c);
+  candidates_.push_back(std::move(c));
+  candidate_index_.push_back(index);
+  replay_state_.push_back(0);
+  // A plan that may enter the top-k bound is replayed now, so the bound counts only plans the
+  // list can show (a plan the replay finds out of memory never tightens it).
+  if (exhaustive_ || req_.objective == Objective::kMemory) return;
+  size_t ci = candidates_.size() - 1;
+  double threshold = TopThreshold();
+  if (!(candidates_[ci].objective <= threshold) || !ConfirmForTop(&candidates_[ci])) return;
+  std::pair<double, size_t> e{candidates_[ci].objective, ci};
+  confirmed_.insert(std::upper_bound(confirmed_.begin(), confirmed_.end(), e,
+                                     [&](const auto& a, const auto& b) {
+                                       if (a.first != b.first) return a.first < b.first;
+                                       return candidate_index_[a.second] < candidate_index_[b.second];
+                                     }),
+                    e);
+  double t = TopThreshold();
+  while (!confirmed_.empty() && confirmed_.back().first > t) confirmed_.pop_back();
+}
+
+SearchResult Ranker::Finish() {
+  SearchResult out = result_;
+  std::vector<size_t> order(candidates_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Ties keep enumeration order (deterministic, whatever the order plans were simulated in).
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (candidates_[a].objective != candidates_[b].objective) {
+      return candidates_[a].objective < candidates_[b].objective;
+    }
+    return candidate_index_[a] < candidate_index_[b];
+  });
+  // Plans that differ only in knobs with no effect here (same time and memory) are listed once:
+  // the first in enumeration order, which favours the defaults.
+  for (size_t k = 0; k < order.size() && static_cast<int>(out.top.size()) < req_.top_k; ++k) {
+    Candidate& c = candidates_[order[k]];
+    if (!ConfirmForTop(&c)) continue;
+    if (!out.top.empty() && c.step_time_s == out.top.back().step_time_s &&
+        c.required == out.top.back().required) {
+      ++out.equivalent_hidden;
+      continue;
+    }
+    out.top.push_back(c);
+  }
+  out.replayed = result_.replayed;
+  for (size_t i = 1; i < out.top.size(); ++i) out.top[i].why_not_best = WhyNotBest(out.top[i], out.top[0]);
+  // Pareto front over everything simulated: less memory or more throughput than every other.
+  std::vector<size_t> by_mem = order;
+  std::sort(by_mem.begin(), by_mem.end(), [&](size_t ia, size_t ib) {
+    const Candidate& a = candidates_[ia];
+    const Candidate& b = candidates_[ib];
+    return a.required != b.required ? a.required < b.required
+                                    : (a.tokens_per_s != b.tokens_per_s ? a.tokens_per_s > b.tokens_per_s : a.key < b.key);
+  });
+  double best_tps = -1;
+  for (size_t i : by_mem) {
+    if (candidates_[i].tokens_per_s > best_tps) {
+      out.pareto.push_back(candidates_[i]);
+      best_tps = candidates_[i].tokens_per_s;
+    }
+  }
+  for (auto& [k, v] : rejections_) out.rejected.push_back(v);
+  FinishVerdicts(&out);
+  std::stable_sort(out.rejected.begin(), out.rejected.end(),
+                   [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
+  if (out.top.empty()) {
+    out.advice_if_none = "No plan fits: the smallest per-GPU need found is " + GiBText(out.smallest_required) +
+        " against " + GiBText(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
+        "group (16 bytes per parameter over N GPUs): more GPUs, a GPU with more memory, or offload "
+        "all with full checkpointing (which moves the states to host RAM) would make it fit.";
+  }
+  return out;
+}
+
+CpVerdict& Ranker::VerdictOf(int cp) {
+  CpVerdict& v = verdicts_[cp];
+  v.cp = cp;
+  return v;
+}
+
+void Ranker::NoteMemory(int cp, const std::string& key, const Screened& s) {
+  CpVerdict& v = VerdictOf(cp);
+  if (v.smallest_required.count() > 0 && !(s.required < v.smallest_required)) return;
+  v.smallest_required = s.required;
+  v.smallest_key = key;
+  v.smallest_peak_phase = s.peak_phase;
+  v.smallest_peak_top = s.peak_top;
+}
+
+// One sentence per cp: why it fits (its fastest plan) or why not (its least need, what dominates).
+void Ranker::FinishVerdicts(SearchResult* out) const {
+  double best = 0;
+  int best_cp = 0;
+  for (const auto& [cp, v] : verdicts_) {
+    if (v.best_step_time_s > 0 && (best == 0 || v.best_step_time_s < best)) {
+      best = v.best_step_time_s;
+      best_cp = cp;
+    }
+  }
+  const Bytes capacity = cluster_.gpu.usable_memory;
+  for (const auto& [cp, verdict] : verdicts_) {
+    CpVerdict v = verdict;
+    std::string w = "cp=" + std::to_string(cp) + ": ";
+    char buf[160];
+    if (v.fitting == 0 && v.smallest_required.count() == 0) {
+      w += "does not fit: model states alone exceed " + GiBText(capacity) + " in all " +
+           std::to_string(v.plans) + " plans";
+    } else if (v.fitting == 0) {
+      w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
+           GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +
+           "); at its peak (" + v.smallest_peak_phase + ")";
+      for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
+        w += (i ? " and " : " the largest parts are ") + v.smallest_peak_top[i].first + " " +
+             GiBText(v.smallest_peak_top[i].second);
+      }
+    } else if (v.best_step_time_s == 0) {
+      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
+           " plans, least need " + GiBText(v.smallest_required) +
+           ") but its compute alone is slower than the top plans' whole step";
+    } else {
+      std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
+      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
+           " plans, least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
+           "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
+      if (cp != best_cp) {
+        std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",
+                      100.0 * (v.best_step_time_s / best - 1.0), best_cp);
+        w += buf;
+      } else {
+        w += ", the fastest cp";
+      }
+    }
+    v.why = w;
+    out->cp_verdicts.push_back(v);
+  }
+}
+
+std::string WhyNotBest(const Candidate& c, const Candidate& best) {
+  double slower = 100.0 * (c.step_time_s / best.step_time_s - 1.0);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %.3f s vs %.3f s (%+.1f%%): compute %+.3f s, exposed communication %+.3f s",
+                c.step_time_s, best.step_time_s, slower, c.compute_s - best.compute_s,
+                c.exposed_comm_s - best.exposed_comm_s);
+  std::string s = buf;
+  if (c.plan.checkpointing != best.plan.checkpointing && c.compute_s > best.compute_s) {
+    s += std::string("; checkpointing ") + model::ToString(c.plan.checkpointing) + " recomputes the forward";
+  }
+  if (c.plan.offload != best.plan.offload && c.plan.offload != model::Offload::kNone) {
+    s += std::string("; offload ") + model::ToString(c.plan.offload) + " copies over PCIe and steps on the host";
+  }
+  if (c.required < best.required) s += "; needs " + GiBText(best.required - c.required) + " less memory";
+  return s;
+}
+
+}  // namespace shardtune::plan

@@ -1,0 +1,148 @@
+// The fast search (bounds, skipped micro-batches, lower-bound order, lazy allocator replay,
+// threads) against the exhaustive one (every plan walked in full, replayed and simulated): the
+// same top plans, per-cp verdicts and grouped reasons; the same answer for any --jobs; and the
+// work it does stays bounded on a fixed case, so that a change that quietly evaluates everything
+// again fails here.
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "model/presets.h"
+#include "planner/search.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::plan {
+namespace {
+
+// The reasons whose counts depend on how much was simulated or replayed (the exhaustive search
+// simulates every plan that fits and replays every plan): left out of the comparison, and
+// checked through the counters instead.
+bool WorkDependentReason(const std::string& reason) {
+  return reason.rfind("slower than the top plans", 0) == 0 ||
+         reason.rfind("OOM in the caching allocator replay", 0) == 0;
+}
+
+std::map<std::string, int> Reasons(const SearchResult& r) {
+  std::map<std::string, int> m;
+  for (const auto& x : r.rejected) {
+    if (!WorkDependentReason(x.reason)) m[x.reason] = x.count;
+  }
+  return m;
+}
+
+void ExpectSameAnswer(const SearchResult& fast, const SearchResult& full) {
+  ASSERT_EQ(fast.top.size(), full.top.size());
+  for (size_t i = 0; i < fast.top.size(); ++i) {
+    EXPECT_EQ(fast.top[i].key, full.top[i].key) << i;
+    EXPECT_EQ(fast.top[i].step_time_s, full.top[i].step_time_s) << i;
+    EXPECT_EQ(fast.top[i].required, full.top[i].required) << i;
+    EXPECT_EQ(fast.top[i].why_not_best, full.top[i].why_not_best) << i;
+  }
+  ASSERT_EQ(fast.cp_verdicts.size(), full.cp_verdicts.size());
+  for (size_t i = 0; i < fast.cp_verdicts.size(); ++i) {
+    const CpVerdict &a = fast.cp_verdicts[i], &b = full.cp_verdicts[i];
+    EXPECT_EQ(a.cp, b.cp);
+    EXPECT_EQ(a.plans, b.plans);
+    EXPECT_EQ(a.fitting, b.fitting);
+    EXPECT_EQ(a.smallest_required, b.smallest_required);
+    EXPECT_EQ(a.smallest_key, b.smallest_key);
+    EXPECT_EQ(a.best_step_time_s, b.best_step_time_s);
+    EXPECT_EQ(a.best_key, b.best_key);
+    EXPECT_EQ(a.why, b.why);
+  }
+  EXPECT_EQ(Reasons(fast), Reasons(full));
+  EXPECT_EQ(fast.smallest_required, full.smallest_required);
+  EXPECT_EQ(fast.advice_if_none, full.advice_if_none);
+  EXPECT_EQ(fast.enumerated, full.enumerated);
+  EXPECT_EQ(fast.pruned_by_memory_bound, full.pruned_by_memory_bound);
+}
+
+struct Case {
+  const char* model;
+  const char* cluster;
+  int64_t global_batch, seq_len;
+  Objective objective;
+};
+
+SearchRequest RequestOf(const Case& k) {
+  SearchRequest r;
+  r.global_batch = k.global_batch;
+  r.seq_len = k.seq_len;
+  r.objective = k.objective;
+  r.min_tokens_per_s = k.objective == Objective::kMemory ? 1e5 : 0;
+  r.top_k = 3;
+  r.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kFull};
+  r.space.forward_prefetch = {false};
+  return r;
+}
+
+TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswer) {
+  for (const Case& k : {Case{"llama3.2-1b", "8xH100", 32, 1024, Objective::kThroughput},
+                        Case{"llama3-8b", "8xH100", 16, 2048, Objective::kThroughput},
+                        Case{"llama2-70b", "8xH100", 8, 2048, Objective::kThroughput},
+                        Case{"llama3.2-1b", "8xH100", 16, 2048, Objective::kMemory}}) {
+    SCOPED_TRACE(std::string(k.model) + " on " + k.cluster);
+    auto spec = model::FindModelPreset(k.model);
+    auto c = profiles::ParseClusterShorthand(k.cluster);
+    SearchRequest req = RequestOf(k);
+    SearchResult fast = SearchPlans(spec, c, req);
+    req.prune = false;
+    SearchResult full = SearchPlans(spec, c, req);
+    ExpectSameAnswer(fast, full);
+    // What the fast search skipped is accounted for: every plan that fits was simulated or
+    // ruled out by its compute alone, and it walked no more plans than the exhaustive search.
+    EXPECT_EQ(fast.simulated + fast.pruned_by_time_bound, full.simulated + full.pruned_by_time_bound);
+    EXPECT_LE(fast.memory_checked, full.memory_checked);
+    EXPECT_EQ(full.memory_checked, full.enumerated);
+    EXPECT_EQ(full.replayed, full.memory_checked);
+  }
+}
+
+TEST(SearchWorkTest, SameAnswerForAnyThreadCount) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req = RequestOf({"llama3-8b", "8xH100", 32, 4096, Objective::kThroughput});
+  req.jobs = 1;
+  SearchResult one = SearchPlans(spec, c, req);
+  req.jobs = 3;
+  SearchResult three = SearchPlans(spec, c, req);
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_EQ(three.threads, 3);
+  ExpectSameAnswer(one, three);
+  // Not only the answer: the same work, since the windows that prune do not depend on threads.
+  EXPECT_EQ(one.memory_checked, three.memory_checked);
+  EXPECT_EQ(one.simulated, three.simulated);
+  EXPECT_EQ(one.pruned_by_time_bound, three.pruned_by_time_bound);
+  EXPECT_EQ(one.replayed, three.replayed);
+  ASSERT_EQ(one.rejected.size(), three.rejected.size());
+  for (size_t i = 0; i < one.rejected.size(); ++i) {
+    EXPECT_EQ(one.rejected[i].reason, three.rejected[i].reason);
+    EXPECT_EQ(one.rejected[i].count, three.rejected[i].count);
+    EXPECT_EQ(one.rejected[i].example, three.rejected[i].example);
+  }
+  ASSERT_EQ(one.pareto.size(), three.pareto.size());
+  for (size_t i = 0; i < one.pareto.size(); ++i) EXPECT_EQ(one.pareto[i].key, three.pareto[i].key);
+}
+
+// The default search space for llama3-8b on 8xH100 (global batch 64 x 8192, the README's
+// example): the memory walk runs once per plan the model-state bound lets through, the
+// allocator replay only for plans about to enter the list, and the simulation for a minority.
+TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req;
+  req.global_batch = 64;
+  req.seq_len = 8192;
+  SearchResult r = SearchPlans(spec, c, req);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_EQ(r.memory_checked + r.pruned_by_memory_bound, r.enumerated);
+  // Replays: the plans that entered the top-5 bound while it tightened (50 when written), plus
+  // any the list skipped as out of memory; replaying every plan would be memory_checked (18,320).
+  EXPECT_LE(r.replayed, 15 * req.top_k);
+  // Simulations: at most a fifth of the plans that were walked (this case: 11% when written).
+  EXPECT_LE(5 * r.simulated, r.memory_checked);
+}
+
+}  // namespace
+}  // namespace shardtune::plan

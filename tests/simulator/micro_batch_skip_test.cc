@@ -1,0 +1,121 @@
+// The planner's memory screening walks micro-batches 1, 2 and the last only
+// (MemoryOptions::skip_repeated_micro_batches): over random plans, its report must equal the full
+// walk's field for field, and its compute lower bound must equal the full program's.
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "model/presets.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_model.h"
+#include "simulator/memory_report_json.h"
+#include "simulator/simulate.h"
+#include "simulator/step_walk.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::Plan;
+
+template <typename T>
+T Pick(std::mt19937_64& rng, std::initializer_list<T> v) {
+  return *(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size()));
+}
+
+Plan RandomPlan(std::mt19937_64& rng, int world) {
+  Plan p;
+  p.strategy = Pick(rng, {model::ShardingStrategy::kFullShard, model::ShardingStrategy::kShardGradOp,
+                          model::ShardingStrategy::kNoShard, model::ShardingStrategy::kHybridShard,
+                          model::ShardingStrategy::kHybridShardZero2});
+  p.shard_group_size = p.Hybrid() ? 2 : 0;
+  p.reshard_after_forward = model::StrategyReshardsAfterForward(p.strategy);
+  p.micro_batch = 1 + static_cast<int>(rng() % 2);
+  p.grad_accum = Pick(rng, {1, 2, 4, 5, 6, 8});
+  p.seq_len = Pick(rng, {256, 512});
+  p.no_sync = rng() % 3 == 0;
+  p.checkpointing = Pick(rng, {model::Checkpointing::kNone, model::Checkpointing::kFull,
+                               model::Checkpointing::kSelective, model::Checkpointing::kEveryK});
+  p.checkpoint_every_k = p.checkpointing == model::Checkpointing::kEveryK ? 2 : 1;
+  p.offload = Pick(rng, {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll});
+  p.forward_prefetch = rng() % 2 == 0;
+  p.backward_prefetch = Pick(rng, {model::BackwardPrefetch::kPre, model::BackwardPrefetch::kNone});
+  p.keep_logits = rng() % 4 == 0;
+  if (rng() % 3 == 0) p.cp = 2;
+  if (rng() % 4 == 0) {
+    p.lora.rank = 8;
+    p.lora.targets = {"q_proj", "v_proj"};
+  }
+  if (rng() % 3 == 0) {
+    p.wrap.kind = model::WrapPolicy::Kind::kEveryK;
+    p.wrap.every_k = 2;
+  }
+  p.wrap.embedding_unit = p.wrap.head_unit = rng() % 2 == 0;
+  (void)world;
+  return p;
+}
+
+TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
+  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
+  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261124;
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  MemoryOptions full;
+  full.allocator_replay = false;
+  MemoryOptions skip = full;
+  skip.skip_repeated_micro_batches = true;
+  int skipped_plans = 0;
+  for (int i = 0; i < 60; ++i) {
+    Plan p = RandomPlan(rng, cluster.world_size());
+    if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                    spec.SeqLenLimit()).empty()) {
+      continue;
+    }
+    SCOPED_TRACE("plan " + std::to_string(i) + " grad_accum " + std::to_string(p.grad_accum));
+    MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
+    MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);
+    auto ja = MemoryReportToJson(a.report, true), jb = MemoryReportToJson(b.report, true);
+    // The one figure the screening leaves out (memory_model.h skip_repeated_micro_batches): the
+    // ledger's no-replay reserved estimate and the nvidia-smi figure built on it.
+    EXPECT_EQ(b.report.reserved_no_pressure.count(), 0);
+    for (const char* k : {"reserved_bytes", "nvidia_smi_bytes"}) {
+      ja["per_rank"].erase(k);
+      jb["per_rank"].erase(k);
+    }
+    for (const auto& [key, value] : ja["per_rank"].items()) {
+      EXPECT_EQ(value, jb["per_rank"][key]) << "key " << key;
+    }
+    EXPECT_EQ(ja.dump(), jb.dump());
+    EXPECT_EQ(a.report.peak_phase, b.report.peak_phase);
+    EXPECT_EQ(b.program.repeats_of_last_leading_micro_batch, std::max(0, p.grad_accum - kWalkedLeadingMicroBatches - 1));
+    if (p.grad_accum > kWalkedLeadingMicroBatches + 1) {
+      ++skipped_plans;
+      EXPECT_LT(b.program.ops.size(), a.program.ops.size());
+    }
+    CostConstants k;
+    EXPECT_DOUBLE_EQ(ComputeLowerBoundS(a.program, cluster, p, k),
+                     ComputeLowerBoundS(b.program, cluster, p, k));
+  }
+  EXPECT_GT(skipped_plans, 5);
+}
+
+// A timeline or an allocator replay needs every op: the option is ignored for them.
+TEST(MicroBatchSkipTest, IgnoredWhenTheProgramIsReplayedOrShown) {
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  Plan p;
+  p.grad_accum = 6;
+  p.seq_len = 512;
+  MemoryOptions o;
+  o.skip_repeated_micro_batches = true;
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, 0);
+  o.allocator_replay = false;
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, true).program.repeats_of_last_leading_micro_batch, 0);
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, 6 - kWalkedLeadingMicroBatches - 1);
+}
+
+}  // namespace
+}  // namespace shardtune::sim
