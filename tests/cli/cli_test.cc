@@ -344,6 +344,21 @@ TEST(CliTest, TuneMeasureRejectsWhatItCannotRun) {
                             "--measure-steps 1"), "--measure-steps");
 }
 
+// --jobs: a thread count from 1 to 1024; the JSON reports the threads used and the work done.
+TEST(CliTest, TuneJobsIsCheckedAndReported) {
+  const std::string base = "tune --model tiny-llama --cluster 8xH100 --global-batch 8 --seq-len 128 ";
+  ExpectOneLineError(RunCli(base + "--jobs 0"), "--jobs: expected a number of threads from 1 to 1024, got 0");
+  ExpectOneLineError(RunCli(base + "--jobs two"), "--jobs: expected an integer, got \"two\"");
+  Result r = RunCli(base + "--jobs 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("work").at("threads").get<int>(), 2);
+  const auto& w = j.at("work");
+  EXPECT_EQ(w.at("memory_checked").get<int64_t>() + w.at("pruned_by_memory_bound").get<int64_t>(),
+            w.at("enumerated").get<int64_t>());
+  EXPECT_GT(w.at("wall_s").get<double>(), 0.0);
+}
+
 TEST(CliTest, TuneMeasureRunsTheTopPlansAndReportsTheMeasuredWinner) {
   std::string dir = TempPath("tune_measure_" + std::to_string(::getpid()));
   Result r = RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --measure 2 "
