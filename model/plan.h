@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/dtype.h"
+
 namespace shardtune::model {
 
 enum class ShardingStrategy {
@@ -17,9 +19,6 @@ enum class ShardingStrategy {
   kHybridShard,       // FULL_SHARD inside a shard group, replicated (all-reduce) across groups
   kHybridShardZero2,  // SHARD_GRAD_OP inside a shard group, replicated across groups
 };
-
-enum class DType { kFp32, kBf16, kFp16 };
-int64_t BytesPerElement(DType d);
 
 enum class Checkpointing { kNone, kFull, kSelective, kEveryK };
 enum class Offload { kNone, kOptimizer, kAll };  // kAll: params + grads + optimizer on the host
@@ -155,7 +154,6 @@ struct Plan {
 };
 
 const char* ToString(ShardingStrategy s);
-const char* ToString(DType d);
 const char* ToString(Checkpointing c);
 const char* ToString(Offload o);
 const char* ToString(BackwardPrefetch b);

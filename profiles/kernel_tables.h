@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/plan.h"
+#include "model/dtype.h"
 #include "model/units.h"
 #include "profiles/collective.h"
 

@@ -1,8 +1,8 @@
 // Checks every #include of ours against the allowed dependency edges (DESIGN.md "Layers",
 // STYLE.md §1): model and profiles depend on nothing of ours (profiles may use the vocabulary
-// headers model/units.h, model/errors.h, model/strict_json.h), simulator on model and profiles,
-// planner on simulator, executor on model and profiles only, cli on everything. Public headers
-// outside the executor never include Torch, Boost or Eigen.
+// headers model/units.h, model/errors.h, model/strict_json.h and model/dtype.h), simulator on
+// model and profiles, planner on simulator, executor on model and profiles only, cli on
+// everything. Public headers outside the executor never include Torch, Boost or Eigen.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -29,7 +29,8 @@ const std::map<std::string, std::set<std::string>>& AllowedFolders() {
 }
 
 const std::set<std::string>& VocabularyHeaders() {
-  static const std::set<std::string> s{"model/units.h", "model/errors.h", "model/strict_json.h"};
+  static const std::set<std::string> s{"model/units.h", "model/errors.h", "model/strict_json.h",
+                                      "model/dtype.h"};
   return s;
 }
 
