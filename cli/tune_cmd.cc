@@ -400,6 +400,8 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
                    {"fitting", v.fitting},
                    {"smallest_required_bytes", v.smallest_required.count()},
                    {"smallest_key", v.smallest_key},
+                   {"smallest_bound_bytes", v.smallest_bound.count()},
+                   {"smallest_bound_key", v.smallest_bound_key},
                    {"best_step_time_s", v.best_step_time_s},
                    {"best_key", v.best_key},
                    {"best_required_bytes", v.best_required.count()},

@@ -89,6 +89,10 @@ struct CpVerdict {
   int64_t fitting = 0;       // of those, plans found to fit (simulated or pruned by time)
   Bytes smallest_required;   // least per-GPU need over its memory-checked plans
   std::string smallest_key;  // the plan that needed it
+  // Over the plans a lower bound ruled out (not walked): the least bound, its plan and what it
+  // counts ("model states", "saved activations and model states at the end of forward").
+  Bytes smallest_bound;
+  std::string smallest_bound_key, smallest_bound_what;
   // The two largest categories at that plan's peak, e.g. {"activations saved for backward", ..}.
   std::vector<std::pair<std::string, Bytes>> smallest_peak_top;
   std::string smallest_peak_phase;

@@ -147,7 +147,15 @@ SearchResult Ranker::Finish() {
   std::stable_sort(out.rejected.begin(), out.rejected.end(),
                    [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
   if (out.top.empty()) {
-    out.advice_if_none = "No plan fits: the smallest per-GPU need found is " + GiBText(out.smallest_required) +
+    Bytes least = out.smallest_required;
+    std::string found = "the smallest per-GPU need found is ";
+    if (least.count() == 0) {  // every plan ruled out by a lower bound
+      for (const auto& [cp, v] : verdicts_) {
+        if (least.count() == 0 || v.smallest_bound < least) least = v.smallest_bound;
+      }
+      found = "every plan needs at least ";
+    }
+    out.advice_if_none = "No plan fits: " + found + GiBText(least) +
         " against " + GiBText(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
         "group (16 bytes per parameter over N GPUs): more GPUs, a GPU with more memory, or offload "
         "all with full checkpointing (which moves the states to host RAM) would make it fit.";
@@ -186,8 +194,9 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
     std::string w = "cp=" + std::to_string(cp) + ": ";
     char buf[160];
     if (v.fitting == 0 && v.smallest_required.count() == 0) {
-      w += "does not fit: model states alone exceed " + GiBText(capacity) + " in all " +
-           std::to_string(v.plans) + " plans";
+      w += "does not fit: a lower bound exceeds " + GiBText(capacity) + " in all " +
+           std::to_string(v.plans) + " plans; the least is " + GiBText(v.smallest_bound) + " of " +
+           v.smallest_bound_what + " (" + v.smallest_bound_key + ")";
     } else if (v.fitting == 0) {
       w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
            GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +

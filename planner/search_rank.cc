@@ -51,15 +51,19 @@ std::string CpSuffix(const model::Plan& p) {
   return p.cp > 1 ? ", cp " + std::to_string(p.cp) : "";
 }
 
+// The allocation-time fragmentation allowance of the no-replay judgement (memory_model.cc).
+Bytes FragmentationAllowance(Bytes allocated, const sim::MemoryConstants& k) {
+  return Bytes::Of(static_cast<int64_t>(static_cast<double>(allocated.count()) *
+                                        k.fragmentation_fraction));
+}
+
 // The screening figure of a report: allocated peak + the fragmentation allowance + memory
 // outside the allocator (memory_model.cc, the judgement without the allocator replay). A report
 // that replayed the allocator carries its own `required`; the search judges every plan on this
 // one so that its verdicts do not depend on which plans were replayed.
 Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& k) {
   if (!m.allocator_replayed) return m.required;
-  Bytes frag = Bytes::Of(static_cast<int64_t>(static_cast<double>(m.peak_allocated.count()) *
-                                              k.fragmentation_fraction));
-  return m.peak_allocated + frag + m.outside_total;
+  return m.peak_allocated + FragmentationAllowance(m.peak_allocated, k) + m.outside_total;
 }
 
 }  // namespace
@@ -122,13 +126,29 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
   return Bytes::Of(it->second * per_elem) + outside_floor;
 }
 
-// One plan's memory verdict. A plan the model-state bound rules out is not walked, except in
-// the exhaustive search, which walks it and checks that the walk agrees.
+// Saved activations and model states alive together at the end of step 1's first forward
+// (sim::AllocatedLowerBound), with the fragmentation allowance ScreeningRequired adds (monotone
+// in the allocated peak) and the CUDA context: the walk's screening figure is never smaller.
+Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w) const {
+  Bytes allocated = sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory, &sim::CacheOf(w.ctx));
+  return allocated + FragmentationAllowance(allocated, opt_.memory.constants) +
+         opt_.memory.constants.cuda_context;
+}
+
+// One plan's memory verdict. A plan a lower bound rules out is not walked, except in the
+// exhaustive search, which walks it and checks that the walk agrees.
 Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
   Screened s;
   const Bytes capacity = cluster_.gpu.usable_memory;
   s.bound = ModelStateLowerBound(p, w);
   s.bound_oom = s.bound > capacity;
+  if (!s.bound_oom) {
+    Bytes forward_end = ForwardEndLowerBound(p, w);
+    if (forward_end > capacity) {
+      s.bound = forward_end;
+      s.bound_oom = s.forward_end_bound = true;
+    }
+  }
   if (s.bound_oom && !exhaustive_) return s;
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
                                                            &sim::CacheOf(w.ctx));
@@ -136,7 +156,7 @@ Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
   s.evaluated = true;
   s.required = ScreeningRequired(m, opt_.memory.constants);
   s.fits = s.required <= capacity;
-  SHARDTUNE_CHECK(!(s.bound_oom && s.fits)) << "the model-state bound " << s.bound.count()
+  SHARDTUNE_CHECK(!(s.bound_oom && s.fits)) << "the lower bound " << s.bound.count()
       << " exceeds the walk's need " << s.required.count() << " for " << PlanKey(p);
   s.peak_phase = m.peak_phase;
   s.peak_top.assign(m.peak_breakdown.begin(),
@@ -178,8 +198,20 @@ void Ranker::BookMemory(size_t index, const model::Plan& p, const Screened& s,
   std::string key = PlanKey(p);
   if (s.bound_oom) {
     ++result_.pruned_by_memory_bound;
-    Reject(std::string("OOM: model states alone exceed the GPU (") + StrategyFamily(p) +
-               ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
+    const char* what = s.forward_end_bound
+                           ? "saved activations and model states at the end of forward"
+                           : "model states";
+    CpVerdict& v = VerdictOf(p.cp);
+    if (v.smallest_bound.count() == 0 || s.bound < v.smallest_bound) {
+      v.smallest_bound = s.bound;
+      v.smallest_bound_key = key;
+      v.smallest_bound_what = what;
+    }
+    Reject(std::string(s.forward_end_bound
+                           ? "OOM: saved activations and model states exceed the GPU by the end "
+                             "of forward ("
+                           : "OOM: model states alone exceed the GPU (") +
+               StrategyFamily(p) + ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
            key + " needs at least " + GiBText(s.bound), s.bound);
     return;
   }
@@ -257,6 +289,12 @@ void Ranker::SimulateFitting(const std::vector<model::Plan>& plans, std::vector<
           sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(
               spec_, cluster_, p, full_opt_.memory, false, &sim::CacheOf(w.ctx));
           reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
+          // Admit reads the figures only: the program's buffers serve this worker's next plan,
+          // and the schedule and per-op counters are dropped before the window ends.
+          sim::CacheOf(w.ctx).Recycle(std::move(reports[j].program));
+          reports[j].schedule = {};
+          reports[j].allocated_after = {};
+          reports[j].memory.units = {};
         },
         [](size_t) {});
     for (size_t j = 0; j < run.size(); ++j) {

@@ -18,8 +18,13 @@ namespace shardtune::plan {
 
 // What the memory screening found for one plan.
 struct Screened {
-  Bytes bound;             // model-state lower bound (params, grads, optimizer state + context)
+  // The lower bound the plan was judged on: the model-state bound (params, grads, optimizer
+  // state + CUDA context) or, when that fits, the forward-end bound (sim::AllocatedLowerBound:
+  // those states + every block's saved activations at the end of step 1's first forward, with
+  // the fragmentation allowance and the context), whichever rules it out.
+  Bytes bound;
   bool bound_oom = false;  // bound > capacity: ruled out by the bound (walked only exhaustively)
+  bool forward_end_bound = false;  // `bound` is the forward-end bound
   bool evaluated = false;  // the memory walk ran
   Bytes required;          // screening figure: allocated peak + fragmentation allowance + outside
   bool fits = false;       // required <= capacity
@@ -50,6 +55,7 @@ class Ranker {
   Worker& WorkerOf(size_t thread);
   Screened Screen(const model::Plan& plan, Worker& w) const;
   Bytes ModelStateLowerBound(const model::Plan& plan, Worker& w) const;
+  Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w) const;
   void BookMemory(size_t index, const model::Plan& p, const Screened& s, std::vector<size_t>* fitting);
   void SimulateFitting(const std::vector<model::Plan>& plans, std::vector<size_t> fitting);
   void Admit(size_t index, const model::Plan& p, const sim::SimReport& r);

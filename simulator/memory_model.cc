@@ -271,39 +271,21 @@ int64_t ExpandableReserved(int64_t pool_bytes) {
   return (pool_bytes + kExpandablePageBytes - 1) / kExpandablePageBytes * kExpandablePageBytes;
 }
 
-MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
-                                         const profiles::ClusterSpec& cluster, const Plan& plan,
-                                         const MemoryOptions& options, bool with_timeline,
-                                         ModelCache* cache) {
-  std::unique_ptr<ModelCache> own;
-  if (!cache) {
-    own = std::make_unique<ModelCache>();
-    cache = own.get();
-  }
-  MemoryEstimate est;
-  MemoryReport& r = est.report;
-  r.world = cluster.world_size();
-  r.shard_group = plan.Sharded() ? plan.ResolvedShardGroup(r.world, cluster.gpus_per_node) : 1;
-  SHARDTUNE_CHECK(r.shard_group >= 1 && r.world % r.shard_group == 0) << r.shard_group;
-  r.replicas = r.world / r.shard_group;
-  r.cp = plan.cp;
-  r.cp_fsdp_mesh = model::ToString(plan.cp_fsdp_mesh);
+namespace {
+// The walk's inputs for a plan: units, shard group, sequence length and the activation ledgers
+// (per block under frozen parameters or LoRA). Replay and skipping are left to the caller.
+WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                    const Plan& plan, const MemoryOptions& options, ModelCache* cache,
+                    int shard_group) {
   WalkSetup w;
   w.spec = &spec;
   w.plan = &plan;
   w.units = &cache->UnitsFor(spec, plan);
-  w.shard_n = r.shard_group;
-  w.replicas = r.replicas;
-  w.seq_len = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
-  r.all_to_all_bytes_per_layer =
-      Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());
+  w.shard_n = shard_group;
+  w.replicas = cluster.world_size() / shard_group;
+  w.seq_len = plan.ResolvedSeqLen(spec.max_seq_len);
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
-  bool expandable = options.allocator == AllocatorMode::kExpandableSegments;
-  // The CUDA caching allocator replay; CPU ranks use LibTorch's CPU allocator (no segments).
-  bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
-  w.record_tensors = replay;
-  w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !replay && !with_timeline;
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   model::Trainability full;
   w.block = &cache->Block(spec, act, full, plan.tiled_mlp_shards, options.moe_capacity_factor);
@@ -318,6 +300,45 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
     }
     w.head = &cache->Head(spec, act, st.head);
   }
+  return w;
+}
+
+int ShardGroupOf(const profiles::ClusterSpec& cluster, const Plan& plan) {
+  return plan.Sharded() ? plan.ResolvedShardGroup(cluster.world_size(), cluster.gpus_per_node) : 1;
+}
+}  // namespace
+
+Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                          const Plan& plan, const MemoryOptions& options, ModelCache* cache) {
+  WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, ShardGroupOf(cluster, plan));
+  return Bytes::Of(ForwardEndLowerBound(w));
+}
+
+MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
+                                         const profiles::ClusterSpec& cluster, const Plan& plan,
+                                         const MemoryOptions& options, bool with_timeline,
+                                         ModelCache* cache) {
+  std::unique_ptr<ModelCache> own;
+  if (!cache) {
+    own = std::make_unique<ModelCache>();
+    cache = own.get();
+  }
+  MemoryEstimate est;
+  MemoryReport& r = est.report;
+  r.world = cluster.world_size();
+  r.shard_group = ShardGroupOf(cluster, plan);
+  SHARDTUNE_CHECK(r.shard_group >= 1 && r.world % r.shard_group == 0) << r.shard_group;
+  r.replicas = r.world / r.shard_group;
+  r.cp = plan.cp;
+  r.cp_fsdp_mesh = model::ToString(plan.cp_fsdp_mesh);
+  WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, r.shard_group);
+  r.all_to_all_bytes_per_layer =
+      Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());
+  bool expandable = options.allocator == AllocatorMode::kExpandableSegments;
+  // The CUDA caching allocator replay; CPU ranks use LibTorch's CPU allocator (no segments).
+  bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
+  w.record_tensors = replay;
+  w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !replay && !with_timeline;
   int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
   for (const auto& u : *w.units) {
     r.parameters += u.NumParams();

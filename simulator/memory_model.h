@@ -228,6 +228,11 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const model::Plan& plan, const MemoryOptions& options,
                                          bool with_timeline = true, ModelCache* cache = nullptr);
 
+// A lower bound on EstimateMemoryWithProgram's peak_allocated without walking the steps
+// (step_walk.h ForwardEndLowerBound): what is alive together at the end of step 1's first forward.
+Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                          const model::Plan& plan, const MemoryOptions& options, ModelCache* cache);
+
 // What an expandable segment holding `pool_bytes` reserves: whole 20 MiB pages.
 int64_t ExpandableReserved(int64_t pool_bytes);
 

@@ -41,4 +41,10 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   return prog;
 }
 
+int64_t ForwardEndLowerBound(const WalkSetup& setup) {
+  SHARDTUNE_CHECK(setup.spec && setup.plan && setup.units && setup.block && setup.head) << "incomplete setup";
+  StepProgram unused;
+  return internal::Walker(setup, &unused).ForwardEndLowerBound();
+}
+
 }  // namespace shardtune::sim

@@ -53,6 +53,13 @@ inline constexpr int kWalkedLeadingMicroBatches = 3;
 // `storage`: a program whose vectors are reused (emptied, capacity kept).
 StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage = {});
 
+// A lower bound on the allocated peak of BuildStepProgram(setup), without walking: at the end of
+// the first forward of step 1 the walk holds, at least, the library workspaces, the sharded
+// parameters kept on the GPU, the optimizer state (created in step 0) and every block's saved
+// activations (freed only by that block's backward), each as the walk allocates it (the ledger
+// rounds every allocation up, so its figure is no smaller).
+int64_t ForwardEndLowerBound(const WalkSetup& setup);
+
 // Bytes per element of one sharded parameter on the GPU: trainable ones in the master dtype,
 // LoRA adapters in lora.dtype, frozen ones in the plan's frozen dtype; all in the param dtype
 // under optimizer offload (ZeRO-Offload keeps param-dtype shards on the GPU).

@@ -304,6 +304,28 @@ void Walker::PostBackward(size_t i, bool sync) {
   }
 }
 
+// The optimizer state OptimizerStep creates (AdamW: two moments; SGD: momentum; Adafactor:
+// factored second moments), on the GPU unless offloaded.
+int64_t Walker::OptimizerStateBytes() const {
+  if (!p_.Trains() || p_.offload != model::Offload::kNone) return 0;
+  int64_t e = model::BytesPerElement(p_.master_dtype);
+  switch (p_.optimizer) {
+    case model::Optimizer::kAdamW: return 2 * total_grad_shard_numel_ * e;
+    case model::Optimizer::kSgd: return total_grad_shard_numel_ * e;
+    case model::Optimizer::kAdafactor: return factored_numel_ * e;
+  }
+  return 0;
+}
+
+int64_t Walker::ForwardEndLowerBound() const {
+  int64_t live = s_.workspace_bytes + OptimizerStateBytes();
+  if (p_.offload != model::Offload::kAll) {
+    for (int64_t bytes : shard_bytes_) live += bytes;
+  }
+  for (int b = 0; b < s_.spec->num_layers; ++b) live += Tok(BlockSaved(b));
+  return live;
+}
+
 // torch.optim.AdamW (foreach, the CUDA default): exp_avg and exp_avg_sq are created at the first
 // step(); _multi_tensor_adam allocates exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs) for the whole
 // param group; fused has no full-size temporary; the for-loop path ~2 tensors of the largest param.
@@ -316,8 +338,7 @@ void Walker::OptimizerStep() {
   last_optimizer_ = Begin(OpKind::kOptimizer, offloaded ? Stream::kHost : Stream::kDefault, -1, -1);
   Dep(last_reduce_);
   Dep(last_d2h_);
-  int64_t shard = total_grad_shard_numel_, largest = largest_param_shard_,
-          factored = factored_numel_;
+  int64_t shard = total_grad_shard_numel_, largest = largest_param_shard_;
   int64_t e = model::BytesPerElement(p_.master_dtype);
   double traffic_per_elem = 80;
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
@@ -328,12 +349,7 @@ void Walker::OptimizerStep() {
   Cur().host_kernels = static_cast<int16_t>(std::min<int64_t>(
       INT16_MAX, (p_.optimizer_impl == model::OptimizerImpl::kForLoop ? 12 : 1) * param_tensors_));
   if (!offloaded) {
-    int64_t state = 0;
-    switch (p_.optimizer) {
-      case model::Optimizer::kAdamW: state = 2 * shard * e; break;
-      case model::Optimizer::kSgd: state = shard * e; break;
-      case model::Optimizer::kAdafactor: state = factored * e; break;
-    }
+    int64_t state = OptimizerStateBytes();
     if (!optimizer_state_) {
       Alloc(Category::kOptimizerState, Stream::kDefault, state);
       OptimizerStateTensors(state);

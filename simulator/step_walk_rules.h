@@ -30,6 +30,7 @@ class Walker {
  public:
   Walker(const WalkSetup& s, StepProgram* prog);
   void Run();
+  int64_t ForwardEndLowerBound() const;  // step_walk.h ForwardEndLowerBound
 
  private:
   // Program building.
@@ -79,6 +80,7 @@ class Walker {
   void PrefetchBackward(int seg, int32_t dep);
   void PostBackward(size_t i, bool sync);
   void OptimizerStep();
+  int64_t OptimizerStateBytes() const;
   bool ReshardAfterForward(const model::FsdpUnit& u) const;
   bool NeedsGatherCopy() const;
   int64_t GatheredBytes(size_t i) const;

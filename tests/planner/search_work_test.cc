@@ -47,6 +47,9 @@ void ExpectSameAnswer(const SearchResult& fast, const SearchResult& full) {
     EXPECT_EQ(a.fitting, b.fitting);
     EXPECT_EQ(a.smallest_required, b.smallest_required);
     EXPECT_EQ(a.smallest_key, b.smallest_key);
+    EXPECT_EQ(a.smallest_bound, b.smallest_bound);
+    EXPECT_EQ(a.smallest_bound_key, b.smallest_bound_key);
+    EXPECT_EQ(a.smallest_bound_what, b.smallest_bound_what);
     EXPECT_EQ(a.best_step_time_s, b.best_step_time_s);
     EXPECT_EQ(a.best_key, b.best_key);
     EXPECT_EQ(a.why, b.why);
@@ -81,7 +84,9 @@ TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswer) {
   for (const Case& k : {Case{"llama3.2-1b", "8xH100", 32, 1024, Objective::kThroughput},
                         Case{"llama3-8b", "8xH100", 16, 2048, Objective::kThroughput},
                         Case{"llama2-70b", "8xH100", 8, 2048, Objective::kThroughput},
-                        Case{"llama3.2-1b", "8xH100", 16, 2048, Objective::kMemory}}) {
+                        Case{"llama3.2-1b", "8xH100", 16, 2048, Objective::kMemory},
+                        // Long sequences: the forward-end bound rules out plans here.
+                        Case{"llama3.2-1b", "8xH100", 8, 32768, Objective::kThroughput}}) {
     SCOPED_TRACE(std::string(k.model) + " on " + k.cluster);
     auto spec = model::FindModelPreset(k.model);
     auto c = profiles::ParseClusterShorthand(k.cluster);
@@ -140,8 +145,18 @@ TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
   // Replays: the plans that entered the top-5 bound while it tightened (50 when written), plus
   // any the list skipped as out of memory; replaying every plan would be memory_checked (18,320).
   EXPECT_LE(r.replayed, 15 * req.top_k);
-  // Simulations: at most a fifth of the plans that were walked (this case: 11% when written).
+  // Simulations: at most a fifth of the plans that were walked (this case: 17% when written).
   EXPECT_LE(5 * r.simulated, r.memory_checked);
+  // The forward-end bound (every block's saved activations and the model states alive at the
+  // end of step 1's first forward) rules out the plans whose activations alone overflow before
+  // any walk: at most two thirds are walked (11,950 of 19,200 when written; 18,320 before it).
+  EXPECT_LE(3 * r.memory_checked, 2 * r.enumerated);
+  int64_t forward_end = 0;
+  for (const Rejection& x : r.rejected) {
+    if (x.reason.find("by the end of forward") != std::string::npos) forward_end += x.count;
+  }
+  EXPECT_LE(forward_end, r.pruned_by_memory_bound);
+  EXPECT_GT(forward_end, 0);
 }
 
 }  // namespace

@@ -95,6 +95,9 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
       ++skipped_plans;
       EXPECT_LT(b.program.ops.size(), a.program.ops.size());
     }
+    // The bound the search screens with never exceeds the walk's allocated peak.
+    ModelCache cache;
+    EXPECT_LE(AllocatedLowerBound(spec, cluster, p, full, &cache), a.report.peak_allocated);
     CostConstants k;
     EXPECT_DOUBLE_EQ(ComputeLowerBoundS(a.program, cluster, p, k),
                      ComputeLowerBoundS(b.program, cluster, p, k));

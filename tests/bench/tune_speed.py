@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): whole-process wall time of `shardtune tune` (issue #18's cases).
+
+Each case runs as a user runs it, the process start, preset lookup, search, allocator replay of
+the listed plans and the text report included, pinned to one core (`taskset -c 0`, `--jobs 1`) and
+then with `--jobs 2` on two cores. Prints the date, the machine, each case's median wall time
+over REPEATS runs, plans/s (enumerated plans over the median) and the search's own work counts
+from `--json` (`work`). The README's tune speed figures are this script's output.
+
+Usage: python3 tests/bench/tune_speed.py [path/to/shardtune] [--repeats N]
+"""
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = [
+    # (label, arguments)
+    ("llama3-8b on 8xH100 (README example)",
+     ["--model", "llama3-8b", "--cluster", "8xH100", "--global-batch", "64", "--seq-len", "8192"]),
+    ("llama2-70b on 16x8xH100",
+     ["--model", "llama2-70b", "--cluster", "16x8xH100", "--global-batch-tokens", "16777216",
+      "--seq-len", "8192"]),
+    ("llama3-405b on 16x8xH100",
+     ["--model", "llama3-405b", "--cluster", "16x8xH100", "--global-batch-tokens", "16777216",
+      "--seq-len", "8192"]),
+]
+
+
+def run_once(binary, args, jobs, pin):
+    cmd = [binary, "tune"] + args + ["--jobs", str(jobs), "--json"]
+    if pin and shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0"] + cmd
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    return wall, json.loads(out.stdout)["work"]
+
+
+def main():
+    argv = sys.argv[1:]
+    repeats = 3
+    if "--repeats" in argv:
+        i = argv.index("--repeats")
+        repeats = int(argv[i + 1])
+        del argv[i:i + 2]
+    binary = argv[0] if argv else "build/cli/shardtune"
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"tune_speed.py: {binary}: expected the shardtune binary (build it first)")
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    print(f"tune speed, {datetime.date.today().isoformat()}, {cpu}, {os.cpu_count()} cores, "
+          f"median of {repeats}")
+    print("| case | jobs | wall (s) | plans | plans/s | memory-checked | replayed | simulated |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, args in CASES:
+        for jobs, pin in ((1, True), (2, False)):
+            walls, work = [], None
+            for _ in range(repeats):
+                wall, work = run_once(binary, args, jobs, pin)
+                walls.append(wall)
+            med = statistics.median(walls)
+            print(f"| {label} | {jobs}{' (1 core)' if pin else ''} | {med:.3f} | "
+                  f"{work['enumerated']:,} | {work['enumerated'] / med:,.0f} | "
+                  f"{work['memory_checked']:,} | {work['replayed']:,} | {work['simulated']:,} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
