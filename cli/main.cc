@@ -1,14 +1,20 @@
 // The shardtune command line. Only this file catches: errors print one line "error: ..." on
 // stderr and exit 1 (bad input), 3 (backend) or 70 (internal), STYLE.md §5.
+// Built twice (cli/CMakeLists.txt): `shardtune` without the executor, which hands `run` to
+// `shardtune-exec`, and `shardtune-exec` with it (SHARDTUNE_CLI_WITH_EXECUTOR).
+#include <cstring>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/calibrate_cmd.h"
+#include "cli/exec_forward.h"
 #include "cli/estimate_cmd.h"
 #include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
+#if SHARDTUNE_CLI_WITH_EXECUTOR
 #include "cli/run_cmd.h"
+#endif
 #include "cli/simulate_cmd.h"
 #include "cli/tune_cmd.h"
 #include "cli/validate_cmd.h"
@@ -23,6 +29,16 @@ constexpr int kExitInternal = 70;
 
 int main(int argc, char** argv) {
   using namespace shardtune::cli;
+#if !SHARDTUNE_CLI_WITH_EXECUTOR
+  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
+    try {
+      ExecExecutor(argc, argv);
+    } catch (const shardtune::exec::BackendError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return kExitBackend;
+    }
+  }
+#endif
   CLI::App app{"shardtune: memory estimates, plan search and runs for FSDP training"};
   app.require_subcommand(1);
   bool models_json = false, gpus_json = false;
@@ -30,8 +46,13 @@ int main(int argc, char** argv) {
   app.add_subcommand("gpus", "List GPU kinds")->add_flag("--json", gpus_json, "JSON output");
   EstimateArgs estimate;
   AddEstimateCommand(&app, &estimate);
+#if SHARDTUNE_CLI_WITH_EXECUTOR
   RunArgs run_args;
   AddRunCommand(&app, &run_args);
+#else
+  // Listed for --help; `shardtune run ...` was handed to shardtune-exec above.
+  app.add_subcommand("run", "Train a plan for real (LibTorch, own FSDP runtime)");
+#endif
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);
   ExportArgs export_args;
@@ -56,7 +77,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("models")) RunModels(models_json, std::cout);
     if (app.got_subcommand("gpus")) RunGpus(gpus_json, std::cout);
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
+#if SHARDTUNE_CLI_WITH_EXECUTOR
     if (app.got_subcommand("run")) return RunRun(run_args, std::cout, std::cerr);
+#endif
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);
     if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/format.h"
+#include "cli/exec_forward.h"
 #include "executor/errors.h"
 #include "executor/launcher.h"
 #include "executor/rank_env.h"
@@ -27,41 +28,6 @@ extern char** environ;
 namespace shardtune::cli {
 namespace {
 
-std::map<std::string, std::string> EnvironmentMap() {
-  std::map<std::string, std::string> m;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return m;
-}
-
-std::vector<std::string> EnvironmentList() {
-  std::vector<std::string> v;
-  for (char** e = environ; *e != nullptr; ++e) v.emplace_back(*e);
-  return v;
-}
-
-// This process's own command line (the launcher starts ranks with it).
-std::vector<std::string> OwnArgv() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> argv;
-  std::string cur;
-  for (char c : all) {
-    if (c == '\0') {
-      argv.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) argv.push_back(cur);
-  if (argv.empty())
-    throw exec::BackendError("run: cannot read /proc/self/cmdline to start the ranks");
-  return argv;
-}
 
 // Test-only hook of the watchdog's tests: SHARDTUNE_TEST_STALL="RANK:SECONDS:PHASE" makes rank
 // RANK sleep SECONDS when it enters PHASE (a PhaseName, e.g. "steady step"). Malformed: ignored.

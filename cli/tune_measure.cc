@@ -17,6 +17,7 @@
 #include "cli/calibrate_cmd.h"
 #include "cli/format.h"
 #include "cli/measured_runs.h"
+#include "cli/exec_forward.h"
 #include "executor/errors.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
@@ -27,13 +28,6 @@ extern char** environ;
 
 namespace shardtune::cli {
 namespace {
-
-std::string SelfExe() {
-  std::error_code ec;
-  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw exec::BackendError("tune --measure: cannot find this program (/proc/self/exe): " + ec.message());
-  return p.string();
-}
 
 // Runs `argv` with stdout and stderr to `log`; returns the exit status (or 128 + signal).
 int RunChild(const std::vector<std::string>& argv, const std::string& log) {
@@ -84,7 +78,7 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
   ThrowIfProblems(problems);
   MeasureResult r;
   r.dir = MakeDir(o.dir);
-  const std::string self = SelfExe();
+  const std::string self = ExecutorProgram();
   size_t n = std::min(result.top.size(), static_cast<size_t>(o.plans));
   std::vector<std::string> files;
   for (size_t i = 0; i < n; ++i) {
