@@ -13,6 +13,7 @@
 #include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
 #if SHARDTUNE_CLI_WITH_EXECUTOR
+#include "cli/probe_cmd.h"
 #include "cli/run_cmd.h"
 #endif
 #include "cli/simulate_cmd.h"
@@ -30,7 +31,7 @@ constexpr int kExitInternal = 70;
 int main(int argc, char** argv) {
   using namespace shardtune::cli;
 #if !SHARDTUNE_CLI_WITH_EXECUTOR
-  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
+  if (argc > 1 && (std::strcmp(argv[1], "run") == 0 || std::strcmp(argv[1], "probe") == 0)) {
     try {
       ExecExecutor(argc, argv);
     } catch (const shardtune::exec::BackendError& e) {
@@ -49,9 +50,12 @@ int main(int argc, char** argv) {
 #if SHARDTUNE_CLI_WITH_EXECUTOR
   RunArgs run_args;
   AddRunCommand(&app, &run_args);
+  ProbeArgs probe_args;
+  AddProbeCommand(&app, &probe_args);
 #else
-  // Listed for --help; `shardtune run ...` was handed to shardtune-exec above.
+  // Listed for --help; `shardtune run|probe ...` were handed to shardtune-exec above.
   app.add_subcommand("run", "Train a plan for real (LibTorch, own FSDP runtime)");
+  app.add_subcommand("probe", "Measure this machine's device and write a profile for --profile");
 #endif
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("estimate")) RunEstimate(estimate, std::cout, std::cerr);
 #if SHARDTUNE_CLI_WITH_EXECUTOR
     if (app.got_subcommand("run")) return RunRun(run_args, std::cout, std::cerr);
+    if (app.got_subcommand("probe")) return RunProbeCommand(probe_args, std::cout, std::cerr);
 #endif
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);

@@ -43,6 +43,10 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
         << FormatBytes(Bytes::Of(r.all_to_all_bytes_per_step)) << " total size per step; FSDP over "
         << (m.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << ")\n";
   }
+  out << "  where the step goes:\n";
+  for (const auto& [k, v] : r.time_by_category_s) {
+    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
+  }
   out << "  busy time by phase (streams overlap):\n";
   for (const auto& [k, v] : r.phases_s) {
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
@@ -100,6 +104,9 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   nlohmann::ordered_json phases = nlohmann::ordered_json::object();
   for (const auto& [k, v] : r.phases_s) phases[k] = v;
   j["phases_s"] = phases;
+  nlohmann::ordered_json categories = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.time_by_category_s) categories[k] = v;
+  j["time_by_category_s"] = categories;
   j["peak_time_s"] = r.peak_time_s;
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();

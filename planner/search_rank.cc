@@ -13,6 +13,7 @@
 #include "model/module_tree.h"
 #include "model/trainable.h"
 #include "planner/parallel.h"
+#include "simulator/kernel_time.h"
 #include "planner/text.h"
 
 namespace shardtune::plan {
@@ -166,7 +167,12 @@ Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
     s.replay_fits = m.fits;
     s.replay_required = m.required;
   }
-  if (s.fits) s.time_lb_s = sim::ComputeLowerBoundS(est.program, cluster_, p, opt_.costs);
+  if (s.fits) {
+    s.time_lb_s = sim::ComputeLowerBoundS(
+        est.program, cluster_, p,
+        sim::EffectiveConstants(opt_.costs, spec_, p, p.ResolvedSeqLen(spec_.max_seq_len),
+                                cluster_.gpu));
+  }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
   return s;
 }

@@ -52,7 +52,8 @@ const char* ToString(MemoryKernel k);
 // The kernel named `name` (ToString's spelling), or nullopt.
 std::optional<MemoryKernel> MemoryKernelFromString(const std::string& name);
 
-// `bytes`: bytes read plus bytes written by the kernel (what a roofline divides by bandwidth).
+// `bytes`: the kernel's size as the probe defines it per kernel (executor/probe.h lists them;
+// for plain elementwise kernels, bytes read plus bytes written), the key tables are looked up by.
 struct MemoryKernelSample {
   MemoryKernel kernel = MemoryKernel::kElementwise;
   int64_t bytes = 0;

@@ -9,6 +9,7 @@
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "profiles/topology.h"
+#include "simulator/kernel_time.h"
 
 namespace shardtune::sim {
 namespace {
@@ -91,6 +92,8 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
   p.report = SimulateStep(spec, cluster, plan, o);
   p.gpu = cluster.gpu;
   p.dtype = plan.param_dtype;
+  p.spec = spec;
+  p.plan = plan;
   const int L = spec.num_layers;
   std::map<std::pair<int, bool>, ComputeWork> by_segment;  // (segment, backward)
   for (const ProgramOp& op : p.report.program.ops) {
@@ -122,7 +125,10 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
 }
 
 std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
-                                      const CostConstants& k) {
+                                      const CostConstants& given) {
+  // The constants the simulation ran with: measured kernel tables time this plan's shapes.
+  const CostConstants k = EffectiveConstants(given, p.spec, p.plan,
+                                             p.plan.ResolvedSeqLen(p.spec.max_seq_len), p.gpu);
   std::vector<ComparisonRow> rows;
   auto add = [&rows](const std::string& kind, const std::string& name, double pred, double meas, bool bytes) {
     if (meas > 0) rows.push_back({kind, name, pred, meas, bytes});

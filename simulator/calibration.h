@@ -32,6 +32,8 @@ struct RunPrediction {
   std::vector<std::string> collective_families;  // bottleneck link family of each group
   profiles::GpuSpec gpu;
   model::DType dtype = model::DType::kBf16;
+  model::ModelSpec spec;  // the run's model and plan (as simulated: micro-batch, S, attention)
+  model::Plan plan;
   int communicators = 0;  // process groups with a peer (shard, replicate)
   // The job's phases as `estimate` reports them, for the executor's way of running: every rank
   // builds the model then shards it (ModelLoad::kEveryRank), sharded checkpoints.

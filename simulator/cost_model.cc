@@ -13,15 +13,6 @@ namespace {
 constexpr double kRingBaseLatencyS = 8.4e-6;
 constexpr double kTreeBaseLatencyS = 8.4e-6;
 
-FlopsPerSecond Peak(const profiles::GpuSpec& gpu, model::DType dtype) {
-  switch (dtype) {
-    case model::DType::kBf16: return gpu.bf16_dense;
-    case model::DType::kFp16: return gpu.fp16_dense;
-    case model::DType::kFp32: return gpu.tf32_dense;  // torch allows TF32 matmuls for fp32 (opt-in)
-  }
-  return gpu.bf16_dense;
-}
-
 double FamilyEfficiency(const std::string& family, const CostConstants& k) {
   if (family == "nvlink") return k.nvlink_efficiency;
   if (family == "pcie") return k.pcie_efficiency;
@@ -36,9 +27,18 @@ int Log2Ceil(int n) {
 
 }  // namespace
 
+FlopsPerSecond DensePeak(const profiles::GpuSpec& gpu, model::DType dtype) {
+  switch (dtype) {
+    case model::DType::kBf16: return gpu.bf16_dense;
+    case model::DType::kFp16: return gpu.fp16_dense;
+    case model::DType::kFp32: return gpu.tf32_dense;  // torch allows TF32 matmuls for fp32 (opt-in)
+  }
+  return gpu.bf16_dense;
+}
+
 Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_bytes,
                     const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k) {
-  double peak = Peak(gpu, dtype).count();
+  double peak = DensePeak(gpu, dtype).count();
   double t = 0;
   if (matmul_flops > 0) t += matmul_flops / (peak * k.matmul_efficiency);
   if (attention_flops > 0) t += attention_flops / (peak * k.attention_efficiency);

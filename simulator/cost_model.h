@@ -71,6 +71,9 @@ struct CostConstants {
   std::shared_ptr<const profiles::KernelTables> tables;
 };
 
+// The dense tensor-core peak the efficiencies are fractions of: bf16, fp16, or TF32 for fp32.
+FlopsPerSecond DensePeak(const profiles::GpuSpec& gpu, model::DType dtype);
+
 // Time of a compute op: matmul FLOPs and attention FLOPs at the GPU's dense peak for `dtype`
 // times their efficiencies, plus memory-bound bytes at HBM bandwidth times its efficiency (the
 // op's kernels run one after another, so the terms add), plus k.compute_op_overhead for an op

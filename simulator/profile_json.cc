@@ -1,7 +1,10 @@
-// Strict reading and writing of "shardtune.profile" files (versions 1 and 2).
+// Strict reading and writing of "shardtune.profile" files (versions 1 to 3).
 #include "simulator/profile_json.h"
 
+#include <memory>
+
 #include "model/errors.h"
+#include "model/plan.h"
 #include "model/strict_json.h"
 
 namespace shardtune::sim {
@@ -38,6 +41,10 @@ void ReadCompute(StrictReader& m, CostConstants* c) {
       Seconds::Of(m.OptionalNumber("op_overhead_s", c->compute_op_overhead.count(), 0, 1));
   c->host_memory_bandwidth_per_node = BytesPerSecond::Of(m.OptionalNumber(
       "host_memory_bytes_per_s_per_node", c->host_memory_bandwidth_per_node.count(), 1e6, 1e15));
+  c->host_per_kernel =
+      Seconds::Of(m.OptionalNumber("host_per_kernel_s", c->host_per_kernel.count(), 0, 1));
+  c->host_per_fsdp_hook =
+      Seconds::Of(m.OptionalNumber("host_per_fsdp_hook_s", c->host_per_fsdp_hook.count(), 0, 1));
   m.Finish();
 }
 
@@ -62,6 +69,11 @@ void ReadProvenance(StrictReader& r, ProfileProvenance* p) {
   p->backend = r.OptionalString("backend", "");
   p->torch_version = r.OptionalString("torch_version", "");
   p->shardtune_version = r.OptionalString("shardtune_version", "");
+  p->driver_version = r.OptionalString("driver_version", "");
+  p->cuda_version = r.OptionalString("cuda_version", "");
+  p->nccl_version = r.OptionalString("nccl_version", "");
+  p->date = r.OptionalString("date", "");
+  p->command = r.OptionalString("command", "");
   if (auto files = r.OptionalValue("measurements")) {
     if (!files->is_array()) {
       throw InputError(r.Where("measurements") + ": expected an array of file names, got " +
@@ -90,6 +102,149 @@ void ReadFits(const Json& arr, const std::string& file, std::vector<FitSummary>*
     e.Finish();
     out->push_back(f);
   }
+}
+
+// A measured time: positive and below an hour (a larger one is a unit mistake).
+Seconds ReadTime(StrictReader& e, const std::string& key) {
+  double t = e.RequiredNumber(key, 0, 3600);
+  if (!(t > 0)) throw InputError(e.Where(key) + ": expected a time > 0 s, got " + std::to_string(t));
+  return Seconds::Of(t);
+}
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxTableBytes = int64_t{1} << 45;
+
+// The array `key` of `r` (absent: none), each element read by `read` with its own reader.
+template <typename F>
+void ReadArray(StrictReader& r, const std::string& key, F read) {
+  auto arr = r.OptionalValue(key);
+  if (!arr) return;
+  if (!arr->is_array()) {
+    throw InputError(r.Where(key) + ": expected an array, got " + model::Describe(*arr));
+  }
+  for (size_t i = 0; i < arr->size(); ++i) {
+    StrictReader e((*arr)[i], r.file(), r.pointer() + "/" + key + "/" + std::to_string(i));
+    read(e);
+    e.Finish();
+  }
+}
+
+profiles::KernelTables ReadKernels(StrictReader& r) {
+  profiles::KernelTables t;
+  const std::vector<std::string>& dtypes = model::EnumNames<model::DType>();
+  ReadArray(r, "gemm", [&](StrictReader& e) {
+    profiles::GemmSample g;
+    g.dtype = model::ParseEnum<model::DType>(e.RequiredEnum("dtype", dtypes), e.Where("dtype"));
+    g.tf32 = e.OptionalBool("tf32", false);
+    g.m = e.RequiredInt("m", 1, kMaxDim);
+    g.n = e.RequiredInt("n", 1, kMaxDim);
+    g.k = e.RequiredInt("k", 1, kMaxDim);
+    g.time = ReadTime(e, "time_s");
+    t.gemm.push_back(g);
+  });
+  ReadArray(r, "attention", [&](StrictReader& e) {
+    profiles::AttentionSample a;
+    a.backend = e.RequiredEnum("backend", {"flash", "efficient", "math", "cudnn", "cpu"});
+    a.dtype = model::ParseEnum<model::DType>(e.RequiredEnum("dtype", dtypes), e.Where("dtype"));
+    a.batch = e.RequiredInt("batch", 1, kMaxDim);
+    a.seq_len = e.RequiredInt("seq_len", 1, kMaxDim);
+    a.heads = e.RequiredInt("heads", 1, 1 << 16);
+    a.kv_heads = e.RequiredInt("kv_heads", 1, a.heads);
+    if (a.heads % a.kv_heads != 0) {
+      throw InputError(e.Where("kv_heads") + ": expected a divisor of heads " +
+                       std::to_string(a.heads) + ", got " + std::to_string(a.kv_heads));
+    }
+    a.head_dim = e.RequiredInt("head_dim", 1, 1 << 16);
+    a.causal = e.OptionalBool("causal", true);
+    a.forward = ReadTime(e, "forward_s");
+    a.backward = ReadTime(e, "backward_s");
+    t.attention.push_back(a);
+  });
+  ReadArray(r, "memory", [&](StrictReader& e) {
+    profiles::MemoryKernelSample m;
+    std::vector<std::string> names;
+    for (int i = 0; i < profiles::kNumMemoryKernels; ++i) {
+      names.push_back(profiles::ToString(static_cast<profiles::MemoryKernel>(i)));
+    }
+    m.kernel = *profiles::MemoryKernelFromString(e.RequiredEnum("kernel", names));
+    m.bytes = e.RequiredInt("bytes", 1, kMaxTableBytes);
+    m.time = ReadTime(e, "time_s");
+    t.memory.push_back(m);
+  });
+  if (auto host = r.OptionalValue("host")) {
+    StrictReader h(*host, r.file(), r.pointer() + "/host");
+    for (auto [key, field] : {std::pair{"kernel_launch_s", &t.host.kernel_launch},
+                              std::pair{"op_dispatch_s", &t.host.op_dispatch},
+                              std::pair{"module_hook_s", &t.host.module_hook}}) {
+      if (h.Has(key)) *field = ReadTime(h, key);
+    }
+    h.Finish();
+  }
+  ReadArray(r, "copies", [&](StrictReader& e) {
+    profiles::CopySample c;
+    c.host_to_device = e.RequiredEnum("direction", {"h2d", "d2h"}) == "h2d";
+    c.pinned = e.RequiredEnum("host_memory", {"pinned", "pageable"}) == "pinned";
+    c.bytes = e.RequiredInt("bytes", 1, kMaxTableBytes);
+    c.time = ReadTime(e, "time_s");
+    t.copies.push_back(c);
+  });
+  ReadArray(r, "collectives", [&](StrictReader& e) {
+    profiles::CollectiveSample c;
+    std::string kind = e.RequiredEnum("kind", {kKinds[0], kKinds[1], kKinds[2], kKinds[3], kKinds[4]});
+    for (int i = 0; i < 5; ++i) {
+      if (kind == kKinds[i]) c.kind = static_cast<profiles::Collective>(i);
+    }
+    c.backend = e.RequiredEnum("backend", {"nccl", "gloo"});
+    c.ranks = static_cast<int>(e.RequiredInt("ranks", 2, 1 << 24));
+    c.bytes = e.RequiredInt("bytes", 1, kMaxTableBytes);
+    c.time = ReadTime(e, "time_s");
+    t.collectives.push_back(c);
+  });
+  return t;
+}
+
+nlohmann::ordered_json KernelsToJson(const profiles::KernelTables& t) {
+  using OJson = nlohmann::ordered_json;
+  OJson j = OJson::object();
+  OJson gemm = OJson::array();
+  for (const auto& g : t.gemm) {
+    gemm.push_back({{"dtype", model::ToString(g.dtype)}, {"tf32", g.tf32}, {"m", g.m}, {"n", g.n},
+                    {"k", g.k}, {"time_s", g.time.count()}});
+  }
+  j["gemm"] = gemm;
+  OJson attn = OJson::array();
+  for (const auto& a : t.attention) {
+    attn.push_back({{"backend", a.backend}, {"dtype", model::ToString(a.dtype)}, {"batch", a.batch},
+                    {"seq_len", a.seq_len}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
+                    {"head_dim", a.head_dim}, {"causal", a.causal},
+                    {"forward_s", a.forward.count()}, {"backward_s", a.backward.count()}});
+  }
+  j["attention"] = attn;
+  OJson mem = OJson::array();
+  for (const auto& m : t.memory) {
+    mem.push_back({{"kernel", profiles::ToString(m.kernel)}, {"bytes", m.bytes},
+                   {"time_s", m.time.count()}});
+  }
+  j["memory"] = mem;
+  OJson host = OJson::object();
+  if (t.host.kernel_launch) host["kernel_launch_s"] = t.host.kernel_launch->count();
+  if (t.host.op_dispatch) host["op_dispatch_s"] = t.host.op_dispatch->count();
+  if (t.host.module_hook) host["module_hook_s"] = t.host.module_hook->count();
+  j["host"] = host;
+  OJson copies = OJson::array();
+  for (const auto& c : t.copies) {
+    copies.push_back({{"direction", c.host_to_device ? "h2d" : "d2h"},
+                      {"host_memory", c.pinned ? "pinned" : "pageable"}, {"bytes", c.bytes},
+                      {"time_s", c.time.count()}});
+  }
+  j["copies"] = copies;
+  OJson coll = OJson::array();
+  for (const auto& c : t.collectives) {
+    coll.push_back({{"kind", kKinds[static_cast<int>(c.kind)]}, {"backend", c.backend},
+                    {"ranks", c.ranks}, {"bytes", c.bytes}, {"time_s", c.time.count()}});
+  }
+  j["collectives"] = coll;
+  return j;
 }
 
 }  // namespace
@@ -130,6 +285,12 @@ Profile ProfileFromJson(const Json& j, const std::string& path) {
     p.has_provenance = true;
   }
   if (auto fit = r.OptionalValue("fit")) ReadFits(*fit, path, &p.fits);
+  if (auto kernels = r.OptionalValue("kernels")) {
+    StrictReader m(*kernels, path, "/kernels");
+    auto tables = std::make_shared<profiles::KernelTables>(ReadKernels(m));
+    m.Finish();
+    if (!tables->empty()) c.tables = std::move(tables);
+  }
   r.Finish();
   return p;
 }
@@ -145,7 +306,10 @@ nlohmann::ordered_json ProfileToJson(const Profile& p) {
     const ProfileProvenance& v = p.provenance;
     j["provenance"] = {{"hostname", v.hostname}, {"cpu_model", v.cpu_model}, {"device", v.device},
                        {"backend", v.backend}, {"torch_version", v.torch_version},
-                       {"shardtune_version", v.shardtune_version}, {"measurements", v.measurements}};
+                       {"shardtune_version", v.shardtune_version},
+                       {"driver_version", v.driver_version}, {"cuda_version", v.cuda_version},
+                       {"nccl_version", v.nccl_version}, {"date", v.date}, {"command", v.command},
+                       {"measurements", v.measurements}};
   }
   const MemoryConstants& m = p.memory;
   j["memory"] = {{"cuda_context_bytes", m.cuda_context.count()},
@@ -159,7 +323,9 @@ nlohmann::ordered_json ProfileToJson(const Profile& p) {
                   {"attention_efficiency", c.attention_efficiency},
                   {"memory_efficiency", c.memory_efficiency},
                   {"op_overhead_s", c.compute_op_overhead.count()},
-                  {"host_memory_bytes_per_s_per_node", c.host_memory_bandwidth_per_node.count()}};
+                  {"host_memory_bytes_per_s_per_node", c.host_memory_bandwidth_per_node.count()},
+                  {"host_per_kernel_s", c.host_per_kernel.count()},
+                  {"host_per_fsdp_hook_s", c.host_per_fsdp_hook.count()}};
   j["network"] = {{"nvlink_efficiency", c.nvlink_efficiency},
                   {"pcie_efficiency", c.pcie_efficiency},
                   {"network_efficiency", c.network_efficiency}};
@@ -179,6 +345,7 @@ nlohmann::ordered_json ProfileToJson(const Profile& p) {
                     {"max_relative_residual", f.max_relative_residual}, {"note", f.note}});
   }
   j["fit"] = fits;
+  if (c.tables) j["kernels"] = KernelsToJson(*c.tables);
   return j;
 }
 

@@ -2,7 +2,11 @@
 // the simulator's named guesses. "memory" overrides MemoryConstants, "compute" and "network" the
 // cost model's efficiencies, "collectives" fitted latency + bandwidth per link family and group
 // size. Version 2 (written by `shardtune calibrate`) adds "provenance" (where the measurements
-// were taken) and "fit" (each fitted term's residual); version 1 files are still read.
+// were taken) and "fit" (each fitted term's residual). Version 3 (written by `shardtune probe`)
+// adds "kernels" (profiles::KernelTables: measured GEMM, attention, memory-bound kernel, host,
+// copy and collective timings), the host costs in "compute" (host_per_kernel_s,
+// host_per_fsdp_hook_s) and the provenance's driver, CUDA and NCCL versions, date and command;
+// versions 1 and 2 are still read.
 #pragma once
 
 #include <string>
@@ -15,11 +19,14 @@
 
 namespace shardtune::sim {
 
-inline constexpr int kProfileSchemaVersion = 2;
+inline constexpr int kProfileSchemaVersion = 3;
 
 // The machine and software the profile's measurements came from (empty fields: unknown).
 struct ProfileProvenance {
   std::string hostname, cpu_model, device, backend, torch_version, shardtune_version;
+  std::string driver_version, cuda_version, nccl_version;
+  std::string date;     // ISO 8601 day the measurements were taken
+  std::string command;  // the command line that took them
   std::vector<std::string> measurements;  // the files it was fitted on
 };
 

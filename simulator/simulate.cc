@@ -7,6 +7,7 @@
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "model/trainable.h"
+#include "simulator/kernel_time.h"
 #include "simulator/step_walk.h"
 
 namespace shardtune::sim {
@@ -172,7 +173,11 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
             .first;
   }
   const Links& links = it->second;
-  std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, o.costs);
+  // Measured kernel tables (a probed profile) time this plan's GEMMs, attention and
+  // elementwise kernels by shape (kernel_time.h); without them, o.costs as given.
+  const CostConstants k = EffectiveConstants(o.costs, spec, plan,
+                                             plan.ResolvedSeqLen(spec.max_seq_len), cluster.gpu);
+  std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, k);
   r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;
   int64_t t0 = 0, t1 = 0, compute = 0;
@@ -192,10 +197,38 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   }
   r.cp = plan.cp;
   r.cp_group = links.cp;
+  {
+    // ComputeTime's terms per compute-stream op of the steady step, scaled to the op's scheduled
+    // duration (the same terms CostOps charged it).
+    const double peak = DensePeak(cluster.gpu, plan.param_dtype).count();
+    double gemm = 0, attention = 0, memory = 0, overhead = 0, host = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const ProgramOp& op = ops[i];
+      if (op.step != 1 || op.kind == OpKind::kStartup) continue;
+      host += static_cast<double>(costs[i].host_ns) * 1e-9;
+      if (op.stream != Stream::kDefault) continue;
+      double mm = op.matmul_flops > 0 ? op.matmul_flops / (peak * k.matmul_efficiency) : 0;
+      double at = op.attention_flops > 0 ? op.attention_flops / (peak * k.attention_efficiency) : 0;
+      double mb = op.memory_bytes > 0
+                      ? op.memory_bytes / (cluster.gpu.memory_bandwidth.count() * k.memory_efficiency)
+                      : 0;
+      double oh = mm + at + mb > 0 ? k.compute_op_overhead.count() : 0;
+      double sum = mm + at + mb + oh;
+      if (!(sum > 0)) continue;
+      double dur = static_cast<double>(r.schedule.end_ns[i] - r.schedule.start_ns[i]) * 1e-9;
+      gemm += dur * mm / sum;
+      attention += dur * at / sum;
+      memory += dur * mb / sum;
+      overhead += dur * oh / sum;
+    }
+    r.time_by_category_s = {{"gemm", gemm}, {"attention", attention}, {"memory_bound", memory},
+                            {"op_overhead", overhead}, {"host_issue", host}};
+  }
   int64_t step_ns = std::max<int64_t>(1, t1 - t0);
   r.step_time_s = static_cast<double>(step_ns) * 1e-9;
   r.compute_s = static_cast<double>(compute) * 1e-9;
   r.exposed_comm_s = std::max(0.0, r.step_time_s - r.compute_s);
+  r.time_by_category_s.insert(r.time_by_category_s.end() - 1, {"exposed_communication", r.exposed_comm_s});
   for (const auto& [k, v] : phases) r.phases_s.push_back({k, static_cast<double>(v) * 1e-9});
   int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);

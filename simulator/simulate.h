@@ -34,6 +34,12 @@ struct SimReport {
   double compute_s = 0;              // compute stream busy in the step
   double exposed_comm_s = 0;         // step time the compute stream spends waiting
   std::vector<std::pair<std::string, double>> phases_s;  // per-phase busy seconds in the step
+  // Where the steady step's time goes, in seconds: the compute stream's busy time split by
+  // ComputeTime's terms ("gemm", "attention", "memory_bound", "op_overhead"; memory-bound
+  // includes FSDP's copy-in/copy-out and the optimizer), "exposed_communication" (step minus
+  // compute) and "host_issue" (the CPU's time to issue the step's kernels and FSDP hooks, which
+  // runs beside the GPU and shows only where the GPU waits for it).
+  std::vector<std::pair<std::string, double>> time_by_category_s;
   double peak_time_s = 0;            // when the memory peak's op starts, from its step's start
   // Ulysses context parallelism (plan.cp > 1): the all-to-alls of the steady step on one rank.
   int cp = 1;
@@ -64,7 +70,8 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
                           const profiles::ClusterSpec& cluster, const model::Plan& plan,
                           const SimOptions& options, SimContext* ctx);
 // A lower bound on the steady step time: the compute stream runs its ops one after another, so
-// the step takes at least their summed durations (no communication counted).
+// the step takes at least their summed durations (no communication counted). `costs`: the
+// plan's constants (EffectiveConstants), as SimulateProgram derives them.
 double ComputeLowerBoundS(const StepProgram& program, const profiles::ClusterSpec& cluster,
                           const model::Plan& plan, const CostConstants& costs);
 ModelCache& CacheOf(SimContext& ctx);

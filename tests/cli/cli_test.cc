@@ -161,6 +161,19 @@ TEST(CliTest, SimulateJsonHasTimeKeysAndMatchesEstimatePeak) {
   EXPECT_EQ(s.at("per_rank").at("peak_phase"), e.at("per_rank").at("peak_phase"));
   // tokens/s = global batch x S / step time (8 ranks x micro-batch 1 x 1024 tokens)
   EXPECT_NEAR(s.at("tokens_per_s").get<double>(), 8 * 1024 / s.at("step_time_s").get<double>(), 1e-6 * 8 * 1024);
+  // Where the step goes: the compute stream's busy time split by ComputeTime's terms adds up to
+  // compute_s (up to the ns rounding of each op), and exposed communication is step - compute.
+  const auto& cat = s.at("time_by_category_s");
+  double compute = 0;
+  for (const char* k : {"gemm", "attention", "memory_bound", "op_overhead"}) {
+    ASSERT_TRUE(cat.contains(k)) << k;
+    EXPECT_GE(cat.at(k).get<double>(), 0) << k;
+    compute += cat.at(k).get<double>();
+  }
+  EXPECT_NEAR(compute, s.at("compute_s").get<double>(), 1e-6);
+  EXPECT_GT(cat.at("gemm").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(cat.at("exposed_communication").get<double>(), s.at("exposed_comm_s").get<double>());
+  EXPECT_GT(cat.at("host_issue").get<double>(), 0);
 }
 
 TEST(CliTest, SimulateWritesAChromeTrace) {
@@ -295,7 +308,7 @@ TEST(CliTest, CalibrateWritesAProfileThatEverySubcommandAccepts) {
   std::ifstream in(prof);
   auto p = nlohmann::json::parse(in);
   EXPECT_EQ(p["schema"], "shardtune.profile");
-  EXPECT_EQ(p["schema_version"], 2);
+  EXPECT_EQ(p["schema_version"], 3);  // simulator/profile_json.h kProfileSchemaVersion
   EXPECT_EQ(p["provenance"]["measurements"][0], MeasuredRun());
   EXPECT_FALSE(p["fit"].empty());
   for (const char* cmd : {"estimate", "simulate"}) {

@@ -57,5 +57,55 @@ TEST(ProfileJsonTest, WrongSchemaRejected) {
   EXPECT_THAT([&] { ReadProfileFile(f); }, ThrowsMessage<InputError>(HasSubstr("shardtune.profile")));
 }
 
+// Version 3: measured kernel tables (`shardtune probe`) and host costs round-trip, and every
+// sample is validated with the pointer of the bad value.
+TEST(ProfileJsonTest, KernelTablesRoundTripAndAreValidated) {
+  const char* text = R"({"schema": "shardtune.profile", "schema_version": 3,
+      "compute": {"host_per_kernel_s": 4e-6},
+      "provenance": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-25",
+                     "command": "shardtune probe --device cuda", "nccl_version": "2.28.3"},
+      "kernels": {
+        "gemm": [{"dtype": "bf16", "m": 4096, "n": 4096, "k": 4096, "time_s": 1.8e-4}],
+        "attention": [{"backend": "flash", "dtype": "bf16", "batch": 1, "seq_len": 2048,
+                       "heads": 32, "kv_heads": 8, "head_dim": 128, "forward_s": 1e-4,
+                       "backward_s": 2.5e-4}],
+        "memory": [{"kernel": "cast", "bytes": 1048576, "time_s": 2e-6}],
+        "host": {"kernel_launch_s": 5e-6},
+        "copies": [{"direction": "h2d", "host_memory": "pinned", "bytes": 1048576, "time_s": 4e-5}],
+        "collectives": [{"kind": "all_gather", "backend": "nccl", "ranks": 8, "bytes": 1048576,
+                         "time_s": 3e-5}]}})";
+  Profile p = ReadProfileFile(Write("p_k.json", text));
+  ASSERT_TRUE(p.costs.tables);
+  EXPECT_EQ(p.costs.tables->gemm.size(), 1u);
+  EXPECT_EQ(p.costs.tables->attention[0].kv_heads, 8);
+  EXPECT_EQ(p.costs.tables->memory[0].kernel, profiles::MemoryKernel::kCast);
+  EXPECT_EQ(*p.costs.tables->host.kernel_launch, Seconds::Micros(5));
+  EXPECT_EQ(p.costs.host_per_kernel, Seconds::Micros(4));
+  EXPECT_EQ(p.provenance.nccl_version, "2.28.3");
+  Profile q = ProfileFromJson(nlohmann::json::parse(ProfileToJson(p).dump()), "again");
+  ASSERT_TRUE(q.costs.tables);
+  EXPECT_DOUBLE_EQ(q.costs.tables->gemm[0].time.count(), p.costs.tables->gemm[0].time.count());
+  EXPECT_EQ(q.costs.tables->collectives[0].ranks, 8);
+  EXPECT_EQ(q.costs.tables->copies[0].pinned, true);
+  EXPECT_EQ(q.provenance.command, "shardtune probe --device cuda");
+
+  auto expect_error = [](const std::string& name, const std::string& json, const std::string& what) {
+    std::string f = Write(name, json);
+    EXPECT_THAT([&] { ReadProfileFile(f); }, ThrowsMessage<InputError>(HasSubstr(what))) << json;
+  };
+  const std::string head = R"({"schema": "shardtune.profile", "schema_version": 3, "kernels": )";
+  expect_error("p_k1.json", head + R"({"gemm": [{"dtype": "bf16", "m": 8, "n": 8, "k": 8, "time_s": -1}]}})",
+               "/kernels/gemm/0/time_s");
+  expect_error("p_k2.json", head + R"({"memory": [{"kernel": "softmax", "bytes": 8, "time_s": 1}]}})",
+               "/kernels/memory/0/kernel");
+  expect_error("p_k3.json", head + R"({"collectives": [{"kind": "all_gather", "backend": "nccl", "ranks": 2, "bytes": -5, "time_s": 1}]}})",
+               "/kernels/collectives/0/bytes");
+  expect_error("p_k4.json", head + R"({"attention": [{"backend": "flash", "dtype": "bf16", "batch": 1, "seq_len": 8, "heads": 32, "kv_heads": 5, "head_dim": 8, "forward_s": 1, "backward_s": 1}]}})",
+               "/kernels/attention/0/kv_heads");
+  expect_error("p_k5.json", head + R"({"gemms": []}})", "/kernels/gemms");
+  expect_error("p_k6.json", R"({"schema": "shardtune.profile", "schema_version": 4})",
+               "up to version 3, got 4");
+}
+
 }  // namespace
 }  // namespace shardtune::sim

@@ -1,0 +1,49 @@
+// GEMM shapes of a block and the LM head (the nn.Linear layers of HF modeling_llama.py /
+// modeling_mixtral.py and their backward, torch/csrc/autograd/FunctionsManual.cpp mm_mat1_backward
+// and mm_mat2_backward).
+#include "model/gemm_shapes.h"
+
+#include <algorithm>
+
+namespace shardtune::model {
+
+std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens) {
+  const int64_t h = spec.hidden;
+  std::vector<GemmShape> g = {{tokens, spec.q_dim(), h},
+                              {tokens, spec.kv_dim(), h},
+                              {tokens, spec.kv_dim(), h},
+                              {tokens, h, spec.q_dim()}};
+  auto mlp = [&](int64_t rows, int64_t ffn, int64_t count) {
+    if (rows <= 0 || ffn <= 0 || count <= 0) return;
+    g.push_back({rows, ffn, h, (spec.mlp == MlpKind::kSwiGlu ? 2 : 1) * count});
+    g.push_back({rows, h, ffn, count});
+  };
+  if (!spec.moe.enabled()) {
+    mlp(tokens, spec.ffn_hidden, 1);
+    return g;
+  }
+  const int64_t expert_ffn = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
+  g.push_back({tokens, spec.moe.num_experts, h});  // router
+  // Dropless routing: tokens·top_k rows spread over the experts (balanced on average).
+  int64_t rows = std::max<int64_t>(1, tokens * spec.moe.top_k / spec.moe.num_experts);
+  mlp(rows, expert_ffn, spec.moe.num_experts);
+  const int64_t shared_ffn =
+      spec.moe.shared_expert_ffn_hidden > 0 ? spec.moe.shared_expert_ffn_hidden : expert_ffn;
+  mlp(tokens, shared_ffn, spec.moe.num_shared_experts);
+  return g;
+}
+
+GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens) {
+  return {tokens, spec.vocab_size, spec.hidden};
+}
+
+std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward) {
+  std::vector<GemmShape> all = forward;
+  for (const GemmShape& f : forward) {
+    all.push_back({f.m, f.k, f.n, f.count, GemmRole::kInputGrad});   // dX = dY x W
+    all.push_back({f.n, f.k, f.m, f.count, GemmRole::kWeightGrad});  // dW = dY^T x X
+  }
+  return all;
+}
+
+}  // namespace shardtune::model

@@ -1,0 +1,187 @@
+// Kernel times interpolated from measured tables (kernel_time.h states the rules).
+#include "simulator/kernel_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "simulator/step_walk_rules.h"
+
+namespace shardtune::sim {
+namespace {
+
+// Samples the inverse-distance weighting takes into account.
+constexpr size_t kNearest = 4;
+
+double Log2(double x) { return std::log2(std::max(1.0, x)); }
+
+// One sample as a point in log space with its throughput (FLOP/s), FLOPs and time.
+struct Point {
+  double x[3];
+  double flops_per_s, flops, time_s;
+};
+
+// Interpolated time of a query with coordinates `q` and `flops` FLOPs over `points` (kernel_time.h:
+// inverse squared distance over the nearest kNearest, no gain beyond the samples, the smallest
+// sample's time as the floor below them).
+std::optional<Seconds> Interpolate(std::vector<Point> points, const double q[3], double flops) {
+  if (points.empty() || !(flops > 0)) return std::nullopt;
+  auto dist2 = [&](const Point& p) {
+    double d = 0;
+    for (int i = 0; i < 3; ++i) d += (p.x[i] - q[i]) * (p.x[i] - q[i]);
+    return d;
+  };
+  std::stable_sort(points.begin(), points.end(),
+                   [&](const Point& a, const Point& b) { return dist2(a) < dist2(b); });
+  double rate = 0;
+  if (dist2(points.front()) == 0) {
+    rate = points.front().flops_per_s;
+  } else {
+    double wsum = 0, acc = 0;
+    for (size_t i = 0; i < std::min(kNearest, points.size()); ++i) {
+      double w = 1.0 / dist2(points[i]);
+      wsum += w;
+      acc += w * points[i].flops_per_s;
+    }
+    rate = acc / wsum;
+    // No extrapolated gain: a query beyond every sample in some dimension reaches no more than
+    // the fastest of its nearest samples.
+    double nearest_best = 0;
+    for (size_t i = 0; i < std::min(kNearest, points.size()); ++i) {
+      nearest_best = std::max(nearest_best, points[i].flops_per_s);
+    }
+    rate = std::min(rate, nearest_best);
+  }
+  double t = flops / rate;
+  const Point* smallest = &points.front();
+  for (const Point& p : points) {
+    if (p.flops < smallest->flops) smallest = &p;
+  }
+  if (flops < smallest->flops) t = std::max(t, smallest->time_s);
+  return Seconds::Of(t);
+}
+
+double AttentionForwardFlops(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                             bool causal) {
+  // QK^T and PV: 2 GEMMs of 2·s·s·d FLOPs per head (FlashAttention-2, Dao 2023, section 4.1),
+  // half of the score matrix under a causal mask.
+  double f = 4.0 * static_cast<double>(batch) * static_cast<double>(heads) *
+             static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(head_dim);
+  return causal ? f / 2 : f;
+}
+
+}  // namespace
+
+std::optional<Seconds> GemmTime(const profiles::KernelTables& t, model::DType dtype,
+                                bool allow_tf32, const model::GemmShape& s) {
+  // fp32: the samples whose TF32 setting matches, where the table has both kinds (a CPU table
+  // has only plain fp32, which is what an fp32 GEMM runs there).
+  bool both = false, seen[2] = {false, false};
+  for (const auto& g : t.gemm) {
+    if (g.dtype == model::DType::kFp32) seen[g.tf32 ? 1 : 0] = true;
+  }
+  both = seen[0] && seen[1];
+  std::vector<Point> pts;
+  for (const auto& g : t.gemm) {
+    if (g.dtype != dtype || (dtype == model::DType::kFp32 && both && g.tf32 != allow_tf32)) continue;
+    model::GemmShape gs{g.m, g.n, g.k};
+    pts.push_back({{Log2(static_cast<double>(g.m)), Log2(static_cast<double>(g.n)),
+                    Log2(static_cast<double>(g.k))},
+                   gs.flops() / g.time.count(), gs.flops(), g.time.count()});
+  }
+  double q[3] = {Log2(static_cast<double>(s.m)), Log2(static_cast<double>(s.n)),
+                 Log2(static_cast<double>(s.k))};
+  return Interpolate(std::move(pts), q, s.flops());
+}
+
+std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DType dtype,
+                                     int64_t batch, int64_t seq_len, int64_t heads,
+                                     int64_t head_dim) {
+  std::vector<Point> pts;
+  for (const auto& a : t.attention) {
+    if (a.dtype != dtype) continue;
+    // Forward + backward FLOPs: the backward's GEMMs are twice the forward's (dQ, dK, dV, dP).
+    double f = 3 * AttentionForwardFlops(a.batch, a.seq_len, a.heads, a.head_dim, a.causal);
+    double time = a.forward.count() + a.backward.count();
+    pts.push_back({{Log2(static_cast<double>(a.batch * a.heads)),
+                    Log2(static_cast<double>(a.seq_len)), Log2(static_cast<double>(a.head_dim))},
+                   f / time, f, time});
+  }
+  double q[3] = {Log2(static_cast<double>(batch * heads)), Log2(static_cast<double>(seq_len)),
+                 Log2(static_cast<double>(head_dim))};
+  return Interpolate(std::move(pts), q, 3 * AttentionForwardFlops(batch, seq_len, heads, head_dim, true));
+}
+
+std::optional<Seconds> MemoryKernelTime(const profiles::KernelTables& t,
+                                        profiles::MemoryKernel kernel, int64_t bytes) {
+  std::vector<std::pair<double, double>> pts;  // (bytes, seconds), by size
+  for (const auto& m : t.memory) {
+    if (m.kernel == kernel) pts.push_back({static_cast<double>(m.bytes), m.time.count()});
+  }
+  if (pts.empty() || bytes <= 0) return std::nullopt;
+  std::sort(pts.begin(), pts.end());
+  const double b = static_cast<double>(bytes);
+  if (b <= pts.front().first) return Seconds::Of(pts.front().second);  // launch-bound floor
+  if (b >= pts.back().first) return Seconds::Of(b / (pts.back().first / pts.back().second));
+  size_t hi = 1;
+  while (pts[hi].first < b) ++hi;
+  const auto& lo_p = pts[hi - 1];
+  const auto& hi_p = pts[hi];
+  double f = (Log2(b) - Log2(lo_p.first)) / (Log2(hi_p.first) - Log2(lo_p.first));
+  double bw = (1 - f) * lo_p.first / lo_p.second + f * hi_p.first / hi_p.second;
+  return Seconds::Of(b / bw);
+}
+
+CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec& spec,
+                                 const model::Plan& plan, int64_t seq_len,
+                                 const profiles::GpuSpec& gpu) {
+  if (!k.tables || k.tables->empty()) return k;
+  const profiles::KernelTables& t = *k.tables;
+  CostConstants e = k;
+  const model::DType dtype = plan.param_dtype;
+  const double peak = DensePeak(gpu, dtype).count();
+  const int64_t local_seq = seq_len / std::max(1, plan.cp);
+  const int64_t tokens = static_cast<int64_t>(plan.micro_batch) * local_seq;
+  // GEMMs: layers x block + head, forward and backward, FLOP-weighted.
+  std::vector<model::GemmShape> block = model::WithBackward(model::BlockForwardGemms(spec, tokens));
+  std::vector<model::GemmShape> head = model::WithBackward({model::HeadForwardGemm(spec, tokens)});
+  double flops = 0, time = 0;
+  bool all_timed = true;
+  auto add = [&](const std::vector<model::GemmShape>& gs, double times) {
+    for (const model::GemmShape& g : gs) {
+      std::optional<Seconds> s = GemmTime(t, dtype, true, g);
+      if (!s) {
+        all_timed = false;
+        return;
+      }
+      double n = times * static_cast<double>(g.count);
+      flops += n * g.flops();
+      time += n * s->count();
+    }
+  };
+  add(block, spec.num_layers);
+  add(head, 1);
+  if (all_timed && time > 0) e.matmul_efficiency = flops / time / peak;
+  // Attention at the plan's shape (the heads a rank holds under Ulysses: heads / cp, full S).
+  const int64_t heads = spec.num_heads / std::max(1, plan.cp);
+  if (auto a = AttentionTime(t, dtype, plan.micro_batch, seq_len, std::max<int64_t>(1, heads),
+                             spec.head_dim)) {
+    // In the walk's convention (step_walk_backward.cc ForwardCompute): 4·S·q_dim FLOPs per token
+    // forward, no causal halving, and kAttentionBackwardRatio times that backward; so the
+    // efficiency that reproduces the measured forward + backward time is these FLOPs over it.
+    double f = (1 + internal::kAttentionBackwardRatio) * 4.0 *
+               static_cast<double>(plan.micro_batch) * static_cast<double>(heads) *
+               static_cast<double>(seq_len) * static_cast<double>(seq_len) *
+               static_cast<double>(spec.head_dim);
+    e.attention_efficiency = f / a->count() / peak;
+  }
+  // Elementwise traffic: read two [tokens, hidden] tensors and write one, in the param dtype.
+  const int64_t bytes = 3 * tokens * spec.hidden * model::BytesPerElement(dtype);
+  if (auto m = MemoryKernelTime(t, profiles::MemoryKernel::kElementwise, bytes)) {
+    e.memory_efficiency = static_cast<double>(bytes) / m->count() / gpu.memory_bandwidth.count();
+  }
+  if (t.host.kernel_launch) e.host_per_kernel = *t.host.kernel_launch;
+  return e;
+}
+
+}  // namespace shardtune::sim

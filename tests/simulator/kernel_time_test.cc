@@ -1,0 +1,128 @@
+// Measured kernel tables: the interpolation rules of simulator/kernel_time.h, checked against
+// values computed here from the same formulas, and the plan's effective constants.
+#include "simulator/kernel_time.h"
+
+#include <cmath>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "model/gemm_shapes.h"
+#include "model/presets.h"
+#include "profiles/cluster.h"
+
+namespace shardtune::sim {
+namespace {
+
+using model::DType;
+using model::GemmShape;
+
+profiles::GemmSample Gemm(int64_t m, int64_t n, int64_t k, double flops_per_s) {
+  profiles::GemmSample g;
+  g.dtype = DType::kBf16;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.time = Seconds::Of(2.0 * m * n * k / flops_per_s);
+  return g;
+}
+
+TEST(KernelTimeTest, AnExactShapeTakesItsMeasuredTime) {
+  profiles::KernelTables t;
+  t.gemm = {Gemm(1024, 1024, 1024, 4e14), Gemm(4096, 4096, 4096, 7e14)};
+  auto s = GemmTime(t, DType::kBf16, true, {4096, 4096, 4096});
+  ASSERT_TRUE(s);
+  EXPECT_DOUBLE_EQ(s->count(), 2.0 * 4096 * 4096 * 4096 / 7e14);
+  EXPECT_FALSE(GemmTime(t, DType::kFp16, true, {4096, 4096, 4096}));  // no fp16 samples
+}
+
+TEST(KernelTimeTest, BetweenTwoSamplesTheThroughputIsInverseSquareDistanceWeighted) {
+  profiles::KernelTables t;
+  t.gemm = {Gemm(1024, 1024, 1024, 4e14), Gemm(4096, 4096, 4096, 7e14)};
+  // (2048, 2048, 2048) is log2-distance sqrt(3) from both: equal weights, the mean rate.
+  auto s = GemmTime(t, DType::kBf16, true, {2048, 2048, 2048});
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(s->count(), 2.0 * 2048 * 2048 * 2048 / 5.5e14, 1e-15);
+  // (2048, 1024, 1024) = log2 (11, 10, 10): squared distance 1 from the first sample and
+  // 1 + 4 + 4 = 9 from the second.
+  double w1 = 1.0, w2 = 1.0 / 9;
+  double rate = (w1 * 4e14 + w2 * 7e14) / (w1 + w2);
+  EXPECT_NEAR(GemmTime(t, DType::kBf16, true, {2048, 1024, 1024})->count(),
+              2.0 * 2048 * 1024 * 1024 / rate, 1e-15);
+}
+
+TEST(KernelTimeTest, ExtrapolationIsConservativeAtBothEnds) {
+  profiles::KernelTables t;
+  t.gemm = {Gemm(1024, 1024, 1024, 4e14), Gemm(4096, 4096, 4096, 7e14)};
+  // Beyond every sample: no more than the fastest near sample's throughput.
+  double big = 2.0 * 16384.0 * 16384 * 16384;
+  EXPECT_GE(GemmTime(t, DType::kBf16, true, {16384, 16384, 16384})->count(), big / 7e14);
+  // Below every sample: no less than the smallest sample's time.
+  EXPECT_DOUBLE_EQ(GemmTime(t, DType::kBf16, true, {64, 64, 64})->count(),
+                   2.0 * 1024 * 1024 * 1024 / 4e14);
+}
+
+TEST(KernelTimeTest, MemoryKernelsInterpolateBandwidthOverLogSize) {
+  profiles::KernelTables t;
+  t.memory = {{profiles::MemoryKernel::kElementwise, 1 << 20, Seconds::Of((1 << 20) / 1e11)},
+              {profiles::MemoryKernel::kElementwise, 1 << 24, Seconds::Of((1 << 24) / 3e12)}};
+  // 2^22 is halfway in log2 between 2^20 and 2^24: the mean bandwidth.
+  EXPECT_NEAR(MemoryKernelTime(t, profiles::MemoryKernel::kElementwise, 1 << 22)->count(),
+              (1 << 22) / ((1e11 + 3e12) / 2), 1e-15);
+  EXPECT_DOUBLE_EQ(MemoryKernelTime(t, profiles::MemoryKernel::kElementwise, 1 << 26)->count(),
+                   (1 << 26) / 3e12);  // above: the largest sample's bandwidth
+  EXPECT_DOUBLE_EQ(MemoryKernelTime(t, profiles::MemoryKernel::kElementwise, 1000)->count(),
+                   (1 << 20) / 1e11);  // below: the smallest sample's time
+  EXPECT_FALSE(MemoryKernelTime(t, profiles::MemoryKernel::kCast, 1 << 22));
+}
+
+TEST(KernelTimeTest, BackwardGemmsMirrorEachForwardOne) {
+  std::vector<GemmShape> f = {{8, 16, 32}};
+  std::vector<GemmShape> all = model::WithBackward(f);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[1].m, 8);  // dX [m, k] = dY [m, n] x W [n, k]
+  EXPECT_EQ(all[1].n, 32);
+  EXPECT_EQ(all[1].k, 16);
+  EXPECT_EQ(all[2].m, 16);  // dW [n, k] = dY^T [n, m] x X [m, k]
+  EXPECT_EQ(all[2].n, 32);
+  EXPECT_EQ(all[2].k, 8);
+  for (const GemmShape& g : all) EXPECT_DOUBLE_EQ(g.flops(), 2.0 * 8 * 16 * 32);
+}
+
+TEST(KernelTimeTest, BlockGemmsCarryTheParameterFlops) {
+  // A dense SwiGLU block's forward GEMMs do 2 FLOPs per weight per token: q, k, v, o and gate,
+  // up, down (HF modeling_llama.py).
+  model::ModelSpec s = model::FindModelPreset("llama3-8b");
+  double weights = static_cast<double>(s.hidden) * (2 * s.q_dim() + 2 * s.kv_dim()) +
+                   3.0 * static_cast<double>(s.hidden) * static_cast<double>(s.ffn_hidden);
+  double flops = 0;
+  for (const GemmShape& g : model::BlockForwardGemms(s, 1000)) flops += g.flops() * g.count;
+  EXPECT_DOUBLE_EQ(flops, 2.0 * 1000 * weights);
+}
+
+TEST(KernelTimeTest, EffectiveConstantsComeFromTheTablesOrStayAsGiven) {
+  model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan plan;
+  plan.micro_batch = 2;
+  plan.seq_len = 2048;
+  CostConstants k;
+  CostConstants same = EffectiveConstants(k, spec, plan, 2048, c.gpu);
+  EXPECT_EQ(same.matmul_efficiency, k.matmul_efficiency);
+  // Every GEMM of the plan measured at 6e14 FLOP/s: the efficiency is 6e14 over the bf16 peak.
+  profiles::KernelTables t;
+  std::vector<GemmShape> all = model::BlockForwardGemms(spec, 4096);
+  all.push_back(model::HeadForwardGemm(spec, 4096));
+  for (const GemmShape& g : model::WithBackward(all)) t.gemm.push_back(Gemm(g.m, g.n, g.k, 6e14));
+  t.host.kernel_launch = Seconds::Micros(4);
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  CostConstants e = EffectiveConstants(k, spec, plan, 2048, c.gpu);
+  EXPECT_NEAR(e.matmul_efficiency, 6e14 / c.gpu.bf16_dense.count(), 1e-12);
+  EXPECT_EQ(e.host_per_kernel, Seconds::Micros(4));
+  EXPECT_EQ(e.attention_efficiency, k.attention_efficiency);  // no attention samples
+  // Idempotent: applying it twice changes nothing.
+  EXPECT_EQ(EffectiveConstants(e, spec, plan, 2048, c.gpu).matmul_efficiency, e.matmul_efficiency);
+}
+
+}  // namespace
+}  // namespace shardtune::sim
