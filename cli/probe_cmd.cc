@@ -20,6 +20,7 @@
 #include "model/errors.h"
 #include "model/plan.h"
 #include "model/presets.h"
+#include "simulator/calibration.h"
 #include "simulator/profile_json.h"
 #include "simulator/trace_json.h"
 
@@ -187,6 +188,16 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   p.provenance.date = Today();
   p.provenance.command = Join(OwnArgv(), " ");
   if (r.tables.host.kernel_launch) p.costs.host_per_kernel = *r.tables.host.kernel_launch;
+  if (backend == "gloo") {
+    // CPU ranks of one host talk over loopback (cpu:N clusters' link family): the samples become
+    // that family's fitted collective model. NCCL samples stay in the tables only: which link
+    // the local GPUs share (NVLink or PCIe) is not known here.
+    sim::CalibrationResult fit;
+    fit.profile = p;
+    sim::FitProbedCollectives(r.tables.collectives, "loopback", &fit);
+    for (const std::string& w : fit.warnings) err << "warning: " << w << "\n";
+    p = fit.profile;
+  }
   p.costs.tables = std::make_shared<profiles::KernelTables>(std::move(r.tables));
   sim::WriteFileAtomically(a.out, sim::ProfileToJson(p).dump(2) + "\n");
   out << "wrote " << a.out << " (" << p.costs.tables->gemm.size() << " GEMM, "

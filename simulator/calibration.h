@@ -89,6 +89,14 @@ struct CalibrationResult {
   std::vector<std::string> warnings;  // mixed machines, terms that could not be identified
 };
 
+// Fits collective timings a probe measured (`shardtune probe --nproc N`) into the cost model's
+// form, one CollectiveCalibration per group size for `link_family` (the family of the link the
+// probe's ranks shared: "loopback" for CPU ranks), appended to out->profile with a fit summary
+// each. All-to-all and broadcast samples stay in the tables only (the fit's unknowns are the
+// all-gather, reduce-scatter and all-reduce latencies and one bus bandwidth).
+void FitProbedCollectives(const std::vector<profiles::CollectiveSample>& samples,
+                          const std::string& link_family, CalibrationResult* out);
+
 // Fits, by non-negative least squares over every run (compute rows weighted by their share of
 // the step, collective rows relative to their time):
 //  - compute: t = matmul/(peak·e_mm) + attention/(peak·e_att) + bytes/(bw·e_mem) + overhead, over

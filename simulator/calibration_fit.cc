@@ -192,12 +192,54 @@ void FitCompute(const std::vector<CalibrationRun>& runs, CalibrationResult* out)
   out->profile.fits.push_back(f);
 }
 
-// Collectives per (bottleneck link family, group size): unknowns [latency per kind..., 1/busbw]
-// with features [one-hot kind, S·BusBwFactor(kind, n)] (cost_model.h CollectiveTime), relative
-// rows weighted by sqrt(calls).
+// One collective row: kind (all-gather, reduce-scatter, all-reduce), S·BusBwFactor(kind, n),
+// the measured seconds and the row's weight.
+struct CollectiveRow {
+  int kind;
+  double busbytes, t, weight;
+};
+
+// Fits one (link family, group size): unknowns [latency per kind..., 1/busbw] with features
+// [one-hot kind, S·BusBwFactor(kind, n)] (cost_model.h CollectiveTime), relative rows.
+void FitCollectiveGroup(const std::string& family, int group_size,
+                        const std::vector<CollectiveRow>& rows, const std::string& note,
+                        CalibrationResult* out) {
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  MatrixXd a = MatrixXd::Zero(n, 4), abs_rows = MatrixXd::Zero(n, 4);
+  VectorXd b(n), t(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const CollectiveRow& r = rows[static_cast<size_t>(i)];
+    abs_rows(i, r.kind) = 1;
+    abs_rows(i, 3) = r.busbytes;
+    a.row(i) = abs_rows.row(i) * (r.weight / r.t);
+    b(i) = r.weight;
+    t(i) = r.t;
+  }
+  VectorXd x = Nnls(a, b);
+  CollectiveCalibration cal;
+  cal.link_family = family;
+  cal.group_size = group_size;
+  std::string label = "collectives " + family + " x" + std::to_string(group_size);
+  if (x(3) <= 0) {
+    out->warnings.push_back(label + ": the sizes measured do not constrain the bandwidth (all "
+                            "latency-bound); set to 1e15 B/s");
+    cal.bus_bandwidth = BytesPerSecond::Of(1e15);
+  } else {
+    cal.bus_bandwidth = BytesPerSecond::Of(std::min(1e15, 1.0 / x(3)));
+  }
+  std::set<int> kinds;
+  for (const CollectiveRow& r : rows) kinds.insert(r.kind);
+  for (int kd : kinds) cal.latency[static_cast<size_t>(kd)] = Seconds::Of(x(kd));
+  out->profile.costs.collectives.push_back(cal);
+  FitSummary f = Residuals(label, abs_rows, x, t);
+  f.note = note;
+  out->profile.fits.push_back(f);
+}
+
+// Collectives per (bottleneck link family, group size) of the measured runs, rows weighted by
+// sqrt(calls).
 void FitCollectives(const std::vector<CalibrationRun>& runs, CalibrationResult* out) {
-  struct Row { int kind; double busbytes, t, weight; };
-  std::map<std::pair<std::string, int>, std::vector<Row>> groups;
+  std::map<std::pair<std::string, int>, std::vector<CollectiveRow>> groups;
   for (const CalibrationRun& r : runs) {
     const Measurements& m = *r.measurements;
     for (size_t i = 0; i < m.collectives.size(); ++i) {
@@ -213,37 +255,10 @@ void FitCollectives(const std::vector<CalibrationRun>& runs, CalibrationResult* 
     }
   }
   for (const auto& [key, rows] : groups) {
-    const auto n = static_cast<Eigen::Index>(rows.size());
-    MatrixXd a = MatrixXd::Zero(n, 4), abs_rows = MatrixXd::Zero(n, 4);
-    VectorXd b(n), t(n);
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const Row& r = rows[static_cast<size_t>(i)];
-      abs_rows(i, r.kind) = 1;
-      abs_rows(i, 3) = r.busbytes;
-      a.row(i) = abs_rows.row(i) * (r.weight / r.t);
-      b(i) = r.weight;
-      t(i) = r.t;
-    }
-    VectorXd x = Nnls(a, b);
-    CollectiveCalibration cal;
-    cal.link_family = key.first;
-    cal.group_size = key.second;
-    std::string label = "collectives " + key.first + " x" + std::to_string(key.second);
-    if (x(3) <= 0) {
-      out->warnings.push_back(label + ": the sizes measured do not constrain the bandwidth (all "
-                              "latency-bound); set to 1e15 B/s");
-      cal.bus_bandwidth = BytesPerSecond::Of(1e15);
-    } else {
-      cal.bus_bandwidth = BytesPerSecond::Of(std::min(1e15, 1.0 / x(3)));
-    }
-    std::set<int> kinds;
-    for (const Row& r : rows) kinds.insert(r.kind);
-    for (int kd : kinds) cal.latency[static_cast<size_t>(kd)] = Seconds::Of(x(kd));
-    out->profile.costs.collectives.push_back(cal);
-    FitSummary f = Residuals(label, abs_rows, x, t);
-    f.note = "t = latency[kind] + S·f(kind, n)/busbw; issue to Wait(), so queueing behind earlier "
-             "collectives and peers arriving late count as latency";
-    out->profile.fits.push_back(f);
+    FitCollectiveGroup(key.first, key.second, rows,
+                       "t = latency[kind] + S·f(kind, n)/busbw; issue to Wait(), so queueing behind "
+                       "earlier collectives and peers arriving late count as latency",
+                       out);
   }
 }
 
@@ -314,6 +329,23 @@ void ReportPeakModel(const std::vector<CalibrationRun>& runs, CalibrationResult*
 }
 
 }  // namespace
+
+void FitProbedCollectives(const std::vector<profiles::CollectiveSample>& samples,
+                          const std::string& link_family, CalibrationResult* out) {
+  std::map<int, std::vector<CollectiveRow>> groups;  // by group size
+  for (const profiles::CollectiveSample& c : samples) {
+    int kind = static_cast<int>(c.kind);
+    if (kind > 2 || c.ranks < 2) continue;  // the fit's unknowns: AG, RS, AR latencies
+    double bus = static_cast<double>(c.bytes) * profiles::BusBwFactor(c.kind, c.ranks);
+    groups[c.ranks].push_back({kind, bus, c.time.count(), 1.0});
+  }
+  for (const auto& [n, rows] : groups) {
+    FitCollectiveGroup(link_family, n, rows,
+                       "t = latency[kind] + S·f(kind, n)/busbw over the probe's sizes (median of "
+                       "its timed calls each)",
+                       out);
+  }
+}
 
 CalibrationResult Calibrate(const std::vector<CalibrationRun>& runs, const Profile& base) {
   SHARDTUNE_CHECK(!runs.empty()) << "Calibrate needs at least one run";

@@ -67,6 +67,13 @@ TEST(ExecutorProbeCliTest, TwoRanksTimeGlooCollectives) {
                                                     profiles::Collective::kReduceScatter,
                                                     profiles::Collective::kAllReduce,
                                                     profiles::Collective::kAllToAll}));
+  // The Gloo samples are fitted into the loopback family's collective model (cpu:N clusters).
+  ASSERT_EQ(p.costs.collectives.size(), 1u);
+  EXPECT_EQ(p.costs.collectives[0].link_family, "loopback");
+  EXPECT_EQ(p.costs.collectives[0].group_size, 2);
+  EXPECT_GT(p.costs.collectives[0].bus_bandwidth.count(), 0);
+  ASSERT_FALSE(p.fits.empty());
+  EXPECT_EQ(p.fits[0].term, "collectives loopback x2");
 }
 
 TEST(ExecutorProbeCliTest, BadInputsAreOneLineErrors) {

@@ -35,7 +35,7 @@ def flags(c, has_frozen_dtype):
          "--precision", c.get("param_dtype", "bf16"), "--reduce-dtype", "fp32",
          "--attention", c.get("attn", "sdpa"), "--optimizer-impl", c.get("optim", "foreach")]
     if not c.get("reshard", 1):
-        f += ["--no-reshard-after-forward"]
+        f += ["--reshard-after-forward", "false"]
     if c.get("lora_rank", 0) > 0:
         f += ["--lora-rank", str(c["lora_rank"]), "--lora-alpha", str(c["lora_alpha"]),
               "--lora-targets", c["lora_targets"], "--lora-dtype", "fp32"]

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): predicted vs measured step time, uncalibrated.
+
+1. The FSDP2 + Hugging Face reference runs measured on an H100
+   (tests/data/validation/fsdp2_h100_timing.json: median step time over steps >= 2). Each run's
+   configuration maps onto `shardtune simulate` flags as in fsdp2_reference/compare_estimate.py.
+   Runs of world 8 went over the fake process group (no communication time), so their prediction
+   is the compute stream's busy time (`compute_s`); world-1 runs compare the whole step.
+2. The published cases (../shared/validation/public_cases.json when present, and
+   tests/data/validation/*.json case files) through build/tests/bench/validate_cases.
+
+Prints the date, each row's error and the median and worst |error|. A profile may be given
+(`--profile FILE`) to see what a probed device changes; the README's figures use none.
+
+Usage: python3 tests/bench/step_time_check.py [build/cli/shardtune] [--profile FILE]
+"""
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "fsdp2_reference"))
+from compare_estimate import flags  # noqa: E402  (the same run -> flags mapping)
+
+
+def main():
+    argv = sys.argv[1:]
+    profile = None
+    if "--profile" in argv:
+        i = argv.index("--profile")
+        profile = argv[i + 1]
+        del argv[i:i + 2]
+    binary = argv[0] if argv else os.path.join(ROOT, "build/cli/shardtune")
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"step_time_check.py: {binary}: expected the shardtune binary (build it first)")
+    timing = os.path.join(ROOT, "tests/data/validation/fsdp2_h100_timing.json")
+    doc = json.load(open(timing))
+    print(f"step time, predicted vs measured, {datetime.date.today().isoformat()}, "
+          f"profile {profile or 'none (catalog constants)'}")
+    print(f"FSDP2 references: {doc['machine']}, measured {doc['date']}")
+    print("| run | measured (s) | predicted (s) | error |")
+    print("| --- | --- | --- | --- |")
+    errors = []
+    for run in doc["runs"]:
+        c = run["config"]
+        times = [s["time_s"] for s in run["steps"] if s["step"] >= 2]
+        measured = run.get("steady_step_time_s_median") or statistics.median(times)
+        cmd = [binary, "simulate"] + flags(c, True) + ["--json"]
+        if profile:
+            cmd += ["--profile", profile]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"| {c['model']} w{c['world']} mb{c['mb']} | {measured:.4f} | error: "
+                  f"{out.stderr.strip()} | |")
+            continue
+        j = json.loads(out.stdout)
+        predicted = j["step_time_s"] if c["world"] == 1 else j["compute_s"]
+        err = 100.0 * (predicted - measured) / measured
+        errors.append(err)
+        name = (f"{c['model']} w{c['world']} mb{c['mb']} S{c['seq']} ckpt {c['ckpt']} "
+                f"{c.get('optim', 'foreach')}" + (" (compute, fake PG)" if c["world"] > 1 else ""))
+        print(f"| {name} | {measured:.4f} | {predicted:.4f} | {err:+.1f}% |")
+    if errors:
+        print(f"FSDP2 references: median |error| {statistics.median(abs(e) for e in errors):.1f}%, "
+              f"worst {max(errors, key=abs):+.1f}% over {len(errors)} runs")
+    cases = [os.path.join(ROOT, "..", "shared", "validation", "public_cases.json")]
+    cases = [p for p in cases if os.path.exists(p)]
+    bench = os.path.join(os.path.dirname(binary), "..", "tests", "bench", "validate_cases")
+    if cases and os.access(bench, os.X_OK):
+        print("\nPublished cases (validate_cases):")
+        out = subprocess.run([bench] + cases, capture_output=True, text=True)
+        print(out.stdout.rstrip())
+    elif not cases:
+        print("\nPublished cases: ../shared/validation/public_cases.json not found (left out)")
+
+
+if __name__ == "__main__":
+    main()
