@@ -9,6 +9,7 @@ bin=${1:-build/cli/shardtune}
 work=${2:-$(mktemp -d)}
 [ -x "$bin" ] || { echo "probe_cpu_check.sh: $bin: expected the shardtune binary (build it first)" >&2; exit 1; }
 echo "probe vs catalog on a CPU run, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+mkdir -p "$work"
 rm -rf "$work/run"
 "$bin" run --model tiny-llama --nproc 2 --micro-batch 4 --seq-len 256 --global-batch 8 \
   --precision fp32 --attention eager --steps 4 --out "$work/run" > "$work/run.log" 2>&1

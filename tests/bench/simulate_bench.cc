@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   plan.checkpointing = model::Checkpointing::kFull;
   sim::SimOptions opt;
   opt.with_timeline = false;
+  // As the planner's simulation pass runs them (planner/search_rank.cc full_opt_): no allocator
+  // replay (the planner replays only the plans entering its list; `simulate` replays every time).
+  opt.memory.allocator_replay = false;
   sim::SimContext ctx(cluster);
   std::vector<double> rates;
   size_t ops = 0;

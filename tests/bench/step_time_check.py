@@ -62,7 +62,8 @@ def main():
         err = 100.0 * (predicted - measured) / measured
         errors.append(err)
         name = (f"{c['model']} w{c['world']} mb{c['mb']} S{c['seq']} ckpt {c['ckpt']} "
-                f"{c.get('optim', 'foreach')}" + (" (compute, fake PG)" if c["world"] > 1 else ""))
+                f"{c.get('optim', 'foreach')}" + ("" if c.get("reshard", 1) else " no-reshard") +
+                (" (compute, fake PG)" if c["world"] > 1 else ""))
         print(f"| {name} | {measured:.4f} | {predicted:.4f} | {err:+.1f}% |")
     if errors:
         print(f"FSDP2 references: median |error| {statistics.median(abs(e) for e in errors):.1f}%, "
