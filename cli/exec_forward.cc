@@ -53,6 +53,12 @@ std::vector<std::string> OwnArgv() {
   return argv;
 }
 
+std::string OwnCommandLine() {
+  std::string line;
+  for (const std::string& a : OwnArgv()) line += (line.empty() ? "" : " ") + a;
+  return line;
+}
+
 std::string ExecutorProgram() {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);

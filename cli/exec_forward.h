@@ -13,6 +13,8 @@ std::map<std::string, std::string> EnvironmentMap();
 std::vector<std::string> EnvironmentList();
 // This process's own command line (/proc/self/cmdline; the launcher starts ranks with it).
 std::vector<std::string> OwnArgv();
+// OwnArgv() joined by spaces (for provenance records).
+std::string OwnCommandLine();
 
 // The program that runs the executor's subcommands: `shardtune-exec` in this program's folder.
 // Throws exec::BackendError when /proc/self/exe cannot be read.

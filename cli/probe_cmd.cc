@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "cli/exec_forward.h"
+#include "cli/run_cmd.h"
 #include "executor/communicator.h"
 #include "executor/errors.h"
 #include "executor/gloo_communicator.h"
-#include "executor/launcher.h"
 #include "executor/nccl_communicator.h"
 #include "executor/probe.h"
 #include "executor/rank_env.h"
@@ -74,12 +74,6 @@ std::string Hostname() {
   return buf;
 }
 
-std::string Join(const std::vector<std::string>& v, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
-
 }  // namespace
 
 void AddProbeCommand(CLI::App* app, ProbeArgs* a) {
@@ -131,16 +125,7 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   o.budget_s = a.budget_s;
 
   exec::RankEnv env = exec::RankEnvFromVariables(EnvironmentMap());
-  if (!env.launched && a.nproc > 1) {
-    exec::LaunchOptions lo;
-    lo.nproc = a.nproc;
-    lo.argv = OwnArgv();
-    lo.environment = EnvironmentList();
-    exec::LaunchResult r = exec::LaunchLocalRanks(lo);
-    if (r.exit_code == 0) return 0;
-    err << "error: " << r.message << "\n";
-    return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;
-  }
+  if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   std::vector<profiles::CollectiveSample> collectives;
   std::string backend;
   if (env.launched && env.world_size > 1) {
@@ -186,7 +171,7 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   p.provenance.driver_version = r.driver_version;
   p.provenance.nccl_version = r.nccl_version;
   p.provenance.date = Today();
-  p.provenance.command = Join(OwnArgv(), " ");
+  p.provenance.command = OwnCommandLine();
   if (r.tables.host.kernel_launch) p.costs.host_per_kernel = *r.tables.host.kernel_launch;
   if (backend == "gloo") {
     // CPU ranks of one host talk over loopback (cpu:N clusters' link family): the samples become

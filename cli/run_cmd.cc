@@ -166,6 +166,17 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   AddFromFlags(run, &a->plan);
 }
 
+int LaunchThisProgramAsRanks(int nproc, std::ostream& err) {
+  exec::LaunchOptions lo;
+  lo.nproc = nproc;
+  lo.argv = OwnArgv();
+  lo.environment = EnvironmentList();
+  exec::LaunchResult r = exec::LaunchLocalRanks(lo);
+  if (r.exit_code == 0) return 0;
+  err << "error: " << r.message << "\n";
+  return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;
+}
+
 int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   exec::RankEnv env = exec::RankEnvFromVariables(EnvironmentMap());
   if (!env.launched && a.nproc < 1) {
@@ -176,16 +187,7 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   // Warnings from --from once, from the launching process (each rank re-reads the file quietly).
   exec::RunOptions o = MakeOptions(a, world, local_world, env.launched ? nullptr : &err);
   exec::ValidateRun(o, world);
-  if (!env.launched && a.nproc > 1) {
-    exec::LaunchOptions lo;
-    lo.nproc = a.nproc;
-    lo.argv = OwnArgv();
-    lo.environment = EnvironmentList();
-    exec::LaunchResult r = exec::LaunchLocalRanks(lo);
-    if (r.exit_code == 0) return 0;
-    err << "error: " << r.message << "\n";
-    return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;
-  }
+  if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   exec::RunCallbacks cb;
   cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };
   cb.on_message = [&err](const std::string& m) { err << m << std::endl; };

@@ -41,6 +41,11 @@ struct RunArgs {
 void AddRunCommand(CLI::App* app, RunArgs* args);
 // Runs the command; progress on `out` (rank 0), messages on `err`. Returns the exit code
 // (0, or a failed rank's code from the launcher). Throws InputError, exec::BackendError.
+// Starts `nproc` local ranks of this program with its own command line and environment (the
+// launcher adds RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and waits for them.
+// Returns the exit code to leave with: 0, or the first failed rank's (1 and 70 kept, others 3),
+// its message printed to `err` as one line.
+int LaunchThisProgramAsRanks(int nproc, std::ostream& err);
 int RunRun(const RunArgs& args, std::ostream& out, std::ostream& err);
 
 }  // namespace shardtune::cli
