@@ -32,7 +32,7 @@ class Sim {
     out_.end_ns.assign(n, -1);
     remaining_.assign(n, 0.0);
     version_.assign(n, 0);
-    issued_.assign(n, false);
+    issued_.assign(n, 0);
     for (size_t i = 0; i < n; ++i) queues_[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
   }
 
@@ -45,7 +45,7 @@ class Sim {
       if (e.version != version_[static_cast<size_t>(e.op)]) continue;  // superseded by a rate change
       Advance(e.time);
       if (e.kind == Ev::kIssued) {
-        issued_[static_cast<size_t>(e.op)] = true;
+        issued_[static_cast<size_t>(e.op)] = 1;
         host_busy_ = false;
         ++host_next_;
         IssueNext();
@@ -78,7 +78,7 @@ class Sim {
         if (finished_prefix_ < i) return;  // retried when an op finishes
       }
       if (c_[i].host_ns <= 0) {
-        issued_[i] = true;
+        issued_[i] = 1;
         ++host_next_;
         continue;
       }
@@ -88,7 +88,7 @@ class Sim {
   }
 
   bool Ready(int32_t op) const {
-    if (!issued_[static_cast<size_t>(op)]) return false;
+    if (issued_[static_cast<size_t>(op)] == 0) return false;
     for (int32_t d : p_.ops[static_cast<size_t>(op)].deps) {
       if (d >= 0 && out_.end_ns[static_cast<size_t>(d)] < 0) return false;
     }
@@ -167,7 +167,7 @@ class Sim {
   std::array<std::vector<int32_t>, kNumStreams> queues_;
   std::array<size_t, kNumStreams> head_{};
   std::array<bool, kNumStreams> busy_{};
-  std::vector<bool> issued_;  // the host has issued the op
+  std::vector<uint8_t> issued_;  // the host has issued the op (bytes: read on every TryStart)
   size_t host_next_ = 0;      // next op the host issues (program order)
   bool host_busy_ = false;
   size_t finished_prefix_ = 0;  // ops [0, finished_prefix_) have all finished

@@ -2,6 +2,7 @@
 #include "simulator/simulate.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "model/errors.h"
@@ -93,18 +94,23 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
   return costs;
 }
 
-const char* PhaseOf(const ProgramOp& op) {
+// The step's phases (SimReport::phases_s), by index so the per-op loop builds no strings.
+constexpr const char* kPhaseNames[] = {"forward compute",  "backward compute",  "optimizer step",
+                                       "all-gather",       "reduce-scatter",    "replica all-reduce",
+                                       "host copies",      "Ulysses all-to-all", "copy-in/copy-out"};
+constexpr size_t kNumPhases = sizeof(kPhaseNames) / sizeof(kPhaseNames[0]);
+
+size_t PhaseOf(const ProgramOp& op) {
   switch (op.kind) {
-    case OpKind::kForward: return "forward compute";
-    case OpKind::kBackward: return "backward compute";
-    case OpKind::kOptimizer: return "optimizer step";
-    case OpKind::kAllGather: return "all-gather";
-    case OpKind::kReduceScatter: return "reduce-scatter";
-    case OpKind::kAllReduce: return "replica all-reduce";
-    case OpKind::kHostToDevice: case OpKind::kDeviceToHost: return "host copies";
-    case OpKind::kAllToAll:
-      return "Ulysses all-to-all";
-    default: return "copy-in/copy-out";
+    case OpKind::kForward: return 0;
+    case OpKind::kBackward: return 1;
+    case OpKind::kOptimizer: return 2;
+    case OpKind::kAllGather: return 3;
+    case OpKind::kReduceScatter: return 4;
+    case OpKind::kAllReduce: return 5;
+    case OpKind::kHostToDevice: case OpKind::kDeviceToHost: return 6;
+    case OpKind::kAllToAll: return 7;
+    default: return 8;
   }
 }
 
@@ -181,14 +187,17 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;
   int64_t t0 = 0, t1 = 0, compute = 0;
-  std::map<std::string, int64_t> phases;
+  std::array<int64_t, kNumPhases> phase_ns{};
+  std::array<bool, kNumPhases> phase_seen{};
   for (size_t i = 0; i < ops.size(); ++i) {
     int64_t dur = r.schedule.end_ns[i] - r.schedule.start_ns[i];
     if (ops[i].step == 0) t0 = std::max(t0, r.schedule.end_ns[i]);
     if (ops[i].step != 1 || ops[i].kind == OpKind::kStartup) continue;
     t1 = std::max(t1, r.schedule.end_ns[i]);
     if (ops[i].stream == Stream::kDefault) compute += dur;
-    phases[PhaseOf(ops[i])] += dur;
+    size_t ph = PhaseOf(ops[i]);
+    phase_ns[ph] += dur;
+    phase_seen[ph] = true;
     if (ops[i].kind == OpKind::kAllToAll) {
       r.all_to_all_bytes_per_step += ops[i].comm_bytes;
       r.all_to_all_calls_per_step += ops[i].calls;
@@ -229,6 +238,11 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.compute_s = static_cast<double>(compute) * 1e-9;
   r.exposed_comm_s = std::max(0.0, r.step_time_s - r.compute_s);
   r.time_by_category_s.insert(r.time_by_category_s.end() - 1, {"exposed_communication", r.exposed_comm_s});
+  // By name, as before (a map of the phases the step has).
+  std::map<std::string, int64_t> phases;
+  for (size_t ph = 0; ph < kNumPhases; ++ph) {
+    if (phase_seen[ph]) phases[kPhaseNames[ph]] = phase_ns[ph];
+  }
   for (const auto& [k, v] : phases) r.phases_s.push_back({k, static_cast<double>(v) * 1e-9});
   int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);

@@ -32,7 +32,8 @@ void Walker::InitTrainability() {
       bool trains = prm.requires_grad && p_.Trains();
       if (trains) grad_shard_numel_[i] += ps;
       auto seg = static_cast<size_t>(prm.segment);
-      double share = prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
+      double share =
+          moe.enabled() && prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
       if (prm.lora_adapter) {
         // What the adapters save is in the block's ledger (model/activations.h Trainability).
         adapter_numel_[seg] += share * static_cast<double>(prm.numel());
