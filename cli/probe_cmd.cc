@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -113,6 +114,12 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   if (!(a.timeout_s > 0)) {
     throw InputError("--timeout-s: expected seconds > 0, got " + std::to_string(a.timeout_s));
   }
+  // The profile is written after minutes of measuring: a folder that is not there fails now.
+  const std::filesystem::path out_dir = std::filesystem::path(a.out).parent_path();
+  if (!out_dir.empty() && !std::filesystem::is_directory(out_dir)) {
+    throw InputError("--out: expected a file in an existing folder, got \"" + a.out + "\" (no folder " +
+                     out_dir.string() + ")");
+  }
   exec::ProbeOptions o;
   o.device = a.device;
   const std::string model = a.model.empty() ? (a.device == "cuda" ? "llama3.2-1b" : "tiny-llama") : a.model;
@@ -129,11 +136,10 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   std::vector<profiles::CollectiveSample> collectives;
   std::string backend;
   if (env.launched && env.world_size > 1) {
-    // The collectives first, with every rank present; then rank 0 alone times the kernels.
+    // The collectives first, with every rank present; then every rank times the kernels.
     const bool cuda = a.device == "cuda";
     backend = cuda ? "nccl" : "gloo";
     o.cuda_device = cuda ? env.local_rank : 0;
-    if (a.threads > 0) o.threads = a.threads;
     exec::RendezvousOptions ro;
     ro.master_addr = env.master_addr;
     ro.master_port = env.master_port;

@@ -1,6 +1,7 @@
 // `shardtune probe --device cpu`: the profile it writes is a valid version-3 profile whose
 // tables hold what was asked for (GEMMs over the model's shapes, memory-bound kernels, host
 // costs, Gloo collectives between real rank processes), and its bad inputs are one-line errors.
+#include <filesystem>
 #include <set>
 #include <string>
 #include <tuple>
@@ -84,6 +85,8 @@ TEST(ExecutorProbeCliTest, BadInputsAreOneLineErrors) {
   ExpectInputError({"probe", "--tokens", "64,x", "--out", out}, "--tokens");
   ExpectInputError({"probe", "--dtypes", "fp8", "--out", out}, "--dtypes");
   ExpectInputError({"probe", "--budget-s", "0", "--out", out}, "--budget-s");
+  ExpectInputError({"probe", "--out", tmp.Sub("no/such/folder/x.json")}, "--out: expected a file in an existing folder");
+  EXPECT_FALSE(std::filesystem::exists(out));  // nothing half-written by the refused calls
 }
 
 }  // namespace
