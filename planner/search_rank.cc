@@ -168,10 +168,9 @@ Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
     s.replay_required = m.required;
   }
   if (s.fits) {
+    sim::CostConstants storage;
     s.time_lb_s = sim::ComputeLowerBoundS(
-        est.program, cluster_, p,
-        sim::EffectiveConstants(opt_.costs, spec_, p, p.ResolvedSeqLen(spec_.max_seq_len),
-                                cluster_.gpu));
+        est.program, cluster_, p, sim::PlanConstants(opt_.costs, spec_, p, cluster_.gpu, &storage));
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
   return s;

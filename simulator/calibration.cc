@@ -127,8 +127,8 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
 std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
                                       const CostConstants& given) {
   // The constants the simulation ran with: measured kernel tables time this plan's shapes.
-  const CostConstants k = EffectiveConstants(given, p.spec, p.plan,
-                                             p.plan.ResolvedSeqLen(p.spec.max_seq_len), p.gpu);
+  CostConstants storage;
+  const CostConstants& k = PlanConstants(given, p.spec, p.plan, p.gpu, &storage);
   std::vector<ComparisonRow> rows;
   auto add = [&rows](const std::string& kind, const std::string& name, double pred, double meas, bool bytes) {
     if (meas > 0) rows.push_back({kind, name, pred, meas, bytes});

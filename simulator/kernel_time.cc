@@ -169,10 +169,8 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
     // In the walk's convention (step_walk_backward.cc ForwardCompute): 4·S·q_dim FLOPs per token
     // forward, no causal halving, and kAttentionBackwardRatio times that backward; so the
     // efficiency that reproduces the measured forward + backward time is these FLOPs over it.
-    double f = (1 + internal::kAttentionBackwardRatio) * 4.0 *
-               static_cast<double>(plan.micro_batch) * static_cast<double>(heads) *
-               static_cast<double>(seq_len) * static_cast<double>(seq_len) *
-               static_cast<double>(spec.head_dim);
+    double f = (1 + internal::kAttentionBackwardRatio) *
+               AttentionForwardFlops(plan.micro_batch, seq_len, heads, spec.head_dim, false);
     e.attention_efficiency = f / a->count() / peak;
   }
   // Elementwise traffic: read two [tokens, hidden] tensors and write one, in the param dtype.
@@ -182,6 +180,14 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   }
   if (t.host.kernel_launch) e.host_per_kernel = *t.host.kernel_launch;
   return e;
+}
+
+const CostConstants& PlanConstants(const CostConstants& k, const model::ModelSpec& spec,
+                                   const model::Plan& plan, const profiles::GpuSpec& gpu,
+                                   CostConstants* storage) {
+  if (!k.tables || k.tables->empty()) return k;
+  *storage = EffectiveConstants(k, spec, plan, plan.ResolvedSeqLen(spec.max_seq_len), gpu);
+  return *storage;
 }
 
 }  // namespace shardtune::sim

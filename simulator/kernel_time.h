@@ -52,5 +52,11 @@ std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DTy
 CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec& spec,
                                  const model::Plan& plan, int64_t seq_len,
                                  const profiles::GpuSpec& gpu);
+// The constants to cost `plan` with: `k` itself when it holds no tables (no copy: the planner
+// calls this for every plan), else EffectiveConstants stored in `*storage`. Sequence length:
+// plan.ResolvedSeqLen(spec.max_seq_len).
+const CostConstants& PlanConstants(const CostConstants& k, const model::ModelSpec& spec,
+                                   const model::Plan& plan, const profiles::GpuSpec& gpu,
+                                   CostConstants* storage);
 
 }  // namespace shardtune::sim

@@ -160,12 +160,12 @@ profiles::KernelTables ReadKernels(StrictReader& r) {
     a.backward = ReadTime(e, "backward_s");
     t.attention.push_back(a);
   });
+  std::vector<std::string> names;
+  for (int i = 0; i < profiles::kNumMemoryKernels; ++i) {
+    names.push_back(profiles::ToString(static_cast<profiles::MemoryKernel>(i)));
+  }
   ReadArray(r, "memory", [&](StrictReader& e) {
     profiles::MemoryKernelSample m;
-    std::vector<std::string> names;
-    for (int i = 0; i < profiles::kNumMemoryKernels; ++i) {
-      names.push_back(profiles::ToString(static_cast<profiles::MemoryKernel>(i)));
-    }
     m.kernel = *profiles::MemoryKernelFromString(e.RequiredEnum("kernel", names));
     m.bytes = e.RequiredInt("bytes", 1, kMaxTableBytes);
     m.time = ReadTime(e, "time_s");

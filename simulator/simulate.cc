@@ -181,8 +181,8 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   const Links& links = it->second;
   // Measured kernel tables (a probed profile) time this plan's GEMMs, attention and
   // elementwise kernels by shape (kernel_time.h); without them, o.costs as given.
-  const CostConstants k = EffectiveConstants(o.costs, spec, plan,
-                                             plan.ResolvedSeqLen(spec.max_seq_len), cluster.gpu);
+  CostConstants storage;
+  const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
   std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, k);
   r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;

@@ -71,7 +71,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
                           const SimOptions& options, SimContext* ctx);
 // A lower bound on the steady step time: the compute stream runs its ops one after another, so
 // the step takes at least their summed durations (no communication counted). `costs`: the
-// plan's constants (EffectiveConstants), as SimulateProgram derives them.
+// plan's constants (PlanConstants, kernel_time.h), as SimulateProgram derives them.
 double ComputeLowerBoundS(const StepProgram& program, const profiles::ClusterSpec& cluster,
                           const model::Plan& plan, const CostConstants& costs);
 ModelCache& CacheOf(SimContext& ctx);
