@@ -8,6 +8,11 @@
 
 namespace shardtune::cli {
 
+// The executor's subcommands, as both programs list them in --help.
+inline constexpr const char* kRunCommandHelp = "Train a plan for real (LibTorch, own FSDP runtime)";
+inline constexpr const char* kProbeCommandHelp =
+    "Measure this machine's device and write a profile for --profile";
+
 // This process's environment, as name -> value and as "NAME=VALUE" strings.
 std::map<std::string, std::string> EnvironmentMap();
 std::vector<std::string> EnvironmentList();

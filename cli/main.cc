@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   AddProbeCommand(&app, &probe_args);
 #else
   // Listed for --help; `shardtune run|probe ...` were handed to shardtune-exec above.
-  app.add_subcommand("run", "Train a plan for real (LibTorch, own FSDP runtime)");
-  app.add_subcommand("probe", "Measure this machine's device and write a profile for --profile");
+  app.add_subcommand("run", kRunCommandHelp);
+  app.add_subcommand("probe", kProbeCommandHelp);
 #endif
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);

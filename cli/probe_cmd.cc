@@ -78,8 +78,7 @@ std::string Hostname() {
 }  // namespace
 
 void AddProbeCommand(CLI::App* app, ProbeArgs* a) {
-  CLI::App* sub = app->add_subcommand(
-      "probe", "Measure this machine's device and write a profile for --profile");
+  CLI::App* sub = app->add_subcommand("probe", kProbeCommandHelp);
   sub->add_option("--device", a->device, "cpu|cuda: the device to measure (default cpu)");
   sub->add_option("--model", a->model,
                   "Whose GEMM and attention shapes to time (default tiny-llama on cpu, "

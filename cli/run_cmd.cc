@@ -125,7 +125,7 @@ void PrintStep(const exec::StepLog& s, std::ostream& out) {
 }  // namespace
 
 void AddRunCommand(CLI::App* app, RunArgs* a) {
-  CLI::App* run = app->add_subcommand("run", "Train a plan for real (LibTorch, own FSDP runtime)");
+  CLI::App* run = app->add_subcommand("run", kRunCommandHelp);
   run->add_option("--model", a->model,
                   "Preset, shardtune.model JSON or HF config.json (default tiny-llama)");
   run->add_option("--steps", a->steps, "Optimizer steps to reach (a resumed run continues)");
