@@ -208,7 +208,7 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
     } else if (v.best_step_time_s == 0) {
       w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
            " plans, least need " + GiBText(v.smallest_required) +
-           ") but its compute alone is slower than the top plans' whole step";
+           ") but its busiest resource alone (compute, host or a link) is busy longer than the top plans' whole step";
     } else {
       std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
       w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +

@@ -168,9 +168,9 @@ Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
     s.replay_required = m.required;
   }
   if (s.fits) {
-    sim::CostConstants storage;
-    s.time_lb_s = sim::ComputeLowerBoundS(
-        est.program, cluster_, p, sim::PlanConstants(opt_.costs, spec_, p, cluster_.gpu, &storage));
+    sim::StepTimeBound b = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
+    s.time_lb_s = b.seconds;
+    s.time_lb_resource = b.resource;
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
   return s;
@@ -257,7 +257,7 @@ double Ranker::TopThreshold() const {
   return std::numeric_limits<double>::infinity();
 }
 
-// A fitting plan may be left unsimulated when its compute alone is slower than the top-k bound
+// A fitting plan may be left unsimulated when its step-time bound is slower than the top-k bound
 // and than its cp's fastest plan so far (so each cp's verdict names its true fastest plan).
 bool Ranker::Prunable(double time_lb_s, int cp) const {
   if (exhaustive_ || req_.objective == Objective::kMemory) return false;
@@ -283,8 +283,11 @@ void Ranker::SimulateFitting(const std::vector<model::Plan>& plans, std::vector<
         continue;
       }
       ++result_.pruned_by_time_bound;
-      Reject("slower than the top plans: its compute alone takes longer than their whole step",
-             PlanKey(plans[i]) + ": compute " + Secs(screened_[i].time_lb_s), Bytes());
+      Reject(std::string("slower than the top plans: its ") + screened_[i].time_lb_resource +
+                 " alone is busy longer than their whole step",
+             PlanKey(plans[i]) + ": " + screened_[i].time_lb_resource + " busy " +
+                 Secs(screened_[i].time_lb_s),
+             Bytes());
     }
     ParallelFor(
         run.size(), result_.threads,
@@ -304,6 +307,12 @@ void Ranker::SimulateFitting(const std::vector<model::Plan>& plans, std::vector<
         [](size_t) {});
     for (size_t j = 0; j < run.size(); ++j) {
       ++result_.simulated;
+      // The time bound prunes only if it never exceeds a schedule: the exhaustive search (tests)
+      // simulates every plan that fits and checks it.
+      SHARDTUNE_CHECK(!exhaustive_ || screened_[run[j]].time_lb_s <= reports[j].step_time_s)
+          << "the step-time lower bound " << screened_[run[j]].time_lb_s << " s ("
+          << screened_[run[j]].time_lb_resource << ") exceeds the simulated step "
+          << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
       Admit(run[j], plans[run[j]], reports[j]);
       reports[j] = sim::SimReport{};
     }

@@ -30,7 +30,10 @@ struct Screened {
   bool fits = false;       // required <= capacity
   std::string peak_phase;
   std::vector<std::pair<std::string, Bytes>> peak_top;  // the two largest categories at the peak
-  double time_lb_s = 0;    // compute-stream lower bound of the steady step (plans that fit)
+  // Lower bound of the steady step (plans that fit): the busiest serial resource's busy time
+  // (sim::StepLowerBound), and which resource that is.
+  double time_lb_s = 0;
+  const char* time_lb_resource = "compute stream";
   // Exhaustive search only: the caching-allocator replay's verdict and figure.
   bool replayed = false, replay_fits = false;
   Bytes replay_required;

@@ -356,7 +356,13 @@ CalibrationResult Calibrate(const std::vector<CalibrationRun>& runs, const Profi
   const MeasuredEnvironment& e = runs.front().measurements->environment;
   ProfileProvenance& p = out.profile.provenance;
   out.profile.has_provenance = true;
-  p = {e.hostname, e.cpu_model, e.device, e.backend, e.torch_version, e.shardtune_version, {}};
+  p = ProfileProvenance{};
+  p.hostname = e.hostname;
+  p.cpu_model = e.cpu_model;
+  p.device = e.device;
+  p.backend = e.backend;
+  p.torch_version = e.torch_version;
+  p.shardtune_version = e.shardtune_version;
   for (const CalibrationRun& r : runs) {
     const MeasuredEnvironment& o = r.measurements->environment;
     p.measurements.push_back(r.measurements->path);

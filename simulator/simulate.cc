@@ -45,12 +45,15 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
   return l;
 }
 
+// Ops of steps before `from_step` are left at zero cost (the step-time bound reads step 1 only).
 std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c,
-                            const model::Plan& plan, const Links& l, const CostConstants& k) {
+                            const model::Plan& plan, const Links& l, const CostConstants& k,
+                            int from_step = 0) {
   std::vector<OpCost> costs(p.ops.size());
   double host_bw = k.host_memory_bandwidth_per_node.count() / std::max(1, c.gpus_per_node);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const ProgramOp& op = p.ops[i];
+    if (op.step < from_step) continue;
     OpCost& oc = costs[i];
     double local = ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes, c.gpu,
                                plan.param_dtype, k).count();
@@ -136,19 +139,133 @@ SimContext::~SimContext() = default;
 
 ModelCache& CacheOf(SimContext& ctx) { return ctx.impl().models; }
 
-double ComputeLowerBoundS(const StepProgram& p, const profiles::ClusterSpec& c,
-                          const model::Plan& plan, const CostConstants& k) {
-  // Summed in whole nanoseconds, as the event simulation schedules them; a program that left out
-  // repeated micro-batches counts the last leading micro-batch's ops once for each it stands for.
-  int64_t t_ns = 0;
-  for (const auto& op : p.ops) {
-    if (op.step != 1 || op.stream != Stream::kDefault || op.kind == OpKind::kStartup) continue;
-    int64_t times =
-        op.micro == kWalkedLeadingMicroBatches - 1 ? 1 + p.repeats_of_last_leading_micro_batch : 1;
-    t_ns += times * ToNanos(ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes,
-                                        c.gpu, plan.param_dtype, k).count());
+namespace {
+
+// The plan's links, described once per (shard group, cp) and kept in the context.
+const Links& LinksFor(SimContext* ctx, const profiles::ClusterSpec& cluster, const MemoryReport& m,
+                      const CostConstants& k) {
+  auto& cache = ctx->impl().links;
+  const std::pair<int, int> key{m.shard_group, m.cp};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    it = cache.insert_or_assign(key, DescribeLinks(ctx->impl().topo, cluster, m, k)).first;
   }
-  return static_cast<double>(t_ns) * 1e-9;
+  return it->second;
+}
+
+}  // namespace
+
+StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
+                             const profiles::ClusterSpec& cluster, const model::Plan& plan,
+                             const SimOptions& o, SimContext* ctx) {
+  const StepProgram& p = est.program;
+  CostConstants storage;
+  const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
+  std::vector<OpCost> costs = CostOps(p, cluster, plan, LinksFor(ctx, cluster, est.report, o.costs), k,
+                                     /*from_step=*/1);
+  const size_t n = p.ops.size();
+  // A program that left out repeated micro-batches (step_walk.h skip_repeated_micro_batches)
+  // keeps one copy of the last leading micro-batch; it stands for `copies` identical ones, which
+  // the full program runs one after another (every op of micro-batch m precedes every op of m+1).
+  const int64_t copies = 1 + p.repeats_of_last_leading_micro_batch;
+  auto repeated = [&](const ProgramOp& op) {
+    return copies > 1 && op.micro == kWalkedLeadingMicroBatches - 1;
+  };
+  // The least time an op can take once started: its fixed time, or its latency and its transfer
+  // alone on the link. The fluid model rounds a shared transfer's finish to whole nanoseconds at
+  // each rate change (event_sim.cc Reschedule), so a transfer may end a few nanoseconds early:
+  // 4 ns less per transfer keeps the bound below any schedule.
+  auto least_ns = [&](size_t i) {
+    const OpCost& c = costs[i];
+    return c.fixed_ns + c.latency_ns + (c.transfer_ns > 0 ? std::max<int64_t>(0, c.transfer_ns - 4) : 0);
+  };
+  // Per stream and on the host: the work of one repeated copy (R) and the busy time of every
+  // resource over step 1 (each link's transfers at full bandwidth, copies counted).
+  std::array<int64_t, kNumStreams> copy_stream_ns{}, stream_ns{};
+  std::array<int64_t, 4> link_ns{};
+  int64_t copy_host_ns = 0, host_ns = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ProgramOp& op = p.ops[i];
+    if (op.step != 1 || op.kind == OpKind::kStartup) continue;
+    const OpCost& c = costs[i];
+    int64_t times = repeated(op) ? copies : 1;
+    auto st = static_cast<size_t>(op.stream);
+    stream_ns[st] += times * least_ns(i);
+    if (c.transfer_ns > 0) {
+      link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
+          times * std::max<int64_t>(0, c.transfer_ns - 4);
+    }
+    host_ns += times * c.host_ns;
+    if (repeated(op)) {
+      copy_stream_ns[st] += least_ns(i);
+      copy_host_ns += c.host_ns;
+    }
+  }
+  // The schedule of step 1 with every op at its least duration and no link shared, from the end
+  // of step 0 (time 0): the first op of step 1 is a host sync, so the host issues step 1 only
+  // once every op of step 0 has finished. Each op starts no earlier than its dependencies' end,
+  // its stream's previous op's end and its issue (the host issues in program order); all three
+  // recurrences are monotone, so each op ends no later than in any event-simulated schedule
+  // (which adds link sharing), and the last end bounds the step from below. For a repeated
+  // micro-batch the recurrence bounds the end of its last copy: the copies before it ran on
+  // each stream and were issued by the host first.
+  std::vector<int64_t> end(n, 0);
+  std::array<int64_t, kNumStreams> free_ns{}, block_start{};
+  std::array<bool, kNumStreams> in_block{};
+  std::array<int64_t, kNumStreams> block_done{};  // this copy's work done so far per stream
+  int64_t issue = 0, all_done = 0, path = 0;
+  bool host_block = false;
+  for (size_t i = 0; i < n; ++i) {
+    const ProgramOp& op = p.ops[i];
+    if (op.step != 1 || op.kind == OpKind::kStartup) continue;  // step 0: ended by time 0
+    auto st = static_cast<size_t>(op.stream);
+    int64_t start = free_ns[st];
+    if (repeated(op)) {
+      if (!host_block) {
+        issue += (copies - 1) * copy_host_ns;
+        host_block = true;
+      }
+      if (!in_block[st]) {
+        block_start[st] = free_ns[st];
+        in_block[st] = true;
+      }
+      start = std::max(start, block_start[st] + (copies - 1) * copy_stream_ns[st] + block_done[st]);
+      block_done[st] += least_ns(i);
+    }
+    for (int32_t d : op.deps) {
+      if (d >= 0 && p.ops[static_cast<size_t>(d)].step == 1) start = std::max(start, end[static_cast<size_t>(d)]);
+    }
+    if (op.host_sync) issue = std::max(issue, all_done);
+    issue += costs[i].host_ns;
+    start = std::max(start, issue);
+    end[i] = start + least_ns(i);
+    free_ns[st] = end[i];
+    all_done = std::max(all_done, end[i]);
+    path = std::max(path, end[i]);
+  }
+  StepTimeBound b;
+  auto consider = [&](int64_t ns, const char* what) {
+    double sec = static_cast<double>(ns) * 1e-9;
+    if (sec > b.seconds) {
+      b.seconds = sec;
+      b.resource = what;
+    }
+  };
+  // The compute stream first: on ties it is the one named.
+  consider(stream_ns[static_cast<size_t>(Stream::kDefault)], "compute stream");
+  consider(host_ns, "host issue (kernel launches and hooks)");
+  consider(stream_ns[static_cast<size_t>(Stream::kHost)], "host optimizer step");
+  consider(stream_ns[static_cast<size_t>(Stream::kAllGather)], "all-gather stream");
+  consider(stream_ns[static_cast<size_t>(Stream::kReduceScatter)], "reduce-scatter stream");
+  consider(stream_ns[static_cast<size_t>(Stream::kCopy)], "host<->GPU copy stream");
+  consider(stream_ns[static_cast<size_t>(Stream::kAllToAll)], "Ulysses all-to-all stream");
+  consider(link_ns[0], "shard-group link");
+  consider(link_ns[1], "replica-group link");
+  consider(link_ns[2], "PCIe link");
+  consider(link_ns[3], "cp-group link");
+  consider(path, "schedule without link contention");
+  b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
+  return b;
 }
 
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
@@ -169,20 +286,11 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   SimReport r;
   r.memory = std::move(est.report);
   r.program = std::move(est.program);
-  auto& cache = ctx->impl().links;
-  const std::pair<int, int> link_key{r.memory.shard_group, r.memory.cp};
-  auto it = cache.find(link_key);
-  if (it == cache.end()) {
-    it =
-        cache
-            .insert_or_assign(link_key, DescribeLinks(ctx->impl().topo, cluster, r.memory, o.costs))
-            .first;
-  }
-  const Links& links = it->second;
   // Measured kernel tables (a probed profile) time this plan's GEMMs, attention and
   // elementwise kernels by shape (kernel_time.h); without them, o.costs as given.
   CostConstants storage;
   const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
+  const Links& links = LinksFor(ctx, cluster, r.memory, o.costs);
   std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, k);
   r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;
@@ -243,7 +351,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   for (size_t ph = 0; ph < kNumPhases; ++ph) {
     if (phase_seen[ph]) phases[kPhaseNames[ph]] = phase_ns[ph];
   }
-  for (const auto& [k, v] : phases) r.phases_s.push_back({k, static_cast<double>(v) * 1e-9});
+  for (const auto& [name, v] : phases) r.phases_s.push_back({name, static_cast<double>(v) * 1e-9});
   int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);
   r.tokens_per_s = r.tokens_per_step / r.step_time_s;

@@ -69,11 +69,24 @@ class SimContext {
 SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
                           const profiles::ClusterSpec& cluster, const model::Plan& plan,
                           const SimOptions& options, SimContext* ctx);
-// A lower bound on the steady step time: the compute stream runs its ops one after another, so
-// the step takes at least their summed durations (no communication counted). `costs`: the
-// plan's constants (PlanConstants, kernel_time.h), as SimulateProgram derives them.
-double ComputeLowerBoundS(const StepProgram& program, const profiles::ClusterSpec& cluster,
-                          const model::Plan& plan, const CostConstants& costs);
+// A lower bound on the steady step time, from the schedule the event simulation (event_sim.h)
+// can never beat: the host issues step 1's ops one after another only once step 0 has finished
+// (the loop's loss.item() sync, step_walk_forward.cc), each stream runs its ops in order, and an
+// op takes at least its fixed time, or its latency plus its transfer alone on the link. Over
+// that schedule without link sharing (every op at its least duration) and every serial
+// resource's busy time (each link's transfers at full bandwidth), the largest is the bound;
+// `resource` names it ("schedule without link contention", "compute stream", "host issue
+// (kernel launches and hooks)", "host optimizer step", "PCIe link", ...). `compute_s`: the
+// compute stream's busy time. A program that left out repeated micro-batches gives a bound no
+// higher than the full program's (tests/simulator/micro_batch_skip_test.cc).
+struct StepTimeBound {
+  double seconds = 0;
+  const char* resource = "compute stream";
+  double compute_s = 0;
+};
+StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
+                             const profiles::ClusterSpec& cluster, const model::Plan& plan,
+                             const SimOptions& options, SimContext* ctx);
 ModelCache& CacheOf(SimContext& ctx);
 
 // REQUIRES: inputs validated (Plan::Problems empty). `ctx`, when given, must have been built for
