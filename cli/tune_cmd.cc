@@ -173,7 +173,8 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
       << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
       << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
-      << " checked for memory, " << r.pruned_by_time_bound << " ruled out by the time lower bound, "
+      << " checked for memory, " << r.pruned_by_time_bound << " ruled out by a time lower bound ("
+      << r.pruned_before_walk << " before any walk), "
       << r.simulated << " simulated, " << r.replayed << " replayed through the caching allocator\n\n";
   if (r.top.empty()) {
     out << r.advice_if_none << "\n";
@@ -376,6 +377,8 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   j["work"] = {{"enumerated", r.enumerated},
                {"pruned_by_memory_bound", r.pruned_by_memory_bound},
                {"memory_checked", r.memory_checked},
+               {"pruned_before_walk", r.pruned_before_walk},
+               {"compute_bound_walks", r.compute_bound_walks},
                {"pruned_by_time_bound", r.pruned_by_time_bound},
                {"simulated", r.simulated},
                {"replayed", r.replayed},
@@ -398,6 +401,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
     cps.push_back({{"cp", v.cp},
                    {"plans", v.plans},
                    {"fitting", v.fitting},
+                   {"slower_by_compute", v.slower_by_compute},
                    {"smallest_required_bytes", v.smallest_required.count()},
                    {"smallest_key", v.smallest_key},
                    {"smallest_bound_bytes", v.smallest_bound.count()},

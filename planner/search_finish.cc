@@ -38,11 +38,13 @@ bool Ranker::ConfirmForTop(Candidate* c) {
     sim::MemoryOptions mo = opt_.memory;
     mo.allocator_replay = true;
     mo.skip_repeated_micro_batches = false;
-    sim::MemoryReport m = sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false,
-                                                         &sim::CacheOf(workers_[0]->ctx)).report;
+    sim::ModelCache& cache = sim::CacheOf(workers_[0]->ctx);
+    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false, &cache);
+    const sim::MemoryReport& m = est.report;
     ++result_.replayed;
     fits = m.fits;
     c->required = m.required;
+    cache.Recycle(std::move(est.program));  // its buffers serve the next walk
   }
   replay_state_[ci] = fits ? 1 : -1;
   if (!fits) {
@@ -104,27 +106,10 @@ void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) 
 
 SearchResult Ranker::Finish() {
   SearchResult out = result_;
+  out.top = top_;
+  out.equivalent_hidden = top_hidden_;
   std::vector<size_t> order(candidates_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // Ties keep enumeration order (deterministic, whatever the order plans were simulated in).
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (candidates_[a].objective != candidates_[b].objective) {
-      return candidates_[a].objective < candidates_[b].objective;
-    }
-    return candidate_index_[a] < candidate_index_[b];
-  });
-  // Plans that differ only in knobs with no effect here (same time and memory) are listed once:
-  // the first in enumeration order, which favours the defaults.
-  for (size_t k = 0; k < order.size() && static_cast<int>(out.top.size()) < req_.top_k; ++k) {
-    Candidate& c = candidates_[order[k]];
-    if (!ConfirmForTop(&c)) continue;
-    if (!out.top.empty() && c.step_time_s == out.top.back().step_time_s &&
-        c.required == out.top.back().required) {
-      ++out.equivalent_hidden;
-      continue;
-    }
-    out.top.push_back(c);
-  }
   out.replayed = result_.replayed;
   for (size_t i = 1; i < out.top.size(); ++i) out.top[i].why_not_best = WhyNotBest(out.top[i], out.top[0]);
   // Pareto front over everything simulated: less memory or more throughput than every other.
@@ -211,8 +196,12 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
            ") but its busiest resource alone (compute, host or a link) is busy longer than the top plans' whole step";
     } else {
       std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
-      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
-           " plans, least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
+      w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) + " plans";
+      if (v.slower_by_compute > 0) {
+        w += "; " + std::to_string(v.slower_by_compute) +
+             " others were ruled out by compute alone before their memory was judged";
+      }
+      w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
            "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
       if (cp != best_cp) {
         std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",

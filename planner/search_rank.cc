@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <numeric>
 #include <limits>
 #include <thread>
@@ -22,7 +23,7 @@ namespace {
 // Plans simulated per window: the top-k bound is refreshed between windows, and the windows are
 // the same for any thread count (so are the plans they prune). Large enough to keep two to
 // sixteen threads busy, small enough that the bound tightens early.
-constexpr size_t kSimulationWindow = 32;
+constexpr size_t kSimulationWindow = 16;
 
 std::string Secs(double s) {
   char buf[32];
@@ -45,6 +46,15 @@ const char* StrategyFamily(const model::Plan& p) {
     case model::ShardingStrategy::kShardGradOp: case model::ShardingStrategy::kHybridShardZero2: return "zero2-like";
     default: return "full-shard-like";
   }
+}
+
+// The grouped reason of a plan its step-time bound left out (sim::StepTimeBound::resource).
+std::string SlowerReason(const std::string& resource) {
+  if (resource == "schedule without link contention") {
+    return "slower than the top plans: even with no link shared, its schedule takes longer than "
+           "their whole step";
+  }
+  return "slower than the top plans: its " + resource + " alone is busy longer than their whole step";
 }
 
 // ", cp 2" for plans with Ulysses cp, so grouped reasons say which cp they are about.
@@ -136,44 +146,95 @@ Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w) const {
          opt_.memory.constants.cuda_context;
 }
 
-// One plan's memory verdict. A plan a lower bound rules out is not walked, except in the
-// exhaustive search, which walks it and checks that the walk agrees.
-Screened Ranker::Screen(const model::Plan& p, Worker& w) const {
-  Screened s;
+// The memory lower bounds of one plan, no walk: the model-state bound, then the forward-end
+// bound when the first fits.
+void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
   const Bytes capacity = cluster_.gpu.usable_memory;
-  s.bound = ModelStateLowerBound(p, w);
-  s.bound_oom = s.bound > capacity;
-  if (!s.bound_oom) {
+  s->bound = ModelStateLowerBound(p, w);
+  s->bound_oom = s->bound > capacity;
+  if (!s->bound_oom) {
     Bytes forward_end = ForwardEndLowerBound(p, w);
     if (forward_end > capacity) {
-      s.bound = forward_end;
-      s.bound_oom = s.forward_end_bound = true;
+      s->bound = forward_end;
+      s->bound_oom = s->forward_end_bound = true;
     }
   }
-  if (s.bound_oom && !exhaustive_) return s;
+}
+
+// One plan's memory walk and, when it fits, its step-time bound. The exhaustive search walks
+// plans a bound rules out too and checks that the walk agrees with every bound.
+void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
+  const Bytes capacity = cluster_.gpu.usable_memory;
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
                                                            &sim::CacheOf(w.ctx));
   const sim::MemoryReport& m = est.report;
-  s.evaluated = true;
-  s.required = ScreeningRequired(m, opt_.memory.constants);
-  s.fits = s.required <= capacity;
-  SHARDTUNE_CHECK(!(s.bound_oom && s.fits)) << "the lower bound " << s.bound.count()
-      << " exceeds the walk's need " << s.required.count() << " for " << PlanKey(p);
-  s.peak_phase = m.peak_phase;
-  s.peak_top.assign(m.peak_breakdown.begin(),
-                    m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
+  s->evaluated = true;
+  s->required = ScreeningRequired(m, opt_.memory.constants);
+  s->fits = s->required <= capacity;
+  SHARDTUNE_CHECK(!(s->bound_oom && s->fits)) << "the lower bound " << s->bound.count()
+      << " exceeds the walk's need " << s->required.count() << " for " << PlanKey(p);
+  s->peak_phase = m.peak_phase;
+  s->peak_top.assign(m.peak_breakdown.begin(),
+                     m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
   if (m.allocator_replayed) {
-    s.replayed = true;
-    s.replay_fits = m.fits;
-    s.replay_required = m.required;
+    s->replayed = true;
+    s->replay_fits = m.fits;
+    s->replay_required = m.required;
   }
-  if (s.fits) {
+  if (s->fits || exhaustive_) {
     sim::StepTimeBound b = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
-    s.time_lb_s = b.seconds;
-    s.time_lb_resource = b.resource;
+    s->time_lb_s = b.seconds;
+    s->time_lb_resource = b.resource;
+    // The compute bound was taken from another plan with the same key: it must not exceed this
+    // plan's own segment kernels (which bound its step).
+    SHARDTUNE_CHECK(!exhaustive_ || s->compute_lb_s <= b.segment_compute_s)
+        << "the compute bound " << s->compute_lb_s << " s exceeds the segment compute "
+        << b.segment_compute_s << " s of " << PlanKey(p);
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
-  return s;
+}
+
+namespace {
+
+// What a plan's forward and backward segment kernels depend on among the searched knobs (the
+// strategy, shard group, wrap, offload and prefetch change only collectives, copies, the
+// optimizer and host work; the exhaustive search checks it for every plan).
+std::string ComputeKey(const model::Plan& p) {
+  return std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
+         std::to_string(static_cast<int>(p.checkpointing)) + ":" +
+         std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
+         std::to_string(p.seq_len);
+}
+
+// Plans walked per window: the top-k bound is refreshed between windows, which are the same for
+// any thread count.
+constexpr size_t kWalkWindow = 64;
+
+}  // namespace
+
+// The compute bound of every plan: one walk per key, of the key's first plan.
+void Ranker::ComputeBounds(const std::vector<model::Plan>& plans) {
+  std::map<std::string, size_t> key_of;
+  std::vector<size_t> first, key_index(plans.size());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    auto [it, added] = key_of.emplace(ComputeKey(plans[i]), first.size());
+    if (added) first.push_back(i);
+    key_index[i] = it->second;
+  }
+  std::vector<double> bound(first.size());
+  ParallelFor(
+      first.size(), result_.threads,
+      [&](size_t j, int t) {
+        Worker& w = WorkerOf(static_cast<size_t>(t));
+        const model::Plan& p = plans[first[j]];
+        sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory,
+                                                                 false, &sim::CacheOf(w.ctx));
+        bound[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx).segment_compute_s;
+        sim::CacheOf(w.ctx).Recycle(std::move(est.program));
+      },
+      [](size_t) {});
+  result_.compute_bound_walks = static_cast<int64_t>(first.size());
+  for (size_t i = 0; i < plans.size(); ++i) screened_[i].compute_lb_s = bound[key_index[i]];
 }
 
 SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
@@ -182,63 +243,154 @@ SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
   for (int t = 0; t < threads; ++t) workers_.push_back(std::make_unique<Worker>(cluster_));
   result_.threads = threads;
   screened_.assign(plans.size(), Screened{});
-  auto total = static_cast<int64_t>(plans.size());
   ParallelFor(
       plans.size(), threads,
-      [&](size_t i, int t) { screened_[i] = Screen(plans[i], WorkerOf(static_cast<size_t>(t))); },
-      [&](size_t done) {
-        if (progress) progress(static_cast<int64_t>(done), total);
-      });
-  std::vector<size_t> fitting;
-  for (size_t i = 0; i < plans.size(); ++i) BookMemory(i, plans[i], screened_[i], &fitting);
-  SimulateFitting(plans, std::move(fitting));
+      [&](size_t i, int t) { Bound(plans[i], WorkerOf(static_cast<size_t>(t)), &screened_[i]); },
+      [](size_t) {});
+  ComputeBounds(plans);
+  EvaluateInOrder(plans, progress);
+  BuildTop();
+  BookVerdicts(plans);
   return Finish();
 }
 
-void Ranker::BookMemory(size_t index, const model::Plan& p, const Screened& s,
-                        std::vector<size_t>* fitting) {
-  ++VerdictOf(p.cp).plans;
-  if (s.evaluated) ++result_.memory_checked;
-  if (s.replayed) ++result_.replayed;
-  std::string key = PlanKey(p);
-  if (s.bound_oom) {
-    ++result_.pruned_by_memory_bound;
-    const char* what = s.forward_end_bound
-                           ? "saved activations and model states at the end of forward"
-                           : "model states";
-    CpVerdict& v = VerdictOf(p.cp);
-    if (v.smallest_bound.count() == 0 || s.bound < v.smallest_bound) {
-      v.smallest_bound = s.bound;
-      v.smallest_bound_key = key;
-      v.smallest_bound_what = what;
+// Walks the plans no bound has ruled out, cheapest compute bound first, in windows. A plan is
+// skipped unwalked once its compute bound exceeds the top-k bound and its cp's fastest step
+// (both only fall as the search goes on, so the plan stays ruled out against the final list:
+// BookVerdicts). The plans that fit wait in step-time-bound order and are simulated once their
+// bound is below every unwalked plan's compute bound (which never exceeds that plan's step-time
+// bound): so plans are simulated in step-time-bound order over the whole search, the likeliest
+// winners first, and the top-k bound tightens with the fewest simulations and allocator replays.
+void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
+                             const std::function<void(int64_t, int64_t)>& progress) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (exhaustive_ || !screened_[i].bound_oom) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return screened_[a].compute_lb_s < screened_[b].compute_lb_s;
+  });
+  const auto total = static_cast<int64_t>(order.size());
+  const double tokens = static_cast<double>(req_.global_batch) * static_cast<double>(req_.seq_len);
+  std::set<std::pair<double, size_t>> pending;  // (step-time bound, plan index)
+  for (size_t start = 0; start < order.size(); start += kWalkWindow) {
+    size_t end = std::min(order.size(), start + kWalkWindow);
+    std::vector<size_t> walk;
+    for (size_t j = start; j < end; ++j) {
+      size_t i = order[j];
+      if (!Prunable(screened_[i].compute_lb_s, plans[i].cp)) walk.push_back(i);
     }
-    Reject(std::string(s.forward_end_bound
-                           ? "OOM: saved activations and model states exceed the GPU by the end "
-                             "of forward ("
-                           : "OOM: model states alone exceed the GPU (") +
-               StrategyFamily(p) + ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
-           key + " needs at least " + GiBText(s.bound), s.bound);
-    return;
+    ParallelFor(
+        walk.size(), result_.threads,
+        [&](size_t j, int t) { Walk(plans[walk[j]], WorkerOf(static_cast<size_t>(t)), &screened_[walk[j]]); },
+        [](size_t) {});
+    for (size_t i : walk) {
+      Screened& s = screened_[i];
+      if (s.bound_oom || !s.fits) continue;
+      if (req_.objective == Objective::kMemory && tokens / s.time_lb_s < req_.min_tokens_per_s) {
+        s.below_floor = true;
+        continue;
+      }
+      pending.insert({s.time_lb_s, i});
+    }
+    double next_lb = end < order.size() ? screened_[order[end]].compute_lb_s
+                                        : std::numeric_limits<double>::infinity();
+    while (!pending.empty() && pending.begin()->first <= next_lb) SimulateSome(plans, &pending, next_lb);
+    if (progress) progress(static_cast<int64_t>(end), total);
   }
-  if (result_.smallest_required.count() == 0 || s.required < result_.smallest_required) {
-    result_.smallest_required = s.required;
+}
+
+// The top list, before the verdicts are booked (their exclusions read its last entry).
+void Ranker::BuildTop() {
+  std::vector<size_t> order(candidates_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Ties keep enumeration order (deterministic, whatever the order plans were simulated in).
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (candidates_[a].objective != candidates_[b].objective) {
+      return candidates_[a].objective < candidates_[b].objective;
+    }
+    return candidate_index_[a] < candidate_index_[b];
+  });
+  // Plans that differ only in knobs with no effect here (same time and memory) are listed once:
+  // the first in enumeration order, which favours the defaults.
+  for (size_t k = 0; k < order.size() && static_cast<int>(top_.size()) < req_.top_k; ++k) {
+    Candidate& c = candidates_[order[k]];
+    if (!ConfirmForTop(&c)) continue;
+    if (!top_.empty() && c.step_time_s == top_.back().step_time_s && c.required == top_.back().required) {
+      ++top_hidden_;
+      continue;
+    }
+    top_.push_back(c);
   }
-  NoteMemory(p.cp, key, s);
-  if (!s.fits) {
-    Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
-               model::ToString(p.offload) + CpSuffix(p) + ")",
-           key + " needs " + GiBText(s.required) + " of " + GiBText(cluster_.gpu.usable_memory),
-           s.required);
-    return;
+  final_threshold_ = req_.objective != Objective::kMemory && static_cast<int>(top_.size()) == req_.top_k
+                         ? top_.back().objective
+                         : std::numeric_limits<double>::infinity();
+}
+
+// Every plan's verdict, in plan order: a memory bound, the compute bound against the final list
+// (before the walk's verdict: the exhaustive search walks every plan, the fast one only those
+// the bound had not ruled out yet), the walk's memory verdict, then the step-time bound.
+void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
+  for (size_t index = 0; index < plans.size(); ++index) {
+    const model::Plan& p = plans[index];
+    const Screened& s = screened_[index];
+    ++VerdictOf(p.cp).plans;
+    if (s.evaluated) ++result_.memory_checked;
+    if (s.replayed) ++result_.replayed;
+    std::string key = PlanKey(p);
+    if (s.bound_oom) {
+      ++result_.pruned_by_memory_bound;
+      const char* what = s.forward_end_bound
+                             ? "saved activations and model states at the end of forward"
+                             : "model states";
+      CpVerdict& v = VerdictOf(p.cp);
+      if (v.smallest_bound.count() == 0 || s.bound < v.smallest_bound) {
+        v.smallest_bound = s.bound;
+        v.smallest_bound_key = key;
+        v.smallest_bound_what = what;
+      }
+      Reject(std::string(s.forward_end_bound
+                             ? "OOM: saved activations and model states exceed the GPU by the end "
+                               "of forward ("
+                             : "OOM: model states alone exceed the GPU (") +
+                 StrategyFamily(p) + ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
+             key + " needs at least " + GiBText(s.bound), s.bound);
+      continue;
+    }
+    auto best = verdicts_.find(p.cp);
+    double cp_best = best == verdicts_.end() ? 0 : best->second.best_step_time_s;
+    if (s.compute_lb_s > final_threshold_ && cp_best > 0 && s.compute_lb_s > cp_best) {
+      ++VerdictOf(p.cp).slower_by_compute;
+      if (s.simulated) continue;  // a simulated plan is a candidate that lost on its figures
+      ++result_.pruned_by_time_bound;
+      if (!s.evaluated) ++result_.pruned_before_walk;
+      Reject("slower than the top plans: its forward and backward kernels alone are busy longer "
+             "than their whole step",
+             key + ": compute " + Secs(s.compute_lb_s), Bytes());
+      continue;
+    }
+    SHARDTUNE_CHECK(s.evaluated) << "no verdict for " << key;
+    if (result_.smallest_required.count() == 0 || s.required < result_.smallest_required) {
+      result_.smallest_required = s.required;
+    }
+    NoteMemory(p.cp, key, s);
+    if (!s.fits) {
+      Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
+                 model::ToString(p.offload) + CpSuffix(p) + ")",
+             key + " needs " + GiBText(s.required) + " of " + GiBText(cluster_.gpu.usable_memory),
+             s.required);
+      continue;
+    }
+    ++VerdictOf(p.cp).fitting;
+    if (s.below_floor) {
+      ++result_.pruned_by_time_bound;
+      Reject("below the throughput floor (compute alone is too slow)", key, Bytes());
+    } else if (s.time_pruned) {
+      ++result_.pruned_by_time_bound;
+      Reject(SlowerReason(s.time_lb_resource),
+             key + ": " + s.time_lb_resource + " " + Secs(s.time_lb_s), Bytes());
+    }
   }
-  ++VerdictOf(p.cp).fitting;
-  double tokens = static_cast<double>(req_.global_batch) * static_cast<double>(req_.seq_len);
-  if (req_.objective == Objective::kMemory && tokens / s.time_lb_s < req_.min_tokens_per_s) {
-    ++result_.pruned_by_time_bound;
-    Reject("below the throughput floor (compute alone is too slow)", key, Bytes());
-    return;
-  }
-  fitting->push_back(index);
 }
 
 // The objective of the k-th best distinct confirmed candidate (infinity while fewer than k):
@@ -257,8 +409,8 @@ double Ranker::TopThreshold() const {
   return std::numeric_limits<double>::infinity();
 }
 
-// A fitting plan may be left unsimulated when its step-time bound is slower than the top-k bound
-// and than its cp's fastest plan so far (so each cp's verdict names its true fastest plan).
+// A plan may be left unsimulated (or unwalked) when its bound is slower than the top-k bound and
+// than its cp's fastest plan so far (so each cp's verdict names its true fastest plan).
 bool Ranker::Prunable(double time_lb_s, int cp) const {
   if (exhaustive_ || req_.objective == Objective::kMemory) return false;
   if (!(time_lb_s > TopThreshold())) return false;
@@ -267,55 +419,49 @@ bool Ranker::Prunable(double time_lb_s, int cp) const {
          time_lb_s > it->second.best_step_time_s;
 }
 
-void Ranker::SimulateFitting(const std::vector<model::Plan>& plans, std::vector<size_t> order) {
-  // Cheapest lower bound first, so that the top-k bound tightens as early as it can.
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return screened_[a].time_lb_s < screened_[b].time_lb_s;
-  });
-  std::vector<sim::SimReport> reports(kSimulationWindow);
-  for (size_t start = 0; start < order.size(); start += kSimulationWindow) {
-    size_t end = std::min(order.size(), start + kSimulationWindow);
-    std::vector<size_t> run;
-    for (size_t j = start; j < end; ++j) {
-      size_t i = order[j];
-      if (!Prunable(screened_[i].time_lb_s, plans[i].cp)) {
-        run.push_back(i);
-        continue;
-      }
-      ++result_.pruned_by_time_bound;
-      Reject(std::string("slower than the top plans: its ") + screened_[i].time_lb_resource +
-                 " alone is busy longer than their whole step",
-             PlanKey(plans[i]) + ": " + screened_[i].time_lb_resource + " busy " +
-                 Secs(screened_[i].time_lb_s),
-             Bytes());
+// Simulates the next (at most kSimulationWindow) waiting plans whose step-time bound is at most
+// `up_to`, cheapest first (the same plans for any thread count), or marks them pruned by it.
+void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
+                          std::set<std::pair<double, size_t>>* pending, double up_to) {
+  std::vector<size_t> run;
+  while (!pending->empty() && pending->begin()->first <= up_to && run.size() < kSimulationWindow) {
+    size_t i = pending->begin()->second;
+    pending->erase(pending->begin());
+    if (Prunable(screened_[i].time_lb_s, plans[i].cp)) {
+      screened_[i].time_pruned = true;
+    } else {
+      run.push_back(i);
     }
-    ParallelFor(
-        run.size(), result_.threads,
-        [&](size_t j, int t) {
-          Worker& w = WorkerOf(static_cast<size_t>(t));
-          const model::Plan& p = plans[run[j]];
-          sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(
-              spec_, cluster_, p, full_opt_.memory, false, &sim::CacheOf(w.ctx));
-          reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
-          // Admit reads the figures only: the program's buffers serve this worker's next plan,
-          // and the schedule and per-op counters are dropped before the window ends.
-          sim::CacheOf(w.ctx).Recycle(std::move(reports[j].program));
-          reports[j].schedule = {};
-          reports[j].allocated_after = {};
-          reports[j].memory.units = {};
-        },
-        [](size_t) {});
-    for (size_t j = 0; j < run.size(); ++j) {
-      ++result_.simulated;
-      // The time bound prunes only if it never exceeds a schedule: the exhaustive search (tests)
-      // simulates every plan that fits and checks it.
-      SHARDTUNE_CHECK(!exhaustive_ || screened_[run[j]].time_lb_s <= reports[j].step_time_s)
-          << "the step-time lower bound " << screened_[run[j]].time_lb_s << " s ("
-          << screened_[run[j]].time_lb_resource << ") exceeds the simulated step "
-          << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
-      Admit(run[j], plans[run[j]], reports[j]);
-      reports[j] = sim::SimReport{};
-    }
+  }
+  std::vector<sim::SimReport> reports(run.size());
+  ParallelFor(
+      run.size(), result_.threads,
+      [&](size_t j, int t) {
+        Worker& w = WorkerOf(static_cast<size_t>(t));
+        const model::Plan& p = plans[run[j]];
+        sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(
+            spec_, cluster_, p, full_opt_.memory, false, &sim::CacheOf(w.ctx));
+        reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
+        // Admit reads the figures only: the program's buffers serve this worker's next plan,
+        // and the schedule and per-op counters are dropped at once.
+        sim::CacheOf(w.ctx).Recycle(std::move(reports[j].program));
+        reports[j].schedule = {};
+        reports[j].allocated_after = {};
+        reports[j].memory.units = {};
+      },
+      [](size_t) {});
+  for (size_t j = 0; j < run.size(); ++j) {
+    Screened& s = screened_[run[j]];
+    ++result_.simulated;
+    s.simulated = true;
+    // The bounds prune only if they never exceed a schedule: the exhaustive search (tests)
+    // simulates every plan that fits and checks them.
+    SHARDTUNE_CHECK(!exhaustive_ || (s.time_lb_s <= reports[j].step_time_s &&
+                                     s.compute_lb_s <= reports[j].step_time_s))
+        << "a step-time lower bound (" << s.time_lb_s << " s, " << s.time_lb_resource
+        << "; compute " << s.compute_lb_s << " s) exceeds the simulated step "
+        << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
+    Admit(run[j], plans[run[j]], reports[j]);
   }
 }
 

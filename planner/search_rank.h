@@ -1,14 +1,18 @@
-// The ranking half of the plan search (internal to the planner). Three passes over the
-// enumerated plans: screen every plan's memory (in parallel), book the memory verdicts in plan
-// order, then simulate the plans that fit in order of their time lower bound (in parallel, in
-// fixed windows) while the top-k bound prunes the rest. Every verdict is a function of the plan
-// alone, never of the order or the threads, so any --jobs gives the same answer.
+// The ranking half of the plan search (internal to the planner). Passes over the enumerated
+// plans: the memory lower bounds of every plan (in parallel, no walk); a compute bound per
+// (micro-batch, checkpointing, cp) known before any walk (one walk per such key); then, in order
+// of that compute bound and in fixed windows, the memory walk of the plans the top-k bound has
+// not yet ruled out and the simulation of those that fit, in order of their step-time bound;
+// last, every plan's verdict is booked in plan order against the final top list. Every verdict
+// is a function of the plan and the final list alone, never of the order or the threads, so any
+// --jobs gives the same answer, and so does the exhaustive search (tests).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +38,14 @@ struct Screened {
   // (sim::StepLowerBound), and which resource that is.
   double time_lb_s = 0;
   const char* time_lb_resource = "compute stream";
+  // Known before the walk: the forward and backward segment kernels' busy time on the compute
+  // stream (sim::StepTimeBound::segment_compute_s of the plan's (micro-batch, checkpointing, cp)
+  // key). A plan whose bound exceeds the final list's last step and its cp's fastest step is
+  // "slower than the top plans" whatever its memory.
+  double compute_lb_s = 0;
+  // What the search did with a plan that fits: simulated it, or left it out by its step-time
+  // bound; below_floor: the kMemory objective's throughput floor ruled it out.
+  bool simulated = false, time_pruned = false, below_floor = false;
   // Exhaustive search only: the caching-allocator replay's verdict and figure.
   bool replayed = false, replay_fits = false;
   Bytes replay_required;
@@ -56,11 +68,17 @@ class Ranker {
 
  private:
   Worker& WorkerOf(size_t thread);
-  Screened Screen(const model::Plan& plan, Worker& w) const;
+  void Bound(const model::Plan& plan, Worker& w, Screened* s) const;
+  void Walk(const model::Plan& plan, Worker& w, Screened* s) const;
+  void ComputeBounds(const std::vector<model::Plan>& plans);
+  void EvaluateInOrder(const std::vector<model::Plan>& plans,
+                       const std::function<void(int64_t, int64_t)>& progress);
+  void SimulateSome(const std::vector<model::Plan>& plans,
+                    std::set<std::pair<double, size_t>>* pending, double up_to);
+  void BookVerdicts(const std::vector<model::Plan>& plans);
+  void BuildTop();
   Bytes ModelStateLowerBound(const model::Plan& plan, Worker& w) const;
   Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w) const;
-  void BookMemory(size_t index, const model::Plan& p, const Screened& s, std::vector<size_t>* fitting);
-  void SimulateFitting(const std::vector<model::Plan>& plans, std::vector<size_t> fitting);
   void Admit(size_t index, const model::Plan& p, const sim::SimReport& r);
   bool Prunable(double time_lb_s, int cp) const;
   double TopThreshold() const;
@@ -85,6 +103,11 @@ class Ranker {
   std::vector<size_t> candidate_index_;  // plan index of each candidate (ties break on it)
   std::vector<int8_t> replay_state_;     // per candidate: 0 not replayed, 1 fits, -1 out of memory
   std::vector<Screened> screened_;       // by plan index
+  // The top list (BuildTop, before the verdicts are booked) and the objective of its last entry
+  // when it is full (infinity otherwise): a plan whose compute bound exceeds it cannot enter.
+  std::vector<Candidate> top_;
+  int64_t top_hidden_ = 0;
+  double final_threshold_ = 0;
   // Confirmed (replayed) candidates that may still define the top-k bound: (objective, index).
   std::vector<std::pair<double, size_t>> confirmed_;
   std::map<std::string, Rejection> rejections_;

@@ -183,7 +183,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   // resource over step 1 (each link's transfers at full bandwidth, copies counted).
   std::array<int64_t, kNumStreams> copy_stream_ns{}, stream_ns{};
   std::array<int64_t, 4> link_ns{};
-  int64_t copy_host_ns = 0, host_ns = 0;
+  int64_t copy_host_ns = 0, host_ns = 0, segment_ns = 0;
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;
@@ -196,6 +196,9 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
           times * std::max<int64_t>(0, c.transfer_ns - 4);
     }
     host_ns += times * c.host_ns;
+    if (op.stream == Stream::kDefault && (op.kind == OpKind::kForward || op.kind == OpKind::kBackward)) {
+      segment_ns += times * least_ns(i);
+    }
     if (repeated(op)) {
       copy_stream_ns[st] += least_ns(i);
       copy_host_ns += c.host_ns;
@@ -265,6 +268,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   consider(link_ns[3], "cp-group link");
   consider(path, "schedule without link contention");
   b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
+  b.segment_compute_s = static_cast<double>(segment_ns) * 1e-9;
   return b;
 }
 
