@@ -378,7 +378,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
                {"pruned_by_memory_bound", r.pruned_by_memory_bound},
                {"memory_checked", r.memory_checked},
                {"pruned_before_walk", r.pruned_before_walk},
-               {"compute_bound_walks", r.compute_bound_walks},
+               {"prewalk_bound_walks", r.prewalk_bound_walks},
                {"pruned_by_time_bound", r.pruned_by_time_bound},
                {"simulated", r.simulated},
                {"replayed", r.replayed},

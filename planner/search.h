@@ -87,8 +87,8 @@ struct CpVerdict {
   int cp = 1;
   int64_t plans = 0;         // plans enumerated with this cp
   int64_t fitting = 0;       // of those, plans found to fit (simulated or pruned by time)
-  // Plans ruled out as slower than the top plans by their compute bound, whose memory verdict
-  // was not booked (the fast search did not walk most of them).
+  // Plans ruled out as slower than the top plans by a time bound known before the walk, whose
+  // memory verdict was not booked (the fast search did not walk most of them).
   int64_t slower_by_compute = 0;
   Bytes smallest_required;   // least per-GPU need over its memory-checked plans
   std::string smallest_key;  // the plan that needed it
@@ -114,9 +114,9 @@ struct SearchResult {
   // replayed through the caching allocator, ruled out by the time bound, simulated in time.
   int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;
   int64_t memory_checked = 0, replayed = 0, simulated = 0;
-  // Plans ruled out by the compute bound known before any walk (never walked), and the walks
-  // that bound took (one per micro-batch, checkpointing and cp combination).
-  int64_t pruned_before_walk = 0, compute_bound_walks = 0;
+  // Plans ruled out by a time bound known before any walk (never walked), and the walks those
+  // bounds took (one plan per combination of the knobs each depends on).
+  int64_t pruned_before_walk = 0, prewalk_bound_walks = 0;
   int threads = 1;
   int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above
   Bytes smallest_required;         // over everything checked (for "nothing fits" answers)

@@ -199,7 +199,7 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
       w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) + " plans";
       if (v.slower_by_compute > 0) {
         w += "; " + std::to_string(v.slower_by_compute) +
-             " others were ruled out by compute alone before their memory was judged";
+             " others were ruled out by a time bound before their memory was judged";
       }
       w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
            "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";

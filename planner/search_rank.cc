@@ -4,6 +4,7 @@
 #include "planner/search_rank.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <set>
 #include <numeric>
@@ -185,25 +186,51 @@ void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
     sim::StepTimeBound b = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
     s->time_lb_s = b.seconds;
     s->time_lb_resource = b.resource;
-    // The compute bound was taken from another plan with the same key: it must not exceed this
-    // plan's own segment kernels (which bound its step).
-    SHARDTUNE_CHECK(!exhaustive_ || s->compute_lb_s <= b.segment_compute_s)
-        << "the compute bound " << s->compute_lb_s << " s exceeds the segment compute "
-        << b.segment_compute_s << " s of " << PlanKey(p);
+    // The prewalk bounds were taken from other plans with the same knobs: none may exceed this
+    // plan's own figure.
+    SHARDTUNE_CHECK(!exhaustive_ || (s->compute_lb_s <= b.segment_compute_s &&
+                                     s->all_gather_lb_s <= b.all_gather_transfer_s &&
+                                     s->reduce_scatter_lb_s <= b.reduce_scatter_transfer_s &&
+                                     s->host_optimizer_lb_s <= b.host_optimizer_s))
+        << "a prewalk bound exceeds the plan's own figure for " << PlanKey(p) << ": compute "
+        << s->compute_lb_s << " vs " << b.segment_compute_s << " s, all-gather "
+        << s->all_gather_lb_s << " vs " << b.all_gather_transfer_s << " s, reduce-scatter "
+        << s->reduce_scatter_lb_s << " vs " << b.reduce_scatter_transfer_s << " s, host optimizer "
+        << s->host_optimizer_lb_s << " vs " << b.host_optimizer_s << " s";
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
 }
 
 namespace {
 
-// What a plan's forward and backward segment kernels depend on among the searched knobs (the
-// strategy, shard group, wrap, offload and prefetch change only collectives, copies, the
-// optimizer and host work; the exhaustive search checks it for every plan).
+// The searched knobs each prewalk bound depends on (the exhaustive search checks, for every
+// plan, that the bound taken from another plan with the same key does not exceed its own).
+// Segment compute: micro-batch, checkpointing, cp (strategy, wrap, offload and prefetch change
+// only collectives, copies, the optimizer and host work).
 std::string ComputeKey(const model::Plan& p) {
   return std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
          std::to_string(static_cast<int>(p.checkpointing)) + ":" +
          std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
          std::to_string(p.seq_len);
+}
+
+std::string WrapKey(const model::Plan& p) {
+  return model::ToString(p.strategy) + std::string("/") + std::to_string(p.shard_group_size) + "/" +
+         model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
+         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+}
+
+// Collective transfers: which units are gathered and reduced over which group, how many times
+// per step (strategy, shard group, wrap, micro-batches, cp); not checkpointing, offload or
+// prefetch (which change when, not what).
+std::string CommKey(const model::Plan& p) {
+  return WrapKey(p) + "/" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) +
+         "/" + std::to_string(p.cp) + "/" + std::to_string(p.seq_len);
+}
+
+// Host optimizer step: the gradient shards it updates (strategy, shard group, wrap) and offload.
+std::string HostOptimizerKey(const model::Plan& p) {
+  return WrapKey(p) + "/" + model::ToString(p.offload);
 }
 
 // Plans walked per window: the top-k bound is refreshed between windows, which are the same for
@@ -212,29 +239,61 @@ constexpr size_t kWalkWindow = 64;
 
 }  // namespace
 
-// The compute bound of every plan: one walk per key, of the key's first plan.
-void Ranker::ComputeBounds(const std::vector<model::Plan>& plans) {
-  std::map<std::string, size_t> key_of;
-  std::vector<size_t> first, key_index(plans.size());
+// The prewalk bounds of every plan: for each key, the figures of its first plan that no memory
+// bound rules out (walked once, in parallel; one walk serves every key whose first plan it is).
+void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
+  using KeyFn = std::string (*)(const model::Plan&);
+  const std::array<KeyFn, 3> key_fns = {&ComputeKey, &CommKey, &HostOptimizerKey};
+  std::array<std::map<std::string, size_t>, 3> first_of;  // key -> its first plan
+  std::vector<size_t> reps;                               // plans to walk, ascending
+  std::vector<std::array<std::string, 3>> keys(plans.size());
   for (size_t i = 0; i < plans.size(); ++i) {
-    auto [it, added] = key_of.emplace(ComputeKey(plans[i]), first.size());
-    if (added) first.push_back(i);
-    key_index[i] = it->second;
+    for (size_t k = 0; k < key_fns.size(); ++k) keys[i][k] = key_fns[k](plans[i]);
+    if (screened_[i].bound_oom) continue;
+    bool rep = false;
+    for (size_t k = 0; k < key_fns.size(); ++k) rep |= first_of[k].emplace(keys[i][k], i).second;
+    if (rep) reps.push_back(i);
   }
-  std::vector<double> bound(first.size());
+  std::vector<sim::StepTimeBound> figures(reps.size());
   ParallelFor(
-      first.size(), result_.threads,
+      reps.size(), result_.threads,
       [&](size_t j, int t) {
         Worker& w = WorkerOf(static_cast<size_t>(t));
-        const model::Plan& p = plans[first[j]];
+        const model::Plan& p = plans[reps[j]];
         sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory,
                                                                  false, &sim::CacheOf(w.ctx));
-        bound[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx).segment_compute_s;
+        figures[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
         sim::CacheOf(w.ctx).Recycle(std::move(est.program));
       },
       [](size_t) {});
-  result_.compute_bound_walks = static_cast<int64_t>(first.size());
-  for (size_t i = 0; i < plans.size(); ++i) screened_[i].compute_lb_s = bound[key_index[i]];
+  result_.prewalk_bound_walks = static_cast<int64_t>(reps.size());
+  auto figure_of = [&](size_t k, const std::string& key) -> const sim::StepTimeBound* {
+    auto it = first_of[k].find(key);
+    if (it == first_of[k].end()) return nullptr;  // every plan with this key is ruled out by memory
+    size_t j = static_cast<size_t>(std::lower_bound(reps.begin(), reps.end(), it->second) - reps.begin());
+    return &figures[j];
+  };
+  for (size_t i = 0; i < plans.size(); ++i) {
+    Screened& s = screened_[i];
+    if (const sim::StepTimeBound* f = figure_of(0, keys[i][0])) s.compute_lb_s = f->segment_compute_s;
+    if (const sim::StepTimeBound* f = figure_of(1, keys[i][1])) {
+      s.all_gather_lb_s = f->all_gather_transfer_s;
+      s.reduce_scatter_lb_s = f->reduce_scatter_transfer_s;
+    }
+    if (const sim::StepTimeBound* f = figure_of(2, keys[i][2])) s.host_optimizer_lb_s = f->host_optimizer_s;
+    s.prewalk_lb_s = s.compute_lb_s;
+    s.prewalk_what = "its forward and backward kernels alone are busy";
+    auto consider = [&](double v, const char* what) {
+      if (v > s.prewalk_lb_s) {
+        s.prewalk_lb_s = v;
+        s.prewalk_what = what;
+      }
+    };
+    consider(s.all_gather_lb_s, "its all-gather transfers alone take");
+    consider(s.reduce_scatter_lb_s, "its reduce-scatter transfers alone take");
+    consider(s.compute_lb_s + s.host_optimizer_lb_s,
+             "its forward and backward kernels followed by the host optimizer step take");
+  }
 }
 
 SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
@@ -247,7 +306,7 @@ SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
       plans.size(), threads,
       [&](size_t i, int t) { Bound(plans[i], WorkerOf(static_cast<size_t>(t)), &screened_[i]); },
       [](size_t) {});
-  ComputeBounds(plans);
+  PrewalkBounds(plans);
   EvaluateInOrder(plans, progress);
   BuildTop();
   BookVerdicts(plans);
@@ -268,7 +327,7 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
     if (exhaustive_ || !screened_[i].bound_oom) order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return screened_[a].compute_lb_s < screened_[b].compute_lb_s;
+    return screened_[a].prewalk_lb_s < screened_[b].prewalk_lb_s;
   });
   const auto total = static_cast<int64_t>(order.size());
   const double tokens = static_cast<double>(req_.global_batch) * static_cast<double>(req_.seq_len);
@@ -278,7 +337,7 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
     std::vector<size_t> walk;
     for (size_t j = start; j < end; ++j) {
       size_t i = order[j];
-      if (!Prunable(screened_[i].compute_lb_s, plans[i].cp)) walk.push_back(i);
+      if (!Prunable(screened_[i].prewalk_lb_s, plans[i].cp)) walk.push_back(i);
     }
     ParallelFor(
         walk.size(), result_.threads,
@@ -293,7 +352,7 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
       }
       pending.insert({s.time_lb_s, i});
     }
-    double next_lb = end < order.size() ? screened_[order[end]].compute_lb_s
+    double next_lb = end < order.size() ? screened_[order[end]].prewalk_lb_s
                                         : std::numeric_limits<double>::infinity();
     while (!pending.empty() && pending.begin()->first <= next_lb) SimulateSome(plans, &pending, next_lb);
     if (progress) progress(static_cast<int64_t>(end), total);
@@ -359,14 +418,14 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     }
     auto best = verdicts_.find(p.cp);
     double cp_best = best == verdicts_.end() ? 0 : best->second.best_step_time_s;
-    if (s.compute_lb_s > final_threshold_ && cp_best > 0 && s.compute_lb_s > cp_best) {
+    if (s.prewalk_lb_s > final_threshold_ && cp_best > 0 && s.prewalk_lb_s > cp_best) {
       ++VerdictOf(p.cp).slower_by_compute;
       if (s.simulated) continue;  // a simulated plan is a candidate that lost on its figures
       ++result_.pruned_by_time_bound;
       if (!s.evaluated) ++result_.pruned_before_walk;
-      Reject("slower than the top plans: its forward and backward kernels alone are busy longer "
-             "than their whole step",
-             key + ": compute " + Secs(s.compute_lb_s), Bytes());
+      Reject(std::string("slower than the top plans: ") + s.prewalk_what +
+                 " longer than their whole step",
+             key + ": " + Secs(s.prewalk_lb_s), Bytes());
       continue;
     }
     SHARDTUNE_CHECK(s.evaluated) << "no verdict for " << key;
@@ -457,9 +516,9 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
     // The bounds prune only if they never exceed a schedule: the exhaustive search (tests)
     // simulates every plan that fits and checks them.
     SHARDTUNE_CHECK(!exhaustive_ || (s.time_lb_s <= reports[j].step_time_s &&
-                                     s.compute_lb_s <= reports[j].step_time_s))
+                                     s.prewalk_lb_s <= reports[j].step_time_s))
         << "a step-time lower bound (" << s.time_lb_s << " s, " << s.time_lb_resource
-        << "; compute " << s.compute_lb_s << " s) exceeds the simulated step "
+        << "; before the walk " << s.prewalk_lb_s << " s) exceeds the simulated step "
         << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
     Admit(run[j], plans[run[j]], reports[j]);
   }

@@ -38,11 +38,16 @@ struct Screened {
   // (sim::StepLowerBound), and which resource that is.
   double time_lb_s = 0;
   const char* time_lb_resource = "compute stream";
-  // Known before the walk: the forward and backward segment kernels' busy time on the compute
-  // stream (sim::StepTimeBound::segment_compute_s of the plan's (micro-batch, checkpointing, cp)
-  // key). A plan whose bound exceeds the final list's last step and its cp's fastest step is
-  // "slower than the top plans" whatever its memory.
-  double compute_lb_s = 0;
+  // Known before the walk, each from one walked plan that shares the knobs it depends on
+  // (Ranker::PrewalkBounds): the forward and backward segment kernels' busy time on the compute
+  // stream; the all-gather and the reduce-scatter streams' transfers; the host optimizer step.
+  // `prewalk_lb_s` is the largest of the compute, either transfer sum, and the compute followed
+  // by the host optimizer step (which waits for the last gradient: step_walk_backward.cc
+  // OptimizerStep); `prewalk_what` names it. A plan whose prewalk bound exceeds the final list's
+  // last step and its cp's fastest step is "slower than the top plans" whatever its memory.
+  double compute_lb_s = 0, all_gather_lb_s = 0, reduce_scatter_lb_s = 0, host_optimizer_lb_s = 0;
+  double prewalk_lb_s = 0;
+  const char* prewalk_what = "its forward and backward kernels alone are busy";
   // What the search did with a plan that fits: simulated it, or left it out by its step-time
   // bound; below_floor: the kMemory objective's throughput floor ruled it out.
   bool simulated = false, time_pruned = false, below_floor = false;
@@ -70,7 +75,7 @@ class Ranker {
   Worker& WorkerOf(size_t thread);
   void Bound(const model::Plan& plan, Worker& w, Screened* s) const;
   void Walk(const model::Plan& plan, Worker& w, Screened* s) const;
-  void ComputeBounds(const std::vector<model::Plan>& plans);
+  void PrewalkBounds(const std::vector<model::Plan>& plans);
   void EvaluateInOrder(const std::vector<model::Plan>& plans,
                        const std::function<void(int64_t, int64_t)>& progress);
   void SimulateSome(const std::vector<model::Plan>& plans,

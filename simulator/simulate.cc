@@ -184,6 +184,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   std::array<int64_t, kNumStreams> copy_stream_ns{}, stream_ns{};
   std::array<int64_t, 4> link_ns{};
   int64_t copy_host_ns = 0, host_ns = 0, segment_ns = 0;
+  std::array<int64_t, kNumStreams> stream_transfer_ns{};
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;
@@ -192,6 +193,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     auto st = static_cast<size_t>(op.stream);
     stream_ns[st] += times * least_ns(i);
     if (c.transfer_ns > 0) {
+      stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
       link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
           times * std::max<int64_t>(0, c.transfer_ns - 4);
     }
@@ -269,6 +271,11 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   consider(path, "schedule without link contention");
   b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
   b.segment_compute_s = static_cast<double>(segment_ns) * 1e-9;
+  b.all_gather_transfer_s =
+      static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kAllGather)]) * 1e-9;
+  b.reduce_scatter_transfer_s =
+      static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kReduceScatter)]) * 1e-9;
+  b.host_optimizer_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kHost)]) * 1e-9;
   return b;
 }
 

@@ -78,13 +78,17 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
 // `resource` names it ("schedule without link contention", "compute stream", "host issue
 // (kernel launches and hooks)", "host optimizer step", "PCIe link", ...). `compute_s`: the
 // compute stream's busy time; `segment_compute_s` that of its forward and backward segment
-// kernels alone (the part a plan's strategy, wrap, offload and prefetch leave unchanged). A program that left out repeated micro-batches gives a bound no
+// kernels alone (the part a plan's strategy, wrap, offload and prefetch leave unchanged);
+// `all_gather_transfer_s` and `reduce_scatter_transfer_s` the transfers alone of the all-gather
+// and reduce-scatter streams (bytes at the link's full bandwidth, no latency or copy kernels);
+// `host_optimizer_s` the host optimizer step's time (CPU offload). A program that left out repeated micro-batches gives a bound no
 // higher than the full program's (tests/simulator/micro_batch_skip_test.cc).
 struct StepTimeBound {
   double seconds = 0;
   const char* resource = "compute stream";
   double compute_s = 0;
   double segment_compute_s = 0;
+  double all_gather_transfer_s = 0, reduce_scatter_transfer_s = 0, host_optimizer_s = 0;
 };
 StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
                              const profiles::ClusterSpec& cluster, const model::Plan& plan,

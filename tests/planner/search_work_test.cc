@@ -152,14 +152,22 @@ TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
   ASSERT_FALSE(r.top.empty());
   // Every plan is ruled out by a memory bound, by the compute bound before any walk, or walked.
   EXPECT_EQ(r.memory_checked + r.pruned_by_memory_bound + r.pruned_before_walk, r.enumerated);
-  // The compute bound walks one plan per (micro-batch, checkpointing, cp) of the space.
-  std::set<std::tuple<int, int, int>> keys;
+  // The prewalk bounds walk at most one plan per (micro-batch, checkpointing, cp), per
+  // (strategy, shard group, wrap, micro-batch, cp) and per (strategy, shard group, wrap, offload).
+  std::set<std::tuple<int, int, int>> compute;
+  std::set<std::tuple<std::string, int, int>> comm, host;
   for (const model::Plan& p : EnumeratePlans(spec, c, req)) {
-    keys.insert({p.micro_batch, static_cast<int>(p.checkpointing), p.cp});
+    std::string wrap = std::string(model::ToString(p.strategy)) + "/" +
+                       std::to_string(p.shard_group_size) + "/" + model::WrapSpecToString(p.wrap) +
+                       std::to_string(p.wrap.embedding_unit) + std::to_string(p.wrap.head_unit);
+    compute.insert({p.micro_batch, static_cast<int>(p.checkpointing), p.cp});
+    comm.insert({wrap, p.micro_batch, p.cp});
+    host.insert({wrap, static_cast<int>(p.offload), 0});
   }
-  EXPECT_EQ(r.compute_bound_walks, static_cast<int64_t>(keys.size()));
-  // It leaves few plans to walk: at most a third (4,690 of 19,200 when written; 11,950 with the
-  // memory bounds alone).
+  EXPECT_GT(r.prewalk_bound_walks, 0);
+  EXPECT_LE(r.prewalk_bound_walks, static_cast<int64_t>(compute.size() + comm.size() + host.size()));
+  // They leave few plans to walk: at most a third (4,690 of 19,200 with the compute bound alone;
+  // 11,950 with the memory bounds alone).
   EXPECT_LE(3 * r.memory_checked, r.enumerated);
   EXPECT_GT(r.pruned_before_walk, 0);
   // Replays: the plans that entered the top-5 bound while it tightened (50 when written), plus
