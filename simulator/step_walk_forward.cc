@@ -35,6 +35,8 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   ends_.assign(segs, {});
   grads_by_segment_.assign(segs, {});
   shard_numel_.resize(u);
+  std::vector<int64_t> by_seg(segs, 0);
+  std::vector<size_t> touched;
   for (size_t i = 0; i < u; ++i) {
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
@@ -50,13 +52,19 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     backward_order_.push_back(static_cast<int32_t>(i));
     starts_[static_cast<size_t>(unit.first_segment)].push_back(static_cast<int32_t>(i));
     ends_[static_cast<size_t>(unit.last_segment)].push_back(static_cast<int32_t>(i));
-    std::vector<int64_t> by_seg(segs, 0);
+    // The unit's trainable bytes per segment, in segment order (a unit spans few segments: one
+    // scratch vector over all segments, cleared where it was touched).
+    touched.clear();
     for (const auto& prm : unit.params) {
-      if (prm.requires_grad && p_.Trains())
-        by_seg[static_cast<size_t>(prm.segment)] += prm.numel() * e_param_;
+      if (!prm.requires_grad || !p_.Trains()) continue;
+      auto g = static_cast<size_t>(prm.segment);
+      if (by_seg[g] == 0) touched.push_back(g);
+      by_seg[g] += prm.numel() * e_param_;
     }
-    for (size_t g = 0; g < segs; ++g) {
+    std::sort(touched.begin(), touched.end());
+    for (size_t g : touched) {
       if (by_seg[g] > 0) grads_by_segment_[g].push_back({static_cast<int32_t>(i), by_seg[g]});
+      by_seg[g] = 0;
     }
   }
   std::stable_sort(backward_order_.begin(), backward_order_.end(), [&](int32_t a, int32_t b) {
@@ -72,12 +80,6 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     nosync_ids_.assign(u, {});
     act_ids_.assign(static_cast<size_t>(s.spec->num_layers), {});
   }
-  // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
-  int walked = s.skip_repeated_micro_batches
-                   ? std::min(kWalkedLeadingMicroBatches + 1, p_.grad_accum) : p_.grad_accum;
-  size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(walked) + 8;
-  prog_->ops.reserve(2 * per_step + 1);
-  prog_->actions.reserve(4 * per_step + u);
 }
 
 int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment) {
@@ -168,6 +170,14 @@ void Walker::TAllocSaved(int block) {
 }
 
 void Walker::Run() {
+  // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
+  size_t u = units_.size();
+  auto segs = static_cast<size_t>(model::NumSegments(s_.spec->num_layers));
+  int walked = s_.skip_repeated_micro_batches
+                   ? std::min(kWalkedLeadingMicroBatches + 1, p_.grad_accum) : p_.grad_accum;
+  size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(walked) + 8;
+  prog_->ops.reserve(2 * per_step + 1);
+  prog_->actions.reserve(4 * per_step + u);
   // Persistent sharded parameters: one padded buffer per parameter (_init_sharded_param).
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   Alloc(Category::kWorkspaces, Stream::kDefault, s_.workspace_bytes);
