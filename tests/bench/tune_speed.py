@@ -4,8 +4,8 @@
 Each case runs as a user runs it, the process start, preset lookup, search, allocator replay of
 the listed plans and the text report included, pinned to one core (`taskset -c 0`, `--jobs 1`) and
 then with `--jobs 2` on two cores. Prints the date, the machine, each case's median wall time
-over REPEATS runs, plans/s (enumerated plans over the median) and the search's own work counts
-from `--json` (`work`). The README's tune speed figures are this script's output.
+over REPEATS runs, plans/s (enumerated plans over the median), the search's own work counts
+from `--json` (`work`) and the peak resident memory of one more run (GNU time). The README's tune speed figures are this script's output.
 
 Usage: python3 tests/bench/tune_speed.py [path/to/shardtune] [--repeats N]
 """
@@ -37,9 +37,21 @@ def run_once(binary, args, jobs, pin):
     if pin and shutil.which("taskset"):
         cmd = ["taskset", "-c", "0"] + cmd
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate()
     wall = time.perf_counter() - t0
-    return wall, json.loads(out.stdout)["work"]
+    if proc.returncode != 0:
+        sys.exit(f"tune_speed.py: {' '.join(cmd)} failed ({proc.returncode}): {stderr.strip()}")
+    return wall, json.loads(stdout)["work"]
+
+
+def peak_rss_mib(binary, args, jobs):
+    """Peak resident set of one `tune` run (GNU time's %M, KiB), in MiB."""
+    if not shutil.which("/usr/bin/time"):
+        return float("nan")
+    cmd = ["/usr/bin/time", "-f", "%M", binary, "tune"] + args + ["--jobs", str(jobs), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return int(out.stderr.strip().splitlines()[-1]) / 1024
 
 
 def main():
@@ -63,8 +75,9 @@ def main():
         pass
     print(f"tune speed, {datetime.date.today().isoformat()}, {cpu}, {os.cpu_count()} cores, "
           f"median of {repeats}")
-    print("| case | jobs | wall (s) | plans | plans/s | memory-checked | replayed | simulated |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | jobs | wall (s) | plans | plans/s | walked (+ for bounds) | ruled out unwalked by "
+          "time | replayed | simulated | peak RSS (MiB) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, args in CASES:
         for jobs, pin in ((1, True), (2, False)):
             walls, work = [], None
@@ -72,9 +85,12 @@ def main():
                 wall, work = run_once(binary, args, jobs, pin)
                 walls.append(wall)
             med = statistics.median(walls)
+            rss = peak_rss_mib(binary, args, jobs)
             print(f"| {label} | {jobs}{' (1 core)' if pin else ''} | {med:.3f} | "
                   f"{work['enumerated']:,} | {work['enumerated'] / med:,.0f} | "
-                  f"{work['memory_checked']:,} | {work['replayed']:,} | {work['simulated']:,} |",
+                  f"{work['memory_checked']:,} (+{work['prewalk_bound_walks']:,}) | "
+                  f"{work['pruned_before_walk']:,} | {work['replayed']:,} | {work['simulated']:,} | "
+                  f"{rss:.0f} |",
                   flush=True)
 
 
