@@ -89,6 +89,7 @@ Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluste
   opt_.memory.allocator_replay = replay && (req.replay_every_plan || exhaustive_);
   opt_.memory.skip_repeated_micro_batches = !exhaustive_;
   full_opt_.memory.allocator_replay = false;
+  opt_.memory.host_estimate = full_opt_.memory.host_estimate = false;  // not reported by tune
   threads_ = req.jobs > 0 ? req.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 

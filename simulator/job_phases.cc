@@ -133,6 +133,34 @@ void Finish(PhaseMemory* ph, const Replay& r, const MemoryReport& rep, const Mem
   ph->fits = ph->required <= rep.capacity;
 }
 
+// One figure per quantity: when the estimate replayed the caching allocator tensor by tensor,
+// the training steps' reserved and required are the replay's (the summary's), not this table's
+// per-pool segment model and fragmentation allowance; the cache it reserved stays reserved
+// through a checkpoint save (the allocator never shrinks on its own). Model load and resume run
+// outside the replayed steps and keep the allowance.
+void UseReplayedSteps(const MemoryReport& rep, const MemoryOptions& o, JobPhases* out) {
+  if (!rep.allocator_replayed || o.allocator == AllocatorMode::kExpandableSegments) return;
+  for (PhaseMemory& ph : out->phases) {
+    if (ph.phase == JobPhase::kStep0) {
+      ph.reserved = rep.reserved_step0;
+      ph.required = rep.required_step0;
+    } else if (ph.phase == JobPhase::kSteady) {
+      ph.reserved = rep.reserved_steady;
+      ph.required = rep.required;
+    } else if (ph.phase == JobPhase::kSave) {
+      ph.reserved = std::max(ph.reserved, rep.reserved_steady);
+      ph.nvidia_smi = ph.reserved + ph.outside;
+      continue;
+    } else {
+      continue;
+    }
+    ph.fragmentation = std::max(Bytes(), ph.required - ph.outside - ph.allocated_peak);
+    ph.nvidia_smi = ph.reserved + ph.outside;
+    ph.headroom = rep.capacity - ph.required;
+    ph.fits = ph.required <= rep.capacity;
+  }
+}
+
 // Start-up: the startup op (sharded parameters, cuBLAS workspace), then what the load mode puts
 // on the GPU on top of them (an upper bound: every shard is counted as already placed).
 PhaseMemory LoadPhase(const StepProgram& p, const JobSizes& z, const MemoryOptions& o, Replay* r) {
@@ -275,6 +303,7 @@ JobPhases EstimateJobPhases(const StepProgram& program, const MemoryReport& repo
     Finish(&resume, fresh, report, o);
     out.phases.push_back(resume);
   }
+  UseReplayedSteps(report, o, &out);
   internal::AddHostMemory(spec, cluster, plan, report, z, o, &out);
   out.fits = true;
   out.training_fits = true;

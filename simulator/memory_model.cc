@@ -14,6 +14,8 @@
 #include "model/tiled_mlp.h"
 #include "model/trainable.h"
 #include "simulator/allocator_sim.h"
+#include "simulator/job_phases.h"
+#include "simulator/job_phases_internal.h"
 #include "simulator/memory_ledger.h"
 #include "simulator/step_walk.h"
 
@@ -52,51 +54,36 @@ void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
   out->outside_total = total;
 }
 
-void HostEstimate(const profiles::ClusterSpec& c, const Plan& plan, const MemoryOptions& o,
-                  MemoryReport* r) {
-  int g = c.gpus_per_node;
-  int64_t shard_numel = 0, trainable_numel = 0;
-  for (const auto& u : r->units) {
-    shard_numel += u.parameters / std::max(1, r->shard_group);
-    trainable_numel += u.trainable / std::max(1, r->shard_group);
+// Host RAM per node: the job phases' host model (job_phases_host.cc: what each phase holds,
+// pinned and pageable), read at the phase whose host peak is largest, so that the summary and the
+// phase table show one figure.
+void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& plan,
+                  const MemoryOptions& o, MemoryReport* r) {
+  internal::JobSizes z = internal::ComputeSizes(spec, plan, r->shard_group, o);
+  JobPhases phases;
+  for (JobPhase ph : {JobPhase::kLoad, JobPhase::kStep0, JobPhase::kSteady}) {
+    phases.phases.push_back(PhaseMemory{});
+    phases.phases.back().phase = ph;
+  }
+  if (o.checkpoint_format != CheckpointFormat::kNone) {
+    for (JobPhase ph : {JobPhase::kSave, JobPhase::kResume}) {
+      phases.phases.push_back(PhaseMemory{});
+      phases.phases.back().phase = ph;
+    }
+  }
+  internal::AddHostMemory(spec, c, plan, *r, z, o, &phases);
+  const PhaseMemory* peak = &phases.phases.front();
+  for (const PhaseMemory& ph : phases.phases) {
+    if (ph.host_total > peak->host_total) peak = &ph;
   }
   HostMemory h;
   h.capacity_per_node = c.host_memory_per_node;
-  std::vector<std::pair<std::string, Bytes>> train;
-  train.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
-  // CPU offload keeps fp32 shards of params, grads and both Adam moments on the host (pinned):
-  // FSDP2 CPUOffloadPolicy (all) or ZeRO-Offload (optimizer: fp32 master + grads + moments).
-  if (plan.offload != model::Offload::kNone) {
-    // Frozen parameters (and an inference role's) offload their shard only: fp32, or the dtype
-    // the plan says they were loaded in (Plan::frozen_dtype).
-    int64_t per_param = plan.optimizer == model::Optimizer::kAdamW ? 16
-                        : plan.optimizer == model::Optimizer::kSgd ? 12 : 8;
-    int64_t frozen_e = plan.frozen_dtype ? model::BytesPerElement(*plan.frozen_dtype) : 4;
-    int64_t frozen_numel = shard_numel - trainable_numel;
-    train.push_back({"offloaded params, grads and optimizer state (pinned)",
-                     Bytes::Of((trainable_numel * per_param + frozen_numel * frozen_e) * g)});
-  }
-  std::vector<std::pair<std::string, Bytes>> load;
-  load.push_back({"training processes (baseline)", o.constants.host_process_baseline * g});
-  int64_t full = r->parameters * o.checkpoint_dtype_bytes;
-  if (o.model_load == ModelLoad::kEveryRank) {
-    load.push_back({"full model copy in every rank's RAM at load", Bytes::Of(full * g)});
-  } else if (o.model_load == ModelLoad::kRank0) {
-    load.push_back({"full model copy on rank 0 at load", Bytes::Of(full)});
-  }
-  auto sum = [](const std::vector<std::pair<std::string, Bytes>>& v) {
-    Bytes t;
-    for (const auto& kv : v) t += kv.second;
-    return t;
-  };
-  bool load_peak = sum(load) > sum(train);
-  h.peak_per_node = load_peak ? sum(load) : sum(train);
-  h.peak_phase = load_peak ? "model load" : "training";
-  h.breakdown = load_peak ? load : train;
+  h.peak_per_node = peak->host_total;
+  h.peak_phase = peak->phase == JobPhase::kStep0 || peak->phase == JobPhase::kSteady
+                     ? "training" : ToString(peak->phase);
+  h.breakdown = peak->host_breakdown;
   // A cgroup limit (a container's memory.max) below the node's memory is what the job gets.
-  Bytes limit = h.capacity_per_node;
-  if (o.host_memory_limit.count() > 0 && o.host_memory_limit < limit) limit = o.host_memory_limit;
-  h.fits = h.peak_per_node <= limit;
+  h.fits = h.peak_per_node <= phases.host_limit;
   r->host = h;
 }
 
@@ -256,6 +243,7 @@ void JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
       Bytes::Of(std::max<int64_t>(0, free_run.reserved_peak_bytes - r->peak_allocated.count()));
   int64_t capacity = (r->capacity - r->outside_total).count();
   r->required = r->reserved_no_pressure + r->outside_total;
+  r->required_step0 = r->reserved_step0 + r->outside_total;
   r->fits = free_run.reserved_peak_bytes <= capacity;
   r->allocator_retries = 0;
   if (r->fits || capacity <= 0) return;
@@ -263,6 +251,9 @@ void JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
   r->allocator_retries = pressed.retries;
   r->fits = !pressed.out_of_memory;
   if (r->fits) r->required = Bytes::Of(pressed.reserved_peak_bytes) + r->outside_total;
+  // Step 0 ran under the capacity unless the failed request was in it (or in start-up).
+  bool step0_failed = pressed.out_of_memory && program.ops[pressed.oom_op].step == 0;
+  if (!step0_failed) r->required_step0 = Bytes::Of(pressed.reserved_step0_bytes) + r->outside_total;
 }
 }  // namespace
 
@@ -452,7 +443,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
            "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
   }
   r.judged_on = why.str();
-  HostEstimate(cluster, plan, options, &r);
+  if (options.host_estimate) HostEstimate(spec, cluster, plan, options, &r);
   return est;
 }
 

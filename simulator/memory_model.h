@@ -95,6 +95,9 @@ struct MemoryOptions {
   // replayed or a timeline is asked for. The planner's memory screening sets it. The report then
   // leaves reserved_no_pressure at 0 (the ledger's pool figure depends on every micro-batch).
   bool skip_repeated_micro_batches = false;
+  // false: MemoryReport::host is left empty (the planner's walks: tune reports no host figures,
+  // and the host model reads every parameter of the model).
+  bool host_estimate = true;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
   // MoE: tokens per routed expert as a multiple of the balanced load top_k x T / E (1.0: HF's
@@ -125,7 +128,7 @@ struct UnitMemory {
 
 struct HostMemory {
   Bytes peak_per_node;
-  std::string peak_phase;  // "model load" or "training"
+  std::string peak_phase;  // "model load", "training", "checkpoint save" or "resume"
   std::vector<std::pair<std::string, Bytes>> breakdown;  // at the peak, per node
   Bytes capacity_per_node;
   bool fits = true;
@@ -170,6 +173,9 @@ struct MemoryReport {
   // The judged figure: peak_allocated + fragmentation + outside_total; replayed: the replay's
   // reserved peak under the capacity (after any retries) + outside_total.
   Bytes required;
+  // Replayed only: the same judgement through the end of step 0 (under the capacity when the
+  // replay had to press, unless step 0 is where it failed), for the job phases' step-0 row.
+  Bytes required_step0;
   Bytes capacity;              // usable device memory
   bool fits = true;
   std::string judged_on;       // sentence saying what `fits` compares
