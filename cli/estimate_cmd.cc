@@ -16,6 +16,7 @@
 #include "simulator/feature_savings.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
+#include "simulator/memory_plot.h"
 #include "simulator/memory_report_json.h"
 
 namespace shardtune::cli {
@@ -215,6 +216,9 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   sub->add_flag(
       "--roles-in-one-process", a->roles_in_one_process,
       "All roles share one process per GPU (verl's fused worker); default: one process per role");
+  sub->add_option("--plot", a->plot,
+                  "Draw memory over the steps (stacked by category, reserved, capacity, the peak) "
+                  "and per job phase to FILE.svg or FILE.html (self-contained)");
 }
 
 namespace {
@@ -280,6 +284,10 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
   const sim::MemoryReport& r = est.report;
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
+  if (!a.plot.empty()) {
+    sim::WriteMemoryPlot(a.plot, "--plot", est.program, r, &phases,
+                         "shardtune estimate: " + spec.name + " on " + cluster.name);
+  }
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   sim::FeatureSavings savings;

@@ -17,6 +17,7 @@ struct EstimateArgs : JobArgs {
   std::vector<std::string> role_plans;
   bool offload_between_roles = false;  // verl param/optimizer offload, ROLL offload between phases
   bool roles_in_one_process = false;   // verl's fused worker; default: a process per role (ROLL)
+  std::string plot;  // --plot FILE.svg|FILE.html: memory over the steps and the job phases
 };
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* args);

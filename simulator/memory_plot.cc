@@ -1,0 +1,262 @@
+// MemoryPlotSvg: stacked step chart of allocated bytes per category over the program's ops, with
+// reserved, capacity and the peak marked, and a bar per job phase.
+#include "simulator/memory_plot.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "model/errors.h"
+#include "simulator/memory_ledger.h"
+#include "simulator/trace_json.h"
+
+namespace shardtune::sim {
+namespace {
+
+// One colour per category, in stacking order (persistent states at the bottom).
+constexpr std::array<const char*, kNumCategories> kColours = {
+    "#4e79a7", "#76b7b2", "#59a14f", "#8cd17d", "#f28e2b", "#ffbe7d", "#e15759",
+    "#ff9d9a", "#b07aa1", "#9c755f", "#edc948", "#bab0ac", "#d37295", "#79706e"};
+constexpr const char* kOutsideColour = "#cccccc";
+
+std::string Escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string GiB(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<CategoryBytes> CategoriesAtOpPeaks(const StepProgram& p) {
+  std::vector<CategoryBytes> out(p.ops.size());
+  CategoryBytes cur{};
+  int64_t total = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    CategoryBytes at = cur;
+    int64_t peak = total;
+    for (uint32_t a = p.ops[i].mem_begin; a < p.ops[i].mem_end; ++a) {
+      const MemAction& m = p.actions[a];
+      auto c = static_cast<size_t>(m.category);
+      int64_t b = RoundToBlock(m.bytes < 0 ? -m.bytes : m.bytes);
+      cur[c] += m.bytes > 0 ? b : -b;
+      total += m.bytes > 0 ? b : -b;
+      if (total > peak) {
+        peak = total;
+        at = cur;
+      }
+    }
+    out[i] = at;
+  }
+  return out;
+}
+
+std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const JobPhases* phases,
+                          const std::string& title) {
+  std::vector<CategoryBytes> cats = CategoriesAtOpPeaks(p);
+  const size_t n = std::max<size_t>(1, cats.size());
+  const int64_t outside = r.outside_total.count();
+  int64_t reserved_top = r.allocator_replayed ? std::max(r.reserved_step0, r.reserved_steady).count()
+                                              : r.reserved_no_pressure.count();
+  int64_t y_max = std::max({r.capacity.count(), r.peak_allocated.count() + outside,
+                            reserved_top + outside, int64_t{1}});
+  y_max = y_max + y_max / 10;
+  // Panel geometry (SVG user units).
+  const double left = 70, top = 50, width = 880, height = 320;
+  const double phase_top = top + height + 120, phase_height = 170;
+  const double total_height = phases ? phase_top + phase_height + 60 : top + height + 150;
+  auto X = [&](size_t i) { return left + width * static_cast<double>(i) / static_cast<double>(n); };
+  auto Y = [&](int64_t b) { return top + height - height * static_cast<double>(b) / static_cast<double>(y_max); };
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"" << Num(total_height)
+    << "\" viewBox=\"0 0 1000 " << Num(total_height) << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<rect width=\"1000\" height=\"" << Num(total_height) << "\" fill=\"white\"/>\n";
+  s << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << Escape(title)
+    << "</text>\n";
+  s << "<text x=\"" << left << "\" y=\"40\">GPU memory per rank over start-up, step 0 and step 1 "
+       "(one column per op; allocated bytes stacked by category, memory outside the allocator on top)</text>\n";
+  // Axis and gridlines every 10 GiB-ish (a fifth of the range, rounded to whole GiB).
+  const int64_t gib = int64_t{1} << 30;
+  int64_t tick = std::max<int64_t>(1, y_max / 5 / gib) * gib;
+  for (int64_t v = 0; v <= y_max; v += tick) {
+    s << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << Num(Y(v)) << "\" y2=\""
+      << Num(Y(v)) << "\" stroke=\"#eeeeee\"/>\n";
+    s << "<text x=\"" << left - 6 << "\" y=\"" << Num(Y(v) + 4) << "\" text-anchor=\"end\">"
+      << v / gib << " GiB</text>\n";
+  }
+  // Stacked areas: each category's band between the running sums below and including it.
+  std::vector<int64_t> below(cats.size(), 0);
+  std::vector<size_t> shown;
+  for (size_t c = 0; c < static_cast<size_t>(kNumCategories); ++c) {
+    int64_t most = 0;
+    for (const auto& v : cats) most = std::max(most, v[c]);
+    if (most <= 0) continue;
+    shown.push_back(c);
+    std::ostringstream upper, lower;
+    for (size_t i = 0; i < cats.size(); ++i) {
+      int64_t y = below[i] + std::max<int64_t>(0, cats[i][c]);
+      upper << Num(X(i)) << "," << Num(Y(y)) << " " << Num(X(i + 1)) << "," << Num(Y(y)) << " ";
+    }
+    for (size_t i = cats.size(); i-- > 0;) {
+      lower << Num(X(i + 1)) << "," << Num(Y(below[i])) << " " << Num(X(i)) << "," << Num(Y(below[i])) << " ";
+      below[i] += std::max<int64_t>(0, cats[i][c]);
+    }
+    s << "<polygon fill=\"" << kColours[c] << "\" stroke=\"none\" points=\"" << upper.str()
+      << lower.str() << "\"><title>" << Escape(ToString(static_cast<Category>(c)))
+      << "</title></polygon>\n";
+  }
+  if (outside > 0) {
+    std::ostringstream upper, lower;
+    for (size_t i = 0; i < cats.size(); ++i) {
+      upper << Num(X(i)) << "," << Num(Y(below[i] + outside)) << " " << Num(X(i + 1)) << ","
+            << Num(Y(below[i] + outside)) << " ";
+    }
+    for (size_t i = cats.size(); i-- > 0;) {
+      lower << Num(X(i + 1)) << "," << Num(Y(below[i])) << " " << Num(X(i)) << "," << Num(Y(below[i])) << " ";
+    }
+    s << "<polygon fill=\"" << kOutsideColour << "\" stroke=\"none\" points=\"" << upper.str()
+      << lower.str() << "\"><title>outside the allocator (CUDA context, NCCL)</title></polygon>\n";
+  }
+  // Step boundaries.
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].step == step && p.ops[i].kind != OpKind::kStartup) {
+        s << "<line x1=\"" << Num(X(i)) << "\" x2=\"" << Num(X(i)) << "\" y1=\"" << top << "\" y2=\""
+          << top + height << "\" stroke=\"#555555\" stroke-dasharray=\"2,3\"/>\n";
+        s << "<text x=\"" << Num(X(i) + 3) << "\" y=\"" << top + 12 << "\">step " << step << "</text>\n";
+        break;
+      }
+    }
+  }
+  // Reserved (an outline: allocated + cached free blocks, + outside), per step when replayed.
+  auto hline = [&](double x1, double x2, int64_t b, const char* colour, const char* dash,
+                   const std::string& label) {
+    s << "<line x1=\"" << Num(x1) << "\" x2=\"" << Num(x2) << "\" y1=\"" << Num(Y(b)) << "\" y2=\""
+      << Num(Y(b)) << "\" stroke=\"" << colour << "\" stroke-width=\"1.5\" stroke-dasharray=\"" << dash
+      << "\"/>\n";
+    s << "<text x=\"" << Num(x2 - 4) << "\" y=\"" << Num(Y(b) - 4) << "\" text-anchor=\"end\" fill=\""
+      << colour << "\">" << Escape(label) << "</text>\n";
+  };
+  if (r.allocator_replayed) {
+    size_t first1 = p.ops.size();
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].step == 1) {
+        first1 = i;
+        break;
+      }
+    }
+    hline(left, X(first1), r.reserved_step0.count() + outside, "#333333", "6,3",
+          "reserved + outside, step 0: " + GiB(r.reserved_step0.count() + outside));
+    hline(X(first1), left + width, r.reserved_steady.count() + outside, "#333333", "6,3",
+          "reserved + outside, steady: " + GiB(r.reserved_steady.count() + outside));
+  } else {
+    hline(left, left + width, r.reserved_no_pressure.count() + outside, "#333333", "6,3",
+          "reserved + outside: " + GiB(r.reserved_no_pressure.count() + outside));
+  }
+  hline(left, left + width, r.capacity.count(), "#d62728", "none",
+        "usable capacity " + GiB(r.capacity.count()));
+  // The peak's moment.
+  size_t peak_op = 0;
+  int64_t peak = -1;
+  for (size_t i = 0; i < cats.size(); ++i) {
+    int64_t t = 0;
+    for (int64_t v : cats[i]) t += v;
+    if (t > peak) {
+      peak = t;
+      peak_op = i;
+    }
+  }
+  double px = (X(peak_op) + X(peak_op + 1)) / 2;
+  s << "<circle cx=\"" << Num(px) << "\" cy=\"" << Num(Y(peak + outside)) << "\" r=\"4\" fill=\"black\"/>\n";
+  s << "<text x=\"" << Num(std::min(px, left + width - 300)) << "\" y=\"" << Num(Y(peak + outside) - 10)
+    << "\" font-weight=\"bold\">peak " << GiB(peak) << " allocated: "
+    << Escape(p.ops.empty() ? "" : p.OpName(peak_op)) << "</text>\n";
+  // Legend.
+  double lx = left, ly = top + height + 24;
+  shown.push_back(static_cast<size_t>(kNumCategories));  // outside the allocator
+  for (size_t c : shown) {
+    bool out_band = c == static_cast<size_t>(kNumCategories);
+    if (out_band && outside <= 0) continue;
+    std::string name = out_band ? "outside the allocator" : ToString(static_cast<Category>(c));
+    double w = 22 + 6.6 * static_cast<double>(name.size());
+    if (lx + w > left + width) {
+      lx = left;
+      ly += 18;
+    }
+    s << "<rect x=\"" << Num(lx) << "\" y=\"" << Num(ly - 10) << "\" width=\"12\" height=\"12\" fill=\""
+      << (out_band ? kOutsideColour : kColours[c]) << "\"/>\n";
+    s << "<text x=\"" << Num(lx + 16) << "\" y=\"" << Num(ly) << "\">" << Escape(name) << "</text>\n";
+    lx += w;
+  }
+  // Job phases: allocated peak (bar) and required (outlined) against the capacity.
+  if (phases && !phases->phases.empty()) {
+    int64_t pmax = phases->capacity.count();
+    for (const auto& ph : phases->phases) pmax = std::max(pmax, ph.required.count());
+    pmax += pmax / 10;
+    auto PY = [&](int64_t b) {
+      return phase_top + phase_height - phase_height * static_cast<double>(b) / static_cast<double>(pmax);
+    };
+    s << "<text x=\"" << left << "\" y=\"" << Num(phase_top - 14) << "\" font-weight=\"bold\">Job phases: "
+         "allocated peak (filled) and required = reserved + outside the allocator (outlined)</text>\n";
+    double slot = width / static_cast<double>(phases->phases.size());
+    for (size_t k = 0; k < phases->phases.size(); ++k) {
+      const PhaseMemory& ph = phases->phases[k];
+      double x = left + slot * static_cast<double>(k) + slot * 0.2, w = slot * 0.6;
+      s << "<rect x=\"" << Num(x) << "\" y=\"" << Num(PY(ph.allocated_peak.count())) << "\" width=\""
+        << Num(w) << "\" height=\"" << Num(PY(0) - PY(ph.allocated_peak.count()))
+        << "\" fill=\"#4e79a7\"><title>" << Escape(ph.moment) << "</title></rect>\n";
+      s << "<rect x=\"" << Num(x) << "\" y=\"" << Num(PY(ph.required.count())) << "\" width=\"" << Num(w)
+        << "\" height=\"" << Num(PY(0) - PY(ph.required.count())) << "\" fill=\"none\" stroke=\""
+        << (ph.fits ? "#333333" : "#d62728") << "\" stroke-width=\"1.5\"/>\n";
+      s << "<text x=\"" << Num(x + w / 2) << "\" y=\"" << Num(PY(0) + 16) << "\" text-anchor=\"middle\">"
+        << Escape(ToString(ph.phase)) << "</text>\n";
+      s << "<text x=\"" << Num(x + w / 2) << "\" y=\"" << Num(PY(ph.required.count()) - 4)
+        << "\" text-anchor=\"middle\">" << GiB(ph.required.count()) << (ph.fits ? "" : " OOM")
+        << "</text>\n";
+    }
+    s << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << Num(PY(phases->capacity.count()))
+      << "\" y2=\"" << Num(PY(phases->capacity.count())) << "\" stroke=\"#d62728\" stroke-width=\"1.5\"/>\n";
+    s << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << Num(PY(0)) << "\" y2=\""
+      << Num(PY(0)) << "\" stroke=\"#555555\"/>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+void WriteMemoryPlot(const std::string& path, const std::string& flag, const StepProgram& program,
+                     const MemoryReport& report, const JobPhases* phases, const std::string& title) {
+  auto ends_with = [&](const std::string& suffix) {
+    return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  bool html = ends_with(".html");
+  if (!html && !ends_with(".svg")) {
+    throw InputError(flag + ": expected a file name ending in .svg or .html, got \"" + path + "\"");
+  }
+  std::string svg = MemoryPlotSvg(program, report, phases, title);
+  if (html) {
+    svg = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + Escape(title) +
+          "</title></head>\n<body>\n" + svg + "</body></html>\n";
+  }
+  WriteFileAtomically(path, svg);
+}
+
+}  // namespace shardtune::sim

@@ -1,0 +1,34 @@
+// A picture of predicted memory (issue #19), as people read real runs in PyTorch's memory_viz:
+// allocated bytes over start-up and steps 0 and 1, stacked by category, with the memory outside
+// the allocator on top, the caching allocator's reserved as an outline, the usable capacity as a
+// line and the peak's moment labelled; below it, every job phase's allocated peak and required
+// against the capacity. Self-contained SVG (or an HTML page holding it): no scripts, no network.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "model/units.h"
+#include "simulator/job_phases.h"
+#include "simulator/memory_model.h"
+#include "simulator/step_program.h"
+
+namespace shardtune::sim {
+
+// Bytes per category at each op's own peak (the most bytes allocated while its actions run),
+// replayed from the program's actions in 512-byte blocks as the ledger counts them: the sum over
+// categories is the op's peak allocated (MemoryLedger), its maximum the report's peak.
+using CategoryBytes = std::array<int64_t, kNumCategories>;
+std::vector<CategoryBytes> CategoriesAtOpPeaks(const StepProgram& program);
+
+// The SVG document. `phases` may be null (no phase panel).
+std::string MemoryPlotSvg(const StepProgram& program, const MemoryReport& report,
+                          const JobPhases* phases, const std::string& title);
+
+// Writes the plot to `path` atomically: ".svg" as is, ".html" inside a minimal page. Throws
+// InputError naming the flag when the name ends otherwise, or the path when it cannot write.
+void WriteMemoryPlot(const std::string& path, const std::string& flag, const StepProgram& program,
+                     const MemoryReport& report, const JobPhases* phases, const std::string& title);
+
+}  // namespace shardtune::sim
