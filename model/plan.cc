@@ -7,6 +7,7 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -46,12 +47,6 @@ const char* Name(E e) {
   auto i = static_cast<size_t>(e);
   SHARDTUNE_CHECK(i < names.size()) << "enum value " << i << " has no name";
   return names[i].c_str();
-}
-
-std::string Join(const Names& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
 }
 
 // Collects "where:/key: expected ..., got ..." messages.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "model/errors.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -32,12 +33,6 @@ std::string Quote(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
-  return out;
-}
-
 }  // namespace
 
 std::string EscapePointerToken(const std::string& key) {
@@ -47,17 +42,12 @@ std::string EscapePointerToken(const std::string& key) {
       out += "~0";
     } else if (c == '/') {
       out += "~1";
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      // Messages are one line: a key "a\nb" is shown as JSON writes it (found by tests/fuzz).
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\u00";
-      out += kHex[(c >> 4) & 0xf];
-      out += kHex[c & 0xf];
     } else {
       out += c;
     }
   }
-  return out;
+  // Messages are one line: a key "a\nb" is shown as JSON writes it (found by tests/fuzz).
+  return EscapeControls(out);
 }
 
 nlohmann::json ParseJsonText(const std::string& text, const std::string& name) {
@@ -226,7 +216,7 @@ std::string StrictReader::OptionalString(const std::string& key, const std::stri
 std::string StrictReader::RequiredEnum(const std::string& key,
                                        const std::vector<std::string>& allowed) {
   const auto& v = RequiredValue(key);
-  std::string expected = "one of " + Join(allowed);
+  std::string expected = "one of " + Join(allowed, ", ");
   if (!v.is_string()) Fail(key, expected, v);
   std::string s = v.get<std::string>();
   if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {

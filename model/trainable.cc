@@ -7,6 +7,7 @@
 #include <set>
 
 #include "model/errors.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -40,12 +41,6 @@ bool Frozen(const ModelSpec& spec, const Plan& plan, const std::string& param) {
     if (PrefixMatches(spec, p, param)) return true;
   }
   return false;
-}
-
-std::string Join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
-  return s;
 }
 
 }  // namespace
@@ -107,7 +102,7 @@ std::vector<std::string> TrainabilityProblems(const ModelSpec& spec, const Plan&
       const std::string& t = plan.lora.targets[i];
       if (std::find(valid.begin(), valid.end(), t) == valid.end()) {
         add("lora/targets/" + std::to_string(i),
-            "a projection of " + spec.name + " (one of " + Join(valid) + ")", "\"" + t + "\"");
+            "a projection of " + spec.name + " (one of " + Join(valid, " ") + ")", "\"" + t + "\"");
       }
     }
   }

@@ -9,21 +9,18 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 #include "planner/export_formats.h"
 
 namespace shardtune::plan {
 namespace {
 
+using model::Join;
+
 bool Contains(std::string text, const std::string& lower_word) {
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return text.find(lower_word) != std::string::npos;
-}
-
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
 }
 
 // Appends `text` as "# "-prefixed lines of at most `width` columns (continuations indented).

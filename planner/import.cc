@@ -9,6 +9,7 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 #include "planner/config_yaml.h"
 #include "planner/export.h"
 #include "planner/import_reader.h"
@@ -16,28 +17,8 @@
 namespace shardtune::plan {
 namespace {
 
-std::string Join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-// `s` with its control characters written as JSON writes them (\u000a): messages and warnings
-// are one line each. Leaves everything else, so applying it twice changes nothing more.
-std::string EscapeControls(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\u00";
-      out += kHex[(c >> 4) & 0xf];
-      out += kHex[c & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+using model::EscapeControls;
+using model::Join;
 
 // Deepest nesting of [ and { in JSON text (outside strings): the JSON reader does not bound it
 // and converting and printing the tree recurse once per level.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "simulator/memory_ledger.h"
 #include "simulator/trace_json.h"
 
@@ -33,11 +34,7 @@ std::string Escape(const std::string& s) {
   return o;
 }
 
-std::string GiB(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
-  return buf;
-}
+std::string GiB(int64_t b) { return model::GiBText(Bytes::Of(b)); }
 
 std::string Num(double v) {
   char buf[32];

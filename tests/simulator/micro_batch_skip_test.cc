@@ -13,48 +13,14 @@
 #include "simulator/memory_report_json.h"
 #include "simulator/simulate.h"
 #include "simulator/step_walk.h"
+#include "tests/simulator/random_plan.h"
 
 namespace shardtune::sim {
 namespace {
 
 using model::Plan;
 
-template <typename T>
-T Pick(std::mt19937_64& rng, std::initializer_list<T> v) {
-  return *(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size()));
-}
-
-Plan RandomPlan(std::mt19937_64& rng, int world) {
-  Plan p;
-  p.strategy = Pick(rng, {model::ShardingStrategy::kFullShard, model::ShardingStrategy::kShardGradOp,
-                          model::ShardingStrategy::kNoShard, model::ShardingStrategy::kHybridShard,
-                          model::ShardingStrategy::kHybridShardZero2});
-  p.shard_group_size = p.Hybrid() ? 2 : 0;
-  p.reshard_after_forward = model::StrategyReshardsAfterForward(p.strategy);
-  p.micro_batch = 1 + static_cast<int>(rng() % 2);
-  p.grad_accum = Pick(rng, {1, 2, 4, 5, 6, 8});
-  p.seq_len = Pick(rng, {256, 512});
-  p.no_sync = rng() % 3 == 0;
-  p.checkpointing = Pick(rng, {model::Checkpointing::kNone, model::Checkpointing::kFull,
-                               model::Checkpointing::kSelective, model::Checkpointing::kEveryK});
-  p.checkpoint_every_k = p.checkpointing == model::Checkpointing::kEveryK ? 2 : 1;
-  p.offload = Pick(rng, {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll});
-  p.forward_prefetch = rng() % 2 == 0;
-  p.backward_prefetch = Pick(rng, {model::BackwardPrefetch::kPre, model::BackwardPrefetch::kNone});
-  p.keep_logits = rng() % 4 == 0;
-  if (rng() % 3 == 0) p.cp = 2;
-  if (rng() % 4 == 0) {
-    p.lora.rank = 8;
-    p.lora.targets = {"q_proj", "v_proj"};
-  }
-  if (rng() % 3 == 0) {
-    p.wrap.kind = model::WrapPolicy::Kind::kEveryK;
-    p.wrap.every_k = 2;
-  }
-  p.wrap.embedding_unit = p.wrap.head_unit = rng() % 2 == 0;
-  (void)world;
-  return p;
-}
+using testing::RandomPlan;
 
 TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
   const char* env = std::getenv("SHARDTUNE_TEST_SEED");
@@ -69,7 +35,7 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
   skip.skip_repeated_micro_batches = true;
   int skipped_plans = 0;
   for (int i = 0; i < 60; ++i) {
-    Plan p = RandomPlan(rng, cluster.world_size());
+    Plan p = RandomPlan(rng);
     if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
                     spec.SeqLenLimit()).empty()) {
       continue;

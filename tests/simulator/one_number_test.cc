@@ -1,5 +1,5 @@
 // One number per quantity (issue #19): over random valid plans (models, strategies, HSDP, offload,
-// checkpointing, cp, LoRA, checkpoint formats), the summary (MemoryReport) and the job phase
+// checkpointing, cp, LoRA, wraps, no_sync, kept logits, checkpoint formats), the summary (MemoryReport) and the job phase
 // table (JobPhases) show the same allocated peak, reserved and required for the training steps,
 // the summary's required is the deciding training phase's, the host peak per node is the phase
 // table's largest, and the JSON documents carry exactly these figures.
@@ -16,38 +16,23 @@
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
+#include "tests/simulator/random_plan.h"
 
 namespace shardtune::sim {
 namespace {
 
 using model::Plan;
 
-template <typename T>
-T Pick(std::mt19937_64& rng, std::initializer_list<T> v) {
-  return *(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size()));
-}
+using testing::Pick;
 
-Plan RandomPlan(std::mt19937_64& rng) {
-  Plan p;
-  p.strategy = Pick(rng, {model::ShardingStrategy::kFullShard, model::ShardingStrategy::kShardGradOp,
-                          model::ShardingStrategy::kNoShard, model::ShardingStrategy::kHybridShard,
-                          model::ShardingStrategy::kHybridShardZero2});
-  p.shard_group_size = p.Hybrid() ? Pick(rng, {2, 4}) : 0;
-  p.reshard_after_forward = model::StrategyReshardsAfterForward(p.strategy);
-  p.micro_batch = Pick(rng, {1, 2, 4});
-  p.grad_accum = Pick(rng, {1, 2, 3});
-  p.seq_len = Pick(rng, {1024, 2048, 4096});
-  p.checkpointing = Pick(rng, {model::Checkpointing::kNone, model::Checkpointing::kFull,
-                               model::Checkpointing::kSelective, model::Checkpointing::kEveryK});
-  p.checkpoint_every_k = p.checkpointing == model::Checkpointing::kEveryK ? 2 : 1;
-  p.offload = Pick(rng, {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll});
-  p.forward_prefetch = rng() % 2 == 0;
-  if (rng() % 4 == 0) p.cp = 2;
-  if (rng() % 4 == 0) {
-    p.lora.rank = 16;
-    p.lora.targets = {"q_proj", "v_proj"};
-  }
-  return p;
+// Longer sequences and larger micro-batches than the skip test's: about a third run out of memory.
+model::Plan RandomPlan(std::mt19937_64& rng) {
+  testing::RandomPlanSpace space;
+  space.micro_batches = {1, 2, 4};
+  space.grad_accums = {1, 2, 3};
+  space.seq_lens = {1024, 2048, 4096};
+  space.hybrid_groups = {2, 4};
+  return testing::RandomPlan(rng, space);
 }
 
 const PhaseMemory* Find(const JobPhases& j, JobPhase ph) {

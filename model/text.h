@@ -1,0 +1,44 @@
+// Small text helpers every layer's messages use (vocabulary header: no dependencies beyond
+// model/units.h, so any folder may include it).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/units.h"
+
+namespace shardtune::model {
+
+// The items with `sep` between them: Join({"a", "b"}, ", ") == "a, b".
+inline std::string Join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+// `s` with its control characters written as JSON writes them (\u000a): every message and
+// warning is one line. Leaves everything else, so applying it twice changes nothing more.
+inline std::string EscapeControls(const std::string& s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += "\\u00";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// "83.1 GiB" (binary units, one decimal).
+inline std::string GiBText(Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", b.gib());
+  return buf;
+}
+
+}  // namespace shardtune::model

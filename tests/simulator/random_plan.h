@@ -1,0 +1,62 @@
+// Random valid-looking plans for the simulator's property tests (micro_batch_skip_test.cc,
+// one_number_test.cc): every searched knob drawn from a small set; the caller keeps the plans
+// Plan::Problems accepts. The lists that differ between tests come in `RandomPlanSpace`.
+#pragma once
+
+#include <initializer_list>
+#include <random>
+#include <vector>
+
+#include "model/plan.h"
+
+namespace shardtune::sim::testing {
+
+template <typename T>
+T Pick(std::mt19937_64& rng, std::initializer_list<T> v) {
+  return *(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size()));
+}
+
+template <typename T>
+T PickOf(std::mt19937_64& rng, const std::vector<T>& v) {
+  return v[static_cast<size_t>(rng() % v.size())];
+}
+
+struct RandomPlanSpace {
+  std::vector<int> micro_batches = {1, 2};
+  std::vector<int> grad_accums = {1, 2, 4, 5, 6, 8};
+  std::vector<int64_t> seq_lens = {256, 512};
+  std::vector<int> hybrid_groups = {2};
+};
+
+inline model::Plan RandomPlan(std::mt19937_64& rng, const RandomPlanSpace& space = {}) {
+  model::Plan p;
+  p.strategy = Pick(rng, {model::ShardingStrategy::kFullShard, model::ShardingStrategy::kShardGradOp,
+                          model::ShardingStrategy::kNoShard, model::ShardingStrategy::kHybridShard,
+                          model::ShardingStrategy::kHybridShardZero2});
+  p.shard_group_size = p.Hybrid() ? PickOf(rng, space.hybrid_groups) : 0;
+  p.reshard_after_forward = model::StrategyReshardsAfterForward(p.strategy);
+  p.micro_batch = PickOf(rng, space.micro_batches);
+  p.grad_accum = PickOf(rng, space.grad_accums);
+  p.seq_len = PickOf(rng, space.seq_lens);
+  p.no_sync = rng() % 3 == 0;
+  p.checkpointing = Pick(rng, {model::Checkpointing::kNone, model::Checkpointing::kFull,
+                               model::Checkpointing::kSelective, model::Checkpointing::kEveryK});
+  p.checkpoint_every_k = p.checkpointing == model::Checkpointing::kEveryK ? 2 : 1;
+  p.offload = Pick(rng, {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll});
+  p.forward_prefetch = rng() % 2 == 0;
+  p.backward_prefetch = Pick(rng, {model::BackwardPrefetch::kPre, model::BackwardPrefetch::kNone});
+  p.keep_logits = rng() % 4 == 0;
+  if (rng() % 3 == 0) p.cp = 2;
+  if (rng() % 4 == 0) {
+    p.lora.rank = 8;
+    p.lora.targets = {"q_proj", "v_proj"};
+  }
+  if (rng() % 3 == 0) {
+    p.wrap.kind = model::WrapPolicy::Kind::kEveryK;
+    p.wrap.every_k = 2;
+  }
+  p.wrap.embedding_unit = p.wrap.head_unit = rng() % 2 == 0;
+  return p;
+}
+
+}  // namespace shardtune::sim::testing
