@@ -281,6 +281,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
   const sim::MemoryOptions& opt = job.options.memory;
+  if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
   const sim::MemoryReport& r = est.report;
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);

@@ -17,9 +17,11 @@
 #include "model/presets.h"
 #include "model/trainable.h"
 #include "planner/export.h"
+#include "planner/pareto_plot.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
 #include "simulator/feature_savings.h"
+#include "simulator/memory_plot.h"
 #include "simulator/memory_report_json.h"
 #include "simulator/profile_json.h"
 #include "simulator/trace_json.h"
@@ -251,6 +253,9 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--price-per-gpu-hour", a->price_per_gpu_hour, "Dollars per GPU-hour for --objective cost");
   sub->add_option("--top", a->top, "How many plans to rank")->capture_default_str();
   sub->add_option("--out", a->out, "Write the winning plan (shardtune.plan JSON)");
+  sub->add_option("--plot", a->plot,
+                  "Draw memory against tokens/s of the Pareto front and the top plans, the winner "
+                  "marked, to FILE.svg or FILE.html (self-contained)");
   sub->add_option("--export", a->export_format,
                   "Also print the winner as accelerate|torchtitan|hf-trainer|deepspeed|roll|verl config");
   sub->add_option("--profile", a->profile, "Calibrated profile JSON")->check(CLI::ExistingFile);
@@ -321,6 +326,7 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
       throw InputError("--jobs: expected a number of threads from 1 to 1024, got " + a.jobs);
     }
   }
+  if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
   plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
   MeasureResult measured;
   if (measure.plans > 0 && !r.top.empty()) measured = MeasureTopPlans(spec, cluster, req, r, measure);
@@ -328,6 +334,10 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   if (a.search_nodes) nodes = SearchNodes(spec, cluster, req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
     sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
+  }
+  if (!a.plot.empty()) {
+    std::string title = "shardtune tune: " + spec.name + " on " + cluster.name;
+    sim::WritePlotDocument(a.plot, "--plot", plan::ParetoPlotSvg(r, title), title);
   }
   plan::ExportResult exported;
   if (!a.export_format.empty() && !r.top.empty()) {

@@ -20,6 +20,7 @@ struct TuneArgs {
   double price_per_gpu_hour = 0;
   int top = 5;
   std::string out;                  // PLAN.json for the winner
+  std::string plot;                 // --plot FILE.svg|FILE.html: the Pareto front, winner marked
   std::string export_format;        // --export FMT: the winner as that framework's config
   bool search_nodes = false;        // also find the fewest nodes (<= the cluster's) that fit
   std::string profile;

@@ -34,6 +34,21 @@ inline std::string EscapeControls(const std::string& s) {
   return out;
 }
 
+// `s` safe inside XML/SVG text and attribute values (&, <, >, " escaped).
+inline std::string EscapeXml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 // "83.1 GiB" (binary units, one decimal).
 inline std::string GiBText(Bytes b) {
   char buf[32];

@@ -20,19 +20,7 @@ constexpr std::array<const char*, kNumCategories> kColours = {
     "#ff9d9a", "#b07aa1", "#9c755f", "#edc948", "#bab0ac", "#d37295", "#79706e"};
 constexpr const char* kOutsideColour = "#cccccc";
 
-std::string Escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
+std::string Escape(const std::string& s) { return model::EscapeXml(s); }
 
 std::string GiB(int64_t b) { return model::GiBText(Bytes::Of(b)); }
 
@@ -239,21 +227,31 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
   return s.str();
 }
 
+void WritePlotDocument(const std::string& path, const std::string& flag, const std::string& svg,
+                       const std::string& title) {
+  CheckPlotName(path, flag);
+  bool html = path.size() > 5 && path.compare(path.size() - 5, 5, ".html") == 0;
+  if (!html) {
+    WriteFileAtomically(path, svg);
+    return;
+  }
+  WriteFileAtomically(path, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" +
+                                Escape(title) + "</title></head>\n<body>\n" + svg + "</body></html>\n");
+}
+
 void WriteMemoryPlot(const std::string& path, const std::string& flag, const StepProgram& program,
                      const MemoryReport& report, const JobPhases* phases, const std::string& title) {
+  CheckPlotName(path, flag);
+  WritePlotDocument(path, flag, MemoryPlotSvg(program, report, phases, title), title);
+}
+
+void CheckPlotName(const std::string& path, const std::string& flag) {
   auto ends_with = [&](const std::string& suffix) {
     return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  bool html = ends_with(".html");
-  if (!html && !ends_with(".svg")) {
+  if (!ends_with(".html") && !ends_with(".svg")) {
     throw InputError(flag + ": expected a file name ending in .svg or .html, got \"" + path + "\"");
   }
-  std::string svg = MemoryPlotSvg(program, report, phases, title);
-  if (html) {
-    svg = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + Escape(title) +
-          "</title></head>\n<body>\n" + svg + "</body></html>\n";
-  }
-  WriteFileAtomically(path, svg);
 }
 
 }  // namespace shardtune::sim

@@ -26,6 +26,15 @@ std::vector<CategoryBytes> CategoriesAtOpPeaks(const StepProgram& program);
 std::string MemoryPlotSvg(const StepProgram& program, const MemoryReport& report,
                           const JobPhases* phases, const std::string& title);
 
+// REQUIRES nothing: throws InputError "FLAG: expected a file name ending in .svg or .html, got
+// ..." unless `path` ends so (callers check before doing the work the plot shows).
+void CheckPlotName(const std::string& path, const std::string& flag);
+
+// Writes an SVG document to `path` atomically: ".svg" as is, ".html" inside a minimal page
+// titled `title`. Throws InputError as CheckPlotName, or naming the path when it cannot write.
+void WritePlotDocument(const std::string& path, const std::string& flag, const std::string& svg,
+                       const std::string& title);
+
 // Writes the plot to `path` atomically: ".svg" as is, ".html" inside a minimal page. Throws
 // InputError naming the flag when the name ends otherwise, or the path when it cannot write.
 void WriteMemoryPlot(const std::string& path, const std::string& flag, const StepProgram& program,
