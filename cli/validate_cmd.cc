@@ -10,6 +10,7 @@
 #include "cli/format.h"
 #include "cli/measured_runs.h"
 #include "simulator/calibration.h"
+#include "simulator/memory_plot.h"
 #include "simulator/profile_json.h"
 
 namespace shardtune::cli {
@@ -53,9 +54,24 @@ void AddValidateCommand(CLI::App* app, ValidateArgs* a) {
   sub->add_option("--model", a->model, "Model of every run (default: the preset named in each file)");
   sub->add_option("--cluster", a->cluster, "Cluster of every run (default: cpu:N for CPU runs)");
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
+  sub->add_option("--plot", a->plot,
+                  "Draw each run's predicted memory with its measured peaks over it to FILE.svg or "
+                  "FILE.html (FILE-2.svg, ... for later runs)");
 }
 
+namespace {
+
+// --plot's file for run `i`: FILE for the first, FILE-2.svg (before the extension) after it.
+std::string PlotPathOf(const std::string& plot, size_t i) {
+  if (i == 0) return plot;
+  size_t dot = plot.rfind('.');
+  return plot.substr(0, dot) + "-" + std::to_string(i + 1) + plot.substr(dot);
+}
+
+}  // namespace
+
 void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
+  if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
   std::vector<MeasuredRun> runs = LoadMeasuredRuns(a.measurements, a.model, a.cluster);
   sim::SimOptions options;
   sim::Profile profile;
@@ -77,6 +93,17 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
                          "the first step's one-time costs");
     }
     std::vector<sim::ComparisonRow> rows = sim::CompareRun(m, predicted[i].prediction, options.costs);
+    if (!a.plot.empty()) {
+      const sim::RunPrediction& pr = predicted[i].prediction;
+      sim::MeasuredMemory mm;
+      mm.peak_tracked = Bytes::Of(m.peak_tracked_bytes);
+      for (const auto& ph : m.phases) mm.phase_peaks.push_back({ph.name, Bytes::Of(ph.peak_tracked_bytes)});
+      std::string title = "shardtune validate: " + m.path + " (" + runs[i].spec.name + " on " +
+                          runs[i].cluster.name + ")";
+      sim::WritePlotDocument(
+          PlotPathOf(a.plot, i), "--plot",
+          sim::MemoryPlotSvg(pr.report.program, pr.report.memory, &pr.phases, title, &mm), title);
+    }
     all.insert(all.end(), rows.begin(), rows.end());
     Json jrows = Json::array();
     text << m.path << ": " << runs[i].spec.name << " on " << runs[i].cluster.name << ", "

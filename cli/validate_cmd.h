@@ -17,6 +17,9 @@ struct ValidateArgs {
   std::string model;                      // --model; empty: each file's model
   std::string cluster;                    // --cluster; empty: cpu:N for CPU runs
   bool json = false;
+  // --plot FILE.svg|FILE.html: the predicted memory with the measured peaks over it, one file per
+  // run (the second run's is FILE-2.svg, ...).
+  std::string plot;
 };
 
 void AddValidateCommand(CLI::App* app, ValidateArgs* args);

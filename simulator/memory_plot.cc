@@ -56,7 +56,7 @@ std::vector<CategoryBytes> CategoriesAtOpPeaks(const StepProgram& p) {
 }
 
 std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const JobPhases* phases,
-                          const std::string& title) {
+                          const std::string& title, const MeasuredMemory* measured) {
   std::vector<CategoryBytes> cats = CategoriesAtOpPeaks(p);
   const size_t n = std::max<size_t>(1, cats.size());
   const int64_t outside = r.outside_total.count();
@@ -64,6 +64,7 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
                                               : r.reserved_no_pressure.count();
   int64_t y_max = std::max({r.capacity.count(), r.peak_allocated.count() + outside,
                             reserved_top + outside, int64_t{1}});
+  if (measured) y_max = std::max(y_max, measured->peak_tracked.count());
   y_max = y_max + y_max / 10;
   // Panel geometry (SVG user units).
   const double left = 70, top = 50, width = 880, height = 320;
@@ -159,6 +160,10 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
   }
   hline(left, left + width, r.capacity.count(), "#d62728", "none",
         "usable capacity " + GiB(r.capacity.count()));
+  if (measured && measured->peak_tracked.count() > 0) {
+    hline(left, left + width, measured->peak_tracked.count(), "#000000", "1,2",
+          "measured peak allocated (tracked): " + GiB(measured->peak_tracked.count()));
+  }
   // The peak's moment.
   size_t peak_op = 0;
   int64_t peak = -1;
@@ -196,6 +201,9 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
   if (phases && !phases->phases.empty()) {
     int64_t pmax = phases->capacity.count();
     for (const auto& ph : phases->phases) pmax = std::max(pmax, ph.required.count());
+    if (measured) {
+      for (const auto& [name, b] : measured->phase_peaks) pmax = std::max(pmax, b.count());
+    }
     pmax += pmax / 10;
     auto PY = [&](int64_t b) {
       return phase_top + phase_height - phase_height * static_cast<double>(b) / static_cast<double>(pmax);
@@ -217,6 +225,16 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
       s << "<text x=\"" << Num(x + w / 2) << "\" y=\"" << Num(PY(ph.required.count()) - 4)
         << "\" text-anchor=\"middle\">" << GiB(ph.required.count()) << (ph.fits ? "" : " OOM")
         << "</text>\n";
+      if (!measured) continue;
+      for (const auto& [name, b] : measured->phase_peaks) {
+        if (name != ToString(ph.phase)) continue;
+        double cx = x + w / 2, cy = PY(b.count());
+        s << "<polygon points=\"" << Num(cx) << "," << Num(cy - 6) << " " << Num(cx + 6) << "," << Num(cy)
+          << " " << Num(cx) << "," << Num(cy + 6) << " " << Num(cx - 6) << "," << Num(cy)
+          << "\" fill=\"black\"><title>measured</title></polygon>\n";
+        s << "<text x=\"" << Num(cx + 9) << "\" y=\"" << Num(cy + 4) << "\">measured " << GiB(b.count())
+          << "</text>\n";
+      }
     }
     s << "<line x1=\"" << left << "\" x2=\"" << left + width << "\" y1=\"" << Num(PY(phases->capacity.count()))
       << "\" y2=\"" << Num(PY(phases->capacity.count())) << "\" stroke=\"#d62728\" stroke-width=\"1.5\"/>\n";

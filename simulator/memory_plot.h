@@ -22,9 +22,17 @@ namespace shardtune::sim {
 using CategoryBytes = std::array<int64_t, kNumCategories>;
 std::vector<CategoryBytes> CategoriesAtOpPeaks(const StepProgram& program);
 
-// The SVG document. `phases` may be null (no phase panel).
+// What a measured run showed, drawn over the prediction (`validate --plot`): the worst rank's
+// tracked peak over the run and per job phase (by JobPhase name: "step 0", "steady step", ...).
+struct MeasuredMemory {
+  Bytes peak_tracked;
+  std::vector<std::pair<std::string, Bytes>> phase_peaks;
+};
+
+// The SVG document. `phases` may be null (no phase panel), `measured` null (a prediction only).
 std::string MemoryPlotSvg(const StepProgram& program, const MemoryReport& report,
-                          const JobPhases* phases, const std::string& title);
+                          const JobPhases* phases, const std::string& title,
+                          const MeasuredMemory* measured = nullptr);
 
 // REQUIRES nothing: throws InputError "FLAG: expected a file name ending in .svg or .html, got
 // ..." unless `path` ends so (callers check before doing the work the plot shows).

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -298,6 +299,38 @@ TEST(CliTest, ValidateComparesEveryFigureOfARealRun) {
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_THAT(text.out, ::testing::HasSubstr("step time"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("median |error|"));
+}
+
+// --plot (issue #19): estimate, tune and validate draw self-contained pictures; the measured
+// peaks of a real run are drawn over its prediction; a name that is neither .svg nor .html is a
+// one-line error and nothing is written.
+TEST(CliTest, PlotFlagsWritePicturesAndRefuseOtherNames) {
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  std::string est = TempPath("memory.svg"), pareto = TempPath("pareto.html"), val = TempPath("validate.svg");
+  Result e = RunCli("estimate --model llama3.2-1b --cluster 8xH100 --seq-len 2048 --plot " + est);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(slurp(est).rfind("<svg", 0), 0u);
+  EXPECT_THAT(slurp(est), ::testing::HasSubstr("usable capacity"));
+  Result t = RunCli("tune --model llama3.2-1b --cluster 8xH100 --global-batch 16 --seq-len 1024 --plot " + pareto);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(slurp(pareto).rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_THAT(slurp(pareto), ::testing::HasSubstr("winner: "));
+  Result v = RunCli("validate --measurements " + MeasuredRun() + " --plot " + val);
+  ASSERT_EQ(v.code, 0) << v.err;
+  EXPECT_THAT(slurp(val), ::testing::HasSubstr("measured peak allocated (tracked)"));
+  EXPECT_THAT(slurp(val), ::testing::HasSubstr(">measured "));  // a phase's measured peak
+  for (const char* cmd : {"estimate --plot ", "tune --global-batch 16 --seq-len 1024 --plot ",
+                          "validate --measurements "}) {
+    std::string bad = TempPath("picture.png");
+    std::string line = std::string(cmd) + bad;
+    if (std::string(cmd).rfind("validate", 0) == 0) line = std::string(cmd) + MeasuredRun() + " --plot " + bad;
+    ExpectOneLineError(RunCli(line), "--plot: expected a file name ending in .svg or .html");
+    std::ifstream probe(bad);
+    EXPECT_FALSE(probe.good()) << line;
+  }
 }
 
 TEST(CliTest, CalibrateWritesAProfileThatEverySubcommandAccepts) {
