@@ -155,7 +155,14 @@ void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
   s->bound = ModelStateLowerBound(p, w);
   s->bound_oom = s->bound > capacity;
   if (!s->bound_oom) {
-    Bytes forward_end = ForwardEndLowerBound(p, w);
+    std::string key = PlanKey(p);
+    key.resize(key.find(" fwd_prefetch="));
+    if (p.cp > 1) key += " cp=" + std::to_string(p.cp);
+    auto it = w.forward_end.find(key);
+    if (it == w.forward_end.end()) it = w.forward_end.emplace(key, ForwardEndLowerBound(p, w)).first;
+    Bytes forward_end = it->second;
+    SHARDTUNE_CHECK(!exhaustive_ || forward_end == ForwardEndLowerBound(p, w))
+        << "the forward-end bound depends on prefetch for " << PlanKey(p);
     if (forward_end > capacity) {
       s->bound = forward_end;
       s->bound_oom = s->forward_end_bound = true;

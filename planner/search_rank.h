@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ class Ranker {
     explicit Worker(const profiles::ClusterSpec& c) : ctx(c) {}
     sim::SimContext ctx;
     std::map<std::string, int64_t> shard_numel;
+    // Forward-end bounds by the plan key without prefetch: prefetch changes when units are
+    // gathered, not the states and saved activations the bound counts (checked in the
+    // exhaustive search).
+    std::unordered_map<std::string, Bytes> forward_end;
   };
 
   Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req);
