@@ -321,13 +321,14 @@ SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
   return Finish();
 }
 
-// Walks the plans no bound has ruled out, cheapest compute bound first, in windows. A plan is
-// skipped unwalked once its compute bound exceeds the top-k bound and its cp's fastest step
+// Walks the plans no bound has ruled out, cheapest prewalk bound first, in windows. A plan is
+// skipped unwalked once its prewalk bound exceeds the top-k bound and its cp's fastest step
 // (both only fall as the search goes on, so the plan stays ruled out against the final list:
 // BookVerdicts). The plans that fit wait in step-time-bound order and are simulated once their
-// bound is below every unwalked plan's compute bound (which never exceeds that plan's step-time
-// bound): so plans are simulated in step-time-bound order over the whole search, the likeliest
-// winners first, and the top-k bound tightens with the fewest simulations and allocator replays.
+// bound is below every unwalked plan's prewalk bound (which is normally below that plan's
+// step-time bound): so plans are simulated in about step-time-bound order over the whole search,
+// the likeliest winners first, and the top-k bound tightens with few simulations and allocator
+// replays. The order changes only how much work is done, never a verdict.
 void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
                              const std::function<void(int64_t, int64_t)>& progress) {
   std::vector<size_t> order;

@@ -1,8 +1,9 @@
 // The ranking half of the plan search (internal to the planner). Passes over the enumerated
-// plans: the memory lower bounds of every plan (in parallel, no walk); a compute bound per
-// (micro-batch, checkpointing, cp) known before any walk (one walk per such key); then, in order
-// of that compute bound and in fixed windows, the memory walk of the plans the top-k bound has
-// not yet ruled out and the simulation of those that fit, in order of their step-time bound;
+// plans: the memory lower bounds of every plan (in parallel, no walk); time bounds known before
+// any walk (segment compute, collective transfers, host optimizer step), each read from one walk
+// per combination of the knobs it depends on; then, in order of that prewalk bound and in fixed
+// windows, the memory walk of the plans the top-k bound has not yet ruled out and the
+// simulation of those that fit, in order of their step-time bound;
 // last, every plan's verdict is booked in plan order against the final top list. Every verdict
 // is a function of the plan and the final list alone, never of the order or the threads, so any
 // --jobs gives the same answer, and so does the exhaustive search (tests).

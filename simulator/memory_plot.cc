@@ -259,7 +259,6 @@ void WritePlotDocument(const std::string& path, const std::string& flag, const s
 
 void WriteMemoryPlot(const std::string& path, const std::string& flag, const StepProgram& program,
                      const MemoryReport& report, const JobPhases* phases, const std::string& title) {
-  CheckPlotName(path, flag);
   WritePlotDocument(path, flag, MemoryPlotSvg(program, report, phases, title), title);
 }
 
