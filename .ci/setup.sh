@@ -2,8 +2,13 @@
 # Installs the Debian packages shardtune builds with, only those missing (apt-get update first
 # when anything is). Safe to run again. Usage: bash .ci/setup.sh
 set -euo pipefail
+# libopenblas0-openmp: Debian's LibTorch calls whatever libblas.so.3 the alternatives system
+# points at, and without it that is the reference BLAS (6 GFLOP/s on one core here, 17x slower
+# CPU training). The OpenMP build, not the pthread one: LibTorch's intra-op pool is OpenMP, so
+# both share one pool sized by --threads (README, "CPU runs and BLAS", has the measurement).
 pkgs=(cmake g++ make ccache libtorch-dev libgloo-dev libeigen3-dev libboost-graph-dev
       libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev python3 python3-yaml
+      libopenblas0-openmp
       clang libclang-rt-dev gdb)  # clang + libFuzzer: tests/fuzz; gdb: executor fault injection
 missing=()
 for p in "${pkgs[@]}"; do

@@ -12,6 +12,9 @@ namespace shardtune::cli {
 inline constexpr const char* kRunCommandHelp = "Train a plan for real (LibTorch, own FSDP runtime)";
 inline constexpr const char* kProbeCommandHelp =
     "Measure this machine's device and write a profile for --profile";
+inline constexpr const char* kEnvCommandHelp =
+    "Report LibTorch, the BLAS it resolved (with measured GFLOP/s), threads, Gloo, NCCL, CUDA "
+    "and GPUs";
 
 // This process's environment, as name -> value and as "NAME=VALUE" strings.
 std::map<std::string, std::string> EnvironmentMap();

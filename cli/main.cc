@@ -13,6 +13,7 @@
 #include "cli/export_cmd.h"
 #include "cli/list_cmds.h"
 #if SHARDTUNE_CLI_WITH_EXECUTOR
+#include "cli/env_cmd.h"
 #include "cli/probe_cmd.h"
 #include "cli/run_cmd.h"
 #endif
@@ -31,7 +32,8 @@ constexpr int kExitInternal = 70;
 int main(int argc, char** argv) {
   using namespace shardtune::cli;
 #if !SHARDTUNE_CLI_WITH_EXECUTOR
-  if (argc > 1 && (std::strcmp(argv[1], "run") == 0 || std::strcmp(argv[1], "probe") == 0)) {
+  if (argc > 1 && (std::strcmp(argv[1], "run") == 0 || std::strcmp(argv[1], "probe") == 0 ||
+                   std::strcmp(argv[1], "env") == 0)) {
     try {
       ExecExecutor(argc, argv);
     } catch (const shardtune::exec::BackendError& e) {
@@ -52,10 +54,13 @@ int main(int argc, char** argv) {
   AddRunCommand(&app, &run_args);
   ProbeArgs probe_args;
   AddProbeCommand(&app, &probe_args);
+  EnvArgs env_args;
+  AddEnvCommand(&app, &env_args);
 #else
-  // Listed for --help; `shardtune run|probe ...` were handed to shardtune-exec above.
+  // Listed for --help; `shardtune run|probe|env ...` were handed to shardtune-exec above.
   app.add_subcommand("run", kRunCommandHelp);
   app.add_subcommand("probe", kProbeCommandHelp);
+  app.add_subcommand("env", kEnvCommandHelp);
 #endif
   SimulateArgs simulate;
   AddSimulateCommand(&app, &simulate);
@@ -84,6 +89,7 @@ int main(int argc, char** argv) {
 #if SHARDTUNE_CLI_WITH_EXECUTOR
     if (app.got_subcommand("run")) return RunRun(run_args, std::cout, std::cerr);
     if (app.got_subcommand("probe")) return RunProbeCommand(probe_args, std::cout, std::cerr);
+    if (app.got_subcommand("env")) return RunEnvCommand(env_args, std::cout, std::cerr);
 #endif
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);

@@ -20,6 +20,9 @@ CudaMemory ReadCudaMemory(int) { throw BackendError("this shardtune's LibTorch h
 void ResetCudaPeaks(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
 void SynchronizeCuda(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
 std::string CudaDeviceName(int) { throw BackendError("this shardtune's LibTorch has no CUDA"); }
+std::string CudaRuntimeVersion() { return ""; }
+std::string CudaDriverVersion() { return ""; }
+std::vector<CudaDeviceInfo> ListCudaDevices() { return {}; }
 #else
 namespace {
 void Check(cudaError_t rc, const char* what) {
@@ -76,6 +79,36 @@ std::string CudaDeviceName(int device) {
   cudaDeviceProp prop{};
   Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   return prop.name;
+}
+
+namespace {
+std::string CudaVersionText(int v) {  // 1000 * major + 10 * minor (CUDA Runtime API docs)
+  if (v <= 0) return "";
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::string CudaRuntimeVersion() {
+  int v = 0;
+  return cudaRuntimeGetVersion(&v) == cudaSuccess ? CudaVersionText(v) : "";
+}
+
+std::string CudaDriverVersion() {
+  int v = 0;
+  return cudaDriverGetVersion(&v) == cudaSuccess ? CudaVersionText(v) : "";
+}
+
+std::vector<CudaDeviceInfo> ListCudaDevices() {
+  std::vector<CudaDeviceInfo> out;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return out;
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    out.push_back({i, prop.name, static_cast<int64_t>(prop.totalGlobalMem), prop.major, prop.minor,
+                   prop.multiProcessorCount});
+  }
+  return out;
 }
 #endif
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardtune::exec {
 
@@ -31,5 +32,21 @@ void ResetCudaPeaks(int device);
 void SynchronizeCuda(int device);
 // cudaGetDeviceProperties name, e.g. "NVIDIA H100 80GB HBM3".
 std::string CudaDeviceName(int device);
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;             // cudaDeviceProp::name
+  int64_t total_memory_bytes = 0;  // cudaDeviceProp::totalGlobalMem (torch's total_memory)
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+};
+
+// The CUDA runtime this build links and the driver's supported version, "12.4" (cudaRuntimeGetVersion
+// / cudaDriverGetVersion: 1000*major + 10*minor); "" without CUDA or when the call fails (no
+// driver installed).
+std::string CudaRuntimeVersion();
+std::string CudaDriverVersion();
+// Every device this process sees; empty without CUDA or without a visible device.
+std::vector<CudaDeviceInfo> ListCudaDevices();
 
 }  // namespace shardtune::exec

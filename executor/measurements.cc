@@ -21,7 +21,7 @@ using Json = nlohmann::ordered_json;
 double Ns(double s) { return std::round(s * 1e9) / 1e9; }  // times at ns resolution
 
 Json EnvironmentJson(const Environment& e) {
-  return Json{{"shardtune_version", e.shardtune_version},
+  Json j{{"shardtune_version", e.shardtune_version},
               {"torch_version", e.torch_version},
               {"backend", e.backend},
               {"device", e.device},
@@ -31,6 +31,8 @@ Json EnvironmentJson(const Environment& e) {
               {"world_size", e.world_size},
               {"emulated_world", e.emulated_world},
               {"threads_per_rank", e.threads_per_rank}};
+  if (!e.blas.empty()) j["blas"] = e.blas;
+  return j;
 }
 
 Json StepsJson(const std::vector<StepLog>& steps) {

@@ -24,6 +24,7 @@ struct Environment {
   int world_size = 1;      // processes
   int emulated_world = 0;  // > 0: one process emulated rank 0 of this many
   int threads_per_rank = 1;
+  std::string blas;  // CPU runs: the BLAS LibTorch resolved (vendor, threading, library path)
 };
 
 struct UnitInfo {

@@ -20,6 +20,7 @@ namespace shardtune::exec {
 #ifndef SHARDTUNE_WITH_NCCL
 bool NcclAvailable() { return false; }
 bool CudaDeviceAvailable() { return false; }
+std::string NcclVersionString() { return ""; }
 std::unique_ptr<Communicator> MakeNcclCommunicator(Rendezvous*, const std::string&, int,
                                                    const std::vector<int>&, int,
                                                    std::shared_ptr<CollectiveLog>) {
@@ -31,6 +32,15 @@ bool NcclAvailable() { return true; }
 bool CudaDeviceAvailable() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string NcclVersionString() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  // nccl.h: NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on (X*1000 + Y*100 + Z before).
+  int major = v >= 10000 ? v / 10000 : v / 1000;
+  int minor = v >= 10000 ? (v / 100) % 100 : (v / 100) % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
 }
 
 namespace {

@@ -18,6 +18,10 @@ bool NcclAvailable();
 // True when this process sees at least one CUDA device (false without NCCL support).
 bool CudaDeviceAvailable();
 
+// The NCCL library's version, "2.28.3" (ncclGetVersion: major*10000 + minor*100 + patch since
+// 2.9); "" when built without NCCL.
+std::string NcclVersionString();
+
 // The NCCL communicator of group `group` number `index` (members: the global `ranks`, in
 // group-rank order) on CUDA device `device`. The group's rank 0 publishes the ncclUniqueId in
 // the rendezvous store (`rendezvous` may be null for a one-rank group: nothing to exchange).

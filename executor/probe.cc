@@ -16,6 +16,8 @@
 #include "executor/communicator.h"
 #include "executor/cuda_support.h"
 #include "executor/errors.h"
+#include "executor/host_info.h"
+#include "executor/nccl_communicator.h"
 #include "model/errors.h"
 #include "model/gemm_shapes.h"
 
@@ -37,17 +39,6 @@ at::ScalarType ScalarOf(model::DType d) {
   return at::kFloat;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t c = line.find(':');
-      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
-    }
-  }
-  return "unknown CPU";
-}
 
 // Times `f` as the median of `iters` timings after `warmup` calls. Each timing runs f `reps`
 // times between device synchronizations (reps chosen so one timing lasts about a millisecond:
@@ -337,6 +328,14 @@ ProbeResult RunProbe(const ProbeOptions& in) {
   r.device_name = o.device == "cuda" ? CudaDeviceName(o.cuda_device) : "cpu (" + CpuModel() + ", " +
                                            std::to_string(at::get_num_threads()) + " threads)";
   r.torch_version = TORCH_VERSION;
+  if (o.device == "cuda") {  // the profile's provenance (profile_json.h)
+    r.cuda_version = CudaRuntimeVersion();
+    r.driver_version = NvidiaDriverVersion();
+    if (r.driver_version.empty() && !CudaDriverVersion().empty()) {
+      r.driver_version = "supports CUDA " + CudaDriverVersion();
+    }
+    r.nccl_version = NcclVersionString();
+  }
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };

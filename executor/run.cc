@@ -14,9 +14,11 @@
 #include <fstream>
 #include <thread>
 
+#include "executor/blas_info.h"
 #include "executor/cuda_support.h"
 #include "executor/full_state_dict.h"
 #include "executor/gloo_communicator.h"
+#include "executor/host_info.h"
 #include "executor/measurements.h"
 #include "executor/memory_tracker.h"
 #include "executor/nccl_communicator.h"
@@ -99,14 +101,6 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
   return g;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 Environment MakeEnvironment(const RunOptions& o, int world, int threads, int cuda_device) {
   Environment e;
@@ -126,6 +120,11 @@ Environment MakeEnvironment(const RunOptions& o, int world, int threads, int cud
   e.world_size = world;
   e.emulated_world = o.emulate_world;
   e.threads_per_rank = threads;
+  if (!cuda) {
+    BlasInfo b = DetectBlas();
+    e.blas = BlasVendorName(b.vendor) + (b.threading.empty() ? "" : " (" + b.threading + ")") +
+             " " + b.library;
+  }
   return e;
 }
 
@@ -240,13 +239,21 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   InstallCpuMemoryTracker();
   int local = std::max(1, env.launched ? env.local_world_size : 1);
   int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / local));
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cores / local);
+  at::set_num_threads(threads);
+  // A pthread OpenBLAS keeps its own pool (one thread per core in every rank) that
+  // at::set_num_threads does not size: N ranks would oversubscribe the cores N times.
+  SetBlasThreads(threads);
   int cuda_device = -1;
   if (o.device == "cuda") {
     cuda_device = env.launched ? env.local_rank : 0;
     SetCudaDevice(cuda_device);
   }
   const int rank = env.launched ? env.rank : 0;
+  if (cuda_device < 0 && rank == 0 && callbacks.on_message) {
+    std::string slow = SlowBlasWarning(DetectBlas());
+    if (!slow.empty()) callbacks.on_message("warning: " + slow);
+  }
   Watchdog watchdog(o.watchdog_timeout_s, rank, callbacks.on_stall);
   PhaseMeter meter(cuda_device, &watchdog);
   for (int p = 0; p < kNumRunPhases; ++p) {

@@ -73,6 +73,7 @@ void ReadEnvironment(StrictReader& top, Measurements* m, std::vector<std::string
     Try(p, [&] { v.world_size = static_cast<int>(e.RequiredInt("world_size", 1, 1 << 24)); });
     Try(p, [&] { v.emulated_world = static_cast<int>(e.RequiredInt("emulated_world", 0, 1 << 24)); });
     Try(p, [&] { v.threads_per_rank = static_cast<int>(e.RequiredInt("threads_per_rank", 1, 1 << 16)); });
+    Try(p, [&] { v.blas = e.OptionalString("blas", ""); });
     Try(p, [&] { e.Finish(); });
   });
 }

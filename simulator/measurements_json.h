@@ -25,6 +25,7 @@ struct MeasuredEnvironment {
   int world_size = 1;
   int emulated_world = 0;  // > 0: one process emulated rank 0 of this many (collectives are fake)
   int threads_per_rank = 1;
+  std::string blas;  // CPU runs: the BLAS LibTorch resolved, "OpenBLAS ... (path)"; optional
 };
 
 struct MeasuredStep {
