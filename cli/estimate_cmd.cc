@@ -17,6 +17,7 @@
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_plot.h"
+#include "simulator/memory_snapshot.h"
 #include "simulator/memory_report_json.h"
 
 namespace shardtune::cli {
@@ -219,6 +220,9 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   sub->add_option("--plot", a->plot,
                   "Draw memory over the steps (stacked by category, reserved, capacity, the peak) "
                   "and per job phase to FILE.svg or FILE.html (self-contained)");
+  sub->add_option("--memory-snapshot", a->memory_snapshot,
+                  "Write the predicted caching-allocator history to FILE.pickle in the format of "
+                  "torch.cuda.memory._snapshot() (open it in pytorch.org/memory_viz)");
 }
 
 namespace {
@@ -282,12 +286,17 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   const auto& plan = job.plan;
   const sim::MemoryOptions& opt = job.options.memory;
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
+  if (!a.memory_snapshot.empty()) sim::CheckSnapshotName(a.memory_snapshot, "--memory-snapshot");
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
   const sim::MemoryReport& r = est.report;
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
   if (!a.plot.empty()) {
     sim::WriteMemoryPlot(a.plot, "--plot", est.program, r, &phases,
                          "shardtune estimate: " + spec.name + " on " + cluster.name);
+  }
+  if (!a.memory_snapshot.empty()) {
+    sim::WriteMemorySnapshot(a.memory_snapshot, "--memory-snapshot", est.program, r,
+                             "shardtune estimate: " + spec.name + " on " + cluster.name);
   }
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;

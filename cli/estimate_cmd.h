@@ -18,6 +18,7 @@ struct EstimateArgs : JobArgs {
   bool offload_between_roles = false;  // verl param/optimizer offload, ROLL offload between phases
   bool roles_in_one_process = false;   // verl's fused worker; default: a process per role (ROLL)
   std::string plot;  // --plot FILE.svg|FILE.html: memory over the steps and the job phases
+  std::string memory_snapshot;  // --memory-snapshot FILE.pickle: torch's _snapshot() format
 };
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* args);

@@ -24,6 +24,19 @@ int64_t AllocatorSegmentSize(int64_t rounded_bytes) {
   return (rounded_bytes + kRoundLargeBytes - 1) / kRoundLargeBytes * kRoundLargeBytes;
 }
 
+const char* ToString(AllocatorTraceEvent::Action a) {
+  using A = AllocatorTraceEvent::Action;
+  switch (a) {  // TraceEntry::Action's names as _snapshot() writes them
+    case A::kSegmentAlloc: return "segment_alloc";
+    case A::kAlloc: return "alloc";
+    case A::kFreeRequested: return "free_requested";
+    case A::kFreeCompleted: return "free_completed";
+    case A::kSegmentFree: return "segment_free";
+    case A::kOom: return "oom";
+  }
+  return "?";
+}
+
 CachingAllocatorModel::CachingAllocatorModel(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
 CachingAllocatorModel::Key CachingAllocatorModel::KeyOf(int32_t b) const {
@@ -36,6 +49,7 @@ int32_t CachingAllocatorModel::NewBlock(const Block& b) {
     int32_t i = unused_.back();
     unused_.pop_back();
     blocks_[static_cast<size_t>(i)] = b;
+    blocks_[static_cast<size_t>(i)].live = true;
     return i;
   }
   blocks_.push_back(b);
@@ -56,6 +70,7 @@ bool CachingAllocatorModel::CudaMalloc(int stream, bool small, int64_t size, int
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++segments_;
   *block = NewBlock(b);
+  Trace(AllocatorTraceEvent::Action::kSegmentAlloc, b.addr, size, stream);
   return true;
 }
 
@@ -69,6 +84,9 @@ void CachingAllocatorModel::ReleaseCachedBlocks() {
         reserved_ -= blocks_[b].size;
         stream_reserved_[static_cast<size_t>(blocks_[b].stream)] -= blocks_[b].size;
         --segments_;
+        Trace(AllocatorTraceEvent::Action::kSegmentFree, blocks_[b].addr, blocks_[b].size,
+              blocks_[b].stream);
+        blocks_[b].live = false;
         unused_.push_back(static_cast<int32_t>(b));
         it = pool->erase(it);
       } else {
@@ -96,7 +114,10 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
     if (!CudaMalloc(stream, small, seg, &b)) {
       ReleaseCachedBlocks();
       ++retries_;
-      if (!CudaMalloc(stream, small, seg, &b)) return -1;
+      if (!CudaMalloc(stream, small, seg, &b)) {
+        Trace(AllocatorTraceEvent::Action::kOom, 0, size, stream);
+        return -1;
+      }
     }
   }
   // alloc_found_block: should_split keeps the rest as a free block after this one when it is at
@@ -124,6 +145,7 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
   allocated_ += got.size;
   stream_allocated_[static_cast<size_t>(stream)] += got.size;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
+  Trace(AllocatorTraceEvent::Action::kAlloc, got.addr, got.size, stream);
   return b;
 }
 
@@ -141,6 +163,7 @@ void CachingAllocatorModel::Merge(int32_t dst, int32_t src) {
     if (d.next >= 0) blocks_[static_cast<size_t>(d.next)].prev = dst;
   }
   d.size += s.size;
+  s.live = false;
   unused_.push_back(src);
 }
 
@@ -149,6 +172,8 @@ void CachingAllocatorModel::Free(int32_t handle) {
                   blocks_[static_cast<size_t>(handle)].allocated)
       << "free of a block not allocated: " << handle;
   Block& b = blocks_[static_cast<size_t>(handle)];
+  Trace(AllocatorTraceEvent::Action::kFreeRequested, b.addr, b.size, b.stream);
+  Trace(AllocatorTraceEvent::Action::kFreeCompleted, b.addr, b.size, b.stream);
   b.allocated = false;
   allocated_ -= b.size;
   stream_allocated_[static_cast<size_t>(b.stream)] -= b.size;
@@ -171,6 +196,27 @@ int64_t CachingAllocatorModel::LargestFreeBlock() const {
     }
   }
   return m;
+}
+
+std::vector<AllocatorSegment> CachingAllocatorModel::Segments() const {
+  std::vector<AllocatorSegment> out;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& head = blocks_[i];
+    if (!head.live || head.prev >= 0) continue;  // a segment starts at a block with no prev
+    AllocatorSegment seg;
+    seg.addr = head.addr;
+    seg.stream = head.stream;
+    seg.small = head.small;
+    for (int32_t b = static_cast<int32_t>(i); b >= 0; b = blocks_[static_cast<size_t>(b)].next) {
+      const Block& k = blocks_[static_cast<size_t>(b)];
+      seg.blocks.push_back({k.addr, k.size, k.allocated, k.allocated ? b : -1});
+      seg.size += k.size;
+    }
+    out.push_back(std::move(seg));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const AllocatorSegment& a, const AllocatorSegment& b) { return a.addr < b.addr; });
+  return out;
 }
 
 std::array<int64_t, kNumStreams> CachingAllocatorModel::FreeBytesPerStream() const {

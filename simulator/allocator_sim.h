@@ -29,6 +29,33 @@ int64_t AllocatorRoundSize(int64_t bytes);
 // get_allocation_size: the segment cudaMalloc'd for a (rounded) request no cached block serves.
 int64_t AllocatorSegmentSize(int64_t rounded_bytes);
 
+// What the allocator did, in the words of torch.cuda.memory._record_memory_history's device
+// traces (TraceEntry in CUDACachingAllocator.h): a cudaMalloc'd segment, a block handed out, a
+// block returned (free_requested and free_completed: no cross-stream uses are pending in a
+// replay), segments cudaFree'd by release_cached_blocks, a failed request.
+struct AllocatorTraceEvent {
+  enum class Action : uint8_t { kSegmentAlloc, kAlloc, kFreeRequested, kFreeCompleted, kSegmentFree, kOom };
+  Action action = Action::kAlloc;
+  int64_t addr = 0;
+  int64_t size = 0;  // the block's (rounded) or segment's bytes; kOom: the request
+  int stream = 0;
+};
+const char* ToString(AllocatorTraceEvent::Action a);
+
+// A segment of the allocator's state with its blocks in address order (torch's _snapshot()
+// "segments": blocks "active_allocated" or "inactive").
+struct AllocatorSegment {
+  int64_t addr = 0, size = 0;
+  int stream = 0;
+  bool small = false;  // small pool (2 MiB segments)
+  struct Block {
+    int64_t addr = 0, size = 0;
+    bool allocated = false;
+    int32_t handle = -1;  // Malloc's handle while allocated
+  };
+  std::vector<Block> blocks;
+};
+
 // One device's DeviceCachingAllocator. Streams are small integers (sim::Stream values). Not
 // thread-safe; one per replay.
 class CachingAllocatorModel {
@@ -52,6 +79,11 @@ class CachingAllocatorModel {
   int64_t LargestFreeBlock() const;
   // Bytes of cached free blocks per stream.
   std::array<int64_t, kNumStreams> FreeBytesPerStream() const;
+  // From now on, append every segment and block event to `*sink` (nullptr: stop). Addresses are
+  // the model's own: segments laid out one after another from 0, as no real device does.
+  void set_trace(std::vector<AllocatorTraceEvent>* sink) { trace_ = sink; }
+  // The segments held now, in address order.
+  std::vector<AllocatorSegment> Segments() const;
 
  private:
   struct Block {
@@ -59,7 +91,11 @@ class CachingAllocatorModel {
     int32_t prev = -1, next = -1;  // neighbours in the same segment
     int stream = 0;
     bool small = false, allocated = false;
+    bool live = true;  // false: a recycled slot in unused_
   };
+  void Trace(AllocatorTraceEvent::Action a, int64_t addr, int64_t size, int stream) {
+    if (trace_ != nullptr) trace_->push_back({a, addr, size, stream});
+  }
   // BlockComparatorSize: (stream, size, address); lower_bound gives the best fit on a stream.
   using Key = std::tuple<int, int64_t, int64_t, int32_t>;
   Key KeyOf(int32_t b) const;
@@ -76,6 +112,7 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::vector<int32_t> unused_;  // recycled block slots
   std::set<Key> small_, large_;  // free blocks
+  std::vector<AllocatorTraceEvent>* trace_ = nullptr;
 };
 
 // The replay of one program: every tensor the program allocates (StepProgram::tensors), in

@@ -333,6 +333,25 @@ TEST(CliTest, PlotFlagsWritePicturesAndRefuseOtherNames) {
   }
 }
 
+// --memory-snapshot (issue #19): the prediction as torch.cuda.memory._snapshot()'s pickle
+// (contents: tests/simulator/memory_snapshot_test.cc); another extension or an unwritable
+// folder is a one-line error and leaves no file.
+TEST(CliTest, MemorySnapshotWritesAPickleAndRefusesOtherNames) {
+  std::string good = TempPath("predicted.pickle"), bad = TempPath("predicted.json");
+  Result e = RunCli("estimate --model llama3.2-1b --cluster 8xH100 --seq-len 2048 --memory-snapshot " + good);
+  ASSERT_EQ(e.code, 0) << e.err;
+  std::ifstream in(good, std::ios::binary);
+  std::string head(2, '\0');
+  in.read(head.data(), 2);
+  EXPECT_EQ(head, std::string("\x80\x02"));  // pickle protocol 2
+  ExpectOneLineError(RunCli("estimate --memory-snapshot " + bad),
+                     "--memory-snapshot: expected a file name ending in .pickle");
+  EXPECT_FALSE(std::ifstream(bad).good());
+  ExpectOneLineError(RunCli("estimate --memory-snapshot /nonexistent-shardtune/m.pickle"),
+                     "/nonexistent-shardtune/m.pickle: cannot write");
+  std::remove(good.c_str());
+}
+
 TEST(CliTest, CalibrateWritesAProfileThatEverySubcommandAccepts) {
   std::string prof = TempPath("calibrated_profile.json");
   Result r = RunCli("calibrate " + MeasuredRun() + " --out " + prof);
