@@ -177,9 +177,13 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
   }
   double px = (X(peak_op) + X(peak_op + 1)) / 2;
   s << "<circle cx=\"" << Num(px) << "\" cy=\"" << Num(Y(peak + outside)) << "\" r=\"4\" fill=\"black\"/>\n";
-  s << "<text x=\"" << Num(std::min(px, left + width - 300)) << "\" y=\"" << Num(Y(peak + outside) - 10)
-    << "\" font-weight=\"bold\">peak " << GiB(peak) << " allocated: "
-    << Escape(p.ops.empty() ? "" : p.OpName(peak_op)) << "</text>\n";
+  // Beside the dot, on the side with more room (the reserved and capacity labels sit at the
+  // right end above their lines), with a white halo over the lines it crosses.
+  bool right_half = px > left + width / 2;
+  s << "<text x=\"" << Num(right_half ? px - 8 : px + 8) << "\" y=\"" << Num(Y(peak + outside) + 4)
+    << "\" text-anchor=\"" << (right_half ? "end" : "start")
+    << "\" font-weight=\"bold\" paint-order=\"stroke\" stroke=\"white\" stroke-width=\"3\">peak "
+    << GiB(peak) << " allocated: " << Escape(p.ops.empty() ? "" : p.OpName(peak_op)) << "</text>\n";
   // Legend.
   double lx = left, ly = top + height + 24;
   shown.push_back(static_cast<size_t>(kNumCategories));  // outside the allocator
@@ -187,7 +191,7 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
     bool out_band = c == static_cast<size_t>(kNumCategories);
     if (out_band && outside <= 0) continue;
     std::string name = out_band ? "outside the allocator" : ToString(static_cast<Category>(c));
-    double w = 22 + 6.6 * static_cast<double>(name.size());
+    double w = 26 + 7.0 * static_cast<double>(name.size());  // ~7 px per character at 12 px
     if (lx + w > left + width) {
       lx = left;
       ly += 18;
