@@ -90,6 +90,10 @@ void FsdpRuntime::Impl::PostBackward(int u) {
     r.work = groups.shard->ReduceScatter(r.input, r.output);
   } else {
     r.output = flat;
+    if (groups.replicate->size() > 1) {
+      r.work = groups.replicate->AllReduce(r.output);
+      r.replicated = true;
+    }
   }
   reductions.push_back(std::move(r));
   recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
@@ -104,7 +108,8 @@ void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
   if (r.work) r.work->Wait();
   r.work.reset();
   r.input = at::Tensor();  // the flat gradient is no longer read
-  if (groups.replicate->size() > 1) groups.replicate->AllReduce(r.output)->Wait();
+  // HSDP: the replicas' all-reduce of the reduce-scattered shard follows the reduce-scatter.
+  if (groups.replicate->size() > 1 && !r.replicated) groups.replicate->AllReduce(r.output)->Wait();
   // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients. With
   // cp the sum also runs over the cp ranks, whose losses are shares of one micro-batch's mean
   // (FsdpRuntime::Forward): their sum is that micro-batch's gradient, so the divisor stays

@@ -43,6 +43,9 @@ struct FsdpRuntime::Impl {
     int unit = 0;
     at::Tensor input, output;  // [padded] and [shard] in reduce dtype
     std::unique_ptr<Work> work;
+    // NO_SHARD (shard group of 1): `work` is already the all-reduce over the replicas, issued
+    // in PostBackward like DDP's bucket all-reduce, so it overlaps the next unit's backward.
+    bool replicated = false;
   };
   std::deque<Reduction> reductions;
   // CPU offload: gradient shards on their way to the host (non-blocking device-to-host copies
