@@ -28,8 +28,13 @@ at::ScalarType ToScalarType(model::DType d) {
 
 namespace {
 
-TransformerOptions ModelOptions(const model::Plan& plan) {
+TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan& plan) {
   TransformerOptions t;
+  model::ModelSpec filled = spec;
+  filled.FillDefaults();  // rope_theta and norm_eps 0 mean the defaults
+  t.rope_theta = filled.rope_theta;
+  t.norm_eps = filled.norm_eps;
+  t.rope_scaling = filled.rope_scaling;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
   t.selective = plan.checkpointing == model::Checkpointing::kSelective;
@@ -74,7 +79,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     : impl_(std::make_unique<Impl>()),
       unit_specs_(Specs(NonEmptyGroups(spec, options.plan))),
       groups_(std::move(groups)),
-      transformer_(spec, ModelOptions(options.plan), options.cp > 1 ? groups_.cp.get() : nullptr) {
+      transformer_(spec, ModelOptions(spec, options.plan), options.cp > 1 ? groups_.cp.get() : nullptr) {
   SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() ==
                   options.dp_world * options.cp)
       << "shard " << groups_.shard->size() << " x replicate " << groups_.replicate->size()

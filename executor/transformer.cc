@@ -282,11 +282,33 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
   return at::matmul(probs, v);                                                 // [B, a, S, D]
 }
 
+// The rotary inverse frequencies [D/2] fp32 as transformers computes them
+// (modeling_rope_utils.py: _compute_default_rope_parameters, 1 / theta^(2i/D); "linear" divides
+// them by factor; _compute_llama3_parameters keeps the high frequencies (wavelength below
+// original_max_position_embeddings / high_freq_factor), divides the low ones (above
+// original / low_freq_factor) by factor and blends in between).
+at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f32) const {
+  at::Tensor inv =
+      at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
+  const model::RopeScaling& r = options_.rope_scaling;
+  if (r.type == "linear") return inv / r.factor;
+  if (r.type != "llama3") return inv;
+  const double old_context = static_cast<double>(r.original_max_position_embeddings);
+  const double low_wavelen = old_context / r.low_freq_factor;
+  const double high_wavelen = old_context / r.high_freq_factor;
+  at::Tensor wavelen = (2 * M_PI) / inv;
+  at::Tensor inv_llama = at::where(wavelen > low_wavelen, inv / r.factor, inv);
+  at::Tensor smooth = (old_context / wavelen - r.low_freq_factor) /
+                      (r.high_freq_factor - r.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * inv_llama / r.factor + smooth * inv_llama;
+  at::Tensor medium = wavelen.ge(high_wavelen).logical_and(wavelen.le(low_wavelen));
+  return at::where(medium, smoothed, inv_llama);
+}
+
 at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset) const {
   int64_t S = x.size(2), D = x.size(3);
   auto f32 = x.options().dtype(at::kFloat);
-  at::Tensor inv =
-      at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
+  at::Tensor inv = InverseFrequencies(D, f32);
   at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, D]
   at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());

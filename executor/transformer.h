@@ -31,8 +31,9 @@ using ParamTable = std::unordered_map<std::string, at::Tensor>;
 struct TransformerOptions {
   at::ScalarType dtype = at::kFloat;  // compute (param) dtype
   bool sdpa = false;                  // at::scaled_dot_product_attention (LibTorch >= 2.0 only)
-  double norm_eps = 1e-5;             // Llama 2 / GPT-2 layer_norm_epsilon
-  double rope_theta = 10000.0;        // Llama 2's rope base; the spec has no field for it
+  double norm_eps = 1e-5;             // ModelSpec::norm_eps (rms_norm_eps, layer_norm_epsilon)
+  double rope_theta = 10000.0;        // ModelSpec::rope_theta (HF rope_theta)
+  model::RopeScaling rope_scaling;    // ModelSpec::rope_scaling: none, "linear" or "llama3"
   // LoRA scale alpha / r (PEFT's `scaling`); the adapters run when the ParamTable has them.
   double lora_scale = 1.0;
   // Selective activation checkpointing (plan checkpointing "selective"), with grad enabled only:
@@ -67,6 +68,9 @@ class Transformer {
   int num_segments() const;
   bool IsBlockSegment(int segment) const;
   const model::ModelSpec& spec() const { return spec_; }
+  // The rotary inverse frequencies [D/2] in fp32 (`f32`'s device), with options().rope_theta
+  // and rope_scaling ("linear" or "llama3") applied as transformers does.
+  at::Tensor InverseFrequencies(int64_t D, const at::TensorOptions& f32) const;
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;

@@ -12,6 +12,19 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   if (spec.positions == model::PositionKind::kRotary && head_dim % 2 != 0) {
     return "rotary positions need an even head_dim";
   }
+  // Both change what the model computes (not its memory or time): training without them would
+  // silently be another model than the checkpoint's. estimate, simulate and tune take them.
+  const std::string& scaling = spec.rope_scaling.type;
+  if (spec.positions == model::PositionKind::kRotary && !scaling.empty() && scaling != "linear" &&
+      scaling != "llama3") {
+    return "rope_scaling \"" + scaling +
+           "\" is not implemented by the executor (it computes plain, \"linear\" and \"llama3\" "
+           "RoPE)";
+  }
+  if (spec.positions == model::PositionKind::kRotary && spec.rotary_fraction != 1.0) {
+    return "partial rotary embeddings (rotary_pct / partial_rotary_factor " +
+           std::to_string(spec.rotary_fraction) + ") are not implemented by the executor";
+  }
   return "";
 }
 

@@ -43,23 +43,20 @@ const std::vector<std::string> kCommonSkipped = {
     "num_return_sequences", "task_specific_params", "problem_type", "id2label", "label2id",
     "finetuning_task", "prefix", "_attn_implementation_autoset"};
 
-// Rotary, norm epsilon, dropout, activation name: no parameters and no change in what is saved.
-const std::vector<std::string> kRotaryDecoderSkipped = {
-    "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "attention_dropout",
-    "hidden_act"};
+// Dropout, activation name: no parameters and no change in what is saved. (The rotary base,
+// scaling and the norm epsilon are read: the executor computes with them.)
+const std::vector<std::string> kRotaryDecoderSkipped = {"attention_dropout", "hidden_act"};
 // Sliding windows bound attention's reach, not the memory SDPA/flash kernels save.
 const std::vector<std::string> kQwenSkipped = {"sliding_window", "use_sliding_window",
                                                "max_window_layers", "layer_types", "use_mrope"};
 const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "output_router_logits",
                                                  "router_jitter_noise", "norm_topk_prob"};
 const std::vector<std::string> kGpt2Skipped = {
-    "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop",
-    "layer_norm_epsilon", "summary_type", "summary_use_proj", "summary_activation",
+    "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
     "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
-const std::vector<std::string> kNeoxSkipped = {
-    "rotary_pct", "partial_rotary_factor", "rotary_emb_base", "rope_theta", "rope_scaling",
-    "layer_norm_eps", "hidden_act", "hidden_dropout", "attention_dropout", "classifier_dropout"};
+const std::vector<std::string> kNeoxSkipped = {"hidden_act", "hidden_dropout", "attention_dropout",
+                                               "classifier_dropout"};
 
 std::vector<std::string> SkippedKeys(Family f) {
   std::vector<std::string> keys = kCommonSkipped;
@@ -97,6 +94,61 @@ class HfReader {
     if (IsNullOrAbsent(key)) return def;
     read_.insert(key);
     return r_.OptionalBool(key, def);
+  }
+  // A positive number (the rotary base, an epsilon, a fraction) no larger than `max`.
+  double OptNumber(const std::string& key, double def, double max) {
+    if (IsNullOrAbsent(key)) return def;
+    read_.insert(key);
+    double v = r_.OptionalNumber(key, def, 0, max);
+    if (v <= 0)
+      throw InputError(r_.Where(key) + ": expected a number > 0, got " + Describe(j_.at(key)));
+    return v;
+  }
+  // rope_scaling (transformers <= 4.x) or rope_parameters (newer): an object whose "rope_type"
+  // (or legacy "type") names the scheme, "default" and null meaning plain RoPE, with the
+  // scheme's numbers (modeling_rope_utils.py reads factor; llama3 also low_freq_factor,
+  // high_freq_factor and original_max_position_embeddings). A rope_parameters object also
+  // carries rope_theta, stored in *theta when given. Leaves *out as is when there is none.
+  void ReadRope(const std::string& key, RopeScaling* out, double* theta) {
+    if (IsNullOrAbsent(key)) return;
+    read_.insert(key);
+    const nlohmann::json& v = r_.RequiredValue(key);
+    const std::string where = r_.Where(key);
+    if (!v.is_object())
+      throw InputError(where + ": expected an object or null, got " + Describe(v));
+    auto number = [&](const char* k, bool required, double* dst) {
+      auto it = v.find(k);
+      if (it == v.end() || it->is_null()) {
+        if (required) throw InputError(where + "/" + k + ": expected a number > 0, got nothing");
+        return;
+      }
+      if (!it->is_number() || it->get<double>() <= 0) {
+        throw InputError(where + "/" + k + ": expected a number > 0, got " + Describe(*it));
+      }
+      *dst = it->get<double>();
+    };
+    number("rope_theta", false, theta);
+    std::string type;
+    for (const char* k : {"rope_type", "type"}) {
+      auto it = v.find(k);
+      if (it == v.end()) continue;
+      if (!it->is_string())
+        throw InputError(where + "/" + k + ": expected a string, got " + Describe(*it));
+      type = it->get<std::string>();
+      break;
+    }
+    if (type.empty() || type == "default") return;
+    RopeScaling r;
+    r.type = type;
+    number("factor", type == "linear" || type == "llama3", &r.factor);
+    if (type == "llama3") {
+      double original = 0;
+      number("low_freq_factor", true, &r.low_freq_factor);
+      number("high_freq_factor", true, &r.high_freq_factor);
+      number("original_max_position_embeddings", true, &original);
+      r.original_max_position_embeddings = static_cast<int64_t>(original);
+    }
+    *out = r;
   }
   const nlohmann::json& Value(const std::string& key) {
     read_.insert(key);
@@ -184,6 +236,12 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
     s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
   }
   if (f == Family::kQwen2Moe) ReadQwen2Moe(h, s);
+  // LlamaRotaryEmbedding: inv_freq = 1 / rope_theta^(2i/d), rescaled by rope_scaling's scheme
+  // (modeling_rope_utils.py ROPE_INIT_FUNCTIONS); LlamaRMSNorm's variance_epsilon = rms_norm_eps.
+  s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);
+  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->norm_eps = h->OptNumber("rms_norm_eps", 0, 0.5);
 }
 
 // GPT2LMHeadModel (modeling_gpt2.py): Conv1D layers with biases, LayerNorm, learned wpe, GELU MLP
@@ -201,6 +259,7 @@ void ReadGpt2(HfReader* h, ModelSpec* s) {
   s->mlp = MlpKind::kGelu;
   s->positions = PositionKind::kLearned;
   s->qkv_bias = s->attn_out_bias = s->mlp_bias = true;
+  s->norm_eps = h->OptNumber("layer_norm_epsilon", 0, 0.5);  // GPT2Block's ln_1, ln_2, ln_f
 }
 
 // GPTNeoXForCausalLM (modeling_gpt_neox.py): LayerNorm, fused query_key_value and dense with
@@ -220,6 +279,17 @@ void ReadGptNeox(HfReader* h, ModelSpec* s) {
   s->norm_bias = true;
   s->mlp = MlpKind::kGelu;
   s->mlp_bias = true;
+  // GPTNeoXRotaryEmbedding over rotary_ndims = head_dim x rotary_pct (newer configs:
+  // partial_rotary_factor) with base rotary_emb_base (newer: rope_theta).
+  s->rope_theta = h->OptNumber("rotary_emb_base", 0, 1e12);
+  if (h->Has("rope_theta")) s->rope_theta = h->OptNumber("rope_theta", s->rope_theta, 1e12);
+  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->rotary_fraction = h->OptNumber("rotary_pct", 1.0, 1.0);
+  if (h->Has("partial_rotary_factor")) {
+    s->rotary_fraction = h->OptNumber("partial_rotary_factor", s->rotary_fraction, 1.0);
+  }
+  s->norm_eps = h->OptNumber("layer_norm_eps", 0, 0.5);
 }
 
 std::string SupportedList() {

@@ -31,6 +31,11 @@ class ProblemList {
 };
 
 std::string Bool(bool b) { return b ? "true" : "false"; }
+std::string Num(double v) {
+  std::ostringstream o;
+  o << std::setprecision(6) << v;
+  return o.str();
+}
 
 void CheckAttention(const ModelSpec& s, ProblemList* p) {
   p->Expect(s.num_heads >= 1, "num_heads", "integer >= 1", s.num_heads);
@@ -159,7 +164,15 @@ const char* ToString(NormKind k) { return k == NormKind::kRmsNorm ? "rms_norm" :
 const char* ToString(MlpKind k) { return k == MlpKind::kSwiGlu ? "swiglu" : "gelu"; }
 const char* ToString(PositionKind k) { return k == PositionKind::kRotary ? "rotary" : "learned"; }
 
+// The defaults of ModelSpec::rope_theta and norm_eps: Llama 2's rope base (modeling_llama.py
+// LlamaConfig rope_theta=10000.0) and Llama 2 / GPT-2's epsilon (rms_norm_eps=1e-5 in the
+// Llama-2 configs, GPT2Config layer_norm_epsilon=1e-5).
+constexpr double kDefaultRopeTheta = 10000.0;
+constexpr double kDefaultNormEps = 1e-5;
+
 void ModelSpec::FillDefaults() {
+  if (rope_theta == 0) rope_theta = kDefaultRopeTheta;
+  if (norm_eps == 0) norm_eps = kDefaultNormEps;
   if (num_kv_heads == 0) num_kv_heads = num_heads;
   if (head_dim == 0 && num_heads >= 1 && hidden >= 1 && hidden % num_heads == 0) {
     head_dim = hidden / num_heads;
@@ -176,6 +189,20 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
   p.Expect(max_seq_len >= 1, "max_seq_len", "integer >= 1", max_seq_len);
   p.Expect(!(norm == NormKind::kRmsNorm && norm_bias), "norm_bias",
            "false with norm \"rms_norm\" (RMSNorm has no bias)", Bool(norm_bias));
+  p.Expect(rope_theta >= 0 && rope_theta <= 1e12, "rope_theta", "a number in (0, 1e12] (0: 10000)",
+           Num(rope_theta));
+  p.Expect(norm_eps >= 0 && norm_eps < 1, "norm_eps", "a number in (0, 1) (0: 1e-5)", Num(norm_eps));
+  p.Expect(rotary_fraction > 0 && rotary_fraction <= 1, "rotary_fraction", "a number in (0, 1]",
+           Num(rotary_fraction));
+  if (rope_scaling.enabled()) {
+    const RopeScaling& r = rope_scaling;
+    p.Expect(r.factor > 0, "rope_scaling/factor", "a number > 0", Num(r.factor));
+    p.Expect(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor,
+             "rope_scaling/high_freq_factor", "a number > low_freq_factor > 0",
+             Num(r.high_freq_factor) + " and " + Num(r.low_freq_factor));
+    p.Expect(r.original_max_position_embeddings >= 1, "rope_scaling/original_max_position_embeddings",
+             "integer >= 1", r.original_max_position_embeddings);
+  }
   CheckMoe(*this, &p);
   std::vector<std::string> problems = p.Take();
   if (problems.empty()) {

@@ -23,6 +23,19 @@ struct MoeSpec {
   bool enabled() const { return num_experts > 0; }
 };
 
+// HF rope_scaling (or rope_parameters): how the rotary frequencies are rescaled for long
+// contexts (transformers modeling_rope_utils.py). No effect on memory or time. The executor
+// computes "linear" (inv_freq / factor) and "llama3" (_compute_llama3_parameters: low
+// frequencies / factor, high ones kept, a smooth blend between) and refuses the others by name.
+struct RopeScaling {
+  std::string type;             // "" plain RoPE; "linear", "llama3", "yarn", "dynamic", ...
+  double factor = 1;            // "factor"
+  double low_freq_factor = 1;   // llama3 "low_freq_factor"
+  double high_freq_factor = 4;  // llama3 "high_freq_factor"
+  int64_t original_max_position_embeddings = 8192;  // llama3
+  bool enabled() const { return !type.empty(); }
+};
+
 // A sanity cap on rotary sequence lengths (2^24 tokens, 128x the longest published context of
 // the presets): beyond it inputs are certainly typos.
 inline constexpr int64_t kRotarySeqLenCap = int64_t{1} << 24;
@@ -47,6 +60,16 @@ struct ModelSpec {
   bool qk_norm = false;        // Qwen3: RMSNorm over head_dim on q and k
   bool parallel_residual = false;  // GPT-NeoX: attention and MLP read the same input
   bool tied_embeddings = false;    // LM head shares the token embedding
+  // What the layers compute with but memory and time do not depend on (the executor uses them):
+  // the rotary base (HF rope_theta; GPT-NeoX rotary_emb_base) and the norms' epsilon
+  // (rms_norm_eps, layer_norm_epsilon, layer_norm_eps); 0 in a file means the default, 10000
+  // and 1e-5 (Llama 2, GPT-2).
+  double rope_theta = 0;
+  double norm_eps = 0;
+  RopeScaling rope_scaling;
+  // The fraction of head_dim that is rotated (GPT-NeoX rotary_pct, Phi-3 partial_rotary_factor);
+  // 1: all of it. The executor rotates all of it and refuses other fractions by name.
+  double rotary_fraction = 1.0;
   MoeSpec moe;
   std::string source;          // where the shape comes from (presets cite the HF config)
 

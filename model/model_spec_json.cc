@@ -33,6 +33,20 @@ MoeSpec ReadMoe(StrictReader* r) {
   return m;
 }
 
+// "rope_scaling": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+// "original_max_position_embeddings": 8192} (ModelSpec::rope_scaling; ranges in Problems()).
+RopeScaling ReadRopeScaling(StrictReader* r) {
+  RopeScaling s;
+  s.type = r->RequiredString("type");
+  s.factor = r->OptionalNumber("factor", 1, -1e300, 1e300);
+  s.low_freq_factor = r->OptionalNumber("low_freq_factor", 1, -1e300, 1e300);
+  s.high_freq_factor = r->OptionalNumber("high_freq_factor", 4, -1e300, 1e300);
+  s.original_max_position_embeddings =
+      r->OptionalInt("original_max_position_embeddings", 8192, kIntMin, kIntMax);
+  r->Finish();
+  return s;
+}
+
 void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->norm = r->OptionalEnum("norm", "rms_norm", {"rms_norm", "layer_norm"}) == "rms_norm"
                 ? NormKind::kRmsNorm
@@ -49,6 +63,10 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->qk_norm = r->OptionalBool("qk_norm", false);
   s->parallel_residual = r->OptionalBool("parallel_residual", false);
   s->tied_embeddings = r->OptionalBool("tied_embeddings", false);
+  // Type-only bounds here; ModelSpec::Problems() checks the ranges.
+  s->rope_theta = r->OptionalNumber("rope_theta", 0, -1e300, 1e300);
+  s->norm_eps = r->OptionalNumber("norm_eps", 0, -1e300, 1e300);
+  s->rotary_fraction = r->OptionalNumber("rotary_fraction", 1.0, -1e300, 1e300);
 }
 
 }  // namespace
@@ -70,6 +88,10 @@ ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
   if (r.Has("moe")) {
     StrictReader moe = r.RequiredObject("moe");
     s.moe = ReadMoe(&moe);
+  }
+  if (r.Has("rope_scaling")) {
+    StrictReader rope = r.RequiredObject("rope_scaling");
+    s.rope_scaling = ReadRopeScaling(&rope);
   }
   s.source = r.OptionalString("source", "");
   r.Finish();
@@ -104,6 +126,16 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
   j["qk_norm"] = s.qk_norm;
   j["parallel_residual"] = s.parallel_residual;
   j["tied_embeddings"] = s.tied_embeddings;
+  j["rope_theta"] = s.rope_theta;
+  j["norm_eps"] = s.norm_eps;
+  if (s.rope_scaling.enabled()) {
+    const RopeScaling& r = s.rope_scaling;
+    j["rope_scaling"] = {{"type", r.type}, {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  }
+  if (s.rotary_fraction != 1.0) j["rotary_fraction"] = s.rotary_fraction;
   if (s.moe.enabled()) {
     nlohmann::ordered_json m;
     m["num_experts"] = s.moe.num_experts;

@@ -46,6 +46,27 @@ ModelSpec WithVocab(ModelSpec s, int64_t vocab, int64_t max_seq_len) {
   return s;
 }
 
+// The rotary base and the norms' epsilon of the published config.json (rope_theta,
+// rms_norm_eps); the defaults (10000, 1e-5) are Llama 2's, GPT-2's and Mistral-7B-v0.1's.
+ModelSpec Rope(ModelSpec s, double theta, double eps) {
+  s.rope_theta = theta;
+  s.norm_eps = eps;
+  return s;
+}
+
+// Llama 3.1 and 3.2's config.json rope_scaling: {"rope_type": "llama3", "factor": 8.0 (3.1) or
+// 32.0 (3.2), "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+// "original_max_position_embeddings": 8192}, with rope_theta 500000 and rms_norm_eps 1e-5.
+ModelSpec Llama3Scaled(ModelSpec s, double factor) {
+  s = Rope(s, 500000.0, 1e-5);
+  s.rope_scaling.type = "llama3";
+  s.rope_scaling.factor = factor;
+  s.rope_scaling.low_freq_factor = 1.0;
+  s.rope_scaling.high_freq_factor = 4.0;
+  s.rope_scaling.original_max_position_embeddings = 8192;
+  return s;
+}
+
 PresetInfo Preset(const std::string& name, ModelSpec spec, int64_t published,
                   const std::string& source) {
   spec.name = name;
@@ -83,22 +104,26 @@ void AddLlama(std::vector<PresetInfo>* p) {
                       13'015'864'320, HfConfig("meta-llama/Llama-2-13b-hf") + counts));
   p->push_back(Preset("llama2-70b", WithVocab(Shape(80, 8192, 64, 8, 28672), 32000, 4096),
                       68'976'648'192, HfConfig("meta-llama/Llama-2-70b-hf") + counts));
-  p->push_back(Preset("llama3-8b", WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 8192),
+  p->push_back(Preset("llama3-8b",
+                      Rope(WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 8192), 500000.0, 1e-5),
                       8'030'261'248, HfConfig("meta-llama/Meta-Llama-3-8B") + counts));
   // Llama 3.1 8B: Llama 3 8B's shapes with 131,072 positions (rope_scaling llama3), the model
   // long-context users train (verl / ROLL Ulysses examples).
-  p->push_back(Preset("llama3.1-8b", WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 131072),
+  p->push_back(Preset("llama3.1-8b",
+                      Llama3Scaled(WithVocab(Shape(32, 4096, 32, 8, 14336), 128256, 131072), 8.0),
                       8'030'261'248, HfConfig("meta-llama/Llama-3.1-8B") + counts));
-  p->push_back(Preset("llama3-70b", WithVocab(Shape(80, 8192, 64, 8, 28672), 128256, 8192),
+  p->push_back(Preset("llama3-70b",
+                      Rope(WithVocab(Shape(80, 8192, 64, 8, 28672), 128256, 8192), 500000.0, 1e-5),
                       70'553'706'496, HfConfig("meta-llama/Meta-Llama-3-70B") + counts));
-  p->push_back(Preset("llama3-405b", WithVocab(Shape(126, 16384, 128, 8, 53248), 128256, 131072),
-                      405'853'388'800, HfConfig("meta-llama/Llama-3.1-405B") + counts));
-  ModelSpec l1b = WithVocab(Shape(16, 2048, 32, 8, 8192), 128256, 131072);
+  p->push_back(Preset(
+      "llama3-405b", Llama3Scaled(WithVocab(Shape(126, 16384, 128, 8, 53248), 128256, 131072), 8.0),
+      405'853'388'800, HfConfig("meta-llama/Llama-3.1-405B") + counts));
+  ModelSpec l1b = Llama3Scaled(WithVocab(Shape(16, 2048, 32, 8, 8192), 128256, 131072), 32.0);
   l1b.head_dim = 64;
   l1b.tied_embeddings = true;
-  p->push_back(Preset("llama3.2-1b", l1b, 1'235'814'400,
-                      HfConfig("meta-llama/Llama-3.2-1B") + counts));
-  ModelSpec l3b = WithVocab(Shape(28, 3072, 24, 8, 8192), 128256, 131072);
+  p->push_back(
+      Preset("llama3.2-1b", l1b, 1'235'814'400, HfConfig("meta-llama/Llama-3.2-1B") + counts));
+  ModelSpec l3b = Llama3Scaled(WithVocab(Shape(28, 3072, 24, 8, 8192), 128256, 131072), 32.0);
   l3b.head_dim = 128;
   l3b.tied_embeddings = true;
   // The safetensors hold 64 more values (rope frequency factors), which are not parameters.
@@ -111,17 +136,17 @@ void AddOthers(std::vector<PresetInfo>* p) {
                       7'241'732'096,
                       HfConfig("mistralai/Mistral-7B-v0.1") + "; count: HF num_parameters()"));
   // Qwen2Attention: q_proj, k_proj, v_proj with bias=True; o_proj without.
-  ModelSpec qwen25 = WithVocab(Shape(28, 3584, 28, 4, 18944), 152064, 131072);
+  ModelSpec qwen25 = Rope(WithVocab(Shape(28, 3584, 28, 4, 18944), 152064, 131072), 1e6, 1e-6);
   qwen25.qkv_bias = true;
   p->push_back(Preset("qwen2.5-7b", qwen25, 7'615'616'512,
                       HfConfig("Qwen/Qwen2.5-7B") + "; count: HF num_parameters()"));
   // Qwen3Attention: q_norm / k_norm RMSNorm(head_dim); attention_bias false.
-  ModelSpec qwen3 = WithVocab(Shape(36, 4096, 32, 8, 12288), 151936, 40960);
+  ModelSpec qwen3 = Rope(WithVocab(Shape(36, 4096, 32, 8, 12288), 151936, 40960), 1e6, 1e-6);
   qwen3.head_dim = 128;
   qwen3.qk_norm = true;
   p->push_back(Preset("qwen3-8b", qwen3, 8'190'735'360,
                       HfConfig("Qwen/Qwen3-8B") + "; count: HF num_parameters()"));
-  ModelSpec mixtral = WithVocab(Shape(32, 4096, 32, 8, 14336), 32000, 32768);
+  ModelSpec mixtral = Rope(WithVocab(Shape(32, 4096, 32, 8, 14336), 32000, 32768), 1e6, 1e-5);
   mixtral.moe.num_experts = 8;  // num_local_experts
   mixtral.moe.top_k = 2;        // num_experts_per_tok
   p->push_back(Preset("mixtral-8x7b", mixtral, 46'702'792'704,

@@ -70,9 +70,9 @@ Same hyper-parameters, passed to shardtune explicitly and replicated in PyTorch:
     one per micro-batch.) Only the summation order changes the losses.
   shardtune also gets --precision fp32 (its default is bf16), --attention eager (the PyTorch side
     is eager; a LibTorch < 2.0 build is eager anyway), --no-trace and --no-checkpoints.
-The PyTorch model matches executor/transformer.cc: LlamaRMSNorm in fp32 with eps 1e-5, rotary
-theta 10000 with rotate_half (shardtune hard-codes both, transformer.h: the spec has no field
-for them, so an HF config's rms_norm_eps / rope_theta are ignored on both sides), repeat_kv GQA,
+The PyTorch model matches executor/transformer.cc: LlamaRMSNorm in fp32 with the spec's norm_eps,
+rotary with the spec's rope_theta and rotate_half (an HF config's rms_norm_eps / rope_theta; the
+defaults 1e-5 and 10000; rope_scaling is refused here, plain RoPE only), repeat_kv GQA,
 scores * (1/sqrt(D)), causal mask, fp32 softmax, SwiGLU, optional q/k/v/o/MLP biases, qk_norm,
 tied embeddings. Layer-norm, GELU, learned-position (GPT-2/NeoX) and MoE models are refused.
 
@@ -124,27 +124,28 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-NORM_EPS = 1e-5  # executor/transformer.h TransformerOptions::norm_eps
-ROPE_THETA = 10000.0  # executor/transformer.h TransformerOptions::rope_theta
+NORM_EPS = 1e-5  # model/model_spec.cc kDefaultNormEps: a spec's norm_eps 0 means this
+ROPE_THETA = 10000.0  # model/model_spec.cc kDefaultRopeTheta: a spec's rope_theta 0 means this
 MIN_LR_RATIO, WSD_DECAY_FRACTION = 0.1, 0.2  # executor/lr_schedule.h LrOptions
 
 # ------------------------------------------------------------------------------------- model
 
 
 class RMSNorm(nn.Module):  # LlamaRMSNorm; executor/transformer.cc RmsNormPiece
-    def __init__(self, dim):
+    def __init__(self, dim, eps):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
 
     def forward(self, x):
         x32 = x.float()
         var = x32.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x32 * torch.rsqrt(var + NORM_EPS)).to(x.dtype)
+        return self.weight * (x32 * torch.rsqrt(var + self.eps)).to(x.dtype)
 
 
-def rotary(x):  # [B, heads, S, D]; Transformer::Rotary (offset 0: no context parallelism)
+def rotary(x, theta):  # [B, heads, S, D]; Transformer::Rotary (offset 0: no cp), plain RoPE
     S, D = x.shape[2], x.shape[3]
-    inv = torch.pow(ROPE_THETA, torch.arange(0, D, 2, dtype=torch.float32) / float(D)).reciprocal()
+    inv = torch.pow(theta, torch.arange(0, D, 2, dtype=torch.float32) / float(D)).reciprocal()
     freqs = torch.outer(torch.arange(0, S, dtype=torch.float32), inv)  # [S, D/2]
     emb = torch.cat([freqs, freqs], -1)  # [S, D]
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
@@ -162,8 +163,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(H, kv * D, bias=s["qkv_bias"])
         self.o_proj = nn.Linear(a * D, H, bias=s["attn_out_bias"])
         if s["qk_norm"]:
-            self.q_norm, self.k_norm = RMSNorm(D), RMSNorm(D)
+            self.q_norm, self.k_norm = RMSNorm(D, s["norm_eps"]), RMSNorm(D, s["norm_eps"])
         self.qk_norm = s["qk_norm"]
+        self.theta = s["rope_theta"]
 
     def forward(self, x):  # Transformer::Attention + Core (eager)
         B, S, _ = x.shape
@@ -173,7 +175,7 @@ class Attention(nn.Module):
         v = self.v_proj(x)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(q.transpose(1, 2)), rotary(k.transpose(1, 2))
+        q, k = rotary(q.transpose(1, 2), self.theta), rotary(k.transpose(1, 2), self.theta)
         v = v.reshape(B, S, kv, D).transpose(1, 2)
         if kv != a:  # repeat_kv
             k = k.unsqueeze(2).expand(B, kv, a // kv, S, D).reshape(B, a, S, D)
@@ -201,9 +203,9 @@ class Mlp(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, s):
         super().__init__()
-        self.input_layernorm = RMSNorm(s["hidden"])
+        self.input_layernorm = RMSNorm(s["hidden"], s["norm_eps"])
         self.self_attn = Attention(s)
-        self.post_attention_layernorm = RMSNorm(s["hidden"])
+        self.post_attention_layernorm = RMSNorm(s["hidden"], s["norm_eps"])
         self.mlp = Mlp(s)
 
     def forward(self, x):
@@ -216,7 +218,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(s["vocab_size"], s["hidden"])
         self.layers = nn.ModuleList(DecoderLayer(s) for _ in range(s["num_layers"]))
-        self.norm = RMSNorm(s["hidden"])
+        self.norm = RMSNorm(s["hidden"], s["norm_eps"])
 
 
 class LlamaForCausalLM(nn.Module):  # HF names: model.embed_tokens.weight, ..., lm_head.weight
@@ -266,10 +268,9 @@ def load_spec(a):
                 s["qkv_bias"] = True
             if mt == "qwen3":
                 s["qk_norm"] = True
-            for key, default in (("rms_norm_eps", NORM_EPS), ("rope_theta", ROPE_THETA)):
-                if key in j and j[key] != default:
-                    print(f"# note: {key} {j[key]} in {a.model} is ignored by shardtune (uses "
-                          f"{default}); the PyTorch side follows shardtune")
+            s["norm_eps"] = j.get("rms_norm_eps") or NORM_EPS
+            s["rope_theta"] = j.get("rope_theta") or ROPE_THETA
+            s["rope_scaling"] = j.get("rope_scaling")
         name = s.get("name", os.path.basename(a.model))
     else:
         r = subprocess.run([a.shardtune, "models", "--json"], capture_output=True, text=True)
@@ -279,7 +280,10 @@ def load_spec(a):
         if not found:
             sys.exit(f"--model {a.model}: not a preset of `shardtune models` nor a file")
         s, name = dict(found[0]["spec"]), a.model
-    defaults = {"norm": "rms_norm", "norm_bias": False, "mlp": "swiglu", "positions": "rotary",
+    if s.get("rope_scaling") and s["rope_scaling"].get("rope_type", s["rope_scaling"].get("type")) not in (None, "default"):
+        sys.exit(f"--model {a.model}: rope_scaling {s['rope_scaling']} is not reproduced by this "
+                 "benchmark's PyTorch model (plain RoPE only)")
+    defaults = {"norm": "rms_norm", "norm_bias": False, "norm_eps": NORM_EPS, "rope_theta": ROPE_THETA, "mlp": "swiglu", "positions": "rotary",
                 "qkv_bias": False, "attn_out_bias": False, "mlp_bias": False, "qk_norm": False,
                 "parallel_residual": False, "tied_embeddings": False}
     for k, v in defaults.items():

@@ -71,6 +71,63 @@ TEST(HfConfigTest, GptNeoxPythia160m) {
   EXPECT_EQ(s.mlp, MlpKind::kGelu);
 }
 
+// What the layers compute with (the executor uses it): the published configs' rope_theta,
+// rms_norm_eps / layer_norm_epsilon / layer_norm_eps, rotary_pct, and rope_scaling in both the
+// rope_scaling and the newer rope_parameters spelling.
+TEST(HfConfigTest, RotaryBaseScalingFractionAndEpsilonAreRead) {
+  ModelSpec l3 = ReadHfConfigFile(Data("llama3-8b.config.json"));
+  EXPECT_EQ(l3.rope_theta, 500000.0);
+  EXPECT_EQ(l3.norm_eps, 1e-5);
+  EXPECT_FALSE(l3.rope_scaling.enabled());
+  ModelSpec q = ReadHfConfigFile(Data("qwen2.5-7b.config.json"));
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_EQ(q.norm_eps, 1e-6);
+  ModelSpec neox = ReadHfConfigFile(Data("pythia-160m.config.json"));  // rotary_pct 0.25
+  EXPECT_EQ(neox.rotary_fraction, 0.25);
+  EXPECT_EQ(neox.rope_theta, 10000.0);  // rotary_emb_base
+  EXPECT_EQ(ReadHfConfigFile(Data("gpt2.config.json")).norm_eps, 1e-5);  // layer_norm_epsilon
+  // meta-llama/Llama-3.1-8B's config.json: Llama 3 8B's with 131072 positions and this.
+  nlohmann::json j = Load("llama3-8b.config.json");
+  j["max_position_embeddings"] = 131072;
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  ModelSpec l31 = ImportHfConfig(j, "config.json");
+  EXPECT_EQ(Shape(l31), Shape(FindModelPreset("llama3.1-8b")));
+  EXPECT_EQ(l31.rope_scaling.type, "llama3");
+  EXPECT_EQ(l31.rope_scaling.factor, 8.0);
+  // Newer transformers: rope_parameters carries rope_theta; "default" is plain RoPE.
+  j = Load("llama3-8b.config.json");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_theta", 250000.0}, {"rope_type", "default"}};
+  ModelSpec p = ImportHfConfig(j, "config.json");
+  EXPECT_EQ(p.rope_theta, 250000.0);
+  EXPECT_FALSE(p.rope_scaling.enabled());
+  // The model spec JSON keeps all of it.
+  EXPECT_EQ(ModelSpecToJson(ModelSpecFromJson(ModelSpecToJson(l31), "x.json")).dump(),
+            ModelSpecToJson(l31).dump());
+}
+
+TEST(HfConfigTest, BadRotaryKeysAreOneLineErrors) {
+  auto with = [](const char* key, const nlohmann::json& v) {
+    nlohmann::json j = Load("llama3-8b.config.json");
+    j[key] = v;
+    return j;
+  };
+  EXPECT_THAT([&] { ImportHfConfig(with("rope_scaling", "yes"), "config.json"); },
+              ThrowsMessage<InputError>(
+                  HasSubstr("config.json:/rope_scaling: expected an object or null")));
+  EXPECT_THAT(
+      [&] {
+        ImportHfConfig(with("rope_scaling", {{"rope_type", "llama3"}}), "config.json");
+      },
+      ThrowsMessage<InputError>(
+          HasSubstr("config.json:/rope_scaling/factor: expected a number > 0, got nothing")));
+  EXPECT_THAT([&] { ImportHfConfig(with("rms_norm_eps", -1), "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/rms_norm_eps")));
+  EXPECT_THAT([&] { ImportHfConfig(with("rope_theta", "big"), "config.json"); },
+              ThrowsMessage<InputError>(HasSubstr("config.json:/rope_theta")));
+}
+
 TEST(HfConfigTest, Qwen2MoeSharedExpertAndGate) {
   // Qwen1.5-MoE-A2.7B: 60 experts of 1408, one shared expert of 5632 with a sigmoid gate, q/k/v
   // bias. HF lists it as 14.3B parameters.

@@ -1,0 +1,106 @@
+// The executor's rotary frequencies follow the model spec: rope_theta, and rope_scaling "linear"
+// and "llama3" as transformers' modeling_rope_utils.py computes them (a double-precision
+// reference written here from that file's formulas); other schemes and partial rotary are
+// refused by name before a rank starts.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "executor/transformer.h"
+#include "executor/transformer_support.h"
+#include "model/presets.h"
+
+namespace shardtune::exec {
+namespace {
+
+using ::testing::HasSubstr;
+
+// _compute_default_rope_parameters and _compute_llama3_parameters, in doubles.
+std::vector<double> Reference(int64_t D, double theta, const model::RopeScaling& r) {
+  std::vector<double> inv;
+  for (int64_t i = 0; i < D; i += 2) {
+    inv.push_back(1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(D)));
+  }
+  for (double& f : inv) {
+    if (r.type == "linear") f /= r.factor;
+    if (r.type != "llama3") continue;
+    double old_ctx = static_cast<double>(r.original_max_position_embeddings);
+    double wavelen = 2 * M_PI / f;
+    if (wavelen < old_ctx / r.high_freq_factor) continue;  // high frequency: kept
+    if (wavelen > old_ctx / r.low_freq_factor) {           // low frequency: / factor
+      f /= r.factor;
+      continue;
+    }
+    double smooth =
+        (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    f = (1 - smooth) * f / r.factor + smooth * f;
+  }
+  return inv;
+}
+
+void ExpectFrequencies(const model::ModelSpec& spec) {
+  model::ModelSpec s = spec;
+  s.FillDefaults();
+  TransformerOptions o;
+  o.rope_theta = s.rope_theta;
+  o.rope_scaling = s.rope_scaling;
+  Transformer t(s, o);
+  at::Tensor got = t.InverseFrequencies(s.head_dim, at::TensorOptions().dtype(at::kFloat));
+  std::vector<double> want = Reference(s.head_dim, s.rope_theta, s.rope_scaling);
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  double max_rel = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double g = got[static_cast<int64_t>(i)].item<double>();
+    max_rel = std::max(max_rel, std::abs(g - want[i]) / want[i]);
+  }
+  EXPECT_LT(max_rel, 1e-5) << s.name << " (fp32 against double)";
+}
+
+model::ModelSpec Small(model::ModelSpec s) {  // the preset's rotary settings on a small body
+  s.num_layers = 1;
+  s.hidden = 512;
+  s.num_heads = 4;
+  s.num_kv_heads = 4;
+  s.head_dim = 128;
+  s.ffn_hidden = 256;
+  s.vocab_size = 256;
+  return s;
+}
+
+TEST(RotaryTest, FrequenciesFollowThetaAndLlama3AndLinearScaling) {
+  ExpectFrequencies(Small(model::FindModelPreset("tiny-llama")));   // 10000, plain
+  ExpectFrequencies(Small(model::FindModelPreset("llama3-8b")));    // 500000, plain
+  model::ModelSpec l31 = Small(model::FindModelPreset("llama3.1-8b"));
+  ASSERT_EQ(l31.rope_scaling.type, "llama3");
+  ExpectFrequencies(l31);
+  ExpectFrequencies(Small(model::FindModelPreset("llama3.2-1b")));  // llama3, factor 32
+  model::ModelSpec linear = Small(model::FindModelPreset("tiny-llama"));
+  linear.rope_scaling.type = "linear";
+  linear.rope_scaling.factor = 4;
+  ExpectFrequencies(linear);
+  // Llama 3.1's scaling moves the low frequencies: the two presets' tables differ.
+  TransformerOptions plain, scaled;
+  plain.rope_theta = scaled.rope_theta = 500000;
+  scaled.rope_scaling = l31.rope_scaling;
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  EXPECT_FALSE(at::allclose(Transformer(l31, plain).InverseFrequencies(128, f32),
+                            Transformer(l31, scaled).InverseFrequencies(128, f32)));
+}
+
+TEST(RotaryTest, OtherScalingSchemesAndPartialRotaryAreRefusedByName) {
+  model::ModelSpec s = model::FindModelPreset("tiny-llama");
+  s.rope_scaling.type = "yarn";
+  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("rope_scaling \"yarn\" is not implemented"));
+  s.rope_scaling.type = "llama3";
+  EXPECT_EQ(TransformerSupportProblem(s), "");
+  s.rotary_fraction = 0.25;
+  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("partial rotary"));
+}
+
+}  // namespace
+}  // namespace shardtune::exec
