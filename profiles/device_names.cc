@@ -16,7 +16,8 @@ namespace {
 std::set<std::string> Tokens(const std::string& name) {
   std::string s;
   for (char c : name) {
-    s += (c == '-' || c == '_') ? ' ' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    s += (c == '-' || c == '_') ? ' '
+                                : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
   std::set<std::string> out;
   std::istringstream in(s);
@@ -86,7 +87,8 @@ DeviceMatch MatchCudaDevice(const std::string& device_name, Bytes total_memory) 
       if (g == nullptr) continue;
       if (total_memory.count() <= 0) {
         // Unknown memory: the capacity written in the name ("40GB"), else the family's first.
-        std::string gb = std::to_string(static_cast<int>(std::lround(g->marketed_memory.gb()))) + "GB";
+        std::string gb =
+            std::to_string(static_cast<int>(std::lround(g->marketed_memory.gb()))) + "GB";
         if (best == nullptr || tokens.count(gb) != 0) best = g;
         continue;
       }

@@ -34,7 +34,14 @@ int64_t AllocatorSegmentSize(int64_t rounded_bytes);
 // block returned (free_requested and free_completed: no cross-stream uses are pending in a
 // replay), segments cudaFree'd by release_cached_blocks, a failed request.
 struct AllocatorTraceEvent {
-  enum class Action : uint8_t { kSegmentAlloc, kAlloc, kFreeRequested, kFreeCompleted, kSegmentFree, kOom };
+  enum class Action : uint8_t {
+    kSegmentAlloc,
+    kAlloc,
+    kFreeRequested,
+    kFreeCompleted,
+    kSegmentFree,
+    kOom
+  };
   Action action = Action::kAlloc;
   int64_t addr = 0;
   int64_t size = 0;  // the block's (rounded) or segment's bytes; kOom: the request

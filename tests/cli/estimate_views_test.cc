@@ -37,8 +37,8 @@ std::string RandomCommand(std::mt19937_64& rng) {
       rng, {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"});
   c << " --strategy " << strategy;
   if (strategy.rfind("hybrid", 0) == 0) c << " --shard-group " << Pick<int>(rng, {2, 4});
-  c << " --micro-batch " << Pick<int>(rng, {1, 2, 4}) << " --grad-accum " << Pick<int>(rng, {1, 2, 3})
-    << " --seq-len " << Pick<int>(rng, {1024, 2048, 4096})
+  c << " --micro-batch " << Pick<int>(rng, {1, 2, 4}) << " --grad-accum "
+    << Pick<int>(rng, {1, 2, 3}) << " --seq-len " << Pick<int>(rng, {1024, 2048, 4096})
     << " --checkpointing " << Pick<std::string>(rng, {"none", "full", "selective", "every:2"})
     << " --offload " << Pick<std::string>(rng, {"none", "optimizer", "all"});
   if (rng() % 3 == 0) c << " --no-sync";
@@ -130,7 +130,8 @@ TEST(EstimateViewsTest, TextShowsTheJsonFiguresAndTheSummaryIsTheDecidingPhase) 
     for (const Json& ph : j.at("phases").at("list")) {
       std::string name = ph.at("phase");
       if (name == "steady step") steady = &ph;
-      std::istringstream row(Line(text, name + "  ").substr(Line(text, name + "  ").find(name) + name.size()));
+      std::istringstream row(
+          Line(text, name + "  ").substr(Line(text, name + "  ").find(name) + name.size()));
       std::string alloc, alloc_unit, req, req_unit, verdict, host, host_unit;
       row >> alloc >> alloc_unit >> req >> req_unit >> verdict >> host >> host_unit;
       EXPECT_EQ(alloc + " " + alloc_unit, Gib(ph.at("allocated_peak_bytes"))) << name;

@@ -28,8 +28,9 @@ TEST(BlasInfoTest, DebianAlternativesPathsAndVendorEntryPointsClassify) {
   const std::string ref = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0";
   const std::string ob = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3";
   EXPECT_EQ(ClassifyBlas(ref, false, false, false, false), BlasVendor::kReference);
-  EXPECT_EQ(ClassifyBlas("/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3", false, false, false, false),
-            BlasVendor::kAtlas);
+  EXPECT_EQ(
+      ClassifyBlas("/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3", false, false, false, false),
+      BlasVendor::kAtlas);
   // The entry points decide over the path: an OpenBLAS installed under any name.
   EXPECT_EQ(ClassifyBlas(ref, true, false, false, false), BlasVendor::kOpenBlas);
   EXPECT_EQ(ClassifyBlas(ob, false, false, false, false), BlasVendor::kOpenBlas);

@@ -194,13 +194,16 @@ TEST(MemorySnapshotTest, BadNamesAndUnwritablePathsAreOneLineErrorsWithNoFileLef
   auto spec = model::FindModelPreset("tiny-llama");
   auto c = profiles::ParseClusterShorthand("2xH100");
   MemoryEstimate est = EstimateMemoryWithProgram(spec, c, plan, MemoryOptions{}, false);
-  EXPECT_THAT([&] { CheckSnapshotName("memory.json", "--memory-snapshot"); },
-              ::testing::ThrowsMessage<InputError>(HasSubstr(
-                  "--memory-snapshot: expected a file name ending in .pickle, got \"memory.json\"")));
+  EXPECT_THAT(
+      [&] { CheckSnapshotName("memory.json", "--memory-snapshot"); },
+      ::testing::ThrowsMessage<InputError>(HasSubstr(
+          "--memory-snapshot: expected a file name ending in .pickle, got \"memory.json\"")));
   const std::string dir = "/nonexistent-shardtune-dir";
-  EXPECT_THAT([&] { WriteMemorySnapshot(dir + "/m.pickle", "--memory-snapshot", est.program,
-                                        est.report, "t"); },
-              ::testing::ThrowsMessage<InputError>(HasSubstr(dir + "/m.pickle: cannot write")));
+  EXPECT_THAT(
+      [&] {
+        WriteMemorySnapshot(dir + "/m.pickle", "--memory-snapshot", est.program, est.report, "t");
+      },
+      ::testing::ThrowsMessage<InputError>(HasSubstr(dir + "/m.pickle: cannot write")));
   EXPECT_NE(::access((dir + "/m.pickle").c_str(), F_OK), 0);
 }
 
