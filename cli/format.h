@@ -1,4 +1,4 @@
-// Human formatting of numbers for the CLI (only cli/ formats for people, STYLE.md §4).
+// Human formatting of numbers for the CLI (only cli/ formats for people, README.md "Conventions").
 #pragma once
 
 #include <cstdint>

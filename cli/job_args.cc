@@ -19,7 +19,8 @@ sim::ModelLoad ParseLoad(const std::string& s) {
   throw InputError("--model-load: expected every-rank, rank0 or meta, got \"" + s + "\"");
 }
 
-// "64GiB", "512MiB", "1.5TiB", "1000000" (bytes); binary units (capacities, STYLE.md §4).
+// "64GiB", "512MiB", "1.5TiB", "1000000" (bytes); binary units (capacities, README.md
+// "Conventions").
 Bytes ParseHostLimit(const std::string& s) {
   const std::string where = "--host-memory-limit";
   size_t pos = 0;

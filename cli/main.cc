@@ -1,5 +1,5 @@
 // The shardtune command line. Only this file catches: errors print one line "error: ..." on
-// stderr and exit 1 (bad input), 3 (backend) or 70 (internal), STYLE.md §5.
+// stderr and exit 1 (bad input), 3 (backend) or 70 (internal), README.md "Conventions".
 // Built twice (cli/CMakeLists.txt): `shardtune` without the executor, which hands `run` to
 // `shardtune-exec`, and `shardtune-exec` with it (SHARDTUNE_CLI_WITH_EXECUTOR).
 #include <cstring>

@@ -1,4 +1,4 @@
-// The plan flags every planning subcommand shares (DESIGN.md "Plan flags"): one spelling per
+// The plan flags every planning subcommand shares (README.md, plan flags): one spelling per
 // concept. Precedence, lowest first: defaults < --plan < each --from config in command-line order
 // < each plan flag given on the command line.
 #pragma once

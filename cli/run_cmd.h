@@ -1,4 +1,4 @@
-// `shardtune run`: train a plan for real (DESIGN.md "Executor"). Without RANK/WORLD_SIZE in the
+// `shardtune run`: train a plan for real (executor/README.md). Without RANK/WORLD_SIZE in the
 // environment it validates the inputs and either runs the single rank in this process or
 // launches --nproc local ranks of this same program; with them (torchrun --no-python, Slurm,
 // or our own launcher) this process is one rank.

@@ -1,7 +1,8 @@
-// The Communicator seam (STYLE.md §9): the collectives the FSDP runtime needs, over one process
-// group. Implementations: Gloo through c10d (CPU, real processes; gloo_communicator.h), NCCL on
-// CUDA streams (nccl_communicator.h, only with SHARDTUNE_WITH_NCCL) and Emulated (below).
-// Every call records kind, total size, group size and time in the shared CollectiveLog.
+// The Communicator seam (README.md "Architecture", "Conventions"): the collectives the FSDP
+// runtime needs, over one process group. Implementations: Gloo through c10d (CPU, real processes;
+// gloo_communicator.h), NCCL on CUDA streams (nccl_communicator.h, only with SHARDTUNE_WITH_NCCL)
+// and Emulated (below). Every call records kind, total size, group size and time in the shared
+// CollectiveLog.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,6 @@
-// Errors from the backends the executor drives (c10d, Gloo, NCCL, CUDA, the OS), STYLE.md §5:
-// foreign errors are wrapped where they enter, with the call, file:line and the rank.
+// Errors from the backends the executor drives (c10d, Gloo, NCCL, CUDA, the OS), README.md
+// "Conventions": foreign errors are wrapped where they enter, with the call, file:line and the
+// rank.
 #pragma once
 
 #include <stdexcept>

@@ -1,6 +1,7 @@
 // SHARDTUNE_NCCL_CHECK / SHARDTUNE_CUDA_CHECK: a failed NCCL or CUDA call becomes an
-// exec::BackendError naming the call, file:line, the library's message and the rank (STYLE.md §5,
-// as nccl-tests' NCCLCHECK). Only translation units built with SHARDTUNE_WITH_NCCL include this.
+// exec::BackendError naming the call, file:line, the library's message and the rank (README.md
+// "Conventions", as nccl-tests' NCCLCHECK). Only translation units built with SHARDTUNE_WITH_NCCL
+// include this.
 #pragma once
 
 #include <cuda_runtime_api.h>

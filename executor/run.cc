@@ -173,7 +173,7 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
   d.run.data = t.data_description();
   d.run.parameters = model::ParameterCount(o.spec);
   // 6N per token for the matmuls' forward + backward plus 12·L·H·S for attention scores
-  // (DESIGN.md's MFU convention, Narayanan et al. 2021).
+  // (the README's MFU convention, Narayanan et al. 2021).
   d.run.model_flops_per_token = 6.0 * static_cast<double>(d.run.parameters) +
                                 12.0 * o.spec.num_layers * static_cast<double>(o.spec.hidden) *
                                     static_cast<double>(t.seq_len());

@@ -1,5 +1,6 @@
-// The three error kinds (STYLE.md §5): InputError for bad user input, InternalError for broken
-// invariants (SHARDTUNE_CHECK, active in every build type). Expected outcomes are values, not errors.
+// The three error kinds (README.md "Conventions"): InputError for bad user input, InternalError
+// for broken invariants (SHARDTUNE_CHECK, active in every build type). Expected outcomes are
+// values, not errors.
 #pragma once
 
 #include <sstream>
@@ -23,7 +24,7 @@ class InternalError : public std::logic_error {
 };
 
 // Throws one InputError listing every problem, joined by "; " (Validate() reports all problems
-// together, STYLE.md §6). Does nothing when `problems` is empty.
+// together, README.md "Conventions"). Does nothing when `problems` is empty.
 inline void ThrowIfProblems(const std::vector<std::string>& problems) {
   if (problems.empty()) return;
   std::string msg;

@@ -1,4 +1,4 @@
-// The model spec: a decoder-only transformer described by its shape (DESIGN.md "model spec").
+// The model spec: a decoder-only transformer described by its shape (README.md "Architecture").
 // Plain data with documented defaults; Validate() checks every cross-field rule at once.
 #pragma once
 

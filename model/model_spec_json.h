@@ -1,5 +1,6 @@
-// JSON glue for ModelSpec (STYLE.md §6): the "shardtune.model" schema, version 1. Strict: unknown
-// keys are errors; parsing checks types, then ModelSpec::Validate() reports every range problem.
+// JSON glue for ModelSpec (README.md "Conventions"): the "shardtune.model" schema, version 1.
+// Strict: unknown keys are errors; parsing checks types, then ModelSpec::Validate() reports every
+// range problem.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// The training plan: every FSDP knob shardtune estimates, simulates, tunes and runs (DESIGN.md
-// "plan"). Names follow PyTorch FSDP2 (STYLE.md §3). Defaults are what a user of fully_shard gets.
+// The training plan: every FSDP knob shardtune estimates, simulates, tunes and runs (README.md
+// "Architecture"). Names follow PyTorch FSDP2 (README.md "Conventions"). Defaults are what a user
+// of fully_shard gets.
 #pragma once
 
 #include <cstdint>
@@ -108,8 +109,8 @@ struct Plan {
   CpFsdpMesh cp_fsdp_mesh = CpFsdpMesh::kDpCp;
   Role role = Role::kTrain;
   // Parameters whose HF name starts with one of these are frozen (no gradient, no reduction, no
-  // optimizer state; still sharded and gathered): ROLL freeze_module_prefix, e.g. "model.embed_tokens",
-  // "model.layers.0.", "visual.".
+  // optimizer state; still sharded and gathered): ROLL freeze_module_prefix, e.g.
+  // "model.embed_tokens", "model.layers.0.", "visual.".
   std::vector<std::string> frozen_prefixes;
   LoraSpec lora;
   // Tiled MLP (ROLL apply_tiled_mlp / tiled_num_shards): the MLP runs over sequence tiles; 1: off.
@@ -133,13 +134,14 @@ struct Plan {
   // Every problem with the plan for this world size and model depth (empty when valid), each as
   // "where:/key: expected ..., got ...". Rules: micro_batch, grad_accum, checkpoint_every_k,
   // max_inflight_allgathers >= 1; seq_len 0 (max_seq_len) or in [1, max_seq_len] where the caller
-  // passes ModelSpec::SeqLenLimit() as max_seq_len (rotary models accept longer sequences); the resolved
-  // shard group divides world (FULL_SHARD / SHARD_GRAD_OP: 0 or world; NO_SHARD: 0 or 1; hybrid:
-  // <= world, equal is one replica); wrap every_k >= 1, size min_num_params >= 1, ranges cover
-  // blocks 0..num_layers-1 in order without gaps or overlaps. no_sync with grad_accum 1 is allowed
-  // (it has no effect); offload with NO_SHARD is allowed. cp >= 1 divides world and seq_len (when
-  // given); tiled_mlp_shards >= 1; lora rank >= 0 with targets when > 0; frozen prefixes non-empty.
-  // Checks that need the model (cp vs heads, names vs modules) live with the model code.
+  // passes ModelSpec::SeqLenLimit() as max_seq_len (rotary models accept longer sequences); the
+  // resolved shard group divides world (FULL_SHARD / SHARD_GRAD_OP: 0 or world; NO_SHARD: 0 or 1;
+  // hybrid: <= world, equal is one replica); wrap every_k >= 1, size min_num_params >= 1, ranges
+  // cover blocks 0..num_layers-1 in order without gaps or overlaps. no_sync with grad_accum 1 is
+  // allowed (it has no effect); offload with NO_SHARD is allowed. cp >= 1 divides world and
+  // seq_len (when given); tiled_mlp_shards >= 1; lora rank >= 0 with targets when > 0; frozen
+  // prefixes non-empty. Checks that need the model (cp vs heads, names vs modules) live with the
+  // model code.
   std::vector<std::string> Problems(const std::string& where, int world, int gpus_per_node,
                                     int num_layers, int64_t max_seq_len) const;
   // The shard group size after defaults, for a world of `world` ranks: shard_group_size when

@@ -1,5 +1,6 @@
-// JSON glue for Plan (STYLE.md §6): the "shardtune.plan" schema, version 1. Strict: unknown keys
-// are errors naming their JSON pointer; enum values must be one of the names ToString() prints.
+// JSON glue for Plan (README.md "Conventions"): the "shardtune.plan" schema, version 1. Strict:
+// unknown keys are errors naming their JSON pointer; enum values must be one of the names
+// ToString() prints.
 #pragma once
 
 #include <string>

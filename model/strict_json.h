@@ -1,6 +1,6 @@
-// Strict JSON reading shared by every input file (STYLE.md §6): required keys via Required*,
-// optional keys with their documented default, unknown keys rejected by Finish(). Every error is
-// an InputError naming "file:/json/pointer", what was expected and what was found.
+// Strict JSON reading shared by every input file (README.md "Conventions"): required keys via
+// Required*, optional keys with their documented default, unknown keys rejected by Finish(). Every
+// error is an InputError naming "file:/json/pointer", what was expected and what was found.
 #pragma once
 
 #include <cstdint>

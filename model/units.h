@@ -1,5 +1,6 @@
-// Strong unit types (STYLE.md §4): bytes, FLOPs, seconds and their rates. No implicit conversion
-// to or from double; only meaningful operators exist. GB = 1e9 (bandwidth), GiB = 2^30 (capacity).
+// Strong unit types (README.md "Conventions"): bytes, FLOPs, seconds and their rates. No implicit
+// conversion to or from double; only meaningful operators exist. GB = 1e9 (bandwidth), GiB = 2^30
+// (capacity).
 #pragma once
 
 #include <cmath>

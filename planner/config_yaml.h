@@ -1,5 +1,5 @@
 // A reader for the YAML subset trainer configs are written in (Accelerate, ROLL, verl): no YAML
-// library is among the project's dependencies (DESIGN.md "Build"), so this is a small, strict one.
+// library is among the project's dependencies (README.md set-up), so this is a small, strict one.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // The cluster spec: nodes x GPUs of one kind, the links inside and between nodes, host memory.
 // Built from a JSON file or a shorthand such as "8xH100", "2x8xA100-80G", "16x8xH100-ib400",
-// "12x8xH100-roce800/node" or "cpu:4" (DESIGN.md "--cluster").
+// "12x8xH100-roce800/node" or "cpu:4" (README.md, --cluster).
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// JSON glue for the hardware catalog (STYLE.md §6): GPU and link objects as they appear in
-// profiles/gpus.json, profiles/links.json and inline in a cluster file. Internal to profiles/.
+// JSON glue for the hardware catalog (README.md "Conventions"): GPU and link objects as they
+// appear in profiles/gpus.json, profiles/links.json and inline in a cluster file. Internal to
+// profiles/.
 #pragma once
 
 #include <string>

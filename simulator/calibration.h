@@ -1,6 +1,7 @@
-// Closing the loop (DESIGN.md "measurements.json -> simulator calibration -> profiles"): what the
-// simulator predicts for a measured run, side by side with what was measured (`validate`), and
-// least-squares fits of the cost model's constants to many measured runs (`calibrate`).
+// Closing the loop (README.md "Architecture": measurements.json -> validate / calibrate ->
+// --profile): what the simulator predicts for a measured run, side by side with what was measured
+// (`validate`), and least-squares fits of the cost model's constants to many measured runs
+// (`calibrate`).
 #pragma once
 
 #include <string>
@@ -60,8 +61,9 @@ struct ComparisonRow {
 // span, each collective (kind, group, size) with a peer, peak allocated (vs tracked) and peak
 // required (vs RSS), and per measured job phase its predicted allocated peak vs the worst
 // rank's tracked peak ("memory: step 0 peak", "memory: steady peak", "memory: save peak", ...;
-// on CUDA tracked is the allocator's allocated peak). Left out: rows whose measured value is 0, spans the program has no work
-// for, and collectives seen only in the first step of a run that has steady figures (start-up).
+// on CUDA tracked is the allocator's allocated peak). Left out: rows whose measured value is 0,
+// spans the program has no work for, and collectives seen only in the first step of a run that has
+// steady figures (start-up).
 std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
                                       const CostConstants& costs);
 
@@ -101,7 +103,8 @@ void FitProbedCollectives(const std::vector<profiles::CollectiveSample>& samples
 // the step, collective rows relative to their time):
 //  - compute: t = matmul/(peak·e_mm) + attention/(peak·e_att) + bytes/(bw·e_mem) + overhead, over
 //    every (segment, phase) span and the optimizer (the memory-bound class);
-//  - collectives, per bottleneck link family and group size: t = latency[kind] + S·f(kind, n)/busbw;
+//  - collectives, per bottleneck link family and group size: t = latency[kind] + S·f(kind,
+// n)/busbw;
 //  - memory overheads: rss - tracked = context + per_communicator·communicators + frag·tracked.
 // Each fit's residual goes to profile.fits. Terms without measurements keep base's values.
 // REQUIRES: runs non-empty.

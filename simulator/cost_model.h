@@ -1,4 +1,4 @@
-// Pure cost models (STYLE.md §7): compute time of an op on a GPU and collective time over a
+// Pure cost models (simulator/README.md): compute time of an op on a GPU and collective time over a
 // group of ranks on the topology. Terms are named: latency + serialization. Every constant that
 // is not a datasheet figure is named here with its source; a calibrated profile replaces it.
 #pragma once
@@ -32,7 +32,7 @@ struct CollectiveCalibration {
 
 struct CostConstants {
   // Achieved fraction of the dense tensor-core peak for large GEMMs: 790-798 TFLOP/s measured for
-  // an 8192^3 bf16 matmul on an H100 SXM (DESIGN.md; shared/validation h100-matmul-bf16-measured)
+  // an 8192^3 bf16 matmul on an H100 SXM (measured on an H100: executor/README.md)
   // of 989.4 TFLOP/s.
   double matmul_efficiency = 0.807;
   // Flash attention: FlashAttention-2 (Dao 2023) reports 50-73% of A100 peak forward and ~40%

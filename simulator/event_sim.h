@@ -1,10 +1,11 @@
-// Discrete-event schedule of a StepProgram on one rank's streams (STYLE.md §7). An op starts
-// when every op it depends on has finished, its stream is free (streams run their ops in
+// Discrete-event schedule of a StepProgram on one rank's streams (simulator/README.md). An op
+// starts when every op it depends on has finished, its stream is free (streams run their ops in
 // program order) and the host has issued it: one host thread issues the ops in program order,
 // spending OpCost::host_ns on each, and before an op marked host_sync it first waits for every
-// earlier op to finish (so a launch-bound step is as slow as its host work). Collectives spend their latency term alone, then transfer; transfers that use
-// the same link at the same time share its bandwidth equally (fluid model). Equal times fire in
-// insertion order (a priority queue on (time, seq)), so schedules are deterministic.
+// earlier op to finish (so a launch-bound step is as slow as its host work). Collectives spend
+// their latency term alone, then transfer; transfers that use the same link at the same time share
+// its bandwidth equally (fluid model). Equal times fire in insertion order (a priority queue on
+// (time, seq)), so schedules are deterministic.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,7 @@ struct Schedule {
 // REQUIRES: costs.size() == program.ops.size(); dependencies point to earlier ops.
 Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs);
 
-// Simulator time is int64 ns; seconds convert by rounding to nearest (STYLE.md §4).
+// Simulator time is int64 ns; seconds convert by rounding to nearest (README.md "Conventions").
 int64_t ToNanos(double seconds);
 
 }  // namespace shardtune::sim

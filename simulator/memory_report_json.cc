@@ -1,4 +1,4 @@
-// MemoryReport -> JSON with units in every key (STYLE.md §6).
+// MemoryReport -> JSON with units in every key (README.md "Conventions").
 #include "simulator/memory_report_json.h"
 
 namespace shardtune::sim {

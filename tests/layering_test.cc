@@ -1,8 +1,9 @@
-// Checks every #include of ours against the allowed dependency edges (DESIGN.md "Layers",
-// STYLE.md §1): model and profiles depend on nothing of ours (profiles may use the vocabulary
-// headers model/units.h, model/errors.h, model/strict_json.h and model/dtype.h), simulator on
-// model and profiles, planner on simulator, executor on model and profiles only, cli on
-// everything. Public headers outside the executor never include Torch, Boost or Eigen.
+// Checks every #include of ours against the allowed dependency edges (README.md "Architecture",
+// README.md "Architecture", "Conventions"): model and profiles depend on nothing of ours (profiles
+// may use the vocabulary headers model/units.h, model/errors.h, model/strict_json.h and
+// model/dtype.h), simulator on model and profiles, planner on simulator, executor on model and
+// profiles only, cli on everything. Public headers outside the executor never include Torch, Boost
+// or Eigen.
 #include <filesystem>
 #include <fstream>
 #include <map>

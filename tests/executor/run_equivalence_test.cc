@@ -1,4 +1,4 @@
-// The proof that the sharding is right (DESIGN.md "Executor"): N ranks of `shardtune run`
+// The proof that the sharding is right (executor/README.md): N ranks of `shardtune run`
 // (real processes, Gloo on 127.0.0.1) give the loss curve of 1 rank at the same global batch,
 // for every strategy, with gradient accumulation, clipping, activation checkpointing and
 // sharded checkpoints on. The reference is an independent 1-process run of the same command.

@@ -197,7 +197,7 @@ def main():
     steady = [s["time_s"] for s in steps[2:]] or [steps[-1]["time_s"]]
     med = statistics.median(steady)
     L, H, S = cfg.num_hidden_layers, cfg.hidden_size, a.seq
-    flops_per_token = 6 * n_params + 12 * L * H * S  # DESIGN.md's MFU convention
+    flops_per_token = 6 * n_params + 12 * L * H * S  # the README's MFU convention
     result = {
         "config": vars(a),
         "n_params": n_params,
