@@ -17,30 +17,28 @@
 #include "cli/estimate_cmd.h"
 #include "cli/format.h"
 #include "model/errors.h"
+#include "tests/simulator/random_plan.h"
 
 namespace shardtune::cli {
 namespace {
 
 using Json = nlohmann::json;
 
-template <typename T>
-T Pick(std::mt19937_64& rng, const std::vector<T>& v) {
-  return v[static_cast<size_t>(rng() % v.size())];
-}
+using sim::testing::PickOf;
 
 // A random estimate command line; about a third of them run out of memory.
 std::string RandomCommand(std::mt19937_64& rng) {
   std::ostringstream c;
-  c << "estimate --model " << Pick<std::string>(rng, {"llama3.2-1b", "qwen2.5-7b", "llama3-8b"})
-    << " --cluster " << Pick<std::string>(rng, {"8xH100", "4xRTX4090", "2x4xA100-40G"});
-  std::string strategy = Pick<std::string>(
+  c << "estimate --model " << PickOf<std::string>(rng, {"llama3.2-1b", "qwen2.5-7b", "llama3-8b"})
+    << " --cluster " << PickOf<std::string>(rng, {"8xH100", "4xRTX4090", "2x4xA100-40G"});
+  std::string strategy = PickOf<std::string>(
       rng, {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"});
   c << " --strategy " << strategy;
-  if (strategy.rfind("hybrid", 0) == 0) c << " --shard-group " << Pick<int>(rng, {2, 4});
-  c << " --micro-batch " << Pick<int>(rng, {1, 2, 4}) << " --grad-accum "
-    << Pick<int>(rng, {1, 2, 3}) << " --seq-len " << Pick<int>(rng, {1024, 2048, 4096})
-    << " --checkpointing " << Pick<std::string>(rng, {"none", "full", "selective", "every:2"})
-    << " --offload " << Pick<std::string>(rng, {"none", "optimizer", "all"});
+  if (strategy.rfind("hybrid", 0) == 0) c << " --shard-group " << PickOf<int>(rng, {2, 4});
+  c << " --micro-batch " << PickOf<int>(rng, {1, 2, 4}) << " --grad-accum "
+    << PickOf<int>(rng, {1, 2, 3}) << " --seq-len " << PickOf<int>(rng, {1024, 2048, 4096})
+    << " --checkpointing " << PickOf<std::string>(rng, {"none", "full", "selective", "every:2"})
+    << " --offload " << PickOf<std::string>(rng, {"none", "optimizer", "all"});
   if (rng() % 3 == 0) c << " --no-sync";
   if (rng() % 3 == 0) c << " --cp 2";
   if (rng() % 4 == 0) c << " --lora-rank 8 --lora-targets q_proj,v_proj";
@@ -91,8 +89,7 @@ void ExpectShows(const std::string& line, const std::string& after, const std::s
 }
 
 TEST(EstimateViewsTest, TextShowsTheJsonFiguresAndTheSummaryIsTheDecidingPhase) {
-  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261125;
+  const uint64_t seed = sim::testing::TestSeed(20261125);
   SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   int checked = 0, oom = 0, refused = 0;

@@ -144,16 +144,19 @@ print(f"events={len(d['device_traces'][0])} peak_allocated={peak_a} peak_reserve
 
 struct Case {
   MemoryEstimate est;
-  std::string snapshot_path;
+  std::string check;  // kCheckSnapshot's output on the snapshot of `est`
 };
 
+// Estimates `plan`, writes its snapshot, checks it in Python and removes it.
 Case Estimate(const std::string& model, const std::string& cluster, const model::Plan& plan) {
   auto spec = model::FindModelPreset(model);
   auto c = profiles::ParseClusterShorthand(cluster);
   Case k;
   k.est = EstimateMemoryWithProgram(spec, c, plan, MemoryOptions{}, false);
-  k.snapshot_path = Temp(model + ".pickle");
-  WriteMemorySnapshot(k.snapshot_path, "--memory-snapshot", k.est.program, k.est.report, "test");
+  const std::string path = Temp(model + ".pickle");
+  WriteMemorySnapshot(path, "--memory-snapshot", k.est.program, k.est.report, "test");
+  k.check = Python(kCheckSnapshot, path);
+  std::remove(path.c_str());
   return k;
 }
 
@@ -163,17 +166,15 @@ TEST(MemorySnapshotTest, TraceRebuildsTheFinalSegmentsAndTheReplaysPeaks) {
   plan.grad_accum = 2;
   Case k = Estimate("llama3.2-1b", "8xH100", plan);
   ASSERT_TRUE(k.est.report.fits);
-  std::string out = Python(kCheckSnapshot, k.snapshot_path);
-  std::remove(k.snapshot_path.c_str());
   // The same program through the allocator model's own counters.
   AllocatorReplay replay = ReplayAllocator(k.est.program, 0);
   std::ostringstream want;
   want << "peak_allocated=" << replay.allocated_peak_bytes
        << " peak_reserved=" << replay.reserved_peak_bytes << " final_ok=1 oom=0\n";
-  EXPECT_THAT(out, HasSubstr(want.str())) << out;
+  EXPECT_THAT(k.check, HasSubstr(want.str())) << k.check;
   // Every tensor event leaves at least one trace event (alloc, or free_requested + completed).
   size_t events = 0;
-  ASSERT_EQ(std::sscanf(out.c_str(), "events=%zu", &events), 1) << out;
+  ASSERT_EQ(std::sscanf(k.check.c_str(), "events=%zu", &events), 1) << k.check;
   EXPECT_GE(events, k.est.program.tensors.size());
 }
 
@@ -183,9 +184,7 @@ TEST(MemorySnapshotTest, APlanThatRunsOutEndsWithAnOomEvent) {
   plan.micro_batch = 4;
   Case k = Estimate("llama3-8b", "8xH100", plan);
   ASSERT_FALSE(k.est.report.fits);
-  std::string out = Python(kCheckSnapshot, k.snapshot_path);
-  std::remove(k.snapshot_path.c_str());
-  EXPECT_THAT(out, HasSubstr("final_ok=1 oom=1")) << out;
+  EXPECT_THAT(k.check, HasSubstr("final_ok=1 oom=1")) << k.check;
 }
 
 TEST(MemorySnapshotTest, BadNamesAndUnwritablePathsAreOneLineErrorsWithNoFileLeft) {

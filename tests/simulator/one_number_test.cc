@@ -43,8 +43,7 @@ const PhaseMemory* Find(const JobPhases& j, JobPhase ph) {
 }
 
 TEST(OneNumberTest, SummaryAndPhaseTableAgreeOverRandomPlans) {
-  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261125;
+  const uint64_t seed = testing::TestSeed(20261125);
   SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   int checked = 0, oom = 0, pressed = 0;

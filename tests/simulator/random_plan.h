@@ -3,6 +3,8 @@
 // Plan::Problems accepts. The lists that differ between tests come in `RandomPlanSpace`.
 #pragma once
 
+#include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <random>
 #include <vector>
@@ -10,6 +12,13 @@
 #include "model/plan.h"
 
 namespace shardtune::sim::testing {
+
+// The property tests' seed: SHARDTUNE_TEST_SEED when set, else `fallback` (print it with
+// SCOPED_TRACE so a failure can be replayed).
+inline uint64_t TestSeed(uint64_t fallback) {
+  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
+  return env ? std::strtoull(env, nullptr, 10) : fallback;
+}
 
 template <typename T>
 T Pick(std::mt19937_64& rng, std::initializer_list<T> v) {
