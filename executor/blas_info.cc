@@ -20,10 +20,6 @@ constexpr const char* kOptimizedBlasPackage = "libopenblas0-openmp";
 
 void* Sym(const char* name) { return dlsym(RTLD_DEFAULT, name); }
 
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 std::string Resolved(const char* path) {
   if (path == nullptr) return "";
   char buf[PATH_MAX];
@@ -98,10 +94,7 @@ BlasVendor ClassifyBlas(const std::string& library_path, bool has_openblas_api, 
   // reference implementation), /usr/lib/<triplet>/atlas/libblas.so.3 (libatlas3-base).
   if (library_path.find("/atlas/") != std::string::npos) return BlasVendor::kAtlas;
   if (library_path.find("openblas") != std::string::npos) return BlasVendor::kOpenBlas;
-  if (library_path.find("/blas/libblas.so") != std::string::npos ||
-      EndsWith(library_path, "/blas/libblas.so")) {
-    return BlasVendor::kReference;
-  }
+  if (library_path.find("/blas/libblas.so") != std::string::npos) return BlasVendor::kReference;
   return BlasVendor::kUnknown;
 }
 

@@ -42,10 +42,17 @@ std::vector<std::string> Lines(const std::string& text) {
 // Median seconds of an n x n x n fp32 at::mm on one intra-op thread and one BLAS thread (the
 // pools are restored afterwards): 2 n^3 flops per call.
 double SingleCoreGemmGflops(int n) {
-  const int intra = at::get_num_threads();
-  at::set_num_threads(1);
-  SetBlasThreads(1);
-  double gflops = 0;
+  struct OneThread {  // both pools at one thread for the measurement, restored on every exit
+    int intra = at::get_num_threads();
+    OneThread() {
+      at::set_num_threads(1);
+      SetBlasThreads(1);
+    }
+    ~OneThread() {
+      at::set_num_threads(intra);
+      SetBlasThreads(intra);
+    }
+  } one_thread;
   try {
     at::Tensor a = at::randn({n, n}), b = at::randn({n, n}), c = at::empty({n, n});
     at::mm_out(c, a, b);  // warm-up: page faults, BLAS thread start-up, dispatch caches
@@ -56,15 +63,10 @@ double SingleCoreGemmGflops(int n) {
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
     }
     std::sort(t.begin(), t.end());
-    gflops = 2.0 * n * n * static_cast<double>(n) / t[1] / 1e9;
+    return 2.0 * n * n * static_cast<double>(n) / t[1] / 1e9;
   } catch (const c10::Error& e) {
-    at::set_num_threads(intra);
-    SetBlasThreads(intra);
     throw BackendError(std::string("env: the matmul failed: ") + e.what_without_backtrace());
   }
-  at::set_num_threads(intra);
-  SetBlasThreads(intra);
-  return gflops;
 }
 
 std::vector<std::pair<std::string, std::string>> ThreadEnvironment() {

@@ -331,9 +331,8 @@ ProbeResult RunProbe(const ProbeOptions& in) {
   if (o.device == "cuda") {  // the profile's provenance (profile_json.h)
     r.cuda_version = CudaRuntimeVersion();
     r.driver_version = NvidiaDriverVersion();
-    if (r.driver_version.empty() && !CudaDriverVersion().empty()) {
-      r.driver_version = "supports CUDA " + CudaDriverVersion();
-    }
+    const std::string supports = CudaDriverVersion();
+    if (r.driver_version.empty() && !supports.empty()) r.driver_version = "supports CUDA " + supports;
     r.nccl_version = NcclVersionString();
   }
   auto say = [&](const std::string& s) {

@@ -16,6 +16,7 @@
 #include "executor/ulysses.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/text.h"
 
 namespace shardtune::exec {
 namespace {
@@ -24,10 +25,6 @@ uint64_t NameHash(const std::string& s) {  // FNV-1a 64
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 const at::Tensor& Get(const ParamTable& p, const std::string& name) {
@@ -96,7 +93,7 @@ std::vector<int64_t> Transformer::Shape(int64_t dim0, int64_t inner) {
 void Transformer::InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full) {
   at::NoGradGuard no_grad;
   bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
-  if (EndsWith(name, ".bias") || name.find(".lora_B.") != std::string::npos) {
+  if (model::EndsWith(name, ".bias") || name.find(".lora_B.") != std::string::npos) {
     full.zero_();
   } else if (name.find(".lora_A.") != std::string::npos) {
     // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain x sqrt(3 / fan_in)

@@ -49,6 +49,16 @@ inline std::string EscapeXml(const std::string& s) {
   return out;
 }
 
+// True when `s` ends with `tail`.
+inline bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A file name that ends in `ext` with a name before it ("m.svg", not ".svg").
+inline bool HasExtension(const std::string& path, const std::string& ext) {
+  return path.size() > ext.size() && EndsWith(path, ext);
+}
+
 // "83.1 GiB" (binary units, one decimal).
 inline std::string GiBText(Bytes b) {
   char buf[32];

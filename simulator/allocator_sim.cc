@@ -225,15 +225,22 @@ std::array<int64_t, kNumStreams> CachingAllocatorModel::FreeBytesPerStream() con
   return out;
 }
 
-AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes) {
+AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes,
+                                AllocatorHistory* history) {
   AllocatorReplay r;
   CachingAllocatorModel a(capacity_bytes);
+  if (history != nullptr) a.set_trace(&history->events);
   std::vector<int32_t> handle(static_cast<size_t>(program.num_tensor_ids), -1);
   for (const TensorEvent& e : program.tensors) {
     const ProgramOp& op = program.ops[e.op];
     if (e.bytes > 0) {
       int64_t before = a.peak_allocated_bytes();
       int32_t h = a.Malloc(static_cast<int>(e.pool), e.bytes);
+      if (history != nullptr) {
+        history->event_op.resize(history->events.size(), e.op);
+        if (h >= 0) history->live[h] = {e.op, e.bytes};
+        else history->reserved_at_oom_bytes = a.reserved_bytes();
+      }
       if (h < 0) {
         r.out_of_memory = true;
         r.oom_op = e.op;
@@ -251,6 +258,10 @@ AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_byt
       SHARDTUNE_CHECK(h >= 0) << "tensor " << e.id << " freed twice or never allocated in "
                               << program.OpName(e.op);
       a.Free(h);
+      if (history != nullptr) {
+        history->event_op.resize(history->events.size(), e.op);
+        history->live.erase(h);
+      }
       h = -1;
     }
     if (op.step == 0) r.reserved_step0_bytes = a.peak_reserved_bytes();
@@ -262,6 +273,7 @@ AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_byt
   r.allocated_peak_bytes = a.peak_allocated_bytes();
   r.segments = a.segments();
   r.retries = a.retries();
+  if (history != nullptr) history->segments = a.Segments();
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "simulator/step_program.h"
@@ -141,7 +142,19 @@ struct AllocatorReplay {
   int64_t largest_free_block_bytes = 0;
 };
 
+// What a replay did, event by event (estimate --memory-snapshot, simulator/memory_snapshot.h).
+struct AllocatorHistory {
+  std::vector<AllocatorTraceEvent> events;
+  std::vector<uint32_t> event_op;          // the program op of each event
+  std::vector<AllocatorSegment> segments;  // the allocator's segments after the last event
+  // Blocks allocated at the end: handle -> (program op, requested bytes).
+  std::unordered_map<int32_t, std::pair<uint32_t, int64_t>> live;
+  int64_t reserved_at_oom_bytes = 0;  // reserved when the failed request was made
+};
+
 // REQUIRES: program.tensors recorded (WalkSetup::record_tensors). capacity_bytes 0: unlimited.
-AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes = 0);
+// `history`, when given, receives every allocator event and the final state.
+AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes = 0,
+                                AllocatorHistory* history = nullptr);
 
 }  // namespace shardtune::sim

@@ -252,8 +252,7 @@ std::string MemoryPlotSvg(const StepProgram& p, const MemoryReport& r, const Job
 void WritePlotDocument(const std::string& path, const std::string& flag, const std::string& svg,
                        const std::string& title) {
   CheckPlotName(path, flag);
-  bool html = path.size() > 5 && path.compare(path.size() - 5, 5, ".html") == 0;
-  if (!html) {
+  if (!model::HasExtension(path, ".html")) {
     WriteFileAtomically(path, svg);
     return;
   }
@@ -267,10 +266,7 @@ void WriteMemoryPlot(const std::string& path, const std::string& flag, const Ste
 }
 
 void CheckPlotName(const std::string& path, const std::string& flag) {
-  auto ends_with = [&](const std::string& suffix) {
-    return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  if (!ends_with(".html") && !ends_with(".svg")) {
+  if (!model::HasExtension(path, ".html") && !model::HasExtension(path, ".svg")) {
     throw InputError(flag + ": expected a file name ending in .svg or .html, got \"" + path + "\"");
   }
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "simulator/allocator_sim.h"
 #include "simulator/pickle_writer.h"
 #include "simulator/trace_json.h"
@@ -43,45 +44,7 @@ class Frames {
   std::unordered_map<uint32_t, uint32_t> memo_;
 };
 
-struct Replayed {
-  std::vector<AllocatorTraceEvent> events;
-  std::vector<uint32_t> event_op;     // the program op of each event
-  std::vector<AllocatorSegment> segments;
-  std::unordered_map<int32_t, std::pair<uint32_t, int64_t>> live;  // handle -> (op, requested)
-  int64_t capacity = 0, reserved_at_oom = 0;
-};
-
-// ReplayAllocator's loop with the trace on, under `capacity` (0: unlimited).
-Replayed Replay(const StepProgram& program, int64_t capacity) {
-  Replayed r;
-  r.capacity = capacity;
-  CachingAllocatorModel a(capacity);
-  a.set_trace(&r.events);
-  std::vector<int32_t> handle(static_cast<size_t>(program.num_tensor_ids), -1);
-  for (const TensorEvent& e : program.tensors) {
-    if (e.bytes > 0) {
-      int32_t h = a.Malloc(static_cast<int>(e.pool), e.bytes);
-      r.event_op.resize(r.events.size(), e.op);
-      if (h < 0) {
-        r.reserved_at_oom = a.reserved_bytes();
-        break;
-      }
-      handle[static_cast<size_t>(e.id)] = h;
-      r.live[h] = {e.op, e.bytes};
-    } else {
-      int32_t& h = handle[static_cast<size_t>(e.id)];
-      SHARDTUNE_CHECK(h >= 0) << "tensor " << e.id << " freed twice or never allocated";
-      a.Free(h);
-      r.event_op.resize(r.events.size(), e.op);
-      r.live.erase(h);
-      h = -1;
-    }
-  }
-  r.segments = a.Segments();
-  return r;
-}
-
-void WriteSegments(const Replayed& r, Frames* frames, PickleWriter* w) {
+void WriteSegments(const AllocatorHistory& r, Frames* frames, PickleWriter* w) {
   w->BeginList();
   for (const AllocatorSegment& s : r.segments) {
     int64_t active = 0, requested = 0;
@@ -126,7 +89,7 @@ void WriteSegments(const Replayed& r, Frames* frames, PickleWriter* w) {
   w->EndList();
 }
 
-void WriteTrace(const Replayed& r, Frames* frames, PickleWriter* w) {
+void WriteTrace(const AllocatorHistory& r, int64_t capacity, Frames* frames, PickleWriter* w) {
   w->BeginList();  // one device
   w->BeginList();
   for (size_t i = 0; i < r.events.size(); ++i) {
@@ -139,17 +102,13 @@ void WriteTrace(const Replayed& r, Frames* frames, PickleWriter* w) {
     // No clock in a prediction: the op's index orders the events (MemoryViz.js shows time_us).
     w->Str("time_us"); w->Int(r.event_op[i]);
     if (e.action == AllocatorTraceEvent::Action::kOom) {
-      w->Str("device_free"); w->Int(std::max<int64_t>(0, r.capacity - r.reserved_at_oom));
+      w->Str("device_free"); w->Int(std::max<int64_t>(0, capacity - r.reserved_at_oom_bytes));
     }
     w->Str("frames"); frames->Write(r.event_op[i]);
     w->EndDict();
   }
   w->EndList();
   w->EndList();
-}
-
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 }  // namespace
@@ -159,14 +118,15 @@ std::string MemorySnapshotPickle(const StepProgram& program, const MemoryReport&
   SHARDTUNE_CHECK(report.allocator_replayed && program.num_tensor_ids > 0)
       << "a memory snapshot needs the program's tensors (an allocator-replayed estimate)";
   const int64_t capacity = std::max<int64_t>(0, (report.capacity - report.outside_total).count());
-  Replayed r = Replay(program, capacity);
+  AllocatorHistory r;
+  ReplayAllocator(program, capacity, &r);
   PickleWriter w;
   Frames frames(program, &w);
   w.BeginDict();
   w.Str("segments");
   WriteSegments(r, &frames, &w);
   w.Str("device_traces");
-  WriteTrace(r, &frames, &w);
+  WriteTrace(r, capacity, &frames, &w);
   w.Str("shardtune");
   w.BeginDict();
   w.Str("predicted"); w.Bool(true);
@@ -179,7 +139,7 @@ std::string MemorySnapshotPickle(const StepProgram& program, const MemoryReport&
 }
 
 void CheckSnapshotName(const std::string& path, const std::string& flag) {
-  if (!EndsWith(path, ".pickle")) {
+  if (!model::HasExtension(path, ".pickle")) {
     throw InputError(flag + ": expected a file name ending in .pickle, got \"" + path + "\"");
   }
 }
