@@ -93,7 +93,7 @@ struct CpVerdict {
   Bytes smallest_required;   // least per-GPU need over its memory-checked plans
   std::string smallest_key;  // the plan that needed it
   // Over the plans a lower bound ruled out (not walked): the least bound, its plan and what it
-  // counts ("model states", "saved activations and model states at the end of forward").
+  // counts ("model states", "model states and what forward keeps for backward").
   Bytes smallest_bound;
   std::string smallest_bound_key, smallest_bound_what;
   // The two largest categories at that plan's peak, e.g. {"activations saved for backward", ..}.

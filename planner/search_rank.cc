@@ -139,11 +139,53 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
   return Bytes::Of(it->second * per_elem) + outside_floor;
 }
 
+namespace {
+
+// The knobs each part of the forward-end bound depends on among those the search varies
+// (sim::ForwardEndBound; the exhaustive search recomputes the bound of every plan and checks):
+// the states part on the units, the shard group, the strategy (which units stay gathered), the
+// offload and cp (the FSDP mesh); the activations part on the micro-batch, checkpointing and cp,
+// and, when parameters are frozen or adapted, the units (the first segment backward reaches).
+std::string ForwardEndStatesKey(const model::Plan& p) {
+  return model::ToString(p.strategy) + std::string("/") + std::to_string(p.shard_group_size) +
+         "/" + (p.reshard_after_forward ? "r" : "k") + "/" + model::WrapSpecToString(p.wrap) +
+         std::to_string(p.wrap.embedding_unit) + std::to_string(p.wrap.head_unit) +
+         std::to_string(p.wrap.expert_units) + "/" + model::ToString(p.offload) + "/" +
+         std::to_string(p.cp);
+}
+
+std::string ForwardEndActivationsKey(const model::Plan& p) {
+  std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
+                  std::to_string(static_cast<int>(p.checkpointing)) + ":" +
+                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
+  if (model::ChangesTrainability(p)) {
+    k += "/" + model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
+         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+  }
+  return k;
+}
+
+}  // namespace
+
 // Saved activations and model states alive together at the end of step 1's first forward
 // (sim::AllocatedLowerBound), with the fragmentation allowance ScreeningRequired adds (monotone
 // in the allocated peak) and the CUDA context: the walk's screening figure is never smaller.
+// Each part is computed once per key (one walker set-up serves both when both are new).
 Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w) const {
-  Bytes allocated = sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory, &sim::CacheOf(w.ctx));
+  std::string sk = ForwardEndStatesKey(p), ak = ForwardEndActivationsKey(p);
+  auto si = w.forward_end_states.find(sk);
+  auto ai = w.forward_end_activations.find(ak);
+  if (si == w.forward_end_states.end() || ai == w.forward_end_activations.end()) {
+    sim::ForwardEndBound parts;
+    sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory, &sim::CacheOf(w.ctx), &parts);
+    si = w.forward_end_states.emplace(sk, parts.states_bytes).first;
+    ai = w.forward_end_activations.emplace(ak, parts.activations_bytes).first;
+  }
+  Bytes allocated = Bytes::Of(si->second + ai->second);
+  SHARDTUNE_CHECK(!exhaustive_ ||
+                  allocated == sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory,
+                                                        &sim::CacheOf(w.ctx)))
+      << "the forward-end bound's parts depend on knobs outside their keys for " << PlanKey(p);
   return allocated + FragmentationAllowance(allocated, opt_.memory.constants) +
          opt_.memory.constants.cuda_context;
 }
@@ -155,14 +197,7 @@ void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
   s->bound = ModelStateLowerBound(p, w);
   s->bound_oom = s->bound > capacity;
   if (!s->bound_oom) {
-    std::string key = PlanKey(p);
-    key.resize(key.find(" fwd_prefetch="));
-    if (p.cp > 1) key += " cp=" + std::to_string(p.cp);
-    auto it = w.forward_end.find(key);
-    if (it == w.forward_end.end()) it = w.forward_end.emplace(key, ForwardEndLowerBound(p, w)).first;
-    Bytes forward_end = it->second;
-    SHARDTUNE_CHECK(!exhaustive_ || forward_end == ForwardEndLowerBound(p, w))
-        << "the forward-end bound depends on prefetch for " << PlanKey(p);
+    Bytes forward_end = ForwardEndLowerBound(p, w);
     if (forward_end > capacity) {
       s->bound = forward_end;
       s->bound_oom = s->forward_end_bound = true;
@@ -409,7 +444,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     if (s.bound_oom) {
       ++result_.pruned_by_memory_bound;
       const char* what = s.forward_end_bound
-                             ? "saved activations and model states at the end of forward"
+                             ? "model states and what forward keeps for backward"
                              : "model states";
       CpVerdict& v = VerdictOf(p.cp);
       if (v.smallest_bound.count() == 0 || s.bound < v.smallest_bound) {
@@ -418,7 +453,8 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
         v.smallest_bound_what = what;
       }
       Reject(std::string(s.forward_end_bound
-                             ? "OOM: saved activations and model states exceed the GPU by the end "
+                             ? "OOM: model states and what forward keeps for backward (saved "
+                               "activations, loss, gathered parameters) exceed the GPU by the end "
                                "of forward ("
                              : "OOM: model states alone exceed the GPU (") +
                  StrategyFamily(p) + ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",

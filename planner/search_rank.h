@@ -66,10 +66,10 @@ class Ranker {
     explicit Worker(const profiles::ClusterSpec& c) : ctx(c) {}
     sim::SimContext ctx;
     std::map<std::string, int64_t> shard_numel;
-    // Forward-end bounds by the plan key without prefetch: prefetch changes when units are
-    // gathered, not the states and saved activations the bound counts (checked in the
-    // exhaustive search).
-    std::unordered_map<std::string, Bytes> forward_end;
+    // The forward-end bound's two parts (sim::ForwardEndBound) by the knobs each depends on
+    // (search_rank.cc ForwardEndStatesKey, ForwardEndActivationsKey; checked in the exhaustive
+    // search).
+    std::unordered_map<std::string, int64_t> forward_end_states, forward_end_activations;
   };
 
   Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "model/errors.h"
+#include "simulator/step_walk.h"
 
 namespace shardtune::sim {
 
@@ -225,13 +226,67 @@ std::array<int64_t, kNumStreams> CachingAllocatorModel::FreeBytesPerStream() con
   return out;
 }
 
+namespace {
+
+// The allocator's layout: every block of every segment as (segment rank in address order, offset
+// in the segment, size, stream, small pool, allocated). The model only compares addresses (best
+// fit among free blocks of equal size, neighbours within a segment), an order that any
+// renumbering of the segments keeping their order preserves, and a new segment lies above every
+// other: so two equal layouts with the same tensors in their allocated blocks serve the same
+// requests the same way, even when a segment was released and cudaMalloc'd again at a new
+// address in between (a replay under pressure).
+using Layout = std::vector<std::array<int64_t, 6>>;
+
+Layout LayoutOf(const CachingAllocatorModel& a) {
+  Layout out;
+  int64_t rank = 0;
+  for (const AllocatorSegment& seg : a.Segments()) {
+    ++rank;
+    for (const AllocatorSegment::Block& b : seg.blocks) {
+      out.push_back({rank, b.addr - seg.addr, b.size, seg.stream, seg.small ? 1 : 0,
+                     b.allocated ? 1 : 0});
+    }
+  }
+  return out;
+}
+
+// A step's last leading micro-batch, tensor events [begin, end), the template of the copies the
+// walk left out: self-contained when it frees only tensors it allocated and frees all of them.
+// Then every copy allocates and frees its own tensors only, and the tensors alive between copies
+// are the same ones in the same blocks.
+bool SelfContained(const StepProgram& program, size_t begin, size_t end, int32_t* first_id,
+                   int32_t* count) {
+  *first_id = -1;
+  *count = 0;
+  int32_t live = 0;
+  for (size_t k = begin; k < end; ++k) {
+    const TensorEvent& e = program.tensors[k];
+    if (e.bytes > 0) {
+      if (*first_id < 0) *first_id = e.id;
+      ++*count;
+      ++live;
+    } else {
+      if (*first_id < 0 || e.id < *first_id) return false;  // allocated before the template
+      --live;
+    }
+  }
+  return live == 0;
+}
+
+}  // namespace
+
 AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes,
                                 AllocatorHistory* history) {
   AllocatorReplay r;
+  const int repeats = program.repeats_of_last_leading_micro_batch;
+  SHARDTUNE_CHECK(history == nullptr || repeats == 0)
+      << "an allocator history needs the full program";
   CachingAllocatorModel a(capacity_bytes);
   if (history != nullptr) a.set_trace(&history->events);
   std::vector<int32_t> handle(static_cast<size_t>(program.num_tensor_ids), -1);
-  for (const TensorEvent& e : program.tensors) {
+  // One tensor event through the allocator; `slot` holds the tensor's handle. false: the
+  // allocation failed after the retry (the OOM).
+  auto apply = [&](const TensorEvent& e, int32_t* slot) {
     const ProgramOp& op = program.ops[e.op];
     if (e.bytes > 0) {
       int64_t before = a.peak_allocated_bytes();
@@ -245,34 +300,77 @@ AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_byt
         r.out_of_memory = true;
         r.oom_op = e.op;
         r.oom_request_bytes = e.bytes;
-        break;
+        return false;
       }
-      handle[static_cast<size_t>(e.id)] = h;
+      *slot = h;
       if (a.peak_allocated_bytes() > before) {
         r.reserved_at_allocated_peak_bytes = a.reserved_bytes();
         r.free_at_allocated_peak_bytes = a.FreeBytesPerStream();
         r.largest_free_block_bytes = a.LargestFreeBlock();
       }
     } else {
-      int32_t& h = handle[static_cast<size_t>(e.id)];
-      SHARDTUNE_CHECK(h >= 0) << "tensor " << e.id << " freed twice or never allocated in "
-                              << program.OpName(e.op);
-      a.Free(h);
+      SHARDTUNE_CHECK(*slot >= 0) << "tensor " << e.id << " freed twice or never allocated in "
+                                  << program.OpName(e.op);
+      a.Free(*slot);
       if (history != nullptr) {
         history->event_op.resize(history->events.size(), e.op);
-        history->live.erase(h);
+        history->live.erase(*slot);
       }
-      h = -1;
+      *slot = -1;
     }
     if (op.step == 0) r.reserved_step0_bytes = a.peak_reserved_bytes();
     if (op.step == 1 && op.kind != OpKind::kStartup) {
       r.reserved_steady_bytes = std::max(r.reserved_steady_bytes, a.reserved_bytes());
     }
+    return true;
+  };
+  constexpr int kLead = kWalkedLeadingMicroBatches - 1;
+  int64_t repeated_retries = 0;
+  const size_t n = program.tensors.size();
+  for (size_t i = 0; i < n && !r.out_of_memory;) {
+    const ProgramOp& op = program.ops[program.tensors[i].op];
+    bool template_start = repeats > 0 && op.micro == kLead && op.kind != OpKind::kStartup &&
+                          (i == 0 || program.ops[program.tensors[i - 1].op].micro != kLead);
+    if (!template_start) {
+      const TensorEvent& e = program.tensors[i++];
+      apply(e, &handle[static_cast<size_t>(e.id)]);
+      continue;
+    }
+    // The last leading micro-batch, then the copies the walk left out (step_walk.h: each starts
+    // from the state the one before left and makes the same requests), replayed from its events
+    // until the allocator comes back to the layout a copy started from: from there every
+    // remaining copy repeats the last one, so only its retries are counted again.
+    size_t end = i;
+    while (end < n && program.ops[program.tensors[end].op].step == op.step &&
+           program.ops[program.tensors[end].op].micro == kLead) {
+      ++end;
+    }
+    int32_t first_id = 0, count = 0;
+    if (!SelfContained(program, i, end, &first_id, &count)) {
+      r.repeats_verified = false;
+      return r;
+    }
+    std::vector<int32_t> local(static_cast<size_t>(count), -1);
+    for (int copy = 0; copy <= repeats && !r.out_of_memory; ++copy) {
+      Layout start = LayoutOf(a);
+      int64_t retries = a.retries();
+      for (size_t k = i; k < end; ++k) {
+        const TensorEvent& e = program.tensors[k];
+        int32_t* slot = copy == 0 ? &handle[static_cast<size_t>(e.id)]
+                                  : &local[static_cast<size_t>(e.id - first_id)];
+        if (!apply(e, slot)) break;
+      }
+      if (!r.out_of_memory && copy < repeats && LayoutOf(a) == start) {
+        repeated_retries += (a.retries() - retries) * (repeats - copy);
+        break;
+      }
+    }
+    i = end;
   }
   r.reserved_peak_bytes = a.peak_reserved_bytes();
   r.allocated_peak_bytes = a.peak_allocated_bytes();
   r.segments = a.segments();
-  r.retries = a.retries();
+  r.retries = a.retries() + repeated_retries;
   if (history != nullptr) history->segments = a.Segments();
   return r;
 }

@@ -140,6 +140,12 @@ struct AllocatorReplay {
   int64_t reserved_at_allocated_peak_bytes = 0;
   std::array<int64_t, kNumStreams> free_at_allocated_peak_bytes{};
   int64_t largest_free_block_bytes = 0;
+  // A program that left out repeated micro-batches (StepProgram::
+  // repeats_of_last_leading_micro_batch > 0): false when a step's last leading micro-batch is
+  // not self-contained (it frees a tensor it did not allocate, or keeps one), so its events
+  // cannot stand for the copies left out; the figures are then incomplete and the caller must
+  // replay the full program. Always true for a full program.
+  bool repeats_verified = true;
 };
 
 // What a replay did, event by event (estimate --memory-snapshot, simulator/memory_snapshot.h).
@@ -153,7 +159,16 @@ struct AllocatorHistory {
 };
 
 // REQUIRES: program.tensors recorded (WalkSetup::record_tensors). capacity_bytes 0: unlimited.
-// `history`, when given, receives every allocator event and the final state.
+// `history`, when given, receives every allocator event and the final state; it needs a full
+// program.
+//
+// A program whose walk left out repeated micro-batches (step_walk.h skip_repeated_micro_batches)
+// is replayed as the full program would be: the copies left out are the last leading
+// micro-batch's events again (the walk's rule: each copy starts from the state the one before
+// left and makes the same requests), replayed until the allocator's layout comes back to the one
+// a copy started from; the allocator being deterministic, every later copy then repeats that
+// one, and only its num_alloc_retries are counted again. Needs that micro-batch to be
+// self-contained (else repeats_verified is false).
 AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_bytes = 0,
                                 AllocatorHistory* history = nullptr);
 

@@ -232,8 +232,11 @@ namespace {
 // Reserved memory and the judgement from the allocator replay: with memory to spare first (what
 // max_memory_reserved shows when nothing presses), then, only if that exceeds the capacity left
 // to the allocator, again under it (release_cached_blocks and retry; OOM if that fails too).
-void JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
+// false: `program` left out micro-batches and a replay could not show that they repeat
+// (AllocatorReplay::repeats_verified); `r` is then incomplete and the full program must be judged.
+bool JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
   AllocatorReplay free_run = ReplayAllocator(program, 0);
+  if (!free_run.repeats_verified) return false;
   r->allocator_replayed = true;
   r->reserved_no_pressure = Bytes::Of(free_run.reserved_peak_bytes);
   r->reserved_step0 = Bytes::Of(free_run.reserved_step0_bytes);
@@ -246,14 +249,16 @@ void JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
   r->required_step0 = r->reserved_step0 + r->outside_total;
   r->fits = free_run.reserved_peak_bytes <= capacity;
   r->allocator_retries = 0;
-  if (r->fits || capacity <= 0) return;
+  if (r->fits || capacity <= 0) return true;
   AllocatorReplay pressed = ReplayAllocator(program, capacity);
+  if (!pressed.repeats_verified) return false;
   r->allocator_retries = pressed.retries;
   r->fits = !pressed.out_of_memory;
   if (r->fits) r->required = Bytes::Of(pressed.reserved_peak_bytes) + r->outside_total;
   // Step 0 ran under the capacity unless the failed request was in it (or in start-up).
   bool step0_failed = pressed.out_of_memory && program.ops[pressed.oom_op].step == 0;
   if (!step0_failed) r->required_step0 = Bytes::Of(pressed.reserved_step0_bytes) + r->outside_total;
+  return true;
 }
 }  // namespace
 
@@ -300,9 +305,12 @@ int ShardGroupOf(const profiles::ClusterSpec& cluster, const Plan& plan) {
 }  // namespace
 
 Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                          const Plan& plan, const MemoryOptions& options, ModelCache* cache) {
+                          const Plan& plan, const MemoryOptions& options, ModelCache* cache,
+                          ForwardEndBound* parts) {
   WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, ShardGroupOf(cluster, plan));
-  return Bytes::Of(ForwardEndLowerBound(w));
+  ForwardEndBound b = ForwardEndLowerBound(w);
+  if (parts != nullptr) *parts = b;
+  return Bytes::Of(b.total());
 }
 
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
@@ -329,7 +337,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   // The CUDA caching allocator replay; CPU ranks use LibTorch's CPU allocator (no segments).
   bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
   w.record_tensors = replay;
-  w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !replay && !with_timeline;
+  w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !with_timeline;
   int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
   for (const auto& u : *w.units) {
     r.parameters += u.NumParams();
@@ -395,7 +403,14 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   OutsideAllocator(cluster, r, options.constants, &r);
   r.capacity = cluster.gpu.usable_memory;
   if (replay) {
-    JudgeOnAllocatorReplay(est.program, &r);
+    if (!JudgeOnAllocatorReplay(est.program, &r)) {
+      // The allocator did not repeat itself over the micro-batches the walk left out: the full
+      // program, walked and replayed from the start.
+      MemoryOptions full = options;
+      full.skip_repeated_micro_batches = false;
+      cache->Recycle(std::move(est.program));
+      return EstimateMemoryWithProgram(spec, cluster, plan, full, with_timeline, cache);
+    }
   } else if (expandable) {
     // One expandable segment per stream pool, mapped in 20 MiB pages: reserved is each pool's
     // peak rounded up to a page, and the only slack is the unused tail of the last page.

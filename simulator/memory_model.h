@@ -19,6 +19,7 @@
 #include "model/units.h"
 #include "profiles/cluster.h"
 #include "simulator/step_program.h"
+#include "simulator/step_walk.h"
 
 namespace shardtune::sim {
 
@@ -91,9 +92,12 @@ struct MemoryOptions {
   bool allocator_replay = true;
   // Walk only the micro-batches whose memory differs (step_walk.h
   // WalkSetup::skip_repeated_micro_batches): the same report, in a fraction of the time, but a
-  // program that cannot be scheduled (simulate) or replayed. Ignored when the allocator is
-  // replayed or a timeline is asked for. The planner's memory screening sets it. The report then
-  // leaves reserved_no_pressure at 0 (the ledger's pool figure depends on every micro-batch).
+  // program that cannot be scheduled (simulate). Ignored when a timeline is asked for. With the
+  // allocator replay, the shortened program is replayed when the allocator reaches a fixed point
+  // over the last leading micro-batch (allocator_sim.h ReplayAllocator: then exactly the full
+  // program's figures), else the full program is walked and replayed. The planner sets it. Without
+  // the replay the report leaves reserved_no_pressure at 0 (the ledger's pool figure depends on
+  // every micro-batch).
   bool skip_repeated_micro_batches = false;
   // false: MemoryReport::host is left empty (the planner's walks: tune reports no host figures,
   // and the host model reads every parameter of the model).
@@ -235,9 +239,11 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          bool with_timeline = true, ModelCache* cache = nullptr);
 
 // A lower bound on EstimateMemoryWithProgram's peak_allocated without walking the steps
-// (step_walk.h ForwardEndLowerBound): what is alive together at the end of step 1's first forward.
+// (step_walk.h ForwardEndLowerBound): what is alive together at the end of step 1's first
+// forward. `parts`, when given, receives its two parts.
 Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                          const model::Plan& plan, const MemoryOptions& options, ModelCache* cache);
+                          const model::Plan& plan, const MemoryOptions& options, ModelCache* cache,
+                          ForwardEndBound* parts = nullptr);
 
 // What an expandable segment holding `pool_bytes` reserves: whole 20 MiB pages.
 int64_t ExpandableReserved(int64_t pool_bytes);

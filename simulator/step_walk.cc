@@ -41,7 +41,7 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   return prog;
 }
 
-int64_t ForwardEndLowerBound(const WalkSetup& setup) {
+ForwardEndBound ForwardEndLowerBound(const WalkSetup& setup) {
   SHARDTUNE_CHECK(setup.spec && setup.plan && setup.units && setup.block && setup.head) << "incomplete setup";
   StepProgram unused;
   return internal::Walker(setup, &unused).ForwardEndLowerBound();

@@ -53,12 +53,23 @@ inline constexpr int kWalkedLeadingMicroBatches = 3;
 // `storage`: a program whose vectors are reused (emptied, capacity kept).
 StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage = {});
 
-// A lower bound on the allocated peak of BuildStepProgram(setup), without walking: at the end of
-// the first forward of step 1 the walk holds, at least, the library workspaces, the sharded
-// parameters kept on the GPU, the optimizer state (created in step 0) and every block's saved
-// activations (freed only by that block's backward), each as the walk allocates it (the ledger
-// rounds every allocation up, so its figure is no smaller).
-int64_t ForwardEndLowerBound(const WalkSetup& setup);
+// A lower bound on the allocated peak of BuildStepProgram(setup), without walking: what the walk
+// holds at the end of the first forward of step 1, each as the walk allocates it (the ledger
+// rounds every allocation up, so its figure is no smaller), in two parts that depend on
+// different knobs (the planner caches each by its own key):
+// - states_bytes (units, shard group, strategy, dtypes, offload, optimizer): the library
+//   workspaces, the sharded parameters kept on the GPU, the optimizer state (created in step 0),
+//   and the unsharded parameters of every unit forward leaves gathered (reshard_after_forward
+//   False, and FSDP2's root: Walker::ReshardAfterForward);
+// - activations_bytes (micro-batch, sequence, cp, checkpointing, trainability): every block's
+//   saved activations (freed only by that block's backward), and in training the residual stream
+//   and what the LM head and loss saved (freed by the head's backward).
+struct ForwardEndBound {
+  int64_t states_bytes = 0;
+  int64_t activations_bytes = 0;
+  int64_t total() const { return states_bytes + activations_bytes; }
+};
+ForwardEndBound ForwardEndLowerBound(const WalkSetup& setup);
 
 // Bytes per element of one sharded parameter on the GPU: trainable ones in the master dtype,
 // LoRA adapters in lora.dtype, frozen ones in the plan's frozen dtype; all in the param dtype

@@ -317,13 +317,29 @@ int64_t Walker::OptimizerStateBytes() const {
   return 0;
 }
 
-int64_t Walker::ForwardEndLowerBound() const {
-  int64_t live = s_.workspace_bytes + OptimizerStateBytes();
+ForwardEndBound Walker::ForwardEndLowerBound() const {
+  ForwardEndBound out;
+  int64_t& states = out.states_bytes;
+  states = s_.workspace_bytes + OptimizerStateBytes();
   if (p_.offload != model::Offload::kAll) {
-    for (int64_t bytes : shard_bytes_) live += bytes;
+    for (int64_t bytes : shard_bytes_) states += bytes;
   }
-  for (int b = 0; b < s_.spec->num_layers; ++b) live += Tok(BlockSaved(b));
-  return live;
+  // Forward unshards every unit but the experts (ForwardExperts gathers and reshards them one at
+  // a time); those it does not reshard stay gathered into backward (Unshard allocates them only
+  // when NeedsGatherCopy).
+  if (NeedsGatherCopy()) {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      if (!units_[i].is_expert && !ReshardAfterForward(units_[i])) states += GatheredBytes(i);
+    }
+  }
+  int64_t& act = out.activations_bytes;
+  for (int b = 0; b < s_.spec->num_layers; ++b) act += Tok(BlockSaved(b));
+  if (p_.Trains()) {
+    // ForwardCompute: the residual stream from the embeddings, what the head and loss saved;
+    // both freed by the head's BackwardCompute.
+    act += Tok(residual_) + Tok(head_.saved_per_token);
+  }
+  return out;
 }
 
 // torch.optim.AdamW (foreach, the CUDA default): exp_avg and exp_avg_sq are created at the first

@@ -30,7 +30,7 @@ class Walker {
  public:
   Walker(const WalkSetup& s, StepProgram* prog);
   void Run();
-  int64_t ForwardEndLowerBound() const;  // step_walk.h ForwardEndLowerBound
+  ForwardEndBound ForwardEndLowerBound() const;  // step_walk.h ForwardEndLowerBound
 
  private:
   // Program building.

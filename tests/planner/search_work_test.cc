@@ -177,7 +177,7 @@ TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
   // resource's busy time) leaves few plans to simulate: 244 when written (2,068 with the compute
   // stream alone as the bound).
   EXPECT_LE(r.simulated, 400);
-  // The forward-end bound (every block's saved activations and the model states alive at the
+  // The forward-end bound (the model states and what forward keeps for backward, alive at the
   // end of step 1's first forward) rules out the plans whose activations alone overflow before
   // any walk.
   int64_t forward_end = 0;

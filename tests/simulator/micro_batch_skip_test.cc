@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "model/presets.h"
+#include "model/trainable.h"
 #include "profiles/cluster.h"
+#include "simulator/allocator_sim.h"
 #include "simulator/memory_model.h"
 #include "simulator/memory_report_json.h"
 #include "simulator/simulate.h"
@@ -83,8 +85,136 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
   EXPECT_GT(skipped_plans, 5);
 }
 
-// A timeline or an allocator replay needs every op: the option is ignored for them.
-TEST(MicroBatchSkipTest, IgnoredWhenTheProgramIsReplayedOrShown) {
+// The forward-end bound (AllocatedLowerBound) never exceeds the walk's allocated peak, over
+// random plans of a dense model, an MoE model with per-expert units, frozen prefixes and
+// inference roles (the search rules plans out on it without walking them).
+TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
+  uint64_t seed = testing::TestSeed(20261125);
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  MemoryOptions o;
+  o.allocator_replay = false;
+  o.skip_repeated_micro_batches = true;
+  int checked = 0;
+  for (const char* name : {"llama3.2-1b", "mixtral-8x7b", "gpt2"}) {
+    auto spec = model::FindModelPreset(name);
+    if (spec.num_layers > 8) spec.num_layers = 8;  // the rules are per block: fewer walk faster
+    for (int i = 0; i < 40; ++i) {
+      Plan p = RandomPlan(rng);
+      if (spec.moe.enabled()) p.wrap.expert_units = rng() % 2 == 0;
+      if (rng() % 5 == 0) p.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
+      if (rng() % 6 == 0) p.role = model::Role::kInfer;
+      if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                      spec.SeqLenLimit()).empty() ||
+          !model::TrainabilityProblems(spec, p, p.seq_len, "plan").empty()) {
+        continue;
+      }
+      SCOPED_TRACE(std::string(name) + " plan " + std::to_string(i));
+      ModelCache cache;
+      MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, p, o, false, &cache);
+      ForwardEndBound parts;
+      Bytes bound = AllocatedLowerBound(spec, cluster, p, o, &cache, &parts);
+      EXPECT_EQ(bound.count(), parts.total());
+      EXPECT_LE(bound, est.report.peak_allocated);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+// The caching-allocator replay of a walk that left out repeated micro-batches (allocator_sim.h
+// ReplayAllocator): when the allocator reaches its fixed point, every figure equals the full
+// program's replay, free and pressed under a capacity that forces cache releases; when it does
+// not, the estimate falls back to the full program and reports the same.
+TEST(MicroBatchSkipTest, AllocatorReplayOfTheShortProgramEqualsTheFullOne) {
+  uint64_t seed = testing::TestSeed(20261125);
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  testing::RandomPlanSpace space;
+  space.grad_accums = {5, 6, 8, 12};
+  MemoryOptions full;  // the allocator replay is on by default
+  MemoryOptions skip = full;
+  skip.skip_repeated_micro_batches = true;
+  int verified = 0, pressed_checked = 0, retried = 0;
+  for (int i = 0; i < 60; ++i) {
+    Plan p = RandomPlan(rng, space);
+    if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                    spec.SeqLenLimit()).empty()) {
+      continue;
+    }
+    SCOPED_TRACE("plan " + std::to_string(i) + " grad_accum " + std::to_string(p.grad_accum));
+    MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
+    MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);
+    ASSERT_TRUE(a.report.allocator_replayed);
+    EXPECT_EQ(MemoryReportToJson(a.report, true).dump(), MemoryReportToJson(b.report, true).dump());
+    if (b.program.repeats_of_last_leading_micro_batch == 0) continue;  // fell back: full program
+    ++verified;
+    AllocatorReplay ra = ReplayAllocator(a.program), rb = ReplayAllocator(b.program);
+    ASSERT_TRUE(rb.repeats_verified);
+    EXPECT_EQ(ra.reserved_peak_bytes, rb.reserved_peak_bytes);
+    EXPECT_EQ(ra.reserved_step0_bytes, rb.reserved_step0_bytes);
+    EXPECT_EQ(ra.reserved_steady_bytes, rb.reserved_steady_bytes);
+    EXPECT_EQ(ra.allocated_peak_bytes, rb.allocated_peak_bytes);
+    EXPECT_EQ(ra.segments, rb.segments);
+    EXPECT_EQ(ra.reserved_at_allocated_peak_bytes, rb.reserved_at_allocated_peak_bytes);
+    EXPECT_EQ(ra.free_at_allocated_peak_bytes, rb.free_at_allocated_peak_bytes);
+    EXPECT_EQ(ra.largest_free_block_bytes, rb.largest_free_block_bytes);
+    // Under pressure: a capacity between the allocated and the reserved peak makes the allocator
+    // release its cache and retry, perhaps in every micro-batch.
+    int64_t cap = ra.allocated_peak_bytes + (ra.reserved_peak_bytes - ra.allocated_peak_bytes) / 3;
+    AllocatorReplay pa = ReplayAllocator(a.program, cap), pb = ReplayAllocator(b.program, cap);
+    if (!pb.repeats_verified) continue;
+    ++pressed_checked;
+    if (pa.retries > 0) ++retried;
+    EXPECT_EQ(pa.out_of_memory, pb.out_of_memory);
+    if (pa.out_of_memory) continue;  // the failed request lies in the walked leading copies
+    EXPECT_EQ(pa.retries, pb.retries);
+    EXPECT_EQ(pa.reserved_peak_bytes, pb.reserved_peak_bytes);
+    EXPECT_EQ(pa.reserved_steady_bytes, pb.reserved_steady_bytes);
+    EXPECT_EQ(pa.segments, pb.segments);
+  }
+  // Seed 20261125: all 60 plans kept the short program and matched free and pressed (each
+  // pressed replay retried).
+  EXPECT_GT(verified, 30);
+  EXPECT_GT(pressed_checked, 30);
+  EXPECT_GT(retried, 30);
+}
+
+// A short program whose last leading micro-batch is not self-contained (here it keeps a tensor for
+// good, which each copy would add to) cannot stand for the copies: reported unverified.
+TEST(MicroBatchSkipTest, AllocatorReplayRefusesATemplateThatIsNotSelfContained) {
+  StepProgram p;
+  p.grad_accum = 6;
+  p.repeats_of_last_leading_micro_batch = 6 - kWalkedLeadingMicroBatches - 1;
+  for (int micro : {0, 1, 2, 5}) {
+    ProgramOp o;
+    o.kind = OpKind::kForward;
+    o.step = 0;
+    o.micro = static_cast<int16_t>(micro);
+    p.ops.push_back(o);
+    auto op = static_cast<uint32_t>(p.ops.size() - 1);
+    int32_t act = p.num_tensor_ids++;
+    p.tensors.push_back({op, act, 64 << 20, Stream::kDefault});
+    p.tensors.push_back({op, act, 0, Stream::kDefault});
+    if (micro == 2) p.tensors.push_back({op, p.num_tensor_ids++, 64 << 20, Stream::kDefault});
+  }
+  EXPECT_FALSE(ReplayAllocator(p).repeats_verified);
+  p.tensors.clear();
+  p.num_tensor_ids = 0;
+  for (uint32_t op = 0; op < p.ops.size(); ++op) {  // the same micro-batches, nothing kept
+    int32_t act = p.num_tensor_ids++;
+    p.tensors.push_back({op, act, 64 << 20, Stream::kDefault});
+    p.tensors.push_back({op, act, 0, Stream::kDefault});
+  }
+  EXPECT_TRUE(ReplayAllocator(p).repeats_verified);
+}
+
+// A timeline needs every op: the option is ignored for it. The replay keeps the short program
+// when the allocator repeats itself (this plan: it does).
+TEST(MicroBatchSkipTest, IgnoredWhenTheProgramIsShown) {
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
   Plan p;
@@ -92,10 +222,12 @@ TEST(MicroBatchSkipTest, IgnoredWhenTheProgramIsReplayedOrShown) {
   p.seq_len = 512;
   MemoryOptions o;
   o.skip_repeated_micro_batches = true;
-  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, 0);
+  const int repeats = 6 - kWalkedLeadingMicroBatches - 1;
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, repeats);
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, true).program.repeats_of_last_leading_micro_batch, 0);
   o.allocator_replay = false;
   EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, true).program.repeats_of_last_leading_micro_batch, 0);
-  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, 6 - kWalkedLeadingMicroBatches - 1);
+  EXPECT_EQ(EstimateMemoryWithProgram(spec, cluster, p, o, false).program.repeats_of_last_leading_micro_batch, repeats);
 }
 
 }  // namespace
