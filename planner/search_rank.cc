@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <numeric>
 #include <limits>
@@ -565,6 +566,7 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
         << "a step-time lower bound (" << s.time_lb_s << " s, " << s.time_lb_resource
         << "; before the walk " << s.prewalk_lb_s << " s) exceeds the simulated step "
         << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
+    if (std::getenv("ST_DEBUG")) std::fprintf(stderr, "SIM lb %.4f pre %.4f step %.4f %s %s\n", s.time_lb_s, s.prewalk_lb_s, reports[j].step_time_s, s.time_lb_resource, PlanKey(plans[run[j]]).c_str());
     Admit(run[j], plans[run[j]], reports[j]);
   }
 }

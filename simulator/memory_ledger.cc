@@ -51,17 +51,16 @@ MemoryLedger::MemoryLedger(const StepProgram& p) : program_(p) {
     }
     op_peak_[i] = op_peak;
     op_after_[i] = total_;
+    const ProgramOp& op = p.ops[i];
+    if (op.kind != OpKind::kStartup && op.step >= 0 && op.step < kSteps) {
+      auto st = static_cast<size_t>(op.step);
+      step_peak_[st] = std::max(step_peak_[st], op_peak);
+    }
   }
 }
 
 int64_t MemoryLedger::PeakOfStep(int step) const {
-  int64_t p = 0;
-  for (size_t i = 0; i < program_.ops.size(); ++i) {
-    if (program_.ops[i].step == step && program_.ops[i].kind != OpKind::kStartup) {
-      p = std::max(p, op_peak_[i]);
-    }
-  }
-  return p;
+  return step >= 0 && step < kSteps ? step_peak_[static_cast<size_t>(step)] : 0;
 }
 
 }  // namespace shardtune::sim

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "simulator/step_program.h"
@@ -26,6 +27,8 @@ class MemoryLedger {
   // Per op: the most bytes allocated while it was issued, and the bytes allocated after it.
   const std::vector<int64_t>& op_peak() const { return op_peak_; }
   const std::vector<int64_t>& op_after() const { return op_after_; }
+  std::vector<int64_t> TakeOpAfter() { return std::move(op_after_); }
+  // The most bytes allocated while an op of optimizer step `step` (0 or 1) was issued.
   int64_t PeakOfStep(int step) const;
   int64_t final_bytes() const { return total_; }
 
@@ -33,6 +36,8 @@ class MemoryLedger {
   const StepProgram& program_;
   std::array<int64_t, kNumCategories> cur_{}, at_peak_{}, cat_peak_{};
   std::array<int64_t, kNumStreams> pool_cur_{}, pool_peak_{};
+  static constexpr int kSteps = 2;  // the walk's optimizer steps (step_walk.h)
+  std::array<int64_t, kSteps> step_peak_{};
   int64_t total_ = 0, peak_ = 0;
   size_t peak_op_ = 0;
   std::vector<int64_t> op_peak_, op_after_;

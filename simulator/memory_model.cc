@@ -365,7 +365,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   est.program = BuildStepProgram(w, cache->TakeProgramStorage());
   MemoryLedger ledger(est.program);
   est.peak_op = ledger.peak_op();
-  est.allocated_after = ledger.op_after();
+  est.allocated_after = ledger.TakeOpAfter();
 
   bool on_gpu = plan.offload == model::Offload::kNone;
   r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(shard_bytes);
@@ -397,7 +397,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   if (!w.skip_repeated_micro_batches) r.reserved_no_pressure = Bytes::Of(pools);
   if (with_timeline) {
     for (size_t i = 0; i < est.program.ops.size(); ++i) {
-      r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(ledger.op_after()[i])});
+      r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(est.allocated_after[i])});
     }
   }
   OutsideAllocator(cluster, r, options.constants, &r);

@@ -1,6 +1,7 @@
 // The walker behind BuildStepProgram (internal to the simulator; split out to keep files short).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,17 @@ struct UlyssesPiece {
   int16_t host_kernels = 0;
   int64_t all_to_all_bytes = 0;  // total size S of the all-to-alls after this piece
   int8_t all_to_all_calls = 0;
+};
+
+// A block's pieces (at most five: a recomputed forward's two, then backward's three), kept in
+// place: the walk builds a chain per block per pass, and a heap vector each time showed in perf.
+struct UlyssesPieces {
+  std::array<UlyssesPiece, 5> v{};
+  size_t n = 0;
+  void push_back(const UlyssesPiece& p) { v.at(n++) = p; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  const UlyssesPiece& operator[](size_t i) const { return v[i]; }
 };
 
 class Walker {
@@ -70,9 +82,9 @@ class Walker {
   // Ulysses (plan.cp > 1, step_walk_ulysses.cc): the current op, already begun with its memory
   // actions, becomes pieces[0]; each later piece is a compute op of the same kind that waits for
   // the all-to-alls of the piece before it. Returns the last compute op.
-  int32_t UlyssesChain(const std::vector<UlyssesPiece>& pieces);
-  std::vector<UlyssesPiece> UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const;
-  std::vector<UlyssesPiece> UlyssesBackwardPieces(bool recompute, double elem_bytes,
+  int32_t UlyssesChain(const UlyssesPieces& pieces);
+  UlyssesPieces UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const;
+  UlyssesPieces UlyssesBackwardPieces(bool recompute, double elem_bytes,
                                                   int16_t host_kernels) const;
   void IssueAllGather(size_t i, int32_t dep);
   void Unshard(size_t i, bool forward);

@@ -33,24 +33,23 @@ BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len) {
 
 }  // namespace
 
-std::vector<UlyssesPiece> Walker::UlyssesForwardPieces(double elem_bytes,
-                                                       int16_t host_kernels) const {
+UlyssesPieces Walker::UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const {
   BlockFlops f = Split(*s_.spec, s_.seq_len);
-  std::vector<UlyssesPiece> v(3);
+  UlyssesPieces v;
   // Norm, projections and rope, then q, k, v out (3 calls); the memory-bound traffic is kept
   // with the first piece (an approximation: it only moves time between pieces of one chain).
-  v[0] = {
-      f.pre * tokens_, 0, elem_bytes, host_kernels, a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes, 3};
-  v[1] = {0, f.attn * tokens_, 0, 0, a2a_.out_bytes, 1};  // flash attention, output back
-  v[2] = {f.post * tokens_, 0, 0, 0, 0, 0};               // o_proj and the MLP
+  v.push_back(
+      {f.pre * tokens_, 0, elem_bytes, host_kernels, a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes, 3});
+  v.push_back({0, f.attn * tokens_, 0, 0, a2a_.out_bytes, 1});  // flash attention, output back
+  v.push_back({f.post * tokens_, 0, 0, 0, 0, 0});               // o_proj and the MLP
   return v;
 }
 
-std::vector<UlyssesPiece> Walker::UlyssesBackwardPieces(bool recompute, double elem_bytes,
-                                                        int16_t host_kernels) const {
+UlyssesPieces Walker::UlyssesBackwardPieces(bool recompute, double elem_bytes,
+                                            int16_t host_kernels) const {
   BlockFlops f = Split(*s_.spec, s_.seq_len);
   int64_t qkv = a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes;
-  std::vector<UlyssesPiece> v;
+  UlyssesPieces v;
   if (recompute) {
     // Full checkpointing reruns the block's forward first, its all-to-alls included.
     v.push_back({f.pre * tokens_, 0, elem_bytes, host_kernels, qkv, 3});
@@ -67,7 +66,7 @@ std::vector<UlyssesPiece> Walker::UlyssesBackwardPieces(bool recompute, double e
   return v;
 }
 
-int32_t Walker::UlyssesChain(const std::vector<UlyssesPiece>& pieces) {
+int32_t Walker::UlyssesChain(const UlyssesPieces& pieces) {
   SHARDTUNE_CHECK(!pieces.empty()) << "empty Ulysses chain";
   const OpKind kind = Cur().kind;
   const int32_t seg = Cur().segment;
