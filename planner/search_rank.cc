@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 #include <numeric>
 #include <limits>
@@ -90,6 +89,7 @@ Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluste
   opt_.memory.allocator_replay = replay && (req.replay_every_plan || exhaustive_);
   opt_.memory.skip_repeated_micro_batches = !exhaustive_;
   full_opt_.memory.allocator_replay = false;
+  full_opt_.steady_step_only = true;  // Admit reads step-1 figures only
   opt_.memory.host_estimate = full_opt_.memory.host_estimate = false;  // not reported by tune
   threads_ = req.jobs > 0 ? req.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -566,7 +566,6 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
         << "a step-time lower bound (" << s.time_lb_s << " s, " << s.time_lb_resource
         << "; before the walk " << s.prewalk_lb_s << " s) exceeds the simulated step "
         << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
-    if (std::getenv("ST_DEBUG")) std::fprintf(stderr, "SIM lb %.4f pre %.4f step %.4f %s %s\n", s.time_lb_s, s.prewalk_lb_s, reports[j].step_time_s, s.time_lb_resource, PlanKey(plans[run[j]]).c_str());
     Admit(run[j], plans[run[j]], reports[j]);
   }
 }

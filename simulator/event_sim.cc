@@ -41,14 +41,19 @@ constexpr int kMaxLinks = 4;
 
 class Sim {
  public:
-  Sim(const StepProgram& p, const std::vector<OpCost>& c) : p_(p), c_(c) {
+  Sim(const StepProgram& p, const std::vector<OpCost>& c, size_t first_op) : p_(p), c_(c) {
     size_t n = p.ops.size();
     out_.start_ns.assign(n, -1);
     out_.end_ns.assign(n, -1);
     remaining_.assign(n, 0.0);
     version_.assign(n, 0);
     issued_.assign(n, 0);
-    for (size_t i = 0; i < n; ++i) queues_[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
+    first_op = std::min(first_op, n);
+    std::fill(out_.start_ns.begin(), out_.start_ns.begin() + static_cast<std::ptrdiff_t>(first_op), 0);
+    std::fill(out_.end_ns.begin(), out_.end_ns.begin() + static_cast<std::ptrdiff_t>(first_op), 0);
+    std::fill(issued_.begin(), issued_.begin() + static_cast<std::ptrdiff_t>(first_op), 1);
+    host_next_ = finished_prefix_ = first_op;
+    for (size_t i = first_op; i < n; ++i) queues_[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
   }
 
   Schedule Run() {
@@ -208,9 +213,10 @@ int64_t ToNanos(double seconds) {
   return ns >= 0 ? RoundNonNegative(ns) : static_cast<int64_t>(std::llround(ns));
 }
 
-Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs) {
+Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs,
+                            size_t first_op) {
   SHARDTUNE_CHECK(costs.size() == program.ops.size()) << costs.size() << " costs for " << program.ops.size();
-  return Sim(program, costs).Run();
+  return Sim(program, costs, first_op).Run();
 }
 
 }  // namespace shardtune::sim

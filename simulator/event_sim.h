@@ -31,7 +31,11 @@ struct Schedule {
 };
 
 // REQUIRES: costs.size() == program.ops.size(); dependencies point to earlier ops.
-Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs);
+// first_op > 0: the ops before it count as finished at time 0 and are not scheduled (start and
+// end 0), for a caller that knows the ops from first_op on start from an idle machine (the
+// steady step begins with the host waiting for every earlier op: ProgramOp::host_sync).
+Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs,
+                            size_t first_op = 0);
 
 // Simulator time is int64 ns; seconds convert by rounding to nearest (README.md "Conventions").
 int64_t ToNanos(double seconds);

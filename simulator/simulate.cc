@@ -302,9 +302,16 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   CostConstants storage;
   const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
   const Links& links = LinksFor(ctx, cluster, r.memory, o.costs);
-  std::vector<OpCost> costs = CostOps(r.program, cluster, plan, links, k);
-  r.schedule = RunEventSimulation(r.program, costs);
   const auto& ops = r.program.ops;
+  size_t first_op = 0;  // SimOptions::steady_step_only: step 1's first op
+  if (o.steady_step_only) {
+    while (first_op < ops.size() && ops[first_op].step < 1) ++first_op;
+    SHARDTUNE_CHECK(first_op == ops.size() || ops[first_op].host_sync)
+        << "the steady step does not begin with a host sync: it cannot be scheduled alone";
+  }
+  std::vector<OpCost> costs =
+      CostOps(r.program, cluster, plan, links, k, o.steady_step_only ? 1 : 0);
+  r.schedule = RunEventSimulation(r.program, costs, first_op);
   int64_t t0 = 0, t1 = 0, compute = 0;
   std::array<int64_t, kNumPhases> phase_ns{};
   std::array<bool, kNumPhases> phase_seen{};
@@ -378,7 +385,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.allocated_after = std::move(est.allocated_after);
   size_t pk = est.peak_op;
   int64_t step_start = ops[pk].step == 1 ? t0 : 0;
-  r.peak_time_s = static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9;
+  r.peak_time_s = pk < first_op ? 0 : static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9;
   return r;
 }
 

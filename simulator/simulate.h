@@ -21,6 +21,12 @@ struct SimOptions {
   MemoryOptions memory;
   CostConstants costs;
   bool with_timeline = true;  // build the memory timeline and op names (reports, traces)
+  // Schedule the steady step (step 1) alone. The same figures: step 1 begins with the host
+  // waiting for every op of step 0 (the loop's per-step sync, ProgramOp::host_sync), so it starts
+  // from an idle machine whatever step 0 did; only the schedule of step 0's ops (left at 0) and
+  // the peak's time when the memory peak is in step 0 (SimReport::peak_time_s, then 0) are not
+  // computed. The planner's search sets it (half the events per simulation).
+  bool steady_step_only = false;
 };
 
 struct SimReport {

@@ -9,6 +9,7 @@
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "profiles/cluster.h"
+#include "tests/simulator/random_plan.h"
 
 namespace shardtune::sim {
 namespace {
@@ -230,6 +231,53 @@ TEST(SimulateTest, BackwardPostPrefetchesLaterThanPre) {
   post.backward_prefetch = model::BackwardPrefetch::kPost;
   EXPECT_LE(SimulateStep(s, c, pre).step_time_s, SimulateStep(s, c, post).step_time_s);
   EXPECT_EQ(Count(SimulateStep(s, c, post), OpKind::kAllGather), Count(SimulateStep(s, c, pre), OpKind::kAllGather));
+}
+
+}  // namespace
+}  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// SimOptions::steady_step_only schedules step 1 alone: every step-1 figure must equal the full
+// schedule's, over random plans (strategies, offload, prefetch, cp, LoRA) on one and two nodes.
+TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
+  uint64_t seed = testing::TestSeed(20261125);
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  int checked = 0;
+  for (const char* name : {"8xH100", "2x8xH100-ib400"}) {
+    auto cluster = profiles::ParseClusterShorthand(name);
+    testing::RandomPlanSpace space;
+    space.hybrid_groups = {2, 8};
+    for (int i = 0; i < 30; ++i) {
+      model::Plan p = testing::RandomPlan(rng, space);
+      if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                      spec.SeqLenLimit()).empty()) {
+        continue;
+      }
+      SCOPED_TRACE(std::string(name) + " plan " + std::to_string(i));
+      SimOptions full;
+      full.memory.allocator_replay = false;
+      full.with_timeline = false;
+      SimOptions steady = full;
+      steady.steady_step_only = true;
+      SimReport a = SimulateStep(spec, cluster, p, full);
+      SimReport b = SimulateStep(spec, cluster, p, steady);
+      EXPECT_EQ(a.step_time_s, b.step_time_s);
+      EXPECT_EQ(a.compute_s, b.compute_s);
+      EXPECT_EQ(a.exposed_comm_s, b.exposed_comm_s);
+      EXPECT_EQ(a.tokens_per_s, b.tokens_per_s);
+      EXPECT_EQ(a.mfu, b.mfu);
+      EXPECT_EQ(a.phases_s, b.phases_s);
+      EXPECT_EQ(a.time_by_category_s, b.time_by_category_s);
+      EXPECT_EQ(a.all_to_all_s, b.all_to_all_s);
+      if (a.memory.peak_phase.rfind("step 1", 0) == 0) EXPECT_EQ(a.peak_time_s, b.peak_time_s);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 30);
 }
 
 }  // namespace
