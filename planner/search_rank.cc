@@ -209,23 +209,9 @@ void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
 // One plan's memory walk and, when it fits, its step-time bound. The exhaustive search walks
 // plans a bound rules out too and checks that the walk agrees with every bound.
 void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
-  const Bytes capacity = cluster_.gpu.usable_memory;
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
                                                            &sim::CacheOf(w.ctx));
-  const sim::MemoryReport& m = est.report;
-  s->evaluated = true;
-  s->required = ScreeningRequired(m, opt_.memory.constants);
-  s->fits = s->required <= capacity;
-  SHARDTUNE_CHECK(!(s->bound_oom && s->fits)) << "the lower bound " << s->bound.count()
-      << " exceeds the walk's need " << s->required.count() << " for " << PlanKey(p);
-  s->peak_phase = m.peak_phase;
-  s->peak_top.assign(m.peak_breakdown.begin(),
-                     m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
-  if (m.allocator_replayed) {
-    s->replayed = true;
-    s->replay_fits = m.fits;
-    s->replay_required = m.required;
-  }
+  Judge(p, est, s);
   if (s->fits || exhaustive_) {
     sim::StepTimeBound b = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
     s->time_lb_s = b.seconds;
@@ -243,6 +229,24 @@ void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
         << s->host_optimizer_lb_s << " vs " << b.host_optimizer_s << " s";
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
+}
+
+// The memory verdict of a walked plan (its screening figure, peak and categories).
+void Ranker::Judge(const model::Plan& p, const sim::MemoryEstimate& est, Screened* s) const {
+  const sim::MemoryReport& m = est.report;
+  s->evaluated = true;
+  s->required = ScreeningRequired(m, opt_.memory.constants);
+  s->fits = s->required <= cluster_.gpu.usable_memory;
+  SHARDTUNE_CHECK(!(s->bound_oom && s->fits)) << "the lower bound " << s->bound.count()
+      << " exceeds the walk's need " << s->required.count() << " for " << PlanKey(p);
+  s->peak_phase = m.peak_phase;
+  s->peak_top.assign(m.peak_breakdown.begin(),
+                     m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
+  if (m.allocator_replayed) {
+    s->replayed = true;
+    s->replay_fits = m.fits;
+    s->replay_required = m.required;
+  }
 }
 
 namespace {
@@ -307,6 +311,16 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
         sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory,
                                                                  false, &sim::CacheOf(w.ctx));
         figures[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
+        // This walk is the plan's own memory walk too (EvaluateInOrder then skips it); the
+        // exhaustive search walks it again there, after its prewalk bounds are set, to check them.
+        if (!exhaustive_) {
+          Screened* s = &screened_[reps[j]];
+          Judge(p, est, s);
+          if (s->fits) {
+            s->time_lb_s = figures[j].seconds;
+            s->time_lb_resource = figures[j].resource;
+          }
+        }
         sim::CacheOf(w.ctx).Recycle(std::move(est.program));
       },
       [](size_t) {});
@@ -379,16 +393,20 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
   std::set<std::pair<double, size_t>> pending;  // (step-time bound, plan index)
   for (size_t start = 0; start < order.size(); start += kWalkWindow) {
     size_t end = std::min(order.size(), start + kWalkWindow);
-    std::vector<size_t> walk;
+    // The plans of this window still in the running, and those of them not yet walked (the
+    // prewalk bounds' walks judged some already).
+    std::vector<size_t> judged, walk;
     for (size_t j = start; j < end; ++j) {
       size_t i = order[j];
-      if (!Prunable(screened_[i].prewalk_lb_s, plans[i].cp)) walk.push_back(i);
+      if (Prunable(screened_[i].prewalk_lb_s, plans[i].cp)) continue;
+      judged.push_back(i);
+      if (!screened_[i].evaluated) walk.push_back(i);
     }
     ParallelFor(
         walk.size(), result_.threads,
         [&](size_t j, int t) { Walk(plans[walk[j]], WorkerOf(static_cast<size_t>(t)), &screened_[walk[j]]); },
         [](size_t) {});
-    for (size_t i : walk) {
+    for (size_t i : judged) {
       Screened& s = screened_[i];
       if (s.bound_oom || !s.fits) continue;
       if (req_.objective == Objective::kMemory && tokens / s.time_lb_s < req_.min_tokens_per_s) {

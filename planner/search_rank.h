@@ -81,6 +81,7 @@ class Ranker {
   Worker& WorkerOf(size_t thread);
   void Bound(const model::Plan& plan, Worker& w, Screened* s) const;
   void Walk(const model::Plan& plan, Worker& w, Screened* s) const;
+  void Judge(const model::Plan& plan, const sim::MemoryEstimate& est, Screened* s) const;
   void PrewalkBounds(const std::vector<model::Plan>& plans);
   void EvaluateInOrder(const std::vector<model::Plan>& plans,
                        const std::function<void(int64_t, int64_t)>& progress);

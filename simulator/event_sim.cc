@@ -30,12 +30,6 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
-// std::llround for x >= 0 without the libm call (the simulator's durations are never negative):
-// the same integer, since x - trunc(x) is exact below 2^52.
-int64_t RoundNonNegative(double x) {
-  auto r = static_cast<int64_t>(x);
-  return x - static_cast<double>(r) >= 0.5 ? r + 1 : r;
-}
 
 constexpr int kMaxLinks = 4;
 
@@ -208,10 +202,6 @@ class Sim {
 
 }  // namespace
 
-int64_t ToNanos(double seconds) {
-  double ns = seconds * 1e9;
-  return ns >= 0 ? RoundNonNegative(ns) : static_cast<int64_t>(std::llround(ns));
-}
 
 Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs,
                             size_t first_op) {

@@ -8,6 +8,7 @@
 // (time, seq)), so schedules are deterministic.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -37,7 +38,17 @@ struct Schedule {
 Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs,
                             size_t first_op = 0);
 
+// std::llround for x >= 0 without the libm call (the simulator's durations are never negative):
+// the same integer, since x - trunc(x) is exact below 2^52.
+inline int64_t RoundNonNegative(double x) {
+  auto r = static_cast<int64_t>(x);
+  return x - static_cast<double>(r) >= 0.5 ? r + 1 : r;
+}
+
 // Simulator time is int64 ns; seconds convert by rounding to nearest (README.md "Conventions").
-int64_t ToNanos(double seconds);
+inline int64_t ToNanos(double seconds) {
+  double ns = seconds * 1e9;
+  return ns >= 0 ? RoundNonNegative(ns) : static_cast<int64_t>(std::llround(ns));
+}
 
 }  // namespace shardtune::sim

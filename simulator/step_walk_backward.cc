@@ -59,14 +59,20 @@ void Walker::ForwardCompute(int seg) {
 // made after the loss backward's fp32 peak). Peak = max over nodes of (B·S x live per token +
 // grads x fraction of the parameters whose gradients exist), minus `grads`, which the caller
 // has already allocated.
-int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const {
+int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) {
+  // A walk asks about few distinct ledgers (the block's, the head's; per block under LoRA), each
+  // with the same grads in every micro-batch: a small memo keyed by ledger and grads.
+  WorkingSetMemo& memo = working_set_memo_[(reinterpret_cast<uintptr_t>(&l) / alignof(model::ActivationLedger)) %
+                                           working_set_memo_.size()];
+  if (memo.ledger == &l && memo.grads == grads) return memo.bytes;
   int64_t peak = Tok(l.backward_peak_per_token);  // a ledger without a profile
   if (!l.backward_profile.empty()) peak = 0;
   for (const auto& p : l.backward_profile) {
     peak = std::max(peak, Tok(p.live_per_token) +
                               static_cast<int64_t>(p.param_grad_fraction * static_cast<double>(grads)));
   }
-  return std::max<int64_t>(0, peak - grads);
+  memo = {&l, grads, std::max<int64_t>(0, peak - grads)};
+  return memo.bytes;
 }
 
 // `grads`: bytes of parameter gradients AccumulateGrad allocates in this segment.

@@ -33,6 +33,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   auto segs = static_cast<size_t>(model::NumSegments(s.spec->num_layers));
   starts_.assign(segs, {});
   ends_.assign(segs, {});
+  experts_starting_.assign(segs, {});
   grads_by_segment_.assign(segs, {});
   shard_numel_.resize(u);
   std::vector<int64_t> by_seg(segs, 0);
@@ -51,6 +52,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     }
     backward_order_.push_back(static_cast<int32_t>(i));
     starts_[static_cast<size_t>(unit.first_segment)].push_back(static_cast<int32_t>(i));
+    if (unit.is_expert) experts_starting_.at(static_cast<size_t>(unit.first_segment)).push_back(static_cast<int32_t>(i));
     ends_[static_cast<size_t>(unit.last_segment)].push_back(static_cast<int32_t>(i));
     // The unit's trainable bytes per segment, in segment order (a unit spans few segments: one
     // scratch vector over all segments, cleared where it was touched).

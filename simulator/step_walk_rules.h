@@ -78,7 +78,7 @@ class Walker {
   void Backward();
   void ForwardCompute(int seg);
   void BackwardCompute(int seg, int64_t grads);
-  int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const;
+  int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads);
   // Ulysses (plan.cp > 1, step_walk_ulysses.cc): the current op, already begun with its memory
   // actions, becomes pieces[0]; each later piece is a compute op of the same kind that waits for
   // the all-to-alls of the piece before it. Returns the last compute op.
@@ -112,7 +112,7 @@ class Walker {
   int64_t InferWorkingSet() const;
   void ForwardExperts(int seg, bool before_compute);
   void BackwardExperts(int seg, bool before_compute, bool sync);
-  std::vector<int32_t> ExpertsStarting(int seg) const;
+  const std::vector<int32_t>& ExpertsStarting(int seg) const;  // per-expert units starting at seg
 
   const WalkSetup& s_;
   const std::vector<model::FsdpUnit>& units_;
@@ -121,7 +121,7 @@ class Walker {
   StepProgram* prog_;
   // Per forward segment: units whose span starts / ends there, and (unit, gradient bytes) of
   // the parameters it uses (precomputed: the walk visits every segment of every pass).
-  std::vector<std::vector<int32_t>> starts_, ends_;
+  std::vector<std::vector<int32_t>> starts_, ends_, experts_starting_;
   std::vector<std::vector<std::pair<int32_t, int64_t>>> grads_by_segment_;
   std::vector<int64_t> shard_numel_;     // padded shard elements per unit
   std::vector<int32_t> backward_order_;  // units by last segment, latest first (outer first on ties)
@@ -138,6 +138,12 @@ class Walker {
   std::vector<int32_t> prefetch_op_;
   std::vector<int64_t> prefetched_, unsharded_grad_, accumulated_, sharded_grad_;
   int64_t deferred_ag_ = 0, deferred_rs_ = 0, kept_logits_ = 0;
+  // BackwardWorkingSet's last answer per ledger: every micro-batch asks again with the same grads.
+  struct WorkingSetMemo {
+    const model::ActivationLedger* ledger = nullptr;
+    int64_t grads = -1, bytes = 0;
+  };
+  std::array<WorkingSetMemo, 4> working_set_memo_{};
   bool optimizer_state_ = false;
   // Trainability: per unit, padded shard elements of parameters that require grad and the bytes
   // of all its shards (adapters in lora.dtype, frozen ones in the plan's frozen dtype); per

@@ -90,12 +90,8 @@ int64_t Walker::InferWorkingSet() const {
   return Tok(std::max(0.0, std::min(training, ws)));
 }
 
-std::vector<int32_t> Walker::ExpertsStarting(int seg) const {
-  std::vector<int32_t> out;
-  for (int32_t i : starts_[static_cast<size_t>(seg)]) {
-    if (units_[static_cast<size_t>(i)].is_expert) out.push_back(i);
-  }
-  return out;
+const std::vector<int32_t>& Walker::ExpertsStarting(int seg) const {
+  return experts_starting_[static_cast<size_t>(seg)];
 }
 
 // Per-expert units (ROLL wrap_policy.moe_experts): the expert's pre-forward hook gathers it when
@@ -103,7 +99,7 @@ std::vector<int32_t> Walker::ExpertsStarting(int seg) const {
 // a time (the next one's all-gather is issued at its own pre-forward). The block's compute is one
 // op, run with the first expert gathered; the others follow it in program order.
 void Walker::ForwardExperts(int seg, bool before_compute) {
-  std::vector<int32_t> ex = ExpertsStarting(seg);
+  const std::vector<int32_t>& ex = ExpertsStarting(seg);
   if (ex.empty()) return;
   if (before_compute) {
     Unshard(static_cast<size_t>(ex.front()), true);
@@ -120,7 +116,7 @@ void Walker::ForwardExperts(int seg, bool before_compute) {
 // made by the block's backward op; each other expert is gathered, gets its gradients and is
 // reduce-scattered in turn (its post-backward hook), before the block's own post-backward.
 void Walker::BackwardExperts(int seg, bool before_compute, bool sync) {
-  std::vector<int32_t> ex = ExpertsStarting(seg);
+  const std::vector<int32_t>& ex = ExpertsStarting(seg);
   if (ex.empty()) return;
   if (before_compute) {
     Unshard(static_cast<size_t>(ex.front()), false);
