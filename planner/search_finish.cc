@@ -204,10 +204,18 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
     CpVerdict v = verdict;
     std::string w = "cp=" + std::to_string(cp) + ": ";
     char buf[160];
-    if (v.fitting == 0 && v.smallest_required.count() == 0) {
+    if (v.fitting == 0 && (v.smallest_required.count() == 0 || bound_only_cps_.count(cp) > 0)) {
       w += "does not fit: a lower bound exceeds " + GiBText(capacity) + " in all " +
            std::to_string(v.plans) + " plans; the least is " + GiBText(v.smallest_bound) + " of " +
            v.smallest_bound_what + " (" + v.smallest_bound_key + ")";
+      if (v.smallest_required.count() > 0) {
+        w += ", which needs " + GiBText(v.smallest_required) + " at its peak (" +
+             v.smallest_peak_phase + ")";
+        for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
+          w += (i ? " and " : ": the largest parts are ") + v.smallest_peak_top[i].first + " " +
+               GiBText(v.smallest_peak_top[i].second);
+        }
+      }
     } else if (v.fitting == 0) {
       w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
            GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +

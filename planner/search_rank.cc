@@ -368,6 +368,7 @@ SearchResult Ranker::Run(const std::vector<model::Plan>& plans,
   EvaluateInOrder(plans, progress);
   BuildTop();
   BookVerdicts(plans);
+  WalkBoundOnlyVerdicts(plans);
   return Finish();
 }
 
@@ -470,6 +471,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
         v.smallest_bound = s.bound;
         v.smallest_bound_key = key;
         v.smallest_bound_what = what;
+        verdict_bound_index_[p.cp] = index;
       }
       Reject(std::string(s.forward_end_bound
                              ? "OOM: model states and what forward keeps for backward (saved "
@@ -513,6 +515,22 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
       Reject(SlowerReason(s.time_lb_resource),
              key + ": " + s.time_lb_resource + " " + Secs(s.time_lb_s), Bytes());
     }
+  }
+}
+
+// A cp whose plans a lower bound ruled out, every one, would say only that bound: its plan with
+// the least bound is walked, so the verdict names the phase of its peak and what fills it.
+void Ranker::WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans) {
+  for (auto& [cp, v] : verdicts_) {
+    auto it = verdict_bound_index_.find(cp);
+    if (v.fitting > 0 || v.smallest_required.count() > 0 || it == verdict_bound_index_.end()) continue;
+    Screened s = screened_[it->second];
+    if (!s.evaluated) {
+      Walk(plans[it->second], WorkerOf(0), &s);
+      ++result_.memory_checked;
+    }
+    NoteMemory(cp, v.smallest_bound_key, s);
+    bound_only_cps_.insert(cp);
   }
 }
 

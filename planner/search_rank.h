@@ -88,6 +88,7 @@ class Ranker {
   void SimulateSome(const std::vector<model::Plan>& plans,
                     std::set<std::pair<double, size_t>>* pending, double up_to);
   void BookVerdicts(const std::vector<model::Plan>& plans);
+  void WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans);
   void BuildTop();
   Bytes ModelStateLowerBound(const model::Plan& plan, Worker& w) const;
   Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w) const;
@@ -125,6 +126,8 @@ class Ranker {
   std::map<std::string, Rejection> rejections_;
   std::map<int, CpVerdict> verdicts_;        // by cp
   std::map<int, size_t> verdict_best_index_;  // plan index of each cp's fastest plan
+  std::map<int, size_t> verdict_bound_index_;  // plan index of each cp's least memory bound
+  std::set<int> bound_only_cps_;  // cps whose every plan a bound ruled out (one walked to explain)
   SearchResult result_;
 };
 

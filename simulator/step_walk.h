@@ -63,7 +63,8 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage = {})
 //   False, and FSDP2's root: Walker::ReshardAfterForward);
 // - activations_bytes (micro-batch, sequence, cp, checkpointing, trainability): every block's
 //   saved activations (freed only by that block's backward), and in training the residual stream
-//   and what the LM head and loss saved (freed by the head's backward).
+//   and the larger of the LM head's forward working set and what the head and loss saved (the
+//   moment of the head's forward op; the bound counts whichever of the two is larger).
 struct ForwardEndBound {
   int64_t states_bytes = 0;
   int64_t activations_bytes = 0;

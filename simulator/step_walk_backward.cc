@@ -341,9 +341,12 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
   int64_t& act = out.activations_bytes;
   for (int b = 0; b < s_.spec->num_layers; ++b) act += Tok(BlockSaved(b));
   if (p_.Trains()) {
-    // ForwardCompute: the residual stream from the embeddings, what the head and loss saved;
-    // both freed by the head's BackwardCompute.
-    act += Tok(residual_) + Tok(head_.saved_per_token);
+    // ForwardCompute: the residual stream from the embeddings (freed by the head's
+    // BackwardCompute) and, in the head's forward op, first its working set (logits, the fp32
+    // upcast and the loss's temporaries, freed at once), then what the head and loss saved:
+    // every block's saved activations are alive at both moments.
+    act += Tok(residual_) + std::max(Tok(head_.forward_peak_per_token - residual_),
+                                     Tok(head_.saved_per_token));
   }
   return out;
 }
