@@ -115,7 +115,9 @@ struct SearchResult {
   int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;
   int64_t memory_checked = 0, replayed = 0, simulated = 0;
   // Plans ruled out by a time bound known before any walk (never walked), and the walks those
-  // bounds took (one plan per combination of the knobs each depends on).
+  // bounds took (one plan per combination of the knobs each depends on; each is that plan's
+  // memory walk too and counts in memory_checked, except in the exhaustive search, which walks
+  // the plan again to check its bounds).
   int64_t pruned_before_walk = 0, prewalk_bound_walks = 0;
   int threads = 1;
   int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above

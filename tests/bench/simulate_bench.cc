@@ -23,8 +23,11 @@ int main(int argc, char** argv) {
   sim::SimOptions opt;
   opt.with_timeline = false;
   // As the planner's simulation pass runs them (planner/search_rank.cc full_opt_): no allocator
-  // replay (the planner replays only the plans entering its list; `simulate` replays every time).
+  // replay (the planner replays only the plans entering its list; `simulate` replays every time),
+  // no host-memory estimate (tune reports none), the steady step scheduled alone.
   opt.memory.allocator_replay = false;
+  opt.memory.host_estimate = false;
+  opt.steady_step_only = true;
   sim::SimContext ctx(cluster);
   std::vector<double> rates;
   size_t ops = 0;

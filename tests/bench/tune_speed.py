@@ -75,8 +75,8 @@ def main():
         pass
     print(f"tune speed, {datetime.date.today().isoformat()}, {cpu}, {os.cpu_count()} cores, "
           f"median of {repeats}")
-    print("| case | jobs | wall (s) | plans | plans/s | walked (+ for bounds) | ruled out unwalked by "
-          "time | replayed | simulated | peak RSS (MiB) |")
+    print("| case | jobs | wall (s) | plans | plans/s | walked (of them for time bounds) | ruled out "
+          "unwalked by time | replayed | simulated | peak RSS (MiB) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, args in CASES:
         for jobs, pin in ((1, True), (2, False)):
@@ -88,7 +88,7 @@ def main():
             rss = peak_rss_mib(binary, args, jobs)
             print(f"| {label} | {jobs}{' (1 core)' if pin else ''} | {med:.3f} | "
                   f"{work['enumerated']:,} | {work['enumerated'] / med:,.0f} | "
-                  f"{work['memory_checked']:,} (+{work['prewalk_bound_walks']:,}) | "
+                  f"{work['memory_checked']:,} ({work['prewalk_bound_walks']:,}) | "
                   f"{work['pruned_before_walk']:,} | {work['replayed']:,} | {work['simulated']:,} | "
                   f"{rss:.0f} |",
                   flush=True)

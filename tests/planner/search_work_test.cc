@@ -166,9 +166,14 @@ TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
   }
   EXPECT_GT(r.prewalk_bound_walks, 0);
   EXPECT_LE(r.prewalk_bound_walks, static_cast<int64_t>(compute.size() + comm.size() + host.size()));
-  // They leave few plans to walk: at most a third (4,690 of 19,200 with the compute bound alone;
-  // 11,950 with the memory bounds alone).
-  EXPECT_LE(3 * r.memory_checked, r.enumerated);
+  // Each of those walks is its plan's memory walk too (not walked twice).
+  EXPECT_LE(r.prewalk_bound_walks, r.memory_checked);
+  // They leave few plans to walk: 1,292 walks in all when written (2,018 before the forward-end
+  // bound counted what forward keeps for backward and the time-bound walks were reused; 11,950
+  // with the model-state bound alone).
+  EXPECT_LE(r.memory_checked, 1600);
+  // The forward-end bound rules out more than half the plans (10,004 of 19,200 when written).
+  EXPECT_GT(2 * r.pruned_by_memory_bound, r.enumerated);
   EXPECT_GT(r.pruned_before_walk, 0);
   // Replays: the plans that entered the top-5 bound while it tightened (50 when written), plus
   // any the list skipped as out of memory; replaying every plan would be memory_checked (18,320).
