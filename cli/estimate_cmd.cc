@@ -79,7 +79,7 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
                 bool timeline, std::ostream& out) {
-  int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
     if (u.gathered_bytes > largest->gathered_bytes) largest = &u;

@@ -94,7 +94,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
     global_batch = given.GlobalBatch(c.world_size());
   }
   req.base = given;
-  req.seq_len = given.seq_len > 0 ? given.seq_len : spec.max_seq_len;
+  req.seq_len = given.ResolvedSeqLen(spec.max_seq_len);
   if (req.seq_len > spec.SeqLenLimit()) {
     problems.push_back("--seq-len: expected at most " +
                        std::string(spec.positions == model::PositionKind::kLearned

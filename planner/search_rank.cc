@@ -268,12 +268,13 @@ std::string WrapKey(const model::Plan& p) {
          std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
 }
 
-// Collective transfers: which units are gathered and reduced over which group, how many times
-// per step (strategy, shard group, wrap, micro-batches, cp); not checkpointing, offload or
-// prefetch (which change when, not what).
+// Collective transfers per micro-batch: which units are gathered and reduced over which group
+// (strategy, shard group, wrap, cp); not the micro-batch size (collectives move parameters and
+// gradients, not activations), checkpointing, offload or prefetch (which change when, not what).
+// A plan's bound is its micro-batches times the least a micro-batch of the walked plan moves
+// (reduce-scatters: once per step under no_sync, which reduces on the last micro-batch only).
 std::string CommKey(const model::Plan& p) {
-  return WrapKey(p) + "/" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) +
-         "/" + std::to_string(p.cp) + "/" + std::to_string(p.seq_len);
+  return WrapKey(p) + "/" + std::to_string(p.cp) + "/" + std::to_string(p.seq_len);
 }
 
 // Host optimizer step: the gradient shards it updates (strategy, shard group, wrap) and offload.
@@ -335,8 +336,13 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
     Screened& s = screened_[i];
     if (const sim::StepTimeBound* f = figure_of(0, keys[i][0])) s.compute_lb_s = f->segment_compute_s;
     if (const sim::StepTimeBound* f = figure_of(1, keys[i][1])) {
-      s.all_gather_lb_s = f->all_gather_transfer_s;
-      s.reduce_scatter_lb_s = f->reduce_scatter_transfer_s;
+      const model::Plan& p = plans[i];
+      // As StepLowerBound converts its sums: integer ns, then seconds.
+      s.all_gather_lb_s =
+          static_cast<double>(p.grad_accum * f->all_gather_per_micro_batch_ns) * 1e-9;
+      s.reduce_scatter_lb_s =
+          static_cast<double>((p.no_sync ? 1 : p.grad_accum) * f->reduce_scatter_per_micro_batch_ns) *
+          1e-9;
     }
     if (const sim::StepTimeBound* f = figure_of(2, keys[i][2])) s.host_optimizer_lb_s = f->host_optimizer_s;
     s.prewalk_lb_s = s.compute_lb_s;

@@ -185,6 +185,10 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   std::array<int64_t, 4> link_ns{};
   int64_t copy_host_ns = 0, host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
+  // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
+  // streams' transfers; -1 marks a micro-batch the program left out.
+  const auto micro_batches = static_cast<size_t>(std::max(1, p.grad_accum));
+  std::vector<std::array<int64_t, 2>> micro_transfer_ns(micro_batches, {-1, -1});
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;
@@ -192,6 +196,12 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     int64_t times = repeated(op) ? copies : 1;
     auto st = static_cast<size_t>(op.stream);
     stream_ns[st] += times * least_ns(i);
+    if (op.micro >= 0 && static_cast<size_t>(op.micro) < micro_batches) {
+      auto& m = micro_transfer_ns[static_cast<size_t>(op.micro)];
+      m = {std::max<int64_t>(0, m[0]), std::max<int64_t>(0, m[1])};
+      if (c.transfer_ns > 0 && op.stream == Stream::kAllGather) m[0] += std::max<int64_t>(0, c.transfer_ns - 4);
+      if (c.transfer_ns > 0 && op.stream == Stream::kReduceScatter) m[1] += std::max<int64_t>(0, c.transfer_ns - 4);
+    }
     if (c.transfer_ns > 0) {
       stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
       link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
@@ -276,6 +286,16 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   b.reduce_scatter_transfer_s =
       static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kReduceScatter)]) * 1e-9;
   b.host_optimizer_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kHost)]) * 1e-9;
+  // The least per micro-batch: the optimizer step's ops are labelled micro-batch 0 but move
+  // nothing on these two streams, so each figure is one micro-batch's collectives.
+  std::array<int64_t, 2> least{-1, -1};
+  for (const auto& m : micro_transfer_ns) {
+    for (size_t s = 0; s < 2; ++s) {
+      if (m[s] >= 0 && (least[s] < 0 || m[s] < least[s])) least[s] = m[s];
+    }
+  }
+  b.all_gather_per_micro_batch_ns = std::max<int64_t>(0, least[0]);
+  b.reduce_scatter_per_micro_batch_ns = std::max<int64_t>(0, least[1]);
   return b;
 }
 
@@ -370,7 +390,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
     if (phase_seen[ph]) phases[kPhaseNames[ph]] = phase_ns[ph];
   }
   for (const auto& [name, v] : phases) r.phases_s.push_back({name, static_cast<double>(v) * 1e-9});
-  int64_t seq = plan.seq_len > 0 ? plan.seq_len : spec.max_seq_len;
+  int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);
   r.tokens_per_s = r.tokens_per_step / r.step_time_s;
   r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();

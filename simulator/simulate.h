@@ -87,14 +87,22 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
 // kernels alone (the part a plan's strategy, wrap, offload and prefetch leave unchanged);
 // `all_gather_transfer_s` and `reduce_scatter_transfer_s` the transfers alone of the all-gather
 // and reduce-scatter streams (bytes at the link's full bandwidth, no latency or copy kernels);
-// `host_optimizer_s` the host optimizer step's time (CPU offload). A program that left out repeated micro-batches gives a bound no
-// higher than the full program's (tests/simulator/micro_batch_skip_test.cc).
+// `host_optimizer_s` the host optimizer step's time (CPU offload). `*_per_micro_batch_ns`: the
+// least of those transfers over the step's micro-batches (a micro-batch's collectives move
+// parameter and gradient bytes, never activations, so they do not depend on the micro-batch
+// size: the planner bounds a plan's transfers by its micro-batch count times this figure of
+// another plan with the same units, groups and cp). A program that left out repeated
+// micro-batches gives a bound no higher than the full program's
+// (tests/simulator/micro_batch_skip_test.cc).
 struct StepTimeBound {
   double seconds = 0;
   const char* resource = "compute stream";
   double compute_s = 0;
   double segment_compute_s = 0;
   double all_gather_transfer_s = 0, reduce_scatter_transfer_s = 0, host_optimizer_s = 0;
+  // In integer ns, as the sums above are made, so that n copies of an equal figure are exactly
+  // their sum.
+  int64_t all_gather_per_micro_batch_ns = 0, reduce_scatter_per_micro_batch_ns = 0;
 };
 StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
                              const profiles::ClusterSpec& cluster, const model::Plan& plan,

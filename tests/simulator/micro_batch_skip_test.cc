@@ -123,6 +123,67 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
   EXPECT_GT(checked, 60);
 }
 
+// A micro-batch's collectives move parameters and gradients, not activations: the planner bounds
+// a plan's all-gather and reduce-scatter transfers by its micro-batch count times the least one
+// micro-batch of another plan moves (StepTimeBound::*_per_micro_batch_ns). Over random plans:
+// that product never exceeds the plan's own transfers (equals them without no_sync), and the
+// per-micro-batch figure is the same at twice the micro-batch and half the accumulation.
+TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
+  uint64_t seed = testing::TestSeed(20261125);
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  auto cluster = profiles::ParseClusterShorthand("2x8xH100-ib400");
+  testing::RandomPlanSpace space;
+  space.grad_accums = {2, 4, 6, 8};
+  space.hybrid_groups = {8};
+  MemoryOptions mo;
+  mo.allocator_replay = false;
+  mo.skip_repeated_micro_batches = true;
+  SimOptions o;
+  o.memory = mo;
+  int checked = 0;
+  for (int i = 0; i < 40; ++i) {
+    Plan p = RandomPlan(rng, space);
+    Plan q = p;  // the same tokens in micro-batches twice as large
+    q.micro_batch = 2 * p.micro_batch;
+    q.grad_accum = p.grad_accum / 2;
+    bool valid = true;
+    for (const Plan* x : {&p, &q}) {
+      valid = valid && x->Problems("plan", cluster.world_size(), cluster.gpus_per_node,
+                                   spec.num_layers, spec.SeqLenLimit()).empty();
+    }
+    if (!valid) continue;
+    SCOPED_TRACE("plan " + std::to_string(i));
+    SimContext ctx(cluster);
+    StepTimeBound a = StepLowerBound(EstimateMemoryWithProgram(spec, cluster, p, mo, false), spec,
+                                     cluster, p, o, &ctx);
+    StepTimeBound b = StepLowerBound(EstimateMemoryWithProgram(spec, cluster, q, mo, false), spec,
+                                     cluster, q, o, &ctx);
+    EXPECT_EQ(a.all_gather_per_micro_batch_ns, b.all_gather_per_micro_batch_ns);
+    // Under no_sync only the last micro-batch reduces: the least is 0 with two or more, that
+    // micro-batch's with one (the planner then counts one reduction, never more).
+    if (!p.no_sync) {
+      EXPECT_EQ(a.reduce_scatter_per_micro_batch_ns, b.reduce_scatter_per_micro_batch_ns);
+    } else {
+      EXPECT_LE(a.reduce_scatter_per_micro_batch_ns, b.reduce_scatter_per_micro_batch_ns);
+      EXPECT_LE(static_cast<double>(b.reduce_scatter_per_micro_batch_ns) * 1e-9,
+                a.reduce_scatter_transfer_s);
+    }
+    double ag = static_cast<double>(p.grad_accum * a.all_gather_per_micro_batch_ns) * 1e-9;
+    double rs = static_cast<double>((p.no_sync ? 1 : p.grad_accum) *
+                                    a.reduce_scatter_per_micro_batch_ns) * 1e-9;
+    EXPECT_LE(ag, a.all_gather_transfer_s);
+    EXPECT_LE(rs, a.reduce_scatter_transfer_s);
+    if (!p.no_sync) {
+      EXPECT_EQ(ag, a.all_gather_transfer_s);
+      EXPECT_EQ(rs, a.reduce_scatter_transfer_s);
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 15);
+}
+
 // The caching-allocator replay of a walk that left out repeated micro-batches (allocator_sim.h
 // ReplayAllocator): when the allocator reaches its fixed point, every figure equals the full
 // program's replay, free and pressed under a capacity that forces cache releases; when it does
