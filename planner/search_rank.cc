@@ -90,6 +90,7 @@ Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluste
   opt_.memory.skip_repeated_micro_batches = !exhaustive_;
   full_opt_.memory.allocator_replay = false;
   full_opt_.steady_step_only = true;  // Admit reads step-1 figures only
+  full_opt_.memory.skip_repeated_micro_batches_in_step0 = true;  // so step 0 need not be whole
   opt_.memory.host_estimate = full_opt_.memory.host_estimate = false;  // not reported by tune
   threads_ = req.jobs > 0 ? req.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }

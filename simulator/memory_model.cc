@@ -338,6 +338,8 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
   w.record_tensors = replay;
   w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !with_timeline;
+  w.skip_repeated_micro_batches_in_step0 =
+      options.skip_repeated_micro_batches_in_step0 && !with_timeline && !replay;
   int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
   for (const auto& u : *w.units) {
     r.parameters += u.NumParams();
@@ -394,7 +396,9 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   for (int64_t p : ledger.pool_peaks()) pools += p;
   // The ledger's per-pool segment rounding frees lumps as they were not allocated, so its
   // figure drifts with the number of micro-batches: a walk that skipped some has none.
-  if (!w.skip_repeated_micro_batches) r.reserved_no_pressure = Bytes::Of(pools);
+  if (!w.skip_repeated_micro_batches && !w.skip_repeated_micro_batches_in_step0) {
+    r.reserved_no_pressure = Bytes::Of(pools);
+  }
   if (with_timeline) {
     for (size_t i = 0; i < est.program.ops.size(); ++i) {
       r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(est.allocated_after[i])});

@@ -99,6 +99,10 @@ struct MemoryOptions {
   // the replay the report leaves reserved_no_pressure at 0 (the ledger's pool figure depends on
   // every micro-batch).
   bool skip_repeated_micro_batches = false;
+  // The same in step 0 only (step_walk.h WalkSetup::skip_repeated_micro_batches_in_step0): for a
+  // program whose steady step alone is scheduled (SimOptions::steady_step_only). Ignored with
+  // the allocator replay or a timeline.
+  bool skip_repeated_micro_batches_in_step0 = false;
   // false: MemoryReport::host is left empty (the planner's walks: tune reports no host figures,
   // and the host model reads every parameter of the model).
   bool host_estimate = true;

@@ -110,6 +110,9 @@ struct StepProgram {
   // (micro-batch index kWalkedLeadingMicroBatches - 1; step_walk.h skip_repeated_micro_batches):
   // 0 for a full program.
   int repeats_of_last_leading_micro_batch = 0;
+  // The same, when only step 0's were left out (WalkSetup::skip_repeated_micro_batches_in_step0):
+  // step 1 is whole.
+  int repeats_in_step0 = 0;
   // "step 1 · micro-batch 2/4 · backward · block 7" for reports; built on demand.
   std::string OpName(size_t i) const;
 };

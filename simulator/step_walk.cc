@@ -32,9 +32,12 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   prog.tensors.clear();
   prog.num_layers = setup.spec->num_layers;
   prog.grad_accum = setup.plan->grad_accum;
+  prog.repeats_of_last_leading_micro_batch = prog.repeats_in_step0 = 0;
+  int repeats = std::max(0, setup.plan->grad_accum - kWalkedLeadingMicroBatches - 1);
   if (setup.skip_repeated_micro_batches) {
-    prog.repeats_of_last_leading_micro_batch =
-        std::max(0, setup.plan->grad_accum - kWalkedLeadingMicroBatches - 1);
+    prog.repeats_of_last_leading_micro_batch = repeats;
+  } else if (setup.skip_repeated_micro_batches_in_step0) {
+    prog.repeats_in_step0 = repeats;
   }
   for (const auto& u : *setup.units) prog.unit_names.push_back(u.name);
   internal::Walker(setup, &prog).Run();

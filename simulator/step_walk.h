@@ -45,6 +45,9 @@ struct WalkSetup {
   // cannot be scheduled in time or replayed through the caching allocator. The planner's memory
   // screening uses it.
   bool skip_repeated_micro_batches = false;
+  // The same in step 0 only (StepProgram::repeats_in_step0): for a program only step 1 of which
+  // is scheduled (SimOptions::steady_step_only), whose ledger still sees both steps' peaks.
+  bool skip_repeated_micro_batches_in_step0 = false;
 };
 
 // Micro-batches a walk with skip_repeated_micro_batches walks before it jumps to the last one.

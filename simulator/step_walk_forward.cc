@@ -204,7 +204,9 @@ void Walker::Run() {
     size_t first_op = prog_->ops.size();
     for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
       // Micro-batches 4 .. grad_accum-1 repeat the third (WalkSetup::skip_repeated_micro_batches).
-      if (s_.skip_repeated_micro_batches && micro_ == kWalkedLeadingMicroBatches) {
+      bool skip = s_.skip_repeated_micro_batches ||
+                  (s_.skip_repeated_micro_batches_in_step0 && step_ == 0);
+      if (skip && micro_ == kWalkedLeadingMicroBatches) {
         micro_ = static_cast<int16_t>(std::max(kWalkedLeadingMicroBatches, p_.grad_accum - 1));
       }
       Forward();
