@@ -38,10 +38,7 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
   int skipped_plans = 0;
   for (int i = 0; i < 60; ++i) {
     Plan p = RandomPlan(rng);
-    if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                    spec.SeqLenLimit()).empty()) {
-      continue;
-    }
+    if (!testing::Valid(p, spec, cluster)) continue;
     SCOPED_TRACE("plan " + std::to_string(i) + " grad_accum " + std::to_string(p.grad_accum));
     MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
     MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);
@@ -105,8 +102,7 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
       if (spec.moe.enabled()) p.wrap.expert_units = rng() % 2 == 0;
       if (rng() % 5 == 0) p.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
       if (rng() % 6 == 0) p.role = model::Role::kInfer;
-      if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                      spec.SeqLenLimit()).empty() ||
+      if (!testing::Valid(p, spec, cluster) ||
           !model::TrainabilityProblems(spec, p, p.seq_len, "plan").empty()) {
         continue;
       }
@@ -148,12 +144,7 @@ TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
     Plan q = p;  // the same tokens in micro-batches twice as large
     q.micro_batch = 2 * p.micro_batch;
     q.grad_accum = p.grad_accum / 2;
-    bool valid = true;
-    for (const Plan* x : {&p, &q}) {
-      valid = valid && x->Problems("plan", cluster.world_size(), cluster.gpus_per_node,
-                                   spec.num_layers, spec.SeqLenLimit()).empty();
-    }
-    if (!valid) continue;
+    if (!testing::Valid(p, spec, cluster) || !testing::Valid(q, spec, cluster)) continue;
     SCOPED_TRACE("plan " + std::to_string(i));
     SimContext ctx(cluster);
     StepTimeBound a = StepLowerBound(EstimateMemoryWithProgram(spec, cluster, p, mo, false), spec,
@@ -185,9 +176,9 @@ TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
 }
 
 // The caching-allocator replay of a walk that left out repeated micro-batches (allocator_sim.h
-// ReplayAllocator): when the allocator reaches its fixed point, every figure equals the full
-// program's replay, free and pressed under a capacity that forces cache releases; when it does
-// not, the estimate falls back to the full program and reports the same.
+// ReplayAllocator: the copies replayed from their template until the allocator's layout
+// repeats): every figure equals the full program's replay, free and pressed under a capacity
+// that forces cache releases, and so does the estimate's report.
 TEST(MicroBatchSkipTest, AllocatorReplayOfTheShortProgramEqualsTheFullOne) {
   uint64_t seed = testing::TestSeed(20261125);
   SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
@@ -202,10 +193,7 @@ TEST(MicroBatchSkipTest, AllocatorReplayOfTheShortProgramEqualsTheFullOne) {
   int verified = 0, pressed_checked = 0, retried = 0;
   for (int i = 0; i < 60; ++i) {
     Plan p = RandomPlan(rng, space);
-    if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                    spec.SeqLenLimit()).empty()) {
-      continue;
-    }
+    if (!testing::Valid(p, spec, cluster)) continue;
     SCOPED_TRACE("plan " + std::to_string(i) + " grad_accum " + std::to_string(p.grad_accum));
     MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
     MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);

@@ -54,10 +54,7 @@ TEST(OneNumberTest, SummaryAndPhaseTableAgreeOverRandomPlans) {
     auto spec = model::FindModelPreset(model);
     auto c = profiles::ParseClusterShorthand(cluster);
     Plan p = RandomPlan(rng);
-    if (!p.Problems("plan", c.world_size(), c.gpus_per_node, spec.num_layers, spec.SeqLenLimit())
-             .empty()) {
-      continue;
-    }
+    if (!testing::Valid(p, spec, c)) continue;
     MemoryOptions o;
     o.checkpoint_format = Pick(rng, {CheckpointFormat::kNone, CheckpointFormat::kSharded,
                                      CheckpointFormat::kFull, CheckpointFormat::kFullCpuOffload});

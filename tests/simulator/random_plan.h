@@ -9,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "model/model_spec.h"
 #include "model/plan.h"
+#include "profiles/cluster.h"
 
 namespace shardtune::sim::testing {
 
@@ -18,6 +20,14 @@ namespace shardtune::sim::testing {
 inline uint64_t TestSeed(uint64_t fallback) {
   const char* env = std::getenv("SHARDTUNE_TEST_SEED");
   return env ? std::strtoull(env, nullptr, 10) : fallback;
+}
+
+// The plans the property tests keep: those Plan::Problems accepts for this model and cluster.
+inline bool Valid(const model::Plan& p, const model::ModelSpec& spec,
+                  const profiles::ClusterSpec& cluster) {
+  return p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                    spec.SeqLenLimit())
+      .empty();
 }
 
 template <typename T>

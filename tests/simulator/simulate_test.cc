@@ -254,10 +254,7 @@ TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
     space.hybrid_groups = {2, 8};
     for (int i = 0; i < 30; ++i) {
       model::Plan p = testing::RandomPlan(rng, space);
-      if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
-                      spec.SeqLenLimit()).empty()) {
-        continue;
-      }
+      if (!testing::Valid(p, spec, cluster)) continue;
       SCOPED_TRACE(std::string(name) + " plan " + std::to_string(i));
       SimOptions full;
       full.memory.allocator_replay = false;
