@@ -333,12 +333,15 @@ std::string WrapSpecToString(const WrapPolicy& w) {
   switch (w.kind) {
     case WrapPolicy::Kind::kBlock: return "block";
     case WrapPolicy::Kind::kEveryK: return "every:" + std::to_string(w.every_k);
-    case WrapPolicy::Kind::kRanges: {
-      Names items;
-      for (const auto& r : w.ranges) {
-        items.push_back(std::to_string(r.first) + "-" + std::to_string(r.second));
+    case WrapPolicy::Kind::kRanges: {  // built in one string: the planner's keys call this often
+      std::string out = "ranges:";
+      for (size_t i = 0; i < w.ranges.size(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(w.ranges[i].first);
+        out += '-';
+        out += std::to_string(w.ranges[i].second);
       }
-      return "ranges:" + Join(items, ",");
+      return out;
     }
     case WrapPolicy::Kind::kSize: {
       int64_t n = w.min_num_params;
