@@ -37,7 +37,8 @@ bool Ranker::ConfirmForTop(Candidate* c) {
   } else if (replay_top_) {
     sim::MemoryOptions mo = opt_.memory;
     mo.allocator_replay = true;
-    mo.skip_repeated_micro_batches = true;  // exact when the allocator repeats itself (else a full replay)
+    // The short program: the replay lays out the micro-batches it left out (allocator_sim.h).
+    mo.skip_repeated_micro_batches = true;
     sim::ModelCache& cache = sim::CacheOf(workers_[0]->ctx);
     sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false, &cache);
     const sim::MemoryReport& m = est.report;

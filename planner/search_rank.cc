@@ -78,6 +78,18 @@ Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& 
   return m.peak_allocated + FragmentationAllowance(m.peak_allocated, k) + m.outside_total;
 }
 
+// The FSDP units a plan's wrap makes (the policy and the embedding, head and expert units).
+std::string UnitsKey(const model::Plan& p) {
+  return model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
+         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+}
+
+// The units and the group they are sharded over.
+std::string WrapKey(const model::Plan& p) {
+  return model::ToString(p.strategy) + std::string("/") + std::to_string(p.shard_group_size) +
+         "/" + UnitsKey(p);
+}
+
 }  // namespace
 
 Ranker::Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req)
@@ -129,9 +141,7 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
     }
     return Bytes::Of(bytes) + outside_floor;
   }
-  std::string key = model::WrapSpecToString(p.wrap) + "/" + std::to_string(p.wrap.embedding_unit) +
-                    std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units) +
-                    "/" + std::to_string(n);
+  std::string key = UnitsKey(p) + "/" + std::to_string(n);
   auto it = w.shard_numel.find(key);
   if (it == w.shard_numel.end()) {
     int64_t t = 0;
@@ -149,21 +159,15 @@ namespace {
 // offload and cp (the FSDP mesh); the activations part on the micro-batch, checkpointing and cp,
 // and, when parameters are frozen or adapted, the units (the first segment backward reaches).
 std::string ForwardEndStatesKey(const model::Plan& p) {
-  return model::ToString(p.strategy) + std::string("/") + std::to_string(p.shard_group_size) +
-         "/" + (p.reshard_after_forward ? "r" : "k") + "/" + model::WrapSpecToString(p.wrap) +
-         std::to_string(p.wrap.embedding_unit) + std::to_string(p.wrap.head_unit) +
-         std::to_string(p.wrap.expert_units) + "/" + model::ToString(p.offload) + "/" +
-         std::to_string(p.cp);
+  return WrapKey(p) + "/" + (p.reshard_after_forward ? "r" : "k") + "/" +
+         model::ToString(p.offload) + "/" + std::to_string(p.cp);
 }
 
 std::string ForwardEndActivationsKey(const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
                   std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
-  if (model::ChangesTrainability(p)) {
-    k += "/" + model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
-         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
-  }
+  if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
   return k;
 }
 
@@ -261,12 +265,6 @@ std::string ComputeKey(const model::Plan& p) {
          std::to_string(static_cast<int>(p.checkpointing)) + ":" +
          std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
          std::to_string(p.seq_len);
-}
-
-std::string WrapKey(const model::Plan& p) {
-  return model::ToString(p.strategy) + std::string("/") + std::to_string(p.shard_group_size) + "/" +
-         model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
-         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
 }
 
 // Collective transfers per micro-batch: which units are gathered and reduced over which group

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "model/errors.h"
 #include "simulator/step_walk.h"
@@ -351,8 +352,8 @@ AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_byt
       return r;
     }
     std::vector<int32_t> local(static_cast<size_t>(count), -1);
+    Layout start = LayoutOf(a);  // the layout the copy about to run starts from
     for (int copy = 0; copy <= repeats && !r.out_of_memory; ++copy) {
-      Layout start = LayoutOf(a);
       int64_t retries = a.retries();
       for (size_t k = i; k < end; ++k) {
         const TensorEvent& e = program.tensors[k];
@@ -360,10 +361,13 @@ AllocatorReplay ReplayAllocator(const StepProgram& program, int64_t capacity_byt
                                   : &local[static_cast<size_t>(e.id - first_id)];
         if (!apply(e, slot)) break;
       }
-      if (!r.out_of_memory && copy < repeats && LayoutOf(a) == start) {
+      if (r.out_of_memory || copy == repeats) break;
+      Layout now = LayoutOf(a);
+      if (now == start) {
         repeated_retries += (a.retries() - retries) * (repeats - copy);
         break;
       }
+      start = std::move(now);
     }
     i = end;
   }

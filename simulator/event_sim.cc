@@ -30,7 +30,6 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
-
 constexpr int kMaxLinks = 4;
 
 class Sim {
@@ -201,7 +200,6 @@ class Sim {
 };
 
 }  // namespace
-
 
 Schedule RunEventSimulation(const StepProgram& program, const std::vector<OpCost>& costs,
                             size_t first_op) {

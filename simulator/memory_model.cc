@@ -232,8 +232,8 @@ namespace {
 // Reserved memory and the judgement from the allocator replay: with memory to spare first (what
 // max_memory_reserved shows when nothing presses), then, only if that exceeds the capacity left
 // to the allocator, again under it (release_cached_blocks and retry; OOM if that fails too).
-// false: `program` left out micro-batches and a replay could not show that they repeat
-// (AllocatorReplay::repeats_verified); `r` is then incomplete and the full program must be judged.
+// false: `program` left out micro-batches its replay cannot lay out (AllocatorReplay::
+// repeats_verified); `r` is then incomplete and the full program must be judged.
 bool JudgeOnAllocatorReplay(const StepProgram& program, MemoryReport* r) {
   AllocatorReplay free_run = ReplayAllocator(program, 0);
   if (!free_run.repeats_verified) return false;
@@ -408,8 +408,8 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   r.capacity = cluster.gpu.usable_memory;
   if (replay) {
     if (!JudgeOnAllocatorReplay(est.program, &r)) {
-      // The allocator did not repeat itself over the micro-batches the walk left out: the full
-      // program, walked and replayed from the start.
+      // A step's last leading micro-batch cannot stand for the ones the walk left out: the
+      // full program, walked and replayed from the start.
       MemoryOptions full = options;
       full.skip_repeated_micro_batches = false;
       cache->Recycle(std::move(est.program));

@@ -42,8 +42,8 @@ struct WalkSetup {
   // order, so the ledger's peaks, their moments and the categories are those of the full walk
   // (tests/simulator/micro_batch_skip_test.cc checks this against full walks over random plans).
   // The program then lacks those ops (StepProgram::repeats_of_last_leading_micro_batch), so it
-  // cannot be scheduled in time or replayed through the caching allocator. The planner's memory
-  // screening uses it.
+  // cannot be scheduled in time; the allocator replay lays them out from the last leading one
+  // (allocator_sim.h ReplayAllocator). The planner's memory screening and replays use it.
   bool skip_repeated_micro_batches = false;
   // The same in step 0 only (StepProgram::repeats_in_step0): for a program only step 1 of which
   // is scheduled (SimOptions::steady_step_only), whose ledger still sees both steps' peaks.

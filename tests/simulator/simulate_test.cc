@@ -279,7 +279,9 @@ TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
       EXPECT_EQ(a.phases_s, b.phases_s);
       EXPECT_EQ(a.time_by_category_s, b.time_by_category_s);
       EXPECT_EQ(a.all_to_all_s, b.all_to_all_s);
-      if (a.memory.peak_phase.rfind("step 1", 0) == 0) EXPECT_EQ(a.peak_time_s, b.peak_time_s);
+      if (a.memory.peak_phase.rfind("step 1", 0) == 0) {
+        EXPECT_EQ(a.peak_time_s, b.peak_time_s);
+      }
       ++checked;
     }
   }
