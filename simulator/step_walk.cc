@@ -21,6 +21,44 @@ int64_t ShardedBytesPerElement(const model::Plan& plan, const model::ParamTensor
   return model::BytesPerElement(trains ? plan.master_dtype : plan.FrozenDtype());
 }
 
+int64_t MultiTensorApplyLaunches(const std::vector<int64_t>& numels, int depth,
+                                 const MultiTensorApplyLimits& limits) {
+  SHARDTUNE_CHECK(depth >= 1 && depth <= 5) << "multi_tensor_apply depth " << depth;
+  constexpr int64_t kChunkSize = 65536;
+  const int64_t kMaxBlocks = limits.max_blocks;
+  const int64_t max_tensors = limits.max_tensors[static_cast<size_t>(depth - 1)];
+  // The last non-empty tensor ends the list (the kernel loop's "last chunk" test).
+  size_t last = numels.size();
+  for (size_t t = numels.size(); t-- > 0;) {
+    if (numels[t] > 0) {
+      last = t;
+      break;
+    }
+  }
+  int64_t launches = 0, tensors = 0, blocks = 0;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    if (numels[t] <= 0) continue;
+    ++tensors;
+    int64_t chunks = (numels[t] + kChunkSize - 1) / kChunkSize;
+    // Whole runs of 320 blocks inside this tensor each launch once; walk the remainder exactly.
+    for (int64_t c = 0; c < chunks;) {
+      int64_t take = std::min(chunks - c, kMaxBlocks - blocks);
+      blocks += take;
+      c += take;
+      bool tensor_done = c == chunks;
+      bool tensors_full = tensors == max_tensors && tensor_done;
+      bool blocks_full = blocks == kMaxBlocks;
+      bool last_chunk = t == last && tensor_done;
+      if (tensors_full || blocks_full || last_chunk) {
+        ++launches;
+        blocks = 0;
+        tensors = tensor_done ? 0 : 1;  // a cut tensor carries over
+      }
+    }
+  }
+  return launches;
+}
+
 StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   SHARDTUNE_CHECK(setup.spec && setup.plan && setup.units && setup.block && setup.head) << "incomplete setup";
   StepProgram prog;

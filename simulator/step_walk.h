@@ -3,6 +3,7 @@
 // lazily; step 1 is the steady state).
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "model/activations.h"
@@ -79,5 +80,37 @@ ForwardEndBound ForwardEndLowerBound(const WalkSetup& setup);
 // LoRA adapters in lora.dtype, frozen ones in the plan's frozen dtype; all in the param dtype
 // under optimizer offload (ZeRO-Offload keeps param-dtype shards on the GPU).
 int64_t ShardedBytesPerElement(const model::Plan& plan, const model::ParamTensor& param);
+
+// Bytes the all-gather copy-in kernels move per sharded element (foreach_all_gather,
+// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): a shard stored in another dtype than
+// the param dtype is first cast by one foreach copy into a flat param-dtype buffer
+// (_get_param_all_gather_inputs: read `shard_bytes`, write `param_bytes`), then
+// all_gather_copy_in copies every input into this rank's slice of the all-gather output
+// (torch._foreach_copy_: read and write `param_bytes`), also on a one-rank mesh.
+constexpr int64_t AllGatherCopyInBytesPerElement(int64_t shard_bytes, int64_t param_bytes) {
+  return (shard_bytes != param_bytes ? shard_bytes + param_bytes : 0) + 2 * param_bytes;
+}
+
+// How many tensors and blocks one multi_tensor_apply launch takes
+// (aten/src/ATen/native/cuda/MultiTensorApply.cuh): TensorListMetadata is passed as a kernel
+// argument, 4 KB before CUDA 13 and 32 KB in CUDA 13 builds of PyTorch (pytorch/pytorch#134373).
+struct MultiTensorApplyLimits {
+  std::array<int64_t, 5> max_tensors;  // depth_to_max_tensors, by depth 1..5
+  int64_t max_blocks;                  // depth_to_max_blocks (the same for every depth)
+};
+inline constexpr MultiTensorApplyLimits kMultiTensorApply4KB{{110, 64, 48, 36, 30}, 320};
+inline constexpr MultiTensorApplyLimits kMultiTensorApply32KB{{770, 448, 336, 252, 210}, 2240};
+// The walk's: the FSDP2 references were measured with torch 2.11+cu130
+// (tests/data/validation/fsdp2_h100_timing.json).
+inline constexpr const MultiTensorApplyLimits& kModelledMultiTensorApply = kMultiTensorApply32KB;
+
+// Kernel launches of one foreach op over tensors of `numels` elements whose kernel takes `depth`
+// tensor lists (1..5), as multi_tensor_apply issues them: tensors are cut into 65,536-element
+// chunks (kChunkSize), one block per chunk, and a kernel is launched whenever a launch holds
+// max_blocks blocks or max_tensors[depth - 1] tensors whose last chunk it holds, and after the
+// last chunk. A tensor cut by a launch carries over into the next one. Empty tensors launch
+// nothing.
+int64_t MultiTensorApplyLaunches(const std::vector<int64_t>& numels, int depth,
+                                 const MultiTensorApplyLimits& limits);
 
 }  // namespace shardtune::sim

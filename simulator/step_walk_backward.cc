@@ -130,7 +130,11 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
           UlyssesBackwardPieces(Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
     }
   } else {
-    Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gradient scatter-add
+    // embedding_dense_backward_cuda zero-fills the whole weight gradient, then scatter-adds the
+    // rows; a weight tied to the LM head gets two gradients, which autograd's InputBuffer adds
+    // (read both, write one).
+    Cur().memory_bytes = 2 * residual_ * tokens_ + static_cast<double>(lookup_grad_bytes_) +
+                         3.0 * static_cast<double>(tied_grad_bytes_);
     Cur().host_kernels = 2;
   }
 }
@@ -158,15 +162,20 @@ void Walker::Backward() {
     }
     BackwardExperts(seg, true, sync);
     int64_t grads = 0;
+    double inplace_bytes = 0;
     for (const auto& [ui, g] : grads_by_segment_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ui);
-      if (inplace_accum_[i]) continue;  // no_sync without a reduce dtype: += in place
+      if (inplace_accum_[i]) {  // no_sync without a reduce dtype: AccumulateGrad's += in place
+        inplace_bytes += 3.0 * static_cast<double>(g);
+        continue;
+      }
       if (units_[i].is_expert && !gathered_[i]) continue;  // its gradients come with its own pass
       unsharded_grad_[i] += g;
       grads += g;
       if (rec_) seg_grad_units_.push_back(ui);
     }
     BackwardCompute(seg, grads);
+    Cur().memory_bytes += inplace_bytes;
     BackwardExperts(seg, false, sync);
     for (size_t k = starts.size(); k-- > 0;) {
       if (!units_[static_cast<size_t>(starts[k])].is_expert)
@@ -280,8 +289,25 @@ void Walker::PostBackward(size_t i, bool sync) {
       deferred_rs_ += rs_in;
       if (rec_) deferred_rs_ids_.push_back(TAlloc(Stream::kDefault, rs_in));
     }
+  } else {
+    // A one-rank mesh reduces nothing: foreach_reduce copies the reduce-scatter input into the
+    // output on the reduce-scatter stream (reduce_output.copy_(reduce_scatter_input); earlier
+    // releases call NCCL's reduce-scatter, which on one rank copies the same bytes).
+    last_reduce_ = Begin(OpKind::kReduceScatter, Stream::kReduceScatter, unit, -1);
+    Dep(post);
+    Cur().collective = profiles::Collective::kReduceScatter;
+    Cur().memory_bytes = 2.0 * static_cast<double>(rs_out);
   }
+  const int32_t first_reduce_op = last_reduce_;
   bool offloaded = p_.offload != model::Offload::kNone;
+  // After the reduction, on the stream that ran it last (foreach_reduce's post_reduce_stream):
+  // the cast of the output to the sharded parameter's dtype when the reduce dtype differs
+  // (_to_dtype_if_needed), and accumulating into an earlier micro-batch's sharded gradient, which
+  // reads both and writes one (sharded_param.grad._local_tensor += new_sharded_grad).
+  int64_t e_master = model::BytesPerElement(p_.master_dtype);
+  double post_reduce_bytes = static_cast<double>(shard) *
+                             static_cast<double>((e_reduce_ != e_master ? e_reduce_ + e_master : 0) +
+                                                 (!offloaded && has_sharded_grad_[i] ? 3 * e_master : 0));
   if (offloaded || has_sharded_grad_[i]) {
     // Offload: copied to the host's grads; accumulation: sharded_grad += output, then freed.
     Transient(Category::kReduceScatterBuffers, Stream::kReduceScatter, rs_out);
@@ -301,6 +327,17 @@ void Walker::PostBackward(size_t i, bool sync) {
     Cur().comm_bytes = rs_out;
     Cur().group = 1;
   }
+  // An fp16 reduction divides by the data-parallel size around NCCL's sum to avoid overflow
+  // (_get_gradient_divide_factors: pre-divide the input on the reduce-scatter stream by the
+  // largest power of two p with p^2 < factor, post-divide the output by the rest; fp32 and bf16
+  // use ReduceOp.AVG and launch no division).
+  if (p_.reduce_dtype == model::DType::kFp16) {
+    int factor = n_ * s_.replicas, pre = 1;
+    while (factor % pre == 0 && factor / pre > pre) pre *= 2;
+    if (pre != 1) prog_->ops[static_cast<size_t>(first_reduce_op)].memory_bytes += 2.0 * static_cast<double>(rs_in);
+    if (static_cast<double>(factor) / pre != 1.0) post_reduce_bytes += 2.0 * static_cast<double>(rs_out);
+  }
+  prog_->ops[static_cast<size_t>(last_reduce_)].memory_bytes += post_reduce_bytes;
   if (offloaded) {
     last_d2h_ = Begin(OpKind::kDeviceToHost, Stream::kCopy, unit, -1);
     Dep(last_reduce_);
@@ -369,10 +406,8 @@ void Walker::OptimizerStep() {
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
   else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = 28;
   Cur().memory_bytes = traffic_per_elem * static_cast<double>(shard);
-  // Host: torch.optim's foreach path groups the parameters by device and dtype in Python and
-  // launches multi_tensor_apply kernels; the for-loop path launches ~12 kernels per parameter.
-  Cur().host_kernels = static_cast<int16_t>(std::min<int64_t>(
-      INT16_MAX, (p_.optimizer_impl == model::OptimizerImpl::kForLoop ? 12 : 1) * param_tensors_));
+  if (optimizer_launches_ < 0) optimizer_launches_ = OptimizerLaunches();  // once per walk
+  Cur().host_kernels = static_cast<int16_t>(std::min<int64_t>(INT16_MAX, optimizer_launches_));
   if (!offloaded) {
     int64_t state = OptimizerStateBytes();
     if (!optimizer_state_) {
@@ -410,6 +445,27 @@ void Walker::OptimizerStep() {
   Free(Category::kLoss, Stream::kDefault, kept_logits_);
   kept_logits_ = 0;
   TFree(&kept_logits_id_);
+}
+
+// Kernel launches of one optimizer step. The foreach and fused paths run multi_tensor_apply over
+// the trainable shards, each of their ops launching MultiTensorApplyLaunches kernels (tensor lists
+// by op: torch/optim/adam.py _multi_tensor_adam with decoupled weight decay: mul_(p), lerp_(m, g),
+// mul_(v), addcmul_(v, g, g), sqrt(v) -> t, div_(t), add_(t), addcdiv_(p, m, t); _fused_adamw_:
+// one op over (p, g, m, v); torch/optim/sgd.py _multi_tensor_sgd with momentum: mul_(buf),
+// add_(buf, g), add_(p, buf)). The for-loop path launches ~12 kernels per parameter; Adafactor
+// (no foreach path modelled) one per parameter.
+int64_t Walker::OptimizerLaunches() const {
+  if (p_.optimizer_impl == model::OptimizerImpl::kForLoop) return 12 * param_tensors_;
+  if (p_.optimizer == model::Optimizer::kAdafactor) return param_tensors_;
+  std::vector<int64_t> numels = TrainableShardNumels();
+  auto launches = [&](std::initializer_list<int> depths) {
+    int64_t n = 0;
+    for (int d : depths) n += MultiTensorApplyLaunches(numels, d, kModelledMultiTensorApply);
+    return n;
+  };
+  if (p_.optimizer == model::Optimizer::kSgd) return launches({1, 2, 2});
+  if (p_.optimizer_impl == model::OptimizerImpl::kFused) return launches({4});
+  return launches({1, 2, 1, 3, 2, 1, 1, 3});
 }
 
 // The trainable parameters in model.parameters() order (embeddings, blocks, norm, head), the

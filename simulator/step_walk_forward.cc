@@ -286,7 +286,7 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   }
   Cur().collective = profiles::Collective::kAllGather;
   Cur().comm_bytes = n_ > 1 ? out : 0;
-  Cur().memory_bytes = static_cast<double>(shard * (4 + e_param_));  // cast copy-in
+  Cur().memory_bytes = static_cast<double>(copy_in_bytes_[i]);
   prefetch_op_[i] = ag;
   prefetched_[i] = out;
 }

@@ -69,6 +69,7 @@ class Walker {
   // input alone under full checkpointing; selective checkpointing's outputs as one lump).
   void TAllocSaved(int block);
   std::vector<int64_t> TrainableShardNumels() const;
+  int64_t OptimizerLaunches() const;
   void OptimizerStateTensors(int64_t state);
   void ForeachSqrtTensors();
   ProgramOp& Cur() { return prog_->ops.back(); }
@@ -127,6 +128,7 @@ class Walker {
   std::vector<int32_t> backward_order_;  // units by last segment, latest first (outer first on ties)
   size_t backward_cursor_ = 0;           // units before it end at or after the current segment
   int64_t param_tensors_ = 0;  // parameter tensors of this rank (torch.optim loops over them)
+  int64_t optimizer_launches_ = -1;  // OptimizerLaunches(), computed at the first step
   int64_t total_shard_numel_ = 0, largest_param_shard_ = 0, factored_numel_ = 0;  // optimizer sizes
   const model::Plan& p_;
   int n_ = 1;
@@ -150,9 +152,14 @@ class Walker {
   // segment, the share of base matmul weights that train and adapter elements; the first segment
   // backward reaches.
   std::vector<int64_t> grad_shard_numel_, shard_bytes_;
+  // Per unit, bytes the all-gather copy-in kernels move (AllGatherCopyInBytes).
+  std::vector<int64_t> copy_in_bytes_;
   std::vector<double> weight_grad_fraction_, adapter_numel_;
   int first_backward_seg_ = 0;
   int64_t total_grad_shard_numel_ = 0;
+  // Unsharded gradients of the trainable lookup tables (segment 0), and of the one tied to the LM
+  // head among them.
+  int64_t lookup_grad_bytes_ = 0, tied_grad_bytes_ = 0;
   bool shard_dtype_differs_ = false;  // some sharded parameter is not in the param dtype
   double tiled_mlp_flops_ = 0;
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;

@@ -17,6 +17,7 @@ void Walker::InitTrainability() {
   auto segs = static_cast<size_t>(model::NumSegments(spec.num_layers));
   grad_shard_numel_.assign(u, 0);
   shard_bytes_.assign(u, 0);
+  copy_in_bytes_.assign(u, 0);
   weight_grad_fraction_.assign(segs, 0.0);
   adapter_numel_.assign(segs, 0.0);
   std::vector<double> mat(segs, 0.0), mat_train(segs, 0.0);
@@ -28,9 +29,16 @@ void Walker::InitTrainability() {
       int64_t ps = prm.PaddedShardNumel(n_);
       int64_t e = ShardedBytesPerElement(p_, prm);
       shard_bytes_[i] += ps * e;
+      copy_in_bytes_[i] += ps * AllGatherCopyInBytesPerElement(e, e_param_);
       shard_dtype_differs_ = shard_dtype_differs_ || e != e_param_;
       bool trains = prm.requires_grad && p_.Trains();
       if (trains) grad_shard_numel_[i] += ps;
+      // The tied embedding's weight is booked with the LM head, whose backward first produces a
+      // gradient for it (model/module_tree.cc).
+      bool tied = spec.tied_embeddings && prm.segment == model::HeadSegment(spec.num_layers) &&
+                  prm.dim0 == spec.vocab_size;
+      if (trains && (prm.segment == 0 || tied)) lookup_grad_bytes_ += prm.numel() * e_param_;
+      if (trains && tied) tied_grad_bytes_ += prm.numel() * e_param_;
       auto seg = static_cast<size_t>(prm.segment);
       double share =
           moe.enabled() && prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
