@@ -3,8 +3,13 @@
 
 #include <iomanip>
 
+#include "cli/exec_forward.h"
 #include "cli/format.h"
+#include "cli/job_args.h"
+#include "model/errors.h"
 #include "simulator/calibration.h"
+#include "simulator/simulate.h"
+#include "simulator/torch_trace.h"
 #include "simulator/trace_json.h"
 
 namespace shardtune::cli {
@@ -12,12 +17,21 @@ namespace shardtune::cli {
 void AddCalibrateCommand(CLI::App* app, CalibrateArgs* a) {
   CLI::App* sub = app->add_subcommand("calibrate", "Fit the cost model to measured runs; write a profile");
   sub->add_option("measurements", a->measurements, "measurements.json files written by shardtune run")
-      ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--out", a->out, "The calibrated profile to write (shardtune.profile)")->required();
   sub->add_option("--model", a->model, "Model of every run (default: the preset named in each file)");
   sub->add_option("--cluster", a->cluster, "Cluster of every run (default: cpu:N for CPU runs)");
   sub->add_flag("--json", a->json, "Print the profile as one JSON document and nothing else");
+  sub->add_option("--trace", a->trace,
+                  "A PyTorch profiler Chrome trace (prof.export_chrome_trace) of one rank of a run "
+                  "of --model on --cluster with the plan flags: fit compute efficiencies and host "
+                  "costs to it instead of measurements.json files")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--profile", a->profile, "With --trace: the profile whose constants the fit starts from");
+  size_t before = sub->get_options().size();
+  AddPlanFlags(sub, &a->plan);
+  std::vector<CLI::Option*> options = sub->get_options();
+  for (size_t i = before; i < options.size(); ++i) a->plan_flag_names.push_back(options[i]->get_name());
 }
 
 sim::CalibrationResult CalibrateRuns(const std::vector<MeasuredRun>& runs) {
@@ -56,7 +70,107 @@ void PrintCalibration(const sim::CalibrationResult& r, std::ostream& out) {
   }
 }
 
+namespace {
+
+// `calibrate --trace`: simulate the traced plan with the base constants, fit, simulate again.
+void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream& err) {
+  if (!a.measurements.empty()) {
+    throw InputError("calibrate: give measurements.json files or --trace, not both");
+  }
+  if (a.model.empty() || a.cluster.empty()) {
+    throw InputError(std::string("calibrate --trace: ") + (a.model.empty() ? "--model" : "--cluster") +
+                     " is required (the traced run's " + (a.model.empty() ? "model" : "cluster") + ")");
+  }
+  JobArgs ja;
+  ja.model = a.model;
+  ja.cluster = a.cluster;
+  ja.profile = a.profile;
+  ja.plan = a.plan;
+  Job job = ResolveJob(ja);
+  sim::TorchTrace trace = sim::ReadTorchTrace(a.trace);
+  sim::SimReport base = sim::SimulateStep(job.spec, job.cluster, job.plan, job.options);
+  sim::TraceCalibration cal = sim::CalibrateFromTrace(trace, sim::SteadyStepWork(base.program), job.cluster.gpu,
+                                                      job.plan.param_dtype, job.options.costs);
+  sim::SimOptions fitted_options = job.options;
+  fitted_options.costs = cal.costs;
+  sim::SimReport fitted = sim::SimulateStep(job.spec, job.cluster, job.plan, fitted_options);
+
+  sim::Profile p;
+  if (!a.profile.empty()) p = sim::ReadProfileFile(a.profile);
+  p.memory = job.options.memory.constants;
+  p.costs = cal.costs;
+  p.fits.clear();
+  p.name = "fitted to a PyTorch profiler trace of " + job.spec.name + " on " + job.cluster.name +
+           (trace.device.empty() ? "" : " (" + trace.device + ")");
+  p.has_provenance = true;
+  p.provenance = sim::ProfileProvenance{};
+  p.provenance.device = trace.device;
+  p.provenance.date = trace.date;
+  p.provenance.command = OwnCommandLine();
+  p.provenance.measurements = {a.trace};
+  for (const auto& r : cal.rows) {
+    sim::FitSummary f;
+    f.term = "trace " + r.term;
+    f.rows = trace.steps_used;
+    f.note = r.fitted_from_trace
+                 ? "one unknown per term, fitted exactly to the median step: measured " + std::to_string(r.measured) +
+                       " s per step, " + std::to_string(r.predicted) + " s with the base constants"
+                 : "kept from the base constants";
+    p.fits.push_back(f);
+  }
+  std::string doc = sim::ProfileToJson(p).dump(2) + "\n";
+  sim::WriteFileAtomically(a.out, doc);
+  if (a.json) {
+    out << doc;
+    return;
+  }
+  for (const auto& w : job.warnings) err << "warning: " << w << "\n";
+  for (const auto& w : cal.warnings) err << "warning: " << w << "\n";
+  const sim::TraceStep& m = trace.typical;
+  out << "shardtune calibrate: " << a.trace << " (" << trace.steps.size() << " profiled steps, median of "
+      << trace.steps_used << ") -> " << a.out << "\n" << p.name << "\n\n";
+  out << std::fixed << std::setprecision(4);
+  out << "Per step, measured in the trace\n"
+      << "  wall                     " << m.wall_s << " s (blocked in synchronising calls " << m.sync_s << " s)\n"
+      << "  GEMM kernels             " << m.gemm_s << " s\n"
+      << "  attention kernels        " << m.attention_s << " s\n"
+      << "  memory-bound kernels     " << m.memory_bound_s << " s (copies and memsets included)\n"
+      << "  NCCL kernels             " << m.communication_s << " s\n"
+      << "  host<->device copies     " << m.host_copy_s << " s\n"
+      << "  launches                 " << m.launches << " (" << m.device_activities << " device activities)\n"
+      << "  FSDP2 hooks              " << m.fsdp_hooks << " taking " << m.fsdp_hook_s << " s\n";
+  out << "Fitted constants (measured vs predicted with the base constants, per step)\n";
+  for (const auto& r : cal.rows) {
+    out << "  " << std::left << std::setw(24) << r.term << std::right << std::setprecision(6) << r.base << " -> "
+        << r.fitted << (r.fitted_from_trace ? "" : " (kept)") << std::setprecision(4) << "   measured " << r.measured
+        << " s, predicted " << r.predicted << " s\n";
+  }
+  out << "Step time of the traced plan\n"
+      << "  measured (median wall)   " << m.wall_s << " s\n"
+      << "  predicted, base          " << base.step_time_s << " s (" << std::showpos << std::setprecision(1)
+      << 100 * (base.step_time_s - m.wall_s) / m.wall_s << " %)" << std::noshowpos << std::setprecision(4) << "\n"
+      << "  predicted, fitted        " << fitted.step_time_s << " s (" << std::showpos << std::setprecision(1)
+      << 100 * (fitted.step_time_s - m.wall_s) / m.wall_s << " %)" << std::noshowpos << "\n";
+  out << std::defaultfloat;
+}
+
+}  // namespace
+
 void RunCalibrate(const CalibrateArgs& a, std::ostream& out, std::ostream& err) {
+  if (!a.trace.empty()) {
+    RunTraceCalibration(a, out, err);
+    return;
+  }
+  for (const std::string& flag : a.plan_flag_names) {
+    if (a.plan.app && a.plan.app->count(flag) > 0) {
+      throw InputError("calibrate: " + flag + " describes the run of --trace; measurements.json files carry "
+                       "their own plan");
+    }
+  }
+  if (!a.profile.empty()) throw InputError("calibrate: --profile is the starting point of a --trace fit");
+  if (a.measurements.empty()) {
+    throw InputError("calibrate: expected measurements.json files (shardtune run) or --trace TRACE.json");
+  }
   std::vector<MeasuredRun> runs = LoadMeasuredRuns(a.measurements, a.model, a.cluster);
   sim::CalibrationResult r = CalibrateRuns(runs);
   std::string doc = sim::ProfileToJson(r.profile).dump(2) + "\n";

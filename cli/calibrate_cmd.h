@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/measured_runs.h"
+#include "cli/plan_flags.h"
 #include "simulator/profile_json.h"
 
 namespace shardtune::cli {
@@ -20,6 +21,12 @@ struct CalibrateArgs {
   std::string model;                      // --model; empty: each file's model
   std::string cluster;                    // --cluster; empty: cpu:N for CPU runs
   bool json = false;
+  // --trace: a PyTorch profiler trace of one rank of a run of --model on --cluster with the plan
+  // flags (and --profile as the constants it starts from) instead of measurements.json files.
+  std::string trace;
+  std::string profile;
+  PlanFlags plan;
+  std::vector<std::string> plan_flag_names;  // the plan flags' names, to refuse them without --trace
 };
 
 void AddCalibrateCommand(CLI::App* app, CalibrateArgs* args);

@@ -380,6 +380,68 @@ TEST(CliTest, CalibrateWritesAProfileThatEverySubcommandAccepts) {
             jb["summary"]["phase"]["median_abs_error"].get<double>());
 }
 
+// A PyTorch profiler trace (Kineto's Chrome trace JSON) of three steps of llama3.2-1b on one
+// H100, written here: each step 0.2 s of wall time with 10 ms blocked in a synchronize, GEMM,
+// flash-attention and elementwise kernels, and FSDP2 hook spans.
+std::string TraceOfThreeSteps() {
+  nlohmann::json ev = nlohmann::json::array();
+  int64_t corr = 0;
+  auto x = [&](const char* cat, const std::string& name, double ts, double dur) {
+    ev.push_back({{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", 1}, {"tid", 1}, {"ts", ts}, {"dur", dur}});
+  };
+  auto launch = [&](double ts, const char* kernel, double dur) {
+    ++corr;
+    ev.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"}, {"pid", 1}, {"tid", 1},
+                  {"ts", ts}, {"dur", 3}, {"args", {{"correlation", corr}}}});
+    ev.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", kernel}, {"pid", 0}, {"tid", 7}, {"ts", ts + 5},
+                  {"dur", dur}, {"args", {{"correlation", corr}, {"device", 0}}}});
+  };
+  for (int s = 0; s < 3; ++s) {
+    double t0 = 1e6 * (s + 1);
+    x("user_annotation", "ProfilerStep#" + std::to_string(s), t0, 200000);
+    launch(t0 + 100, "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT", 60000);
+    launch(t0 + 200, "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>(Flash_fwd_params)", 8000);
+    launch(t0 + 300, "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add>", 40000);
+    for (int h = 0; h < 48; ++h) x("user_annotation", "FSDP::pre_forward (model.layers." + std::to_string(h % 16) + ")", t0 + 1000 + 100 * h, 50);
+    x("cuda_runtime", "cudaDeviceSynchronize", t0 + 189000, 10000);
+  }
+  nlohmann::json doc = {{"schemaVersion", 1}, {"deviceProperties", {{{"id", 0}, {"name", "NVIDIA H100 80GB HBM3"}}}},
+                        {"baseTimeNanoseconds", 1795000000000000000LL}, {"traceEvents", ev}};
+  return WriteFile("fsdp2_trace.json", doc.dump());
+}
+
+TEST(CliTest, CalibrateFromAProfilerTraceWritesAProfileThatSimulateUses) {
+  std::string trace = TraceOfThreeSteps();
+  std::string prof = TempPath("trace_profile.json");
+  std::string job = " --model llama3.2-1b --cluster 1xH100 --micro-batch 1 --seq-len 2048";
+  Result r = RunCli("calibrate --trace " + trace + job + " --out " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("matmul_efficiency"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("predicted, fitted"));
+  std::ifstream in(prof);
+  auto p = nlohmann::json::parse(in);
+  EXPECT_EQ(p["schema"], "shardtune.profile");
+  EXPECT_EQ(p["provenance"]["device"], "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(p["provenance"]["date"], "2026-11-18");  // 1795000000 s after the epoch, UTC
+  EXPECT_EQ(p["provenance"]["measurements"][0], trace);
+  // The GEMM time fixes the matmul efficiency: 60 ms for the plan's matmul FLOPs. Simulating the
+  // same plan with the profile puts its GEMM share at the measured 60 ms.
+  Result s = RunCli("simulate" + job + " --profile " + prof + " --json");
+  ASSERT_EQ(s.code, 0) << s.err;
+  auto j = nlohmann::json::parse(s.out);
+  EXPECT_NEAR(j["time_by_category_s"]["gemm"].get<double>(), 0.060, 0.060 * 1e-3);
+  EXPECT_NEAR(p["compute"]["host_per_fsdp_hook_s"].get<double>(), 50e-6, 1e-12);
+  // Bad uses are one-line errors.
+  ExpectOneLineError(RunCli("calibrate --trace " + trace + " --cluster 1xH100 --out " + TempPath("never.json")),
+                     "--model is required");
+  ExpectOneLineError(RunCli("calibrate " + MeasuredRun() + " --micro-batch 2 --out " + TempPath("never.json")),
+                     "--micro-batch describes the run of --trace");
+  ExpectOneLineError(RunCli("calibrate --out " + TempPath("never.json")), "expected measurements.json files");
+  std::string bad = WriteFile("bad_trace.json", R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1}]})");
+  ExpectOneLineError(RunCli("calibrate --trace " + bad + job + " --out " + TempPath("never.json")),
+                     "bad_trace.json:/traceEvents/0: expected \"dur\" (a number), missing");
+}
+
 TEST(CliTest, ValidateWarnsAboutAProfileFromAnotherMachine) {
   std::string prof = WriteFile("other_machine_profile.json", R"({"schema": "shardtune.profile", "schema_version": 2,
       "name": "h100 box", "provenance": {"hostname": "gpu-node-7", "device": "cuda"}})");

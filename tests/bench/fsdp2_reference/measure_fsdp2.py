@@ -79,6 +79,11 @@ def main():
                     help="dtype of the module (the sharded parameters) when fully_shard runs")
     ap.add_argument("--offload", type=int, default=0,
                     help="1: CPUOffloadPolicy(pin_memory=True); AdamW then runs on the host")
+    ap.add_argument("--trace", default="",
+                    help="after the timed steps, profile 4 more (torch.profiler, CPU + CUDA, the "
+                         "first as warm-up) and write their Chrome trace here: the input of "
+                         "`shardtune calibrate --trace` (profiling slows the host: the timed "
+                         "steps are not profiled)")
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
@@ -156,6 +161,15 @@ def main():
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **okw)
 
     g = torch.Generator(device="cuda").manual_seed(0)
+
+    def plain_step():
+        for _ in range(a.accum):
+            x = torch.randint(0, cfg.vocab_size, (a.mb, a.seq), device="cuda", generator=g)
+            (model(input_ids=x, labels=x).loss / a.accum).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+
     steps = []
     for step in range(a.steps):
         rec = {"step": step}
@@ -192,6 +206,15 @@ def main():
         rec["device_used"] = used_bytes()
         rec["alloc_retries"] = torch.cuda.memory_stats().get("num_alloc_retries", 0)
         steps.append(rec)
+
+    if a.trace:
+        from torch.profiler import ProfilerActivity, profile, schedule
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     schedule=schedule(wait=0, warmup=1, active=3)) as prof:
+            for _ in range(4):
+                plain_step()
+                prof.step()
+        prof.export_chrome_trace(a.trace)
 
     tokens = a.mb * a.seq * a.accum * a.world
     steady = [s["time_s"] for s in steps[2:]] or [steps[-1]["time_s"]]

@@ -2,7 +2,8 @@
 # Runs measure_fsdp2.py over the reference configurations, one process each, appending one JSON
 # object per line to $1 (default fsdp2_sweep.jsonl); a failed configuration appends
 # {"config_args": ..., "error": <last lines of its stderr>}. Needs one CUDA GPU, torch >= 2.6
-# and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake | timing)
+# and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake | timing | peft |
+# offload | traces)
 set -u
 out=${1:-fsdp2_sweep.jsonl}
 set_=${2:-all}
@@ -34,6 +35,11 @@ if [[ $set_ == timing ]]; then  # no other work on the machine: reference step t
   run --mb 4 --reshard 0 --steps 8
   run --mb 4 --optim fused --steps 8 --root-reshard default
   run --world 8 --model llama3-8b --mb 1 --steps 5 --root-reshard default
+fi
+if [[ $set_ == traces ]]; then  # profiler traces for `shardtune calibrate --trace` (TRACE_DIR)
+  dir=${TRACE_DIR:-fsdp2_traces}; mkdir -p "$dir"
+  for mb in 1 4 8; do run --mb $mb --steps 4 --root-reshard default --trace "$dir/llama3.2-1b_w1_mb$mb.json"; done
+  run --world 8 --model llama3-8b --mb 1 --steps 4 --root-reshard default --trace "$dir/llama3-8b_w8_mb1.json"
 fi
 if [[ $set_ == all || $set_ == fake ]]; then
   run --world 8 --mb 1
