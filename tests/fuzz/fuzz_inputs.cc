@@ -18,6 +18,7 @@
 #include "model/strict_json.h"
 #include "profiles/cluster.h"
 #include "simulator/measurements_json.h"
+#include "simulator/torch_trace.h"
 #include "simulator/profile_json.h"
 #include "planner/import.h"
 
@@ -79,6 +80,17 @@ void Parse(const std::string& name, const std::string& text) {
     UsePlan(plan);
   } else if (name == "measurements_json") {
     sim::MeasurementsFromJson(model::ParseJsonText(text, "measurements.json"), "measurements.json");
+  } else if (name == "torch_trace") {
+    // calibrate --trace: the trace, then the fit against a fixed step's work.
+    sim::TorchTrace t = sim::TorchTraceFromJson(model::ParseJsonText(text, "trace.json"), "trace.json");
+    static const profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("1xH100");
+    sim::StepWork w;
+    w.matmul_flops = 1e13;
+    w.attention_flops = 1e12;
+    w.memory_bytes = 1e10;
+    w.host_kernels = 1000;
+    w.host_hooks = 48;
+    sim::CalibrateFromTrace(t, w, cluster.gpu, model::DType::kBf16, sim::CostConstants{});
   } else {
     throw std::logic_error("unknown fuzz target " + name);
   }
@@ -97,7 +109,8 @@ const std::vector<std::string>& TargetNames() {
   static const std::vector<std::string> kNames = {"model_spec",        "hf_config",
                                                   "cluster_json",      "cluster_shorthand",
                                                   "plan_json",         "profile_json",
-                                                  "measurements_json", "config_import"};
+                                                  "measurements_json", "config_import",
+                                                  "torch_trace"};
   return kNames;
 }
 

@@ -12,7 +12,8 @@ namespace shardtune::fuzz {
 
 // The parsers, by the name of their fuzz target and corpus folder (tests/fuzz/corpus/<name>/):
 // model_spec, hf_config, cluster_json, cluster_shorthand, plan_json, profile_json,
-// measurements_json, config_import (--from files: planner/import.h).
+// measurements_json, config_import (--from files: planner/import.h), torch_trace (calibrate
+// --trace: simulator/torch_trace.h).
 const std::vector<std::string>& TargetNames();
 
 // Feeds `data` to target `name`'s parser and then to what every command does next with a parsed
