@@ -458,28 +458,30 @@ int64_t Walker::OptimizerLaunches() const {
   if (p_.optimizer_impl == model::OptimizerImpl::kForLoop) return 12 * param_tensors_;
   if (p_.optimizer == model::Optimizer::kAdafactor) return param_tensors_;
   std::vector<int64_t> numels = TrainableShardNumels();
-  auto launches = [&](std::initializer_list<int> depths) {
-    int64_t n = 0;
-    for (int d : depths) n += MultiTensorApplyLaunches(numels, d, kModelledMultiTensorApply);
-    return n;
-  };
-  if (p_.optimizer == model::Optimizer::kSgd) return launches({1, 2, 2});
-  if (p_.optimizer_impl == model::OptimizerImpl::kFused) return launches({4});
-  return launches({1, 2, 1, 3, 2, 1, 1, 3});
+  auto launches = [&](int depth) { return MultiTensorApplyLaunches(numels, depth, kModelledMultiTensorApply); };
+  if (p_.optimizer == model::Optimizer::kSgd) return launches(1) + 2 * launches(2);
+  if (p_.optimizer_impl == model::OptimizerImpl::kFused) return launches(4);
+  return 4 * launches(1) + 2 * launches(2) + 2 * launches(3);  // depths 1, 2, 1, 3, 2, 1, 1, 3
 }
 
 // The trainable parameters in model.parameters() order (embeddings, blocks, norm, head), the
 // order torch.optim walks a param group.
 std::vector<int64_t> Walker::TrainableShardNumels() const {
   std::vector<std::pair<int, int64_t>> v;
+  v.reserve(static_cast<size_t>(param_tensors_));
+  bool sorted = true;
   for (const auto& u : units_) {
     for (const auto& prm : u.params) {
-      if (prm.requires_grad && p_.Trains()) v.push_back({prm.segment, prm.PaddedShardNumel(n_)});
+      if (!(prm.requires_grad && p_.Trains())) continue;
+      sorted = sorted && (v.empty() || v.back().first <= prm.segment);
+      v.push_back({prm.segment, prm.PaddedShardNumel(n_)});
     }
   }
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<int64_t> out;
-  for (const auto& kv : v) out.push_back(kv.second);
+  if (!sorted) {
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  std::vector<int64_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i].second;
   return out;
 }
 
