@@ -8,7 +8,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
-#include "planner/export.h"
+#include "planner/configs/export.h"
 #include "profiles/cluster.h"
 #include "simulator/trace_json.h"
 
@@ -31,13 +31,13 @@ void AddExportCommand(CLI::App* app, ExportArgs* a) {
 }
 
 void RunExport(const ExportArgs& a, std::ostream& out, std::ostream& err) {
-  plan::ExportFormat format = plan::ParseExportFormat(a.format, "--format");
+  configs::ExportFormat format = configs::ParseExportFormat(a.format, "--format");
   model::Plan p = model::ReadPlanFile(a.plan);
   std::vector<std::string> warnings;
   model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
   profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
   ThrowIfProblems(JobProblems(spec, cluster, p, a.plan));
-  plan::ExportResult r = plan::ExportPlan(p, plan::MakeExportContext(spec, cluster, p), format);
+  configs::ExportResult r = configs::ExportPlan(p, configs::MakeExportContext(spec, cluster, p), format);
   if (a.out.empty()) {
     out << r.text;
   } else {

@@ -123,7 +123,7 @@ Job ResolveJob(const JobArgs& a) {
   Job job;
   job.spec = model::ResolveModelArg(a.model, &job.warnings);
   job.cluster = profiles::LoadCluster(a.cluster);
-  plan::ImportContext from = plan::MakeImportContext(job.spec, job.cluster);
+  configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
   job.plan = BuildPlan(a.plan, &from, &job.warnings);
   Validate(job, a.plan);
   job.seq_len = job.plan.ResolvedSeqLen(job.spec.max_seq_len);

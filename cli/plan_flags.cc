@@ -97,19 +97,19 @@ std::vector<std::string> SplitCommas(const std::string& text, const std::string&
 }
 }  // namespace
 
-model::Plan BuildPlan(const PlanFlags& f, const plan::ImportContext* from_ctx,
+model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx,
                       std::vector<std::string>* warnings) {
   using namespace model;
   Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
   if (!f.from_files.empty()) {
     SHARDTUNE_CHECK(from_ctx != nullptr) << "--from without a model and cluster to read it against";
-    plan::ImportContext ctx = *from_ctx;
+    configs::ImportContext ctx = *from_ctx;
     ctx.worker = f.from_worker;
-    plan::ImportFormat format{};
-    if (!f.from_format.empty()) format = plan::ParseImportFormat(f.from_format, "--from-format");
+    configs::ImportFormat format{};
+    if (!f.from_format.empty()) format = configs::ParseImportFormat(f.from_format, "--from-format");
     for (const auto& file : f.from_files) {
-      plan::ImportResult r =
-          plan::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
+      configs::ImportResult r =
+          configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
     }
   }

@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/plan.h"
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
 namespace shardtune::cli {
 
@@ -43,7 +43,7 @@ void AddFromFlags(CLI::App* app, PlanFlags* flags);
 // and cluster; REQUIRES: non-null when flags.from_files is not empty), then each flag that was
 // given. Import warnings are appended to `warnings` (may be null). Does not validate against the
 // model and cluster (the caller runs Plan::Problems). Throws InputError naming the flag or file.
-model::Plan BuildPlan(const PlanFlags& flags, const plan::ImportContext* from_ctx = nullptr,
+model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,
                       std::vector<std::string>* warnings = nullptr);
 // Where plan problems come from, for messages: the --from files, else --plan, else "plan".
 std::string PlanSource(const PlanFlags& flags);

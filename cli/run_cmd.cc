@@ -21,7 +21,7 @@
 #include "executor/run.h"
 #include "model/errors.h"
 #include "model/presets.h"
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
 extern char** environ;
 
@@ -76,10 +76,10 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   o.spec = model::ResolveModelArg(a.model, nullptr);
   // --from: the trainer config is read against this run's world (the emulated one with
   // --emulate-world) and its ranks per node, as estimate reads it against --cluster.
-  plan::ImportContext from =
+  configs::ImportContext from =
       a.emulate_world > 0
-          ? plan::MakeImportContext(o.spec, a.emulate_world, 0, "--emulate-world")
-          : plan::MakeImportContext(o.spec, world, local_world, "--nproc");
+          ? configs::MakeImportContext(o.spec, a.emulate_world, 0, "--emulate-world")
+          : configs::MakeImportContext(o.spec, world, local_world, "--nproc");
   std::vector<std::string> warnings;
   o.plan = BuildPlan(a.plan, &from, &warnings);
   if (warn != nullptr) {

@@ -16,7 +16,7 @@
 #include "model/plan_json.h"
 #include "model/presets.h"
 #include "model/trainable.h"
-#include "planner/export.h"
+#include "planner/configs/export.h"
 #include "planner/pareto_plot.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
@@ -86,7 +86,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
                                  const profiles::ClusterSpec& c, std::vector<std::string>* warnings) {
   std::vector<std::string> problems;
   plan::SearchRequest req;
-  plan::ImportContext from = plan::MakeImportContext(spec, c);
+  configs::ImportContext from = configs::MakeImportContext(spec, c);
   model::Plan given = BuildPlan(a.plan, &from, warnings);
   int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
   // With --from and no batch flag, the config's global batch is the one to keep.
@@ -308,8 +308,8 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
   profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
   plan::SearchRequest req = BuildRequest(a, spec, cluster, &warnings);
-  plan::ExportFormat format{};
-  if (!a.export_format.empty()) format = plan::ParseExportFormat(a.export_format, "--export");
+  configs::ExportFormat format{};
+  if (!a.export_format.empty()) format = configs::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);
   auto start = std::chrono::steady_clock::now();
   auto progress = [&](int64_t done, int64_t total) {
@@ -339,10 +339,10 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
     std::string title = "shardtune tune: " + spec.name + " on " + cluster.name;
     sim::WritePlotDocument(a.plot, "--plot", plan::ParetoPlotSvg(r, title), title);
   }
-  plan::ExportResult exported;
+  configs::ExportResult exported;
   if (!a.export_format.empty() && !r.top.empty()) {
     const model::Plan& best = r.top.front().plan;
-    exported = plan::ExportPlan(best, plan::MakeExportContext(spec, cluster, best), format);
+    exported = configs::ExportPlan(best, configs::MakeExportContext(spec, cluster, best), format);
   }
   sim::FeatureSavings savings;
   sim::MemoryReport best_memory;

@@ -20,7 +20,7 @@
 #include "simulator/measurements_json.h"
 #include "simulator/torch_trace.h"
 #include "simulator/profile_json.h"
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
 namespace shardtune::fuzz {
 namespace {
@@ -76,7 +76,7 @@ void Parse(const std::string& name, const std::string& text) {
     static const model::ModelSpec spec = model::FindModelPreset("tiny-llama");
     static const profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("8xH100");
     model::Plan plan;
-    plan::ImportConfigText(text, "cfg.yaml", plan::MakeImportContext(spec, cluster), nullptr, &plan);
+    configs::ImportConfigText(text, "cfg.yaml", configs::MakeImportContext(spec, cluster), nullptr, &plan);
     UsePlan(plan);
   } else if (name == "measurements_json") {
     sim::MeasurementsFromJson(model::ParseJsonText(text, "measurements.json"), "measurements.json");

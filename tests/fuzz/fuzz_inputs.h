@@ -12,7 +12,7 @@ namespace shardtune::fuzz {
 
 // The parsers, by the name of their fuzz target and corpus folder (tests/fuzz/corpus/<name>/):
 // model_spec, hf_config, cluster_json, cluster_shorthand, plan_json, profile_json,
-// measurements_json, config_import (--from files: planner/import.h), torch_trace (calibrate
+// measurements_json, config_import (--from files: planner/configs/import.h), torch_trace (calibrate
 // --trace: simulator/torch_trace.h).
 const std::vector<std::string>& TargetNames();
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 
 // Parses `text` into a JSON tree. Supported: block mappings and block sequences (indented with
 // spaces; "- key: v" items), flow sequences and mappings ([a, b], {k: v}, also over several lines),
@@ -27,4 +27,4 @@ nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::strin
 // ParseYamlSubset checks this (and rejects control characters but tab) itself; for JSON text.
 void CheckUtf8(const std::string& text, const std::string& file);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

@@ -3,9 +3,9 @@
 // YAML 1.1 readers never turn "no" or "on" into booleans.
 #include <sstream>
 
-#include "planner/export_formats.h"
+#include "planner/configs/export_formats.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::DType;
@@ -333,4 +333,4 @@ ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
   return r;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

@@ -3,9 +3,9 @@
 // plan). JSON has no comments, so everything without a key is in ExportResult::notes.
 #include <nlohmann/json.hpp>
 
-#include "planner/export_formats.h"
+#include "planner/configs/export_formats.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::DType;
@@ -248,4 +248,4 @@ ExportResult ExportDeepspeed(const model::Plan& p, const ExportContext& ctx) {
   return r;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

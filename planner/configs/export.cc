@@ -1,6 +1,6 @@
 // Plan export: format names, the context a config needs (HF layer class, batch, world), and the
 // helpers the per-format writers share (quoting, comment blocks, notes common to FSDP2 targets).
-#include "planner/export.h"
+#include "planner/configs/export.h"
 
 #include <algorithm>
 #include <cctype>
@@ -10,9 +10,9 @@
 #include "model/errors.h"
 #include "model/strict_json.h"
 #include "model/text.h"
-#include "planner/export_formats.h"
+#include "planner/configs/export_formats.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using model::Join;
@@ -290,4 +290,4 @@ std::string OptimizerText(const model::Plan& plan) {
 }
 
 }  // namespace internal
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

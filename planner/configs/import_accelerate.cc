@@ -5,9 +5,9 @@
 #include <cctype>
 
 #include "model/errors.h"
-#include "planner/import_reader.h"
+#include "planner/configs/import_reader.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::ShardingStrategy;
@@ -314,4 +314,4 @@ ImportResult ImportAccelerate(const Json& doc, const std::string& file, const Im
   return out;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

@@ -3,9 +3,9 @@
 #include <sstream>
 #include <utility>
 
-#include "planner/export_formats.h"
+#include "planner/configs/export_formats.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::DType;
@@ -166,4 +166,4 @@ ExportResult ExportTorchtitan(const model::Plan& p, const ExportContext& ctx) {
   return r;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

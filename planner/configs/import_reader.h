@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "model/plan.h"
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 
 using Json = nlohmann::ordered_json;
 
@@ -107,4 +107,4 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
 ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportContext& ctx,
                         model::Plan* plan);
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

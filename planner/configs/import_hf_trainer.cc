@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "model/errors.h"
-#include "planner/import_reader.h"
+#include "planner/configs/import_reader.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::ShardingStrategy;
@@ -349,4 +349,4 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
   return out;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

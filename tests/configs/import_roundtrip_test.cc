@@ -9,11 +9,11 @@
 
 #include "model/plan_json.h"
 #include "model/presets.h"
-#include "planner/export.h"
-#include "planner/import.h"
+#include "planner/configs/export.h"
+#include "planner/configs/import.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using model::DType;
@@ -235,4 +235,4 @@ TEST(ImportRoundTripTest, ExamplesSurviveExportAndImportAgain) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "model/errors.h"
-#include "planner/import_reader.h"
+#include "planner/configs/import_reader.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 bool Interpolated(const Json* v) {
@@ -394,4 +394,4 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
   return out;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

@@ -5,9 +5,9 @@
 #include <cctype>
 
 #include "model/errors.h"
-#include "planner/import_reader.h"
+#include "planner/configs/import_reader.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 // Pipeline-level keys shardtune reads (roll/configs/base_config.py); every other top-level key
@@ -411,4 +411,4 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   return out;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

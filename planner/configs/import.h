@@ -1,6 +1,6 @@
 // Imports a trainer's existing configuration as a plan (`--from FILE`): Hugging Face Accelerate
 // config YAML, Hugging Face Trainer arguments JSON, ROLL pipeline YAML and verl trainer YAML, the
-// inverse of planner/export.h. Every key of the file is either mapped onto the plan, reported as
+// inverse of planner/configs/export.h. Every key of the file is either mapped onto the plan, reported as
 // ignored (a warning: it does not change memory or time), or rejected (an InputError: it changes
 // memory or time in a way shardtune does not model, or it is unknown).
 #pragma once
@@ -13,7 +13,7 @@
 #include "model/plan.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 
 enum class ImportFormat { kAccelerate, kHfTrainer, kRoll, kVerl };
 
@@ -67,4 +67,4 @@ ImportResult ImportConfigFile(const std::string& path, const ImportContext& ctx,
 // The format `text` is in, from its keys; throws InputError naming the file when none matches.
 ImportFormat DetectImportFormat(const std::string& text, const std::string& file);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

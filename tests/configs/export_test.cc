@@ -1,6 +1,6 @@
 // Plan export: each format is parsed back by a real parser (PyYAML, Python's tomllib, nlohmann
 // JSON) and its keys are checked against the plan; notes cover what a format cannot say.
-#include "planner/export.h"
+#include "planner/configs/export.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 #include "model/errors.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
-#include "planner/config_yaml.h"
+#include "planner/configs/config_yaml.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using nlohmann::json;
@@ -486,4 +486,4 @@ TEST(ExportTest, SameInputsGiveIdenticalText) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

@@ -1,11 +1,11 @@
 // verl export: the FSDP worker of verl's PPO trainer as a Hydra override file (the keys of
 // verl/trainer/config/ppo_trainer.yaml it changes): actor_rollout_ref.actor for a training plan,
-// actor_rollout_ref.ref for an inference plan. Written as text; planner/import_verl.cc reads it.
+// actor_rollout_ref.ref for an inference plan. Written as text; planner/configs/import_verl.cc reads it.
 #include <sstream>
 
-#include "planner/export_formats.h"
+#include "planner/configs/export_formats.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 namespace {
 
 using model::DType;
@@ -159,4 +159,4 @@ ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   return r;
 }
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

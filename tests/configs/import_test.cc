@@ -1,7 +1,7 @@
 // Config import: the example configs of tests/data/configs (expected plans written by hand from
 // each file and the source project's documented semantics), bad configs (one line naming the file
 // and the key path), unknown and ignored keys, and layering of several files.
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using model::Plan;
@@ -558,4 +558,4 @@ TEST(ImportFuzzRegressionTest, DeepJsonNestingIsRejectedBeforeParsing) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

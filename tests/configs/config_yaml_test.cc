@@ -1,6 +1,6 @@
 // The YAML subset reader: each construct the trainer configs use, read as PyYAML's safe_load would
 // read it (the expected trees are written by hand), and every rejected construct names its line.
-#include "planner/config_yaml.h"
+#include "planner/configs/config_yaml.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "model/errors.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using nlohmann::ordered_json;
@@ -226,4 +226,4 @@ TEST(ConfigYamlTest, NumbersBeyondTheirRangesStayWellDefined) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

@@ -1,6 +1,6 @@
 // The YAML subset reader: lines -> (indent, content) after comments are cut, then a recursive
 // descent over indentation for block collections and a character scanner for flow collections.
-#include "planner/config_yaml.h"
+#include "planner/configs/config_yaml.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,7 @@
 
 #include "model/errors.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using nlohmann::ordered_json;
@@ -576,4 +576,4 @@ nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::strin
   return Parser(text, file).Document();
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

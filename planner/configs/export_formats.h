@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "model/plan.h"
-#include "planner/export.h"
+#include "planner/configs/export.h"
 
-namespace shardtune::plan::internal {
+namespace shardtune::configs::internal {
 
 // How the plan lays parameters over the ranks, after defaults.
 struct Layout {
@@ -73,4 +73,4 @@ ExportResult ExportHfTrainer(const model::Plan& plan, const ExportContext& ctx);
 ExportResult ExportDeepspeed(const model::Plan& plan, const ExportContext& ctx);
 ExportResult ExportVerl(const model::Plan& plan, const ExportContext& ctx);
 
-}  // namespace shardtune::plan::internal
+}  // namespace shardtune::configs::internal

@@ -1,6 +1,6 @@
 // Config import: format names and detection, the typed reader with key tables, and the helpers
 // the per-format readers share (sharding from an FSDP2 mesh, layer-class and world checks).
-#include "planner/import.h"
+#include "planner/configs/import.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,11 +10,11 @@
 #include "model/errors.h"
 #include "model/strict_json.h"
 #include "model/text.h"
-#include "planner/config_yaml.h"
-#include "planner/export.h"
-#include "planner/import_reader.h"
+#include "planner/configs/config_yaml.h"
+#include "planner/configs/export.h"
+#include "planner/configs/import_reader.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 namespace {
 
 using model::EscapeControls;
@@ -433,4 +433,4 @@ std::string IgnoredWarning(const std::string& file, const std::vector<std::strin
 }
 
 }  // namespace internal
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs

@@ -1,7 +1,7 @@
 // Exports a plan as another trainer's configuration: Hugging Face Accelerate (FSDP2 YAML),
 // torchtitan (job TOML), Hugging Face Trainer (TrainingArguments JSON), DeepSpeed (ZeRO JSON, the
 // closest equivalent), ROLL (FSDP2 strategy YAML) and verl (FSDP worker YAML). What a format cannot
-// say becomes a note. planner/import.h reads the Accelerate, HF Trainer, ROLL and verl outputs back.
+// say becomes a note. planner/configs/import.h reads the Accelerate, HF Trainer, ROLL and verl outputs back.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "model/plan.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::configs {
 
 enum class ExportFormat { kAccelerate, kTorchtitan, kHfTrainer, kDeepspeed, kRoll, kVerl };
 
@@ -58,4 +58,4 @@ struct ExportResult {
 // without Problems(); broken invariants throw InternalError. Thread-safe (no shared state).
 ExportResult ExportPlan(const model::Plan& plan, const ExportContext& ctx, ExportFormat format);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::configs
