@@ -28,10 +28,7 @@ void AddCalibrateCommand(CLI::App* app, CalibrateArgs* a) {
                   "costs to it instead of measurements.json files")
       ->check(CLI::ExistingFile);
   sub->add_option("--profile", a->profile, "With --trace: the profile whose constants the fit starts from");
-  size_t before = sub->get_options().size();
   AddPlanFlags(sub, &a->plan);
-  std::vector<CLI::Option*> options = sub->get_options();
-  for (size_t i = before; i < options.size(); ++i) a->plan_flag_names.push_back(options[i]->get_name());
 }
 
 sim::CalibrationResult CalibrateRuns(const std::vector<MeasuredRun>& runs) {
@@ -161,8 +158,8 @@ void RunCalibrate(const CalibrateArgs& a, std::ostream& out, std::ostream& err) 
     RunTraceCalibration(a, out, err);
     return;
   }
-  for (const std::string& flag : a.plan_flag_names) {
-    if (a.plan.app && a.plan.app->count(flag) > 0) {
+  for (const std::string& flag : PlanFlagNames()) {
+    if (FlagGiven(a.plan, flag)) {
       throw InputError("calibrate: " + flag + " describes the run of --trace; measurements.json files carry "
                        "their own plan");
     }

@@ -26,7 +26,6 @@ struct CalibrateArgs {
   std::string trace;
   std::string profile;
   PlanFlags plan;
-  std::vector<std::string> plan_flag_names;  // the plan flags' names, to refuse them without --trace
 };
 
 void AddCalibrateCommand(CLI::App* app, CalibrateArgs* args);

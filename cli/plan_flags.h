@@ -32,8 +32,13 @@ struct PlanFlags {
   CLI::App* app = nullptr;  // where the flags were added (to ask which were given)
 };
 
-// True when `flag` (e.g. "--strategy") was given on the command line.
+// True when `flag` (e.g. "--strategy") was given on the command line. Every flag is declared once,
+// in cli/plan_flags.cc's table (name, help, the field it binds, what it sets in the plan, which
+// commands take it); asking about a name the table lacks is an InternalError, never a silent
+// false.
 bool FlagGiven(const PlanFlags& flags, const std::string& flag);
+// The names of the plan flags (not --from, --from-format, --from-worker), in the table's order.
+const std::vector<std::string>& PlanFlagNames();
 // Adds the plan flags to `app`; `flags` must outlive parsing.
 void AddPlanFlags(CLI::App* app, PlanFlags* flags);
 // Adds --from FILE (repeatable), --from-format and --from-worker to `app` (estimate, simulate,

@@ -50,7 +50,7 @@ void ApplyTestStall(exec::RunOptions* o) {
 void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
   int64_t gb = a.plan.global_batch;
   if (gb <= 0) {
-    if (a.plan.app->count("--global-batch") > 0) {
+    if (FlagGiven(a.plan, "--global-batch")) {
       throw InputError("--global-batch: expected an integer >= 1, got " + std::to_string(gb));
     }
     return;
@@ -63,7 +63,7 @@ void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
                      shape + ", got " + std::to_string(gb));
   }
   int accum = static_cast<int>(gb / per);
-  if (a.plan.app->count("--grad-accum") > 0 && plan->grad_accum != accum) {
+  if (FlagGiven(a.plan, "--grad-accum") && plan->grad_accum != accum) {
     throw InputError("--global-batch: " + std::to_string(gb) + " sequences = " + shape + " x " +
                      std::to_string(accum) + " micro-batches, but --grad-accum is " +
                      std::to_string(plan->grad_accum));
