@@ -126,8 +126,7 @@ Job ResolveJob(const JobArgs& a) {
   configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
   job.plan = BuildPlan(a.plan, &from, &job.warnings);
   Validate(job, a.plan);
-  job.seq_len = job.plan.ResolvedSeqLen(job.spec.max_seq_len);
-  if (job.seq_len > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, job.seq_len));
+  if (job.SeqLen() > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, job.SeqLen()));
   job.options.memory.model_load = ParseLoad(a.model_load);
   job.options.memory.checkpoint_dtype_bytes = static_cast<int>(
       model::BytesPerElement(model::ParseEnum<model::DType>(a.load_dtype, "--load-dtype")));

@@ -38,7 +38,8 @@ struct Job {
   model::Plan plan;
   sim::SimOptions options;
   std::vector<std::string> warnings;
-  int64_t seq_len = 0;
+  // S after the plan's default (the model's max_seq_len): computed, never stored twice.
+  int64_t SeqLen() const { return plan.ResolvedSeqLen(spec.max_seq_len); }
 };
 
 void AddJobFlags(CLI::App* sub, JobArgs* args);

@@ -20,10 +20,10 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters)
       << " parameters) on " << job.cluster.name << " (" << m.world << " ranks, "
       << job.cluster.gpu.name << "), " << model::ToString(job.plan.strategy) << ", micro-batch "
-      << job.plan.micro_batch << " x " << job.seq_len << " tokens, grad-accum "
+      << job.plan.micro_batch << " x " << job.SeqLen() << " tokens, grad-accum "
       << job.plan.grad_accum;
   if (job.plan.cp > 1) {
-    out << ", Ulysses cp " << job.plan.cp << " (" << job.seq_len / job.plan.cp
+    out << ", Ulysses cp " << job.plan.cp << " (" << job.SeqLen() / job.plan.cp
         << " tokens per rank)";
   }
   out << "\n\n";
