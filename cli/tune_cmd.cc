@@ -268,7 +268,7 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
       "Ulysses cp degrees to search, e.g. 1,2,4,8 (default: every valid one in a node)");
   sub->add_option("--jobs", a->jobs,
                   "Threads evaluating plans (default: every core; the answer is the same for any N)");
-  sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks), calibrate, re-rank");
+  sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks on cpu:N; on a GPU cluster this machine's GPU, emulating rank 0 of its world), calibrate, re-rank");
   sub->add_option("--measure-steps", a->measure_steps, "Steps per measured run (default 4; the first is left out)");
   sub->add_option("--measure-dir", a->measure_dir, "Folder for the measured runs and the fitted profile (default: new /tmp folder)");
   AddPlanFlags(sub, &a->plan);

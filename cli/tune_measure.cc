@@ -63,14 +63,24 @@ std::string MakeDir(const std::string& given) {
 
 }  // namespace
 
+std::vector<std::string> MeasureRunArgv(const std::string& program, const MeasureOptions& o,
+                                        const profiles::ClusterSpec& cluster, const std::string& plan_file,
+                                        const std::string& out_dir) {
+  std::vector<std::string> argv = {program, "run", "--model", o.model_arg, "--plan", plan_file,
+                                   "--steps", std::to_string(o.steps), "--out", out_dir};
+  if (cluster.cpu_only) {
+    argv.insert(argv.end(), {"--nproc", std::to_string(cluster.world_size())});
+  } else {
+    argv.insert(argv.end(), {"--device", "cuda"});
+    if (cluster.world_size() > 1) argv.insert(argv.end(), {"--emulate-world", std::to_string(cluster.world_size())});
+  }
+  return argv;
+}
+
 MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                               const plan::SearchRequest& req, const plan::SearchResult& result,
                               const MeasureOptions& o) {
   std::vector<std::string> problems;
-  if (!cluster.cpu_only) {
-    problems.push_back("--measure: the executor trains on CPU ranks only so far (cluster cpu:N); got --cluster " +
-                       cluster.name + " (the NCCL training path is not wired yet, executor/README.md)");
-  }
   if (o.plans < 1) problems.push_back("--measure: expected a number of plans >= 1, got " + std::to_string(o.plans));
   if (o.steps < 2) {
     problems.push_back("--measure-steps: expected >= 2 (the first step is left out), got " + std::to_string(o.steps));
@@ -78,6 +88,12 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
   ThrowIfProblems(problems);
   MeasureResult r;
   r.dir = MakeDir(o.dir);
+  if (!cluster.cpu_only && cluster.world_size() > 1) {
+    r.warnings.push_back("--measure on " + cluster.name + ": each plan trains on this machine's GPU as rank 0 of " +
+                         std::to_string(cluster.world_size()) +
+                         " ranks with emulated collectives; the fit covers compute and memory, "
+                         "communication keeps the topology model");
+  }
   const std::string self = ExecutorProgram();
   size_t n = std::min(result.top.size(), static_cast<size_t>(o.plans));
   std::vector<std::string> files;
@@ -87,9 +103,7 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
     model::Plan p = c.plan;
     p.seq_len = req.seq_len;
     sim::WriteFileAtomically(base + ".json", model::PlanToJson(p).dump(2) + "\n");
-    int rc = RunChild({self, "run", "--model", o.model_arg, "--plan", base + ".json", "--nproc",
-                       std::to_string(cluster.world_size()), "--steps", std::to_string(o.steps), "--out", base},
-                      base + ".log");
+    int rc = RunChild(MeasureRunArgv(self, o, cluster, base + ".json", base), base + ".log");
     if (rc != 0) {
       throw exec::BackendError("tune --measure: run of plan " + std::to_string(i + 1) + " (" + c.key +
                                ") exited with " + std::to_string(rc) + "; see " + base + ".log");

@@ -37,8 +37,17 @@ struct MeasureResult {
   std::vector<std::string> warnings;
 };
 
-// REQUIRES: result.top non-empty. Throws InputError (not a CPU cluster, bad options) and
-// exec::BackendError (a run failed; the message names its log).
+// The child `run` of one measured plan. On CPU clusters (cpu:N) the plan trains on N Gloo ranks;
+// on a GPU cluster it trains on this machine's GPU (--device cuda), one process emulating rank 0
+// of the cluster's world when it has more than one rank (--emulate-world W: every allocation and
+// kernel of that rank, collectives emulated, which calibration leaves out and the topology model
+// keeps predicting).
+std::vector<std::string> MeasureRunArgv(const std::string& program, const MeasureOptions& o,
+                                        const profiles::ClusterSpec& cluster, const std::string& plan_file,
+                                        const std::string& out_dir);
+
+// REQUIRES: result.top non-empty. Throws InputError (bad options) and exec::BackendError (a run
+// failed; the message names its log).
 MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                               const plan::SearchRequest& request, const plan::SearchResult& result,
                               const MeasureOptions& options);
