@@ -81,6 +81,11 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
                               const plan::SearchRequest& req, const plan::SearchResult& result,
                               const MeasureOptions& o) {
   std::vector<std::string> problems;
+  if (!cluster.cpu_only && !std::filesystem::exists("/dev/nvidia0") &&
+      !std::filesystem::exists("/dev/nvidiactl")) {
+    problems.push_back("--measure: " + cluster.name + " plans train on this machine's GPU, and it has none "
+                       "(no /dev/nvidia0); measure on a GPU machine, or search --cluster cpu:N here");
+  }
   if (o.plans < 1) problems.push_back("--measure: expected a number of plans >= 1, got " + std::to_string(o.plans));
   if (o.steps < 2) {
     problems.push_back("--measure-steps: expected >= 2 (the first step is left out), got " + std::to_string(o.steps));
