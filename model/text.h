@@ -59,6 +59,13 @@ inline bool HasExtension(const std::string& path, const std::string& ext) {
   return path.size() > ext.size() && EndsWith(path, ext);
 }
 
+// `v` printed with a printf format for one double: FormatNumber(2.345, "%.1f") == "2.3".
+inline std::string FormatNumber(double v, const char* printf_format) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, printf_format, v);
+  return buf;
+}
+
 // "83.1 GiB" (binary units, one decimal).
 inline std::string GiBText(Bytes b) {
   char buf[32];

@@ -11,11 +11,7 @@
 namespace shardtune::plan {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+std::string Num(double v) { return model::FormatNumber(v, "%.1f"); }
 
 }  // namespace
 

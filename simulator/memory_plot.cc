@@ -24,11 +24,7 @@ std::string Escape(const std::string& s) { return model::EscapeXml(s); }
 
 std::string GiB(int64_t b) { return model::GiBText(Bytes::Of(b)); }
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
+std::string Num(double v) { return model::FormatNumber(v, "%.1f"); }
 
 }  // namespace
 

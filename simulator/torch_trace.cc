@@ -17,11 +17,7 @@
 namespace shardtune::sim {
 namespace {
 
-std::string G(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
+std::string G(double v) { return model::FormatNumber(v, "%.4g"); }
 
 bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
