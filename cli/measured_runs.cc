@@ -15,8 +15,8 @@ std::vector<MeasuredRun> LoadMeasuredRuns(const std::vector<std::string>& paths,
   for (const std::string& path : paths) {
     try {
       MeasuredRun r;
-      r.measurements = sim::ReadMeasurementsFile(path);
-      const sim::Measurements& m = r.measurements;
+      r.measurements = model::ReadMeasurementsFile(path);
+      const model::Measurements& m = r.measurements;
       r.spec = model::ResolveModelArg(model_arg.empty() ? m.model_name : model_arg, nullptr);
       if (!cluster_arg.empty()) {
         r.cluster = profiles::LoadCluster(cluster_arg);

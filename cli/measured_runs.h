@@ -5,15 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "model/measurements_json.h"
 #include "model/model_spec.h"
 #include "profiles/cluster.h"
 #include "simulator/calibration.h"
-#include "simulator/measurements_json.h"
 
 namespace shardtune::cli {
 
 struct MeasuredRun {
-  sim::Measurements measurements;
+  model::Measurements measurements;
   model::ModelSpec spec;
   profiles::ClusterSpec cluster;
 };

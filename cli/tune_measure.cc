@@ -125,7 +125,7 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
   calibrated.costs = cal.profile.costs;
   std::vector<sim::CalibrationRun> again = PredictRuns(runs, calibrated);
   for (size_t i = 0; i < n; ++i) {
-    const sim::Measurements& m = runs[i].measurements;
+    const model::Measurements& m = runs[i].measurements;
     MeasuredPlan mp;
     mp.key = result.top[i].key;
     mp.measurements = files[i];

@@ -86,7 +86,7 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
   Json jruns = Json::array();
   std::ostringstream text;
   for (size_t i = 0; i < runs.size(); ++i) {
-    const sim::Measurements& m = runs[i].measurements;
+    const model::Measurements& m = runs[i].measurements;
     for (auto& w : sim::ProvenanceWarnings(profile, m)) warnings.push_back(w);
     if (!m.HasSteadyCompute()) {
       warnings.push_back(m.path + ": no steady-state spans (no trace, or one step): compute figures include "

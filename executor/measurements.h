@@ -1,6 +1,6 @@
-// DIR/measurements.json ("shardtune.measurements", version 1) and DIR/trace.json (Chrome trace
-// event format, the simulator's format): what a run measured, for people and for calibration.
-// Plain C++ (no Torch).
+// DIR/measurements.json (model/measurements_json.h, "shardtune.measurements" version 1) built from
+// a run's recordings, and DIR/trace.json (Chrome trace event format, the simulator's format): what
+// a run measured, for people and for calibration. Plain C++ (no Torch).
 #pragma once
 
 #include <cstdint>
@@ -12,35 +12,20 @@
 #include "executor/phase_meter.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
+#include "model/measurements_json.h"
 #include "model/plan.h"
 
 namespace shardtune::exec {
 
-inline constexpr const char* kMeasurementsSchema = "shardtune.measurements";
-inline constexpr int kMeasurementsSchemaVersion = 1;
-
-struct Environment {
-  std::string shardtune_version, torch_version, backend, device, cpu_model, hostname, date_utc;
-  int world_size = 1;      // processes
-  int emulated_world = 0;  // > 0: one process emulated rank 0 of this many
-  int threads_per_rank = 1;
-  std::string blas;  // CPU runs: the BLAS LibTorch resolved (vendor, threading, library path)
-};
+// One rank's environment and memory as measurements.json records them (model/measurements_json.h,
+// the file's one definition).
+using Environment = model::MeasuredEnvironment;
+using RankMemory = model::MeasuredRankMemory;
 
 struct UnitInfo {
   std::string name;
   int64_t numel = 0, padded_numel = 0, shard_numel = 0;
   int first_segment = 0, last_segment = 0;
-};
-
-struct RankMemory {
-  int rank = 0;
-  int64_t tracked_peak_bytes = 0;  // tensor storage through LibTorch's CPU allocator
-  int64_t rss_peak_bytes = 0;      // VmHWM
-  // CUDA runs (0 on CPU): the caching allocator's peaks and the device's used memory at the end
-  // (cudaMemGetInfo: CUDA context, NCCL buffers and the allocator's reservations).
-  int64_t device_allocated_peak_bytes = 0, device_reserved_peak_bytes = 0;
-  int64_t device_used_bytes = 0, device_alloc_retries = 0;
 };
 
 struct RunShape {
@@ -65,7 +50,11 @@ struct MeasurementsDoc {
   std::vector<RankPhases> phases;  // by rank (phase_meter.h); phases never entered are left out
 };
 
-// Writes the document atomically. Throws BackendError.
+// What the run measured, as the file's one definition: per-span and per-collective totals of
+// rank 0 (with steady figures past the first step when the trace kept the spans), every rank's
+// memory and phases, the summary of the steps after the first.
+model::Measurements BuildMeasurements(const MeasurementsDoc& doc);
+// Writes BuildMeasurements(doc) atomically (model::MeasurementsToJson). Throws BackendError.
 void WriteMeasurements(const std::string& path, const MeasurementsDoc& doc);
 // One rank's spans as Chrome trace events (a JSON array), pid = rank, tid = lane; ts in µs.
 std::string TraceEventsJson(const std::vector<Span>& spans, const std::vector<CollectiveRecord>& c,

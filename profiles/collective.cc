@@ -28,21 +28,4 @@ double BusBwFactor(Collective c, int n) {
   return 0.0;
 }
 
-const char* ToString(Collective c) {
-  switch (c) {
-    case Collective::kAllGather:
-      return "all_gather";
-    case Collective::kReduceScatter:
-      return "reduce_scatter";
-    case Collective::kAllReduce:
-      return "all_reduce";
-    case Collective::kBroadcast:
-      return "broadcast";
-    case Collective::kAllToAll:
-      return "all_to_all";
-  }
-  SHARDTUNE_CHECK(false) << "unknown collective " << static_cast<int>(c);
-  return "";
-}
-
 }  // namespace shardtune::profiles

@@ -4,14 +4,16 @@
 
 #include <string>
 
+#include "model/collective.h"
+
 namespace shardtune::profiles {
 
-enum class Collective { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kAllToAll };
+using Collective = model::Collective;
 
 // busbw = algbw * BusBwFactor(c, n), algbw = S / t with S the total size (nccl-tests):
 // all-reduce 2(n-1)/n; all-gather, reduce-scatter and all-to-all (n-1)/n; broadcast 1.
 // REQUIRES: n >= 1.
 double BusBwFactor(Collective c, int n);
-const char* ToString(Collective c);
+using model::ToString;  // ToString(Collective), the names in files
 
 }  // namespace shardtune::profiles

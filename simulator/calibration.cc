@@ -52,7 +52,7 @@ double PredictedSeconds(const ComputeWork& w, const profiles::GpuSpec& gpu, mode
 // The ranks of a measured group: the executor's shard groups and cp groups are consecutive ranks
 // (cp innermost: rank = dp_index x cp + cp_index), its replicate groups ranks i, i+G, ...
 // (executor/README.md "Semantics"), the world all ranks.
-std::vector<int> GroupRanks(const profiles::Topology& topo, const MeasuredCollective& c, int world,
+std::vector<int> GroupRanks(const profiles::Topology& topo, const model::MeasuredCollective& c, int world,
                             int shard_group) {
   if (c.group == "replicate") return topo.ReplicaGroup(std::max(1, shard_group), 0);
   if (c.group == "cp" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
@@ -76,7 +76,7 @@ std::string PhaseRowName(JobPhase p) {
 
 }  // namespace
 
-RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
+RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& spec,
                          const profiles::ClusterSpec& cluster, const SimOptions& options) {
   model::Plan plan = m.plan;
   plan.micro_batch = m.micro_batch;
@@ -103,7 +103,7 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
     if (op.kind == OpKind::kForward) Add(op, &by_segment[{op.segment, false}]);
     if (op.kind == OpKind::kBackward) Add(op, &by_segment[{op.segment, true}]);
   }
-  for (const MeasuredCompute& c : m.compute) {
+  for (const model::MeasuredCompute& c : m.compute) {
     int s = SegmentIndex(c.segment, L);
     auto it = by_segment.find({s, c.phase == "backward"});
     p.compute.push_back(it == by_segment.end() ? ComputeWork{} : it->second);
@@ -115,7 +115,7 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
   p.phases = EstimateJobPhases(p.report.program, mem, spec, cluster, plan, mo);
   p.communicators = (mem.shard_group > 1 ? 1 : 0) + (mem.replicas > 1 ? 1 : 0);
   profiles::Topology topo(cluster);
-  for (const MeasuredCollective& c : m.collectives) {
+  for (const model::MeasuredCollective& c : m.collectives) {
     std::vector<int> ranks = GroupRanks(topo, c, cluster.world_size(), mem.shard_group);
     GroupLink g = DescribeGroup(topo, cluster, {ranks}, options.costs);
     p.collective_links.push_back(g);
@@ -124,7 +124,7 @@ RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
   return p;
 }
 
-std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
+std::vector<ComparisonRow> CompareRun(const model::Measurements& m, const RunPrediction& p,
                                       const CostConstants& given) {
   // The constants the simulation ran with: measured kernel tables time this plan's shapes.
   CostConstants storage;
@@ -136,7 +136,7 @@ std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction
   add("step", "step time", p.report.step_time_s, m.mean_step_time_s, false);
   double fwd = 0, bwd = 0, fwd_pred = 0, bwd_pred = 0;
   for (size_t i = 0; i < m.compute.size(); ++i) {
-    const MeasuredCompute& c = m.compute[i];
+    const model::MeasuredCompute& c = m.compute[i];
     if (p.compute[i].ops == 0) continue;
     double pred = PredictedSeconds(p.compute[i], p.gpu, p.dtype, k);
     add("compute", c.segment + " " + c.phase, pred, c.PerCallS(), false);
@@ -150,7 +150,7 @@ std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction
     add("phase", "optimizer step", PredictedSeconds(p.optimizer, p.gpu, p.dtype, k), *opt, false);
   }
   for (size_t i = 0; i < m.collectives.size(); ++i) {
-    const MeasuredCollective& c = m.collectives[i];
+    const model::MeasuredCollective& c = m.collectives[i];
     if (c.emulated || c.group_size < 2) continue;
     // Only in the first step while the run has steady figures: start-up (parameter broadcast).
     if (!c.steady_time_s && m.HasSteadyCompute()) continue;
@@ -163,7 +163,7 @@ std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction
   const MemoryReport& mem = p.report.memory;
   add("memory", "peak allocated (tracked)", static_cast<double>(mem.peak_allocated.count()),
       static_cast<double>(m.peak_tracked_bytes), true);
-  for (const MeasuredPhase& ph : m.phases) {
+  for (const model::MeasuredPhase& ph : m.phases) {
     for (const PhaseMemory& pp : p.phases.phases) {
       if (ph.name != ToString(pp.phase)) continue;
       add("memory", "memory: " + PhaseRowName(pp.phase) + " peak",
@@ -198,11 +198,11 @@ ErrorSummary Summarize(const std::vector<ComparisonRow>& rows, const std::string
   return s;
 }
 
-std::vector<std::string> ProvenanceWarnings(const Profile& profile, const Measurements& m) {
+std::vector<std::string> ProvenanceWarnings(const Profile& profile, const model::Measurements& m) {
   std::vector<std::string> w;
   if (!profile.has_provenance) return w;
   const ProfileProvenance& p = profile.provenance;
-  const MeasuredEnvironment& e = m.environment;
+  const model::MeasuredEnvironment& e = m.environment;
   auto check = [&](const char* what, const std::string& prof, const std::string& meas) {
     if (!prof.empty() && prof != meas) {
       w.push_back(m.path + ": measured with " + what + " \"" + meas + "\", but the profile \"" +

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "model/measurements_json.h"
 #include "model/model_spec.h"
 #include "profiles/cluster.h"
 #include "simulator/cost_model.h"
 #include "simulator/job_phases.h"
-#include "simulator/measurements_json.h"
 #include "simulator/profile_json.h"
 #include "simulator/simulate.h"
 
@@ -44,7 +44,7 @@ struct RunPrediction {
 // Simulates the measured run's plan (its micro-batch, accumulation and sequence length) on
 // `cluster` with `options` and maps every measured span and collective to the program.
 // REQUIRES: spec and cluster are the run's (cluster.world_size() == the run's world).
-RunPrediction PredictRun(const Measurements& m, const model::ModelSpec& spec,
+RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& spec,
                          const profiles::ClusterSpec& cluster, const SimOptions& options);
 
 // One predicted-vs-measured figure.
@@ -64,7 +64,7 @@ struct ComparisonRow {
 // on CUDA tracked is the allocator's allocated peak). Left out: rows whose measured value is 0,
 // spans the program has no work for, and collectives seen only in the first step of a run that has
 // steady figures (start-up).
-std::vector<ComparisonRow> CompareRun(const Measurements& m, const RunPrediction& p,
+std::vector<ComparisonRow> CompareRun(const model::Measurements& m, const RunPrediction& p,
                                       const CostConstants& costs);
 
 struct ErrorSummary {
@@ -79,10 +79,10 @@ ErrorSummary Summarize(const std::vector<ComparisonRow>& rows, const std::string
 // Warnings when `m` was measured on another machine or software than the profile's provenance
 // (host, CPU, device, backend, torch or shardtune version). Empty when they match or the profile
 // has no provenance.
-std::vector<std::string> ProvenanceWarnings(const Profile& profile, const Measurements& m);
+std::vector<std::string> ProvenanceWarnings(const Profile& profile, const model::Measurements& m);
 
 struct CalibrationRun {
-  const Measurements* measurements = nullptr;  // not owned; outlives the call
+  const model::Measurements* measurements = nullptr;  // not owned; outlives the call
   RunPrediction prediction;                    // PredictRun with any constants (work is fixed)
 };
 

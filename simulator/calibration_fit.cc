@@ -106,7 +106,7 @@ std::vector<ComputeRow> ComputeRows(const std::vector<CalibrationRun>& runs) {
                      w.memory_bytes / p.gpu.memory_bandwidth.count(), static_cast<double>(w.ops)}, t, weight});
   };
   for (const CalibrationRun& r : runs) {
-    const Measurements& m = *r.measurements;
+    const model::Measurements& m = *r.measurements;
     double per_step = static_cast<double>(m.grad_accum) / m.mean_step_time_s;  // calls per step / step
     for (size_t i = 0; i < m.compute.size(); ++i) {
       add(r.prediction, r.prediction.compute[i], m.compute[i].PerCallS(), per_step);
@@ -241,9 +241,9 @@ void FitCollectiveGroup(const std::string& family, int group_size,
 void FitCollectives(const std::vector<CalibrationRun>& runs, CalibrationResult* out) {
   std::map<std::pair<std::string, int>, std::vector<CollectiveRow>> groups;
   for (const CalibrationRun& r : runs) {
-    const Measurements& m = *r.measurements;
+    const model::Measurements& m = *r.measurements;
     for (size_t i = 0; i < m.collectives.size(); ++i) {
-      const MeasuredCollective& c = m.collectives[i];
+      const model::MeasuredCollective& c = m.collectives[i];
       int kind = static_cast<int>(c.kind);
       if (c.emulated || c.group_size < 2 || kind > 2 || !(c.PerCallS() > 0)) continue;
       // A group measured only in the first step (no steady calls while others have them) is
@@ -269,7 +269,7 @@ void FitMemory(const std::vector<CalibrationRun>& runs, CalibrationResult* out) 
   struct Row { double comms, tracked, rss; };
   std::vector<Row> rows;
   for (const CalibrationRun& r : runs) {
-    for (const MeasuredRankMemory& k : r.measurements->memory_per_rank) {
+    for (const model::MeasuredRankMemory& k : r.measurements->memory_per_rank) {
       if (k.RequiredBytes() > 0) {
         rows.push_back({static_cast<double>(r.prediction.communicators),
                         static_cast<double>(k.tracked_peak_bytes), static_cast<double>(k.RequiredBytes())});
@@ -353,7 +353,7 @@ CalibrationResult Calibrate(const std::vector<CalibrationRun>& runs, const Profi
   out.profile = base;
   out.profile.fits.clear();
   out.profile.costs.collectives.clear();
-  const MeasuredEnvironment& e = runs.front().measurements->environment;
+  const model::MeasuredEnvironment& e = runs.front().measurements->environment;
   ProfileProvenance& p = out.profile.provenance;
   out.profile.has_provenance = true;
   p = ProfileProvenance{};
@@ -364,7 +364,7 @@ CalibrationResult Calibrate(const std::vector<CalibrationRun>& runs, const Profi
   p.torch_version = e.torch_version;
   p.shardtune_version = e.shardtune_version;
   for (const CalibrationRun& r : runs) {
-    const MeasuredEnvironment& o = r.measurements->environment;
+    const model::MeasuredEnvironment& o = r.measurements->environment;
     p.measurements.push_back(r.measurements->path);
     if (o.hostname != e.hostname || o.cpu_model != e.cpu_model || o.device != e.device ||
         o.torch_version != e.torch_version || o.backend != e.backend) {

@@ -17,7 +17,7 @@
 #include "model/presets.h"
 #include "model/strict_json.h"
 #include "profiles/cluster.h"
-#include "simulator/measurements_json.h"
+#include "model/measurements_json.h"
 #include "simulator/torch_trace.h"
 #include "simulator/profile_json.h"
 #include "planner/configs/import.h"
@@ -79,7 +79,7 @@ void Parse(const std::string& name, const std::string& text) {
     configs::ImportConfigText(text, "cfg.yaml", configs::MakeImportContext(spec, cluster), nullptr, &plan);
     UsePlan(plan);
   } else if (name == "measurements_json") {
-    sim::MeasurementsFromJson(model::ParseJsonText(text, "measurements.json"), "measurements.json");
+    model::MeasurementsFromJson(model::ParseJsonText(text, "measurements.json"), "measurements.json");
   } else if (name == "torch_trace") {
     // calibrate --trace: the trace, then the fit against a fixed step's work.
     sim::TorchTrace t = sim::TorchTraceFromJson(model::ParseJsonText(text, "trace.json"), "trace.json");

@@ -12,7 +12,7 @@
 #include "model/errors.h"
 #include "model/presets.h"
 #include "profiles/cluster.h"
-#include "simulator/measurements_json.h"
+#include "model/measurements_json.h"
 #include "simulator/profile_json.h"
 
 namespace shardtune::sim {
@@ -59,7 +59,7 @@ Json GoodMeasurements() {
 }
 
 TEST(MeasurementsJsonTest, ReadsEveryFieldOfAValidFile) {
-  Measurements m = MeasurementsFromJson(GoodMeasurements(), "m.json");
+  model::Measurements m = model::MeasurementsFromJson(GoodMeasurements(), "m.json");
   EXPECT_EQ(m.environment.hostname, "vm");
   EXPECT_EQ(m.environment.world_size, 2);
   EXPECT_EQ(m.model_name, "tiny-llama");
@@ -84,12 +84,12 @@ TEST(MeasurementsJsonTest, ReadsCpAllToAllsAndRejectsUnknownGroups) {
   a2a["kind"] = "all_to_all";
   a2a["group"] = "cp";
   j["collectives"].push_back(a2a);
-  Measurements m = MeasurementsFromJson(j, "cp.json");
+  model::Measurements m = model::MeasurementsFromJson(j, "cp.json");
   ASSERT_EQ(m.collectives.size(), 2u);
   EXPECT_EQ(m.collectives[1].kind, profiles::Collective::kAllToAll);
   EXPECT_EQ(m.collectives[1].group, "cp");
   j["collectives"][1]["group"] = "pipeline";
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "pp.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "pp.json"); },
               ThrowsMessage<InputError>(HasSubstr("pp.json:/collectives/1/group: expected one of world, shard, replicate, cp")));
 }
 
@@ -103,10 +103,10 @@ TEST(MeasurementsJsonTest, CudaRunsAreJudgedOnDeviceMemoryUsed) {
     r["device_used_bytes"] = 900000000;
     r["device_alloc_retries"] = 0;
   }
-  Measurements m = MeasurementsFromJson(j, "cuda.json");
+  model::Measurements m = model::MeasurementsFromJson(j, "cuda.json");
   EXPECT_EQ(m.device_used_bytes, 900000000);
   EXPECT_EQ(m.memory_per_rank[1].RequiredBytes(), 900000000);
-  Measurements cpu = MeasurementsFromJson(GoodMeasurements(), "cpu.json");
+  model::Measurements cpu = model::MeasurementsFromJson(GoodMeasurements(), "cpu.json");
   EXPECT_EQ(cpu.memory_per_rank[1].RequiredBytes(), 278175744);  // the RSS
 }
 
@@ -117,7 +117,7 @@ TEST(MeasurementsJsonTest, ReportsEveryProblemInOneErrorNamingFileAndPointer) {
   j["collectives"][0]["kind"] = "all_gathr";
   j["memory"]["per_rank"][0]["rss_peak_bytes"] = -5;
   try {
-    MeasurementsFromJson(j, "bad.json");
+    model::MeasurementsFromJson(j, "bad.json");
     FAIL() << "no error";
   } catch (const InputError& e) {
     std::string msg = e.what();
@@ -133,18 +133,18 @@ TEST(MeasurementsJsonTest, ReportsEveryProblemInOneErrorNamingFileAndPointer) {
 TEST(MeasurementsJsonTest, RejectsUnknownKeysIncompleteFilesAndOtherSchemas) {
   Json j = GoodMeasurements();
   j["compute"][0]["mean_sec"] = 1;
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "u.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "u.json"); },
               ThrowsMessage<InputError>(HasSubstr("u.json:/compute/0/mean_sec")));
   j = GoodMeasurements();
   j["steps"] = Json::array();
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "e.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "e.json"); },
               ThrowsMessage<InputError>(HasSubstr("e.json:/steps: expected at least one step")));
   j = GoodMeasurements();
   j["schema_version"] = 7;
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "v.json"); }, ThrowsMessage<InputError>(HasSubstr("schema_version")));
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "v.json"); }, ThrowsMessage<InputError>(HasSubstr("schema_version")));
   j = GoodMeasurements();
   j.erase("memory");
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "n.json"); }, ThrowsMessage<InputError>(HasSubstr("memory")));
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "n.json"); }, ThrowsMessage<InputError>(HasSubstr("memory")));
 }
 
 TEST(CostModelCalibrationTest, OverheadAndFittedCollectiveReplaceTheDefaults) {
@@ -173,7 +173,7 @@ TEST(CostModelCalibrationTest, OverheadAndFittedCollectiveReplaceTheDefaults) {
 
 // Measured times generated from `truth` by the cost model's formulas for the runs' own work.
 struct Synthetic {
-  std::vector<Measurements> measurements;
+  std::vector<model::Measurements> measurements;
   std::vector<RunPrediction> predictions;
 };
 
@@ -185,7 +185,7 @@ Synthetic Synthesize(const CostConstants& truth, const MemoryConstants& mem_trut
   const Shape shapes[] = {{1, 64, model::ShardingStrategy::kFullShard}, {2, 128, model::ShardingStrategy::kFullShard},
                           {4, 256, model::ShardingStrategy::kNoShard}, {1, 192, model::ShardingStrategy::kShardGradOp}};
   for (const Shape& sh : shapes) {
-    Measurements m = MeasurementsFromJson(GoodMeasurements(), "synthetic.json");
+    model::Measurements m = model::MeasurementsFromJson(GoodMeasurements(), "synthetic.json");
     m.plan.micro_batch = m.micro_batch = sh.mb;
     m.plan.seq_len = m.seq_len = sh.seq;
     m.plan.strategy = sh.strategy;
@@ -200,7 +200,7 @@ Synthetic Synthesize(const CostConstants& truth, const MemoryConstants& mem_trut
     for (auto kind : {profiles::Collective::kAllGather, profiles::Collective::kReduceScatter,
                       profiles::Collective::kAllReduce}) {
       for (int64_t bytes : {int64_t{8}, int64_t{1} << 20, int64_t{1} << 24}) {
-        MeasuredCollective c;
+        model::MeasuredCollective c;
         c.kind = kind;
         c.group = "shard";
         c.group_size = 2;
@@ -320,7 +320,7 @@ TEST(CalibrateTest, ValidationWithTheFittedProfileMatchesTheSyntheticRuns) {
 
 TEST(CalibrateTest, CollinearWorkIsReportedNotInvented) {
   // Every row has the same ratio of matmul to memory work: the split is not identifiable.
-  Measurements m = MeasurementsFromJson(GoodMeasurements(), "c.json");
+  model::Measurements m = model::MeasurementsFromJson(GoodMeasurements(), "c.json");
   RunPrediction p;
   p.gpu = profiles::ParseClusterShorthand("cpu:2").gpu;
   m.compute.clear();
@@ -359,7 +359,7 @@ TEST(ValidateTest, SummaryIsMedianAndWorstAbsoluteError) {
 }
 
 TEST(ValidateTest, WarnsWhenMeasurementsComeFromAnotherMachine) {
-  Measurements m = MeasurementsFromJson(GoodMeasurements(), "m.json");
+  model::Measurements m = model::MeasurementsFromJson(GoodMeasurements(), "m.json");
   Profile p;
   p.name = "box";
   p.has_provenance = true;
@@ -428,7 +428,7 @@ TEST(ValidatePhasesTest, EachMeasuredPhaseIsComparedWithTheEstimatesPhase) {
   for (size_t i = 0; i < phases.size(); ++i) {
     j["phases"].push_back(PhaseJson(phases[i].first, 1000000 * static_cast<int64_t>(i + 1)));
   }
-  Measurements m = MeasurementsFromJson(j, "phases.json");
+  model::Measurements m = model::MeasurementsFromJson(j, "phases.json");
   ASSERT_EQ(m.phases.size(), 5u);
   EXPECT_EQ(m.phases[2].name, "steady step");
   EXPECT_EQ(m.phases[2].per_rank[0].tracked_start_bytes, 1500000);
@@ -458,19 +458,19 @@ TEST(ValidatePhasesTest, EachMeasuredPhaseIsComparedWithTheEstimatesPhase) {
 }
 
 TEST(ValidatePhasesTest, FilesWithoutPhasesHaveNoPhaseRowsAndBadPhasesAreErrors) {
-  Measurements m = MeasurementsFromJson(GoodMeasurements(), "old.json");
+  model::Measurements m = model::MeasurementsFromJson(GoodMeasurements(), "old.json");
   EXPECT_TRUE(m.phases.empty());
   Json j = GoodMeasurements();
   j["phases"] = Json::array({PhaseJson("warmup", 1)});
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "p.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "p.json"); },
               ThrowsMessage<InputError>(AllOf(HasSubstr("p.json:/phases/0/name"), HasSubstr("warmup"))));
   j["phases"] = Json::array({PhaseJson("step 0", 1)});
   j["phases"][0]["per_rank"] = Json::array();
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "e.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "e.json"); },
               ThrowsMessage<InputError>(HasSubstr("e.json:/phases/0/per_rank: expected one entry per rank")));
   j["phases"] = Json::array({PhaseJson("step 0", 1)});
   j["phases"][0]["peak_tracked_bytes"] = -5;
-  EXPECT_THAT([&] { MeasurementsFromJson(j, "n.json"); },
+  EXPECT_THAT([&] { model::MeasurementsFromJson(j, "n.json"); },
               ThrowsMessage<InputError>(HasSubstr("n.json:/phases/0/peak_tracked_bytes")));
 }
 

@@ -1,5 +1,6 @@
-// Strict reading of "shardtune.measurements" files: every problem collected, then one error.
-#include "simulator/measurements_json.h"
+// measurements.json: written field by field, read strictly (every problem collected, then one
+// error).
+#include "model/measurements_json.h"
 
 #include <functional>
 #include <limits>
@@ -8,10 +9,9 @@
 #include "model/plan_json.h"
 #include "model/strict_json.h"
 
-namespace shardtune::sim {
+namespace shardtune::model {
 namespace {
 
-using model::StrictReader;
 using Json = nlohmann::json;
 
 constexpr int64_t kMaxCount = int64_t{1} << 50;
@@ -26,13 +26,11 @@ void Try(std::vector<std::string>* problems, const std::function<void()>& read) 
   }
 }
 
-const char* kKinds[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all"};
-
-profiles::Collective KindFromName(const std::string& s) {
-  for (int i = 0; i < 5; ++i) {
-    if (s == kKinds[i]) return static_cast<profiles::Collective>(i);
+Collective KindFromName(const std::string& s) {
+  for (size_t i = 0; i < kCollectiveNames.size(); ++i) {
+    if (s == kCollectiveNames[i]) return static_cast<Collective>(i);
   }
-  return profiles::Collective::kAllGather;  // unreachable: RequiredEnum checked the name
+  return Collective::kAllGather;  // unreachable: RequiredEnum checked the name
 }
 
 // Reads the array at `key` of `r`, calling `each` with a reader of every element.
@@ -42,7 +40,7 @@ void ForEach(StrictReader& r, const std::string& key, std::vector<std::string>* 
   Try(problems, [&] {
     const Json& v = r.RequiredValue(key);
     if (!v.is_array()) {
-      throw InputError(r.Where(key) + ": expected an array, got " + model::Describe(v));
+      throw InputError(r.Where(key) + ": expected an array, got " + Describe(v));
     }
     arr = &v;
   });
@@ -88,7 +86,7 @@ void ReadRun(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
     Try(p, [&] { m->global_batch = r.RequiredInt("global_batch", 1, kMaxCount); });
     Try(p, [&] { m->tokens_per_step = r.RequiredInt("tokens_per_step", 1, kMaxCount); });
     Try(p, [&] { m->resumed_from_step = r.RequiredInt("resumed_from_step", 0, kMaxCount); });
-    Try(p, [&] { r.RequiredString("data"); });
+    Try(p, [&] { m->data = r.RequiredString("data"); });
     Try(p, [&] { r.Finish(); });
   });
 }
@@ -99,8 +97,8 @@ void ReadSummary(StrictReader& top, Measurements* m, std::vector<std::string>* p
     Try(p, [&] { m->steps_measured = s.RequiredInt("steps_measured", 1, kMaxCount); });
     Try(p, [&] { m->mean_step_time_s = s.RequiredNumber("mean_step_time_s", 1e-9, kMaxSeconds); });
     Try(p, [&] { m->tokens_per_s = s.RequiredNumber("tokens_per_s", 0, 1e15); });
-    Try(p, [&] { s.RequiredNumber("model_flops_per_token", 0, 1e30); });
-    Try(p, [&] { s.RequiredNumber("achieved_flops_per_s", 0, 1e30); });
+    Try(p, [&] { m->model_flops_per_token = s.RequiredNumber("model_flops_per_token", 0, 1e30); });
+    Try(p, [&] { m->achieved_flops_per_s = s.RequiredNumber("achieved_flops_per_s", 0, 1e30); });
     Try(p, [&] { s.Finish(); });
   });
 }
@@ -114,14 +112,16 @@ void ReadLists(StrictReader& top, Measurements* m, std::vector<std::string>* p) 
     s.grad_norm = e.RequiredNumber("grad_norm", 0, 1e300);
     s.time_s = e.RequiredNumber("time_s", 0, kMaxSeconds);
     s.tokens = e.RequiredInt("tokens", 1, kMaxCount);
-    e.RequiredNumber("tokens_per_s", 0, 1e15);
+    s.tokens_per_s = e.RequiredNumber("tokens_per_s", 0, 1e15);
     m->steps.push_back(s);
   });
   ForEach(top, "units", p, [&](StrictReader& e) {
-    e.RequiredString("name");
-    e.RequiredInt("numel", 0, kMaxCount);
-    e.RequiredInt("padded_numel", 0, kMaxCount);
-    e.RequiredInt("shard_numel", 0, kMaxCount);
+    MeasuredUnit u;
+    u.name = e.RequiredString("name");
+    u.numel = e.RequiredInt("numel", 0, kMaxCount);
+    u.padded_numel = e.RequiredInt("padded_numel", 0, kMaxCount);
+    u.shard_numel = e.RequiredInt("shard_numel", 0, kMaxCount);
+    m->units.push_back(u);
   });
   ForEach(top, "compute", p, [&](StrictReader& e) {
     MeasuredCompute c;
@@ -154,7 +154,7 @@ void ReadCommunication(StrictReader& top, Measurements* m, std::vector<std::stri
   });
   ForEach(top, "collectives", p, [&](StrictReader& e) {
     MeasuredCollective c;
-    c.kind = KindFromName(e.RequiredEnum("kind", {std::begin(kKinds), std::end(kKinds)}));
+    c.kind = KindFromName(e.RequiredEnum("kind", {kCollectiveNames.begin(), kCollectiveNames.end()}));
     c.group = e.RequiredEnum("group", {"world", "shard", "replicate", "cp"});
     c.group_size = static_cast<int>(e.RequiredInt("group_size", 1, 1 << 24));
     c.bytes = e.RequiredInt("bytes", 0, kMaxCount);
@@ -177,7 +177,7 @@ void ReadMemory(StrictReader& top, Measurements* m, std::vector<std::string>* p)
     StrictReader r = top.RequiredObject("memory");
     Try(p, [&] { m->peak_tracked_bytes = r.RequiredInt("peak_tracked_bytes", 1, kMaxCount); });
     Try(p, [&] { m->peak_rss_bytes = r.RequiredInt("peak_rss_bytes", 0, kMaxCount); });
-    Try(p, [&] { r.OptionalString("judged_on", ""); });
+    Try(p, [&] { m->memory_judged_on = r.OptionalString("judged_on", ""); });
     Try(p, [&] { m->peak_device_reserved_bytes = r.OptionalInt("peak_device_reserved_bytes", 0, 0, kMaxCount); });
     Try(p, [&] { m->device_used_bytes = r.OptionalInt("device_used_bytes", 0, 0, kMaxCount); });
     ForEach(r, "per_rank", p, [&](StrictReader& e) {
@@ -185,8 +185,8 @@ void ReadMemory(StrictReader& top, Measurements* m, std::vector<std::string>* p)
       k.rank = static_cast<int>(e.RequiredInt("rank", 0, 1 << 24));
       k.tracked_peak_bytes = e.RequiredInt("tracked_peak_bytes", 0, kMaxCount);
       k.rss_peak_bytes = e.RequiredInt("rss_peak_bytes", 0, kMaxCount);
-      // Written for CUDA runs only (executor/measurements.cc MemoryJson).
-      e.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
+      // Written for CUDA runs only.
+      k.device_allocated_peak_bytes = e.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
       k.device_reserved_peak_bytes = e.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
       k.device_used_bytes = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
       k.device_alloc_retries = e.OptionalInt("device_alloc_retries", 0, 0, kMaxCount);
@@ -205,7 +205,7 @@ void ReadPhases(StrictReader& top, Measurements* m, std::vector<std::string>* p)
     ph.duration_s = e.RequiredNumber("duration_s", 0, kMaxSeconds);
     ph.peak_tracked_bytes = e.RequiredInt("peak_tracked_bytes", 0, kMaxCount);
     ph.peak_rss_bytes = e.RequiredInt("peak_rss_bytes", 0, kMaxCount);
-    // Written for CUDA runs only (executor/measurements.cc PhasesJson).
+    // Written for CUDA runs only.
     ph.peak_device_allocated_bytes = e.OptionalInt("peak_device_allocated_bytes", 0, 0, kMaxCount);
     ph.peak_device_reserved_bytes = e.OptionalInt("peak_device_reserved_bytes", 0, 0, kMaxCount);
     ph.device_used_bytes = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
@@ -248,6 +248,169 @@ void CheckComplete(const Measurements& m, const std::string& name, std::vector<s
 
 }  // namespace
 
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+// The CUDA figures of one rank or phase (absent on CPU runs, where they are 0).
+void AddDeviceBytes(OJson* j, int64_t allocated_peak, int64_t reserved_peak, int64_t used) {
+  if (allocated_peak <= 0) return;
+  (*j)["device_allocated_peak_bytes"] = allocated_peak;
+  (*j)["device_reserved_peak_bytes"] = reserved_peak;
+  (*j)["device_used_bytes"] = used;
+}
+
+OJson EnvironmentJson(const MeasuredEnvironment& e) {
+  OJson j{{"shardtune_version", e.shardtune_version},
+          {"torch_version", e.torch_version},
+          {"backend", e.backend},
+          {"device", e.device},
+          {"cpu_model", e.cpu_model},
+          {"hostname", e.hostname},
+          {"date_utc", e.date_utc},
+          {"world_size", e.world_size},
+          {"emulated_world", e.emulated_world},
+          {"threads_per_rank", e.threads_per_rank}};
+  if (!e.blas.empty()) j["blas"] = e.blas;
+  return j;
+}
+
+OJson MemoryJson(const Measurements& m) {
+  OJson per = OJson::array();
+  bool cuda = false;
+  for (const MeasuredRankMemory& r : m.memory_per_rank) {
+    OJson e = {{"rank", r.rank}, {"tracked_peak_bytes", r.tracked_peak_bytes}, {"rss_peak_bytes", r.rss_peak_bytes}};
+    AddDeviceBytes(&e, r.device_allocated_peak_bytes, r.device_reserved_peak_bytes, r.device_used_bytes);
+    if (r.device_allocated_peak_bytes > 0) {
+      cuda = true;
+      e["device_alloc_retries"] = r.device_alloc_retries;
+    }
+    per.push_back(e);
+  }
+  OJson out{{"peak_tracked_bytes", m.peak_tracked_bytes},
+            {"peak_rss_bytes", m.peak_rss_bytes},
+            {"judged_on", m.memory_judged_on},
+            {"per_rank", per}};
+  if (cuda) {
+    out["peak_device_reserved_bytes"] = m.peak_device_reserved_bytes;
+    out["device_used_bytes"] = m.device_used_bytes;
+  }
+  return out;
+}
+
+OJson PhasesJson(const std::vector<MeasuredPhase>& phases) {
+  OJson out = OJson::array();
+  for (const MeasuredPhase& ph : phases) {
+    OJson per = OJson::array();
+    for (const MeasuredPhaseRank& r : ph.per_rank) {
+      OJson e = {{"rank", r.rank},
+                 {"count", r.count},
+                 {"duration_s", r.duration_s},
+                 {"tracked_start_bytes", r.tracked_start_bytes},
+                 {"tracked_peak_bytes", r.tracked_peak_bytes},
+                 {"rss_peak_bytes", r.rss_peak_bytes}};
+      AddDeviceBytes(&e, r.device_allocated_peak_bytes, r.device_reserved_peak_bytes, r.device_used_bytes);
+      per.push_back(e);
+    }
+    OJson j = {{"name", ph.name},
+               {"count", ph.count},
+               {"duration_s", ph.duration_s},
+               {"peak_tracked_bytes", ph.peak_tracked_bytes},
+               {"peak_rss_bytes", ph.peak_rss_bytes}};
+    if (ph.peak_device_allocated_bytes > 0) {
+      j["peak_device_allocated_bytes"] = ph.peak_device_allocated_bytes;
+      j["peak_device_reserved_bytes"] = ph.peak_device_reserved_bytes;
+      j["device_used_bytes"] = ph.device_used_bytes;
+    }
+    j["per_rank"] = per;
+    out.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace
+
+OJson MeasurementsToJson(const Measurements& m) {
+  OJson j;
+  j["schema"] = kMeasurementsSchema;
+  j["schema_version"] = kMeasurementsSchemaVersion;
+  j["environment"] = EnvironmentJson(m.environment);
+  j["model"] = {{"name", m.model_name}, {"parameters", m.parameters}};
+  j["plan"] = PlanToJson(m.plan);
+  j["run"] = {{"micro_batch", m.micro_batch},
+              {"grad_accum", m.grad_accum},
+              {"data_parallel_ranks", m.data_parallel_ranks},
+              {"seq_len", m.seq_len},
+              {"global_batch", m.global_batch},
+              {"tokens_per_step", m.tokens_per_step},
+              {"resumed_from_step", m.resumed_from_step},
+              {"data", m.data}};
+  OJson steps = OJson::array();
+  for (const MeasuredStep& s : m.steps) {
+    steps.push_back({{"step", s.step},
+                     {"loss", s.loss},
+                     {"lr", s.lr},
+                     {"grad_norm", s.grad_norm},
+                     {"time_s", s.time_s},
+                     {"tokens", s.tokens},
+                     {"tokens_per_s", s.tokens_per_s}});
+  }
+  j["steps"] = steps;
+  j["summary"] = {{"steps_measured", m.steps_measured},
+                  {"mean_step_time_s", m.mean_step_time_s},
+                  {"tokens_per_s", m.tokens_per_s},
+                  {"model_flops_per_token", m.model_flops_per_token},
+                  {"achieved_flops_per_s", m.achieved_flops_per_s}};
+  OJson units = OJson::array();
+  for (const MeasuredUnit& u : m.units) {
+    units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded_numel", u.padded_numel}, {"shard_numel", u.shard_numel}});
+  }
+  j["units"] = units;
+  OJson compute = OJson::array();
+  for (const MeasuredCompute& c : m.compute) {
+    OJson e = {{"segment", c.segment}, {"unit", c.unit},       {"phase", c.phase},
+               {"count", c.count},     {"total_s", c.total_s}, {"mean_s", c.mean_s}};
+    if (c.steady_mean_s) {
+      e["steady_count"] = c.steady_count;
+      e["steady_mean_s"] = *c.steady_mean_s;
+    }
+    compute.push_back(e);
+  }
+  j["compute"] = compute;
+  OJson waits = OJson::array();
+  for (const MeasuredWait& w : m.waits) {
+    OJson e = {{"name", w.name}, {"phase", w.phase}, {"count", w.count}, {"total_s", w.total_s}};
+    if (w.steady_total_s) {
+      e["steady_count"] = w.steady_count;
+      e["steady_total_s"] = *w.steady_total_s;
+    }
+    waits.push_back(e);
+  }
+  j["waits"] = waits;
+  OJson collectives = OJson::array();
+  for (const MeasuredCollective& c : m.collectives) {
+    OJson e = {{"kind", ToString(c.kind)},
+               {"group", c.group},
+               {"group_size", c.group_size},
+               {"bytes", c.bytes},
+               {"count", c.count},
+               {"time_s", c.time_s},
+               {"total_time_s", c.total_time_s},
+               {"busbw_bytes_per_s", c.busbw_bytes_per_s},
+               {"sent_bytes_per_call", c.sent_bytes_per_call},
+               {"emulated", c.emulated}};
+    if (c.steady_time_s) {
+      e["steady_count"] = c.steady_count;
+      e["steady_time_s"] = *c.steady_time_s;
+    }
+    collectives.push_back(e);
+  }
+  j["collectives"] = collectives;
+  j["memory"] = MemoryJson(m);
+  j["phases"] = PhasesJson(m.phases);
+  return j;
+}
+
 bool Measurements::HasSteadyCompute() const {
   for (const auto& c : compute) {
     if (!c.steady_mean_s) return false;
@@ -268,7 +431,7 @@ Measurements MeasurementsFromJson(const Json& j, const std::string& name) {
   Measurements m;
   m.path = name;
   StrictReader top(j, name);
-  top.CheckSchema(kMeasurementsKind, kMeasurementsMaxVersion);
+  top.CheckSchema(kMeasurementsSchema, kMeasurementsSchemaVersion);
   m.schema_version = static_cast<int>(j.at("schema_version").get<int64_t>());
   std::vector<std::string> p;
   ReadEnvironment(top, &m, &p);
@@ -282,7 +445,7 @@ Measurements MeasurementsFromJson(const Json& j, const std::string& name) {
   });
   Try(&p, [&] {
     const Json& plan = top.RequiredValue("plan");
-    m.plan = model::PlanFromJson(plan, name + ":/plan");
+    m.plan = PlanFromJson(plan, name + ":/plan");
   });
   ReadRun(top, &m, &p);
   ReadSummary(top, &m, &p);
@@ -297,7 +460,7 @@ Measurements MeasurementsFromJson(const Json& j, const std::string& name) {
 }
 
 Measurements ReadMeasurementsFile(const std::string& path) {
-  return MeasurementsFromJson(model::ReadJsonFile(path), path);
+  return MeasurementsFromJson(ReadJsonFile(path), path);
 }
 
-}  // namespace shardtune::sim
+}  // namespace shardtune::model

@@ -1,6 +1,8 @@
-// Strict reader of the executor's DIR/measurements.json ("shardtune.measurements", version 1,
-// written by executor/measurements.cc): what a run measured, as plain data for `validate` and
-// `calibrate`. Torch-free, so the simulator and the CLI read it without linking the executor.
+// DIR/measurements.json ("shardtune.measurements", version 1): what a run measured, as plain data.
+// The one definition of the file: the executor fills a Measurements from its run and writes it
+// with MeasurementsToJson (executor/measurements.cc); `validate` and `calibrate` read it with
+// MeasurementsFromJson (strict). Torch-free, so the simulator and the CLI read it without linking
+// the executor; tests/model/measurements_json_test.cc checks that writing and reading round-trip.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/collective.h"
 #include "model/plan.h"
-#include "profiles/collective.h"
 
-namespace shardtune::sim {
+namespace shardtune::model {
 
-inline constexpr const char* kMeasurementsKind = "shardtune.measurements";
-inline constexpr int kMeasurementsMaxVersion = 1;
+inline constexpr const char* kMeasurementsSchema = "shardtune.measurements";
+inline constexpr int kMeasurementsSchemaVersion = 1;
 
 // Where and with what the run was measured (calibrated profiles carry the same fields, so a
 // mismatch can be warned about).
@@ -33,6 +35,13 @@ struct MeasuredStep {
   double loss = 0, lr = 0, grad_norm = 0;
   double time_s = 0;
   int64_t tokens = 0;
+  double tokens_per_s = 0;
+};
+
+// One FSDP unit of the run: its flat parameter's elements, padded to the world, and its shard.
+struct MeasuredUnit {
+  std::string name;
+  int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
 // One (segment, phase) compute span total of rank 0. `steady_*` leave out the first step of the
@@ -59,7 +68,7 @@ struct MeasuredWait {
 
 // Rank 0's collectives of one (kind, group, size): S = bytes (nccl-tests' total size).
 struct MeasuredCollective {
-  profiles::Collective kind = profiles::Collective::kAllGather;
+  Collective kind = Collective::kAllGather;
   std::string group;  // "world" | "shard" | "replicate" | "cp" (Ulysses all-to-alls)
   int group_size = 1;
   int64_t bytes = 0;
@@ -80,7 +89,8 @@ struct MeasuredRankMemory {
   int64_t rss_peak_bytes = 0;      // VmHWM
   // CUDA runs only (0 on CPU): the caching allocator's reserved peak, and the device memory in
   // use at the end (cudaMemGetInfo: allocator reservations + CUDA context + NCCL buffers).
-  int64_t device_reserved_peak_bytes = 0, device_used_bytes = 0, device_alloc_retries = 0;
+  int64_t device_allocated_peak_bytes = 0, device_reserved_peak_bytes = 0, device_used_bytes = 0;
+  int64_t device_alloc_retries = 0;
   // What `required` (memory_model.h: peak + fragmentation + outside the allocator) is compared
   // with: the device memory used on a GPU, the process's RSS on CPU ranks.
   int64_t RequiredBytes() const { return device_used_bytes > 0 ? device_used_bytes : rss_peak_bytes; }
@@ -115,15 +125,20 @@ struct Measurements {
   model::Plan plan;
   int micro_batch = 1, grad_accum = 1, data_parallel_ranks = 1;
   int64_t seq_len = 0, global_batch = 0, tokens_per_step = 0, resumed_from_step = 0;
+  std::string data;  // "synthetic (seed N)" or the --data file
   std::vector<MeasuredStep> steps;
+  // Summary of the steps after the first (all when one).
   int64_t steps_measured = 0;
-  double mean_step_time_s = 0;  // steps after the first (all when one)
+  double mean_step_time_s = 0;
   double tokens_per_s = 0;
+  double model_flops_per_token = 0, achieved_flops_per_s = 0;  // 6N + 12·L·H·S (README MFU)
+  std::vector<MeasuredUnit> units;
   std::vector<MeasuredCompute> compute;
   std::vector<MeasuredWait> waits;
   std::vector<MeasuredCollective> collectives;
   int64_t peak_tracked_bytes = 0, peak_rss_bytes = 0;
   int64_t peak_device_reserved_bytes = 0, device_used_bytes = 0;  // CUDA runs only
+  std::string memory_judged_on;  // what peak_tracked_bytes is, in words
   std::vector<MeasuredRankMemory> memory_per_rank;
   // Optional "phases" (files written before issue #11 have none: empty).
   std::vector<MeasuredPhase> phases;
@@ -134,6 +149,10 @@ struct Measurements {
   std::optional<double> OptimizerPerStepS() const;
 };
 
+// The document, keys in the order the executor has always written them; optional keys (CUDA
+// figures, steady_* spans, the BLAS) only where set.
+nlohmann::ordered_json MeasurementsToJson(const Measurements& m);
+
 // Reads and checks a measurements file. Every problem (missing key, wrong type, out-of-range
 // value, unknown key, empty steps) is collected and thrown together as one InputError, each
 // "FILE:/json/pointer: expected ..., got ...". Throws InputError.
@@ -141,4 +160,4 @@ Measurements ReadMeasurementsFile(const std::string& path);
 // The same from parsed JSON; `name` stands for the file in messages.
 Measurements MeasurementsFromJson(const nlohmann::json& j, const std::string& name);
 
-}  // namespace shardtune::sim
+}  // namespace shardtune::model
