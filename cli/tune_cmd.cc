@@ -11,6 +11,7 @@
 #include "cli/format.h"
 #include "cli/job_args.h"
 #include "cli/tune_measure.h"
+#include "planner/search_json.h"
 #include "model/context_parallel.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
@@ -160,14 +161,6 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   return req;
 }
 
-nlohmann::ordered_json CandidateJson(const plan::Candidate& c) {
-  return {{"key", c.key}, {"tokens_per_s", c.tokens_per_s}, {"mfu", c.mfu}, {"step_time_s", c.step_time_s},
-          {"exposed_comm_s", c.exposed_comm_s}, {"required_bytes", c.required.count()},
-          {"headroom_bytes", (c.capacity - c.required).count()},
-          {"dollars_per_million_tokens", c.dollars_per_million_tokens},
-          {"why_not_best", c.why_not_best}, {"plan", model::PlanToJson(c.plan)}};
-}
-
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
                 const plan::SearchRequest& req, const plan::SearchResult& r, std::ostream& out) {
   out << "shardtune tune: " << spec.name << " on " << c.name << ", global batch " << req.global_batch << " x "
@@ -303,11 +296,31 @@ MeasureOptions MeasureOptionsOf(const TuneArgs& a) {
 }
 }  // namespace
 
-void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
+namespace {
+
+// Everything `tune` computed: the search and what the flags asked for beside it.
+struct TuneRun {
+  model::ModelSpec spec;
+  profiles::ClusterSpec cluster;
+  plan::SearchRequest req;
+  plan::SearchResult result;
+  MeasureOptions measure;
+  MeasureResult measured;
+  std::vector<NodeResult> nodes;
+  configs::ExportResult exported;
+  bool features = false;  // the winner freezes or adapts parameters: savings against a full fine-tune
+  sim::FeatureSavings savings;
+  sim::MemoryReport best_memory;
   std::vector<std::string> warnings;
-  model::ModelSpec spec = model::ResolveModelArg(a.model, &warnings);
-  profiles::ClusterSpec cluster = profiles::LoadCluster(a.cluster);
-  plan::SearchRequest req = BuildRequest(a, spec, cluster, &warnings);
+};
+
+// The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
+// and --export on its result.
+TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
+  TuneRun t;
+  t.spec = model::ResolveModelArg(a.model, &t.warnings);
+  t.cluster = profiles::LoadCluster(a.cluster);
+  t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings);
   configs::ExportFormat format{};
   if (!a.export_format.empty()) format = configs::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);
@@ -319,126 +332,96 @@ void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
     err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), ' ')
         << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
   };
-  MeasureOptions measure = MeasureOptionsOf(a);
+  t.measure = MeasureOptionsOf(a);
   if (!a.jobs.empty()) {
-    req.jobs = IntegerFlag("--jobs", a.jobs);
-    if (req.jobs < 1 || req.jobs > 1024) {
+    t.req.jobs = IntegerFlag("--jobs", a.jobs);
+    if (t.req.jobs < 1 || t.req.jobs > 1024) {
       throw InputError("--jobs: expected a number of threads from 1 to 1024, got " + a.jobs);
     }
   }
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
-  plan::SearchResult r = plan::SearchPlans(spec, cluster, req, progress);
-  MeasureResult measured;
-  if (measure.plans > 0 && !r.top.empty()) measured = MeasureTopPlans(spec, cluster, req, r, measure);
-  std::vector<NodeResult> nodes;
-  if (a.search_nodes) nodes = SearchNodes(spec, cluster, req, a.min_tokens_per_s);
+  const plan::SearchResult& r = t.result = plan::SearchPlans(t.spec, t.cluster, t.req, progress);
+  if (t.measure.plans > 0 && !r.top.empty()) t.measured = MeasureTopPlans(t.spec, t.cluster, t.req, r, t.measure);
+  if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
     sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
   }
   if (!a.plot.empty()) {
-    std::string title = "shardtune tune: " + spec.name + " on " + cluster.name;
+    std::string title = "shardtune tune: " + t.spec.name + " on " + t.cluster.name;
     sim::WritePlotDocument(a.plot, "--plot", plan::ParetoPlotSvg(r, title), title);
   }
-  configs::ExportResult exported;
   if (!a.export_format.empty() && !r.top.empty()) {
     const model::Plan& best = r.top.front().plan;
-    exported = configs::ExportPlan(best, configs::MakeExportContext(spec, cluster, best), format);
+    t.exported = configs::ExportPlan(best, configs::MakeExportContext(t.spec, t.cluster, best), format);
   }
-  sim::FeatureSavings savings;
-  sim::MemoryReport best_memory;
-  bool features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);
-  if (features) {
+  t.features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);
+  if (t.features) {
     const model::Plan& best = r.top.front().plan;
-    best_memory = sim::EstimateMemory(spec, cluster, best, req.options.memory);
-    savings = sim::CompareWithFullFinetune(spec, cluster, best, req.options.memory, best_memory);
+    t.best_memory = sim::EstimateMemory(t.spec, t.cluster, best, t.req.options.memory);
+    t.savings = sim::CompareWithFullFinetune(t.spec, t.cluster, best, t.req.options.memory, t.best_memory);
   }
-  if (!a.json) {
-    for (const auto& w : warnings) err << "warning: " << w << "\n";
-    PrintTable(a, spec, cluster, req, r, out);
-    if (features) PrintFeatureSavings(savings, best_memory, out);  // for the #1 plan
-    if (!nodes.empty()) out << "\nFewest nodes (same global batch)\n";
-    for (const auto& n : nodes) {
-      out << "  " << n.nodes << " node(s): "
-          << (!n.searched ? std::string("global batch does not divide over these GPUs")
-              : !n.fits  ? std::string("no plan fits")
-                         : std::to_string(static_cast<long long>(n.tokens_per_s)) + " tokens/s with " + n.key)
-          << "\n";
-    }
-    if (measure.plans > 0) {
-      for (const auto& w : measured.warnings) err << "warning: " << w << "\n";
-      PrintMeasureResult(measured, out);
-    }
-    if (!exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << exported.text;
-    for (const auto& n : exported.notes) err << "note: " << n << "\n";
-    return;
+  return t;
+}
+
+void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
+  for (const auto& w : t.warnings) err << "warning: " << w << "\n";
+  PrintTable(a, t.spec, t.cluster, t.req, t.result, out);
+  if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
+  if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
+  for (const auto& n : t.nodes) {
+    out << "  " << n.nodes << " node(s): "
+        << (!n.searched ? std::string("global batch does not divide over these GPUs")
+            : !n.fits  ? std::string("no plan fits")
+                       : std::to_string(static_cast<long long>(n.tokens_per_s)) + " tokens/s with " + n.key)
+        << "\n";
   }
+  if (t.measure.plans > 0) {
+    for (const auto& w : t.measured.warnings) err << "warning: " << w << "\n";
+    PrintMeasureResult(t.measured, out);
+  }
+  if (!t.exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << t.exported.text;
+  for (const auto& n : t.exported.notes) err << "note: " << n << "\n";
+}
+
+// "shardtune.tune": the request, the search's keys (planner/search_json.h), then what the flags
+// added beside the search.
+nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   nlohmann::ordered_json j;
   j["schema"] = "shardtune.tune";
   j["schema_version"] = 1;
-  j["model"] = {{"name", spec.name}, {"parameters", model::ParameterCount(spec)}};
-  j["cluster"] = {{"name", cluster.name}, {"world_size", cluster.world_size()}};
-  j["global_batch"] = req.global_batch;
-  j["seq_len"] = req.seq_len;
+  j["model"] = {{"name", t.spec.name}, {"parameters", model::ParameterCount(t.spec)}};
+  j["cluster"] = {{"name", t.cluster.name}, {"world_size", t.cluster.world_size()}};
+  j["global_batch"] = t.req.global_batch;
+  j["seq_len"] = t.req.seq_len;
   j["objective"] = a.objective;
-  j["enumerated"] = r.enumerated;
-  j["pruned_by_memory_bound"] = r.pruned_by_memory_bound;
-  j["pruned_by_time_bound"] = r.pruned_by_time_bound;
-  j["simulated"] = r.simulated;
-  j["work"] = {{"enumerated", r.enumerated},
-               {"pruned_by_memory_bound", r.pruned_by_memory_bound},
-               {"memory_checked", r.memory_checked},
-               {"pruned_before_walk", r.pruned_before_walk},
-               {"prewalk_bound_walks", r.prewalk_bound_walks},
-               {"pruned_by_time_bound", r.pruned_by_time_bound},
-               {"simulated", r.simulated},
-               {"replayed", r.replayed},
-               {"equivalent_hidden", r.equivalent_hidden},
-               {"threads", r.threads},
-               {"wall_s", r.search_s}};
-  nlohmann::ordered_json top = nlohmann::ordered_json::array(), pareto = nlohmann::ordered_json::array();
-  for (const auto& c : r.top) top.push_back(CandidateJson(c));
-  for (const auto& c : r.pareto) pareto.push_back(CandidateJson(c));
-  j["top"] = top;
-  j["pareto"] = pareto;
-  nlohmann::ordered_json rej = nlohmann::ordered_json::array();
-  for (const auto& x : r.rejected) {
-    rej.push_back({{"reason", x.reason}, {"count", x.count}, {"example", x.example},
-                   {"smallest_required_bytes", x.smallest_required.count()}});
-  }
-  j["rejected"] = rej;
-  nlohmann::ordered_json cps = nlohmann::ordered_json::array();
-  for (const auto& v : r.cp_verdicts) {
-    cps.push_back({{"cp", v.cp},
-                   {"plans", v.plans},
-                   {"fitting", v.fitting},
-                   {"slower_by_compute", v.slower_by_compute},
-                   {"smallest_required_bytes", v.smallest_required.count()},
-                   {"smallest_key", v.smallest_key},
-                   {"smallest_bound_bytes", v.smallest_bound.count()},
-                   {"smallest_bound_key", v.smallest_bound_key},
-                   {"best_step_time_s", v.best_step_time_s},
-                   {"best_key", v.best_key},
-                   {"best_required_bytes", v.best_required.count()},
-                   {"why", v.why}});
-  }
-  j["cp_verdicts"] = cps;
-  j["fits"] = !r.top.empty();
-  if (features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
-  j["advice_if_none"] = r.advice_if_none;
+  plan::AppendSearchResultJson(t.result, &j);
+  if (t.features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(t.savings);
+  j["advice_if_none"] = t.result.advice_if_none;
   if (a.search_nodes) {
     nlohmann::ordered_json ns = nlohmann::ordered_json::array();
-    for (const auto& n : nodes) {
+    for (const auto& n : t.nodes) {
       ns.push_back({{"nodes", n.nodes}, {"searched", n.searched}, {"fits", n.fits},
                     {"tokens_per_s", n.tokens_per_s}, {"key", n.key}});
     }
     j["node_search"] = ns;
   }
   if (!a.export_format.empty()) {
-    j["export"] = {{"format", a.export_format}, {"text", exported.text}, {"notes", exported.notes}};
+    j["export"] = {{"format", a.export_format}, {"text", t.exported.text}, {"notes", t.exported.notes}};
   }
-  if (measure.plans > 0) j["measured"] = MeasureResultJson(measured);
-  j["warnings"] = warnings;
-  out << j.dump(2) << "\n";
+  if (t.measure.plans > 0) j["measured"] = MeasureResultJson(t.measured);
+  j["warnings"] = t.warnings;
+  return j;
+}
+
+}  // namespace
+
+void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
+  TuneRun t = RunTuneSearch(a, err);
+  if (!a.json) {
+    PrintTune(a, t, out, err);
+    return;
+  }
+  out << TuneJson(a, t).dump(2) << "\n";
 }
 
 }  // namespace shardtune::cli
