@@ -235,31 +235,44 @@ void Walker::PostBackward(size_t i, bool sync) {
   // foreach_reduce covers only parameters with a gradient (FSDPParamGroup.post_backward:
   // fsdp_params_with_grad); a unit with none reduces nothing.
   if (grad_shard_numel_[i] == 0) return;
-  if (!sync) {
-    // set_requires_gradient_sync(False): to_accumulated_grad_if_needed keeps an fp32 copy of the
-    // whole unsharded grad until the syncing micro-batch; without a reduce dtype the
-    // param-dtype .grad stays and is accumulated in place.
-    if (e_reduce_ != e_param_) {
-      if (accumulated_[i] == 0) {
-        accumulated_[i] = 0;
-        for (const auto& prm : u.params)
-          accumulated_[i] += prm.requires_grad ? prm.numel() * e_reduce_ : 0;
-        Alloc(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
-        if (rec_) {  // to_accumulated_grad_if_needed: grad.to(reduce_dtype) per parameter
-          for (const auto& prm : u.params) {
-            if (prm.requires_grad) nosync_ids_[i].push_back(TAlloc(Stream::kDefault, prm.numel() * e_reduce_));
-          }
+  if (sync) {
+    ReduceGradients(i, post);
+  } else {
+    KeepGradientsForNoSync(i);
+  }
+}
+
+// set_requires_gradient_sync(False): to_accumulated_grad_if_needed keeps an fp32 copy of the
+// whole unsharded grad until the syncing micro-batch; without a reduce dtype the param-dtype .grad
+// stays and is accumulated in place.
+void Walker::KeepGradientsForNoSync(size_t i) {
+  const auto& u = units_[i];
+  if (e_reduce_ != e_param_) {
+    if (accumulated_[i] == 0) {
+      accumulated_[i] = 0;
+      for (const auto& prm : u.params)
+        accumulated_[i] += prm.requires_grad ? prm.numel() * e_reduce_ : 0;
+      Alloc(Category::kNoSyncGrads, Stream::kDefault, accumulated_[i]);
+      if (rec_) {  // to_accumulated_grad_if_needed: grad.to(reduce_dtype) per parameter
+        for (const auto& prm : u.params) {
+          if (prm.requires_grad) nosync_ids_[i].push_back(TAlloc(Stream::kDefault, prm.numel() * e_reduce_));
         }
       }
-      Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + 2 * accumulated_[i]);
-      Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
-      unsharded_grad_[i] = 0;
-      if (rec_) TFreeAll(&ugrad_ids_[i]);
-    } else {
-      inplace_accum_[i] = true;
     }
-    return;
+    Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + 2 * accumulated_[i]);
+    Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
+    unsharded_grad_[i] = 0;
+    if (rec_) TFreeAll(&ugrad_ids_[i]);
+  } else {
+    inplace_accum_[i] = true;
   }
+}
+
+// foreach_reduce of a syncing micro-batch: the reduce-scatter input (the copy-in of the unsharded
+// grads, which are freed), the reduce-scatter (a copy on a one-rank mesh), the sharded grads or
+// their accumulation, the replicas' all-reduce under HSDP, and the offload copy to the host.
+void Walker::ReduceGradients(size_t i, int32_t post) {
+  auto unit = static_cast<int32_t>(i);
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   int64_t shard = grad_shard_numel_[i];

@@ -92,6 +92,8 @@ class Walker {
   void Reshard(size_t i);
   void PrefetchBackward(int seg, int32_t dep);
   void PostBackward(size_t i, bool sync);
+  void KeepGradientsForNoSync(size_t i);
+  void ReduceGradients(size_t i, int32_t post);
   void OptimizerStep();
   int64_t OptimizerStateBytes() const;
   bool ReshardAfterForward(const model::FsdpUnit& u) const;
