@@ -199,11 +199,16 @@ int64_t FsdpUnit::PaddedShardNumel(int n) const {
   return t;
 }
 
-std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
-  ModuleNode root = BuildModuleTree(s);
+namespace {
+
+// Units in the making: each parameter goes to the first unit that claims it (PyTorch wraps
+// children before their parents, so a nested unit takes its parameters first).
+struct UnitBuilder {
   std::set<std::string> taken;
   std::vector<FsdpUnit> units;
-  auto add_unit = [&](const std::string& name, const std::vector<const ModuleNode*>& mods) {
+
+  // A unit of `mods` spanning their segments; one that ends up with no parameter is left out.
+  void Add(const std::string& name, const std::vector<const ModuleNode*>& mods) {
     FsdpUnit u;
     u.name = name;
     u.first_segment = mods.front()->first_segment;
@@ -214,76 +219,96 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
       u.last_segment = std::max(u.last_segment, m->last_segment);
     }
     if (!u.params.empty()) units.push_back(std::move(u));
-  };
-  const ModuleNode& inner = root.children.front();
-  int L = s.num_layers;
-  if (w.expert_units && s.moe.enabled()) {
-    // ROLL's wrap_policy.moe_experts (roll/distributed/strategy/fsdp2_strategy.py): fully_shard
-    // on every module of the listed expert class (e.g. Qwen3MoeMLP) before its decoder layer, so
-    // each expert is its own unit nested in the block's unit (which keeps router, shared experts).
-    for (int b = 0; b < L; ++b) {
-      for (const auto& part : FindBlock(root, b)->children) {
-        for (const auto& list : part.children) {
-          if (!list.is_container) continue;
-          for (const auto& expert : list.children) {
-            add_unit(expert.name, {&expert});
-            units.back().is_expert = true;
-          }
+  }
+};
+
+// ROLL's wrap_policy.moe_experts (roll/distributed/strategy/fsdp2_strategy.py): fully_shard on
+// every module of the listed expert class (e.g. Qwen3MoeMLP) before its decoder layer, so each
+// expert is its own unit nested in the block's unit (which keeps router, shared experts).
+void AddExpertUnits(const ModuleNode& root, int num_layers, UnitBuilder* b) {
+  for (int layer = 0; layer < num_layers; ++layer) {
+    for (const auto& part : FindBlock(root, layer)->children) {
+      for (const auto& list : part.children) {
+        if (!list.is_container) continue;
+        for (const auto& expert : list.children) {
+          b->Add(expert.name, {&expert});
+          b->units.back().is_expert = true;
         }
       }
     }
   }
-  if (w.kind == WrapPolicy::Kind::kSize) {
-    // torch/distributed/fsdp/wrap.py _recursive_wrap with size_based_auto_wrap_policy: children
-    // first; a module is wrapped when the numel not already wrapped below it reaches
-    // min_num_params (ModuleList/ModuleDict excluded); the root only wraps its children.
-    std::function<int64_t(const ModuleNode&, bool)> wrap = [&](const ModuleNode& m, bool only_children) {
-      int64_t wrapped = 0;
-      for (const auto& c : m.children) wrapped += wrap(c, false);
-      int64_t remainder = m.NumParams() - wrapped;
-      if (!only_children && !m.is_container && remainder >= w.min_num_params && remainder > 0) {
-        add_unit(m.name, {&m});
-        return m.NumParams();
-      }
-      return wrapped;
-    };
-    wrap(root, true);
-  } else {
-    if (w.embedding_unit) {
-      std::vector<const ModuleNode*> mods;
-      for (const auto& c : inner.children) {
-        if (c.type == "Embedding") mods.push_back(&c);
-      }
-      add_unit("model.embed_tokens", mods);
-      if (s.tied_embeddings && !units.empty()) units.back().last_segment = HeadSegment(L);
+}
+
+// torch/distributed/fsdp/wrap.py _recursive_wrap with size_based_auto_wrap_policy: children first;
+// a module is wrapped when the numel not already wrapped below it reaches min_num_params
+// (ModuleList/ModuleDict excluded); the root only wraps its children.
+void AddSizeBasedUnits(const ModuleNode& root, int64_t min_num_params, UnitBuilder* b) {
+  std::function<int64_t(const ModuleNode&, bool)> wrap = [&](const ModuleNode& m, bool only_children) {
+    int64_t wrapped = 0;
+    for (const auto& c : m.children) wrapped += wrap(c, false);
+    int64_t remainder = m.NumParams() - wrapped;
+    if (!only_children && !m.is_container && remainder >= min_num_params && remainder > 0) {
+      b->Add(m.name, {&m});
+      return m.NumParams();
     }
-    std::vector<std::pair<int, int>> groups;
-    if (w.kind == WrapPolicy::Kind::kRanges) {
-      groups = w.ranges;
-    } else {
-      int k = w.kind == WrapPolicy::Kind::kEveryK ? std::max(1, w.every_k) : 1;
-      for (int b = 0; b < L; b += k) groups.push_back({b, std::min(L, b + k) - 1});
+    return wrapped;
+  };
+  wrap(root, true);
+}
+
+// The block policies (block, every:K, ranges) with the optional embedding and head units.
+void AddBlockUnits(const ModelSpec& s, const ModuleNode& root, const WrapPolicy& w, UnitBuilder* b) {
+  const ModuleNode& inner = root.children.front();
+  int L = s.num_layers;
+  if (w.embedding_unit) {
+    std::vector<const ModuleNode*> mods;
+    for (const auto& c : inner.children) {
+      if (c.type == "Embedding") mods.push_back(&c);
     }
-    for (auto [first, last] : groups) {
-      std::vector<const ModuleNode*> mods;
-      for (int b = first; b <= last; ++b) mods.push_back(FindBlock(root, b));
-      add_unit(first == last ? mods.front()->name
-                             : "model.layers." + std::to_string(first) + "-" + std::to_string(last),
-               mods);
-    }
-    if (w.head_unit) add_unit("[model.norm, lm_head]", {&inner.children.back(), &root.children.back()});
+    b->Add("model.embed_tokens", mods);
+    if (s.tied_embeddings && !b->units.empty()) b->units.back().last_segment = HeadSegment(L);
   }
+  std::vector<std::pair<int, int>> groups;
+  if (w.kind == WrapPolicy::Kind::kRanges) {
+    groups = w.ranges;
+  } else {
+    int k = w.kind == WrapPolicy::Kind::kEveryK ? std::max(1, w.every_k) : 1;
+    for (int first = 0; first < L; first += k) groups.push_back({first, std::min(L, first + k) - 1});
+  }
+  for (auto [first, last] : groups) {
+    std::vector<const ModuleNode*> mods;
+    for (int layer = first; layer <= last; ++layer) mods.push_back(FindBlock(root, layer));
+    b->Add(first == last ? mods.front()->name
+                         : "model.layers." + std::to_string(first) + "-" + std::to_string(last),
+           mods);
+  }
+  if (w.head_unit) b->Add("[model.norm, lm_head]", {&inner.children.back(), &root.children.back()});
+}
+
+}  // namespace
+
+std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
+  ModuleNode root = BuildModuleTree(s);
+  UnitBuilder b;
+  if (w.expert_units && s.moe.enabled()) AddExpertUnits(root, s.num_layers, &b);
+  if (w.kind == WrapPolicy::Kind::kSize) {
+    AddSizeBasedUnits(root, w.min_num_params, &b);
+  } else {
+    AddBlockUnits(s, root, w, &b);
+  }
+  // The root (fully_shard(model)) takes every parameter no unit claimed.
   FsdpUnit r;
   r.name = "root";
   r.is_root = true;
   r.first_segment = 0;
-  r.last_segment = HeadSegment(L);
-  CollectParams(root, &taken, &r.params);
+  r.last_segment = HeadSegment(s.num_layers);
+  CollectParams(root, &b.taken, &r.params);
+  std::vector<FsdpUnit> units = std::move(b.units);
   units.push_back(std::move(r));
-  std::stable_sort(units.begin(), units.end(), [](const FsdpUnit& a, const FsdpUnit& b) {
-    if (a.first_segment != b.first_segment) return a.first_segment < b.first_segment;
-    if (a.last_segment != b.last_segment) return a.last_segment > b.last_segment;
-    return !a.is_expert && b.is_expert;  // the block's unit before its experts (outer first)
+  std::stable_sort(units.begin(), units.end(), [](const FsdpUnit& x, const FsdpUnit& y) {
+    if (x.first_segment != y.first_segment) return x.first_segment < y.first_segment;
+    if (x.last_segment != y.last_segment) return x.last_segment > y.last_segment;
+    return !x.is_expert && y.is_expert;  // the block's unit before its experts (outer first)
   });
   return units;
 }
