@@ -232,11 +232,11 @@ void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
 bool CudaRunsAvailable() { return CudaAvailable(); }
 bool NcclRunsAvailable() { return NcclAvailable(); }
 
-RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& callbacks) {
-  // A peer that died closes its sockets: writing to them must be an error (EPIPE, reported with
-  // the rank) rather than SIGPIPE killing this rank silently.
-  std::signal(SIGPIPE, SIG_IGN);
-  InstallCpuMemoryTracker();
+namespace {
+
+// Intra-op threads (LibTorch's pool and a pthread OpenBLAS's own) and the CUDA device of this
+// rank (-1 on CPU); on CPU rank 0 warns once when LibTorch got the reference BLAS.
+int SetUpThreadsAndDevice(const RunOptions& o, const RankEnv& env, const RunCallbacks& callbacks) {
   int local = std::max(1, env.launched ? env.local_world_size : 1);
   int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int threads = o.threads > 0 ? o.threads : std::max(1, cores / local);
@@ -254,6 +254,62 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
     std::string slow = SlowBlasWarning(DetectBlas());
     if (!slow.empty()) callbacks.on_message("warning: " + slow);
   }
+  return cuda_device;
+}
+
+// This rank's view of the job: its process groups, ranks in the world, data-parallel and cp
+// groups (an emulated world's rank 0 stands for data-parallel rank 0 of emulate_world).
+TrainerContext MakeTrainerContext(const RunOptions& o, const RankEnv& env, const Groups& g,
+                                  Recorder* recorder, const RunCallbacks& callbacks, int cuda_device,
+                                  Watchdog* watchdog) {
+  TrainerContext ctx;
+  ctx.options = o;
+  ctx.groups = g.groups;
+  ctx.rank = env.launched ? env.rank : 0;
+  ctx.world_size = env.launched ? env.world_size : 1;
+  int cp = std::max(1, o.plan.cp);  // cp ranks share a micro-batch: data-parallel rank = rank / cp
+  ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank / cp;
+  ctx.dp_world = (o.emulate_world > 0 ? o.emulate_world : ctx.world_size) / cp;
+  ctx.cp_rank = o.emulate_world > 0 ? 0 : ctx.rank % cp;
+  ctx.recorder = recorder;
+  ctx.callbacks = callbacks;
+  ctx.cuda_device = cuda_device;
+  ctx.watchdog = watchdog;
+  return ctx;
+}
+
+// The steps from the one after `from` to o.steps, each metered (step 0, then steady), with the
+// checkpoints due on the way and at the end.
+std::vector<StepLog> TrainSteps(const RunOptions& o, const TrainerContext& ctx, Trainer& trainer, PhaseMeter& meter,
+                                int64_t from, RunSummary* summary) {
+  std::vector<StepLog> steps;
+  for (int64_t step = from + 1; step <= o.steps; ++step) {
+    meter.Begin(steps.empty() ? RunPhase::kStep0 : RunPhase::kSteady);
+    StepLog s = trainer.Step(step);
+    meter.End();
+    s.tracked_peak_bytes = meter.SoFar().tracked;
+    steps.push_back(s);
+    if (ctx.rank == 0 && ctx.callbacks.on_step) ctx.callbacks.on_step(s);
+    bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
+    if (o.checkpoints && (due || step == o.steps)) {
+      meter.Begin(RunPhase::kSave);
+      trainer.SaveCheckpoint(step);
+      meter.End();
+    }
+    summary->last_step = step;
+  }
+  return steps;
+}
+
+}  // namespace
+
+RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& callbacks) {
+  // A peer that died closes its sockets: writing to them must be an error (EPIPE, reported with
+  // the rank) rather than SIGPIPE killing this rank silently.
+  std::signal(SIGPIPE, SIG_IGN);
+  InstallCpuMemoryTracker();
+  const int cuda_device = SetUpThreadsAndDevice(o, env, callbacks);
+  const int rank = env.launched ? env.rank : 0;
   Watchdog watchdog(o.watchdog_timeout_s, rank, callbacks.on_stall);
   PhaseMeter meter(cuda_device, &watchdog);
   for (int p = 0; p < kNumRunPhases; ++p) {
@@ -268,19 +324,7 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   Groups g = MakeGroups(o, env, log, cuda_device);
   Recorder recorder;
   recorder.set_tracing(o.trace);
-  TrainerContext ctx;
-  ctx.options = o;
-  ctx.groups = g.groups;
-  ctx.rank = rank;
-  ctx.world_size = env.launched ? env.world_size : 1;
-  int cp = std::max(1, o.plan.cp);  // cp ranks share a micro-batch: data-parallel rank = rank / cp
-  ctx.dp_rank = o.emulate_world > 0 ? 0 : ctx.rank / cp;
-  ctx.dp_world = (o.emulate_world > 0 ? o.emulate_world : ctx.world_size) / cp;
-  ctx.cp_rank = o.emulate_world > 0 ? 0 : ctx.rank % cp;
-  ctx.recorder = &recorder;
-  ctx.callbacks = callbacks;
-  ctx.cuda_device = cuda_device;
-  ctx.watchdog = &watchdog;
+  TrainerContext ctx = MakeTrainerContext(o, env, g, &recorder, callbacks, cuda_device, &watchdog);
   Trainer trainer(ctx);
   meter.End();
   RunSummary summary;
@@ -304,22 +348,7 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
     g.groups.world->Barrier();
     return summary;
   }
-  std::vector<StepLog> steps;
-  for (int64_t step = summary.resumed_from_step + 1; step <= o.steps; ++step) {
-    meter.Begin(steps.empty() ? RunPhase::kStep0 : RunPhase::kSteady);
-    StepLog s = trainer.Step(step);
-    meter.End();
-    s.tracked_peak_bytes = meter.SoFar().tracked;
-    steps.push_back(s);
-    if (ctx.rank == 0 && callbacks.on_step) callbacks.on_step(s);
-    bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
-    if (o.checkpoints && (due || step == o.steps)) {
-      meter.Begin(RunPhase::kSave);
-      trainer.SaveCheckpoint(step);
-      meter.End();
-    }
-    summary.last_step = step;
-  }
+  std::vector<StepLog> steps = TrainSteps(o, ctx, trainer, meter, summary.resumed_from_step, &summary);
   export_state();
   watchdog.SetPhase("writing measurements");
   WriteOutputs(o, trainer, ctx, std::move(steps), *log, meter, &summary);
