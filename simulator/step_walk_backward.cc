@@ -480,21 +480,26 @@ int64_t Walker::OptimizerLaunches() const {
 // The trainable parameters in model.parameters() order (embeddings, blocks, norm, head), the
 // order torch.optim walks a param group.
 std::vector<int64_t> Walker::TrainableShardNumels() const {
-  std::vector<std::pair<int, int64_t>> v;
-  v.reserve(static_cast<size_t>(param_tensors_));
-  bool sorted = true;
+  // A stable counting sort by segment (segments are 0 .. HeadSegment): one pass to count, one
+  // to place; no comparisons, no temporary pairs (the walk asks once per plan).
+  const size_t segs = static_cast<size_t>(model::HeadSegment(s_.spec->num_layers)) + 1;
+  std::vector<size_t> start(segs + 1, 0);
+  size_t n = 0;
   for (const auto& u : units_) {
     for (const auto& prm : u.params) {
       if (!(prm.requires_grad && p_.Trains())) continue;
-      sorted = sorted && (v.empty() || v.back().first <= prm.segment);
-      v.push_back({prm.segment, prm.PaddedShardNumel(n_)});
+      SHARDTUNE_CHECK(prm.segment >= 0 && static_cast<size_t>(prm.segment) < segs) << prm.name;
+      ++start[static_cast<size_t>(prm.segment) + 1];
+      ++n;
     }
   }
-  if (!sorted) {
-    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t g = 1; g <= segs; ++g) start[g] += start[g - 1];
+  std::vector<int64_t> out(n);
+  for (const auto& u : units_) {
+    for (const auto& prm : u.params) {
+      if (prm.requires_grad && p_.Trains()) out[start[static_cast<size_t>(prm.segment)]++] = prm.PaddedShardNumel(n_);
+    }
   }
-  std::vector<int64_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i].second;
   return out;
 }
 
