@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "model/context_parallel.h"
@@ -97,6 +98,9 @@ struct ModelCache::Impl {
   std::map<std::string, model::BlockActivations> blocks;
   std::map<std::string, model::ActivationLedger> heads;
   std::map<std::string, model::SubgraphTrainability> trainability;
+  // By (units, shard group, optimizer, implementation, trains): the units are this cache's own,
+  // so their address names them while the cache holds them.
+  std::map<std::tuple<const void*, int, int, int, bool>, int64_t> optimizer_launches;
   // Entries are for one model; a different spec clears them.
   void Check(const model::ModelSpec& s) {
     if (&s == last_spec && !model_key.empty()) return;
@@ -109,6 +113,7 @@ struct ModelCache::Impl {
       blocks.clear();
       heads.clear();
       trainability.clear();
+      optimizer_launches.clear();
     }
   }
 };
@@ -131,6 +136,18 @@ StepProgram ModelCache::TakeProgramStorage() { return std::move(impl_->spare); }
 void ModelCache::Recycle(StepProgram&& program) {
   // Keep the larger set of buffers.
   if (program.ops.capacity() > impl_->spare.ops.capacity()) impl_->spare = std::move(program);
+}
+
+int64_t ModelCache::OptimizerLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                                      const Plan& plan, int shard_n) {
+  impl_->Check(spec);
+  auto key = std::make_tuple(static_cast<const void*>(&units), shard_n, static_cast<int>(plan.optimizer),
+                             static_cast<int>(plan.optimizer_impl), plan.Trains());
+  auto it = impl_->optimizer_launches.find(key);
+  if (it == impl_->optimizer_launches.end()) {
+    it = impl_->optimizer_launches.emplace(key, OptimizerKernelLaunches(spec, units, plan, shard_n)).first;
+  }
+  return it->second;
 }
 
 const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& spec,
@@ -282,6 +299,7 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
   w.seq_len = plan.ResolvedSeqLen(spec.max_seq_len);
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
+  w.optimizer_launches = cache->OptimizerLaunches(spec, *w.units, plan, shard_group);
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   model::Trainability full;
   w.block = &cache->Block(spec, act, full, plan.tiled_mlp_shards, options.moe_capacity_factor);

@@ -219,6 +219,10 @@ class ModelCache {
   const model::ActivationLedger& Head(const model::ModelSpec& spec,
                                       const model::ActivationOptions& o,
                                       const model::Trainability& t);
+  // OptimizerKernelLaunches (step_walk.h) for these units (one of this cache's), shard group and
+  // the plan's optimizer: the same for every plan that shares them.
+  int64_t OptimizerLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                            const model::Plan& plan, int shard_n);
   // Storage for the next program (its vectors emptied, their capacity kept) and its return
   // (Recycle): a search that estimates thousands of plans reuses one set of buffers instead of
   // allocating and faulting in fresh pages for each.

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "model/errors.h"
+#include "model/module_tree.h"
 #include "simulator/step_walk_rules.h"
 
 namespace shardtune::sim {
@@ -57,6 +58,48 @@ int64_t MultiTensorApplyLaunches(const std::vector<int64_t>& numels, int depth,
     }
   }
   return launches;
+}
+
+std::vector<int64_t> TrainableShardNumels(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                                          const model::Plan& plan, int shard_n) {
+  // A stable counting sort by segment (segments are 0 .. HeadSegment; the root unit's embedding
+  // and head come before the blocks in unit order): one pass to count, one to place.
+  const size_t segs = static_cast<size_t>(model::HeadSegment(spec.num_layers)) + 1;
+  std::vector<size_t> start(segs + 1, 0);
+  size_t n = 0;
+  for (const auto& u : units) {
+    for (const auto& prm : u.params) {
+      if (!(prm.requires_grad && plan.Trains())) continue;
+      SHARDTUNE_CHECK(prm.segment >= 0 && static_cast<size_t>(prm.segment) < segs) << prm.name;
+      ++start[static_cast<size_t>(prm.segment) + 1];
+      ++n;
+    }
+  }
+  for (size_t g = 1; g <= segs; ++g) start[g] += start[g - 1];
+  std::vector<int64_t> out(n);
+  for (const auto& u : units) {
+    for (const auto& prm : u.params) {
+      if (prm.requires_grad && plan.Trains()) {
+        out[start[static_cast<size_t>(prm.segment)]++] = prm.PaddedShardNumel(shard_n);
+      }
+    }
+  }
+  return out;
+}
+
+int64_t OptimizerKernelLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                                const model::Plan& plan, int shard_n) {
+  int64_t tensors = 0;  // the trainable ones: the optimizer holds those only
+  for (const auto& u : units) {
+    for (const auto& prm : u.params) tensors += prm.requires_grad && plan.Trains() ? 1 : 0;
+  }
+  if (plan.optimizer_impl == model::OptimizerImpl::kForLoop) return 12 * tensors;
+  if (plan.optimizer == model::Optimizer::kAdafactor) return tensors;
+  std::vector<int64_t> numels = TrainableShardNumels(spec, units, plan, shard_n);
+  auto launches = [&](int depth) { return MultiTensorApplyLaunches(numels, depth, kModelledMultiTensorApply); };
+  if (plan.optimizer == model::Optimizer::kSgd) return launches(1) + 2 * launches(2);
+  if (plan.optimizer_impl == model::OptimizerImpl::kFused) return launches(4);
+  return 4 * launches(1) + 2 * launches(2) + 2 * launches(3);  // depths 1, 2, 1, 3, 2, 1, 1, 3
 }
 
 StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {

@@ -49,6 +49,9 @@ struct WalkSetup {
   // The same in step 0 only (StepProgram::repeats_in_step0): for a program only step 1 of which
   // is scheduled (SimOptions::steady_step_only), whose ledger still sees both steps' peaks.
   bool skip_repeated_micro_batches_in_step0 = false;
+  // OptimizerKernelLaunches for these units, plan and shard group when the caller has it
+  // (ModelCache keeps one per units, group and optimizer); -1: the walk computes it.
+  int64_t optimizer_launches = -1;
 };
 
 // Micro-batches a walk with skip_repeated_micro_batches walks before it jumps to the last one.
@@ -112,5 +115,20 @@ inline constexpr const MultiTensorApplyLimits& kModelledMultiTensorApply = kMult
 // nothing.
 int64_t MultiTensorApplyLaunches(const std::vector<int64_t>& numels, int depth,
                                  const MultiTensorApplyLimits& limits);
+
+// The padded shard elements of the trainable parameters in model.parameters() order (embeddings,
+// blocks, final norm, head), the order torch.optim walks a param group.
+std::vector<int64_t> TrainableShardNumels(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                                          const model::Plan& plan, int shard_n);
+
+// Kernel launches of one optimizer step. The foreach and fused paths run multi_tensor_apply over
+// the trainable shards, each of their ops launching MultiTensorApplyLaunches kernels (tensor lists
+// by op: torch/optim/adam.py _multi_tensor_adam with decoupled weight decay: mul_(p), lerp_(m, g),
+// mul_(v), addcmul_(v, g, g), sqrt(v) -> t, div_(t), add_(t), addcdiv_(p, m, t); _fused_adamw_:
+// one op over (p, g, m, v); torch/optim/sgd.py _multi_tensor_sgd with momentum: mul_(buf),
+// add_(buf, g), add_(p, buf)). The for-loop path launches ~12 kernels per parameter; Adafactor
+// (no foreach path modelled) one per parameter.
+int64_t OptimizerKernelLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,
+                                const model::Plan& plan, int shard_n);
 
 }  // namespace shardtune::sim

@@ -460,48 +460,11 @@ void Walker::OptimizerStep() {
   TFree(&kept_logits_id_);
 }
 
-// Kernel launches of one optimizer step. The foreach and fused paths run multi_tensor_apply over
-// the trainable shards, each of their ops launching MultiTensorApplyLaunches kernels (tensor lists
-// by op: torch/optim/adam.py _multi_tensor_adam with decoupled weight decay: mul_(p), lerp_(m, g),
-// mul_(v), addcmul_(v, g, g), sqrt(v) -> t, div_(t), add_(t), addcdiv_(p, m, t); _fused_adamw_:
-// one op over (p, g, m, v); torch/optim/sgd.py _multi_tensor_sgd with momentum: mul_(buf),
-// add_(buf, g), add_(p, buf)). The for-loop path launches ~12 kernels per parameter; Adafactor
-// (no foreach path modelled) one per parameter.
 int64_t Walker::OptimizerLaunches() const {
-  if (p_.optimizer_impl == model::OptimizerImpl::kForLoop) return 12 * param_tensors_;
-  if (p_.optimizer == model::Optimizer::kAdafactor) return param_tensors_;
-  std::vector<int64_t> numels = TrainableShardNumels();
-  auto launches = [&](int depth) { return MultiTensorApplyLaunches(numels, depth, kModelledMultiTensorApply); };
-  if (p_.optimizer == model::Optimizer::kSgd) return launches(1) + 2 * launches(2);
-  if (p_.optimizer_impl == model::OptimizerImpl::kFused) return launches(4);
-  return 4 * launches(1) + 2 * launches(2) + 2 * launches(3);  // depths 1, 2, 1, 3, 2, 1, 1, 3
+  return s_.optimizer_launches >= 0 ? s_.optimizer_launches : OptimizerKernelLaunches(*s_.spec, units_, p_, n_);
 }
 
-// The trainable parameters in model.parameters() order (embeddings, blocks, norm, head), the
-// order torch.optim walks a param group.
-std::vector<int64_t> Walker::TrainableShardNumels() const {
-  // A stable counting sort by segment (segments are 0 .. HeadSegment): one pass to count, one
-  // to place; no comparisons, no temporary pairs (the walk asks once per plan).
-  const size_t segs = static_cast<size_t>(model::HeadSegment(s_.spec->num_layers)) + 1;
-  std::vector<size_t> start(segs + 1, 0);
-  size_t n = 0;
-  for (const auto& u : units_) {
-    for (const auto& prm : u.params) {
-      if (!(prm.requires_grad && p_.Trains())) continue;
-      SHARDTUNE_CHECK(prm.segment >= 0 && static_cast<size_t>(prm.segment) < segs) << prm.name;
-      ++start[static_cast<size_t>(prm.segment) + 1];
-      ++n;
-    }
-  }
-  for (size_t g = 1; g <= segs; ++g) start[g] += start[g - 1];
-  std::vector<int64_t> out(n);
-  for (const auto& u : units_) {
-    for (const auto& prm : u.params) {
-      if (prm.requires_grad && p_.Trains()) out[start[static_cast<size_t>(prm.segment)]++] = prm.PaddedShardNumel(n_);
-    }
-  }
-  return out;
-}
+std::vector<int64_t> Walker::TrainableShardNumels() const { return sim::TrainableShardNumels(*s_.spec, units_, p_, n_); }
 
 // Optimizer state, created at the first step() (adam.py _init_group: exp_avg = zeros_like(p),
 // then exp_avg_sq, parameter by parameter; SGD: momentum_buffer = clone(grad)); Adafactor's
