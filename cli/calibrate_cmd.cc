@@ -142,12 +142,15 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
         << r.fitted << (r.fitted_from_trace ? "" : " (kept)") << std::setprecision(4) << "   measured " << r.measured
         << " s, predicted " << r.predicted << " s\n";
   }
+  auto predicted = [&](const char* label, double step_s) {
+    out << "  predicted, " << std::left << std::setw(14) << label << std::right << std::setprecision(4) << step_s
+        << " s (" << std::showpos << std::setprecision(1) << 100 * (step_s - m.wall_s) / m.wall_s << " %)"
+        << std::noshowpos << "\n";
+  };
   out << "Step time of the traced plan\n"
-      << "  measured (median wall)   " << m.wall_s << " s\n"
-      << "  predicted, base          " << base.step_time_s << " s (" << std::showpos << std::setprecision(1)
-      << 100 * (base.step_time_s - m.wall_s) / m.wall_s << " %)" << std::noshowpos << std::setprecision(4) << "\n"
-      << "  predicted, fitted        " << fitted.step_time_s << " s (" << std::showpos << std::setprecision(1)
-      << 100 * (fitted.step_time_s - m.wall_s) / m.wall_s << " %)" << std::noshowpos << "\n";
+      << "  measured (median wall)   " << m.wall_s << " s\n";
+  predicted("base", base.step_time_s);
+  predicted("fitted", fitted.step_time_s);
   out << std::defaultfloat;
 }
 

@@ -41,7 +41,7 @@ int64_t MultiTensorApplyLaunches(const std::vector<int64_t>& numels, int depth,
     if (numels[t] <= 0) continue;
     ++tensors;
     int64_t chunks = (numels[t] + kChunkSize - 1) / kChunkSize;
-    // Whole runs of 320 blocks inside this tensor each launch once; walk the remainder exactly.
+    // Take as many of this tensor's chunks as the open launch has blocks left for.
     for (int64_t c = 0; c < chunks;) {
       int64_t take = std::min(chunks - c, kMaxBlocks - blocks);
       blocks += take;

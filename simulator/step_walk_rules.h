@@ -154,7 +154,7 @@ class Walker {
   // segment, the share of base matmul weights that train and adapter elements; the first segment
   // backward reaches.
   std::vector<int64_t> grad_shard_numel_, shard_bytes_;
-  // Per unit, bytes the all-gather copy-in kernels move (AllGatherCopyInBytes).
+  // Per unit, bytes the all-gather copy-in kernels move (AllGatherCopyInBytesPerElement).
   std::vector<int64_t> copy_in_bytes_;
   std::vector<double> weight_grad_fraction_, adapter_numel_;
   int first_backward_seg_ = 0;
