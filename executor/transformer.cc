@@ -1,6 +1,7 @@
 // The transformer's forward, segment by segment, with HF transformers' module names and math
 // (modeling_llama.py: LlamaRMSNorm in fp32, rotate_half rotary, repeat_kv GQA, SwiGLU MLP;
-// modeling_gpt2.py: Conv1D layers, gelu_new, learned positions, tied LM head).
+// modeling_gpt2.py: Conv1D layers, gelu_new, learned positions, tied LM head; modeling_phi3.py's
+// fused qkv_proj and gate_up_proj; modeling_olmo2.py's post-norms and whole-projection qk norms).
 #include "executor/transformer.h"
 
 #include <ATen/ATen.h>
@@ -52,6 +53,15 @@ at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
   return in[1] * (x32 * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+// OLMo 2's Olmo2RMSNorm: the weight multiplies the fp32 normalised input, then the product is
+// cast back ((weight * x).to(input_dtype), modeling_olmo2.py). inputs: x, weight.
+at::Tensor RmsNormFp32WeightPiece(const std::vector<at::Tensor>& in, double eps) {
+  const at::Tensor& x = in[0];
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
+  return (in[1] * (x32 * at::rsqrt(var + eps))).to(x.scalar_type());
 }
 
 // inputs: x, weight[, bias].
@@ -141,7 +151,8 @@ at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) con
 
 Transformer::Piece Transformer::NormPiece(const ParamTable& p, const std::string& name,
                                           const at::Tensor& x) const {
-  Piece piece{&RmsNormPiece, options_.norm_eps, {x, Get(p, name + ".weight")}};
+  Piece piece{spec_.norm_weight_fp32 ? &RmsNormFp32WeightPiece : &RmsNormPiece, options_.norm_eps,
+              {x, Get(p, name + ".weight")}};
   if (spec_.norm == model::NormKind::kLayerNorm) {
     piece.fn = &LayerNormPiece;
     if (spec_.norm_bias) piece.inputs.push_back(Get(p, name + ".bias"));
@@ -187,6 +198,14 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
   std::string attn = pre + (gpt2_names_ ? ".attn" : ".self_attn");
   auto qkv = [&](const at::Tensor& n) { return Qkv(p, attn, n); };
   auto up = [&](const at::Tensor& n) { return MlpUp(p, pre + ".mlp", n); };
+  if (spec_.post_norms) {
+    // Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x));
+    // out = h + post_feedforward_layernorm(mlp(h)).
+    at::Tensor h = x + Norm(p, pre + ".post_attention_layernorm", Attention(p, attn, qkv(x)),
+                            spec_.hidden);
+    return h + Norm(p, pre + ".post_feedforward_layernorm", MlpDown(p, pre + ".mlp", up(h)),
+                    spec_.hidden);
+  }
   if (spec_.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
     return x + Attention(p, attn, NormThen(p, n1, x, qkv)) +
            MlpDown(p, pre + ".mlp", NormThen(p, n2, x, up));
@@ -199,6 +218,7 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 std::vector<at::Tensor> Transformer::Qkv(const ParamTable& p, const std::string& pre,
                                          const at::Tensor& x) const {
   if (gpt2_names_) return {Proj(p, pre + ".c_attn", x, spec_.qkv_bias, true)};
+  if (spec_.fused_qkv) return {Proj(p, pre + ".qkv_proj", x, spec_.qkv_bias, false)};  // Phi-3
   return {Proj(p, pre + ".q_proj", x, spec_.qkv_bias, false),
           Proj(p, pre + ".k_proj", x, spec_.qkv_bias, false),
           Proj(p, pre + ".v_proj", x, spec_.qkv_bias, false)};
@@ -209,7 +229,7 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   int64_t B = qkv[0].size(0), S = qkv[0].size(1), D = spec_.head_dim;
   int64_t a = spec_.num_heads, kv = spec_.num_kv_heads;
   at::Tensor q, k, v;
-  if (gpt2_names_) {
+  if (gpt2_names_ || spec_.fused_qkv) {  // c_attn / Phi-3's qkv_proj: [q | k | v] slices
     q = qkv[0].narrow(-1, 0, a * D);
     k = qkv[0].narrow(-1, a * D, kv * D);
     v = qkv[0].narrow(-1, (a + kv) * D, kv * D);
@@ -218,9 +238,13 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     k = qkv[1];
     v = qkv[2];
   }
+  if (spec_.qk_norm && spec_.qk_norm_full_width) {  // OLMo 2: q_norm(q_proj(x)) before the split
+    q = Run(NormPiece(p, pre + ".q_norm", q));
+    k = Run(NormPiece(p, pre + ".k_norm", k));
+  }
   q = q.view({B, S, a, D});
   k = k.view({B, S, kv, D});
-  if (spec_.qk_norm) {  // Qwen3: RMSNorm over head_dim before the rotary (nothing saves its output)
+  if (spec_.qk_norm && !spec_.qk_norm_full_width) {  // Qwen3: RMSNorm over head_dim before the rotary (nothing saves its output)
     q = Run(NormPiece(p, pre + ".q_norm", q));
     k = Run(NormPiece(p, pre + ".k_norm", k));
   }
@@ -318,6 +342,10 @@ at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset) const {
 std::vector<at::Tensor> Transformer::MlpUp(const ParamTable& p, const std::string& pre,
                                            const at::Tensor& x) const {
   bool b = spec_.mlp_bias;
+  if (spec_.fused_gate_up) {  // Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1)
+    std::vector<at::Tensor> halves = Proj(p, pre + ".gate_up_proj", x, b, false).chunk(2, -1);
+    return {halves[0], halves[1]};
+  }
   if (spec_.mlp == model::MlpKind::kSwiGlu) {
     return {Proj(p, pre + ".gate_proj", x, b, false), Proj(p, pre + ".up_proj", x, b, false)};
   }

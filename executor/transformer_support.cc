@@ -1,4 +1,5 @@
-// The executor's model coverage: dense decoders of the Llama, GPT-2, NeoX and Qwen families.
+// The executor's model coverage: dense decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3 and OLMo 2
+// families.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {

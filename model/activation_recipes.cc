@@ -114,6 +114,17 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
   c.g.Op(name + " rsqrt", {var}, rs, {rs});
   int n32 = c.g.Tensor(name + " normalized (fp32)", kFp32 * dim);
   c.g.Op(name + " mul", {x32, rs}, n32, {{x32, 1}, {rs, 0}});
+  if (c.spec.norm_weight_fp32) {
+    // OLMo 2's Olmo2RMSNorm: (weight * x).to(input_dtype). The bf16 weight times the fp32 x_hat
+    // promotes to fp32, and mul.Tensor saves the fp32 x_hat for the weight's gradient only.
+    int y32 = c.g.Tensor(name + " weight * normalized (fp32)", kFp32 * dim);
+    c.g.Op(name + " weight mul (fp32)", {n32}, y32, {{n32, SavedFor::kParamGrad}});
+    c.g.SetParam(dim, w, any);
+    if (c.e == kFp32) return y32;
+    int y = c.g.Tensor(name + " output", c.e * dim);
+    c.g.Op(name + " to(dtype)", {y32}, y, {});
+    return y;
+  }
   int nb = n32;
   if (c.e != kFp32) {
     nb = c.g.Tensor(name + " normalized", c.e * dim);
@@ -167,6 +178,24 @@ int Rope(Ctx& c, int x, double dim, const std::string& name) {
   int rsin = c.g.Tensor(name + " rotate_half * sin", c.e * dim);
   c.g.Op(name + " mul sin", {rot}, rsin, {});
   c.g.Op(name + " add", {xcos, rsin}, y, {});
+  return y;
+}
+
+// Phi-3's apply_rotary_pos_emb (modeling_phi3.py): q_rot, q_pass = q[..., :rotary_dim],
+// q[..., rotary_dim:] (views); torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass]):
+// the rotation of HF Rope above over rotary_dim = partial_rotary_factor x head_dim, then one more
+// copy, the cat, which saves nothing (cat's backward slices the gradient).
+int PartialRope(Ctx& c, int x, double dim, const std::string& name) {
+  double f = c.spec.rotary_fraction;
+  std::vector<int> parts =
+      f < 1 ? c.g.Views(x, {name + " rotated part", name + " passed part"},
+                        {c.e * dim * f, c.e * dim * (1 - f)})
+            : c.g.Views(x, {name + " rotated part"}, {c.e * dim});
+  int rotated = Rope(c, parts[0], dim * f, name);
+  std::vector<int> cat_inputs{rotated};
+  if (f < 1) cat_inputs.push_back(parts[1]);
+  int y = c.g.Tensor(name + " cat(rotated, passed)", c.e * dim);
+  c.g.Op(name + " cat", cat_inputs, y, {});
   return y;
 }
 
@@ -237,14 +266,30 @@ int AttentionSublayer(Ctx& c, int x) {
   const ModelSpec& s = c.spec;
   double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
   bool gpt2 = Gpt2(c);
-  int q = Linear(c, x, qd, "attn.q_proj", gpt2 ? "attn.c_attn" : "self_attn.q_proj");
-  int k = Linear(c, x, kvd, "attn.k_proj", gpt2 ? "attn.c_attn" : "self_attn.k_proj");
-  int v = Linear(c, x, kvd, "attn.v_proj", gpt2 ? "attn.c_attn" : "self_attn.v_proj");
-  if (s.qk_norm) {  // Qwen3: RMSNorm over head_dim on q and k before rope
+  int q, k, v;
+  if (s.fused_qkv) {
+    // Phi3Attention.forward: qkv = qkv_proj(x); q, k, v = qkv[..., :q], [..., q:q+kv],
+    // [..., q+kv:]: three slice ops (a SliceBackward0 each) whose views share qkv's storage, so
+    // SDPA saving v keeps all of qkv.
+    int qkv = Linear(c, x, qd + 2 * kvd, "attn.qkv_proj", "self_attn.qkv_proj");
+    q = c.g.Views(qkv, {"attn.q (slice of qkv)"}, {c.e * qd})[0];
+    k = c.g.Views(qkv, {"attn.k (slice of qkv)"}, {c.e * kvd})[0];
+    v = c.g.Views(qkv, {"attn.v (slice of qkv)"}, {c.e * kvd})[0];
+  } else {
+    q = Linear(c, x, qd, "attn.q_proj", gpt2 ? "attn.c_attn" : "self_attn.q_proj");
+    k = Linear(c, x, kvd, "attn.k_proj", gpt2 ? "attn.c_attn" : "self_attn.k_proj");
+    v = Linear(c, x, kvd, "attn.v_proj", gpt2 ? "attn.c_attn" : "self_attn.v_proj");
+  }
+  if (s.qk_norm) {
+    // Qwen3: RMSNorm over head_dim on q and k before rope; OLMo 2: q_norm(q_proj(x)) over the
+    // whole projection (the same bytes per token).
     q = RmsNorm(c, q, qd, "attn.q_norm", "self_attn.q_norm");
     k = RmsNorm(c, k, kvd, "attn.k_norm", "self_attn.k_norm");
   }
-  if (s.positions == PositionKind::kRotary) {
+  if (s.positions == PositionKind::kRotary && s.fused_qkv && c.opt.modeling == Modeling::kHf) {
+    q = PartialRope(c, q, qd, "attn.q");
+    k = PartialRope(c, k, kvd, "attn.k");
+  } else if (s.positions == PositionKind::kRotary) {
     q = Rope(c, q, qd, "attn.q");
     k = Rope(c, k, kvd, "attn.k");
   }

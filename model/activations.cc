@@ -34,9 +34,21 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
                   mult);
   }
   // HF LlamaMLP / torchtitan FeedForward: down(silu(gate(x)) * up(x)). The product saves each
-  // factor for the other's gradient.
-  int gate = Linear(c, x, ffn * mult, name + ".gate_proj", module + ".gate_proj", mult);
-  int up = Linear(c, x, ffn * mult, name + ".up_proj", module + ".up_proj", mult);
+  // factor for the other's gradient. Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1), two
+  // views of one [2F] output (one SplitBackward0), so SiLU saving gate and the product saving up
+  // keep the whole of it: the same bytes as Llama's two outputs.
+  int gate, up;
+  if (c.spec.fused_gate_up) {
+    int gate_up = Linear(c, x, 2 * ffn * mult, name + ".gate_up_proj", module + ".gate_up_proj",
+                         mult);
+    std::vector<int> halves = c.g.Views(gate_up, {name + ".gate (chunk)", name + ".up (chunk)"},
+                                        {c.e * ffn * mult, c.e * ffn * mult});
+    gate = halves[0];
+    up = halves[1];
+  } else {
+    gate = Linear(c, x, ffn * mult, name + ".gate_proj", module + ".gate_proj", mult);
+    up = Linear(c, x, ffn * mult, name + ".up_proj", module + ".up_proj", mult);
+  }
   int act = c.g.Tensor(name + ".silu output", c.e * ffn * mult);
   c.g.Op(name + ".silu", {gate}, act, {gate});
   int prod = c.g.Tensor(name + ".silu*up", c.e * ffn * mult);
@@ -76,6 +88,42 @@ int Moe(Ctx& c, int x) {
 int Mlp(Ctx& c, int x) {
   if (c.spec.moe.enabled()) return Moe(c, x);
   return DenseMlp(c, x, static_cast<double>(c.spec.ffn_hidden), 1.0, "mlp", "mlp");
+}
+
+// HF ForCausalLM with output_router_logits (modeling_mixtral.py / modeling_qwen3_moe.py):
+// after the language-model loss, aux_loss = load_balancing_loss_func(outputs.router_logits,
+// num_experts, top_k) and loss += router_aux_loss_coef * aux_loss. Without an attention mask it
+// runs: torch.cat of the L layers' router logits [L·T, E] (held by the outputs since each layer's
+// forward, until forward ends); softmax (saves its output); topk (the values are discarded, so
+// its node and saved indices die at once; selected_experts [L·T, k] int64 lives on); one_hot
+// [L·T, k, E] int64 and its .float() copy for mean(dim=0) (no gradient); mean of the softmax; the
+// [k, E] product and sum. Per token that is 12·L·k·E bytes at the one_hot's moment (Qwen3-30B-A3B:
+// 393 KB). The router logits' gradient stays for the blocks' backward (Leaf).
+int RouterAuxLoss(Ctx& c, int loss) {
+  const MoeSpec& m = c.spec.moe;
+  double L = c.spec.num_layers, E = m.num_experts, k = m.top_k;
+  int held = c.g.Leaf("router logits of every layer (outputs.router_logits)", c.e * L * E);
+  c.g.HoldThroughForward(held);
+  int cat = c.g.Tensor("aux loss: cat(router logits)", c.e * L * E);
+  c.g.Op("aux loss: cat", {held}, cat, {});
+  int probs = c.g.Tensor("aux loss: softmax(router logits)", c.e * L * E);
+  c.g.Op("aux loss: softmax", {cat}, probs, {probs});
+  int selected = c.g.Tensor("aux loss: topk selected_experts (int64)", 8 * L * k);
+  c.g.Op("aux loss: topk", {}, selected, {});  // needs no gradient (its values are discarded)
+  int mask = c.g.Tensor("aux loss: one_hot expert_mask (int64)", 8 * L * k * E);
+  c.g.Op("aux loss: one_hot", {selected}, mask, {});
+  int mask32 = c.g.Tensor("aux loss: expert_mask.float()", kFp32 * L * k * E);
+  c.g.Op("aux loss: float", {mask}, mask32, {});
+  int tokens_per_expert = c.g.Tensor("aux loss: tokens_per_expert [k, E]", 0.0);
+  c.g.Op("aux loss: mean over tokens", {mask32}, tokens_per_expert, {});
+  int prob_per_expert = c.g.Tensor("aux loss: router_prob_per_expert [E]", 0.0);
+  c.g.Op("aux loss: mean of probs", {probs}, prob_per_expert, {});
+  int aux = c.g.Tensor("aux loss", 0.0);
+  c.g.Op("aux loss: sum(tokens_per_expert * router_prob_per_expert)",
+         {tokens_per_expert, prob_per_expert}, aux, {});
+  int total = c.g.Tensor("loss + coef * aux loss", 0.0);
+  c.g.Op("loss + coef * aux loss", {loss, aux}, total, {});
+  return total;
 }
 
 int Add(Ctx& c, int a, int b, const std::string& name) {
@@ -122,7 +170,15 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
   std::string ln2 = Gpt2(c) ? "ln_2" : "post_attention_layernorm";
   int x = c.g.Tensor("block input", c.e * h);
   int out;
-  if (spec.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+  if (spec.post_norms) {
+    // Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x));
+    // out = h + post_feedforward_layernorm(mlp(h)). The norms read the sublayers' outputs.
+    int a = Norm(c, AttentionSublayer(c, x), h, "post_attention_layernorm",
+                 "post_attention_layernorm");
+    int h1 = Add(c, x, a, "residual add (attn)");
+    int m = Norm(c, Mlp(c, h1), h, "post_feedforward_layernorm", "post_feedforward_layernorm");
+    out = Add(c, h1, m, "residual add (mlp)");
+  } else if (spec.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
     int a = AttentionSublayer(c, Norm(c, x, h, "input_layernorm", ln1));
     int m = Mlp(c, Norm(c, x, h, "post_attention_layernorm", ln2));
     out = Add(c, Add(c, x, a, "residual add (attn)"), m, "residual add (mlp)");
@@ -181,6 +237,9 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   c.g.Op("log_softmax", {l32}, ls, {ls});
   int loss = c.g.Tensor("loss", 0.0);
   c.g.Op("nll_loss", {ls}, loss, {});
+  if (spec.moe.enabled() && spec.moe.router_aux_loss && opt.modeling == Modeling::kHf) {
+    loss = RouterAuxLoss(c, loss);
+  }
   ActivationLedger led = c.g.Run(x, loss, trainability.input_requires_grad);
   for (auto& t : led.saved) {
     if (t.name == "lm_head output" && opt.keep_logits) t.name = "logits held by the caller";

@@ -14,6 +14,12 @@ int AutogradLedger::Tensor(const std::string& name, double bytes_per_token) {
   return static_cast<int>(tensors_.size()) - 1;
 }
 
+int AutogradLedger::Leaf(const std::string& name, double bytes_per_token) {
+  int t = Tensor(name, bytes_per_token);
+  tensors_.back().leaf = true;
+  return t;
+}
+
 void AutogradLedger::HoldByCaller(int tensor) {
   SHARDTUNE_CHECK(tensor >= 0 && tensor < static_cast<int>(tensors_.size())) << tensor;
   tensors_[static_cast<size_t>(tensor)].held = true;
@@ -36,6 +42,30 @@ void AutogradLedger::Op(const std::string& name, const std::vector<int>& inputs,
         << name << " saves for gradient " << s.grad;
   }
   ops_.push_back({name, inputs, output, saved, backward_workspace});
+}
+
+std::vector<int> AutogradLedger::Views(int base, const std::vector<std::string>& names,
+                                       const std::vector<double>& bytes_per_token) {
+  int n = static_cast<int>(tensors_.size());
+  SHARDTUNE_CHECK(base >= 0 && base < n) << "view of " << base;
+  SHARDTUNE_CHECK(!names.empty() && names.size() == bytes_per_token.size()) << names.size();
+  int root = static_cast<int>(Storage(base));
+  std::vector<int> ids;
+  for (size_t i = 0; i < names.size(); ++i) {
+    tensors_.push_back({names[i], bytes_per_token[i]});
+    tensors_.back().base = root;
+    ids.push_back(static_cast<int>(tensors_.size()) - 1);
+  }
+  OpInfo op{names.front() + " (view)", {base}, ids.front(), {}, 0};
+  op.more_outputs.assign(ids.begin() + 1, ids.end());
+  op.view = true;
+  ops_.push_back(op);
+  return ids;
+}
+
+size_t AutogradLedger::Storage(int t) const {
+  const TensorInfo& info = tensors_[static_cast<size_t>(t)];
+  return static_cast<size_t>(info.base >= 0 ? info.base : t);
 }
 
 void AutogradLedger::MarkComputeBound() {
@@ -65,6 +95,9 @@ AutogradLedger::Recorded AutogradLedger::Record(int input, bool input_requires_g
   Recorded r;
   r.requires_grad.assign(tensors_.size(), false);
   r.requires_grad[static_cast<size_t>(input)] = input_requires_grad;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].leaf) r.requires_grad[t] = input_requires_grad;
+  }
   r.saves.resize(ops_.size());
   for (size_t k = 0; k < ops_.size(); ++k) {
     const OpInfo& op = ops_[k];
@@ -72,6 +105,7 @@ AutogradLedger::Recorded AutogradLedger::Record(int input, bool input_requires_g
     for (int t : op.inputs) node = node || r.requires_grad[static_cast<size_t>(t)];
     if (!node) continue;
     r.requires_grad[static_cast<size_t>(op.output)] = true;
+    for (int t : op.more_outputs) r.requires_grad[static_cast<size_t>(t)] = true;
     for (const SavedFor& s : op.saved) {
       bool needed = s.grad == SavedFor::kAnyGrad;
       if (s.grad == SavedFor::kParamGrad) needed = op.param_trains;
@@ -85,25 +119,31 @@ AutogradLedger::Recorded AutogradLedger::Record(int input, bool input_requires_g
   return r;
 }
 
-// Forward: a tensor is live from the op that makes it until its last consumer has run, or until
-// backward if some op saves it (or the caller holds it). The graph's input is live at the start.
+// Forward: a tensor is live from the op that makes it until its last consumer (or the last
+// consumer of a view of it) has run, or until backward if some op saves it or a view of it (or
+// the caller holds it). The graph's input is live at the start. Views own no bytes; `is_saved`
+// marks storages (a saved view marks its base).
 double AutogradLedger::Forward(int input, int output, const Recorded& rec,
                                std::vector<bool>* is_saved) const {
   size_t n = tensors_.size();
   is_saved->assign(n, false);
   std::vector<int> last_use(n, -1);
+  std::vector<bool> held_forward(n, false);
   for (size_t k = 0; k < ops_.size(); ++k) {
-    for (int t : ops_[k].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(k);
-    for (int t : rec.saves[k]) (*is_saved)[static_cast<size_t>(t)] = true;
+    for (int t : ops_[k].inputs) last_use[Storage(t)] = static_cast<int>(k);
+    for (int t : rec.saves[k]) (*is_saved)[Storage(t)] = true;
   }
   for (size_t t = 0; t < n; ++t) {
-    if (tensors_[t].held) (*is_saved)[t] = true;
+    if (tensors_[t].held) (*is_saved)[Storage(static_cast<int>(t))] = true;
+    if (tensors_[t].held_forward) held_forward[Storage(static_cast<int>(t))] = true;
   }
+  const size_t out_storage = Storage(output);
   std::vector<bool> live(n, false);
   live[static_cast<size_t>(input)] = true;
+  for (size_t t = 0; t < n; ++t) live[t] = live[t] || tensors_[t].leaf;
   auto live_bytes = [&] {
     double b = 0;
-    for (size_t t = 0; t < n; ++t) b += live[t] ? tensors_[t].bytes : 0;
+    for (size_t t = 0; t < n; ++t) b += live[t] && tensors_[t].base < 0 ? tensors_[t].bytes : 0;
     return b;
   };
   double peak = live_bytes();
@@ -111,10 +151,10 @@ double AutogradLedger::Forward(int input, int output, const Recorded& rec,
     live[static_cast<size_t>(ops_[k].output)] = true;
     peak = std::max(peak, live_bytes());
     for (int t : ops_[k].inputs) {
-      auto ut = static_cast<size_t>(t);
-      if (last_use[ut] == static_cast<int>(k) && !(*is_saved)[ut] && !tensors_[ut].held_forward &&
-          t != output) {
-        live[ut] = false;
+      size_t st = Storage(t);
+      if (last_use[st] == static_cast<int>(k) && !(*is_saved)[st] && !held_forward[st] &&
+          st != out_storage) {
+        live[st] = false;
       }
     }
   }
@@ -131,9 +171,9 @@ double AutogradLedger::Backward(int output, const Recorded& rec, const std::vect
   double param_total = 0, param_done = 0;
   for (const OpInfo& op : ops_) param_total += op.param_trains ? op.param_elements : 0;
   auto fraction = [&] { return param_total > 0 ? param_done / param_total : 0.0; };
-  std::vector<int> first_saver(n, -1);
+  std::vector<int> first_saver(n, -1);  // per storage: a saved view counts for its base
   for (size_t k = ops_.size(); k-- > 0;) {
-    for (int t : rec.saves[k]) first_saver[static_cast<size_t>(t)] = static_cast<int>(k);
+    for (int t : rec.saves[k]) first_saver[Storage(t)] = static_cast<int>(k);
   }
   double saved_live = 0;
   std::vector<bool> saved_alive(n, false);
@@ -155,7 +195,9 @@ double AutogradLedger::Backward(int output, const Recorded& rec, const std::vect
   profile->push_back({peak, 0.0});
   for (size_t k = ops_.size(); k-- > 0;) {
     const OpInfo& op = ops_[k];
-    if (!grads.count(op.output)) continue;  // no gradient reaches this op
+    bool reached = grads.count(op.output) > 0;
+    for (int t : op.more_outputs) reached = reached || grads.count(t) > 0;
+    if (!reached) continue;  // no gradient reaches this op
     double fresh = 0;
     std::set<int> distinct;
     for (int t : op.inputs) {
@@ -167,9 +209,10 @@ double AutogradLedger::Backward(int output, const Recorded& rec, const std::vect
     if (op.param_trains) param_done += op.param_elements;  // the weight gradient is made here
     profile->push_back({now, fraction()});
     grads.erase(op.output);
+    for (int t : op.more_outputs) grads.erase(t);
     for (int t : distinct) grads[t] = tensors_[static_cast<size_t>(t)].bytes;
     for (int t : rec.saves[k]) {
-      auto ut = static_cast<size_t>(t);
+      size_t ut = Storage(t);
       if (first_saver[ut] == static_cast<int>(k) && saved_alive[ut] && !tensors_[ut].held) {
         saved_alive[ut] = false;
         saved_live -= tensors_[ut].bytes;
@@ -190,8 +233,10 @@ ActivationLedger AutogradLedger::Run(int input, int output, bool input_requires_
     out.saved_per_token += tensors_[t].bytes;
   }
   out.backward_peak_per_token = Backward(output, rec, is_saved, &out.backward_profile);
-  out.forward_ops = static_cast<int>(ops_.size());
+  out.forward_ops = 0;
   for (const auto& op : ops_) {
+    if (op.view) continue;  // no kernel, no bytes moved
+    ++out.forward_ops;
     if (op.compute_bound) continue;
     std::set<int> distinct(op.inputs.begin(), op.inputs.end());
     for (int t : distinct) out.elementwise_traffic_per_token += tensors_[static_cast<size_t>(t)].bytes;

@@ -32,6 +32,11 @@ class AutogradLedger {
  public:
   // Adds a tensor of `bytes_per_token` bytes (x B·S) and returns its id.
   int Tensor(const std::string& name, double bytes_per_token);
+  // Adds a tensor that earlier sub-graphs made and that exists when this one starts (live from
+  // the start, requiring grad as the graph's input does): e.g. every layer's router logits,
+  // which the head's auxiliary loss reads. Its gradient, once made, outlives this sub-graph's
+  // backward (the earlier sub-graphs consume it).
+  int Leaf(const std::string& name, double bytes_per_token);
   // Marks a tensor as held by the caller for the whole step (HF's outputs.logits).
   void HoldByCaller(int tensor);
   // Keeps a tensor live to the end of forward without saving it for backward (the model's return
@@ -43,6 +48,15 @@ class AutogradLedger {
   // grad (parameters are not tensors of this graph).
   void Op(const std::string& name, const std::vector<int>& inputs, int output,
           const std::vector<SavedFor>& saved, double backward_workspace = 0);
+  // Records one op that makes views of `base` (slicing x[..., a:b], Tensor.chunk; a view of a
+  // view is a view of its base), one per name, of `bytes_per_token` logical bytes each. A view
+  // has no storage and launches no kernel; whatever saves a view keeps its base's whole storage
+  // alive (a SavedVariable holds the tensor, and the tensor its base's storage). Backward is one
+  // node (SliceBackward0 per slice op; SplitBackward0 for a chunk's views together) that takes
+  // the views' gradients and materialises one gradient of the base's full size
+  // (tools/autograd/derivatives.yaml: slice_backward / split_backward allocate the base's shape).
+  std::vector<int> Views(int base, const std::vector<std::string>& names,
+                         const std::vector<double>& bytes_per_token);
   // Marks the last recorded op as a matmul or attention kernel (compute-bound): its traffic is
   // not counted in elementwise_traffic_per_token.
   void MarkComputeBound();
@@ -61,9 +75,11 @@ class AutogradLedger {
  private:
   struct TensorInfo {
     std::string name;
-    double bytes;
+    double bytes;  // a view's: its logical size (its gradient's); it owns no storage
     bool held = false;
     bool held_forward = false;
+    int base = -1;  // a view's base tensor (never itself a view); -1: owns its storage
+    bool leaf = false;  // made before this sub-graph (Leaf)
   };
   struct OpInfo {
     std::string name;
@@ -74,7 +90,11 @@ class AutogradLedger {
     bool compute_bound = false;
     double param_elements = 0;
     bool param_trains = false, param_requires_grad = false;
+    std::vector<int> more_outputs = {};  // a Views op's outputs after the first
+    bool view = false;              // a Views op: no kernel, no traffic
   };
+  // The tensor whose storage `t` uses: its base for a view, else itself.
+  size_t Storage(int t) const;
   // What autograd records: per tensor, requires_grad; per op, the tensors it actually saves.
   struct Recorded {
     std::vector<bool> requires_grad;

@@ -1,6 +1,6 @@
-// GEMM shapes of a block and the LM head (the nn.Linear layers of HF modeling_llama.py /
-// modeling_mixtral.py and their backward, torch/csrc/autograd/FunctionsManual.cpp mm_mat1_backward
-// and mm_mat2_backward).
+// GEMM shapes of a block and the LM head (the nn.Linear layers of HF modeling_llama.py,
+// modeling_mixtral.py and modeling_phi3.py, and their backward,
+// torch/csrc/autograd/FunctionsManual.cpp mm_mat1_backward and mm_mat2_backward).
 #include "model/gemm_shapes.h"
 
 #include <algorithm>
@@ -9,13 +9,22 @@ namespace shardtune::model {
 
 std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens) {
   const int64_t h = spec.hidden;
-  std::vector<GemmShape> g = {{tokens, spec.q_dim(), h},
-                              {tokens, spec.kv_dim(), h},
-                              {tokens, spec.kv_dim(), h},
-                              {tokens, h, spec.q_dim()}};
+  std::vector<GemmShape> g;
+  if (spec.fused_qkv) {  // Phi3Attention: one qkv_proj GEMM, then o_proj
+    g = {{tokens, spec.q_dim() + 2 * spec.kv_dim(), h}, {tokens, h, spec.q_dim()}};
+  } else {
+    g = {{tokens, spec.q_dim(), h},
+         {tokens, spec.kv_dim(), h},
+         {tokens, spec.kv_dim(), h},
+         {tokens, h, spec.q_dim()}};
+  }
   auto mlp = [&](int64_t rows, int64_t ffn, int64_t count) {
     if (rows <= 0 || ffn <= 0 || count <= 0) return;
-    g.push_back({rows, ffn, h, (spec.mlp == MlpKind::kSwiGlu ? 2 : 1) * count});
+    if (spec.fused_gate_up) {  // Phi3MLP: one gate_up_proj GEMM [rows, 2F, H]
+      g.push_back({rows, 2 * ffn, h, count});
+    } else {
+      g.push_back({rows, ffn, h, (spec.mlp == MlpKind::kSwiGlu ? 2 : 1) * count});
+    }
     g.push_back({rows, h, ffn, count});
   };
   if (!spec.moe.enabled()) {

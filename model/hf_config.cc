@@ -12,7 +12,9 @@
 namespace shardtune::model {
 namespace {
 
-enum class Family { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kGpt2, kGptNeox };
+enum class Family {
+  kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGpt2, kGptNeox
+};
 
 struct Arch {
   const char* name;        // "architectures"[0]
@@ -27,6 +29,9 @@ constexpr Arch kArchs[] = {
     {"Qwen3ForCausalLM", "qwen3", Family::kQwen3},
     {"MixtralForCausalLM", "mixtral", Family::kMixtral},
     {"Qwen2MoeForCausalLM", "qwen2_moe", Family::kQwen2Moe},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", Family::kQwen3Moe},
+    {"Phi3ForCausalLM", "phi3", Family::kPhi3},
+    {"Olmo2ForCausalLM", "olmo2", Family::kOlmo2},
     {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
 };
@@ -41,7 +46,7 @@ const std::vector<std::string> kCommonSkipped = {
     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k",
     "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids",
     "num_return_sequences", "task_specific_params", "problem_type", "id2label", "label2id",
-    "finetuning_task", "prefix", "_attn_implementation_autoset"};
+    "finetuning_task", "prefix", "_attn_implementation_autoset", "auto_map"};
 
 // Dropout, activation name: no parameters and no change in what is saved. (The rotary base,
 // scaling and the norm epsilon are read: the executor computes with them.)
@@ -49,8 +54,18 @@ const std::vector<std::string> kRotaryDecoderSkipped = {"attention_dropout", "hi
 // Sliding windows bound attention's reach, not the memory SDPA/flash kernels save.
 const std::vector<std::string> kQwenSkipped = {"sliding_window", "use_sliding_window",
                                                "max_window_layers", "layer_types", "use_mrope"};
-const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "output_router_logits",
-                                                 "router_jitter_noise", "norm_topk_prob"};
+// output_router_logits is read (MoeSpec::router_aux_loss); the coefficient, the jitter and the
+// renormalisation change values, not shapes.
+const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "router_jitter_noise",
+                                                 "norm_topk_prob"};
+// Phi3Attention builds qkv_proj and o_proj with bias=False whatever attention_bias says
+// (modeling_phi3.py); original_max_position_embeddings only picks longrope's short or long
+// factors (the frequencies, not the shapes).
+// Phi-4-mini's full_attn_mod, interpolate_factor, lm_head_bias and mlp_bias are read by its
+// remote code only: transformers' Phi3MLP and lm_head have no bias.
+const std::vector<std::string> kPhi3Skipped = {
+    "attention_bias", "original_max_position_embeddings", "sliding_window", "full_attn_mod",
+    "interpolate_factor", "lm_head_bias", "mlp_bias"};
 const std::vector<std::string> kGpt2Skipped = {
     "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
@@ -71,7 +86,10 @@ std::vector<std::string> SkippedKeys(Family f) {
     case Family::kMixtral:
       add(kRotaryDecoderSkipped); add(kRouterSkipped); keys.push_back("sliding_window"); break;
     case Family::kQwen2Moe:
+    case Family::kQwen3Moe:
       add(kRotaryDecoderSkipped); add(kQwenSkipped); add(kRouterSkipped); break;
+    case Family::kPhi3: keys.push_back("hidden_act"); add(kPhi3Skipped); break;
+    case Family::kOlmo2: add(kRotaryDecoderSkipped); break;
     case Family::kGpt2: add(kGpt2Skipped); break;
     case Family::kGptNeox: add(kNeoxSkipped); break;
   }
@@ -187,13 +205,17 @@ class HfReader {
   std::set<std::string> skipped_, read_;
 };
 
-void ReadQwen2Moe(HfReader* h, ModelSpec* s) {
-  // Qwen2MoeSparseMoeBlock: `num_experts` experts of moe_intermediate_size, one shared expert of
-  // shared_expert_intermediate_size and its sigmoid gate Linear(H, 1).
+// Qwen2MoeSparseMoeBlock: `num_experts` experts of moe_intermediate_size, one shared expert of
+// shared_expert_intermediate_size and its sigmoid gate Linear(H, 1). Qwen3MoeSparseMoeBlock: the
+// routed experts alone (modeling_qwen3_moe.py: gate Linear(H, E) and E Qwen3MoeMLP), the same
+// dispatch (softmax in fp32, top-k, renormalised when norm_topk_prob, index_add_ back).
+void ReadQwenMoe(HfReader* h, Family f, ModelSpec* s) {
   s->moe.num_experts = static_cast<int>(h->Int("num_experts"));
   s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
   s->moe.expert_ffn_hidden = h->Int("moe_intermediate_size");
-  s->moe.shared_expert_ffn_hidden = h->OptInt("shared_expert_intermediate_size", 0);
+  if (f == Family::kQwen2Moe) {
+    s->moe.shared_expert_ffn_hidden = h->OptInt("shared_expert_intermediate_size", 0);
+  }
   s->moe.num_shared_experts = s->moe.shared_expert_ffn_hidden > 0 ? 1 : 0;
   s->moe.shared_expert_gate = s->moe.num_shared_experts > 0;
   if (h->Has("decoder_sparse_step")) {
@@ -210,10 +232,46 @@ void ReadQwen2Moe(HfReader* h, ModelSpec* s) {
                        ": expected [] (shardtune models every block as MoE), got " + Describe(v));
     }
   }
-  s->qkv_bias = h->OptBool("qkv_bias", true);  // Qwen2MoeAttention: q/k/v bias=True
+  if (f == Family::kQwen2Moe) {
+    s->qkv_bias = h->OptBool("qkv_bias", true);  // Qwen2MoeAttention: q/k/v bias=True
+  } else {
+    // Qwen3MoeAttention: q/k/v/o bias=config.attention_bias, q_norm/k_norm RMSNorm(head_dim).
+    s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+    s->qk_norm = true;
+  }
 }
 
-// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE (modeling_llama.py and its copies).
+// Phi3ForCausalLM (modeling_phi3.py): Mistral's layout with qkv_proj and gate_up_proj fused, no
+// biases, rotary over partial_rotary_factor of head_dim (Phi-4-mini 0.75), and nn.Dropout(p) on
+// the embeddings, attention and each residual branch: p = 0 is the identity (ATen's dropout
+// returns its input), any other p saves a mask per element, which shardtune does not model.
+void ReadPhi3(HfReader* h, ModelSpec* s) {
+  s->fused_qkv = s->fused_gate_up = true;
+  if (h->Has("partial_rotary_factor")) {
+    s->rotary_fraction = h->OptNumber("partial_rotary_factor", 1.0, 1.0);
+  }
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
+    if (!h->Has(key)) continue;
+    const nlohmann::json& v = h->Value(key);
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) continue;
+    throw InputError(h->Where(key) +
+                     ": expected 0 (dropout in training saves a mask per element, which shardtune "
+                     "does not model), got " + Describe(v));
+  }
+}
+
+// Olmo2ForCausalLM (modeling_olmo2.py): Llama's projections (bias=attention_bias on q, k, v and
+// o), q_norm/k_norm over the whole projections, post-norms instead of pre-norms, and
+// Olmo2RMSNorm's (weight * x).to(input_dtype).
+void ReadOlmo2(HfReader* h, ModelSpec* s) {
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  s->qk_norm = s->qk_norm_full_width = true;
+  s->post_norms = true;
+  s->norm_weight_fp32 = true;
+}
+
+// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2 (modeling_llama.py
+// and its copies).
 void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   s->num_layers = static_cast<int>(h->Int("num_hidden_layers"));
   s->hidden = h->Int("hidden_size");
@@ -235,7 +293,10 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
     s->moe.num_experts = static_cast<int>(h->Int("num_local_experts"));
     s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
   }
-  if (f == Family::kQwen2Moe) ReadQwen2Moe(h, s);
+  if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) ReadQwenMoe(h, f, s);
+  if (s->moe.enabled()) s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
+  if (f == Family::kPhi3) ReadPhi3(h, s);
+  if (f == Family::kOlmo2) ReadOlmo2(h, s);
   // LlamaRotaryEmbedding: inv_freq = 1 / rope_theta^(2i/d), rescaled by rope_scaling's scheme
   // (modeling_rope_utils.py ROPE_INIT_FUNCTIONS); LlamaRMSNorm's variance_epsilon = rms_norm_eps.
   s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);

@@ -69,6 +69,8 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
               m.num_shared_experts);
     p->Expect(!m.shared_expert_gate, "moe/shared_expert_gate", "false without experts",
               Bool(m.shared_expert_gate));
+    p->Expect(!m.router_aux_loss, "moe/router_aux_loss", "false without experts",
+              Bool(m.router_aux_loss));
     return;
   }
   p->Expect(m.top_k >= 1 && m.top_k <= m.num_experts, "moe/top_k",
@@ -113,8 +115,11 @@ T AttentionParams(const ModelSpec& s) {
   T n = h * q + 2 * h * kv + q * h;
   if (s.qkv_bias) n += q + 2 * kv;
   if (s.attn_out_bias) n += h;
-  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by all heads.
-  if (s.qk_norm) n += 2 * NormParams(s, static_cast<T>(s.head_dim));
+  // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by all heads; OLMo 2's
+  // Olmo2Attention: RMSNorm(num_heads x head_dim) and RMSNorm(num_kv_heads x head_dim). Phi-3's
+  // fused qkv_proj [q + 2kv, H] has the count of the three it replaces.
+  if (s.qk_norm && s.qk_norm_full_width) n += NormParams(s, q) + NormParams(s, kv);
+  else if (s.qk_norm) n += 2 * NormParams(s, static_cast<T>(s.head_dim));
   return n;
 }
 
@@ -142,7 +147,8 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   // GPT-2's wpe: Embedding(n_positions, n_embd). Rotary positions have no parameters.
   const T positions = s.positions == PositionKind::kLearned ? static_cast<T>(s.max_seq_len) * h : 0;
   // Two norms per block (input_layernorm + post_attention_layernorm, ln_1 + ln_2); NeoX's
-  // parallel residual keeps both, it only feeds them the same input.
+  // parallel residual keeps both, it only feeds them the same input; OLMo 2's are
+  // post_attention_layernorm + post_feedforward_layernorm.
   const T block = AttentionParams<T>(s) + FeedForwardParams<T>(s) + 2 * NormParams(s, h);
   const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm
   const T lm_head = s.tied_embeddings ? 0 : v * h;  // lm_head / embed_out, no bias
@@ -204,6 +210,20 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
              "integer >= 1", r.original_max_position_embeddings);
   }
   CheckMoe(*this, &p);
+  p.Expect(!qk_norm_full_width || qk_norm, "qk_norm_full_width", "false when qk_norm is false",
+           Bool(qk_norm_full_width));
+  p.Expect(!fused_gate_up || mlp == MlpKind::kSwiGlu, "fused_gate_up",
+           "false with mlp \"gelu\" (gate_up_proj fuses SwiGLU's gate and up)",
+           Bool(fused_gate_up));
+  p.Expect(!fused_gate_up || !moe.enabled(), "fused_gate_up",
+           "false with moe (Phi-3's gate_up_proj is a dense MLP's)", Bool(fused_gate_up));
+  p.Expect(!post_norms || !parallel_residual, "post_norms",
+           "false with parallel_residual (OLMo 2's post-norms are sequential)", Bool(post_norms));
+  p.Expect(!(fused_qkv || post_norms || qk_norm_full_width) || positions == PositionKind::kRotary,
+           "fused_qkv", "false with learned positions (GPT-2's c_attn is already fused)",
+           Bool(fused_qkv));
+  p.Expect(!norm_weight_fp32 || norm == NormKind::kRmsNorm, "norm_weight_fp32",
+           "false with norm \"layer_norm\"", Bool(norm_weight_fp32));
   std::vector<std::string> problems = p.Take();
   if (problems.empty()) {
     ModelSpec s = *this;

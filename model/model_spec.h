@@ -20,6 +20,11 @@ struct MoeSpec {
   int64_t expert_ffn_hidden = 0;     // 0: the model's ffn_hidden
   int64_t shared_expert_ffn_hidden = 0;  // 0: expert_ffn_hidden
   bool shared_expert_gate = false;   // Qwen2-MoE's sigmoid gate [H -> 1] on the shared expert
+  // HF output_router_logits: every layer's router logits are returned with the outputs and
+  // ForCausalLM adds load_balancing_loss_func's auxiliary loss (modeling_mixtral.py,
+  // modeling_qwen3_moe.py): the logits live from their layer's forward to the loss, and the loss
+  // builds an int64 one_hot [L·T, top_k, E] and its fp32 copy (model/activations.cc).
+  bool router_aux_loss = false;
   bool enabled() const { return num_experts > 0; }
 };
 
@@ -58,7 +63,24 @@ struct ModelSpec {
   bool attn_out_bias = false;  // GPT-2, NeoX
   bool mlp_bias = false;       // GPT-2, NeoX
   bool qk_norm = false;        // Qwen3: RMSNorm over head_dim on q and k
+  // OLMo 2 (modeling_olmo2.py Olmo2Attention): q_norm is RMSNorm(num_heads x head_dim) and k_norm
+  // RMSNorm(num_kv_heads x head_dim) over the whole projection output, before the head split
+  // (Qwen3's are RMSNorm(head_dim), shared by the heads). REQUIRES qk_norm.
+  bool qk_norm_full_width = false;
   bool parallel_residual = false;  // GPT-NeoX: attention and MLP read the same input
+  // OLMo 2 (Olmo2DecoderLayer): no norm before attention and MLP; post_attention_layernorm and
+  // post_feedforward_layernorm normalise each sublayer's output before its residual add.
+  bool post_norms = false;
+  // Phi-3 (modeling_phi3.py Phi3Attention, Phi3MLP): q, k and v come from one qkv_proj
+  // [q_dim + 2 kv_dim, H] and gate and up from one gate_up_proj [2F, H]: the same parameters and
+  // FLOPs in fewer, wider GEMMs; the split q/k/v and the chunked gate/up are views of one output,
+  // so whatever saves one of them keeps the whole output alive.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;  // REQUIRES mlp swiglu
+  // RMSNorm that multiplies its weight into the fp32 normalised input before casting back
+  // (OLMo 2's current Olmo2RMSNorm: (weight * x).to(input_dtype)): the weight's gradient keeps
+  // the fp32 product's input, 4 bytes a feature, where LlamaRMSNorm keeps the cast bf16 copy.
+  bool norm_weight_fp32 = false;
   bool tied_embeddings = false;    // LM head shares the token embedding
   // What the layers compute with but memory and time do not depend on (the executor uses them):
   // the rotary base (HF rope_theta; GPT-NeoX rotary_emb_base) and the norms' epsilon

@@ -29,6 +29,7 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.expert_ffn_hidden = r->OptionalInt("expert_ffn_hidden", 0, kIntMin, kIntMax);
   m.shared_expert_ffn_hidden = r->OptionalInt("shared_expert_ffn_hidden", 0, kIntMin, kIntMax);
   m.shared_expert_gate = r->OptionalBool("shared_expert_gate", false);
+  m.router_aux_loss = r->OptionalBool("router_aux_loss", false);
   r->Finish();
   return m;
 }
@@ -63,6 +64,11 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->qk_norm = r->OptionalBool("qk_norm", false);
   s->parallel_residual = r->OptionalBool("parallel_residual", false);
   s->tied_embeddings = r->OptionalBool("tied_embeddings", false);
+  s->qk_norm_full_width = r->OptionalBool("qk_norm_full_width", false);
+  s->post_norms = r->OptionalBool("post_norms", false);
+  s->fused_qkv = r->OptionalBool("fused_qkv", false);
+  s->fused_gate_up = r->OptionalBool("fused_gate_up", false);
+  s->norm_weight_fp32 = r->OptionalBool("norm_weight_fp32", false);
   // Type-only bounds here; ModelSpec::Problems() checks the ranges.
   s->rope_theta = r->OptionalNumber("rope_theta", 0, -1e300, 1e300);
   s->norm_eps = r->OptionalNumber("norm_eps", 0, -1e300, 1e300);
@@ -126,6 +132,12 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
   j["qk_norm"] = s.qk_norm;
   j["parallel_residual"] = s.parallel_residual;
   j["tied_embeddings"] = s.tied_embeddings;
+  // The layouts added for OLMo 2 and Phi-3, written when set (older files never name them).
+  if (s.qk_norm_full_width) j["qk_norm_full_width"] = true;
+  if (s.post_norms) j["post_norms"] = true;
+  if (s.fused_qkv) j["fused_qkv"] = true;
+  if (s.fused_gate_up) j["fused_gate_up"] = true;
+  if (s.norm_weight_fp32) j["norm_weight_fp32"] = true;
   j["rope_theta"] = s.rope_theta;
   j["norm_eps"] = s.norm_eps;
   if (s.rope_scaling.enabled()) {
@@ -144,6 +156,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     m["expert_ffn_hidden"] = s.moe.expert_ffn_hidden;
     m["shared_expert_ffn_hidden"] = s.moe.shared_expert_ffn_hidden;
     m["shared_expert_gate"] = s.moe.shared_expert_gate;
+    if (s.moe.router_aux_loss) m["router_aux_loss"] = true;
     j["moe"] = m;
   }
   j["source"] = s.source;

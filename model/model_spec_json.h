@@ -19,12 +19,15 @@ inline constexpr int kModelSchemaVersion = 1;
 // ffn_hidden, vocab_size, max_seq_len; optional name (default: `file`), num_kv_heads (default
 // num_heads), head_dim (default hidden / num_heads), norm "rms_norm"|"layer_norm" (rms_norm),
 // norm_bias (false), mlp "swiglu"|"gelu" (swiglu), positions "rotary"|"learned" (rotary), qkv_bias,
-// attn_out_bias, mlp_bias, qk_norm, parallel_residual, tied_embeddings (all false), source (""),
+// attn_out_bias, mlp_bias, qk_norm, parallel_residual, tied_embeddings, qk_norm_full_width,
+// post_norms, fused_qkv, fused_gate_up, norm_weight_fp32 (all false; ModelSpec says what each
+// means), source (""),
 // moe {num_experts, top_k (required); num_shared_experts, expert_ffn_hidden,
-// shared_expert_ffn_hidden (0), shared_expert_gate (false)} (absent: dense).
+// shared_expert_ffn_hidden (0), shared_expert_gate, router_aux_loss (false)} (absent: dense).
 // Throws InputError. The returned spec has its defaults filled (FillDefaults()).
 ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file);
-// Writes every key (defaults resolved), so ModelSpecFromJson(ModelSpecToJson(s)) == s.
+// Writes every key (defaults resolved; the OLMo 2 / Phi-3 layout flags only when set), so
+// ModelSpecFromJson(ModelSpecToJson(s)) == s.
 nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec);
 // Reads and parses a "shardtune.model" file. Throws InputError.
 ModelSpec ReadModelSpecFile(const std::string& path);

@@ -53,6 +53,10 @@ ModuleNode Parent(const std::string& name, const std::string& type, std::vector<
 
 ModuleNode DenseMlp(const ModelSpec& s, const std::string& p, int64_t ffn, int seg) {
   int64_t h = s.hidden;
+  if (s.fused_gate_up) {  // Phi3MLP: gate_up_proj [2F, H], down_proj [H, F], no biases
+    return Parent(p, "MLP", {Linear(p + ".gate_up_proj", h, 2 * ffn, s.mlp_bias, seg),
+                             Linear(p + ".down_proj", ffn, h, s.mlp_bias, seg)});
+  }
   if (s.mlp == MlpKind::kSwiGlu) {
     return Parent(p, "MLP", {Linear(p + ".gate_proj", h, ffn, s.mlp_bias, seg),
                              Linear(p + ".up_proj", h, ffn, s.mlp_bias, seg),
@@ -91,22 +95,33 @@ ModuleNode Block(const ModelSpec& s, int i) {
   if (gpt2) {  // GPT2Attention: fused c_attn [H, 3H] (Conv1D) and c_proj
     attn = {Linear(p + ".attn.c_attn", h, qd + 2 * kvd, s.qkv_bias, seg, true),
             Linear(p + ".attn.c_proj", qd, h, s.attn_out_bias, seg, true)};
+  } else if (s.fused_qkv) {  // Phi3Attention: o_proj, then qkv_proj [a*d + 2 kv*d, H]
+    attn = {Linear(p + ".self_attn.o_proj", qd, h, s.attn_out_bias, seg),
+            Linear(p + ".self_attn.qkv_proj", h, qd + 2 * kvd, s.qkv_bias, seg)};
   } else {
     attn = {Linear(p + ".self_attn.q_proj", h, qd, s.qkv_bias, seg),
             Linear(p + ".self_attn.k_proj", h, kvd, s.qkv_bias, seg),
             Linear(p + ".self_attn.v_proj", h, kvd, s.qkv_bias, seg),
             Linear(p + ".self_attn.o_proj", qd, h, s.attn_out_bias, seg)};
-    if (s.qk_norm) {
-      attn.push_back(Norm(s, p + ".self_attn.q_norm", s.head_dim, seg));
-      attn.push_back(Norm(s, p + ".self_attn.k_norm", s.head_dim, seg));
-    }
   }
+  if (s.qk_norm) {  // Qwen3: RMSNorm(head_dim); OLMo 2: over the whole q and k projections
+    attn.push_back(Norm(s, p + ".self_attn.q_norm", s.qk_norm_full_width ? qd : s.head_dim, seg));
+    attn.push_back(Norm(s, p + ".self_attn.k_norm", s.qk_norm_full_width ? kvd : s.head_dim, seg));
+  }
+  ModuleNode mlp = s.moe.enabled() ? MoeBlock(s, p + ".block_sparse_moe", seg)
+                                   : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg);
   std::vector<ModuleNode> kids;
+  if (s.post_norms) {  // Olmo2DecoderLayer: self_attn, mlp, post_attention/feedforward_layernorm
+    kids.push_back(Parent(p + ".self_attn", "Attention", std::move(attn)));
+    kids.push_back(std::move(mlp));
+    kids.push_back(Norm(s, p + ".post_attention_layernorm", h, seg));
+    kids.push_back(Norm(s, p + ".post_feedforward_layernorm", h, seg));
+    return Parent(p, "DecoderLayer", std::move(kids));
+  }
   kids.push_back(Norm(s, p + (gpt2 ? ".ln_1" : ".input_layernorm"), h, seg));
   kids.push_back(Parent(p + (gpt2 ? ".attn" : ".self_attn"), "Attention", std::move(attn)));
   kids.push_back(Norm(s, p + (gpt2 ? ".ln_2" : ".post_attention_layernorm"), h, seg));
-  kids.push_back(s.moe.enabled() ? MoeBlock(s, p + ".block_sparse_moe", seg)
-                                 : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg));
+  kids.push_back(std::move(mlp));
   return Parent(p, "DecoderLayer", std::move(kids));
 }
 

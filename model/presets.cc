@@ -153,6 +153,49 @@ void AddOthers(std::vector<PresetInfo>* p) {
                       HfConfig("mistralai/Mixtral-8x7B-v0.1") + "; count: HF num_parameters()"));
 }
 
+// The 2025-2026 fine-tuning set (transformers modeling_qwen3_moe.py, modeling_phi3.py,
+// modeling_olmo2.py), with the exact counts of the published checkpoints (the safetensors
+// index's metadata.total_size / 2 bytes for the bf16 Qwen3 MoEs; HF num_parameters() else).
+void Add2026(std::vector<PresetInfo>* p) {
+  const std::string index = "; count: safetensors index metadata.total_size / 2 (bf16)";
+  // Qwen3MoeSparseMoeBlock in every layer (decoder_sparse_step 1, mlp_only_layers []): 128
+  // routed experts of moe_intermediate_size, top 8, no shared expert; Qwen3's qk norms.
+  auto qwen3_moe = [](int layers, int64_t hidden, int heads, int64_t expert_ffn) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, 4, 6144), 151936, 40960), 1e6, 1e-6);
+    s.head_dim = 128;
+    s.qk_norm = true;
+    s.moe.num_experts = 128;
+    s.moe.top_k = 8;
+    s.moe.expert_ffn_hidden = expert_ffn;
+    return s;
+  };
+  ModelSpec a3b = qwen3_moe(48, 2048, 32, 768);
+  p->push_back(Preset("qwen3-30b-a3b", a3b, 30'532'122'624, HfConfig("Qwen/Qwen3-30B-A3B") + index));
+  ModelSpec a22b = qwen3_moe(94, 4096, 64, 1536);
+  a22b.ffn_hidden = 12288;  // intermediate_size (the dense MLP of mlp_only_layers; none here)
+  p->push_back(
+      Preset("qwen3-235b-a22b", a22b, 235'093'634'560, HfConfig("Qwen/Qwen3-235B-A22B") + index));
+  // Phi3ForCausalLM: fused qkv_proj and gate_up_proj, rope_theta 250000, 16k positions.
+  ModelSpec phi4 = Rope(WithVocab(Shape(40, 5120, 40, 10, 17920), 100352, 16384), 250000.0, 1e-5);
+  phi4.fused_qkv = phi4.fused_gate_up = true;
+  p->push_back(Preset("phi-4", phi4, 14'659'507'200,
+                      HfConfig("microsoft/phi-4") + "; count: HF num_parameters()"));
+  // Olmo2ForCausalLM: post-norms, q/k norms over the whole projections, fp32 weight multiply.
+  auto olmo2 = [](int layers, int64_t hidden, int heads, int64_t ffn) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, heads, ffn), 100352, 4096), 500000.0,
+                       1e-6);
+    s.qk_norm = s.qk_norm_full_width = true;
+    s.post_norms = true;
+    s.norm_weight_fp32 = true;
+    return s;
+  };
+  const std::string olmo_count = "; count: HF num_parameters() of the 1124 release";
+  p->push_back(Preset("olmo2-7b", olmo2(32, 4096, 32, 11008), 7'298'617'344,
+                      HfConfig("allenai/OLMo-2-1124-7B") + olmo_count));
+  p->push_back(Preset("olmo2-13b", olmo2(40, 5120, 40, 13824), 13'716'198'400,
+                      HfConfig("allenai/OLMo-2-1124-13B") + olmo_count));
+}
+
 // A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab
 // 512 = 256 byte values + spare ids (special tokens), so byte-level data needs no tokenizer.
 void AddTiny(std::vector<PresetInfo>* p) {
@@ -167,6 +210,7 @@ std::vector<PresetInfo> BuildPresets() {
   AddGpt(&p);
   AddLlama(&p);
   AddOthers(&p);
+  Add2026(&p);
   AddTiny(&p);
   for (const PresetInfo& info : p) info.spec.Validate("preset " + info.name);
   return p;

@@ -19,6 +19,8 @@ std::pair<std::string, std::string> TorchtitanModel(const std::string& preset) {
   if (preset == "llama3-70b") return {"llama3", "70B"};
   if (preset == "llama3-405b") return {"llama3", "405B"};
   if (preset == "qwen3-8b") return {"qwen3", "8B"};
+  if (preset == "qwen3-30b-a3b") return {"qwen3", "30B-A3B"};      // qwen3_args, moe_enabled
+  if (preset == "qwen3-235b-a22b") return {"qwen3", "235B-A22B"};
   return {"", ""};
 }
 

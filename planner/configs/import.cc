@@ -403,6 +403,7 @@ std::vector<std::string> AllLinearTargets(const std::string& layer_class) {
   if (layer_class == "GPTNeoXLayer") {
     return {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
   }
+  if (layer_class == "Phi3DecoderLayer") return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
   return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 }
 

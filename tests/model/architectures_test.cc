@@ -1,0 +1,316 @@
+// The architectures added for 2026 fine-tuning (issue #20): Qwen3-MoE, Phi-3 (Phi-3, Phi-3.5,
+// Phi-4, Phi-4-mini) and OLMo 2. Each imports from its published config.json's keys
+// (tests/data/model/*.config.json, copied from the Hugging Face repos with the factor lists of
+// Phi-4-mini's longrope shortened), its count follows the architecture's formula written here and
+// equals the published total, and what its new ops save for backward follows a hand count from
+// its modeling_*.py.
+#include <algorithm>
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "model/activations.h"
+#include "model/autograd_ledger.h"
+#include "model/errors.h"
+#include "model/gemm_shapes.h"
+#include "model/hf_config.h"
+#include "model/model_spec_json.h"
+#include "model/module_tree.h"
+#include "model/presets.h"
+#include "model/strict_json.h"
+
+namespace shardtune::model {
+namespace {
+
+using testing::AllOf;
+using testing::HasSubstr;
+using testing::ThrowsMessage;
+
+std::string Data(const std::string& name) {
+  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + name;
+}
+
+std::string Shape(ModelSpec s) {
+  s.name.clear();
+  s.source.clear();
+  return ModelSpecToJson(s).dump();
+}
+
+ModelSpec Import(const std::string& file, std::vector<std::string>* warnings = nullptr) {
+  return ReadHfConfigFile(Data(file), warnings);
+}
+
+TEST(ArchitecturesTest, PublishedConfigsImportToThePresetsWithoutWarnings) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"qwen3-30b-a3b.config.json", "qwen3-30b-a3b"},
+      {"qwen3-235b-a22b.config.json", "qwen3-235b-a22b"},
+      {"phi-4.config.json", "phi-4"},
+      {"olmo2-13b.config.json", "olmo2-13b"},
+  };
+  for (const auto& [file, preset] : cases) {
+    std::vector<std::string> warnings;
+    ModelSpec s = Import(file, &warnings);
+    EXPECT_TRUE(warnings.empty()) << file << ": " << (warnings.empty() ? "" : warnings[0]);
+    EXPECT_EQ(Shape(s), Shape(FindModelPreset(preset))) << file;
+  }
+}
+
+// Qwen3MoeForCausalLM: embed and untied lm_head V x H, final norm H; per layer q_proj [a·d, H],
+// k_proj and v_proj [kv·d, H], o_proj [H, a·d], q_norm and k_norm [d], two norms [H], the router
+// gate [E, H] and E experts of gate, up [Fe, H] and down [H, Fe]. Published totals: the bf16
+// safetensors indexes' metadata.total_size / 2 (61,064,245,248 and 470,187,269,120 bytes).
+TEST(ArchitecturesTest, Qwen3MoeCountsFollowTheFormula) {
+  auto formula = [](double L, double H, double a, double kv, double d, double E, double Fe) {
+    double V = 151936;
+    double attn = H * a * d + 2 * H * kv * d + a * d * H + 2 * d;
+    double moe = E * H + E * 3 * H * Fe;
+    return 2 * V * H + H + L * (attn + 2 * H + moe);
+  };
+  ModelSpec a3b = Import("qwen3-30b-a3b.config.json");
+  EXPECT_EQ(ParameterCount(a3b), static_cast<int64_t>(formula(48, 2048, 32, 4, 128, 128, 768)));
+  EXPECT_EQ(ParameterCount(a3b), 30'532'122'624);
+  EXPECT_TRUE(a3b.qk_norm);
+  EXPECT_EQ(a3b.moe.num_shared_experts, 0);
+  EXPECT_EQ(a3b.moe.top_k, 8);
+  ModelSpec a22b = Import("qwen3-235b-a22b.config.json");
+  EXPECT_EQ(ParameterCount(a22b), static_cast<int64_t>(formula(94, 4096, 64, 4, 128, 128, 1536)));
+  EXPECT_EQ(ParameterCount(a22b), 235'093'634'560);
+  // Activated per token, as the model cards count it ("3.3B", "22B"): every parameter but the
+  // 120 unrouted experts of each layer. ActiveParamsPerToken (the FLOP count's N) leaves out the
+  // embedding lookup and the norms, so add them: V·H + L·(2H + 2d) + H.
+  auto activated = [](const ModelSpec& s) {
+    double d = 128, H = static_cast<double>(s.hidden), L = s.num_layers;
+    return static_cast<double>(ActiveParamsPerToken(s)) + 151936 * H + L * (2 * H + 2 * d) + H;
+  };
+  double attn_a3b = 2048.0 * 4096 + 2 * 2048.0 * 512 + 4096.0 * 2048;
+  EXPECT_DOUBLE_EQ(activated(a3b), 2 * 151936.0 * 2048 + 2048 +
+                                       48 * (attn_a3b + 2 * 128 + 2 * 2048 + 2048.0 * 128 +
+                                             8 * 3 * 2048.0 * 768));
+  EXPECT_GE(activated(a3b), 3.3e9);
+  EXPECT_LT(activated(a3b), 3.4e9);
+  EXPECT_GE(activated(a22b), 22.0e9);
+  EXPECT_LT(activated(a22b), 22.3e9);
+}
+
+// Phi3ForCausalLM: qkv_proj [a·d + 2 kv·d, H], o_proj [H, a·d], gate_up_proj [2F, H], down_proj
+// [H, F], two norms [H]; Phi-4 untied, Phi-4-mini tied. Published: HF num_parameters().
+TEST(ArchitecturesTest, Phi3CountsFollowTheFormula) {
+  auto formula = [](double L, double H, double a, double kv, double d, double F, double V,
+                    bool tied) {
+    double block = H * (a * d + 2 * kv * d) + a * d * H + 2 * F * H + F * H + 2 * H;
+    return (tied ? 1 : 2) * V * H + H + L * block;
+  };
+  ModelSpec phi4 = Import("phi-4.config.json");
+  EXPECT_TRUE(phi4.fused_qkv && phi4.fused_gate_up);
+  EXPECT_EQ(ParameterCount(phi4),
+            static_cast<int64_t>(formula(40, 5120, 40, 10, 128, 17920, 100352, false)));
+  EXPECT_EQ(ParameterCount(phi4), 14'659'507'200);
+  std::vector<std::string> warnings;
+  ModelSpec mini = Import("phi-4-mini.config.json", &warnings);
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
+  EXPECT_EQ(ParameterCount(mini),
+            static_cast<int64_t>(formula(32, 3072, 24, 8, 128, 8192, 200064, true)));
+  EXPECT_EQ(ParameterCount(mini), 3'836'021'760);
+  EXPECT_DOUBLE_EQ(mini.rotary_fraction, 0.75);
+  EXPECT_EQ(mini.rope_scaling.type, "longrope");
+  EXPECT_TRUE(mini.tied_embeddings);
+}
+
+// Olmo2ForCausalLM: Llama's projections, q_norm [a·d] and k_norm [kv·d] over the whole
+// projections, post_attention_layernorm and post_feedforward_layernorm [H] (no input norm).
+TEST(ArchitecturesTest, Olmo2CountsFollowTheFormula) {
+  auto formula = [](double L, double H, double a, double F) {
+    double V = 100352, d = H / a;
+    double block = 4 * H * a * d + 2 * a * d + 3 * H * F + 2 * H;
+    return 2 * V * H + H + L * block;
+  };
+  ModelSpec s = Import("olmo2-13b.config.json");
+  EXPECT_TRUE(s.post_norms && s.qk_norm && s.qk_norm_full_width && s.norm_weight_fp32);
+  EXPECT_EQ(ParameterCount(s), static_cast<int64_t>(formula(40, 5120, 40, 13824)));
+  EXPECT_EQ(ParameterCount(s), 13'716'198'400);
+  EXPECT_EQ(ParameterCount(FindModelPreset("olmo2-7b")),
+            static_cast<int64_t>(formula(32, 4096, 32, 11008)));
+}
+
+// The module tree carries the HF names and shapes FSDP2 shards (dim 0 of each tensor).
+TEST(ArchitecturesTest, ModuleTreesUseTheHfNamesAndShapes) {
+  auto params = [](const ModelSpec& s) {
+    std::map<std::string, std::pair<int64_t, int64_t>> out;
+    for (const FsdpUnit& u : BuildFsdpUnits(s, WrapPolicy{})) {
+      for (const ParamTensor& p : u.params) out[p.name] = {p.dim0, p.inner};
+    }
+    return out;
+  };
+  auto phi = params(FindModelPreset("phi-4"));
+  EXPECT_EQ(phi.at("model.layers.0.self_attn.qkv_proj.weight"), std::make_pair(7680L, 5120L));
+  EXPECT_EQ(phi.at("model.layers.0.mlp.gate_up_proj.weight"), std::make_pair(35840L, 5120L));
+  EXPECT_EQ(phi.count("model.layers.0.self_attn.q_proj.weight"), 0u);
+  auto olmo = params(FindModelPreset("olmo2-13b"));
+  EXPECT_EQ(olmo.at("model.layers.3.self_attn.q_norm.weight"), std::make_pair(5120L, 1L));
+  EXPECT_EQ(olmo.count("model.layers.3.post_feedforward_layernorm.weight"), 1u);
+  EXPECT_EQ(olmo.count("model.layers.3.input_layernorm.weight"), 0u);
+  auto qwen = params(FindModelPreset("qwen3-30b-a3b"));
+  EXPECT_EQ(qwen.at("model.layers.0.self_attn.q_norm.weight"), std::make_pair(128L, 1L));
+  EXPECT_EQ(qwen.at("model.layers.0.block_sparse_moe.experts.127.down_proj.weight"),
+            std::make_pair(2048L, 768L));
+}
+
+// Fusing changes the GEMMs' shapes, not their FLOPs: Phi-4's qkv_proj is one [T, 7680, 5120]
+// GEMM and gate_up_proj one [T, 35840, 5120].
+TEST(ArchitecturesTest, FusedProjectionsAreWiderGemmsOfTheSameFlops) {
+  ModelSpec fused = FindModelPreset("phi-4");
+  ModelSpec split = fused;
+  split.fused_qkv = split.fused_gate_up = false;
+  auto total = [](const std::vector<GemmShape>& g) {
+    double f = 0;
+    for (const GemmShape& s : g) f += s.flops() * static_cast<double>(s.count);
+    return f;
+  };
+  std::vector<GemmShape> g = BlockForwardGemms(fused, 4096);
+  EXPECT_EQ(g.size(), 4u);  // qkv, o, gate_up, down
+  EXPECT_EQ(g[0].n, 7680);
+  EXPECT_EQ(g[2].n, 35840);
+  EXPECT_EQ(g[2].count, 1);
+  EXPECT_DOUBLE_EQ(total(g), total(BlockForwardGemms(split, 4096)));
+}
+
+ActivationOptions Bf16Sdpa() {
+  ActivationOptions o;
+  o.seq_len = 4096;
+  return o;
+}
+
+// Phi3DecoderLayer, bf16, SDPA, per token (e = 2). As HF Llama (activations_test.cc) except:
+// q, k, v are slices of one qkv output and SDPA saves v, so the whole qkv [a·d + 2 kv·d] stays
+// (not v alone); gate and up are chunks of one gate_up output kept whole by SiLU (gate) and the
+// product (up), the same 2 x 2F as Llama's two outputs; rope with Phi-3's slices and cat saves
+// nothing per token.
+//   norms 2 x (fp32 copy 4H + rsqrt 4 + x_hat 2H + output 2H)
+//   attention: q_embed 2qd, k_embed 2kv, qkv 2(qd + 2kv), output 2qd, logsumexp 4·heads
+//   MLP: gate_up 4F, silu 2F, product 2F
+TEST(ArchitecturesTest, Phi3BlockSavesTheWholeQkvOutput) {
+  ModelSpec s = FindModelPreset("phi-4");
+  double h = 5120, qd = 5120, kv = 1280, f = 17920, heads = 40;
+  double expected = 2 * (4 * h + 4 + 2 * h + 2 * h) +
+                    (2 * qd + 2 * kv + 2 * (qd + 2 * kv) + 2 * qd + 4 * heads) + 8 * f;
+  BlockActivations b = ComputeBlockActivations(s, Bf16Sdpa());
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+  // Against the same shapes unfused: exactly the q and k parts of qkv more.
+  ModelSpec split = s;
+  split.fused_qkv = split.fused_gate_up = false;
+  BlockActivations u = ComputeBlockActivations(split, Bf16Sdpa());
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token - u.full.saved_per_token, 2 * (qd + kv));
+  // Selective checkpointing keeps projection outputs: qkv and gate_up are saved whole.
+  EXPECT_LE(b.selective_per_token, b.full.saved_per_token);
+}
+
+// Olmo2DecoderLayer, bf16, SDPA, per token. Olmo2RMSNorm multiplies the weight into the fp32
+// x_hat, so each norm saves fp32 copy 4n + rsqrt 4 + fp32 x_hat 4n (n its width); no pre-norm,
+// so q/k/v_proj save the block input itself (2H) and gate/up_proj the residual h (2H):
+//   q_norm (n = qd), k_norm (n = kv), post_attention_layernorm and post_feedforward_layernorm
+//   (n = H) at 8n + 4 each; SDPA as Llama's; MLP 8F.
+TEST(ArchitecturesTest, Olmo2BlockSavesFp32NormsAroundEachSublayer) {
+  ModelSpec s = FindModelPreset("olmo2-13b");
+  double h = 5120, qd = 5120, kv = 5120, f = 13824, heads = 40;
+  double norms = (8 * qd + 4) + (8 * kv + 4) + 2 * (8 * h + 4);
+  double expected = 2 * h + norms + (2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads) + 2 * h + 8 * f;
+  BlockActivations b = ComputeBlockActivations(s, Bf16Sdpa());
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+}
+
+// The ledger's views: a saved view keeps its base's storage; a chunk's backward is one node.
+TEST(ArchitecturesTest, SavedViewKeepsItsBaseAndChunkBackwardIsOneNode) {
+  AutogradLedger g;
+  int x = g.Tensor("x", 10);
+  int base = g.Tensor("base", 40);
+  g.Op("proj", {x}, base, {});
+  std::vector<int> halves = g.Views(base, {"a", "b"}, {20, 20});
+  int y = g.Tensor("y", 20);
+  g.Op("f(a)", {halves[0]}, y, {halves[0]});  // saves the view a: keeps base (40)
+  int z = g.Tensor("z", 20);
+  g.Op("y*b", {y, halves[1]}, z, {});
+  ActivationLedger r = g.Run(x, z);
+  EXPECT_DOUBLE_EQ(r.saved_per_token, 40);
+  ASSERT_EQ(r.saved.size(), 1u);
+  EXPECT_EQ(r.saved[0].name, "base");
+  // Forward: x + base (50), then + y (70, the views own nothing), x freed after proj; then
+  // base + y + z = 80.
+  EXPECT_DOUBLE_EQ(r.forward_peak_per_token, 80);
+  EXPECT_EQ(r.forward_ops, 3);  // the view op launches nothing
+  // Backward: saved 40 + dz 20 + fresh dy 20 and db 20 = 100; then f(a) backward: 40 + dy 20 +
+  // db 20 + fresh da 20 = 100, after which the saved view (and with it base) is released; the
+  // split node, once for both views: da 20 + db 20 + fresh dbase 40 = 80.
+  EXPECT_DOUBLE_EQ(r.backward_peak_per_token, 100);
+  // The profile: start, y*b, f(a), the split node, proj (da/db gone: dbase 40 + fresh dx 10).
+  ASSERT_EQ(r.backward_profile.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.backward_profile[3].live_per_token, 80);
+  EXPECT_DOUBLE_EQ(r.backward_profile[4].live_per_token, 50);
+}
+
+// output_router_logits: load_balancing_loss_func after the LM loss. At the moment of
+// expert_mask.float() the head holds what the plain loss path saved, the logits (held through
+// forward, e·V), every layer's router logits (e·L·E, live since the blocks) and their softmax
+// (e·L·E, saved for backward), the int64 one_hot and its fp32 copy (12·L·k·E). Before that, the
+// held router logits add e·L·E to every moment of the plain head's forward.
+TEST(ArchitecturesTest, RouterAuxLossAddsTheOneHotSpikeToTheHead) {
+  ModelSpec s = Import("qwen3-30b-a3b.config.json");
+  ASSERT_FALSE(s.moe.router_aux_loss);
+  ActivationLedger plain = ComputeHeadActivations(s, Bf16Sdpa());
+  nlohmann::json j = ReadJsonFile(Data("qwen3-30b-a3b.config.json"));
+  j["output_router_logits"] = true;
+  ModelSpec aux_spec = ImportHfConfig(j, "q.json", nullptr);
+  ASSERT_TRUE(aux_spec.moe.router_aux_loss);
+  ActivationLedger aux = ComputeHeadActivations(aux_spec, Bf16Sdpa());
+  double e = 2, L = 48, E = 128, k = 8, V = 151936;
+  EXPECT_DOUBLE_EQ(aux.saved_per_token, plain.saved_per_token + e * L * E);
+  double one_hot_moment = plain.saved_per_token + e * V + 2 * e * L * E + 12 * L * k * E;
+  EXPECT_DOUBLE_EQ(aux.forward_peak_per_token,
+                   std::max(plain.forward_peak_per_token + e * L * E, one_hot_moment));
+  // 12·L·k·E = 590 KB a token for Qwen3-30B-A3B, the order of its fp32 logits (4V = 608 KB):
+  // the one_hot's moment comes within 0.4% of the logits upcast's.
+  EXPECT_GT(one_hot_moment, 0.99 * (plain.forward_peak_per_token + e * L * E));
+  // torchtitan's MoE balances with a bias instead (no auxiliary loss): nothing is added.
+  ActivationOptions tt = Bf16Sdpa();
+  tt.modeling = Modeling::kTorchtitan;
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(aux_spec, tt).saved_per_token,
+                   ComputeHeadActivations(s, tt).saved_per_token);
+}
+
+TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
+  nlohmann::json phi = ReadJsonFile(Data("phi-4.config.json"));
+  phi["resid_pdrop"] = 0.1;
+  EXPECT_THAT([&] { ImportHfConfig(phi, "phi.json", nullptr); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("phi.json:/resid_pdrop"),
+                                              HasSubstr("expected 0"), HasSubstr("0.1"))));
+  nlohmann::json qwen = ReadJsonFile(Data("qwen3-30b-a3b.config.json"));
+  qwen["mlp_only_layers"] = {0, 1};
+  EXPECT_THAT([&] { ImportHfConfig(qwen, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/mlp_only_layers")));
+  qwen = ReadJsonFile(Data("qwen3-30b-a3b.config.json"));
+  qwen["decoder_sparse_step"] = 2;
+  EXPECT_THAT([&] { ImportHfConfig(qwen, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/decoder_sparse_step")));
+}
+
+TEST(ArchitecturesTest, SpecFlagsRoundTripAndContradictionsAreProblems) {
+  for (const char* name : {"phi-4", "olmo2-13b", "qwen3-30b-a3b"}) {
+    ModelSpec s = FindModelPreset(name);
+    EXPECT_EQ(Shape(ModelSpecFromJson(nlohmann::json::parse(ModelSpecToJson(s).dump()), "m.json")),
+              Shape(s))
+        << name;
+  }
+  ModelSpec s = FindModelPreset("gpt2");
+  s.fused_gate_up = true;  // GELU MLP has no gate
+  s.post_norms = true;
+  s.norm_weight_fp32 = true;  // LayerNorm
+  std::vector<std::string> p = s.Problems("m.json");
+  EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/fused_gate_up")));
+  EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/norm_weight_fp32")));
+  ModelSpec olmo = FindModelPreset("olmo2-13b");
+  olmo.qk_norm = false;  // full width without qk norm
+  EXPECT_THAT(olmo.Problems("m.json"), testing::Contains(HasSubstr("m.json:/qk_norm_full_width")));
+}
+
+}  // namespace
+}  // namespace shardtune::model
