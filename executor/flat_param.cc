@@ -43,7 +43,8 @@ FlatParam::FlatParam(const model::FsdpUnit& unit, const FlatParamOptions& o)
   at::NoGradGuard no_grad;
   at::Tensor full = at::zeros({padded_numel()}, at::kFloat);  // [padded] fp32, init only
   for (const ParamSlot& s : slots_) {
-    Transformer::InitParameter(s.name, o.seed, full.narrow(0, s.offset, s.numel).view(s.shape));
+    Transformer::InitParameter(s.name, o.seed, full.narrow(0, s.offset, s.numel).view(s.shape),
+                               o.norm_unit_offset);
   }
   bool offload = o.offload_shard && o.device.is_cuda();
   SHARDTUNE_CHECK(!o.requires_grad || o.shard_dtype == at::kFloat)

@@ -44,6 +44,7 @@ struct FlatParamOptions {
   int shard_size = 1;                        // n, ranks in the shard group
   int shard_rank = 0;
   uint64_t seed = 0;             // parameter initialization
+  bool norm_unit_offset = false;  // Gemma: norm weights start at 0 (they scale by 1 + w)
   at::Device device = at::kCPU;  // where gathered buffers (and shards, unless offloaded) live
   // CPU offload (plan offload optimizer|all) on a GPU run: the fp32 master shard, its gradient
   // and so the optimizer state live in page-locked host memory; a gather copies the shard to

@@ -35,6 +35,7 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   t.rope_theta = filled.rope_theta;
   t.norm_eps = filled.norm_eps;
   t.rope_scaling = filled.rope_scaling;
+  t.rope_local_theta = filled.rope_local_theta;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
   t.selective = plan.checkpointing == model::Checkpointing::kSelective;
@@ -99,6 +100,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   fo.shard_size = groups_.shard->size();
   fo.shard_rank = groups_.shard->rank();
   fo.seed = options.seed;
+  fo.norm_unit_offset = spec.norm_unit_offset;
   fo.device = options.device;
   fo.offload_shard = plan.offload != model::Offload::kNone;
   fo.keep_device_shard = plan.offload == model::Offload::kOptimizer;

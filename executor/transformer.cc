@@ -64,6 +64,20 @@ at::Tensor RmsNormFp32WeightPiece(const std::vector<at::Tensor>& in, double eps)
   return (in[1] * (x32 * at::rsqrt(var + eps))).to(x.scalar_type());
 }
 
+// Gemma's RMSNorm: (x_hat * (1.0 + weight.float())).type_as(x) (modeling_gemma2.py,
+// modeling_gemma3.py). inputs: x, weight.
+at::Tensor RmsNormUnitOffsetPiece(const std::vector<at::Tensor>& in, double eps) {
+  const at::Tensor& x = in[0];
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
+  return (x32 * at::rsqrt(var + eps) * (in[1].to(at::kFloat) + 1.0)).to(x.scalar_type());
+}
+
+// Gemma's MLP: gelu_pytorch_tanh(gate) x up (a GeGLU). inputs: gate, up.
+at::Tensor GeGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
+  return at::gelu(in[0], "tanh") * in[1];
+}
+
 // inputs: x, weight[, bias].
 at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps) {
   return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in.size() > 2 ? in[2] : at::Tensor(), eps);
@@ -100,7 +114,8 @@ std::vector<int64_t> Transformer::Shape(int64_t dim0, int64_t inner) {
   return {dim0, inner};
 }
 
-void Transformer::InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full) {
+void Transformer::InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full,
+                                bool norm_unit_offset) {
   at::NoGradGuard no_grad;
   bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
   if (model::EndsWith(name, ".bias") || name.find(".lora_B.") != std::string::npos) {
@@ -112,7 +127,7 @@ void Transformer::InitParameter(const std::string& name, uint64_t seed, const at
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
     full.uniform_(-bound, bound, gen);
   } else if (norm) {
-    full.fill_(1.0);
+    full.fill_(norm_unit_offset ? 0.0 : 1.0);  // Gemma: scale 1 + w, w initialised to zeros
   } else {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
     full.normal_(0.0, 0.02, gen);
@@ -141,6 +156,10 @@ at::Tensor Transformer::Segment(const ParamTable& p, int segment, const at::Tens
 
 at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) const {
   at::Tensor x = at::embedding(Get(p, "model.embed_tokens.weight"), tokens);  // [B, S, H]
+  if (spec_.scaled_embedding) {
+    // Gemma: x * sqrt(H), the normalizer a tensor of the compute dtype (rounded to it).
+    x = x * at::scalar_tensor(std::sqrt(static_cast<double>(spec_.hidden)), x.options());
+  }
   if (gpt2_names_) {
     int64_t s = tokens.size(1);
     at::Tensor pos = Get(p, "model.embed_positions.weight").narrow(0, PositionOffset(s), s);
@@ -151,7 +170,10 @@ at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) con
 
 Transformer::Piece Transformer::NormPiece(const ParamTable& p, const std::string& name,
                                           const at::Tensor& x) const {
-  Piece piece{spec_.norm_weight_fp32 ? &RmsNormFp32WeightPiece : &RmsNormPiece, options_.norm_eps,
+  Piece piece{spec_.norm_unit_offset   ? &RmsNormUnitOffsetPiece
+               : spec_.norm_weight_fp32 ? &RmsNormFp32WeightPiece
+                                        : &RmsNormPiece,
+              options_.norm_eps,
               {x, Get(p, name + ".weight")}};
   if (spec_.norm == model::NormKind::kLayerNorm) {
     piece.fn = &LayerNormPiece;
@@ -197,21 +219,72 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
   std::string n2 = pre + (gpt2_names_ ? ".ln_2" : ".post_attention_layernorm");
   std::string attn = pre + (gpt2_names_ ? ".attn" : ".self_attn");
   auto qkv = [&](const at::Tensor& n) { return Qkv(p, attn, n); };
-  auto up = [&](const at::Tensor& n) { return MlpUp(p, pre + ".mlp", n); };
-  if (spec_.post_norms) {
+  // The MLP (or MoE) on a normalised input `n` packed as NormThen's projections: a dense MLP's
+  // up projections, or the MoE block's output alone.
+  auto up = [&](const at::Tensor& n) {
+    if (spec_.moe.enabled()) return std::vector<at::Tensor>{Moe(p, pre + ".block_sparse_moe", n)};
+    return MlpUp(p, pre + ".mlp", n);
+  };
+  auto down = [&](const std::vector<at::Tensor>& u) {
+    return spec_.moe.enabled() ? u[0] : MlpDown(p, pre + ".mlp", u);
+  };
+  if (spec_.norm_placement == model::NormPlacement::kPost) {
     // Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x));
     // out = h + post_feedforward_layernorm(mlp(h)).
-    at::Tensor h = x + Norm(p, pre + ".post_attention_layernorm", Attention(p, attn, qkv(x)),
-                            spec_.hidden);
-    return h + Norm(p, pre + ".post_feedforward_layernorm", MlpDown(p, pre + ".mlp", up(h)),
-                    spec_.hidden);
+    at::Tensor h = x + Norm(p, pre + ".post_attention_layernorm",
+                            Attention(p, attn, qkv(x), layer), spec_.hidden);
+    return h + Norm(p, pre + ".post_feedforward_layernorm", down(up(h)), spec_.hidden);
+  }
+  if (spec_.norm_placement == model::NormPlacement::kSandwich) {
+    // Gemma2DecoderLayer / Gemma3DecoderLayer:
+    // h = x + post_attention_layernorm(attn(input_layernorm(x)));
+    // out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+    at::Tensor a = Attention(p, attn, NormThen(p, pre + ".input_layernorm", x, qkv), layer);
+    at::Tensor h = x + Norm(p, pre + ".post_attention_layernorm", a, spec_.hidden);
+    at::Tensor m = down(NormThen(p, pre + ".pre_feedforward_layernorm", h, up));
+    return h + Norm(p, pre + ".post_feedforward_layernorm", m, spec_.hidden);
   }
   if (spec_.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
-    return x + Attention(p, attn, NormThen(p, n1, x, qkv)) +
-           MlpDown(p, pre + ".mlp", NormThen(p, n2, x, up));
+    return x + Attention(p, attn, NormThen(p, n1, x, qkv), layer) + down(NormThen(p, n2, x, up));
   }
-  at::Tensor h = x + Attention(p, attn, NormThen(p, n1, x, qkv));
-  return h + MlpDown(p, pre + ".mlp", NormThen(p, n2, h, up));
+  at::Tensor h = x + Attention(p, attn, NormThen(p, n1, x, qkv), layer);
+  return h + down(NormThen(p, n2, h, up));
+}
+
+// HF's dropless MoE blocks (modeling_mixtral.py MixtralSparseMoeBlock, modeling_qwen2_moe.py,
+// modeling_qwen3_moe.py): router logits, softmax in fp32, top-k, the weights renormalised when
+// norm_topk_prob (Mixtral always) and cast to the compute dtype; each expert runs on the tokens
+// routed to it (index_select), its output scaled by their routing weights and index_add_-ed
+// back; the shared expert (Qwen2-MoE) runs on every token, scaled by sigmoid(its gate).
+at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x) const {
+  const model::MoeSpec& m = spec_.moe;
+  at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
+  at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/false, /*conv1d=*/false);  // [T, E]
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);
+  auto top = at::topk(probs, m.top_k, -1);
+  at::Tensor weights = std::get<0>(top), chosen = std::get<1>(top);      // [T, k]
+  if (m.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(x.scalar_type());
+  at::Tensor out = at::zeros_like(flat);
+  for (int e = 0; e < m.num_experts; ++e) {
+    // Every expert runs, one no token chose on [0, H] rows: its weights then get (zero)
+    // gradients on every rank, so each FSDP unit's gradient hooks fire on all of them.
+    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
+    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
+    std::string ep = pre + ".experts." + std::to_string(e);
+    at::Tensor y = MlpDown(p, ep, MlpUp(p, ep, flat.index_select(0, token)));
+    y = y * weights.reshape({-1}).index_select(0, token * m.top_k + slot).unsqueeze(-1);
+    out = out.index_add(0, token, y);
+  }
+  if (m.num_shared_experts > 0) {
+    std::string sp = pre + ".shared_expert";
+    at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
+    if (m.shared_expert_gate) {
+      s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
+    }
+    out = out + s;
+  }
+  return out.view_as(x);
 }
 
 // The attention's input projections: q, k, v [B, S, heads * D], or GPT-2's c_attn [B, S, 3H].
@@ -225,7 +298,9 @@ std::vector<at::Tensor> Transformer::Qkv(const ParamTable& p, const std::string&
 }
 
 at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
-                                  const std::vector<at::Tensor>& qkv) const {
+                                  const std::vector<at::Tensor>& qkv, int layer) const {
+  const bool sliding = layer >= 0 && spec_.SlidingLayer(layer);
+  const int64_t window = sliding ? spec_.sliding_window : 0;
   int64_t B = qkv[0].size(0), S = qkv[0].size(1), D = spec_.head_dim;
   int64_t a = spec_.num_heads, kv = spec_.num_kv_heads;
   at::Tensor q, k, v;
@@ -252,12 +327,17 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   k = k.transpose(1, 2);                         // [B, kv, S, D]
   v = v.reshape({B, S, kv, D}).transpose(1, 2);  // [B, kv, S, D]
   if (spec_.positions == model::PositionKind::kRotary) {
-    q = Rotary(q, PositionOffset(S));
-    k = Rotary(k, PositionOffset(S));
+    q = Rotary(q, PositionOffset(S), sliding);
+    k = Rotary(k, PositionOffset(S), sliding);
+  }
+  if (spec_.query_pre_attn_scalar > 0) {
+    // Gemma: scores scaled by query_pre_attn_scalar^-0.5 instead of D^-0.5; the kernels below
+    // scale by D^-0.5, so q carries the ratio.
+    q = q * std::sqrt(static_cast<double>(D) / spec_.query_pre_attn_scalar);
   }
   at::Tensor o;
   if (cp_ == nullptr) {
-    o = Core(q, k, v).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
+    o = Core(q, k, v, window).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
   } else {
     // Ulysses: S here is this rank's slice. Fewer kv heads than cp ranks: repeat each kv head
     // cp / kv times so every rank receives one whole kv head (verl's monkey_patch.py,
@@ -270,15 +350,33 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     auto to_heads = [&](const at::Tensor& t) {  // [B, h, S/cp, D] -> [B, h/cp, S, D]
       return GatherSeqScatterHeads(t.transpose(1, 2), *cp_).transpose(1, 2);
     };
-    at::Tensor local = Core(to_heads(q), to_heads(k), to_heads(v));  // [B, a/cp, S_full, D]
+    at::Tensor local = Core(to_heads(q), to_heads(k), to_heads(v), window);  // [B, a/cp, S, D]
     o = GatherHeadsScatterSeq(local.transpose(1, 2), *cp_).reshape({B, S, a * D});
   }
   return Proj(p, pre + (gpt2_names_ ? ".c_proj" : ".o_proj"), o, spec_.attn_out_bias,
               gpt2_names_);
 }
 
-at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
+at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window) const {
   int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
+  if (window > 0 && window < S) {
+    // A sliding layer (Gemma's sliding_window_overlay: kv_idx > q_idx - window, causal): an
+    // explicit band mask, true where attention is allowed, for SDPA or the eager path.
+    at::Tensor i = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(1);
+    at::Tensor j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
+    at::Tensor allowed = j.le(i).logical_and(j.gt(i - window));  // [S, S]
+    if (kv != a) {
+      k = k.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
+      v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
+    }
+#if TORCH_VERSION_MAJOR >= 2
+    if (options_.sdpa) return at::scaled_dot_product_attention(q, k, v, allowed);
+#endif
+    at::Tensor scores =
+        at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+    return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+  }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
@@ -308,7 +406,12 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v) const {
 // them by factor; _compute_llama3_parameters keeps the high frequencies (wavelength below
 // original_max_position_embeddings / high_freq_factor), divides the low ones (above
 // original / low_freq_factor) by factor and blends in between).
-at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f32) const {
+at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f32,
+                                           bool local) const {
+  if (local && options_.rope_local_theta > 0) {  // Gemma 3: the sliding layers' plain RoPE
+    return at::pow(options_.rope_local_theta, at::arange(0, D, 2, f32) / static_cast<double>(D))
+        .reciprocal();
+  }
   at::Tensor inv =
       at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
   const model::RopeScaling& r = options_.rope_scaling;
@@ -326,10 +429,10 @@ at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f
   return at::where(medium, smoothed, inv_llama);
 }
 
-at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset) const {
+at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) const {
   int64_t S = x.size(2), D = x.size(3);
   auto f32 = x.options().dtype(at::kFloat);
-  at::Tensor inv = InverseFrequencies(D, f32);
+  at::Tensor inv = InverseFrequencies(D, f32, local);
   at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, D]
   at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
@@ -357,7 +460,7 @@ std::vector<at::Tensor> Transformer::MlpUp(const ParamTable& p, const std::strin
 at::Tensor Transformer::MlpDown(const ParamTable& p, const std::string& pre,
                                 const std::vector<at::Tensor>& up) const {
   bool b = spec_.mlp_bias;
-  Piece act{&SwiGluPiece, 0.0, up};
+  Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
   std::string down = pre + ".down_proj";
   bool conv1d = false;
   if (spec_.mlp != model::MlpKind::kSwiGlu) {
@@ -390,6 +493,9 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
   at::Tensor logits = spec_.tied_embeddings  // [B, S, V]; LoRA may target lm_head
                           ? at::linear(x, Get(p, "model.embed_tokens.weight"))
                           : Proj(p, "lm_head", x, /*bias=*/false, /*conv1d=*/false);
+  if (spec_.final_logit_softcap > 0) {  // Gemma 2: tanh(logits / cap) * cap, before the upcast
+    logits = at::tanh(logits / spec_.final_logit_softcap) * spec_.final_logit_softcap;
+  }
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
   if (cp_ == nullptr) {
     return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));

@@ -34,6 +34,7 @@ struct TransformerOptions {
   double norm_eps = 1e-5;             // ModelSpec::norm_eps (rms_norm_eps, layer_norm_epsilon)
   double rope_theta = 10000.0;        // ModelSpec::rope_theta (HF rope_theta)
   model::RopeScaling rope_scaling;    // ModelSpec::rope_scaling: none, "linear" or "llama3"
+  double rope_local_theta = 0;        // ModelSpec::rope_local_theta (Gemma 3's sliding layers)
   // LoRA scale alpha / r (PEFT's `scaling`); the adapters run when the ParamTable has them.
   double lora_scale = 1.0;
   // Selective activation checkpointing (plan checkpointing "selective"), with grad enabled only:
@@ -55,7 +56,9 @@ class Transformer {
   // seeded by (seed, name), so the value depends on neither the wrap policy nor the world size.
   // LoRA (peft/tuners/lora/layer.py, LoraLayer.reset_lora_parameters): lora_A [r, in]
   // kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), lora_B zeros.
-  static void InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full);
+  // norm_unit_offset (Gemma's (1 + w) norms): norm weights start at 0 instead of 1.
+  static void InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full,
+                            bool norm_unit_offset = false);
 
   // Forward of segment `segment` (module_tree.h numbering). Segment 0 takes tokens [B, S] int64
   // and returns hidden [B, S, H]; blocks and the final norm map hidden to hidden; the head
@@ -70,7 +73,8 @@ class Transformer {
   const model::ModelSpec& spec() const { return spec_; }
   // The rotary inverse frequencies [D/2] in fp32 (`f32`'s device), with options().rope_theta
   // and rope_scaling ("linear" or "llama3") applied as transformers does.
-  at::Tensor InverseFrequencies(int64_t D, const at::TensorOptions& f32) const;
+  // `local`: a sliding layer's frequencies (rope_local_theta, unscaled) when the spec has one.
+  at::Tensor InverseFrequencies(int64_t D, const at::TensorOptions& f32, bool local = false) const;
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -93,9 +97,12 @@ class Transformer {
   at::Tensor Block(const ParamTable& p, int layer, const at::Tensor& x) const;
   std::vector<at::Tensor> Qkv(const ParamTable& p, const std::string& prefix,
                               const at::Tensor& x) const;
+  // `layer`: the block's index (sliding-window layers attend to a band, with their own rotary
+  // base); -1 for a layer without a window.
   at::Tensor Attention(const ParamTable& p, const std::string& prefix,
-                       const std::vector<at::Tensor>& qkv) const;
-  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v) const;
+                       const std::vector<at::Tensor>& qkv, int layer = -1) const;
+  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0) const;
+  at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;
   at::Tensor MlpDown(const ParamTable& p, const std::string& prefix,
@@ -108,7 +115,7 @@ class Transformer {
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
-  at::Tensor Rotary(const at::Tensor& x, int64_t offset) const;  // [B, heads, S, D]
+  at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;  // [B, h, S, D]
   int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
 
   model::ModelSpec spec_;

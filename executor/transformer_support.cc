@@ -1,11 +1,15 @@
-// The executor's model coverage: dense decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3 and OLMo 2
-// families.
+// The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
+// families (Gemma 2 without its attention soft-capping), and HF's dropless MoE (Mixtral, Qwen2-MoE,
+// Qwen3-MoE) without the auxiliary loss.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
-  if (spec.moe.enabled()) return "mixture-of-experts models are not supported by the executor";
+  if (spec.moe.router_aux_loss) {
+    return "the MoE auxiliary load-balancing loss (output_router_logits) is not computed by the "
+           "executor";
+  }
   int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
   if (kv <= 0 || spec.num_heads % kv != 0) return "num_heads must be a multiple of num_kv_heads";
   int64_t head_dim =
@@ -21,6 +25,10 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
     return "rope_scaling \"" + scaling +
            "\" is not implemented by the executor (it computes plain, \"linear\" and \"llama3\" "
            "RoPE)";
+  }
+  if (spec.attn_logit_softcap > 0) {
+    return "attention logit soft-capping (Gemma 2's attn_logit_softcapping " +
+           std::to_string(spec.attn_logit_softcap) + ") is not implemented by the executor";
   }
   if (spec.positions == model::PositionKind::kRotary && spec.rotary_fraction != 1.0) {
     return "partial rotary embeddings (rotary_pct / partial_rotary_factor " +

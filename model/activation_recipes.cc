@@ -91,14 +91,18 @@ namespace {
 // for the weight's gradient only (mul.Tensor: "self: mul_tensor_backward(grad, other, ...)").
 // torchtitan (nn.RMSNorm -> fused F.rms_norm in torch >= 2.8) saves the input and rstd only, for
 // its one "input, weight" formula (whenever the node exists).
-int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::string& module) {
+// `rows`: the rows normalised per token, each with its own variance and rsqrt (1; a per-head q or
+// k norm: the heads), `dim` the elements of all of them; the parameter has dim / rows elements.
+int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::string& module,
+            double rows = 1) {
   bool w = WeightTrains(c, module), any = AnyTrains(c, module);
+  const double param = dim / rows;
   if (c.opt.modeling == Modeling::kTorchtitan) {
-    int rstd = c.g.Tensor(name + " rstd (fp32)", kFp32);
+    int rstd = c.g.Tensor(name + " rstd (fp32)", kFp32 * rows);
     int y = c.g.Tensor(name + " output", c.e * dim);
     c.g.Op(name + " fused rms_norm", {x}, rstd, {});
     c.g.Op(name + " apply", {x, rstd}, y, {x, rstd});
-    c.g.SetParam(dim, w, any);
+    c.g.SetParam(param, w, any);
     return y;
   }
   int x32 = x;
@@ -108,18 +112,19 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
   }
   int sq = c.g.Tensor(name + " x^2 (fp32)", kFp32 * dim);
   c.g.Op(name + " pow", {x32}, sq, {x32});
-  int var = c.g.Tensor(name + " variance", kFp32);
+  int var = c.g.Tensor(name + " variance", kFp32 * rows);
   c.g.Op(name + " mean", {sq}, var, {});
-  int rs = c.g.Tensor(name + " rsqrt", kFp32);
+  int rs = c.g.Tensor(name + " rsqrt", kFp32 * rows);
   c.g.Op(name + " rsqrt", {var}, rs, {rs});
   int n32 = c.g.Tensor(name + " normalized (fp32)", kFp32 * dim);
   c.g.Op(name + " mul", {x32, rs}, n32, {{x32, 1}, {rs, 0}});
-  if (c.spec.norm_weight_fp32) {
+  if (c.spec.norm_weight_fp32 || c.spec.norm_unit_offset) {
     // OLMo 2's Olmo2RMSNorm: (weight * x).to(input_dtype). The bf16 weight times the fp32 x_hat
     // promotes to fp32, and mul.Tensor saves the fp32 x_hat for the weight's gradient only.
+    // Gemma's RMSNorm: (x_hat * (1.0 + weight.float())).type_as(x): the same fp32 product.
     int y32 = c.g.Tensor(name + " weight * normalized (fp32)", kFp32 * dim);
     c.g.Op(name + " weight mul (fp32)", {n32}, y32, {{n32, SavedFor::kParamGrad}});
-    c.g.SetParam(dim, w, any);
+    c.g.SetParam(param, w, any);
     if (c.e == kFp32) return y32;
     int y = c.g.Tensor(name + " output", c.e * dim);
     c.g.Op(name + " to(dtype)", {y32}, y, {});
@@ -132,7 +137,7 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
   }
   int y = c.g.Tensor(name + " output", c.e * dim);
   c.g.Op(name + " weight mul", {nb}, y, {{nb, SavedFor::kParamGrad}});
-  c.g.SetParam(dim, w, any);
+  c.g.SetParam(param, w, any);
   return y;
 }
 
@@ -231,6 +236,15 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
   int sc = c.g.Tensor(name + " scores q@k^T", c.e * scores);
   c.g.Op(name + " matmul qk", {q, kr}, sc, {{q, 1}, {kr, 0}});
   c.g.MarkComputeBound();
+  if (s.attn_logit_softcap > 0) {
+    // Gemma 2's eager_attention_forward: scores / softcap, tanh (saves its output), * softcap.
+    int div = c.g.Tensor(name + " scores / softcap", c.e * scores);
+    c.g.Op(name + " softcap divide", {sc}, div, {});
+    int th = c.g.Tensor(name + " tanh(scores / softcap)", c.e * scores);
+    c.g.Op(name + " softcap tanh", {div}, th, {th});
+    sc = c.g.Tensor(name + " softcapped scores", c.e * scores);
+    c.g.Op(name + " softcap multiply", {th}, sc, {});
+  }
   int sm = c.g.Tensor(name + " scaled+masked scores", c.e * scores);
   c.g.Op(name + " scale+mask", {sc}, sm, {});
   int p32 = c.g.Tensor(name + " softmax (fp32)", kFp32 * scores);
@@ -283,8 +297,10 @@ int AttentionSublayer(Ctx& c, int x) {
   if (s.qk_norm) {
     // Qwen3: RMSNorm over head_dim on q and k before rope; OLMo 2: q_norm(q_proj(x)) over the
     // whole projection (the same bytes per token).
-    q = RmsNorm(c, q, qd, "attn.q_norm", "self_attn.q_norm");
-    k = RmsNorm(c, k, kvd, "attn.k_norm", "self_attn.k_norm");
+    // Qwen3's and Gemma 3's normalise each head: num_heads (num_kv_heads) rows per token.
+    bool per_head = !s.qk_norm_full_width;
+    q = RmsNorm(c, q, qd, "attn.q_norm", "self_attn.q_norm", per_head ? s.num_heads : 1);
+    k = RmsNorm(c, k, kvd, "attn.k_norm", "self_attn.k_norm", per_head ? s.num_kv_heads : 1);
   }
   if (s.positions == PositionKind::kRotary && s.fused_qkv && c.opt.modeling == Modeling::kHf) {
     q = PartialRope(c, q, qd, "attn.q");

@@ -66,6 +66,14 @@ int Moe(Ctx& c, int x) {
   int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
   int probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
   c.g.Op("moe.softmax", {logits}, probs, {probs});
+  // HF's dispatch: expert_mask = one_hot(selected_experts, E).permute(2, 1, 0), int64
+  // [E, top_k, T], which torch.where reads for every expert until the loop ends (no gradient).
+  // torchtitan sorts the tokens by expert instead (histc / argsort: a few [T, top_k] tensors).
+  int mask = -1;
+  if (c.opt.modeling == Modeling::kHf) {
+    mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * k * m.num_experts);
+    c.g.Op("moe.one_hot", {}, mask, {});
+  }
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
   c.g.Op("moe.gather", {x, probs}, gathered, {});
   int expert_out = DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");
@@ -73,7 +81,9 @@ int Moe(Ctx& c, int x) {
   c.g.Op("moe.scale by routing weight", {expert_out, probs}, weighted,
          {{expert_out, 1}, {probs, 0}});
   int out = c.g.Tensor("moe.combined output", c.e * h);
-  c.g.Op("moe.index_add", {weighted}, out, {});
+  std::vector<int> add_inputs{weighted};
+  if (mask >= 0) add_inputs.push_back(mask);  // the mask lives through the expert loop
+  c.g.Op("moe.index_add", add_inputs, out, {});
   if (m.num_shared_experts > 0) {
     double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
     int shared = DenseMlp(c, x, fs * m.num_shared_experts, 1.0, "moe.shared_expert",
@@ -170,13 +180,23 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
   std::string ln2 = Gpt2(c) ? "ln_2" : "post_attention_layernorm";
   int x = c.g.Tensor("block input", c.e * h);
   int out;
-  if (spec.post_norms) {
+  if (spec.norm_placement == NormPlacement::kPost) {
     // Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x));
     // out = h + post_feedforward_layernorm(mlp(h)). The norms read the sublayers' outputs.
     int a = Norm(c, AttentionSublayer(c, x), h, "post_attention_layernorm",
                  "post_attention_layernorm");
     int h1 = Add(c, x, a, "residual add (attn)");
     int m = Norm(c, Mlp(c, h1), h, "post_feedforward_layernorm", "post_feedforward_layernorm");
+    out = Add(c, h1, m, "residual add (mlp)");
+  } else if (spec.norm_placement == NormPlacement::kSandwich) {
+    // Gemma2DecoderLayer / Gemma3DecoderLayer:
+    // h = x + post_attention_layernorm(attn(input_layernorm(x)));
+    // out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+    int a = AttentionSublayer(c, Norm(c, x, h, "input_layernorm", "input_layernorm"));
+    a = Norm(c, a, h, "post_attention_layernorm", "post_attention_layernorm");
+    int h1 = Add(c, x, a, "residual add (attn)");
+    int m = Mlp(c, Norm(c, h1, h, "pre_feedforward_layernorm", "pre_feedforward_layernorm"));
+    m = Norm(c, m, h, "post_feedforward_layernorm", "post_feedforward_layernorm");
     out = Add(c, h1, m, "residual add (mlp)");
   } else if (spec.parallel_residual) {  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
     int a = AttentionSublayer(c, Norm(c, x, h, "input_layernorm", ln1));
@@ -223,6 +243,20 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   // A tied LM head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
   int logits =
       Linear(c, normed, v, "lm_head", spec.tied_embeddings ? "model.embed_tokens" : "lm_head");
+  if (spec.final_logit_softcap > 0) {
+    // Gemma2ForCausalLM: logits = logits / cap; logits = torch.tanh(logits); logits = logits *
+    // cap, in the compute dtype before the loss's upcast. tanh saves its output for backward
+    // (derivatives.yaml "self: tanh_backward(grad, result)"); the divisions by a Python float
+    // save nothing.
+    double v_bytes = c.g.BytesPerToken(logits);
+    int scaled = c.g.Tensor("logits / final_logit_softcapping", v_bytes);
+    c.g.Op("softcap divide", {logits}, scaled, {});
+    int th = c.g.Tensor("tanh(logits / cap)", v_bytes);
+    c.g.Op("softcap tanh", {scaled}, th, {th});
+    int capped = c.g.Tensor("softcapped logits", v_bytes);
+    c.g.Op("softcap multiply", {th}, capped, {});
+    logits = capped;
+  }
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);
   int l32 = logits;
@@ -242,7 +276,8 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   }
   ActivationLedger led = c.g.Run(x, loss, trainability.input_requires_grad);
   for (auto& t : led.saved) {
-    if (t.name == "lm_head output" && opt.keep_logits) t.name = "logits held by the caller";
+    bool logits = t.name == "lm_head output" || t.name == "softcapped logits";
+    if (logits && opt.keep_logits) t.name = "logits held by the caller";
   }
   return led;
 }

@@ -13,7 +13,8 @@ namespace shardtune::model {
 namespace {
 
 enum class Family {
-  kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGpt2, kGptNeox
+  kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma2,
+  kGemma3, kGemma3Multimodal, kGpt2, kGptNeox
 };
 
 struct Arch {
@@ -32,6 +33,9 @@ constexpr Arch kArchs[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe", Family::kQwen3Moe},
     {"Phi3ForCausalLM", "phi3", Family::kPhi3},
     {"Olmo2ForCausalLM", "olmo2", Family::kOlmo2},
+    {"Gemma2ForCausalLM", "gemma2", Family::kGemma2},
+    {"Gemma3ForCausalLM", "gemma3_text", Family::kGemma3},
+    {"Gemma3ForConditionalGeneration", "gemma3", Family::kGemma3Multimodal},
     {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
 };
@@ -54,10 +58,9 @@ const std::vector<std::string> kRotaryDecoderSkipped = {"attention_dropout", "hi
 // Sliding windows bound attention's reach, not the memory SDPA/flash kernels save.
 const std::vector<std::string> kQwenSkipped = {"sliding_window", "use_sliding_window",
                                                "max_window_layers", "layer_types", "use_mrope"};
-// output_router_logits is read (MoeSpec::router_aux_loss); the coefficient, the jitter and the
-// renormalisation change values, not shapes.
-const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "router_jitter_noise",
-                                                 "norm_topk_prob"};
+// output_router_logits and norm_topk_prob are read (MoeSpec), router_jitter_noise checked; the
+// aux loss's coefficient changes values only.
+const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef"};
 // Phi3Attention builds qkv_proj and o_proj with bias=False whatever attention_bias says
 // (modeling_phi3.py); original_max_position_embeddings only picks longrope's short or long
 // factors (the frequencies, not the shapes).
@@ -66,6 +69,15 @@ const std::vector<std::string> kRouterSkipped = {"router_aux_loss_coef", "router
 const std::vector<std::string> kPhi3Skipped = {
     "attention_bias", "original_max_position_embeddings", "sliding_window", "full_attn_mod",
     "interpolate_factor", "lm_head_bias", "mlp_bias"};
+// Gemma: the KV-cache layout, a duplicate of sliding_window in Gemma 2's first configs, and
+// hidden_act (hidden_activation is what Gemma's MLP reads, and is checked).
+const std::vector<std::string> kGemmaSkipped = {"cache_implementation", "sliding_window_size",
+                                                "hidden_act", "use_bidirectional_attention"};
+// Gemma3ForConditionalGeneration's keys outside text_config: the vision tower (SigLIP) and the
+// image tokens, which shardtune does not model (text backbone only; ImportHfConfig warns).
+const std::vector<std::string> kGemma3MultimodalSkipped = {
+    "text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
+    "mm_tokens_per_image", "tie_word_embeddings"};
 const std::vector<std::string> kGpt2Skipped = {
     "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
@@ -90,6 +102,9 @@ std::vector<std::string> SkippedKeys(Family f) {
       add(kRotaryDecoderSkipped); add(kQwenSkipped); add(kRouterSkipped); break;
     case Family::kPhi3: keys.push_back("hidden_act"); add(kPhi3Skipped); break;
     case Family::kOlmo2: add(kRotaryDecoderSkipped); break;
+    case Family::kGemma2:
+    case Family::kGemma3: add(kGemmaSkipped); break;
+    case Family::kGemma3Multimodal: add(kGemma3MultimodalSkipped); break;
     case Family::kGpt2: add(kGpt2Skipped); break;
     case Family::kGptNeox: add(kNeoxSkipped); break;
   }
@@ -99,7 +114,19 @@ std::vector<std::string> SkippedKeys(Family f) {
 // StrictReader plus the HF conventions: null means "the class default", unknown keys warn.
 class HfReader {
  public:
-  HfReader(const nlohmann::json& j, const std::string& file) : j_(j), r_(j, file) {}
+  HfReader(const nlohmann::json& j, const std::string& file, const std::string& pointer = "")
+      : j_(j), r_(j, file, pointer) {}
+  // A key whose JSON null means "off" (HF's None), not the class default: 0 when null,
+  // `absent` when the key is missing, else a number in [0, max].
+  double NumberOrOff(const std::string& key, double absent, double max) {
+    if (!r_.Has(key)) return absent;
+    read_.insert(key);
+    if (j_.at(key).is_null()) {
+      r_.Ignore(key);
+      return 0;
+    }
+    return r_.OptionalNumber(key, absent, 0, max);
+  }
   int64_t Int(const std::string& key) {
     read_.insert(key);
     return r_.RequiredInt(key, 1, INT_MAX);
@@ -266,8 +293,94 @@ void ReadPhi3(HfReader* h, ModelSpec* s) {
 void ReadOlmo2(HfReader* h, ModelSpec* s) {
   s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
   s->qk_norm = s->qk_norm_full_width = true;
-  s->post_norms = true;
+  s->norm_placement = NormPlacement::kPost;
   s->norm_weight_fp32 = true;
+}
+
+// layer_types (transformers >= 4.53): "sliding_attention" / "full_attention" per layer, as
+// ModelSpec::full_attention_every (every N-th layer full). Other patterns are refused by name.
+int FullAttentionEvery(HfReader* h, int layers, int def) {
+  if (!h->Has("layer_types")) return def;
+  const nlohmann::json& v = h->Value("layer_types");
+  const std::string where = h->Where("layer_types");
+  if (!v.is_array() || static_cast<int>(v.size()) != layers) {
+    throw InputError(where + ": expected an array of num_hidden_layers = " +
+                     std::to_string(layers) + " strings, got " + Describe(v));
+  }
+  int every = layers + 1;  // no full layer: every layer slides
+  for (int i = 0; i < layers; ++i) {
+    const nlohmann::json& t = v[static_cast<size_t>(i)];
+    if (t != "sliding_attention" && t != "full_attention") {
+      throw InputError(where + "/" + std::to_string(i) +
+                       ": expected \"sliding_attention\" or \"full_attention\", got " +
+                       Describe(t));
+    }
+    if (t == "full_attention" && every == layers + 1) every = i + 1;
+  }
+  for (int i = 0; i < layers; ++i) {
+    bool full = v[static_cast<size_t>(i)] == "full_attention";
+    if (full != ((i + 1) % every == 0)) {
+      throw InputError(where + "/" + std::to_string(i) +
+                       ": expected every " + std::to_string(every) +
+                       "-th layer to attend fully (the periodic pattern shardtune models), got " +
+                       Describe(v[static_cast<size_t>(i)]));
+    }
+  }
+  return every;
+}
+
+// Gemma2ForCausalLM (modeling_gemma2.py), Gemma3ForCausalLM and the text backbone of
+// Gemma3ForConditionalGeneration (modeling_gemma3.py): Llama's projections with sandwich norms
+// (input, post-attention, pre- and post-feedforward), RMSNorm as (x_hat * (1 + w)) in fp32, a
+// GeGLU MLP (gelu_pytorch_tanh), embeddings times sqrt(H), attention scaled by
+// query_pre_attn_scalar^-0.5, sliding and full layers in a fixed pattern (Gemma 2: alternating;
+// Gemma 3: every 6th full, with its own rotary base rope_local_base_freq on the sliding ones and
+// per-head q/k norms), soft-capped logits (Gemma 2). Absent keys take Gemma2Config's /
+// Gemma3TextConfig's defaults (configuration_gemma2.py, configuration_gemma3.py), as HF does:
+// the published Gemma 3 text_config lists only what differs from them.
+void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
+  const bool g3 = f != Family::kGemma2;
+  s->num_layers = static_cast<int>(h->OptInt("num_hidden_layers", 26));
+  s->hidden = h->OptInt("hidden_size", 2304);
+  s->num_heads = static_cast<int>(h->OptInt("num_attention_heads", 8));
+  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", 4));
+  s->head_dim = h->OptInt("head_dim", 256);
+  s->ffn_hidden = h->OptInt("intermediate_size", 9216);
+  s->vocab_size = h->OptInt("vocab_size", g3 ? 262208 : 256000);
+  s->max_seq_len = h->OptInt("max_position_embeddings", g3 ? 131072 : 8192);
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  s->qk_norm = g3;  // Gemma3Attention: q_norm, k_norm = Gemma3RMSNorm(head_dim)
+  s->norm_placement = NormPlacement::kSandwich;
+  s->norm_weight_fp32 = s->norm_unit_offset = true;
+  s->gelu_gate = true;
+  s->scaled_embedding = true;
+  s->final_logit_softcap = h->NumberOrOff("final_logit_softcapping", g3 ? 0 : 30.0, 1e6);
+  s->attn_logit_softcap = h->NumberOrOff("attn_logit_softcapping", g3 ? 0 : 50.0, 1e6);
+  s->query_pre_attn_scalar = h->OptNumber("query_pre_attn_scalar", 256, 1e9);
+  s->sliding_window = h->OptInt("sliding_window", 4096);
+  int every = g3 ? static_cast<int>(h->OptInt("sliding_window_pattern", 6)) : 2;
+  s->full_attention_every = FullAttentionEvery(h, s->num_layers, every);
+  s->rope_theta = h->OptNumber("rope_theta", g3 ? 1e6 : 10000.0, 1e12);
+  if (g3) s->rope_local_theta = h->OptNumber("rope_local_base_freq", 10000.0, 1e12);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->norm_eps = h->OptNumber("rms_norm_eps", 1e-6, 0.5);
+  const std::string act_key = h->Has("hidden_activation") ? "hidden_activation" : "";
+  if (!act_key.empty()) {
+    const nlohmann::json& v = h->Value(act_key);
+    if (!v.is_null() && v != "gelu_pytorch_tanh") {
+      throw InputError(h->Where(act_key) +
+                       ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
+    }
+  }
+  if (h->Has("attention_dropout")) {
+    const nlohmann::json& v = h->Value("attention_dropout");
+    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0)) {
+      throw InputError(h->Where("attention_dropout") +
+                       ": expected 0 (dropout in training saves a mask per element, which "
+                       "shardtune does not model), got " + Describe(v));
+    }
+  }
 }
 
 // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2 (modeling_llama.py
@@ -295,6 +408,21 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   }
   if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) ReadQwenMoe(h, f, s);
   if (s->moe.enabled()) s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
+  // MixtralSparseMoeBlock always renormalises the top-k weights; Qwen2MoeConfig and
+  // Qwen3MoeConfig default norm_topk_prob to False.
+  if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) {
+    s->moe.norm_topk_prob = h->OptBool("norm_topk_prob", false);
+  }
+  // MixtralSparseMoeBlock in training: hidden_states *= uniform_(1 - jitter, 1 + jitter), a
+  // multiply that saves the noise tensor [T, H] for backward; not modelled.
+  if (s->moe.enabled() && h->Has("router_jitter_noise")) {
+    const nlohmann::json& v = h->Value("router_jitter_noise");
+    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0)) {
+      throw InputError(h->Where("router_jitter_noise") +
+                       ": expected 0 (the router's input noise saves a [tokens, hidden] tensor "
+                       "for backward, which shardtune does not model), got " + Describe(v));
+    }
+  }
   if (f == Family::kPhi3) ReadPhi3(h, s);
   if (f == Family::kOlmo2) ReadOlmo2(h, s);
   // LlamaRotaryEmbedding: inv_freq = 1 / rope_theta^(2i/d), rescaled by rope_scaling's scheme
@@ -407,6 +535,27 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
     ReadGpt2(&h, &s);
   } else if (arch.family == Family::kGptNeox) {
     ReadGptNeox(&h, &s);
+  } else if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {
+    ReadGemma(&h, arch.family, &s);
+  } else if (arch.family == Family::kGemma3Multimodal) {
+    // The language model is text_config, a Gemma3TextConfig; the SigLIP vision tower and the
+    // projector are not modelled (their parameters, activations and image tokens).
+    StrictReader top(j, file);
+    const nlohmann::json& text = top.RequiredValue("text_config");
+    if (!text.is_object()) {
+      throw InputError(top.Where("text_config") + ": expected an object (Gemma3TextConfig), got " +
+                       Describe(text));
+    }
+    HfReader t(text, file, "/text_config");
+    t.Skip(kCommonSkipped);
+    t.Skip(kGemmaSkipped);
+    ReadGemma(&t, Family::kGemma3, &s);
+    t.Finish(arch.name, warnings);
+    if (warnings) {
+      warnings->push_back(top.Where("vision_config") +
+                          ": the vision tower is not modelled; estimating the text backbone "
+                          "(text_config) alone, on text tokens");
+    }
   } else {
     ReadRotaryDecoder(&h, arch.family, &s);
   }

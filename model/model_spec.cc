@@ -148,8 +148,9 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   const T positions = s.positions == PositionKind::kLearned ? static_cast<T>(s.max_seq_len) * h : 0;
   // Two norms per block (input_layernorm + post_attention_layernorm, ln_1 + ln_2); NeoX's
   // parallel residual keeps both, it only feeds them the same input; OLMo 2's are
-  // post_attention_layernorm + post_feedforward_layernorm.
-  const T block = AttentionParams<T>(s) + FeedForwardParams<T>(s) + 2 * NormParams(s, h);
+  // post_attention_layernorm + post_feedforward_layernorm; Gemma's sandwich has four.
+  const T norms = s.norm_placement == NormPlacement::kSandwich ? 4 : 2;
+  const T block = AttentionParams<T>(s) + FeedForwardParams<T>(s) + norms * NormParams(s, h);
   const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm
   const T lm_head = s.tied_embeddings ? 0 : v * h;  // lm_head / embed_out, no bias
   const T total = embedding + positions + static_cast<T>(s.num_layers) * block + final_norm + lm_head;
@@ -169,6 +170,19 @@ constexpr long double kMaxParameters = 1e15L;
 const char* ToString(NormKind k) { return k == NormKind::kRmsNorm ? "rms_norm" : "layer_norm"; }
 const char* ToString(MlpKind k) { return k == MlpKind::kSwiGlu ? "swiglu" : "gelu"; }
 const char* ToString(PositionKind k) { return k == PositionKind::kRotary ? "rotary" : "learned"; }
+const char* ToString(NormPlacement p) {
+  return p == NormPlacement::kPre ? "pre" : p == NormPlacement::kPost ? "post" : "sandwich";
+}
+
+double ModelSpec::MeanAttentionSpan(int64_t seq_len) const {
+  const double s = static_cast<double>(seq_len);
+  if (sliding_window <= 0 || num_layers <= 0) return s;
+  double total = 0;
+  for (int i = 0; i < num_layers; ++i) {
+    total += SlidingLayer(i) ? std::min(s, static_cast<double>(sliding_window)) : s;
+  }
+  return total / num_layers;
+}
 
 // The defaults of ModelSpec::rope_theta and norm_eps: Llama 2's rope base (modeling_llama.py
 // LlamaConfig rope_theta=10000.0) and Llama 2 / GPT-2's epsilon (rms_norm_eps=1e-5 in the
@@ -217,13 +231,30 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
            Bool(fused_gate_up));
   p.Expect(!fused_gate_up || !moe.enabled(), "fused_gate_up",
            "false with moe (Phi-3's gate_up_proj is a dense MLP's)", Bool(fused_gate_up));
-  p.Expect(!post_norms || !parallel_residual, "post_norms",
-           "false with parallel_residual (OLMo 2's post-norms are sequential)", Bool(post_norms));
-  p.Expect(!(fused_qkv || post_norms || qk_norm_full_width) || positions == PositionKind::kRotary,
-           "fused_qkv", "false with learned positions (GPT-2's c_attn is already fused)",
-           Bool(fused_qkv));
+  p.Expect(norm_placement == NormPlacement::kPre || !parallel_residual, "norm_placement",
+           "\"pre\" with parallel_residual (post-norms are sequential)", ToString(norm_placement));
+  p.Expect(norm_placement == NormPlacement::kPre || positions == PositionKind::kRotary,
+           "norm_placement", "\"pre\" with learned positions (GPT-2's layout)",
+           ToString(norm_placement));
+  p.Expect(!(fused_qkv || qk_norm_full_width) || positions == PositionKind::kRotary, "fused_qkv",
+           "false with learned positions (GPT-2's c_attn is already fused)", Bool(fused_qkv));
   p.Expect(!norm_weight_fp32 || norm == NormKind::kRmsNorm, "norm_weight_fp32",
            "false with norm \"layer_norm\"", Bool(norm_weight_fp32));
+  p.Expect(!norm_unit_offset || norm == NormKind::kRmsNorm, "norm_unit_offset",
+           "false with norm \"layer_norm\"", Bool(norm_unit_offset));
+  p.Expect(!gelu_gate || mlp == MlpKind::kSwiGlu, "gelu_gate",
+           "false with mlp \"gelu\" (it replaces the gated MLP's SiLU)", Bool(gelu_gate));
+  p.Expect(final_logit_softcap >= 0 && final_logit_softcap <= 1e6, "final_logit_softcap",
+           "a number in [0, 1e6] (0: none)", Num(final_logit_softcap));
+  p.Expect(attn_logit_softcap >= 0 && attn_logit_softcap <= 1e6, "attn_logit_softcap",
+           "a number in [0, 1e6] (0: none)", Num(attn_logit_softcap));
+  p.Expect(query_pre_attn_scalar >= 0 && query_pre_attn_scalar <= 1e9, "query_pre_attn_scalar",
+           "a number in [0, 1e9] (0: head_dim)", Num(query_pre_attn_scalar));
+  p.Expect(sliding_window >= 0, "sliding_window", "integer >= 0 (0: none)", sliding_window);
+  p.Expect(full_attention_every >= 1, "full_attention_every", "integer >= 1",
+           full_attention_every);
+  p.Expect(rope_local_theta >= 0 && rope_local_theta <= 1e12, "rope_local_theta",
+           "a number in [0, 1e12] (0: rope_theta)", Num(rope_local_theta));
   std::vector<std::string> problems = p.Take();
   if (problems.empty()) {
     ModelSpec s = *this;

@@ -2,6 +2,7 @@
 // Plain data with documented defaults; Validate() checks every cross-field rule at once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,12 @@ namespace shardtune::model {
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class MlpKind { kGelu, kSwiGlu };  // GELU: 2 matrices (up, down); SwiGLU: 3 (gate, up, down)
 enum class PositionKind { kLearned, kRotary };
+// Where a block's norms sit: before each sublayer (modeling_llama.py input_layernorm and
+// post_attention_layernorm), after each sublayer's output before its residual add
+// (modeling_olmo2.py post_attention_layernorm and post_feedforward_layernorm), or both
+// (modeling_gemma2.py / modeling_gemma3.py: input_layernorm, post_attention_layernorm,
+// pre_feedforward_layernorm, post_feedforward_layernorm).
+enum class NormPlacement { kPre, kPost, kSandwich };
 
 // Mixture of experts in every block's MLP (Mixtral, Qwen-MoE, DeepSeek style shared experts).
 struct MoeSpec {
@@ -25,6 +32,9 @@ struct MoeSpec {
   // modeling_qwen3_moe.py): the logits live from their layer's forward to the loss, and the loss
   // builds an int64 one_hot [L·T, top_k, E] and its fp32 copy (model/activations.cc).
   bool router_aux_loss = false;
+  // The top-k routing weights renormalised to sum to 1 (Mixtral always; Qwen's norm_topk_prob).
+  // Changes values only; the executor computes with it.
+  bool norm_topk_prob = true;
   bool enabled() const { return num_experts > 0; }
 };
 
@@ -68,9 +78,7 @@ struct ModelSpec {
   // (Qwen3's are RMSNorm(head_dim), shared by the heads). REQUIRES qk_norm.
   bool qk_norm_full_width = false;
   bool parallel_residual = false;  // GPT-NeoX: attention and MLP read the same input
-  // OLMo 2 (Olmo2DecoderLayer): no norm before attention and MLP; post_attention_layernorm and
-  // post_feedforward_layernorm normalise each sublayer's output before its residual add.
-  bool post_norms = false;
+  NormPlacement norm_placement = NormPlacement::kPre;
   // Phi-3 (modeling_phi3.py Phi3Attention, Phi3MLP): q, k and v come from one qkv_proj
   // [q_dim + 2 kv_dim, H] and gate and up from one gate_up_proj [2F, H]: the same parameters and
   // FLOPs in fewer, wider GEMMs; the split q/k/v and the chunked gate/up are views of one output,
@@ -81,6 +89,34 @@ struct ModelSpec {
   // (OLMo 2's current Olmo2RMSNorm: (weight * x).to(input_dtype)): the weight's gradient keeps
   // the fp32 product's input, 4 bytes a feature, where LlamaRMSNorm keeps the cast bf16 copy.
   bool norm_weight_fp32 = false;
+  // Gemma's RMSNorm scales by (1 + weight), the weights stored as offsets from 1 (initialised to
+  // 0): output = (x_hat * (1 + weight.float())).to(dtype). Memory as norm_weight_fp32.
+  bool norm_unit_offset = false;
+  // Gemma: the gated MLP's activation is GELU with the tanh approximation (gelu_pytorch_tanh,
+  // a GeGLU) instead of SiLU; F.gelu saves its input as SiLU does. REQUIRES mlp swiglu.
+  bool gelu_gate = false;
+  // Gemma: the token embeddings are multiplied by sqrt(hidden), rounded to the compute dtype
+  // (Gemma2Model's normalizer, Gemma3TextScaledWordEmbedding's embed_scale).
+  bool scaled_embedding = false;
+  // Gemma 2: logits = tanh(logits / cap) * cap before the loss (final_logit_softcapping); 0: none.
+  double final_logit_softcap = 0;
+  // Gemma 2: scores = tanh(scores / cap) * cap inside attention (attn_logit_softcapping). HF's
+  // eager attention applies it; its sdpa path passes no softcap to the kernel; 0: none.
+  double attn_logit_softcap = 0;
+  // The attention's scale is query_pre_attn_scalar^-0.5 (Gemma); 0: head_dim^-0.5.
+  double query_pre_attn_scalar = 0;
+  // Sliding-window attention (Gemma 2 / 3 layer_types): the layers that slide attend to the last
+  // `sliding_window` positions (kv_idx > q_idx - window); layer i attends fully when (i + 1) is a
+  // multiple of full_attention_every (Gemma 2: 2, Gemma 3: 6; 1: no layer slides). 0 window:
+  // full attention everywhere. What FlashAttention computes, not what it saves: time, not memory.
+  int64_t sliding_window = 0;
+  int full_attention_every = 1;
+  // Gemma 3: the sliding layers' rotary base (rope_local_base_freq), used without rope_scaling;
+  // 0: rope_theta. No effect on memory or time.
+  double rope_local_theta = 0;
+  bool SlidingLayer(int layer) const {
+    return sliding_window > 0 && (layer + 1) % std::max(1, full_attention_every) != 0;
+  }
   bool tied_embeddings = false;    // LM head shares the token embedding
   // What the layers compute with but memory and time do not depend on (the executor uses them):
   // the rotary base (HF rope_theta; GPT-NeoX rotary_emb_base) and the norms' epsilon
@@ -102,6 +138,10 @@ struct ModelSpec {
   // call; memory and time do not depend on it), up to kRotarySeqLenCap.
   int64_t SeqLenLimit() const;
   int64_t kv_dim() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
+  // The keys each query attends to at sequence length S, averaged over the layers, in the FLOP
+  // convention (full S x S, no causal halving: Narayanan et al. 2021 eq. 3, PaLM's MFU): S for a
+  // full layer, min(S, sliding_window) for a sliding one.
+  double MeanAttentionSpan(int64_t seq_len) const;
   int64_t q_dim() const { return static_cast<int64_t>(num_heads) * head_dim; }
   // Replaces the "not given" zeros by their defaults: num_kv_heads 0 -> num_heads, head_dim 0 ->
   // hidden / num_heads when num_heads divides hidden (else it stays 0 and Problems() says why).
@@ -132,5 +172,6 @@ int64_t ParameterCount(const ModelSpec& spec);
 const char* ToString(NormKind k);
 const char* ToString(MlpKind k);
 const char* ToString(PositionKind k);
+const char* ToString(NormPlacement p);
 
 }  // namespace shardtune::model

@@ -3,6 +3,7 @@
 #include "model/model_spec_json.h"
 
 #include <climits>
+#include <cstdint>
 
 #include "model/strict_json.h"
 
@@ -30,6 +31,7 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.shared_expert_ffn_hidden = r->OptionalInt("shared_expert_ffn_hidden", 0, kIntMin, kIntMax);
   m.shared_expert_gate = r->OptionalBool("shared_expert_gate", false);
   m.router_aux_loss = r->OptionalBool("router_aux_loss", false);
+  m.norm_topk_prob = r->OptionalBool("norm_topk_prob", true);
   r->Finish();
   return m;
 }
@@ -65,10 +67,23 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->parallel_residual = r->OptionalBool("parallel_residual", false);
   s->tied_embeddings = r->OptionalBool("tied_embeddings", false);
   s->qk_norm_full_width = r->OptionalBool("qk_norm_full_width", false);
-  s->post_norms = r->OptionalBool("post_norms", false);
+  const std::string placement =
+      r->OptionalEnum("norm_placement", "pre", {"pre", "post", "sandwich"});
+  s->norm_placement = placement == "pre"    ? NormPlacement::kPre
+                      : placement == "post" ? NormPlacement::kPost
+                                            : NormPlacement::kSandwich;
   s->fused_qkv = r->OptionalBool("fused_qkv", false);
   s->fused_gate_up = r->OptionalBool("fused_gate_up", false);
   s->norm_weight_fp32 = r->OptionalBool("norm_weight_fp32", false);
+  s->norm_unit_offset = r->OptionalBool("norm_unit_offset", false);
+  s->gelu_gate = r->OptionalBool("gelu_gate", false);
+  s->scaled_embedding = r->OptionalBool("scaled_embedding", false);
+  s->final_logit_softcap = r->OptionalNumber("final_logit_softcap", 0, -1e300, 1e300);
+  s->attn_logit_softcap = r->OptionalNumber("attn_logit_softcap", 0, -1e300, 1e300);
+  s->query_pre_attn_scalar = r->OptionalNumber("query_pre_attn_scalar", 0, -1e300, 1e300);
+  s->sliding_window = r->OptionalInt("sliding_window", 0, INT64_MIN, INT64_MAX);
+  s->full_attention_every = static_cast<int>(r->OptionalInt("full_attention_every", 1, INT_MIN, INT_MAX));
+  s->rope_local_theta = r->OptionalNumber("rope_local_theta", 0, -1e300, 1e300);
   // Type-only bounds here; ModelSpec::Problems() checks the ranges.
   s->rope_theta = r->OptionalNumber("rope_theta", 0, -1e300, 1e300);
   s->norm_eps = r->OptionalNumber("norm_eps", 0, -1e300, 1e300);
@@ -134,10 +149,22 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
   j["tied_embeddings"] = s.tied_embeddings;
   // The layouts added for OLMo 2 and Phi-3, written when set (older files never name them).
   if (s.qk_norm_full_width) j["qk_norm_full_width"] = true;
-  if (s.post_norms) j["post_norms"] = true;
+  if (s.norm_placement != NormPlacement::kPre) j["norm_placement"] = ToString(s.norm_placement);
   if (s.fused_qkv) j["fused_qkv"] = true;
   if (s.fused_gate_up) j["fused_gate_up"] = true;
   if (s.norm_weight_fp32) j["norm_weight_fp32"] = true;
+  // Gemma's, likewise.
+  if (s.norm_unit_offset) j["norm_unit_offset"] = true;
+  if (s.gelu_gate) j["gelu_gate"] = true;
+  if (s.scaled_embedding) j["scaled_embedding"] = true;
+  if (s.final_logit_softcap != 0) j["final_logit_softcap"] = s.final_logit_softcap;
+  if (s.attn_logit_softcap != 0) j["attn_logit_softcap"] = s.attn_logit_softcap;
+  if (s.query_pre_attn_scalar != 0) j["query_pre_attn_scalar"] = s.query_pre_attn_scalar;
+  if (s.sliding_window != 0) {
+    j["sliding_window"] = s.sliding_window;
+    j["full_attention_every"] = s.full_attention_every;
+  }
+  if (s.rope_local_theta != 0) j["rope_local_theta"] = s.rope_local_theta;
   j["rope_theta"] = s.rope_theta;
   j["norm_eps"] = s.norm_eps;
   if (s.rope_scaling.enabled()) {
@@ -157,6 +184,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     m["shared_expert_ffn_hidden"] = s.moe.shared_expert_ffn_hidden;
     m["shared_expert_gate"] = s.moe.shared_expert_gate;
     if (s.moe.router_aux_loss) m["router_aux_loss"] = true;
+    if (!s.moe.norm_topk_prob) m["norm_topk_prob"] = false;
     j["moe"] = m;
   }
   j["source"] = s.source;

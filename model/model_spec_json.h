@@ -20,10 +20,13 @@ inline constexpr int kModelSchemaVersion = 1;
 // num_heads), head_dim (default hidden / num_heads), norm "rms_norm"|"layer_norm" (rms_norm),
 // norm_bias (false), mlp "swiglu"|"gelu" (swiglu), positions "rotary"|"learned" (rotary), qkv_bias,
 // attn_out_bias, mlp_bias, qk_norm, parallel_residual, tied_embeddings, qk_norm_full_width,
-// post_norms, fused_qkv, fused_gate_up, norm_weight_fp32 (all false; ModelSpec says what each
-// means), source (""),
+// fused_qkv, fused_gate_up, norm_weight_fp32, norm_unit_offset, gelu_gate, scaled_embedding (all
+// false), norm_placement "pre"|"post"|"sandwich" (pre), final_logit_softcap, attn_logit_softcap,
+// query_pre_attn_scalar, sliding_window, rope_local_theta (0: none), full_attention_every (1)
+// (ModelSpec says what each means), source (""),
 // moe {num_experts, top_k (required); num_shared_experts, expert_ffn_hidden,
-// shared_expert_ffn_hidden (0), shared_expert_gate, router_aux_loss (false)} (absent: dense).
+// shared_expert_ffn_hidden (0), shared_expert_gate, router_aux_loss (false), norm_topk_prob
+// (true)} (absent: dense).
 // Throws InputError. The returned spec has its defaults filled (FillDefaults()).
 ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file);
 // Writes every key (defaults resolved; the OLMo 2 / Phi-3 layout flags only when set), so

@@ -111,11 +111,22 @@ ModuleNode Block(const ModelSpec& s, int i) {
   ModuleNode mlp = s.moe.enabled() ? MoeBlock(s, p + ".block_sparse_moe", seg)
                                    : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg);
   std::vector<ModuleNode> kids;
-  if (s.post_norms) {  // Olmo2DecoderLayer: self_attn, mlp, post_attention/feedforward_layernorm
+  if (s.norm_placement == NormPlacement::kPost) {
+    // Olmo2DecoderLayer: self_attn, mlp, post_attention_layernorm, post_feedforward_layernorm.
     kids.push_back(Parent(p + ".self_attn", "Attention", std::move(attn)));
     kids.push_back(std::move(mlp));
     kids.push_back(Norm(s, p + ".post_attention_layernorm", h, seg));
     kids.push_back(Norm(s, p + ".post_feedforward_layernorm", h, seg));
+    return Parent(p, "DecoderLayer", std::move(kids));
+  }
+  if (s.norm_placement == NormPlacement::kSandwich) {
+    // Gemma2DecoderLayer / Gemma3DecoderLayer: self_attn, mlp, then the four norms.
+    kids.push_back(Parent(p + ".self_attn", "Attention", std::move(attn)));
+    kids.push_back(std::move(mlp));
+    for (const char* n : {".input_layernorm", ".post_attention_layernorm",
+                          ".pre_feedforward_layernorm", ".post_feedforward_layernorm"}) {
+      kids.push_back(Norm(s, p + n, h, seg));
+    }
     return Parent(p, "DecoderLayer", std::move(kids));
   }
   kids.push_back(Norm(s, p + (gpt2 ? ".ln_1" : ".input_layernorm"), h, seg));
@@ -190,7 +201,11 @@ Flops BlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
   } else {
     mlp_w = mats * h * static_cast<double>(s.ffn_hidden);
   }
-  return Flops::Of(2 * (attn_w + mlp_w) + 4 * static_cast<double>(seq_len) * qd);
+  return Flops::Of(2 * (attn_w + mlp_w)) + AttentionForwardFlopsPerToken(s, seq_len);
+}
+
+Flops AttentionForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
+  return Flops::Of(4 * s.MeanAttentionSpan(seq_len) * static_cast<double>(s.q_dim()));
 }
 
 Flops HeadForwardFlopsPerToken(const ModelSpec& s) {

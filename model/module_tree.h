@@ -49,8 +49,12 @@ ModuleNode BuildModuleTree(const ModelSpec& spec);
 
 // Forward FLOPs per token of one block at sequence length S: 2 x matmul weights (active experts
 // only for MoE) + attention scores and values 2 x 2 x S x q_dim (Narayanan et al. 2021, eq. 3;
-// full S x S, no causal halving, as the PaLM MFU convention). Backward is 2x forward.
+// full S x S, no causal halving, as the PaLM MFU convention; a sliding layer's window in place of
+// S, averaged over the layers). Backward is 2x forward.
 Flops BlockForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
+// Its attention part (scores and values), averaged over the layers: 4 x span x q_dim, span the
+// ModelSpec::MeanAttentionSpan (S without sliding windows).
+Flops AttentionForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
 // LM head forward FLOPs per token: 2 x V x H.
 Flops HeadForwardFlopsPerToken(const ModelSpec& spec);
 // Parameters a token touches (MoE: top_k + shared experts), without embeddings' lookups.

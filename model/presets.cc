@@ -185,7 +185,7 @@ void Add2026(std::vector<PresetInfo>* p) {
     ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, heads, ffn), 100352, 4096), 500000.0,
                        1e-6);
     s.qk_norm = s.qk_norm_full_width = true;
-    s.post_norms = true;
+    s.norm_placement = NormPlacement::kPost;
     s.norm_weight_fp32 = true;
     return s;
   };
@@ -194,6 +194,43 @@ void Add2026(std::vector<PresetInfo>* p) {
                       HfConfig("allenai/OLMo-2-1124-7B") + olmo_count));
   p->push_back(Preset("olmo2-13b", olmo2(40, 5120, 40, 13824), 13'716'198'400,
                       HfConfig("allenai/OLMo-2-1124-13B") + olmo_count));
+  // Gemma: sandwich norms with (1 + w) in fp32, GeGLU, embeddings x sqrt(H), tied head, sliding
+  // and full layers, attention scaled by query_pre_attn_scalar.
+  auto gemma = [](int layers, int64_t hidden, int heads, int kv, int64_t head_dim, int64_t ffn,
+                  int64_t vocab, int64_t positions) {
+    ModelSpec s = WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions);
+    s.head_dim = head_dim;
+    s.norm_eps = 1e-6;
+    s.tied_embeddings = true;
+    s.norm_placement = NormPlacement::kSandwich;
+    s.norm_weight_fp32 = s.norm_unit_offset = true;
+    s.gelu_gate = true;
+    s.scaled_embedding = true;
+    return s;
+  };
+  ModelSpec g2 = gemma(42, 3584, 16, 8, 256, 14336, 256000, 8192);
+  g2.rope_theta = 10000.0;
+  g2.final_logit_softcap = 30.0;  // final_logit_softcapping
+  g2.attn_logit_softcap = 50.0;   // attn_logit_softcapping (eager attention only)
+  g2.query_pre_attn_scalar = 256;
+  g2.sliding_window = 4096;
+  g2.full_attention_every = 2;
+  p->push_back(Preset("gemma2-9b", g2, 9'241'705'984,
+                      HfConfig("google/gemma-2-9b") + "; count: HF num_parameters()"));
+  // Gemma 3 27B's text_config (Gemma3ForConditionalGeneration; the vision tower is not
+  // modelled): what it lists plus Gemma3TextConfig's defaults.
+  ModelSpec g3 = gemma(62, 5376, 32, 16, 128, 21504, 262208, 131072);
+  g3.qk_norm = true;
+  g3.rope_theta = 1e6;
+  g3.rope_scaling.type = "linear";
+  g3.rope_scaling.factor = 8.0;
+  g3.rope_local_theta = 10000.0;
+  g3.query_pre_attn_scalar = 168;
+  g3.sliding_window = 1024;
+  g3.full_attention_every = 6;
+  p->push_back(Preset("gemma3-27b", g3, 27'009'346'304,
+                      HfConfig("google/gemma-3-27b-pt") +
+                          " (text_config); count: the text model's, without the vision tower"));
 }
 
 // A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab

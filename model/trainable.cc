@@ -263,7 +263,7 @@ double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& un
       if (p.requires_grad && plan.Trains()) n_t += e;
     }
   }
-  double attn = 4.0 * static_cast<double>(spec.q_dim()) * static_cast<double>(seq_len);
+  double attn = AttentionForwardFlopsPerToken(spec, seq_len).count();
   int blocks_b = 0;
   for (int b = 0; b < spec.num_layers; ++b) blocks_b += BlockSegment(b) >= first ? 1 : 0;
   double fwd = 2 * n + spec.num_layers * attn;

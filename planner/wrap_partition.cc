@@ -89,7 +89,7 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
   // A rank's tokens: S / cp with Ulysses (attention keeps the full S for its heads / cp).
   double tokens =
       static_cast<double>(plan.micro_batch) * static_cast<double>(seq / std::max(1, plan.cp));
-  double attn = 4.0 * static_cast<double>(seq) * static_cast<double>(spec.q_dim());
+  double attn = model::AttentionForwardFlopsPerToken(spec, seq).count();
   double mm = model::BlockForwardFlopsPerToken(spec, seq).count() - attn;
   auto block = model::ComputeBlockActivations(spec, model::ActivationOptionsFor(plan, seq));
   double elem = block.full.elementwise_traffic_per_token * tokens;

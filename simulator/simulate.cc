@@ -119,10 +119,10 @@ size_t PhaseOf(const ProgramOp& op) {
 
 double ModelFlopsPerToken(const model::ModelSpec& s, int64_t seq) {
   // 6N for forward+backward of the parameters a token touches, 12·L·q_dim·S for attention
-  // scores and values (Chowdhery et al. 2022, PaLM, appendix B).
+  // scores and values (Chowdhery et al. 2022, PaLM, appendix B; a sliding layer's window for S).
   double n = s.moe.enabled() ? static_cast<double>(model::ActiveParamsPerToken(s))
                              : static_cast<double>(model::ParameterCount(s));
-  return 6 * n + 12.0 * s.num_layers * static_cast<double>(s.q_dim()) * static_cast<double>(seq);
+  return 6 * n + 3.0 * s.num_layers * model::AttentionForwardFlopsPerToken(s, seq).count();
 }
 
 }  // namespace

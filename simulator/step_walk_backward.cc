@@ -19,7 +19,7 @@ void Walker::ForwardCompute(int seg) {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
-    double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
+    double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
     Cur().attention_flops = attn * tokens_;
     Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn +
                           AdapterFlopsPerToken(seg)) *
@@ -104,7 +104,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     }
   } else if (seg >= 1) {
     int b = seg - 1;
-    double attn = 4.0 * static_cast<double>(s_.seq_len) * static_cast<double>(spec.q_dim());
+    double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
     double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn;
     double elem = block_.full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).

@@ -24,7 +24,7 @@ struct BlockFlops {
 BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len) {
   BlockFlops f;
   double h = static_cast<double>(spec.hidden);
-  f.attn = 4.0 * static_cast<double>(seq_len) * static_cast<double>(spec.q_dim());
+  f.attn = model::AttentionForwardFlopsPerToken(spec, seq_len).count();
   double mm = model::BlockForwardFlopsPerToken(spec, seq_len).count() - f.attn;
   f.pre = std::min(mm, 2.0 * h * static_cast<double>(spec.q_dim() + 2 * spec.kv_dim()));
   f.post = mm - f.pre;

@@ -66,8 +66,9 @@ ExportFormat ParseExportFormat(const std::string& text, const std::string& where
 // Class names as the HF modeling files define them: modeling_gpt2.py GPT2Block,
 // modeling_gpt_neox.py GPTNeoXLayer, modeling_mixtral.py MixtralDecoderLayer, modeling_qwen2_moe.py
 // Qwen2MoeDecoderLayer, modeling_qwen3_moe.py Qwen3MoeDecoderLayer, modeling_qwen3.py
-// Qwen3DecoderLayer, modeling_olmo2.py Olmo2DecoderLayer, modeling_phi3.py Phi3DecoderLayer,
-// modeling_qwen2.py Qwen2DecoderLayer, modeling_mistral.py MistralDecoderLayer,
+// Qwen3DecoderLayer, modeling_olmo2.py Olmo2DecoderLayer, modeling_gemma2.py Gemma2DecoderLayer,
+// modeling_gemma3.py Gemma3DecoderLayer, modeling_phi3.py Phi3DecoderLayer, modeling_qwen2.py
+// Qwen2DecoderLayer, modeling_mistral.py MistralDecoderLayer,
 // modeling_llama.py LlamaDecoderLayer. Llama and Mistral share a shape, so the name decides.
 std::string HfDecoderLayerClass(const model::ModelSpec& spec) {
   if (spec.positions == model::PositionKind::kLearned) return "GPT2Block";
@@ -76,7 +77,10 @@ std::string HfDecoderLayerClass(const model::ModelSpec& spec) {
     if (spec.moe.num_shared_experts > 0) return "Qwen2MoeDecoderLayer";
     return spec.qk_norm ? "Qwen3MoeDecoderLayer" : "MixtralDecoderLayer";
   }
-  if (spec.post_norms) return "Olmo2DecoderLayer";
+  if (spec.norm_placement == model::NormPlacement::kPost) return "Olmo2DecoderLayer";
+  if (spec.norm_placement == model::NormPlacement::kSandwich) {
+    return spec.qk_norm ? "Gemma3DecoderLayer" : "Gemma2DecoderLayer";
+  }
   if (spec.fused_qkv) return "Phi3DecoderLayer";
   if (spec.qk_norm) return "Qwen3DecoderLayer";
   if (spec.qkv_bias) return "Qwen2DecoderLayer";

@@ -126,7 +126,8 @@ TEST(ArchitecturesTest, Olmo2CountsFollowTheFormula) {
     return 2 * V * H + H + L * block;
   };
   ModelSpec s = Import("olmo2-13b.config.json");
-  EXPECT_TRUE(s.post_norms && s.qk_norm && s.qk_norm_full_width && s.norm_weight_fp32);
+  EXPECT_TRUE(s.norm_placement == NormPlacement::kPost && s.qk_norm && s.qk_norm_full_width &&
+              s.norm_weight_fp32);
   EXPECT_EQ(ParameterCount(s), static_cast<int64_t>(formula(40, 5120, 40, 13824)));
   EXPECT_EQ(ParameterCount(s), 13'716'198'400);
   EXPECT_EQ(ParameterCount(FindModelPreset("olmo2-7b")),
@@ -248,6 +249,27 @@ TEST(ArchitecturesTest, SavedViewKeepsItsBaseAndChunkBackwardIsOneNode) {
   EXPECT_DOUBLE_EQ(r.backward_profile[4].live_per_token, 50);
 }
 
+// Qwen3MoeDecoderLayer, bf16, SDPA, per token (H 2048, q_dim 4096, kv_dim 512, 32 / 4 heads,
+// E 128 experts of Fe 768, top 8), as transformers' loop dispatch saves it:
+//   two RMSNorms (fp32 copy 4H, rsqrt 4, x_hat 2H) whose outputs the projections and the router
+//   save (2H each); per-head q_norm / k_norm: fp32 copy, one rsqrt per head, x_hat;
+//   SDPA as Llama's; the router's softmax in fp32 (4E); the top_k gathered copies of the token
+//   (2H·k, saved by the experts' gate and up); each expert's SwiGLU over its copies (8·Fe·k);
+//   the experts' outputs, saved by the routing-weight multiply (2H·k).
+// The int64 one_hot expert_mask [E, k, T] is a transient of the dispatch: 8·k·E in forward only.
+TEST(ArchitecturesTest, Qwen3MoeBlockSavesTheRoutedCopies) {
+  ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+  double h = 2048, qd = 4096, kv = 512, heads = 32, kvh = 4, E = 128, k = 8, fe = 768;
+  double norm = 4 * h + 4 + 2 * h;
+  double qk = (4 * qd + 4 * heads + 2 * qd) + (4 * kv + 4 * kvh + 2 * kv);
+  double sdpa = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  double moe = 4 * E + 2 * h * k + 8 * fe * k + 2 * h * k;
+  double expected = 2 * (norm + 2 * h) + qk + sdpa + moe;
+  BlockActivations b = ComputeBlockActivations(s, Bf16Sdpa());
+  EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
+  EXPECT_GE(b.full.forward_peak_per_token, expected + 8 * k * E);
+}
+
 // output_router_logits: load_balancing_loss_func after the LM loss. At the moment of
 // expert_mask.float() the head holds what the plain loss path saved, the logits (held through
 // forward, e·V), every layer's router logits (e·L·E, live since the blocks) and their softmax
@@ -277,6 +299,119 @@ TEST(ArchitecturesTest, RouterAuxLossAddsTheOneHotSpikeToTheHead) {
                    ComputeHeadActivations(s, tt).saved_per_token);
 }
 
+// Gemma2ForCausalLM and Gemma3 (the text_config of Gemma3ForConditionalGeneration): Llama's
+// projections, four norms [H] per layer, Gemma 3's per-head q_norm and k_norm [d], tied head.
+// Published: google/gemma-2-9b's HF num_parameters(); Gemma 3 27B's text model (the vision
+// tower's ~0.4B left out) as llama.cpp's GGUF reports it.
+TEST(ArchitecturesTest, GemmaCountsFollowTheFormula) {
+  auto formula = [](double L, double H, double a, double kv, double d, double F, double V,
+                    bool qk_norm) {
+    double block = H * a * d + 2 * H * kv * d + a * d * H + 3 * H * F + 4 * H +
+                   (qk_norm ? 2 * d : 0);
+    return V * H + H + L * block;
+  };
+  std::vector<std::string> warnings;
+  ModelSpec g2 = Import("gemma2-9b.config.json", &warnings);
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
+  EXPECT_EQ(Shape(g2), Shape(FindModelPreset("gemma2-9b")));
+  EXPECT_EQ(ParameterCount(g2),
+            static_cast<int64_t>(formula(42, 3584, 16, 8, 256, 14336, 256000, false)));
+  EXPECT_EQ(ParameterCount(g2), 9'241'705'984);
+  EXPECT_DOUBLE_EQ(g2.final_logit_softcap, 30);
+  EXPECT_DOUBLE_EQ(g2.attn_logit_softcap, 50);
+  EXPECT_EQ(g2.full_attention_every, 2);
+  warnings.clear();
+  ModelSpec g3 = Import("gemma-3-27b.config.json", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);  // the vision tower is not modelled
+  EXPECT_THAT(warnings[0], HasSubstr("vision"));
+  EXPECT_EQ(Shape(g3), Shape(FindModelPreset("gemma3-27b")));
+  EXPECT_EQ(ParameterCount(g3),
+            static_cast<int64_t>(formula(62, 5376, 32, 16, 128, 21504, 262208, true)));
+  EXPECT_EQ(ParameterCount(g3), 27'009'346'304);
+  // Gemma3TextConfig's defaults fill what the published text_config leaves out.
+  EXPECT_EQ(g3.vocab_size, 262208);
+  EXPECT_EQ(g3.full_attention_every, 6);
+  EXPECT_DOUBLE_EQ(g3.rope_local_theta, 10000);
+  EXPECT_EQ(g3.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(g3.final_logit_softcap, 0);
+}
+
+TEST(ArchitecturesTest, GemmaLayerTypesAreReadAndIrregularPatternsRefused) {
+  nlohmann::json j = ReadJsonFile(Data("gemma2-9b.config.json"));
+  j["num_hidden_layers"] = 6;
+  j["layer_types"] = {"sliding_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(ImportHfConfig(j, "g.json", nullptr).full_attention_every, 3);
+  j["layer_types"][4] = "full_attention";
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/layer_types/4")));
+  j["layer_types"] = {"sliding_attention"};
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("expected an array of num_hidden_layers = 6")));
+  j = ReadJsonFile(Data("gemma2-9b.config.json"));
+  j["hidden_activation"] = "gelu";
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/hidden_activation")));
+  j = ReadJsonFile(Data("gemma-3-27b.config.json"));
+  j["text_config"]["num_hidden_layers"] = 0;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/text_config/num_hidden_layers")));
+  j["text_config"] = 3;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/text_config: expected an object")));
+}
+
+// Sliding layers attend to min(S, W) keys: Gemma 3 27B at S = 8192 has 10 full layers (every
+// 6th) and 52 sliding ones with W = 1024, so the attention FLOPs per token of a block, averaged,
+// are 4 x q_dim x (10 x 8192 + 52 x 1024) / 62.
+TEST(ArchitecturesTest, SlidingWindowsShortenTheAttentionFlops) {
+  ModelSpec g3 = FindModelPreset("gemma3-27b");
+  double qd = 32 * 128;
+  EXPECT_DOUBLE_EQ(AttentionForwardFlopsPerToken(g3, 8192).count(),
+                   4 * qd * (10 * 8192.0 + 52 * 1024.0) / 62);
+  // Below the window every layer attends to all S.
+  EXPECT_DOUBLE_EQ(AttentionForwardFlopsPerToken(g3, 512).count(), 4 * qd * 512);
+  ModelSpec full = g3;
+  full.sliding_window = 0;
+  EXPECT_DOUBLE_EQ(BlockForwardFlopsPerToken(full, 8192).count() -
+                       BlockForwardFlopsPerToken(g3, 8192).count(),
+                   4 * qd * 8192 - AttentionForwardFlopsPerToken(g3, 8192).count());
+}
+
+// Gemma3DecoderLayer, bf16, SDPA, per token (H 5376, qd 4096, kv 2048, F 21504, 32 / 16 heads).
+// Each of the four sandwich norms (Gemma's (x_hat * (1 + w.float())) in fp32) saves the fp32
+// input copy 4H, its rsqrt 4 and the fp32 x_hat 4H; the per-head q_norm and k_norm the same over
+// q_dim and kv_dim with one rsqrt per head; input_layernorm's and pre_feedforward_layernorm's
+// bf16 outputs (2H each) are saved by the projections; SDPA as Llama's; GeGLU as SwiGLU (F.gelu
+// saves its input): 8F.
+TEST(ArchitecturesTest, GemmaBlockSavesFourFp32NormsAndPerHeadQkNorms) {
+  ModelSpec s = FindModelPreset("gemma3-27b");
+  double h = 5376, qd = 4096, kv = 2048, f = 21504, heads = 32, kv_heads = 16;
+  double norms = 4 * (8 * h + 4) + (8 * qd + 4 * heads) + (8 * kv + 4 * kv_heads);
+  double expected = norms + 2 * h + 2 * h + (2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads) + 8 * f;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, Bf16Sdpa()).full.saved_per_token, expected);
+}
+
+// Gemma 2's soft-capping: the final one keeps tanh's output over the vocabulary (2V bytes in
+// bf16) for the loss's backward; the attention one adds tanh's output over the score matrix
+// (2 x heads x S) to eager attention and nothing to SDPA (HF's sdpa path does not apply it).
+TEST(ArchitecturesTest, GemmaSoftCappingSavesTanhOutputs) {
+  ModelSpec g2 = FindModelPreset("gemma2-9b");
+  ModelSpec uncapped = g2;
+  uncapped.final_logit_softcap = 0;
+  uncapped.attn_logit_softcap = 0;
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(g2, Bf16Sdpa()).saved_per_token -
+                       ComputeHeadActivations(uncapped, Bf16Sdpa()).saved_per_token,
+                   2 * 256000.0);
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(g2, Bf16Sdpa()).full.saved_per_token,
+                   ComputeBlockActivations(uncapped, Bf16Sdpa()).full.saved_per_token);
+  ActivationOptions eager = Bf16Sdpa();
+  eager.attention = Attention::kEager;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(g2, eager).full.saved_per_token -
+                       ComputeBlockActivations(uncapped, eager).full.saved_per_token,
+                   2 * 16 * 4096.0);
+}
+
 TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
   nlohmann::json phi = ReadJsonFile(Data("phi-4.config.json"));
   phi["resid_pdrop"] = 0.1;
@@ -294,7 +429,7 @@ TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
 }
 
 TEST(ArchitecturesTest, SpecFlagsRoundTripAndContradictionsAreProblems) {
-  for (const char* name : {"phi-4", "olmo2-13b", "qwen3-30b-a3b"}) {
+  for (const char* name : {"phi-4", "olmo2-13b", "qwen3-30b-a3b", "gemma2-9b", "gemma3-27b"}) {
     ModelSpec s = FindModelPreset(name);
     EXPECT_EQ(Shape(ModelSpecFromJson(nlohmann::json::parse(ModelSpecToJson(s).dump()), "m.json")),
               Shape(s))
@@ -302,7 +437,7 @@ TEST(ArchitecturesTest, SpecFlagsRoundTripAndContradictionsAreProblems) {
   }
   ModelSpec s = FindModelPreset("gpt2");
   s.fused_gate_up = true;  // GELU MLP has no gate
-  s.post_norms = true;
+  s.norm_placement = NormPlacement::kPost;
   s.norm_weight_fp32 = true;  // LayerNorm
   std::vector<std::string> p = s.Problems("m.json");
   EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/fused_gate_up")));
