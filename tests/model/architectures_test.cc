@@ -19,6 +19,7 @@
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "tests/model/hf_test_util.h"
 
 namespace shardtune::model {
 namespace {
@@ -27,15 +28,8 @@ using testing::AllOf;
 using testing::HasSubstr;
 using testing::ThrowsMessage;
 
-std::string Data(const std::string& name) {
-  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + name;
-}
-
-std::string Shape(ModelSpec s) {
-  s.name.clear();
-  s.source.clear();
-  return ModelSpecToJson(s).dump();
-}
+using testing_util::Data;
+using testing_util::Shape;
 
 ModelSpec Import(const std::string& file, std::vector<std::string>* warnings = nullptr) {
   return ReadHfConfigFile(Data(file), warnings);
@@ -299,6 +293,19 @@ TEST(ArchitecturesTest, RouterAuxLossAddsTheOneHotSpikeToTheHead) {
                    ComputeHeadActivations(s, tt).saved_per_token);
 }
 
+// Imports `file` with `warnings` warnings, as the preset `preset`, with the count of the formula
+// and the published one.
+ModelSpec ExpectImportsAsPreset(const std::string& file, const std::string& preset,
+                                size_t warnings, double formula, int64_t published) {
+  std::vector<std::string> got;
+  ModelSpec s = Import(file, &got);
+  EXPECT_EQ(got.size(), warnings) << file << ": " << (got.empty() ? "" : got[0]);
+  EXPECT_EQ(Shape(s), Shape(FindModelPreset(preset))) << file;
+  EXPECT_EQ(ParameterCount(s), static_cast<int64_t>(formula)) << file;
+  EXPECT_EQ(ParameterCount(s), published) << file;
+  return s;
+}
+
 // Gemma2ForCausalLM and Gemma3 (the text_config of Gemma3ForConditionalGeneration): Llama's
 // projections, four norms [H] per layer, Gemma 3's per-head q_norm and k_norm [d], tied head.
 // Published: google/gemma-2-9b's HF num_parameters(); Gemma 3 27B's text model (the vision
@@ -310,24 +317,16 @@ TEST(ArchitecturesTest, GemmaCountsFollowTheFormula) {
                    (qk_norm ? 2 * d : 0);
     return V * H + H + L * block;
   };
-  std::vector<std::string> warnings;
-  ModelSpec g2 = Import("gemma2-9b.config.json", &warnings);
-  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
-  EXPECT_EQ(Shape(g2), Shape(FindModelPreset("gemma2-9b")));
-  EXPECT_EQ(ParameterCount(g2),
-            static_cast<int64_t>(formula(42, 3584, 16, 8, 256, 14336, 256000, false)));
-  EXPECT_EQ(ParameterCount(g2), 9'241'705'984);
+  ModelSpec g2 = ExpectImportsAsPreset("gemma2-9b.config.json", "gemma2-9b", 0,
+                                       formula(42, 3584, 16, 8, 256, 14336, 256000, false),
+                                       9'241'705'984);
   EXPECT_DOUBLE_EQ(g2.final_logit_softcap, 30);
   EXPECT_DOUBLE_EQ(g2.attn_logit_softcap, 50);
   EXPECT_EQ(g2.full_attention_every, 2);
-  warnings.clear();
-  ModelSpec g3 = Import("gemma-3-27b.config.json", &warnings);
-  ASSERT_EQ(warnings.size(), 1u);  // the vision tower is not modelled
-  EXPECT_THAT(warnings[0], HasSubstr("vision"));
-  EXPECT_EQ(Shape(g3), Shape(FindModelPreset("gemma3-27b")));
-  EXPECT_EQ(ParameterCount(g3),
-            static_cast<int64_t>(formula(62, 5376, 32, 16, 128, 21504, 262208, true)));
-  EXPECT_EQ(ParameterCount(g3), 27'009'346'304);
+  // One warning: the vision tower is not modelled.
+  ModelSpec g3 = ExpectImportsAsPreset("gemma-3-27b.config.json", "gemma3-27b", 1,
+                                       formula(62, 5376, 32, 16, 128, 21504, 262208, true),
+                                       27'009'346'304);
   // Gemma3TextConfig's defaults fill what the published text_config leaves out.
   EXPECT_EQ(g3.vocab_size, 262208);
   EXPECT_EQ(g3.full_attention_every, 6);

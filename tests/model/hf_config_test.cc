@@ -9,6 +9,7 @@
 #include "model/model_spec_json.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "tests/model/hf_test_util.h"
 
 namespace shardtune::model {
 namespace {
@@ -17,18 +18,10 @@ using testing::AllOf;
 using testing::HasSubstr;
 using testing::ThrowsMessage;
 
-std::string Data(const std::string& name) {
-  return std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + name;
-}
+using testing_util::Data;
+using testing_util::Shape;
 
 nlohmann::json Load(const std::string& name) { return ReadJsonFile(Data(name)); }
-
-// The shape keys of two specs, without name and source.
-std::string Shape(ModelSpec s) {
-  s.name.clear();
-  s.source.clear();
-  return ModelSpecToJson(s).dump();
-}
 
 TEST(HfConfigTest, RealConfigsImportToThePresetShapes) {
   const std::pair<const char*, const char*> cases[] = {

@@ -1,0 +1,173 @@
+// The executor's MoE block against the dense block it must reduce to. A dense block is the
+// reference (its math follows modeling_llama.py and is checked against HF elsewhere); the MoE
+// block shares its attention and norms, and its experts copy the dense MLP:
+//   - one expert, top 1: the routing weight is 1, the block is the dense one;
+//   - three identical experts, top 2, a zero router (uniform softmax): renormalised weights
+//     (Mixtral, norm_topk_prob) sum to 1, so the block is the dense one; without renormalising
+//     (Qwen's norm_topk_prob false) each weight is 1/3 and the MLP's output is 2/3 of the dense
+//     one, which a dense block with down_proj x 2/3 gives (the MLP is linear in down_proj);
+//   - a gated shared expert with a zero gate (sigmoid 1/2) next to one routed expert: the MLP's
+//     output is 1 + 1/2 of the dense one.
+// The tokens are dispatched and scattered back (index_select, index_add) on every path, so a
+// token sent to the wrong row or weighted with another token's weight changes the output.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "executor/transformer.h"
+#include "model/module_tree.h"
+
+namespace shardtune::exec {
+namespace {
+
+model::ModelSpec Dense() {
+  model::ModelSpec s;
+  s.name = "dense";
+  s.num_layers = 1;
+  s.hidden = 16;
+  s.num_heads = 2;
+  s.num_kv_heads = 1;
+  s.ffn_hidden = 24;
+  s.vocab_size = 32;
+  s.max_seq_len = 16;
+  s.FillDefaults();
+  return s;
+}
+
+model::ModelSpec Moe(int experts, int top_k, bool renormalise, bool shared) {
+  model::ModelSpec s = Dense();
+  s.name = "moe";
+  s.moe.num_experts = experts;
+  s.moe.top_k = top_k;
+  s.moe.expert_ffn_hidden = s.ffn_hidden;
+  s.moe.norm_topk_prob = renormalise;
+  if (shared) {
+    s.moe.num_shared_experts = 1;
+    s.moe.shared_expert_ffn_hidden = s.ffn_hidden;
+    s.moe.shared_expert_gate = true;
+  }
+  return s;
+}
+
+// Every parameter of `spec` initialised as the executor does (seed 7), in fp32.
+ParamTable Params(const model::ModelSpec& spec) {
+  ParamTable p;
+  for (const model::FsdpUnit& u : model::BuildFsdpUnits(spec, model::WrapPolicy{})) {
+    for (const model::ParamTensor& t : u.params) {
+      at::Tensor full = at::zeros(Transformer::Shape(t.dim0, t.inner), at::kFloat);
+      Transformer::InitParameter(t.name, 7, full);
+      p[t.name] = full;
+    }
+  }
+  return p;
+}
+
+// The MoE parameters set from the dense ones: every expert (and the shared expert) a copy of
+// the dense MLP, the router and the shared expert's gate zero.
+ParamTable FromDense(const model::ModelSpec& moe, const ParamTable& dense) {
+  ParamTable p = Params(moe);
+  const std::string block = "model.layers.0.";
+  for (auto& [name, t] : p) {
+    auto d = dense.find(name);
+    if (d != dense.end()) {
+      t = d->second.clone();
+      continue;
+    }
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 &&
+          name.find(std::string(".") + proj + ".weight") != std::string::npos) {
+        t = dense.at(block + "mlp." + proj + ".weight").clone();
+      }
+    }
+    if (name.find("block_sparse_moe.gate.") != std::string::npos ||
+        name.find("shared_expert_gate.") != std::string::npos) {
+      t.zero_();
+    }
+  }
+  return p;
+}
+
+// The MLP's weights x 20 (std 0.4): its output then weighs in the block's beside the residual,
+// so a wrong weighting shows well above the comparisons' tolerance.
+ParamTable LargerMlp(ParamTable p) {
+  for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+    std::string name = std::string("model.layers.0.mlp.") + proj + ".weight";
+    p[name] = p.at(name) * 20.0;
+  }
+  return p;
+}
+
+at::Tensor BlockOut(const model::ModelSpec& spec, const ParamTable& p, const at::Tensor& x) {
+  Transformer t(spec, TransformerOptions{});
+  return t.Segment(p, model::BlockSegment(0), x, at::Tensor());
+}
+
+// Seeds ATen's default generator before the fixture's tensors are drawn.
+struct Seeded {
+  Seeded() { at::manual_seed(11); }
+};
+
+class MoeReferenceTest : public ::testing::Test {
+ protected:
+  Seeded seeded_;
+  model::ModelSpec dense_ = Dense();
+  ParamTable dense_params_ = LargerMlp(Params(dense_));
+  at::Tensor x_ = at::randn({2, 5, 16}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor DenseOut(double down_scale = 1.0) {
+    ParamTable p = dense_params_;
+    std::string down = "model.layers.0.mlp.down_proj.weight";
+    p[down] = p[down] * down_scale;
+    return BlockOut(dense_, p, x_);
+  }
+};
+
+TEST_F(MoeReferenceTest, OneExpertIsTheDenseBlock) {
+  model::ModelSpec m = Moe(1, 1, true, false);
+  at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
+  EXPECT_TRUE(at::allclose(got, DenseOut(), 1e-5, 1e-6));
+}
+
+TEST_F(MoeReferenceTest, RenormalisedTopKOfIdenticalExpertsIsTheDenseBlock) {
+  model::ModelSpec m = Moe(3, 2, true, false);
+  at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
+  EXPECT_TRUE(at::allclose(got, DenseOut(), 1e-5, 1e-6));
+  EXPECT_FALSE(at::allclose(got, DenseOut(2.0 / 3), 1e-5, 1e-6));
+}
+
+TEST_F(MoeReferenceTest, UnnormalisedTopKWeighsEachExpertByItsSoftmax) {
+  model::ModelSpec m = Moe(3, 2, false, false);
+  at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
+  EXPECT_TRUE(at::allclose(got, DenseOut(2.0 / 3), 1e-5, 1e-6));
+}
+
+TEST_F(MoeReferenceTest, GatedSharedExpertAddsHalfItsOutput) {
+  model::ModelSpec m = Moe(1, 1, true, true);
+  at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
+  EXPECT_TRUE(at::allclose(got, DenseOut(1.5), 1e-5, 1e-6));
+}
+
+// Two experts, top 1: expert 1 the dense MLP, expert 0 the same with down_proj x 3, and a random
+// router. Renormalised top 1 weighs the chosen expert by 1, so each token's output is exactly the
+// dense block's or the x 3 block's, never a mixture, and (for this seed) both occur: a token
+// dispatched to the wrong expert's rows or scattered to another token's row would break it.
+TEST_F(MoeReferenceTest, TokensReachOnlyTheExpertsTheyChose) {
+  model::ModelSpec m = Moe(2, 1, true, false);
+  ParamTable p = FromDense(m, dense_params_);
+  std::string e0 = "model.layers.0.block_sparse_moe.experts.0.down_proj.weight";
+  p[e0] = p[e0] * 3.0;
+  p.at("model.layers.0.block_sparse_moe.gate.weight").normal_(0.0, 1.0);
+  at::Tensor got = BlockOut(m, p, x_);
+  at::Tensor dense = DenseOut();
+  at::Tensor tripled = DenseOut(3.0);
+  at::Tensor d1 = (got - dense).abs().amax(-1), d3 = (got - tripled).abs().amax(-1);
+  at::Tensor either = d1.lt(1e-5).logical_or(d3.lt(1e-5));
+  EXPECT_TRUE(either.all().item<bool>());
+  EXPECT_TRUE(d1.lt(1e-5).any().item<bool>());
+  EXPECT_TRUE(d3.lt(1e-5).any().item<bool>());
+}
+
+}  // namespace
+}  // namespace shardtune::exec
