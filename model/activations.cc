@@ -108,7 +108,7 @@ int Mlp(Ctx& c, int x) {
 // its node and saved indices die at once; selected_experts [L·T, k] int64 lives on); one_hot
 // [L·T, k, E] int64 and its .float() copy for mean(dim=0) (no gradient); mean of the softmax; the
 // [k, E] product and sum. Per token that is 12·L·k·E bytes at the one_hot's moment (Qwen3-30B-A3B:
-// 393 KB). The router logits' gradient stays for the blocks' backward (Leaf).
+// 590 KB). The router logits' gradient stays for the blocks' backward (Leaf).
 int RouterAuxLoss(Ctx& c, int loss) {
   const MoeSpec& m = c.spec.moe;
   double L = c.spec.num_layers, E = m.num_experts, k = m.top_k;

@@ -72,7 +72,7 @@ const std::vector<std::string> kPhi3Skipped = {
 // Gemma: the KV-cache layout, a duplicate of sliding_window in Gemma 2's first configs, and
 // hidden_act (hidden_activation is what Gemma's MLP reads, and is checked).
 const std::vector<std::string> kGemmaSkipped = {"cache_implementation", "sliding_window_size",
-                                                "hidden_act", "use_bidirectional_attention"};
+                                                "hidden_act"};
 // Gemma3ForConditionalGeneration's keys outside text_config: the vision tower (SigLIP) and the
 // image tokens, which shardtune does not model (text backbone only; ImportHfConfig warns).
 const std::vector<std::string> kGemma3MultimodalSkipped = {
