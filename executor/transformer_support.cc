@@ -26,6 +26,10 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
            "\" is not implemented by the executor (it computes plain, \"linear\" and \"llama3\" "
            "RoPE)";
   }
+  if (spec.moe.gpt_oss_experts || spec.attention_sinks) {
+    return "GPT-OSS's 3-D experts with the clamped SwiGLU and its attention sinks are not "
+           "implemented by the executor";
+  }
   if (spec.attn_logit_softcap > 0) {
     return "attention logit soft-capping (Gemma 2's attn_logit_softcapping " +
            std::to_string(spec.attn_logit_softcap) + ") is not implemented by the executor";

@@ -18,13 +18,6 @@ bool Has(const std::vector<std::string>& v, const std::string& x) {
 bool WeightTrains(const Ctx& c, const std::string& m) {
   return c.t.all_params_train || Has(c.t.trainable, m + ".weight");
 }
-bool AnyTrains(const Ctx& c, const std::string& m) {
-  if (c.t.all_params_train) return true;
-  std::string prefix = m + ".";
-  return std::any_of(c.t.trainable.begin(), c.t.trainable.end(), [&](const std::string& p) {
-    return p.compare(0, prefix.size(), prefix) == 0;
-  });
-}
 
 // PEFT LoraLayer Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); then
 // result = result + lora_B(lora_A(dropout(x))) * scaling. lora_dropout 0 is nn.Identity and
@@ -63,6 +56,14 @@ int LoraAdapter(Ctx& c, int x, int base, double out, double copies, const std::s
 }
 
 }  // namespace
+
+bool AnyTrains(const Ctx& c, const std::string& m) {
+  if (c.t.all_params_train) return true;
+  std::string prefix = m + ".";
+  return std::any_of(c.t.trainable.begin(), c.t.trainable.end(), [&](const std::string& p) {
+    return p.compare(0, prefix.size(), prefix) == 0;
+  });
+}
 
 // nn.Linear / Conv1D (mm / addmm; F.linear folds [B, S, in] into an mm): derivatives.yaml
 // "mat1: mm_mat1_backward(grad, mat2, mat1.sym_sizes(), ...)", "mat2: mm_mat2_backward(grad,
@@ -244,6 +245,26 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
     c.g.Op(name + " softcap tanh", {div}, th, {th});
     sc = c.g.Tensor(name + " softcapped scores", c.e * scores);
     c.g.Op(name + " softcap multiply", {th}, sc, {});
+  }
+  if (s.attention_sinks) {
+    // GPT-OSS's eager_attention_forward: scores * scaling + causal_mask; cat([scores, sinks]) one
+    // column more per row; minus its row max; softmax in the compute dtype (saves its output);
+    // scores = probs[..., :-1] (a view: probs @ v keeps the whole softmax output).
+    double with_sink = static_cast<double>(s.num_heads) * (static_cast<double>(c.opt.seq_len) + 1);
+    int masked = c.g.Tensor(name + " scaled+masked scores", c.e * scores);
+    c.g.Op(name + " scale+mask", {sc}, masked, {});
+    int cat = c.g.Tensor(name + " cat(scores, sinks)", c.e * with_sink);
+    c.g.Op(name + " cat sinks", {masked}, cat, {});
+    int shifted = c.g.Tensor(name + " minus row max", c.e * with_sink);
+    c.g.Op(name + " subtract max", {cat}, shifted, {});
+    int probs = c.g.Tensor(name + " softmax (with sinks)", c.e * with_sink);
+    c.g.Op(name + " softmax", {shifted}, probs, {probs});
+    int kept = c.g.Views(probs, {name + " probs[..., :-1]"}, {c.e * scores})[0];
+    int o = c.g.Tensor(name + " probs@v", c.e * qd);
+    c.g.Op(name + " matmul pv", {kept, vr}, o, {{kept, 1}, {vr, 0}});
+    c.g.MarkComputeBound();
+    c.g.Op(name + " transpose.contiguous", {o}, out, {});
+    return out;
   }
   int sm = c.g.Tensor(name + " scaled+masked scores", c.e * scores);
   c.g.Op(name + " scale+mask", {sc}, sm, {});

@@ -31,6 +31,8 @@ bool Gpt2(const Ctx& c);
 // `copies`: routed copies per token (MoE experts: top_k).
 int Linear(Ctx& c, int x, double out_features, const std::string& name, const std::string& module,
            double copies = 1);
+// Some parameter of module `m` (weight or bias; any name under "m.") requires grad.
+bool AnyTrains(const Ctx& c, const std::string& m);
 // RMSNorm or LayerNorm as the spec says.
 int Norm(Ctx& c, int x, double dim, const std::string& name, const std::string& module);
 // q, k, v projections, (qk norm,) rope, attention (Ulysses all-to-alls when cp > 1), o_proj.

@@ -59,7 +59,74 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
 // HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
 // is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
 // index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
+// GPT-OSS (modeling_gpt_oss.py), training path. GptOssTopKRouter: logits = F.linear(x, W, b);
+// topk over the logits; softmax over the k values (compute dtype, saves its output); scatter_
+// into router_scores [T, E] (saves the indices). GptOssExperts.forward with self.training: the
+// same one_hot mask and loop as Mixtral's; per routed copy current_state = x[token_idx] (saved by
+// the matmul with gate_up_proj[e] for its weight), gate_up = that @ W + b [2F] (the matmul's
+// output dies at the add), gate and up strided views of it, gate.clamp(max) and up.clamp(+-l)
+// (clamp saves its input: the views keep gate_up), sigmoid(gate * alpha) saves its output, glu =
+// gate * sigmoid saves both, (up + 1) * glu saves both, gated_output @ down_proj[e] saves
+// gated_output, + bias, * routing weight saves out [H]: per copy 2H + 7F elements.
+int GptOssMoe(Ctx& c, int x) {
+  const MoeSpec& m = c.spec.moe;
+  double h = static_cast<double>(c.spec.hidden), k = m.top_k, E = m.num_experts;
+  double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
+  const std::string ex = "block_sparse_moe.experts";
+  bool train = AnyTrains(c, ex);
+  int logits = Linear(c, x, E, "moe.router", "block_sparse_moe.gate");
+  int top = c.g.Tensor("moe.router top-k values", c.e * k);
+  c.g.Op("moe.router topk", {logits}, top, {});  // saves its int64 indices (below)
+  int idx = c.g.Tensor("moe.router topk indices (int64)", 8 * k);
+  c.g.Op("moe.router topk indices", {}, idx, {});
+  int probs = c.g.Tensor("moe.router softmax over top-k", c.e * k);
+  c.g.Op("moe.router softmax", {top, idx}, probs, {probs, idx});
+  int scores = c.g.Tensor("moe.router_scores (scatter_)", c.e * E);
+  c.g.Op("moe.router scatter_", {probs}, scores, {});
+  int mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * k * E);
+  c.g.Op("moe.one_hot", {}, mask, {});
+  int gathered = c.g.Tensor("moe.experts current_state (x top_k)", c.e * h * k);
+  c.g.Op("moe.gather", {x}, gathered, {});
+  int mm = c.g.Tensor("moe.experts current_state @ gate_up_proj[e]", c.e * 2 * fe * k);
+  c.g.Op("moe.experts gate_up matmul", {gathered}, mm, {{gathered, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(E * h * 2 * fe, train, train);  // gate_up_proj [E, H, 2F]
+  int gate_up = c.g.Tensor("moe.experts gate_up (+ bias)", c.e * 2 * fe * k);
+  c.g.Op("moe.experts gate_up bias", {mm}, gate_up, {});
+  c.g.SetParam(E * 2 * fe, train, train);  // gate_up_proj_bias [E, 2F]
+  std::vector<int> halves = c.g.Views(gate_up, {"moe.experts gate (gate_up[..., ::2])",
+                                                "moe.experts up (gate_up[..., 1::2])"},
+                                      {c.e * fe * k, c.e * fe * k});
+  int gate = c.g.Tensor("moe.experts gate.clamp(max=limit)", c.e * fe * k);
+  c.g.Op("moe.experts clamp gate", {halves[0]}, gate, {halves[0]});
+  int up = c.g.Tensor("moe.experts up.clamp(-limit, limit)", c.e * fe * k);
+  c.g.Op("moe.experts clamp up", {halves[1]}, up, {halves[1]});
+  int ga = c.g.Tensor("moe.experts gate * alpha", c.e * fe * k);
+  c.g.Op("moe.experts gate * alpha", {gate}, ga, {});
+  int sig = c.g.Tensor("moe.experts sigmoid(gate * alpha)", c.e * fe * k);
+  c.g.Op("moe.experts sigmoid", {ga}, sig, {sig});
+  int glu = c.g.Tensor("moe.experts glu = gate * sigmoid", c.e * fe * k);
+  c.g.Op("moe.experts glu", {gate, sig}, glu, {{gate, 1}, {sig, 0}});
+  int up1 = c.g.Tensor("moe.experts up + 1", c.e * fe * k);
+  c.g.Op("moe.experts up + 1", {up}, up1, {});
+  int gated = c.g.Tensor("moe.experts (up + 1) * glu", c.e * fe * k);
+  c.g.Op("moe.experts gated_output", {up1, glu}, gated, {{up1, 1}, {glu, 0}});
+  int down = c.g.Tensor("moe.experts gated_output @ down_proj[e]", c.e * h * k);
+  c.g.Op("moe.experts down matmul", {gated}, down, {{gated, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(E * fe * h, train, train);  // down_proj [E, F, H]
+  int out = c.g.Tensor("moe.experts out (+ bias)", c.e * h * k);
+  c.g.Op("moe.experts down bias", {down}, out, {});
+  c.g.SetParam(E * h, train, train);  // down_proj_bias [E, H]
+  int weighted = c.g.Tensor("moe.weighted expert output", c.e * h * k);
+  c.g.Op("moe.scale by routing weight", {out, scores}, weighted, {{out, 1}});
+  int combined = c.g.Tensor("moe.combined output", c.e * h);
+  c.g.Op("moe.index_add", {weighted, mask}, combined, {});
+  return combined;
+}
+
 int Moe(Ctx& c, int x) {
+  if (c.spec.moe.gpt_oss_experts) return GptOssMoe(c, x);
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), k = m.top_k;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);

@@ -20,7 +20,8 @@ std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens) 
   }
   auto mlp = [&](int64_t rows, int64_t ffn, int64_t count) {
     if (rows <= 0 || ffn <= 0 || count <= 0) return;
-    if (spec.fused_gate_up) {  // Phi3MLP: one gate_up_proj GEMM [rows, 2F, H]
+    if (spec.fused_gate_up || spec.moe.gpt_oss_experts) {
+      // Phi3MLP, GptOssExperts: one gate_up_proj GEMM [rows, 2F, H]
       g.push_back({rows, 2 * ffn, h, count});
     } else {
       g.push_back({rows, ffn, h, (spec.mlp == MlpKind::kSwiGlu ? 2 : 1) * count});

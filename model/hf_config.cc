@@ -14,7 +14,7 @@ namespace {
 
 enum class Family {
   kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma2,
-  kGemma3, kGemma3Multimodal, kGpt2, kGptNeox
+  kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox
 };
 
 struct Arch {
@@ -36,6 +36,7 @@ constexpr Arch kArchs[] = {
     {"Gemma2ForCausalLM", "gemma2", Family::kGemma2},
     {"Gemma3ForCausalLM", "gemma3_text", Family::kGemma3},
     {"Gemma3ForConditionalGeneration", "gemma3", Family::kGemma3Multimodal},
+    {"GptOssForCausalLM", "gpt_oss", Family::kGptOss},
     {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
 };
@@ -105,6 +106,12 @@ std::vector<std::string> SkippedKeys(Family f) {
     case Family::kGemma2:
     case Family::kGemma3: add(kGemmaSkipped); break;
     case Family::kGemma3Multimodal: add(kGemma3MultimodalSkipped); break;
+    case Family::kGptOss:
+      add(kRotaryDecoderSkipped); add(kRouterSkipped);
+      // initial_context_length is YaRN's original context (also in rope_scaling); swiglu_limit
+      // changes values only (the clamp's bounds).
+      keys.push_back("initial_context_length"); keys.push_back("swiglu_limit");
+      break;
     case Family::kGpt2: add(kGpt2Skipped); break;
     case Family::kGptNeox: add(kNeoxSkipped); break;
   }
@@ -383,8 +390,44 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   }
 }
 
-// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2 (modeling_llama.py
-// and its copies).
+// GptOssForCausalLM (modeling_gpt_oss.py): Llama's projections with biases (attention_bias), a
+// sink logit per head, sliding and full layers alternating (layer_types), and its MoE:
+// num_local_experts 3-D experts with biases and the clamped SwiGLU, top num_experts_per_tok
+// (experts_per_token repeats it) from a router with a bias. The published checkpoints store the
+// experts in MXFP4 (quantization_config); training dequantizes them to the compute dtype
+// (transformers' Mxfp4Config(dequantize=True)), which is what shardtune estimates: ImportHfConfig
+// says so in a warning.
+void ReadGptOss(HfReader* h, ModelSpec* s, std::vector<std::string>* warnings) {
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", true);
+  s->attention_sinks = true;
+  s->norm_weight_fp32 = true;  // GptOssRMSNorm: (weight * x).to(input_dtype)
+  s->moe.num_experts = static_cast<int>(h->Int("num_local_experts"));
+  s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
+  if (h->Has("experts_per_token") && h->Value("experts_per_token") != s->moe.top_k) {
+    throw InputError(h->Where("experts_per_token") + ": expected num_experts_per_tok = " +
+                     std::to_string(s->moe.top_k) + ", got " +
+                     Describe(h->Value("experts_per_token")));
+  }
+  s->moe.expert_ffn_hidden = s->ffn_hidden;
+  s->moe.gpt_oss_experts = true;
+  s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
+  s->sliding_window = h->OptInt("sliding_window", 128);
+  s->full_attention_every = FullAttentionEvery(h, s->num_layers, 2);
+  if (h->Has("quantization_config")) {
+    const nlohmann::json& q = h->Value("quantization_config");
+    if (warnings && !q.is_null()) {
+      warnings->push_back(h->Where("quantization_config") +
+                          ": the checkpoint's experts are quantized (" +
+                          (q.is_object() && q.contains("quant_method") ? Describe(q.at("quant_method"))
+                                                                      : std::string("?")) +
+                          "); training dequantizes them, so memory and time are estimated for "
+                          "the compute dtype");
+    }
+  }
+}
+
+// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2, GPT-OSS
+// (modeling_llama.py and its copies).
 void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   s->num_layers = static_cast<int>(h->Int("num_hidden_layers"));
   s->hidden = h->Int("hidden_size");
@@ -558,6 +601,7 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
     }
   } else {
     ReadRotaryDecoder(&h, arch.family, &s);
+    if (arch.family == Family::kGptOss) ReadGptOss(&h, &s, warnings);
   }
   h.Finish(arch.name, warnings);
   auto name = j.find("_name_or_path");

@@ -71,6 +71,8 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
               Bool(m.shared_expert_gate));
     p->Expect(!m.router_aux_loss, "moe/router_aux_loss", "false without experts",
               Bool(m.router_aux_loss));
+    p->Expect(!m.gpt_oss_experts, "moe/gpt_oss_experts", "false without experts",
+              Bool(m.gpt_oss_experts));
     return;
   }
   p->Expect(m.top_k >= 1 && m.top_k <= m.num_experts, "moe/top_k",
@@ -83,8 +85,11 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
             "integer >= 1 (or 0: expert_ffn_hidden)", m.shared_expert_ffn_hidden);
   p->Expect(!m.shared_expert_gate || m.num_shared_experts >= 1, "moe/shared_expert_gate",
             "false when moe/num_shared_experts is 0", Bool(m.shared_expert_gate));
-  // Mixtral's and Qwen2-MoE's expert MLPs have no biases.
+  // Mixtral's and Qwen2-MoE's expert MLPs have no biases (GPT-OSS's are moe/gpt_oss_experts).
   p->Expect(!s.mlp_bias, "mlp_bias", "false with moe (expert MLPs have no bias)", Bool(s.mlp_bias));
+  p->Expect(!m.gpt_oss_experts || (s.mlp == MlpKind::kSwiGlu && m.num_shared_experts == 0),
+            "moe/gpt_oss_experts", "false with a GELU MLP or shared experts",
+            Bool(m.gpt_oss_experts));
 }
 
 // Elements of one norm's parameters over `width` features: RMSNorm has a weight, LayerNorm a
@@ -118,6 +123,7 @@ T AttentionParams(const ModelSpec& s) {
   // Qwen3Attention: q_norm and k_norm are RMSNorm(head_dim), shared by all heads; OLMo 2's
   // Olmo2Attention: RMSNorm(num_heads x head_dim) and RMSNorm(num_kv_heads x head_dim). Phi-3's
   // fused qkv_proj [q + 2kv, H] has the count of the three it replaces.
+  if (s.attention_sinks) n += static_cast<T>(s.num_heads);  // GptOssAttention.sinks [heads]
   if (s.qk_norm && s.qk_norm_full_width) n += NormParams(s, q) + NormParams(s, kv);
   else if (s.qk_norm) n += 2 * NormParams(s, static_cast<T>(s.head_dim));
   return n;
@@ -132,6 +138,9 @@ T FeedForwardParams(const ModelSpec& s) {
   const T h = static_cast<T>(s.hidden), experts = static_cast<T>(m.num_experts);
   // MixtralSparseMoeBlock: gate (router) Linear(H, E, bias=False) + E experts (w1, w3, w2).
   T n = h * experts + experts * MlpParams(s, fe, false);
+  // GptOssTopKRouter's bias [E]; GptOssExperts' gate_up_proj_bias [E, 2F] and down_proj_bias
+  // [E, H].
+  if (m.gpt_oss_experts) n += experts + experts * (2 * fe + h);
   // Qwen2MoeSparseMoeBlock: shared_expert MLP(H, shared_expert_intermediate_size) and
   // shared_expert_gate Linear(H, 1, bias=False).
   n += static_cast<T>(m.num_shared_experts) * MlpParams(s, fs, false);

@@ -35,6 +35,13 @@ struct MoeSpec {
   // The top-k routing weights renormalised to sum to 1 (Mixtral always; Qwen's norm_topk_prob).
   // Changes values only; the executor computes with it.
   bool norm_topk_prob = true;
+  // GPT-OSS (modeling_gpt_oss.py): the router Linear has a bias; the experts are stored as 3-D
+  // tensors, experts.gate_up_proj [E, H, 2F] (gate and up interleaved) with gate_up_proj_bias
+  // [E, 2F] and experts.down_proj [E, F, H] with down_proj_bias [E, H] (FSDP2 shards dim 0, the
+  // experts; no per-expert modules, so no per-expert units), and each expert computes the clamped
+  // SwiGLU (up.clamp(+-limit) + 1) * gate.clamp(max=limit) * sigmoid(1.702 gate); the router
+  // softmaxes its top-k logits only.
+  bool gpt_oss_experts = false;
   bool enabled() const { return num_experts > 0; }
 };
 
@@ -92,6 +99,10 @@ struct ModelSpec {
   // Gemma's RMSNorm scales by (1 + weight), the weights stored as offsets from 1 (initialised to
   // 0): output = (x_hat * (1 + weight.float())).to(dtype). Memory as norm_weight_fp32.
   bool norm_unit_offset = false;
+  // GPT-OSS: a learned sink logit per head (self_attn.sinks [heads]) joins each query's softmax
+  // (HF's eager_attention_forward: cat([scores, sinks]), max-subtracted, softmax in the compute
+  // dtype). Flash kernels with sinks (vllm-flash-attn3 through `kernels`) save what flash saves.
+  bool attention_sinks = false;
   // Gemma: the gated MLP's activation is GELU with the tanh approximation (gelu_pytorch_tanh,
   // a GeGLU) instead of SiLU; F.gelu saves its input as SiLU does. REQUIRES mlp swiglu.
   bool gelu_gate = false;

@@ -32,6 +32,7 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.shared_expert_gate = r->OptionalBool("shared_expert_gate", false);
   m.router_aux_loss = r->OptionalBool("router_aux_loss", false);
   m.norm_topk_prob = r->OptionalBool("norm_topk_prob", true);
+  m.gpt_oss_experts = r->OptionalBool("gpt_oss_experts", false);
   r->Finish();
   return m;
 }
@@ -77,6 +78,7 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->norm_weight_fp32 = r->OptionalBool("norm_weight_fp32", false);
   s->norm_unit_offset = r->OptionalBool("norm_unit_offset", false);
   s->gelu_gate = r->OptionalBool("gelu_gate", false);
+  s->attention_sinks = r->OptionalBool("attention_sinks", false);
   s->scaled_embedding = r->OptionalBool("scaled_embedding", false);
   s->final_logit_softcap = r->OptionalNumber("final_logit_softcap", 0, -1e300, 1e300);
   s->attn_logit_softcap = r->OptionalNumber("attn_logit_softcap", 0, -1e300, 1e300);
@@ -156,6 +158,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
   // Gemma's, likewise.
   if (s.norm_unit_offset) j["norm_unit_offset"] = true;
   if (s.gelu_gate) j["gelu_gate"] = true;
+  if (s.attention_sinks) j["attention_sinks"] = true;
   if (s.scaled_embedding) j["scaled_embedding"] = true;
   if (s.final_logit_softcap != 0) j["final_logit_softcap"] = s.final_logit_softcap;
   if (s.attn_logit_softcap != 0) j["attn_logit_softcap"] = s.attn_logit_softcap;
@@ -185,6 +188,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     m["shared_expert_gate"] = s.moe.shared_expert_gate;
     if (s.moe.router_aux_loss) m["router_aux_loss"] = true;
     if (!s.moe.norm_topk_prob) m["norm_topk_prob"] = false;
+    if (s.moe.gpt_oss_experts) m["gpt_oss_experts"] = true;
     j["moe"] = m;
   }
   j["source"] = s.source;

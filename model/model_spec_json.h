@@ -25,8 +25,8 @@ inline constexpr int kModelSchemaVersion = 1;
 // query_pre_attn_scalar, sliding_window, rope_local_theta (0: none), full_attention_every (1)
 // (ModelSpec says what each means), source (""),
 // moe {num_experts, top_k (required); num_shared_experts, expert_ffn_hidden,
-// shared_expert_ffn_hidden (0), shared_expert_gate, router_aux_loss (false), norm_topk_prob
-// (true)} (absent: dense).
+// shared_expert_ffn_hidden (0), shared_expert_gate, router_aux_loss, gpt_oss_experts (false),
+// norm_topk_prob (true)} (absent: dense). attention_sinks (false).
 // Throws InputError. The returned spec has its defaults filled (FillDefaults()).
 ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file);
 // Writes every key (defaults resolved; the OLMo 2 / Phi-3 layout flags only when set), so

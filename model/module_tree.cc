@@ -70,6 +70,17 @@ ModuleNode DenseMlp(const ModelSpec& s, const std::string& p, int64_t ffn, int s
 ModuleNode MoeBlock(const ModelSpec& s, const std::string& p, int seg) {
   const MoeSpec& m = s.moe;
   int64_t fe = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden;
+  if (m.gpt_oss_experts) {
+    // GptOssMLP: router = GptOssTopKRouter (weight [E, H], bias [E]); experts = GptOssExperts,
+    // four 3-D / 2-D parameters of its own (dim 0: the experts).
+    ModuleNode experts = Leaf(p + ".experts", "Experts", seg);
+    experts.params = {{p + ".experts.gate_up_proj", m.num_experts, s.hidden * 2 * fe, seg},
+                      {p + ".experts.gate_up_proj_bias", m.num_experts, 2 * fe, seg},
+                      {p + ".experts.down_proj", m.num_experts, fe * s.hidden, seg},
+                      {p + ".experts.down_proj_bias", m.num_experts, s.hidden, seg}};
+    return Parent(p, "SparseMoeBlock",
+                  {Linear(p + ".gate", s.hidden, m.num_experts, true, seg), std::move(experts)});
+  }
   std::vector<ModuleNode> experts;
   for (int e = 0; e < m.num_experts; ++e) {
     experts.push_back(DenseMlp(s, p + ".experts." + std::to_string(e), fe, seg));
@@ -103,6 +114,11 @@ ModuleNode Block(const ModelSpec& s, int i) {
             Linear(p + ".self_attn.k_proj", h, kvd, s.qkv_bias, seg),
             Linear(p + ".self_attn.v_proj", h, kvd, s.qkv_bias, seg),
             Linear(p + ".self_attn.o_proj", qd, h, s.attn_out_bias, seg)};
+  }
+  if (s.attention_sinks) {  // GptOssAttention.sinks [heads], after the projections
+    ModuleNode sinks = Leaf(p + ".self_attn.sinks", "Sinks", seg);
+    sinks.params.push_back({p + ".self_attn.sinks", s.num_heads, 1, seg});
+    attn.push_back(std::move(sinks));
   }
   if (s.qk_norm) {  // Qwen3: RMSNorm(head_dim); OLMo 2: over the whole q and k projections
     attn.push_back(Norm(s, p + ".self_attn.q_norm", s.qk_norm_full_width ? qd : s.head_dim, seg));

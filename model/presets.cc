@@ -228,6 +228,30 @@ void Add2026(std::vector<PresetInfo>* p) {
   g3.query_pre_attn_scalar = 168;
   g3.sliding_window = 1024;
   g3.full_attention_every = 6;
+  // GptOssForCausalLM: 3-D experts with biases and the clamped SwiGLU, a router with a bias,
+  // attention biases and sinks, 128-token sliding windows on alternate layers, YaRN x32. The
+  // published experts are MXFP4; training dequantizes them (the estimate is for bf16).
+  auto gpt_oss = [](int layers, int experts) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, 2880, 64, 8, 2880), 201088, 131072), 150000.0, 1e-5);
+    s.head_dim = 64;
+    s.qkv_bias = s.attn_out_bias = true;
+    s.attention_sinks = true;
+    s.norm_weight_fp32 = true;
+    s.moe.num_experts = experts;
+    s.moe.top_k = 4;
+    s.moe.expert_ffn_hidden = 2880;
+    s.moe.gpt_oss_experts = true;
+    s.sliding_window = 128;
+    s.full_attention_every = 2;
+    s.rope_scaling.type = "yarn";
+    s.rope_scaling.factor = 32.0;
+    return s;
+  };
+  const std::string oss_count = "; count: HF num_parameters() (bf16, experts dequantized)";
+  p->push_back(Preset("gpt-oss-20b", gpt_oss(24, 32), 20'914'757'184,
+                      HfConfig("openai/gpt-oss-20b") + oss_count));
+  p->push_back(Preset("gpt-oss-120b", gpt_oss(36, 128), 116'829'156'672,
+                      HfConfig("openai/gpt-oss-120b") + oss_count));
   p->push_back(Preset("gemma3-27b", g3, 27'009'346'304,
                       HfConfig("google/gemma-3-27b-pt") +
                           " (text_config); count: the text model's, without the vision tower"));

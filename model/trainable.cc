@@ -110,6 +110,10 @@ std::vector<std::string> TrainabilityProblems(const ModelSpec& spec, const Plan&
     add("wrap/expert_units", "a MoE model (num_experts > 0) for per-expert units",
         spec.name + ", a dense model");
   }
+  if (plan.wrap.expert_units && spec.moe.gpt_oss_experts) {
+    add("wrap/expert_units", "a MoE model with one module per expert",
+        spec.name + ", whose experts are 3-D tensors (GptOssExperts) that only a whole unit holds");
+  }
   if (plan.tiled_mlp_shards > 1 && seq_len > 0 && seq_len % plan.tiled_mlp_shards != 0) {
     add("tiled_mlp_shards",
         "a divisor of seq_len " + std::to_string(seq_len) +

@@ -73,6 +73,7 @@ ExportFormat ParseExportFormat(const std::string& text, const std::string& where
 std::string HfDecoderLayerClass(const model::ModelSpec& spec) {
   if (spec.positions == model::PositionKind::kLearned) return "GPT2Block";
   if (spec.parallel_residual) return "GPTNeoXLayer";
+  if (spec.moe.gpt_oss_experts) return "GptOssDecoderLayer";  // modeling_gpt_oss.py
   if (spec.moe.enabled()) {
     if (spec.moe.num_shared_experts > 0) return "Qwen2MoeDecoderLayer";
     return spec.qk_norm ? "Qwen3MoeDecoderLayer" : "MixtralDecoderLayer";

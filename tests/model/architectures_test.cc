@@ -19,6 +19,7 @@
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "model/trainable.h"
 #include "tests/model/hf_test_util.h"
 
 namespace shardtune::model {
@@ -411,6 +412,70 @@ TEST(ArchitecturesTest, GemmaSoftCappingSavesTanhOutputs) {
                    2 * 16 * 4096.0);
 }
 
+// GptOssForCausalLM: attention with biases [q_dim + 2 kv_dim + H] and sinks [heads]; a router
+// [E, H] with a bias [E]; 3-D experts gate_up_proj [E, H, 2F] + [E, 2F], down_proj [E, F, H] +
+// [E, H]; two norms; untied head. Published: HF num_parameters() (20.91B, 116.83B on the cards).
+TEST(ArchitecturesTest, GptOssCountsFollowTheFormula) {
+  auto formula = [](double L, double E) {
+    double H = 2880, qd = 64 * 64, kv = 8 * 64, F = 2880, V = 201088, heads = 64;
+    double attn = H * qd + qd + 2 * (H * kv + kv) + qd * H + H + heads;
+    double moe = E * H + E + E * (H * 2 * F + 2 * F + F * H + H);
+    return 2 * V * H + H + L * (attn + moe + 2 * H);
+  };
+  ModelSpec s = ExpectImportsAsPreset("gpt-oss-20b.config.json", "gpt-oss-20b", 1,
+                                      formula(24, 32), 20'914'757'184);
+  EXPECT_TRUE(s.moe.gpt_oss_experts && s.attention_sinks && s.norm_weight_fp32);
+  EXPECT_EQ(s.full_attention_every, 2);
+  EXPECT_EQ(ParameterCount(FindModelPreset("gpt-oss-120b")),
+            static_cast<int64_t>(formula(36, 128)));
+  EXPECT_EQ(ParameterCount(FindModelPreset("gpt-oss-120b")), 116'829'156'672);
+  // The experts are 3-D tensors sharded on dim 0 (the experts), no per-expert modules.
+  auto units = BuildFsdpUnits(s, WrapPolicy{});
+  bool found = false;
+  for (const FsdpUnit& u : units) {
+    for (const ParamTensor& p : u.params) {
+      if (p.name == "model.layers.0.block_sparse_moe.experts.gate_up_proj") {
+        found = true;
+        EXPECT_EQ(p.dim0, 32);
+        EXPECT_EQ(p.inner, 2880 * 2 * 2880);
+      }
+    }
+  }
+  EXPECT_TRUE(found);
+  Plan plan;
+  plan.wrap.expert_units = true;
+  EXPECT_THAT(TrainabilityProblems(s, plan, 4096, "p.json"),
+              testing::Contains(HasSubstr("p.json:/wrap/expert_units")));
+}
+
+// GptOssDecoderLayer, bf16, per token (H 2880, q_dim 4096, kv_dim 512, 64 heads, E 32, top 4,
+// F 2880), with a flash kernel that takes the sinks (what flash saves):
+//   two GptOssRMSNorms (fp32 copy, rsqrt, fp32 x_hat: 8H + 4), their outputs saved by the
+//   projections and the router (2H each); SDPA as Llama's; the router's top-k indices (int64) and
+//   its softmax over the k values; per routed copy (GptOssExperts' training loop): current_state
+//   2H, gate_up 4F (kept by the clamps' saved views), the clamped gate, sigmoid, up + 1, glu and
+//   gated_output 2F each, and the expert's output 2H.
+TEST(ArchitecturesTest, GptOssBlockSavesTheClampedSwigluPerRoutedCopy) {
+  ModelSpec s = FindModelPreset("gpt-oss-20b");
+  double h = 2880, qd = 4096, kv = 512, heads = 64, k = 4, f = 2880;
+  double norm = 8 * h + 4;
+  double sdpa = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  double router = 8 * k + 2 * k;
+  double per_copy = 2 * h + 4 * f + 5 * 2 * f + 2 * h;
+  double expected = norm + 2 * h + sdpa + norm + 2 * h + router + k * per_copy;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, Bf16Sdpa()).full.saved_per_token, expected);
+  // Eager attention with sinks keeps one softmax (compute dtype) over S + 1 columns; without
+  // sinks HF's eager path keeps the fp32 softmax and its cast (6 bytes per score).
+  ActivationOptions eager = Bf16Sdpa();
+  eager.attention = Attention::kEager;
+  ModelSpec no_sinks = s;
+  no_sinks.attention_sinks = false;
+  double S = 4096;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, eager).full.saved_per_token -
+                       ComputeBlockActivations(no_sinks, eager).full.saved_per_token,
+                   heads * (2 * (S + 1) - 6 * S));
+}
+
 TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
   nlohmann::json phi = ReadJsonFile(Data("phi-4.config.json"));
   phi["resid_pdrop"] = 0.1;
@@ -428,7 +493,8 @@ TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
 }
 
 TEST(ArchitecturesTest, SpecFlagsRoundTripAndContradictionsAreProblems) {
-  for (const char* name : {"phi-4", "olmo2-13b", "qwen3-30b-a3b", "gemma2-9b", "gemma3-27b"}) {
+  for (const char* name :
+       {"phi-4", "olmo2-13b", "qwen3-30b-a3b", "gemma2-9b", "gemma3-27b", "gpt-oss-20b"}) {
     ModelSpec s = FindModelPreset(name);
     EXPECT_EQ(Shape(ModelSpecFromJson(nlohmann::json::parse(ModelSpecToJson(s).dump()), "m.json")),
               Shape(s))
