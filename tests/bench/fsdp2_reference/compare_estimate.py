@@ -12,6 +12,7 @@ binary has the flag); --offload 1 -> --offload all.
 """
 import json
 import subprocess
+import tempfile
 import sys
 
 G = 2**30
@@ -27,8 +28,8 @@ def runs(path):
             yield json.loads(line)
 
 
-def flags(c, has_frozen_dtype):
-    f = ["--model", c["model"], "--cluster", f'{c["world"]}xH100', "--micro-batch", str(c["mb"]),
+def flags(c, has_frozen_dtype, model_arg=None):
+    f = ["--model", model_arg or c["model"], "--cluster", f'{c["world"]}xH100', "--micro-batch", str(c["mb"]),
          "--seq-len", str(c["seq"]), "--grad-accum", str(c.get("accum", 1)),
          "--global-batch", str(c["mb"] * c.get("accum", 1) * c["world"]),
          "--checkpointing", "full" if c.get("ckpt") == "full" else "none",
@@ -60,9 +61,16 @@ def main():
             if "error" in r:
                 continue
             c = r["config"]
-            cmd = [binary, "estimate", "--json"] + flags(c, has_frozen_dtype)
+            model_arg = None
+            if r.get("hf_config_json"):  # --hf-config: the config it built, as a config.json
+                tmp = tempfile.NamedTemporaryFile("w", suffix=".config.json", delete=False)
+                json.dump(r["hf_config_json"], tmp)
+                tmp.close()
+                model_arg = tmp.name
+            cmd = [binary, "estimate", "--json"] + flags(c, has_frozen_dtype, model_arg)
             p = subprocess.run(cmd, capture_output=True, text=True)
-            name = " ".join(a for a in flags(c, has_frozen_dtype)[1:] if a not in ("--freeze",))
+            name = " ".join(a for a in flags(c, has_frozen_dtype, model_arg)[1:]
+                            if a not in ("--freeze",))
             name = (name[:75] + "...") if len(name) > 78 else name
             if p.returncode != 0:
                 print(f"{name:<78} estimate failed: {p.stderr.strip()[:200]}")

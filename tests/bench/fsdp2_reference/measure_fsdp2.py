@@ -11,7 +11,11 @@ communication. World 1 uses a real NCCL process group, so NCCL's own memory is i
 `outside` figures.
 
 Model: Hugging Face transformers' LlamaForCausalLM, built on the meta device from a config
-(Llama-3.2-1B or Llama-3-8B shapes), `fully_shard` per decoder layer and then the root, as
+(Llama-3.2-1B or Llama-3-8B shapes), or with --hf-config any architecture transformers builds
+from a config.json (AutoModelForCausalLM.from_config; a multimodal config's text_config: Gemma 3),
+optionally cut to --layers decoder layers (issue #20's MoE and 2026 architectures, e.g.
+tests/data/model/qwen3-30b-a3b.config.json --layers 4: the JSON result carries the config it
+built, which compare_estimate.py hands to `shardtune estimate --model`), `fully_shard` per decoder layer and then the root, as
 torchtitan and the FSDP2 tutorial do; MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32);
 torch.optim.AdamW (foreach by default). Loss: HF's own (labels=input_ids: fp32 upcast logits,
 shift, cross-entropy).
@@ -67,6 +71,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--tag", default="")
+    ap.add_argument("--hf-config", default="",
+                    help="a config.json to build instead of --model (AutoModelForCausalLM)")
+    ap.add_argument("--layers", type=int, default=0,
+                    help="with --hf-config: keep this many decoder layers (0: all)")
     ap.add_argument("--root-reshard", default="explicit", choices=["explicit", "default"])
     # Parameter-efficient and frozen runs (PEFT LoRA: peft.get_peft_model before fully_shard, as
     # TRL/Accelerate do; autocast_adapter_dtype keeps adapters fp32 over a bf16 base).
@@ -105,10 +113,27 @@ def main():
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama import modeling_llama
 
-    cfg = LlamaConfig(**MODELS[a.model])
-    cfg._attn_implementation = a.attn
-    with torch.device("meta"):
-        model = LlamaForCausalLM(cfg)
+    hf_config_json = None
+    if a.hf_config:
+        cfg = transformers.AutoConfig.from_pretrained(a.hf_config)
+        if getattr(cfg, "text_config", None) is not None:  # Gemma3ForConditionalGeneration
+            cfg = cfg.text_config
+        if a.layers > 0:
+            cfg.num_hidden_layers = a.layers
+            if getattr(cfg, "layer_types", None):
+                cfg.layer_types = cfg.layer_types[:a.layers]
+        cfg._attn_implementation = a.attn
+        if getattr(cfg, "quantization_config", None) is not None:
+            del cfg.quantization_config  # GPT-OSS: train the experts dequantized (bf16)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        hf_config_json = cfg.to_dict()
+        hf_config_json["architectures"] = [type(model).__name__]
+    else:
+        cfg = LlamaConfig(**MODELS[a.model])
+        cfg._attn_implementation = a.attn
+        with torch.device("meta"):
+            model = LlamaForCausalLM(cfg)
     if a.base_dtype == "bf16":
         model.to(torch.bfloat16)
     if a.ckpt == "full":
@@ -144,8 +169,18 @@ def main():
     with torch.no_grad():
         for p in model.parameters():
             p.to_local().normal_(0.0, 0.02)
-    # Non-persistent rotary buffers were on meta: rebuild them on the GPU.
-    layers_parent.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+    # Non-persistent buffers were on meta: rebuild them on the GPU (every rotary embedding's
+    # inv_freq through its own init function; Gemma 3's embedding scale).
+    if a.hf_config:
+        for m in model.modules():
+            if hasattr(m, "inv_freq") and hasattr(m, "rope_init_fn"):
+                inv_freq, m.attention_scaling = m.rope_init_fn(m.config, "cuda")
+                m.register_buffer("inv_freq", inv_freq, persistent=False)
+                m.original_inv_freq = inv_freq
+            if hasattr(m, "embed_scale") and isinstance(m.embed_scale, torch.Tensor):
+                m.embed_scale = torch.tensor(cfg.hidden_size**0.5, device="cuda")
+    else:
+        layers_parent.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
     torch.cuda.synchronize()
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -223,6 +258,7 @@ def main():
     flops_per_token = 6 * n_params + 12 * L * H * S  # the README's MFU convention
     result = {
         "config": vars(a),
+        "hf_config_json": hf_config_json,  # what --hf-config built (None: a --model preset)
         "n_params": n_params,
         "n_trainable": n_trainable,
         "context_used_bytes": context_used,

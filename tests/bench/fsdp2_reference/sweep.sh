@@ -3,7 +3,7 @@
 # object per line to $1 (default fsdp2_sweep.jsonl); a failed configuration appends
 # {"config_args": ..., "error": <last lines of its stderr>}. Needs one CUDA GPU, torch >= 2.6
 # and transformers. Usage: sweep.sh OUT.jsonl [SET]   (SET: all | w1 | fake | timing | peft |
-# offload | traces)
+# offload | traces | arch2026)
 set -u
 out=${1:-fsdp2_sweep.jsonl}
 set_=${2:-all}
@@ -40,6 +40,15 @@ if [[ $set_ == traces ]]; then  # profiler traces for `shardtune calibrate --tra
   dir=${TRACE_DIR:-fsdp2_traces}; mkdir -p "$dir"
   for mb in 1 4 8; do run --mb $mb --steps 4 --root-reshard default --trace "$dir/llama3.2-1b_w1_mb$mb.json"; done
   run --world 8 --model llama3-8b --mb 1 --steps 4 --root-reshard default --trace "$dir/llama3-8b_w8_mb1.json"
+fi
+if [[ $set_ == arch2026 ]]; then  # issue #20: the 2026 architectures, cut to 4 layers, as rank 0 of 8
+  data=$(cd "$here/../../data/model" && pwd)
+  run --world 8 --hf-config "$data/qwen3-30b-a3b.config.json" --layers 4 --mb 1 --seq 4096
+  run --world 8 --hf-config "$data/qwen3-30b-a3b.config.json" --layers 4 --mb 2 --seq 4096 --ckpt full
+  run --world 8 --hf-config "$data/phi-4.config.json" --layers 4 --mb 1 --seq 4096
+  run --world 8 --hf-config "$data/olmo2-13b.config.json" --layers 4 --mb 1 --seq 4096
+  run --world 8 --hf-config "$data/gemma-3-27b.config.json" --layers 6 --mb 1 --seq 4096
+  run --world 8 --hf-config "$data/gpt-oss-20b.config.json" --layers 4 --mb 1 --seq 4096 --attn eager
 fi
 if [[ $set_ == all || $set_ == fake ]]; then
   run --world 8 --mb 1
