@@ -102,6 +102,10 @@ struct CpVerdict {
   double best_step_time_s = 0;  // fastest simulated plan that fits (0: none simulated)
   std::string best_key;
   Bytes best_required;  // that plan's per-GPU need
+  // The caching-allocator replay (which judges the listed plans) found that plan out of memory,
+  // needing best_replay_required: its memory walk fit by allocated bytes, its reserved do not.
+  bool best_replay_out_of_memory = false;
+  Bytes best_replay_required;
   std::string why;      // one sentence with the figures, e.g. "cp=1: no plan fits: ..."
 };
 

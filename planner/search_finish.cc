@@ -153,6 +153,21 @@ SearchResult Ranker::Finish() {
     for (size_t i : front) out.pareto.push_back(candidates_[i]);
     break;
   }
+  // Each cp's fastest simulated plan is replayed too (once; the exhaustive search replayed it
+  // already), so its verdict says whether the allocator replay, which judges the listed plans,
+  // agrees that it fits: the same answer from the fast and the exhaustive search.
+  for (auto& [cp, v] : verdicts_) {
+    auto best = verdict_best_index_.find(cp);
+    if (v.best_step_time_s == 0 || best == verdict_best_index_.end()) continue;
+    for (size_t ci = 0; ci < candidates_.size(); ++ci) {
+      if (candidate_index_[ci] != best->second) continue;
+      if (!ConfirmForTop(&candidates_[ci])) {
+        v.best_replay_out_of_memory = true;
+        v.best_replay_required = candidates_[ci].required;
+      }
+      break;
+    }
+  }
   out.replayed = result_.replayed;
   for (auto& [k, v] : rejections_) out.rejected.push_back(v);
   FinishVerdicts(&out);
@@ -238,6 +253,10 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
       }
       w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
            "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
+      if (v.best_replay_out_of_memory) {
+        w += ", but the caching-allocator replay runs it out of memory (" +
+             GiBText(v.best_replay_required) + " with the allocator's cached blocks)";
+      }
       if (cp != best_cp) {
         std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",
                       100.0 * (v.best_step_time_s / best - 1.0), best_cp);
