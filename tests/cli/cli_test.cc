@@ -94,6 +94,39 @@ TEST(CliTest, RotaryModelsBeyondTheirTrainedContextWarnLearnedPositionsRefuse) {
   ExpectOneLineError(RunCli("estimate --model gpt2 --cluster 8xH100 --seq-len 2048"), "seq_len");
 }
 
+// The 2026 architectures (issue #20) as a user meets them: presets listed and estimated, a
+// published multimodal config estimated on its text backbone with one warning for the vision
+// tower, an MXFP4 checkpoint estimated dequantized with a warning, and what is not modelled
+// refused as a one-line error naming the file and the key; `run` refuses what its runtime does
+// not compute before any rank starts.
+TEST(CliTest, TwentyTwentySixArchitecturesEstimateWarnAndRefuseByName) {
+  std::string models = RunCli("models").out;
+  for (const char* p : {"qwen3-30b-a3b", "qwen3-235b-a22b", "phi-4", "olmo2-13b", "gemma2-9b",
+                        "gemma3-27b", "gpt-oss-20b", "gpt-oss-120b"}) {
+    EXPECT_THAT(models, ::testing::HasSubstr(p));
+  }
+  const std::string data = std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/";
+  Result g3 = RunCli("estimate --model " + data + "gemma-3-27b.config.json --cluster 8xH100 "
+                     "--seq-len 2048 --checkpointing full --json");
+  EXPECT_EQ(g3.code, 0) << g3.err;
+  nlohmann::json j = nlohmann::json::parse(g3.out);  // --json: warnings travel in the document
+  EXPECT_EQ(j.at("model").at("parameters").get<int64_t>(), 27'009'346'304);
+  EXPECT_THAT(j.at("warnings").dump(),
+              ::testing::HasSubstr("vision_config: the vision tower is not modelled"));
+  Result oss = RunCli("estimate --model " + data + "gpt-oss-20b.config.json --cluster 8xH100");
+  EXPECT_EQ(oss.code, 0) << oss.err;
+  EXPECT_THAT(oss.err, ::testing::HasSubstr("quantization_config: the checkpoint's experts are quantized"));
+  std::string phi = WriteFile("phi_dropout.json",
+                              R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 256,
+                                  "intermediate_size": 512, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "vocab_size": 512,
+                                  "max_position_embeddings": 128, "resid_pdrop": 0.1})");
+  ExpectOneLineError(RunCli("estimate --model " + phi + " --cluster 8xH100"), "/resid_pdrop: expected 0");
+  std::remove(phi.c_str());
+  ExpectOneLineError(RunCli("run --model gpt-oss-20b --steps 1 --out " + TempPath("oss_run")),
+                     "not implemented by the executor");
+}
+
 TEST(CliTest, ModelsAndGpusList) {
   EXPECT_THAT(RunCli("models").out, ::testing::HasSubstr("llama2-70b"));
   EXPECT_THAT(RunCli("gpus").out, ::testing::HasSubstr("H100"));
