@@ -47,30 +47,29 @@ at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, 
 
 // The memory-bound pieces of a block as pure functions of tensors (recompute.h PieceFn), so
 // selective checkpointing can rerun them; the plain forward calls the same ones.
-// LlamaRMSNorm: in fp32, then back to the input dtype before the weight. inputs: x, weight.
-at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
-  const at::Tensor& x = in[0];
+// RMSNorm's x_hat in fp32: x.to(float32) * rsqrt(mean(x^2) + eps), the part every HF RMSNorm
+// shares; they differ in where the weight multiplies and the cast back happens.
+at::Tensor NormalizedFp32(const at::Tensor& x, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
-  return in[1] * (x32 * at::rsqrt(var + eps)).to(x.scalar_type());
+  return x32 * at::rsqrt(var + eps);
+}
+
+// LlamaRMSNorm: in fp32, then back to the input dtype before the weight. inputs: x, weight.
+at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
+  return in[1] * NormalizedFp32(in[0], eps).to(in[0].scalar_type());
 }
 
 // OLMo 2's Olmo2RMSNorm: the weight multiplies the fp32 normalised input, then the product is
 // cast back ((weight * x).to(input_dtype), modeling_olmo2.py). inputs: x, weight.
 at::Tensor RmsNormFp32WeightPiece(const std::vector<at::Tensor>& in, double eps) {
-  const at::Tensor& x = in[0];
-  at::Tensor x32 = x.to(at::kFloat);
-  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
-  return (in[1] * (x32 * at::rsqrt(var + eps))).to(x.scalar_type());
+  return (in[1] * NormalizedFp32(in[0], eps)).to(in[0].scalar_type());
 }
 
 // Gemma's RMSNorm: (x_hat * (1.0 + weight.float())).type_as(x) (modeling_gemma2.py,
 // modeling_gemma3.py). inputs: x, weight.
 at::Tensor RmsNormUnitOffsetPiece(const std::vector<at::Tensor>& in, double eps) {
-  const at::Tensor& x = in[0];
-  at::Tensor x32 = x.to(at::kFloat);
-  at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
-  return (x32 * at::rsqrt(var + eps) * (in[1].to(at::kFloat) + 1.0)).to(x.scalar_type());
+  return (NormalizedFp32(in[0], eps) * (in[1].to(at::kFloat) + 1.0)).to(in[0].scalar_type());
 }
 
 // Gemma's MLP: gelu_pytorch_tanh(gate) x up (a GeGLU). inputs: gate, up.
@@ -319,7 +318,8 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   }
   q = q.view({B, S, a, D});
   k = k.view({B, S, kv, D});
-  if (spec_.qk_norm && !spec_.qk_norm_full_width) {  // Qwen3: RMSNorm over head_dim before the rotary (nothing saves its output)
+  if (spec_.qk_norm && !spec_.qk_norm_full_width) {
+    // Qwen3 / Gemma 3: RMSNorm over head_dim before the rotary (nothing saves its output)
     q = Run(NormPiece(p, pre + ".q_norm", q));
     k = Run(NormPiece(p, pre + ".k_norm", k));
   }
@@ -359,29 +359,20 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
 
 at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window) const {
   int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
-  if (window > 0 && window < S) {
-    // A sliding layer (Gemma's sliding_window_overlay: kv_idx > q_idx - window, causal): an
-    // explicit band mask, true where attention is allowed, for SDPA or the eager path.
+  // A sliding layer shorter than S (Gemma's sliding_window_overlay: kv_idx > q_idx - window,
+  // causal) needs an explicit band mask; a full layer is plain causal attention.
+  const bool band = window > 0 && window < S;
+  at::Tensor blocked;  // [S, S], true where attention is not allowed
+  if (band) {
     at::Tensor i = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(1);
     at::Tensor j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
-    at::Tensor allowed = j.le(i).logical_and(j.gt(i - window));  // [S, S]
-    if (kv != a) {
-      k = k.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
-      v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
-    }
-#if TORCH_VERSION_MAJOR >= 2
-    if (options_.sdpa) return at::scaled_dot_product_attention(q, k, v, allowed);
-#endif
-    at::Tensor scores =
-        at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
-    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-    return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+    blocked = j.gt(i).logical_or(j.le(i - window));
   }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
   // no [B, a, S, D] copies of k and v are made or saved for backward.
-  if (options_.sdpa) {
+  if (options_.sdpa && !band) {
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/kv != a);
   }
@@ -391,11 +382,14 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
   }
 #if TORCH_VERSION_MAJOR >= 2
-  if (options_.sdpa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  if (options_.sdpa) {
+    if (band) return at::scaled_dot_product_attention(q, k, v, blocked.logical_not());
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  }
 #endif
   at::Tensor scores =
       at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
-  at::Tensor mask = at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
+  at::Tensor mask = band ? blocked : at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());  // [B, a, S, S]
   return at::matmul(probs, v);                                                 // [B, a, S, D]

@@ -56,9 +56,15 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
   return Linear(c, prod, h * mult, name + ".down_proj", module + ".down_proj", mult);
 }
 
-// HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
-// is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
-// index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
+// HF's loop dispatch (MixtralSparseMoeBlock, GptOssExperts in training): expert_mask =
+// one_hot(selected_experts, E).permute(2, 1, 0), int64 [E, top_k, T], which torch.where reads
+// for every expert until the loop ends (no gradient). The caller keeps it live to the loop's end.
+int ExpertMask(Ctx& c, double top_k, double experts) {
+  int mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * top_k * experts);
+  c.g.Op("moe.one_hot", {}, mask, {});
+  return mask;
+}
+
 // GPT-OSS (modeling_gpt_oss.py), training path. GptOssTopKRouter: logits = F.linear(x, W, b);
 // topk over the logits; softmax over the k values (compute dtype, saves its output); scatter_
 // into router_scores [T, E] (saves the indices). GptOssExperts.forward with self.training: the
@@ -83,8 +89,7 @@ int GptOssMoe(Ctx& c, int x) {
   c.g.Op("moe.router softmax", {top, idx}, probs, {probs, idx});
   int scores = c.g.Tensor("moe.router_scores (scatter_)", c.e * E);
   c.g.Op("moe.router scatter_", {probs}, scores, {});
-  int mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * k * E);
-  c.g.Op("moe.one_hot", {}, mask, {});
+  int mask = ExpertMask(c, k, E);
   int gathered = c.g.Tensor("moe.experts current_state (x top_k)", c.e * h * k);
   c.g.Op("moe.gather", {x}, gathered, {});
   int mm = c.g.Tensor("moe.experts current_state @ gate_up_proj[e]", c.e * 2 * fe * k);
@@ -125,6 +130,9 @@ int GptOssMoe(Ctx& c, int x) {
   return combined;
 }
 
+// HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
+// is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
+// index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
 int Moe(Ctx& c, int x) {
   if (c.spec.moe.gpt_oss_experts) return GptOssMoe(c, x);
   const MoeSpec& m = c.spec.moe;
@@ -133,14 +141,9 @@ int Moe(Ctx& c, int x) {
   int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
   int probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
   c.g.Op("moe.softmax", {logits}, probs, {probs});
-  // HF's dispatch: expert_mask = one_hot(selected_experts, E).permute(2, 1, 0), int64
-  // [E, top_k, T], which torch.where reads for every expert until the loop ends (no gradient).
-  // torchtitan sorts the tokens by expert instead (histc / argsort: a few [T, top_k] tensors).
-  int mask = -1;
-  if (c.opt.modeling == Modeling::kHf) {
-    mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * k * m.num_experts);
-    c.g.Op("moe.one_hot", {}, mask, {});
-  }
+  // HF's dispatch mask (ExpertMask); torchtitan sorts the tokens by expert instead (histc /
+  // argsort: a few [T, top_k] tensors).
+  int mask = c.opt.modeling == Modeling::kHf ? ExpertMask(c, k, m.num_experts) : -1;
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
   c.g.Op("moe.gather", {x, probs}, gathered, {});
   int expert_out = DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");

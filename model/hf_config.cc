@@ -79,6 +79,10 @@ const std::vector<std::string> kGemmaSkipped = {"cache_implementation", "sliding
 const std::vector<std::string> kGemma3MultimodalSkipped = {
     "text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
     "mm_tokens_per_image", "tie_word_embeddings"};
+// Why a non-zero dropout is refused (HfReader::RequireZero): F.dropout with p = 0 returns its
+// input (ATen Dropout.cpp), any other p saves a mask per element.
+constexpr const char* kDropoutWhy =
+    "dropout in training saves a mask per element, which shardtune does not model";
 const std::vector<std::string> kGpt2Skipped = {
     "n_ctx", "activation_function", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
@@ -133,6 +137,14 @@ class HfReader {
       return 0;
     }
     return r_.OptionalNumber(key, absent, 0, max);
+  }
+  // A key whose non-zero value changes the computation in a way shardtune does not model
+  // (dropout, router noise): absent, null or 0, else a one-line error saying `why`.
+  void RequireZero(const std::string& key, const std::string& why) {
+    if (!Has(key)) return;
+    const nlohmann::json& v = Value(key);
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) return;
+    throw InputError(Where(key) + ": expected 0 (" + why + "), got " + Describe(v));
   }
   int64_t Int(const std::string& key) {
     read_.insert(key);
@@ -252,6 +264,9 @@ void ReadQwenMoe(HfReader* h, Family f, ModelSpec* s) {
   }
   s->moe.num_shared_experts = s->moe.shared_expert_ffn_hidden > 0 ? 1 : 0;
   s->moe.shared_expert_gate = s->moe.num_shared_experts > 0;
+  // Mixtral always renormalises the top-k weights; Qwen2MoeConfig and Qwen3MoeConfig default
+  // norm_topk_prob to False.
+  s->moe.norm_topk_prob = h->OptBool("norm_topk_prob", false);
   if (h->Has("decoder_sparse_step")) {
     const auto& v = h->Value("decoder_sparse_step");
     if (v != 1) {
@@ -285,12 +300,7 @@ void ReadPhi3(HfReader* h, ModelSpec* s) {
     s->rotary_fraction = h->OptNumber("partial_rotary_factor", 1.0, 1.0);
   }
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
-    if (!h->Has(key)) continue;
-    const nlohmann::json& v = h->Value(key);
-    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) continue;
-    throw InputError(h->Where(key) +
-                     ": expected 0 (dropout in training saves a mask per element, which shardtune "
-                     "does not model), got " + Describe(v));
+    h->RequireZero(key, kDropoutWhy);
   }
 }
 
@@ -372,22 +382,14 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   if (g3) s->rope_local_theta = h->OptNumber("rope_local_base_freq", 10000.0, 1e12);
   h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
   s->norm_eps = h->OptNumber("rms_norm_eps", 1e-6, 0.5);
-  const std::string act_key = h->Has("hidden_activation") ? "hidden_activation" : "";
-  if (!act_key.empty()) {
-    const nlohmann::json& v = h->Value(act_key);
+  if (h->Has("hidden_activation")) {
+    const nlohmann::json& v = h->Value("hidden_activation");
     if (!v.is_null() && v != "gelu_pytorch_tanh") {
-      throw InputError(h->Where(act_key) +
+      throw InputError(h->Where("hidden_activation") +
                        ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
     }
   }
-  if (h->Has("attention_dropout")) {
-    const nlohmann::json& v = h->Value("attention_dropout");
-    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0)) {
-      throw InputError(h->Where("attention_dropout") +
-                       ": expected 0 (dropout in training saves a mask per element, which "
-                       "shardtune does not model), got " + Describe(v));
-    }
-  }
+  h->RequireZero("attention_dropout", kDropoutWhy);
 }
 
 // GptOssForCausalLM (modeling_gpt_oss.py): Llama's projections with biases (attention_bias), a
@@ -451,20 +453,12 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   }
   if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) ReadQwenMoe(h, f, s);
   if (s->moe.enabled()) s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
-  // MixtralSparseMoeBlock always renormalises the top-k weights; Qwen2MoeConfig and
-  // Qwen3MoeConfig default norm_topk_prob to False.
-  if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) {
-    s->moe.norm_topk_prob = h->OptBool("norm_topk_prob", false);
-  }
   // MixtralSparseMoeBlock in training: hidden_states *= uniform_(1 - jitter, 1 + jitter), a
   // multiply that saves the noise tensor [T, H] for backward; not modelled.
-  if (s->moe.enabled() && h->Has("router_jitter_noise")) {
-    const nlohmann::json& v = h->Value("router_jitter_noise");
-    if (!v.is_null() && !(v.is_number() && v.get<double>() == 0)) {
-      throw InputError(h->Where("router_jitter_noise") +
-                       ": expected 0 (the router's input noise saves a [tokens, hidden] tensor "
-                       "for backward, which shardtune does not model), got " + Describe(v));
-    }
+  if (s->moe.enabled()) {
+    h->RequireZero("router_jitter_noise",
+                   "the router's input noise saves a [tokens, hidden] tensor for backward, which "
+                   "shardtune does not model");
   }
   if (f == Family::kPhi3) ReadPhi3(h, s);
   if (f == Family::kOlmo2) ReadOlmo2(h, s);

@@ -186,11 +186,11 @@ const char* ToString(NormPlacement p) {
 double ModelSpec::MeanAttentionSpan(int64_t seq_len) const {
   const double s = static_cast<double>(seq_len);
   if (sliding_window <= 0 || num_layers <= 0) return s;
-  double total = 0;
-  for (int i = 0; i < num_layers; ++i) {
-    total += SlidingLayer(i) ? std::min(s, static_cast<double>(sliding_window)) : s;
-  }
-  return total / num_layers;
+  // SlidingLayer(i) is false exactly for the layers whose i + 1 is a multiple of
+  // full_attention_every: num_layers / full_attention_every of them.
+  const int full = num_layers / std::max(1, full_attention_every);
+  const double window = std::min(s, static_cast<double>(sliding_window));
+  return (full * s + (num_layers - full) * window) / num_layers;
 }
 
 // The defaults of ModelSpec::rope_theta and norm_eps: Llama 2's rope base (modeling_llama.py

@@ -159,13 +159,12 @@ SearchResult Ranker::Finish() {
   for (auto& [cp, v] : verdicts_) {
     auto best = verdict_best_index_.find(cp);
     if (v.best_step_time_s == 0 || best == verdict_best_index_.end()) continue;
-    for (size_t ci = 0; ci < candidates_.size(); ++ci) {
-      if (candidate_index_[ci] != best->second) continue;
-      if (!ConfirmForTop(&candidates_[ci])) {
-        v.best_replay_out_of_memory = true;
-        v.best_replay_required = candidates_[ci].required;
-      }
-      break;
+    auto it = std::find(candidate_index_.begin(), candidate_index_.end(), best->second);
+    if (it == candidate_index_.end()) continue;
+    Candidate& c = candidates_[static_cast<size_t>(it - candidate_index_.begin())];
+    if (!ConfirmForTop(&c)) {
+      v.best_replay_out_of_memory = true;
+      v.best_replay_required = c.required;
     }
   }
   out.replayed = result_.replayed;
