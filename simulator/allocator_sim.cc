@@ -79,7 +79,7 @@ bool CachingAllocatorModel::CudaMalloc(int stream, bool small, int64_t size, int
 // release_cached_blocks -> release_blocks: cudaFree every free block that is a whole segment
 // (!block->prev && !block->next), in both pools.
 void CachingAllocatorModel::ReleaseCachedBlocks() {
-  for (std::set<Key>* pool : {&large_, &small_}) {
+  for (FreeSet* pool : {&large_, &small_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       auto b = static_cast<size_t>(std::get<3>(*it));
       if (blocks_[b].prev < 0 && blocks_[b].next < 0) {
@@ -102,7 +102,7 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
   SHARDTUNE_CHECK(stream >= 0 && stream < kNumStreams && bytes > 0) << stream << " " << bytes;
   int64_t size = AllocatorRoundSize(bytes);
   bool small = size <= kSmallSizeBytes;  // get_pool
-  std::set<Key>& pool = small ? small_ : large_;
+  FreeSet& pool = small ? small_ : large_;
   int32_t b = -1;
   // get_free_block: the smallest free block of this pool and stream that holds the request
   // (max_split_size is unlimited, so the oversize rules never refuse one).
@@ -189,7 +189,7 @@ void CachingAllocatorModel::Free(int32_t handle) {
 // before the next stream's first.
 int64_t CachingAllocatorModel::LargestFreeBlock() const {
   int64_t m = 0;
-  for (const std::set<Key>* pool : {&large_, &small_}) {
+  for (const FreeSet* pool : {&large_, &small_}) {
     for (int s = 0; s < kNumStreams; ++s) {
       auto it = pool->lower_bound(Key{s + 1, 0, std::numeric_limits<int64_t>::min(), -1});
       if (it == pool->begin()) continue;
