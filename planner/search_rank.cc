@@ -173,21 +173,39 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
 
 }  // namespace
 
-// Saved activations and model states alive together at the end of step 1's first forward
-// (sim::AllocatedLowerBound), with the fragmentation allowance ScreeningRequired adds (monotone
-// in the allocated peak) and the CUDA context: the walk's screening figure is never smaller.
-// Each part is computed once per key (one walker set-up serves both when both are new).
-Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w) const {
+// Saved activations and model states alive together at the end of step 1's first forward, or
+// in its last block's backward (sim::AllocatedLowerBound), with the fragmentation allowance
+// ScreeningRequired adds (monotone in the allocated peak) and the CUDA context: the walk's
+// screening figure is never smaller. Each part is computed once per key (one walker set-up
+// serves both when both are new). `backward`: the second moment is the larger.
+Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w, bool* backward) const {
   std::string sk = ForwardEndStatesKey(p), ak = ForwardEndActivationsKey(p);
   auto si = w.forward_end_states.find(sk);
   auto ai = w.forward_end_activations.find(ak);
   if (si == w.forward_end_states.end() || ai == w.forward_end_activations.end()) {
     sim::ForwardEndBound parts;
     sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory, &sim::CacheOf(w.ctx), &parts);
-    si = w.forward_end_states.emplace(sk, parts.states_bytes).first;
-    ai = w.forward_end_activations.emplace(ak, parts.activations_bytes).first;
+    sim::ForwardEndBound states, activations;
+    states.states_bytes = parts.states_bytes;
+    states.backward_states_bytes = std::move(parts.backward_states_bytes);
+    states.backward_prefetch_bytes = std::move(parts.backward_prefetch_bytes);
+    activations.activations_bytes = parts.activations_bytes;
+    activations.backward_activations_bytes = std::move(parts.backward_activations_bytes);
+    si = w.forward_end_states.insert_or_assign(sk, std::move(states)).first;
+    ai = w.forward_end_activations.insert_or_assign(ak, std::move(activations)).first;
   }
-  Bytes allocated = Bytes::Of(si->second + ai->second);
+  const sim::ForwardEndBound& st = si->second;
+  const sim::ForwardEndBound& ac = ai->second;
+  const bool pre = p.backward_prefetch == model::BackwardPrefetch::kPre;
+  // sim::ForwardEndBound::total over the two parts, without copying them together.
+  int64_t forward_end = st.states_bytes + ac.activations_bytes, later = 0;
+  size_t n = std::min(st.backward_states_bytes.size(), ac.backward_activations_bytes.size());
+  for (size_t b = 0; b < n; ++b) {
+    later = std::max(later, st.backward_states_bytes[b] + (pre ? st.backward_prefetch_bytes[b] : 0) +
+                                ac.backward_activations_bytes[b]);
+  }
+  *backward = later > forward_end;
+  Bytes allocated = Bytes::Of(std::max(forward_end, later));
   SHARDTUNE_CHECK(!exhaustive_ ||
                   allocated == sim::AllocatedLowerBound(spec_, cluster_, p, opt_.memory,
                                                         &sim::CacheOf(w.ctx)))
@@ -203,10 +221,12 @@ void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
   s->bound = ModelStateLowerBound(p, w);
   s->bound_oom = s->bound > capacity;
   if (!s->bound_oom) {
-    Bytes forward_end = ForwardEndLowerBound(p, w);
+    bool backward = false;
+    Bytes forward_end = ForwardEndLowerBound(p, w, &backward);
     if (forward_end > capacity) {
       s->bound = forward_end;
       s->bound_oom = s->forward_end_bound = true;
+      s->backward_start_bound = backward;
     }
   }
 }
@@ -226,11 +246,15 @@ void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
     SHARDTUNE_CHECK(!exhaustive_ || (s->compute_lb_s <= b.segment_compute_s &&
                                      s->all_gather_lb_s <= b.all_gather_transfer_s &&
                                      s->reduce_scatter_lb_s <= b.reduce_scatter_transfer_s &&
+                                     s->copy_out_lb_s <= b.copy_out_s &&
+                                     s->gpu_optimizer_lb_s <= b.gpu_optimizer_s &&
                                      s->host_optimizer_lb_s <= b.host_optimizer_s))
         << "a prewalk bound exceeds the plan's own figure for " << PlanKey(p) << ": compute "
         << s->compute_lb_s << " vs " << b.segment_compute_s << " s, all-gather "
         << s->all_gather_lb_s << " vs " << b.all_gather_transfer_s << " s, reduce-scatter "
-        << s->reduce_scatter_lb_s << " vs " << b.reduce_scatter_transfer_s << " s, host optimizer "
+        << s->reduce_scatter_lb_s << " vs " << b.reduce_scatter_transfer_s << " s, copy-out "
+        << s->copy_out_lb_s << " vs " << b.copy_out_s << " s, GPU optimizer "
+        << s->gpu_optimizer_lb_s << " vs " << b.gpu_optimizer_s << " s, host optimizer "
         << s->host_optimizer_lb_s << " vs " << b.host_optimizer_s << " s";
   }
   sim::CacheOf(w.ctx).Recycle(std::move(est.program));
@@ -267,17 +291,22 @@ std::string ComputeKey(const model::Plan& p) {
          std::to_string(p.seq_len);
 }
 
-// Collective transfers per micro-batch: which units are gathered and reduced over which group
-// (strategy, shard group, wrap, cp); not the micro-batch size (collectives move parameters and
-// gradients, not activations), checkpointing, offload or prefetch (which change when, not what).
+// Collective transfers and all-gather copy-outs per micro-batch: which units are gathered and
+// reduced over which group (strategy, shard group, wrap, cp); not the micro-batch size
+// (collectives move parameters and gradients, not activations), checkpointing, offload or
+// prefetch (which change when, not what).
 // A plan's bound is its micro-batches times the least a micro-batch of the walked plan moves
 // (reduce-scatters: once per step under no_sync, which reduces on the last micro-batch only).
 std::string CommKey(const model::Plan& p) {
   return WrapKey(p) + "/" + std::to_string(p.cp) + "/" + std::to_string(p.seq_len);
 }
 
-// Host optimizer step: the gradient shards it updates (strategy, shard group, wrap) and offload.
-std::string HostOptimizerKey(const model::Plan& p) {
+// The optimizer step, on the host or on the GPU: the gradient shards it updates (strategy,
+// shard group, wrap) and offload (which picks the device). Not cp, although cp divides the FSDP
+// world (Plan::FsdpWorld) and so a default shard group: a smaller group only makes every shard
+// larger (ceil(dim0 / n) rows) with the same tensors and kernels, so the key's figure is taken
+// from its plan with the least cp (PrewalkBounds), the least the optimizer does for any of them.
+std::string OptimizerKey(const model::Plan& p) {
   return WrapKey(p) + "/" + model::ToString(p.offload);
 }
 
@@ -291,15 +320,26 @@ constexpr size_t kWalkWindow = 64;
 // bound rules out (walked once, in parallel; one walk serves every key whose first plan it is).
 void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
   using KeyFn = std::string (*)(const model::Plan&);
-  const std::array<KeyFn, 3> key_fns = {&ComputeKey, &CommKey, &HostOptimizerKey};
+  const std::array<KeyFn, 3> key_fns = {&ComputeKey, &CommKey, &OptimizerKey};
   std::array<std::map<std::string, size_t>, 3> first_of;  // key -> its first plan
   std::vector<size_t> reps;                               // plans to walk, ascending
   std::vector<std::array<std::string, 3>> keys(plans.size());
   for (size_t i = 0; i < plans.size(); ++i) {
     for (size_t k = 0; k < key_fns.size(); ++k) keys[i][k] = key_fns[k](plans[i]);
+  }
+  // Each key's first plan no memory bound rules out; the optimizer key's first among those with
+  // its least cp (OptimizerKey).
+  std::map<std::string, int> least_cp;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (screened_[i].bound_oom) continue;
+    auto [it, added] = least_cp.emplace(keys[i][2], plans[i].cp);
+    if (!added) it->second = std::min(it->second, plans[i].cp);
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
     if (screened_[i].bound_oom) continue;
     bool rep = false;
-    for (size_t k = 0; k < key_fns.size(); ++k) rep |= first_of[k].emplace(keys[i][k], i).second;
+    for (size_t k = 0; k < 2; ++k) rep |= first_of[k].emplace(keys[i][k], i).second;
+    if (plans[i].cp == least_cp[keys[i][2]]) rep |= first_of[2].emplace(keys[i][2], i).second;
     if (rep) reps.push_back(i);
   }
   std::vector<sim::StepTimeBound> figures(reps.size());
@@ -342,10 +382,15 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
       s.reduce_scatter_lb_s =
           static_cast<double>((p.no_sync ? 1 : p.grad_accum) * f->reduce_scatter_per_micro_batch_ns) *
           1e-9;
+      s.copy_out_lb_s = static_cast<double>(p.grad_accum * f->copy_out_per_micro_batch_ns) * 1e-9;
     }
-    if (const sim::StepTimeBound* f = figure_of(2, keys[i][2])) s.host_optimizer_lb_s = f->host_optimizer_s;
-    s.prewalk_lb_s = s.compute_lb_s;
-    s.prewalk_what = "its forward and backward kernels alone are busy";
+    if (const sim::StepTimeBound* f = figure_of(2, keys[i][2])) {
+      s.host_optimizer_lb_s = f->host_optimizer_s;
+      s.gpu_optimizer_lb_s = f->gpu_optimizer_s;
+    }
+    // The compute stream runs the segments, the copy-outs and the GPU optimizer one at a time.
+    s.prewalk_lb_s = s.compute_lb_s + s.copy_out_lb_s + s.gpu_optimizer_lb_s;
+    s.prewalk_what = "its compute-stream kernels (forward, backward, all-gather copy-outs, optimizer) alone are busy";
     auto consider = [&](double v, const char* what) {
       if (v > s.prewalk_lb_s) {
         s.prewalk_lb_s = v;
@@ -354,7 +399,7 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
     };
     consider(s.all_gather_lb_s, "its all-gather transfers alone take");
     consider(s.reduce_scatter_lb_s, "its reduce-scatter transfers alone take");
-    consider(s.compute_lb_s + s.host_optimizer_lb_s,
+    consider(s.compute_lb_s + s.copy_out_lb_s + s.host_optimizer_lb_s,
              "its forward and backward kernels followed by the host optimizer step take");
   }
 }
@@ -468,7 +513,10 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     std::string key = PlanKey(p);
     if (s.bound_oom) {
       ++result_.pruned_by_memory_bound;
-      const char* what = s.forward_end_bound
+      const char* what = s.backward_start_bound
+                             ? "model states, what forward keeps for backward and the last "
+                               "block's backward"
+                             : s.forward_end_bound
                              ? "model states and what forward keeps for backward"
                              : "model states";
       CpVerdict& v = VerdictOf(p.cp);
@@ -478,7 +526,12 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
         v.smallest_bound_what = what;
         verdict_bound_index_[p.cp] = index;
       }
-      Reject(std::string(s.forward_end_bound
+      Reject(std::string(s.backward_start_bound
+                             ? "OOM: model states, the saved activations and the last block's "
+                               "backward (its working set and recomputation, its gathered "
+                               "parameters, the next unit's prefetch) exceed the GPU as backward "
+                               "starts ("
+                             : s.forward_end_bound
                              ? "OOM: model states and what forward keeps for backward (saved "
                                "activations, loss, gathered parameters) exceed the GPU by the end "
                                "of forward ("
@@ -524,8 +577,11 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
 }
 
 // A cp whose plans a lower bound ruled out, every one, would say only that bound: its plan with
-// the least bound is walked, so the verdict names the phase of its peak and what fills it.
+// the least bound is walked, so the verdict names the phase of its peak and what fills it. When
+// the bounds ruled out every plan of every cp, the least of these walks' needs is the smallest
+// need found (SearchResult::smallest_required).
 void Ranker::WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans) {
+  Bytes least;
   for (auto& [cp, v] : verdicts_) {
     auto it = verdict_bound_index_.find(cp);
     if (v.fitting > 0 || v.smallest_required.count() > 0 || it == verdict_bound_index_.end()) continue;
@@ -536,7 +592,9 @@ void Ranker::WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans) {
     }
     NoteMemory(cp, v.smallest_bound_key, s);
     bound_only_cps_.insert(cp);
+    if (least.count() == 0 || s.required < least) least = s.required;
   }
+  if (result_.smallest_required.count() == 0) result_.smallest_required = least;
 }
 
 // The objective of the k-th best distinct confirmed candidate (infinity while fewer than k):

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,6 +32,7 @@ struct Screened {
   Bytes bound;
   bool bound_oom = false;  // bound > capacity: ruled out by the bound (walked only exhaustively)
   bool forward_end_bound = false;  // `bound` is the forward-end bound
+  bool backward_start_bound = false;  // ... at its second moment, the last block's backward
   bool evaluated = false;  // the memory walk ran
   Bytes required;          // screening figure: allocated peak + fragmentation allowance + outside
   bool fits = false;       // required <= capacity
@@ -42,12 +44,15 @@ struct Screened {
   const char* time_lb_resource = "compute stream";
   // Known before the walk, each from one walked plan that shares the knobs it depends on
   // (Ranker::PrewalkBounds): the forward and backward segment kernels' busy time on the compute
-  // stream; the all-gather and the reduce-scatter streams' transfers; the host optimizer step.
-  // `prewalk_lb_s` is the largest of the compute, either transfer sum, and the compute followed
-  // by the host optimizer step (which waits for the last gradient: step_walk_backward.cc
-  // OptimizerStep); `prewalk_what` names it. A plan whose prewalk bound exceeds the final list's
-  // last step and its cp's fastest step is "slower than the top plans" whatever its memory.
+  // stream; the all-gather and the reduce-scatter streams' transfers; the all-gather copy-outs
+  // and the optimizer kernels the compute stream runs besides the segments; the host optimizer
+  // step. `prewalk_lb_s` is the largest of the compute stream's work (segments, copy-outs, GPU
+  // optimizer), either transfer sum, and the segments and copy-outs followed by the host
+  // optimizer step (which waits for the last gradient: step_walk_backward.cc OptimizerStep);
+  // `prewalk_what` names it. A plan whose prewalk bound exceeds the final list's last step and
+  // its cp's fastest step is "slower than the top plans" whatever its memory.
   double compute_lb_s = 0, all_gather_lb_s = 0, reduce_scatter_lb_s = 0, host_optimizer_lb_s = 0;
+  double copy_out_lb_s = 0, gpu_optimizer_lb_s = 0;
   double prewalk_lb_s = 0;
   const char* prewalk_what = "its forward and backward kernels alone are busy";
   // What the search did with a plan that fits: simulated it, or left it out by its step-time
@@ -69,7 +74,8 @@ class Ranker {
     // The forward-end bound's two parts (sim::ForwardEndBound) by the knobs each depends on
     // (search_rank.cc ForwardEndStatesKey, ForwardEndActivationsKey; checked in the exhaustive
     // search).
-    std::unordered_map<std::string, int64_t> forward_end_states, forward_end_activations;
+    // Each holds its parts of a sim::ForwardEndBound (the other part's fields left empty).
+    std::unordered_map<std::string, sim::ForwardEndBound> forward_end_states, forward_end_activations;
   };
 
   Ranker(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req);
@@ -91,7 +97,7 @@ class Ranker {
   void WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans);
   void BuildTop();
   Bytes ModelStateLowerBound(const model::Plan& plan, Worker& w) const;
-  Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w) const;
+  Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w, bool* backward) const;
   void Admit(size_t index, const model::Plan& p, const sim::SimReport& r);
   bool Prunable(double time_lb_s, int cp) const;
   double TopThreshold() const;

@@ -328,7 +328,7 @@ Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterS
   WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, ShardGroupOf(cluster, plan));
   ForwardEndBound b = ForwardEndLowerBound(w);
   if (parts != nullptr) *parts = b;
-  return Bytes::Of(b.total());
+  return Bytes::Of(b.total(plan.backward_prefetch == model::BackwardPrefetch::kPre));
 }
 
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,

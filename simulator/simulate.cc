@@ -189,6 +189,8 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   // streams' transfers; -1 marks a micro-batch the program left out.
   const auto micro_batches = static_cast<size_t>(std::max(1, p.grad_accum));
   std::vector<std::array<int64_t, 2>> micro_transfer_ns(micro_batches, {-1, -1});
+  std::vector<int64_t> micro_copy_out_ns(micro_batches, -1);
+  int64_t gpu_optimizer_ns = 0, copy_out_ns = 0;
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;
@@ -201,7 +203,12 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
       m = {std::max<int64_t>(0, m[0]), std::max<int64_t>(0, m[1])};
       if (c.transfer_ns > 0 && op.stream == Stream::kAllGather) m[0] += std::max<int64_t>(0, c.transfer_ns - 4);
       if (c.transfer_ns > 0 && op.stream == Stream::kReduceScatter) m[1] += std::max<int64_t>(0, c.transfer_ns - 4);
+      int64_t& co = micro_copy_out_ns[static_cast<size_t>(op.micro)];
+      co = std::max<int64_t>(0, co);
+      if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) co += least_ns(i);
     }
+    if (op.kind == OpKind::kOptimizer && op.stream == Stream::kDefault) gpu_optimizer_ns += times * least_ns(i);
+    if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) copy_out_ns += times * least_ns(i);
     if (c.transfer_ns > 0) {
       stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
       link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
@@ -296,6 +303,13 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   }
   b.all_gather_per_micro_batch_ns = std::max<int64_t>(0, least[0]);
   b.reduce_scatter_per_micro_batch_ns = std::max<int64_t>(0, least[1]);
+  int64_t least_copy_out = -1;
+  for (int64_t m : micro_copy_out_ns) {
+    if (m >= 0 && (least_copy_out < 0 || m < least_copy_out)) least_copy_out = m;
+  }
+  b.copy_out_per_micro_batch_ns = std::max<int64_t>(0, least_copy_out);
+  b.copy_out_s = static_cast<double>(copy_out_ns) * 1e-9;
+  b.gpu_optimizer_s = static_cast<double>(gpu_optimizer_ns) * 1e-9;
   return b;
 }
 

@@ -103,6 +103,11 @@ struct StepTimeBound {
   // In integer ns, as the sums above are made, so that n copies of an equal figure are exactly
   // their sum.
   int64_t all_gather_per_micro_batch_ns = 0, reduce_scatter_per_micro_batch_ns = 0;
+  // The compute stream's work besides the forward and backward segments, each of which waits
+  // its turn there: the all-gather copy-outs of one micro-batch (the least over step 1's
+  // micro-batches, as above) and the optimizer step's kernels (the tuner's prewalk bounds, #18).
+  int64_t copy_out_per_micro_batch_ns = 0;
+  double copy_out_s = 0, gpu_optimizer_s = 0;
 };
 StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
                              const profiles::ClusterSpec& cluster, const model::Plan& plan,

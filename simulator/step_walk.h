@@ -3,6 +3,7 @@
 // lazily; step 1 is the steady state).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -72,10 +73,40 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage = {})
 //   saved activations (freed only by that block's backward), and in training the residual stream
 //   and the larger of the LM head's forward working set and what the head and loss saved (the
 //   moment of the head's forward op; the bound counts whichever of the two is larger).
+//
+// And later moments of the same micro-batch's backward (#18: most plans a walk found out of
+// memory peaked there, a unit or two into backward, above the forward-end figure): for each
+// block, its backward op (BackwardCompute) after its saved activations are freed and its working
+// set allocated. Alive then, besides the sharded states: every unit forward left gathered whose
+// post-backward has not run and every unit spanning the block (gathered again by Unshard); under
+// BACKWARD_PRE the all-gather output of the next unit to gather (PrefetchBackward); the unsharded
+// gradients of the units not yet reduced, from the segments after the block; the reduce-scatter
+// input of the last unit reduced (foreach_reduce's, freed at the next reduction: ReduceGradients,
+// without no_sync); the saved activations of the blocks below; and the block's working set with
+// its own gradients left out (gradients and working set together are at least that:
+// BackwardWorkingSet). The LM head's saved tensors and the residual stream are gone by then.
+// Indexed by block, in the same two kinds of parts as above:
+// - backward_states_bytes, backward_prefetch_bytes (the prefetched output, counted only for plans
+//   with BACKWARD_PRE): units, shard group, strategy, dtypes, offload;
+// - backward_activations_bytes: micro-batch, sequence, cp, checkpointing.
+// Modelled for dense training with every parameter trained; empty otherwise (MoE expert passes,
+// frozen or adapted parameters and inference change who is alive there).
 struct ForwardEndBound {
   int64_t states_bytes = 0;
   int64_t activations_bytes = 0;
-  int64_t total() const { return states_bytes + activations_bytes; }
+  std::vector<int64_t> backward_states_bytes, backward_prefetch_bytes, backward_activations_bytes;
+  int64_t forward_end() const { return states_bytes + activations_bytes; }
+  // The largest backward moment (0 when none is modelled).
+  int64_t backward(bool prefetch_pre) const {
+    int64_t m = 0;
+    size_t n = std::min(backward_states_bytes.size(), backward_activations_bytes.size());
+    for (size_t b = 0; b < n; ++b) {
+      m = std::max(m, backward_states_bytes[b] + (prefetch_pre ? backward_prefetch_bytes[b] : 0) +
+                          backward_activations_bytes[b]);
+    }
+    return m;
+  }
+  int64_t total(bool prefetch_pre) const { return std::max(forward_end(), backward(prefetch_pre)); }
 };
 ForwardEndBound ForwardEndLowerBound(const WalkSetup& setup);
 

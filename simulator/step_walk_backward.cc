@@ -4,6 +4,7 @@
 
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/trainable.h"
 #include "simulator/step_walk_rules.h"
 
 namespace shardtune::sim::internal {
@@ -59,7 +60,7 @@ void Walker::ForwardCompute(int seg) {
 // made after the loss backward's fp32 peak). Peak = max over nodes of (B·S x live per token +
 // grads x fraction of the parameters whose gradients exist), minus `grads`, which the caller
 // has already allocated.
-int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) {
+int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const {
   // A walk asks about few distinct ledgers (the block's, the head's; per block under LoRA), each
   // with the same grads in every micro-batch: a small memo keyed by ledger and grads.
   WorkingSetMemo& memo = working_set_memo_[(reinterpret_cast<uintptr_t>(&l) / alignof(model::ActivationLedger)) %
@@ -398,7 +399,69 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
     act += Tok(residual_) + std::max(Tok(head_.forward_peak_per_token - residual_),
                                      Tok(head_.saved_per_token));
   }
+  BackwardLowerBounds(&out);
   return out;
+}
+
+// ForwardEndBound's backward moments: each block's backward op in step 1's first micro-batch.
+void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
+  const int L = s_.spec->num_layers;
+  if (!p_.Trains() || model::ChangesTrainability(p_) || s_.spec->moe.enabled() || L < 1) return;
+  int64_t base = s_.workspace_bytes + OptimizerStateBytes();
+  if (p_.offload != model::Offload::kAll) {
+    for (int64_t bytes : shard_bytes_) base += bytes;
+  }
+  const bool gather = NeedsGatherCopy();
+  const auto L_size = static_cast<size_t>(L);
+  out->backward_states_bytes.assign(L_size, 0);
+  out->backward_prefetch_bytes.assign(L_size, 0);
+  out->backward_activations_bytes.assign(L_size, 0);
+  int64_t saved_below = 0;  // blocks 0 .. b-1
+  for (int b = 0; b < L; ++b) {
+    const int f = b + 1;  // block b's segment
+    int64_t states = base;
+    int64_t prefetch = 0;
+    int64_t last_reduced_first = -1, last_reduced_rs = 0;
+    for (size_t i = 0; i < units_.size(); ++i) {
+      const auto& u = units_[i];
+      if (u.first_segment <= f) {
+        // Post-backward not yet run: gathered if forward kept it or it spans the block (Unshard
+        // at its last segment), and its gradients from the segments after the block unreduced.
+        bool kept = !ReshardAfterForward(u);
+        if (gather && (kept || u.last_segment >= f)) states += GatheredBytes(i);
+      } else if (!p_.no_sync &&
+                 (last_reduced_first < 0 || u.first_segment < last_reduced_first)) {
+        // Reduced already; the one whose post-backward ran last (the least first segment above
+        // the block) still holds its reduce-scatter input.
+        last_reduced_first = u.first_segment;
+        last_reduced_rs = grad_shard_numel_[i] * n_ * e_reduce_;
+      }
+    }
+    states += last_reduced_rs;
+    // Unsharded gradients made by the segments after the block, of units not reduced yet.
+    for (size_t g = static_cast<size_t>(f) + 1; g < grads_by_segment_.size(); ++g) {
+      for (const auto& [ui, bytes] : grads_by_segment_[g]) {
+        if (units_[static_cast<size_t>(ui)].first_segment <= f) states += bytes;
+      }
+    }
+    if (gather) {
+      // As if BACKWARD_PRE (the caller counts it only then): the first unit in backward order
+      // that ends below the block and that forward resharded. PrefetchBackward, called after the
+      // Unshard of every unit at the segment where it ends (the head's, at least), has issued its
+      // all-gather, and its copy-out is still to come.
+      for (int32_t k : backward_order_) {
+        const auto& u = units_[static_cast<size_t>(k)];
+        if (u.last_segment >= f || !ReshardAfterForward(u)) continue;
+        prefetch = shard_numel_[static_cast<size_t>(k)] * n_ * e_param_;
+        break;
+      }
+    }
+    const auto bi = static_cast<size_t>(b);
+    out->backward_states_bytes[bi] = states;
+    out->backward_prefetch_bytes[bi] = prefetch;
+    out->backward_activations_bytes[bi] = saved_below + BackwardWorkingSet(Blk(b).full, 0);
+    saved_below += Tok(BlockSaved(b));
+  }
 }
 
 // torch.optim.AdamW (foreach, the CUDA default): exp_avg and exp_avg_sq are created at the first

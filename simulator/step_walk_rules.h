@@ -43,6 +43,7 @@ class Walker {
   Walker(const WalkSetup& s, StepProgram* prog);
   void Run();
   ForwardEndBound ForwardEndLowerBound() const;  // step_walk.h ForwardEndLowerBound
+  void BackwardLowerBounds(ForwardEndBound* out) const;
 
  private:
   // Program building.
@@ -79,7 +80,7 @@ class Walker {
   void Backward();
   void ForwardCompute(int seg);
   void BackwardCompute(int seg, int64_t grads);
-  int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads);
+  int64_t BackwardWorkingSet(const model::ActivationLedger& l, int64_t grads) const;
   // Ulysses (plan.cp > 1, step_walk_ulysses.cc): the current op, already begun with its memory
   // actions, becomes pieces[0]; each later piece is a compute op of the same kind that waits for
   // the all-to-alls of the piece before it. Returns the last compute op.
@@ -147,7 +148,7 @@ class Walker {
     const model::ActivationLedger* ledger = nullptr;
     int64_t grads = -1, bytes = 0;
   };
-  std::array<WorkingSetMemo, 4> working_set_memo_{};
+  mutable std::array<WorkingSetMemo, 4> working_set_memo_{};
   bool optimizer_state_ = false;
   // Trainability: per unit, padded shard elements of parameters that require grad and the bytes
   // of all its shards (adapters in lora.dtype, frozen ones in the plan's frozen dtype); per

@@ -93,7 +93,7 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
   MemoryOptions o;
   o.allocator_replay = false;
   o.skip_repeated_micro_batches = true;
-  int checked = 0;
+  int checked = 0, backward_binds = 0;
   for (const char* name : {"llama3.2-1b", "mixtral-8x7b", "gpt2"}) {
     auto spec = model::FindModelPreset(name);
     if (spec.num_layers > 8) spec.num_layers = 8;  // the rules are per block: fewer walk faster
@@ -111,12 +111,20 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
       MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, p, o, false, &cache);
       ForwardEndBound parts;
       Bytes bound = AllocatedLowerBound(spec, cluster, p, o, &cache, &parts);
-      EXPECT_EQ(bound.count(), parts.total());
+      const bool pre = p.backward_prefetch == model::BackwardPrefetch::kPre;
+      EXPECT_EQ(bound.count(), parts.total(pre));
       EXPECT_LE(bound, est.report.peak_allocated);
+      // The backward moments are modelled for dense training of every parameter.
+      bool modelled = p.Trains() && !model::ChangesTrainability(p) && !spec.moe.enabled();
+      EXPECT_EQ(parts.backward_states_bytes.size(),
+                modelled ? static_cast<size_t>(spec.num_layers) : 0u);
+      if (parts.backward(pre) > parts.forward_end()) ++backward_binds;
       ++checked;
     }
   }
   EXPECT_GT(checked, 60);
+  // The backward moments are what binds for some plans (the bound is not the forward end's alone).
+  EXPECT_GT(backward_binds, 5);
 }
 
 // A micro-batch's collectives move parameters and gradients, not activations: the planner bounds
@@ -152,6 +160,13 @@ TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
     StepTimeBound b = StepLowerBound(EstimateMemoryWithProgram(spec, cluster, q, mo, false), spec,
                                      cluster, q, o, &ctx);
     EXPECT_EQ(a.all_gather_per_micro_batch_ns, b.all_gather_per_micro_batch_ns);
+    // So do the all-gather copy-outs on the compute stream and the GPU optimizer step, which
+    // the planner adds to the compute bound from another plan of the same units.
+    EXPECT_EQ(a.copy_out_per_micro_batch_ns, b.copy_out_per_micro_batch_ns);
+    EXPECT_EQ(a.gpu_optimizer_s, b.gpu_optimizer_s);
+    EXPECT_LE(static_cast<double>(p.grad_accum * a.copy_out_per_micro_batch_ns) * 1e-9,
+              a.copy_out_s);
+    EXPECT_LE(a.segment_compute_s + a.copy_out_s + a.gpu_optimizer_s, a.compute_s * (1 + 1e-12));
     // Under no_sync only the last micro-batch reduces: the least is 0 with two or more, that
     // micro-batch's with one (the planner then counts one reduction, never more).
     if (!p.no_sync) {
