@@ -174,10 +174,10 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
 }  // namespace
 
 // Saved activations and model states alive together at the end of step 1's first forward, or
-// in its last block's backward (sim::AllocatedLowerBound), with the fragmentation allowance
+// at a block's backward op after it (sim::AllocatedLowerBound), with the fragmentation allowance
 // ScreeningRequired adds (monotone in the allocated peak) and the CUDA context: the walk's
 // screening figure is never smaller. Each part is computed once per key (one walker set-up
-// serves both when both are new). `backward`: the second moment is the larger.
+// serves both when both are new). `backward`: a backward moment is the larger.
 Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w, bool* backward) const {
   std::string sk = ForwardEndStatesKey(p), ak = ForwardEndActivationsKey(p);
   auto si = w.forward_end_states.find(sk);
@@ -197,13 +197,8 @@ Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w, bool* backwa
   const sim::ForwardEndBound& st = si->second;
   const sim::ForwardEndBound& ac = ai->second;
   const bool pre = p.backward_prefetch == model::BackwardPrefetch::kPre;
-  // sim::ForwardEndBound::total over the two parts, without copying them together.
-  int64_t forward_end = st.states_bytes + ac.activations_bytes, later = 0;
-  size_t n = std::min(st.backward_states_bytes.size(), ac.backward_activations_bytes.size());
-  for (size_t b = 0; b < n; ++b) {
-    later = std::max(later, st.backward_states_bytes[b] + (pre ? st.backward_prefetch_bytes[b] : 0) +
-                                ac.backward_activations_bytes[b]);
-  }
+  const int64_t forward_end = sim::ForwardEndBound::ForwardEnd(st, ac);
+  const int64_t later = sim::ForwardEndBound::Backward(st, ac, pre);
   *backward = later > forward_end;
   Bytes allocated = Bytes::Of(std::max(forward_end, later));
   SHARDTUNE_CHECK(!exhaustive_ ||
@@ -226,7 +221,7 @@ void Ranker::Bound(const model::Plan& p, Worker& w, Screened* s) const {
     if (forward_end > capacity) {
       s->bound = forward_end;
       s->bound_oom = s->forward_end_bound = true;
-      s->backward_start_bound = backward;
+      s->backward_moment_bound = backward;
     }
   }
 }
@@ -324,13 +319,11 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
   std::array<std::map<std::string, size_t>, 3> first_of;  // key -> its first plan
   std::vector<size_t> reps;                               // plans to walk, ascending
   std::vector<std::array<std::string, 3>> keys(plans.size());
-  for (size_t i = 0; i < plans.size(); ++i) {
-    for (size_t k = 0; k < key_fns.size(); ++k) keys[i][k] = key_fns[k](plans[i]);
-  }
   // Each key's first plan no memory bound rules out; the optimizer key's first among those with
   // its least cp (OptimizerKey).
   std::map<std::string, int> least_cp;
   for (size_t i = 0; i < plans.size(); ++i) {
+    for (size_t k = 0; k < key_fns.size(); ++k) keys[i][k] = key_fns[k](plans[i]);
     if (screened_[i].bound_oom) continue;
     auto [it, added] = least_cp.emplace(keys[i][2], plans[i].cp);
     if (!added) it->second = std::min(it->second, plans[i].cp);
@@ -513,9 +506,9 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     std::string key = PlanKey(p);
     if (s.bound_oom) {
       ++result_.pruned_by_memory_bound;
-      const char* what = s.backward_start_bound
-                             ? "model states, what forward keeps for backward and the last "
-                               "block's backward"
+      const char* what = s.backward_moment_bound
+                             ? "model states, what forward keeps for backward and a block's "
+                               "backward"
                              : s.forward_end_bound
                              ? "model states and what forward keeps for backward"
                              : "model states";
@@ -526,11 +519,11 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
         v.smallest_bound_what = what;
         verdict_bound_index_[p.cp] = index;
       }
-      Reject(std::string(s.backward_start_bound
-                             ? "OOM: model states, the saved activations and the last block's "
-                               "backward (its working set and recomputation, its gathered "
-                               "parameters, the next unit's prefetch) exceed the GPU as backward "
-                               "starts ("
+      Reject(std::string(s.backward_moment_bound
+                             ? "OOM: model states, the saved activations and a block's "
+                               "backward (its working set and recomputation, the units gathered "
+                               "then, the next unit's prefetch, unreduced gradients) exceed the "
+                               "GPU during backward ("
                              : s.forward_end_bound
                              ? "OOM: model states and what forward keeps for backward (saved "
                                "activations, loss, gathered parameters) exceed the GPU by the end "

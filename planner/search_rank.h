@@ -32,7 +32,7 @@ struct Screened {
   Bytes bound;
   bool bound_oom = false;  // bound > capacity: ruled out by the bound (walked only exhaustively)
   bool forward_end_bound = false;  // `bound` is the forward-end bound
-  bool backward_start_bound = false;  // ... at its second moment, the last block's backward
+  bool backward_moment_bound = false;  // ... at one of its backward moments
   bool evaluated = false;  // the memory walk ran
   Bytes required;          // screening figure: allocated peak + fragmentation allowance + outside
   bool fits = false;       // required <= capacity

@@ -248,8 +248,8 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
 
 // A lower bound on EstimateMemoryWithProgram's peak_allocated without walking the steps
 // (step_walk.h ForwardEndLowerBound): what is alive together at the end of step 1's first
-// forward or in its last block's backward, whichever is more. `parts`, when given, receives
-// their parts.
+// forward or at a block's backward op after it, whichever is more. `parts`, when given,
+// receives their parts.
 Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                           const model::Plan& plan, const MemoryOptions& options, ModelCache* cache,
                           ForwardEndBound* parts = nullptr);

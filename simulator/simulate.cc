@@ -186,10 +186,10 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   int64_t copy_host_ns = 0, host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
   // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
-  // streams' transfers; -1 marks a micro-batch the program left out.
+  // streams' transfers and the compute stream's all-gather copy-outs; -1 marks a micro-batch the
+  // program left out.
   const auto micro_batches = static_cast<size_t>(std::max(1, p.grad_accum));
-  std::vector<std::array<int64_t, 2>> micro_transfer_ns(micro_batches, {-1, -1});
-  std::vector<int64_t> micro_copy_out_ns(micro_batches, -1);
+  std::vector<std::array<int64_t, 3>> micro_ns(micro_batches, {-1, -1, -1});
   int64_t gpu_optimizer_ns = 0, copy_out_ns = 0;
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
@@ -199,13 +199,11 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     auto st = static_cast<size_t>(op.stream);
     stream_ns[st] += times * least_ns(i);
     if (op.micro >= 0 && static_cast<size_t>(op.micro) < micro_batches) {
-      auto& m = micro_transfer_ns[static_cast<size_t>(op.micro)];
-      m = {std::max<int64_t>(0, m[0]), std::max<int64_t>(0, m[1])};
+      auto& m = micro_ns[static_cast<size_t>(op.micro)];
+      for (int64_t& v : m) v = std::max<int64_t>(0, v);
       if (c.transfer_ns > 0 && op.stream == Stream::kAllGather) m[0] += std::max<int64_t>(0, c.transfer_ns - 4);
       if (c.transfer_ns > 0 && op.stream == Stream::kReduceScatter) m[1] += std::max<int64_t>(0, c.transfer_ns - 4);
-      int64_t& co = micro_copy_out_ns[static_cast<size_t>(op.micro)];
-      co = std::max<int64_t>(0, co);
-      if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) co += least_ns(i);
+      if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) m[2] += least_ns(i);
     }
     if (op.kind == OpKind::kOptimizer && op.stream == Stream::kDefault) gpu_optimizer_ns += times * least_ns(i);
     if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) copy_out_ns += times * least_ns(i);
@@ -294,20 +292,16 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
       static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kReduceScatter)]) * 1e-9;
   b.host_optimizer_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kHost)]) * 1e-9;
   // The least per micro-batch: the optimizer step's ops are labelled micro-batch 0 but move
-  // nothing on these two streams, so each figure is one micro-batch's collectives.
-  std::array<int64_t, 2> least{-1, -1};
-  for (const auto& m : micro_transfer_ns) {
-    for (size_t s = 0; s < 2; ++s) {
+  // nothing on these two streams and are no copy-outs, so each figure is one micro-batch's.
+  std::array<int64_t, 3> least{-1, -1, -1};
+  for (const auto& m : micro_ns) {
+    for (size_t s = 0; s < least.size(); ++s) {
       if (m[s] >= 0 && (least[s] < 0 || m[s] < least[s])) least[s] = m[s];
     }
   }
   b.all_gather_per_micro_batch_ns = std::max<int64_t>(0, least[0]);
   b.reduce_scatter_per_micro_batch_ns = std::max<int64_t>(0, least[1]);
-  int64_t least_copy_out = -1;
-  for (int64_t m : micro_copy_out_ns) {
-    if (m >= 0 && (least_copy_out < 0 || m < least_copy_out)) least_copy_out = m;
-  }
-  b.copy_out_per_micro_batch_ns = std::max<int64_t>(0, least_copy_out);
+  b.copy_out_per_micro_batch_ns = std::max<int64_t>(0, least[2]);
   b.copy_out_s = static_cast<double>(copy_out_ns) * 1e-9;
   b.gpu_optimizer_s = static_cast<double>(gpu_optimizer_ns) * 1e-9;
   return b;

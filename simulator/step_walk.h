@@ -95,17 +95,26 @@ struct ForwardEndBound {
   int64_t states_bytes = 0;
   int64_t activations_bytes = 0;
   std::vector<int64_t> backward_states_bytes, backward_prefetch_bytes, backward_activations_bytes;
-  int64_t forward_end() const { return states_bytes + activations_bytes; }
-  // The largest backward moment (0 when none is modelled).
-  int64_t backward(bool prefetch_pre) const {
+  // The forward-end figure and the largest backward moment (0 when none is modelled) of the
+  // states parts of `states` and the activations parts of `activations` (the planner keeps each
+  // kind by its own key), and of one bound's own parts.
+  static int64_t ForwardEnd(const ForwardEndBound& states, const ForwardEndBound& activations) {
+    return states.states_bytes + activations.activations_bytes;
+  }
+  static int64_t Backward(const ForwardEndBound& states, const ForwardEndBound& activations,
+                          bool prefetch_pre) {
     int64_t m = 0;
-    size_t n = std::min(backward_states_bytes.size(), backward_activations_bytes.size());
+    size_t n = std::min(states.backward_states_bytes.size(),
+                        activations.backward_activations_bytes.size());
     for (size_t b = 0; b < n; ++b) {
-      m = std::max(m, backward_states_bytes[b] + (prefetch_pre ? backward_prefetch_bytes[b] : 0) +
-                          backward_activations_bytes[b]);
+      m = std::max(m, states.backward_states_bytes[b] +
+                          (prefetch_pre ? states.backward_prefetch_bytes[b] : 0) +
+                          activations.backward_activations_bytes[b]);
     }
     return m;
   }
+  int64_t forward_end() const { return ForwardEnd(*this, *this); }
+  int64_t backward(bool prefetch_pre) const { return Backward(*this, *this, prefetch_pre); }
   int64_t total(bool prefetch_pre) const { return std::max(forward_end(), backward(prefetch_pre)); }
 };
 ForwardEndBound ForwardEndLowerBound(const WalkSetup& setup);
