@@ -121,8 +121,8 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
     out << doc;
     return;
   }
-  for (const auto& w : job.warnings) err << "warning: " << w << "\n";
-  for (const auto& w : cal.warnings) err << "warning: " << w << "\n";
+  for (const auto& w : job.warnings) WriteLine(err, "warning: ", w);
+  for (const auto& w : cal.warnings) WriteLine(err, "warning: ", w);
   const sim::TraceStep& m = trace.typical;
   out << "shardtune calibrate: " << a.trace << " (" << trace.steps.size() << " profiled steps, median of "
       << trace.steps_used << ") -> " << a.out << "\n" << p.name << "\n\n";
@@ -179,7 +179,7 @@ void RunCalibrate(const CalibrateArgs& a, std::ostream& out, std::ostream& err) 
     out << doc;
     return;
   }
-  for (const auto& w : r.warnings) err << "warning: " << w << "\n";
+  for (const auto& w : r.warnings) WriteLine(err, "warning: ", w);
   out << "shardtune calibrate: " << runs.size() << " run(s) -> " << a.out << "\n" << r.profile.name << "\n\n";
   PrintCalibration(r, out);
 }

@@ -120,7 +120,7 @@ int RunEnvCommand(const EnvArgs& a, std::ostream& out, std::ostream& err) {
   } else {
     PrintText(r, out);
   }
-  if (!r.blas_warning.empty()) err << "warning: " << r.blas_warning << "\n";
+  if (!r.blas_warning.empty()) WriteLine(err, "warning: ", r.blas_warning);
   return 0;
 }
 

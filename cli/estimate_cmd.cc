@@ -305,7 +305,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::ColocationReport colocated;
   if (!a.role_plans.empty()) colocated = ColocatedRoles(a, job, r);
   if (!a.json) {
-    for (const auto& w : warnings) err << "warning: " << w << "\n";
+    for (const auto& w : warnings) WriteLine(err, "warning: ", w);
     PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
     PrintFeatureSavings(savings, r, out);
     if (!a.role_plans.empty()) PrintColocation(colocated, out);

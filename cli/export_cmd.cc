@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "cli/format.h"
 #include "cli/job_args.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
@@ -43,7 +44,7 @@ void RunExport(const ExportArgs& a, std::ostream& out, std::ostream& err) {
   } else {
     sim::WriteFileAtomically(a.out, r.text);
   }
-  for (const auto& w : warnings) err << "warning: " << w << "\n";
+  for (const auto& w : warnings) WriteLine(err, "warning: ", w);
   for (const auto& n : r.notes) err << "note: " << n << "\n";
 }
 

@@ -62,4 +62,11 @@ void PrintFeatureSavings(const sim::FeatureSavings& f, const sim::MemoryReport& 
       << FormatBytes(Bytes::Of(std::llabs(f.total_peak_saved.count()))) << ")\n";
 }
 
+void WriteLine(std::ostream& os, std::string_view prefix, std::string_view text) {
+  std::string line;
+  line.reserve(prefix.size() + text.size() + 1);
+  line.append(prefix).append(text).push_back('\n');
+  os << line << std::flush;
+}
+
 }  // namespace shardtune::cli

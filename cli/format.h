@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "model/units.h"
 #include "simulator/feature_savings.h"
@@ -21,5 +22,12 @@ std::string FormatCount(int64_t n);
 // nothing when f.features is empty.
 void PrintFeatureSavings(const sim::FeatureSavings& f, const sim::MemoryReport& r,
                          std::ostream& out);
+
+// `prefix` + `text` + a newline as one write to `os`, then flushed. The ranks `run` launches
+// share the launcher's stderr, and std::cerr writes each `<<` at once: a line written piece by
+// piece interleaved with another rank's (rank 0's "error: " and its message were once split by
+// rank 1's newline, FaultInjectionTest.UnwritableCheckpointFolderIsAClearError). One write of
+// at most PIPE_BUF bytes to a pipe is atomic (POSIX write(2)).
+void WriteLine(std::ostream& os, std::string_view prefix, std::string_view text);
 
 }  // namespace shardtune::cli

@@ -11,6 +11,7 @@
 #include "cli/exec_forward.h"
 #include "cli/estimate_cmd.h"
 #include "cli/export_cmd.h"
+#include "cli/format.h"
 #include "cli/list_cmds.h"
 #if SHARDTUNE_CLI_WITH_EXECUTOR
 #include "cli/env_cmd.h"
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     try {
       ExecExecutor(argc, argv);
     } catch (const shardtune::exec::BackendError& e) {
-      std::cerr << "error: " << e.what() << "\n";
+      WriteLine(std::cerr, "error: ", e.what());
       return kExitBackend;
     }
   }
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    WriteLine(std::cerr, "error: ", e.what());
     return kExitInput;
   }
   try {
@@ -97,13 +98,13 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("calibrate")) RunCalibrate(calibrate, std::cout, std::cerr);
     if (app.got_subcommand("validate")) RunValidate(validate, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    WriteLine(std::cerr, "error: ", e.what());
     return kExitInput;
   } catch (const shardtune::exec::BackendError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    WriteLine(std::cerr, "error: ", e.what());
     return kExitBackend;
   } catch (const std::exception& e) {
-    std::cerr << "error: internal: " << e.what() << "\n";
+    WriteLine(std::cerr, "error: internal: ", e.what());
     return kExitInternal;
   }
   return 0;

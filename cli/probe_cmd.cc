@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/exec_forward.h"
+#include "cli/format.h"
 #include "cli/run_cmd.h"
 #include "executor/communicator.h"
 #include "executor/errors.h"
@@ -185,7 +186,7 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
     sim::CalibrationResult fit;
     fit.profile = p;
     sim::FitProbedCollectives(r.tables.collectives, "loopback", &fit);
-    for (const std::string& w : fit.warnings) err << "warning: " << w << "\n";
+    for (const std::string& w : fit.warnings) WriteLine(err, "warning: ", w);
     p = fit.profile;
   }
   p.costs.tables = std::make_shared<profiles::KernelTables>(std::move(r.tables));

@@ -173,7 +173,7 @@ int LaunchThisProgramAsRanks(int nproc, std::ostream& err) {
   lo.environment = EnvironmentList();
   exec::LaunchResult r = exec::LaunchLocalRanks(lo);
   if (r.exit_code == 0) return 0;
-  err << "error: " << r.message << "\n";
+  WriteLine(err, "error: ", r.message);
   return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;
 }
 
@@ -190,11 +190,11 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   exec::RunCallbacks cb;
   cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };
-  cb.on_message = [&err](const std::string& m) { err << m << std::endl; };
+  cb.on_message = [&err](const std::string& m) { WriteLine(err, "", m); };
   // From the watchdog's thread while this rank is stuck: nothing to unwind, so leave at once
   // with the backend exit code (the launcher then stops the other ranks).
   cb.on_stall = [&err](const std::string& m) {
-    err << "error: " << m << std::endl;
+    WriteLine(err, "error: ", m);
     std::_Exit(3);
   };
   exec::RunSummary s = exec::RunRank(o, env, cb);

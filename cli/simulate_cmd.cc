@@ -81,7 +81,7 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
         sim::CompareWithFullFinetune(job.spec, job.cluster, job.plan, job.options.memory, r.memory);
   }
   if (!a.job.json) {
-    for (const auto& w : job.warnings) err << "warning: " << w << "\n";
+    for (const auto& w : job.warnings) WriteLine(err, "warning: ", w);
     PrintTable(job, r, out);
     PrintFeatureSavings(savings, r.memory, out);
     PrintPhases(job_phases, out);

@@ -364,7 +364,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 }
 
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
-  for (const auto& w : t.warnings) err << "warning: " << w << "\n";
+  for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
   PrintTable(a, t.spec, t.cluster, t.req, t.result, out);
   if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
   if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
@@ -376,7 +376,7 @@ void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostr
         << "\n";
   }
   if (t.measure.plans > 0) {
-    for (const auto& w : t.measured.warnings) err << "warning: " << w << "\n";
+    for (const auto& w : t.measured.warnings) WriteLine(err, "warning: ", w);
     PrintMeasureResult(t.measured, out);
   }
   if (!t.exported.text.empty()) out << "\nThe winner as " << a.export_format << " config:\n" << t.exported.text;

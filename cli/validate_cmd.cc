@@ -137,7 +137,7 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
     out << j.dump(2) << "\n";
     return;
   }
-  for (const auto& w : warnings) err << "warning: " << w << "\n";
+  for (const auto& w : warnings) WriteLine(err, "warning: ", w);
   out << "shardtune validate: " << runs.size() << " run(s), "
       << (a.profile.empty() ? std::string("default constants") : "profile " + a.profile) << "\n\n"
       << text.str() << "Summary (absolute relative error, predicted vs measured)\n";
