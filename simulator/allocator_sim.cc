@@ -41,9 +41,28 @@ const char* ToString(AllocatorTraceEvent::Action a) {
 
 CachingAllocatorModel::CachingAllocatorModel(int64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-CachingAllocatorModel::Key CachingAllocatorModel::KeyOf(int32_t b) const {
+CachingAllocatorModel::FreeEntry CachingAllocatorModel::EntryOf(int32_t b) const {
   const Block& k = blocks_[static_cast<size_t>(b)];
-  return {k.stream, k.size, k.addr, b};
+  SHARDTUNE_CHECK(b >= 0 && b < (int32_t{1} << kSlotBits) && k.addr % kMinBlockBytes == 0 &&
+                  k.addr / kMinBlockBytes < (int64_t{1} << (64 - kSlotBits)))
+      << "block " << b << " at " << k.addr << " does not fit a free-list entry";
+  return {k.size, static_cast<uint64_t>(k.addr / kMinBlockBytes) << kSlotBits | static_cast<uint64_t>(b)};
+}
+
+void CachingAllocatorModel::InsertFree(int32_t b) {
+  const Block& k = blocks_[static_cast<size_t>(b)];
+  FreeList& list = ListOf(k.small, k.stream);
+  FreeEntry e = EntryOf(b);
+  list.insert(std::lower_bound(list.begin(), list.end(), e), e);
+}
+
+void CachingAllocatorModel::EraseFree(int32_t b) {
+  const Block& k = blocks_[static_cast<size_t>(b)];
+  FreeList& list = ListOf(k.small, k.stream);
+  FreeEntry e = EntryOf(b);
+  auto it = std::lower_bound(list.begin(), list.end(), e);
+  SHARDTUNE_CHECK(it != list.end() && it->addr_slot == e.addr_slot) << "block " << b << " is not free";
+  list.erase(it);
 }
 
 int32_t CachingAllocatorModel::NewBlock(const Block& b) {
@@ -79,9 +98,13 @@ bool CachingAllocatorModel::CudaMalloc(int stream, bool small, int64_t size, int
 // release_cached_blocks -> release_blocks: cudaFree every free block that is a whole segment
 // (!block->prev && !block->next), in both pools.
 void CachingAllocatorModel::ReleaseCachedBlocks() {
-  for (FreeSet* pool : {&large_, &small_}) {
-    for (auto it = pool->begin(); it != pool->end();) {
-      auto b = static_cast<size_t>(std::get<3>(*it));
+  // Torch walks each pool's set in BlockComparatorSize order (stream, size, address): the large
+  // pool's lists, then the small pool's, streams in order.
+  for (size_t l = 0; l < free_.size(); ++l) {
+    FreeList& list = free_[l];
+    auto keep = list.begin();
+    for (const FreeEntry& e : list) {
+      auto b = static_cast<size_t>(SlotOf(e));
       if (blocks_[b].prev < 0 && blocks_[b].next < 0) {
         reserved_ -= blocks_[b].size;
         stream_reserved_[static_cast<size_t>(blocks_[b].stream)] -= blocks_[b].size;
@@ -90,11 +113,11 @@ void CachingAllocatorModel::ReleaseCachedBlocks() {
               blocks_[b].stream);
         blocks_[b].live = false;
         unused_.push_back(static_cast<int32_t>(b));
-        it = pool->erase(it);
       } else {
-        ++it;
+        *keep++ = e;
       }
     }
+    list.erase(keep, list.end());
   }
 }
 
@@ -102,13 +125,13 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
   SHARDTUNE_CHECK(stream >= 0 && stream < kNumStreams && bytes > 0) << stream << " " << bytes;
   int64_t size = AllocatorRoundSize(bytes);
   bool small = size <= kSmallSizeBytes;  // get_pool
-  FreeSet& pool = small ? small_ : large_;
+  FreeList& pool = ListOf(small, stream);
   int32_t b = -1;
   // get_free_block: the smallest free block of this pool and stream that holds the request
   // (max_split_size is unlimited, so the oversize rules never refuse one).
-  auto it = pool.lower_bound(Key{stream, size, std::numeric_limits<int64_t>::min(), -1});
-  if (it != pool.end() && std::get<0>(*it) == stream) {
-    b = std::get<3>(*it);
+  auto it = std::lower_bound(pool.begin(), pool.end(), FreeEntry{size, 0});
+  if (it != pool.end()) {
+    b = SlotOf(*it);
     pool.erase(it);
   } else {
     int64_t seg = AllocatorSegmentSize(size);
@@ -140,7 +163,7 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
     if (cur.next >= 0) blocks_[static_cast<size_t>(cur.next)].prev = r;
     cur.next = r;
     cur.size = size;
-    PoolOf(cur).insert(KeyOf(r));
+    InsertFree(r);
   }
   Block& got = blocks_[static_cast<size_t>(b)];
   got.allocated = true;
@@ -155,7 +178,7 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
 void CachingAllocatorModel::Merge(int32_t dst, int32_t src) {
   Block& d = blocks_[static_cast<size_t>(dst)];
   Block& s = blocks_[static_cast<size_t>(src)];
-  PoolOf(s).erase(KeyOf(src));
+  EraseFree(src);
   if (d.prev == src) {
     d.addr = s.addr;
     d.prev = s.prev;
@@ -182,20 +205,14 @@ void CachingAllocatorModel::Free(int32_t handle) {
   for (int32_t n : {b.prev, b.next}) {
     if (n >= 0 && !blocks_[static_cast<size_t>(n)].allocated) Merge(handle, n);
   }
-  PoolOf(blocks_[static_cast<size_t>(handle)]).insert(KeyOf(handle));
+  InsertFree(handle);
 }
 
-// The pools are ordered by stream, then size: each stream's largest free block is the last one
-// before the next stream's first.
+// Each list is ordered by size: its largest free block is its last.
 int64_t CachingAllocatorModel::LargestFreeBlock() const {
   int64_t m = 0;
-  for (const FreeSet* pool : {&large_, &small_}) {
-    for (int s = 0; s < kNumStreams; ++s) {
-      auto it = pool->lower_bound(Key{s + 1, 0, std::numeric_limits<int64_t>::min(), -1});
-      if (it == pool->begin()) continue;
-      --it;
-      if (std::get<0>(*it) == s) m = std::max(m, std::get<1>(*it));
-    }
+  for (const FreeList& list : free_) {
+    if (!list.empty()) m = std::max(m, list.back().size);
   }
   return m;
 }

@@ -7,10 +7,7 @@
 
 #include <array>
 #include <cstdint>
-#include <memory_resource>
-#include <set>
 #include <string>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -105,14 +102,31 @@ class CachingAllocatorModel {
   void Trace(AllocatorTraceEvent::Action a, int64_t addr, int64_t size, int stream) {
     if (trace_ != nullptr) trace_->push_back({a, addr, size, stream});
   }
-  // BlockComparatorSize: (stream, size, address); lower_bound gives the best fit on a stream.
-  using Key = std::tuple<int, int64_t, int64_t, int32_t>;
-  // The free-block sets' nodes come from a pool that recycles them: a replay inserts and erases
-  // a free block for most of its tens of thousands of requests, and malloc / free of the tree
-  // nodes were a tenth of `tune`'s time in perf (#18).
-  using FreeSet = std::pmr::set<Key>;
-  Key KeyOf(int32_t b) const;
-  FreeSet& PoolOf(const Block& b) { return b.small ? small_ : large_; }
+  // The free blocks of one pool and stream, ordered as BlockComparatorSize orders them (size,
+  // then address): lower_bound on a size gives the best fit. A sorted array, not the tree torch
+  // uses: a replay makes tens of thousands of requests against a few hundred free blocks at
+  // most, and inserting into a few kilobytes of contiguous entries is several times cheaper
+  // than a tree's node allocation and rebalancing (#18: the tree was a fifth of `tune`'s time).
+  // The address and the block's slot share a word: addresses are multiples of kMinBlockBytes,
+  // so (size, addr_slot) orders as (size, address).
+  struct FreeEntry {
+    int64_t size;
+    uint64_t addr_slot;  // (address / kMinBlockBytes) << kSlotBits | slot
+    bool operator<(const FreeEntry& o) const {
+      return size != o.size ? size < o.size : addr_slot < o.addr_slot;
+    }
+  };
+  static constexpr int kSlotBits = 24;
+  using FreeList = std::vector<FreeEntry>;
+  FreeEntry EntryOf(int32_t b) const;
+  static int32_t SlotOf(const FreeEntry& e) {
+    return static_cast<int32_t>(e.addr_slot & ((uint64_t{1} << kSlotBits) - 1));
+  }
+  FreeList& ListOf(bool small, int stream) {
+    return free_[static_cast<size_t>(small ? kNumStreams + stream : stream)];
+  }
+  void InsertFree(int32_t b);
+  void EraseFree(int32_t b);
   int32_t NewBlock(const Block& b);
   bool CudaMalloc(int stream, bool small, int64_t size, int32_t* block);
   void ReleaseCachedBlocks();
@@ -124,8 +138,8 @@ class CachingAllocatorModel {
   std::array<int64_t, kNumStreams> stream_reserved_{}, stream_allocated_{};
   std::vector<Block> blocks_;
   std::vector<int32_t> unused_;  // recycled block slots
-  std::pmr::unsynchronized_pool_resource nodes_;  // before the sets that use it
-  FreeSet small_{&nodes_}, large_{&nodes_};         // free blocks
+  // Free blocks: the large pool's lists per stream, then the small pool's.
+  std::array<FreeList, 2 * kNumStreams> free_;
   std::vector<AllocatorTraceEvent>* trace_ = nullptr;
 };
 
