@@ -182,7 +182,7 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n";
       if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
     }
-    out << "\nPareto front (less memory, or more throughput, than every other plan)\n";
+    out << "\nPareto front of the simulated plans (less memory, or more throughput, than every other)\n";
     for (const auto& p : r.pareto) {
       out << "  " << std::setw(10) << FormatBytes(p.required) << std::setw(12) << std::setprecision(0)
           << p.tokens_per_s << " tokens/s  " << p.key << "\n";

@@ -179,11 +179,11 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     const OpCost& c = costs[i];
     return c.fixed_ns + c.latency_ns + (c.transfer_ns > 0 ? std::max<int64_t>(0, c.transfer_ns - 4) : 0);
   };
-  // Per stream and on the host: the work of one repeated copy (R) and the busy time of every
-  // resource over step 1 (each link's transfers at full bandwidth, copies counted).
-  std::array<int64_t, kNumStreams> copy_stream_ns{}, stream_ns{};
+  // Per stream and on the host: the busy time of every resource over step 1 (each link's
+  // transfers at full bandwidth, copies counted).
+  std::array<int64_t, kNumStreams> stream_ns{};
   std::array<int64_t, 4> link_ns{};
-  int64_t copy_host_ns = 0, host_ns = 0, segment_ns = 0;
+  int64_t host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
   // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
   // streams' transfers and the compute stream's all-gather copy-outs; -1 marks a micro-batch the
@@ -216,52 +216,91 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     if (op.stream == Stream::kDefault && (op.kind == OpKind::kForward || op.kind == OpKind::kBackward)) {
       segment_ns += times * least_ns(i);
     }
-    if (repeated(op)) {
-      copy_stream_ns[st] += least_ns(i);
-      copy_host_ns += c.host_ns;
-    }
   }
   // The schedule of step 1 with every op at its least duration and no link shared, from the end
   // of step 0 (time 0): the first op of step 1 is a host sync, so the host issues step 1 only
   // once every op of step 0 has finished. Each op starts no earlier than its dependencies' end,
   // its stream's previous op's end and its issue (the host issues in program order); all three
   // recurrences are monotone, so each op ends no later than in any event-simulated schedule
-  // (which adds link sharing), and the last end bounds the step from below. For a repeated
-  // micro-batch the recurrence bounds the end of its last copy: the copies before it ran on
-  // each stream and were issued by the host first.
+  // (which adds link sharing), and the last end bounds the step from below.
   std::vector<int64_t> end(n, 0);
-  std::array<int64_t, kNumStreams> free_ns{}, block_start{};
-  std::array<bool, kNumStreams> in_block{};
-  std::array<int64_t, kNumStreams> block_done{};  // this copy's work done so far per stream
+  std::array<int64_t, kNumStreams> free_ns{};
   int64_t issue = 0, all_done = 0, path = 0;
-  bool host_block = false;
+  // Places op i once its dependencies have ended at `deps_end`; returns its least end.
+  auto place = [&](size_t i, int64_t deps_end) {
+    const ProgramOp& op = p.ops[i];
+    auto st = static_cast<size_t>(op.stream);
+    if (op.host_sync) issue = std::max(issue, all_done);
+    issue += costs[i].host_ns;
+    int64_t e = std::max({free_ns[st], deps_end, issue}) + least_ns(i);
+    free_ns[st] = e;
+    all_done = std::max(all_done, e);
+    path = std::max(path, e);
+    return e;
+  };
+  auto in_step1 = [&](int32_t d) { return d >= 0 && p.ops[static_cast<size_t>(d)].step == 1; };
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;  // step 0: ended by time 0
-    auto st = static_cast<size_t>(op.stream);
-    int64_t start = free_ns[st];
-    if (repeated(op)) {
-      if (!host_block) {
-        issue += (copies - 1) * copy_host_ns;
-        host_block = true;
+    if (!repeated(op)) {
+      int64_t deps_end = 0;
+      for (int32_t d : op.deps) {
+        if (in_step1(d)) deps_end = std::max(deps_end, end[static_cast<size_t>(d)]);
       }
-      if (!in_block[st]) {
-        block_start[st] = free_ns[st];
-        in_block[st] = true;
+      end[i] = place(i, deps_end);
+      continue;
+    }
+    // The repeated micro-batch [b0, b1): the full program runs `copies` of it one after another,
+    // each copy's ops after the copy before on every stream and on the host, so the recurrence
+    // runs over the copies as it would over the full program. A copy's dependency on the
+    // micro-batch before it (the template's on micro-batch kWalkedLeadingMicroBatches - 2) is,
+    // from the second copy on, the previous copy's op with the same kind, stream, unit and
+    // segment; an op the template does not hold once is left as the template names it, which
+    // precedes the real one on its stream and so ends no later (a lower figure keeps the bound).
+    const size_t b0 = i;
+    size_t b1 = i;
+    while (b1 < n && p.ops[b1].step == 1 && p.ops[b1].kind != OpKind::kStartup && repeated(p.ops[b1])) ++b1;
+    auto role = [&](const ProgramOp& x) {
+      return std::make_tuple(x.kind, x.stream, x.unit, x.segment);
+    };
+    std::map<std::tuple<OpKind, Stream, int32_t, int32_t>, int64_t> template_op;  // -1: not once
+    for (size_t j = b0; j < b1; ++j) {
+      auto [it, fresh] = template_op.emplace(role(p.ops[j]), static_cast<int64_t>(j));
+      if (!fresh) it->second = -1;
+    }
+    // Per dependency slot of each template op: the template op standing for it in the copy
+    // before, or -1.
+    std::vector<std::array<int64_t, 3>> prev_of(b1 - b0, {-1, -1, -1});
+    for (size_t j = b0; j < b1; ++j) {
+      const auto& deps = p.ops[j].deps;
+      for (size_t slot = 0; slot < deps.size(); ++slot) {
+        int32_t d = deps[slot];
+        if (!in_step1(d) || static_cast<size_t>(d) >= b0 ||
+            p.ops[static_cast<size_t>(d)].micro != kWalkedLeadingMicroBatches - 2) {
+          continue;
+        }
+        auto it = template_op.find(role(p.ops[static_cast<size_t>(d)]));
+        if (it != template_op.end()) prev_of[j - b0][slot] = it->second;
       }
-      start = std::max(start, block_start[st] + (copies - 1) * copy_stream_ns[st] + block_done[st]);
-      block_done[st] += least_ns(i);
     }
-    for (int32_t d : op.deps) {
-      if (d >= 0 && p.ops[static_cast<size_t>(d)].step == 1) start = std::max(start, end[static_cast<size_t>(d)]);
+    std::vector<int64_t> prev_end(b1 - b0, 0);  // the copy before's ends
+    for (int64_t c = 0; c < copies; ++c) {
+      for (size_t j = b0; j < b1; ++j) {
+        int64_t deps_end = 0;
+        const auto& deps = p.ops[j].deps;
+        for (size_t slot = 0; slot < deps.size(); ++slot) {
+          int32_t d = deps[slot];
+          if (!in_step1(d)) continue;
+          int64_t m = prev_of[j - b0][slot];
+          deps_end = std::max(deps_end, c > 0 && m >= 0 ? prev_end[static_cast<size_t>(m) - b0]
+                                                        : end[static_cast<size_t>(d)]);
+        }
+        end[j] = place(j, deps_end);
+      }
+      std::copy(end.begin() + static_cast<std::ptrdiff_t>(b0), end.begin() + static_cast<std::ptrdiff_t>(b1),
+                prev_end.begin());
     }
-    if (op.host_sync) issue = std::max(issue, all_done);
-    issue += costs[i].host_ns;
-    start = std::max(start, issue);
-    end[i] = start + least_ns(i);
-    free_ns[st] = end[i];
-    all_done = std::max(all_done, end[i]);
-    path = std::max(path, end[i]);
+    i = b1 - 1;
   }
   StepTimeBound b;
   auto consider = [&](int64_t ns, const char* what) {
