@@ -226,13 +226,22 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   std::vector<int64_t> end(n, 0);
   std::array<int64_t, kNumStreams> free_ns{};
   int64_t issue = 0, all_done = 0, path = 0;
-  // Places op i once its dependencies have ended at `deps_end`; returns its least end.
-  auto place = [&](size_t i, int64_t deps_end) {
+  // Places op i once its dependencies have ended (`deps_end`; `fixed_end`: those that lie
+  // before a repeated micro-batch's copies, see below); returns its least end. `*slow_binds` is
+  // set when a fixed dependency, or the host's issue unless `issue_moves`, alone delays the op.
+  auto place = [&](size_t i, int64_t deps_end, int64_t fixed_end = 0, bool* slow_binds = nullptr,
+                   bool issue_moves = true) {
     const ProgramOp& op = p.ops[i];
     auto st = static_cast<size_t>(op.stream);
     if (op.host_sync) issue = std::max(issue, all_done);
     issue += costs[i].host_ns;
-    int64_t e = std::max({free_ns[st], deps_end, issue}) + least_ns(i);
+    int64_t moving = std::max(free_ns[st], deps_end);
+    int64_t slow = fixed_end;
+    if (issue_moves) moving = std::max(moving, issue);
+    else slow = std::max(slow, issue);
+    if (slow > moving && slow_binds != nullptr) *slow_binds = true;
+    int64_t ready = std::max(moving, slow);
+    int64_t e = ready + least_ns(i);
     free_ns[st] = e;
     all_done = std::max(all_done, e);
     path = std::max(path, e);
@@ -283,22 +292,66 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
         if (it != template_op.end()) prev_of[j - b0][slot] = it->second;
       }
     }
+    // The recurrence is max-plus: once a copy ends exactly P later than the copy before, op for
+    // op, with every stream it uses also P later, and neither a dependency on an op before the
+    // copies nor the host's issue delays any of its ops, every later copy repeats it P later
+    // still (each of its terms is the previous copy's plus P; the fixed ones, which did not delay
+    // it, delay it even less, and so does the host, which runs ahead by its own Q <= P per copy
+    // when no op of the copy waits for the device), so the last copy's ends follow without
+    // running the copies between. A copy with a host sync moves the host with the device:
+    // then the host too must be exactly P later.
+    std::array<bool, kNumStreams> block_stream{};
+    bool block_syncs = false;
+    for (size_t j = b0; j < b1; ++j) {
+      block_stream[static_cast<size_t>(p.ops[j].stream)] = true;
+      block_syncs = block_syncs || p.ops[j].host_sync;
+    }
     std::vector<int64_t> prev_end(b1 - b0, 0);  // the copy before's ends
+    std::array<int64_t, kNumStreams> prev_free{};
+    int64_t prev_issue = 0, prev_all_done = 0;
     for (int64_t c = 0; c < copies; ++c) {
+      bool slow_binds = false;
       for (size_t j = b0; j < b1; ++j) {
-        int64_t deps_end = 0;
+        int64_t deps_end = 0, fixed_end = 0;
         const auto& deps = p.ops[j].deps;
         for (size_t slot = 0; slot < deps.size(); ++slot) {
           int32_t d = deps[slot];
           if (!in_step1(d)) continue;
           int64_t m = prev_of[j - b0][slot];
-          deps_end = std::max(deps_end, c > 0 && m >= 0 ? prev_end[static_cast<size_t>(m) - b0]
-                                                        : end[static_cast<size_t>(d)]);
+          if (static_cast<size_t>(d) >= b0) {
+            deps_end = std::max(deps_end, end[static_cast<size_t>(d)]);  // this copy's
+          } else if (c > 0 && m >= 0) {
+            deps_end = std::max(deps_end, prev_end[static_cast<size_t>(m) - b0]);
+          } else {
+            fixed_end = std::max(fixed_end, end[static_cast<size_t>(d)]);
+          }
         }
-        end[j] = place(j, deps_end);
+        end[j] = place(j, deps_end, fixed_end, &slow_binds, block_syncs);
+      }
+      if (c > 0 && !slow_binds && c + 1 < copies) {
+        const int64_t period = all_done - prev_all_done, host_period = issue - prev_issue;
+        bool periodic = block_syncs ? host_period == period : host_period <= period;
+        for (size_t st = 0; st < block_stream.size() && periodic; ++st) {
+          periodic = !block_stream[st] || free_ns[st] - prev_free[st] == period;
+        }
+        for (size_t j = b0; j < b1 && periodic; ++j) periodic = end[j] - prev_end[j - b0] == period;
+        if (periodic) {
+          const int64_t later = copies - 1 - c;  // copies left
+          for (size_t j = b0; j < b1; ++j) end[j] += later * period;
+          for (size_t st = 0; st < block_stream.size(); ++st) {
+            if (block_stream[st]) free_ns[st] += later * period;
+          }
+          issue += later * host_period;
+          all_done += later * period;
+          path = std::max(path, all_done);
+          break;
+        }
       }
       std::copy(end.begin() + static_cast<std::ptrdiff_t>(b0), end.begin() + static_cast<std::ptrdiff_t>(b1),
                 prev_end.begin());
+      prev_free = free_ns;
+      prev_issue = issue;
+      prev_all_done = all_done;
     }
     i = b1 - 1;
   }
