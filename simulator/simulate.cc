@@ -269,28 +269,41 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     const size_t b0 = i;
     size_t b1 = i;
     while (b1 < n && p.ops[b1].step == 1 && p.ops[b1].kind != OpKind::kStartup && repeated(p.ops[b1])) ++b1;
-    auto role = [&](const ProgramOp& x) {
-      return std::make_tuple(x.kind, x.stream, x.unit, x.segment);
-    };
-    std::map<std::tuple<OpKind, Stream, int32_t, int32_t>, int64_t> template_op;  // -1: not once
-    for (size_t j = b0; j < b1; ++j) {
-      auto [it, fresh] = template_op.emplace(role(p.ops[j]), static_cast<int64_t>(j));
-      if (!fresh) it->second = -1;
-    }
     // Per dependency slot of each template op: the template op standing for it in the copy
-    // before, or -1.
+    // before, or -1. Only a few slots reach the micro-batch before (the next micro-batch's first
+    // all-gather waits for this one's last copy-out, and so on): their roles are looked up in one
+    // scan of the template, and a role held more than once is left unmapped.
     std::vector<std::array<int64_t, 3>> prev_of(b1 - b0, {-1, -1, -1});
+    auto same_role = [](const ProgramOp& x, const ProgramOp& y) {
+      return x.kind == y.kind && x.stream == y.stream && x.unit == y.unit && x.segment == y.segment;
+    };
+    struct Cross {
+      size_t op, slot;
+      const ProgramOp* role;
+      int64_t match = -1;
+      int matches = 0;
+    };
+    std::vector<Cross> cross;
     for (size_t j = b0; j < b1; ++j) {
       const auto& deps = p.ops[j].deps;
       for (size_t slot = 0; slot < deps.size(); ++slot) {
         int32_t d = deps[slot];
-        if (!in_step1(d) || static_cast<size_t>(d) >= b0 ||
-            p.ops[static_cast<size_t>(d)].micro != kWalkedLeadingMicroBatches - 2) {
-          continue;
+        if (in_step1(d) && static_cast<size_t>(d) < b0 &&
+            p.ops[static_cast<size_t>(d)].micro == kWalkedLeadingMicroBatches - 2) {
+          cross.push_back({j, slot, &p.ops[static_cast<size_t>(d)]});
         }
-        auto it = template_op.find(role(p.ops[static_cast<size_t>(d)]));
-        if (it != template_op.end()) prev_of[j - b0][slot] = it->second;
       }
+    }
+    for (size_t j = b0; j < b1 && !cross.empty(); ++j) {
+      for (Cross& x : cross) {
+        if (same_role(p.ops[j], *x.role)) {
+          x.match = static_cast<int64_t>(j);
+          ++x.matches;
+        }
+      }
+    }
+    for (const Cross& x : cross) {
+      if (x.matches == 1) prev_of[x.op - b0][x.slot] = x.match;
     }
     // The recurrence is max-plus: once a copy ends exactly P later than the copy before, op for
     // op, with every stream it uses also P later, and neither a dependency on an op before the
