@@ -49,18 +49,31 @@ CachingAllocatorModel::FreeEntry CachingAllocatorModel::EntryOf(int32_t b) const
   return {k.size, static_cast<uint64_t>(k.addr / kMinBlockBytes) << kSlotBits | static_cast<uint64_t>(b)};
 }
 
+CachingAllocatorModel::FreeList::iterator CachingAllocatorModel::FirstNotBelow(FreeList& list,
+                                                                               const FreeEntry& e) {
+  const FreeEntry* first = list.data();
+  size_t n = list.size();
+  while (n > 1) {
+    size_t half = n / 2;
+    first = first[half - 1] < e ? first + half : first;
+    n -= half;
+  }
+  if (n == 1 && *first < e) ++first;
+  return list.begin() + (first - list.data());
+}
+
 void CachingAllocatorModel::InsertFree(int32_t b) {
   const Block& k = blocks_[static_cast<size_t>(b)];
   FreeList& list = ListOf(k.small, k.stream);
   FreeEntry e = EntryOf(b);
-  list.insert(std::lower_bound(list.begin(), list.end(), e), e);
+  list.insert(FirstNotBelow(list, e), e);
 }
 
 void CachingAllocatorModel::EraseFree(int32_t b) {
   const Block& k = blocks_[static_cast<size_t>(b)];
   FreeList& list = ListOf(k.small, k.stream);
   FreeEntry e = EntryOf(b);
-  auto it = std::lower_bound(list.begin(), list.end(), e);
+  auto it = FirstNotBelow(list, e);
   SHARDTUNE_CHECK(it != list.end() && it->addr_slot == e.addr_slot) << "block " << b << " is not free";
   list.erase(it);
 }
@@ -129,7 +142,7 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
   int32_t b = -1;
   // get_free_block: the smallest free block of this pool and stream that holds the request
   // (max_split_size is unlimited, so the oversize rules never refuse one).
-  auto it = std::lower_bound(pool.begin(), pool.end(), FreeEntry{size, 0});
+  auto it = FirstNotBelow(pool, FreeEntry{size, 0});
   if (it != pool.end()) {
     b = SlotOf(*it);
     pool.erase(it);

@@ -112,12 +112,15 @@ class CachingAllocatorModel {
   struct FreeEntry {
     int64_t size;
     uint64_t addr_slot;  // (address / kMinBlockBytes) << kSlotBits | slot
-    bool operator<(const FreeEntry& o) const {
-      return size != o.size ? size < o.size : addr_slot < o.addr_slot;
+    bool operator<(const FreeEntry& o) const {  // branch-free: (size, addr_slot) lexicographic
+      return (size < o.size) | ((size == o.size) & (addr_slot < o.addr_slot));
     }
   };
   static constexpr int kSlotBits = 24;
   using FreeList = std::vector<FreeEntry>;
+  // std::lower_bound without its unpredictable branch: each step halves the range with a
+  // conditional move (the free lists are searched on every request; #18).
+  static FreeList::iterator FirstNotBelow(FreeList& list, const FreeEntry& e);
   FreeEntry EntryOf(int32_t b) const;
   static int32_t SlotOf(const FreeEntry& e) {
     return static_cast<int32_t>(e.addr_slot & ((uint64_t{1} << kSlotBits) - 1));
