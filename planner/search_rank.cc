@@ -22,9 +22,11 @@ namespace shardtune::plan {
 namespace {
 
 // Plans simulated per window: the top-k bound is refreshed between windows, and the windows are
-// the same for any thread count (so are the plans they prune). Large enough to keep two to
-// sixteen threads busy, small enough that the bound tightens early.
-constexpr size_t kSimulationWindow = 16;
+// the same for any thread count (so are the plans they prune). Small, so that the bound tightens
+// after the first few of the likeliest winners (with the tight step-time bounds most plans
+// waiting are within a few percent of each other; 16 simulated up to 30% more plans in the
+// README's examples); two to four threads still share each window.
+constexpr size_t kSimulationWindow = 4;
 
 std::string Secs(double s) {
   char buf[32];
@@ -241,14 +243,14 @@ void Ranker::Walk(const model::Plan& p, Worker& w, Screened* s) const {
     SHARDTUNE_CHECK(!exhaustive_ || (s->compute_lb_s <= b.segment_compute_s &&
                                      s->all_gather_lb_s <= b.all_gather_transfer_s &&
                                      s->reduce_scatter_lb_s <= b.reduce_scatter_transfer_s &&
-                                     s->copy_out_lb_s <= b.copy_out_s &&
+                                     s->unit_kernels_lb_s <= b.unit_kernels_s &&
                                      s->gpu_optimizer_lb_s <= b.gpu_optimizer_s &&
                                      s->host_optimizer_lb_s <= b.host_optimizer_s))
         << "a prewalk bound exceeds the plan's own figure for " << PlanKey(p) << ": compute "
         << s->compute_lb_s << " vs " << b.segment_compute_s << " s, all-gather "
         << s->all_gather_lb_s << " vs " << b.all_gather_transfer_s << " s, reduce-scatter "
-        << s->reduce_scatter_lb_s << " vs " << b.reduce_scatter_transfer_s << " s, copy-out "
-        << s->copy_out_lb_s << " vs " << b.copy_out_s << " s, GPU optimizer "
+        << s->reduce_scatter_lb_s << " vs " << b.reduce_scatter_transfer_s << " s, per-unit kernels "
+        << s->unit_kernels_lb_s << " vs " << b.unit_kernels_s << " s, GPU optimizer "
         << s->gpu_optimizer_lb_s << " vs " << b.gpu_optimizer_s << " s, host optimizer "
         << s->host_optimizer_lb_s << " vs " << b.host_optimizer_s << " s";
   }
@@ -286,7 +288,7 @@ std::string ComputeKey(const model::Plan& p) {
          std::to_string(p.seq_len);
 }
 
-// Collective transfers and all-gather copy-outs per micro-batch: which units are gathered and
+// Collective transfers and the compute stream's per-unit kernels (copy-outs, post-backward) per micro-batch: which units are gathered and
 // reduced over which group (strategy, shard group, wrap, cp); not the micro-batch size
 // (collectives move parameters and gradients, not activations), checkpointing, offload or
 // prefetch (which change when, not what).
@@ -375,15 +377,15 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
       s.reduce_scatter_lb_s =
           static_cast<double>((p.no_sync ? 1 : p.grad_accum) * f->reduce_scatter_per_micro_batch_ns) *
           1e-9;
-      s.copy_out_lb_s = static_cast<double>(p.grad_accum * f->copy_out_per_micro_batch_ns) * 1e-9;
+      s.unit_kernels_lb_s = static_cast<double>(p.grad_accum * f->unit_kernels_per_micro_batch_ns) * 1e-9;
     }
     if (const sim::StepTimeBound* f = figure_of(2, keys[i][2])) {
       s.host_optimizer_lb_s = f->host_optimizer_s;
       s.gpu_optimizer_lb_s = f->gpu_optimizer_s;
     }
-    // The compute stream runs the segments, the copy-outs and the GPU optimizer one at a time.
-    s.prewalk_lb_s = s.compute_lb_s + s.copy_out_lb_s + s.gpu_optimizer_lb_s;
-    s.prewalk_what = "its compute-stream kernels (forward, backward, all-gather copy-outs, optimizer) alone are busy";
+    // The compute stream runs the segments, the per-unit kernels (copy-outs, post-backward) and the GPU optimizer one at a time.
+    s.prewalk_lb_s = s.compute_lb_s + s.unit_kernels_lb_s + s.gpu_optimizer_lb_s;
+    s.prewalk_what = "its compute-stream kernels (forward, backward, all-gather copy-outs, gradient copy-ins, optimizer) alone are busy";
     auto consider = [&](double v, const char* what) {
       if (v > s.prewalk_lb_s) {
         s.prewalk_lb_s = v;
@@ -392,7 +394,7 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
     };
     consider(s.all_gather_lb_s, "its all-gather transfers alone take");
     consider(s.reduce_scatter_lb_s, "its reduce-scatter transfers alone take");
-    consider(s.compute_lb_s + s.copy_out_lb_s + s.host_optimizer_lb_s,
+    consider(s.compute_lb_s + s.unit_kernels_lb_s + s.host_optimizer_lb_s,
              "its forward and backward kernels followed by the host optimizer step take");
   }
 }

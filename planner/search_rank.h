@@ -44,15 +44,16 @@ struct Screened {
   const char* time_lb_resource = "compute stream";
   // Known before the walk, each from one walked plan that shares the knobs it depends on
   // (Ranker::PrewalkBounds): the forward and backward segment kernels' busy time on the compute
-  // stream; the all-gather and the reduce-scatter streams' transfers; the all-gather copy-outs
-  // and the optimizer kernels the compute stream runs besides the segments; the host optimizer
-  // step. `prewalk_lb_s` is the largest of the compute stream's work (segments, copy-outs, GPU
-  // optimizer), either transfer sum, and the segments and copy-outs followed by the host
+  // stream; the all-gather and the reduce-scatter streams' transfers; the per-unit kernels
+  // (all-gather copy-outs, post-backward copy-ins) and the optimizer kernels the compute stream
+  // runs besides the segments; the host optimizer step. `prewalk_lb_s` is the largest of the
+  // compute stream's work (segments, per-unit kernels, GPU optimizer), either transfer sum, and
+  // the segments and per-unit kernels followed by the host
   // optimizer step (which waits for the last gradient: step_walk_backward.cc OptimizerStep);
   // `prewalk_what` names it. A plan whose prewalk bound exceeds the final list's last step and
   // its cp's fastest step is "slower than the top plans" whatever its memory.
   double compute_lb_s = 0, all_gather_lb_s = 0, reduce_scatter_lb_s = 0, host_optimizer_lb_s = 0;
-  double copy_out_lb_s = 0, gpu_optimizer_lb_s = 0;
+  double unit_kernels_lb_s = 0, gpu_optimizer_lb_s = 0;
   double prewalk_lb_s = 0;
   const char* prewalk_what = "its forward and backward kernels alone are busy";
   // What the search did with a plan that fits: simulated it, or left it out by its step-time

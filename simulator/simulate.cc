@@ -186,11 +186,19 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   int64_t host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
   // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
-  // streams' transfers and the compute stream's all-gather copy-outs; -1 marks a micro-batch the
+  // streams' transfers and the compute stream's per-unit kernels; -1 marks a micro-batch the
   // program left out.
   const auto micro_batches = static_cast<size_t>(std::max(1, p.grad_accum));
   std::vector<std::array<int64_t, 3>> micro_ns(micro_batches, {-1, -1, -1});
-  int64_t gpu_optimizer_ns = 0, copy_out_ns = 0;
+  int64_t gpu_optimizer_ns = 0, unit_kernels_ns = 0;
+  // The compute stream's per-unit kernels (StepTimeBound::unit_kernels_per_micro_batch_ns).
+  // Under no_sync the post-backward kernels are left out: every micro-batch but a lone one keeps
+  // (and the syncing one reads) the fp32 accumulated gradients, so a micro-batch's post-backward
+  // work depends on how many there are and another plan's figure would not bound it.
+  auto unit_kernel = [&plan](const ProgramOp& op) {
+    return op.stream == Stream::kDefault &&
+           (op.kind == OpKind::kCopyOut || (op.kind == OpKind::kPostBackward && !plan.no_sync));
+  };
   for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step != 1 || op.kind == OpKind::kStartup) continue;
@@ -203,10 +211,10 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
       for (int64_t& v : m) v = std::max<int64_t>(0, v);
       if (c.transfer_ns > 0 && op.stream == Stream::kAllGather) m[0] += std::max<int64_t>(0, c.transfer_ns - 4);
       if (c.transfer_ns > 0 && op.stream == Stream::kReduceScatter) m[1] += std::max<int64_t>(0, c.transfer_ns - 4);
-      if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) m[2] += least_ns(i);
+      if (unit_kernel(op)) m[2] += least_ns(i);
     }
     if (op.kind == OpKind::kOptimizer && op.stream == Stream::kDefault) gpu_optimizer_ns += times * least_ns(i);
-    if (op.kind == OpKind::kCopyOut && op.stream == Stream::kDefault) copy_out_ns += times * least_ns(i);
+    if (unit_kernel(op)) unit_kernels_ns += times * least_ns(i);
     if (c.transfer_ns > 0) {
       stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
       link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
@@ -406,8 +414,8 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   }
   b.all_gather_per_micro_batch_ns = std::max<int64_t>(0, least[0]);
   b.reduce_scatter_per_micro_batch_ns = std::max<int64_t>(0, least[1]);
-  b.copy_out_per_micro_batch_ns = std::max<int64_t>(0, least[2]);
-  b.copy_out_s = static_cast<double>(copy_out_ns) * 1e-9;
+  b.unit_kernels_per_micro_batch_ns = std::max<int64_t>(0, least[2]);
+  b.unit_kernels_s = static_cast<double>(unit_kernels_ns) * 1e-9;
   b.gpu_optimizer_s = static_cast<double>(gpu_optimizer_ns) * 1e-9;
   return b;
 }

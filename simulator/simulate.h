@@ -104,10 +104,13 @@ struct StepTimeBound {
   // their sum.
   int64_t all_gather_per_micro_batch_ns = 0, reduce_scatter_per_micro_batch_ns = 0;
   // The compute stream's work besides the forward and backward segments, each of which waits
-  // its turn there: the all-gather copy-outs of one micro-batch (the least over step 1's
-  // micro-batches, as above) and the optimizer step's kernels (the tuner's prewalk bounds, #18).
-  int64_t copy_out_per_micro_batch_ns = 0;
-  double copy_out_s = 0, gpu_optimizer_s = 0;
+  // its turn there: the per-unit kernels of one micro-batch (the least over step 1's
+  // micro-batches, as above): the all-gather copy-outs and the post-backward kernels (the
+  // reduce-scatter copy-in of the unsharded gradients, no_sync's accumulation), all sized by
+  // parameters and gradients, not activations; and the optimizer step's kernels (the tuner's
+  // prewalk bounds, #18).
+  int64_t unit_kernels_per_micro_batch_ns = 0;
+  double unit_kernels_s = 0, gpu_optimizer_s = 0;
 };
 StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
                              const profiles::ClusterSpec& cluster, const model::Plan& plan,
