@@ -49,33 +49,79 @@ CachingAllocatorModel::FreeEntry CachingAllocatorModel::EntryOf(int32_t b) const
   return {k.size, static_cast<uint64_t>(k.addr / kMinBlockBytes) << kSlotBits | static_cast<uint64_t>(b)};
 }
 
-CachingAllocatorModel::FreeList::iterator CachingAllocatorModel::FirstNotBelow(FreeList& list,
-                                                                               const FreeEntry& e) {
-  const FreeEntry* first = list.data();
-  size_t n = list.size();
+namespace {
+// std::lower_bound without its unpredictable branch: each step halves the range with a
+// conditional move (the free lists are searched on every request; #18).
+template <class T>
+size_t FirstNotBelow(const T* first, size_t n, const T& e) {
+  const T* base = first;
   while (n > 1) {
     size_t half = n / 2;
     first = first[half - 1] < e ? first + half : first;
     n -= half;
   }
   if (n == 1 && *first < e) ++first;
-  return list.begin() + (first - list.data());
+  return static_cast<size_t>(first - base);
+}
+}  // namespace
+
+size_t CachingAllocatorModel::FreeList::ChunkOf(const FreeEntry& e) const {
+  size_t lo = 0, hi = chunks_.size();
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (chunks_[mid].back() < e) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+void CachingAllocatorModel::FreeList::Insert(const FreeEntry& e) {
+  if (chunks_.empty()) {
+    chunks_.emplace_back().reserve(2 * kChunk);
+    chunks_.back().push_back(e);
+    return;
+  }
+  size_t k = std::min(ChunkOf(e), chunks_.size() - 1);  // above every entry: the last chunk
+  std::vector<FreeEntry>& c = chunks_[k];
+  c.insert(c.begin() + static_cast<std::ptrdiff_t>(FirstNotBelow(c.data(), c.size(), e)), e);
+  if (c.size() > 2 * kChunk) {  // split in halves
+    std::vector<FreeEntry> upper(c.begin() + static_cast<std::ptrdiff_t>(kChunk), c.end());
+    upper.reserve(2 * kChunk);
+    c.resize(kChunk);
+    chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(k) + 1, std::move(upper));
+  }
+}
+
+void CachingAllocatorModel::FreeList::Erase(const FreeEntry& e) {
+  size_t k = ChunkOf(e);
+  SHARDTUNE_CHECK(k < chunks_.size()) << "free block of " << e.size << " bytes not listed";
+  std::vector<FreeEntry>& c = chunks_[k];
+  size_t i = FirstNotBelow(c.data(), c.size(), e);
+  SHARDTUNE_CHECK(i < c.size() && c[i].addr_slot == e.addr_slot && c[i].size == e.size)
+      << "free block of " << e.size << " bytes not listed";
+  c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
+  if (c.empty()) chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+bool CachingAllocatorModel::FreeList::TakeFirstNotBelow(const FreeEntry& e, FreeEntry* out) {
+  size_t k = ChunkOf(e);
+  if (k == chunks_.size()) return false;
+  std::vector<FreeEntry>& c = chunks_[k];
+  size_t i = FirstNotBelow(c.data(), c.size(), e);  // < c.size(): c.back() is not below e
+  *out = c[i];
+  c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
+  if (c.empty()) chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(k));
+  return true;
 }
 
 void CachingAllocatorModel::InsertFree(int32_t b) {
   const Block& k = blocks_[static_cast<size_t>(b)];
-  FreeList& list = ListOf(k.small, k.stream);
-  FreeEntry e = EntryOf(b);
-  list.insert(FirstNotBelow(list, e), e);
+  ListOf(k.small, k.stream).Insert(EntryOf(b));
 }
 
 void CachingAllocatorModel::EraseFree(int32_t b) {
   const Block& k = blocks_[static_cast<size_t>(b)];
-  FreeList& list = ListOf(k.small, k.stream);
-  FreeEntry e = EntryOf(b);
-  auto it = FirstNotBelow(list, e);
-  SHARDTUNE_CHECK(it != list.end() && it->addr_slot == e.addr_slot) << "block " << b << " is not free";
-  list.erase(it);
+  ListOf(k.small, k.stream).Erase(EntryOf(b));
 }
 
 int32_t CachingAllocatorModel::NewBlock(const Block& b) {
@@ -113,24 +159,19 @@ bool CachingAllocatorModel::CudaMalloc(int stream, bool small, int64_t size, int
 void CachingAllocatorModel::ReleaseCachedBlocks() {
   // Torch walks each pool's set in BlockComparatorSize order (stream, size, address): the large
   // pool's lists, then the small pool's, streams in order.
-  for (size_t l = 0; l < free_.size(); ++l) {
-    FreeList& list = free_[l];
-    auto keep = list.begin();
-    for (const FreeEntry& e : list) {
+  for (FreeList& list : free_) {
+    list.RemoveIf([&](const FreeEntry& e) {
       auto b = static_cast<size_t>(SlotOf(e));
-      if (blocks_[b].prev < 0 && blocks_[b].next < 0) {
-        reserved_ -= blocks_[b].size;
-        stream_reserved_[static_cast<size_t>(blocks_[b].stream)] -= blocks_[b].size;
-        --segments_;
-        Trace(AllocatorTraceEvent::Action::kSegmentFree, blocks_[b].addr, blocks_[b].size,
-              blocks_[b].stream);
-        blocks_[b].live = false;
-        unused_.push_back(static_cast<int32_t>(b));
-      } else {
-        *keep++ = e;
-      }
-    }
-    list.erase(keep, list.end());
+      if (blocks_[b].prev >= 0 || blocks_[b].next >= 0) return false;
+      reserved_ -= blocks_[b].size;
+      stream_reserved_[static_cast<size_t>(blocks_[b].stream)] -= blocks_[b].size;
+      --segments_;
+      Trace(AllocatorTraceEvent::Action::kSegmentFree, blocks_[b].addr, blocks_[b].size,
+            blocks_[b].stream);
+      blocks_[b].live = false;
+      unused_.push_back(static_cast<int32_t>(b));
+      return true;
+    });
   }
 }
 
@@ -142,10 +183,9 @@ int32_t CachingAllocatorModel::Malloc(int stream, int64_t bytes) {
   int32_t b = -1;
   // get_free_block: the smallest free block of this pool and stream that holds the request
   // (max_split_size is unlimited, so the oversize rules never refuse one).
-  auto it = FirstNotBelow(pool, FreeEntry{size, 0});
-  if (it != pool.end()) {
-    b = SlotOf(*it);
-    pool.erase(it);
+  FreeEntry found{};
+  if (pool.TakeFirstNotBelow(FreeEntry{size, 0}, &found)) {
+    b = SlotOf(found);
   } else {
     int64_t seg = AllocatorSegmentSize(size);
     // alloc_block, then release_cached_blocks and alloc_block(isRetry) (num_alloc_retries).
@@ -225,7 +265,7 @@ void CachingAllocatorModel::Free(int32_t handle) {
 int64_t CachingAllocatorModel::LargestFreeBlock() const {
   int64_t m = 0;
   for (const FreeList& list : free_) {
-    if (!list.empty()) m = std::max(m, list.back().size);
+    if (!list.empty()) m = std::max(m, list.Last().size);
   }
   return m;
 }

@@ -5,6 +5,7 @@
 // its cache and retrying) under a capacity. What torch.cuda.max_memory_reserved follows.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -91,6 +92,49 @@ class CachingAllocatorModel {
   // The segments held now, in address order.
   std::vector<AllocatorSegment> Segments() const;
 
+  // The free blocks of one pool and stream, ordered as BlockComparatorSize orders them (size,
+  // then address): the first entry not below a size is the best fit. The address and the
+  // block's slot share a word: addresses are multiples of kMinBlockBytes, so (size, addr_slot)
+  // orders as (size, address).
+  struct FreeEntry {
+    int64_t size;
+    uint64_t addr_slot;  // (address / kMinBlockBytes) << kSlotBits | slot
+    bool operator<(const FreeEntry& o) const {  // branch-free: (size, addr_slot) lexicographic
+      return (size < o.size) | ((size == o.size) & (addr_slot < o.addr_slot));
+    }
+  };
+  static constexpr int kSlotBits = 24;
+  // A sorted sequence kept as sorted chunks of at most 2 x kChunk entries, not the tree torch
+  // uses: a dense model's replay makes tens of thousands of requests against a few hundred free
+  // blocks, where inserting into a few kilobytes of contiguous entries is several times cheaper
+  // than a tree's node allocation and rebalancing (#18: the tree was a fifth of `tune`'s time);
+  // an MoE model's per-expert tensors leave tens of thousands of free blocks, where one flat
+  // array's inserts would move megabytes: chunks bound every insert's move.
+  class FreeList {
+   public:
+    bool empty() const { return chunks_.empty(); }
+    void Insert(const FreeEntry& e);
+    // Removes the entry equal to `e`; REQUIRES: present.
+    void Erase(const FreeEntry& e);
+    // Removes and returns the first entry not below `e`; false when every entry is below it.
+    bool TakeFirstNotBelow(const FreeEntry& e, FreeEntry* out);
+    const FreeEntry& Last() const { return chunks_.back().back(); }  // REQUIRES: !empty()
+    // Visits the entries in order; those `drop` returns true for are removed.
+    template <class Drop>
+    void RemoveIf(Drop drop) {
+      for (auto& c : chunks_) c.erase(std::remove_if(c.begin(), c.end(), drop), c.end());
+      chunks_.erase(std::remove_if(chunks_.begin(), chunks_.end(),
+                                   [](const std::vector<FreeEntry>& c) { return c.empty(); }),
+                    chunks_.end());
+    }
+
+   private:
+    static constexpr size_t kChunk = 256;
+    // The first chunk whose last entry is not below `e` (chunks_.size() when none).
+    size_t ChunkOf(const FreeEntry& e) const;
+    std::vector<std::vector<FreeEntry>> chunks_;  // each sorted and non-empty, in order
+  };
+
  private:
   struct Block {
     int64_t addr = 0, size = 0;
@@ -102,25 +146,6 @@ class CachingAllocatorModel {
   void Trace(AllocatorTraceEvent::Action a, int64_t addr, int64_t size, int stream) {
     if (trace_ != nullptr) trace_->push_back({a, addr, size, stream});
   }
-  // The free blocks of one pool and stream, ordered as BlockComparatorSize orders them (size,
-  // then address): lower_bound on a size gives the best fit. A sorted array, not the tree torch
-  // uses: a replay makes tens of thousands of requests against a few hundred free blocks at
-  // most, and inserting into a few kilobytes of contiguous entries is several times cheaper
-  // than a tree's node allocation and rebalancing (#18: the tree was a fifth of `tune`'s time).
-  // The address and the block's slot share a word: addresses are multiples of kMinBlockBytes,
-  // so (size, addr_slot) orders as (size, address).
-  struct FreeEntry {
-    int64_t size;
-    uint64_t addr_slot;  // (address / kMinBlockBytes) << kSlotBits | slot
-    bool operator<(const FreeEntry& o) const {  // branch-free: (size, addr_slot) lexicographic
-      return (size < o.size) | ((size == o.size) & (addr_slot < o.addr_slot));
-    }
-  };
-  static constexpr int kSlotBits = 24;
-  using FreeList = std::vector<FreeEntry>;
-  // std::lower_bound without its unpredictable branch: each step halves the range with a
-  // conditional move (the free lists are searched on every request; #18).
-  static FreeList::iterator FirstNotBelow(FreeList& list, const FreeEntry& e);
   FreeEntry EntryOf(int32_t b) const;
   static int32_t SlotOf(const FreeEntry& e) {
     return static_cast<int32_t>(e.addr_slot & ((uint64_t{1} << kSlotBits) - 1));

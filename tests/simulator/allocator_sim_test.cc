@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <random>
+#include <set>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -12,11 +15,77 @@
 #include "profiles/cluster.h"
 #include "simulator/memory_ledger.h"
 #include "simulator/memory_model.h"
+#include "tests/simulator/random_plan.h"
 
 namespace shardtune::sim {
 namespace {
 
 constexpr int64_t kMiB = 1 << 20;
+
+// The free list (sorted chunks) against std::set, the container torch's BlockPool uses, over
+// random inserts, exact erases, best-fit takes and releases: sizes from a few values, so equal
+// sizes tie on the address as BlockComparatorSize orders them, and up to some 10,000 entries, so
+// chunks split and empty ones go.
+TEST(CachingAllocatorModelTest, FreeListOrdersAsTorchsBlockPool) {
+  using Entry = CachingAllocatorModel::FreeEntry;
+  uint64_t seed = testing::TestSeed(20261126);
+  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  CachingAllocatorModel::FreeList list;
+  std::set<std::pair<int64_t, uint64_t>> ref;
+  uint64_t next_addr = 0;
+  auto check_first_not_below = [&](int64_t size) {
+    Entry got{};
+    bool found = list.TakeFirstNotBelow(Entry{size, 0}, &got);
+    auto it = ref.lower_bound({size, 0});
+    ASSERT_EQ(found, it != ref.end()) << size;
+    if (!found) return;
+    EXPECT_EQ(got.size, it->first);
+    EXPECT_EQ(got.addr_slot, it->second);
+    ref.erase(it);
+  };
+  for (int round = 0; round < 3; ++round) {
+    // Grow to ~10,000 entries, then shrink, with takes and erases mixed in.
+    for (int i = 0; i < 40000; ++i) {
+      uint64_t r = rng() % 10;
+      bool grow = i < 25000;
+      if (r < (grow ? 7u : 3u)) {
+        int64_t size = 512 * static_cast<int64_t>(1 + rng() % 64);
+        uint64_t addr_slot = ++next_addr << 8;
+        list.Insert(Entry{size, addr_slot});
+        ref.insert({size, addr_slot});
+      } else if (r < 8 && !ref.empty()) {
+        auto it = ref.begin();
+        std::advance(it, static_cast<long>(rng() % std::min<size_t>(ref.size(), 64)));
+        if (rng() % 2) {
+          it = std::prev(ref.end(), static_cast<long>(1 + rng() % std::min<size_t>(ref.size(), 64)));
+        }
+        list.Erase(Entry{it->first, it->second});
+        ref.erase(it);
+      } else {
+        check_first_not_below(512 * static_cast<int64_t>(1 + rng() % 70));
+      }
+      ASSERT_EQ(list.empty(), ref.empty());
+      if (!ref.empty()) {
+        ASSERT_EQ(list.Last().size, std::prev(ref.end())->first);
+        ASSERT_EQ(list.Last().addr_slot, std::prev(ref.end())->second);
+      }
+    }
+    // release_cached_blocks' walk: in order, dropping some.
+    std::vector<std::pair<int64_t, uint64_t>> seen;
+    list.RemoveIf([&](const Entry& e) {
+      seen.push_back({e.size, e.addr_slot});
+      return (e.addr_slot >> 8) % 3 == 0;
+    });
+    std::vector<std::pair<int64_t, uint64_t>> expected(ref.begin(), ref.end());
+    ASSERT_EQ(seen, expected);
+    for (auto it = ref.begin(); it != ref.end();) {
+      it = (it->second >> 8) % 3 == 0 ? ref.erase(it) : std::next(it);
+    }
+  }
+  while (!ref.empty()) check_first_not_below(0);
+  EXPECT_TRUE(list.empty());
+}
 
 TEST(CachingAllocatorModelTest, RoundsRequestsTo512Bytes) {
   EXPECT_EQ(AllocatorRoundSize(1), kMinBlockBytes);
