@@ -149,8 +149,8 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
   };
   out << "Step time of the traced plan\n"
       << "  measured (median wall)   " << m.wall_s << " s\n";
-  predicted("base", base.step_time_s);
-  predicted("fitted", fitted.step_time_s);
+  predicted("base", base.step_time.count());
+  predicted("fitted", fitted.step_time.count());
   out << std::defaultfloat;
 }
 

@@ -29,31 +29,32 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   out << "\n\n";
   out << std::fixed;
   out << "Step (steady state, step 1)\n";
-  out << "  step time                " << std::setprecision(4) << r.step_time_s << " s\n";
+  out << "  step time                " << std::setprecision(4) << r.step_time.count() << " s\n";
   out << "  throughput               " << std::setprecision(0) << r.tokens_per_s << " tokens/s ("
       << r.tokens_per_s_per_gpu << " per GPU)\n";
   out << "  MFU                      " << std::setprecision(1) << 100 * r.mfu << " %  (6N + 12·L·H·S = "
       << std::setprecision(2) << r.model_flops_per_token / 1e9 << " GFLOP per token)\n";
-  out << "  compute                  " << std::setprecision(4) << r.compute_s << " s\n";
-  out << "  exposed communication    " << r.exposed_comm_s << " s ("
-      << std::setprecision(1) << 100 * r.exposed_comm_s / r.step_time_s << " % of the step)\n";
+  out << "  compute                  " << std::setprecision(4) << r.compute.count() << " s\n";
+  out << "  exposed communication    " << r.exposed_comm.count() << " s ("
+      << std::setprecision(1) << 100 * r.exposed_comm.count() / r.step_time.count()
+      << " % of the step)\n";
   if (r.cp > 1) {
-    out << "  Ulysses cp " << r.cp << "            " << std::setprecision(4) << r.all_to_all_s
+    out << "  Ulysses cp " << r.cp << "            " << std::setprecision(4) << r.all_to_all.count()
         << " s of all-to-alls on the critical path (" << r.all_to_all_calls_per_step << " calls, "
-        << FormatBytes(Bytes::Of(r.all_to_all_bytes_per_step)) << " total size per step; FSDP over "
+        << FormatBytes(r.all_to_all_per_step) << " total size per step; FSDP over "
         << (m.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << ")\n";
   }
   out << "  where the step goes:\n";
-  for (const auto& [k, v] : r.time_by_category_s) {
-    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
+  for (const auto& [k, v] : r.time_by_category) {
+    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";
   }
   out << "  busy time by phase (streams overlap):\n";
-  for (const auto& [k, v] : r.phases_s) {
-    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v << " s\n";
+  for (const auto& [k, v] : r.phases) {
+    out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";
   }
   out << "\nMemory per GPU (the same program as estimate)\n";
   out << "  peak allocated           " << FormatBytes(m.peak_allocated) << " at " << m.peak_phase << ", "
-      << std::setprecision(3) << r.peak_time_s << " s into its step\n";
+      << std::setprecision(3) << r.peak_time.count() << " s into its step\n";
   out << "  required                 " << FormatBytes(m.required) << (m.fits ? " fits in " : " DOES NOT FIT in ")
       << FormatBytes(m.capacity) << "\n";
 }
@@ -88,26 +89,26 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
     return;
   }
   nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.simulate");
-  j["step_time_s"] = r.step_time_s;
+  j["step_time_s"] = r.step_time.count();
   j["tokens_per_s"] = r.tokens_per_s;
   j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
   j["mfu"] = r.mfu;
   j["model_flops_per_token"] = r.model_flops_per_token;
-  j["compute_s"] = r.compute_s;
-  j["exposed_comm_s"] = r.exposed_comm_s;
+  j["compute_s"] = r.compute.count();
+  j["exposed_comm_s"] = r.exposed_comm.count();
   j["cp"] = r.cp;
-  j["all_to_all"] = {{"bytes_per_step", r.all_to_all_bytes_per_step},
+  j["all_to_all"] = {{"bytes_per_step", r.all_to_all_per_step.count()},
                      {"calls_per_step", r.all_to_all_calls_per_step},
-                     {"time_s", r.all_to_all_s},
+                     {"time_s", r.all_to_all.count()},
                      {"group_size", r.cp_group.ranks},
                      {"bus_bandwidth_bytes_per_s", r.cp_group.bus_bandwidth.count()}};
   nlohmann::ordered_json phases = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : r.phases_s) phases[k] = v;
+  for (const auto& [k, v] : r.phases) phases[k] = v.count();
   j["phases_s"] = phases;
   nlohmann::ordered_json categories = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : r.time_by_category_s) categories[k] = v;
+  for (const auto& [k, v] : r.time_by_category) categories[k] = v.count();
   j["time_by_category_s"] = categories;
-  j["peak_time_s"] = r.peak_time_s;
+  j["peak_time_s"] = r.peak_time.count();
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
   if (sim::UsesFeatures(job.plan))

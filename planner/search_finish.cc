@@ -60,9 +60,10 @@ void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) 
   std::string key = PlanKey(p);
   // Each cp's fastest plan; ties go to the plan enumerated first, whatever the order simulated.
   auto best = verdict_best_index_.find(p.cp);
-  if (v.best_step_time_s == 0 || r.step_time_s < v.best_step_time_s ||
-      (r.step_time_s == v.best_step_time_s && index < best->second)) {
-    v.best_step_time_s = r.step_time_s;
+  const double step_s = r.step_time.count();
+  if (v.best_step_time_s == 0 || step_s < v.best_step_time_s ||
+      (step_s == v.best_step_time_s && index < best->second)) {
+    v.best_step_time_s = step_s;
     v.best_key = key;
     v.best_required = r.memory.required;
     verdict_best_index_[p.cp] = index;
@@ -74,11 +75,11 @@ void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) 
   Candidate c;
   c.plan = p;
   c.key = key;
-  c.step_time_s = r.step_time_s;
+  c.step_time_s = step_s;
   c.tokens_per_s = r.tokens_per_s;
   c.mfu = r.mfu;
-  c.exposed_comm_s = r.exposed_comm_s;
-  c.compute_s = r.compute_s;
+  c.exposed_comm_s = r.exposed_comm.count();
+  c.compute_s = r.compute.count();
   c.required = r.memory.required;
   c.capacity = r.memory.capacity;
   c.peak_phase = r.memory.peak_phase;

@@ -655,11 +655,11 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
     s.simulated = true;
     // The bounds prune only if they never exceed a schedule: the exhaustive search (tests)
     // simulates every plan that fits and checks them.
-    SHARDTUNE_CHECK(!exhaustive_ || (s.time_lb_s <= reports[j].step_time_s &&
-                                     s.prewalk_lb_s <= reports[j].step_time_s))
+    SHARDTUNE_CHECK(!exhaustive_ || (s.time_lb_s <= reports[j].step_time.count() &&
+                                     s.prewalk_lb_s <= reports[j].step_time.count()))
         << "a step-time lower bound (" << s.time_lb_s << " s, " << s.time_lb_resource
         << "; before the walk " << s.prewalk_lb_s << " s) exceeds the simulated step "
-        << reports[j].step_time_s << " s for " << PlanKey(plans[run[j]]);
+        << reports[j].step_time.count() << " s for " << PlanKey(plans[run[j]]);
     Admit(run[j], plans[run[j]], reports[j]);
   }
 }

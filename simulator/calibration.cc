@@ -133,7 +133,7 @@ std::vector<ComparisonRow> CompareRun(const model::Measurements& m, const RunPre
   auto add = [&rows](const std::string& kind, const std::string& name, double pred, double meas, bool bytes) {
     if (meas > 0) rows.push_back({kind, name, pred, meas, bytes});
   };
-  add("step", "step time", p.report.step_time_s, m.mean_step_time_s, false);
+  add("step", "step time", p.report.step_time.count(), m.mean_step_time_s, false);
   double fwd = 0, bwd = 0, fwd_pred = 0, bwd_pred = 0;
   for (size_t i = 0; i < m.compute.size(); ++i) {
     const model::MeasuredCompute& c = m.compute[i];

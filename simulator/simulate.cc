@@ -97,7 +97,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
   return costs;
 }
 
-// The step's phases (SimReport::phases_s), by index so the per-op loop builds no strings.
+// The step's phases (SimReport::phases), by index so the per-op loop builds no strings.
 constexpr const char* kPhaseNames[] = {"forward compute",  "backward compute",  "optimizer step",
                                        "all-gather",       "reduce-scatter",    "replica all-reduce",
                                        "host copies",      "Ulysses all-to-all", "copy-in/copy-out"};
@@ -466,9 +466,9 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
     phase_ns[ph] += dur;
     phase_seen[ph] = true;
     if (ops[i].kind == OpKind::kAllToAll) {
-      r.all_to_all_bytes_per_step += ops[i].comm_bytes;
+      r.all_to_all_per_step += Bytes::Of(ops[i].comm_bytes);
       r.all_to_all_calls_per_step += ops[i].calls;
-      r.all_to_all_s += static_cast<double>(dur) * 1e-9;
+      r.all_to_all += Seconds::Of(static_cast<double>(dur) * 1e-9);
     }
   }
   r.cp = plan.cp;
@@ -497,23 +497,26 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
       memory += dur * mb / sum;
       overhead += dur * oh / sum;
     }
-    r.time_by_category_s = {{"gemm", gemm}, {"attention", attention}, {"memory_bound", memory},
-                            {"op_overhead", overhead}, {"host_issue", host}};
+    r.time_by_category = {{"gemm", Seconds::Of(gemm)},
+                          {"attention", Seconds::Of(attention)},
+                          {"memory_bound", Seconds::Of(memory)},
+                          {"op_overhead", Seconds::Of(overhead)},
+                          {"host_issue", Seconds::Of(host)}};
   }
   int64_t step_ns = std::max<int64_t>(1, t1 - t0);
-  r.step_time_s = static_cast<double>(step_ns) * 1e-9;
-  r.compute_s = static_cast<double>(compute) * 1e-9;
-  r.exposed_comm_s = std::max(0.0, r.step_time_s - r.compute_s);
-  r.time_by_category_s.insert(r.time_by_category_s.end() - 1, {"exposed_communication", r.exposed_comm_s});
+  r.step_time = Seconds::Of(static_cast<double>(step_ns) * 1e-9);
+  r.compute = Seconds::Of(static_cast<double>(compute) * 1e-9);
+  r.exposed_comm = Seconds::Of(std::max(0.0, r.step_time.count() - r.compute.count()));
+  r.time_by_category.insert(r.time_by_category.end() - 1, {"exposed_communication", r.exposed_comm});
   // By name, as before (a map of the phases the step has).
   std::map<std::string, int64_t> phases;
   for (size_t ph = 0; ph < kNumPhases; ++ph) {
     if (phase_seen[ph]) phases[kPhaseNames[ph]] = phase_ns[ph];
   }
-  for (const auto& [name, v] : phases) r.phases_s.push_back({name, static_cast<double>(v) * 1e-9});
+  for (const auto& [name, v] : phases) r.phases.push_back({name, Seconds::Of(static_cast<double>(v) * 1e-9)});
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);
-  r.tokens_per_s = r.tokens_per_step / r.step_time_s;
+  r.tokens_per_s = r.tokens_per_step / r.step_time.count();
   r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();
   r.model_flops_per_token = ModelFlopsPerToken(spec, seq);
   // Frozen parameters, LoRA and inference roles do less work per token than 6N (a forward only,
@@ -526,7 +529,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.allocated_after = std::move(est.allocated_after);
   size_t pk = est.peak_op;
   int64_t step_start = ops[pk].step == 1 ? t0 : 0;
-  r.peak_time_s = pk < first_op ? 0 : static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9;
+  r.peak_time = Seconds::Of(pk < first_op ? 0 : static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9);
   return r;
 }
 

@@ -24,34 +24,34 @@ struct SimOptions {
   // Schedule the steady step (step 1) alone. The same figures: step 1 begins with the host
   // waiting for every op of step 0 (the loop's per-step sync, ProgramOp::host_sync), so it starts
   // from an idle machine whatever step 0 did; only the schedule of step 0's ops (left at 0) and
-  // the peak's time when the memory peak is in step 0 (SimReport::peak_time_s, then 0) are not
+  // the peak's time when the memory peak is in step 0 (SimReport::peak_time, then 0) are not
   // computed. The planner's search sets it (half the events per simulation).
   bool steady_step_only = false;
 };
 
 struct SimReport {
   MemoryReport memory;
-  double step_time_s = 0;            // the steady step (step 1)
+  Seconds step_time;                 // the steady step (step 1)
   double tokens_per_step = 0;        // whole job
   double tokens_per_s = 0;           // whole job
   double tokens_per_s_per_gpu = 0;
   double model_flops_per_token = 0;  // 6N + 12·L·q_dim·S (PaLM appendix B convention)
   double mfu = 0;                    // model FLOP/s per GPU over the dense bf16 peak
-  double compute_s = 0;              // compute stream busy in the step
-  double exposed_comm_s = 0;         // step time the compute stream spends waiting
-  std::vector<std::pair<std::string, double>> phases_s;  // per-phase busy seconds in the step
-  // Where the steady step's time goes, in seconds: the compute stream's busy time split by
-  // ComputeTime's terms ("gemm", "attention", "memory_bound", "op_overhead"; memory-bound
-  // includes FSDP's copy-in/copy-out and the optimizer), "exposed_communication" (step minus
-  // compute) and "host_issue" (the CPU's time to issue the step's kernels and FSDP hooks, which
-  // runs beside the GPU and shows only where the GPU waits for it).
-  std::vector<std::pair<std::string, double>> time_by_category_s;
-  double peak_time_s = 0;            // when the memory peak's op starts, from its step's start
+  Seconds compute;                   // compute stream busy in the step
+  Seconds exposed_comm;              // step time the compute stream spends waiting
+  std::vector<std::pair<std::string, Seconds>> phases;  // per-phase busy time in the step
+  // Where the steady step's time goes: the compute stream's busy time split by ComputeTime's
+  // terms ("gemm", "attention", "memory_bound", "op_overhead"; memory-bound includes FSDP's
+  // copy-in/copy-out and the optimizer), "exposed_communication" (step minus compute) and
+  // "host_issue" (the CPU's time to issue the step's kernels and FSDP hooks, which runs beside
+  // the GPU and shows only where the GPU waits for it).
+  std::vector<std::pair<std::string, Seconds>> time_by_category;
+  Seconds peak_time;                 // when the memory peak's op starts, from its step's start
   // Ulysses context parallelism (plan.cp > 1): the all-to-alls of the steady step on one rank.
   int cp = 1;
-  int64_t all_to_all_bytes_per_step = 0;  // sum of total sizes S (nccl-tests convention)
+  Bytes all_to_all_per_step;              // sum of total sizes S (nccl-tests convention)
   int64_t all_to_all_calls_per_step = 0;  // dist.all_to_all calls (4 per layer per pass)
-  double all_to_all_s = 0;                // all-to-all stream busy time; on the critical path
+  Seconds all_to_all;                     // all-to-all stream busy time; on the critical path
   GroupLink cp_group;                     // the cp group on the topology (ranks 1 when cp 1)
   StepProgram program;
   Schedule schedule;

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     do {
       auto rep = sim::SimulateStep(spec, cluster, plan, opt, &ctx);
       ops = rep.program.ops.size();
-      step_s = rep.step_time_s;
+      step_s = rep.step_time.count();
       ++n;
       el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } while (el < seconds);

@@ -204,7 +204,7 @@ TEST(TorchTraceTest, FittedProfileReproducesTheStepTheTraceCameFrom) {
   SimOptions fitted;
   fitted.costs = c.costs;
   SimReport got = SimulateStep(spec, cluster, p, fitted);
-  EXPECT_NEAR(got.step_time_s, want.step_time_s, want.step_time_s * 1e-6);
+  EXPECT_NEAR(got.step_time.count(), want.step_time.count(), want.step_time.count() * 1e-6);
 }
 
 void ExpectError(const json& doc, const std::string& part) {

@@ -70,7 +70,7 @@ TEST(UlyssesTest, AllToAllBytesPerLayerFollowTheShapes) {
     int64_t per_layer = B * (S / cp) * (4096 + 1024 + 1024 + 4096) * 2;
     EXPECT_EQ(r.memory.all_to_all_bytes_per_layer.count(), per_layer) << cp;
     // Forward and backward, 32 layers, one micro-batch per step.
-    EXPECT_EQ(r.all_to_all_bytes_per_step, 2 * 32 * per_layer) << cp;
+    EXPECT_EQ(r.all_to_all_per_step.count(), 2 * 32 * per_layer) << cp;
     EXPECT_EQ(r.all_to_all_calls_per_step, 2 * 32 * 4) << cp;
   }
 }
@@ -94,11 +94,11 @@ TEST(UlyssesTest, FullCheckpointingRerunsTheForwardAllToAlls) {
   model::Plan p = CpPlan(4, 8192);
   p.checkpointing = model::Checkpointing::kFull;
   SimReport r = SimulateStep(spec, c, p);
-  EXPECT_EQ(r.all_to_all_bytes_per_step, 3 * 32 * r.memory.all_to_all_bytes_per_layer.count());
+  EXPECT_EQ(r.all_to_all_per_step.count(), 3 * 32 * r.memory.all_to_all_bytes_per_layer.count());
   EXPECT_EQ(r.all_to_all_calls_per_step, 3 * 32 * 4);
   p.checkpointing = model::Checkpointing::kSelective;  // keeps all-to-all outputs: no rerun
   SimReport sel = SimulateStep(spec, c, p);
-  EXPECT_EQ(sel.all_to_all_bytes_per_step, 2 * 32 * sel.memory.all_to_all_bytes_per_layer.count());
+  EXPECT_EQ(sel.all_to_all_per_step.count(), 2 * 32 * sel.memory.all_to_all_bytes_per_layer.count());
 }
 
 // Attention never overlaps its own all-to-alls: an op that waits for an all-to-all starts after
@@ -160,7 +160,7 @@ TEST(UlyssesTest, AllToAllTimeIsLatencyPlusBusBandwidthTerm) {
         static_cast<double>(ToNanos(static_cast<double>(op.comm_bytes) * 3.0 / 4.0 / busbw)) * 1e-9;
     ++n_ops;
   }
-  EXPECT_NEAR(r.all_to_all_s, expected, 2e-9 * n_ops);
+  EXPECT_NEAR(r.all_to_all.count(), expected, 2e-9 * n_ops);
 }
 
 // FLOPs per rank divide by cp: matmuls see S/cp tokens; attention keeps the full S for its
