@@ -423,16 +423,22 @@ at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f
   return at::where(medium, smoothed, inv_llama);
 }
 
+// modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =
+// q[..., :rotary_dim], q[..., rotary_dim:]; cat((q_rot * cos) + (rotate_half(q_rot) * sin),
+// q_pass)) and modeling_gpt_neox.py's, which compute the same, the frequencies over rotary_dim.
 at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) const {
   int64_t S = x.size(2), D = x.size(3);
+  int64_t R = RotaryDims(D, spec_.rotary_fraction);
+  at::Tensor xr = R == D ? x : x.narrow(-1, 0, R);
   auto f32 = x.options().dtype(at::kFloat);
-  at::Tensor inv = InverseFrequencies(D, f32, local);
-  at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, D/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, D]
+  at::Tensor inv = InverseFrequencies(R, f32, local);
+  at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, R/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, R]
   at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
-  at::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+  at::Tensor x1 = xr.narrow(-1, 0, R / 2), x2 = xr.narrow(-1, R / 2, R / 2);
   at::Tensor rotated = at::cat({-x2, x1}, -1);  // rotate_half
-  return x * cos + rotated * sin;
+  at::Tensor out = xr * cos + rotated * sin;
+  return R == D ? out : at::cat({out, x.narrow(-1, R, D - R)}, -1);
 }
 
 // The MLP's input projections: SwiGLU's gate and up, or the single up (GPT-2 c_fc).

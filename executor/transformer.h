@@ -75,6 +75,11 @@ class Transformer {
   // and rope_scaling ("linear" or "llama3") applied as transformers does.
   // `local`: a sliding layer's frequencies (rope_local_theta, unscaled) when the spec has one.
   at::Tensor InverseFrequencies(int64_t D, const at::TensorOptions& f32, bool local = false) const;
+  // Rotary position embedding of q or k [B, h, S, D] at positions offset .. offset + S - 1:
+  // rotate_half over the first RotaryDims(D) features with their own frequencies, the rest
+  // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
+  // (RotaryDims in transformer_support.h).
+  at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -115,7 +120,6 @@ class Transformer {
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
-  at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;  // [B, h, S, D]
   int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
 
   model::ModelSpec spec_;

@@ -1,6 +1,6 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
-// families (Gemma 2 without its attention soft-capping), and HF's dropless MoE (Mixtral, Qwen2-MoE,
-// Qwen3-MoE) without the auxiliary loss.
+// families (Gemma 2 without its attention soft-capping; partial rotary as NeoX and Phi-3 apply
+// it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
@@ -14,8 +14,16 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   if (kv <= 0 || spec.num_heads % kv != 0) return "num_heads must be a multiple of num_kv_heads";
   int64_t head_dim =
       spec.head_dim > 0 ? spec.head_dim : (spec.num_heads > 0 ? spec.hidden / spec.num_heads : 0);
-  if (spec.positions == model::PositionKind::kRotary && head_dim % 2 != 0) {
-    return "rotary positions need an even head_dim";
+  if (spec.positions == model::PositionKind::kRotary &&
+      RotaryDims(head_dim, spec.rotary_fraction) % 2 != 0) {
+    return "rotary positions need an even number of rotary dims: int(head_dim " +
+           std::to_string(head_dim) + " x rotary fraction " + std::to_string(spec.rotary_fraction) +
+           ") = " + std::to_string(RotaryDims(head_dim, spec.rotary_fraction));
+  }
+  if (spec.positions == model::PositionKind::kRotary &&
+      RotaryDims(head_dim, spec.rotary_fraction) == 0) {
+    return "rotary positions with no rotary dims: int(head_dim " + std::to_string(head_dim) +
+           " x rotary fraction " + std::to_string(spec.rotary_fraction) + ") = 0";
   }
   // Both change what the model computes (not its memory or time): training without them would
   // silently be another model than the checkpoint's. estimate, simulate and tune take them.
@@ -33,10 +41,6 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   if (spec.attn_logit_softcap > 0) {
     return "attention logit soft-capping (Gemma 2's attn_logit_softcapping " +
            std::to_string(spec.attn_logit_softcap) + ") is not implemented by the executor";
-  }
-  if (spec.positions == model::PositionKind::kRotary && spec.rotary_fraction != 1.0) {
-    return "partial rotary embeddings (rotary_pct / partial_rotary_factor " +
-           std::to_string(spec.rotary_fraction) + ") are not implemented by the executor";
   }
   return "";
 }

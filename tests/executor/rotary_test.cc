@@ -1,7 +1,8 @@
 // The executor's rotary frequencies follow the model spec: rope_theta, and rope_scaling "linear"
 // and "llama3" as transformers' modeling_rope_utils.py computes them (a double-precision
-// reference written here from that file's formulas); other schemes and partial rotary are
-// refused by name before a rank starts.
+// reference written here from that file's formulas); partial rotary rotates the leading
+// int(head_dim x fraction) features with their own frequencies, as GPT-NeoX and Phi-3 do; other
+// schemes and rotary dims that cannot be rotated are refused by name before a rank starts.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -92,14 +93,61 @@ TEST(RotaryTest, FrequenciesFollowThetaAndLlama3AndLinearScaling) {
                             Transformer(l31, scaled).InverseFrequencies(128, f32)));
 }
 
-TEST(RotaryTest, OtherScalingSchemesAndPartialRotaryAreRefusedByName) {
+TEST(RotaryTest, OtherScalingSchemesAndUnrotatableDimsAreRefusedByName) {
   model::ModelSpec s = model::FindModelPreset("tiny-llama");
   s.rope_scaling.type = "yarn";
   EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("rope_scaling \"yarn\" is not implemented"));
   s.rope_scaling.type = "llama3";
   EXPECT_EQ(TransformerSupportProblem(s), "");
-  s.rotary_fraction = 0.25;
-  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("partial rotary"));
+  s.FillDefaults();
+  s.rotary_fraction = 0.25;  // Pythia's rotary_pct: int(64 x 0.25) = 16 dims
+  EXPECT_EQ(TransformerSupportProblem(s), "");
+  s.rotary_fraction = 0.3;  // int(64 x 0.3) = 19: rotate_half needs an even count
+  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("even number of rotary dims"));
+  s.rotary_fraction = 0.01;  // int(0.64) = 0
+  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("no rotary dims"));
+}
+
+// Partial rotary against apply_rotary_pos_emb written out in doubles: the leading R = int(D x f)
+// features of each head rotate in pairs (i, i + R/2) by position x theta^(-2i/R), the other
+// D - R pass through unchanged (modeling_gpt_neox.py, modeling_phi3.py).
+TEST(RotaryTest, PartialRotaryRotatesTheLeadingDimsWithTheirOwnFrequencies) {
+  model::ModelSpec s = Small(model::FindModelPreset("tiny-llama"));
+  s.head_dim = 16;
+  s.hidden = 64;
+  s.rotary_fraction = 0.25;  // R = 4
+  s.FillDefaults();
+  ASSERT_EQ(TransformerSupportProblem(s), "");
+  TransformerOptions o;
+  o.rope_theta = 10000;
+  Transformer t(s, o);
+  const int64_t B = 1, h = 2, S = 5, D = 16, R = 4, offset = 3;
+  at::Tensor x = at::randn({B, h, S, D}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor got = t.Rotary(x, offset);
+  ASSERT_EQ(got.sizes(), x.sizes());
+  double max_err = 0;
+  for (int64_t head = 0; head < h; ++head) {
+    for (int64_t pos = 0; pos < S; ++pos) {
+      for (int64_t d = 0; d < D; ++d) {
+        double want = x[0][head][pos][d].item<double>();
+        if (d < R) {
+          int64_t i = d % (R / 2);
+          double angle = static_cast<double>(offset + pos) *
+                         std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(R));
+          double a = x[0][head][pos][i].item<double>(), b = x[0][head][pos][i + R / 2].item<double>();
+          want = d < R / 2 ? a * std::cos(angle) - b * std::sin(angle)
+                           : b * std::cos(angle) + a * std::sin(angle);
+        }
+        max_err = std::max(max_err, std::abs(got[0][head][pos][d].item<double>() - want));
+      }
+    }
+  }
+  EXPECT_LT(max_err, 1e-5);  // the frequencies are fp32, as transformers computes them
+  // Whole rotary (fraction 1) is unchanged by the split: the same as before.
+  s.rotary_fraction = 1.0;
+  Transformer whole(s, o);
+  at::Tensor full = whole.Rotary(x, offset);
+  EXPECT_FALSE(at::allclose(full.narrow(-1, R, D - R), x.narrow(-1, R, D - R)));
 }
 
 }  // namespace
