@@ -75,6 +75,14 @@ void ValidateRun(const RunOptions& o, int world_size) {
   if (problems.empty()) {
     std::string why = TransformerSupportProblem(o.spec);
     if (!why.empty()) problems.push_back("--model " + o.spec.name + ": " + why);
+    // transformers applies Gemma 2's attention soft-capping in its eager attention only: its sdpa
+    // path drops it (and warns to train Gemma 2 with eager), which would train another model.
+    if (why.empty() && o.spec.attn_logit_softcap > 0 && o.plan.attention == model::Attention::kSdpa) {
+      problems.push_back("--attention sdpa: " + o.spec.name + "'s attn_logit_softcapping (" +
+                         std::to_string(o.spec.attn_logit_softcap) +
+                         ") is applied by eager attention only (transformers' sdpa path drops "
+                         "it); use --attention eager");
+    }
     std::string ulysses = UlyssesProblem(o.spec, o.plan.cp);
     if (why.empty() && !ulysses.empty()) {
       problems.push_back(ulysses + " (model " + o.spec.name + ")");

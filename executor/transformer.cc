@@ -372,7 +372,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
   // no [B, a, S, D] copies of k and v are made or saved for backward.
-  if (options_.sdpa && !band) {
+  if (options_.sdpa && !band && spec_.attn_logit_softcap == 0) {
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/kv != a);
   }
@@ -382,13 +382,16 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
   }
 #if TORCH_VERSION_MAJOR >= 2
-  if (options_.sdpa) {
+  if (options_.sdpa && spec_.attn_logit_softcap == 0) {
     if (band) return at::scaled_dot_product_attention(q, k, v, blocked.logical_not());
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   }
 #endif
   at::Tensor scores =
       at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+  if (spec_.attn_logit_softcap > 0) {  // Gemma 2: tanh(scores / cap) * cap, then the mask
+    scores = at::tanh(scores / spec_.attn_logit_softcap) * spec_.attn_logit_softcap;
+  }
   at::Tensor mask = band ? blocked : at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());  // [B, a, S, S]

@@ -80,6 +80,11 @@ class Transformer {
   // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
   // (RotaryDims in transformer_support.h).
   at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
+  // Causal attention of q [B, a, S, D] over k, v [B, kv, S, D] (GQA by repeat_kv), scaled by
+  // D^-0.5; `window` > 0 and < S: a band of that many positions (sliding layers). With the
+  // spec's attn_logit_softcap the scores are soft-capped before the mask and the softmax, as
+  // Gemma 2's eager_attention_forward does (modeling_gemma2.py), on the eager path only.
+  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0) const;
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -106,7 +111,6 @@ class Transformer {
   // base); -1 for a layer without a window.
   at::Tensor Attention(const ParamTable& p, const std::string& prefix,
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
-  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0) const;
   at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;

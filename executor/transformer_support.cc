@@ -1,6 +1,6 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
-// families (Gemma 2 without its attention soft-capping; partial rotary as NeoX and Phi-3 apply
-// it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
+// families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
+// apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
@@ -37,10 +37,6 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   if (spec.moe.gpt_oss_experts || spec.attention_sinks) {
     return "GPT-OSS's 3-D experts with the clamped SwiGLU and its attention sinks are not "
            "implemented by the executor";
-  }
-  if (spec.attn_logit_softcap > 0) {
-    return "attention logit soft-capping (Gemma 2's attn_logit_softcapping " +
-           std::to_string(spec.attn_logit_softcap) + ") is not implemented by the executor";
   }
   return "";
 }

@@ -125,6 +125,9 @@ TEST(CliTest, TwentyTwentySixArchitecturesEstimateWarnAndRefuseByName) {
   std::remove(phi.c_str());
   ExpectOneLineError(RunCli("run --model gpt-oss-20b --steps 1 --out " + TempPath("oss_run")),
                      "not implemented by the executor");
+  // Gemma 2's attention soft-capping: eager attention applies it, transformers' sdpa drops it.
+  ExpectOneLineError(RunCli("run --model gemma2-9b --steps 1 --out " + TempPath("gemma2_run")),
+                     "--attention sdpa: gemma2-9b's attn_logit_softcapping");
 }
 
 TEST(CliTest, ModelsAndGpusList) {

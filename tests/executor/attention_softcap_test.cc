@@ -1,0 +1,104 @@
+// Gemma 2's attention logit soft-capping in the executor: the scores are scaled, soft-capped
+// (cap x tanh(scores / cap)), masked and soft-maxed, as modeling_gemma2.py's
+// eager_attention_forward does (written out here in doubles); `run` applies it on the eager
+// path and refuses sdpa, whose transformers path drops the cap.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "executor/transformer.h"
+#include "executor/transformer_support.h"
+#include "model/presets.h"
+
+namespace shardtune::exec {
+namespace {
+
+model::ModelSpec Gemma2Like(double cap) {
+  model::ModelSpec s = model::FindModelPreset("tiny-llama");
+  s.num_layers = 1;
+  s.hidden = 64;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 16;
+  s.ffn_hidden = 128;
+  s.vocab_size = 256;
+  s.attn_logit_softcap = cap;
+  s.FillDefaults();
+  return s;
+}
+
+// out[b, h, i] = sum_j p[i, j] v[b, h / (a / kv), j], p = causal softmax over j <= i of
+// cap x tanh(q_i . k_j / sqrt(D) / cap).
+std::vector<double> Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              double cap) {
+  int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < a; ++h) {
+      int64_t g = h / (a / kv);
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> s(static_cast<size_t>(i + 1));
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += q[b][h][i][d].item<double>() * k[b][g][j][d].item<double>();
+          }
+          double x = dot / std::sqrt(static_cast<double>(D));
+          if (cap > 0) x = cap * std::tanh(x / cap);
+          s[static_cast<size_t>(j)] = x;
+          m = std::max(m, x);
+        }
+        double z = 0;
+        for (double& x : s) z += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) o += s[static_cast<size_t>(j)] / z * v[b][g][j][d].item<double>();
+          out.push_back(o);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+double MaxError(const at::Tensor& got, const std::vector<double>& want) {
+  at::Tensor flat = got.contiguous().view({-1});
+  double err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(flat[static_cast<int64_t>(i)].item<double>() - want[i]));
+  }
+  return err;
+}
+
+TEST(AttentionSoftcapTest, ScoresAreSoftCappedBeforeTheMaskAndSoftmax) {
+  const int64_t B = 1, a = 4, kv = 2, S = 6, D = 16;
+  auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::manual_seed(7);
+  // Large scores, so that a cap of 0.5 changes the attention a lot.
+  at::Tensor q = 3 * at::randn({B, a, S, D}, f64), k = 3 * at::randn({B, kv, S, D}, f64);
+  at::Tensor v = at::randn({B, kv, S, D}, f64);
+  TransformerOptions o;
+  o.sdpa = false;
+  Transformer capped(Gemma2Like(0.5), o), plain(Gemma2Like(0), o);
+  at::Tensor got = capped.Core(q, k, v);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{B, a, S, D}));
+  // The softmax runs in fp32 (softmax(..., dtype=torch.float32), as transformers does): fp32's
+  // rounding, not the double reference's.
+  EXPECT_LT(MaxError(got, Reference(q, k, v, 0.5)), 1e-5);
+  EXPECT_LT(MaxError(plain.Core(q, k, v), Reference(q, k, v, 0)), 1e-5);
+  // The cap matters at these scores: the capped and plain outputs differ.
+  EXPECT_GT(MaxError(got, Reference(q, k, v, 0)), 1e-2);
+}
+
+TEST(AttentionSoftcapTest, TheModelIsBuiltWithACap) {
+  EXPECT_EQ(TransformerSupportProblem(Gemma2Like(50.0)), "");
+}
+
+}  // namespace
+}  // namespace shardtune::exec
