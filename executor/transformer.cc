@@ -368,11 +368,13 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     at::Tensor j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
     blocked = j.gt(i).logical_or(j.le(i - window));
   }
+  // SDPA has no soft-capping: a capped model (Gemma 2) takes the eager path below.
+  [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
   // no [B, a, S, D] copies of k and v are made or saved for backward.
-  if (options_.sdpa && !band && spec_.attn_logit_softcap == 0) {
+  if (sdpa && !band) {
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/kv != a);
   }
@@ -382,7 +384,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     v = v.unsqueeze(2).expand({B, kv, a / kv, S, D}).reshape({B, a, S, D});
   }
 #if TORCH_VERSION_MAJOR >= 2
-  if (options_.sdpa && spec_.attn_logit_softcap == 0) {
+  if (sdpa) {
     if (band) return at::scaled_dot_product_attention(q, k, v, blocked.logical_not());
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   }

@@ -14,14 +14,13 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   if (kv <= 0 || spec.num_heads % kv != 0) return "num_heads must be a multiple of num_kv_heads";
   int64_t head_dim =
       spec.head_dim > 0 ? spec.head_dim : (spec.num_heads > 0 ? spec.hidden / spec.num_heads : 0);
-  if (spec.positions == model::PositionKind::kRotary &&
-      RotaryDims(head_dim, spec.rotary_fraction) % 2 != 0) {
+  const int64_t rotary_dims = RotaryDims(head_dim, spec.rotary_fraction);
+  if (spec.positions == model::PositionKind::kRotary && rotary_dims % 2 != 0) {
     return "rotary positions need an even number of rotary dims: int(head_dim " +
            std::to_string(head_dim) + " x rotary fraction " + std::to_string(spec.rotary_fraction) +
-           ") = " + std::to_string(RotaryDims(head_dim, spec.rotary_fraction));
+           ") = " + std::to_string(rotary_dims);
   }
-  if (spec.positions == model::PositionKind::kRotary &&
-      RotaryDims(head_dim, spec.rotary_fraction) == 0) {
+  if (spec.positions == model::PositionKind::kRotary && rotary_dims == 0) {
     return "rotary positions with no rotary dims: int(head_dim " + std::to_string(head_dim) +
            " x rotary fraction " + std::to_string(spec.rotary_fraction) + ") = 0";
   }

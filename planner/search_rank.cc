@@ -288,8 +288,9 @@ std::string ComputeKey(const model::Plan& p) {
          std::to_string(p.seq_len);
 }
 
-// Collective transfers and the compute stream's per-unit kernels (copy-outs, post-backward) per micro-batch: which units are gathered and
-// reduced over which group (strategy, shard group, wrap, cp); not the micro-batch size
+// Collective transfers and the compute stream's per-unit kernels (copy-outs, post-backward) per
+// micro-batch: which units are gathered and reduced over which group (strategy, shard group,
+// wrap, cp); not the micro-batch size
 // (collectives move parameters and gradients, not activations), checkpointing, offload or
 // prefetch (which change when, not what).
 // A plan's bound is its micro-batches times the least a micro-batch of the walked plan moves
@@ -383,7 +384,8 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
       s.host_optimizer_lb_s = f->host_optimizer_s;
       s.gpu_optimizer_lb_s = f->gpu_optimizer_s;
     }
-    // The compute stream runs the segments, the per-unit kernels (copy-outs, post-backward) and the GPU optimizer one at a time.
+    // The compute stream runs the segments, the per-unit kernels (copy-outs, post-backward) and
+    // the GPU optimizer one at a time.
     s.prewalk_lb_s = s.compute_lb_s + s.unit_kernels_lb_s + s.gpu_optimizer_lb_s;
     s.prewalk_what = "its compute-stream kernels (forward, backward, all-gather copy-outs, gradient copy-ins, optimizer) alone are busy";
     auto consider = [&](double v, const char* what) {

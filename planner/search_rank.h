@@ -48,8 +48,8 @@ struct Screened {
   // (all-gather copy-outs, post-backward copy-ins) and the optimizer kernels the compute stream
   // runs besides the segments; the host optimizer step. `prewalk_lb_s` is the largest of the
   // compute stream's work (segments, per-unit kernels, GPU optimizer), either transfer sum, and
-  // the segments and per-unit kernels followed by the host
-  // optimizer step (which waits for the last gradient: step_walk_backward.cc OptimizerStep);
+  // the segments and per-unit kernels followed by the host optimizer step (which waits for the
+  // last gradient: step_walk_backward.cc OptimizerStep);
   // `prewalk_what` names it. A plan whose prewalk bound exceeds the final list's last step and
   // its cp's fastest step is "slower than the top plans" whatever its memory.
   double compute_lb_s = 0, all_gather_lb_s = 0, reduce_scatter_lb_s = 0, host_optimizer_lb_s = 0;

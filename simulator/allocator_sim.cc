@@ -66,13 +66,9 @@ size_t FirstNotBelow(const T* first, size_t n, const T& e) {
 }  // namespace
 
 size_t CachingAllocatorModel::FreeList::ChunkOf(const FreeEntry& e) const {
-  size_t lo = 0, hi = chunks_.size();
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (chunks_[mid].back() < e) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  auto it = std::partition_point(chunks_.begin(), chunks_.end(),
+                                 [&](const std::vector<FreeEntry>& c) { return c.back() < e; });
+  return static_cast<size_t>(it - chunks_.begin());
 }
 
 void CachingAllocatorModel::FreeList::Insert(const FreeEntry& e) {
@@ -92,15 +88,11 @@ void CachingAllocatorModel::FreeList::Insert(const FreeEntry& e) {
   }
 }
 
+// The first entry not below `e` is `e` itself when it is listed.
 void CachingAllocatorModel::FreeList::Erase(const FreeEntry& e) {
-  size_t k = ChunkOf(e);
-  SHARDTUNE_CHECK(k < chunks_.size()) << "free block of " << e.size << " bytes not listed";
-  std::vector<FreeEntry>& c = chunks_[k];
-  size_t i = FirstNotBelow(c.data(), c.size(), e);
-  SHARDTUNE_CHECK(i < c.size() && c[i].addr_slot == e.addr_slot && c[i].size == e.size)
+  FreeEntry got{};
+  SHARDTUNE_CHECK(TakeFirstNotBelow(e, &got) && got.addr_slot == e.addr_slot && got.size == e.size)
       << "free block of " << e.size << " bytes not listed";
-  c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
-  if (c.empty()) chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(k));
 }
 
 bool CachingAllocatorModel::FreeList::TakeFirstNotBelow(const FreeEntry& e, FreeEntry* out) {

@@ -233,7 +233,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   // (which adds link sharing), and the last end bounds the step from below.
   std::vector<int64_t> end(n, 0);
   std::array<int64_t, kNumStreams> free_ns{};
-  int64_t issue = 0, all_done = 0, path = 0;
+  int64_t issue = 0, all_done = 0;  // all_done: the latest end so far, the path bound
   // Places op i once its dependencies have ended (`deps_end`; `fixed_end`: those that lie
   // before a repeated micro-batch's copies, see below); returns its least end. `*slow_binds` is
   // set when a fixed dependency, or the host's issue unless `issue_moves`, alone delays the op.
@@ -252,7 +252,6 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     int64_t e = ready + least_ns(i);
     free_ns[st] = e;
     all_done = std::max(all_done, e);
-    path = std::max(path, e);
     return e;
   };
   auto in_step1 = [&](int32_t d) { return d >= 0 && p.ops[static_cast<size_t>(d)].step == 1; };
@@ -364,7 +363,6 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
           }
           issue += later * host_period;
           all_done += later * period;
-          path = std::max(path, all_done);
           break;
         }
       }
@@ -396,7 +394,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   consider(link_ns[1], "replica-group link");
   consider(link_ns[2], "PCIe link");
   consider(link_ns[3], "cp-group link");
-  consider(path, "schedule without link contention");
+  consider(all_done, "schedule without link contention");
   b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
   b.segment_compute_s = static_cast<double>(segment_ns) * 1e-9;
   b.all_gather_transfer_s =
