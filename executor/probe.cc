@@ -91,7 +91,10 @@ struct Context {
 void ProbeGemms(Context& c, const std::vector<model::DType>& dtypes, profiles::KernelTables* t) {
   std::set<std::tuple<int64_t, int64_t, int64_t, int>> shapes;  // m, n, k, role
   for (int64_t m : c.o.tokens) {
-    std::vector<model::GemmShape> fwd = model::BlockForwardGemms(c.o.spec, m);
+    std::vector<model::GemmShape> fwd = model::BlockForwardGemms(c.o.spec, m, c.o.spec.num_layers - 1);
+    if (c.o.spec.Heterogeneous()) {  // the dense prefix's MLP shapes too
+      for (const auto& g : model::BlockForwardGemms(c.o.spec, m, 0)) fwd.push_back(g);
+    }
     fwd.push_back(model::HeadForwardGemm(c.o.spec, m));
     for (const model::GemmShape& g : model::WithBackward(fwd)) {
       shapes.insert({g.m, g.n, g.k, static_cast<int>(g.role)});

@@ -1,11 +1,20 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
 // families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
 // apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
+// DeepSeek (MLA, its router, dense first blocks) and GPT-OSS are refused by name.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
+  if (spec.mla.enabled()) {
+    return "DeepSeek's multi-head latent attention (mla) is not implemented by the executor "
+           "(estimate, simulate and tune model it)";
+  }
+  if (spec.moe.deepseek_router || spec.moe.first_dense_layers > 0) {
+    return "DeepSeek's router (fp32 scores, group-limited top-k) and dense first layers "
+           "(first_k_dense_replace) are not implemented by the executor";
+  }
   if (spec.moe.router_aux_loss) {
     return "the MoE auxiliary load-balancing loss (output_router_logits) is not computed by the "
            "executor";

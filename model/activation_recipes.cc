@@ -213,10 +213,11 @@ int PartialRope(Ctx& c, int x, double dim, const std::string& name) {
 // all five are saved whenever any of q, k, v requires grad. Eager (HF eager_attention_forward):
 // matmul, softmax in fp32 then cast, matmul; each matmul saves one factor per other's gradient.
 // `kv_heads`: KV heads as the kernel sees them (repeated for Ulysses when cp > num_kv_heads).
+// MLA (model_spec.h MlaSpec): values and output are v_dim wide, q and k q_dim.
 int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
   const ModelSpec& s = c.spec;
-  double qd = static_cast<double>(s.q_dim());
-  int out = c.g.Tensor(name + " output", c.e * qd);
+  double qd = static_cast<double>(s.q_dim()), od = static_cast<double>(s.v_dim());
+  int out = c.g.Tensor(name + " output", c.e * od);
   if (c.opt.attention == Attention::kSdpa) {
     int lse = c.g.Tensor(name + " logsumexp (fp32)", kFp32 * s.num_heads);
     double ws = kFp32 * qd + (kv_heads != s.num_heads ? 2 * c.e * qd : 0.0);
@@ -260,7 +261,7 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
     int probs = c.g.Tensor(name + " softmax (with sinks)", c.e * with_sink);
     c.g.Op(name + " softmax", {shifted}, probs, {probs});
     int kept = c.g.Views(probs, {name + " probs[..., :-1]"}, {c.e * scores})[0];
-    int o = c.g.Tensor(name + " probs@v", c.e * qd);
+    int o = c.g.Tensor(name + " probs@v", c.e * od);
     c.g.Op(name + " matmul pv", {kept, vr}, o, {{kept, 1}, {vr, 0}});
     c.g.MarkComputeBound();
     c.g.Op(name + " transpose.contiguous", {o}, out, {});
@@ -272,7 +273,7 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
   c.g.Op(name + " softmax", {sm}, p32, {p32});
   int p = c.g.Tensor(name + " probs", c.e * scores);
   c.g.Op(name + " probs to(dtype)", {p32}, p, {});
-  int o = c.g.Tensor(name + " probs@v", c.e * qd);
+  int o = c.g.Tensor(name + " probs@v", c.e * od);
   c.g.Op(name + " matmul pv", {p, vr}, o, {{p, 1}, {vr, 0}});
   c.g.MarkComputeBound();
   c.g.Op(name + " transpose.contiguous", {o}, out, {});
@@ -293,12 +294,69 @@ int UlyssesAllToAll(Ctx& c, int x, double dim, const std::string& name) {
   return out;
 }
 
+// DeepseekV3Attention.forward (modeling_deepseek_v3.py; model_spec.h MlaSpec), per token:
+// q = q_b_proj(q_a_layernorm(q_a_proj(x))) [a·qk] (each projection saves its input, the norm as
+// LlamaRMSNorm); q_pass and q_rot are views of it. compressed_kv = kv_a_proj_with_mqa(x)
+// [kv_lora + rope]: the latent view goes through kv_a_layernorm (its fp32 copy is a new tensor)
+// into kv_b_proj [a·(nope + v)], whose output is viewed as k_pass and value_states; the rope view
+// k_rot [rope] is one head's, rotated and expanded (a view) to every head. Rotation saves nothing
+// per token (Rope); DeepseekV3Config's rope_interleave first reshapes q_rot and k_rot into a copy
+// (apply_rotary_pos_emb_interleave: view, transpose, reshape), which saves nothing either.
+// query_states = cat(q_pass, q_rot) and key_states = cat(k_pass, k_rot) are new [a·qk] tensors
+// (cat saves no input). Attention keeps query and key, and value_states, a view of kv_b_proj's
+// output: the whole [a·(nope + v)] stays. With SDPA the q/k and v head dims differ (192 vs 128 in
+// V3), which flash attention refuses (sdp_utils.cpp check_head_dim_size_flash) and the
+// memory-efficient kernel takes; both save q, k, v, output and the fp32 logsumexp. o_proj saves
+// the [a·v] output.
+int MlaSublayer(Ctx& c, int x) {
+  const ModelSpec& s = c.spec;
+  const MlaSpec& m = s.mla;
+  const double a = s.num_heads, qd = static_cast<double>(s.q_dim());
+  const double nope = static_cast<double>(m.qk_nope_head_dim);
+  const double rope = static_cast<double>(m.qk_rope_head_dim);
+  const double kvl = static_cast<double>(m.kv_lora_rank), ql = static_cast<double>(m.q_lora_rank);
+  int q;
+  if (m.q_lora_rank > 0) {
+    int qa = Linear(c, x, ql, "attn.q_a_proj", "self_attn.q_a_proj");
+    int qn = Norm(c, qa, ql, "attn.q_a_layernorm", "self_attn.q_a_layernorm");
+    q = Linear(c, qn, qd, "attn.q_b_proj", "self_attn.q_b_proj");
+  } else {
+    q = Linear(c, x, qd, "attn.q_proj", "self_attn.q_proj");
+  }
+  std::vector<int> qs = c.g.Views(q, {"attn.q_pass", "attn.q_rot"}, {c.e * a * nope, c.e * a * rope});
+  int ckv = Linear(c, x, kvl + rope, "attn.kv_a_proj_with_mqa", "self_attn.kv_a_proj_with_mqa");
+  std::vector<int> ks = c.g.Views(ckv, {"attn.kv latent", "attn.k_rot"}, {c.e * kvl, c.e * rope});
+  int latent = Norm(c, ks[0], kvl, "attn.kv_a_layernorm", "self_attn.kv_a_layernorm");
+  int kvb = Linear(c, latent, a * (nope + static_cast<double>(m.v_head_dim)), "attn.kv_b_proj",
+                   "self_attn.kv_b_proj");
+  std::vector<int> kv = c.g.Views(kvb, {"attn.k_pass", "attn.value_states"},
+                                  {c.e * a * nope, c.e * static_cast<double>(s.v_dim())});
+  int q_rot = qs[1], k_rot = ks[1];
+  if (c.opt.modeling == Modeling::kHf) {
+    int qi = c.g.Tensor("attn.q_rot interleaved (reshape copy)", c.e * a * rope);
+    c.g.Op("attn.q_rot interleave", {q_rot}, qi, {});
+    int ki = c.g.Tensor("attn.k_rot interleaved (reshape copy)", c.e * rope);
+    c.g.Op("attn.k_rot interleave", {k_rot}, ki, {});
+    q_rot = qi;
+    k_rot = ki;
+  }
+  q_rot = Rope(c, q_rot, a * rope, "attn.q_rot");
+  k_rot = Rope(c, k_rot, rope, "attn.k_rot");
+  int query = c.g.Tensor("attn.query_states cat(q_pass, q_rot)", c.e * qd);
+  c.g.Op("attn.cat query", {qs[0], q_rot}, query, {});
+  int key = c.g.Tensor("attn.key_states cat(k_pass, k_rot expanded)", c.e * qd);
+  c.g.Op("attn.cat key", {kv[0], k_rot}, key, {});
+  int o = AttentionCore(c, query, key, kv[1], s.num_heads, "attn.core");
+  return Linear(c, o, static_cast<double>(s.hidden), "attn.o_proj", "self_attn.o_proj");
+}
+
 }  // namespace
 
 bool Gpt2(const Ctx& c) { return c.spec.positions == PositionKind::kLearned; }
 
 int AttentionSublayer(Ctx& c, int x) {
   const ModelSpec& s = c.spec;
+  if (s.mla.enabled()) return MlaSublayer(c, x);
   double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
   bool gpt2 = Gpt2(c);
   int q, k, v;

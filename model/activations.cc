@@ -130,6 +130,39 @@ int GptOssMoe(Ctx& c, int x) {
   return combined;
 }
 
+// DeepseekV3TopkRouter.forward and DeepseekV3MoE.route_tokens_to_experts (transformers 5.x;
+// 4.x's get_topk_indices is the same; V2: DeepSeek's MoEGate): router_logits =
+// F.linear(x.type(float32), weight.type(float32)): an fp32 copy of x [H] the matmul saves for the
+// weight's gradient, fp32 logits [E]; scores = sigmoid (V3) or softmax (V2), each saving its
+// fp32 output [E]; the (group-limited) top-k runs under
+// no_grad on [E]-wide temporaries and returns int64 indices [k]; scores.gather(1, idx) saves the
+// indices; the renormalisation and * routed_scaling_factor give the fp32 weights [k]. Not per
+// token, so not in the ledger: the fp32 copy of the router weight [E, H] that the matmul saves for
+// its input's gradient (7.3 MB per MoE layer in V3).
+int DeepseekRouter(Ctx& c, int x) {
+  const MoeSpec& m = c.spec.moe;
+  double h = static_cast<double>(c.spec.hidden), E = m.num_experts, k = m.top_k;
+  bool train = AnyTrains(c, "block_sparse_moe.gate");
+  int x32 = x;
+  if (c.e != kFp32) {
+    x32 = c.g.Tensor("moe.router input.float()", kFp32 * h);
+    c.g.Op("moe.router input to(float32)", {x}, x32, {});
+  }
+  int logits = c.g.Tensor("moe.router logits (fp32)", kFp32 * E);
+  c.g.Op("moe.router", {x32}, logits, {{x32, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(E * h, train, train);
+  int scores = c.g.Tensor("moe.router scores (fp32)", kFp32 * E);
+  c.g.Op("moe.router sigmoid / softmax", {logits}, scores, {scores});
+  int idx = c.g.Tensor("moe.router group-limited topk indices (int64)", 8 * k);
+  c.g.Op("moe.router topk (no_grad)", {scores}, idx, {});
+  int gathered = c.g.Tensor("moe.router scores.gather(topk)", kFp32 * k);
+  c.g.Op("moe.router gather", {scores, idx}, gathered, {idx});
+  int weights = c.g.Tensor("moe.router topk weights (normalised, scaled)", kFp32 * k);
+  c.g.Op("moe.router normalise and scale", {gathered}, weights, {});
+  return weights;
+}
+
 // HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
 // is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
 // index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
@@ -138,18 +171,30 @@ int Moe(Ctx& c, int x) {
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), k = m.top_k;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
-  int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
-  int probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
-  c.g.Op("moe.softmax", {logits}, probs, {probs});
+  int probs;  // the routing weights the experts' outputs are scaled by
+  double weight_bytes = c.e;  // per element of the weighted expert outputs
+  if (m.deepseek_router) {
+    probs = DeepseekRouter(c, x);
+    weight_bytes = kFp32;  // bf16 expert output x fp32 weight promotes
+  } else {
+    int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
+    probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
+    c.g.Op("moe.softmax", {logits}, probs, {probs});
+  }
   // HF's dispatch mask (ExpertMask); torchtitan sorts the tokens by expert instead (histc /
   // argsort: a few [T, top_k] tensors).
   int mask = c.opt.modeling == Modeling::kHf ? ExpertMask(c, k, m.num_experts) : -1;
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
   c.g.Op("moe.gather", {x, probs}, gathered, {});
   int expert_out = DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");
-  int weighted = c.g.Tensor("moe.weighted expert output", c.e * h * k);
+  int weighted = c.g.Tensor("moe.weighted expert output", weight_bytes * h * k);
   c.g.Op("moe.scale by routing weight", {expert_out, probs}, weighted,
          {{expert_out, 1}, {probs, 0}});
+  if (weight_bytes != c.e) {  // .to(final_hidden_states.dtype) before the index_add_
+    int cast = c.g.Tensor("moe.weighted expert output to(dtype)", c.e * h * k);
+    c.g.Op("moe.weighted to(dtype)", {weighted}, cast, {});
+    weighted = cast;
+  }
   int out = c.g.Tensor("moe.combined output", c.e * h);
   std::vector<int> add_inputs{weighted};
   if (mask >= 0) add_inputs.push_back(mask);  // the mask lives through the expert loop
@@ -165,6 +210,8 @@ int Moe(Ctx& c, int x) {
   return out;
 }
 
+// A block's MLP: ComputeBlockActivations gets the spec of the block it records, so a dense
+// prefix's blocks come with ModelSpec::DenseLayerSpec (no experts).
 int Mlp(Ctx& c, int x) {
   if (c.spec.moe.enabled()) return Moe(c, x);
   return DenseMlp(c, x, static_cast<double>(c.spec.ffn_hidden), 1.0, "mlp", "mlp");

@@ -22,6 +22,13 @@ std::vector<std::string> CpProblems(const ModelSpec& spec, const Plan& plan, int
     out.push_back(where + ":/cp: expected " + expected + ", got " + got);
   };
   const std::string cp_text = std::to_string(cp);
+  if (spec.mla.enabled()) {
+    // verl's Ulysses all-to-alls act on q, k, v of Llama-style attention; MLA's latent kv is not
+    // split by heads before kv_b_proj, and no Ulysses implementation for it is modelled.
+    add("1 for " + spec.name + " (multi-head latent attention: Ulysses cp is not modelled for MLA)",
+        cp_text);
+    return out;
+  }
   if (spec.num_heads < 1 || spec.num_heads % cp != 0) {
     add("a divisor of num_heads " + std::to_string(spec.num_heads) + " of " + spec.name +
             " (Ulysses gives each rank num_heads / cp heads; --cp)",

@@ -7,10 +7,20 @@
 
 namespace shardtune::model {
 
-std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens) {
+std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer) {
   const int64_t h = spec.hidden;
   std::vector<GemmShape> g;
-  if (spec.fused_qkv) {  // Phi3Attention: one qkv_proj GEMM, then o_proj
+  if (spec.mla.enabled()) {  // DeepseekV3Attention.forward, in call order
+    const MlaSpec& m = spec.mla;
+    if (m.q_lora_rank > 0) {
+      g = {{tokens, m.q_lora_rank, h}, {tokens, spec.q_dim(), m.q_lora_rank}};
+    } else {
+      g = {{tokens, spec.q_dim(), h}};
+    }
+    g.push_back({tokens, m.kv_lora_rank + m.qk_rope_head_dim, h});
+    g.push_back({tokens, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+    g.push_back({tokens, h, spec.v_dim()});
+  } else if (spec.fused_qkv) {  // Phi3Attention: one qkv_proj GEMM, then o_proj
     g = {{tokens, spec.q_dim() + 2 * spec.kv_dim(), h}, {tokens, h, spec.q_dim()}};
   } else {
     g = {{tokens, spec.q_dim(), h},
@@ -28,7 +38,7 @@ std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens) 
     }
     g.push_back({rows, h, ffn, count});
   };
-  if (!spec.moe.enabled()) {
+  if (!spec.MoeLayer(layer)) {
     mlp(tokens, spec.ffn_hidden, 1);
     return g;
   }

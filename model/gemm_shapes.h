@@ -31,8 +31,9 @@ struct GemmShape {
 // projections; gate, up and down, or up and down, of the MLP; an MoE block's routed experts at
 // tokens·top_k / experts rows each, its shared experts and its router) and through the LM head.
 // Backward runs two GEMMs per forward one [m, n, k]: dX [m, k] = dY [m, n] x W and
-// dW [n, k] = dY^T x X (over the m rows).
-std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens);
+// dW [n, k] = dY^T x X (over the m rows). `layer`: which block (a dense prefix differs); MLA's
+// chain of projections (model_spec.h MlaSpec) in place of q, k, v.
+std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer);
 GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens);
 std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward);
 

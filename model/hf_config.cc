@@ -14,7 +14,7 @@ namespace {
 
 enum class Family {
   kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma2,
-  kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox
+  kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox, kDeepseekV2, kDeepseekV3
 };
 
 struct Arch {
@@ -39,6 +39,8 @@ constexpr Arch kArchs[] = {
     {"GptOssForCausalLM", "gpt_oss", Family::kGptOss},
     {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", Family::kDeepseekV2},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", Family::kDeepseekV3},
 };
 
 // PretrainedConfig keys (configuration_utils.py): bookkeeping, token ids, generation defaults.
@@ -90,6 +92,17 @@ const std::vector<std::string> kGpt2Skipped = {
 const std::vector<std::string> kNeoxSkipped = {"hidden_act", "hidden_dropout", "attention_dropout",
                                                "classifier_dropout"};
 
+// DeepSeek (configuration_deepseek_v3.py, DeepSeek's configuration_deepseek.py): ep_size is the
+// inference engine's expert parallelism (transformers builds every expert); the multi-token-
+// prediction layers (num_nextn_predict_layers) are not built by transformers
+// (DeepseekV3Model._keys_to_ignore_on_load_unexpected drops layers.61); aux_loss_alpha and
+// seq_aux drive DeepSeek's own training code's balance loss, which transformers' forward does not
+// compute; head_dim is transformers' rotary width (= qk_rope_head_dim) and qk_head_dim the sum,
+// both checked; rope_interleave and pretraining_tp change values or nothing.
+const std::vector<std::string> kDeepseekSkipped = {
+    "attention_dropout", "hidden_act", "ep_size", "num_nextn_predict_layers", "aux_loss_alpha",
+    "seq_aux", "rope_interleave", "pretraining_tp"};
+
 std::vector<std::string> SkippedKeys(Family f) {
   std::vector<std::string> keys = kCommonSkipped;
   auto add = [&keys](const std::vector<std::string>& more) {
@@ -118,6 +131,8 @@ std::vector<std::string> SkippedKeys(Family f) {
       break;
     case Family::kGpt2: add(kGpt2Skipped); break;
     case Family::kGptNeox: add(kNeoxSkipped); break;
+    case Family::kDeepseekV2:
+    case Family::kDeepseekV3: add(kDeepseekSkipped); break;
   }
   return keys;
 }
@@ -428,6 +443,116 @@ void ReadGptOss(HfReader* h, ModelSpec* s, std::vector<std::string>* warnings) {
   }
 }
 
+// DeepseekV3ForCausalLM (modeling_deepseek_v3.py) and DeepseekV2ForCausalLM (DeepSeek's
+// modeling_deepseek.py, transformers' modeling_deepseek_v2.py): multi-head latent attention
+// (model_spec.h MlaSpec), blocks [0, first_k_dense_replace) with a dense MLP of intermediate_size,
+// the others n_routed_experts experts of moe_intermediate_size (top num_experts_per_tok) plus one
+// always-on shared MLP of n_shared_experts x moe_intermediate_size, no gate on it; the DeepSeek
+// router (MoeSpec::deepseek_router). V3 scores with sigmoid and topk_method "noaux_tc"; V2 with
+// softmax and "greedy" or "group_limited_greedy": values, not memory. An FP8 checkpoint
+// (quantization_config) is trained in the compute dtype: warned.
+void ReadDeepseek(HfReader* h, Family f, ModelSpec* s, std::vector<std::string>* warnings) {
+  s->num_layers = static_cast<int>(h->Int("num_hidden_layers"));
+  s->hidden = h->Int("hidden_size");
+  s->num_heads = static_cast<int>(h->Int("num_attention_heads"));
+  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", s->num_heads));
+  s->ffn_hidden = h->Int("intermediate_size");
+  s->vocab_size = h->Int("vocab_size");
+  s->max_seq_len = h->Int("max_position_embeddings");
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", false);
+  if (h->OptBool("attention_bias", false)) {
+    throw InputError(h->Where("attention_bias") +
+                     ": expected false (DeepSeek's published configs; MLA with biases on "
+                     "q_a_proj, kv_a_proj_with_mqa and o_proj is not modelled), got true");
+  }
+  MlaSpec& m = s->mla;
+  m.q_lora_rank = h->OptInt("q_lora_rank", 0);  // null: q_proj directly (V2-Lite)
+  m.kv_lora_rank = h->Int("kv_lora_rank");
+  m.qk_nope_head_dim = h->Int("qk_nope_head_dim");
+  m.qk_rope_head_dim = h->Int("qk_rope_head_dim");
+  m.v_head_dim = h->Int("v_head_dim");
+  const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  // transformers' DeepseekV3Config sets head_dim = qk_rope_head_dim (the rotary width) and
+  // qk_head_dim = nope + rope: either, when written, must agree.
+  if (h->Has("head_dim") && !h->Value("head_dim").is_null() &&
+      h->Value("head_dim") != m.qk_rope_head_dim && h->Value("head_dim") != qk) {
+    throw InputError(h->Where("head_dim") + ": expected qk_rope_head_dim = " +
+                     std::to_string(m.qk_rope_head_dim) + " (transformers' rotary width), got " +
+                     Describe(h->Value("head_dim")));
+  }
+  if (h->Has("qk_head_dim") && !h->Value("qk_head_dim").is_null() && h->Value("qk_head_dim") != qk) {
+    throw InputError(h->Where("qk_head_dim") + ": expected qk_nope_head_dim + qk_rope_head_dim = " +
+                     std::to_string(qk) + ", got " + Describe(h->Value("qk_head_dim")));
+  }
+  MoeSpec& e = s->moe;
+  e.num_experts = static_cast<int>(h->Int("n_routed_experts"));
+  e.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
+  e.expert_ffn_hidden = h->Int("moe_intermediate_size");
+  // One MLP of n_shared_experts x moe_intermediate_size; null: none (DeepSeek's MoE builds
+  // shared_experts only when n_shared_experts is not None).
+  if (h->Has("n_shared_experts") && h->Value("n_shared_experts").is_null()) {
+    e.num_shared_experts = 0;
+  } else {
+    e.num_shared_experts = 1;
+    e.shared_expert_ffn_hidden = h->OptInt("n_shared_experts", 1) * e.expert_ffn_hidden;
+  }
+  e.deepseek_router = true;
+  e.norm_topk_prob = h->OptBool("norm_topk_prob", f == Family::kDeepseekV3);
+  e.n_group = static_cast<int>(h->OptInt("n_group", 1));
+  e.topk_group = static_cast<int>(h->OptInt("topk_group", 1));
+  e.routed_scaling_factor = h->OptNumber("routed_scaling_factor", 1.0, 1e6);
+  e.first_dense_layers = 0;
+  if (h->Has("first_k_dense_replace") && !h->Value("first_k_dense_replace").is_null()) {
+    const nlohmann::json& v = h->Value("first_k_dense_replace");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= s->num_layers) {
+      throw InputError(h->Where("first_k_dense_replace") + ": expected an integer in [0, " +
+                       std::to_string(s->num_layers - 1) + "] (the dense blocks before the MoE " +
+                       "ones), got " + Describe(v));
+    }
+    e.first_dense_layers = static_cast<int>(v.get<int64_t>());
+  }
+  if (h->Has("moe_layer_freq") && !h->Value("moe_layer_freq").is_null() &&
+      h->Value("moe_layer_freq") != 1) {
+    throw InputError(h->Where("moe_layer_freq") +
+                     ": expected 1 (every block after first_k_dense_replace is MoE, as "
+                     "transformers builds it), got " + Describe(h->Value("moe_layer_freq")));
+  }
+  const char* scoring = f == Family::kDeepseekV3 ? "sigmoid" : "softmax";
+  if (h->Has("scoring_func") && !h->Value("scoring_func").is_null() &&
+      h->Value("scoring_func") != scoring) {
+    throw InputError(h->Where("scoring_func") + ": expected \"" + scoring + "\" (what " +
+                     (f == Family::kDeepseekV3 ? "DeepseekV3TopkRouter" : "DeepSeek-V2's MoEGate") +
+                     " computes), got " + Describe(h->Value("scoring_func")));
+  }
+  if (h->Has("topk_method") && !h->Value("topk_method").is_null()) {
+    const nlohmann::json& v = h->Value("topk_method");
+    bool ok = f == Family::kDeepseekV3 ? v == "noaux_tc"
+                                       : (v == "greedy" || v == "group_limited_greedy");
+    if (!ok) {
+      throw InputError(h->Where("topk_method") + ": expected " +
+                       (f == Family::kDeepseekV3 ? "\"noaux_tc\""
+                                                 : "\"greedy\" or \"group_limited_greedy\"") +
+                       ", got " + Describe(v));
+    }
+  }
+  // DeepseekV3RotaryEmbedding: rope_theta and rope_scaling (V3: YaRN, factor 40); the RMSNorms'
+  // epsilon rms_norm_eps.
+  s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);
+  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->norm_eps = h->OptNumber("rms_norm_eps", 0, 0.5);
+  if (h->Has("quantization_config")) {
+    const nlohmann::json& q = h->Value("quantization_config");
+    if (warnings && !q.is_null()) {
+      warnings->push_back(h->Where("quantization_config") + ": the checkpoint is quantized (" +
+                          (q.is_object() && q.contains("quant_method") ? Describe(q.at("quant_method"))
+                                                                      : std::string("?")) +
+                          "); training runs on weights in the compute dtype, so memory and time "
+                          "are estimated for it");
+    }
+  }
+}
+
 // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2, GPT-OSS
 // (modeling_llama.py and its copies).
 void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
@@ -593,6 +718,8 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
                           ": the vision tower is not modelled; estimating the text backbone "
                           "(text_config) alone, on text tokens");
     }
+  } else if (arch.family == Family::kDeepseekV2 || arch.family == Family::kDeepseekV3) {
+    ReadDeepseek(&h, arch.family, &s, warnings);
   } else {
     ReadRotaryDecoder(&h, arch.family, &s);
     if (arch.family == Family::kGptOss) ReadGptOss(&h, &s, warnings);

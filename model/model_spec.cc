@@ -73,8 +73,25 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
               Bool(m.router_aux_loss));
     p->Expect(!m.gpt_oss_experts, "moe/gpt_oss_experts", "false without experts",
               Bool(m.gpt_oss_experts));
+    p->Expect(m.first_dense_layers == 0, "moe/first_dense_layers", "0 without experts",
+              m.first_dense_layers);
+    p->Expect(!m.deepseek_router, "moe/deepseek_router", "false without experts",
+              Bool(m.deepseek_router));
     return;
   }
+  p->Expect(m.first_dense_layers >= 0 && m.first_dense_layers < s.num_layers,
+            "moe/first_dense_layers",
+            "integer in [0, num_layers - 1 = " + std::to_string(s.num_layers - 1) +
+                "] (the dense blocks before the MoE ones; all dense is a dense model)",
+            m.first_dense_layers);
+  p->Expect(m.n_group >= 1 && m.num_experts % std::max(1, m.n_group) == 0, "moe/n_group",
+            "a divisor of num_experts = " + std::to_string(m.num_experts), m.n_group);
+  p->Expect(m.topk_group >= 1 && m.topk_group <= m.n_group, "moe/topk_group",
+            "integer in [1, n_group = " + std::to_string(m.n_group) + "]", m.topk_group);
+  p->Expect(m.routed_scaling_factor > 0 && m.routed_scaling_factor <= 1e6,
+            "moe/routed_scaling_factor", "a number in (0, 1e6]", Num(m.routed_scaling_factor));
+  p->Expect(!m.deepseek_router || !m.gpt_oss_experts, "moe/deepseek_router",
+            "false with gpt_oss_experts (GPT-OSS has its own router)", Bool(m.deepseek_router));
   p->Expect(m.top_k >= 1 && m.top_k <= m.num_experts, "moe/top_k",
             "integer in [1, num_experts = " + std::to_string(m.num_experts) + "]", m.top_k);
   p->Expect(m.num_shared_experts >= 0, "moe/num_shared_experts", "integer >= 0",
@@ -90,6 +107,42 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
   p->Expect(!m.gpt_oss_experts || (s.mlp == MlpKind::kSwiGlu && m.num_shared_experts == 0),
             "moe/gpt_oss_experts", "false with a GELU MLP or shared experts",
             Bool(m.gpt_oss_experts));
+}
+
+// Multi-head latent attention (MlaSpec): the latent ranks and head dims, and what MLA excludes.
+void CheckMla(const ModelSpec& s, ProblemList* p) {
+  const MlaSpec& m = s.mla;
+  if (!m.enabled()) {
+    bool none = m.q_lora_rank == 0 && m.qk_nope_head_dim == 0 && m.qk_rope_head_dim == 0 &&
+                m.v_head_dim == 0;
+    p->Expect(m.kv_lora_rank == 0 && none, "mla/kv_lora_rank",
+              "integer >= 1 when any mla key is given (0 and no other mla key: no MLA)",
+              m.kv_lora_rank);
+    return;
+  }
+  p->Expect(m.q_lora_rank >= 0, "mla/q_lora_rank", "integer >= 0 (0: q_proj directly)",
+            m.q_lora_rank);
+  p->Expect(m.qk_nope_head_dim >= 1, "mla/qk_nope_head_dim", "integer >= 1", m.qk_nope_head_dim);
+  p->Expect(m.qk_rope_head_dim >= 2 && m.qk_rope_head_dim % 2 == 0, "mla/qk_rope_head_dim",
+            "an even integer >= 2", m.qk_rope_head_dim);
+  p->Expect(m.v_head_dim >= 1, "mla/v_head_dim", "integer >= 1", m.v_head_dim);
+  const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  p->Expect(s.head_dim == 0 || s.head_dim == qk, "head_dim",
+            "qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk) + " with mla (or absent)",
+            s.head_dim);
+  p->Expect(s.num_kv_heads == 0 || s.num_kv_heads == s.num_heads, "num_kv_heads",
+            "num_heads = " + std::to_string(s.num_heads) + " with mla (the latent serves every head)",
+            s.num_kv_heads);
+  p->Expect(s.positions == PositionKind::kRotary, "positions", "\"rotary\" with mla",
+            ToString(s.positions));
+  // What MLA does not combine with in any published model, so not modelled together.
+  p->Expect(!s.qkv_bias && !s.attn_out_bias, "qkv_bias",
+            "false with mla (DeepSeek's attention_bias is false; biases not modelled)",
+            Bool(s.qkv_bias || s.attn_out_bias));
+  p->Expect(!s.fused_qkv && !s.qk_norm && !s.attention_sinks, "mla/kv_lora_rank",
+            "no fused_qkv, qk_norm or attention_sinks with mla", "one of them set");
+  p->Expect(s.rotary_fraction == 1.0, "rotary_fraction",
+            "1 with mla (qk_rope_head_dim is the rotated part)", Num(s.rotary_fraction));
 }
 
 // Elements of one norm's parameters over `width` features: RMSNorm has a weight, LayerNorm a
@@ -111,8 +164,25 @@ T MlpParams(const ModelSpec& s, T f, bool bias) {
   return weights + biases;
 }
 
+// DeepseekV3Attention (modeling_deepseek_v3.py): q_a_proj [H -> q_lora] + q_a_layernorm(q_lora)
+// + q_b_proj [q_lora -> a·(nope + rope)] (or q_proj [H -> a·(nope + rope)] without q_lora_rank),
+// kv_a_proj_with_mqa [H -> kv_lora + rope], kv_a_layernorm(kv_lora), kv_b_proj [kv_lora ->
+// a·(nope + v)], o_proj [a·v -> H]; no biases (attention_bias false; MLA with a bias is refused).
+template <typename T>
+T MlaParams(const ModelSpec& s) {
+  const MlaSpec& m = s.mla;
+  const T h = static_cast<T>(s.hidden), a = static_cast<T>(s.num_heads);
+  const T qk = static_cast<T>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+  const T ql = static_cast<T>(m.q_lora_rank), kvl = static_cast<T>(m.kv_lora_rank);
+  T q = m.q_lora_rank > 0 ? h * ql + NormParams(s, ql) + ql * a * qk : h * a * qk;
+  T kv = h * (kvl + static_cast<T>(m.qk_rope_head_dim)) + NormParams(s, kvl) +
+         kvl * a * static_cast<T>(m.qk_nope_head_dim + m.v_head_dim);
+  return q + kv + a * static_cast<T>(m.v_head_dim) * h;
+}
+
 template <typename T>
 T AttentionParams(const ModelSpec& s) {
+  if (s.mla.enabled()) return MlaParams<T>(s);
   const T h = static_cast<T>(s.hidden), q = static_cast<T>(s.num_heads) * static_cast<T>(s.head_dim),
           kv = static_cast<T>(s.num_kv_heads) * static_cast<T>(s.head_dim);
   // q_proj [H -> a*d], k_proj and v_proj [H -> kv*d], o_proj [a*d -> H] (LlamaAttention; GPT-2's
@@ -129,10 +199,11 @@ T AttentionParams(const ModelSpec& s) {
   return n;
 }
 
+// Block `layer`'s MLP or MoE.
 template <typename T>
-T FeedForwardParams(const ModelSpec& s) {
+T FeedForwardParams(const ModelSpec& s, int layer) {
   const MoeSpec& m = s.moe;
-  if (!m.enabled()) return MlpParams(s, static_cast<T>(s.ffn_hidden), s.mlp_bias);
+  if (!s.MoeLayer(layer)) return MlpParams(s, static_cast<T>(s.ffn_hidden), s.mlp_bias);
   T fe = static_cast<T>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
   T fs = m.shared_expert_ffn_hidden > 0 ? static_cast<T>(m.shared_expert_ffn_hidden) : fe;
   const T h = static_cast<T>(s.hidden), experts = static_cast<T>(m.num_experts);
@@ -159,14 +230,24 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   // parallel residual keeps both, it only feeds them the same input; OLMo 2's are
   // post_attention_layernorm + post_feedforward_layernorm; Gemma's sandwich has four.
   const T norms = s.norm_placement == NormPlacement::kSandwich ? 4 : 2;
-  const T block = AttentionParams<T>(s) + FeedForwardParams<T>(s) + norms * NormParams(s, h);
+  const T shared = AttentionParams<T>(s) + norms * NormParams(s, h);
+  // DeepSeek's first_k_dense_replace: the first blocks dense, the others MoE.
+  const int dense_layers = s.moe.enabled() ? std::clamp(s.moe.first_dense_layers, 0, s.num_layers) : 0;
+  const T block = shared + FeedForwardParams<T>(s, s.num_layers - 1);
+  const T dense_block = dense_layers > 0 ? shared + FeedForwardParams<T>(s, 0) : 0;
   const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm
   const T lm_head = s.tied_embeddings ? 0 : v * h;  // lm_head / embed_out, no bias
-  const T total = embedding + positions + static_cast<T>(s.num_layers) * block + final_norm + lm_head;
+  const T blocks = static_cast<T>(s.num_layers - dense_layers) * block +
+                   static_cast<T>(dense_layers) * dense_block;
+  const T total = embedding + positions + blocks + final_norm + lm_head;
   if (parts) {
-    *parts = ParameterCounts{static_cast<int64_t>(embedding), static_cast<int64_t>(positions),
-                             static_cast<int64_t>(block),     static_cast<int64_t>(final_norm),
-                             static_cast<int64_t>(lm_head),   static_cast<int64_t>(total)};
+    parts->embedding = static_cast<int64_t>(embedding);
+    parts->positions = static_cast<int64_t>(positions);
+    parts->block = static_cast<int64_t>(block);
+    parts->dense_block = static_cast<int64_t>(dense_block);
+    parts->final_norm = static_cast<int64_t>(final_norm);
+    parts->lm_head = static_cast<int64_t>(lm_head);
+    parts->total = static_cast<int64_t>(total);
   }
   return total;
 }
@@ -203,6 +284,7 @@ void ModelSpec::FillDefaults() {
   if (rope_theta == 0) rope_theta = kDefaultRopeTheta;
   if (norm_eps == 0) norm_eps = kDefaultNormEps;
   if (num_kv_heads == 0) num_kv_heads = num_heads;
+  if (head_dim == 0 && mla.enabled()) head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
   if (head_dim == 0 && num_heads >= 1 && hidden >= 1 && hidden % num_heads == 0) {
     head_dim = hidden / num_heads;
   }
@@ -233,6 +315,7 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
              "integer >= 1", r.original_max_position_embeddings);
   }
   CheckMoe(*this, &p);
+  CheckMla(*this, &p);
   p.Expect(!qk_norm_full_width || qk_norm, "qk_norm_full_width", "false when qk_norm is false",
            Bool(qk_norm_full_width));
   p.Expect(!fused_gate_up || mlp == MlpKind::kSwiGlu, "fused_gate_up",
@@ -293,6 +376,13 @@ ParameterCounts CountParameters(const ModelSpec& spec) {
 }
 
 int64_t ParameterCount(const ModelSpec& spec) { return CountParameters(spec).total; }
+
+ModelSpec ModelSpec::DenseLayerSpec() const {
+  SHARDTUNE_CHECK(Heterogeneous()) << "DenseLayerSpec of a spec without a dense prefix: " << name;
+  ModelSpec d = *this;
+  d.moe = MoeSpec{};
+  return d;
+}
 
 int64_t ModelSpec::SeqLenLimit() const {
   return positions == PositionKind::kLearned ? max_seq_len : std::max(max_seq_len, kRotarySeqLenCap);

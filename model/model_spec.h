@@ -42,7 +42,40 @@ struct MoeSpec {
   // SwiGLU (up.clamp(+-limit) + 1) * gate.clamp(max=limit) * sigmoid(1.702 gate); the router
   // softmaxes its top-k logits only.
   bool gpt_oss_experts = false;
+  // DeepSeek first_k_dense_replace (modeling_deepseek_v3.py DeepseekV3DecoderLayer: layer_idx >=
+  // first_k_dense_replace gets DeepseekV3MoE, the others DeepseekV3MLP(intermediate_size)): blocks
+  // [0, first_dense_layers) have a dense MLP of ffn_hidden, the rest the MoE. 0: every block MoE.
+  int first_dense_layers = 0;
+  // DeepSeek's router (V3: modeling_deepseek_v3.py DeepseekV3TopkRouter and
+  // DeepseekV3MoE.route_tokens_to_experts; V2: DeepSeek's modeling_deepseek.py MoEGate): logits =
+  // F.linear(x.float(), W.float()) (saves an fp32 copy of its input), scores = sigmoid (V3) or
+  // softmax (V2), fp32, saved; a (group-limited) top-k under no_grad (V3: n_group groups, the
+  // topk_group best, plus the e_score_correction_bias buffer); the chosen scores renormalised
+  // when norm_topk_prob and scaled by routed_scaling_factor: fp32 routing weights, so each
+  // expert's output times its weight is an fp32 product. Off: Mixtral / Qwen's router (bf16
+  // logits, fp32 softmax). n_group, topk_group, routed_scaling_factor and the scoring function
+  // change values only (the executor refuses this router by name).
+  bool deepseek_router = false;
+  int n_group = 1;
+  int topk_group = 1;
+  double routed_scaling_factor = 1.0;
   bool enabled() const { return num_experts > 0; }
+};
+
+// DeepSeek-V2/V3 multi-head latent attention (modeling_deepseek_v3.py DeepseekV3Attention):
+// q = q_b_proj(q_a_layernorm(q_a_proj(x))) [a·(nope + rope)] (q_proj [H -> a·(nope + rope)] when
+// q_lora_rank is 0, DeepSeek-V2-Lite); compressed_kv = kv_a_proj_with_mqa(x) [kv_lora_rank +
+// rope], split into the latent (kv_a_layernorm, then kv_b_proj [kv_lora -> a·(nope + v)], split
+// into k_pass and v) and one rotary key [rope] shared by the heads (expanded); query and key are
+// cat(pass, rot) [a·(nope + rope)], values [a·v_head_dim]; o_proj [a·v -> H]. The spec's head_dim
+// is the query/key head dim nope + rope and num_kv_heads = num_heads.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;   // 0: q_proj directly
+  int64_t kv_lora_rank = 0;  // > 0: the attention is MLA
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
 };
 
 // HF rope_scaling (or rope_parameters): how the rotary frequencies are rescaled for long
@@ -140,6 +173,7 @@ struct ModelSpec {
   // 1: all of it. The executor rotates all of it and refuses other fractions by name.
   double rotary_fraction = 1.0;
   MoeSpec moe;
+  MlaSpec mla;
   std::string source;          // where the shape comes from (presets cite the HF config)
 
   // The longest sequence a plan may ask for. Learned positions: the table, max_seq_len. Rotary
@@ -154,6 +188,19 @@ struct ModelSpec {
   // full layer, min(S, sliding_window) for a sliding one.
   double MeanAttentionSpan(int64_t seq_len) const;
   int64_t q_dim() const { return static_cast<int64_t>(num_heads) * head_dim; }
+  // The attention output's width per token, what o_proj reads: q_dim, or a·v_head_dim under MLA.
+  int64_t v_dim() const {
+    return mla.enabled() ? static_cast<int64_t>(num_heads) * mla.v_head_dim : q_dim();
+  }
+  // Block `layer` (0-based) routes its MLP through the experts: an MoE model's blocks from
+  // moe.first_dense_layers on.
+  bool MoeLayer(int layer) const { return moe.enabled() && layer >= moe.first_dense_layers; }
+  // Some blocks differ from the others (a dense prefix before the MoE blocks): per-block ledgers,
+  // parameters and FLOPs.
+  bool Heterogeneous() const { return moe.enabled() && moe.first_dense_layers > 0; }
+  // The spec of one of the dense-prefix blocks as a homogeneous model (the MoE removed), for the
+  // per-block recipes (REQUIRES Heterogeneous()).
+  ModelSpec DenseLayerSpec() const;
   // Replaces the "not given" zeros by their defaults: num_kv_heads 0 -> num_heads, head_dim 0 ->
   // hidden / num_heads when num_heads divides hidden (else it stays 0 and Problems() says why).
   // An explicit head_dim is kept as given (Gemma, Qwen3: head_dim need not be hidden / heads).
@@ -170,10 +217,12 @@ struct ModelSpec {
 struct ParameterCounts {
   int64_t embedding = 0;   // token embedding V x H
   int64_t positions = 0;   // learned position table max_seq_len x H (0 for rotary)
-  int64_t block = 0;       // ONE transformer block (attention, MLP or MoE, norms)
+  int64_t block = 0;       // ONE transformer block (attention, MLP or MoE, norms); the MoE one
+                           // when the first moe.first_dense_layers blocks are dense
+  int64_t dense_block = 0; // one of those dense blocks (0 when there are none)
   int64_t final_norm = 0;  // the norm before the LM head
   int64_t lm_head = 0;     // V x H, 0 when tied to the embedding
-  int64_t total = 0;       // embedding + positions + L x block + final_norm + lm_head
+  int64_t total = 0;       // embedding + positions + blocks + final_norm + lm_head
 };
 // REQUIRES: spec has no Problems() (zeros FillDefaults() would replace are resolved here).
 ParameterCounts CountParameters(const ModelSpec& spec);

@@ -33,6 +33,24 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.router_aux_loss = r->OptionalBool("router_aux_loss", false);
   m.norm_topk_prob = r->OptionalBool("norm_topk_prob", true);
   m.gpt_oss_experts = r->OptionalBool("gpt_oss_experts", false);
+  m.first_dense_layers = OptInt(r, "first_dense_layers", 0);
+  m.deepseek_router = r->OptionalBool("deepseek_router", false);
+  m.n_group = OptInt(r, "n_group", 1);
+  m.topk_group = OptInt(r, "topk_group", 1);
+  m.routed_scaling_factor = r->OptionalNumber("routed_scaling_factor", 1.0, -1e300, 1e300);
+  r->Finish();
+  return m;
+}
+
+// "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+// "qk_rope_head_dim": 64, "v_head_dim": 128} (ModelSpec::mla; ranges in Problems()).
+MlaSpec ReadMla(StrictReader* r) {
+  MlaSpec m;
+  m.q_lora_rank = r->OptionalInt("q_lora_rank", 0, kIntMin, kIntMax);
+  m.kv_lora_rank = r->RequiredInt("kv_lora_rank", kIntMin, kIntMax);
+  m.qk_nope_head_dim = r->RequiredInt("qk_nope_head_dim", kIntMin, kIntMax);
+  m.qk_rope_head_dim = r->RequiredInt("qk_rope_head_dim", kIntMin, kIntMax);
+  m.v_head_dim = r->RequiredInt("v_head_dim", kIntMin, kIntMax);
   r->Finish();
   return m;
 }
@@ -112,6 +130,10 @@ ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
     StrictReader moe = r.RequiredObject("moe");
     s.moe = ReadMoe(&moe);
   }
+  if (r.Has("mla")) {
+    StrictReader mla = r.RequiredObject("mla");
+    s.mla = ReadMla(&mla);
+  }
   if (r.Has("rope_scaling")) {
     StrictReader rope = r.RequiredObject("rope_scaling");
     s.rope_scaling = ReadRopeScaling(&rope);
@@ -189,7 +211,22 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     if (s.moe.router_aux_loss) m["router_aux_loss"] = true;
     if (!s.moe.norm_topk_prob) m["norm_topk_prob"] = false;
     if (s.moe.gpt_oss_experts) m["gpt_oss_experts"] = true;
+    // DeepSeek's, written when set.
+    if (s.moe.first_dense_layers != 0) m["first_dense_layers"] = s.moe.first_dense_layers;
+    if (s.moe.deepseek_router) {
+      m["deepseek_router"] = true;
+      m["n_group"] = s.moe.n_group;
+      m["topk_group"] = s.moe.topk_group;
+      m["routed_scaling_factor"] = s.moe.routed_scaling_factor;
+    }
     j["moe"] = m;
+  }
+  if (s.mla.enabled()) {
+    j["mla"] = {{"q_lora_rank", s.mla.q_lora_rank},
+                {"kv_lora_rank", s.mla.kv_lora_rank},
+                {"qk_nope_head_dim", s.mla.qk_nope_head_dim},
+                {"qk_rope_head_dim", s.mla.qk_rope_head_dim},
+                {"v_head_dim", s.mla.v_head_dim}};
   }
   j["source"] = s.source;
   return j;

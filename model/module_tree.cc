@@ -103,7 +103,24 @@ ModuleNode Block(const ModelSpec& s, int i) {
   int64_t h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim();
   bool gpt2 = s.positions == PositionKind::kLearned;
   std::vector<ModuleNode> attn;
-  if (gpt2) {  // GPT2Attention: fused c_attn [H, 3H] (Conv1D) and c_proj
+  if (s.mla.enabled()) {
+    // DeepseekV3Attention's modules in their __init__ order (model_spec.h MlaSpec).
+    const MlaSpec& m = s.mla;
+    const int64_t a = s.num_heads, qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    if (m.q_lora_rank > 0) {
+      attn = {Linear(p + ".self_attn.q_a_proj", h, m.q_lora_rank, false, seg),
+              Norm(s, p + ".self_attn.q_a_layernorm", m.q_lora_rank, seg),
+              Linear(p + ".self_attn.q_b_proj", m.q_lora_rank, a * qk, false, seg)};
+    } else {
+      attn = {Linear(p + ".self_attn.q_proj", h, a * qk, false, seg)};
+    }
+    attn.push_back(Linear(p + ".self_attn.kv_a_proj_with_mqa", h, m.kv_lora_rank + m.qk_rope_head_dim,
+                          false, seg));
+    attn.push_back(Norm(s, p + ".self_attn.kv_a_layernorm", m.kv_lora_rank, seg));
+    attn.push_back(Linear(p + ".self_attn.kv_b_proj", m.kv_lora_rank,
+                          a * (m.qk_nope_head_dim + m.v_head_dim), false, seg));
+    attn.push_back(Linear(p + ".self_attn.o_proj", s.v_dim(), h, false, seg));
+  } else if (gpt2) {  // GPT2Attention: fused c_attn [H, 3H] (Conv1D) and c_proj
     attn = {Linear(p + ".attn.c_attn", h, qd + 2 * kvd, s.qkv_bias, seg, true),
             Linear(p + ".attn.c_proj", qd, h, s.attn_out_bias, seg, true)};
   } else if (s.fused_qkv) {  // Phi3Attention: o_proj, then qkv_proj [a*d + 2 kv*d, H]
@@ -124,8 +141,8 @@ ModuleNode Block(const ModelSpec& s, int i) {
     attn.push_back(Norm(s, p + ".self_attn.q_norm", s.qk_norm_full_width ? qd : s.head_dim, seg));
     attn.push_back(Norm(s, p + ".self_attn.k_norm", s.qk_norm_full_width ? kvd : s.head_dim, seg));
   }
-  ModuleNode mlp = s.moe.enabled() ? MoeBlock(s, p + ".block_sparse_moe", seg)
-                                   : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg);
+  ModuleNode mlp = s.MoeLayer(i) ? MoeBlock(s, p + ".block_sparse_moe", seg)
+                                 : DenseMlp(s, p + ".mlp", s.ffn_hidden, seg);
   std::vector<ModuleNode> kids;
   if (s.norm_placement == NormPlacement::kPost) {
     // Olmo2DecoderLayer: self_attn, mlp, post_attention_layernorm, post_feedforward_layernorm.
@@ -203,13 +220,31 @@ ModuleNode BuildModuleTree(const ModelSpec& s) {
   return Parent("", "ForCausalLM", {Parent("model", "Model", std::move(inner)), head});
 }
 
-Flops BlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
-  double h = static_cast<double>(s.hidden), qd = static_cast<double>(s.q_dim());
-  double kvd = static_cast<double>(s.kv_dim());
-  double attn_w = h * qd * 2 + h * kvd * 2;
+namespace {
+// The attention projections' weights a token multiplies: q, k, v, o (Llama), or MLA's chain
+// (model_spec.h MlaSpec: the same matrices as its parameter count, less the norms).
+double AttentionWeightsPerToken(const ModelSpec& s) {
+  double h = static_cast<double>(s.hidden);
+  if (s.mla.enabled()) {
+    const MlaSpec& m = s.mla;
+    double a = s.num_heads, qd = static_cast<double>(s.q_dim()), ql = static_cast<double>(m.q_lora_rank);
+    double kvl = static_cast<double>(m.kv_lora_rank);
+    double q = m.q_lora_rank > 0 ? h * ql + ql * qd : h * qd;
+    double kv = h * (kvl + static_cast<double>(m.qk_rope_head_dim)) +
+                kvl * a * static_cast<double>(m.qk_nope_head_dim + m.v_head_dim);
+    return q + kv + static_cast<double>(s.v_dim()) * h;
+  }
+  double qd = static_cast<double>(s.q_dim()), kvd = static_cast<double>(s.kv_dim());
+  return h * qd * 2 + h * kvd * 2;
+}
+}  // namespace
+
+Flops BlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len, int layer) {
+  double h = static_cast<double>(s.hidden);
+  double attn_w = AttentionWeightsPerToken(s);
   double mats = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
   double mlp_w;
-  if (s.moe.enabled()) {
+  if (s.MoeLayer(layer)) {
     const MoeSpec& m = s.moe;
     double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
     double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
@@ -220,8 +255,11 @@ Flops BlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
   return Flops::Of(2 * (attn_w + mlp_w)) + AttentionForwardFlopsPerToken(s, seq_len);
 }
 
+// Scores q·k^T over the q/k head dim and probs·v over the value head dim, 2 FLOPs a
+// multiply-add each: 4·span·q_dim when they are equal (MLA: 2·span·(a·(nope + rope) + a·v)).
 Flops AttentionForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
-  return Flops::Of(4 * s.MeanAttentionSpan(seq_len) * static_cast<double>(s.q_dim()));
+  return Flops::Of(2 * s.MeanAttentionSpan(seq_len) *
+                   static_cast<double>(s.q_dim() + s.v_dim()));
 }
 
 Flops HeadForwardFlopsPerToken(const ModelSpec& s) {
@@ -229,8 +267,15 @@ Flops HeadForwardFlopsPerToken(const ModelSpec& s) {
 }
 
 int64_t ActiveParamsPerToken(const ModelSpec& s) {
-  double block = (BlockForwardFlopsPerToken(s, 0).count()) / 2;
-  return static_cast<int64_t>(block) * s.num_layers + s.vocab_size * s.hidden;
+  double blocks = 0;
+  for (int i = 0; i < s.num_layers; ++i) blocks += BlockForwardFlopsPerToken(s, 0, i).count() / 2;
+  return static_cast<int64_t>(blocks) + s.vocab_size * s.hidden;
+}
+
+Flops MeanBlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
+  double sum = 0;
+  for (int i = 0; i < s.num_layers; ++i) sum += BlockForwardFlopsPerToken(s, seq_len, i).count();
+  return Flops::Of(sum / std::max(1, s.num_layers));
 }
 
 int64_t FsdpUnit::NumParams() const {

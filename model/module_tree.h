@@ -50,10 +50,13 @@ ModuleNode BuildModuleTree(const ModelSpec& spec);
 // Forward FLOPs per token of one block at sequence length S: 2 x matmul weights (active experts
 // only for MoE) + attention scores and values 2 x 2 x S x q_dim (Narayanan et al. 2021, eq. 3;
 // full S x S, no causal halving, as the PaLM MFU convention; a sliding layer's window in place of
-// S, averaged over the layers). Backward is 2x forward.
-Flops BlockForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
-// Its attention part (scores and values), averaged over the layers: 4 x span x q_dim, span the
-// ModelSpec::MeanAttentionSpan (S without sliding windows).
+// S, averaged over the layers). Backward is 2x forward. `layer`: which block (0-based), since a
+// dense prefix (moe.first_dense_layers) makes blocks differ.
+Flops BlockForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len, int layer);
+// The mean over the blocks of BlockForwardFlopsPerToken (one block when all are alike).
+Flops MeanBlockForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
+// Its attention part (scores and values), averaged over the layers: 2 x span x (q_dim + v_dim),
+// span the ModelSpec::MeanAttentionSpan (S without sliding windows); 4 x span x q_dim unless MLA.
 Flops AttentionForwardFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
 // LM head forward FLOPs per token: 2 x V x H.
 Flops HeadForwardFlopsPerToken(const ModelSpec& spec);

@@ -255,6 +255,47 @@ void Add2026(std::vector<PresetInfo>* p) {
   p->push_back(Preset("gemma3-27b", g3, 27'009'346'304,
                       HfConfig("google/gemma-3-27b-pt") +
                           " (text_config); count: the text model's, without the vision tower"));
+  // DeepSeek (modeling_deepseek_v3.py): multi-head latent attention, first_k_dense_replace dense
+  // blocks then the MoE with one shared MLP, the DeepSeek router. Counts: HF num_parameters() of
+  // DeepseekV3ForCausalLM / DeepseekV2ForCausalLM (the e_score_correction_bias buffers and V3's
+  // multi-token-prediction layer 61 are not parameters of it); DeepSeek publishes 671B (V3, 685B
+  // with the MTP module) and 15.7B (V2-Lite).
+  auto deepseek = [](int layers, int64_t hidden, int heads, int64_t ffn, int64_t vocab,
+                     int experts, int top_k, int64_t expert_ffn, int shared, int dense) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, heads, ffn), vocab, 163840), 10000.0,
+                       1e-6);
+    s.mla.kv_lora_rank = 512;
+    s.mla.qk_nope_head_dim = 128;
+    s.mla.qk_rope_head_dim = 64;
+    s.mla.v_head_dim = 128;
+    s.head_dim = 192;  // qk_nope_head_dim + qk_rope_head_dim
+    s.moe.num_experts = experts;
+    s.moe.top_k = top_k;
+    s.moe.expert_ffn_hidden = expert_ffn;
+    s.moe.num_shared_experts = 1;
+    s.moe.shared_expert_ffn_hidden = shared * expert_ffn;
+    s.moe.first_dense_layers = dense;
+    s.moe.deepseek_router = true;
+    return s;
+  };
+  ModelSpec v3 = deepseek(61, 7168, 128, 18432, 129280, 256, 8, 2048, 1, 3);
+  v3.mla.q_lora_rank = 1536;
+  v3.moe.norm_topk_prob = true;
+  v3.moe.n_group = 8;
+  v3.moe.topk_group = 4;
+  v3.moe.routed_scaling_factor = 2.5;
+  v3.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...}
+  v3.rope_scaling.factor = 40;
+  p->push_back(Preset("deepseek-v3", v3, 671'026'404'352,
+                      HfConfig("deepseek-ai/DeepSeek-V3") + "; count: HF num_parameters()"));
+  // V2-Lite: no q LoRA (q_proj directly), 2 shared experts, greedy softmax routing, one dense
+  // block.
+  ModelSpec v2_lite = deepseek(27, 2048, 16, 10944, 102400, 64, 6, 1408, 2, 1);
+  v2_lite.moe.norm_topk_prob = false;
+  v2_lite.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...}
+  v2_lite.rope_scaling.factor = 40;
+  p->push_back(Preset("deepseek-v2-lite", v2_lite, 15'706'484'224,
+                      HfConfig("deepseek-ai/DeepSeek-V2-Lite") + "; count: HF num_parameters()"));
 }
 
 // A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab

@@ -66,10 +66,10 @@ BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const Activatio
   return out;
 }
 
-Flops MlpForwardFlopsPerToken(const ModelSpec& s) {
+Flops MlpForwardFlopsPerToken(const ModelSpec& s, int layer) {
   double h = static_cast<double>(s.hidden);
   double mats = s.mlp == MlpKind::kSwiGlu ? 3 : 2;
-  if (!s.moe.enabled()) return Flops::Of(2 * mats * h * static_cast<double>(s.ffn_hidden));
+  if (!s.MoeLayer(layer)) return Flops::Of(2 * mats * h * static_cast<double>(s.ffn_hidden));
   const MoeSpec& m = s.moe;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden);
   double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;

@@ -31,6 +31,7 @@ BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const Activatio
 
 // Forward matmul FLOPs per token of one block's MLP (routed top_k + shared experts for MoE):
 // 2 x matmul weights (Narayanan et al. 2021, eq. 3). TiledMLP's backward re-runs this forward.
-Flops MlpForwardFlopsPerToken(const ModelSpec& spec);
+// `layer`: which block (a dense prefix's MLP differs from the MoE blocks').
+Flops MlpForwardFlopsPerToken(const ModelSpec& spec, int layer);
 
 }  // namespace shardtune::model

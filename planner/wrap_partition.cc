@@ -90,7 +90,8 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
   double tokens =
       static_cast<double>(plan.micro_batch) * static_cast<double>(seq / std::max(1, plan.cp));
   double attn = model::AttentionForwardFlopsPerToken(spec, seq).count();
-  double mm = model::BlockForwardFlopsPerToken(spec, seq).count() - attn;
+  // The mean block: a dense prefix (moe.first_dense_layers) differs from the MoE blocks.
+  double mm = model::MeanBlockForwardFlopsPerToken(spec, seq).count() - attn;
   auto block = model::ComputeBlockActivations(spec, model::ActivationOptionsFor(plan, seq));
   double elem = block.full.elementwise_traffic_per_token * tokens;
   c.forward_block_s = sim::ComputeTime(mm * tokens, attn * tokens, elem, cluster.gpu, plan.param_dtype, k).count();
@@ -99,8 +100,13 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
   if (n > 1) {
     profiles::Topology topo(cluster);
     sim::GroupLink g = sim::DescribeGroup(topo, cluster, {topo.ShardGroup(n, 0)}, k);
-    double per_block_bytes = static_cast<double>(model::CountParameters(spec).block) *
-                             static_cast<double>(model::BytesPerElement(plan.param_dtype));
+    const model::ParameterCounts pc = model::CountParameters(spec);
+    const int dense = spec.Heterogeneous() ? spec.moe.first_dense_layers : 0;
+    const double mean_block = (static_cast<double>(pc.block) * (spec.num_layers - dense) +
+                               static_cast<double>(pc.dense_block) * dense) /
+                              spec.num_layers;
+    double per_block_bytes =
+        mean_block * static_cast<double>(model::BytesPerElement(plan.param_dtype));
     c.gather_block_s = per_block_bytes * profiles::BusBwFactor(profiles::Collective::kAllGather, n) /
                        g.bus_bandwidth.count();
     c.gather_latency_s = sim::CollectiveLatency(profiles::Collective::kAllGather, g).count();

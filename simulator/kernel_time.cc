@@ -143,7 +143,6 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   const int64_t local_seq = seq_len / std::max(1, plan.cp);
   const int64_t tokens = static_cast<int64_t>(plan.micro_batch) * local_seq;
   // GEMMs: layers x block + head, forward and backward, FLOP-weighted.
-  std::vector<model::GemmShape> block = model::WithBackward(model::BlockForwardGemms(spec, tokens));
   std::vector<model::GemmShape> head = model::WithBackward({model::HeadForwardGemm(spec, tokens)});
   double flops = 0, time = 0;
   bool all_timed = true;
@@ -159,7 +158,12 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
       time += n * s->count();
     }
   };
-  add(block, spec.num_layers);
+  // A dense prefix (moe.first_dense_layers) runs its own MLP GEMMs: each kind of block counted
+  // by its layers.
+  const int dense = spec.Heterogeneous() ? spec.moe.first_dense_layers : 0;
+  add(model::WithBackward(model::BlockForwardGemms(spec, tokens, spec.num_layers - 1)),
+      spec.num_layers - dense);
+  if (dense > 0) add(model::WithBackward(model::BlockForwardGemms(spec, tokens, 0)), dense);
   add(head, 1);
   if (all_timed && time > 0) e.matmul_efficiency = flops / time / peak;
   // Attention at the plan's shape (the heads a rank holds under Ulysses: heads / cp, full S).

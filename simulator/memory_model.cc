@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -98,6 +99,7 @@ struct ModelCache::Impl {
   std::map<std::string, model::BlockActivations> blocks;
   std::map<std::string, model::ActivationLedger> heads;
   std::map<std::string, model::SubgraphTrainability> trainability;
+  std::optional<model::ModelSpec> dense_spec;  // ModelSpec::DenseLayerSpec of the cached model
   // By (units, shard group, optimizer, implementation, trains): the units are this cache's own,
   // so their address names them while the cache holds them.
   std::map<std::tuple<const void*, int, int, int, bool>, int64_t> optimizer_launches;
@@ -114,6 +116,7 @@ struct ModelCache::Impl {
       heads.clear();
       trainability.clear();
       optimizer_launches.clear();
+      dense_spec.reset();
     }
   }
 };
@@ -232,6 +235,28 @@ const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
   return it->second;
 }
 
+const model::BlockActivations& ModelCache::LayerBlock(const model::ModelSpec& spec,
+                                                      const model::ActivationOptions& o,
+                                                      const model::Trainability& t,
+                                                      int tiled_shards, double capacity,
+                                                      int layer) {
+  if (!spec.Heterogeneous() || spec.MoeLayer(layer)) {
+    return Block(spec, o, t, tiled_shards, capacity);
+  }
+  impl_->Check(spec);
+  if (!impl_->dense_spec) impl_->dense_spec = spec.DenseLayerSpec();
+  const model::ModelSpec& d = *impl_->dense_spec;
+  std::string key = "dense/" + ActKey(o) + "/" + t.Key() + "/" + std::to_string(tiled_shards);
+  auto it = impl_->blocks.find(key);
+  if (it == impl_->blocks.end()) {
+    model::BlockActivations b = tiled_shards > 1
+                                    ? model::TiledMlpBlockActivations(d, o, tiled_shards, 1.0, t)
+                                    : model::ComputeBlockActivations(d, o, t);
+    it = impl_->blocks.emplace(key, std::move(b)).first;
+  }
+  return it->second;
+}
+
 const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
                                                 const model::ActivationOptions& o,
                                                 const model::Trainability& t) {
@@ -308,11 +333,17 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
     // Frozen parameters and LoRA: each block records only what its trainable parameters and
     // its input's requires_grad make autograd save (model/activations.h Trainability).
     const model::SubgraphTrainability& st = cache->TrainabilityFor(spec, plan);
-    for (const auto& t : st.blocks) {
-      w.blocks.push_back(
-          &cache->Block(spec, act, t, plan.tiled_mlp_shards, options.moe_capacity_factor));
+    for (size_t b = 0; b < st.blocks.size(); ++b) {
+      w.blocks.push_back(&cache->LayerBlock(spec, act, st.blocks[b], plan.tiled_mlp_shards,
+                                            options.moe_capacity_factor, static_cast<int>(b)));
     }
     w.head = &cache->Head(spec, act, st.head);
+  } else if (spec.Heterogeneous()) {
+    // A dense prefix (DeepSeek's first_k_dense_replace): those blocks record their own ledger.
+    for (int b = 0; b < spec.num_layers; ++b) {
+      w.blocks.push_back(&cache->LayerBlock(spec, act, full, plan.tiled_mlp_shards,
+                                            options.moe_capacity_factor, b));
+    }
   }
   return w;
 }

@@ -219,6 +219,13 @@ class ModelCache {
   const model::ActivationLedger& Head(const model::ModelSpec& spec,
                                       const model::ActivationOptions& o,
                                       const model::Trainability& t);
+  // Block `layer`'s ledger: Block(spec, o, t, tiled_shards, capacity) for an MoE block (or any
+  // block of a homogeneous model), else that of the dense prefix (model::ModelSpec::
+  // DenseLayerSpec: its MLP, no experts, so no capacity factor).
+  const model::BlockActivations& LayerBlock(const model::ModelSpec& spec,
+                                            const model::ActivationOptions& o,
+                                            const model::Trainability& t, int tiled_shards,
+                                            double capacity, int layer);
   // OptimizerKernelLaunches (step_walk.h) for these units (one of this cache's), shard group and
   // the plan's optimizer: the same for every plan that shares them.
   int64_t OptimizerLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,

@@ -22,18 +22,20 @@ void Walker::ForwardCompute(int seg) {
   } else if (seg <= L) {
     double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
     Cur().attention_flops = attn * tokens_;
-    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn +
-                          AdapterFlopsPerToken(seg)) *
+    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len, seg - 1).count() -
+                          attn + AdapterFlopsPerToken(seg)) *
                          tokens_;
-    Cur().memory_bytes = block_.full.elementwise_traffic_per_token * tokens_;
+    Cur().memory_bytes = Blk(seg - 1).full.elementwise_traffic_per_token * tokens_;
     int64_t ws = p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - residual_)
-                             : InferWorkingSet();
+                             : InferWorkingSet(seg - 1);
     Transient(Category::kWorkingSet, Stream::kDefault, ws);
-    TWorkingSet(ws, p_.Trains() ? Blk(seg - 1).full : block_.full);
+    TWorkingSet(ws, Blk(seg - 1).full);
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
     TAllocSaved(seg - 1);
-    Cur().host_kernels = static_cast<int16_t>(block_.full.forward_ops);
-    if (p_.cp > 1) UlyssesChain(UlyssesForwardPieces(Cur().memory_bytes, Cur().host_kernels));
+    Cur().host_kernels = static_cast<int16_t>(Blk(seg - 1).full.forward_ops);
+    if (p_.cp > 1) {
+      UlyssesChain(UlyssesForwardPieces(seg - 1, Cur().memory_bytes, Cur().host_kernels));
+    }
   } else {
     Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
@@ -106,8 +108,8 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   } else if (seg >= 1) {
     int b = seg - 1;
     double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
-    double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len).count() - attn;
-    double elem = block_.full.elementwise_traffic_per_token;
+    double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len, b).count() - attn;
+    double elem = Blk(b).full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
     double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
@@ -117,7 +119,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
                          tokens_;
     // About two backward kernels per forward op (autograd nodes launch the input and the weight
     // gradient), plus the recomputed forward.
-    Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * block_.full.forward_ops);
+    Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * Blk(b).full.forward_ops);
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
@@ -128,7 +130,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     }
     if (p_.cp > 1) {
       last_backward_ = UlyssesChain(
-          UlyssesBackwardPieces(Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
+          UlyssesBackwardPieces(b, Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
     }
   } else {
     // embedding_dense_backward_cuda zero-fills the whole weight gradient, then scatter-adds the

@@ -85,9 +85,10 @@ class Walker {
   // actions, becomes pieces[0]; each later piece is a compute op of the same kind that waits for
   // the all-to-alls of the piece before it. Returns the last compute op.
   int32_t UlyssesChain(const UlyssesPieces& pieces);
-  UlyssesPieces UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const;
-  UlyssesPieces UlyssesBackwardPieces(bool recompute, double elem_bytes,
-                                                  int16_t host_kernels) const;
+  // `block`: which block (0-based) the op computes.
+  UlyssesPieces UlyssesForwardPieces(int block, double elem_bytes, int16_t host_kernels) const;
+  UlyssesPieces UlyssesBackwardPieces(int block, bool recompute, double elem_bytes,
+                                      int16_t host_kernels) const;
   void IssueAllGather(size_t i, int32_t dep);
   void Unshard(size_t i, bool forward);
   void Reshard(size_t i);
@@ -102,7 +103,8 @@ class Walker {
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
   double BlockSaved(int block) const;
-  // What block `block` records: its own ledger under frozen parameters or LoRA, else block_.
+  // What block `block` records: its own ledger under frozen parameters, LoRA or a dense prefix
+  // (model::ModelSpec::Heterogeneous), else block_.
   const model::BlockActivations& Blk(int block) const {
     return s_.blocks.empty() ? block_ : *s_.blocks[static_cast<size_t>(block)];
   }
@@ -113,7 +115,7 @@ class Walker {
   double BackwardMatmulRatio(int seg) const;
   double AdapterFlopsPerToken(int seg) const;
   double TiledRecomputeFlopsPerToken(int block) const;
-  int64_t InferWorkingSet() const;
+  int64_t InferWorkingSet(int block) const;
   void ForwardExperts(int seg, bool before_compute);
   void BackwardExperts(int seg, bool before_compute, bool sync);
   const std::vector<int32_t>& ExpertsStarting(int seg) const;  // per-expert units starting at seg
@@ -164,7 +166,8 @@ class Walker {
   // head among them.
   int64_t lookup_grad_bytes_ = 0, tied_grad_bytes_ = 0;
   bool shard_dtype_differs_ = false;  // some sharded parameter is not in the param dtype
-  double tiled_mlp_flops_ = 0;
+  double tiled_mlp_flops_ = 0;        // an MoE (or every) block's MLP forward per token
+  double tiled_dense_mlp_flops_ = 0;  // a dense-prefix block's
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
   int32_t last_optimizer_ = -1;
   // Tensor identities for the allocator replay (step_program.h TensorEvent).

@@ -58,7 +58,10 @@ void Walker::InitTrainability() {
                                     : model::NumSegments(spec.num_layers);
   SHARDTUNE_CHECK(!p_.Trains() || first_backward_seg_ < model::NumSegments(spec.num_layers))
       << "a training plan with nothing trainable (TrainabilityProblems rejects it)";
-  if (p_.tiled_mlp_shards > 1) tiled_mlp_flops_ = model::MlpForwardFlopsPerToken(spec).count();
+  if (p_.tiled_mlp_shards > 1) {
+    tiled_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, spec.num_layers - 1).count();
+    if (spec.Heterogeneous()) tiled_dense_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, 0).count();
+  }
 }
 
 // Narayanan et al. 2021 (Megatron-LM, section 5.1 / eq. 3 derivation): a matmul's backward costs
@@ -76,15 +79,18 @@ double Walker::AdapterFlopsPerToken(int seg) const {
 
 // TiledMLP's backward re-runs every tile's MLP forward with grad enabled (tiled_mlp.h).
 double Walker::TiledRecomputeFlopsPerToken(int block) const {
-  return Backprops(model::BlockSegment(block)) ? tiled_mlp_flops_ : 0.0;
+  if (!Backprops(model::BlockSegment(block))) return 0.0;
+  return s_.spec->MoeLayer(block) || !s_.spec->Heterogeneous() ? tiled_mlp_flops_
+                                                                : tiled_dense_mlp_flops_;
 }
 
 // Under no_grad nothing is saved, so the forward keeps only the op being run: the training
 // ledger's forward peak less what it had saved by then, plus the two largest saved tensors (the
 // inputs and output of the op at the peak, e.g. silu(gate) and up feeding the product).
-int64_t Walker::InferWorkingSet() const {
+int64_t Walker::InferWorkingSet(int block) const {
+  const model::ActivationLedger& l = Blk(block).full;
   double top1 = 0, top2 = 0;
-  for (const auto& t : block_.full.saved) {
+  for (const auto& t : l.saved) {
     if (t.bytes_per_token > top1) {
       top2 = top1;
       top1 = t.bytes_per_token;
@@ -92,9 +98,8 @@ int64_t Walker::InferWorkingSet() const {
       top2 = t.bytes_per_token;
     }
   }
-  double training = block_.full.forward_peak_per_token - residual_;
-  double ws =
-      block_.full.forward_peak_per_token - block_.full.saved_per_token + top1 + top2 - residual_;
+  double training = l.forward_peak_per_token - residual_;
+  double ws = l.forward_peak_per_token - l.saved_per_token + top1 + top2 - residual_;
   return Tok(std::max(0.0, std::min(training, ws)));
 }
 

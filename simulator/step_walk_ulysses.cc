@@ -21,11 +21,11 @@ struct BlockFlops {
   double attn = 0;  // 4·S·q_dim per token (scores and values, full S: each rank has heads / cp)
 };
 
-BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len) {
+BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len, int block) {
   BlockFlops f;
   double h = static_cast<double>(spec.hidden);
   f.attn = model::AttentionForwardFlopsPerToken(spec, seq_len).count();
-  double mm = model::BlockForwardFlopsPerToken(spec, seq_len).count() - f.attn;
+  double mm = model::BlockForwardFlopsPerToken(spec, seq_len, block).count() - f.attn;
   f.pre = std::min(mm, 2.0 * h * static_cast<double>(spec.q_dim() + 2 * spec.kv_dim()));
   f.post = mm - f.pre;
   return f;
@@ -33,8 +33,9 @@ BlockFlops Split(const model::ModelSpec& spec, int64_t seq_len) {
 
 }  // namespace
 
-UlyssesPieces Walker::UlyssesForwardPieces(double elem_bytes, int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.seq_len);
+UlyssesPieces Walker::UlyssesForwardPieces(int block, double elem_bytes,
+                                           int16_t host_kernels) const {
+  BlockFlops f = Split(*s_.spec, s_.seq_len, block);
   UlyssesPieces v;
   // Norm, projections and rope, then q, k, v out (3 calls); the memory-bound traffic is kept
   // with the first piece (an approximation: it only moves time between pieces of one chain).
@@ -45,9 +46,9 @@ UlyssesPieces Walker::UlyssesForwardPieces(double elem_bytes, int16_t host_kerne
   return v;
 }
 
-UlyssesPieces Walker::UlyssesBackwardPieces(bool recompute, double elem_bytes,
+UlyssesPieces Walker::UlyssesBackwardPieces(int block, bool recompute, double elem_bytes,
                                             int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.seq_len);
+  BlockFlops f = Split(*s_.spec, s_.seq_len, block);
   int64_t qkv = a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes;
   UlyssesPieces v;
   if (recompute) {

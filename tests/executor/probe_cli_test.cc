@@ -28,7 +28,7 @@ TEST(ExecutorProbeCliTest, CpuProbeWritesTablesOverTheModelsShapes) {
   // Every distinct GEMM of tiny-llama at 64 rows (forward, dX, dW of each projection and the
   // head) was timed: tiny-llama's shapes are small enough for the budget.
   model::ModelSpec spec = model::FindModelPreset("tiny-llama");
-  std::vector<model::GemmShape> fwd = model::BlockForwardGemms(spec, 64);
+  std::vector<model::GemmShape> fwd = model::BlockForwardGemms(spec, 64, 0);
   fwd.push_back(model::HeadForwardGemm(spec, 64));
   std::set<std::tuple<int64_t, int64_t, int64_t>> want, got;
   for (const auto& g : model::WithBackward(fwd)) want.insert({g.m, g.n, g.k});

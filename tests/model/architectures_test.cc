@@ -163,12 +163,12 @@ TEST(ArchitecturesTest, FusedProjectionsAreWiderGemmsOfTheSameFlops) {
     for (const GemmShape& s : g) f += s.flops() * static_cast<double>(s.count);
     return f;
   };
-  std::vector<GemmShape> g = BlockForwardGemms(fused, 4096);
+  std::vector<GemmShape> g = BlockForwardGemms(fused, 4096, 0);
   EXPECT_EQ(g.size(), 4u);  // qkv, o, gate_up, down
   EXPECT_EQ(g[0].n, 7680);
   EXPECT_EQ(g[2].n, 35840);
   EXPECT_EQ(g[2].count, 1);
-  EXPECT_DOUBLE_EQ(total(g), total(BlockForwardGemms(split, 4096)));
+  EXPECT_DOUBLE_EQ(total(g), total(BlockForwardGemms(split, 4096, 0)));
 }
 
 ActivationOptions Bf16Sdpa() {
@@ -373,8 +373,8 @@ TEST(ArchitecturesTest, SlidingWindowsShortenTheAttentionFlops) {
   EXPECT_DOUBLE_EQ(AttentionForwardFlopsPerToken(g3, 512).count(), 4 * qd * 512);
   ModelSpec full = g3;
   full.sliding_window = 0;
-  EXPECT_DOUBLE_EQ(BlockForwardFlopsPerToken(full, 8192).count() -
-                       BlockForwardFlopsPerToken(g3, 8192).count(),
+  EXPECT_DOUBLE_EQ(BlockForwardFlopsPerToken(full, 8192, 0).count() -
+                       BlockForwardFlopsPerToken(g3, 8192, 0).count(),
                    4 * qd * 8192 - AttentionForwardFlopsPerToken(g3, 8192).count());
 }
 

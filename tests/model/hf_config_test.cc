@@ -243,7 +243,8 @@ TEST(HfConfigTest, LooksLikeHfConfig) {
   EXPECT_TRUE(LooksLikeHfConfig(nlohmann::json{{"model_type", "llama"}}));
   EXPECT_FALSE(LooksLikeHfConfig(Load("tiny-moe.model.json")));
   EXPECT_FALSE(LooksLikeHfConfig(nlohmann::json::array()));
-  EXPECT_EQ(SupportedHfArchitectures().size(), 15u);  // + Qwen3-MoE, Phi-3, OLMo 2, Gemma, GPT-OSS
+  // + Qwen3-MoE, Phi-3, OLMo 2, Gemma, GPT-OSS, DeepSeek-V2 and V3
+  EXPECT_EQ(SupportedHfArchitectures().size(), 17u);
 }
 
 TEST(HfConfigTest, NotAnObjectFails) {

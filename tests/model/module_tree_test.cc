@@ -101,7 +101,7 @@ TEST(ModuleTreeTest, BlockFlopsFollowNarayananFormula) {
   double h = 4096, f = 11008;
   // 2 FLOPs per MAC over q,k,v,o (4·H²) and the SwiGLU MLP (3·H·F), plus QK^T and PV: 4·S·H.
   double expected = 2 * (4 * h * h + 3 * h * f) + 4.0 * static_cast<double>(S) * h;
-  EXPECT_DOUBLE_EQ(BlockForwardFlopsPerToken(s, S).count(), expected);
+  EXPECT_DOUBLE_EQ(BlockForwardFlopsPerToken(s, S, 0).count(), expected);
 }
 
 TEST(ModuleTreeTest, TiedEmbeddingHasNoSeparateHeadWeight) {

@@ -144,7 +144,7 @@ TEST(TrainableTest, TiledMlpDropsTheMlpIntermediatesFromSavedActivations) {
   // One tile of S / 4 tokens is live at a time: the forward peak falls by at least 3/4 of
   // the product and silu output live at the MLP's peak.
   EXPECT_LE(tiled.full.forward_peak_per_token, full.full.forward_peak_per_token - 0.75 * 2 * f * e);
-  EXPECT_DOUBLE_EQ(MlpForwardFlopsPerToken(s).count(), 2.0 * 3 * static_cast<double>(s.hidden) * f);
+  EXPECT_DOUBLE_EQ(MlpForwardFlopsPerToken(s, 0).count(), 2.0 * 3 * static_cast<double>(s.hidden) * f);
 }
 
 // A capacity factor C gives each routed expert C x its balanced tokens: the experts' saved

@@ -96,7 +96,7 @@ TEST(KernelTimeTest, BlockGemmsCarryTheParameterFlops) {
   double weights = static_cast<double>(s.hidden) * (2 * s.q_dim() + 2 * s.kv_dim()) +
                    3.0 * static_cast<double>(s.hidden) * static_cast<double>(s.ffn_hidden);
   double flops = 0;
-  for (const GemmShape& g : model::BlockForwardGemms(s, 1000)) flops += g.flops() * g.count;
+  for (const GemmShape& g : model::BlockForwardGemms(s, 1000, 0)) flops += g.flops() * g.count;
   EXPECT_DOUBLE_EQ(flops, 2.0 * 1000 * weights);
 }
 
@@ -111,7 +111,7 @@ TEST(KernelTimeTest, EffectiveConstantsComeFromTheTablesOrStayAsGiven) {
   EXPECT_EQ(same.matmul_efficiency, k.matmul_efficiency);
   // Every GEMM of the plan measured at 6e14 FLOP/s: the efficiency is 6e14 over the bf16 peak.
   profiles::KernelTables t;
-  std::vector<GemmShape> all = model::BlockForwardGemms(spec, 4096);
+  std::vector<GemmShape> all = model::BlockForwardGemms(spec, 4096, 0);
   all.push_back(model::HeadForwardGemm(spec, 4096));
   for (const GemmShape& g : model::WithBackward(all)) t.gemm.push_back(Gemm(g.m, g.n, g.k, 6e14));
   t.host.kernel_launch = Seconds::Micros(4);

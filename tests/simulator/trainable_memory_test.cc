@@ -99,7 +99,7 @@ TEST(TrainableMemoryTest, FrozenMiddleBlockKeepsAllGathersDropsReduceScatterAndW
   EXPECT_EQ(count(a, OpKind::kReduceScatter, &rs_a) - count(b, OpKind::kReduceScatter, &rs_b),
             2);  // 2 steps
   double tokens = 64, attn = 4.0 * 64 * static_cast<double>(s.q_dim());
-  double mm = model::BlockForwardFlopsPerToken(s, 64).count() - attn;
+  double mm = model::BlockForwardFlopsPerToken(s, 64, 0).count() - attn;
   EXPECT_DOUBLE_EQ(
       BackwardMatmul(a, model::BlockSegment(1)) - BackwardMatmul(b, model::BlockSegment(1)),
       mm * tokens);
@@ -357,6 +357,32 @@ TEST(TrainableMemoryTest, FeatureSavingsAddUpToTheTotal) {
   }
   EXPECT_TRUE(found);
   EXPECT_FALSE(UsesFeatures(Seq(2048)));
+}
+
+// DeepSeek's first_k_dense_replace: the dense blocks record their own ledger (a dense MLP, no
+// router or experts) and their own FLOPs. At the forward's end the saved activations are every
+// block's saved bytes per token times the tokens, the dense blocks' from the dense spec's ledger;
+// each block's forward compute op carries that block's matmul FLOPs.
+TEST(TrainableMemoryTest, DensePrefixBlocksRecordTheirOwnLedgerAndFlops) {
+  auto s = FindModelPreset("deepseek-v2-lite");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(1024);
+  auto o = model::ActivationOptionsFor(p, 1024);
+  double moe = model::ComputeBlockActivations(s, o).full.saved_per_token;
+  double dense = model::ComputeBlockActivations(s.DenseLayerSpec(), o).full.saved_per_token;
+  ASSERT_LT(dense, moe);
+  const double tokens = 1024;
+  int64_t expected = static_cast<int64_t>(dense * tokens) + 26 * static_cast<int64_t>(moe * tokens);
+  auto e = EstimateMemoryWithProgram(s, c, p, {}, false);
+  EXPECT_EQ(CategoryPeak(e.report, "activations saved for backward").count(), expected);
+  double attn = model::AttentionForwardFlopsPerToken(s, 1024).count();
+  for (const auto& op : e.program.ops) {
+    if (op.kind != OpKind::kForward || op.step != 1 || op.segment < 1 || op.segment > 27) continue;
+    int b = op.segment - 1;
+    EXPECT_DOUBLE_EQ(op.matmul_flops,
+                     (model::BlockForwardFlopsPerToken(s, 1024, b).count() - attn) * tokens)
+        << b;
+  }
 }
 
 }  // namespace
