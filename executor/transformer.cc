@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "executor/communicator.h"
 #include "executor/transformer_support.h"
@@ -220,12 +222,14 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
   auto qkv = [&](const at::Tensor& n) { return Qkv(p, attn, n); };
   // The MLP (or MoE) on a normalised input `n` packed as NormThen's projections: a dense MLP's
   // up projections, or the MoE block's output alone.
+  // DeepSeek's first_k_dense_replace blocks have a dense MLP (ModelSpec::MoeLayer).
+  const bool moe = spec_.MoeLayer(layer);
   auto up = [&](const at::Tensor& n) {
-    if (spec_.moe.enabled()) return std::vector<at::Tensor>{Moe(p, pre + ".block_sparse_moe", n)};
+    if (moe) return std::vector<at::Tensor>{Moe(p, pre + ".block_sparse_moe", n)};
     return MlpUp(p, pre + ".mlp", n);
   };
   auto down = [&](const std::vector<at::Tensor>& u) {
-    return spec_.moe.enabled() ? u[0] : MlpDown(p, pre + ".mlp", u);
+    return moe ? u[0] : MlpDown(p, pre + ".mlp", u);
   };
   if (spec_.norm_placement == model::NormPlacement::kPost) {
     // Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x));
@@ -258,12 +262,20 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x) const {
   const model::MoeSpec& m = spec_.moe;
   at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
-  at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/false, /*conv1d=*/false);  // [T, E]
-  at::Tensor probs = at::softmax(logits, -1, at::kFloat);
-  auto top = at::topk(probs, m.top_k, -1);
-  at::Tensor weights = std::get<0>(top), chosen = std::get<1>(top);      // [T, k]
-  if (m.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  weights = weights.to(x.scalar_type());
+  at::Tensor weights, chosen;                                              // [T, k]
+  if (m.deepseek_router) {
+    // fp32 weights: each expert's output times its weight is an fp32 product, summed back in
+    // the compute dtype (transformers 5.x: current_hidden_states.to(final_hidden_states.dtype)).
+    std::tie(chosen, weights) = DeepseekRoute(p, pre, flat);
+  } else {
+    at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/false, /*conv1d=*/false);  // [T, E]
+    at::Tensor probs = at::softmax(logits, -1, at::kFloat);
+    auto top = at::topk(probs, m.top_k, -1);
+    weights = std::get<0>(top);
+    chosen = std::get<1>(top);
+    if (m.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+    weights = weights.to(x.scalar_type());
+  }
   at::Tensor out = at::zeros_like(flat);
   for (int e = 0; e < m.num_experts; ++e) {
     // Every expert runs, one no token chose on [0, H] rows: its weights then get (zero)
@@ -273,7 +285,7 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     std::string ep = pre + ".experts." + std::to_string(e);
     at::Tensor y = MlpDown(p, ep, MlpUp(p, ep, flat.index_select(0, token)));
     y = y * weights.reshape({-1}).index_select(0, token * m.top_k + slot).unsqueeze(-1);
-    out = out.index_add(0, token, y);
+    out = out.index_add(0, token, y.to(out.scalar_type()));
   }
   if (m.num_shared_experts > 0) {
     std::string sp = pre + ".shared_expert";
@@ -286,9 +298,56 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
   return out.view_as(x);
 }
 
-// The attention's input projections: q, k, v [B, S, heads * D], or GPT-2's c_attn [B, S, 3H].
+// DeepseekV3TopkRouter / DeepseekV3MoE.route_tokens_to_experts (transformers 5.x) and DeepSeek's
+// V2 MoEGate (modeling_deepseek.py): logits = F.linear(x.float(), W.float()); scores = sigmoid
+// (V3) or softmax (V2). noaux_tc (V3), under no_grad: scores + e_score_correction_bias (a
+// buffer, zeros as transformers initialises it and nothing here updates it), each of n_group
+// groups scored by its two best, the topk_group best groups kept (the others' scores zeroed),
+// top-k over what is left; greedy (V2-Lite): top-k of the scores. The weights are the chosen
+// scores (gather). V3 renormalises them when norm_topk_prob (+1e-20) and always multiplies by
+// routed_scaling_factor; V2's MoEGate renormalises when top_k > 1 and norm_topk_prob, else
+// scales.
+std::pair<at::Tensor, at::Tensor> Transformer::DeepseekRoute(const ParamTable& p,
+                                                             const std::string& pre,
+                                                             const at::Tensor& flat) const {
+  const model::MoeSpec& m = spec_.moe;
+  at::Tensor logits = at::linear(flat.to(at::kFloat), Get(p, pre + ".gate.weight").to(at::kFloat));
+  at::Tensor scores = m.sigmoid_scores ? at::sigmoid(logits) : at::softmax(logits, -1);
+  at::Tensor chosen;
+  {
+    at::NoGradGuard no_grad;
+    if (m.topk_method == "noaux_tc") {
+      const int64_t T = scores.size(0), G = m.n_group, E = m.num_experts;
+      at::Tensor group_scores = std::get<0>(scores.view({T, G, E / G}).topk(2, -1)).sum(-1);
+      at::Tensor group_idx = std::get<1>(group_scores.topk(m.topk_group, -1, true, false));
+      at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
+      at::Tensor score_mask = group_mask.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E});
+      at::Tensor for_choice = scores.masked_fill(score_mask.logical_not(), 0.0);
+      chosen = std::get<1>(for_choice.topk(m.top_k, -1, true, false));
+    } else {
+      chosen = std::get<1>(scores.topk(m.top_k, -1, true, false));
+    }
+  }
+  at::Tensor weights = scores.gather(1, chosen);
+  if (m.sigmoid_scores) {  // V3
+    if (m.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
+    weights = weights * m.routed_scaling_factor;
+  } else if (m.top_k > 1 && m.norm_topk_prob) {  // V2
+    weights = weights / (weights.sum(-1, true) + 1e-20);
+  } else {
+    weights = weights * m.routed_scaling_factor;
+  }
+  return {chosen, weights};
+}
+
+// The attention's input projections: q, k, v [B, S, heads * D], or GPT-2's c_attn [B, S, 3H];
+// MLA's q_a_proj (or q_proj) and kv_a_proj_with_mqa outputs.
 std::vector<at::Tensor> Transformer::Qkv(const ParamTable& p, const std::string& pre,
                                          const at::Tensor& x) const {
+  if (spec_.mla.enabled()) {
+    const char* q = spec_.mla.q_lora_rank > 0 ? ".q_a_proj" : ".q_proj";
+    return {Proj(p, pre + q, x, false, false), Proj(p, pre + ".kv_a_proj_with_mqa", x, false, false)};
+  }
   if (gpt2_names_) return {Proj(p, pre + ".c_attn", x, spec_.qkv_bias, true)};
   if (spec_.fused_qkv) return {Proj(p, pre + ".qkv_proj", x, spec_.qkv_bias, false)};  // Phi-3
   return {Proj(p, pre + ".q_proj", x, spec_.qkv_bias, false),
@@ -298,6 +357,7 @@ std::vector<at::Tensor> Transformer::Qkv(const ParamTable& p, const std::string&
 
 at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
                                   const std::vector<at::Tensor>& qkv, int layer) const {
+  if (spec_.mla.enabled()) return MlaAttention(p, pre, qkv);
   const bool sliding = layer >= 0 && spec_.SlidingLayer(layer);
   const int64_t window = sliding ? spec_.sliding_window : 0;
   int64_t B = qkv[0].size(0), S = qkv[0].size(1), D = spec_.head_dim;
@@ -355,6 +415,48 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   }
   return Proj(p, pre + (gpt2_names_ ? ".c_proj" : ".o_proj"), o, spec_.attn_out_bias,
               gpt2_names_);
+}
+
+// DeepseekV3Attention.forward (modeling_deepseek_v3.py): q = q_b_proj(q_a_layernorm(q_a)) (or
+// q_proj's output) as [B, a, S, nope + rope], split into q_pass and q_rot; the latent part of
+// kv_a_proj_with_mqa's output through kv_a_layernorm and kv_b_proj into [B, a, S, nope + v],
+// split into k_pass and the values; its rope part [B, 1, S, rope] one key shared by the heads.
+// The rope parts are rotated as DeepSeek stores them, in interleaved pairs
+// (apply_rotary_pos_emb_interleave: view [.., rope/2, 2], transpose, reshape, then
+// rotate_half's rotation); k_rot is expanded to the heads; query = cat(q_pass, q_rot), key =
+// cat(k_pass, k_rot); attention scaled by (nope + rope)^-0.5 (no YaRN here: refused by name),
+// values v wide; o_proj over [B, S, a·v].
+at::Tensor Transformer::MlaAttention(const ParamTable& p, const std::string& pre,
+                                     const std::vector<at::Tensor>& proj) const {
+  const model::MlaSpec& m = spec_.mla;
+  const int64_t B = proj[0].size(0), S = proj[0].size(1), a = spec_.num_heads;
+  const int64_t nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, vd = m.v_head_dim;
+  at::Tensor q = proj[0];
+  if (m.q_lora_rank > 0) {
+    q = Proj(p, pre + ".q_b_proj", Run(NormPiece(p, pre + ".q_a_layernorm", q)), false, false);
+  }
+  q = q.view({B, S, a, nope + rope}).transpose(1, 2);  // [B, a, S, nope + rope]
+  at::Tensor q_pass = q.narrow(-1, 0, nope), q_rot = q.narrow(-1, nope, rope);
+  at::Tensor latent = proj[1].narrow(-1, 0, m.kv_lora_rank);
+  at::Tensor k_rot = proj[1].narrow(-1, m.kv_lora_rank, rope).view({B, 1, S, rope});
+  at::Tensor kv = Proj(p, pre + ".kv_b_proj", Run(NormPiece(p, pre + ".kv_a_layernorm", latent)),
+                       false, false)
+                      .view({B, S, a, nope + vd})
+                      .transpose(1, 2);  // [B, a, S, nope + v]
+  at::Tensor k_pass = kv.narrow(-1, 0, nope), v = kv.narrow(-1, nope, vd);
+  auto deinterleave = [](const at::Tensor& t) {  // [.., d] pairs (x0, x1), .. -> halves
+    std::vector<int64_t> shape = t.sizes().vec();
+    const int64_t d = shape.back();
+    std::vector<int64_t> pairs(shape.begin(), shape.end() - 1);
+    pairs.push_back(d / 2);
+    pairs.push_back(2);
+    return t.reshape(pairs).transpose(-1, -2).reshape(shape);
+  };
+  q_rot = Rotary(deinterleave(q_rot), PositionOffset(S));
+  k_rot = Rotary(deinterleave(k_rot), PositionOffset(S)).expand({B, a, S, rope});
+  at::Tensor query = at::cat({q_pass, q_rot}, -1), key = at::cat({k_pass, k_rot}, -1);
+  at::Tensor o = Core(query, key, v.contiguous()).transpose(1, 2).reshape({B, S, a * vd});
+  return Proj(p, pre + ".o_proj", o, false, false);
 }
 
 at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window) const {

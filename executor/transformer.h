@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "executor/recompute.h"
@@ -85,6 +86,15 @@ class Transformer {
   // spec's attn_logit_softcap the scores are soft-capped before the mask and the softmax, as
   // Gemma 2's eager_attention_forward does (modeling_gemma2.py), on the eager path only.
   at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0) const;
+  // DeepSeek's multi-head latent attention (transformer.cc) of block attention module `prefix`
+  // ("model.layers.N.self_attn") on {q_a_proj or q_proj output, kv_a_proj_with_mqa output}
+  // [B, S, *]; returns o_proj's output [B, S, H].
+  at::Tensor MlaAttention(const ParamTable& p, const std::string& prefix,
+                          const std::vector<at::Tensor>& proj) const;
+  // DeepSeek's router of MoE module `prefix` on tokens [T, H]: the top-k expert indices [T, k]
+  // and their fp32 weights [T, k].
+  std::pair<at::Tensor, at::Tensor> DeepseekRoute(const ParamTable& p, const std::string& prefix,
+                                                  const at::Tensor& flat) const;
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -111,6 +121,7 @@ class Transformer {
   // base); -1 for a layer without a window.
   at::Tensor Attention(const ParamTable& p, const std::string& prefix,
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
+
   at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;

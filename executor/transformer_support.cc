@@ -1,19 +1,16 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
 // families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
 // apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
-// DeepSeek (MLA, its router, dense first blocks) and GPT-OSS are refused by name.
+// DeepSeek (MLA, its router, dense first blocks; not YaRN, which its configs use); GPT-OSS is
+// refused by name.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
-  if (spec.mla.enabled()) {
-    return "DeepSeek's multi-head latent attention (mla) is not implemented by the executor "
-           "(estimate, simulate and tune model it)";
-  }
-  if (spec.moe.deepseek_router || spec.moe.first_dense_layers > 0) {
-    return "DeepSeek's router (fp32 scores, group-limited top-k) and dense first layers "
-           "(first_k_dense_replace) are not implemented by the executor";
+  if (spec.moe.deepseek_router && spec.moe.topk_method == "group_limited_greedy") {
+    return "DeepSeek-V2's topk_method \"group_limited_greedy\" is not implemented by the executor "
+           "(it computes \"greedy\" and V3's \"noaux_tc\")";
   }
   if (spec.moe.router_aux_loss) {
     return "the MoE auxiliary load-balancing loss (output_router_logits) is not computed by the "
@@ -51,6 +48,10 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
 
 std::string UlyssesProblem(const model::ModelSpec& spec, int cp) {
   if (cp <= 1) return "";
+  if (spec.mla.enabled()) {
+    return "--cp " + std::to_string(cp) + ": Ulysses is not implemented for multi-head latent "
+           "attention (mla)";
+  }
   int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
   if (spec.num_heads % cp != 0) {
     return "--cp " + std::to_string(cp) + ": Ulysses splits attention heads, and " +

@@ -524,6 +524,8 @@ void ReadDeepseek(HfReader* h, Family f, ModelSpec* s, std::vector<std::string>*
                      (f == Family::kDeepseekV3 ? "DeepseekV3TopkRouter" : "DeepSeek-V2's MoEGate") +
                      " computes), got " + Describe(h->Value("scoring_func")));
   }
+  e.sigmoid_scores = f == Family::kDeepseekV3;
+  e.topk_method = f == Family::kDeepseekV3 ? "noaux_tc" : "greedy";  // the configs' defaults
   if (h->Has("topk_method") && !h->Value("topk_method").is_null()) {
     const nlohmann::json& v = h->Value("topk_method");
     bool ok = f == Family::kDeepseekV3 ? v == "noaux_tc"
@@ -534,6 +536,7 @@ void ReadDeepseek(HfReader* h, Family f, ModelSpec* s, std::vector<std::string>*
                                                  : "\"greedy\" or \"group_limited_greedy\"") +
                        ", got " + Describe(v));
     }
+    e.topk_method = v.get<std::string>();
   }
   // DeepseekV3RotaryEmbedding: rope_theta and rope_scaling (V3: YaRN, factor 40); the RMSNorms'
   // epsilon rms_norm_eps.

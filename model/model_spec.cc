@@ -90,6 +90,12 @@ void CheckMoe(const ModelSpec& s, ProblemList* p) {
             "integer in [1, n_group = " + std::to_string(m.n_group) + "]", m.topk_group);
   p->Expect(m.routed_scaling_factor > 0 && m.routed_scaling_factor <= 1e6,
             "moe/routed_scaling_factor", "a number in (0, 1e6]", Num(m.routed_scaling_factor));
+  p->Expect(m.topk_method == "greedy" || m.topk_method == "group_limited_greedy" ||
+                m.topk_method == "noaux_tc",
+            "moe/topk_method", "\"greedy\", \"group_limited_greedy\" or \"noaux_tc\"",
+            "\"" + m.topk_method + "\"");
+  p->Expect(!m.sigmoid_scores || m.deepseek_router, "moe/sigmoid_scores",
+            "false without deepseek_router", Bool(m.sigmoid_scores));
   p->Expect(!m.deepseek_router || !m.gpt_oss_experts, "moe/deepseek_router",
             "false with gpt_oss_experts (GPT-OSS has its own router)", Bool(m.deepseek_router));
   p->Expect(m.top_k >= 1 && m.top_k <= m.num_experts, "moe/top_k",

@@ -56,6 +56,11 @@ struct MoeSpec {
   // logits, fp32 softmax). n_group, topk_group, routed_scaling_factor and the scoring function
   // change values only (the executor refuses this router by name).
   bool deepseek_router = false;
+  // The DeepSeek router's values (what `run` computes): scores by sigmoid (V3) or softmax (V2);
+  // top-k "noaux_tc" (V3: the topk_group best of n_group groups by their two best scores),
+  // "greedy" (V2-Lite: plain top-k) or "group_limited_greedy" (V2: groups by their best score).
+  bool sigmoid_scores = false;
+  std::string topk_method = "greedy";
   int n_group = 1;
   int topk_group = 1;
   double routed_scaling_factor = 1.0;

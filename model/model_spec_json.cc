@@ -35,6 +35,8 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.gpt_oss_experts = r->OptionalBool("gpt_oss_experts", false);
   m.first_dense_layers = OptInt(r, "first_dense_layers", 0);
   m.deepseek_router = r->OptionalBool("deepseek_router", false);
+  m.sigmoid_scores = r->OptionalBool("sigmoid_scores", false);
+  m.topk_method = r->OptionalString("topk_method", "greedy");
   m.n_group = OptInt(r, "n_group", 1);
   m.topk_group = OptInt(r, "topk_group", 1);
   m.routed_scaling_factor = r->OptionalNumber("routed_scaling_factor", 1.0, -1e300, 1e300);
@@ -215,6 +217,8 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     if (s.moe.first_dense_layers != 0) m["first_dense_layers"] = s.moe.first_dense_layers;
     if (s.moe.deepseek_router) {
       m["deepseek_router"] = true;
+      m["sigmoid_scores"] = s.moe.sigmoid_scores;
+      m["topk_method"] = s.moe.topk_method;
       m["n_group"] = s.moe.n_group;
       m["topk_group"] = s.moe.topk_group;
       m["routed_scaling_factor"] = s.moe.routed_scaling_factor;

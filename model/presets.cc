@@ -284,6 +284,8 @@ void Add2026(std::vector<PresetInfo>* p) {
   v3.moe.n_group = 8;
   v3.moe.topk_group = 4;
   v3.moe.routed_scaling_factor = 2.5;
+  v3.moe.sigmoid_scores = true;  // scoring_func "sigmoid", topk_method "noaux_tc"
+  v3.moe.topk_method = "noaux_tc";
   v3.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...}
   v3.rope_scaling.factor = 40;
   p->push_back(Preset("deepseek-v3", v3, 671'026'404'352,
