@@ -29,6 +29,7 @@ using testing::AllOf;
 using testing::HasSubstr;
 using testing::ThrowsMessage;
 
+using testing_util::Bf16Sdpa;
 using testing_util::Data;
 using testing_util::Shape;
 
@@ -169,12 +170,6 @@ TEST(ArchitecturesTest, FusedProjectionsAreWiderGemmsOfTheSameFlops) {
   EXPECT_EQ(g[2].n, 35840);
   EXPECT_EQ(g[2].count, 1);
   EXPECT_DOUBLE_EQ(total(g), total(BlockForwardGemms(split, 4096, 0)));
-}
-
-ActivationOptions Bf16Sdpa() {
-  ActivationOptions o;
-  o.seq_len = 4096;
-  return o;
 }
 
 // Phi3DecoderLayer, bf16, SDPA, per token (e = 2). As HF Llama (activations_test.cc) except:

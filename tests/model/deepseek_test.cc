@@ -24,6 +24,7 @@ namespace {
 using testing::AllOf;
 using testing::HasSubstr;
 using testing::ThrowsMessage;
+using testing_util::Bf16Sdpa;
 using testing_util::Data;
 using testing_util::Shape;
 
@@ -132,12 +133,6 @@ TEST(DeepseekTest, FlopsAndGemmsFollowTheLayer) {
                 BlockForwardFlopsPerToken(s, 4096, layer).count() - attn, 1e-6 * gemm / tokens)
         << layer;
   }
-}
-
-ActivationOptions Bf16Sdpa() {
-  ActivationOptions o;
-  o.seq_len = 4096;
-  return o;
 }
 
 // DeepseekV3DecoderLayer, bf16, SDPA (memory-efficient: q/k and v head dims differ), per token

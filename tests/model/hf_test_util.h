@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "model/activations.h"
 #include "model/model_spec.h"
 #include "model/model_spec_json.h"
 
@@ -18,6 +19,14 @@ inline std::string Shape(ModelSpec s) {
   s.name.clear();
   s.source.clear();
   return ModelSpecToJson(s).dump();
+}
+
+// The activation options of the architecture tests' hand counts: bf16, SDPA, HF modeling, at
+// 4096 tokens.
+inline ActivationOptions Bf16Sdpa() {
+  ActivationOptions o;
+  o.seq_len = 4096;
+  return o;
 }
 
 }  // namespace shardtune::model::testing_util
