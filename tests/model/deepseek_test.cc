@@ -128,9 +128,12 @@ TEST(DeepseekTest, FlopsAndGemmsFollowTheLayer) {
   for (int layer : {0, 60}) {
     double gemm = 0;
     const int64_t tokens = 4096;
-    for (const GemmShape& g : BlockForwardGemms(s, tokens, layer)) gemm += g.flops() * g.count;
-    EXPECT_NEAR(gemm / tokens,
-                BlockForwardFlopsPerToken(s, 4096, layer).count() - attn, 1e-6 * gemm / tokens)
+    for (const GemmShape& g : BlockForwardGemms(s, tokens, layer)) {
+      gemm += g.flops() * static_cast<double>(g.count);
+    }
+    const double per_token = gemm / static_cast<double>(tokens);
+    EXPECT_NEAR(per_token, BlockForwardFlopsPerToken(s, 4096, layer).count() - attn,
+                1e-6 * per_token)
         << layer;
   }
 }
