@@ -407,6 +407,30 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   h->RequireZero("attention_dropout", kDropoutWhy);
 }
 
+// A quantized checkpoint (quantization_config, not null): a warning naming its quant_method and
+// `how` training treats the quantized weights; memory and time are those of the compute dtype.
+void WarnQuantized(HfReader* h, const std::string& what, const std::string& how,
+                   std::vector<std::string>* warnings) {
+  if (!h->Has("quantization_config")) return;
+  const nlohmann::json& q = h->Value("quantization_config");
+  if (warnings == nullptr || q.is_null()) return;
+  warnings->push_back(h->Where("quantization_config") + ": " + what + " quantized (" +
+                      (q.is_object() && q.contains("quant_method") ? Describe(q.at("quant_method"))
+                                                                  : std::string("?")) +
+                      "); " + how + ", so memory and time are estimated for " +
+                      "the compute dtype");
+}
+
+// Llama's rotary and norm settings (LlamaRotaryEmbedding: inv_freq = 1 / rope_theta^(2i/d),
+// rescaled by rope_scaling's scheme, modeling_rope_utils.py ROPE_INIT_FUNCTIONS; LlamaRMSNorm's
+// variance_epsilon = rms_norm_eps): rope_theta, rope_parameters or rope_scaling, rms_norm_eps.
+void ReadRopeAndNormEps(HfReader* h, ModelSpec* s) {
+  s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);
+  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->norm_eps = h->OptNumber("rms_norm_eps", 0, 0.5);
+}
+
 // GptOssForCausalLM (modeling_gpt_oss.py): Llama's projections with biases (attention_bias), a
 // sink logit per head, sliding and full layers alternating (layer_types), and its MoE:
 // num_local_experts 3-D experts with biases and the clamped SwiGLU, top num_experts_per_tok
@@ -430,17 +454,7 @@ void ReadGptOss(HfReader* h, ModelSpec* s, std::vector<std::string>* warnings) {
   s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
   s->sliding_window = h->OptInt("sliding_window", 128);
   s->full_attention_every = FullAttentionEvery(h, s->num_layers, 2);
-  if (h->Has("quantization_config")) {
-    const nlohmann::json& q = h->Value("quantization_config");
-    if (warnings && !q.is_null()) {
-      warnings->push_back(h->Where("quantization_config") +
-                          ": the checkpoint's experts are quantized (" +
-                          (q.is_object() && q.contains("quant_method") ? Describe(q.at("quant_method"))
-                                                                      : std::string("?")) +
-                          "); training dequantizes them, so memory and time are estimated for "
-                          "the compute dtype");
-    }
-  }
+  WarnQuantized(h, "the checkpoint's experts are", "training dequantizes them", warnings);
 }
 
 // DeepseekV3ForCausalLM (modeling_deepseek_v3.py) and DeepseekV2ForCausalLM (DeepSeek's
@@ -538,22 +552,9 @@ void ReadDeepseek(HfReader* h, Family f, ModelSpec* s, std::vector<std::string>*
     }
     e.topk_method = v.get<std::string>();
   }
-  // DeepseekV3RotaryEmbedding: rope_theta and rope_scaling (V3: YaRN, factor 40); the RMSNorms'
-  // epsilon rms_norm_eps.
-  s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);
-  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
-  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
-  s->norm_eps = h->OptNumber("rms_norm_eps", 0, 0.5);
-  if (h->Has("quantization_config")) {
-    const nlohmann::json& q = h->Value("quantization_config");
-    if (warnings && !q.is_null()) {
-      warnings->push_back(h->Where("quantization_config") + ": the checkpoint is quantized (" +
-                          (q.is_object() && q.contains("quant_method") ? Describe(q.at("quant_method"))
-                                                                      : std::string("?")) +
-                          "); training runs on weights in the compute dtype, so memory and time "
-                          "are estimated for it");
-    }
-  }
+  // DeepseekV3RotaryEmbedding and DeepseekV3RMSNorm as Llama's (V3: YaRN, factor 40).
+  ReadRopeAndNormEps(h, s);
+  WarnQuantized(h, "the checkpoint is", "training runs on weights in the compute dtype", warnings);
 }
 
 // Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3, OLMo 2, GPT-OSS
@@ -590,12 +591,7 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   }
   if (f == Family::kPhi3) ReadPhi3(h, s);
   if (f == Family::kOlmo2) ReadOlmo2(h, s);
-  // LlamaRotaryEmbedding: inv_freq = 1 / rope_theta^(2i/d), rescaled by rope_scaling's scheme
-  // (modeling_rope_utils.py ROPE_INIT_FUNCTIONS); LlamaRMSNorm's variance_epsilon = rms_norm_eps.
-  s->rope_theta = h->OptNumber("rope_theta", 0, 1e12);
-  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
-  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
-  s->norm_eps = h->OptNumber("rms_norm_eps", 0, 0.5);
+  ReadRopeAndNormEps(h, s);
 }
 
 // GPT2LMHeadModel (modeling_gpt2.py): Conv1D layers with biases, LayerNorm, learned wpe, GELU MLP

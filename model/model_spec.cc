@@ -238,7 +238,8 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   const T norms = s.norm_placement == NormPlacement::kSandwich ? 4 : 2;
   const T shared = AttentionParams<T>(s) + norms * NormParams(s, h);
   // DeepSeek's first_k_dense_replace: the first blocks dense, the others MoE.
-  const int dense_layers = s.moe.enabled() ? std::clamp(s.moe.first_dense_layers, 0, s.num_layers) : 0;
+  // (Clamped: Problems() counts the parameters of specs it has not yet found valid.)
+  const int dense_layers = std::clamp(s.DenseLayers(), 0, s.num_layers);
   const T block = shared + FeedForwardParams<T>(s, s.num_layers - 1);
   const T dense_block = dense_layers > 0 ? shared + FeedForwardParams<T>(s, 0) : 0;
   const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm

@@ -54,7 +54,7 @@ struct MoeSpec {
   // when norm_topk_prob and scaled by routed_scaling_factor: fp32 routing weights, so each
   // expert's output times its weight is an fp32 product. Off: Mixtral / Qwen's router (bf16
   // logits, fp32 softmax). n_group, topk_group, routed_scaling_factor and the scoring function
-  // change values only (the executor refuses this router by name).
+  // change values only (memory and time do not depend on them; the executor computes them).
   bool deepseek_router = false;
   // The DeepSeek router's values (what `run` computes): scores by sigmoid (V3) or softmax (V2);
   // top-k "noaux_tc" (V3: the topk_group best of n_group groups by their two best scores),
@@ -203,6 +203,9 @@ struct ModelSpec {
   // Some blocks differ from the others (a dense prefix before the MoE blocks): per-block ledgers,
   // parameters and FLOPs.
   bool Heterogeneous() const { return moe.enabled() && moe.first_dense_layers > 0; }
+  // How many blocks are dense before the MoE ones: moe.first_dense_layers when Heterogeneous(),
+  // else 0. Blocks [0, DenseLayers()) share one shape, the others another.
+  int DenseLayers() const { return Heterogeneous() ? moe.first_dense_layers : 0; }
   // The spec of one of the dense-prefix blocks as a homogeneous model (the MoE removed), for the
   // per-block recipes (REQUIRES Heterogeneous()).
   ModelSpec DenseLayerSpec() const;

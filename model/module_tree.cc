@@ -266,16 +266,23 @@ Flops HeadForwardFlopsPerToken(const ModelSpec& s) {
   return Flops::Of(2 * static_cast<double>(s.vocab_size) * static_cast<double>(s.hidden));
 }
 
+namespace {
+// Forward FLOPs per token summed over the blocks: the dense prefix's blocks and the others, each
+// kind counted by its layers.
+double AllBlocksForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
+  const int dense = s.DenseLayers();
+  double sum = BlockForwardFlopsPerToken(s, seq_len, s.num_layers - 1).count() * (s.num_layers - dense);
+  if (dense > 0) sum += BlockForwardFlopsPerToken(s, seq_len, 0).count() * dense;
+  return sum;
+}
+}  // namespace
+
 int64_t ActiveParamsPerToken(const ModelSpec& s) {
-  double blocks = 0;
-  for (int i = 0; i < s.num_layers; ++i) blocks += BlockForwardFlopsPerToken(s, 0, i).count() / 2;
-  return static_cast<int64_t>(blocks) + s.vocab_size * s.hidden;
+  return static_cast<int64_t>(AllBlocksForwardFlopsPerToken(s, 0) / 2) + s.vocab_size * s.hidden;
 }
 
 Flops MeanBlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
-  double sum = 0;
-  for (int i = 0; i < s.num_layers; ++i) sum += BlockForwardFlopsPerToken(s, seq_len, i).count();
-  return Flops::Of(sum / std::max(1, s.num_layers));
+  return Flops::Of(AllBlocksForwardFlopsPerToken(s, seq_len) / std::max(1, s.num_layers));
 }
 
 int64_t FsdpUnit::NumParams() const {

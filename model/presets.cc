@@ -276,6 +276,8 @@ void Add2026(std::vector<PresetInfo>* p) {
     s.moe.shared_expert_ffn_hidden = shared * expert_ffn;
     s.moe.first_dense_layers = dense;
     s.moe.deepseek_router = true;
+    s.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...} in both
+    s.rope_scaling.factor = 40;
     return s;
   };
   ModelSpec v3 = deepseek(61, 7168, 128, 18432, 129280, 256, 8, 2048, 1, 3);
@@ -286,16 +288,12 @@ void Add2026(std::vector<PresetInfo>* p) {
   v3.moe.routed_scaling_factor = 2.5;
   v3.moe.sigmoid_scores = true;  // scoring_func "sigmoid", topk_method "noaux_tc"
   v3.moe.topk_method = "noaux_tc";
-  v3.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...}
-  v3.rope_scaling.factor = 40;
   p->push_back(Preset("deepseek-v3", v3, 671'026'404'352,
                       HfConfig("deepseek-ai/DeepSeek-V3") + "; count: HF num_parameters()"));
   // V2-Lite: no q LoRA (q_proj directly), 2 shared experts, greedy softmax routing, one dense
   // block.
   ModelSpec v2_lite = deepseek(27, 2048, 16, 10944, 102400, 64, 6, 1408, 2, 1);
   v2_lite.moe.norm_topk_prob = false;
-  v2_lite.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...}
-  v2_lite.rope_scaling.factor = 40;
   p->push_back(Preset("deepseek-v2-lite", v2_lite, 15'706'484'224,
                       HfConfig("deepseek-ai/DeepSeek-V2-Lite") + "; count: HF num_parameters()"));
 }

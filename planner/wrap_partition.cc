@@ -101,7 +101,7 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
     profiles::Topology topo(cluster);
     sim::GroupLink g = sim::DescribeGroup(topo, cluster, {topo.ShardGroup(n, 0)}, k);
     const model::ParameterCounts pc = model::CountParameters(spec);
-    const int dense = spec.Heterogeneous() ? spec.moe.first_dense_layers : 0;
+    const int dense = spec.DenseLayers();
     const double mean_block = (static_cast<double>(pc.block) * (spec.num_layers - dense) +
                                static_cast<double>(pc.dense_block) * dense) /
                               spec.num_layers;

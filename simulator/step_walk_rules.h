@@ -166,8 +166,8 @@ class Walker {
   // head among them.
   int64_t lookup_grad_bytes_ = 0, tied_grad_bytes_ = 0;
   bool shard_dtype_differs_ = false;  // some sharded parameter is not in the param dtype
-  double tiled_mlp_flops_ = 0;        // an MoE (or every) block's MLP forward per token
-  double tiled_dense_mlp_flops_ = 0;  // a dense-prefix block's
+  double tiled_mlp_flops_ = 0;        // the last block's MLP forward per token (an MoE's, if any)
+  double tiled_dense_mlp_flops_ = 0;  // the first block's (a dense prefix's, when there is one)
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
   int32_t last_optimizer_ = -1;
   // Tensor identities for the allocator replay (step_program.h TensorEvent).

@@ -60,7 +60,7 @@ void Walker::InitTrainability() {
       << "a training plan with nothing trainable (TrainabilityProblems rejects it)";
   if (p_.tiled_mlp_shards > 1) {
     tiled_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, spec.num_layers - 1).count();
-    if (spec.Heterogeneous()) tiled_dense_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, 0).count();
+    tiled_dense_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, 0).count();
   }
 }
 
@@ -80,8 +80,7 @@ double Walker::AdapterFlopsPerToken(int seg) const {
 // TiledMLP's backward re-runs every tile's MLP forward with grad enabled (tiled_mlp.h).
 double Walker::TiledRecomputeFlopsPerToken(int block) const {
   if (!Backprops(model::BlockSegment(block))) return 0.0;
-  return s_.spec->MoeLayer(block) || !s_.spec->Heterogeneous() ? tiled_mlp_flops_
-                                                                : tiled_dense_mlp_flops_;
+  return block < s_.spec->DenseLayers() ? tiled_dense_mlp_flops_ : tiled_mlp_flops_;
 }
 
 // Under no_grad nothing is saved, so the forward keeps only the op being run: the training
