@@ -212,11 +212,16 @@ TEST(DeepseekTest, SpecRoundTripsAndContradictionsAreProblems) {
   s.moe.first_dense_layers = 61;    // all dense
   s.moe.topk_group = 9;             // more groups than n_group
   s.qk_norm = true;
+  s.moe.topk_method = "top2";       // not one of DeepSeek's methods
   std::vector<std::string> p = s.Problems("m.json");
+  EXPECT_THAT(p, testing::Contains(AllOf(HasSubstr("m.json:/moe/topk_method"), HasSubstr("top2"))));
   EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/num_kv_heads")));
   EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/moe/first_dense_layers")));
   EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/moe/topk_group")));
   EXPECT_THAT(p, testing::Contains(HasSubstr("m.json:/mla/kv_lora_rank")));
+  ModelSpec mixtral = FindModelPreset("mixtral-8x7b");
+  mixtral.moe.sigmoid_scores = true;  // DeepSeek's scoring without its router
+  EXPECT_THAT(mixtral.Problems("m.json"), testing::Contains(HasSubstr("m.json:/moe/sigmoid_scores")));
   ModelSpec llama = FindModelPreset("llama3-8b");
   llama.mla.v_head_dim = 128;  // an mla key without kv_lora_rank
   EXPECT_THAT(llama.Problems("m.json"), testing::Contains(HasSubstr("m.json:/mla/kv_lora_rank")));
