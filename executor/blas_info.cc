@@ -150,10 +150,10 @@ bool SetBlasThreads(int threads) {
     f(threads);
     return true;
   }
-  if (auto f = reinterpret_cast<int (*)(int)>(Sym("mkl_set_num_threads_local"))) {
-    f(threads);
-    return true;
-  }
+  // MKL: nothing to do. LibTorch sizes it in at::set_num_threads (aten/src/ATen/ParallelOpenMP.cpp
+  // calls mkl_set_num_threads when AT_MKL_ENABLED), and a dlsym'd "mkl_set_num_threads_local" in
+  // PyTorch's wheels resolves to the Fortran entry point (int* argument): calling it with an int
+  // crashed every `run` on the GPU machine (torch 2.11.0+cu130, 2026-11-26).
   if (auto f = reinterpret_cast<void (*)(long)>(Sym("bli_thread_set_num_threads"))) {
     f(threads);
     return true;
