@@ -14,6 +14,7 @@
 #include "cli/run_cmd.h"
 #include "executor/communicator.h"
 #include "executor/errors.h"
+#include "executor/host_info.h"
 #include "executor/gloo_communicator.h"
 #include "executor/nccl_communicator.h"
 #include "executor/probe.h"
@@ -170,6 +171,7 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
   p.name = a.name.empty() ? r.device_name + ", torch " + r.torch_version + ", " + Today() : a.name;
   p.has_provenance = true;
   p.provenance.hostname = Hostname();
+  p.provenance.cpu_model = exec::CpuModel();  // the host that issued the kernels, GPU or not
   p.provenance.device = r.device_name;
   p.provenance.backend = backend.empty() ? a.device : backend;
   p.provenance.torch_version = r.torch_version;

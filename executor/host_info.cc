@@ -1,6 +1,7 @@
 // Host facts from /proc (host_info.h).
 #include "executor/host_info.h"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -31,19 +32,23 @@ int64_t HostMemoryBytes() {
   return 0;
 }
 
+std::string ParseNvidiaDriverVersion(const std::string& first_line) {
+  // The word after "Module" is not it: the open kernel module writes "Module for x86_64".
+  std::istringstream words(first_line);
+  std::string w;
+  while (words >> w) {
+    bool digits_and_dots = std::isdigit(static_cast<unsigned char>(w[0])) != 0 &&
+                           w.find_first_not_of("0123456789.") == std::string::npos;
+    if (digits_and_dots && w.find('.') != std::string::npos) return w;
+  }
+  return "";
+}
+
 std::string NvidiaDriverVersion() {
-  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..." (or "Open
-  // Kernel Module"): the version is the token after "Module".
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(in, line)) return "";
-  std::istringstream words(line);
-  std::string w, prev;
-  while (words >> w) {
-    if (prev == "Module") return w;
-    prev = w;
-  }
-  return "";
+  return ParseNvidiaDriverVersion(line);
 }
 
 }  // namespace shardtune::exec

@@ -170,7 +170,9 @@ void ProbeAttention(Context& c, const std::vector<model::DType>& dtypes,
 #endif
       };
 #if TORCH_VERSION_MAJOR >= 2
-      if (c.device.is_cuda()) backend = "flash";
+      // PyTorch's SDPA priority (flash, memory-efficient, math; aten sdp_utils.cpp): flash takes
+      // only fp16/bf16, so an fp32 probe runs the memory-efficient kernel.
+      if (c.device.is_cuda()) backend = d == model::DType::kFp32 ? "efficient" : "flash";
 #endif
       double fwd = c.timer.Median([&] {
         torch::NoGradGuard g;
@@ -273,14 +275,14 @@ void ProbeHost(Context& c, profiles::KernelTables* t) {
   // synchronization per call (the host's issue rate, which is what the GPU waits for).
   constexpr int kCalls = 2000;
   auto per_call = [&] {
-    std::vector<double> t;
+    std::vector<double> samples;
     for (int r = 0; r < c.o.iters; ++r) {
       auto s = Clock::now();
       for (int i = 0; i < kCalls; ++i) at::add_out(out, a, b);
-      t.push_back(Since(s) / kCalls);
+      samples.push_back(Since(s) / kCalls);
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    std::sort(samples.begin(), samples.end());
+    return samples[samples.size() / 2];
   };
   double d = per_call();
   t->host.op_dispatch = Seconds::Of(d);

@@ -15,6 +15,7 @@
 #include "executor/cuda_support.h"
 #include "executor/env_report.h"
 #include "executor/gloo_communicator.h"
+#include "executor/host_info.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec::testing {
@@ -72,6 +73,19 @@ TEST(BlasInfoTest, DetectsTheLibraryThatDefinesSgemm) {
     EXPECT_EQ(DetectBlas().threads, 1);
     SetBlasThreads(before);
   }
+}
+
+TEST(HostInfoTest, DriverVersionIsReadFromBothKernelModulesFirstLines) {
+  // The proprietary module's line (NVIDIA's README, /proc/driver/nvidia/version) and the open
+  // module's as the lent H100 wrote it (2026-11-26), where the word after "Module" is "for".
+  EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  "
+                                     "Sun Jul 27 07:09:59 UTC 2025"),
+            "580.65.06");
+  EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                                     "580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)"),
+            "580.159.04");
+  EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: no version here x86_64"), "");
+  EXPECT_EQ(ParseNvidiaDriverVersion(""), "");
 }
 
 TEST(EnvReportTest, ReportsLibTorchTheBlasWithAMeasuredRateAndTheCommunicators) {
