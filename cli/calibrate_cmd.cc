@@ -8,6 +8,7 @@
 #include "cli/job_args.h"
 #include "model/errors.h"
 #include "simulator/calibration.h"
+#include "simulator/kernel_time.h"
 #include "simulator/simulate.h"
 #include "simulator/torch_trace.h"
 #include "simulator/trace_json.h"
@@ -86,8 +87,14 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
   Job job = ResolveJob(ja);
   sim::TorchTrace trace = sim::ReadTorchTrace(a.trace);
   sim::SimReport base = sim::SimulateStep(job.spec, job.cluster, job.plan, job.options);
+  // The fit starts from the constants the traced plan runs on: measured kernel tables (the
+  // catalog's for the GPU, or --profile's) resolved at the plan's shapes. The fitted profile keeps
+  // no tables: they would replace the fitted efficiencies again in every later simulation.
+  sim::CostConstants resolved;
+  const sim::CostConstants& start = sim::PlanConstants(job.options.costs, job.spec, job.plan, job.cluster.gpu, &resolved);
   sim::TraceCalibration cal = sim::CalibrateFromTrace(trace, sim::SteadyStepWork(base.program), job.cluster.gpu,
-                                                      job.plan.param_dtype, job.options.costs);
+                                                      job.plan.param_dtype, start);
+  cal.costs.tables.reset();
   sim::SimOptions fitted_options = job.options;
   fitted_options.costs = cal.costs;
   sim::SimReport fitted = sim::SimulateStep(job.spec, job.cluster, job.plan, fitted_options);

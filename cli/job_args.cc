@@ -139,11 +139,9 @@ Job ResolveJob(const JobArgs& a) {
                      std::to_string(a.moe_capacity_factor));
   }
   job.options.memory.moe_capacity_factor = a.moe_capacity_factor;
-  if (!a.profile.empty()) {
-    sim::Profile prof = sim::ReadProfileFile(a.profile);
-    job.options.memory.constants = prof.memory;
-    job.options.costs = prof.costs;
-  }
+  sim::Profile prof = sim::JobProfile(a.profile, job.cluster.gpu);
+  job.options.memory.constants = prof.memory;
+  job.options.costs = prof.costs;
   return job;
 }
 

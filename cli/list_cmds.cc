@@ -10,6 +10,7 @@
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "profiles/hardware.h"
+#include "simulator/profile_json.h"
 
 namespace shardtune::cli {
 
@@ -32,21 +33,35 @@ void RunGpus(bool json, std::ostream& out) {
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   if (!json) {
     out << std::left << std::setw(16) << "name" << std::setw(12) << "usable" << std::setw(14)
-        << "bf16 TFLOP/s" << std::setw(12) << "HBM GB/s" << std::setw(10) << "link" << "source\n";
+        << "bf16 TFLOP/s" << std::setw(12) << "HBM GB/s" << std::setw(10) << "link" << std::setw(18)
+        << "kernel times" << "source\n";
   }
   for (const auto& g : profiles::GpuCatalog()) {
+    // Kernel times: measured on this kind (`shardtune probe`, the catalog's profiles/measured/
+    // file) or the datasheet peaks times the cost model's efficiencies.
+    const sim::Profile* measured = sim::CatalogProfile(g);
     if (json) {
+      nlohmann::ordered_json kt = {{"source", measured != nullptr ? "measured" : "datasheet"}};
+      if (measured != nullptr) {
+        kt["profile"] = g.measured_profile;
+        kt["device"] = measured->provenance.device;
+        kt["date"] = measured->provenance.date;
+        kt["torch_version"] = measured->provenance.torch_version;
+        kt["cuda_version"] = measured->provenance.cuda_version;
+        kt["driver_version"] = measured->provenance.driver_version;
+      }
       arr.push_back({{"name", g.name}, {"aliases", g.aliases},
                      {"marketed_memory_bytes", g.marketed_memory.count()},
                      {"usable_memory_bytes", g.usable_memory.count()},
                      {"bf16_dense_flops_per_s", g.bf16_dense.count()},
                      {"memory_bytes_per_s", g.memory_bandwidth.count()},
-                     {"intra_node_link", g.intra_node_link}, {"source", g.source}});
+                     {"intra_node_link", g.intra_node_link}, {"kernel_times", kt}, {"source", g.source}});
     } else {
+      const std::string kernels = measured != nullptr ? "probe " + measured->provenance.date : "datasheet";
       out << std::setw(16) << g.name << std::setw(12) << FormatBytes(g.usable_memory) << std::setw(14)
           << std::fixed << std::setprecision(1) << g.bf16_dense.count() / 1e12 << std::setw(12)
           << std::setprecision(0) << g.memory_bandwidth.count() / 1e9 << std::setw(10)
-          << g.intra_node_link << g.source << "\n";
+          << g.intra_node_link << std::setw(18) << kernels << g.source << "\n";
     }
   }
   if (json) out << arr.dump(2) << "\n";

@@ -153,11 +153,9 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
   req.space.cp_sizes = CpSizesOf(a, given, spec, c, req);
-  if (!a.profile.empty()) {
-    sim::Profile prof = sim::ReadProfileFile(a.profile);
-    req.options.memory.constants = prof.memory;
-    req.options.costs = prof.costs;
-  }
+  sim::Profile prof = sim::JobProfile(a.profile, c.gpu);
+  req.options.memory.constants = prof.memory;
+  req.options.costs = prof.costs;
   return req;
 }
 

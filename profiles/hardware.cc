@@ -55,6 +55,10 @@ const std::vector<LinkSpec>& LinkCatalog() {
   return catalog;
 }
 
+const char* MeasuredProfileText(const std::string& file) {
+  return file.empty() ? nullptr : internal::MeasuredProfileJsonText(file.c_str());
+}
+
 const GpuSpec* LookupGpu(const std::string& name) {
   for (const auto& g : GpuCatalog()) {
     if (EqualsIgnoreCase(g.name, name)) return &g;

@@ -24,6 +24,9 @@ struct GpuSpec {
   std::string host_link;             // GPU <-> host link (PCIe generation), for offload copies
   std::string source;                // datasheet / whitepaper the figures come from
   std::string usable_memory_source;  // where usable_memory was observed (or how it was derived)
+  // A profile measured on this kind by `shardtune probe` that the catalog ships
+  // (profiles/measured/<file>, gpus.json "measured_profile"); "": datasheet figures only.
+  std::string measured_profile;
 };
 
 struct LinkSpec {
@@ -38,6 +41,9 @@ struct LinkSpec {
 // All catalog entries, in file order. Never empty.
 const std::vector<GpuSpec>& GpuCatalog();
 const std::vector<LinkSpec>& LinkCatalog();
+// The JSON text of an embedded profiles/measured/ file (GpuSpec::measured_profile); nullptr when
+// the catalog has no such file.
+const char* MeasuredProfileText(const std::string& file);
 // Looks a GPU up by name or alias (case-insensitive). Throws InputError naming `where`, listing
 // the known kinds and suggesting the closest.
 const GpuSpec& FindGpu(const std::string& name, const std::string& where);

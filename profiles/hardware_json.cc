@@ -8,6 +8,7 @@
 #include <map>
 
 #include "model/errors.h"
+#include "profiles/catalog_data.h"
 
 namespace shardtune::profiles::internal {
 namespace {
@@ -90,6 +91,9 @@ GpuSpec ReadGpuSpec(model::StrictReader& r) {
   g.host_link = r.RequiredString("host_link");
   g.source = r.RequiredString("source");
   g.usable_memory_source = r.OptionalString("usable_memory_source", "");
+  std::vector<std::string> measured = internal::MeasuredProfileFiles();
+  measured.insert(measured.begin(), "");
+  g.measured_profile = r.OptionalEnum("measured_profile", "", measured);
   return g;
 }
 

@@ -45,9 +45,11 @@ std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DTy
 //    the head, each forward and backward) of the interpolated times, over the dtype's peak;
 //  - attention_efficiency: the attention table at the plan's (micro-batch, S / cp, heads,
 //    head_dim), over the same peak;
-//  - memory_efficiency: the elementwise kernel's bandwidth at an activation-sized tensor (three
-//    [tokens, hidden] tensors in the param dtype) over the GPU's memory bandwidth;
-//  - host_per_kernel: the measured launch (GPU) or dispatch (CPU) cost.
+//  - memory_efficiency: the elementwise kernel's bandwidth at the probe's largest footprint (the
+//    HBM streaming rate: smaller footprints read back from the L2 in the probe's repeated timing)
+//    over the GPU's memory bandwidth;
+//  - host_per_kernel: on CPU ranks the measured dispatch cost; a GPU job's stays k's (its host
+//    issues from Python, the probe from C++).
 // Terms without samples keep k's values. Without tables, k itself.
 CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec& spec,
                                  const model::Plan& plan, int64_t seq_len,

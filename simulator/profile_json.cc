@@ -1,7 +1,9 @@
 // Strict reading and writing of "shardtune.profile" files (versions 1 to 3).
 #include "simulator/profile_json.h"
 
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "model/errors.h"
 #include "model/plan.h"
@@ -296,6 +298,26 @@ Profile ProfileFromJson(const Json& j, const std::string& path) {
 }
 
 Profile ReadProfileFile(const std::string& path) { return ProfileFromJson(model::ReadJsonFile(path), path); }
+
+const Profile* CatalogProfile(const profiles::GpuSpec& gpu) {
+  const char* text = profiles::MeasuredProfileText(gpu.measured_profile);
+  if (text == nullptr) return nullptr;
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<const Profile>> parsed;  // by file
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = parsed[gpu.measured_profile];
+  if (!slot) {
+    const std::string where = "profiles/measured/" + gpu.measured_profile + " (embedded)";
+    slot = std::make_unique<const Profile>(ProfileFromJson(Json::parse(text), where));
+  }
+  return slot.get();
+}
+
+Profile JobProfile(const std::string& file, const profiles::GpuSpec& gpu) {
+  if (!file.empty()) return ReadProfileFile(file);
+  if (const Profile* p = CatalogProfile(gpu)) return *p;
+  return Profile{};
+}
 
 nlohmann::ordered_json ProfileToJson(const Profile& p) {
   nlohmann::ordered_json j;

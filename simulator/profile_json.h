@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiles/hardware.h"
 #include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
 
@@ -55,6 +56,12 @@ struct Profile {
 // Efficiencies are in (0, 16]: above 1 only where the device's peak is an assumption (cpu:N).
 // Throws InputError naming the file and JSON pointer.
 Profile ReadProfileFile(const std::string& path);
+// The profile the catalog ships for a GPU kind (GpuSpec::measured_profile: `shardtune probe` on
+// that kind, embedded from profiles/measured/), parsed once; nullptr when the kind has none.
+const Profile* CatalogProfile(const profiles::GpuSpec& gpu);
+// The constants a job runs on: the profile file when one is given (--profile, taken whole), else
+// the catalog's measured profile for the cluster's GPU, else the defaults.
+Profile JobProfile(const std::string& file, const profiles::GpuSpec& gpu);
 // The same from parsed JSON; `name` stands for the file in messages.
 Profile ProfileFromJson(const nlohmann::json& j, const std::string& name);
 // Every section, schema_version kProfileSchemaVersion; ProfileFromJson(ProfileToJson(p))

@@ -9,8 +9,10 @@
 2. The published cases (../shared/validation/public_cases.json when present, and
    tests/data/validation/*.json case files) through build/tests/bench/validate_cases.
 
-Prints the date, each row's error and the median and worst |error|. A profile may be given
-(`--profile FILE`) to see what a probed device changes; the README's figures use none.
+Prints the date, each row's error and the median and worst |error|. Without `--profile` the
+predictions use what `simulate` uses by default: the catalog, whose H100-SXM-80G entry ships the
+kernel tables `shardtune probe` measured on the lent H100 (profiles/measured/); the README's
+figures are these. A profile may be given (`--profile FILE`) to see what another changes.
 
 Usage: python3 tests/bench/step_time_check.py [build/cli/shardtune] [--profile FILE]
 """
@@ -40,7 +42,7 @@ def main():
     timing = os.path.join(ROOT, "tests/data/validation/fsdp2_h100_timing.json")
     doc = json.load(open(timing))
     print(f"step time, predicted vs measured, {datetime.date.today().isoformat()}, "
-          f"profile {profile or 'none (catalog constants)'}")
+          f"profile {profile or 'none (the catalog: measured kernel tables where gpus.json has them, H100-SXM-80G)'}")
     print(f"FSDP2 references: {doc['machine']}, measured {doc['date']}")
     print("| run | measured (s) | predicted (s) | error |")
     print("| --- | --- | --- | --- |")

@@ -11,6 +11,7 @@
 #include "model/strict_json.h"
 #include "profiles/cluster.h"
 #include "profiles/hardware.h"
+#include "simulator/profile_json.h"
 #include "simulator/simulate.h"
 
 namespace {
@@ -42,7 +43,12 @@ sim::SimReport SimulateSetup(const nlohmann::json& setup) {
   if (setup.contains("micro_batch")) p.micro_batch = setup.at("micro_batch").get<int>();
   p.seq_len = setup.at("seq_len").get<int64_t>();
   if (setup.contains("modeling") && setup.at("modeling") == "torchtitan") p.modeling = model::Modeling::kTorchtitan;
-  return sim::SimulateStep(model::FindModelPreset(m), profiles::ParseClusterShorthand(cluster), p);
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand(cluster);
+  sim::SimOptions options;  // as simulate: the catalog's measured profile for the GPU, if any
+  const sim::Profile prof = sim::JobProfile("", c.gpu);
+  options.memory.constants = prof.memory;
+  options.costs = prof.costs;
+  return sim::SimulateStep(model::FindModelPreset(m), c, p, options);
 }
 
 void Hardware(const nlohmann::json& c) {

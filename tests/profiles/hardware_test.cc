@@ -161,6 +161,31 @@ TEST(CatalogJsonTest, RejectsAnUnknownKeyWithItsPointer) {
                                               HasSubstr("did you mean \"source\""))));
 }
 
+TEST(CatalogJsonTest, AMeasuredProfileMustBeOneTheCatalogEmbeds) {
+  auto gpus = internal::ParseGpuCatalog(
+      GpuCatalogText(GpuEntry("G", "[]", R"(, "measured_profile": "h100-sxm-80g.profile.json")")), "g.json");
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].measured_profile, "h100-sxm-80g.profile.json");
+  EXPECT_NE(MeasuredProfileText(gpus[0].measured_profile), nullptr);
+  const std::string text = GpuCatalogText(GpuEntry("G", "[]", R"(, "measured_profile": "b200.json")"));
+  EXPECT_THAT([&] { internal::ParseGpuCatalog(text, "g.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("g.json:/gpus/0/measured_profile"),
+                                              HasSubstr("h100-sxm-80g.profile.json"), HasSubstr("b200.json"))));
+}
+
+TEST(GpuCatalogTest, OnlyTheH100SxmShipsAMeasuredProfile) {
+  // Measured on the lent H100 SXM (profiles/measured/README.md); every other kind stays on its
+  // datasheet figures until a session measures it.
+  for (const auto& g : GpuCatalog()) {
+    if (g.name == "H100-SXM-80G") {
+      EXPECT_EQ(g.measured_profile, "h100-sxm-80g.profile.json");
+    } else {
+      EXPECT_EQ(g.measured_profile, "") << g.name;
+    }
+  }
+  EXPECT_EQ(MeasuredProfileText(""), nullptr);
+}
+
 TEST(CatalogJsonTest, RejectsANameUsedTwice) {
   const std::string text =
       GpuCatalogText(GpuEntry("G", R"(["A"])") + "," + GpuEntry("H", R"(["g"])"));

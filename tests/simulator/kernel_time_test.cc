@@ -118,10 +118,40 @@ TEST(KernelTimeTest, EffectiveConstantsComeFromTheTablesOrStayAsGiven) {
   k.tables = std::make_shared<profiles::KernelTables>(t);
   CostConstants e = EffectiveConstants(k, spec, plan, 2048, c.gpu);
   EXPECT_NEAR(e.matmul_efficiency, 6e14 / c.gpu.bf16_dense.count(), 1e-12);
-  EXPECT_EQ(e.host_per_kernel, Seconds::Micros(4));
+  // A GPU job's host cost is its Python loop's (cost_model.h), not the probe's C++ op: kept.
+  EXPECT_EQ(e.host_per_kernel, k.host_per_kernel);
+  // On CPU ranks the probe's op is the whole host cost.
+  profiles::ClusterSpec cpu = profiles::ParseClusterShorthand("cpu:2");
+  EXPECT_EQ(EffectiveConstants(k, spec, plan, 2048, cpu.gpu).host_per_kernel, Seconds::Micros(4));
   EXPECT_EQ(e.attention_efficiency, k.attention_efficiency);  // no attention samples
   // Idempotent: applying it twice changes nothing.
   EXPECT_EQ(EffectiveConstants(e, spec, plan, 2048, c.gpu).matmul_efficiency, e.matmul_efficiency);
+}
+
+TEST(KernelTimeTest, MemoryBoundWorkStreamsAtTheLargestFootprintsBandwidth) {
+  // The probe repeats one op on the same buffers: a footprint inside the L2 reads back from cache
+  // faster than HBM (4.3 TB/s at 25 MB on the lent H100), the smallest measure the host's issue
+  // rate. The plan's memory-bound work is taken at the largest sample's bandwidth, whatever the
+  // plan's [tokens, hidden] size.
+  model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand("1xH100");
+  const int64_t small = int64_t{1} << 20, l2 = int64_t{25} << 20, big = int64_t{1} << 31;
+  profiles::KernelTables t;
+  t.memory = {{profiles::MemoryKernel::kElementwise, small, Seconds::Micros(5.5)},
+              {profiles::MemoryKernel::kElementwise, l2, Seconds::Of(static_cast<double>(l2) / 4.3e12)},
+              {profiles::MemoryKernel::kElementwise, big, Seconds::Of(static_cast<double>(big) / 3.0e12)},
+              // another kind's faster sample is not the elementwise rate
+              {profiles::MemoryKernel::kCopy, big, Seconds::Of(static_cast<double>(big) / 3.3e12)}};
+  CostConstants k;
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  for (int mb : {1, 2, 8}) {
+    model::Plan plan;
+    plan.micro_batch = mb;
+    plan.seq_len = 2048;
+    EXPECT_NEAR(EffectiveConstants(k, spec, plan, 2048, c.gpu).memory_efficiency,
+                3.0e12 / c.gpu.memory_bandwidth.count(), 1e-12)
+        << "micro-batch " << mb;
+  }
 }
 
 }  // namespace

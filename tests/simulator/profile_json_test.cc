@@ -107,5 +107,33 @@ TEST(ProfileJsonTest, KernelTablesRoundTripAndAreValidated) {
                "up to version 3, got 4");
 }
 
+TEST(ProfileJsonTest, TheCatalogShipsTheH100sMeasuredKernelsAndAFileReplacesThem) {
+  const profiles::GpuSpec& h100 = profiles::FindGpu("H100", "test");
+  const Profile* p = CatalogProfile(h100);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->provenance.device, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(p->provenance.date, "2026-11-26");
+  ASSERT_TRUE(p->costs.tables);
+  EXPECT_FALSE(p->costs.tables->gemm.empty());
+  EXPECT_FALSE(p->costs.tables->memory.empty());
+  // Only the kernels: the memory constants and the efficiencies stay the defaults.
+  EXPECT_EQ(p->memory.cuda_context, MemoryConstants{}.cuda_context);
+  EXPECT_EQ(p->costs.host_per_kernel, CostConstants{}.host_per_kernel);
+  EXPECT_EQ(CatalogProfile(h100), p);  // parsed once
+  // A job on that kind gets it; one on a kind without a measured profile gets the defaults.
+  EXPECT_TRUE(JobProfile("", h100).costs.tables);
+  EXPECT_EQ(CatalogProfile(profiles::FindGpu("A100-SXM-80G", "test")), nullptr);
+  EXPECT_FALSE(JobProfile("", profiles::FindGpu("A100-SXM-80G", "test")).costs.tables);
+  // A --profile file is taken whole, even on the H100: no catalog tables underneath.
+  std::string path = ::testing::TempDir() + "/plain_profile.json";
+  {
+    std::ofstream f(path);
+    f << R"({"schema": "shardtune.profile", "schema_version": 1, "compute": {"matmul_efficiency": 0.5}})";
+  }
+  Profile from_file = JobProfile(path, h100);
+  EXPECT_EQ(from_file.costs.matmul_efficiency, 0.5);
+  EXPECT_FALSE(from_file.costs.tables);
+}
+
 }  // namespace
 }  // namespace shardtune::sim
