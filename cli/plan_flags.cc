@@ -107,6 +107,11 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->offload = ParseEnum<Offload>(f.offload, s.name); }},
       {"--precision", "Param dtype: bf16|fp16|fp32", kPlanFlag, &Opt<&PlanFlags::precision>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->param_dtype = ParseEnum<DType>(f.precision, s.name); }},
+      {"--master-dtype",
+       "Dtype of the sharded (master) parameters and optimizer state: fp32 (default) | bf16 | fp16 "
+       "(a model loaded in bf16 and never upcast before fully_shard; `run` keeps fp32)",
+       kPlanFlag, &Opt<&PlanFlags::master_dtype>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->master_dtype = ParseEnum<DType>(f.master_dtype, s.name); }},
       {"--reduce-dtype", "Gradient reduction dtype: fp32|bf16|fp16", kPlanFlag,
        &Opt<&PlanFlags::reduce_dtype>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->reduce_dtype = ParseEnum<DType>(f.reduce_dtype, s.name); }},

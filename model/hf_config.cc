@@ -271,7 +271,20 @@ class HfReader {
 // routed experts alone (modeling_qwen3_moe.py: gate Linear(H, E) and E Qwen3MoeMLP), the same
 // dispatch (softmax in fp32, top-k, renormalised when norm_topk_prob, index_add_ back).
 void ReadQwenMoe(HfReader* h, Family f, ModelSpec* s) {
-  s->moe.num_experts = static_cast<int>(h->Int("num_experts"));
+  // The Hub's config.json files say num_experts; transformers 5 renamed the attribute to
+  // num_local_experts (Qwen3MoeConfig's attribute_map keeps num_experts as an alias), so a config
+  // it saves (save_pretrained, to_dict) has only the new name: seen in the configs transformers
+  // 5.17 built on the lent H100 (2026-11-26).
+  if (!h->Has("num_experts") && h->Has("num_local_experts")) {
+    s->moe.num_experts = static_cast<int>(h->Int("num_local_experts"));
+  } else {
+    s->moe.num_experts = static_cast<int>(h->Int("num_experts"));
+    if (h->Has("num_local_experts") && h->Int("num_local_experts") != s->moe.num_experts) {
+      throw InputError(h->Where("num_local_experts") + ": expected the same count as num_experts (" +
+                       std::to_string(s->moe.num_experts) + "), got " +
+                       std::to_string(h->Int("num_local_experts")));
+    }
+  }
   s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));
   s->moe.expert_ffn_hidden = h->Int("moe_intermediate_size");
   if (f == Family::kQwen2Moe) {

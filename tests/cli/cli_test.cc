@@ -830,6 +830,31 @@ TEST(CliTest, FrozenDtypeFlagSetsTheFrozenShards) {
   ExpectOneLineError(RunCli("estimate" + lora + " --frozen-dtype int8"), "--frozen-dtype");
 }
 
+// --master-dtype: the sharded parameters, their gradients and AdamW's state follow it (a model
+// loaded in bf16 and sharded without an upcast: 2 bytes each instead of 4); tune keeps it in the
+// plan it writes; run refuses it (fp32 master shards only); a bad value is a one-line error.
+TEST(CliTest, MasterDtypeFlagSetsTheShardedStates) {
+  const std::string job = " --model tiny-llama --cluster 2xH100 --seq-len 128";
+  Result a = RunCli("estimate" + job + " --json");
+  Result b = RunCli("estimate" + job + " --master-dtype bf16 --json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto ja = nlohmann::json::parse(a.out)["per_rank"], jb = nlohmann::json::parse(b.out)["per_rank"];
+  for (const char* k : {"sharded_params_bytes", "sharded_grads_bytes", "optimizer_state_bytes"}) {
+    EXPECT_EQ(ja[k].get<int64_t>(), 2 * jb[k].get<int64_t>()) << k;
+  }
+  EXPECT_LT(jb["steady_peak_bytes"].get<int64_t>(), ja["steady_peak_bytes"].get<int64_t>());
+  std::string out = TempPath("master_tune_plan.json");
+  Result tune = RunCli("tune" + job + " --master-dtype bf16 --global-batch 8 --out " + out);
+  ASSERT_EQ(tune.code, 0) << tune.err;
+  std::ifstream in(out);
+  EXPECT_EQ(nlohmann::json::parse(in).at("master_dtype"), "bf16");
+  ExpectOneLineError(RunCli("estimate" + job + " --master-dtype int8"), "--master-dtype");
+  ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --seq-len 32 --master-dtype bf16 --out " +
+                            TempPath("run_master_bf16")),
+                     "master_dtype");
+}
+
 TEST(CliTest, EstimateCoLocatesRolePlans) {
   std::string ref = WriteFile(
       "ref_role.json",

@@ -471,6 +471,23 @@ TEST(ArchitecturesTest, GptOssBlockSavesTheClampedSwigluPerRoutedCopy) {
                    heads * (2 * (S + 1) - 6 * S));
 }
 
+TEST(ArchitecturesTest, Qwen3MoeSavedByTransformers5NamesItsExpertsNumLocalExperts) {
+  // transformers 5 renamed Qwen3MoeConfig.num_experts to num_local_experts: a config it writes
+  // (the ones measure_fsdp2.py recorded on the H100, 2026-11-26) imports as the Hub's does.
+  nlohmann::json hub = ReadJsonFile(Data("qwen3-30b-a3b.config.json"));
+  nlohmann::json v5 = hub;
+  v5["num_local_experts"] = v5["num_experts"];
+  v5.erase("num_experts");
+  ModelSpec a = ImportHfConfig(hub, "hub.json", nullptr), b = ImportHfConfig(v5, "v5.json", nullptr);
+  EXPECT_EQ(b.moe.num_experts, 128);
+  EXPECT_EQ(ParameterCount(a), ParameterCount(b));
+  nlohmann::json both = hub;
+  both["num_local_experts"] = 64;  // the two names disagree
+  EXPECT_THAT([&] { ImportHfConfig(both, "q.json", nullptr); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("q.json:/num_local_experts"),
+                                              HasSubstr("num_experts (128)"), HasSubstr("got 64"))));
+}
+
 TEST(ArchitecturesTest, UnmodelledSettingsAreRefusedByName) {
   nlohmann::json phi = ReadJsonFile(Data("phi-4.config.json"));
   phi["resid_pdrop"] = 0.1;

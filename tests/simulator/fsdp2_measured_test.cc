@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "model/hf_config.h"
 #include "model/presets.h"
 #include "profiles/cluster.h"
 #include "simulator/memory_ledger.h"
@@ -156,6 +157,50 @@ TEST(Fsdp2MeasuredTest, PeftFrozenAndOffloadPeakAllocatedWithinTolerance) {
   EXPECT_GE(lora, 5);
   EXPECT_GE(frozen, 3);
   EXPECT_GE(offload, 2);
+}
+
+// The architectures of 2026 (tests/data/validation/fsdp2_h100_arch2026.jsonl, measured on the
+// lent H100 on 2026-11-26 by measure_fsdp2.py --hf-config, cut to 4-6 layers, as rank 0 of 8
+// over the fake process group, transformers 5.17): Qwen3-30B-A3B (MoE, transformers 5's experts),
+// gpt-oss-20b (sinks, MoE), DeepSeek-V2-Lite (MLA, a dense first block), Gemma 3 27B (sliding
+// and global layers), Phi-4, OLMo 2 13B, with and without checkpointing. Each run's model is the
+// config transformers built (the record's hf_config_json): its parameter count must be
+// transformers' own, and the peaks within kTolerance. transformers 5 built some of these models
+// in their config's bfloat16 and the harness did not upcast them: their master dtype is the bytes
+// per parameter a rank held after init (compare_estimate.py master_dtype_of).
+TEST(Fsdp2MeasuredTest, Architectures2026PeakAllocatedWithinTolerance) {
+  std::ifstream in(DataPath("fsdp2_h100_arch2026.jsonl"));
+  ASSERT_TRUE(in.good());
+  int compared = 0, bf16_master = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json run = nlohmann::json::parse(line);
+    if (run.contains("error")) continue;
+    const auto& c = run.at("config");
+    model::ModelSpec spec = model::ImportHfConfig(run.at("hf_config_json"), c.at("hf_config").get<std::string>(), nullptr);
+    EXPECT_EQ(model::ParameterCount(spec), run.at("n_params").get<int64_t>()) << c.at("hf_config");
+    model::Plan plan = PlanOf(c);
+    const int world = c.at("world").get<int>();
+    double per_param = run.at("after_init_allocated").get<double>() /
+                       (run.at("n_params").get<double>() / world);
+    if (per_param < 3) {
+      plan.master_dtype = model::DType::kBf16;
+      ++bf16_master;
+    }
+    auto cluster = profiles::ParseClusterShorthand(std::to_string(world) + "xH100");
+    MemoryReport m = EstimateMemory(spec, cluster, plan);
+    double step0 = run.at("steps").at(0).at("peak_allocated").get<double>();
+    double steady = 0;
+    for (size_t s = 1; s < run.at("steps").size(); ++s) {
+      steady = std::max(steady, run.at("steps").at(s).at("peak_allocated").get<double>());
+    }
+    EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << c.dump();
+    EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << c.dump();
+    ++compared;
+  }
+  EXPECT_EQ(compared, 10);
+  EXPECT_GE(bf16_master, 1);
 }
 
 // Prints, per run, the measured max_memory_reserved and the error of the per-pool-peak estimate

@@ -8,7 +8,8 @@ ckpt, reshard, optimizer implementation, attention, param dtype; --lora-rank/--l
 --lora-targets (PEFT; adapters fp32 as peft's autocast_adapter_dtype keeps them);
 --freeze-layers K -> --freeze model.embed_tokens and model.layers.0. .. K-1.;
 --base-dtype -> --frozen-dtype (what the frozen sharded parameters are stored in, when the
-binary has the flag); --offload 1 -> --offload all.
+binary has the flag); --offload 1 -> --offload all; a bf16 master (master_dtype_of) ->
+--master-dtype bf16.
 """
 import json
 import subprocess
@@ -28,7 +29,7 @@ def runs(path):
             yield json.loads(line)
 
 
-def flags(c, has_frozen_dtype, model_arg=None):
+def flags(c, has_frozen_dtype, model_arg=None, master_dtype=None):
     f = ["--model", model_arg or c["model"], "--cluster", f'{c["world"]}xH100', "--micro-batch", str(c["mb"]),
          "--seq-len", str(c["seq"]), "--grad-accum", str(c.get("accum", 1)),
          "--global-batch", str(c["mb"] * c.get("accum", 1) * c["world"]),
@@ -48,7 +49,21 @@ def flags(c, has_frozen_dtype, model_arg=None):
         f += ["--frozen-dtype", c["base_dtype"]]
     if c.get("offload", 0):
         f += ["--offload", "all"]
+    if master_dtype and master_dtype != "fp32":
+        f += ["--master-dtype", master_dtype]
     return f
+
+
+def master_dtype_of(r):
+    """The run's master dtype: recorded since 2026-11-27; before, the bytes per parameter a rank
+    held after init (transformers 5 built some --hf-config models in bfloat16)."""
+    if "master_dtype" in r:
+        return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[r["master_dtype"]]
+    c = r["config"]
+    if c.get("offload", 0) or c.get("base_dtype", "fp32") != "fp32" or not r.get("n_params"):
+        return "fp32"
+    per_param = r["after_init_allocated"] / (r["n_params"] / c["world"])
+    return "bf16" if per_param < 3 else "fp32"
 
 
 def main():
@@ -67,10 +82,14 @@ def main():
                 json.dump(r["hf_config_json"], tmp)
                 tmp.close()
                 model_arg = tmp.name
-            cmd = [binary, "estimate", "--json"] + flags(c, has_frozen_dtype, model_arg)
+            master = master_dtype_of(r)
+            cmd = [binary, "estimate", "--json"] + flags(c, has_frozen_dtype, model_arg, master)
             p = subprocess.run(cmd, capture_output=True, text=True)
-            name = " ".join(a for a in flags(c, has_frozen_dtype, model_arg)[1:]
+            name = " ".join(a for a in flags(c, has_frozen_dtype, model_arg, master)[1:]
                             if a not in ("--freeze",))
+            if model_arg:  # the config's file name and layers, not the temporary copy's path
+                label = c["hf_config"].split("/")[-1].replace(".config.json", "")
+                name = f"{label} L{c.get('layers', 0)} " + name.replace(model_arg + " ", "")
             name = (name[:75] + "...") if len(name) > 78 else name
             if p.returncode != 0:
                 print(f"{name:<78} estimate failed: {p.stderr.strip()[:200]}")

@@ -52,6 +52,28 @@ MODELS = {
 MiB = 2**20
 
 
+def rebuild_rotary(m, cfg):
+    """A rotary embedding whose class computes inv_freq in __init__ (no rope_init_fn): build a
+    fresh one of the same class on the GPU and take its buffers and float attributes (what
+    to_empty left uninitialised). Memory and time do not depend on these values; the loss does."""
+    import inspect
+    params = inspect.signature(type(m).__init__).parameters
+    kw = {}
+    if "config" in params:
+        kw["config"] = getattr(m, "config", cfg)
+    if "device" in params:
+        kw["device"] = "cuda"
+    for name in ("layer_type", "dim", "base", "max_position_embeddings"):
+        if name in params and hasattr(m, name):
+            kw[name] = getattr(m, name)
+    fresh = type(m)(**kw)
+    for name, buf in fresh.named_buffers(recurse=False):
+        setattr(m, name, buf.to("cuda"))
+    for k, v in vars(fresh).items():
+        if not k.startswith("_") and isinstance(v, float):
+            setattr(m, k, v)
+
+
 def used_bytes():
     free, total = torch.cuda.mem_get_info()
     return total - free
@@ -73,6 +95,9 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--hf-config", default="",
                     help="a config.json to build instead of --model (AutoModelForCausalLM)")
+    ap.add_argument("--master-dtype", default="fp32", choices=["fp32", "bf16", "config"],
+                    help="dtype of the sharded (master) parameters and AdamW state; config: what "
+                         "transformers built from --hf-config")
     ap.add_argument("--layers", type=int, default=0,
                     help="with --hf-config: keep this many decoder layers (0: all)")
     ap.add_argument("--root-reshard", default="explicit", choices=["explicit", "default"])
@@ -134,6 +159,14 @@ def main():
         cfg._attn_implementation = a.attn
         with torch.device("meta"):
             model = LlamaForCausalLM(cfg)
+    # transformers 5 builds a --hf-config model in its config's dtype (bfloat16 for most published
+    # configs; a multimodal config's text_config has none): --master-dtype fp32 (the default, as the
+    # Llama presets) upcasts it, "config" keeps what transformers built. Runs before 2026-11-27 had
+    # no such flag: their master dtype is after_init_allocated over the rank's parameters.
+    if a.master_dtype == "fp32":
+        model.float()
+    elif a.master_dtype == "bf16":
+        model.to(torch.bfloat16)
     if a.base_dtype == "bf16":
         model.to(torch.bfloat16)
     if a.ckpt == "full":
@@ -177,6 +210,8 @@ def main():
                 inv_freq, m.attention_scaling = m.rope_init_fn(m.config, "cuda")
                 m.register_buffer("inv_freq", inv_freq, persistent=False)
                 m.original_inv_freq = inv_freq
+            elif hasattr(m, "inv_freq") and type(m).__name__.endswith("RotaryEmbedding"):
+                rebuild_rotary(m, cfg)
             if hasattr(m, "embed_scale") and isinstance(m.embed_scale, torch.Tensor):
                 m.embed_scale = torch.tensor(cfg.hidden_size**0.5, device="cuda")
     else:
@@ -244,12 +279,14 @@ def main():
 
     if a.trace:
         from torch.profiler import ProfilerActivity, profile, schedule
+        # repeat=1: one warm-up + 3 active steps, exported when the cycle ends (with the default
+        # repeat=0 the schedule starts a new cycle and an export after the loop holds no events).
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     schedule=schedule(wait=0, warmup=1, active=3)) as prof:
+                     schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+                     on_trace_ready=lambda p: p.export_chrome_trace(a.trace)) as prof:
             for _ in range(4):
                 plain_step()
                 prof.step()
-        prof.export_chrome_trace(a.trace)
 
     tokens = a.mb * a.seq * a.accum * a.world
     steady = [s["time_s"] for s in steps[2:]] or [steps[-1]["time_s"]]
@@ -260,6 +297,7 @@ def main():
         "config": vars(a),
         "hf_config_json": hf_config_json,  # what --hf-config built (None: a --model preset)
         "n_params": n_params,
+        "master_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "n_trainable": n_trainable,
         "context_used_bytes": context_used,
         "after_init_allocated": after_init_alloc,
