@@ -143,9 +143,12 @@ struct MultiTensorApplyLimits {
 };
 inline constexpr MultiTensorApplyLimits kMultiTensorApply4KB{{110, 64, 48, 36, 30}, 320};
 inline constexpr MultiTensorApplyLimits kMultiTensorApply32KB{{770, 448, 336, 252, 210}, 2240};
-// The walk's: the FSDP2 references were measured with torch 2.11+cu130
-// (tests/data/validation/fsdp2_h100_timing.json).
-inline constexpr const MultiTensorApplyLimits& kModelledMultiTensorApply = kMultiTensorApply32KB;
+// The walk's: what torch 2.11.0+cu130 launched on the lent H100 (2026-11-26, a PyTorch profiler
+// trace of FSDP2 + HF Llama-3.2-1B, world 1): 480 multi_tensor_apply kernels per foreach AdamW
+// step over 1.24B fp32 elements in 147 tensors, 60 per op, which is the 320-block limit. That
+// build does not take the 32 KB limits (2,240 blocks: 72 launches) that pytorch/pytorch#134373
+// describes for CUDA 13.
+inline constexpr const MultiTensorApplyLimits& kModelledMultiTensorApply = kMultiTensorApply4KB;
 
 // Kernel launches of one foreach op over tensors of `numels` elements whose kernel takes `depth`
 // tensor lists (1..5), as multi_tensor_apply issues them: tensors are cut into 65,536-element

@@ -72,6 +72,10 @@ nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& proces
     double dur = static_cast<double>(r.schedule.end_ns[i] - r.schedule.start_ns[i]) / 1e3;
     nlohmann::ordered_json args = {{"step", ops[i].step}, {"micro_batch", ops[i].micro}};
     if (ops[i].comm_bytes > 0) args["bytes"] = ops[i].comm_bytes;
+    // What the host issues for the op (the host model: kernels and FSDP2 hook calls), to set
+    // beside a PyTorch profiler trace's launches.
+    if (ops[i].host_kernels > 0) args["host_kernels"] = ops[i].host_kernels;
+    if (ops[i].host_hooks > 0) args["host_hooks"] = ops[i].host_hooks;
     events.push_back({{"name", r.program.OpName(i)}, {"cat", ToString(ops[i].kind)}, {"ph", "X"},
                       {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", static_cast<int>(ops[i].stream)},
                       {"args", args}});

@@ -184,7 +184,8 @@ TEST(Fsdp2KernelsTest, TiedEmbeddingBackwardZeroFillsAndAccumulates) {
 }
 
 // The optimizer's host launches: foreach AdamW's eight multi_tensor_apply ops over the
-// trainable shards in model.parameters() order, with the CUDA 13 kernel-argument limits.
+// trainable shards in model.parameters() order, with the limits torch 2.11.0+cu130 used on the
+// lent H100 (320 blocks per launch).
 TEST(Fsdp2KernelsTest, ForeachAdamWLaunchesEightOpsOfChunkedKernels) {
   for (const char* cluster : {"1xH100", "8xH100"}) {
     model::Plan p = BasePlan();
@@ -199,7 +200,10 @@ TEST(Fsdp2KernelsTest, ForeachAdamWLaunchesEightOpsOfChunkedKernels) {
     for (const auto& kv : params) numels.push_back(kv.second);
     int64_t expected = 0;
     for (int depth : {1, 2, 1, 3, 2, 1, 1, 3})  // mul_ lerp_ mul_ addcmul_ sqrt div_ add_ addcdiv_
-      expected += ReferenceLaunches(numels, depth, kMultiTensorApply32KB);
+      expected += ReferenceLaunches(numels, depth, kMultiTensorApply4KB);
+    // The profiler trace of FSDP2 + HF Llama-3.2-1B on one H100 (2026-11-26) counted 480
+    // multi_tensor_apply kernels in each AdamW step: the model's count for world 1 is that one.
+    if (std::string(cluster) == "1xH100") EXPECT_EQ(expected, 480);
     int seen = 0;
     for (const auto& op : r.report.program.ops) {
       if (op.step != 1 || op.kind != OpKind::kOptimizer) continue;
