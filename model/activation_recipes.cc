@@ -115,8 +115,12 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
   c.g.Op(name + " pow", {x32}, sq, {x32});
   int var = c.g.Tensor(name + " variance", kFp32 * rows);
   c.g.Op(name + " mean", {sq}, var, {});
+  // variance + eps: its own kernel (aten::add between aten::mean and aten::rsqrt in the H100
+  // profiler trace of HF Llama, 2026-11-26), which saves nothing.
+  int var_eps = c.g.Tensor(name + " variance + eps", kFp32 * rows);
+  c.g.Op(name + " add eps", {var}, var_eps, {});
   int rs = c.g.Tensor(name + " rsqrt", kFp32 * rows);
-  c.g.Op(name + " rsqrt", {var}, rs, {rs});
+  c.g.Op(name + " rsqrt", {var_eps}, rs, {rs});
   int n32 = c.g.Tensor(name + " normalized (fp32)", kFp32 * dim);
   c.g.Op(name + " mul", {x32, rs}, n32, {{x32, 1}, {rs, 0}});
   if (c.spec.norm_weight_fp32 || c.spec.norm_unit_offset) {
@@ -179,8 +183,12 @@ int Rope(Ctx& c, int x, double dim, const std::string& name) {
   }
   int xcos = c.g.Tensor(name + " * cos", c.e * dim);
   c.g.Op(name + " mul cos", {x}, xcos, {});
+  // rotate_half: torch.cat((-x2, x1), dim=-1) over the halves (views): a neg kernel over one
+  // half, then the cat (aten::neg, aten::cat in the H100 trace); neither saves anything.
+  int neg = c.g.Tensor(name + " -x2", c.e * dim / 2);
+  c.g.Op(name + " rotate_half (neg)", {x}, neg, {});
   int rot = c.g.Tensor(name + " rotate_half", c.e * dim);
-  c.g.Op(name + " rotate_half (cat)", {x}, rot, {});
+  c.g.Op(name + " rotate_half (cat)", {neg, x}, rot, {});
   int rsin = c.g.Tensor(name + " rotate_half * sin", c.e * dim);
   c.g.Op(name + " mul sin", {rot}, rsin, {});
   c.g.Op(name + " add", {xcos, rsin}, y, {});

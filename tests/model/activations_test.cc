@@ -36,6 +36,20 @@ TEST(ActivationsTest, HfLlamaBlockSavedMatchesHandCount) {
   EXPECT_GT(b.full.backward_peak_per_token, b.full.saved_per_token);
 }
 
+// The kernels an HF Llama block's forward launches, as the PyTorch profiler counted them on the
+// lent H100 (FSDP2 + Llama-3.2-1B, 2026-11-26, one block outside FSDP2's unshard hook): each
+// RMSNorm 8 (to, pow, mean, add eps, rsqrt, mul, to, weight mul), q/k/v 3, rope 5 for q and for k
+// (mul cos, neg, cat, mul sin, add), SDPA 2 (cuDNN's memset and kernel; the ledger's lse and
+// output ops), o_proj 1, residual add 1, gate 2, up 2, silu, mul, down, residual add: 41. The
+// gate and up projections' 2 are a memset and a split-K GEMM cuBLASLt chose for that shape, which
+// the ledger does not model (one op per Linear): 39. The host model issues one launch per op.
+TEST(ActivationsTest, HfLlamaBlockForwardOpsAreTheTracedKernels) {
+  ModelSpec s = FindModelPreset("llama3.2-1b");
+  const int traced = 2 * 8 + 3 + 2 * 5 + 2 + 1 + 1 + 2 + 2 + 1 + 1 + 1 + 1;
+  EXPECT_EQ(traced, 41);
+  EXPECT_EQ(ComputeBlockActivations(s, Bf16()).full.forward_ops, traced - 2);
+}
+
 // torchtitan: fused rms_norm saves input 2H + rstd 4; rope's complex mul saves only freqs_cis.
 TEST(ActivationsTest, TorchtitanLlamaBlockSavedMatchesHandCount) {
   ModelSpec s = FindModelPreset("llama3-8b");
