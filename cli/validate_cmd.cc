@@ -73,14 +73,20 @@ std::string PlotPathOf(const std::string& plot, size_t i) {
 void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
   std::vector<MeasuredRun> runs = LoadMeasuredRuns(a.measurements, a.model, a.cluster);
-  sim::SimOptions options;
+  // Each run is predicted on the constants simulate would use for it: the --profile file, else
+  // the catalog's measured profile for its GPU kind (sim::JobProfile), else the defaults.
   sim::Profile profile;
-  if (!a.profile.empty()) {
-    profile = sim::ReadProfileFile(a.profile);
-    options.memory.constants = profile.memory;
-    options.costs = profile.costs;
+  if (!a.profile.empty()) profile = sim::ReadProfileFile(a.profile);
+  std::vector<sim::SimOptions> run_options;
+  std::vector<sim::CalibrationRun> predicted;
+  for (const MeasuredRun& r : runs) {
+    sim::SimOptions o;
+    const sim::Profile p = a.profile.empty() ? sim::JobProfile("", r.cluster.gpu) : profile;
+    o.memory.constants = p.memory;
+    o.costs = p.costs;
+    run_options.push_back(o);
+    predicted.push_back({&r.measurements, sim::PredictRun(r.measurements, r.spec, r.cluster, o)});
   }
-  std::vector<sim::CalibrationRun> predicted = PredictRuns(runs, options);
   std::vector<std::string> warnings;
   std::vector<sim::ComparisonRow> all;
   Json jruns = Json::array();
@@ -92,7 +98,7 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
       warnings.push_back(m.path + ": no steady-state spans (no trace, or one step): compute figures include "
                          "the first step's one-time costs");
     }
-    std::vector<sim::ComparisonRow> rows = sim::CompareRun(m, predicted[i].prediction, options.costs);
+    std::vector<sim::ComparisonRow> rows = sim::CompareRun(m, predicted[i].prediction, run_options[i].costs);
     if (!a.plot.empty()) {
       const sim::RunPrediction& pr = predicted[i].prediction;
       sim::MeasuredMemory mm;

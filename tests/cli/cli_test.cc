@@ -350,6 +350,32 @@ TEST(CliTest, ValidateComparesEveryFigureOfARealRun) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("median |error|"));
 }
 
+// A run measured on an H100 is predicted on what simulate uses for H100 clusters: the catalog's
+// measured profile (profiles/measured/), so validate without --profile equals validate with that
+// file, and differs from the datasheet defaults (an empty profile). The run: shardtune run on the
+// lent H100, 2026-11-26 (tests/data/validation/executor_h100_2026-11-26.json).
+TEST(CliTest, ValidatePredictsAnH100RunOnTheCatalogsMeasuredTables) {
+  std::ifstream in(std::string(SHARDTUNE_TEST_DATA_DIR) + "/validation/executor_h100_2026-11-26.json");
+  ASSERT_TRUE(in.good());
+  nlohmann::json doc = nlohmann::json::parse(in);
+  std::string run = WriteFile("h100_w1_mb4_measurements.json", doc["runs"]["w1_mb4"].dump());
+  std::string catalog = std::string(SHARDTUNE_TEST_DATA_DIR) + "/../../profiles/measured/h100-sxm-80g.profile.json";
+  std::string none = WriteFile("empty_profile.json", R"({"schema": "shardtune.profile", "schema_version": 3})");
+  auto step = [&](const std::string& extra) {
+    Result r = RunCli("validate --cluster 1xH100 --measurements " + run + extra + " --json");
+    EXPECT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);  // kept: the loop reads into it
+    for (const auto& row : j["runs"][0]["rows"]) {
+      if (row["kind"] == "step") return row["predicted"].get<double>();
+    }
+    ADD_FAILURE() << "no step row";
+    return 0.0;
+  };
+  double by_default = step(""), with_catalog = step(" --profile " + catalog), datasheet = step(" --profile " + none);
+  EXPECT_DOUBLE_EQ(by_default, with_catalog);
+  EXPECT_NE(by_default, datasheet);
+}
+
 // --plot (issue #19): estimate, tune and validate draw self-contained pictures; the measured
 // peaks of a real run are drawn over its prediction; a name that is neither .svg nor .html is a
 // one-line error and nothing is written.
