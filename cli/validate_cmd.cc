@@ -77,14 +77,14 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
   // the catalog's measured profile for its GPU kind (sim::JobProfile), else the defaults.
   sim::Profile profile;
   if (!a.profile.empty()) profile = sim::ReadProfileFile(a.profile);
-  std::vector<sim::SimOptions> run_options;
+  std::vector<sim::CostConstants> run_costs;
   std::vector<sim::CalibrationRun> predicted;
   for (const MeasuredRun& r : runs) {
     sim::SimOptions o;
-    const sim::Profile p = a.profile.empty() ? sim::JobProfile("", r.cluster.gpu) : profile;
+    const sim::Profile& p = a.profile.empty() ? sim::JobProfile("", r.cluster.gpu) : profile;
     o.memory.constants = p.memory;
     o.costs = p.costs;
-    run_options.push_back(o);
+    run_costs.push_back(o.costs);
     predicted.push_back({&r.measurements, sim::PredictRun(r.measurements, r.spec, r.cluster, o)});
   }
   std::vector<std::string> warnings;
@@ -98,7 +98,7 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
       warnings.push_back(m.path + ": no steady-state spans (no trace, or one step): compute figures include "
                          "the first step's one-time costs");
     }
-    std::vector<sim::ComparisonRow> rows = sim::CompareRun(m, predicted[i].prediction, run_options[i].costs);
+    std::vector<sim::ComparisonRow> rows = sim::CompareRun(m, predicted[i].prediction, run_costs[i]);
     if (!a.plot.empty()) {
       const sim::RunPrediction& pr = predicted[i].prediction;
       sim::MeasuredMemory mm;

@@ -279,10 +279,10 @@ void ReadQwenMoe(HfReader* h, Family f, ModelSpec* s) {
     s->moe.num_experts = static_cast<int>(h->Int("num_local_experts"));
   } else {
     s->moe.num_experts = static_cast<int>(h->Int("num_experts"));
-    if (h->Has("num_local_experts") && h->Int("num_local_experts") != s->moe.num_experts) {
+    const int64_t local = h->Has("num_local_experts") ? h->Int("num_local_experts") : s->moe.num_experts;
+    if (local != s->moe.num_experts) {
       throw InputError(h->Where("num_local_experts") + ": expected the same count as num_experts (" +
-                       std::to_string(s->moe.num_experts) + "), got " +
-                       std::to_string(h->Int("num_local_experts")));
+                       std::to_string(s->moe.num_experts) + "), got " + std::to_string(local));
     }
   }
   s->moe.top_k = static_cast<int>(h->Int("num_experts_per_tok"));

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "simulator/step_walk_rules.h"
 
@@ -233,14 +234,17 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   // AdamW over Llama-3.2-1B ran its 80 bytes per parameter at ~2.7 TB/s in the profiler trace
   // (36 ms per step, 2026-11-26). Evaluating at [tokens, hidden] (25 MB) had put the optimizer at
   // 23 ms.
-  int64_t largest = 0;
+  // (Of two samples of the largest footprint, the slower, as MemoryKernelTime takes it.)
+  const profiles::MemoryKernelSample* largest = nullptr;
   for (const profiles::MemoryKernelSample& m : t.memory) {
-    if (m.kernel == profiles::MemoryKernel::kElementwise) largest = std::max(largest, m.bytes);
-  }
-  if (largest > 0) {
-    if (auto m = MemoryKernelTime(t, profiles::MemoryKernel::kElementwise, largest)) {
-      e.memory_efficiency = static_cast<double>(largest) / m->count() / gpu.memory_bandwidth.count();
+    if (m.kernel != profiles::MemoryKernel::kElementwise || m.bytes <= 0) continue;
+    if (!largest || std::make_pair(m.bytes, m.time.count()) > std::make_pair(largest->bytes, largest->time.count())) {
+      largest = &m;
     }
+  }
+  if (largest) {
+    e.memory_efficiency =
+        static_cast<double>(largest->bytes) / largest->time.count() / gpu.memory_bandwidth.count();
   }
   // The probe times one LibTorch op issued from C++: a CPU rank's whole host cost (the kernel runs
   // on the issuing thread, as in shardtune's own runtime), but not a GPU job's, whose kernels the

@@ -53,10 +53,10 @@ nlohmann::json LoadRuns() {
   return nlohmann::json::parse(in);
 }
 
-// The LoRA, frozen and offload runs (one JSON document per line).
-std::vector<nlohmann::json> LoadPeftRuns() {
-  std::ifstream in(DataPath("fsdp2_h100_peft_offload.jsonl"));
-  EXPECT_TRUE(in.good());
+// The runs of a JSON-lines file of tests/data/validation (one document per line).
+std::vector<nlohmann::json> LoadJsonLines(const std::string& file) {
+  std::ifstream in(DataPath(file));
+  EXPECT_TRUE(in.good()) << file;
   std::vector<nlohmann::json> out;
   std::string line;
   while (std::getline(in, line)) {
@@ -107,13 +107,13 @@ std::pair<double, double> MeasuredReserved(const nlohmann::json& run) {
   return {steps.at(0).at("max_reserved").get<double>(), steady};
 }
 
-// The estimate of a measured run, its step-0 and steady peaks (max_memory_allocated of step 0 and
-// the most of the later steps) checked to kTolerance.
-MemoryReport ExpectPeaksWithinTolerance(const nlohmann::json& run) {
+// The estimate of a measured run of `spec` under `plan`, its step-0 and steady peaks
+// (max_memory_allocated of step 0 and the most of the later steps) checked to kTolerance.
+MemoryReport ExpectPeaksWithinTolerance(const nlohmann::json& run, const model::ModelSpec& spec,
+                                        const model::Plan& plan) {
   const auto& c = run.at("config");
-  model::ModelSpec spec = model::FindModelPreset(c.at("model").get<std::string>());
   auto cluster = profiles::ParseClusterShorthand(std::to_string(c.at("world").get<int>()) + "xH100");
-  MemoryReport m = EstimateMemory(spec, cluster, PlanOf(c));
+  MemoryReport m = EstimateMemory(spec, cluster, plan);
   double step0 = run.at("steps").at(0).at("peak_allocated").get<double>();
   double steady = 0;
   for (size_t s = 1; s < run.at("steps").size(); ++s) {
@@ -123,6 +123,12 @@ MemoryReport ExpectPeaksWithinTolerance(const nlohmann::json& run) {
   EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << id;
   EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << id;
   return m;
+}
+
+// A preset model's run (the config's "model"), planned from its config.
+MemoryReport ExpectPeaksWithinTolerance(const nlohmann::json& run) {
+  const auto& c = run.at("config");
+  return ExpectPeaksWithinTolerance(run, model::FindModelPreset(c.at("model").get<std::string>()), PlanOf(c));
 }
 
 TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
@@ -142,7 +148,7 @@ TEST(Fsdp2MeasuredTest, PeakAllocatedWithinTolerance) {
 // the frozen parameters' load dtype.
 TEST(Fsdp2MeasuredTest, PeftFrozenAndOffloadPeakAllocatedWithinTolerance) {
   int compared = 0, lora = 0, frozen = 0, offload = 0;
-  for (const nlohmann::json& r : LoadPeftRuns()) {
+  for (const nlohmann::json& r : LoadJsonLines("fsdp2_h100_peft_offload.jsonl")) {
     if (r.contains("error")) continue;
     const auto& c = r.at("config");
     model::Plan plan = PlanOf(c);
@@ -169,34 +175,20 @@ TEST(Fsdp2MeasuredTest, PeftFrozenAndOffloadPeakAllocatedWithinTolerance) {
 // in their config's bfloat16 and the harness did not upcast them: their master dtype is the bytes
 // per parameter a rank held after init (compare_estimate.py master_dtype_of).
 TEST(Fsdp2MeasuredTest, Architectures2026PeakAllocatedWithinTolerance) {
-  std::ifstream in(DataPath("fsdp2_h100_arch2026.jsonl"));
-  ASSERT_TRUE(in.good());
   int compared = 0, bf16_master = 0;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    nlohmann::json run = nlohmann::json::parse(line);
+  for (const nlohmann::json& run : LoadJsonLines("fsdp2_h100_arch2026.jsonl")) {
     if (run.contains("error")) continue;
     const auto& c = run.at("config");
     model::ModelSpec spec = model::ImportHfConfig(run.at("hf_config_json"), c.at("hf_config").get<std::string>(), nullptr);
     EXPECT_EQ(model::ParameterCount(spec), run.at("n_params").get<int64_t>()) << c.at("hf_config");
     model::Plan plan = PlanOf(c);
-    const int world = c.at("world").get<int>();
     double per_param = run.at("after_init_allocated").get<double>() /
-                       (run.at("n_params").get<double>() / world);
+                       (run.at("n_params").get<double>() / c.at("world").get<int>());
     if (per_param < 3) {
       plan.master_dtype = model::DType::kBf16;
       ++bf16_master;
     }
-    auto cluster = profiles::ParseClusterShorthand(std::to_string(world) + "xH100");
-    MemoryReport m = EstimateMemory(spec, cluster, plan);
-    double step0 = run.at("steps").at(0).at("peak_allocated").get<double>();
-    double steady = 0;
-    for (size_t s = 1; s < run.at("steps").size(); ++s) {
-      steady = std::max(steady, run.at("steps").at(s).at("peak_allocated").get<double>());
-    }
-    EXPECT_NEAR(static_cast<double>(m.step0_peak.count()) / step0, 1.0, kTolerance) << c.dump();
-    EXPECT_NEAR(static_cast<double>(m.steady_peak.count()) / steady, 1.0, kTolerance) << c.dump();
+    ExpectPeaksWithinTolerance(run, spec, plan);
     ++compared;
   }
   EXPECT_EQ(compared, 10);
@@ -209,7 +201,7 @@ TEST(Fsdp2MeasuredTest, MaxReservedWithinTolerance) {
   std::vector<nlohmann::json> runs;
   nlohmann::json doc = LoadRuns();
   for (const auto& r : doc.at("runs")) runs.push_back(r);
-  for (const auto& r : LoadPeftRuns()) runs.push_back(r);
+  for (const auto& r : LoadJsonLines("fsdp2_h100_peft_offload.jsonl")) runs.push_back(r);
   std::printf("%-52s %8s %8s | %7s %7s | %7s %7s\n", "run", "meas0", "measS", "old0", "oldS",
               "new0", "newS");
   double worst = 0;
