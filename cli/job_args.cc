@@ -2,6 +2,7 @@
 #include "cli/job_args.h"
 
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -82,6 +83,8 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
        model::CpProblems(spec, plan, cluster.world_size(), cluster.gpus_per_node, plan_where)) {
     problems.push_back(p);
   }
+  // Expert parallelism against the model's experts and model code (model/expert_parallel.h).
+  for (auto& p : model::EpProblems(spec, plan, plan_where)) problems.push_back(p);
   if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
     for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),
                                                plan_where)) {

@@ -152,6 +152,8 @@ const std::vector<FlagSpec>& Flags() {
       {"--cp-fsdp-mesh", "dp_cp|dp: FSDP shards over data-parallel x cp ranks (verl, torchtitan) or dp only",
        kPlanFlag, &Opt<&PlanFlags::cp_fsdp_mesh>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->cp_fsdp_mesh = ParseEnum<CpFsdpMesh>(f.cp_fsdp_mesh, s.name); }},
+      {"--ep", "Expert-parallel degree (torchtitan expert_parallel_degree; MoE, --modeling torchtitan)",
+       kPlanFlag, &Opt<&PlanFlags::ep>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->ep = f.ep; }},
       {"--role", "train|infer (forward only: reference / log-prob workers)", kPlanFlag,
        &Opt<&PlanFlags::role>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->role = ParseEnum<Role>(f.role, s.name); }},

@@ -21,7 +21,7 @@ struct PlanFlags {
   std::string backward_prefetch, optimizer, optimizer_impl, attention, modeling;
   std::string cp_fsdp_mesh, role, lora_targets, lora_dtype, frozen_dtype, master_dtype;
   std::vector<std::string> freeze;
-  int cp = 1, lora_rank = 0, tiled_mlp = 1;
+  int cp = 1, ep = 1, lora_rank = 0, tiled_mlp = 1;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   bool wrap_experts = false;

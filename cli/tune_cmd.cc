@@ -13,6 +13,7 @@
 #include "cli/tune_measure.h"
 #include "planner/search_json.h"
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
@@ -153,6 +154,10 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
   req.space.cp_sizes = CpSizesOf(a, given, spec, c, req);
+  if (FlagGiven(a.plan, "--ep")) {
+    ThrowIfProblems(model::EpProblems(spec, given, "--ep"));
+    req.space.ep_sizes = {given.ep};
+  }
   sim::Profile prof = sim::JobProfile(a.profile, c.gpu);
   req.options.memory.constants = prof.memory;
   req.options.costs = prof.costs;

@@ -88,6 +88,13 @@ void ValidateRun(const RunOptions& o, int world_size) {
       problems.push_back(ulysses + " (model " + o.spec.name + ")");
     }
   }
+  if (o.plan.ep > 1) {
+    // The executor's MoE dispatch is local (every rank holds every expert); expert parallelism is
+    // estimated, simulated, tuned and exported, not run.
+    problems.push_back("--ep: expected 1 for shardtune run (the executor holds every expert on "
+                       "every rank; expert parallelism is modelled by estimate, simulate and tune, "
+                       "not run), got " + std::to_string(o.plan.ep));
+  }
   if (o.steps < 1)
     problems.push_back("--steps: expected an integer >= 1, got " + std::to_string(o.steps));
   if (o.emulate_world < 0) {

@@ -186,7 +186,32 @@ int Moe(Ctx& c, int x) {
   int mask = c.opt.modeling == Modeling::kHf ? ExpertMask(c, k, m.num_experts) : -1;
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
   c.g.Op("moe.gather", {x, probs}, gathered, {});
+  const bool ep = c.opt.ep > 1 && c.opt.modeling == Modeling::kTorchtitan;
+  int perm = -1;
+  if (ep) {
+    // AllToAllTokenDispatcher.dispatch: all_to_all_single_autograd saves nothing (its backward is
+    // the inverse all-to-all); _permute's routed_input_RD[permuted_indices, :] saves the int64
+    // indices, and its output is the experts' input. Rows per token of this rank: top_k (the
+    // balanced load; the capacity factor scales the experts' intermediates, model/tiled_mlp.h).
+    int recv = c.g.Tensor("moe.ep dispatch all-to-all output", c.e * h * k);
+    c.g.Op("moe.ep dispatch all_to_all_single", {gathered}, recv, {});
+    c.g.MarkComputeBound();  // NCCL moves these bytes (the walk's all-to-all ops), not a kernel here
+    perm = c.g.Tensor("moe.ep permuted_indices (int64)", 8 * k);
+    c.g.Op("moe.ep permuted_indices", {}, perm, {});
+    int permuted = c.g.Tensor("moe.ep routed_input[permuted_indices]", c.e * h * k);
+    c.g.Op("moe.ep permute", {recv, perm}, permuted, {perm});
+    gathered = permuted;
+  }
   int expert_out = DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");
+  if (ep) {
+    // combine: _unpermute (new_empty + index_put with the saved indices), then the all-to-all back.
+    int unperm = c.g.Tensor("moe.ep unpermuted output", c.e * h * k);
+    c.g.Op("moe.ep unpermute", {expert_out, perm}, unperm, {perm});
+    int back = c.g.Tensor("moe.ep combine all-to-all output", c.e * h * k);
+    c.g.Op("moe.ep combine all_to_all_single", {unperm}, back, {});
+    c.g.MarkComputeBound();
+    expert_out = back;
+  }
   int weighted = c.g.Tensor("moe.weighted expert output", weight_bytes * h * k);
   c.g.Op("moe.scale by routing weight", {expert_out, probs}, weighted,
          {{expert_out, 1}, {probs, 0}});
@@ -281,6 +306,7 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   o.keep_logits = plan.keep_logits;
   o.seq_len = seq_len;
   o.cp = plan.cp;
+  o.ep = plan.ep;
   return o;
 }
 

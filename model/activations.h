@@ -65,6 +65,11 @@ struct ActivationOptions {
   // except KV heads repeated when cp > num_kv_heads), plus the all-to-all buffers (verl
   // utils/ulysses.py all_to_all_tensor) and the output held on both sides of its all-to-all.
   int cp = 1;
+  // Expert parallelism (Plan::ep; torchtitan AllToAllTokenDispatcher): with ep > 1 an MoE layer
+  // under --modeling torchtitan adds the dispatch all-to-all's output, its expert-major permuted
+  // copy (what the experts save) and the int64 permutation, and on the way back the unpermuted
+  // output and the combine all-to-all's output.
+  int ep = 1;
 };
 
 // Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and

@@ -7,7 +7,7 @@
 
 namespace shardtune::model {
 
-std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer) {
+std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer, int ep) {
   const int64_t h = spec.hidden;
   std::vector<GemmShape> g;
   if (spec.mla.enabled()) {  // DeepseekV3Attention.forward, in call order
@@ -44,9 +44,12 @@ std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, 
   }
   const int64_t expert_ffn = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
   g.push_back({tokens, spec.moe.num_experts, h});  // router
-  // Dropless routing: tokens·top_k rows spread over the experts (balanced on average).
-  int64_t rows = std::max<int64_t>(1, tokens * spec.moe.top_k / spec.moe.num_experts);
-  mlp(rows, expert_ffn, spec.moe.num_experts);
+  // Dropless routing: tokens·top_k rows spread over the experts (balanced on average); with
+  // expert parallelism the ep ranks' tokens meet at each rank's E / ep local experts.
+  const int64_t local = ep > 1 && spec.moe.num_experts % ep == 0 ? spec.moe.num_experts / ep : spec.moe.num_experts;
+  const int64_t group = spec.moe.num_experts / local;
+  int64_t rows = std::max<int64_t>(1, group * tokens * spec.moe.top_k / spec.moe.num_experts);
+  mlp(rows, expert_ffn, local);
   const int64_t shared_ffn =
       spec.moe.shared_expert_ffn_hidden > 0 ? spec.moe.shared_expert_ffn_hidden : expert_ffn;
   mlp(tokens, shared_ffn, spec.moe.num_shared_experts);

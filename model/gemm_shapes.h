@@ -33,7 +33,10 @@ struct GemmShape {
 // Backward runs two GEMMs per forward one [m, n, k]: dX [m, k] = dY [m, n] x W and
 // dW [n, k] = dY^T x X (over the m rows). `layer`: which block (a dense prefix differs); MLA's
 // chain of projections (model_spec.h MlaSpec) in place of q, k, v.
-std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer);
+// `ep` (Plan::ep): under expert parallelism each rank runs its num_experts / ep local experts over
+// the tokens the ep group routes to them, ep x tokens·top_k / num_experts rows each (the same
+// FLOPs per rank, fewer and taller GEMMs).
+std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer, int ep = 1);
 GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens);
 std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward);
 

@@ -297,6 +297,12 @@ int64_t FsdpUnit::PaddedShardNumel(int n) const {
   return t;
 }
 
+int64_t FsdpUnit::GatheredNumel(int n) const {
+  int64_t t = 0;
+  for (const auto& p : params) t += p.GatheredNumel(n);
+  return t;
+}
+
 namespace {
 
 // Units in the making: each parameter goes to the first unit that claims it (PyTorch wraps
@@ -332,6 +338,56 @@ void AddExpertUnits(const ModuleNode& root, int num_layers, UnitBuilder* b) {
           b->Add(expert.name, {&expert});
           b->units.back().is_expert = true;
         }
+      }
+    }
+  }
+}
+
+// Expert parallelism (torchtitan apply_fsdp with ep_degree > 1): per MoE layer one unit of the
+// ep-local experts as torchtitan's GroupedExperts holds them (models/common/moe: w1 [E, F, H],
+// w2 [E, H, F], w3 [E, F, H]; GPT-OSS: gate_up_proj [E, H, 2F], its bias [E, 2F], down_proj
+// [E, F, H], its bias [E, H]) with E the local count. The HF per-expert parameters are claimed
+// so the block's unit does not take them: this rank holds no other experts.
+void AddExpertParallelUnits(const ModelSpec& s, const ModuleNode& root, int ep, UnitBuilder* b) {
+  const MoeSpec& m = s.moe;
+  const int64_t el = m.num_experts / ep, h = s.hidden;
+  const int64_t fe = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : s.ffn_hidden;
+  for (int layer = 0; layer < s.num_layers; ++layer) {
+    if (!s.MoeLayer(layer)) continue;
+    const ModuleNode* block = FindBlock(root, layer);
+    for (const auto& part : block->children) {
+      for (const auto& experts : part.children) {
+        bool hf_list = experts.is_container;
+        bool gpt_oss = m.gpt_oss_experts && experts.type == "Experts";
+        if (!hf_list && !gpt_oss) continue;
+        std::vector<ParamTensor> claimed;
+        CollectParams(experts, &b->taken, &claimed);
+        const int seg = experts.first_segment;
+        auto tensor = [&](const std::string& name, int64_t d1, int64_t d2) {
+          ParamTensor t{experts.name + "." + name, el, d1 * d2, seg};
+          t.shard_divisor = ep;
+          t.dim1 = d1;
+          t.experts_total = m.num_experts;
+          return t;
+        };
+        FsdpUnit u;
+        u.name = experts.name;
+        u.first_segment = u.last_segment = seg;
+        u.expert_parallel = true;
+        if (gpt_oss) {
+          u.params = {tensor("gate_up_proj", h, 2 * fe), tensor("gate_up_proj_bias", 2 * fe, 1),
+                      tensor("down_proj", fe, h), tensor("down_proj_bias", h, 1)};
+        } else if (s.mlp == MlpKind::kSwiGlu) {
+          u.params = {tensor("w1", fe, h), tensor("w2", h, fe), tensor("w3", fe, h)};
+        } else {
+          u.params = {tensor("w1", fe, h), tensor("w2", h, fe)};
+        }
+        if (s.mlp_bias && !gpt_oss) {
+          u.params.push_back(tensor("b1", fe, 1));
+          u.params.push_back(tensor("b2", h, 1));
+        }
+        // A claimed frozen / LoRA state is applied to the units later (ApplyTrainability).
+        b->units.push_back(std::move(u));
       }
     }
   }
@@ -385,10 +441,15 @@ void AddBlockUnits(const ModelSpec& s, const ModuleNode& root, const WrapPolicy&
 
 }  // namespace
 
-std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
+std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w, int ep) {
   ModuleNode root = BuildModuleTree(s);
   UnitBuilder b;
-  if (w.expert_units && s.moe.enabled()) AddExpertUnits(root, s.num_layers, &b);
+  if (ep > 1 && s.moe.enabled()) {
+    SHARDTUNE_CHECK(s.moe.num_experts % ep == 0) << "ep " << ep << " experts " << s.moe.num_experts;
+    AddExpertParallelUnits(s, root, ep, &b);
+  } else if (w.expert_units && s.moe.enabled()) {
+    AddExpertUnits(root, s.num_layers, &b);
+  }
   if (w.kind == WrapPolicy::Kind::kSize) {
     AddSizeBasedUnits(root, w.min_num_params, &b);
   } else {
@@ -406,7 +467,8 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w) {
   std::stable_sort(units.begin(), units.end(), [](const FsdpUnit& x, const FsdpUnit& y) {
     if (x.first_segment != y.first_segment) return x.first_segment < y.first_segment;
     if (x.last_segment != y.last_segment) return x.last_segment > y.last_segment;
-    return !x.is_expert && y.is_expert;  // the block's unit before its experts (outer first)
+    // the block's unit before its experts (outer first)
+    return !(x.is_expert || x.expert_parallel) && (y.is_expert || y.expert_parallel);
   });
   return units;
 }

@@ -21,10 +21,31 @@ struct ParamTensor {
   int segment = 0;    // forward segment that uses it (its gradient appears in that backward)
   bool requires_grad = true;  // false: frozen (no gradient, reduce-scatter or optimizer state)
   bool lora_adapter = false;  // a LoRA A or B matrix (stored in Plan::lora.dtype)
+  // Expert parallelism (Plan::ep, model/expert_parallel.h): a routed expert's local 3-D weight
+  // [E / ep, d1, d2] is FSDP-sharded over n / shard_divisor ranks (torchtitan's efsdp mesh);
+  // dim1 > 0 is its dim 1, which torchtitan shards instead of dim 0 when efsdp x ep exceeds
+  // experts_total (apply_fsdp's Shard(1)). 1 / 0 / 0 for every other parameter.
+  int shard_divisor = 1;
+  int64_t dim1 = 0;
+  int64_t experts_total = 0;
   int64_t numel() const { return dim0 * inner; }
-  // Elements per rank after FSDP2's dim-0 padding: ceil(dim0 / n) * inner
-  // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _init_sharded_param).
-  int64_t PaddedShardNumel(int n) const { return (dim0 + n - 1) / n * inner; }
+  // Ranks this parameter is sharded over when the unit's mesh has n ranks.
+  int ShardRanks(int n) const {
+    return shard_divisor > 1 && n % shard_divisor == 0 ? n / shard_divisor : n;
+  }
+  bool ShardsDim1(int n) const {
+    return dim1 > 0 && static_cast<int64_t>(ShardRanks(n)) * shard_divisor > experts_total;
+  }
+  // Elements per rank after FSDP2's padding of the sharded dim: ceil(dim0 / n) * inner
+  // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _init_sharded_param); Shard(1) pads
+  // dim 1 instead: dim0 * ceil(dim1 / n) * (inner / dim1).
+  int64_t PaddedShardNumel(int n) const {
+    int m = ShardRanks(n);
+    if (ShardsDim1(n)) return dim0 * ((dim1 + m - 1) / m) * (inner / dim1);
+    return (dim0 + m - 1) / m * inner;
+  }
+  // The all-gather output of this parameter: its padded shard times the ranks it is sharded over.
+  int64_t GatheredNumel(int n) const { return PaddedShardNumel(n) * ShardRanks(n); }
 };
 
 // Forward runs in segments: 0 = embeddings, 1..L = blocks, L+1 = final norm, L+2 = LM head + loss.
@@ -69,13 +90,23 @@ struct FsdpUnit {
   int first_segment = 0, last_segment = 0;  // gathered from pre-forward of first to post-forward of last
   bool is_root = false;             // fully_shard(model): not resharded after forward
   bool is_expert = false;           // one MoE expert (WrapPolicy::expert_units), inside its block
+  // An MoE layer's local routed experts under expert parallelism (Plan::ep > 1), inside its
+  // block, sharded over the efsdp mesh (shard group / ep ranks, strided by ep).
+  bool expert_parallel = false;
   int64_t NumParams() const;
   int64_t PaddedShardNumel(int n) const;  // sum over params
+  int64_t GatheredNumel(int n) const;     // sum over params of ParamTensor::GatheredNumel
+  // Ranks its all-gather and reduce-scatter span when the FSDP shard group has n ranks.
+  int ShardRanks(int n) const { return params.empty() ? n : params.front().ShardRanks(n); }
 };
 
 // Applies the wrap policy. Units come in forward order of their first segment (outer first);
 // every parameter is in exactly one unit; the root unit is last-resort owner and always exists.
-// REQUIRES: policy validated against spec (Plan::Problems).
-std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& spec, const WrapPolicy& policy);
+// ep > 1 (Plan::ep): each MoE layer's routed experts become one unit of the num_experts / ep
+// local experts in torchtitan's GroupedExperts layout (w1 [E/ep, F, H], w2 [E/ep, H, F], w3
+// [E/ep, F, H]; GPT-OSS: its four expert tensors with dim 0 E/ep), nested in the block's unit
+// (torchtitan apply_fsdp: fully_shard(moe.experts, mesh=efsdp) before the block).
+// REQUIRES: policy validated against spec (Plan::Problems), ep divides num_experts.
+std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& spec, const WrapPolicy& policy, int ep = 1);
 
 }  // namespace shardtune::model

@@ -288,6 +288,16 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
              "a divisor of seq_len " + std::to_string(seq_len) + " (each rank holds seq_len / cp tokens)",
              cp);
   }
+  p.Expect(ep >= 1, "expert_parallel_degree", "integer >= 1 (1: no expert parallelism)", ep);
+  if (ep > 1 && world >= 1 && cp >= 1 && world % cp == 0) {
+    // torchtitan ParallelDims._validate: ep borrows its ranks from dp_shard x cp, so the FSDP
+    // shard group holds whole EP groups.
+    int shard = ResolvedShardGroup(world, gpus_per_node);
+    p.Expect(shard >= 1 && shard % ep == 0, "expert_parallel_degree",
+             "a divisor of the FSDP shard group " + std::to_string(shard) +
+                 " (torchtitan takes the EP ranks from dp_shard x cp; --ep, --shard-group)",
+             ep);
+  }
   p.Expect(tiled_mlp_shards >= 1, "tiled_mlp_shards", "integer >= 1 (1: off)", tiled_mlp_shards);
   p.Expect(lora.rank >= 0, "lora/rank", "integer >= 0 (0: no LoRA)", lora.rank);
   if (lora.enabled() && lora.targets.empty()) {

@@ -107,6 +107,12 @@ struct Plan {
   // degree is world / cp.
   int cp = 1;
   CpFsdpMesh cp_fsdp_mesh = CpFsdpMesh::kDpCp;
+  // Expert parallelism as torchtitan runs it beside FSDP2 (parallelism.expert_parallel_degree,
+  // torchtitan/distributed/parallel_dims.py and models/common/token_dispatcher.py): an MoE
+  // layer's routed experts are split over `ep` consecutive ranks of the FSDP mesh (E / ep local
+  // experts each), tokens travel to their experts and back by all-to-all, and the local experts
+  // are FSDP-sharded over the remaining shard / ep ranks (the "efsdp" mesh). 1: off.
+  int ep = 1;
   Role role = Role::kTrain;
   // Parameters whose HF name starts with one of these are frozen (no gradient, no reduction, no
   // optimizer state; still sharded and gathered): ROLL freeze_module_prefix, e.g.
@@ -151,6 +157,12 @@ struct Plan {
   int ResolvedShardGroup(int world, int gpus_per_node) const;
   // Ranks FSDP's mesh spans: world, or world / cp with cp_fsdp_mesh dp (cp ranks replicate).
   int FsdpWorld(int world) const;
+  // Ranks a routed expert's parameters are FSDP-sharded over: the resolved shard group / ep
+  // (torchtitan's efsdp = dp_shard x cp / ep); the shard group when ep is 1.
+  int ExpertShardGroup(int world, int gpus_per_node) const {
+    int g = ResolvedShardGroup(world, gpus_per_node);
+    return ep > 1 && g % ep == 0 ? g / ep : g;
+  }
   // seq_len after its default: max_seq_len when 0.
   int64_t ResolvedSeqLen(int64_t max_seq_len) const { return seq_len > 0 ? seq_len : max_seq_len; }
 };

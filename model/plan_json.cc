@@ -132,6 +132,7 @@ LoraSpec ReadLora(StrictReader* r) {
 void ReadTrainableAndParallel(StrictReader* r, Plan* p) {
   p->cp = OptInt(r, "cp", p->cp);
   p->cp_fsdp_mesh = OptEnum(r, "cp_fsdp_mesh", p->cp_fsdp_mesh);
+  p->ep = OptInt(r, "expert_parallel_degree", p->ep);
   p->role = OptEnum(r, "role", p->role);
   if (r->Has("frozen_prefixes")) {
     p->frozen_prefixes = ReadStrings(r->RequiredValue("frozen_prefixes"), r->Where("frozen_prefixes"),
@@ -217,6 +218,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["keep_logits"] = p.keep_logits;
   j["cp"] = p.cp;
   j["cp_fsdp_mesh"] = ToString(p.cp_fsdp_mesh);
+  j["expert_parallel_degree"] = p.ep;
   j["role"] = ToString(p.role);
   j["frozen_prefixes"] = p.frozen_prefixes;
   if (p.lora.enabled()) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "planner/search_rank.h"
@@ -80,6 +81,17 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
     }
   }
   if (s.cp_sizes.empty()) s.cp_sizes = DefaultCpSizes(spec, c, req);
+  if (s.ep_sizes.empty()) {
+    s.ep_sizes = {std::max(1, req.base.ep)};
+    if (spec.moe.enabled() && req.base.modeling == model::Modeling::kTorchtitan && !req.base.wrap.expert_units) {
+      for (int ep : Divisors(c.world_size())) {
+        if (ep <= 1 || ep > std::max(1, c.gpus_per_node)) continue;
+        if (spec.moe.num_experts % ep != 0) continue;
+        if (std::find(s.ep_sizes.begin(), s.ep_sizes.end(), ep) == s.ep_sizes.end()) s.ep_sizes.push_back(ep);
+      }
+      std::sort(s.ep_sizes.begin(), s.ep_sizes.end());
+    }
+  }
   if (s.micro_batches.empty()) {
     // Divisors of the per-rank batch of every cp searched (cp ranks share sequences, so a rank
     // gets global_batch x cp / world of them).
@@ -148,6 +160,7 @@ std::string PlanKey(const Plan& p) {
        " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
        " bwd_prefetch=" + model::ToString(p.backward_prefetch);
   if (p.cp > 1) k += " cp=" + std::to_string(p.cp);
+  if (p.ep > 1) k += " ep=" + std::to_string(p.ep);
   return k;
 }
 
@@ -157,6 +170,13 @@ namespace {
 bool CpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
   int world = c.world_size(), gpn = c.gpus_per_node;
   return model::CpProblems(spec, p, world, gpn, "plan").empty() &&
+         p.Problems("plan", world, gpn, spec.num_layers, spec.SeqLenLimit()).empty();
+}
+
+// ep suits the model and the plan's shard group holds whole ep groups (torchtitan's rules).
+bool EpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
+  int world = c.world_size(), gpn = c.gpus_per_node;
+  return model::EpProblems(spec, p, "plan").empty() &&
          p.Problems("plan", world, gpn, spec.num_layers, spec.SeqLenLimit()).empty();
 }
 
@@ -202,7 +222,11 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                   p.backward_prefetch = bp;
                   p.cp = cp;
                   if (cp > 1 && !CpFits(spec, c, p)) continue;
-                  out.push_back(p);
+                  for (int ep : s.ep_sizes) {
+                    p.ep = ep;
+                    if (ep > 1 && !EpFits(spec, c, p)) continue;
+                    out.push_back(p);
+                  }
                 }
               }
             }

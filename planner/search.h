@@ -37,6 +37,10 @@ struct SearchSpace {
   // seq_len, keeps the cp group inside a node, and leaves a whole number of sequences per
   // data-parallel rank. Values that break those rules are skipped, never simulated.
   std::vector<int> cp_sizes;
+  // Expert-parallel degrees (Plan::ep). Default: the base plan's ep, and for an MoE model under
+  // --modeling torchtitan every divisor of num_experts that keeps the ep group inside a node
+  // (torchtitan's all-to-alls over NVLink). Values a plan's shard group cannot hold are skipped.
+  std::vector<int> ep_sizes;
 };
 
 struct SearchRequest {

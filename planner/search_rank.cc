@@ -80,10 +80,12 @@ Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& 
   return m.peak_allocated + FragmentationAllowance(m.peak_allocated, k) + m.outside_total;
 }
 
-// The FSDP units a plan's wrap makes (the policy and the embedding, head and expert units).
+// The FSDP units a plan's wrap makes (the policy and the embedding, head and expert units; the
+// expert-parallel degree decides the local experts' units and their group).
 std::string UnitsKey(const model::Plan& p) {
   return model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
-         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units) + "/ep" +
+         std::to_string(p.ep);
 }
 
 // The units and the group they are sharded over.
@@ -147,7 +149,7 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
   auto it = w.shard_numel.find(key);
   if (it == w.shard_numel.end()) {
     int64_t t = 0;
-    for (const auto& u : sim::CacheOf(w.ctx).Units(spec_, p.wrap)) t += u.PaddedShardNumel(n);
+    for (const auto& u : sim::CacheOf(w.ctx).Units(spec_, p.wrap, p.ep)) t += u.PaddedShardNumel(n);
     it = w.shard_numel.emplace(key, t).first;
   }
   return Bytes::Of(it->second * per_elem) + outside_floor;
@@ -168,7 +170,8 @@ std::string ForwardEndStatesKey(const model::Plan& p) {
 std::string ForwardEndActivationsKey(const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
-                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
+                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/ep" +
+                  std::to_string(p.ep);  // expert parallelism's dispatch buffers
   if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
   return k;
 }
@@ -279,13 +282,14 @@ namespace {
 
 // The searched knobs each prewalk bound depends on (the exhaustive search checks, for every
 // plan, that the bound taken from another plan with the same key does not exceed its own).
-// Segment compute: micro-batch, checkpointing, cp (strategy, wrap, offload and prefetch change
-// only collectives, copies, the optimizer and host work).
+// Segment compute: micro-batch, checkpointing, cp, ep (the local experts' GEMM shapes and the
+// blocks split around their all-to-alls; strategy, wrap, offload and prefetch change only
+// collectives, copies, the optimizer and host work).
 std::string ComputeKey(const model::Plan& p) {
   return std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
          std::to_string(static_cast<int>(p.checkpointing)) + ":" +
          std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
-         std::to_string(p.seq_len);
+         std::to_string(p.seq_len) + "/ep" + std::to_string(p.ep);
 }
 
 // Collective transfers and the compute stream's per-unit kernels (copy-outs, post-backward) per

@@ -30,7 +30,7 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
-constexpr int kMaxLinks = 4;
+constexpr int kMaxLinks = 6;  // simulate.cc Links: shard, replicate, PCIe, cp, (unused), ep
 
 class Sim {
  public:

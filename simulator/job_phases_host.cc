@@ -17,20 +17,23 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
   int64_t ec = o.checkpoint_dtype_bytes;
   int64_t largest_numel = 0;
   for (const auto& u :
-       model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap))) {
+       model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap, plan.ep))) {
     int64_t unit_bytes = 0;
+    // Expert parallelism: the unit holds this rank's E / ep experts; the full tensor (what a
+    // full state dict gathers) spans the ep ranks' slices.
+    const int64_t copies = u.expert_parallel ? plan.ep : 1;
     for (const auto& prm : u.params) {
       bool trains = prm.requires_grad && plan.Trains();
       int64_t ep = trains || prm.lora_adapter ? em : ef;
-      int64_t full_padded = prm.PaddedShardNumel(n) * n * ep;
+      int64_t full_padded = prm.GatheredNumel(n) * copies * ep;
       z.shard_numel += prm.PaddedShardNumel(n);
       ++z.param_tensors;
-      z.parameters += prm.numel();
-      z.full_master_bytes += prm.numel() * ep;
-      unit_bytes += prm.numel() * ep;
+      z.parameters += prm.numel() * copies;
+      z.full_master_bytes += prm.numel() * copies * ep;
+      unit_bytes += prm.numel() * copies * ep;
       z.param_full_master_bytes.push_back(full_padded);
       if (trains) {
-        z.trainable_parameters += prm.numel();
+        z.trainable_parameters += prm.numel() * copies;
         z.trainable_shard_numel += prm.PaddedShardNumel(n);
       }
       // Optimizer state tensors per parameter, each shaped like it (torch/optim/adam.py

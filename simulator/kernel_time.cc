@@ -209,7 +209,7 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   // A dense prefix (moe.first_dense_layers) runs its own MLP GEMMs: each kind of block counted
   // by its layers.
   const int dense = spec.DenseLayers();
-  add(model::WithBackward(model::BlockForwardGemms(spec, tokens, spec.num_layers - 1)),
+  add(model::WithBackward(model::BlockForwardGemms(spec, tokens, spec.num_layers - 1, plan.ep)),
       spec.num_layers - dense);
   if (dense > 0) add(model::WithBackward(model::BlockForwardGemms(spec, tokens, 0)), dense);
   add(head, 1);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "model/tiled_mlp.h"
@@ -40,12 +41,18 @@ void OutsideAllocator(const profiles::ClusterSpec& c, const MemoryReport& r,
   if (r.shard_group > 1) groups.push_back({"shard group", r.shard_group});
   if (r.replicas > 1) groups.push_back({"replicate group", r.replicas});
   if (r.cp > 1) groups.push_back({"cp group", r.cp});  // Ulysses all-to-alls: its own process group
+  // Expert parallelism: the ep group's all-to-alls and the efsdp group's all-gathers and
+  // reduce-scatters each get a process group (torchtitan ParallelDims builds both meshes).
+  if (r.ep > 1) groups.push_back({"ep group", r.ep});
+  if (r.ep > 1 && r.expert_shard_group > 1) groups.push_back({"expert shard group", r.expert_shard_group});
   bool nvswitch = c.intra_node.nvlink_domain && c.gpu.intra_node_link == "nvlink4";
   for (const auto& [name, size] : groups) {
     out->outside_allocator.push_back({"NCCL buffers (" + name + " of " + std::to_string(size) + ")",
                                       k.nccl_per_communicator});
     // NVLS needs an NVSwitch with multicast: H100/H200 HGX groups of more than 2 GPUs in a node.
-    bool in_node = name == "shard group" || name == "cp group" ? size <= c.gpus_per_node
+    bool in_node = name == "shard group" || name == "cp group" || name == "ep group"
+                       ? size <= c.gpus_per_node
+                   : name == "expert shard group" ? r.shard_group <= c.gpus_per_node
                                                                : r.shard_group >= c.gpus_per_node;
     if (nvswitch && size > 2 && in_node) {
       out->outside_allocator.push_back({"NCCL NVLS buffers (" + name + ")", k.nvls_per_communicator});
@@ -127,7 +134,7 @@ std::string ActKey(const model::ActivationOptions& o) {
          std::to_string(static_cast<int>(o.attention)) + "/" +
          std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) +
          "/" + std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len) + "/" +
-         std::to_string(o.cp);
+         std::to_string(o.cp) + "/ep" + std::to_string(o.ep);
 }
 }  // namespace
 
@@ -154,12 +161,12 @@ int64_t ModelCache::OptimizerLaunches(const model::ModelSpec& spec, const std::v
 }
 
 const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& spec,
-                                                      const model::WrapPolicy& w) {
+                                                      const model::WrapPolicy& w, int ep) {
   impl_->Check(spec);
   std::string key = model::WrapSpecToString(w) + "/" + std::to_string(w.embedding_unit) +
-                    std::to_string(w.head_unit) + std::to_string(w.expert_units);
+                    std::to_string(w.head_unit) + std::to_string(w.expert_units) + "/ep" + std::to_string(ep);
   auto it = impl_->units.find(key);
-  if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w)).first;
+  if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w, ep)).first;
   return it->second;
 }
 
@@ -168,7 +175,8 @@ namespace {
 std::string TrainabilityKey(const Plan& plan) {
   std::string key = model::WrapSpecToString(plan.wrap) + "/" +
                     std::to_string(plan.wrap.embedding_unit) + std::to_string(plan.wrap.head_unit) +
-                    std::to_string(plan.wrap.expert_units) + "/" + model::ToString(plan.role) +
+                    std::to_string(plan.wrap.expert_units) + "/ep" + std::to_string(plan.ep) + "/" +
+                    model::ToString(plan.role) +
                     "/" + std::to_string(plan.lora.rank);
   for (const auto& t : plan.lora.targets) key += "," + t;
   key += "/";
@@ -179,7 +187,7 @@ std::string TrainabilityKey(const Plan& plan) {
 
 const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec& spec,
                                                          const Plan& plan) {
-  const auto& base = Units(spec, plan.wrap);
+  const auto& base = Units(spec, plan.wrap, plan.ep);
   if (!model::ChangesTrainability(plan)) return base;
   std::string key = "trainability/" + TrainabilityKey(plan);
   auto it = impl_->units.find(key);
@@ -324,6 +332,7 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
   w.seq_len = plan.ResolvedSeqLen(spec.max_seq_len);
   w.workspace_bytes = cluster.cpu_only ? 0 : options.constants.cublas_workspace.count();
   w.reduce_scatter_receive_buffer = cluster.cpu_only;
+  w.moe_capacity_factor = options.moe_capacity_factor;
   w.optimizer_launches = cache->OptimizerLaunches(spec, *w.units, plan, shard_group);
   auto act = model::ActivationOptionsFor(plan, w.seq_len);
   model::Trainability full;
@@ -379,9 +388,17 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   r.replicas = r.world / r.shard_group;
   r.cp = plan.cp;
   r.cp_fsdp_mesh = model::ToString(plan.cp_fsdp_mesh);
+  r.ep = plan.ep;
+  r.expert_shard_group = plan.ep > 1 && r.shard_group % plan.ep == 0 ? r.shard_group / plan.ep : r.shard_group;
   WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, r.shard_group);
   r.all_to_all_bytes_per_layer =
       Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());
+  {
+    const model::ExpertAllToAll ea = model::ExpertAllToAllPerLayer(
+        spec, plan, static_cast<int64_t>(plan.micro_batch) * (w.seq_len / std::max(1, plan.cp)),
+        options.moe_capacity_factor);
+    r.expert_all_to_all_bytes_per_layer = Bytes::Of(ea.dispatch_bytes + ea.combine_bytes);
+  }
   bool expandable = options.allocator == AllocatorMode::kExpandableSegments;
   // The CUDA caching allocator replay; CPU ranks use LibTorch's CPU allocator (no segments).
   bool replay = options.allocator_replay && !expandable && !cluster.cpu_only;
@@ -391,7 +408,9 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
       options.skip_repeated_micro_batches_in_step0 && !with_timeline && !replay;
   int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
   for (const auto& u : *w.units) {
-    r.parameters += u.NumParams();
+    // An expert-parallel unit holds E / ep of its layer's experts: the model has ep times more.
+    const int64_t copies = u.expert_parallel ? plan.ep : 1;
+    r.parameters += u.NumParams() * copies;
     int64_t unit_bytes = 0, unit_grad = 0, trainable = 0;
     for (const auto& prm : u.params) {
       int64_t ps = prm.PaddedShardNumel(r.shard_group);
@@ -399,7 +418,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
       unit_bytes += bytes;
       if (prm.requires_grad && plan.Trains()) {
         unit_grad += ps;
-        trainable += prm.numel();
+        trainable += prm.numel() * copies;
       } else if (!prm.lora_adapter) {
         frozen_bytes += bytes;
       }
@@ -409,8 +428,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
     grad_shard += unit_grad;
     r.trainable_parameters += trainable;
     r.units.push_back({u.name, u.NumParams(), Bytes::Of(unit_bytes),
-                       Bytes::Of(u.PaddedShardNumel(r.shard_group) * r.shard_group *
-                                 model::BytesPerElement(plan.param_dtype)),
+                       Bytes::Of(u.GatheredNumel(r.shard_group) * model::BytesPerElement(plan.param_dtype)),
                        u.first_segment, u.last_segment, trainable});
   }
   est.program = BuildStepProgram(w, cache->TakeProgramStorage());

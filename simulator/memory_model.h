@@ -151,6 +151,11 @@ struct MemoryReport {
   // Total size S of one attention layer's forward all-to-alls on one rank (q, k, v in, output
   // back; backward moves the same again): model::UlyssesAllToAllPerLayer. 0 when cp is 1.
   Bytes all_to_all_bytes_per_layer;
+  // Expert parallelism (Plan::ep): its degree, the efsdp group the local experts are sharded over
+  // (shard_group / ep), and the total size S of one MoE layer's forward all-to-alls on one rank
+  // (dispatch + combine, model::ExpertAllToAllPerLayer; backward moves the same again).
+  int ep = 1, expert_shard_group = 1;
+  Bytes expert_all_to_all_bytes_per_layer;
   int64_t parameters = 0;            // every parameter, LoRA adapters included
   int64_t trainable_parameters = 0;  // requires_grad ones (= parameters for a full fine-tune)
   int64_t adapter_parameters = 0;    // LoRA A and B elements
@@ -200,7 +205,8 @@ class ModelCache {
  public:
   ModelCache();
   ~ModelCache();
-  const std::vector<model::FsdpUnit>& Units(const model::ModelSpec& spec, const model::WrapPolicy& w);
+  const std::vector<model::FsdpUnit>& Units(const model::ModelSpec& spec, const model::WrapPolicy& w,
+                                            int ep = 1);
   // The plan's units with requires_grad and LoRA adapters applied (model/trainable.h).
   const std::vector<model::FsdpUnit>& UnitsFor(const model::ModelSpec& spec,
                                                const model::Plan& plan);

@@ -18,6 +18,9 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   pr["cp"] = r.cp;
   pr["cp_fsdp_mesh"] = r.cp_fsdp_mesh;
   pr["all_to_all_bytes_per_layer"] = r.all_to_all_bytes_per_layer.count();
+  pr["expert_parallel_degree"] = r.ep;
+  pr["expert_shard_group_size"] = r.expert_shard_group;
+  pr["expert_all_to_all_bytes_per_layer"] = r.expert_all_to_all_bytes_per_layer.count();
   pr["parameters"] = r.parameters;
   pr["trainable_parameters"] = r.trainable_parameters;
   pr["lora_adapter_parameters"] = r.adapter_parameters;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <tuple>
 
 #include "model/errors.h"
 #include "model/module_tree.h"
@@ -15,10 +16,14 @@ namespace shardtune::sim {
 namespace {
 
 struct Links {
-  GroupLink shard, replicate, host, cp;
+  GroupLink shard, replicate, host, cp, expert_shard, ep;
   // Fluid-model link the Ulysses all-to-alls share: the shard group's (0) when both groups stay
   // inside one node (every GPU's NVLink carries both), else a link of their own (3).
   int8_t cp_link = 3;
+  // The expert-parallel all-to-alls likewise: the shard group's link inside a node, else their
+  // own (5). The efsdp all-gathers and reduce-scatters share the shard group's link (0): they run
+  // on FSDP's streams between the other units' collectives.
+  int8_t ep_link = 5;
 };
 
 Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec& c,
@@ -37,6 +42,24 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
   l.shard = DescribeGroup(topo, c, shard_rings, k);
   l.replicate = DescribeGroup(topo, c, replica_rings, k);
   if (m.cp > 1 && !l.cp.crosses_nodes() && !l.shard.crosses_nodes()) l.cp_link = 0;
+  if (m.ep > 1) {
+    // torchtitan's mesh puts ep innermost (consecutive ranks of a shard group: ParallelDims
+    // builds [dp_replicate, efsdp, ep]); the efsdp group is the ranks of a shard group with the
+    // same position in their ep group (stride ep).
+    std::vector<std::vector<int>> ep_rings, efsdp_rings;
+    for (int i = 0; i < m.world / m.ep; ++i) ep_rings.push_back(topo.ShardGroup(m.ep, i));
+    for (int g = 0; g < m.replicas; ++g) {
+      std::vector<int> group = topo.ShardGroup(m.shard_group, g);
+      for (int j = 0; j < m.ep; ++j) {
+        std::vector<int> ring;
+        for (size_t r = static_cast<size_t>(j); r < group.size(); r += static_cast<size_t>(m.ep)) ring.push_back(group[r]);
+        efsdp_rings.push_back(std::move(ring));
+      }
+    }
+    l.ep = DescribeGroup(topo, c, ep_rings, k);
+    l.expert_shard = DescribeGroup(topo, c, efsdp_rings, k);
+    if (!l.ep.crosses_nodes() && !l.shard.crosses_nodes()) l.ep_link = 0;
+  }
   // Host <-> device copies over the GPU's own PCIe link.
   const profiles::LinkSpec& pcie = profiles::FindLink(c.gpu.host_link, "gpu " + c.gpu.name);
   l.host.ranks = 2;
@@ -64,17 +87,20 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
     }
     switch (op.kind) {
       case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllReduce: {
-        const GroupLink& g = op.group == 1 ? l.replicate : l.shard;
+        const GroupLink& g = op.group == 1                   ? l.replicate
+                             : op.group == kExpertShardGroup ? l.expert_shard
+                                                             : l.shard;
         double bytes = static_cast<double>(op.comm_bytes) * profiles::BusBwFactor(op.collective, g.ranks);
         oc.latency_ns = ToNanos(local + (g.ranks > 1 ? CollectiveLatency(op.collective, g).count() : 0));
         oc.transfer_ns = g.ranks > 1 && bytes > 0 ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count())) : 0;
-        oc.link = op.group;
+        oc.link = op.group == kExpertShardGroup ? 0 : op.group;
         break;
       }
       case OpKind::kAllToAll: {
-        // Each dist.all_to_all call pays the latency; the bytes are S x (n-1)/n at the cp
-        // group's bus bandwidth (nccl-tests doc/PERFORMANCE.md, alltoall).
-        const GroupLink& g = l.cp;
+        // Each dist.all_to_all call pays the latency; the bytes are S x (n-1)/n at the cp (or
+        // ep) group's bus bandwidth (nccl-tests doc/PERFORMANCE.md, alltoall).
+        const bool ep = op.group == kExpertParallelGroup;
+        const GroupLink& g = ep ? l.ep : l.cp;
         double bytes =
             static_cast<double>(op.comm_bytes) * profiles::BusBwFactor(op.collective, g.ranks);
         double lat = g.ranks > 1 ? op.calls * CollectiveLatency(op.collective, g).count() : 0;
@@ -82,7 +108,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         oc.transfer_ns = g.ranks > 1 && bytes > 0
                              ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count()))
                              : 0;
-        oc.link = l.cp_link;
+        oc.link = ep ? l.ep_link : l.cp_link;
         break;
       }
       case OpKind::kHostToDevice: case OpKind::kDeviceToHost:
@@ -100,7 +126,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
 // The step's phases (SimReport::phases), by index so the per-op loop builds no strings.
 constexpr const char* kPhaseNames[] = {"forward compute",  "backward compute",  "optimizer step",
                                        "all-gather",       "reduce-scatter",    "replica all-reduce",
-                                       "host copies",      "Ulysses all-to-all", "copy-in/copy-out"};
+                                       "host copies",      "all-to-all",         "copy-in/copy-out"};
 constexpr size_t kNumPhases = sizeof(kPhaseNames) / sizeof(kPhaseNames[0]);
 
 size_t PhaseOf(const ProgramOp& op) {
@@ -131,7 +157,7 @@ struct SimContext::Impl {
   explicit Impl(const profiles::ClusterSpec& c) : topo(c) {}
   profiles::Topology topo;
   ModelCache models;
-  std::map<std::pair<int, int>, Links> links;  // by (shard group, cp) (efficiencies fixed per use)
+  std::map<std::tuple<int, int, int>, Links> links;  // by (shard group, cp, ep) (efficiencies fixed per use)
 };
 
 SimContext::SimContext(const profiles::ClusterSpec& cluster) : impl_(std::make_unique<Impl>(cluster)) {}
@@ -141,11 +167,11 @@ ModelCache& CacheOf(SimContext& ctx) { return ctx.impl().models; }
 
 namespace {
 
-// The plan's links, described once per (shard group, cp) and kept in the context.
+// The plan's links, described once per (shard group, cp, ep) and kept in the context.
 const Links& LinksFor(SimContext* ctx, const profiles::ClusterSpec& cluster, const MemoryReport& m,
                       const CostConstants& k) {
   auto& cache = ctx->impl().links;
-  const std::pair<int, int> key{m.shard_group, m.cp};
+  const std::tuple<int, int, int> key{m.shard_group, m.cp, m.ep};
   auto it = cache.find(key);
   if (it == cache.end()) {
     it = cache.insert_or_assign(key, DescribeLinks(ctx->impl().topo, cluster, m, k)).first;
@@ -182,7 +208,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   // Per stream and on the host: the busy time of every resource over step 1 (each link's
   // transfers at full bandwidth, copies counted).
   std::array<int64_t, kNumStreams> stream_ns{};
-  std::array<int64_t, 4> link_ns{};
+  std::array<int64_t, 6> link_ns{};
   int64_t host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
   // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
@@ -217,7 +243,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     if (unit_kernel(op)) unit_kernels_ns += times * least_ns(i);
     if (c.transfer_ns > 0) {
       stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
-      link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 3))] +=
+      link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 5))] +=
           times * std::max<int64_t>(0, c.transfer_ns - 4);
     }
     host_ns += times * c.host_ns;
@@ -389,11 +415,12 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   consider(stream_ns[static_cast<size_t>(Stream::kAllGather)], "all-gather stream");
   consider(stream_ns[static_cast<size_t>(Stream::kReduceScatter)], "reduce-scatter stream");
   consider(stream_ns[static_cast<size_t>(Stream::kCopy)], "host<->GPU copy stream");
-  consider(stream_ns[static_cast<size_t>(Stream::kAllToAll)], "Ulysses all-to-all stream");
+  consider(stream_ns[static_cast<size_t>(Stream::kAllToAll)], "all-to-all stream (Ulysses, expert parallel)");
   consider(link_ns[0], "shard-group link");
   consider(link_ns[1], "replica-group link");
   consider(link_ns[2], "PCIe link");
   consider(link_ns[3], "cp-group link");
+  consider(link_ns[5], "ep-group link");
   consider(all_done, "schedule without link contention");
   b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
   b.segment_compute_s = static_cast<double>(segment_ns) * 1e-9;

@@ -11,7 +11,7 @@ const char* ToString(Stream s) {
     case Stream::kCopy: return "host copy";
     case Stream::kHost: return "host CPU";
     case Stream::kAllToAll:
-      return "all-to-all (Ulysses cp)";
+      return "all-to-all (Ulysses cp, expert parallel)";
   }
   return "?";
 }
@@ -52,7 +52,7 @@ const char* ToString(OpKind k) {
     case OpKind::kOptimizer: return "optimizer step";
     case OpKind::kZeroGrad: return "zero_grad(set_to_none=True)";
     case OpKind::kAllToAll:
-      return "Ulysses all-to-all";
+      return "all-to-all (Ulysses, expert parallel)";
   }
   return "?";
 }

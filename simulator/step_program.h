@@ -73,6 +73,9 @@ struct TensorEvent {
   Stream pool = Stream::kDefault;
 };
 
+inline constexpr int8_t kExpertShardGroup = 4;
+inline constexpr int8_t kExpertParallelGroup = 5;
+
 struct ProgramOp {
   OpKind kind = OpKind::kStartup;
   Stream stream = Stream::kDefault;
@@ -84,7 +87,9 @@ struct ProgramOp {
   double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
   profiles::Collective collective = profiles::Collective::kAllGather;
   int64_t comm_bytes = 0;
-  int8_t group = 0;  // 0: shard group, 1: replicate group, 2: host link, 3: cp group
+  // 0: shard group, 1: replicate group, 2: host link, 3: cp group, 4: expert shard group (efsdp:
+  // shard / ep ranks strided by ep), 5: ep group (ep consecutive ranks: the MoE all-to-alls).
+  int8_t group = 0;
   int8_t calls = 1;  // collective calls the op stands for (each pays the latency)
   // Host work that issues this op (simulate's host model): eager kernel launches, FSDP2 Python
   // hooks (pre-forward / pre-backward unshard, post-backward reduce), and whether the host first

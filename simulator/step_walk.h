@@ -23,6 +23,7 @@ struct WalkSetup {
   int replicas = 1;       // HSDP replicas (all-reduce group size)
   int64_t seq_len = 1;    // S
   int64_t workspace_bytes = 0;  // persistent library workspaces (cuBLAS) on the compute stream
+  double moe_capacity_factor = 1.0;  // MemoryOptions::moe_capacity_factor (expert-parallel all-to-alls)
   // shardtune's own executor on CPU ranks (Gloo): its reduce-scatter is an all-to-all into a
   // receive buffer as large as the input, then a local sum (executor/gloo_communicator.cc),
   // alive until the reduction is waited for.

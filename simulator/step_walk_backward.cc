@@ -33,7 +33,7 @@ void Walker::ForwardCompute(int seg) {
     Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
     TAllocSaved(seg - 1);
     Cur().host_kernels = static_cast<int16_t>(Blk(seg - 1).full.forward_ops);
-    if (p_.cp > 1) {
+    if (SplitBlock(seg - 1)) {
       UlyssesChain(UlyssesForwardPieces(seg - 1, Cur().memory_bytes, Cur().host_kernels));
     }
   } else {
@@ -128,7 +128,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       TFreeAll(&act_ids_[static_cast<size_t>(b)]);
       TWorkingSet(BackwardWorkingSet(Blk(b).full, grads), Blk(b).full);
     }
-    if (p_.cp > 1) {
+    if (SplitBlock(b)) {
       last_backward_ = UlyssesChain(
           UlyssesBackwardPieces(b, Checkpointed(b), Cur().memory_bytes, Cur().host_kernels));
     }
@@ -279,7 +279,7 @@ void Walker::ReduceGradients(size_t i, int32_t post) {
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   int64_t shard = grad_shard_numel_[i];
-  int64_t rs_in = shard * n_ * e_reduce_;
+  int64_t rs_in = grad_gathered_numel_[i] * e_reduce_;
   Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
   Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + accumulated_[i] + rs_in);
   Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
@@ -295,11 +295,12 @@ void Walker::ReduceGradients(size_t i, int32_t post) {
     TFreeAll(&nosync_ids_[i]);
   }
   int64_t rs_out = shard * e_reduce_;
-  if (n_ > 1) {
+  if (units_[i].ShardRanks(n_) > 1) {
     last_reduce_ = Begin(OpKind::kReduceScatter, Stream::kReduceScatter, unit, -1);
     Dep(post);
     Cur().collective = profiles::Collective::kReduceScatter;
     Cur().comm_bytes = rs_in;
+    if (units_[i].expert_parallel) Cur().group = kExpertShardGroup;
     if (s_.reduce_scatter_receive_buffer) {  // freed with the input, at the next reduction
       Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
       deferred_rs_ += rs_in;
@@ -436,7 +437,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
         // Reduced already; the one whose post-backward ran last (the least first segment above
         // the block) still holds its reduce-scatter input.
         last_reduced_first = u.first_segment;
-        last_reduced_rs = grad_shard_numel_[i] * n_ * e_reduce_;
+        last_reduced_rs = grad_gathered_numel_[i] * e_reduce_;
       }
     }
     states += last_reduced_rs;
@@ -454,7 +455,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
       for (int32_t k : backward_order_) {
         const auto& u = units_[static_cast<size_t>(k)];
         if (u.last_segment >= f || !ReshardAfterForward(u)) continue;
-        prefetch = shard_numel_[static_cast<size_t>(k)] * n_ * e_param_;
+        prefetch = gathered_numel_[static_cast<size_t>(k)] * e_param_;
         break;
       }
     }

@@ -18,6 +18,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   tokens_ =
       static_cast<double>(p_.micro_batch) * static_cast<double>(s.seq_len / std::max(1, p_.cp));
   a2a_ = model::UlyssesAllToAllPerLayer(*s.spec, p_, s.seq_len);
+  ep_a2a_ = model::ExpertAllToAllPerLayer(*s.spec, p_, static_cast<int64_t>(tokens_), s.moe_capacity_factor);
   e_param_ = model::BytesPerElement(p_.param_dtype);
   e_reduce_ = model::BytesPerElement(p_.reduce_dtype);
   residual_ = model::ResidualPerToken(*s.spec, model::ActivationOptionsFor(p_, s.seq_len));
@@ -36,11 +37,13 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   experts_starting_.assign(segs, {});
   grads_by_segment_.assign(segs, {});
   shard_numel_.resize(u);
+  gathered_numel_.resize(u);
   std::vector<int64_t> by_seg(segs, 0);
   std::vector<size_t> touched;
   for (size_t i = 0; i < u; ++i) {
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
+    gathered_numel_[i] = unit.GatheredNumel(n_);
     total_shard_numel_ += shard_numel_[i];
     for (const auto& prm : unit.params) {
       if (!prm.requires_grad || !p_.Trains()) continue;  // the optimizer holds trainable ones only
@@ -235,7 +238,7 @@ bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
 
 int64_t Walker::GatheredBytes(size_t i) const {
   // Unsharded params: ws x padded shard per param, param dtype (FSDPParam.init_all_gather_outputs).
-  return shard_numel_[i] * n_ * e_param_;
+  return gathered_numel_[i] * e_param_;
 }
 
 bool Walker::NeedsGatherCopy() const {
@@ -281,14 +284,15 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   // all_gather_copy_in (_fsdp_collectives.py) allocates the flat output ws x shard and copies
   // the cast shards into this rank's slice of it (all_gather_input is a narrow() view), also on a
   // one-rank mesh, where no bytes move.
-  int64_t out = shard * n_ * e_param_;
+  int64_t out = gathered_numel_[i] * e_param_;
   Alloc(Category::kAllGatherBuffers, Stream::kAllGather, out);
   if (rec_) {
     ag_id_[i] = TAlloc(Stream::kAllGather, out);
     TFree(&cast_id);
   }
   Cur().collective = profiles::Collective::kAllGather;
-  Cur().comm_bytes = n_ > 1 ? out : 0;
+  Cur().comm_bytes = units_[i].ShardRanks(n_) > 1 ? out : 0;
+  if (units_[i].expert_parallel) Cur().group = kExpertShardGroup;
   Cur().memory_bytes = static_cast<double>(copy_in_bytes_[i]);
   prefetch_op_[i] = ag;
   prefetched_[i] = out;
@@ -315,7 +319,7 @@ void Walker::Unshard(size_t i, bool forward) {
   Alloc(Category::kGathered, Stream::kDefault, GatheredBytes(i));
   if (rec_) {  // foreach_all_gather_copy_out: init_all_gather_outputs, one tensor per parameter
     for (const auto& prm : units_[i].params)
-      gathered_ids_[i].push_back(TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * n_ * e_param_));
+      gathered_ids_[i].push_back(TAlloc(Stream::kDefault, prm.GatheredNumel(n_) * e_param_));
   }
   Cur().memory_bytes = 2.0 * static_cast<double>(GatheredBytes(i));
   if (implicit) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "simulator/step_walk.h"
 
 namespace shardtune::sim::internal {
@@ -20,17 +21,22 @@ inline constexpr double kElementwiseBackwardRatio = 2.0;
 
 // One piece of a block's compute split around Ulysses all-to-alls: its work, then the
 // all-to-all that follows it (none in the last piece).
+// Expert parallelism splits an MoE block the same way around its dispatch and combine.
 struct UlyssesPiece {
   double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
   int16_t host_kernels = 0;
   int64_t all_to_all_bytes = 0;  // total size S of the all-to-alls after this piece
   int8_t all_to_all_calls = 0;
+  int8_t group = 3;        // 3: the cp group (Ulysses), kExpertParallelGroup: the ep group
+  bool host_sync = false;  // the host waits for the GPU before issuing the all-to-all (torchtitan's
+                           // dispatch reads the exchanged token counts with .tolist())
 };
 
-// A block's pieces (at most five: a recomputed forward's two, then backward's three), kept in
-// place: the walk builds a chain per block per pass, and a heap vector each time showed in perf.
+// A block's pieces (at most ten: a recomputed forward's five, then backward's five, with both
+// Ulysses and expert parallelism), kept in place: the walk builds a chain per block per pass,
+// and a heap vector each time showed in perf.
 struct UlyssesPieces {
-  std::array<UlyssesPiece, 5> v{};
+  std::array<UlyssesPiece, 10> v{};
   size_t n = 0;
   void push_back(const UlyssesPiece& p) { v.at(n++) = p; }
   size_t size() const { return n; }
@@ -87,6 +93,9 @@ class Walker {
   int32_t UlyssesChain(const UlyssesPieces& pieces);
   // `block`: which block (0-based) the op computes.
   UlyssesPieces UlyssesForwardPieces(int block, double elem_bytes, int16_t host_kernels) const;
+  // True when the block's compute is split around all-to-alls (cp > 1, or an MoE block under
+  // expert parallelism).
+  bool SplitBlock(int block) const;
   UlyssesPieces UlyssesBackwardPieces(int block, bool recompute, double elem_bytes,
                                       int16_t host_kernels) const;
   void IssueAllGather(size_t i, int32_t dep);
@@ -139,6 +148,8 @@ class Walker {
   int n_ = 1;
   double tokens_ = 0, residual_ = 0;  // tokens_: this rank's B·S/cp
   model::UlyssesAllToAll a2a_;        // per layer; zero sizes when cp is 1
+  model::ExpertAllToAll ep_a2a_;      // per MoE layer; zero sizes when ep is 1
+  const model::ExpertAllToAll& ExpertA2a() const { return ep_a2a_; }
   int64_t e_param_ = 2, e_reduce_ = 4;
   int16_t step_ = 0, micro_ = 0;
   std::vector<bool> gathered_, has_sharded_grad_, inplace_accum_;
@@ -157,6 +168,11 @@ class Walker {
   // segment, the share of base matmul weights that train and adapter elements; the first segment
   // backward reaches.
   std::vector<int64_t> grad_shard_numel_, shard_bytes_;
+  // Per unit, the reduce-scatter input of those parameters: padded shard x the ranks each is
+  // sharded over (expert-parallel units span shard / ep ranks: ParamTensor::GatheredNumel).
+  std::vector<int64_t> grad_gathered_numel_;
+  // Per unit, the all-gather output (FsdpUnit::GatheredNumel).
+  std::vector<int64_t> gathered_numel_;
   // Per unit, bytes the all-gather copy-in kernels move (AllGatherCopyInBytesPerElement).
   std::vector<int64_t> copy_in_bytes_;
   std::vector<double> weight_grad_fraction_, adapter_numel_;

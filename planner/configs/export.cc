@@ -249,6 +249,11 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
     notes->push_back("cp " + std::to_string(plan.cp) + ": " + target +
                      " has no Ulysses sequence parallelism; written without");
   }
+  if (plan.ep > 1 && !has_cp) {
+    notes->push_back("ep " + std::to_string(plan.ep) + ": " + target +
+                     " has no expert parallelism beside FSDP; written without (every rank holds "
+                     "every expert: estimate that plan with --ep 1)");
+  }
   if (plan.role == model::Role::kInfer) {
     notes->push_back("role infer: " + target + " configures training; run the forward-only "
                      "worker (no gradients, no optimizer) yourself");

@@ -158,6 +158,8 @@ ExportResult ExportTorchtitan(const model::Plan& p, const ExportContext& ctx) {
     << "\n";
   t << "tensor_parallel_degree = 1\npipeline_parallel_degree = 1\ncontext_parallel_degree = "
     << p.cp << "\n";
+  // ParallelDims: ep borrows its ranks from dp_shard x cp (efsdp = dp_shard x cp / ep).
+  t << "expert_parallel_degree = " << p.ep << "\n";
   WriteCheckpointSection(p, t);
   r.text = CommentBlock(
                {"torchtitan job config: torchrun ... -m torchtitan.train --job.config_file THIS "

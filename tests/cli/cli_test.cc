@@ -68,6 +68,27 @@ TEST(CliTest, DefaultEstimateRunsWithNoFiles) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("breakdown at the peak"));
 }
 
+// --ep: expert parallelism of an MoE model under torchtitan's code; every misuse is one line
+// naming the key and the rule, and `run` (whose MoE holds every expert on every rank) refuses it.
+TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
+  Result r = RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --seq-len 4096 --modeling torchtitan "
+                    "--ep 4 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("per_rank").at("expert_parallel_degree").get<int>(), 4);
+  EXPECT_EQ(j.at("per_rank").at("expert_shard_group_size").get<int>(), 2);
+  ExpectOneLineError(RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --modeling torchtitan --ep 3"),
+                     "expert_parallel_degree: expected a divisor of the FSDP shard group 8");
+  ExpectOneLineError(RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --ep 2"),
+                     "use --modeling torchtitan");
+  ExpectOneLineError(RunCli("simulate --model llama3-8b --cluster 8xH100 --modeling torchtitan --ep 2"),
+                     "expected 1 for llama3-8b");
+  ExpectOneLineError(RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --global-batch 8 --ep 2"),
+                     "use --modeling torchtitan");
+  ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --ep 2 --out " + TempPath("ep_run")),
+                     "--ep: expected 1 for shardtune run");
+}
+
 TEST(CliTest, JsonHasContractKeys) {
   Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 4096 --json");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -457,6 +457,29 @@ TEST(ExportTest, TorchtitanCarriesContextParallelDegree) {
   EXPECT_EQ(Int(t, "/parallelism/data_parallel_shard_degree"), 4);  // 8 = shard 4 x cp 2
 }
 
+// torchtitan's parallelism.expert_parallel_degree carries Plan::ep (ParallelDims takes the ep
+// ranks from dp_shard x cp, so data_parallel_shard_degree stays the FSDP shard group); a format
+// without expert parallelism says it wrote the plan without.
+TEST(ExportTest, TorchtitanCarriesExpertParallelDegree) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.ep = 4;
+  j.plan.modeling = model::Modeling::kTorchtitan;
+  j.ctx = MakeExportContext(model::FindModelPreset("qwen3-30b-a3b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  json t = LoadToml(ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan).text);
+  EXPECT_EQ(Int(t, "/parallelism/expert_parallel_degree"), 4);
+  EXPECT_EQ(Int(t, "/parallelism/data_parallel_shard_degree"), 8);
+  auto acc = ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate);
+  bool noted = false;
+  for (const auto& n : acc.notes) noted |= n.find("ep 4: ") == 0;
+  EXPECT_TRUE(noted);
+  j.plan.ep = 1;
+  for (const auto& n : ExportPlan(j.plan, j.ctx, ExportFormat::kAccelerate).notes) {
+    EXPECT_NE(n.find("ep "), 0u) << n;
+  }
+}
+
 // The import side's YAML subset reads the example configs and every YAML export exactly as
 // PyYAML's safe_load does.
 TEST(ConfigYamlTest, AgreesWithPyYamlOnExamplesAndExports) {

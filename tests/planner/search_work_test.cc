@@ -13,6 +13,7 @@
 #include "model/presets.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
+#include "simulator/profile_json.h"
 
 namespace shardtune::plan {
 namespace {
@@ -111,6 +112,34 @@ TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswer) {
   // The cases exercise the compute bound's exclusions (plans the exhaustive search walked and
   // the fast one did not must get the same verdict).
   EXPECT_GT(before_walk, 0);
+}
+
+// Expert parallelism searched (an MoE model under torchtitan's code): every bound's key must
+// tell the ep degrees apart (units, GEMM shapes, all-to-alls, dispatch buffers), or the fast
+// search would take one ep's figure for another's. Qwen3-30B-A3B cut to 4 layers, timed on the
+// catalog's measured H100 tables (taller expert GEMMs under ep run at another efficiency).
+TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswerWithExpertParallelism) {
+  auto spec = model::FindModelPreset("qwen3-30b-a3b");
+  spec.num_layers = 4;
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req = RequestOf({"qwen3-30b-a3b", "8xH100", 16, 2048, Objective::kThroughput});
+  req.base.modeling = model::Modeling::kTorchtitan;
+  sim::Profile h100 = sim::JobProfile("", c.gpu);
+  req.options.costs = h100.costs;
+  req.options.memory.constants = h100.memory;
+  req.space.cp_sizes = {1};
+  req.space.offloads = {model::Offload::kNone};
+  SearchResult fast = SearchPlans(spec, c, req);
+  std::set<int> eps;
+  for (const auto& plan : EnumeratePlans(spec, c, req)) eps.insert(plan.ep);
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));  // divisors of 128 experts inside the node
+  req.prune = false;
+  SearchResult full = SearchPlans(spec, c, req);
+  ExpectSameAnswer(fast, full);
+  EXPECT_EQ(fast.simulated + fast.pruned_by_time_bound, full.simulated + full.pruned_by_time_bound);
+  // HF's modules have no expert-parallel dispatch: only ep 1 is searched for them.
+  req.base.modeling = model::Modeling::kHf;
+  for (const auto& plan : EnumeratePlans(spec, c, req)) EXPECT_EQ(plan.ep, 1);
 }
 
 TEST(SearchWorkTest, SameAnswerForAnyThreadCount) {

@@ -128,7 +128,7 @@ TEST(UlyssesTest, AllToAllsAreOnTheCriticalPathAndTheirOwnTrack) {
   int on_track = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M" && e.contains("tid") && e["tid"] == tid) {
-      named = e["args"]["name"] == "all-to-all (Ulysses cp)";
+      named = e["args"]["name"] == "all-to-all (Ulysses cp, expert parallel)";
     }
     if (e["ph"] == "X" && e["tid"] == tid) ++on_track;
   }

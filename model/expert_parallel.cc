@@ -1,0 +1,64 @@
+// Expert-parallel checks and all-to-all sizes (see the header).
+#include "model/expert_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/dtype.h"
+#include "model/errors.h"
+
+namespace shardtune::model {
+
+std::vector<std::string> EpProblems(const ModelSpec& spec, const Plan& plan, const std::string& where) {
+  std::vector<std::string> out;
+  const int ep = plan.ep;
+  if (ep <= 1) return out;  // Plan::Problems reports ep < 1
+  auto add = [&](const std::string& expected) {
+    out.push_back(where + ":/expert_parallel_degree: expected " + expected + ", got " + std::to_string(ep));
+  };
+  if (!spec.moe.enabled()) {
+    add("1 for " + spec.name + " (a dense model has no experts to split; --ep)");
+    return out;
+  }
+  if (spec.moe.num_experts % ep != 0) {
+    add("a divisor of num_experts " + std::to_string(spec.moe.num_experts) + " of " + spec.name +
+        " (each rank holds num_experts / ep whole experts; --ep)");
+  }
+  if (plan.modeling != Modeling::kTorchtitan) {
+    add("1 with --modeling " + std::string(ToString(plan.modeling)) +
+        " (expert parallelism is modelled as torchtitan runs it: use --modeling torchtitan)");
+  }
+  if (plan.wrap.expert_units) {
+    add("1 with per-expert FSDP units (--wrap-experts): torchtitan shards the local experts as one "
+        "unit per layer over the efsdp mesh");
+  }
+  return out;
+}
+
+int LocalExperts(const ModelSpec& spec, const Plan& plan) {
+  if (!spec.moe.enabled()) return 0;
+  return plan.ep > 1 && spec.moe.num_experts % plan.ep == 0 ? spec.moe.num_experts / plan.ep
+                                                             : spec.moe.num_experts;
+}
+
+bool ExpertsShardDim1(const ModelSpec& spec, int efsdp, int ep) {
+  return static_cast<int64_t>(efsdp) * ep > spec.moe.num_experts;
+}
+
+ExpertAllToAll ExpertAllToAllPerLayer(const ModelSpec& spec, const Plan& plan, int64_t tokens,
+                                      double load_factor) {
+  ExpertAllToAll a;
+  if (plan.ep <= 1 || !spec.moe.enabled()) return a;
+  SHARDTUNE_CHECK(tokens >= 0 && load_factor > 0) << tokens << " " << load_factor;
+  const int64_t e = BytesPerElement(plan.param_dtype);
+  const int64_t rows = tokens * spec.moe.top_k;
+  a.received_rows = static_cast<int64_t>(std::ceil(static_cast<double>(rows) * load_factor));
+  a.dispatch_bytes = a.received_rows * spec.hidden * e;
+  a.combine_bytes = a.dispatch_bytes;
+  a.count_bytes = static_cast<int64_t>(spec.moe.num_experts) * 8;
+  a.forward_calls = 3;
+  a.backward_calls = 2;
+  return a;
+}
+
+}  // namespace shardtune::model
