@@ -30,7 +30,7 @@ void Walker::ForwardCompute(int seg) {
                              : InferWorkingSet(seg - 1);
     Transient(Category::kWorkingSet, Stream::kDefault, ws);
     TWorkingSet(ws, Blk(seg - 1).full);
-    Alloc(Category::kActivations, Stream::kDefault, Tok(BlockSaved(seg - 1)));
+    Alloc(Category::kActivations, Stream::kDefault, BlockSavedBytes(seg - 1));
     TAllocSaved(seg - 1);
     Cur().host_kernels = static_cast<int16_t>(Blk(seg - 1).full.forward_ops);
     if (SplitBlock(seg - 1)) {
@@ -122,7 +122,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * Blk(b).full.forward_ops);
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
-    Free(Category::kActivations, Stream::kDefault, Tok(BlockSaved(b)));
+    Free(Category::kActivations, Stream::kDefault, BlockSavedBytes(b));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
     if (rec_) {
       TFreeAll(&act_ids_[static_cast<size_t>(b)]);
@@ -393,7 +393,7 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
     }
   }
   int64_t& act = out.activations_bytes;
-  for (int b = 0; b < s_.spec->num_layers; ++b) act += Tok(BlockSaved(b));
+  for (int b = 0; b < s_.spec->num_layers; ++b) act += BlockSavedBytes(b);
   if (p_.Trains()) {
     // ForwardCompute: the residual stream from the embeddings (freed by the head's
     // BackwardCompute) and, in the head's forward op, first its working set (logits, the fp32
@@ -463,7 +463,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
     out->backward_states_bytes[bi] = states;
     out->backward_prefetch_bytes[bi] = prefetch;
     out->backward_activations_bytes[bi] = saved_below + BackwardWorkingSet(Blk(b).full, 0);
-    saved_below += Tok(BlockSaved(b));
+    saved_below += BlockSavedBytes(b);
   }
 }
 

@@ -176,6 +176,7 @@ void Walker::TAllocSaved(int block) {
   if (!rec_) return;
   auto& ids = act_ids_[static_cast<size_t>(block)];
   double saved = BlockSaved(block);
+  ids.push_back(TAlloc(Stream::kDefault, BlockFixedSaved(block)));  // -1 (nothing) when 0
   if (saved <= 0) return;
   if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) {
     ids.push_back(TAlloc(Stream::kDefault, Tok(saved)));
@@ -358,6 +359,17 @@ double Walker::BlockSaved(int block) const {
   if (p_.checkpointing == model::Checkpointing::kSelective) return Blk(block).selective_per_token;
   return Blk(block).full.saved_per_token;
 }
+
+int64_t Walker::BlockFixedSaved(int block) const {
+  const model::ModelSpec& spec = *s_.spec;
+  if (!spec.moe.deepseek_router || !spec.MoeLayer(block) || p_.modeling != model::Modeling::kHf) return 0;
+  if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
+  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) return 0;
+  if (e_param_ == 4) return 0;  // W.float() of an fp32 weight is the weight itself
+  return static_cast<int64_t>(spec.moe.num_experts) * spec.hidden * 4;
+}
+
+int64_t Walker::BlockSavedBytes(int block) const { return Tok(BlockSaved(block)) + BlockFixedSaved(block); }
 
 void Walker::Forward() {
   int L = s_.spec->num_layers;

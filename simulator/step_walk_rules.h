@@ -112,6 +112,13 @@ class Walker {
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
   double BlockSaved(int block) const;
+  // What autograd keeps for the block that does not scale with tokens: HF DeepSeek's router
+  // matmul F.linear(x.float(), W.float()) saves the fp32 copy of its weight [E, H] for the input's
+  // gradient (modeling_deepseek_v3.py DeepseekV3TopkRouter; 7.3 MB per MoE layer in V3), unless the
+  // block is recomputed (checkpointing keeps only its input) or the weight is fp32 already.
+  int64_t BlockFixedSaved(int block) const;
+  // Tok(BlockSaved(block)) + BlockFixedSaved(block): the bytes the block keeps until its backward.
+  int64_t BlockSavedBytes(int block) const;
   // What block `block` records: its own ledger under frozen parameters, LoRA or a dense prefix
   // (model::ModelSpec::Heterogeneous), else block_.
   const model::BlockActivations& Blk(int block) const {
