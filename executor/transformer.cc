@@ -23,6 +23,19 @@
 
 namespace shardtune::exec {
 namespace {
+// _compute_yarn_parameters: the frequencies' factor is max_position_embeddings /
+// original_max_position_embeddings when the config names the latter, else its "factor".
+double YarnFactor(const model::RopeScaling& r, int64_t max_position_embeddings) {
+  return r.original_given ? static_cast<double>(max_position_embeddings) /
+                                static_cast<double>(r.original_max_position_embeddings)
+                          : r.factor;
+}
+// get_mscale(scale, mscale): 0.1 x mscale x ln(scale) + 1, 1 for scale <= 1.
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+}  // namespace
+namespace {
 
 uint64_t NameHash(const std::string& s) {  // FNV-1a 64
   uint64_t h = 1469598103934665603ull;
@@ -303,7 +316,8 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
 // (V3) or softmax (V2). noaux_tc (V3), under no_grad: scores + e_score_correction_bias (a
 // buffer, zeros as transformers initialises it and nothing here updates it), each of n_group
 // groups scored by its two best, the topk_group best groups kept (the others' scores zeroed),
-// top-k over what is left; greedy (V2-Lite): top-k of the scores. The weights are the chosen
+// top-k over what is left; group_limited_greedy (V2): the same with each group scored by its best;
+// greedy (V2-Lite): top-k of the scores. The weights are the chosen
 // scores (gather). V3 renormalises them when norm_topk_prob (+1e-20) and always multiplies by
 // routed_scaling_factor; V2's MoEGate renormalises when top_k > 1 and norm_topk_prob, else
 // scales.
@@ -324,10 +338,21 @@ std::pair<at::Tensor, at::Tensor> Transformer::DeepseekRoute(const ParamTable& p
       at::Tensor score_mask = group_mask.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E});
       at::Tensor for_choice = scores.masked_fill(score_mask.logical_not(), 0.0);
       chosen = std::get<1>(for_choice.topk(m.top_k, -1, true, false));
+    } else if (m.topk_method == "group_limited_greedy") {
+      // DeepSeek-V2's MoEGate (modeling_deepseek.py): each of n_group groups scored by its best
+      // expert, the topk_group best groups kept (the others' scores zeroed), top-k over the rest.
+      const int64_t T = scores.size(0), G = m.n_group, E = m.num_experts;
+      at::Tensor group_scores = std::get<0>(scores.view({T, G, E / G}).max(-1));
+      at::Tensor group_idx = std::get<1>(group_scores.topk(m.topk_group, -1, true, false));
+      at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
+      at::Tensor score_mask = group_mask.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E});
+      at::Tensor for_choice = scores.masked_fill(score_mask.logical_not(), 0.0);
+      chosen = std::get<1>(for_choice.topk(m.top_k, -1, true, false));
     } else {
       chosen = std::get<1>(scores.topk(m.top_k, -1, true, false));
     }
   }
+  // The chosen experts lie in kept groups, so their masked scores are the scores themselves.
   at::Tensor weights = scores.gather(1, chosen);
   if (m.sigmoid_scores) {  // V3
     if (m.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
@@ -424,8 +449,8 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
 // The rope parts are rotated as DeepSeek stores them, in interleaved pairs
 // (apply_rotary_pos_emb_interleave: view [.., rope/2, 2], transpose, reshape, then
 // rotate_half's rotation); k_rot is expanded to the heads; query = cat(q_pass, q_rot), key =
-// cat(k_pass, k_rot); attention scaled by (nope + rope)^-0.5 (no YaRN here: refused by name),
-// values v wide; o_proj over [B, S, a·v].
+// cat(k_pass, k_rot); attention scaled by (nope + rope)^-0.5, times mscale^2 under YaRN
+// (MlaSoftmaxScaleFactor), values v wide; o_proj over [B, S, a·v].
 at::Tensor Transformer::MlaAttention(const ParamTable& p, const std::string& pre,
                                      const std::vector<at::Tensor>& proj) const {
   const model::MlaSpec& m = spec_.mla;
@@ -455,6 +480,9 @@ at::Tensor Transformer::MlaAttention(const ParamTable& p, const std::string& pre
   q_rot = Rotary(deinterleave(q_rot), PositionOffset(S));
   k_rot = Rotary(deinterleave(k_rot), PositionOffset(S)).expand({B, a, S, rope});
   at::Tensor query = at::cat({q_pass, q_rot}, -1), key = at::cat({k_pass, k_rot}, -1);
+  // Core scales by (nope + rope)^-0.5; YaRN's mscale^2 rides on the query (as Gemma's ratio).
+  const double yarn = MlaSoftmaxScaleFactor();
+  if (yarn != 1.0) query = query * yarn;
   at::Tensor o = Core(query, key, v.contiguous()).transpose(1, 2).reshape({B, S, a * vd});
   return Proj(p, pre + ".o_proj", o, false, false);
 }
@@ -517,6 +545,28 @@ at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f
       at::pow(options_.rope_theta, at::arange(0, D, 2, f32) / static_cast<double>(D)).reciprocal();
   const model::RopeScaling& r = options_.rope_scaling;
   if (r.type == "linear") return inv / r.factor;
+  if (r.type == "yarn") {
+    // _compute_yarn_parameters: interpolated (inv / factor) and extrapolated (inv) frequencies
+    // blended by a linear ramp over the dims whose rotations at the original context lie between
+    // beta_fast and beta_slow (find_correction_range, floored / ceiled when truncate).
+    const double base = options_.rope_theta, dim = static_cast<double>(D);
+    const double original = r.original_given ? static_cast<double>(r.original_max_position_embeddings)
+                                             : static_cast<double>(spec_.max_seq_len);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+    if (r.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;  // linear_ramp_factor's guard
+    at::Tensor ramp = ((at::arange(D / 2, f32) - low) / (high - low)).clamp(0, 1);
+    at::Tensor extrapolation = 1 - ramp;
+    return inv / YarnFactor(r, spec_.max_seq_len) * (1 - extrapolation) + inv * extrapolation;
+  }
   if (r.type != "llama3") return inv;
   const double old_context = static_cast<double>(r.original_max_position_embeddings);
   const double low_wavelen = old_context / r.low_freq_factor;
@@ -530,6 +580,24 @@ at::Tensor Transformer::InverseFrequencies(int64_t D, const at::TensorOptions& f
   return at::where(medium, smoothed, inv_llama);
 }
 
+double Transformer::RopeAttentionScaling() const {
+  const model::RopeScaling& r = options_.rope_scaling;
+  if (r.type != "yarn") return 1.0;
+  if (r.attention_factor > 0) return r.attention_factor;
+  const double factor = YarnFactor(r, spec_.max_seq_len);
+  if (r.mscale > 0 && r.mscale_all_dim > 0) {
+    return YarnMscale(factor, r.mscale) / YarnMscale(factor, r.mscale_all_dim);
+  }
+  return YarnMscale(factor, 1.0);
+}
+
+double Transformer::MlaSoftmaxScaleFactor() const {
+  const model::RopeScaling& r = options_.rope_scaling;
+  if (!r.enabled() || r.mscale_all_dim <= 0) return 1.0;
+  const double mscale = 0.1 * r.mscale_all_dim * std::log(r.factor) + 1.0;
+  return mscale * mscale;
+}
+
 // modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =
 // q[..., :rotary_dim], q[..., rotary_dim:]; cat((q_rot * cos) + (rotate_half(q_rot) * sin),
 // q_pass)) and modeling_gpt_neox.py's, which compute the same, the frequencies over rotary_dim.
@@ -541,7 +609,16 @@ at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) 
   at::Tensor inv = InverseFrequencies(R, f32, local);
   at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, R/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, R]
-  at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  // YaRN scales cos and sin in fp32 before the cast (LlamaRotaryEmbedding.forward's
+  // attention_scaling); Gemma 3's sliding layers use plain RoPE.
+  const double scaling = local && options_.rope_local_theta > 0 ? 1.0 : RopeAttentionScaling();
+  at::Tensor cos = emb.cos(), sin = emb.sin();
+  if (scaling != 1.0) {
+    cos = cos * scaling;
+    sin = sin * scaling;
+  }
+  cos = cos.to(x.scalar_type());
+  sin = sin.to(x.scalar_type());
   at::Tensor x1 = xr.narrow(-1, 0, R / 2), x2 = xr.narrow(-1, R / 2, R / 2);
   at::Tensor rotated = at::cat({-x2, x1}, -1);  // rotate_half
   at::Tensor out = xr * cos + rotated * sin;

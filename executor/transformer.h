@@ -73,7 +73,7 @@ class Transformer {
   bool IsBlockSegment(int segment) const;
   const model::ModelSpec& spec() const { return spec_; }
   // The rotary inverse frequencies [D/2] in fp32 (`f32`'s device), with options().rope_theta
-  // and rope_scaling ("linear" or "llama3") applied as transformers does.
+  // and rope_scaling ("linear", "llama3" or "yarn") applied as transformers does.
   // `local`: a sliding layer's frequencies (rope_local_theta, unscaled) when the spec has one.
   at::Tensor InverseFrequencies(int64_t D, const at::TensorOptions& f32, bool local = false) const;
   // Rotary position embedding of q or k [B, h, S, D] at positions offset .. offset + S - 1:
@@ -81,6 +81,12 @@ class Transformer {
   // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
   // (RotaryDims in transformer_support.h).
   at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
+  // YaRN's attention factor (modeling_rope_utils.py _compute_yarn_parameters), which the rotary
+  // embedding multiplies cos and sin by; 1 for every other scheme.
+  double RopeAttentionScaling() const;
+  // DeepSeek's MLA under YaRN multiplies its softmax scale by mscale^2, mscale = 0.1 x
+  // mscale_all_dim x ln(factor) + 1 from the config's factor (DeepseekV3Attention); 1 otherwise.
+  double MlaSoftmaxScaleFactor() const;
   // Causal attention of q [B, a, S, D] over k, v [B, kv, S, D] (GQA by repeat_kv), scaled by
   // D^-0.5; `window` > 0 and < S: a band of that many positions (sliding layers). With the
   // spec's attn_logit_softcap the scores are soft-capped before the mask and the softmax, as

@@ -1,17 +1,13 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
 // families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
 // apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
-// DeepSeek (MLA, its router, dense first blocks; not YaRN, which its configs use); GPT-OSS is
-// refused by name.
+// DeepSeek (MLA with its YaRN softmax scale, its router with greedy, group_limited_greedy and
+// noaux_tc, dense first blocks); RoPE plain, linear, llama3 and YaRN; GPT-OSS is refused by name.
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
-  if (spec.moe.deepseek_router && spec.moe.topk_method == "group_limited_greedy") {
-    return "DeepSeek-V2's topk_method \"group_limited_greedy\" is not implemented by the executor "
-           "(it computes \"greedy\" and V3's \"noaux_tc\")";
-  }
   if (spec.moe.router_aux_loss) {
     return "the MoE auxiliary load-balancing loss (output_router_logits) is not computed by the "
            "executor";
@@ -34,10 +30,10 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
   // silently be another model than the checkpoint's. estimate, simulate and tune take them.
   const std::string& scaling = spec.rope_scaling.type;
   if (spec.positions == model::PositionKind::kRotary && !scaling.empty() && scaling != "linear" &&
-      scaling != "llama3") {
+      scaling != "llama3" && scaling != "yarn") {
     return "rope_scaling \"" + scaling +
-           "\" is not implemented by the executor (it computes plain, \"linear\" and \"llama3\" "
-           "RoPE)";
+           "\" is not implemented by the executor (it computes plain, \"linear\", \"llama3\" and "
+           "\"yarn\" RoPE)";
   }
   if (spec.moe.gpt_oss_experts || spec.attention_sinks) {
     return "GPT-OSS's 3-D experts with the clamped SwiGLU and its attention sinks are not "

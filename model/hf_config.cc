@@ -195,14 +195,15 @@ class HfReader {
     const std::string where = r_.Where(key);
     if (!v.is_object())
       throw InputError(where + ": expected an object or null, got " + Describe(v));
-    auto number = [&](const char* k, bool required, double* dst) {
+    auto number = [&](const char* k, bool required, double* dst, bool zero_ok = false) {
+      const char* expected = zero_ok ? "a number >= 0" : "a number > 0";
       auto it = v.find(k);
       if (it == v.end() || it->is_null()) {
-        if (required) throw InputError(where + "/" + k + ": expected a number > 0, got nothing");
+        if (required) throw InputError(where + "/" + k + ": expected " + expected + ", got nothing");
         return;
       }
-      if (!it->is_number() || it->get<double>() <= 0) {
-        throw InputError(where + "/" + k + ": expected a number > 0, got " + Describe(*it));
+      if (!it->is_number() || it->get<double>() < 0 || (!zero_ok && it->get<double>() == 0)) {
+        throw InputError(where + "/" + k + ": expected " + std::string(expected) + ", got " + Describe(*it));
       }
       *dst = it->get<double>();
     };
@@ -219,7 +220,25 @@ class HfReader {
     if (type.empty() || type == "default") return;
     RopeScaling r;
     r.type = type;
-    number("factor", type == "linear" || type == "llama3", &r.factor);
+    number("factor", type == "linear" || type == "llama3" || type == "yarn", &r.factor);
+    if (type == "yarn") {  // _compute_yarn_parameters' keys (0 / absent: "not set")
+      number("beta_fast", false, &r.beta_fast);
+      number("beta_slow", false, &r.beta_slow);
+      number("mscale", false, &r.mscale, true);
+      number("mscale_all_dim", false, &r.mscale_all_dim, true);
+      number("attention_factor", false, &r.attention_factor, true);
+      double original = 0;
+      number("original_max_position_embeddings", false, &original);
+      if (original > 0) {
+        r.original_max_position_embeddings = static_cast<int64_t>(original);
+        r.original_given = true;
+      }
+      auto t = v.find("truncate");
+      if (t != v.end() && !t->is_null()) {
+        if (!t->is_boolean()) throw InputError(where + "/truncate: expected true or false, got " + Describe(*t));
+        r.truncate = t->get<bool>();
+      }
+    }
     if (type == "llama3") {
       double original = 0;
       number("low_freq_factor", true, &r.low_freq_factor);

@@ -320,6 +320,11 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
              Num(r.high_freq_factor) + " and " + Num(r.low_freq_factor));
     p.Expect(r.original_max_position_embeddings >= 1, "rope_scaling/original_max_position_embeddings",
              "integer >= 1", r.original_max_position_embeddings);
+    p.Expect(r.beta_fast > 0 && r.beta_slow > 0, "rope_scaling/beta_fast",
+             "beta_fast and beta_slow > 0", Num(r.beta_fast) + " and " + Num(r.beta_slow));
+    p.Expect(r.mscale >= 0 && r.mscale_all_dim >= 0 && r.attention_factor >= 0, "rope_scaling/mscale",
+             "mscale, mscale_all_dim and attention_factor >= 0 (0: not set)",
+             Num(r.mscale) + ", " + Num(r.mscale_all_dim) + " and " + Num(r.attention_factor));
   }
   CheckMoe(*this, &p);
   CheckMla(*this, &p);

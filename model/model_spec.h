@@ -85,14 +85,27 @@ struct MlaSpec {
 
 // HF rope_scaling (or rope_parameters): how the rotary frequencies are rescaled for long
 // contexts (transformers modeling_rope_utils.py). No effect on memory or time. The executor
-// computes "linear" (inv_freq / factor) and "llama3" (_compute_llama3_parameters: low
-// frequencies / factor, high ones kept, a smooth blend between) and refuses the others by name.
+// computes "linear" (inv_freq / factor), "llama3" (_compute_llama3_parameters: low frequencies /
+// factor, high ones kept, a smooth blend between) and "yarn" (_compute_yarn_parameters) and
+// refuses the others by name.
 struct RopeScaling {
   std::string type;             // "" plain RoPE; "linear", "llama3", "yarn", "dynamic", ...
   double factor = 1;            // "factor"
   double low_freq_factor = 1;   // llama3 "low_freq_factor"
   double high_freq_factor = 4;  // llama3 "high_freq_factor"
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3; yarn when original_given
+  // yarn (modeling_rope_utils.py _compute_yarn_parameters; Peng et al. 2023, "YaRN", eq. 17-21):
+  // beta_fast / beta_slow bound the ramp between extrapolated and interpolated frequencies;
+  // attention_factor (0: absent) scales cos and sin, else it is get_mscale(factor, mscale) /
+  // get_mscale(factor, mscale_all_dim) when both are set (0: absent), else get_mscale(factor);
+  // truncate floors / ceils the ramp's ends. original_given: the config named
+  // original_max_position_embeddings, and the factor the frequencies use is then
+  // max_position_embeddings / it (DeepSeek-V3's configs; the config's own factor still sets MLA's
+  // softmax scale, DeepseekV3Attention).
+  double beta_fast = 32, beta_slow = 1;
+  double mscale = 0, mscale_all_dim = 0, attention_factor = 0;
+  bool truncate = true;
+  bool original_given = false;
   bool enabled() const { return !type.empty(); }
 };
 

@@ -67,6 +67,15 @@ RopeScaling ReadRopeScaling(StrictReader* r) {
   s.high_freq_factor = r->OptionalNumber("high_freq_factor", 4, -1e300, 1e300);
   s.original_max_position_embeddings =
       r->OptionalInt("original_max_position_embeddings", 8192, kIntMin, kIntMax);
+  if (s.type == "yarn") {  // RopeScaling's yarn keys (ranges in Problems())
+    s.original_given = r->Has("original_max_position_embeddings");
+    s.beta_fast = r->OptionalNumber("beta_fast", 32, -1e300, 1e300);
+    s.beta_slow = r->OptionalNumber("beta_slow", 1, -1e300, 1e300);
+    s.mscale = r->OptionalNumber("mscale", 0, -1e300, 1e300);
+    s.mscale_all_dim = r->OptionalNumber("mscale_all_dim", 0, -1e300, 1e300);
+    s.attention_factor = r->OptionalNumber("attention_factor", 0, -1e300, 1e300);
+    s.truncate = r->OptionalBool("truncate", true);
+  }
   r->Finish();
   return s;
 }
@@ -200,6 +209,15 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
                          {"low_freq_factor", r.low_freq_factor},
                          {"high_freq_factor", r.high_freq_factor},
                          {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    if (r.type == "yarn") {
+      if (!r.original_given) j["rope_scaling"].erase("original_max_position_embeddings");
+      j["rope_scaling"]["beta_fast"] = r.beta_fast;
+      j["rope_scaling"]["beta_slow"] = r.beta_slow;
+      j["rope_scaling"]["mscale"] = r.mscale;
+      j["rope_scaling"]["mscale_all_dim"] = r.mscale_all_dim;
+      j["rope_scaling"]["attention_factor"] = r.attention_factor;
+      j["rope_scaling"]["truncate"] = r.truncate;
+    }
   }
   if (s.rotary_fraction != 1.0) j["rotary_fraction"] = s.rotary_fraction;
   if (s.moe.enabled()) {

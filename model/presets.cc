@@ -243,8 +243,11 @@ void Add2026(std::vector<PresetInfo>* p) {
     s.moe.gpt_oss_experts = true;
     s.sliding_window = 128;
     s.full_attention_every = 2;
-    s.rope_scaling.type = "yarn";
+    s.rope_scaling.type = "yarn";  // rope_scaling {"rope_type": "yarn", "factor": 32, ...}
     s.rope_scaling.factor = 32.0;
+    s.rope_scaling.original_max_position_embeddings = 4096;
+    s.rope_scaling.original_given = true;
+    s.rope_scaling.truncate = false;
     return s;
   };
   const std::string oss_count = "; count: HF num_parameters() (bf16, experts dequantized)";
@@ -276,8 +279,14 @@ void Add2026(std::vector<PresetInfo>* p) {
     s.moe.shared_expert_ffn_hidden = shared * expert_ffn;
     s.moe.first_dense_layers = dense;
     s.moe.deepseek_router = true;
-    s.rope_scaling.type = "yarn";  // rope_scaling {"type": "yarn", "factor": 40, ...} in both
+    // rope_scaling {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+    // "original_max_position_embeddings": 4096, "mscale": m, "mscale_all_dim": m} in both (V3: m
+    // 1.0, V2-Lite: 0.707).
+    s.rope_scaling.type = "yarn";
     s.rope_scaling.factor = 40;
+    s.rope_scaling.original_max_position_embeddings = 4096;
+    s.rope_scaling.original_given = true;
+    s.rope_scaling.mscale = s.rope_scaling.mscale_all_dim = 1.0;
     return s;
   };
   ModelSpec v3 = deepseek(61, 7168, 128, 18432, 129280, 256, 8, 2048, 1, 3);
@@ -294,6 +303,7 @@ void Add2026(std::vector<PresetInfo>* p) {
   // block.
   ModelSpec v2_lite = deepseek(27, 2048, 16, 10944, 102400, 64, 6, 1408, 2, 1);
   v2_lite.moe.norm_topk_prob = false;
+  v2_lite.rope_scaling.mscale = v2_lite.rope_scaling.mscale_all_dim = 0.707;
   p->push_back(Preset("deepseek-v2-lite", v2_lite, 15'706'484'224,
                       HfConfig("deepseek-ai/DeepSeek-V2-Lite") + "; count: HF num_parameters()"));
 }

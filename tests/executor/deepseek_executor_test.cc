@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -169,8 +170,17 @@ TEST(DeepseekExecutorTest, LatentAttentionMatchesTheModelingCodeWrittenOut) {
 // their scores renormalised (+1e-20) and times routed_scaling_factor; V2's greedy takes the top-k
 // softmax scores, unnormalised and times routed_scaling_factor.
 TEST(DeepseekExecutorTest, RouterChoosesAndWeightsAsDeepseek) {
-  for (const char* file : {"micro-deepseek-v3.model.json", "micro-deepseek-v2-lite.model.json"}) {
-    model::ModelSpec s = Micro(file);
+  // The third case: V2's group_limited_greedy (DeepSeek-V2's MoEGate) on the V2-Lite micro
+  // model's router, its experts in 4 groups of which 2 are kept.
+  for (const char* file : {"micro-deepseek-v3.model.json", "micro-deepseek-v2-lite.model.json",
+                           "group_limited_greedy"}) {
+    const bool grouped = std::string(file) == "group_limited_greedy";
+    model::ModelSpec s = Micro(grouped ? "micro-deepseek-v2-lite.model.json" : file);
+    if (grouped) {
+      s.moe.topk_method = "group_limited_greedy";
+      s.moe.n_group = 4;
+      s.moe.topk_group = 2;
+    }
     s.FillDefaults();
     const model::MoeSpec& m = s.moe;
     const int64_t T = 7, H = s.hidden, E = m.num_experts;
@@ -208,6 +218,16 @@ TEST(DeepseekExecutorTest, RouterChoosesAndWeightsAsDeepseek) {
         for (int64_t g = 0; g < m.topk_group; ++g) {
           for (int64_t e = 0; e < per; ++e) allowed.push_back(groups[static_cast<size_t>(g)].second * per + e);
         }
+      } else if (m.topk_method == "group_limited_greedy") {
+        int64_t per = E / m.n_group;
+        std::vector<std::pair<double, int64_t>> groups;
+        for (int64_t g = 0; g < m.n_group; ++g) {
+          groups.push_back({*std::max_element(score.begin() + g * per, score.begin() + (g + 1) * per), g});
+        }
+        std::sort(groups.rbegin(), groups.rend());
+        for (int64_t g = 0; g < m.topk_group; ++g) {
+          for (int64_t e = 0; e < per; ++e) allowed.push_back(groups[static_cast<size_t>(g)].second * per + e);
+        }
       } else {
         for (int64_t e = 0; e < E; ++e) allowed.push_back(e);
       }
@@ -236,12 +256,10 @@ TEST(DeepseekExecutorTest, RouterChoosesAndWeightsAsDeepseek) {
 
 TEST(DeepseekExecutorTest, WhatRunDoesNotComputeIsRefusedByName) {
   model::ModelSpec v3 = model::FindModelPreset("deepseek-v3");
-  EXPECT_THAT(TransformerSupportProblem(v3), HasSubstr("rope_scaling \"yarn\""));
-  v3.rope_scaling = {};
-  EXPECT_EQ(TransformerSupportProblem(v3), "");
+  EXPECT_EQ(TransformerSupportProblem(v3), "");  // its YaRN is computed (rotary_test.cc)
   model::ModelSpec v2 = Micro("micro-deepseek-v2-lite.model.json");
-  v2.moe.topk_method = "group_limited_greedy";
-  EXPECT_THAT(TransformerSupportProblem(v2), HasSubstr("group_limited_greedy"));
+  v2.moe.topk_method = "group_limited_greedy";  // computed now (RouterChoosesAndWeightsAsDeepseek)
+  EXPECT_EQ(TransformerSupportProblem(v2), "");
   EXPECT_THAT(UlyssesProblem(Micro("micro-deepseek-v3.model.json"), 2),
               HasSubstr("multi-head latent attention"));
 }

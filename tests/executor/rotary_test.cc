@@ -1,10 +1,12 @@
-// The executor's rotary frequencies follow the model spec: rope_theta, and rope_scaling "linear"
-// and "llama3" as transformers' modeling_rope_utils.py computes them (a double-precision
-// reference written here from that file's formulas); partial rotary rotates the leading
+// The executor's rotary frequencies follow the model spec: rope_theta, and rope_scaling "linear",
+// "llama3" and "yarn" as transformers' modeling_rope_utils.py computes them (a double-precision
+// reference written here from that file's formulas; YaRN's from the published configs of
+// DeepSeek-V3, DeepSeek-V2-Lite and GPT-OSS); partial rotary rotates the leading
 // int(head_dim x fraction) features with their own frequencies, as GPT-NeoX and Phi-3 do; other
 // schemes and rotary dims that cannot be rotated are refused by name before a rank starts.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 
 #include "executor/transformer.h"
 #include "executor/transformer_support.h"
+#include "model/hf_config.h"
 #include "model/presets.h"
 
 namespace shardtune::exec {
@@ -93,10 +96,107 @@ TEST(RotaryTest, FrequenciesFollowThetaAndLlama3AndLinearScaling) {
                             Transformer(l31, scaled).InverseFrequencies(128, f32)));
 }
 
+// _compute_yarn_parameters in doubles (Peng et al. 2023, YaRN): the factor is
+// max_position_embeddings / original when the config names the original, else "factor"; the ramp
+// runs over the dims between find_correction_dim(beta_fast) and (beta_slow), floored / ceiled when
+// truncate; the attention factor from get_mscale.
+std::vector<double> YarnReference(int64_t D, double theta, const model::RopeScaling& r, int64_t max_pos,
+                                  double* attention) {
+  const double factor = r.original_given ? static_cast<double>(max_pos) / r.original_max_position_embeddings : r.factor;
+  const double original = r.original_given ? static_cast<double>(r.original_max_position_embeddings)
+                                           : static_cast<double>(max_pos);
+  auto corr = [&](double rot) {
+    return static_cast<double>(D) * std::log(original / (rot * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  double low = corr(r.beta_fast), high = corr(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(D - 1));
+  if (low == high) high += 0.001;
+  std::vector<double> inv;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    double extrap = 1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(D));
+    double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    double keep = 1 - ramp;  // inv_freq_extrapolation_factor
+    inv.push_back(extrap / factor * (1 - keep) + extrap * keep);
+  }
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  *attention = r.attention_factor > 0 ? r.attention_factor
+               : r.mscale > 0 && r.mscale_all_dim > 0 ? mscale(factor, r.mscale) / mscale(factor, r.mscale_all_dim)
+                                                      : mscale(factor, 1.0);
+  return inv;
+}
+
+// A Llama-layout body (which the executor builds) with `s`'s rotary settings.
+model::ModelSpec WithRopeOf(const model::ModelSpec& s) {
+  model::ModelSpec body = Small(model::FindModelPreset("tiny-llama"));
+  body.head_dim = s.head_dim;
+  body.hidden = body.num_heads * s.head_dim;
+  body.rope_theta = s.rope_theta;
+  body.rope_scaling = s.rope_scaling;
+  body.max_seq_len = s.max_seq_len;
+  body.FillDefaults();
+  return body;
+}
+
+TEST(RotaryTest, YarnFollowsThePublishedConfigs) {
+  struct Case {
+    const char* file;
+    int64_t rotary_dims;
+    double attention, mla_scale;
+  };
+  // DeepSeek-V3: factor 40 (163840 / 4096), mscale = mscale_all_dim = 1: attention factor 1, MLA's
+  // softmax scale x (0.1 ln 40 + 1)^2. V2-Lite: mscale 0.707 both ways: again 1. GPT-OSS: factor 32
+  // (131072 / 4096), no mscale: 0.1 ln 32 + 1, truncate false; no MLA.
+  const double v3 = std::pow(0.1 * std::log(40.0) + 1, 2), v2 = std::pow(0.1 * 0.707 * std::log(40.0) + 1, 2);
+  for (const Case& k : {Case{"deepseek-v3", 64, 1.0, v3}, Case{"deepseek-v2-lite", 64, 1.0, v2},
+                        Case{"gpt-oss-20b", 64, 0.1 * std::log(32.0) + 1, 1.0}}) {
+    model::ModelSpec s = model::ReadHfConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + k.file + ".config.json");
+    s.FillDefaults();
+    if (s.moe.gpt_oss_experts) s = WithRopeOf(s);  // the executor refuses GPT-OSS's experts
+    ASSERT_EQ(s.rope_scaling.type, "yarn") << k.file;
+    TransformerOptions o;
+    o.rope_theta = s.rope_theta;
+    o.rope_scaling = s.rope_scaling;
+    Transformer t(s, o);
+    double attention = 0;
+    std::vector<double> want = YarnReference(k.rotary_dims, s.rope_theta, s.rope_scaling, s.max_seq_len, &attention);
+    at::Tensor got = t.InverseFrequencies(k.rotary_dims, at::TensorOptions().dtype(at::kFloat));
+    ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << k.file;
+    double max_rel = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_rel = std::max(max_rel, std::abs(got[static_cast<int64_t>(i)].item<double>() - want[i]) / want[i]);
+    }
+    EXPECT_LT(max_rel, 1e-5) << k.file;
+    EXPECT_NEAR(attention, k.attention, 1e-12) << k.file;
+    EXPECT_NEAR(t.RopeAttentionScaling(), k.attention, 1e-12) << k.file;
+    EXPECT_NEAR(t.MlaSoftmaxScaleFactor(), k.mla_scale, 1e-12) << k.file;
+    // The frequencies differ from plain RoPE's (interpolated low frequencies).
+    TransformerOptions plain;
+    plain.rope_theta = s.rope_theta;
+    EXPECT_FALSE(at::allclose(got, Transformer(s, plain).InverseFrequencies(k.rotary_dims, at::TensorOptions().dtype(at::kFloat))));
+  }
+  // The rotary embedding multiplies cos and sin by the attention factor: a rotation at position 0
+  // (cos 1, sin 0) scales the vector by it.
+  model::ModelSpec oss = model::ReadHfConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/gpt-oss-20b.config.json");
+  oss.FillDefaults();
+  oss = WithRopeOf(oss);
+  TransformerOptions o;
+  o.rope_theta = oss.rope_theta;
+  o.rope_scaling = oss.rope_scaling;
+  o.dtype = at::kDouble;
+  Transformer t(oss, o);
+  at::Tensor x = at::randn({1, 1, 1, 64}, at::TensorOptions().dtype(at::kDouble));
+  EXPECT_TRUE(at::allclose(t.Rotary(x, 0), x * (0.1 * std::log(32.0) + 1), 1e-6, 1e-6));
+}
+
 TEST(RotaryTest, OtherScalingSchemesAndUnrotatableDimsAreRefusedByName) {
   model::ModelSpec s = model::FindModelPreset("tiny-llama");
-  s.rope_scaling.type = "yarn";
-  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("rope_scaling \"yarn\" is not implemented"));
+  s.rope_scaling.type = "dynamic";
+  EXPECT_THAT(TransformerSupportProblem(s), HasSubstr("rope_scaling \"dynamic\" is not implemented"));
   s.rope_scaling.type = "llama3";
   EXPECT_EQ(TransformerSupportProblem(s), "");
   s.FillDefaults();

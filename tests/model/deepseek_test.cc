@@ -4,6 +4,8 @@
 // deepseek-ai/DeepSeek-V2-Lite (auto_map kept); counts follow the formula written here from
 // modeling_deepseek_v3.py's modules and are checked against DeepSeek's published totals; what the
 // new ops save for backward follows a hand count from the modeling code.
+#include <tuple>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -61,6 +63,21 @@ TEST(DeepseekTest, V3ImportsToThePresetWithTheQuantizationWarningOnly) {
   EXPECT_DOUBLE_EQ(s.moe.routed_scaling_factor, 2.5);
   EXPECT_FALSE(s.MoeLayer(2));
   EXPECT_TRUE(s.MoeLayer(3));
+  // rope_scaling: YaRN with every key the executor computes with, as the preset carries them.
+  const RopeScaling& r = s.rope_scaling;
+  const RopeScaling& preset = FindModelPreset("deepseek-v3").rope_scaling;
+  EXPECT_EQ(r.type, "yarn");
+  EXPECT_DOUBLE_EQ(r.factor, 40);
+  EXPECT_DOUBLE_EQ(r.beta_fast, 32);
+  EXPECT_DOUBLE_EQ(r.beta_slow, 1);
+  EXPECT_DOUBLE_EQ(r.mscale, 1.0);
+  EXPECT_DOUBLE_EQ(r.mscale_all_dim, 1.0);
+  EXPECT_TRUE(r.original_given);
+  EXPECT_EQ(r.original_max_position_embeddings, 4096);
+  EXPECT_TRUE(r.truncate);
+  EXPECT_EQ(std::make_tuple(r.factor, r.mscale, r.mscale_all_dim, r.original_max_position_embeddings, r.original_given),
+            std::make_tuple(preset.factor, preset.mscale, preset.mscale_all_dim,
+                            preset.original_max_position_embeddings, preset.original_given));
 }
 
 TEST(DeepseekTest, V2LiteImportsToThePresetWithoutWarnings) {
@@ -72,6 +89,22 @@ TEST(DeepseekTest, V2LiteImportsToThePresetWithoutWarnings) {
   EXPECT_EQ(s.moe.shared_expert_ffn_hidden, 2 * 1408);
   EXPECT_EQ(s.moe.first_dense_layers, 1);
   EXPECT_FALSE(s.moe.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(s.rope_scaling.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(s.rope_scaling.mscale_all_dim, 0.707);
+  EXPECT_DOUBLE_EQ(FindModelPreset("deepseek-v2-lite").rope_scaling.mscale_all_dim, 0.707);
+}
+
+// YaRN's keys are checked like the others: a negative mscale or a non-boolean truncate is a
+// one-line error naming the key.
+TEST(DeepseekTest, YarnKeysAreValidated) {
+  nlohmann::json j = ReadJsonFile(Data("deepseek-v3.config.json"));
+  j["rope_scaling"]["mscale"] = -1;
+  EXPECT_THAT([&] { ImportHfConfig(j, "v3.json"); },
+              ThrowsMessage<InputError>(HasSubstr("v3.json:/rope_scaling/mscale: expected a number >= 0, got -1")));
+  j = ReadJsonFile(Data("deepseek-v3.config.json"));
+  j["rope_scaling"]["truncate"] = "yes";
+  EXPECT_THAT([&] { ImportHfConfig(j, "v3.json"); },
+              ThrowsMessage<InputError>(HasSubstr("/rope_scaling/truncate: expected true or false")));
 }
 
 // DeepSeek publishes 671B for V3's main model (685B with the multi-token-prediction module) and
