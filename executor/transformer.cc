@@ -169,6 +169,7 @@ at::Tensor Transformer::Segment(const ParamTable& p, int segment, const at::Tens
 }
 
 at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) const {
+  router_logits_.clear();  // a new micro-batch's forward
   at::Tensor x = at::embedding(Get(p, "model.embed_tokens.weight"), tokens);  // [B, S, H]
   if (spec_.scaled_embedding) {
     // Gemma: x * sqrt(H), the normalizer a tensor of the compute dtype (rounded to it).
@@ -282,6 +283,7 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     std::tie(chosen, weights) = DeepseekRoute(p, pre, flat);
   } else {
     at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/false, /*conv1d=*/false);  // [T, E]
+    if (m.router_aux_loss) router_logits_.push_back(logits);
     at::Tensor probs = at::softmax(logits, -1, at::kFloat);
     auto top = at::topk(probs, m.top_k, -1);
     weights = std::get<0>(top);
@@ -672,6 +674,17 @@ at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, con
   return y + (d * options_.lora_scale).to(y.scalar_type());
 }
 
+at::Tensor Transformer::LoadBalancingLoss(const std::vector<at::Tensor>& router_logits, int num_experts,
+                                          int top_k) {
+  at::Tensor cat = at::cat(router_logits, 0);                                // [N, E]
+  at::Tensor routing = at::softmax(cat, -1);                                 // cat's dtype
+  at::Tensor selected = std::get<1>(at::topk(routing, top_k, -1));            // [N, k]
+  at::Tensor mask = at::one_hot(selected, num_experts).to(at::kFloat);       // [N, k, E]
+  at::Tensor tokens_per_expert = mask.mean(0);                               // [k, E]
+  at::Tensor prob_per_expert = routing.mean(0);                              // [E]
+  return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * static_cast<double>(num_experts);
+}
+
 at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
                                  const at::Tensor& labels) const {
   at::Tensor logits = spec_.tied_embeddings  // [B, S, V]; LoRA may target lm_head
@@ -682,7 +695,14 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
   }
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
   if (cp_ == nullptr) {
-    return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
+    at::Tensor loss = at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
+    if (!router_logits_.empty()) {
+      // MixtralForCausalLM.forward: loss += router_aux_loss_coef * aux_loss.to(loss.device).
+      at::Tensor aux = LoadBalancingLoss(router_logits_, spec_.moe.num_experts, spec_.moe.top_k);
+      router_logits_.clear();
+      loss = loss + spec_.moe.router_aux_loss_coef * aux.to(loss.scalar_type());
+    }
+    return loss;
   }
   // This rank's share of the micro-batch's mean: every token of the cp group counts once, and
   // every cp rank holds S / cp of them (no ignored labels: the count is B x S_local x cp).

@@ -101,6 +101,17 @@ class Transformer {
   // and their fp32 weights [T, k].
   std::pair<at::Tensor, at::Tensor> DeepseekRoute(const ParamTable& p, const std::string& prefix,
                                                   const at::Tensor& flat) const;
+  // HF load_balancing_loss_func (modeling_mixtral.py, also Qwen2/3-MoE's) without an attention
+  // mask: routing = softmax(cat(router logits)) in their dtype, top-k of it one-hot [N, k, E]
+  // (as float), tokens_per_expert = mean over tokens [k, E], router_prob_per_expert = mean of the
+  // routing [E]; E x sum(tokens_per_expert x router_prob_per_expert). Differentiable in the
+  // routing probabilities (the one-hot is not).
+  static at::Tensor LoadBalancingLoss(const std::vector<at::Tensor>& router_logits, int num_experts,
+                                      int top_k);
+  // The router logits [T, E] of every MoE block of the micro-batch so far (spec.moe.router_aux_loss:
+  // HF's outputs.router_logits); the head's loss adds router_aux_loss_coef x LoadBalancingLoss of
+  // them and clears them, as does the embedding at the start of a micro-batch.
+  const std::vector<at::Tensor>& router_logits() const { return router_logits_; }
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -147,6 +158,9 @@ class Transformer {
   TransformerOptions options_;
   bool gpt2_names_ = false;  // learned positions: GPT-2's module names and Conv1D layout
   Communicator* cp_ = nullptr;  // Ulysses group (size > 1), or null
+  // outputs.router_logits of the micro-batch in flight (spec.moe.router_aux_loss); Segment is
+  // const (a pure function of its inputs but for this record).
+  mutable std::vector<at::Tensor> router_logits_;
 };
 
 }  // namespace shardtune::exec

@@ -1,6 +1,6 @@
 // The executor's model coverage: decoders of the Llama, GPT-2, NeoX, Qwen, Phi-3, OLMo 2 and Gemma 3
 // families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
-// apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) without the auxiliary loss.
+// apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) with the auxiliary loss.
 // DeepSeek (MLA with its YaRN softmax scale, its router with greedy, group_limited_greedy and
 // noaux_tc, dense first blocks); RoPE plain, linear, llama3 and YaRN; GPT-OSS is refused by name.
 #include "executor/transformer_support.h"
@@ -8,9 +8,9 @@
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
-  if (spec.moe.router_aux_loss) {
-    return "the MoE auxiliary load-balancing loss (output_router_logits) is not computed by the "
-           "executor";
+  if (spec.moe.router_aux_loss && (spec.moe.deepseek_router || spec.moe.gpt_oss_experts)) {
+    return "the MoE auxiliary load-balancing loss (output_router_logits) is computed for the "
+           "Mixtral / Qwen-MoE router only";
   }
   int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
   if (kv <= 0 || spec.num_heads % kv != 0) return "num_heads must be a multiple of num_kv_heads";

@@ -484,6 +484,7 @@ void ReadGptOss(HfReader* h, ModelSpec* s, std::vector<std::string>* warnings) {
   s->moe.expert_ffn_hidden = s->ffn_hidden;
   s->moe.gpt_oss_experts = true;
   s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
+  if (s->moe.router_aux_loss) s->moe.router_aux_loss_coef = h->OptNumber("router_aux_loss_coef", 0.001, 1e6);
   s->sliding_window = h->OptInt("sliding_window", 128);
   s->full_attention_every = FullAttentionEvery(h, s->num_layers, 2);
   WarnQuantized(h, "the checkpoint's experts are", "training dequantizes them", warnings);
@@ -614,6 +615,8 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   }
   if (f == Family::kQwen2Moe || f == Family::kQwen3Moe) ReadQwenMoe(h, f, s);
   if (s->moe.enabled()) s->moe.router_aux_loss = h->OptBool("output_router_logits", false);
+  // The loss's weight on it (read only when the loss is computed; skipped otherwise).
+  if (s->moe.router_aux_loss) s->moe.router_aux_loss_coef = h->OptNumber("router_aux_loss_coef", 0.001, 1e6);
   // MixtralSparseMoeBlock in training: hidden_states *= uniform_(1 - jitter, 1 + jitter), a
   // multiply that saves the noise tensor [T, H] for backward; not modelled.
   if (s->moe.enabled()) {

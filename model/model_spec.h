@@ -32,6 +32,9 @@ struct MoeSpec {
   // modeling_qwen3_moe.py): the logits live from their layer's forward to the loss, and the loss
   // builds an int64 one_hot [L·T, top_k, E] and its fp32 copy (model/activations.cc).
   bool router_aux_loss = false;
+  // ForCausalLM's router_aux_loss_coef: loss += coef x aux_loss (HF's default 0.001; GPT-OSS's
+  // configs 0.9). Read with output_router_logits; changes values only (run computes it).
+  double router_aux_loss_coef = 0.001;
   // The top-k routing weights renormalised to sum to 1 (Mixtral always; Qwen's norm_topk_prob).
   // Changes values only; the executor computes with it.
   bool norm_topk_prob = true;

@@ -31,6 +31,7 @@ MoeSpec ReadMoe(StrictReader* r) {
   m.shared_expert_ffn_hidden = r->OptionalInt("shared_expert_ffn_hidden", 0, kIntMin, kIntMax);
   m.shared_expert_gate = r->OptionalBool("shared_expert_gate", false);
   m.router_aux_loss = r->OptionalBool("router_aux_loss", false);
+  m.router_aux_loss_coef = r->OptionalNumber("router_aux_loss_coef", 0.001, 0, 1e6);
   m.norm_topk_prob = r->OptionalBool("norm_topk_prob", true);
   m.gpt_oss_experts = r->OptionalBool("gpt_oss_experts", false);
   m.first_dense_layers = OptInt(r, "first_dense_layers", 0);
@@ -228,7 +229,10 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     m["expert_ffn_hidden"] = s.moe.expert_ffn_hidden;
     m["shared_expert_ffn_hidden"] = s.moe.shared_expert_ffn_hidden;
     m["shared_expert_gate"] = s.moe.shared_expert_gate;
-    if (s.moe.router_aux_loss) m["router_aux_loss"] = true;
+    if (s.moe.router_aux_loss) {
+      m["router_aux_loss"] = true;
+      m["router_aux_loss_coef"] = s.moe.router_aux_loss_coef;
+    }
     if (!s.moe.norm_topk_prob) m["norm_topk_prob"] = false;
     if (s.moe.gpt_oss_experts) m["gpt_oss_experts"] = true;
     // DeepSeek's, written when set.

@@ -89,6 +89,19 @@ TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
                      "--ep: expected 1 for shardtune run");
 }
 
+// run computes HF's MoE auxiliary loss (output_router_logits) with no or selective
+// checkpointing; a recomputed block would hand the head no router logits, so full checkpointing
+// and cp are refused by name before a rank starts.
+TEST(CliTest, RunRefusesTheAuxLossWithRecomputedBlocks) {
+  std::ifstream in(std::string(SHARDTUNE_TEST_DATA_DIR) + "/../executor/data/micro-qwen-moe.model.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["moe"]["router_aux_loss"] = true;
+  std::string model = WriteFile("aux.model.json", j.dump());
+  ExpectOneLineError(RunCli("run --model " + model + " --seq-len 16 --steps 1 --checkpointing full --out " +
+                            TempPath("aux_run")),
+                     "--checkpointing full: expected none or selective with the MoE auxiliary loss");
+}
+
 TEST(CliTest, JsonHasContractKeys) {
   Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 4096 --json");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -12,8 +12,11 @@
 // token sent to the wrong row or weighted with another token's weight changes the output.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -167,6 +170,96 @@ TEST_F(MoeReferenceTest, TokensReachOnlyTheExpertsTheyChose) {
   EXPECT_TRUE(either.all().item<bool>());
   EXPECT_TRUE(d1.lt(1e-5).any().item<bool>());
   EXPECT_TRUE(d3.lt(1e-5).any().item<bool>());
+}
+
+}  // namespace
+}  // namespace shardtune::exec
+
+namespace shardtune::exec {
+namespace {
+
+// HF load_balancing_loss_func written out in doubles: per token the softmax of its logits and the
+// indices of its top-k; E x sum over (slot, expert) of the fraction of tokens whose slot-th choice
+// is the expert times the mean routing probability of the expert.
+double AuxReference(const std::vector<at::Tensor>& logits, int E, int k) {
+  std::vector<std::vector<double>> probs;
+  for (const at::Tensor& l : logits) {
+    for (int64_t t = 0; t < l.size(0); ++t) {
+      std::vector<double> row(static_cast<size_t>(E));
+      double zmax = -1e300, z = 0;
+      for (int e = 0; e < E; ++e) zmax = std::max(zmax, l[t][e].item<double>());
+      for (int e = 0; e < E; ++e) z += std::exp(l[t][e].item<double>() - zmax);
+      for (int e = 0; e < E; ++e) row[static_cast<size_t>(e)] = std::exp(l[t][e].item<double>() - zmax) / z;
+      probs.push_back(row);
+    }
+  }
+  const double N = static_cast<double>(probs.size());
+  std::vector<std::vector<double>> frac(static_cast<size_t>(k), std::vector<double>(static_cast<size_t>(E), 0));
+  std::vector<double> mean(static_cast<size_t>(E), 0);
+  for (const auto& row : probs) {
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)]; });
+    for (int j = 0; j < k; ++j) frac[static_cast<size_t>(j)][static_cast<size_t>(order[static_cast<size_t>(j)])] += 1 / N;
+    for (int e = 0; e < E; ++e) mean[static_cast<size_t>(e)] += row[static_cast<size_t>(e)] / N;
+  }
+  double sum = 0;
+  for (int j = 0; j < k; ++j) {
+    for (int e = 0; e < E; ++e) sum += frac[static_cast<size_t>(j)][static_cast<size_t>(e)] * mean[static_cast<size_t>(e)];
+  }
+  return sum * E;
+}
+
+TEST(MoeAuxLossTest, LoadBalancingLossMatchesTheReference) {
+  at::manual_seed(3);
+  std::vector<at::Tensor> logits = {at::randn({6, 5}, at::kFloat), at::randn({6, 5}, at::kFloat)};
+  for (int k : {1, 2}) {
+    double got = Transformer::LoadBalancingLoss(logits, 5, k).item<double>();
+    EXPECT_NEAR(got, AuxReference(logits, 5, k), 1e-5) << k;
+  }
+  // Perfectly balanced routing (equal logits): every probability 1/E and the top-1 choice the
+  // first expert for every token: E x (1 x 1/E) = 1.
+  EXPECT_NEAR(Transformer::LoadBalancingLoss({at::zeros({4, 5})}, 5, 1).item<double>(), 1.0, 1e-6);
+}
+
+// The whole model with output_router_logits: the head's loss is the cross-entropy plus
+// router_aux_loss_coef x the balancing loss of every block's router logits, and its gradient
+// reaches the routers.
+TEST(MoeAuxLossTest, TheHeadAddsTheWeightedAuxLossAndItsGradientReachesTheRouters) {
+  at::manual_seed(4);
+  model::ModelSpec with = Moe(4, 2, true, false);
+  with.num_layers = 2;
+  with.moe.router_aux_loss = true;
+  with.moe.router_aux_loss_coef = 0.5;
+  model::ModelSpec without = with;
+  without.moe.router_aux_loss = false;
+  at::Tensor tokens = at::randint(0, with.vocab_size, {2, 6}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor labels = at::randint(0, with.vocab_size, {2, 6}, at::TensorOptions().dtype(at::kLong));
+  auto forward = [&](const model::ModelSpec& spec, ParamTable& p, std::vector<at::Tensor>* logits) {
+    Transformer t(spec, TransformerOptions{});
+    at::Tensor x = tokens;
+    for (int s = 0; s < t.num_segments() - 1; ++s) x = t.Segment(p, s, x, at::Tensor());
+    if (logits) *logits = t.router_logits();
+    at::Tensor loss = t.Segment(p, t.num_segments() - 1, x, labels);
+    EXPECT_TRUE(t.router_logits().empty());  // consumed by the head
+    return loss;
+  };
+  ParamTable p = Params(with);
+  for (auto& [name, w] : p) w.requires_grad_(true);
+  std::vector<at::Tensor> logits;
+  at::Tensor loss = forward(with, p, &logits);
+  ASSERT_EQ(logits.size(), 2u);  // one [T, E] per MoE block
+  EXPECT_EQ(logits[0].sizes(), (std::vector<int64_t>{12, 4}));
+  ParamTable q = Params(without);
+  for (auto& [name, w] : q) w.requires_grad_(true);
+  at::Tensor plain = forward(without, q, nullptr);
+  std::vector<at::Tensor> detached;
+  for (const auto& l : logits) detached.push_back(l.detach());
+  EXPECT_NEAR(loss.item<double>() - plain.item<double>(), 0.5 * AuxReference(detached, 4, 2), 1e-5);
+  loss.backward();
+  plain.backward();
+  const std::string gate = "model.layers.1.block_sparse_moe.gate.weight";
+  EXPECT_FALSE(at::allclose(p.at(gate).grad(), q.at(gate).grad()));
 }
 
 }  // namespace
