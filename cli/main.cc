@@ -23,6 +23,7 @@
 #include "cli/validate_cmd.h"
 #include "executor/errors.h"
 #include "model/errors.h"
+#include "simulator/simulate.h"
 
 namespace {
 constexpr int kExitInput = 1;
@@ -32,6 +33,7 @@ constexpr int kExitInternal = 70;
 
 int main(int argc, char** argv) {
   using namespace shardtune::cli;
+  shardtune::sim::RetainFreedHeap();  // tune and simulate walk many plans (simulator/simulate.h)
 #if !SHARDTUNE_CLI_WITH_EXECUTOR
   if (argc > 1 && (std::strcmp(argv[1], "run") == 0 || std::strcmp(argv[1], "probe") == 0 ||
                    std::strcmp(argv[1], "env") == 0)) {

@@ -1,6 +1,10 @@
 // SimulateStep: costs per op, the event schedule, and the step's figures.
 #include "simulator/simulate.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallopt (RetainFreedHeap)
+#endif
+
 #include <algorithm>
 #include <array>
 #include <map>
@@ -556,6 +560,12 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   int64_t step_start = ops[pk].step == 1 ? t0 : 0;
   r.peak_time = Seconds::Of(pk < first_op ? 0 : static_cast<double>(r.schedule.start_ns[pk] - step_start) * 1e-9);
   return r;
+}
+
+void RetainFreedHeap() {
+#if defined(__GLIBC__)
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);
+#endif
 }
 
 }  // namespace shardtune::sim

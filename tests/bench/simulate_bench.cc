@@ -13,6 +13,7 @@
 
 int main(int argc, char** argv) {
   using namespace shardtune;
+  sim::RetainFreedHeap();  // as the CLI runs (simulator/simulate.h)
   double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
   int reps = argc > 2 ? std::atoi(argv[2]) : 5;
   auto spec = model::FindModelPreset("llama3-70b");

@@ -11,8 +11,10 @@
 #include "model/presets.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
+#include "simulator/simulate.h"
 
 int main() {
+  shardtune::sim::RetainFreedHeap();  // as the CLI runs (simulator/simulate.h)
   using namespace shardtune;
   struct Case { const char* model; const char* cluster; int64_t batch; int64_t seq; };
   for (const Case& k : {Case{"llama3-405b", "16x8xH100", 256, 8192}, Case{"llama3-8b", "8xH100", 64, 8192}}) {
