@@ -40,6 +40,7 @@ struct ParamTensor {
   // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _init_sharded_param); Shard(1) pads
   // dim 1 instead: dim0 * ceil(dim1 / n) * (inner / dim1).
   int64_t PaddedShardNumel(int n) const {
+    if (shard_divisor == 1) return (dim0 + n - 1) / n * inner;  // every non-expert-parallel one
     int m = ShardRanks(n);
     if (ShardsDim1(n)) return dim0 * ((dim1 + m - 1) / m) * (inner / dim1);
     return (dim0 + m - 1) / m * inner;

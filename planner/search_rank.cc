@@ -83,9 +83,10 @@ Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& 
 // The FSDP units a plan's wrap makes (the policy and the embedding, head and expert units; the
 // expert-parallel degree decides the local experts' units and their group).
 std::string UnitsKey(const model::Plan& p) {
-  return model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
-         std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units) + "/ep" +
-         std::to_string(p.ep);
+  std::string k = model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
+                  std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+  if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // dense plans keep their short keys
+  return k;
 }
 
 // The units and the group they are sharded over.
@@ -170,8 +171,8 @@ std::string ForwardEndStatesKey(const model::Plan& p) {
 std::string ForwardEndActivationsKey(const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
-                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/ep" +
-                  std::to_string(p.ep);  // expert parallelism's dispatch buffers
+                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
+  if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // expert parallelism's dispatch buffers
   if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
   return k;
 }
@@ -286,10 +287,12 @@ namespace {
 // blocks split around their all-to-alls; strategy, wrap, offload and prefetch change only
 // collectives, copies, the optimizer and host work).
 std::string ComputeKey(const model::Plan& p) {
-  return std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
-         std::to_string(static_cast<int>(p.checkpointing)) + ":" +
-         std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
-         std::to_string(p.seq_len) + "/ep" + std::to_string(p.ep);
+  std::string k = std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
+                  std::to_string(static_cast<int>(p.checkpointing)) + ":" +
+                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
+                  std::to_string(p.seq_len);
+  if (p.ep > 1) k += "/ep" + std::to_string(p.ep);
+  return k;
 }
 
 // Collective transfers and the compute stream's per-unit kernels (copy-outs, post-backward) per

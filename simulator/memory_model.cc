@@ -134,7 +134,7 @@ std::string ActKey(const model::ActivationOptions& o) {
          std::to_string(static_cast<int>(o.attention)) + "/" +
          std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) +
          "/" + std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len) + "/" +
-         std::to_string(o.cp) + "/ep" + std::to_string(o.ep);
+         std::to_string(o.cp) + (o.ep > 1 ? "/ep" + std::to_string(o.ep) : std::string());
 }
 }  // namespace
 
@@ -164,7 +164,8 @@ const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& sp
                                                       const model::WrapPolicy& w, int ep) {
   impl_->Check(spec);
   std::string key = model::WrapSpecToString(w) + "/" + std::to_string(w.embedding_unit) +
-                    std::to_string(w.head_unit) + std::to_string(w.expert_units) + "/ep" + std::to_string(ep);
+                    std::to_string(w.head_unit) + std::to_string(w.expert_units) +
+                    (ep > 1 ? "/ep" + std::to_string(ep) : std::string());
   auto it = impl_->units.find(key);
   if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w, ep)).first;
   return it->second;
@@ -175,7 +176,8 @@ namespace {
 std::string TrainabilityKey(const Plan& plan) {
   std::string key = model::WrapSpecToString(plan.wrap) + "/" +
                     std::to_string(plan.wrap.embedding_unit) + std::to_string(plan.wrap.head_unit) +
-                    std::to_string(plan.wrap.expert_units) + "/ep" + std::to_string(plan.ep) + "/" +
+                    std::to_string(plan.wrap.expert_units) +
+                    (plan.ep > 1 ? "/ep" + std::to_string(plan.ep) : std::string()) + "/" +
                     model::ToString(plan.role) +
                     "/" + std::to_string(plan.lora.rank);
   for (const auto& t : plan.lora.targets) key += "," + t;

@@ -279,7 +279,7 @@ void Walker::ReduceGradients(size_t i, int32_t post) {
   Dep(last_reduce_);
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   int64_t shard = grad_shard_numel_[i];
-  int64_t rs_in = grad_gathered_numel_[i] * e_reduce_;
+  int64_t rs_in = GradGatheredNumel(i) * e_reduce_;
   Alloc(Category::kReduceScatterBuffers, Stream::kDefault, rs_in);
   Cur().memory_bytes = static_cast<double>(unsharded_grad_[i] + accumulated_[i] + rs_in);
   Free(Category::kUnshardedGrads, Stream::kDefault, unsharded_grad_[i]);
@@ -437,7 +437,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
         // Reduced already; the one whose post-backward ran last (the least first segment above
         // the block) still holds its reduce-scatter input.
         last_reduced_first = u.first_segment;
-        last_reduced_rs = grad_gathered_numel_[i] * e_reduce_;
+        last_reduced_rs = GradGatheredNumel(i) * e_reduce_;
       }
     }
     states += last_reduced_rs;
@@ -455,7 +455,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
       for (int32_t k : backward_order_) {
         const auto& u = units_[static_cast<size_t>(k)];
         if (u.last_segment >= f || !ReshardAfterForward(u)) continue;
-        prefetch = gathered_numel_[static_cast<size_t>(k)] * e_param_;
+        prefetch = GatheredNumel(static_cast<size_t>(k)) * e_param_;
         break;
       }
     }

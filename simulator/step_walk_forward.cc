@@ -37,13 +37,14 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   experts_starting_.assign(segs, {});
   grads_by_segment_.assign(segs, {});
   shard_numel_.resize(u);
-  gathered_numel_.resize(u);
+  for (const auto& unit : units_) ep_units_ = ep_units_ || unit.expert_parallel;
+  if (ep_units_) gathered_numel_.resize(u);
   std::vector<int64_t> by_seg(segs, 0);
   std::vector<size_t> touched;
   for (size_t i = 0; i < u; ++i) {
     const auto& unit = units_[i];
     shard_numel_[i] = unit.PaddedShardNumel(n_);
-    gathered_numel_[i] = unit.GatheredNumel(n_);
+    if (ep_units_) gathered_numel_[i] = unit.GatheredNumel(n_);
     total_shard_numel_ += shard_numel_[i];
     for (const auto& prm : unit.params) {
       if (!prm.requires_grad || !p_.Trains()) continue;  // the optimizer holds trainable ones only
@@ -239,7 +240,7 @@ bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
 
 int64_t Walker::GatheredBytes(size_t i) const {
   // Unsharded params: ws x padded shard per param, param dtype (FSDPParam.init_all_gather_outputs).
-  return gathered_numel_[i] * e_param_;
+  return GatheredNumel(i) * e_param_;
 }
 
 bool Walker::NeedsGatherCopy() const {
@@ -285,7 +286,7 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
   // all_gather_copy_in (_fsdp_collectives.py) allocates the flat output ws x shard and copies
   // the cast shards into this rank's slice of it (all_gather_input is a narrow() view), also on a
   // one-rank mesh, where no bytes move.
-  int64_t out = gathered_numel_[i] * e_param_;
+  int64_t out = GatheredNumel(i) * e_param_;
   Alloc(Category::kAllGatherBuffers, Stream::kAllGather, out);
   if (rec_) {
     ag_id_[i] = TAlloc(Stream::kAllGather, out);

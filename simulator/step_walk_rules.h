@@ -177,7 +177,15 @@ class Walker {
   std::vector<int64_t> grad_shard_numel_, shard_bytes_;
   // Per unit, the reduce-scatter input of those parameters: padded shard x the ranks each is
   // sharded over (expert-parallel units span shard / ep ranks: ParamTensor::GatheredNumel).
+  // Filled only when some unit is expert-parallel (ep_units_); otherwise every parameter is
+  // sharded over n_ ranks and the products below are the gathered sizes (the dense walk, which
+  // the planner runs for thousands of plans, keeps its old work).
   std::vector<int64_t> grad_gathered_numel_;
+  bool ep_units_ = false;
+  int64_t GatheredNumel(size_t i) const { return ep_units_ ? gathered_numel_[i] : shard_numel_[i] * n_; }
+  int64_t GradGatheredNumel(size_t i) const {
+    return ep_units_ ? grad_gathered_numel_[i] : grad_shard_numel_[i] * n_;
+  }
   // Per unit, the all-gather output (FsdpUnit::GatheredNumel).
   std::vector<int64_t> gathered_numel_;
   // Per unit, bytes the all-gather copy-in kernels move (AllGatherCopyInBytesPerElement).

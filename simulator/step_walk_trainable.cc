@@ -16,7 +16,7 @@ void Walker::InitTrainability() {
   size_t u = units_.size();
   auto segs = static_cast<size_t>(model::NumSegments(spec.num_layers));
   grad_shard_numel_.assign(u, 0);
-  grad_gathered_numel_.assign(u, 0);
+  if (ep_units_) grad_gathered_numel_.assign(u, 0);
   shard_bytes_.assign(u, 0);
   copy_in_bytes_.assign(u, 0);
   weight_grad_fraction_.assign(segs, 0.0);
@@ -35,7 +35,7 @@ void Walker::InitTrainability() {
       bool trains = prm.requires_grad && p_.Trains();
       if (trains) {
         grad_shard_numel_[i] += ps;
-        grad_gathered_numel_[i] += prm.GatheredNumel(n_);
+        if (ep_units_) grad_gathered_numel_[i] += prm.GatheredNumel(n_);
       }
       // The tied embedding's weight is booked with the LM head, whose backward first produces a
       // gradient for it (model/module_tree.cc).
