@@ -163,16 +163,17 @@ TEST(CliTest, TwentyTwentySixArchitecturesEstimateWarnAndRefuseByName) {
   // Gemma 2's attention soft-capping: eager attention applies it, transformers' sdpa drops it.
   ExpectOneLineError(RunCli("run --model gemma2-9b --steps 1 --out " + TempPath("gemma2_run")),
                      "--attention sdpa: gemma2-9b's attn_logit_softcapping");
-  // DeepSeek: the FP8 checkpoint estimated in the compute dtype with a warning; `run` trains
-  // MLA but not the published configs' YaRN (refused by name); Ulysses cp refused for MLA.
+  // DeepSeek: the FP8 checkpoint estimated in the compute dtype with a warning; `run` trains MLA
+  // with the published configs' YaRN (tests/executor/rotary_test.cc); Ulysses cp refused for MLA,
+  // by `run` too, before a rank starts.
   Result ds = RunCli("estimate --model " + data + "deepseek-v3.config.json --cluster 32x8xH100 "
                      "--seq-len 4096 --checkpointing full --json");
   EXPECT_EQ(ds.code, 0) << ds.err;
   nlohmann::json dj = nlohmann::json::parse(ds.out);
   EXPECT_EQ(dj.at("model").at("parameters").get<int64_t>(), 671'026'404'352);
   EXPECT_THAT(dj.at("warnings").dump(), ::testing::HasSubstr("quantization_config"));
-  ExpectOneLineError(RunCli("run --model deepseek-v2-lite --steps 1 --out " + TempPath("ds_run")),
-                     "rope_scaling \"yarn\" is not implemented by the executor");
+  ExpectOneLineError(RunCli("run --model deepseek-v2-lite --nproc 2 --cp 2 --steps 1 --out " + TempPath("ds_run")),
+                     "multi-head latent attention");
   ExpectOneLineError(RunCli("estimate --model deepseek-v2-lite --cluster 8xH100 --cp 2"),
                      "Ulysses cp is not modelled for MLA");
 }
