@@ -35,16 +35,6 @@ std::vector<std::string> EpProblems(const ModelSpec& spec, const Plan& plan, con
   return out;
 }
 
-int LocalExperts(const ModelSpec& spec, const Plan& plan) {
-  if (!spec.moe.enabled()) return 0;
-  return plan.ep > 1 && spec.moe.num_experts % plan.ep == 0 ? spec.moe.num_experts / plan.ep
-                                                             : spec.moe.num_experts;
-}
-
-bool ExpertsShardDim1(const ModelSpec& spec, int efsdp, int ep) {
-  return static_cast<int64_t>(efsdp) * ep > spec.moe.num_experts;
-}
-
 ExpertAllToAll ExpertAllToAllPerLayer(const ModelSpec& spec, const Plan& plan, int64_t tokens,
                                       double load_factor) {
   ExpertAllToAll a;

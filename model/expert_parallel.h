@@ -50,11 +50,4 @@ struct ExpertAllToAll {
 ExpertAllToAll ExpertAllToAllPerLayer(const ModelSpec& spec, const Plan& plan, int64_t tokens,
                                       double load_factor);
 
-// Routed experts each rank holds: num_experts / ep (all of them when ep is 1).
-int LocalExperts(const ModelSpec& spec, const Plan& plan);
-
-// True when torchtitan shards the local experts' 3-D weights on dim 1 instead of dim 0: efsdp x
-// ep > num_experts (apply_fsdp: "when FSDP degree > num_experts ... Shard(1) to avoid padding").
-bool ExpertsShardDim1(const ModelSpec& spec, int efsdp, int ep);
-
 }  // namespace shardtune::model

@@ -391,7 +391,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   r.cp = plan.cp;
   r.cp_fsdp_mesh = model::ToString(plan.cp_fsdp_mesh);
   r.ep = plan.ep;
-  r.expert_shard_group = plan.ep > 1 && r.shard_group % plan.ep == 0 ? r.shard_group / plan.ep : r.shard_group;
+  r.expert_shard_group = plan.ExpertShardGroup(r.world, cluster.gpus_per_node);
   WalkSetup w = SetupWalk(spec, cluster, plan, options, cache, r.shard_group);
   r.all_to_all_bytes_per_layer =
       Bytes::Of(model::UlyssesAllToAllPerLayer(spec, plan, w.seq_len).forward_bytes());

@@ -110,7 +110,6 @@ TEST(ExpertParallelTest, ShardPlacementFollowsTorchtitan) {
     EXPECT_EQ(u.params[0].PaddedShardNumel(32), 4 * ((14336 + 15) / 16) * 4096);
     EXPECT_EQ(u.params[1].PaddedShardNumel(32), 4 * ((4096 + 15) / 16) * 14336);
     EXPECT_EQ(u.params[0].GatheredNumel(32), 16 * u.params[0].PaddedShardNumel(32));
-    EXPECT_TRUE(ExpertsShardDim1(mix, 16, 2));
     break;
   }
   const ModelSpec qwen = FindModelPreset("qwen3-30b-a3b");
@@ -138,7 +137,6 @@ TEST(ExpertParallelTest, AllToAllSizesFollowTheShapes) {
   EXPECT_EQ(busy.received_rows, 4096 * 8 * 5 / 4);
   EXPECT_EQ(busy.dispatch_bytes, busy.received_rows * 2048 * 2);
   EXPECT_EQ(ExpertAllToAllPerLayer(s, EpPlan(1), 4096, 1.0).dispatch_bytes, 0);
-  EXPECT_EQ(LocalExperts(s, p), 32);
 }
 
 // torchtitan's dispatch under ep: the tokens the experts save are the permuted copy of the
