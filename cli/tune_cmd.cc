@@ -191,8 +191,15 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << p.tokens_per_s << " tokens/s  " << p.key << "\n";
     }
   }
-  if (r.cp_verdicts.size() > 1 || (r.cp_verdicts.size() == 1 && r.cp_verdicts[0].cp > 1)) {
-    out << "\nUlysses context parallelism: which cp sizes fit\n";
+  bool any_cp = false, any_ep = false;
+  for (const auto& v : r.cp_verdicts) {
+    any_cp |= v.cp > 1;
+    any_ep |= v.ep > 1;
+  }
+  if (any_cp || any_ep) {
+    out << (any_cp && any_ep ? "\nUlysses context and expert parallelism: which (cp, ep) layouts fit\n"
+            : any_ep         ? "\nExpert parallelism: which ep sizes fit\n"
+                             : "\nUlysses context parallelism: which cp sizes fit\n");
     for (const auto& v : r.cp_verdicts) out << "  " << v.why << "\n";
   }
   out << "\nWhy the others lost\n";

@@ -86,10 +86,12 @@ struct Rejection {
   Bytes smallest_required;     // the least memory any plan in the group needed
 };
 
-// What the search found for one cp degree: does any plan with it fit, and why (not).
+// What the search found for one parallel layout, a (cp, ep) pair: does any plan with it fit, and
+// why (not). Without MoE expert parallelism in the search, one per cp.
 struct CpVerdict {
   int cp = 1;
-  int64_t plans = 0;         // plans enumerated with this cp
+  int ep = 1;                // expert-parallel degree (model::Plan::ep)
+  int64_t plans = 0;         // plans enumerated with this layout
   int64_t fitting = 0;       // of those, plans found to fit (simulated or pruned by time)
   // Plans ruled out as slower than the top plans by a time bound known before the walk, whose
   // memory verdict was not booked (the fast search did not walk most of them).
@@ -117,7 +119,7 @@ struct SearchResult {
   std::vector<Candidate> top;      // best first
   std::vector<Candidate> pareto;   // memory vs throughput, by required memory
   std::vector<Rejection> rejected;
-  std::vector<CpVerdict> cp_verdicts;  // one per cp searched, ascending
+  std::vector<CpVerdict> cp_verdicts;  // one per (cp, ep) searched, ascending by cp then ep
   // The work done: plans enumerated, ruled out by the model-state bound, walked for memory,
   // replayed through the caching allocator, ruled out by the time bound, simulated in time.
   int64_t enumerated = 0, pruned_by_memory_bound = 0, pruned_by_time_bound = 0;

@@ -56,17 +56,17 @@ bool Ranker::ConfirmForTop(Candidate* c) {
 }
 
 void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) {
-  CpVerdict& v = VerdictOf(p.cp);
+  CpVerdict& v = VerdictOf(LayoutOf(p));
   std::string key = PlanKey(p);
-  // Each cp's fastest plan; ties go to the plan enumerated first, whatever the order simulated.
-  auto best = verdict_best_index_.find(p.cp);
+  // Each layout's fastest plan; ties go to the plan enumerated first, whatever the order simulated.
+  auto best = verdict_best_index_.find(LayoutOf(p));
   const double step_s = r.step_time.count();
   if (v.best_step_time_s == 0 || step_s < v.best_step_time_s ||
       (step_s == v.best_step_time_s && index < best->second)) {
     v.best_step_time_s = step_s;
     v.best_key = key;
     v.best_required = r.memory.required;
-    verdict_best_index_[p.cp] = index;
+    verdict_best_index_[LayoutOf(p)] = index;
   }
   if (req_.objective == Objective::kMemory && r.tokens_per_s < req_.min_tokens_per_s) {
     Reject("below the throughput floor", key, Bytes());
@@ -157,8 +157,8 @@ SearchResult Ranker::Finish() {
   // Each cp's fastest simulated plan is replayed too (once; the exhaustive search replayed it
   // already), so its verdict says whether the allocator replay, which judges the listed plans,
   // agrees that it fits: the same answer from the fast and the exhaustive search.
-  for (auto& [cp, v] : verdicts_) {
-    auto best = verdict_best_index_.find(cp);
+  for (auto& [layout, v] : verdicts_) {
+    auto best = verdict_best_index_.find(layout);
     if (v.best_step_time_s == 0 || best == verdict_best_index_.end()) continue;
     auto it = std::find(candidate_index_.begin(), candidate_index_.end(), best->second);
     if (it == candidate_index_.end()) continue;
@@ -177,7 +177,7 @@ SearchResult Ranker::Finish() {
     Bytes least = out.smallest_required;
     std::string found = "the smallest per-GPU need found is ";
     if (least.count() == 0) {  // every plan ruled out by a lower bound
-      for (const auto& [cp, v] : verdicts_) {
+      for (const auto& [layout, v] : verdicts_) {
         if (least.count() == 0 || v.smallest_bound < least) least = v.smallest_bound;
       }
       found = "every plan needs at least ";
@@ -190,14 +190,15 @@ SearchResult Ranker::Finish() {
   return out;
 }
 
-CpVerdict& Ranker::VerdictOf(int cp) {
-  CpVerdict& v = verdicts_[cp];
-  v.cp = cp;
+CpVerdict& Ranker::VerdictOf(Layout layout) {
+  CpVerdict& v = verdicts_[layout];
+  v.cp = layout.first;
+  v.ep = layout.second;
   return v;
 }
 
-void Ranker::NoteMemory(int cp, const std::string& key, const Screened& s) {
-  CpVerdict& v = VerdictOf(cp);
+void Ranker::NoteMemory(Layout layout, const std::string& key, const Screened& s) {
+  CpVerdict& v = VerdictOf(layout);
   if (v.smallest_required.count() > 0 && !(s.required < v.smallest_required)) return;
   v.smallest_required = s.required;
   v.smallest_key = key;
@@ -205,22 +206,34 @@ void Ranker::NoteMemory(int cp, const std::string& key, const Screened& s) {
   v.smallest_peak_top = s.peak_top;
 }
 
-// One sentence per cp: why it fits (its fastest plan) or why not (its least need, what dominates).
+// One sentence per layout (cp, ep): why it fits (its fastest plan) or why not (its least need,
+// what dominates). A layout is named by the degrees the search varied: "cp=2", "ep=4" or
+// "cp=2 ep=4" (cp alone when neither was searched above 1).
 void Ranker::FinishVerdicts(SearchResult* out) const {
   double best = 0;
-  int best_cp = 0;
-  for (const auto& [cp, v] : verdicts_) {
+  Layout best_layout{0, 0};
+  bool any_ep = false, any_cp = false;
+  for (const auto& [layout, v] : verdicts_) {
+    any_cp |= layout.first > 1;
+    any_ep |= layout.second > 1;
     if (v.best_step_time_s > 0 && (best == 0 || v.best_step_time_s < best)) {
       best = v.best_step_time_s;
-      best_cp = cp;
+      best_layout = layout;
     }
   }
+  auto name = [&](Layout l) {
+    std::string n;
+    if (any_cp || !any_ep) n = "cp=" + std::to_string(l.first);
+    if (any_ep) n += (n.empty() ? "" : " ") + std::string("ep=") + std::to_string(l.second);
+    return n;
+  };
+  const char* what = any_ep && any_cp ? "layout" : any_ep ? "ep" : "cp";
   const Bytes capacity = cluster_.gpu.usable_memory;
-  for (const auto& [cp, verdict] : verdicts_) {
+  for (const auto& [layout, verdict] : verdicts_) {
     CpVerdict v = verdict;
-    std::string w = "cp=" + std::to_string(cp) + ": ";
+    std::string w = name(layout) + ": ";
     char buf[160];
-    if (v.fitting == 0 && (v.smallest_required.count() == 0 || bound_only_cps_.count(cp) > 0)) {
+    if (v.fitting == 0 && (v.smallest_required.count() == 0 || bound_only_layouts_.count(layout) > 0)) {
       w += "does not fit: a lower bound exceeds " + GiBText(capacity) + " in all " +
            std::to_string(v.plans) + " plans; the least is " + GiBText(v.smallest_bound) + " of " +
            v.smallest_bound_what + " (" + v.smallest_bound_key + ")";
@@ -257,12 +270,11 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
         w += ", but the caching-allocator replay runs it out of memory (" +
              GiBText(v.best_replay_required) + " with the allocator's cached blocks)";
       }
-      if (cp != best_cp) {
-        std::snprintf(buf, sizeof buf, ", %+.1f%% vs cp=%d",
-                      100.0 * (v.best_step_time_s / best - 1.0), best_cp);
-        w += buf;
+      if (layout != best_layout) {
+        std::snprintf(buf, sizeof buf, ", %+.1f%% vs ", 100.0 * (v.best_step_time_s / best - 1.0));
+        w += buf + name(best_layout);
       } else {
-        w += ", the fastest cp";
+        w += std::string(", the fastest ") + what;
       }
     }
     v.why = w;

@@ -44,6 +44,7 @@ void AppendSearchResultJson(const SearchResult& r, nlohmann::ordered_json* out) 
   nlohmann::ordered_json cps = nlohmann::ordered_json::array();
   for (const auto& v : r.cp_verdicts) {
     cps.push_back({{"cp", v.cp},
+                   {"ep", v.ep},
                    {"plans", v.plans},
                    {"fitting", v.fitting},
                    {"slower_by_compute", v.slower_by_compute},

@@ -62,7 +62,8 @@ std::string SlowerReason(const std::string& resource) {
 
 // ", cp 2" for plans with Ulysses cp, so grouped reasons say which cp they are about.
 std::string CpSuffix(const model::Plan& p) {
-  return p.cp > 1 ? ", cp " + std::to_string(p.cp) : "";
+  return (p.cp > 1 ? ", cp " + std::to_string(p.cp) : "") +
+         (p.ep > 1 ? ", ep " + std::to_string(p.ep) : "");
 }
 
 // The allocation-time fragmentation allowance of the no-replay judgement (memory_model.cc).
@@ -453,7 +454,7 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
     std::vector<size_t> judged, walk;
     for (size_t j = start; j < end; ++j) {
       size_t i = order[j];
-      if (Prunable(screened_[i].prewalk_lb_s, plans[i].cp)) continue;
+      if (Prunable(screened_[i].prewalk_lb_s, plans[i])) continue;
       judged.push_back(i);
       if (!screened_[i].evaluated) walk.push_back(i);
     }
@@ -511,7 +512,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
   for (size_t index = 0; index < plans.size(); ++index) {
     const model::Plan& p = plans[index];
     const Screened& s = screened_[index];
-    ++VerdictOf(p.cp).plans;
+    ++VerdictOf(LayoutOf(p)).plans;
     if (s.evaluated) ++result_.memory_checked;
     if (s.replayed) ++result_.replayed;
     std::string key = PlanKey(p);
@@ -523,12 +524,12 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
                              : s.forward_end_bound
                              ? "model states and what forward keeps for backward"
                              : "model states";
-      CpVerdict& v = VerdictOf(p.cp);
+      CpVerdict& v = VerdictOf(LayoutOf(p));
       if (v.smallest_bound.count() == 0 || s.bound < v.smallest_bound) {
         v.smallest_bound = s.bound;
         v.smallest_bound_key = key;
         v.smallest_bound_what = what;
-        verdict_bound_index_[p.cp] = index;
+        verdict_bound_index_[LayoutOf(p)] = index;
       }
       Reject(std::string(s.backward_moment_bound
                              ? "OOM: model states, the saved activations and a block's "
@@ -544,10 +545,10 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
              key + " needs at least " + GiBText(s.bound), s.bound);
       continue;
     }
-    auto best = verdicts_.find(p.cp);
-    double cp_best = best == verdicts_.end() ? 0 : best->second.best_step_time_s;
-    if (s.prewalk_lb_s > final_threshold_ && cp_best > 0 && s.prewalk_lb_s > cp_best) {
-      ++VerdictOf(p.cp).slower_by_compute;
+    auto best = verdicts_.find(LayoutOf(p));
+    double layout_best = best == verdicts_.end() ? 0 : best->second.best_step_time_s;
+    if (s.prewalk_lb_s > final_threshold_ && layout_best > 0 && s.prewalk_lb_s > layout_best) {
+      ++VerdictOf(LayoutOf(p)).slower_by_compute;
       if (s.simulated) continue;  // a simulated plan is a candidate that lost on its figures
       ++result_.pruned_by_time_bound;
       if (!s.evaluated) ++result_.pruned_before_walk;
@@ -560,7 +561,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     if (result_.smallest_required.count() == 0 || s.required < result_.smallest_required) {
       result_.smallest_required = s.required;
     }
-    NoteMemory(p.cp, key, s);
+    NoteMemory(LayoutOf(p), key, s);
     if (!s.fits) {
       Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
                  model::ToString(p.offload) + CpSuffix(p) + ")",
@@ -568,7 +569,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
              s.required);
       continue;
     }
-    ++VerdictOf(p.cp).fitting;
+    ++VerdictOf(LayoutOf(p)).fitting;
     if (s.below_floor) {
       ++result_.pruned_by_time_bound;
       Reject("below the throughput floor (compute alone is too slow)", key, Bytes());
@@ -586,16 +587,16 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
 // need found (SearchResult::smallest_required).
 void Ranker::WalkBoundOnlyVerdicts(const std::vector<model::Plan>& plans) {
   Bytes least;
-  for (auto& [cp, v] : verdicts_) {
-    auto it = verdict_bound_index_.find(cp);
+  for (auto& [layout, v] : verdicts_) {
+    auto it = verdict_bound_index_.find(layout);
     if (v.fitting > 0 || v.smallest_required.count() > 0 || it == verdict_bound_index_.end()) continue;
     Screened s = screened_[it->second];
     if (!s.evaluated) {
       Walk(plans[it->second], WorkerOf(0), &s);
       ++result_.memory_checked;
     }
-    NoteMemory(cp, v.smallest_bound_key, s);
-    bound_only_cps_.insert(cp);
+    NoteMemory(layout, v.smallest_bound_key, s);
+    bound_only_layouts_.insert(layout);
     if (least.count() == 0 || s.required < least) least = s.required;
   }
   if (result_.smallest_required.count() == 0) result_.smallest_required = least;
@@ -618,11 +619,11 @@ double Ranker::TopThreshold() const {
 }
 
 // A plan may be left unsimulated (or unwalked) when its bound is slower than the top-k bound and
-// than its cp's fastest plan so far (so each cp's verdict names its true fastest plan).
-bool Ranker::Prunable(double time_lb_s, int cp) const {
+// than its layout's fastest plan so far (so each (cp, ep) verdict names its true fastest plan).
+bool Ranker::Prunable(double time_lb_s, const model::Plan& p) const {
   if (exhaustive_ || req_.objective == Objective::kMemory) return false;
   if (!(time_lb_s > TopThreshold())) return false;
-  auto it = verdicts_.find(cp);
+  auto it = verdicts_.find(LayoutOf(p));
   return it != verdicts_.end() && it->second.best_step_time_s > 0 &&
          time_lb_s > it->second.best_step_time_s;
 }
@@ -635,7 +636,7 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
   while (!pending->empty() && pending->begin()->first <= up_to && run.size() < kSimulationWindow) {
     size_t i = pending->begin()->second;
     pending->erase(pending->begin());
-    if (Prunable(screened_[i].time_lb_s, plans[i].cp)) {
+    if (Prunable(screened_[i].time_lb_s, plans[i])) {
       screened_[i].time_pruned = true;
     } else {
       run.push_back(i);

@@ -100,12 +100,16 @@ class Ranker {
   Bytes ModelStateLowerBound(const model::Plan& plan, Worker& w) const;
   Bytes ForwardEndLowerBound(const model::Plan& plan, Worker& w, bool* backward) const;
   void Admit(size_t index, const model::Plan& p, const sim::SimReport& r);
-  bool Prunable(double time_lb_s, int cp) const;
+  bool Prunable(double time_lb_s, const model::Plan& p) const;
   double TopThreshold() const;
   bool ConfirmForTop(Candidate* c);
   void Reject(const std::string& reason, const std::string& example, Bytes required);
-  CpVerdict& VerdictOf(int cp);
-  void NoteMemory(int cp, const std::string& key, const Screened& s);
+  // Verdicts are kept per parallel layout: (cp, ep), the degrees a plan's sequence and experts
+  // are split over (LayoutOf).
+  using Layout = std::pair<int, int>;
+  static Layout LayoutOf(const model::Plan& p) { return {p.cp, p.ep}; }
+  CpVerdict& VerdictOf(Layout layout);
+  void NoteMemory(Layout layout, const std::string& key, const Screened& s);
   SearchResult Finish();
   void FinishVerdicts(SearchResult* out) const;
   double Objective(const Candidate& c) const;
@@ -131,10 +135,11 @@ class Ranker {
   // Confirmed (replayed) candidates that may still define the top-k bound: (objective, index).
   std::vector<std::pair<double, size_t>> confirmed_;
   std::map<std::string, Rejection> rejections_;
-  std::map<int, CpVerdict> verdicts_;        // by cp
-  std::map<int, size_t> verdict_best_index_;  // plan index of each cp's fastest plan
-  std::map<int, size_t> verdict_bound_index_;  // plan index of each cp's least memory bound
-  std::set<int> bound_only_cps_;  // cps whose every plan a bound ruled out (one walked to explain)
+  std::map<Layout, CpVerdict> verdicts_;        // by (cp, ep)
+  std::map<Layout, size_t> verdict_best_index_;  // plan index of each layout's fastest plan
+  std::map<Layout, size_t> verdict_bound_index_;  // plan index of each layout's least memory bound
+  // Layouts whose every plan a bound ruled out (one walked to explain).
+  std::set<Layout> bound_only_layouts_;
   SearchResult result_;
 };
 

@@ -87,6 +87,21 @@ TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
                      "use --modeling torchtitan");
   ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --ep 2 --out " + TempPath("ep_run")),
                      "--ep: expected 1 for shardtune run");
+  // tune searches ep and says per ep whether it fits and how fast its best plan is.
+  r = RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --modeling torchtitan --global-batch 16 "
+             "--seq-len 2048 --cp-sizes 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  std::vector<int> eps;
+  for (const auto& v : j.at("cp_verdicts")) {
+    eps.push_back(v.at("ep").get<int>());
+    EXPECT_EQ(v.at("why").get<std::string>().rfind("ep=" + std::to_string(eps.back()) + ": ", 0), 0u);
+  }
+  EXPECT_EQ(eps, (std::vector<int>{1, 2, 4, 8}));
+  r = RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --modeling torchtitan --global-batch 16 "
+             "--seq-len 2048 --cp-sizes 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("Expert parallelism: which ep sizes fit\n  ep=1: "));
 }
 
 // run computes HF's MoE auxiliary loss (output_router_logits) with no or selective

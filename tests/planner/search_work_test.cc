@@ -46,6 +46,7 @@ void ExpectSameAnswer(const SearchResult& fast, const SearchResult& full) {
   for (size_t i = 0; i < fast.cp_verdicts.size(); ++i) {
     const CpVerdict &a = fast.cp_verdicts[i], &b = full.cp_verdicts[i];
     EXPECT_EQ(a.cp, b.cp);
+    EXPECT_EQ(a.ep, b.ep);
     EXPECT_EQ(a.plans, b.plans);
     EXPECT_EQ(a.fitting, b.fitting);
     EXPECT_EQ(a.slower_by_compute, b.slower_by_compute);
@@ -137,6 +138,31 @@ TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswerWithExpertParallelism) {
   SearchResult full = SearchPlans(spec, c, req);
   ExpectSameAnswer(fast, full);
   EXPECT_EQ(fast.simulated + fast.pruned_by_time_bound, full.simulated + full.pruned_by_time_bound);
+  // One verdict per ep, named by ep alone (cp was not searched), each counting its own plans; the
+  // fastest one is the top plan's ep, the others say how much slower their best plan is.
+  ASSERT_EQ(fast.cp_verdicts.size(), 4u);
+  int64_t plans = 0;
+  ASSERT_FALSE(fast.top.empty());
+  const int top_ep = fast.top.front().plan.ep;
+  for (size_t i = 0; i < fast.cp_verdicts.size(); ++i) {
+    const CpVerdict& v = fast.cp_verdicts[i];
+    SCOPED_TRACE(v.why);
+    EXPECT_EQ(v.cp, 1);
+    EXPECT_EQ(v.ep, 1 << i);
+    EXPECT_EQ(v.why.rfind("ep=" + std::to_string(v.ep) + ": ", 0), 0u);
+    plans += v.plans;
+    if (v.best_step_time_s == 0) continue;
+    EXPECT_NE(v.best_key.find(v.ep > 1 ? " ep=" + std::to_string(v.ep) : std::string("")),
+              std::string::npos);
+    if (v.ep == top_ep) {
+      EXPECT_EQ(v.best_step_time_s, fast.top.front().step_time_s);
+      EXPECT_NE(v.why.find("the fastest ep"), std::string::npos);
+    } else {
+      EXPECT_GE(v.best_step_time_s, fast.top.front().step_time_s);
+      EXPECT_NE(v.why.find("vs ep=" + std::to_string(top_ep)), std::string::npos);
+    }
+  }
+  EXPECT_EQ(plans, fast.enumerated);
   // HF's modules have no expert-parallel dispatch: only ep 1 is searched for them.
   req.base.modeling = model::Modeling::kHf;
   for (const auto& plan : EnumeratePlans(spec, c, req)) EXPECT_EQ(plan.ep, 1);
