@@ -68,8 +68,11 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   double t0 = MonotonicSeconds();
   FlatParam& unit = *units[i];
   at::NoGradGuard no_grad;
+  // Reshard first, then gather the gradients into the flat reduce input: FSDP2's post_backward
+  // (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) runs reshard() before
+  // foreach_reduce, so the unsharded parameters are gone when the reduce-scatter input is made.
+  unit.Free();
   at::Tensor flat = unit.TakeFlatGrad();  // [padded] reduce dtype
-  unit.Free();                            // reshard after backward
   ++units_done;
   backward_done[i] = true;
   if (!sync) {  // no_sync: keep the unsharded gradient, reduce on the last micro-batch
