@@ -147,6 +147,11 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->modeling = ParseEnum<Modeling>(f.modeling, s.name); }},
       {"--keep-logits", "The training loop holds outputs.logits through backward", kPlanFlag,
        &Flag<&PlanFlags::keep_logits>, [](const PlanFlags&, const FlagSpec&, Plan* p) { p->keep_logits = true; }},
+      {"--loss-kernel",
+       "cross_entropy|fused_linear: logits materialised then F.cross_entropy, or the chunked fused "
+       "linear cross-entropy (Liger's; shardtune run's), which never holds the whole logits",
+       kPlanFlag, &Opt<&PlanFlags::loss_kernel>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->loss_kernel = ParseEnum<LossKernel>(f.loss_kernel, s.name); }},
       {"--cp", "Ulysses context-parallel size (divides heads, seq-len and world)", kPlanFlag,
        &Opt<&PlanFlags::cp>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->cp = f.cp; }},
       {"--cp-fsdp-mesh", "dp_cp|dp: FSDP shards over data-parallel x cp ranks (verl, torchtitan) or dp only",

@@ -39,6 +39,7 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
   t.selective = plan.checkpointing == model::Checkpointing::kSelective;
+  t.fused_loss = plan.loss_kernel == model::LossKernel::kFusedLinear;
   if (plan.lora.enabled()) t.lora_scale = plan.lora.alpha / plan.lora.rank;  // PEFT: alpha / r
   return t;
 }

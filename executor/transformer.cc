@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "executor/communicator.h"
+#include "executor/fused_loss.h"
 #include "executor/transformer_support.h"
 #include "executor/ulysses.h"
 #include "model/errors.h"
@@ -687,6 +688,7 @@ at::Tensor Transformer::LoadBalancingLoss(const std::vector<at::Tensor>& router_
 
 at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
                                  const at::Tensor& labels) const {
+  if (options_.fused_loss) return FusedHeadLoss(p, x, labels);
   at::Tensor logits = spec_.tied_embeddings  // [B, S, V]; LoRA may target lm_head
                           ? at::linear(x, Get(p, "model.embed_tokens.weight"))
                           : Proj(p, "lm_head", x, /*bias=*/false, /*conv1d=*/false);
@@ -709,6 +711,28 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
   at::Tensor sum = at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}),
                                           {}, at::Reduction::Sum);
   return sum / static_cast<double>(labels.numel() * cp_->size());
+}
+
+// The same loss through fused_loss.h: the mean over counted labels without cp (F.cross_entropy's
+// mean), this rank's share with cp (as above); the aux loss added as above. Plan::Problems
+// refuses an adapter on lm_head with the fused loss (it multiplies by the base weight only).
+at::Tensor Transformer::FusedHeadLoss(const ParamTable& p, const at::Tensor& x,
+                                      const at::Tensor& labels) const {
+  const at::Tensor& w = Get(p, spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  at::Tensor flat = x.reshape({-1, spec_.hidden});
+  at::Tensor lab = labels.reshape({-1});
+  at::Tensor scale =
+      cp_ == nullptr
+          ? at::reciprocal(lab.ne(-100).sum().to(at::kFloat))
+          : at::full({}, 1.0 / static_cast<double>(labels.numel() * cp_->size()),
+                     x.options().dtype(at::kFloat));
+  at::Tensor loss = FusedLinearCrossEntropy(flat, w, lab, scale, spec_.final_logit_softcap);
+  if (cp_ == nullptr && !router_logits_.empty()) {
+    at::Tensor aux = LoadBalancingLoss(router_logits_, spec_.moe.num_experts, spec_.moe.top_k);
+    router_logits_.clear();
+    loss = loss + spec_.moe.router_aux_loss_coef * aux.to(loss.scalar_type());
+  }
+  return loss;
 }
 
 }  // namespace shardtune::exec

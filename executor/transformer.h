@@ -42,6 +42,9 @@ struct TransformerOptions {
   // each block keeps its input, the matmul outputs and the attention core's tensors; norms and
   // the MLP activation keep only their inputs and are recomputed in backward (recompute.h).
   bool selective = false;
+  // The LM head and loss as the fused linear cross-entropy (plan loss_kernel fused_linear,
+  // fused_loss.h): the logits are never materialised whole.
+  bool fused_loss = false;
 };
 
 class Transformer {
@@ -152,6 +155,7 @@ class Transformer {
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
+  at::Tensor FusedHeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
   int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
 
   model::ModelSpec spec_;

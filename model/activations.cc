@@ -304,6 +304,7 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   o.modeling = plan.modeling;
   o.loss_fp32_upcast = plan.loss_fp32_upcast;
   o.keep_logits = plan.keep_logits;
+  o.loss_kernel = plan.loss_kernel;
   o.seq_len = seq_len;
   o.cp = plan.cp;
   o.ep = plan.ep;
@@ -376,6 +377,61 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
   return b;
 }
 
+int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden) {
+  if (rows <= 0 || vocab <= 0 || hidden <= 0) return 0;
+  const int64_t inc_factor = (vocab + hidden - 1) / hidden;
+  const int64_t want = (rows + inc_factor - 1) / inc_factor;
+  int64_t chunk = 1;
+  while (chunk < want) chunk *= 2;  // triton.next_power_of_2
+  return std::min(chunk, rows);
+}
+
+namespace {
+
+// The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
+// LigerFusedLinearCrossEntropyFunction, shardtune's executor/fused_loss.cc): one autograd node
+// whose forward runs, chunk by chunk, logits = x W^T, the fp32 softmax, the logits' gradient and
+// both matmuls of their backward, and saves the input's gradient [T, H] (compute dtype, zeros_like
+// x, a buffer no op's output) and the weight's [V, H] (fixed size: FusedLoss). Its backward only
+// scales them by the incoming gradient, in place, and hands them on. The ledger records the input
+// gradient as saved; the chunk loop's transients and the weight gradient, which do not scale
+// with the tokens, go to `fused_loss` for the caller. The head matmul is compute-bound; the
+// chunk loop's memory-bound passes over [rows, V] (fused_loss.cc, bytes per vocabulary entry)
+// are added to the forward's traffic: row max 4, subtract 8, exp 8, row sum 4, scale 8 (32), and
+// unless the compute dtype is fp32 the upcast (e + 4) and the cast back (4 + e); soft-capping
+// adds divide, tanh, square, negate, add 1 and x cap (8 each) and x derivative (12): 60.
+ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
+  const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(c.spec.vocab_size);
+  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  int gi = c.g.Tensor("fused loss: input gradient (saved)", c.e * h);
+  c.g.Op("fused loss: zeros_like(input)", {}, gi, {});
+  int loss = c.g.Tensor("loss", 0.0);
+  c.g.Op("fused linear cross-entropy", {normed, gi}, loss, {{gi, 0}});
+  c.g.MarkComputeBound();
+  const bool trains = recipes::AnyTrains(c, weight);
+  c.g.SetParam(v * h, trains, true);
+  if (c.spec.moe.enabled() && c.spec.moe.router_aux_loss && c.opt.modeling == Modeling::kHf) {
+    loss = RouterAuxLoss(c, loss);
+  }
+  ActivationLedger led = c.g.Run(x, loss, c.t.input_requires_grad);
+  led.fused_loss.chunk_traffic_per_token =
+      v * (32 + (c.e == kFp32 ? 0 : 2 * (c.e + kFp32)) + (c.spec.final_logit_softcap > 0 ? 60 : 0));
+  led.elementwise_traffic_per_token += led.fused_loss.chunk_traffic_per_token;
+  led.fused_loss.on = true;
+  led.fused_loss.live_per_token = led.saved_per_token + c.e * h;
+  led.fused_loss.weight_grad_bytes = trains ? c.e * v * h : 0;
+  // At the upcast and at the cast back: the chunk in the compute dtype and in fp32 (fp32 compute:
+  // one tensor, modified in place); soft-capping: the fp32 logits and the fp32 tanh derivative.
+  const double upcast = (c.e == kFp32 ? 0 : c.e) + kFp32;
+  led.fused_loss.chunk_row_bytes =
+      v * std::max(upcast, c.spec.final_logit_softcap > 0 ? 2 * kFp32 : 0.0);
+  led.fused_loss.vocab = c.spec.vocab_size;
+  led.fused_loss.hidden = c.spec.hidden;
+  return led;
+}
+
+}  // namespace
+
 ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationOptions& opt,
                                         const Trainability& trainability) {
   Ctx c{AutogradLedger(), static_cast<double>(BytesPerElement(opt.dtype)), spec, opt,
@@ -383,6 +439,7 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   double h = static_cast<double>(spec.hidden), v = static_cast<double>(spec.vocab_size);
   int x = c.g.Tensor("final norm input", c.e * h);
   int normed = Norm(c, x, h, "final norm", "model.norm");
+  if (opt.loss_kernel == LossKernel::kFusedLinear) return FusedLinearHead(c, x, normed);
   // A tied LM head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
   int logits =
       Linear(c, normed, v, "lm_head", spec.tied_embeddings ? "model.embed_tokens" : "lm_head");

@@ -43,7 +43,34 @@ struct ActivationLedger {
   double elementwise_traffic_per_token = 0;
   // Ops recorded in forward: about one kernel launch each (views excluded), what the host issues.
   int forward_ops = 0;
+  // A head whose loss is the fused linear cross-entropy (LossKernel::kFusedLinear): what does not
+  // scale with the tokens, which the caller adds (all zero otherwise).
+  struct FusedLoss {
+    bool on = false;
+    // The head weight's gradient [V, H] in the compute dtype: zeros_like(weight) at the start of
+    // forward, accumulated chunk by chunk, kept to backward, where it becomes the weight's
+    // gradient (0 when the head weight is frozen).
+    double weight_grad_bytes = 0;
+    // Transient bytes per chunk row, at its most: the chunk's logits in the compute dtype and
+    // their fp32 copy (the fp32 gradient and its cast back, as many); with soft-capping (Gemma 2)
+    // at least the fp32 logits and their fp32 tanh derivative. Times
+    // FusedLinearChunkRows(tokens, V, H).
+    double chunk_row_bytes = 0;
+    // The chunk loop's memory-bound traffic per token, part of elementwise_traffic_per_token (its
+    // backward only scales the two saved gradients).
+    double chunk_traffic_per_token = 0;
+    // Bytes per token live beyond the sub-graph's input while the chunks run: what was saved (the
+    // final norm's tensors, the input gradient) and the norm's output the chunks read.
+    double live_per_token = 0;
+    int64_t vocab = 0, hidden = 0;
+  } fused_loss;
 };
+
+// Rows of one chunk of the fused linear cross-entropy over `rows` tokens: Liger-Kernel's rule
+// (ops/fused_linear_cross_entropy.py: inc_factor = cdiv(V, H); chunk_size =
+// next_power_of_2(cdiv(BT, inc_factor))), so a chunk's logits are about as large as the hidden
+// states [BT, H]; at most `rows`.
+int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden);
 
 // What one transformer block costs in activation memory.
 struct BlockActivations {
@@ -58,6 +85,7 @@ struct ActivationOptions {
   Modeling modeling = Modeling::kHf;
   bool loss_fp32_upcast = true;
   bool keep_logits = false;  // as Plan::keep_logits
+  LossKernel loss_kernel = LossKernel::kCrossEntropy;
   int64_t seq_len = 1;         // S: eager attention's score matrices grow with it
   // Ulysses context parallelism degree (Plan::cp). With cp > 1 a "token" is a position of this
   // rank's slice, so ledgers multiply by B·S/cp: outside attention every tensor is

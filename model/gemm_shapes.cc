@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "model/activations.h"
+
 namespace shardtune::model {
 
 std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer, int ep) {
@@ -58,6 +60,15 @@ std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, 
 
 GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens) {
   return {tokens, spec.vocab_size, spec.hidden};
+}
+
+std::vector<GemmShape> FusedLinearHeadForwardGemms(const ModelSpec& spec, int64_t tokens) {
+  const int64_t chunk = FusedLinearChunkRows(tokens, spec.vocab_size, spec.hidden);
+  std::vector<GemmShape> out;
+  if (chunk <= 0) return out;
+  out.push_back({chunk, spec.vocab_size, spec.hidden, tokens / chunk});
+  if (tokens % chunk != 0) out.push_back({tokens % chunk, spec.vocab_size, spec.hidden, 1});
+  return out;
 }
 
 std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward) {

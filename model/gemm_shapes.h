@@ -38,6 +38,10 @@ struct GemmShape {
 // FLOPs per rank, fewer and taller GEMMs).
 std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, int layer, int ep = 1);
 GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens);
+// The fused linear cross-entropy's head (Plan::loss_kernel kFusedLinear): the same product over
+// chunks of FusedLinearChunkRows(tokens, V, H) rows (model/activations.h), whole chunks and the
+// remainder; with WithBackward the three GEMMs each chunk runs (all of them in forward).
+std::vector<GemmShape> FusedLinearHeadForwardGemms(const ModelSpec& spec, int64_t tokens);
 std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward);
 
 }  // namespace shardtune::model

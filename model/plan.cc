@@ -33,6 +33,7 @@ const Names& Table(OptimizerImpl*) {
   return v;
 }
 const Names& Table(Attention*) { static const Names v = {"sdpa", "eager"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -213,6 +214,7 @@ template const Names& EnumNames<BackwardPrefetch>();
 template const Names& EnumNames<Optimizer>();
 template const Names& EnumNames<OptimizerImpl>();
 template const Names& EnumNames<Attention>();
+template const Names& EnumNames<LossKernel>();
 template const Names& EnumNames<Modeling>();
 template const Names& EnumNames<CpFsdpMesh>();
 template const Names& EnumNames<Role>();
@@ -225,6 +227,7 @@ template BackwardPrefetch ParseEnum<BackwardPrefetch>(const std::string&, const 
 template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
 template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
 template Attention ParseEnum<Attention>(const std::string&, const std::string&);
+template LossKernel ParseEnum<LossKernel>(const std::string&, const std::string&);
 template Modeling ParseEnum<Modeling>(const std::string&, const std::string&);
 template CpFsdpMesh ParseEnum<CpFsdpMesh>(const std::string&, const std::string&);
 template Role ParseEnum<Role>(const std::string&, const std::string&);
@@ -238,6 +241,7 @@ const char* ToString(BackwardPrefetch b) { return Name(b); }
 const char* ToString(Optimizer o) { return Name(o); }
 const char* ToString(OptimizerImpl o) { return Name(o); }
 const char* ToString(Attention a) { return Name(a); }
+const char* ToString(LossKernel k) { return Name(k); }
 const char* ToString(Modeling m) { return Name(m); }
 const char* ToString(CpFsdpMesh m) { return Name(m); }
 const char* ToString(Role r) { return Name(r); }
@@ -306,6 +310,20 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   for (size_t i = 0; i < frozen_prefixes.size(); ++i) {
     if (frozen_prefixes[i].empty()) {
       p.Add("frozen_prefixes/" + std::to_string(i), "a non-empty module name prefix", "\"\"");
+    }
+  }
+  if (loss_kernel == LossKernel::kFusedLinear) {
+    // The fused loss never materialises the logits, so nothing can hold them, and it multiplies by
+    // the head weight itself: an adapter on lm_head would need its own chunked path.
+    if (keep_logits) p.Add("keep_logits", "false with loss_kernel fused_linear (it never holds the logits)", "true");
+    if (role == Role::kInfer) {
+      p.Add("loss_kernel", "cross_entropy for role infer (forward only returns the logits)", "fused_linear");
+    }
+    for (size_t i = 0; i < lora.targets.size(); ++i) {
+      if (lora.enabled() && lora.targets[i] == "lm_head") {
+        p.Add("lora/targets/" + std::to_string(i),
+              "no lm_head adapter with loss_kernel fused_linear (use cross_entropy)", "\"lm_head\"");
+      }
     }
   }
   if (world >= 1 && cp >= 1 && world % cp == 0) CheckShardGroup(*this, world, gpus_per_node, &p);

@@ -27,7 +27,16 @@ enum class BackwardPrefetch { kPre, kPost, kNone };
 enum class Optimizer { kAdamW, kSgd, kAdafactor };
 // How the optimizer's update is run; decides its temporaries (torch/optim/adam.py).
 enum class OptimizerImpl { kForeach, kFused, kForLoop };
-enum class Attention { kSdpa, kEager };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
+enum class Attention { kSdpa, kEager };
+// How the LM head and the cross-entropy run.
+//  kCrossEntropy: logits materialised ([B, S, V] in the compute dtype), upcast to fp32 when
+//                 loss_fp32_upcast, F.cross_entropy (HF ForCausalLMLoss, torchtitan).
+//  kFusedLinear:  fused linear cross-entropy, chunk by chunk over the tokens, the gradients
+//                 computed in forward (Liger-Kernel LigerFusedLinearCrossEntropyFunction,
+//                 src/liger_kernel/ops/fused_linear_cross_entropy.py; shardtune run's
+//                 executor/fused_loss.cc): only a chunk's logits ever exist; forward keeps the
+//                 input's gradient [B, S, H] and the head weight's [V, H] for backward.
+enum class LossKernel { kCrossEntropy, kFusedLinear };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
 // Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).
@@ -100,6 +109,7 @@ struct Plan {
   Modeling modeling = Modeling::kHf;
   bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
   bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
+  LossKernel loss_kernel = LossKernel::kCrossEntropy;
 
   // Ulysses context parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses): each rank of a cp group
   // holds S / cp tokens of the same sequences; attention runs after an all-to-all that trades
@@ -174,13 +184,15 @@ const char* ToString(BackwardPrefetch b);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Attention a);
+const char* ToString(LossKernel k);
 const char* ToString(Modeling m);
 const char* ToString(CpFsdpMesh m);  // "dp_cp", "dp"
 const char* ToString(Role r);        // "train", "infer"
 const char* ToString(WrapPolicy::Kind k);  // "block", "every", "ranges", "size"
 
 // The names ToString() gives every value of E, in declaration order. Defined for ShardingStrategy,
-// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, Modeling,
+// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, LossKernel,
+// Modeling,
 // CpFsdpMesh, Role and WrapPolicy::Kind.
 template <typename E>
 const std::vector<std::string>& EnumNames();

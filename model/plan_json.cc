@@ -96,6 +96,7 @@ void ReadComputeChoices(StrictReader* r, Plan* p) {
   p->modeling = OptEnum(r, "modeling", p->modeling);
   p->loss_fp32_upcast = r->OptionalBool("loss_fp32_upcast", p->loss_fp32_upcast);
   p->keep_logits = r->OptionalBool("keep_logits", p->keep_logits);
+  p->loss_kernel = OptEnum(r, "loss_kernel", p->loss_kernel);
 }
 
 std::vector<std::string> ReadStrings(const nlohmann::json& v, const std::string& where,
@@ -216,6 +217,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["modeling"] = ToString(p.modeling);
   j["loss_fp32_upcast"] = p.loss_fp32_upcast;
   j["keep_logits"] = p.keep_logits;
+  j["loss_kernel"] = ToString(p.loss_kernel);
   j["cp"] = p.cp;
   j["cp_fsdp_mesh"] = ToString(p.cp_fsdp_mesh);
   j["expert_parallel_degree"] = p.ep;

@@ -134,7 +134,8 @@ std::string ActKey(const model::ActivationOptions& o) {
          std::to_string(static_cast<int>(o.attention)) + "/" +
          std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) +
          "/" + std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len) + "/" +
-         std::to_string(o.cp) + (o.ep > 1 ? "/ep" + std::to_string(o.ep) : std::string());
+         std::to_string(o.cp) + (o.ep > 1 ? "/ep" + std::to_string(o.ep) : std::string()) +
+         (o.loss_kernel == model::LossKernel::kFusedLinear ? "/fused_loss" : "");
 }
 }  // namespace
 

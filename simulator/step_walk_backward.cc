@@ -37,14 +37,28 @@ void Walker::ForwardCompute(int seg) {
       UlyssesChain(UlyssesForwardPieces(seg - 1, Cur().memory_bytes, Cur().host_kernels));
     }
   } else {
-    Cur().matmul_flops = model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
+    // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h).
+    Cur().matmul_flops = (fused.on ? 1.0 + BackwardMatmulRatio(seg) : 1.0) *
+                         model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
-    Transient(Category::kWorkingSet, Stream::kDefault, Tok(head_.forward_peak_per_token - residual_));
-    TWorkingSet(Tok(head_.forward_peak_per_token - residual_), head_);
+    int64_t ws = Tok(head_.forward_peak_per_token - residual_);
+    fused_weight_grad_ = 0;
+    if (fused.on) {
+      // Its weight gradient [V, H] is made at the start and kept to backward; the chunk loop's
+      // logits and their fp32 copy come on top of what is live then (FusedLoss).
+      fused_weight_grad_ = static_cast<int64_t>(fused.weight_grad_bytes);
+      const int64_t rows = model::FusedLinearChunkRows(static_cast<int64_t>(tokens_), fused.vocab, fused.hidden);
+      ws = std::max(ws, Tok(fused.live_per_token) + fused_weight_grad_ +
+                            static_cast<int64_t>(fused.chunk_row_bytes * static_cast<double>(rows)));
+    }
+    Transient(Category::kWorkingSet, Stream::kDefault, ws);
+    TWorkingSet(ws, head_);
     if (p_.Trains()) {
-      Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
+      Alloc(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token) + fused_weight_grad_);
       if (rec_) {
         for (const auto& t : head_.saved) loss_ids_.push_back(TAlloc(Stream::kDefault, Tok(t.bytes_per_token)));
+        if (fused_weight_grad_ > 0) fused_weight_grad_id_ = TAlloc(Stream::kDefault, fused_weight_grad_);
       }
     } else {  // no_grad: only the logits [B, S, V] the caller gets back (log-probs are taken from
               // them)
@@ -83,14 +97,29 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
   const auto& spec = *s_.spec;
   int L = spec.num_layers;
   last_backward_ = Begin(OpKind::kBackward, Stream::kDefault, -1, seg);
+  if (seg == model::HeadSegment(L) && fused_weight_grad_ > 0) {
+    // The fused loss's weight gradient, made in forward, is the one AccumulateGrad takes.
+    Free(Category::kLoss, Stream::kDefault, fused_weight_grad_);
+    TFree(&fused_weight_grad_id_);
+    fused_weight_grad_ = 0;
+  }
   Alloc(Category::kUnshardedGrads, Stream::kDefault, grads);
   for (int32_t u : seg_grad_units_) TAllocGrads(static_cast<size_t>(u), seg);
   seg_grad_units_.clear();
   if (seg == model::FinalNormSegment(L)) return;  // its compute is counted with the head
   if (seg == model::HeadSegment(L)) {
-    Cur().matmul_flops =
-        BackwardMatmulRatio(seg) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
-    Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
+    const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
+    if (!fused.on) {
+      Cur().matmul_flops =
+          BackwardMatmulRatio(seg) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+      Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
+    } else {  // the final norm's backward, and the two saved gradients scaled in place
+      Cur().memory_bytes =
+          kElementwiseBackwardRatio *
+              ((head_.elementwise_traffic_per_token - fused.chunk_traffic_per_token) * tokens_ +
+               static_cast<double>(e_param_) * static_cast<double>(fused.hidden) * tokens_) +
+          2.0 * fused.weight_grad_bytes;
+    }
     Cur().host_kernels = static_cast<int16_t>(2 * head_.forward_ops);
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));

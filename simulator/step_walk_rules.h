@@ -208,6 +208,9 @@ class Walker {
   std::vector<std::vector<int32_t>> act_ids_;  // per block: saved activations
   std::vector<int32_t> deferred_rs_ids_, loss_ids_, seg_grad_units_;
   int32_t deferred_ag_id_ = -1, residual_id_ = -1, kept_logits_id_ = -1;
+  // The fused linear cross-entropy's weight gradient, held from the head's forward to its backward.
+  int64_t fused_weight_grad_ = 0;
+  int32_t fused_weight_grad_id_ = -1;
 };
 
 }  // namespace shardtune::sim::internal

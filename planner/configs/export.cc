@@ -243,8 +243,18 @@ void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                    "state together (FSDP2 CPUOffloadPolicy) or nothing; written as no offload");
 }
 
+void AddFusedLossNote(const model::Plan& plan, const std::string& target,
+                      std::vector<std::string>* notes) {
+  if (plan.loss_kernel != model::LossKernel::kFusedLinear) return;
+  notes->push_back("loss_kernel fused_linear: " + target +
+                   " has no key for the fused loss alone; apply Liger-Kernel's "
+                   "apply_liger_kernel_to_<model>(fused_linear_cross_entropy=True, rope=False, "
+                   "rms_norm=False, swiglu=False, cross_entropy=False) in code (its other kernels "
+                   "change memory and time in ways the plan does not model)");
+}
+
 void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bool has_cp,
-                          std::vector<std::string>* notes) {
+                          std::vector<std::string>* notes, bool has_fused_loss) {
   if (plan.cp > 1 && !has_cp) {
     notes->push_back("cp " + std::to_string(plan.cp) + ": " + target +
                      " has no Ulysses sequence parallelism; written without");
@@ -254,6 +264,7 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                      " has no expert parallelism beside FSDP; written without (every rank holds "
                      "every expert: estimate that plan with --ep 1)");
   }
+  if (!has_fused_loss) AddFusedLossNote(plan, target, notes);
   if (plan.role == model::Role::kInfer) {
     notes->push_back("role infer: " + target + " configures training; run the forward-only "
                      "worker (no gradients, no optimizer) yourself");

@@ -52,10 +52,14 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
 void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                              std::vector<std::string>* notes);
 // Notes for the plan fields of model-side features a target has no key for: Ulysses cp, the
-// inference role, frozen prefixes, LoRA, tiled MLP, frozen dtype (each only when the plan uses
-// it).
+// inference role, frozen prefixes, LoRA, tiled MLP, frozen dtype, the fused loss unless
+// `has_fused_loss` (each only when the plan uses it).
 void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bool has_cp,
-                          std::vector<std::string>* notes);
+                          std::vector<std::string>* notes, bool has_fused_loss = false);
+// A note when the plan's loss is the fused linear cross-entropy (Plan::loss_kernel) and the
+// target has no key that turns on that kernel alone (only HF Trainer's liger_kernel_config does).
+void AddFusedLossNote(const model::Plan& plan, const std::string& target,
+                      std::vector<std::string>* notes);
 // A note when the plan's frozen parameters are loaded in a dtype other than the master dtype
 // (Plan::frozen_dtype), which the target cannot express (`why`). AddModelFeatureNotes adds it.
 void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,

@@ -36,7 +36,7 @@ std::vector<std::string> HfTrainerNotes(const model::Plan& p, const ExportContex
   std::vector<std::string> notes;
   notes.push_back("sequence length " + std::to_string(ctx.seq_len) +
                   ": TrainingArguments has no key for it; pad or pack your dataset to this length");
-  AddModelFeatureNotes(p, target, /*has_cp=*/false, &notes);
+  AddModelFeatureNotes(p, target, /*has_cp=*/false, &notes, /*has_fused_loss=*/true);
   if (p.grad_accum > 1 && !p.no_sync) {
     notes.push_back(
         "no_sync false: the Trainer skips gradient sync on all but the last micro-batch "
@@ -199,6 +199,15 @@ ExportResult ExportHfTrainer(const model::Plan& p, const ExportContext& ctx) {
   j["bf16"] = p.param_dtype == DType::kBf16;
   j["fp16"] = p.param_dtype == DType::kFp16;
   j["optim"] = HfOptim(p, &r.notes);
+  if (p.loss_kernel == model::LossKernel::kFusedLinear) {
+    // The Trainer applies Liger through _apply_liger_kernel_to_instance(model, **liger_kernel_config)
+    // (liger_kernel/transformers/monkey_patch.py: keys the model's apply function lacks are
+    // dropped): the fused linear cross-entropy alone, the other kernels off, as the plan models.
+    j["use_liger_kernel"] = true;
+    j["liger_kernel_config"] = {{"fused_linear_cross_entropy", true}, {"cross_entropy", false},
+                                {"rope", false}, {"rms_norm", false}, {"swiglu", false},
+                                {"geglu", false}, {"layer_norm", false}};
+  }
   bool ckpt = p.checkpointing != model::Checkpointing::kNone;
   j["gradient_checkpointing"] = ckpt && l.replicated_only();
   if (!l.replicated_only()) {

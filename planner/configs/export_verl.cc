@@ -37,6 +37,7 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   }
   if (p.wrap.expert_units) notes.push_back("expert units: verl has no per-expert wrapping");
   AddBlockCheckpointNote(p, target, &notes);
+  AddFusedLossNote(p, target, &notes);
   if (train) {
     AddOptimizerOffloadNote(p, target, &notes);
   } else if (p.offload != model::Offload::kAll) {

@@ -29,7 +29,8 @@ const KeyTable& TrainerKeys() {
         {"max_length", KeyUse::kMapped},
         {"deepspeed", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
         {"torch_compile", KeyUse::kUnsupported, "torch.compile"},
-        {"use_liger_kernel", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
+        {"use_liger_kernel", KeyUse::kMapped},
+        {"liger_kernel_config", KeyUse::kMapped},
         {"packing", KeyUse::kUnsupported, "packed sequences of varying length"},
         {"padding_free", KeyUse::kUnsupported, "padding-free batches"},
     };
@@ -274,6 +275,32 @@ void ReadFsdp(const ConfigReader& top, const std::vector<std::string>& opts,
   }
 }
 
+// use_liger_kernel: the Trainer calls _apply_liger_kernel_to_instance(model, **liger_kernel_config)
+// (liger_kernel/transformers/monkey_patch.py), whose kernels default to on. shardtune models the
+// fused linear cross-entropy alone (Plan::loss_kernel), so the config must turn it on and every
+// other kernel off; anything else is refused by name (RMSNorm, rotary, SwiGLU/GeGLU and LayerNorm
+// kernels save other tensors than the modules the memory model follows).
+void ReadLiger(const ConfigReader& top, model::Plan* plan) {
+  if (!top.Bool("use_liger_kernel").value_or(false)) return;
+  const std::string want =
+      "liger_kernel_config with fused_linear_cross_entropy true and rope, rms_norm, swiglu, geglu, "
+      "layer_norm, cross_entropy false (Liger's other kernels are not modelled)";
+  std::optional<ConfigReader> c = top.Section("liger_kernel_config");
+  if (!c) top.Fail("use_liger_kernel", "false, or true with " + want);
+  c->CheckKeys({{"fused_linear_cross_entropy"}, {"cross_entropy"}, {"rope"}, {"rms_norm"},
+                {"swiglu"}, {"geglu"}, {"layer_norm"}});
+  if (!c->Bool("fused_linear_cross_entropy").value_or(true)) {
+    c->Fail("fused_linear_cross_entropy", "true (" + want + ")");
+  }
+  for (const char* k : {"cross_entropy", "rope", "rms_norm", "swiglu", "geglu", "layer_norm"}) {
+    // A kernel the config leaves out is on (the apply functions' defaults), except cross_entropy,
+    // which defaults to off.
+    bool on = c->Bool(k).value_or(std::string(k) != "cross_entropy");
+    if (on) c->Fail(k, "false (" + want + ")");
+  }
+  plan->loss_kernel = model::LossKernel::kFusedLinear;
+}
+
 }  // namespace
 
 // Keys read in huggingface/transformers src/transformers/training_args.py (TrainingArguments
@@ -344,6 +371,7 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
                                                                    : model::Checkpointing::kNone;
     plan->checkpoint_every_k = 1;
   }
+  ReadLiger(top, plan);
   std::string w = IgnoredWarning(file, ignored);
   if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
   return out;

@@ -480,6 +480,34 @@ TEST(ExportTest, TorchtitanCarriesExpertParallelDegree) {
   }
 }
 
+// The fused linear cross-entropy: HF Trainer turns on Liger's kernel alone (use_liger_kernel +
+// liger_kernel_config, which _apply_liger_kernel_to_instance passes to the model's apply
+// function); every other format notes that it has no such key, and nothing is noted without it.
+TEST(ExportTest, FusedLossIsLigerInHfTrainerAndANoteElsewhere) {
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.loss_kernel = model::LossKernel::kFusedLinear;
+  ExportResult hf = ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer);
+  json h = model::ParseJsonText(hf.text, "hf-trainer");
+  EXPECT_EQ(Bool(h, "/use_liger_kernel"), "true");
+  EXPECT_EQ(Bool(h, "/liger_kernel_config/fused_linear_cross_entropy"), "true");
+  for (const char* k : {"cross_entropy", "rope", "rms_norm", "swiglu", "geglu", "layer_norm"}) {
+    EXPECT_EQ(Bool(h, std::string("/liger_kernel_config/") + k), "false") << k;
+  }
+  for (const auto& n : hf.notes) EXPECT_NE(n.find("loss_kernel"), 0u) << n;
+  for (ExportFormat f : {ExportFormat::kAccelerate, ExportFormat::kTorchtitan, ExportFormat::kDeepspeed,
+                         ExportFormat::kRoll, ExportFormat::kVerl}) {
+    bool noted = false;
+    for (const auto& n : ExportPlan(j.plan, j.ctx, f).notes) noted |= n.find("loss_kernel fused_linear: ") == 0;
+    EXPECT_TRUE(noted) << ToString(f);
+  }
+  j.plan.loss_kernel = model::LossKernel::kCrossEntropy;
+  EXPECT_FALSE(Has(model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer).text, "hf"),
+                   "/use_liger_kernel"));
+  for (const auto& n : ExportPlan(j.plan, j.ctx, ExportFormat::kVerl).notes) {
+    EXPECT_NE(n.find("loss_kernel"), 0u) << n;
+  }
+}
+
 // The import side's YAML subset reads the example configs and every YAML export exactly as
 // PyYAML's safe_load does.
 TEST(ConfigYamlTest, AgreesWithPyYamlOnExamplesAndExports) {

@@ -219,6 +219,38 @@ TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
   EXPECT_EQ(p.backward_prefetch, model::BackwardPrefetch::kPost);
 }
 
+// use_liger_kernel with Liger's fused linear cross-entropy alone (what `export` writes) is the
+// plan's fused loss; Liger's other kernels, on by default, are refused by name.
+TEST(ImportHfTrainerTest, LigerFusedLinearCrossEntropyAloneIsTheFusedLoss) {
+  const std::string only =
+      "\"liger_kernel_config\": {\"fused_linear_cross_entropy\": true, \"cross_entropy\": false, "
+      "\"rope\": false, \"rms_norm\": false, \"swiglu\": false, \"geglu\": false, "
+      "\"layer_norm\": false}";
+  Plan p = FromText("{\"use_liger_kernel\": true, " + only + "}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(p.loss_kernel, model::LossKernel::kFusedLinear);
+  EXPECT_EQ(FromText("{\"use_liger_kernel\": false}", LlamaOn8(), nullptr, "a.json").loss_kernel,
+            model::LossKernel::kCrossEntropy);
+  EXPECT_THAT([] { FromText("{\"use_liger_kernel\": true}", LlamaOn8(), nullptr, "a.json"); },
+              ThrowsMessage<InputError>(HasSubstr(
+                  "a.json:/use_liger_kernel: expected false, or true with liger_kernel_config")));
+  EXPECT_THAT(
+      [] {
+        FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"rope\": false, "
+                 "\"swiglu\": false, \"geglu\": false, \"layer_norm\": false}}",
+                 LlamaOn8(), nullptr, "a.json");
+      },
+      ThrowsMessage<InputError>(HasSubstr("a.json:/liger_kernel_config/rms_norm: expected false")));
+  EXPECT_THAT(
+      [] {
+        FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"rms_norm\": false, "
+                 "\"rope\": false, \"swiglu\": false, \"geglu\": false, \"layer_norm\": false, "
+                 "\"fused_linear_cross_entropy\": false}}",
+                 LlamaOn8(), nullptr, "a.json");
+      },
+      ThrowsMessage<InputError>(
+          HasSubstr("a.json:/liger_kernel_config/fused_linear_cross_entropy: expected true")));
+}
+
 // roll_rlvr_fsdp2_cp2.yaml, worker actor_train: 8 GPUs (device_mapping), fsdp_size 4 < 8 -> HSDP
 // in groups of 4 (2 replicas); ulysses_size 2; param_dtype bf16 -> loaded and computed in bf16;
 // reduce float32; gradient checkpointing on; per-device batch 1 x 32 accumulation; sequence

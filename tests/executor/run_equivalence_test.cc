@@ -167,7 +167,19 @@ INSTANTIATE_TEST_SUITE_P(
                            "micro-gpt2.model.json",
                            2,
                            {"--strategy", "full_shard", "--wrap-embedding", "--wrap-head",
-                            "--checkpointing", "full"}}),
+                            "--checkpointing", "full"}},
+                      // The fused linear cross-entropy (issue #21): a separate head unit, a
+                      // tied head (two gradients for one weight) with soft-capping (Gemma 2).
+                      Case{"fused_loss_own_head_unit_no_sync",
+                           "micro-llama.model.json",
+                           2,
+                           {"--strategy", "full_shard", "--wrap-head", "--no-sync",
+                            "--loss-kernel", "fused_linear"}},
+                      Case{"fused_loss_gemma2_tied_softcapped_head",
+                           "micro-gemma2.model.json",
+                           2,
+                           {"--strategy", "full_shard", "--attention", "eager", "--loss-kernel",
+                            "fused_linear"}}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 // bf16 params (fp32 reduce, fp32 master): the per-rank compute is the same bf16 math on 1 and

@@ -122,6 +122,36 @@ TEST(ActivationsTest, HfLossPeakIsTwelveBytesPerVocabEntry) {
   EXPECT_GE(head.forward_peak_per_token, 10 * v);
 }
 
+// The fused linear cross-entropy (Liger's chunking; executor/fused_loss.cc): per token it keeps
+// the final norm's tensors and the input's gradient (2H, bf16) instead of the log-softmax output
+// (4V); the weight's gradient (V x H, bf16) and one chunk's logits (2V + 4V per row, chunk rows
+// next_pow2(ceil(T / ceil(V / H)))) are what does not scale with the tokens.
+TEST(ActivationsTest, FusedLinearLossKeepsGradientsNotLogits) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  ActivationOptions o = Bf16();
+  o.loss_kernel = LossKernel::kFusedLinear;
+  auto fused = ComputeHeadActivations(s, o);
+  double v = 128256, h = 4096;
+  // The final norm (4H + 4 + 2H) and grad_input (2H); the norm output is not saved (lm_head is
+  // not an autograd node of its own).
+  EXPECT_DOUBLE_EQ(fused.saved_per_token, 8 * h + 4);
+  EXPECT_LT(fused.forward_peak_per_token, 16 * h);              // no [T, V] tensor at all
+  EXPECT_LT(fused.backward_peak_per_token, 24 * h);
+  ASSERT_TRUE(fused.fused_loss.on);
+  EXPECT_DOUBLE_EQ(fused.fused_loss.weight_grad_bytes, 2 * v * h);
+  EXPECT_DOUBLE_EQ(fused.fused_loss.chunk_row_bytes, 6 * v);
+  EXPECT_FALSE(ComputeHeadActivations(s, Bf16()).fused_loss.on);
+  // ceil(128256 / 4096) = 32: 8192 tokens in chunks of 256, 1000 tokens in chunks of 32 (the
+  // last one 8 rows); fewer tokens than ceil(V / H): chunks of one row.
+  EXPECT_EQ(FusedLinearChunkRows(8192, 128256, 4096), 256);
+  EXPECT_EQ(FusedLinearChunkRows(1000, 128256, 4096), 32);
+  EXPECT_EQ(FusedLinearChunkRows(20, 128256, 4096), 1);
+  EXPECT_EQ(FusedLinearChunkRows(3, 512, 64), 1);
+  // Gemma 2's soft-capping: at least the fp32 logits and their fp32 tanh derivative.
+  ModelSpec g = FindModelPreset("gemma2-9b");
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(g, o).fused_loss.chunk_row_bytes, 8.0 * g.vocab_size);
+}
+
 TEST(ActivationsTest, HeldLogitsStayInSaved) {
   ModelSpec s = FindModelPreset("llama3-8b");
   ActivationOptions o = Bf16();

@@ -36,6 +36,7 @@ TEST(PlanEnumsTest, EveryNameRoundTrips) {
   ExpectNamesRoundTrip<Optimizer>();
   ExpectNamesRoundTrip<OptimizerImpl>();
   ExpectNamesRoundTrip<Attention>();
+  ExpectNamesRoundTrip<LossKernel>();
   ExpectNamesRoundTrip<Modeling>();
   ExpectNamesRoundTrip<WrapPolicy::Kind>();
   ExpectNamesRoundTrip<CpFsdpMesh>();
@@ -120,6 +121,15 @@ TEST(PlanTest, EachRuleReportsWhereWhatAndGot) {
        "p:/wrap/ranges: expected ranges ending at block 31, got ranges ending at block 7"},
       {[](Plan* p) { p->checkpoint_every_k = 0; }, "p:/checkpoint_every_k: expected integer >= 1"},
       {[](Plan* p) { p->max_inflight_allgathers = 0; }, "p:/max_inflight_allgathers: expected"},
+      {[](Plan* p) { p->loss_kernel = LossKernel::kFusedLinear, p->keep_logits = true; },
+       "p:/keep_logits: expected false with loss_kernel fused_linear (it never holds the logits), got true"},
+      {[](Plan* p) { p->loss_kernel = LossKernel::kFusedLinear, p->role = Role::kInfer; },
+       "p:/loss_kernel: expected cross_entropy for role infer"},
+      {[](Plan* p) {
+         p->loss_kernel = LossKernel::kFusedLinear, p->lora.rank = 8;
+         p->lora.targets = {"q_proj", "lm_head"};
+       },
+       "p:/lora/targets/1: expected no lm_head adapter with loss_kernel fused_linear"},
   };
   for (const Case& c : cases) {
     Plan p;
@@ -270,6 +280,7 @@ TEST(PlanJsonTest, NonDefaultPlansRoundTrip) {
   p.modeling = Modeling::kTorchtitan;
   p.loss_fp32_upcast = false;
   p.keep_logits = false;
+  p.loss_kernel = LossKernel::kFusedLinear;
   for (const char* wrap : {"block", "every:2", "ranges:0-3,4-9", "size:50M"}) {
     p.wrap = ParseWrapSpec(wrap, "--wrap");
     p.wrap.embedding_unit = true;
@@ -394,6 +405,7 @@ TEST(PlanJsonTest, BadValuesNameTheKeyAndPointer) {
       {"modeling", "titan", "plan.json:/modeling: expected one of hf, torchtitan"},
       {"loss_fp32_upcast", 1, "plan.json:/loss_fp32_upcast: expected true or false"},
       {"keep_logits", "no", "plan.json:/keep_logits: expected true or false"},
+      {"loss_kernel", "liger", "plan.json:/loss_kernel: expected one of cross_entropy, fused_linear"},
       {"micro_batches", 2, "plan.json:/micro_batches: unknown key (did you mean \"micro_batch\"?)"},
       {"schema", "shardtune.model", "plan.json:/schema: expected \"shardtune.plan\""},
       {"schema_version", 9, "up to version 1, got 9"},

@@ -100,6 +100,41 @@ TEST(KernelTimeTest, BlockGemmsCarryTheParameterFlops) {
   EXPECT_DOUBLE_EQ(flops, 2.0 * 1000 * weights);
 }
 
+// The fused linear cross-entropy runs the head's product over chunks (model::FusedLinearChunkRows):
+// the same FLOPs as one [T, V, H] GEMM, in T / chunk whole chunks and a remainder; with the
+// tables, a plan with the fused loss times its head at the chunks' shapes.
+TEST(KernelTimeTest, FusedLossHeadRunsTheSameFlopsInChunks) {
+  model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");  // V 128256, H 2048: 63 -> 64
+  std::vector<GemmShape> chunks = model::FusedLinearHeadForwardGemms(spec, 5000);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].m, 128);  // next_pow2(ceil(5000 / 63)) = next_pow2(80)
+  EXPECT_EQ(chunks[0].count, 5000 / 128);
+  EXPECT_EQ(chunks[1].m, 5000 % 128);
+  EXPECT_EQ(chunks[1].count, 1);
+  double flops = 0;
+  for (const GemmShape& g : chunks) flops += g.flops() * static_cast<double>(g.count);
+  EXPECT_DOUBLE_EQ(flops, model::HeadForwardGemm(spec, 5000).flops());
+  // Chunk GEMMs measured 4x slower than the whole head's: the plan's efficiency drops.
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan plan;
+  plan.micro_batch = 2;
+  plan.seq_len = 2048;
+  profiles::KernelTables t;
+  std::vector<GemmShape> all = model::BlockForwardGemms(spec, 4096, 0);
+  all.push_back(model::HeadForwardGemm(spec, 4096));
+  for (const GemmShape& g : model::WithBackward(all)) t.gemm.push_back(Gemm(g.m, g.n, g.k, 6e14));
+  for (const GemmShape& g : model::WithBackward(model::FusedLinearHeadForwardGemms(spec, 4096))) {
+    t.gemm.push_back(Gemm(g.m, g.n, g.k, 1.5e14));
+  }
+  CostConstants k;
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  const double plain = EffectiveConstants(k, spec, plan, 2048, c.gpu).matmul_efficiency;
+  plan.loss_kernel = model::LossKernel::kFusedLinear;
+  const double fused = EffectiveConstants(k, spec, plan, 2048, c.gpu).matmul_efficiency;
+  EXPECT_NEAR(plain, 6e14 / c.gpu.bf16_dense.count(), 1e-12);
+  EXPECT_LT(fused, plain);
+}
+
 TEST(KernelTimeTest, EffectiveConstantsComeFromTheTablesOrStayAsGiven) {
   model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
   profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");
