@@ -78,7 +78,7 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
 
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
-                bool timeline, std::ostream& out) {
+                const plan::FusedLossAlternative& fused, bool timeline, std::ostream& out) {
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
@@ -148,7 +148,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
                                 : !a.gpu_fits ? "GPU too small" : "host RAM too small")
         << std::right << "\n";
   }
-  auto advice = plan::AdviseOnMemory(plan, r, alts);
+  auto advice = plan::AdviseOnMemory(plan, r, alts, fused);
   if (!advice.empty()) out << "\nWhy, and what would help:\n";
   for (const auto& line : advice) out << "  - " << line << "\n";
   if (timeline) {
@@ -299,6 +299,9 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                              "shardtune estimate: " + spec.name + " on " + cluster.name);
   }
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
+  // Only worth a walk when the loss path holds the peak (the only advice that quotes it).
+  plan::FusedLossAlternative fused;
+  if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
@@ -306,7 +309,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.role_plans.empty()) colocated = ColocatedRoles(a, job, r);
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
-    PrintTable(spec, cluster, plan, r, alts, a.timeline, out);
+    PrintTable(spec, cluster, plan, r, alts, fused, a.timeline, out);
     PrintFeatureSavings(savings, r, out);
     if (!a.role_plans.empty()) PrintColocation(colocated, out);
     PrintPhases(phases, out);
@@ -327,7 +330,14 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.role_plans.empty()) j["colocation"] = ColocationJson(colocated);
   j["phases"] = sim::JobPhasesToJson(phases);
   j["alternatives"] = alt;
-  j["advice"] = plan::AdviseOnMemory(plan, r, alts);
+  if (fused.evaluated) {
+    j["fused_loss_alternative"] = {{"loss_kernel", "fused_linear"},
+                                   {"peak_allocated_bytes", fused.peak_allocated.count()},
+                                   {"required_bytes", fused.required.count()},
+                                   {"fits", fused.fits},
+                                   {"peak_phase", fused.peak_phase}};
+  }
+  j["advice"] = plan::AdviseOnMemory(plan, r, alts, fused);
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

@@ -22,7 +22,8 @@ const char* Name(model::Offload o) { return model::ToString(o); }
 }  // namespace
 
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& r,
-                                        const std::vector<Alternative>& alts) {
+                                        const std::vector<Alternative>& alts,
+                                        const FusedLossAlternative& fused) {
   std::vector<std::string> out;
   if (!r.fits) {
     const Alternative* best = nullptr;
@@ -61,9 +62,21 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   bool loss_peak = r.peak_phase.find("loss") != std::string::npos;
   if (loss_peak) {
     Bytes working = At(r, "activation working set (temporaries, gradients)");
-    out.push_back("The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
-                  GiBText(working + loss) + " (12 bytes per vocabulary entry per token). A chunked or "
-                  "fused linear cross-entropy, or a smaller micro-batch, removes most of it.");
+    std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
+                    GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";
+    if (fused.evaluated && fused.peak_allocated < r.peak_allocated) {
+      s += "The fused linear cross-entropy (--loss-kernel fused_linear: Liger-Kernel's, or "
+           "shardtune run's), which holds one chunk of logits at a time, lowers the peak to " +
+           GiBText(fused.peak_allocated) + " (at " + fused.peak_phase + "; " +
+           GiBText(fused.required) + " required" +
+           (fused.fits == r.fits ? std::string(")")
+            : fused.fits         ? std::string(", which fits)")
+                                 : std::string(", which still does not fit)")) +
+           "; a smaller micro-batch also shrinks it.";
+    } else {
+      s += "A chunked or fused linear cross-entropy, or a smaller micro-batch, removes most of it.";
+    }
+    out.push_back(s);
   }
   Bytes acts = At(r, "activations saved for backward");
   // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying

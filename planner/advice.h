@@ -14,7 +14,10 @@
 namespace shardtune::plan {
 
 // Returns the advice sentences in order of importance (possibly none). Deterministic.
+// `fused_loss`: the same plan with the fused linear cross-entropy (CompareFusedLoss), quoted when
+// the peak is in the loss path.
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& report,
-                                        const std::vector<Alternative>& alternatives);
+                                        const std::vector<Alternative>& alternatives,
+                                        const FusedLossAlternative& fused_loss = {});
 
 }  // namespace shardtune::plan

@@ -30,4 +30,24 @@ std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& 
   return out;
 }
 
+FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                      const model::Plan& plan, const sim::MemoryOptions& options) {
+  FusedLossAlternative a;
+  if (plan.loss_kernel != model::LossKernel::kCrossEntropy || !plan.Trains()) return a;
+  model::Plan p = plan;
+  p.loss_kernel = model::LossKernel::kFusedLinear;
+  if (!p.Problems("plan", cluster.world_size(), cluster.gpus_per_node, spec.num_layers,
+                  spec.max_seq_len)
+           .empty()) {
+    return a;
+  }
+  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+  a.evaluated = true;
+  a.peak_allocated = r.peak_allocated;
+  a.required = r.required;
+  a.fits = r.fits;
+  a.peak_phase = r.peak_phase;
+  return a;
+}
+
 }  // namespace shardtune::plan

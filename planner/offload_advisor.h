@@ -32,4 +32,16 @@ std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& 
                                                         const model::Plan& plan,
                                                         const sim::MemoryOptions& options);
 
+// The same plan with the fused linear cross-entropy (Plan::loss_kernel fused_linear), for a plan
+// that uses the materialised logits and could use it (training, logits not held, no lm_head
+// adapter: Plan::Problems); `evaluated` false otherwise.
+struct FusedLossAlternative {
+  bool evaluated = false;
+  Bytes peak_allocated, required;
+  bool fits = false;
+  std::string peak_phase;
+};
+FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                      const model::Plan& plan, const sim::MemoryOptions& options);
+
 }  // namespace shardtune::plan

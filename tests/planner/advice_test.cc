@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include "model/presets.h"
+#include "model/text.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
 
 namespace shardtune::plan {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using model::GiBText;
 
 std::string Joined(const std::vector<std::string>& v) {
   std::string s;
@@ -75,6 +78,22 @@ TEST(AdviceTest, LossPeakIsExplained) {
   auto r = sim::EstimateMemory(spec, cluster, p);
   ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
   EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), HasSubstr("12 bytes per vocabulary entry"));
+  // With the fused loss evaluated, the advice quotes its peak, which is the same plan's estimate
+  // with loss_kernel fused_linear.
+  FusedLossAlternative fused = CompareFusedLoss(spec, cluster, p, sim::MemoryOptions{});
+  ASSERT_TRUE(fused.evaluated);
+  model::Plan q = p;
+  q.loss_kernel = model::LossKernel::kFusedLinear;
+  auto rq = sim::EstimateMemory(spec, cluster, q);
+  EXPECT_EQ(fused.peak_allocated, rq.peak_allocated);
+  EXPECT_LT(fused.peak_allocated, r.peak_allocated);
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {}, fused)),
+              AllOf(HasSubstr("--loss-kernel fused_linear"),
+                    HasSubstr("lowers the peak to " + GiBText(rq.peak_allocated))));
+  // Not offered where the plan cannot use it: logits held by the caller.
+  q = p;
+  q.keep_logits = true;
+  EXPECT_FALSE(CompareFusedLoss(spec, cluster, q, sim::MemoryOptions{}).evaluated);
 }
 
 // llama3-8b (as Llama-3.1-8B) at 65,536 tokens with full checkpointing: the loss path alone is
