@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -158,6 +159,24 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
     ThrowIfProblems(model::EpProblems(spec, given, "--ep"));
     req.space.ep_sizes = {given.ep};
   }
+  if (a.plan.app && a.plan.app->count("--loss-kernels") > 0) {
+    if (FlagGiven(a.plan, "--loss-kernel")) {
+      throw InputError("--loss-kernels: leave out --loss-kernel (it fixes the one --loss-kernels searches)");
+    }
+    req.space.loss_kernels.clear();
+    size_t start = 0;
+    while (true) {
+      size_t comma = a.loss_kernels.find(',', start);
+      std::string item = a.loss_kernels.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      auto k = model::ParseEnum<model::LossKernel>(item, "--loss-kernels");
+      if (std::find(req.space.loss_kernels.begin(), req.space.loss_kernels.end(), k) ==
+          req.space.loss_kernels.end()) {
+        req.space.loss_kernels.push_back(k);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   sim::Profile prof = sim::JobProfile(a.profile, c.gpu);
   req.options.memory.constants = prof.memory;
   req.options.costs = prof.costs;
@@ -269,6 +288,9 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option(
       "--cp-sizes", a->cp_sizes,
       "Ulysses cp degrees to search, e.g. 1,2,4,8 (default: every valid one in a node)");
+  sub->add_option("--loss-kernels", a->loss_kernels,
+                  "Loss kernels to search, e.g. cross_entropy,fused_linear (default: the plan's, "
+                  "cross_entropy unless --loss-kernel)");
   sub->add_option("--jobs", a->jobs,
                   "Threads evaluating plans (default: every core; the answer is the same for any N)");
   sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks on cpu:N; on a GPU cluster this machine's GPU, emulating rank 0 of its world), calibrate, re-rank");

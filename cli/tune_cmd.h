@@ -26,6 +26,7 @@ struct TuneArgs {
   std::string profile;
   bool json = false;
   std::string cp_sizes;             // --cp-sizes "1,2,4" ("" : not given)
+  std::string loss_kernels;         // --loss-kernels "cross_entropy,fused_linear" ("": not given)
   // --measure N (0: not asked for), --measure-steps, --measure-dir. Kept as text so a bad value
   // gets shardtune's one-line error rather than CLI11's.
   std::string measure, measure_steps, measure_dir;

@@ -81,6 +81,7 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
     }
   }
   if (s.cp_sizes.empty()) s.cp_sizes = DefaultCpSizes(spec, c, req);
+  if (s.loss_kernels.empty()) s.loss_kernels = {req.base.loss_kernel};
   if (s.ep_sizes.empty()) {
     s.ep_sizes = {std::max(1, req.base.ep)};
     if (spec.moe.enabled() && req.base.modeling == model::Modeling::kTorchtitan && !req.base.wrap.expert_units) {
@@ -161,10 +162,19 @@ std::string PlanKey(const Plan& p) {
        " bwd_prefetch=" + model::ToString(p.backward_prefetch);
   if (p.cp > 1) k += " cp=" + std::to_string(p.cp);
   if (p.ep > 1) k += " ep=" + std::to_string(p.ep);
+  if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += " loss=" + std::string(model::ToString(p.loss_kernel));
   return k;
 }
 
 namespace {
+
+// The fused linear cross-entropy's own rules (Plan::Problems): no held logits, no lm_head
+// adapter, a training role.
+bool FusedLossFits(const Plan& p) {
+  if (p.keep_logits || !p.Trains()) return false;
+  if (!p.lora.enabled()) return true;
+  return std::find(p.lora.targets.begin(), p.lora.targets.end(), "lm_head") == p.lora.targets.end();
+}
 
 // cp suits the model and tiles the FSDP mesh (verl's and torchtitan's rules, Plan::Problems).
 bool CpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
@@ -225,7 +235,11 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                   for (int ep : s.ep_sizes) {
                     p.ep = ep;
                     if (ep > 1 && !EpFits(spec, c, p)) continue;
-                    out.push_back(p);
+                    for (auto lk : s.loss_kernels) {
+                      p.loss_kernel = lk;
+                      if (lk == model::LossKernel::kFusedLinear && !FusedLossFits(p)) continue;
+                      out.push_back(p);
+                    }
                   }
                 }
               }

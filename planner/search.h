@@ -41,6 +41,10 @@ struct SearchSpace {
   // --modeling torchtitan every divisor of num_experts that keeps the ep group inside a node
   // (torchtitan's all-to-alls over NVLink). Values a plan's shard group cannot hold are skipped.
   std::vector<int> ep_sizes;
+  // How the LM head and loss run (Plan::loss_kernel). Default: the base plan's. With
+  // fused_linear listed, plans that cannot use it (Plan::Problems: logits held, an lm_head
+  // adapter) are skipped.
+  std::vector<model::LossKernel> loss_kernels;
 };
 
 struct SearchRequest {

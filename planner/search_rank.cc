@@ -174,6 +174,7 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
                   std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // expert parallelism's dispatch buffers
+  if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += "/fused_loss";  // the head's ledger
   if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
   return k;
 }
@@ -285,7 +286,7 @@ namespace {
 // The searched knobs each prewalk bound depends on (the exhaustive search checks, for every
 // plan, that the bound taken from another plan with the same key does not exceed its own).
 // Segment compute: micro-batch, checkpointing, cp, ep (the local experts' GEMM shapes and the
-// blocks split around their all-to-alls; strategy, wrap, offload and prefetch change only
+// blocks split around their all-to-alls), the loss kernel; strategy, wrap, offload and prefetch change only
 // collectives, copies, the optimizer and host work).
 std::string ComputeKey(const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
@@ -293,6 +294,8 @@ std::string ComputeKey(const model::Plan& p) {
                   std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
                   std::to_string(p.seq_len);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);
+  // The fused loss runs the head's three GEMMs in forward at the chunks' shapes.
+  if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += "/fused_loss";
   return k;
 }
 

@@ -362,6 +362,24 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --grad-accum 2"), "--grad-accum");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --min-tokens-per-s -5"), "--min-tokens-per-s");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --top 0"), "--top");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernels cross_entropy,fused"),
+                     "--loss-kernels: expected one of cross_entropy, fused_linear, got \"fused\"");
+  ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernel fused_linear "
+                            "--loss-kernels cross_entropy,fused_linear"),
+                     "--loss-kernels: leave out --loss-kernel");
+  ExpectOneLineError(RunCli("estimate --loss-kernel fused_linear --keep-logits"),
+                     "keep_logits: expected false with loss_kernel fused_linear");
+}
+
+// tune --loss-kernels searches the fused linear cross-entropy beside the plain loss; at 8192
+// tokens on Llama-3-8B it lets a plan without checkpointing fit, and the winner says so.
+TEST(CliTest, TuneSearchesTheLossKernel) {
+  Result r = RunCli("tune --model llama3-8b --cluster 8xH100 --global-batch 16 --seq-len 8192 "
+                    "--offload none --loss-kernels cross_entropy,fused_linear --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& top = j.at("top").at(0);
+  EXPECT_NE(top.at("key").get<std::string>().find("loss=fused_linear"), std::string::npos) << top.dump();
 }
 
 // --- calibrate / validate / tune --measure (issue #6) ---

@@ -168,6 +168,30 @@ TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswerWithExpertParallelism) {
   for (const auto& plan : EnumeratePlans(spec, c, req)) EXPECT_EQ(plan.ep, 1);
 }
 
+// The loss kernel searched (cross_entropy and the fused linear cross-entropy): every bound whose
+// figure the head changes (the forward-end activations, the segment compute) must tell them
+// apart. Llama-3-8B at 8192 tokens, where the fused loss lets plans without checkpointing fit.
+TEST(SearchWorkTest, FastSearchGivesTheExhaustiveAnswerWithTheLossKernelSearched) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  SearchRequest req = RequestOf({"llama3-8b", "8xH100", 16, 8192, Objective::kThroughput});
+  req.space.offloads = {model::Offload::kNone};
+  req.space.loss_kernels = {model::LossKernel::kCrossEntropy, model::LossKernel::kFusedLinear};
+  SearchResult fast = SearchPlans(spec, c, req);
+  req.prune = false;
+  SearchResult full = SearchPlans(spec, c, req);
+  ExpectSameAnswer(fast, full);
+  EXPECT_EQ(fast.simulated + fast.pruned_by_time_bound, full.simulated + full.pruned_by_time_bound);
+  ASSERT_FALSE(fast.top.empty());
+  EXPECT_EQ(fast.top.front().plan.loss_kernel, model::LossKernel::kFusedLinear);
+  EXPECT_NE(fast.top.front().key.find(" loss=fused_linear"), std::string::npos);
+  // Plans that cannot use it are not enumerated with it.
+  req.base.keep_logits = true;
+  for (const auto& plan : EnumeratePlans(spec, c, req)) {
+    EXPECT_EQ(plan.loss_kernel, model::LossKernel::kCrossEntropy);
+  }
+}
+
 TEST(SearchWorkTest, SameAnswerForAnyThreadCount) {
   auto spec = model::FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
