@@ -47,6 +47,49 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   }
 };
 
+// Outputs: fn(x) and whatever fn appended to *side (taken out of it; the caller puts the
+// node's outputs back). Backward reruns fn with grad, takes the rerun's appends out of *side and
+// backpropagates every output's gradient (a side output no loss read gets zeros).
+struct RecomputeSideFunction : public torch::autograd::Function<RecomputeSideFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn,
+                               std::vector<at::Tensor>* side) {
+    ctx->saved_data["fn"] = PointerBits(fn);
+    ctx->saved_data["side"] = PointerBits(side);
+    ctx->save_for_backward({x});
+    const size_t before = side->size();
+    variable_list out = {(*fn)(x)};
+    out.insert(out.end(), side->begin() + static_cast<std::ptrdiff_t>(before), side->end());
+    side->resize(before);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto fn =
+        reinterpret_cast<const SegmentFn*>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
+    auto side = reinterpret_cast<std::vector<at::Tensor>*>(
+        static_cast<intptr_t>(ctx->saved_data["side"].toInt()));
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    variable_list outputs;
+    {
+      at::AutoGradMode enable(true);
+      const size_t before = side->size();
+      outputs.push_back((*fn)(x));
+      outputs.insert(outputs.end(), side->begin() + static_cast<std::ptrdiff_t>(before), side->end());
+      side->resize(before);
+    }
+    SHARDTUNE_CHECK(outputs.size() == grads.size())
+        << "the rerun made " << outputs.size() - 1 << " side outputs, the forward " << grads.size() - 1;
+    variable_list with_grad, their_grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].requires_grad()) continue;
+      with_grad.push_back(outputs[i]);
+      their_grads.push_back(grads[i].defined() ? grads[i] : at::zeros_like(outputs[i]));
+    }
+    torch::autograd::backward(with_grad, their_grads);
+    return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
 struct PieceFunction : public torch::autograd::Function<PieceFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs, int64_t fn,
                                double arg) {
@@ -112,6 +155,12 @@ struct Refill {
 
 at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x) {
   return RecomputeFunction::apply(x, fn)[0];
+}
+
+at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x, std::vector<at::Tensor>* side) {
+  variable_list out = RecomputeSideFunction::apply(x, fn, side);
+  side->insert(side->end(), out.begin() + 1, out.end());
+  return out[0];
 }
 
 at::Tensor RecomputePiece(PieceFn fn, double arg, const std::vector<at::Tensor>& inputs) {

@@ -89,17 +89,9 @@ void ValidateRun(const RunOptions& o, int world_size) {
     }
   }
   if (o.spec.moe.router_aux_loss) {
-    // The auxiliary loss reads every MoE block's router logits at the head: a block recomputed in
-    // backward (full / every-k checkpointing, the reentrant Recompute) has no graph to them from
-    // its forward, and a cp rank's loss is its share of the group's, which HF's per-rank
-    // load_balancing_loss_func does not split.
-    const bool recomputed = o.plan.checkpointing == model::Checkpointing::kFull ||
-                            o.plan.checkpointing == model::Checkpointing::kEveryK;
-    if (recomputed) {
-      problems.push_back("--checkpointing " + model::CheckpointingSpecToString(o.plan) +
-                         ": expected none or selective with the MoE auxiliary loss of " + o.spec.name +
-                         " (output_router_logits: recomputed blocks give the head no router logits)");
-    }
+    // The auxiliary loss reads every MoE block's router logits at the head (a recomputed block
+    // returns them as side outputs of its recompute node, recompute.h); a cp rank's loss is its
+    // share of the group's, which HF's per-rank load_balancing_loss_func does not split.
     if (o.plan.cp > 1) {
       problems.push_back("--cp " + std::to_string(o.plan.cp) + ": expected 1 with the MoE auxiliary loss of " +
                          o.spec.name + " (output_router_logits)");

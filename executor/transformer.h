@@ -115,6 +115,9 @@ class Transformer {
   // HF's outputs.router_logits); the head's loss adds router_aux_loss_coef x LoadBalancingLoss of
   // them and clears them, as does the embedding at the start of a micro-batch.
   const std::vector<at::Tensor>& router_logits() const { return router_logits_; }
+  // The same list for a recomputed block's node to take its router logits from and put its own
+  // outputs in (recompute.h Recompute with side outputs); the head reads and clears it.
+  std::vector<at::Tensor>* mutable_router_logits() const { return &router_logits_; }
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;

@@ -104,17 +104,17 @@ TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("Expert parallelism: which ep sizes fit\n  ep=1: "));
 }
 
-// run computes HF's MoE auxiliary loss (output_router_logits) with no or selective
-// checkpointing; a recomputed block would hand the head no router logits, so full checkpointing
-// and cp are refused by name before a rank starts.
-TEST(CliTest, RunRefusesTheAuxLossWithRecomputedBlocks) {
+// run computes HF's MoE auxiliary loss (output_router_logits) with any checkpointing; with cp a
+// rank's loss is its share of the group's, which HF's per-rank load_balancing_loss_func does not
+// split: refused by name before a rank starts.
+TEST(CliTest, RunRefusesTheAuxLossWithContextParallelism) {
   std::ifstream in(std::string(SHARDTUNE_TEST_DATA_DIR) + "/../executor/data/micro-qwen-moe.model.json");
   nlohmann::json j = nlohmann::json::parse(in);
   j["moe"]["router_aux_loss"] = true;
   std::string model = WriteFile("aux.model.json", j.dump());
-  ExpectOneLineError(RunCli("run --model " + model + " --seq-len 16 --steps 1 --checkpointing full --out " +
+  ExpectOneLineError(RunCli("run --model " + model + " --seq-len 16 --steps 1 --nproc 2 --cp 2 --out " +
                             TempPath("aux_run")),
-                     "--checkpointing full: expected none or selective with the MoE auxiliary loss");
+                     "--cp 2: expected 1 with the MoE auxiliary loss");
 }
 
 TEST(CliTest, JsonHasContractKeys) {

@@ -146,7 +146,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama_selective", "micro-llama.model.json", "block", "selective"},
                       Case{"llama_selective_size_wrap_shard_grad_op", "micro-llama.model.json",
                            "size:10K", "selective", model::ShardingStrategy::kShardGradOp},
-                      Case{"gpt2_selective", "micro-gpt2.model.json", "block", "selective"}),
+                      Case{"gpt2_selective", "micro-gpt2.model.json", "block", "selective"},
+                      // The MoE auxiliary loss through recomputed blocks: their router logits are
+                      // side outputs of the recompute node (recompute.h).
+                      Case{"qwen_moe_aux_loss_full_recompute", "micro-qwen-moe-aux.model.json",
+                           "block", "full"},
+                      Case{"qwen_moe_aux_loss_every2", "micro-qwen-moe-aux.model.json", "block",
+                           "every:2"},
+                      Case{"qwen_moe_aux_loss_no_recompute", "micro-qwen-moe-aux.model.json",
+                           "block", "none"}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 TEST(ExecutorFsdpRuntimeNoSyncTest, UnshardedAccumulationEqualsPerMicroBatchReduction) {

@@ -168,6 +168,10 @@ INSTANTIATE_TEST_SUITE_P(
                            2,
                            {"--strategy", "full_shard", "--wrap-embedding", "--wrap-head",
                             "--checkpointing", "full"}},
+                      Case{"qwen_moe_aux_loss_full_recompute",
+                           "micro-qwen-moe-aux.model.json",
+                           2,
+                           {"--strategy", "full_shard", "--checkpointing", "full"}},
                       // The fused linear cross-entropy (issue #21): a separate head unit, a
                       // tied head (two gradients for one weight) with soft-capping (Gemma 2).
                       Case{"fused_loss_own_head_unit_no_sync",
