@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/fused_loss.h"
+#include "executor/kernels/cross_entropy_grad.h"
 #include "executor/memory_tracker.h"
 #include "model/activations.h"
 #include "model/presets.h"
@@ -78,6 +79,35 @@ TEST(FusedLinearCrossEntropyTest, LossAndGradientsEqualThePlainPath) {
     // Ignored rows get no input gradient at all.
     EXPECT_EQ(g[0][0].abs().sum().item<double>(), 0.0);
     EXPECT_EQ(g[0][7].abs().sum().item<double>(), 0.0);
+  }
+}
+
+// The CUDA kernel's host reference (executor/kernels/cross_entropy_grad.h, which the GPU test
+// holds the kernel to) computes what this ATen path computes: with W the identity the fused
+// loss's logits are x itself, so its loss is scale x the reference's row losses and x's
+// gradient is the reference's gradient (soft-capped or not, ignored rows included).
+TEST(FusedLinearCrossEntropyTest, TheCudaKernelsReferenceIsThisPath) {
+  const int64_t rows = 10, v = 300;
+  for (double softcap : {0.0, 2.5}) {
+    SCOPED_TRACE(softcap);
+    at::manual_seed(3);
+    at::Tensor x = (at::randn({rows, v}) * 2).set_requires_grad(true);
+    at::Tensor labels = at::randint(0, v, {rows}, at::kLong);
+    labels[4] = -100;
+    at::Tensor scale = MeanScale(labels);
+    at::Tensor loss = FusedLinearCrossEntropy(x, at::eye(v), labels, scale, softcap);
+    at::Tensor gx = torch::autograd::grad({loss}, {x})[0];
+    std::vector<double> grad(static_cast<size_t>(rows * v)), losses(static_cast<size_t>(rows));
+    at::Tensor xc = x.detach().contiguous();
+    at::Tensor lc = labels.contiguous();
+    kernels::CrossEntropyGradReference(xc.data_ptr<float>(), rows, v, lc.data_ptr<int64_t>(), -100,
+                                       scale.item<double>(), softcap, grad.data(), losses.data());
+    double total = 0;
+    for (double l : losses) total += l;
+    EXPECT_NEAR(loss.item<double>(), total * scale.item<double>(), 1e-5);
+    at::Tensor want = at::from_blob(grad.data(), {rows, v}, at::kDouble);
+    EXPECT_LT(MaxRelative(gx, want), 1e-5);
+    EXPECT_EQ(losses[4], 0.0);
   }
 }
 
