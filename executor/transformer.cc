@@ -133,7 +133,10 @@ void Transformer::InitParameter(const std::string& name, uint64_t seed, const at
                                 bool norm_unit_offset) {
   at::NoGradGuard no_grad;
   bool norm = name.find("norm") != std::string::npos || name.find(".ln_") != std::string::npos;
-  if (model::EndsWith(name, ".bias") || name.find(".lora_B.") != std::string::npos) {
+  // GPT-OSS's expert biases (gate_up_proj_bias, down_proj_bias) start at zero too (HF
+  // GptOssPreTrainedModel._init_weights).
+  if (model::EndsWith(name, ".bias") || model::EndsWith(name, "_bias") ||
+      name.find(".lora_B.") != std::string::npos) {
     full.zero_();
   } else if (name.find(".lora_A.") != std::string::npos) {
     // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain x sqrt(3 / fan_in)
@@ -276,6 +279,7 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 // back; the shared expert (Qwen2-MoE) runs on every token, scaled by sigmoid(its gate).
 at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x) const {
   const model::MoeSpec& m = spec_.moe;
+  if (m.gpt_oss_experts) return GptOssMoe(p, pre, x);
   at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
   at::Tensor weights, chosen;                                              // [T, k]
   if (m.deepseek_router) {
@@ -310,6 +314,44 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
       s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
     }
     out = out + s;
+  }
+  return out.view_as(x);
+}
+
+// GPT-OSS's MoE (transformers modeling_gpt_oss.py): GptOssTopKRouter, logits = x W^T + b, top-k
+// of the logits, softmax over those k in the logits' dtype; GptOssExperts, whose 3-D parameters
+// (module_tree.cc: [E, H x 2F], [E, 2F], [E, F x H], [E, H]) multiply from the right (x @ W[e]),
+// gate and up interleaved in gate_up ([..., ::2], [..., 1::2]); the clamped SwiGLU
+// (gate.clamp(max=limit), up.clamp(-limit, limit), glu = gate x sigmoid(alpha x gate), (up + 1)
+// x glu, with HF's hard-coded alpha 1.702 and limit 7.0, which the config's swiglu_limit does
+// not change); out = g @ down[e] + down_bias[e], times the routing weight, index_add_-ed back.
+at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
+                                  const at::Tensor& x) const {
+  constexpr double kAlpha = 1.702, kLimit = 7.0;  // GptOssExperts.alpha, .limit
+  const model::MoeSpec& m = spec_.moe;
+  const int64_t H = spec_.hidden, E = m.num_experts;
+  const int64_t F = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : spec_.ffn_hidden;
+  at::Tensor flat = x.reshape({-1, H});                                         // [T, H]
+  at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/true, /*conv1d=*/false);  // [T, E]
+  auto top = at::topk(logits, m.top_k, -1);
+  at::Tensor weights = at::softmax(std::get<0>(top), 1, logits.scalar_type());  // [T, k]
+  at::Tensor chosen = std::get<1>(top);
+  at::Tensor gate_up = Get(p, pre + ".experts.gate_up_proj").view({E, H, 2 * F});
+  at::Tensor gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
+  at::Tensor down = Get(p, pre + ".experts.down_proj").view({E, F, H});
+  at::Tensor down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
+  at::Tensor out = at::zeros_like(flat);
+  for (int64_t e = 0; e < E; ++e) {
+    // Every expert runs (a chosen-by-none one on [0, H] rows), as in Moe above.
+    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
+    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
+    at::Tensor gu = at::matmul(flat.index_select(0, token), gate_up.select(0, e)) + gate_up_bias.select(0, e);
+    at::Tensor g = gu.slice(-1, 0, 2 * F, 2).clamp_max(kLimit);
+    at::Tensor u = gu.slice(-1, 1, 2 * F, 2).clamp(-kLimit, kLimit);
+    at::Tensor glu = g * at::sigmoid(g * kAlpha);
+    at::Tensor y = at::matmul((u + 1) * glu, down.select(0, e)) + down_bias.select(0, e);
+    y = y * weights.reshape({-1}).index_select(0, token * m.top_k + slot).unsqueeze(-1);
+    out = out.index_add(0, token, y.to(out.scalar_type()));
   }
   return out.view_as(x);
 }
@@ -424,8 +466,9 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     q = q * std::sqrt(static_cast<double>(D) / spec_.query_pre_attn_scalar);
   }
   at::Tensor o;
+  const at::Tensor sinks = spec_.attention_sinks ? Get(p, pre + ".sinks") : at::Tensor();
   if (cp_ == nullptr) {
-    o = Core(q, k, v, window).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
+    o = Core(q, k, v, window, sinks).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
   } else {
     // Ulysses: S here is this rank's slice. Fewer kv heads than cp ranks: repeat each kv head
     // cp / kv times so every rank receives one whole kv head (verl's monkey_patch.py,
@@ -490,7 +533,8 @@ at::Tensor Transformer::MlaAttention(const ParamTable& p, const std::string& pre
   return Proj(p, pre + ".o_proj", o, false, false);
 }
 
-at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window) const {
+at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window,
+                              const at::Tensor& sinks) const {
   int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
   // A sliding layer shorter than S (Gemma's sliding_window_overlay: kv_idx > q_idx - window,
   // causal) needs an explicit band mask; a full layer is plain causal attention.
@@ -501,8 +545,9 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     at::Tensor j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
     blocked = j.gt(i).logical_or(j.le(i - window));
   }
-  // SDPA has no soft-capping: a capped model (Gemma 2) takes the eager path below.
-  [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0;
+  // SDPA has no soft-capping and no sinks: a capped model (Gemma 2) and GPT-OSS (whose HF class
+  // has no sdpa path, _supports_sdpa = False) take the eager path below.
+  [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0 && !sinks.defined();
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
@@ -529,6 +574,15 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   }
   at::Tensor mask = band ? blocked : at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  if (sinks.defined()) {
+    // GPT-OSS eager_attention_forward: cat the head's sink as one more column, subtract the row
+    // max, softmax in the scores' dtype, drop the sink's column.
+    at::Tensor column = sinks.to(scores.scalar_type()).reshape({1, a, 1, 1}).expand({B, a, S, 1});
+    at::Tensor combined = at::cat({scores, column}, -1);
+    combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+    at::Tensor probs = at::softmax(combined, -1, combined.scalar_type()).narrow(-1, 0, S);
+    return at::matmul(probs.to(v.scalar_type()), v);  // [B, a, S, D]
+  }
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());  // [B, a, S, S]
   return at::matmul(probs, v);                                                 // [B, a, S, D]
 }

@@ -94,7 +94,10 @@ class Transformer {
   // D^-0.5; `window` > 0 and < S: a band of that many positions (sliding layers). With the
   // spec's attn_logit_softcap the scores are soft-capped before the mask and the softmax, as
   // Gemma 2's eager_attention_forward does (modeling_gemma2.py), on the eager path only.
-  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0) const;
+  // `sinks` (GPT-OSS, [a]): each head's learned sink logit joins every row's softmax and is
+  // dropped after it (modeling_gpt_oss.py eager_attention_forward), on the eager path.
+  at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0,
+                  const at::Tensor& sinks = {}) const;
   // DeepSeek's multi-head latent attention (transformer.cc) of block attention module `prefix`
   // ("model.layers.N.self_attn") on {q_a_proj or q_proj output, kv_a_proj_with_mqa output}
   // [B, S, *]; returns o_proj's output [B, S, H].
@@ -102,6 +105,9 @@ class Transformer {
                           const std::vector<at::Tensor>& proj) const;
   // DeepSeek's router of MoE module `prefix` on tokens [T, H]: the top-k expert indices [T, k]
   // and their fp32 weights [T, k].
+  // The MoE block `prefix` ("model.layers.N.block_sparse_moe") on x [B, S, H] (transformer.cc:
+  // HF's dropless blocks, DeepSeek's router, GPT-OSS's router and experts).
+  at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::pair<at::Tensor, at::Tensor> DeepseekRoute(const ParamTable& p, const std::string& prefix,
                                                   const at::Tensor& flat) const;
   // HF load_balancing_loss_func (modeling_mixtral.py, also Qwen2/3-MoE's) without an attention
@@ -145,7 +151,7 @@ class Transformer {
   at::Tensor Attention(const ParamTable& p, const std::string& prefix,
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
 
-  at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  at::Tensor GptOssMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;
   at::Tensor MlpDown(const ParamTable& p, const std::string& prefix,

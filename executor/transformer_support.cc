@@ -2,7 +2,8 @@
 // families (Gemma 2's attention soft-capping on the eager path; partial rotary as NeoX and Phi-3
 // apply it), and HF's dropless MoE (Mixtral, Qwen2-MoE, Qwen3-MoE) with the auxiliary loss.
 // DeepSeek (MLA with its YaRN softmax scale, its router with greedy, group_limited_greedy and
-// noaux_tc, dense first blocks); RoPE plain, linear, llama3 and YaRN; GPT-OSS is refused by name.
+// noaux_tc, dense first blocks); RoPE plain, linear, llama3 and YaRN; GPT-OSS (sinks, its router
+// and 3-D experts with the clamped SwiGLU; eager attention, no Ulysses).
 #include "executor/transformer_support.h"
 
 namespace shardtune::exec {
@@ -35,10 +36,6 @@ std::string TransformerSupportProblem(const model::ModelSpec& spec) {
            "\" is not implemented by the executor (it computes plain, \"linear\", \"llama3\" and "
            "\"yarn\" RoPE)";
   }
-  if (spec.moe.gpt_oss_experts || spec.attention_sinks) {
-    return "GPT-OSS's 3-D experts with the clamped SwiGLU and its attention sinks are not "
-           "implemented by the executor";
-  }
   return "";
 }
 
@@ -47,6 +44,10 @@ std::string UlyssesProblem(const model::ModelSpec& spec, int cp) {
   if (spec.mla.enabled()) {
     return "--cp " + std::to_string(cp) + ": Ulysses is not implemented for multi-head latent "
            "attention (mla)";
+  }
+  if (spec.attention_sinks) {
+    return "--cp " + std::to_string(cp) + ": Ulysses is not implemented with attention sinks "
+           "(GPT-OSS)";
   }
   int kv = spec.num_kv_heads > 0 ? spec.num_kv_heads : spec.num_heads;
   if (spec.num_heads % cp != 0) {

@@ -156,7 +156,7 @@ TEST(RotaryTest, YarnFollowsThePublishedConfigs) {
                         Case{"gpt-oss-20b", 64, 0.1 * std::log(32.0) + 1, 1.0}}) {
     model::ModelSpec s = model::ReadHfConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/" + k.file + ".config.json");
     s.FillDefaults();
-    if (s.moe.gpt_oss_experts) s = WithRopeOf(s);  // the executor refuses GPT-OSS's experts
+    if (s.moe.gpt_oss_experts) s = WithRopeOf(s);  // the rotary alone, on a small dense model
     ASSERT_EQ(s.rope_scaling.type, "yarn") << k.file;
     TransformerOptions o;
     o.rope_theta = s.rope_theta;

@@ -1,0 +1,155 @@
+// GPT-OSS in the executor (issue #20), against references written here in doubles from
+// transformers' modeling_gpt_oss.py: eager attention with each head's sink logit in the softmax
+// (dropped after it), and the MoE block (a biased router, softmax over the top-k logits; 3-D
+// experts x @ W[e] + b[e] with gate and up interleaved, the clamped SwiGLU (up + 1) x gate x
+// sigmoid(1.702 gate), clamps at 7). The 1-vs-2-rank run is in run_equivalence_test.cc.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "executor/transformer.h"
+#include "executor/transformer_support.h"
+#include "model/module_tree.h"
+#include "model/model_spec_json.h"
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec {
+namespace {
+
+model::ModelSpec MicroGptOss() {
+  model::ModelSpec s = model::ReadModelSpecFile(testing::DataPath("micro-gpt-oss.model.json"));
+  s.FillDefaults();
+  return s;
+}
+
+double MaxError(const at::Tensor& got, const std::vector<double>& want) {
+  at::Tensor flat = got.to(at::kDouble).contiguous().view({-1});
+  double err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(flat[static_cast<int64_t>(i)].item<double>() - want[i]));
+  }
+  return err;
+}
+
+// out[b, h, i] = sum_{j <= i} exp(s_ij - m) v_j / (sum_{j <= i} exp(s_ij - m) + exp(sink_h - m)).
+std::vector<double> SinkReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& sinks) {
+  int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < a; ++h) {
+      const int64_t g = h / (a / kv);
+      const double sink = sinks[h].item<double>();
+      for (int64_t i = 0; i < S; ++i) {
+        std::vector<double> s(static_cast<size_t>(i + 1));
+        double m = sink;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[b][h][i][d].item<double>() * k[b][g][j][d].item<double>();
+          s[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(D));
+          m = std::max(m, s[static_cast<size_t>(j)]);
+        }
+        double z = std::exp(sink - m);
+        for (double& x : s) z += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) o += s[static_cast<size_t>(j)] / z * v[b][g][j][d].item<double>();
+          out.push_back(o);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GptOssExecutorTest, SinksJoinTheSoftmaxAndAreDropped) {
+  model::ModelSpec spec = MicroGptOss();
+  const int64_t B = 2, a = spec.num_heads, kv = spec.num_kv_heads, S = 7, D = spec.head_dim;
+  auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::manual_seed(5);
+  at::Tensor q = 2 * at::randn({B, a, S, D}, f64), k = 2 * at::randn({B, kv, S, D}, f64);
+  at::Tensor v = at::randn({B, kv, S, D}, f64);
+  at::Tensor sinks = 3 * at::randn({a}, f64);  // large: the sink takes a visible share
+  TransformerOptions o;
+  o.sdpa = true;  // ignored with sinks: GPT-OSS attends eagerly (no sdpa path in transformers)
+  Transformer t(spec, o);
+  at::Tensor got = t.Core(q, k, v, 0, sinks);
+  EXPECT_LT(MaxError(got, SinkReference(q, k, v, sinks)), 1e-10);
+  // Without the sinks the rows are plain softmaxes: different outputs.
+  EXPECT_GT(MaxError(t.Core(q, k, v, 0, at::full({a}, -1e9, f64)), SinkReference(q, k, v, sinks)), 1e-2);
+}
+
+TEST(GptOssExecutorTest, MoeBlockIsTheReference) {
+  model::ModelSpec spec = MicroGptOss();
+  const std::string pre = "model.layers.0.block_sparse_moe";
+  const int64_t H = spec.hidden, E = spec.moe.num_experts, F = spec.moe.expert_ffn_hidden,
+                k = spec.moe.top_k, T = 9;
+  ParamTable p;
+  at::manual_seed(3);
+  for (const model::FsdpUnit& u : model::BuildFsdpUnits(spec, model::WrapPolicy{})) {
+    for (const model::ParamTensor& t : u.params) {
+      // Weights large enough that the clamps at 7 bind for some entries.
+      p[t.name] = at::randn(Transformer::Shape(t.dim0, t.inner), at::kDouble) * 0.8;
+    }
+  }
+  at::Tensor x = at::randn({1, T, H}, at::kDouble) * 2;
+  Transformer tf(spec, TransformerOptions{});
+  at::Tensor got = tf.Moe(p, pre, x).view({T, H});
+  const at::Tensor W = p.at(pre + ".gate.weight"), b = p.at(pre + ".gate.bias");
+  const at::Tensor gu = p.at(pre + ".experts.gate_up_proj").view({E, H, 2 * F});
+  const at::Tensor gub = p.at(pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
+  const at::Tensor dn = p.at(pre + ".experts.down_proj").view({E, F, H});
+  const at::Tensor dnb = p.at(pre + ".experts.down_proj_bias").view({E, H});
+  std::vector<double> want;
+  int clamped = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<std::pair<double, int64_t>> logit;
+    for (int64_t e = 0; e < E; ++e) {
+      double z = b[e].item<double>();
+      for (int64_t i = 0; i < H; ++i) z += W[e][i].item<double>() * x[0][t][i].item<double>();
+      logit.push_back({z, e});
+    }
+    std::sort(logit.begin(), logit.end(), [](auto l, auto r) { return l.first > r.first; });
+    double norm = 0;
+    for (int64_t j = 0; j < k; ++j) norm += std::exp(logit[static_cast<size_t>(j)].first - logit[0].first);
+    std::vector<double> row(static_cast<size_t>(H), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = logit[static_cast<size_t>(j)].second;
+      const double w = std::exp(logit[static_cast<size_t>(j)].first - logit[0].first) / norm;
+      std::vector<double> g(static_cast<size_t>(F));
+      for (int64_t f = 0; f < F; ++f) {
+        double gate = gub[e][2 * f].item<double>(), up = gub[e][2 * f + 1].item<double>();
+        for (int64_t i = 0; i < H; ++i) {
+          gate += x[0][t][i].item<double>() * gu[e][i][2 * f].item<double>();
+          up += x[0][t][i].item<double>() * gu[e][i][2 * f + 1].item<double>();
+        }
+        clamped += gate > 7.0 || std::fabs(up) > 7.0;
+        gate = std::min(gate, 7.0);
+        up = std::clamp(up, -7.0, 7.0);
+        g[static_cast<size_t>(f)] = (up + 1) * gate / (1 + std::exp(-1.702 * gate));
+      }
+      for (int64_t i = 0; i < H; ++i) {
+        double y = dnb[e][i].item<double>();
+        for (int64_t f = 0; f < F; ++f) y += g[static_cast<size_t>(f)] * dn[e][f][i].item<double>();
+        row[static_cast<size_t>(i)] += w * y;
+      }
+    }
+    want.insert(want.end(), row.begin(), row.end());
+  }
+  EXPECT_GT(clamped, 0);  // the clamps were exercised
+  EXPECT_LT(MaxError(got, want), 1e-9);
+}
+
+TEST(GptOssExecutorTest, RunTakesItExceptWithUlysses) {
+  model::ModelSpec spec = MicroGptOss();
+  EXPECT_EQ(TransformerSupportProblem(spec), "");
+  EXPECT_NE(UlyssesProblem(spec, 2).find("attention sinks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardtune::exec
