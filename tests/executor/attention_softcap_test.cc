@@ -14,6 +14,7 @@
 #include "executor/transformer.h"
 #include "executor/transformer_support.h"
 #include "model/presets.h"
+#include "tests/executor/attention_reference.h"
 
 namespace shardtune::exec {
 namespace {
@@ -32,49 +33,13 @@ model::ModelSpec Gemma2Like(double cap) {
   return s;
 }
 
-// out[b, h, i] = sum_j p[i, j] v[b, h / (a / kv), j], p = causal softmax over j <= i of
-// cap x tanh(q_i . k_j / sqrt(D) / cap).
+// The reference: causal softmax over j <= i of cap x tanh(q_i . k_j / sqrt(D) / cap).
 std::vector<double> Reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               double cap) {
-  int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
-  std::vector<double> out;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < a; ++h) {
-      int64_t g = h / (a / kv);
-      for (int64_t i = 0; i < S; ++i) {
-        std::vector<double> s(static_cast<size_t>(i + 1));
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            dot += q[b][h][i][d].item<double>() * k[b][g][j][d].item<double>();
-          }
-          double x = dot / std::sqrt(static_cast<double>(D));
-          if (cap > 0) x = cap * std::tanh(x / cap);
-          s[static_cast<size_t>(j)] = x;
-          m = std::max(m, x);
-        }
-        double z = 0;
-        for (double& x : s) z += (x = std::exp(x - m));
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j <= i; ++j) o += s[static_cast<size_t>(j)] / z * v[b][g][j][d].item<double>();
-          out.push_back(o);
-        }
-      }
-    }
-  }
-  return out;
+  return testing::CausalAttentionReference(q, k, v, cap);
 }
 
-double MaxError(const at::Tensor& got, const std::vector<double>& want) {
-  at::Tensor flat = got.contiguous().view({-1});
-  double err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::abs(flat[static_cast<int64_t>(i)].item<double>() - want[i]));
-  }
-  return err;
-}
+using testing::MaxError;
 
 TEST(AttentionSoftcapTest, ScoresAreSoftCappedBeforeTheMaskAndSoftmax) {
   const int64_t B = 1, a = 4, kv = 2, S = 6, D = 16;

@@ -16,6 +16,7 @@
 #include "executor/transformer_support.h"
 #include "model/module_tree.h"
 #include "model/model_spec_json.h"
+#include "tests/executor/attention_reference.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec {
@@ -27,44 +28,11 @@ model::ModelSpec MicroGptOss() {
   return s;
 }
 
-double MaxError(const at::Tensor& got, const std::vector<double>& want) {
-  at::Tensor flat = got.to(at::kDouble).contiguous().view({-1});
-  double err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::abs(flat[static_cast<int64_t>(i)].item<double>() - want[i]));
-  }
-  return err;
-}
+using testing::MaxError;
 
-// out[b, h, i] = sum_{j <= i} exp(s_ij - m) v_j / (sum_{j <= i} exp(s_ij - m) + exp(sink_h - m)).
 std::vector<double> SinkReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks) {
-  int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
-  std::vector<double> out;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < a; ++h) {
-      const int64_t g = h / (a / kv);
-      const double sink = sinks[h].item<double>();
-      for (int64_t i = 0; i < S; ++i) {
-        std::vector<double> s(static_cast<size_t>(i + 1));
-        double m = sink;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[b][h][i][d].item<double>() * k[b][g][j][d].item<double>();
-          s[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(D));
-          m = std::max(m, s[static_cast<size_t>(j)]);
-        }
-        double z = std::exp(sink - m);
-        for (double& x : s) z += (x = std::exp(x - m));
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j <= i; ++j) o += s[static_cast<size_t>(j)] / z * v[b][g][j][d].item<double>();
-          out.push_back(o);
-        }
-      }
-    }
-  }
-  return out;
+  return testing::CausalAttentionReference(q, k, v, /*cap=*/0, sinks);
 }
 
 TEST(GptOssExecutorTest, SinksJoinTheSoftmaxAndAreDropped) {
