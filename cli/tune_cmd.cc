@@ -32,6 +32,18 @@
 namespace shardtune::cli {
 namespace {
 
+// The items of a comma-separated list as given, empty ones included ("1,,2": "1", "", "2").
+std::vector<std::string> CommaItems(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 // The cp degrees to search: --cp N fixes one, --cp-sizes 1,2,4 lists them, neither: the default
 // (planner DefaultCpSizes). Each given value must suit the model, world and sequence length.
 std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
@@ -42,22 +54,15 @@ std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
   if (FlagGiven(a.plan, "--cp")) sizes = {given.cp};
   if (a.plan.app && a.plan.app->count("--cp-sizes") > 0) {
     where = "--cp-sizes";
-    const std::string& text = a.cp_sizes;
     sizes.clear();
-    size_t start = 0;
-    while (start <= text.size()) {
-      size_t comma = text.find(',', start);
-      size_t len = comma == std::string::npos ? std::string::npos : comma - start;
-      std::string item = text.substr(start, len);
+    for (const std::string& item : CommaItems(a.cp_sizes)) {
       if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
           item.size() > 6) {
         throw InputError(
             "--cp-sizes: expected a comma-separated list of integers >= 1 (e.g. 1,2,4,8), got \"" +
-            text + "\"");
+            a.cp_sizes + "\"");
       }
       sizes.push_back(std::stoi(item));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
   if (sizes.empty()) return {};
@@ -164,17 +169,12 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
       throw InputError("--loss-kernels: leave out --loss-kernel (it fixes the one --loss-kernels searches)");
     }
     req.space.loss_kernels.clear();
-    size_t start = 0;
-    while (true) {
-      size_t comma = a.loss_kernels.find(',', start);
-      std::string item = a.loss_kernels.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    for (const std::string& item : CommaItems(a.loss_kernels)) {
       auto k = model::ParseEnum<model::LossKernel>(item, "--loss-kernels");
       if (std::find(req.space.loss_kernels.begin(), req.space.loss_kernels.end(), k) ==
           req.space.loss_kernels.end()) {
         req.space.loss_kernels.push_back(k);
       }
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
   sim::Profile prof = sim::JobProfile(a.profile, c.gpu);

@@ -221,9 +221,8 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     // With the MoE auxiliary loss a recomputed block's router logits are outputs of its node.
     std::vector<at::Tensor>* side =
         transformer_.spec().moe.router_aux_loss ? transformer_.mutable_router_logits() : nullptr;
-    at::Tensor y = !(grad && m.recompute[si]) ? transformer_.Segment(m.table, s, x, labels)
-                   : side != nullptr          ? Recompute(&m.segment_fns[si], x, side)
-                                              : Recompute(&m.segment_fns[si], x);
+    at::Tensor y = grad && m.recompute[si] ? Recompute(&m.segment_fns[si], x, side)
+                                           : transformer_.Segment(m.table, s, x, labels);
     m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
     // Frozen segments before the first trainable parameter have no backward at all.
     m.segment_grad[si] = grad && y.requires_grad();

@@ -24,43 +24,18 @@ int64_t PointerBits(T* p) {
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
 }
 
+// Runs under no-grad (Function::apply): nothing inside fn is saved. Outputs: fn(x) and, with a
+// `side` list, whatever fn appended to it (taken out of it; Recompute puts the node's outputs
+// back). Backward reruns fn with grad, takes the rerun's appends out of *side and backpropagates
+// every output's gradient (a side output no loss read gets zeros).
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
-  // Runs under no-grad (Function::apply): nothing inside fn is saved.
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn) {
-    // The function outlives the backward (REQUIRES of Recompute).
-    ctx->saved_data["fn"] = PointerBits(fn);
-    ctx->save_for_backward({x});
-    return {(*fn)(x)};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto fn =
-        reinterpret_cast<const SegmentFn*>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
-    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    at::Tensor y;
-    {
-      at::AutoGradMode enable(true);
-      y = (*fn)(x);
-    }
-    torch::autograd::backward({y}, {grads[0]});
-    return {x.grad(), at::Tensor()};
-  }
-};
-
-// Outputs: fn(x) and whatever fn appended to *side (taken out of it; the caller puts the
-// node's outputs back). Backward reruns fn with grad, takes the rerun's appends out of *side and
-// backpropagates every output's gradient (a side output no loss read gets zeros).
-struct RecomputeSideFunction : public torch::autograd::Function<RecomputeSideFunction> {
+  // The function and the list outlive the backward (REQUIRES of Recompute).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn,
                                std::vector<at::Tensor>* side) {
     ctx->saved_data["fn"] = PointerBits(fn);
     ctx->saved_data["side"] = PointerBits(side);
     ctx->save_for_backward({x});
-    const size_t before = side->size();
-    variable_list out = {(*fn)(x)};
-    out.insert(out.end(), side->begin() + static_cast<std::ptrdiff_t>(before), side->end());
-    side->resize(before);
-    return out;
+    return Run(*fn, x, side);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -72,10 +47,7 @@ struct RecomputeSideFunction : public torch::autograd::Function<RecomputeSideFun
     variable_list outputs;
     {
       at::AutoGradMode enable(true);
-      const size_t before = side->size();
-      outputs.push_back((*fn)(x));
-      outputs.insert(outputs.end(), side->begin() + static_cast<std::ptrdiff_t>(before), side->end());
-      side->resize(before);
+      outputs = Run(*fn, x, side);
     }
     SHARDTUNE_CHECK(outputs.size() == grads.size())
         << "the rerun made " << outputs.size() - 1 << " side outputs, the forward " << grads.size() - 1;
@@ -87,6 +59,17 @@ struct RecomputeSideFunction : public torch::autograd::Function<RecomputeSideFun
     }
     torch::autograd::backward(with_grad, their_grads);
     return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+
+  // fn(x), then what it appended to *side (removed from it).
+  static variable_list Run(const SegmentFn& fn, const at::Tensor& x, std::vector<at::Tensor>* side) {
+    const size_t before = side != nullptr ? side->size() : 0;
+    variable_list out = {fn(x)};
+    if (side != nullptr) {
+      out.insert(out.end(), side->begin() + static_cast<std::ptrdiff_t>(before), side->end());
+      side->resize(before);
+    }
+    return out;
   }
 };
 
@@ -153,13 +136,9 @@ struct Refill {
 
 }  // namespace
 
-at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x) {
-  return RecomputeFunction::apply(x, fn)[0];
-}
-
 at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x, std::vector<at::Tensor>* side) {
-  variable_list out = RecomputeSideFunction::apply(x, fn, side);
-  side->insert(side->end(), out.begin() + 1, out.end());
+  variable_list out = RecomputeFunction::apply(x, fn, side);
+  if (side != nullptr) side->insert(side->end(), out.begin() + 1, out.end());
   return out[0];
 }
 

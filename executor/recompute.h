@@ -17,17 +17,15 @@ namespace shardtune::exec {
 
 using SegmentFn = std::function<at::Tensor(const at::Tensor&)>;
 
-// Returns fn(x) with a graph that recomputes fn in backward. REQUIRES: `fn` outlives the
-// backward pass and computes the same function when called again (no dropout, fixed params).
-at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x);
-
-// The same with side outputs: tensors `fn` appends to *side while it runs (an MoE block's router
-// logits, HF's outputs.router_logits) become outputs of the recompute node too, and replace the
-// no-grad ones in *side, so a loss that reads them (the MoE auxiliary loss at the head) sends
-// its gradient into the block's rerun in backward, as torch.utils.checkpoint does for a layer
-// that returns its router logits. The rerun's own appends are taken out of *side again.
-// REQUIRES: as Recompute; `side` outlives the backward pass.
-at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x, std::vector<at::Tensor>* side);
+// Returns fn(x) with a graph that recomputes fn in backward. With `side`, tensors fn appends to
+// *side while it runs (an MoE block's router logits, HF's outputs.router_logits) become outputs
+// of the recompute node too, and replace the no-grad ones in *side, so a loss that reads them
+// (the MoE auxiliary loss at the head) sends its gradient into the block's rerun in backward, as
+// torch.utils.checkpoint does for a layer that returns its router logits; the rerun's own
+// appends are taken out of *side again. REQUIRES: `fn` (and `side`) outlive the backward pass and
+// fn computes the same function when called again (no dropout, fixed params).
+at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x,
+                     std::vector<at::Tensor>* side = nullptr);
 
 // A pure function of its input tensors (activations and parameters alike) and one number (an
 // epsilon, a flag). Plain function pointer: it outlives every graph.

@@ -35,6 +35,24 @@ double YarnFactor(const model::RopeScaling& r, int64_t max_position_embeddings) 
 double YarnMscale(double scale, double mscale) {
   return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
+
+// The dropless dispatch of HF's MoE blocks: each of `experts` experts runs on the rows of `flat`
+// [T, H] routed to it (`chosen` [T, k]), its output scaled by their routing weights ([T, k]) and
+// index_add_-ed back. Every expert runs, one no token chose on [0, H] rows: its weights then get
+// (zero) gradients on every rank, so each FSDP unit's gradient hooks fire on all of them.
+at::Tensor Dispatch(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& weights,
+                    int64_t experts, const std::function<at::Tensor(int64_t, const at::Tensor&)>& expert) {
+  const int64_t top_k = chosen.size(1);
+  at::Tensor out = at::zeros_like(flat);
+  for (int64_t e = 0; e < experts; ++e) {
+    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
+    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
+    at::Tensor y = expert(e, flat.index_select(0, token));
+    y = y * weights.reshape({-1}).index_select(0, token * top_k + slot).unsqueeze(-1);
+    out = out.index_add(0, token, y.to(out.scalar_type()));
+  }
+  return out;
+}
 }  // namespace
 namespace {
 
@@ -296,17 +314,10 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     if (m.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
     weights = weights.to(x.scalar_type());
   }
-  at::Tensor out = at::zeros_like(flat);
-  for (int e = 0; e < m.num_experts; ++e) {
-    // Every expert runs, one no token chose on [0, H] rows: its weights then get (zero)
-    // gradients on every rank, so each FSDP unit's gradient hooks fire on all of them.
-    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
-    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
+  at::Tensor out = Dispatch(flat, chosen, weights, m.num_experts, [&](int64_t e, const at::Tensor& rows) {
     std::string ep = pre + ".experts." + std::to_string(e);
-    at::Tensor y = MlpDown(p, ep, MlpUp(p, ep, flat.index_select(0, token)));
-    y = y * weights.reshape({-1}).index_select(0, token * m.top_k + slot).unsqueeze(-1);
-    out = out.index_add(0, token, y.to(out.scalar_type()));
-  }
+    return MlpDown(p, ep, MlpUp(p, ep, rows));
+  });
   if (m.num_shared_experts > 0) {
     std::string sp = pre + ".shared_expert";
     at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
@@ -340,19 +351,13 @@ at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
   at::Tensor gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
   at::Tensor down = Get(p, pre + ".experts.down_proj").view({E, F, H});
   at::Tensor down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
-  at::Tensor out = at::zeros_like(flat);
-  for (int64_t e = 0; e < E; ++e) {
-    // Every expert runs (a chosen-by-none one on [0, H] rows), as in Moe above.
-    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
-    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
-    at::Tensor gu = at::matmul(flat.index_select(0, token), gate_up.select(0, e)) + gate_up_bias.select(0, e);
+  at::Tensor out = Dispatch(flat, chosen, weights, E, [&](int64_t e, const at::Tensor& rows) {
+    at::Tensor gu = at::matmul(rows, gate_up.select(0, e)) + gate_up_bias.select(0, e);
     at::Tensor g = gu.slice(-1, 0, 2 * F, 2).clamp_max(kLimit);
     at::Tensor u = gu.slice(-1, 1, 2 * F, 2).clamp(-kLimit, kLimit);
     at::Tensor glu = g * at::sigmoid(g * kAlpha);
-    at::Tensor y = at::matmul((u + 1) * glu, down.select(0, e)) + down_bias.select(0, e);
-    y = y * weights.reshape({-1}).index_select(0, token * m.top_k + slot).unsqueeze(-1);
-    out = out.index_add(0, token, y.to(out.scalar_type()));
-  }
+    return at::matmul((u + 1) * glu, down.select(0, e)) + down_bias.select(0, e);
+  });
   return out.view_as(x);
 }
 
@@ -742,7 +747,19 @@ at::Tensor Transformer::LoadBalancingLoss(const std::vector<at::Tensor>& router_
 
 at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
                                  const at::Tensor& labels) const {
-  if (options_.fused_loss) return FusedHeadLoss(p, x, labels);
+  at::Tensor loss = options_.fused_loss ? FusedCrossEntropy(p, x, labels) : CrossEntropy(p, x, labels);
+  if (cp_ == nullptr && !router_logits_.empty()) {
+    // MixtralForCausalLM.forward: loss += router_aux_loss_coef * aux_loss.to(loss.device).
+    at::Tensor aux = LoadBalancingLoss(router_logits_, spec_.moe.num_experts, spec_.moe.top_k);
+    router_logits_.clear();
+    loss = loss + spec_.moe.router_aux_loss_coef * aux.to(loss.scalar_type());
+  }
+  return loss;
+}
+
+// Materialised logits, upcast to fp32, F.cross_entropy: the micro-batch's mean without cp.
+at::Tensor Transformer::CrossEntropy(const ParamTable& p, const at::Tensor& x,
+                                     const at::Tensor& labels) const {
   at::Tensor logits = spec_.tied_embeddings  // [B, S, V]; LoRA may target lm_head
                           ? at::linear(x, Get(p, "model.embed_tokens.weight"))
                           : Proj(p, "lm_head", x, /*bias=*/false, /*conv1d=*/false);
@@ -751,14 +768,7 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
   }
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);  // [B, S, V] fp32
   if (cp_ == nullptr) {
-    at::Tensor loss = at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
-    if (!router_logits_.empty()) {
-      // MixtralForCausalLM.forward: loss += router_aux_loss_coef * aux_loss.to(loss.device).
-      at::Tensor aux = LoadBalancingLoss(router_logits_, spec_.moe.num_experts, spec_.moe.top_k);
-      router_logits_.clear();
-      loss = loss + spec_.moe.router_aux_loss_coef * aux.to(loss.scalar_type());
-    }
-    return loss;
+    return at::cross_entropy_loss(logits.view({-1, spec_.vocab_size}), labels.reshape({-1}));
   }
   // This rank's share of the micro-batch's mean: every token of the cp group counts once, and
   // every cp rank holds S / cp of them (no ignored labels: the count is B x S_local x cp).
@@ -768,10 +778,10 @@ at::Tensor Transformer::HeadLoss(const ParamTable& p, const at::Tensor& x,
 }
 
 // The same loss through fused_loss.h: the mean over counted labels without cp (F.cross_entropy's
-// mean), this rank's share with cp (as above); the aux loss added as above. Plan::Problems
-// refuses an adapter on lm_head with the fused loss (it multiplies by the base weight only).
-at::Tensor Transformer::FusedHeadLoss(const ParamTable& p, const at::Tensor& x,
-                                      const at::Tensor& labels) const {
+// mean), this rank's share with cp (as above). Plan::Problems refuses an adapter on lm_head with
+// the fused loss (it multiplies by the base weight only).
+at::Tensor Transformer::FusedCrossEntropy(const ParamTable& p, const at::Tensor& x,
+                                          const at::Tensor& labels) const {
   const at::Tensor& w = Get(p, spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   at::Tensor flat = x.reshape({-1, spec_.hidden});
   at::Tensor lab = labels.reshape({-1});
@@ -780,13 +790,7 @@ at::Tensor Transformer::FusedHeadLoss(const ParamTable& p, const at::Tensor& x,
           ? at::reciprocal(lab.ne(-100).sum().to(at::kFloat))
           : at::full({}, 1.0 / static_cast<double>(labels.numel() * cp_->size()),
                      x.options().dtype(at::kFloat));
-  at::Tensor loss = FusedLinearCrossEntropy(flat, w, lab, scale, spec_.final_logit_softcap);
-  if (cp_ == nullptr && !router_logits_.empty()) {
-    at::Tensor aux = LoadBalancingLoss(router_logits_, spec_.moe.num_experts, spec_.moe.top_k);
-    router_logits_.clear();
-    loss = loss + spec_.moe.router_aux_loss_coef * aux.to(loss.scalar_type());
-  }
-  return loss;
+  return FusedLinearCrossEntropy(flat, w, lab, scale, spec_.final_logit_softcap);
 }
 
 }  // namespace shardtune::exec

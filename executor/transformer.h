@@ -164,7 +164,10 @@ class Transformer {
   at::Tensor Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                   int64_t dim) const;
   at::Tensor HeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
-  at::Tensor FusedHeadLoss(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
+  // The language-model loss of HeadLoss (before the MoE auxiliary loss): materialised logits, or
+  // the fused linear cross-entropy (options_.fused_loss).
+  at::Tensor CrossEntropy(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
+  at::Tensor FusedCrossEntropy(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
   int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
 
   model::ModelSpec spec_;

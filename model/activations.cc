@@ -425,8 +425,6 @@ ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
   const double upcast = (c.e == kFp32 ? 0 : c.e) + kFp32;
   led.fused_loss.chunk_row_bytes =
       v * std::max(upcast, c.spec.final_logit_softcap > 0 ? 2 * kFp32 : 0.0);
-  led.fused_loss.vocab = c.spec.vocab_size;
-  led.fused_loss.hidden = c.spec.hidden;
   return led;
 }
 

@@ -62,7 +62,6 @@ struct ActivationLedger {
     // Bytes per token live beyond the sub-graph's input while the chunks run: what was saved (the
     // final norm's tensors, the input gradient) and the norm's output the chunks read.
     double live_per_token = 0;
-    int64_t vocab = 0, hidden = 0;
   } fused_loss;
 };
 

@@ -313,18 +313,7 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
     }
   }
   if (loss_kernel == LossKernel::kFusedLinear) {
-    // The fused loss never materialises the logits, so nothing can hold them, and it multiplies by
-    // the head weight itself: an adapter on lm_head would need its own chunked path.
-    if (keep_logits) p.Add("keep_logits", "false with loss_kernel fused_linear (it never holds the logits)", "true");
-    if (role == Role::kInfer) {
-      p.Add("loss_kernel", "cross_entropy for role infer (forward only returns the logits)", "fused_linear");
-    }
-    for (size_t i = 0; i < lora.targets.size(); ++i) {
-      if (lora.enabled() && lora.targets[i] == "lm_head") {
-        p.Add("lora/targets/" + std::to_string(i),
-              "no lm_head adapter with loss_kernel fused_linear (use cross_entropy)", "\"lm_head\"");
-      }
-    }
+    for (const Conflict& c : FusedLossConflicts()) p.Add(c.key, c.expected, c.got);
   }
   if (world >= 1 && cp >= 1 && world % cp == 0) CheckShardGroup(*this, world, gpus_per_node, &p);
   CheckWrap(wrap, num_layers, &p);
@@ -332,6 +321,25 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",
            max_inflight_allgathers);
   return p.Take();
+}
+
+std::vector<Plan::Conflict> Plan::FusedLossConflicts() const {
+  std::vector<Conflict> out;
+  if (keep_logits) {
+    out.push_back({"keep_logits", "false with loss_kernel fused_linear (it never holds the logits)", "true"});
+  }
+  if (role == Role::kInfer) {
+    out.push_back({"loss_kernel", "cross_entropy for role infer (forward only returns the logits)",
+                   "fused_linear"});
+  }
+  for (size_t i = 0; i < lora.targets.size(); ++i) {
+    if (lora.enabled() && lora.targets[i] == "lm_head") {
+      out.push_back({"lora/targets/" + std::to_string(i),
+                     "no lm_head adapter with loss_kernel fused_linear (use cross_entropy)",
+                     "\"lm_head\""});
+    }
+  }
+  return out;
 }
 
 WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where) {

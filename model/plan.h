@@ -27,7 +27,7 @@ enum class BackwardPrefetch { kPre, kPost, kNone };
 enum class Optimizer { kAdamW, kSgd, kAdafactor };
 // How the optimizer's update is run; decides its temporaries (torch/optim/adam.py).
 enum class OptimizerImpl { kForeach, kFused, kForLoop };
-enum class Attention { kSdpa, kEager };
+enum class Attention { kSdpa, kEager };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
 // How the LM head and the cross-entropy run.
 //  kCrossEntropy: logits materialised ([B, S, V] in the compute dtype), upcast to fp32 when
 //                 loss_fp32_upcast, F.cross_entropy (HF ForCausalLMLoss, torchtitan).
@@ -36,7 +36,7 @@ enum class Attention { kSdpa, kEager };
 //                 src/liger_kernel/ops/fused_linear_cross_entropy.py; shardtune run's
 //                 executor/fused_loss.cc): only a chunk's logits ever exist; forward keeps the
 //                 input's gradient [B, S, H] and the head weight's [V, H] for backward.
-enum class LossKernel { kCrossEntropy, kFusedLinear };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
+enum class LossKernel { kCrossEntropy, kFusedLinear };
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
 // Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).
@@ -142,6 +142,14 @@ struct Plan {
   int DataParallel(int world) const { return cp > 0 ? world / cp : world; }
   // True when parameters have gradients at all: a training role with something trainable.
   bool Trains() const { return role == Role::kTrain; }
+  // What rules out loss_kernel fused_linear for this plan, as Problems() reports it: (key,
+  // expected, got) per conflict; empty when the fused loss can run. The fused loss never
+  // materialises the logits (nothing can hold them, a forward-only role returns them) and
+  // multiplies by the head weight itself (an adapter on lm_head would need its own chunked path).
+  struct Conflict {
+    std::string key, expected, got;
+  };
+  std::vector<Conflict> FusedLossConflicts() const;
   bool Sharded() const { return strategy != ShardingStrategy::kNoShard; }
   bool Hybrid() const {
     return strategy == ShardingStrategy::kHybridShard ||

@@ -168,14 +168,6 @@ std::string PlanKey(const Plan& p) {
 
 namespace {
 
-// The fused linear cross-entropy's own rules (Plan::Problems): no held logits, no lm_head
-// adapter, a training role.
-bool FusedLossFits(const Plan& p) {
-  if (p.keep_logits || !p.Trains()) return false;
-  if (!p.lora.enabled()) return true;
-  return std::find(p.lora.targets.begin(), p.lora.targets.end(), "lm_head") == p.lora.targets.end();
-}
-
 // cp suits the model and tiles the FSDP mesh (verl's and torchtitan's rules, Plan::Problems).
 bool CpFits(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const Plan& p) {
   int world = c.world_size(), gpn = c.gpus_per_node;
@@ -237,7 +229,7 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                     if (ep > 1 && !EpFits(spec, c, p)) continue;
                     for (auto lk : s.loss_kernels) {
                       p.loss_kernel = lk;
-                      if (lk == model::LossKernel::kFusedLinear && !FusedLossFits(p)) continue;
+                      if (lk == model::LossKernel::kFusedLinear && !p.FusedLossConflicts().empty()) continue;
                       out.push_back(p);
                     }
                   }

@@ -48,7 +48,7 @@ void Walker::ForwardCompute(int seg) {
       // Its weight gradient [V, H] is made at the start and kept to backward; the chunk loop's
       // logits and their fp32 copy come on top of what is live then (FusedLoss).
       fused_weight_grad_ = static_cast<int64_t>(fused.weight_grad_bytes);
-      const int64_t rows = model::FusedLinearChunkRows(static_cast<int64_t>(tokens_), fused.vocab, fused.hidden);
+      const int64_t rows = model::FusedLinearChunkRows(static_cast<int64_t>(tokens_), spec.vocab_size, spec.hidden);
       ws = std::max(ws, Tok(fused.live_per_token) + fused_weight_grad_ +
                             static_cast<int64_t>(fused.chunk_row_bytes * static_cast<double>(rows)));
     }
@@ -117,7 +117,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       Cur().memory_bytes =
           kElementwiseBackwardRatio *
               ((head_.elementwise_traffic_per_token - fused.chunk_traffic_per_token) * tokens_ +
-               static_cast<double>(e_param_) * static_cast<double>(fused.hidden) * tokens_) +
+               static_cast<double>(e_param_) * static_cast<double>(spec.hidden) * tokens_) +
           2.0 * fused.weight_grad_bytes;
     }
     Cur().host_kernels = static_cast<int16_t>(2 * head_.forward_ops);

@@ -149,7 +149,8 @@ TEST(ActivationsTest, FusedLinearLossKeepsGradientsNotLogits) {
   EXPECT_EQ(FusedLinearChunkRows(3, 512, 64), 1);
   // Gemma 2's soft-capping: at least the fp32 logits and their fp32 tanh derivative.
   ModelSpec g = FindModelPreset("gemma2-9b");
-  EXPECT_DOUBLE_EQ(ComputeHeadActivations(g, o).fused_loss.chunk_row_bytes, 8.0 * g.vocab_size);
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(g, o).fused_loss.chunk_row_bytes,
+                   8.0 * static_cast<double>(g.vocab_size));
 }
 
 TEST(ActivationsTest, HeldLogitsStayInSaved) {
