@@ -8,6 +8,31 @@
 
 namespace shardtune::exec {
 
+void CheckSplits(const at::Tensor& input, const at::Tensor& output,
+                 const std::vector<int64_t>& input_splits, const std::vector<int64_t>& output_splits,
+                 int size) {
+  auto sum = [](const std::vector<int64_t>& v) {
+    int64_t s = 0;
+    for (int64_t x : v) {
+      SHARDTUNE_CHECK(x >= 0) << "negative split " << x;
+      s += x;
+    }
+    return s;
+  };
+  SHARDTUNE_CHECK(static_cast<int>(input_splits.size()) == size &&
+                  static_cast<int>(output_splits.size()) == size)
+      << "all-to-all: " << input_splits.size() << " / " << output_splits.size() << " splits for "
+      << size << " ranks";
+  SHARDTUNE_CHECK(input.dim() >= 1 && output.dim() >= 1 && sum(input_splits) == input.size(0) &&
+                  sum(output_splits) == output.size(0))
+      << "all-to-all: splits do not sum to the rows";
+  SHARDTUNE_CHECK(input.is_contiguous() && output.is_contiguous() &&
+                  input.scalar_type() == output.scalar_type() &&
+                  input.device() == output.device() &&
+                  input.sizes().slice(1) == output.sizes().slice(1))
+      << "all-to-all: tensors differ in layout, dtype, device or row shape";
+}
+
 double MonotonicSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -66,6 +91,26 @@ class EmulatedCommunicator : public Communicator {
     // What every rank would send us if it held our data: its chunk `rank`, i.e. ours.
     at::Tensor mine = input.reshape({-1}).narrow(0, rank() * k, k).clone();
     output.view({size(), k}).copy_(mine.view({1, k}));
+    return Done(profiles::Collective::kAllToAll, input.nbytes(), t0);
+  }
+  std::unique_ptr<Work> AllToAllV(const at::Tensor& input, const at::Tensor& output,
+                                  const std::vector<int64_t>& input_splits,
+                                  const std::vector<int64_t>& output_splits) override {
+    CheckSplits(input, output, input_splits, output_splits, size());
+    double t0 = MonotonicSeconds();
+    // Every rank would send us its rows for us, i.e. our rows for `rank`.
+    int64_t from = 0;
+    for (int j = 0; j < rank(); ++j) from += input_splits[static_cast<size_t>(j)];
+    const int64_t n = input_splits[static_cast<size_t>(rank())];
+    at::Tensor mine = input.narrow(0, from, n).clone();
+    int64_t to = 0;
+    for (int j = 0; j < size(); ++j) {
+      SHARDTUNE_CHECK(output_splits[static_cast<size_t>(j)] == n)
+          << "emulated all-to-all: rank " << j << " sends " << n << " rows, not "
+          << output_splits[static_cast<size_t>(j)];
+      output.narrow(0, to, n).copy_(mine);
+      to += n;
+    }
     return Done(profiles::Collective::kAllToAll, input.nbytes(), t0);
   }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {

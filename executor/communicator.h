@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/collective_log.h"
 
@@ -54,6 +55,15 @@ class Communicator {
   // buffer, as nccl-tests' alltoall counts it) and sent bytes (n-1)/n S.
   // REQUIRES: both contiguous, same dtype, device and numel, numel divisible by size.
   virtual std::unique_ptr<Work> AllToAll(const at::Tensor& input, const at::Tensor& output) = 0;
+  // The uneven all-to-all over dim 0 (c10d all_to_all_single with split sizes, which
+  // torchtitan's expert-parallel token dispatcher calls): input rows [sum(input_splits), ...]
+  // go input_splits[j] rows to rank j, in rank order; output rows [sum(output_splits), ...]
+  // hold output_splits[j] rows from rank j, in rank order. Recorded with S = input.nbytes().
+  // REQUIRES: both contiguous, same dtype, device and row shape; size() splits each, >= 0,
+  // summing to the rows; every rank's input_splits[r] equals rank r's output_splits[this rank].
+  virtual std::unique_ptr<Work> AllToAllV(const at::Tensor& input, const at::Tensor& output,
+                                          const std::vector<int64_t>& input_splits,
+                                          const std::vector<int64_t>& output_splits) = 0;
   // t <- root's t, in place. REQUIRES: t contiguous, 0 <= root < size.
   virtual std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) = 0;
   // Returns when every rank of the group has called Barrier().
@@ -68,6 +78,12 @@ class Communicator {
   int size_ = 1;
   std::shared_ptr<CollectiveLog> log_;
 };
+
+// AllToAllV's REQUIRES as a check (an internal error when broken): `size` splits each, >= 0,
+// summing to the rows of input and output; contiguous tensors of one dtype, device and row shape.
+void CheckSplits(const at::Tensor& input, const at::Tensor& output,
+                 const std::vector<int64_t>& input_splits, const std::vector<int64_t>& output_splits,
+                 int size);
 
 // One rank (`rank`) of a group of `size` ranks, without any other process. Collectives produce
 // correctly sized results as if every rank held this rank's data: all-gather replicates the

@@ -43,8 +43,13 @@ FlatParam::FlatParam(const model::FsdpUnit& unit, const FlatParamOptions& o)
   at::NoGradGuard no_grad;
   at::Tensor full = at::zeros({padded_numel()}, at::kFloat);  // [padded] fp32, init only
   for (const ParamSlot& s : slots_) {
-    Transformer::InitParameter(s.name, o.seed, full.narrow(0, s.offset, s.numel).view(s.shape),
-                               o.norm_unit_offset);
+    at::Tensor slot = full.narrow(0, s.offset, s.numel).view(s.shape);
+    if (o.first_expert >= 0) {
+      Transformer::InitLocalExperts(s.name, o.seed, slot, o.first_expert, o.num_experts,
+                                    o.gated_experts);
+    } else {
+      Transformer::InitParameter(s.name, o.seed, slot, o.norm_unit_offset);
+    }
   }
   bool offload = o.offload_shard && o.device.is_cuda();
   SHARDTUNE_CHECK(!o.requires_grad || o.shard_dtype == at::kFloat)

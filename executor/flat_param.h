@@ -58,6 +58,11 @@ struct FlatParamOptions {
   // false: a frozen flat parameter (plan.frozen_prefixes, LoRA's base weights): its views do not
   // require grad, it gets no grad hooks, no gradient, no reduction and no optimizer state.
   bool requires_grad = true;
+  // An expert-parallel unit (module_tree.h, ep > 1): its tensors hold experts first_expert ..
+  // of num_experts, initialised by Transformer::InitLocalExperts (gated: SwiGLU experts). -1: not one.
+  int64_t first_expert = -1;
+  int64_t num_experts = 0;
+  bool gated_experts = true;
 };
 
 class FlatParam {

@@ -88,9 +88,10 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   Reduction r;
   r.unit = u;
   r.input = flat;
-  if (groups.shard->size() > 1) {
+  Communicator& shard = *shard_comms[i];
+  if (shard.size() > 1) {
     r.output = at::empty({unit.shard_numel()}, flat.options());
-    r.work = groups.shard->ReduceScatter(r.input, r.output);
+    r.work = shard.ReduceScatter(r.input, r.output);
   } else {
     r.output = flat;
     if (groups.replicate->size() > 1) {
@@ -113,7 +114,11 @@ void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
   r.input = at::Tensor();  // the flat gradient is no longer read
   // HSDP: the replicas' all-reduce of the reduce-scattered shard follows the reduce-scatter.
   if (groups.replicate->size() > 1 && !r.replicated) groups.replicate->AllReduce(r.output)->Wait();
-  // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients. With
+  // Sum over dp_world ranks, then divide: FSDP's ReduceOp.AVG for fp32 / bf16 gradients. An
+  // expert-parallel unit's gradient already holds its ep group's tokens (the all-to-alls'
+  // backward brought them); its efsdp reduce-scatter and the replicas' sum add the other ranks',
+  // so it is divided by dp_world too (torchtitan sets the experts' gradient_divide_factor to the
+  // data-parallel degree for this). With
   // cp the sum also runs over the cp ranks, whose losses are shares of one micro-batch's mean
   // (FsdpRuntime::Forward): their sum is that micro-batch's gradient, so the divisor stays
   // dp_world (verl and torchtitan average over dp x cp and scale the loss by cp instead).

@@ -40,6 +40,7 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   t.sdpa = plan.attention == model::Attention::kSdpa;
   t.selective = plan.checkpointing == model::Checkpointing::kSelective;
   t.fused_loss = plan.loss_kernel == model::LossKernel::kFusedLinear;
+  t.torchtitan = plan.modeling == model::Modeling::kTorchtitan;
   if (plan.lora.enabled()) t.lora_scale = plan.lora.alpha / plan.lora.rank;  // PEFT: alpha / r
   return t;
 }
@@ -56,7 +57,7 @@ std::string SegmentName(int s, int L) {
 // flat parameters (param_groups.h).
 std::vector<FlatParamGroup> NonEmptyGroups(const model::ModelSpec& spec, const model::Plan& plan) {
   std::vector<model::FsdpUnit> units;
-  for (model::FsdpUnit& u : model::BuildFsdpUnits(spec, plan.wrap)) {
+  for (model::FsdpUnit& u : model::BuildFsdpUnits(spec, plan.wrap, std::max(1, plan.ep))) {
     if (!u.params.empty()) units.push_back(std::move(u));
   }
   return SplitUnits(spec, units, plan);
@@ -81,13 +82,18 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     : impl_(std::make_unique<Impl>()),
       unit_specs_(Specs(NonEmptyGroups(spec, options.plan))),
       groups_(std::move(groups)),
-      transformer_(spec, ModelOptions(spec, options.plan), options.cp > 1 ? groups_.cp.get() : nullptr) {
+      transformer_(spec, ModelOptions(spec, options.plan), options.cp > 1 ? groups_.cp.get() : nullptr,
+                   options.plan.ep > 1 ? groups_.ep.get() : nullptr) {
   SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() ==
                   options.dp_world * options.cp)
       << "shard " << groups_.shard->size() << " x replicate " << groups_.replicate->size()
       << " != data-parallel world " << options.dp_world << " x cp " << options.cp;
   SHARDTUNE_CHECK(options.cp == 1 || (groups_.cp && groups_.cp->size() == options.cp))
       << "cp " << options.cp << " needs a cp group of that size";
+  const int ep = std::max(1, options.plan.ep);
+  SHARDTUNE_CHECK(ep == 1 || (groups_.ep && groups_.expert_shard && groups_.ep->size() == ep &&
+                              groups_.expert_shard->size() * ep == groups_.shard->size()))
+      << "ep " << ep << " needs an ep group of that size and an expert shard group of shard / ep";
   Impl& m = *impl_;
   m.options = options;
   m.groups = groups_;
@@ -114,6 +120,18 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   for (size_t u = 0; u < unit_specs_.size(); ++u) {
     const model::FsdpUnit& us = unit_specs_[u];
     FlatParamOptions gfo = fo;
+    Communicator* comm = groups_.shard.get();
+    if (us.expert_parallel) {
+      // This ep rank's experts, sharded over the efsdp ranks (torchtitan apply_fsdp).
+      comm = groups_.expert_shard.get();
+      gfo.shard_size = comm->size();
+      gfo.shard_rank = comm->rank();
+      const int64_t el = spec.moe.num_experts / ep;
+      gfo.first_expert = groups_.ep->rank() * el;
+      gfo.num_experts = spec.moe.num_experts;
+      gfo.gated_experts = spec.mlp == model::MlpKind::kSwiGlu;
+    }
+    m.shard_comms.push_back(comm);
     gfo.requires_grad = flat_groups[u].trainable;
     if (!gfo.requires_grad) gfo.shard_dtype = ToScalarType(plan.FrozenDtype());
     if (flat_groups[u].lora) gfo.param_dtype = ToScalarType(plan.lora.dtype);
@@ -156,7 +174,7 @@ std::vector<FlatParam*> FsdpRuntime::units() {
 void FsdpRuntime::Impl::Issue(int u) {
   size_t i = static_cast<size_t>(u);
   SHARDTUNE_CHECK(!units[i]->gathered() && !gathers[i]) << units[i]->name() << " already gathering";
-  gathers[i] = units[i]->BeginGather(*groups.shard);
+  gathers[i] = units[i]->BeginGather(*shard_comms[i]);
   if (gathers[i]) ++inflight_gathers;
 }
 

@@ -34,6 +34,13 @@ struct ProcessGroups {
   // rank = dp_index * cp + cp_index). Null or size 1: no cp. With cp_fsdp_mesh dp the cp ranks
   // are part of `replicate` (they hold the same shards and all-reduce their gradients).
   std::shared_ptr<Communicator> cp;
+  // Expert parallelism (plan.ep > 1, torchtitan's mesh: torchtitan/distributed/parallel_dims.py):
+  // `ep`, the ep consecutive ranks of the shard group whose tokens meet at each other's experts
+  // (an all-to-all per MoE layer and pass); `expert_shard`, the shard group's ranks with this
+  // rank's ep index (efsdp, strided by ep), over which the local experts' unit is sharded.
+  // Null: no expert parallelism.
+  std::shared_ptr<Communicator> ep;
+  std::shared_ptr<Communicator> expert_shard;
 };
 
 struct RuntimeOptions {

@@ -21,6 +21,9 @@ struct FsdpRuntime::Impl {
 
   std::vector<std::unique_ptr<FlatParam>> units;  // forward order
   std::vector<bool> reshard_after_forward;        // per unit
+  // Per unit: the group its shards live in (groups.shard, or groups.expert_shard for an
+  // expert-parallel unit).
+  std::vector<Communicator*> shard_comms;
   std::vector<std::unique_ptr<Work>> gathers;     // per unit: issued, not yet waited
   int inflight_gathers = 0;
   ParamTable table;                                          // every parameter, by name

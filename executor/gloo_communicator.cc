@@ -156,6 +156,27 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  std::unique_ptr<Work> AllToAllV(const at::Tensor& input, const at::Tensor& output,
+                                  const std::vector<int64_t>& input_splits,
+                                  const std::vector<int64_t>& output_splits) override {
+    CheckSplits(input, output, input_splits, output_splits, size());
+    double t0 = MonotonicSeconds();
+    int64_t row_bytes = input.size(0) > 0 ? static_cast<int64_t>(input.nbytes()) / input.size(0) : 0;
+    int64_t to_others = 0;
+    for (int j = 0; j < size(); ++j) {
+      if (j != rank()) to_others += input_splits[static_cast<size_t>(j)] * row_bytes;
+    }
+    auto w = Make(profiles::Collective::kAllToAll, input, t0, to_others);
+    // As bytes along the last dim (a 16-bit row becomes a row of bytes): dim 0 and the splits
+    // are unchanged (c10d computeLengthsAndOffsets: split x numel / rows per rank).
+    w->inputs = {AsWire(input)};
+    w->outputs = {AsWire(output)};
+    std::vector<int64_t> in = input_splits, out = output_splits;
+    return Issue(std::move(w), [&](GlooWork& g) {
+      return pg_->alltoall_base(g.outputs[0], g.inputs[0], out, in);
+    });
+  }
+
   std::unique_ptr<Work> AllReduce(const at::Tensor& t) override {
     double t0 = MonotonicSeconds();
     bool half = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;

@@ -208,6 +208,41 @@ class NcclCommunicator : public Communicator {
       return rc != ncclSuccess ? rc : end;
     });
   }
+  std::unique_ptr<Work> AllToAllV(const at::Tensor& input, const at::Tensor& output,
+                                  const std::vector<int64_t>& input_splits,
+                                  const std::vector<int64_t>& output_splits) override {
+    CheckSplits(input, output, input_splits, output_splits, size());
+    if (!input.is_cuda()) {
+      at::Tensor d_out = at::empty(output.sizes(), output.options().device(Device()));
+      return std::make_unique<StagedWork>(
+          AllToAllV(input.to(Device()), d_out, input_splits, output_splits), d_out, output);
+    }
+    // Grouped point-to-point sends and receives of each peer's rows, as c10d's
+    // ProcessGroupNCCL::alltoall_base with split sizes does (torch/csrc/cuda/nccl.cpp all2all_single_unequal_split).
+    return Run(profiles::Collective::kAllToAll, input, {input, output}, [&]() -> ncclResult_t {
+      const int64_t in_row = input.size(0) > 0 ? input.numel() / input.size(0) : 0;
+      const int64_t out_row = output.size(0) > 0 ? output.numel() / output.size(0) : 0;
+      const size_t esize = input.element_size();
+      ncclDataType_t type = NcclType(input.scalar_type());
+      const auto* send = static_cast<const char*>(input.data_ptr());
+      auto* recv = static_cast<char*>(output.data_ptr());
+      ncclResult_t rc = ncclGroupStart();
+      if (rc != ncclSuccess) return rc;
+      int64_t in_off = 0, out_off = 0;
+      for (int peer = 0; peer < size() && rc == ncclSuccess; ++peer) {
+        const size_t p = static_cast<size_t>(peer);
+        const size_t n_send = static_cast<size_t>(input_splits[p] * in_row);
+        const size_t n_recv = static_cast<size_t>(output_splits[p] * out_row);
+        if (n_send > 0) rc = ncclSend(send + in_off * esize, n_send, type, peer, comm_, stream_);
+        if (rc == ncclSuccess && n_recv > 0)
+          rc = ncclRecv(recv + out_off * esize, n_recv, type, peer, comm_, stream_);
+        in_off += static_cast<int64_t>(n_send);
+        out_off += static_cast<int64_t>(n_recv);
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
     if (!t.is_cuda()) {
       at::Tensor d = t.to(Device());

@@ -56,6 +56,7 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     g.groups.replicate = MakeEmulatedCommunicator("replicate", 0, 1, log);
     return g;
   }
+  const int ep = std::max(1, o.plan.ep);
   if (o.emulate_world > 0 || W == 1) {
     int n = o.emulate_world > 0 ? o.emulate_world : 1;
     int G = o.plan.ResolvedShardGroup(n, n);
@@ -63,6 +64,10 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     g.groups.shard = MakeEmulatedCommunicator("shard", 0, G, log);
     g.groups.replicate = MakeEmulatedCommunicator("replicate", 0, n / G, log);
     if (cp > 1) g.groups.cp = MakeEmulatedCommunicator("cp", 0, cp, log);
+    if (ep > 1) {
+      g.groups.ep = MakeEmulatedCommunicator("ep", 0, ep, log);
+      g.groups.expert_shard = MakeEmulatedCommunicator("expert_shard", 0, G / ep, log);
+    }
     return g;
   }
   RendezvousOptions ro{env.master_addr, env.master_port, rank, W, o.timeout_s};
@@ -97,6 +102,18 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     std::vector<int> cp_ranks;
     for (int c = 0; c < cp; ++c) cp_ranks.push_back(rank / cp * cp + c);
     g.groups.cp = make("cp", rank / cp, cp_ranks);
+  }
+  if (ep > 1) {
+    // Within the shard group (position s = m % G): ep = positions s/ep*ep .. +ep-1, efsdp =
+    // positions s % ep + j x ep (torchtitan's [efsdp, ep] split of dp_shard, ep innermost).
+    int s = m % G, E = G / ep;
+    auto global = [&](int pos) { return (m / G * G + pos) * stride + offset; };
+    std::vector<int> ep_ranks, efsdp;
+    for (int i = 0; i < ep; ++i) ep_ranks.push_back(global(s / ep * ep + i));
+    for (int j = 0; j < E; ++j) efsdp.push_back(global(s % ep + j * ep));
+    g.groups.ep = make("ep", shard_index * E + s / ep, ep_ranks);
+    g.groups.expert_shard = E > 1 ? make("expert_shard", shard_index * ep + s % ep, efsdp)
+                                  : MakeEmulatedCommunicator("expert_shard", 0, 1, log);
   }
   return g;
 }

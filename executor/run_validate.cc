@@ -11,6 +11,7 @@
 #include "executor/run.h"
 #include "executor/transformer_support.h"
 #include "model/errors.h"
+#include "model/expert_parallel.h"
 #include "model/trainable.h"
 
 namespace shardtune::exec {
@@ -47,6 +48,48 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
   }
   if (plan.param_dtype == model::DType::kFp16 || plan.reduce_dtype == model::DType::kFp16) {
     p.push_back("--precision/--reduce-dtype: fp16 is not supported on CPU (use bf16 or fp32)");
+  }
+  return p;
+}
+
+// `run --modeling torchtitan` (torchtitan_ops.h) and expert parallelism: what the executor runs
+// of torchtitan's model code, and the ep layouts it builds.
+std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_size) {
+  std::vector<std::string> p;
+  const model::Plan& plan = o.plan;
+  const model::ModelSpec& s = o.spec;
+  if (plan.modeling == model::Modeling::kTorchtitan) {
+    auto refuse = [&](const std::string& what) {
+      p.push_back("--modeling torchtitan: " + what + " (model " + s.name + "; use --modeling hf)");
+    };
+    if (s.norm_unit_offset || s.norm_weight_fp32) {
+      refuse("the executor runs torchtitan's RMSNorm (F.rms_norm); this model's norm (Gemma's 1 + w, "
+             "OLMo 2's fp32 weight product) is not built in that form");
+    }
+    if (s.moe.enabled() && s.moe.gpt_oss_experts) {
+      refuse("torchtitan's GPT-OSS MoE (models/gpt_oss/moe.py) is not built in the executor");
+    } else if (s.moe.enabled() && s.mlp_bias) {
+      refuse("torchtitan's GroupedExperts have no biases");
+    }
+    if (plan.lora.enabled()) refuse("torchtitan has no LoRA adapters");
+  }
+  if (plan.ep <= 1) return p;
+  int dp_world = o.emulate_world > 0 ? o.emulate_world : world_size;
+  for (std::string& e : model::EpProblems(s, plan, o.plan_name)) p.push_back(std::move(e));
+  if (plan.cp > 1) {
+    p.push_back("--ep " + std::to_string(plan.ep) + ": expected --cp 1 for shardtune run (expert "
+                "parallelism beside context parallelism is estimated, simulated and tuned, not run), "
+                "got --cp " + std::to_string(plan.cp));
+  }
+  int shard = plan.ResolvedShardGroup(dp_world, dp_world);
+  if (plan.cp <= 1 && (shard % plan.ep != 0)) {
+    p.push_back("--ep: expected a divisor of the shard group size " + std::to_string(shard) +
+                " (the ep ranks are consecutive ranks of one shard group), got " +
+                std::to_string(plan.ep));
+  }
+  if (o.export_full_state_dict) {
+    p.push_back("--export-full-state-dict: not built with --ep " + std::to_string(plan.ep) +
+                " (each ep rank holds other experts; use the sharded checkpoints)");
   }
   return p;
 }
@@ -97,13 +140,7 @@ void ValidateRun(const RunOptions& o, int world_size) {
                          o.spec.name + " (output_router_logits)");
     }
   }
-  if (o.plan.ep > 1) {
-    // The executor's MoE dispatch is local (every rank holds every expert); expert parallelism is
-    // estimated, simulated, tuned and exported, not run.
-    problems.push_back("--ep: expected 1 for shardtune run (the executor holds every expert on "
-                       "every rank; expert parallelism is modelled by estimate, simulate and tune, "
-                       "not run), got " + std::to_string(o.plan.ep));
-  }
+  for (std::string& p : TorchtitanRunProblems(o, world_size)) problems.push_back(std::move(p));
   if (o.steps < 1)
     problems.push_back("--steps: expected an integer >= 1, got " + std::to_string(o.steps));
   if (o.emulate_world < 0) {

@@ -17,6 +17,7 @@
 #include "executor/communicator.h"
 #include "executor/fused_loss.h"
 #include "executor/transformer_support.h"
+#include "executor/torchtitan_ops.h"
 #include "executor/ulysses.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
@@ -121,6 +122,11 @@ at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
   return at::silu(in[0]) * in[1];
 }
 
+// torchtitan's RMSNorm (F.rms_norm, torchtitan_ops.h). inputs: x, weight.
+at::Tensor FusedRmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
+  return FusedRmsNorm(in[0], in[1], eps);
+}
+
 // GPT-2 gelu_new (tanh != 0), NeoX exact GELU. inputs: the up projection's output.
 at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
   return at::gelu(in[0], tanh != 0 ? "tanh" : "none");
@@ -128,8 +134,13 @@ at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
 
 }  // namespace
 
-Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp)
-    : spec_(spec), options_(options), cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
+Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp,
+                         Communicator* ep)
+    : spec_(spec),
+      options_(options),
+      cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr),
+      ep_(ep != nullptr && ep->size() > 1 ? ep : nullptr) {
+  SHARDTUNE_CHECK(ep_ == nullptr || options_.torchtitan) << "expert parallelism runs torchtitan's MoE";
   spec_.FillDefaults();
   SHARDTUNE_CHECK(TransformerSupportProblem(spec_).empty()) << TransformerSupportProblem(spec_);
   if (cp_ != nullptr) {
@@ -167,6 +178,28 @@ void Transformer::InitParameter(const std::string& name, uint64_t seed, const at
   } else {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
     full.normal_(0.0, 0.02, gen);
+  }
+}
+
+void Transformer::InitLocalExperts(const std::string& name, uint64_t seed, const at::Tensor& full,
+                                   int64_t first_expert, int64_t num_experts, bool gated) {
+  at::NoGradGuard no_grad;
+  const size_t dot = name.rfind('.');
+  SHARDTUNE_CHECK(dot != std::string::npos) << name;
+  const std::string experts = name.substr(0, dot), tensor = name.substr(dot + 1);
+  const int64_t el = full.size(0);
+  SHARDTUNE_CHECK(first_expert >= 0 && first_expert + el <= num_experts) << name;
+  if (tensor != "w1" && tensor != "w2" && tensor != "w3") {
+    // GPT-OSS's own [E, ...] tensors: this rank's slice of the whole tensor's initial value.
+    at::Tensor all = at::empty({num_experts, full.size(1)}, full.options());
+    InitParameter(name, seed, all);
+    full.copy_(all.narrow(0, first_expert, el));
+    return;
+  }
+  const std::string hf = tensor == "w2" ? "down_proj" : tensor == "w3" || !gated ? "up_proj" : "gate_proj";
+  for (int64_t i = 0; i < el; ++i) {
+    InitParameter(experts + "." + std::to_string(first_expert + i) + "." + hf + ".weight", seed,
+                  full.select(0, i));
   }
 }
 
@@ -209,6 +242,7 @@ Transformer::Piece Transformer::NormPiece(const ParamTable& p, const std::string
                                           const at::Tensor& x) const {
   Piece piece{spec_.norm_unit_offset   ? &RmsNormUnitOffsetPiece
                : spec_.norm_weight_fp32 ? &RmsNormFp32WeightPiece
+               : options_.torchtitan    ? &FusedRmsNormPiece
                                         : &RmsNormPiece,
               options_.norm_eps,
               {x, Get(p, name + ".weight")}};
@@ -297,6 +331,7 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 // back; the shared expert (Qwen2-MoE) runs on every token, scaled by sigmoid(its gate).
 at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x) const {
   const model::MoeSpec& m = spec_.moe;
+  if (options_.torchtitan) return TorchtitanMoe(p, pre, x);
   if (m.gpt_oss_experts) return GptOssMoe(p, pre, x);
   at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
   at::Tensor weights, chosen;                                              // [T, k]
@@ -318,6 +353,69 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     std::string ep = pre + ".experts." + std::to_string(e);
     return MlpDown(p, ep, MlpUp(p, ep, rows));
   });
+  if (m.num_shared_experts > 0) {
+    std::string sp = pre + ".shared_expert";
+    at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
+    if (m.shared_expert_gate) {
+      s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
+    }
+    out = out + s;
+  }
+  return out.view_as(x);
+}
+
+at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pre,
+                                      const at::Tensor& x) const {
+  const model::MoeSpec& m = spec_.moe;
+  const int64_t H = spec_.hidden, E = m.num_experts;
+  const int64_t F = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : spec_.ffn_hidden;
+  at::Tensor flat = x.reshape({-1, H});  // [T, H]
+  at::Tensor scores, ids;                // [T, k]: fp32 routing scores, expert indices
+  if (m.deepseek_router) {
+    std::tie(ids, scores) = DeepseekRoute(p, pre, flat);
+  } else {
+    // with torch.autocast(dtype=float32): scores = gate(x); softmax in fp32; topk (sorted=False)
+    // picks, gather takes the scores; route_norm divides by their sum + 1e-20.
+    at::Tensor logits = at::linear(flat.to(at::kFloat), Get(p, pre + ".gate.weight").to(at::kFloat));
+    at::Tensor probs = at::softmax(logits, -1);
+    {
+      at::NoGradGuard no_grad;
+      ids = std::get<1>(at::topk(probs, m.top_k, -1, /*largest=*/true, /*sorted=*/false));
+    }
+    scores = probs.gather(1, ids);
+    if (m.norm_topk_prob) scores = scores / (scores.sum(-1, /*keepdim=*/true) + 1e-20);
+  }
+  RoutedTokens routed = DispatchTokens(flat, scores, ids, E, ep_);
+  const int64_t el = static_cast<int64_t>(routed.per_expert.size());
+  const int64_t first = ep_ != nullptr ? ep_->rank() * el : 0;
+  // GroupedExperts' [el, F, H] / [el, H, F] tensors (ep > 1), else HF's per-expert modules; both
+  // run through the HF MLP code on a table of the expert's own matrices.
+  const bool grouped = p.count(pre + ".experts.w1") > 0;
+  const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
+  at::Tensor w1, w2, w3;
+  if (grouped) {
+    w1 = Get(p, pre + ".experts.w1").view({el, F, H});
+    w2 = Get(p, pre + ".experts.w2").view({el, H, F});
+    if (gated) w3 = Get(p, pre + ".experts.w3").view({el, F, H});
+  }
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (int64_t i = 0; i < el; ++i) {
+    const int64_t n = routed.per_expert[static_cast<size_t>(i)];
+    at::Tensor rows = routed.rows.narrow(0, offset, n);
+    offset += n;
+    std::string name = pre + ".experts." + std::to_string(first + i);
+    if (!grouped) {
+      outs.push_back(MlpDown(p, name, MlpUp(p, name, rows)));
+      continue;
+    }
+    ParamTable local;
+    local[name + (gated ? ".gate_proj.weight" : ".up_proj.weight")] = w1.select(0, i);
+    if (gated) local[name + ".up_proj.weight"] = w3.select(0, i);
+    local[name + ".down_proj.weight"] = w2.select(0, i);
+    outs.push_back(MlpDown(local, name, MlpUp(local, name, rows)));
+  }
+  at::Tensor out = CombineTokens(outs.size() == 1 ? outs[0] : at::cat(outs, 0), routed, flat, ep_);
   if (m.num_shared_experts > 0) {
     std::string sp = pre + ".shared_expert";
     at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));

@@ -45,13 +45,23 @@ struct TransformerOptions {
   // The LM head and loss as the fused linear cross-entropy (plan loss_kernel fused_linear,
   // fused_loss.h): the logits are never materialised whole.
   bool fused_loss = false;
+  // torchtitan's model code where it saves other tensors than transformers' (plan modeling
+  // torchtitan, torchtitan_ops.h): RMSNorm as F.rms_norm, the MoE as torchtitan's router, token
+  // dispatcher and experts (no HF auxiliary loss; torchtitan's aux-loss-free expert bias is not
+  // updated). Rotary and attention stay as transformers computes them (CosSinRoPE computes the
+  // same rotation in fp32; neither saves anything per token).
+  bool torchtitan = false;
 };
 
 class Transformer {
  public:
   // REQUIRES: spec valid (Problems() empty) and TransformerSupportProblem(spec) empty; with a cp
   // group of size > 1 (not owned, outlives this), UlyssesProblem(spec, cp size) empty.
-  Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp = nullptr);
+  // With an ep group of size > 1 (torchtitan only, expert parallelism) the MoE blocks hold
+  // num_experts / ep local experts in torchtitan's layout (module_tree.h, ep > 1) and exchange
+  // tokens with the group's ranks.
+  Transformer(const model::ModelSpec& spec, TransformerOptions options, Communicator* cp = nullptr,
+              Communicator* ep = nullptr);
   // The tensor shape of a parameter named as in module_tree.cc: [dim0] when inner == 1, else
   // [dim0, inner] (Linear [out, in], Conv1D [in, out], Embedding [V, H]).
   static std::vector<int64_t> Shape(int64_t dim0, int64_t inner);
@@ -63,6 +73,13 @@ class Transformer {
   // norm_unit_offset (Gemma's (1 + w) norms): norm weights start at 0 instead of 1.
   static void InitParameter(const std::string& name, uint64_t seed, const at::Tensor& full,
                             bool norm_unit_offset = false);
+  // A local-experts tensor of an expert-parallel unit ("<moe>.experts.w1|w2|w3", or GPT-OSS's
+  // 3-D names), full [el, ...] holding experts first_expert .. first_expert + el - 1 of
+  // num_experts: each slice initialised as InitParameter initialises that expert's HF tensor
+  // (w1 = gate_proj, or up_proj without a gate; w3 = up_proj; w2 = down_proj; GPT-OSS's slices of
+  // its [E, ...] tensors), so values do not depend on ep.
+  static void InitLocalExperts(const std::string& name, uint64_t seed, const at::Tensor& full,
+                               int64_t first_expert, int64_t num_experts, bool gated);
 
   // Forward of segment `segment` (module_tree.h numbering). Segment 0 takes tokens [B, S] int64
   // and returns hidden [B, S, H]; blocks and the final norm map hidden to hidden; the head
@@ -152,6 +169,10 @@ class Transformer {
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
 
   at::Tensor GptOssMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate
+  // in fp32 under autocast, softmax, top-k, route_norm as norm_topk_prob; DeepSeek's router as
+  // DeepseekRoute), DispatchTokens, each local expert on its rows, CombineTokens, shared experts.
+  at::Tensor TorchtitanMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;
   at::Tensor MlpDown(const ParamTable& p, const std::string& prefix,
@@ -174,6 +195,7 @@ class Transformer {
   TransformerOptions options_;
   bool gpt2_names_ = false;  // learned positions: GPT-2's module names and Conv1D layout
   Communicator* cp_ = nullptr;  // Ulysses group (size > 1), or null
+  Communicator* ep_ = nullptr;  // expert-parallel group (size > 1), or null
   // outputs.router_logits of the micro-batch in flight (spec.moe.router_aux_loss); Segment is
   // const (a pure function of its inputs but for this record).
   mutable std::vector<at::Tensor> router_logits_;

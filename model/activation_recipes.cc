@@ -14,10 +14,6 @@ namespace {
 bool Has(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
-// Module `m`'s weight requires grad; some parameter of `m` (weight or bias) does.
-bool WeightTrains(const Ctx& c, const std::string& m) {
-  return c.t.all_params_train || Has(c.t.trainable, m + ".weight");
-}
 
 // PEFT LoraLayer Linear.forward (peft/tuners/lora/layer.py): result = base_layer(x); then
 // result = result + lora_B(lora_A(dropout(x))) * scaling. lora_dropout 0 is nn.Identity and
@@ -56,6 +52,10 @@ int LoraAdapter(Ctx& c, int x, int base, double out, double copies, const std::s
 }
 
 }  // namespace
+
+bool WeightTrains(const Ctx& c, const std::string& m) {
+  return c.t.all_params_train || Has(c.t.trainable, m + ".weight");
+}
 
 bool AnyTrains(const Ctx& c, const std::string& m) {
   if (c.t.all_params_train) return true;

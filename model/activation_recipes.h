@@ -31,6 +31,8 @@ bool Gpt2(const Ctx& c);
 // `copies`: routed copies per token (MoE experts: top_k).
 int Linear(Ctx& c, int x, double out_features, const std::string& name, const std::string& module,
            double copies = 1);
+// Module `m`'s weight requires grad.
+bool WeightTrains(const Ctx& c, const std::string& m);
 // Some parameter of module `m` (weight or bias; any name under "m.") requires grad.
 bool AnyTrains(const Ctx& c, const std::string& m);
 // RMSNorm or LayerNorm as the spec says.

@@ -173,9 +173,32 @@ int Moe(Ctx& c, int x) {
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
   int probs;  // the routing weights the experts' outputs are scaled by
   double weight_bytes = c.e;  // per element of the weighted expert outputs
+  const bool tt = c.opt.modeling == Modeling::kTorchtitan;
   if (m.deepseek_router) {
     probs = DeepseekRouter(c, x);
     weight_bytes = kFp32;  // bf16 expert output x fp32 weight promotes
+  } else if (tt) {
+    // TokenChoiceTopKRouter: `with torch.autocast(dtype=float32): scores = self.gate(x)`; the
+    // autocast cast of x is what the gate's matmul saves for its weight gradient (the weight's
+    // fp32 copy [E, H] is per layer, not per token), softmax in fp32 saves its output.
+    int x32 = x;
+    if (c.e != kFp32) {
+      x32 = c.g.Tensor("moe.router input to(float32) (autocast)", kFp32 * h);
+      c.g.Op("moe.router autocast cast", {x}, x32, {});
+    }
+    int logits = c.g.Tensor("moe.router logits (fp32)", kFp32 * m.num_experts);
+    c.g.Op("moe.router (fp32)", {x32}, logits, {{x32, SavedFor::kParamGrad}});
+    c.g.MarkComputeBound();
+    c.g.SetParam(m.num_experts * h, WeightTrains(c, "block_sparse_moe.gate"),
+                 AnyTrains(c, "block_sparse_moe.gate"));
+    int softmax = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
+    c.g.Op("moe.softmax", {logits}, softmax, {softmax});
+    // topk (under no grad in effect: its values are dropped) picks, gather saves the int64
+    // indices and returns the k scores, route_norm divides them by their sum.
+    int ids = c.g.Tensor("moe.router top-k expert ids (int64)", 8 * k);
+    c.g.Op("moe.router topk", {softmax}, ids, {});
+    probs = c.g.Tensor("moe.router top-k scores (fp32)", kFp32 * k);
+    c.g.Op("moe.router gather", {softmax, ids}, probs, {ids});
   } else {
     int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
     probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
@@ -185,7 +208,16 @@ int Moe(Ctx& c, int x) {
   // argsort: a few [T, top_k] tensors).
   int mask = c.opt.modeling == Modeling::kHf ? ExpertMask(c, k, m.num_experts) : -1;
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
-  c.g.Op("moe.gather", {x, probs}, gathered, {});
+  int token_index = -1;
+  if (tt) {
+    // _local_reorder: argsort of the expert ids, x[token_indices_experts_sorted] saves the int64
+    // indices (the combine's scatter_add saves an expanded view of the same tensor).
+    token_index = c.g.Tensor("moe.token_indices_experts_sorted (int64)", 8 * k);
+    c.g.Op("moe.argsort", {}, token_index, {});
+    c.g.Op("moe.gather", {x, token_index}, gathered, {token_index});
+  } else {
+    c.g.Op("moe.gather", {x, probs}, gathered, {});
+  }
   const bool ep = c.opt.ep > 1 && c.opt.modeling == Modeling::kTorchtitan;
   int perm = -1;
   if (ep) {
@@ -212,6 +244,19 @@ int Moe(Ctx& c, int x) {
     c.g.MarkComputeBound();
     expert_out = back;
   }
+  if (tt) {
+    // LocalTokenDispatcher.combine: (routed_output.to(float32) * topk_scores_experts_sorted)
+    // .to(dtype): the mul saves the fp32 copy (for the scores' gradient) and the sorted scores.
+    weight_bytes = kFp32;
+    if (c.e != kFp32) {
+      int up = c.g.Tensor("moe.expert output to(float32)", kFp32 * h * k);
+      c.g.Op("moe.combine to(float32)", {expert_out}, up, {});
+      expert_out = up;
+    }
+    int sorted = c.g.Tensor("moe.topk_scores_experts_sorted (fp32)", kFp32 * k);
+    c.g.Op("moe.scores sort", {probs, token_index}, sorted, {});
+    probs = sorted;
+  }
   int weighted = c.g.Tensor("moe.weighted expert output", weight_bytes * h * k);
   c.g.Op("moe.scale by routing weight", {expert_out, probs}, weighted,
          {{expert_out, 1}, {probs, 0}});
@@ -223,7 +268,9 @@ int Moe(Ctx& c, int x) {
   int out = c.g.Tensor("moe.combined output", c.e * h);
   std::vector<int> add_inputs{weighted};
   if (mask >= 0) add_inputs.push_back(mask);  // the mask lives through the expert loop
-  c.g.Op("moe.index_add", add_inputs, out, {});
+  if (token_index >= 0) add_inputs.push_back(token_index);
+  c.g.Op(tt ? "moe.scatter_add" : "moe.index_add", add_inputs, out,
+         token_index >= 0 ? std::vector<SavedFor>{{token_index}} : std::vector<SavedFor>{});
   if (m.num_shared_experts > 0) {
     double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
     int shared = DenseMlp(c, x, fs * m.num_shared_experts, 1.0, "moe.shared_expert",
@@ -474,8 +521,8 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   }
   ActivationLedger led = c.g.Run(x, loss, trainability.input_requires_grad);
   for (auto& t : led.saved) {
-    bool logits = t.name == "lm_head output" || t.name == "softcapped logits";
-    if (logits && opt.keep_logits) t.name = "logits held by the caller";
+    bool is_logits = t.name == "lm_head output" || t.name == "softcapped logits";
+    if (is_logits && opt.keep_logits) t.name = "logits held by the caller";
   }
   return led;
 }

@@ -155,7 +155,7 @@ void ReadCommunication(StrictReader& top, Measurements* m, std::vector<std::stri
   ForEach(top, "collectives", p, [&](StrictReader& e) {
     MeasuredCollective c;
     c.kind = KindFromName(e.RequiredEnum("kind", {kCollectiveNames.begin(), kCollectiveNames.end()}));
-    c.group = e.RequiredEnum("group", {"world", "shard", "replicate", "cp"});
+    c.group = e.RequiredEnum("group", {"world", "shard", "replicate", "cp", "ep", "expert_shard"});
     c.group_size = static_cast<int>(e.RequiredInt("group_size", 1, 1 << 24));
     c.bytes = e.RequiredInt("bytes", 0, kMaxCount);
     c.count = e.RequiredInt("count", 1, kMaxCount);

@@ -49,14 +49,22 @@ double PredictedSeconds(const ComputeWork& w, const profiles::GpuSpec& gpu, mode
   return t + (w.ops - 1) * k.compute_op_overhead.count();
 }
 
-// The ranks of a measured group: the executor's shard groups and cp groups are consecutive ranks
-// (cp innermost: rank = dp_index x cp + cp_index), its replicate groups ranks i, i+G, ...
-// (executor/README.md "Semantics"), the world all ranks.
+// The ranks of a measured group: the executor's shard groups, cp groups and ep groups are
+// consecutive ranks (cp innermost: rank = dp_index x cp + cp_index; ep innermost in the shard
+// group), its replicate groups ranks i, i+G, ..., its expert shard groups ranks i, i+ep, ...
+// within a shard group (executor/README.md "Semantics"), the world all ranks.
 std::vector<int> GroupRanks(const profiles::Topology& topo, const model::MeasuredCollective& c, int world,
                             int shard_group) {
   if (c.group == "replicate") return topo.ReplicaGroup(std::max(1, shard_group), 0);
   if (c.group == "cp" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
   if (c.group == "shard" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
+  if (c.group == "ep" && c.group_size < world) return topo.ShardGroup(c.group_size, 0);
+  if (c.group == "expert_shard" && c.group_size > 1) {
+    const int ep = std::max(1, std::max(1, shard_group) / c.group_size);
+    std::vector<int> ranks;
+    for (int i = 0; i < c.group_size; ++i) ranks.push_back(i * ep);
+    return ranks;
+  }
   std::vector<int> all(static_cast<size_t>(std::min(world, c.group_size)));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   return all;

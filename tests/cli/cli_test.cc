@@ -85,8 +85,14 @@ TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
                      "expected 1 for llama3-8b");
   ExpectOneLineError(RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --global-batch 8 --ep 2"),
                      "use --modeling torchtitan");
+  // run trains ep > 1 with torchtitan's code (run_equivalence_test.cc); what it refuses:
   ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --ep 2 --out " + TempPath("ep_run")),
-                     "--ep: expected 1 for shardtune run");
+                     "a dense model has no experts to split");
+  ExpectOneLineError(RunCli("run --model qwen3-30b-a3b --steps 1 --ep 2 --out " + TempPath("ep_run")),
+                     "use --modeling torchtitan");
+  ExpectOneLineError(RunCli("run --model qwen3-30b-a3b --modeling torchtitan --steps 1 --ep 2 --out " +
+                            TempPath("ep_run")),
+                     "--ep: expected a divisor of the shard group size 1");
   // tune searches ep and says per ep whether it fits and how fast its best plan is.
   r = RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --modeling torchtitan --global-batch 16 "
              "--seq-len 2048 --cp-sizes 1 --json");

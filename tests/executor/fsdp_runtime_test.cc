@@ -30,7 +30,7 @@ model::ModelSpec Spec(const std::string& file) {
 ProcessGroups Emulated(int shard, int replicate, std::shared_ptr<CollectiveLog> log) {
   return {MakeEmulatedCommunicator("world", 0, 1, log),
           MakeEmulatedCommunicator("shard", 0, shard, log),
-          MakeEmulatedCommunicator("replicate", 0, replicate, log), nullptr};
+          MakeEmulatedCommunicator("replicate", 0, replicate, log), nullptr, nullptr, nullptr};
 }
 
 struct Batch {
@@ -222,6 +222,11 @@ class FailingReduceScatter : public Communicator {
   std::unique_ptr<Work> AllToAll(const at::Tensor& in, const at::Tensor& out) override {
     return inner_->AllToAll(in, out);
   }
+  std::unique_ptr<Work> AllToAllV(const at::Tensor& in, const at::Tensor& out,
+                                  const std::vector<int64_t>& in_splits,
+                                  const std::vector<int64_t>& out_splits) override {
+    return inner_->AllToAllV(in, out, in_splits, out_splits);
+  }
   std::unique_ptr<Work> Broadcast(const at::Tensor& t, int root) override {
     return inner_->Broadcast(t, root);
   }
@@ -240,7 +245,7 @@ TEST(ExecutorFsdpRuntimeErrorTest, CollectiveFailureInsideBackwardHookSurfacesAs
   Recorder rec;
   ProcessGroups g{MakeEmulatedCommunicator("world", 0, 1, log),
                   std::make_shared<FailingReduceScatter>(log),
-                  MakeEmulatedCommunicator("replicate", 0, 1, log), nullptr};
+                  MakeEmulatedCommunicator("replicate", 0, 1, log), nullptr, nullptr, nullptr};
   FsdpRuntime rt(spec, {PlanOf(c), 2, kSeed, at::kCPU}, g, &rec);
   Batch b = MakeBatch(spec, 1, 16, 6);
   at::Tensor loss = rt.Forward(b.tokens, b.labels);

@@ -103,8 +103,13 @@ ParamTable LargerMlp(ParamTable p) {
   return p;
 }
 
-at::Tensor BlockOut(const model::ModelSpec& spec, const ParamTable& p, const at::Tensor& x) {
-  Transformer t(spec, TransformerOptions{});
+// `torchtitan`: torchtitan's model code (TransformerOptions::torchtitan: fused RMSNorm, its
+// router, token dispatcher and combine), for the MoE block and its dense reference alike.
+at::Tensor BlockOut(const model::ModelSpec& spec, const ParamTable& p, const at::Tensor& x,
+                    bool torchtitan) {
+  TransformerOptions o;
+  o.torchtitan = torchtitan;
+  Transformer t(spec, o);
   return t.Segment(p, model::BlockSegment(0), x, at::Tensor());
 }
 
@@ -113,8 +118,12 @@ struct Seeded {
   Seeded() { at::manual_seed(11); }
 };
 
-class MoeReferenceTest : public ::testing::Test {
+// Param: torchtitan's model code (true) or transformers' (false).
+class MoeReferenceTest : public ::testing::TestWithParam<bool> {
  protected:
+  at::Tensor BlockOut(const model::ModelSpec& spec, const ParamTable& p, const at::Tensor& x) {
+    return exec::BlockOut(spec, p, x, GetParam());
+  }
   Seeded seeded_;
   model::ModelSpec dense_ = Dense();
   ParamTable dense_params_ = LargerMlp(Params(dense_));
@@ -127,26 +136,26 @@ class MoeReferenceTest : public ::testing::Test {
   }
 };
 
-TEST_F(MoeReferenceTest, OneExpertIsTheDenseBlock) {
+TEST_P(MoeReferenceTest, OneExpertIsTheDenseBlock) {
   model::ModelSpec m = Moe(1, 1, true, false);
   at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
   EXPECT_TRUE(at::allclose(got, DenseOut(), 1e-5, 1e-6));
 }
 
-TEST_F(MoeReferenceTest, RenormalisedTopKOfIdenticalExpertsIsTheDenseBlock) {
+TEST_P(MoeReferenceTest, RenormalisedTopKOfIdenticalExpertsIsTheDenseBlock) {
   model::ModelSpec m = Moe(3, 2, true, false);
   at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
   EXPECT_TRUE(at::allclose(got, DenseOut(), 1e-5, 1e-6));
   EXPECT_FALSE(at::allclose(got, DenseOut(2.0 / 3), 1e-5, 1e-6));
 }
 
-TEST_F(MoeReferenceTest, UnnormalisedTopKWeighsEachExpertByItsSoftmax) {
+TEST_P(MoeReferenceTest, UnnormalisedTopKWeighsEachExpertByItsSoftmax) {
   model::ModelSpec m = Moe(3, 2, false, false);
   at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
   EXPECT_TRUE(at::allclose(got, DenseOut(2.0 / 3), 1e-5, 1e-6));
 }
 
-TEST_F(MoeReferenceTest, GatedSharedExpertAddsHalfItsOutput) {
+TEST_P(MoeReferenceTest, GatedSharedExpertAddsHalfItsOutput) {
   model::ModelSpec m = Moe(1, 1, true, true);
   at::Tensor got = BlockOut(m, FromDense(m, dense_params_), x_);
   EXPECT_TRUE(at::allclose(got, DenseOut(1.5), 1e-5, 1e-6));
@@ -156,7 +165,7 @@ TEST_F(MoeReferenceTest, GatedSharedExpertAddsHalfItsOutput) {
 // router. Renormalised top 1 weighs the chosen expert by 1, so each token's output is exactly the
 // dense block's or the x 3 block's, never a mixture, and (for this seed) both occur: a token
 // dispatched to the wrong expert's rows or scattered to another token's row would break it.
-TEST_F(MoeReferenceTest, TokensReachOnlyTheExpertsTheyChose) {
+TEST_P(MoeReferenceTest, TokensReachOnlyTheExpertsTheyChose) {
   model::ModelSpec m = Moe(2, 1, true, false);
   ParamTable p = FromDense(m, dense_params_);
   std::string e0 = "model.layers.0.block_sparse_moe.experts.0.down_proj.weight";
@@ -171,6 +180,11 @@ TEST_F(MoeReferenceTest, TokensReachOnlyTheExpertsTheyChose) {
   EXPECT_TRUE(d1.lt(1e-5).any().item<bool>());
   EXPECT_TRUE(d3.lt(1e-5).any().item<bool>());
 }
+
+INSTANTIATE_TEST_SUITE_P(Modeling, MoeReferenceTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("torchtitan") : std::string("hf");
+                         });
 
 }  // namespace
 }  // namespace shardtune::exec

@@ -102,7 +102,7 @@ TEST(RotaryTest, FrequenciesFollowThetaAndLlama3AndLinearScaling) {
 // truncate; the attention factor from get_mscale.
 std::vector<double> YarnReference(int64_t D, double theta, const model::RopeScaling& r, int64_t max_pos,
                                   double* attention) {
-  const double factor = r.original_given ? static_cast<double>(max_pos) / r.original_max_position_embeddings : r.factor;
+  const double factor = r.original_given ? static_cast<double>(max_pos) / static_cast<double>(r.original_max_position_embeddings) : r.factor;
   const double original = r.original_given ? static_cast<double>(r.original_max_position_embeddings)
                                            : static_cast<double>(max_pos);
   auto corr = [&](double rot) {

@@ -51,8 +51,9 @@ std::vector<std::string> CommonArgs(const Case& c, const std::string& out, int g
                              "--precision",
                              "fp32"};
   for (size_t i = 0; i < c.flags.size(); ++i) {
-    // One rank has one shard group: the reference run leaves the group size to its default.
-    if (c.flags[i] == "--shard-group" && reference) {
+    // One rank has one shard group (and no ep group): the reference run leaves the group size
+    // to its default and holds every expert.
+    if ((c.flags[i] == "--shard-group" || c.flags[i] == "--ep") && reference) {
       ++i;
       continue;
     }
@@ -177,6 +178,24 @@ INSTANTIATE_TEST_SUITE_P(
                            "micro-qwen-moe-aux.model.json",
                            2,
                            {"--strategy", "full_shard", "--checkpointing", "full"}},
+                      // torchtitan's model code (fused RMSNorm, the MoE's token dispatcher) and
+                      // expert parallelism (issue #20): ep 2 over 2 ranks (each holds 3 of 6
+                      // experts, no efsdp sharding), ep 2 x efsdp 2 over 4 ranks with
+                      // recompute (the all-to-alls rerun in backward), HSDP 2 x 2 with ep 2.
+                      Case{"torchtitan_moe_ep2",
+                           "micro-qwen-moe.model.json",
+                           2,
+                           {"--strategy", "full_shard", "--modeling", "torchtitan", "--ep", "2"}},
+                      Case{"torchtitan_moe_ep2_efsdp2_recompute",
+                           "micro-qwen-moe.model.json",
+                           4,
+                           {"--strategy", "full_shard", "--modeling", "torchtitan", "--ep", "2",
+                            "--checkpointing", "full"}},
+                      Case{"torchtitan_deepseek_ep2_hsdp_selective",
+                           "micro-deepseek-v3.model.json",
+                           4,
+                           {"--strategy", "hybrid_shard", "--shard-group", "2", "--modeling",
+                            "torchtitan", "--ep", "2", "--checkpointing", "selective"}},
                       // The fused linear cross-entropy (issue #21): a separate head unit, a
                       // tied head (two gradients for one weight) with soft-capping (Gemma 2).
                       Case{"fused_loss_own_head_unit_no_sync",

@@ -78,7 +78,9 @@ TEST(ExpertParallelTest, LocalExpertsAreOneUnitPerLayer) {
       const FsdpUnit& u = units[i];
       total += u.NumParams();
       for (const auto& prm : u.params) {
-        if (!u.expert_parallel) EXPECT_EQ(prm.name.find(".experts."), std::string::npos) << prm.name;
+        if (!u.expert_parallel) {
+          EXPECT_EQ(prm.name.find(".experts."), std::string::npos) << prm.name;
+        }
       }
       if (!u.expert_parallel) continue;
       ++ep_units;
@@ -158,6 +160,47 @@ TEST(ExpertParallelTest, DispatchSavesThePermutationOnTop) {
   BlockActivations hf1 = ComputeBlockActivations(s, o);
   o.ep = 1;
   EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, o).full.saved_per_token, hf1.full.saved_per_token);
+}
+
+}  // namespace
+}  // namespace shardtune::model
+
+namespace shardtune::model {
+namespace {
+
+double SavedNamed(const ActivationLedger& l, const std::string& name) {
+  double bytes = 0;
+  for (const SavedTensor& t : l.saved) {
+    if (t.name == name) bytes += t.bytes_per_token;
+  }
+  return bytes;
+}
+
+// torchtitan's MoE (models/common/moe.py, token_dispatcher.py) in bf16 saves, per token of one
+// MoE layer: the router's autocast fp32 copy of x (4·H, for the gate's weight gradient), the
+// int64 token indices of the expert-sorted rows (8·k), the fp32 copy of the expert outputs the
+// score product reads (4·H·k) and the sorted fp32 scores (4·k); transformers' blocks save none of
+// these. In fp32 the casts do not exist (the product saves the expert output itself).
+TEST(ExpertParallelTest, TorchtitanCombineSavesTheFp32ExpertOutputs) {
+  const ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+  const double H = static_cast<double>(s.hidden), k = s.moe.top_k;
+  ActivationOptions o;
+  o.modeling = Modeling::kTorchtitan;
+  o.seq_len = 4096;
+  const ActivationLedger tt = ComputeBlockActivations(s, o).full;
+  EXPECT_DOUBLE_EQ(SavedNamed(tt, "moe.router input to(float32) (autocast)"), 4 * H);
+  EXPECT_DOUBLE_EQ(SavedNamed(tt, "moe.token_indices_experts_sorted (int64)"), 8 * k);
+  EXPECT_DOUBLE_EQ(SavedNamed(tt, "moe.expert output to(float32)"), 4 * H * k);
+  EXPECT_DOUBLE_EQ(SavedNamed(tt, "moe.topk_scores_experts_sorted (fp32)"), 4 * k);
+  o.modeling = Modeling::kHf;
+  const ActivationLedger hf = ComputeBlockActivations(s, o).full;
+  EXPECT_EQ(SavedNamed(hf, "moe.expert output to(float32)"), 0);
+  EXPECT_EQ(SavedNamed(hf, "moe.router input to(float32) (autocast)"), 0);
+  o.modeling = Modeling::kTorchtitan;
+  o.dtype = DType::kFp32;
+  const ActivationLedger fp32 = ComputeBlockActivations(s, o).full;
+  EXPECT_EQ(SavedNamed(fp32, "moe.expert output to(float32)"), 0);
+  EXPECT_EQ(SavedNamed(fp32, "moe.router input to(float32) (autocast)"), 0);
 }
 
 }  // namespace
