@@ -11,6 +11,7 @@
 #include "executor/communicator.h"
 #include "executor/fsdp_runtime.h"
 #include "model/errors.h"
+#include "model/module_tree.h"
 
 namespace shardtune::exec {
 namespace {
@@ -30,27 +31,86 @@ std::string SavedName(std::string name) {
 void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& model_name,
                          const std::string& path) {
   at::NoGradGuard no_grad;
-  Communicator& shard_comm = *runtime.groups().shard;
+  const ProcessGroups& groups = runtime.groups();
+  Communicator& shard_comm = *groups.shard;
   SHARDTUNE_CHECK(!shard_comm.emulated() || shard_comm.size() == 1)
       << "a full state dict needs real shard groups";
+  const model::ModelSpec& spec = runtime.transformer().spec();
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::string data;
-  for (FlatParam* u : runtime.units()) {
+  // Appends `numel` fp32 values at `src` under transformers' name and shape for the module
+  // tree's `name` (model::HfParameter), then the buffers the checkpoint keeps after it.
+  auto append = [&](const std::string& name, const std::vector<int64_t>& shape, const float* src,
+                    int64_t numel) {
+    model::HfTensor t = model::HfParameter(spec, SavedName(name), shape);
+    auto begin = static_cast<int64_t>(data.size());
+    data.append(reinterpret_cast<const char*>(src), static_cast<size_t>(numel) * sizeof(float));
+    header[t.name] = {{"dtype", "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {begin, static_cast<int64_t>(data.size())}}};
+    for (const model::HfTensor& b : model::HfBuffersAfter(spec, t.name)) {
+      int64_t n = 1;
+      for (int64_t d : b.shape) n *= d;
+      begin = static_cast<int64_t>(data.size());
+      data.append(static_cast<size_t>(n) * sizeof(float), '\0');  // zeros (fp32 0 is all-zero bytes)
+      header[b.name] = {{"dtype", "F32"},
+                        {"shape", b.shape},
+                        {"data_offsets", {begin, static_cast<int64_t>(data.size())}}};
+    }
+  };
+  std::vector<FlatParam*> units = runtime.units();
+  const std::vector<model::FsdpUnit>& specs = runtime.unit_specs();
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    FlatParam* u = units[ui];
+    const bool expert_parallel = specs[ui].expert_parallel;
+    Communicator& comm = expert_parallel ? *groups.expert_shard : shard_comm;
     at::Tensor shard = u->shard().to(at::kFloat);  // [shard_numel] fp32 (frozen: upcast)
     at::Tensor full = shard;
-    if (shard_comm.size() > 1) {
+    if (comm.size() > 1) {
       full = at::empty({u->padded_numel()}, shard.options());  // [padded_numel] fp32
-      shard_comm.AllGather(shard, full)->Wait();
+      comm.AllGather(shard, full)->Wait();
     }
+    if (!expert_parallel) {
+      if (rank != 0) continue;
+      at::Tensor host = full.to(at::kCPU).contiguous();
+      for (const ParamSlot& s : u->slots()) {
+        append(s.name, s.shape, host.data_ptr<float>() + s.offset, s.numel);
+      }
+      continue;
+    }
+    // Expert parallelism: each ep rank holds E / ep experts in GroupedExperts' layout (w1, w2,
+    // w3 [el, ...]); rank 0's ep group gathers them and writes each expert as the HF modules
+    // it stands for (Transformer::InitLocalExperts' mapping), expert by expert.
+    Communicator& ep = *groups.ep;
+    at::Tensor all = at::empty({ep.size() * u->padded_numel()}, full.options());
+    ep.AllGather(full.contiguous(), all)->Wait();
     if (rank != 0) continue;
-    at::Tensor host = full.to(at::kCPU).contiguous();
+    at::Tensor host = all.to(at::kCPU).contiguous();
+    const std::string& moe_experts = specs[ui].name;  // "<moe>.experts"
+    const int64_t H = spec.hidden;
+    const int64_t F = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
+    const bool gated = spec.mlp == model::MlpKind::kSwiGlu;
+    const ParamSlot* w[3] = {nullptr, nullptr, nullptr};  // w1, w3, w2: gate, up, down
     for (const ParamSlot& s : u->slots()) {
-      auto begin = static_cast<int64_t>(data.size());
-      auto bytes = static_cast<size_t>(s.numel) * sizeof(float);
-      data.append(static_cast<const char*>(host.data_ptr()) + s.offset * 4, bytes);  // LE fp32
-      header[SavedName(s.name)] = {{"dtype", "F32"},
-                        {"shape", s.shape},
-                        {"data_offsets", {begin, static_cast<int64_t>(data.size())}}};
+      const std::string tail = s.name.substr(s.name.rfind('.') + 1);
+      if (tail == "w1") w[0] = &s;
+      if (tail == "w3") w[1] = &s;
+      if (tail == "w2") w[2] = &s;
+    }
+    SHARDTUNE_CHECK(w[0] && w[2] && (w[1] || !gated)) << moe_experts << ": GroupedExperts tensors";
+    const int64_t el = w[0]->shape[0];
+    for (int r = 0; r < ep.size(); ++r) {
+      const float* base = host.data_ptr<float>() + r * u->padded_numel();
+      for (int64_t i = 0; i < el; ++i) {
+        const std::string expert = moe_experts + "." + std::to_string(r * el + i);
+        if (gated) {
+          append(expert + ".gate_proj.weight", {F, H}, base + w[0]->offset + i * F * H, F * H);
+          append(expert + ".up_proj.weight", {F, H}, base + w[1]->offset + i * F * H, F * H);
+        } else {
+          append(expert + ".up_proj.weight", {F, H}, base + w[0]->offset + i * F * H, F * H);
+        }
+        append(expert + ".down_proj.weight", {H, F}, base + w[2]->offset + i * H * F, H * F);
+      }
     }
   }
   if (rank != 0) return;

@@ -6,7 +6,11 @@
 // END]}, ..., "__metadata__": {...}} padded with spaces to a multiple of 8, then the raw
 // little-endian tensor bytes; offsets are relative to the first byte after the header. Tensors
 // come in FSDP-unit order, each unit's parameters in module order, so the same parameters give
-// byte-identical files on any world size.
+// byte-identical files on any world size (with expert parallelism the experts follow their
+// block's other parameters: the same tensors, in another order). Names and shapes are those of
+// transformers' checkpoint of the model's class (model::HfParameter: the MoE blocks' names per
+// architecture, GPT-OSS's 3-D experts, DeepSeek-V3's e_score_correction_bias buffer); the
+// experts of an expert-parallel run are written per expert as the HF modules they stand for.
 #pragma once
 
 #include <string>

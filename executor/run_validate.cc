@@ -87,10 +87,6 @@ std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_si
                 " (the ep ranks are consecutive ranks of one shard group), got " +
                 std::to_string(plan.ep));
   }
-  if (o.export_full_state_dict) {
-    p.push_back("--export-full-state-dict: not built with --ep " + std::to_string(plan.ep) +
-                " (each ep rank holds other experts; use the sharded checkpoints)");
-  }
   return p;
 }
 

@@ -764,6 +764,7 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
                ? name->get<std::string>()
                : file;
   s.source = "Hugging Face config.json " + file + " (" + arch.name + ")";
+  s.hf_architecture = arch.name;
   s.FillDefaults();
   s.Validate(file + " (as shardtune.model)");
   return s;

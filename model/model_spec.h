@@ -196,6 +196,10 @@ struct ModelSpec {
   MoeSpec moe;
   MlaSpec mla;
   std::string source;          // where the shape comes from (presets cite the HF config)
+  // The transformers class the shape is ("architectures"[0] of its config.json, e.g.
+  // "Qwen3MoeForCausalLM"); empty when unknown (a hand-written model file). What it changes: the
+  // parameter names a full state dict is written under (HfParameterName).
+  std::string hf_architecture;
 
   // The longest sequence a plan may ask for. Learned positions: the table, max_seq_len. Rotary
   // positions are computed for any position (HF LlamaRotaryEmbedding, torchtitan

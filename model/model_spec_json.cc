@@ -151,6 +151,7 @@ ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
     s.rope_scaling = ReadRopeScaling(&rope);
   }
   s.source = r.OptionalString("source", "");
+  s.hf_architecture = r.OptionalString("hf_architecture", "");
   r.Finish();
   // An explicit 0 is "absent" too; Problems() reports what FillDefaults() could not resolve.
   s.FillDefaults();
@@ -255,6 +256,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
                 {"v_head_dim", s.mla.v_head_dim}};
   }
   j["source"] = s.source;
+  if (!s.hf_architecture.empty()) j["hf_architecture"] = s.hf_architecture;
   return j;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "model/errors.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -471,6 +472,48 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w, in
     return !(x.is_expert || x.expert_parallel) && (y.is_expert || y.expert_parallel);
   });
   return units;
+}
+
+namespace {
+
+void ReplaceFirst(std::string* s, const std::string& from, const std::string& to) {
+  size_t at = s->find(from);
+  if (at != std::string::npos) s->replace(at, from.size(), to);
+}
+
+}  // namespace
+
+HfTensor HfParameter(const ModelSpec& spec, const std::string& name, std::vector<int64_t> shape) {
+  HfTensor t{name, std::move(shape)};
+  const std::string& a = spec.hf_architecture;
+  if (!spec.moe.enabled() || t.name.find(".block_sparse_moe.") == std::string::npos) return t;
+  if (a == "MixtralForCausalLM") {
+    if (t.name.find(".experts.") != std::string::npos) {
+      ReplaceFirst(&t.name, ".gate_proj.", ".w1.");
+      ReplaceFirst(&t.name, ".up_proj.", ".w3.");
+      ReplaceFirst(&t.name, ".down_proj.", ".w2.");
+    }
+  } else if (a == "Qwen2MoeForCausalLM" || a == "Qwen3MoeForCausalLM") {
+    ReplaceFirst(&t.name, ".block_sparse_moe.", ".mlp.");
+  } else if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM") {
+    ReplaceFirst(&t.name, ".block_sparse_moe.", ".mlp.");
+    ReplaceFirst(&t.name, ".mlp.shared_expert.", ".mlp.shared_experts.");
+  } else if (a == "GptOssForCausalLM") {
+    ReplaceFirst(&t.name, ".block_sparse_moe.gate.", ".mlp.router.");
+    ReplaceFirst(&t.name, ".block_sparse_moe.", ".mlp.");
+    const int64_t E = spec.moe.num_experts, H = spec.hidden;
+    const int64_t F = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
+    if (EndsWith(t.name, ".experts.gate_up_proj")) t.shape = {E, H, 2 * F};
+    if (EndsWith(t.name, ".experts.down_proj")) t.shape = {E, F, H};
+  }
+  return t;
+}
+
+std::vector<HfTensor> HfBuffersAfter(const ModelSpec& spec, const std::string& hf_name) {
+  if (spec.hf_architecture == "DeepseekV3ForCausalLM" && EndsWith(hf_name, ".mlp.gate.weight")) {
+    return {{hf_name.substr(0, hf_name.size() - 6) + "e_score_correction_bias", {spec.moe.num_experts}}};
+  }
+  return {};
 }
 
 }  // namespace shardtune::model

@@ -110,4 +110,25 @@ struct FsdpUnit {
 // REQUIRES: policy validated against spec (Plan::Problems), ep divides num_experts.
 std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& spec, const WrapPolicy& policy, int ep = 1);
 
+// A parameter as transformers' checkpoint of spec.hf_architecture names and shapes it (the
+// names from_pretrained loads; the Hub's per-expert layout, which transformers 5 converts on
+// load). The module tree names every MoE block as Mixtral's ("block_sparse_moe", experts'
+// gate_proj / up_proj / down_proj); the checkpoints name them:
+//   MixtralForCausalLM: block_sparse_moe.experts.N.w1 (gate) / w3 (up) / w2 (down);
+//   Qwen2MoeForCausalLM, Qwen3MoeForCausalLM: mlp.gate, mlp.experts.N.*, mlp.shared_expert(_gate);
+//   DeepseekV2/V3ForCausalLM: mlp.gate, mlp.experts.N.*, mlp.shared_experts.*;
+//   GptOssForCausalLM: mlp.router (weight, bias), mlp.experts.gate_up_proj [E, H, 2F],
+//     gate_up_proj_bias [E, 2F], down_proj [E, F, H], down_proj_bias [E, H].
+// Other names and shapes are the module tree's. `shape`: the module tree's shape, replaced when
+// transformers holds the tensor in another one.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+HfTensor HfParameter(const ModelSpec& spec, const std::string& name, std::vector<int64_t> shape);
+// Checkpoint tensors that are no module-tree parameter but a persistent buffer transformers loads:
+// DeepSeek-V3's mlp.gate.e_score_correction_bias [E] (fp32, zeros as transformers initialises it;
+// nothing updates it in training here) after the router weight of HF name `hf_name`; empty else.
+std::vector<HfTensor> HfBuffersAfter(const ModelSpec& spec, const std::string& hf_name);
+
 }  // namespace shardtune::model

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "model/errors.h"
 #include "model/hf_config.h"
@@ -67,10 +68,29 @@ ModelSpec Llama3Scaled(ModelSpec s, double factor) {
   return s;
 }
 
+// The transformers class of each preset's config.json ("architectures"[0]), by name prefix; the
+// tiny test presets and gpt3-175b (no HF checkpoint) have none.
+std::string ArchitectureOf(const std::string& name) {
+  static const std::pair<const char*, const char*> kTable[] = {
+      {"gpt2", "GPT2LMHeadModel"},          {"llama", "LlamaForCausalLM"},
+      {"mistral-", "MistralForCausalLM"},   {"qwen2.5-", "Qwen2ForCausalLM"},
+      {"qwen3-8b", "Qwen3ForCausalLM"},     {"qwen3-30b", "Qwen3MoeForCausalLM"},
+      {"qwen3-235b", "Qwen3MoeForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+      {"phi-4", "Phi3ForCausalLM"},         {"olmo2", "Olmo2ForCausalLM"},
+      {"gemma2", "Gemma2ForCausalLM"},      {"gemma3", "Gemma3ForConditionalGeneration"},
+      {"gpt-oss", "GptOssForCausalLM"},     {"deepseek-v3", "DeepseekV3ForCausalLM"},
+      {"deepseek-v2", "DeepseekV2ForCausalLM"}};
+  for (const auto& [prefix, arch] : kTable) {
+    if (name.rfind(prefix, 0) == 0) return arch;
+  }
+  return "";
+}
+
 PresetInfo Preset(const std::string& name, ModelSpec spec, int64_t published,
                   const std::string& source) {
   spec.name = name;
   spec.source = source;
+  spec.hf_architecture = ArchitectureOf(name);
   spec.FillDefaults();
   return PresetInfo{name, std::move(spec), published, source};
 }

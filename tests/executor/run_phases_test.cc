@@ -233,6 +233,50 @@ TEST(ExecutorExportTest, FullStateDictOfOneAndTwoRanksIsByteIdenticalWithModuleT
   EXPECT_EQ(st.header.at("__metadata__").at("format"), "pt");
 }
 
+// An MoE checkpoint under transformers' names (micro-qwen-moe as Qwen2-MoE's class names it:
+// "mlp.gate", "mlp.experts.N.*", "mlp.shared_expert(_gate)"), written by one rank holding every
+// expert and by two ranks with expert parallelism (torchtitan's code, ep 2: 3 of 6 experts each,
+// in GroupedExperts' layout): the same tensors under the same names, value for value.
+TEST(ExecutorExportTest, ExpertParallelExportWritesEachExpertUnderItsHfName) {
+  TempDir tmp;
+  Json model = Json::parse(ReadText(DataPath("micro-qwen-moe.model.json")));
+  model["hf_architecture"] = "Qwen2MoeForCausalLM";
+  const std::string file = tmp.Sub("qwen2-moe.model.json");
+  std::ofstream(file) << model.dump();
+  auto base = [&](const std::string& out) {
+    return std::vector<std::string>{
+        "run", "--model", file, "--steps", "1", "--out", out, "--seq-len", "16", "--threads", "1",
+        "--global-batch", "2", "--lr", "1e-30", "--lr-schedule", "constant", "--warmup-steps", "0",
+        "--export-full-state-dict"};
+  };
+  ProcessResult one = RunShardtune(base(tmp.Sub("one")));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto ep_args = base(tmp.Sub("ep"));
+  ep_args.insert(ep_args.end(), {"--nproc", "2", "--modeling", "torchtitan", "--ep", "2"});
+  ProcessResult ep = RunShardtune(ep_args);
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  SafeTensors a = ReadSafeTensors(ReadText(tmp.Sub("one") + "/model.safetensors"));
+  SafeTensors b = ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"));
+  EXPECT_EQ(a.header.size(), b.header.size());
+  for (const char* name : {"model.layers.0.mlp.gate.weight", "model.layers.1.mlp.experts.5.down_proj.weight",
+                           "model.layers.0.mlp.experts.3.gate_proj.weight",
+                           "model.layers.1.mlp.shared_expert_gate.weight"}) {
+    EXPECT_TRUE(a.header.contains(name)) << name;
+  }
+  for (const auto& [name, t] : a.header.items()) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(name.find("block_sparse_moe"), std::string::npos);
+    if (name == "__metadata__") continue;
+    ASSERT_TRUE(b.header.contains(name));
+    EXPECT_EQ(t.at("shape"), b.header[name].at("shape"));
+    auto oa = t.at("data_offsets").get<std::vector<int64_t>>();
+    auto ob = b.header[name].at("data_offsets").get<std::vector<int64_t>>();
+    ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
+    EXPECT_TRUE(a.data.compare(static_cast<size_t>(oa[0]), static_cast<size_t>(oa[1] - oa[0]), b.data,
+                               static_cast<size_t>(ob[0]), static_cast<size_t>(ob[1] - ob[0])) == 0);
+  }
+}
+
 TEST(ExecutorExportTest, ExportWithAnEmulatedWorldIsAnInputError) {
   TempDir tmp;
   auto args = MicroRun(tmp.Sub("out"), 1);

@@ -67,6 +67,7 @@ TEST(ArchitecturesTest, Qwen3MoeCountsFollowTheFormula) {
   EXPECT_EQ(ParameterCount(a3b), static_cast<int64_t>(formula(48, 2048, 32, 4, 128, 128, 768)));
   EXPECT_EQ(ParameterCount(a3b), 30'532'122'624);
   EXPECT_TRUE(a3b.qk_norm);
+  EXPECT_EQ(a3b.hf_architecture, "Qwen3MoeForCausalLM");  // the checkpoint names (HfParameter)
   EXPECT_EQ(a3b.moe.num_shared_experts, 0);
   EXPECT_EQ(a3b.moe.top_k, 8);
   ModelSpec a22b = Import("qwen3-235b-a22b.config.json");

@@ -113,3 +113,79 @@ TEST(ModuleTreeTest, TiedEmbeddingHasNoSeparateHeadWeight) {
 
 }  // namespace
 }  // namespace shardtune::model
+
+namespace shardtune::model {
+namespace {
+
+// The checkpoint names of each MoE family, written here from the Hub's safetensors indexes
+// (mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B, Qwen/Qwen3-30B-A3B,
+// deepseek-ai/DeepSeek-V3, openai/gpt-oss-20b): the module tree's Mixtral-style names map to them.
+TEST(HfParameterTest, EachMoeFamilyGetsItsCheckpointNames) {
+  auto name = [](const std::string& arch, const std::string& n) {
+    ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+    s.hf_architecture = arch;
+    return HfParameter(s, n, {1}).name;
+  };
+  const std::string moe = "model.layers.3.block_sparse_moe";
+  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.gate_proj.weight"),
+            "model.layers.3.block_sparse_moe.experts.7.w1.weight");
+  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.up_proj.weight"),
+            "model.layers.3.block_sparse_moe.experts.7.w3.weight");
+  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.down_proj.weight"),
+            "model.layers.3.block_sparse_moe.experts.7.w2.weight");
+  EXPECT_EQ(name("MixtralForCausalLM", moe + ".gate.weight"), moe + ".gate.weight");
+  EXPECT_EQ(name("Qwen3MoeForCausalLM", moe + ".experts.7.up_proj.weight"),
+            "model.layers.3.mlp.experts.7.up_proj.weight");
+  EXPECT_EQ(name("Qwen3MoeForCausalLM", moe + ".gate.weight"), "model.layers.3.mlp.gate.weight");
+  EXPECT_EQ(name("Qwen2MoeForCausalLM", moe + ".shared_expert.down_proj.weight"),
+            "model.layers.3.mlp.shared_expert.down_proj.weight");
+  EXPECT_EQ(name("Qwen2MoeForCausalLM", moe + ".shared_expert_gate.weight"),
+            "model.layers.3.mlp.shared_expert_gate.weight");
+  EXPECT_EQ(name("DeepseekV3ForCausalLM", moe + ".shared_expert.gate_proj.weight"),
+            "model.layers.3.mlp.shared_experts.gate_proj.weight");
+  EXPECT_EQ(name("DeepseekV2ForCausalLM", moe + ".experts.0.down_proj.weight"),
+            "model.layers.3.mlp.experts.0.down_proj.weight");
+  EXPECT_EQ(name("GptOssForCausalLM", moe + ".gate.bias"), "model.layers.3.mlp.router.bias");
+  EXPECT_EQ(name("GptOssForCausalLM", moe + ".experts.down_proj_bias"),
+            "model.layers.3.mlp.experts.down_proj_bias");
+  // Unknown class (a hand-written file), and names outside the MoE blocks: unchanged.
+  EXPECT_EQ(name("", moe + ".experts.7.gate_proj.weight"), moe + ".experts.7.gate_proj.weight");
+  EXPECT_EQ(name("Qwen3MoeForCausalLM", "model.layers.3.self_attn.q_proj.weight"),
+            "model.layers.3.self_attn.q_proj.weight");
+}
+
+// GptOssExperts holds gate_up_proj [E, H, 2F] and down_proj [E, F, H] (modeling_gpt_oss.py);
+// the module tree's [E, H·2F] and [E, F·H] are the same bytes.
+TEST(HfParameterTest, GptOssExpertsAreThreeDimensional) {
+  const ModelSpec s = FindModelPreset("gpt-oss-20b");
+  const int64_t E = 32, H = 2880, F = 2880;
+  HfTensor gu = HfParameter(s, "model.layers.0.block_sparse_moe.experts.gate_up_proj", {E, H * 2 * F});
+  EXPECT_EQ(gu.name, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(gu.shape, (std::vector<int64_t>{E, H, 2 * F}));
+  HfTensor d = HfParameter(s, "model.layers.0.block_sparse_moe.experts.down_proj", {E, F * H});
+  EXPECT_EQ(d.shape, (std::vector<int64_t>{E, F, H}));
+  EXPECT_EQ(HfParameter(s, "model.layers.0.block_sparse_moe.experts.down_proj_bias", {E, H}).shape,
+            (std::vector<int64_t>{E, H}));
+}
+
+// DeepSeek-V3's router keeps e_score_correction_bias [E] as a persistent buffer next to its
+// weight; V2 has none.
+TEST(HfParameterTest, DeepseekV3CheckpointsCarryTheScoreCorrectionBias) {
+  const ModelSpec v3 = FindModelPreset("deepseek-v3");
+  std::vector<HfTensor> b = HfBuffersAfter(v3, "model.layers.3.mlp.gate.weight");
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].name, "model.layers.3.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(b[0].shape, (std::vector<int64_t>{256}));
+  EXPECT_TRUE(HfBuffersAfter(v3, "model.layers.3.mlp.experts.0.up_proj.weight").empty());
+  EXPECT_TRUE(HfBuffersAfter(FindModelPreset("deepseek-v2-lite"), "model.layers.3.mlp.gate.weight").empty());
+}
+
+// The HF config importer keeps the class; a model file may name it and writes it back.
+TEST(HfParameterTest, PresetsAndImportsKnowTheirClass) {
+  EXPECT_EQ(FindModelPreset("qwen3-30b-a3b").hf_architecture, "Qwen3MoeForCausalLM");
+  EXPECT_EQ(FindModelPreset("mixtral-8x7b").hf_architecture, "MixtralForCausalLM");
+  EXPECT_EQ(FindModelPreset("gpt-oss-120b").hf_architecture, "GptOssForCausalLM");
+}
+
+}  // namespace
+}  // namespace shardtune::model
