@@ -28,8 +28,10 @@ at::ScalarType ToScalarType(model::DType d) {
 
 namespace {
 
-TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan& plan) {
+TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan& plan,
+                                at::Device device) {
   TransformerOptions t;
+  t.device = device;
   model::ModelSpec filled = spec;
   filled.FillDefaults();  // rope_theta and norm_eps 0 mean the defaults
   t.rope_theta = filled.rope_theta;
@@ -82,7 +84,8 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     : impl_(std::make_unique<Impl>()),
       unit_specs_(Specs(NonEmptyGroups(spec, options.plan))),
       groups_(std::move(groups)),
-      transformer_(spec, ModelOptions(spec, options.plan), options.cp > 1 ? groups_.cp.get() : nullptr,
+      transformer_(spec, ModelOptions(spec, options.plan, options.device),
+                   options.cp > 1 ? groups_.cp.get() : nullptr,
                    options.plan.ep > 1 ? groups_.ep.get() : nullptr) {
   SHARDTUNE_CHECK(groups_.shard->size() * groups_.replicate->size() ==
                   options.dp_world * options.cp)
@@ -214,9 +217,18 @@ std::vector<int> FsdpRuntime::Impl::BackwardCandidates(int segment) const {
   return out;
 }
 
+void FsdpRuntime::UpdateExpertBias() { transformer_.UpdateExpertBias(*groups_.world); }
+
 at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labels) {
   Impl& m = *impl_;
   bool grad = at::GradMode::is_enabled();
+  // torchtitan's MoE counts the tokens each expert was chosen for in this forward (not in a
+  // recomputed block's rerun in backward).
+  struct Counting {
+    const Transformer& t;
+    explicit Counting(const Transformer& tr) : t(tr) { t.SetCounting(true); }
+    ~Counting() { t.SetCounting(false); }
+  } counting(transformer_);
   at::Tensor x = tokens;
   int nseg = transformer_.num_segments();
   for (int s = 0; s < nseg; ++s) {

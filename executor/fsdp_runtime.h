@@ -77,6 +77,10 @@ class FsdpRuntime {
   double ClipGradNorm(double max_norm);
   // Drops the sharded gradients (set_to_none).
   void ZeroGrad();
+  // torchtitan's MoE load balancing before an optimizer step (Transformer::UpdateExpertBias over
+  // the world group); no-op for other models.
+  void UpdateExpertBias();
+  Transformer& mutable_transformer() { return transformer_; }
   // After the master shards changed (optimizer step, checkpoint load): refreshes the device
   // copies ZeRO-Offload (plan offload optimizer) keeps on a GPU run; no-op otherwise.
   void RefreshDeviceShards();

@@ -108,6 +108,7 @@ StepLog Trainer::Step(int64_t step) {
   log.grad_norm = runtime_->ClipGradNorm(ctx_.options.max_grad_norm);  // global: same on all ranks
   log.lr = LearningRate(lr_, static_cast<int>(step));
   if (std::isfinite(log.loss) && std::isfinite(log.grad_norm)) {
+    runtime_->UpdateExpertBias();  // torchtitan's optimizer step pre-hook (_update_expert_bias)
     optimizer_->Step(log.lr);
     runtime_->RefreshDeviceShards();  // ZeRO-Offload: updated params back to the GPU
   } else {

@@ -125,6 +125,9 @@ std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
       blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[static_cast<size_t>(o)])});
     }
   }
+  // torchtitan's expert_bias buffers (persistent in its state dict: moe.py register_buffer).
+  const at::Tensor& bias = runtime_->transformer().expert_bias();
+  if (bias.defined()) blobs.push_back({"moe/expert_bias", Bytes(bias.to(at::kCPU).contiguous())});
   blobs.push_back({"rng/torch_cpu", Bytes(at::detail::getDefaultCPUGenerator().get_state())});
   return blobs;
 }
@@ -156,6 +159,8 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
       Fill(optimizer_->exp_avg_sq()[k], get("exp_avg_sq/" + n), where + " exp_avg_sq");
     }
   }
+  at::Tensor& bias = runtime_->mutable_transformer().mutable_expert_bias();
+  if (bias.defined()) Fill(bias, get("moe/expert_bias"), file + ": moe expert_bias");
   runtime_->RefreshDeviceShards();
   optimizer_->set_step(meta.at("optimizer_step").get<int64_t>());
   const std::string& rng = get("rng/torch_cpu");

@@ -10,6 +10,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -141,6 +142,14 @@ Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions option
       cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr),
       ep_(ep != nullptr && ep->size() > 1 ? ep : nullptr) {
   SHARDTUNE_CHECK(ep_ == nullptr || options_.torchtitan) << "expert parallelism runs torchtitan's MoE";
+  if (options_.torchtitan && spec_.moe.enabled() && !spec_.moe.gpt_oss_experts) {
+    // MoE.__init__: expert_bias_E and tokens_per_expert_E, zeros (fp32), per MoE layer.
+    int rows = 0;
+    for (int l = 0; l < spec_.num_layers; ++l) moe_row_.push_back(spec_.MoeLayer(l) ? rows++ : -1);
+    at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(options_.device);
+    expert_bias_ = at::zeros({rows, spec_.moe.num_experts}, f32);
+    tokens_per_expert_ = at::zeros({rows, spec_.moe.num_experts}, f32);
+  }
   spec_.FillDefaults();
   SHARDTUNE_CHECK(TransformerSupportProblem(spec_).empty()) << TransformerSupportProblem(spec_);
   if (cp_ != nullptr) {
@@ -179,6 +188,17 @@ void Transformer::InitParameter(const std::string& name, uint64_t seed, const at
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ NameHash(name));
     full.normal_(0.0, 0.02, gen);
   }
+}
+
+void Transformer::UpdateExpertBias(Communicator& world) {
+  if (!expert_bias_.defined()) return;
+  at::NoGradGuard no_grad;
+  at::Tensor counts = tokens_per_expert_.contiguous();  // [rows, E]
+  if (world.size() > 1) world.AllReduce(counts)->Wait();
+  at::Tensor delta = kTorchtitanLoadBalanceCoeff * at::sign(counts.mean({1}, /*keepdim=*/true) - counts);
+  delta = delta - delta.mean({1}, /*keepdim=*/true);
+  expert_bias_.add_(delta);
+  tokens_per_expert_.zero_();
 }
 
 void Transformer::InitLocalExperts(const std::string& name, uint64_t seed, const at::Tensor& full,
@@ -295,7 +315,7 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
   // DeepSeek's first_k_dense_replace blocks have a dense MLP (ModelSpec::MoeLayer).
   const bool moe = spec_.MoeLayer(layer);
   auto up = [&](const at::Tensor& n) {
-    if (moe) return std::vector<at::Tensor>{Moe(p, pre + ".block_sparse_moe", n)};
+    if (moe) return std::vector<at::Tensor>{Moe(p, pre + ".block_sparse_moe", n, layer)};
     return MlpUp(p, pre + ".mlp", n);
   };
   auto down = [&](const std::vector<at::Tensor>& u) {
@@ -329,9 +349,10 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 // norm_topk_prob (Mixtral always) and cast to the compute dtype; each expert runs on the tokens
 // routed to it (index_select), its output scaled by their routing weights and index_add_-ed
 // back; the shared expert (Qwen2-MoE) runs on every token, scaled by sigmoid(its gate).
-at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x) const {
+at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const at::Tensor& x,
+                            int layer) const {
   const model::MoeSpec& m = spec_.moe;
-  if (options_.torchtitan) return TorchtitanMoe(p, pre, x);
+  if (options_.torchtitan) return TorchtitanMoe(p, pre, x, layer);
   if (m.gpt_oss_experts) return GptOssMoe(p, pre, x);
   at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
   at::Tensor weights, chosen;                                              // [T, k]
@@ -365,14 +386,16 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
 }
 
 at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pre,
-                                      const at::Tensor& x) const {
+                                      const at::Tensor& x, int layer) const {
   const model::MoeSpec& m = spec_.moe;
   const int64_t H = spec_.hidden, E = m.num_experts;
   const int64_t F = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : spec_.ffn_hidden;
   at::Tensor flat = x.reshape({-1, H});  // [T, H]
   at::Tensor scores, ids;                // [T, k]: fp32 routing scores, expert indices
+  const int row = layer >= 0 && expert_bias_.defined() ? moe_row_[static_cast<size_t>(layer)] : -1;
+  at::Tensor bias = row >= 0 ? expert_bias_[row].to(flat.device()) : at::Tensor();  // [E] fp32
   if (m.deepseek_router) {
-    std::tie(ids, scores) = DeepseekRoute(p, pre, flat);
+    std::tie(ids, scores) = DeepseekRoute(p, pre, flat, bias);
   } else {
     // with torch.autocast(dtype=float32): scores = gate(x); softmax in fp32; topk (sorted=False)
     // picks, gather takes the scores; route_norm divides by their sum + 1e-20.
@@ -380,10 +403,17 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
     at::Tensor probs = at::softmax(logits, -1);
     {
       at::NoGradGuard no_grad;
-      ids = std::get<1>(at::topk(probs, m.top_k, -1, /*largest=*/true, /*sorted=*/false));
+      // scores_for_choice = scores + expert_bias: the bias only picks (the weights are gathered
+      // from the scores).
+      at::Tensor for_choice = bias.defined() ? probs + bias : probs;
+      ids = std::get<1>(at::topk(for_choice, m.top_k, -1, /*largest=*/true, /*sorted=*/false));
     }
     scores = probs.gather(1, ids);
     if (m.norm_topk_prob) scores = scores / (scores.sum(-1, /*keepdim=*/true) + 1e-20);
+  }
+  if (row >= 0 && counting_) {  // MoE.forward: tokens_per_expert_E.add_(num_local_tokens_per_expert)
+    at::NoGradGuard no_grad;
+    tokens_per_expert_[row].add_(at::bincount(ids.reshape({-1}), {}, E).to(at::kFloat).to(tokens_per_expert_.device()));
   }
   RoutedTokens routed = DispatchTokens(flat, scores, ids, E, ep_);
   const int64_t el = static_cast<int64_t>(routed.per_expert.size());
@@ -471,33 +501,38 @@ at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
 // scales.
 std::pair<at::Tensor, at::Tensor> Transformer::DeepseekRoute(const ParamTable& p,
                                                              const std::string& pre,
-                                                             const at::Tensor& flat) const {
+                                                             const at::Tensor& flat,
+                                                             const at::Tensor& choice_bias) const {
   const model::MoeSpec& m = spec_.moe;
   at::Tensor logits = at::linear(flat.to(at::kFloat), Get(p, pre + ".gate.weight").to(at::kFloat));
   at::Tensor scores = m.sigmoid_scores ? at::sigmoid(logits) : at::softmax(logits, -1);
   at::Tensor chosen;
   {
     at::NoGradGuard no_grad;
+    // torchtitan (choice_bias defined): scores_for_choice = scores + expert_bias, the dropped
+    // groups masked with -inf (TokenChoiceTopKRouter._get_node_limited_routing_scores); HF fills 0.
+    at::Tensor choice = choice_bias.defined() ? scores + choice_bias : scores;
+    const double dropped = choice_bias.defined() ? -std::numeric_limits<double>::infinity() : 0.0;
     if (m.topk_method == "noaux_tc") {
-      const int64_t T = scores.size(0), G = m.n_group, E = m.num_experts;
-      at::Tensor group_scores = std::get<0>(scores.view({T, G, E / G}).topk(2, -1)).sum(-1);
+      const int64_t T = choice.size(0), G = m.n_group, E = m.num_experts;
+      at::Tensor group_scores = std::get<0>(choice.view({T, G, E / G}).topk(2, -1)).sum(-1);
       at::Tensor group_idx = std::get<1>(group_scores.topk(m.topk_group, -1, true, false));
       at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
       at::Tensor score_mask = group_mask.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E});
-      at::Tensor for_choice = scores.masked_fill(score_mask.logical_not(), 0.0);
+      at::Tensor for_choice = choice.masked_fill(score_mask.logical_not(), dropped);
       chosen = std::get<1>(for_choice.topk(m.top_k, -1, true, false));
     } else if (m.topk_method == "group_limited_greedy") {
       // DeepSeek-V2's MoEGate (modeling_deepseek.py): each of n_group groups scored by its best
       // expert, the topk_group best groups kept (the others' scores zeroed), top-k over the rest.
-      const int64_t T = scores.size(0), G = m.n_group, E = m.num_experts;
-      at::Tensor group_scores = std::get<0>(scores.view({T, G, E / G}).max(-1));
+      const int64_t T = choice.size(0), G = m.n_group, E = m.num_experts;
+      at::Tensor group_scores = std::get<0>(choice.view({T, G, E / G}).max(-1));
       at::Tensor group_idx = std::get<1>(group_scores.topk(m.topk_group, -1, true, false));
       at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
       at::Tensor score_mask = group_mask.unsqueeze(-1).expand({T, G, E / G}).reshape({T, E});
-      at::Tensor for_choice = scores.masked_fill(score_mask.logical_not(), 0.0);
+      at::Tensor for_choice = choice.masked_fill(score_mask.logical_not(), dropped);
       chosen = std::get<1>(for_choice.topk(m.top_k, -1, true, false));
     } else {
-      chosen = std::get<1>(scores.topk(m.top_k, -1, true, false));
+      chosen = std::get<1>(choice.topk(m.top_k, -1, true, false));
     }
   }
   // The chosen experts lie in kept groups, so their masked scores are the scores themselves.

@@ -47,11 +47,17 @@ struct TransformerOptions {
   bool fused_loss = false;
   // torchtitan's model code where it saves other tensors than transformers' (plan modeling
   // torchtitan, torchtitan_ops.h): RMSNorm as F.rms_norm, the MoE as torchtitan's router, token
-  // dispatcher and experts (no HF auxiliary loss; torchtitan's aux-loss-free expert bias is not
-  // updated). Rotary and attention stay as transformers computes them (CosSinRoPE computes the
+  // dispatcher and experts (no HF auxiliary loss: torchtitan's aux-loss-free expert bias
+  // instead, expert_bias()). Rotary and attention stay as transformers computes them (CosSinRoPE computes the
   // same rotation in fp32; neither saves anything per token).
   bool torchtitan = false;
+  at::Device device = at::kCPU;  // where the MoE load-balancing state lives (torchtitan)
 };
+
+// torchtitan's MoE.Config.load_balance_coeff default (models/common/moe.py; every torchtitan MoE
+// model keeps it): the step of the auxiliary-loss-free expert bias (Wang et al. 2024,
+// arXiv:2408.15664, as torchtitan's _update_expert_bias applies it).
+constexpr double kTorchtitanLoadBalanceCoeff = 1e-3;
 
 class Transformer {
  public:
@@ -124,9 +130,14 @@ class Transformer {
   // and their fp32 weights [T, k].
   // The MoE block `prefix` ("model.layers.N.block_sparse_moe") on x [B, S, H] (transformer.cc:
   // HF's dropless blocks, DeepSeek's router, GPT-OSS's router and experts).
-  at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  // `layer`: the block's index (torchtitan's expert bias is per MoE layer); -1 when unknown.
+  at::Tensor Moe(const ParamTable& p, const std::string& prefix, const at::Tensor& x,
+                 int layer = -1) const;
+  // `choice_bias` [E] (defined: torchtitan's expert bias) is added to the scores the experts are
+  // chosen by (the noaux_tc path's e_score_correction_bias), not to the weights.
   std::pair<at::Tensor, at::Tensor> DeepseekRoute(const ParamTable& p, const std::string& prefix,
-                                                  const at::Tensor& flat) const;
+                                                  const at::Tensor& flat,
+                                                  const at::Tensor& choice_bias = {}) const;
   // HF load_balancing_loss_func (modeling_mixtral.py, also Qwen2/3-MoE's) without an attention
   // mask: routing = softmax(cat(router logits)) in their dtype, top-k of it one-hot [N, k, E]
   // (as float), tokens_per_expert = mean over tokens [k, E], router_prob_per_expert = mean of the
@@ -141,6 +152,18 @@ class Transformer {
   // The same list for a recomputed block's node to take its router logits from and put its own
   // outputs in (recompute.h Recompute with side outputs); the head reads and clears it.
   std::vector<at::Tensor>* mutable_router_logits() const { return &router_logits_; }
+
+  // torchtitan's auxiliary-loss-free load balancing (options().torchtitan MoE models, moe.py
+  // MoE.forward and components/optimizer/optimizer.py _update_expert_bias): each MoE layer's
+  // expert_bias [E] (fp32) joins the router scores the top-k is chosen by; the tokens each expert
+  // was chosen for are counted in forward (SetCounting: the training forward, not a recompute).
+  // Undefined for other models.
+  const at::Tensor& expert_bias() const { return expert_bias_; }  // [MoE layers, E] fp32
+  at::Tensor& mutable_expert_bias() { return expert_bias_; }
+  void SetCounting(bool on) const { counting_ = on; }
+  // The optimizer step's pre-hook: the counts summed over `world` (every data rank's tokens),
+  // bias += coeff x sign(mean - count) per layer, centred to a zero mean; counts reset.
+  void UpdateExpertBias(Communicator& world);
 
  private:
   at::Tensor Embed(const ParamTable& p, const at::Tensor& tokens) const;
@@ -172,7 +195,8 @@ class Transformer {
   // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate
   // in fp32 under autocast, softmax, top-k, route_norm as norm_topk_prob; DeepSeek's router as
   // DeepseekRoute), DispatchTokens, each local expert on its rows, CombineTokens, shared experts.
-  at::Tensor TorchtitanMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  at::Tensor TorchtitanMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x,
+                           int layer) const;
   std::vector<at::Tensor> MlpUp(const ParamTable& p, const std::string& prefix,
                                 const at::Tensor& x) const;
   at::Tensor MlpDown(const ParamTable& p, const std::string& prefix,
@@ -199,6 +223,10 @@ class Transformer {
   // outputs.router_logits of the micro-batch in flight (spec.moe.router_aux_loss); Segment is
   // const (a pure function of its inputs but for this record).
   mutable std::vector<at::Tensor> router_logits_;
+  at::Tensor expert_bias_;                  // [MoE layers, E] fp32 (torchtitan MoE), else undefined
+  mutable at::Tensor tokens_per_expert_;    // [MoE layers, E] fp32: counts since the last update
+  mutable bool counting_ = false;
+  std::vector<int> moe_row_;                // per layer: its row of expert_bias_, -1 for dense
 };
 
 }  // namespace shardtune::exec

@@ -126,6 +126,34 @@ TEST(ExecutorRunFaultsTest, CorruptedAndTruncatedCheckpointsAreSkipped) {
   EXPECT_EQ(d, 0.0);
 }
 
+// torchtitan's MoE balances its experts with a bias updated before every optimizer step
+// (Transformer::UpdateExpertBias): a resumed run must restore it, or its routing, and so its
+// losses, leave the uninterrupted run's. micro-qwen-moe with --modeling torchtitan and ep 2 on 2
+// ranks; the step-6 checkpoint removed, the relaunch resumes from step 4.
+TEST(ExecutorRunFaultsTest, TorchtitanMoeResumesWithItsExpertBias) {
+  TempDir tmp;
+  auto args = [&](const std::string& out) {
+    std::vector<std::string> a = Args(out, 6, 2);
+    a[2] = DataPath("micro-qwen-moe.model.json");
+    a.insert(a.end(), {"--modeling", "torchtitan", "--ep", "2", "--lr", "1e-2"});
+    return a;
+  };
+  ProcessResult ref = RunShardtune(args(tmp.Sub("ref")));
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ProcessResult first = RunShardtune(args(tmp.Sub("run")));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::filesystem::remove_all(tmp.Sub("run") + "/checkpoints/step_00000006");
+  ProcessResult again = RunShardtune(args(tmp.Sub("run")));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("(step 4)"), std::string::npos) << again.output;
+  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
+  EXPECT_EQ(resumed.begin()->first, 5);
+  int common = 0;
+  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
+  EXPECT_EQ(common, 2);
+  EXPECT_EQ(d, 0.0);
+}
+
 // Ranks started the way torchrun starts them (RANK, WORLD_SIZE, MASTER_*): no launcher kills
 // the survivor, so it must notice the dead peer by itself.
 TEST(ExecutorRunFaultsTest, KilledRankMakesTheOtherFailWithAClearErrorWithinABound) {
