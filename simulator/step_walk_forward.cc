@@ -244,11 +244,12 @@ int64_t Walker::GatheredBytes(size_t i) const {
 }
 
 bool Walker::NeedsGatherCopy() const {
-  // A frozen shard in a dtype other than param_dtype is cast in the all-gather copy-in too.
-  bool frozen_cast = model::ChangesTrainability(p_) &&
-                     model::BytesPerElement(p_.FrozenDtype()) != e_param_ && shard_dtype_differs_;
-  return n_ > 1 || model::BytesPerElement(p_.master_dtype) != e_param_ || frozen_cast ||
-         p_.offload != model::Offload::kNone;
+  // FSDP2 always unshards into separate tensors: on a one-rank mesh too, with equal dtypes too
+  // (before torch 2.9 through foreach_all_gather and the copy-out into all_gather_outputs; from
+  // 2.9, pytorch#160135, _fsdp_param_group.py wait_for_unshard copies _sharded_param_data into
+  // all_gather_outputs[0] without the collective). Only FSDP1's unsharded world-1 flat parameter
+  // is used in place, which this walk does not model.
+  return true;
 }
 
 // foreach_all_gather: a param-dtype copy of the shards (all_gather_copy_in), the flat output

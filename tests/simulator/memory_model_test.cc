@@ -141,6 +141,22 @@ TEST(MemoryModelTest, FullShardGathersRootPlusOneBlock) {
   EXPECT_EQ(CategoryPeak(r, "gathered (unsharded) parameters").count(), root + block);
 }
 
+// One rank, fp32 parameters (no cast): FSDP2 still unshards into separate tensors
+// (_fsdp_param_group.py wait_for_unshard on a one-rank group copies _sharded_param_data into
+// all_gather_outputs[0]; before torch 2.9 the all-gather's copy-out did), so the root plus one
+// block are gathered in fp32 beside their shards, as on eight ranks in bf16.
+TEST(MemoryModelTest, OneRankFp32StillGathersIntoSeparateParameters) {
+  auto s = FindModelPreset("llama3.2-1b");
+  Plan p = Short(512);
+  p.param_dtype = model::DType::kFp32;
+  p.reduce_dtype = model::DType::kFp32;
+  auto r = EstimateMemory(s, profiles::ParseClusterShorthand("1xH100"), p);
+  auto units = model::BuildFsdpUnits(s, model::WrapPolicy{});
+  int64_t root = R512(units.front().PaddedShardNumel(1) * 4);
+  int64_t block = R512(units[1].PaddedShardNumel(1) * 4);
+  EXPECT_EQ(CategoryPeak(r, "gathered (unsharded) parameters").count(), root + block);
+}
+
 // SHARD_GRAD_OP keeps every unit gathered from its forward to its backward.
 TEST(MemoryModelTest, ShardGradOpGathersWholeModel) {
   auto s = FindModelPreset("llama3-8b");
