@@ -374,15 +374,20 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     std::string ep = pre + ".experts." + std::to_string(e);
     return MlpDown(p, ep, MlpUp(p, ep, rows));
   });
-  if (m.num_shared_experts > 0) {
-    std::string sp = pre + ".shared_expert";
-    at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
-    if (m.shared_expert_gate) {
-      s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
-    }
-    out = out + s;
-  }
+  if (m.num_shared_experts > 0) out = out + SharedExperts(p, pre, flat);
   return out.view_as(x);
+}
+
+// The shared expert(s) on every token, scaled by sigmoid(their gate) when the model has one
+// (Qwen2-MoE's shared_expert_gate; DeepSeek's shared_experts are one MLP of the summed width).
+at::Tensor Transformer::SharedExperts(const ParamTable& p, const std::string& pre,
+                                      const at::Tensor& flat) const {
+  std::string sp = pre + ".shared_expert";
+  at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
+  if (spec_.moe.shared_expert_gate) {
+    s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
+  }
+  return s;
 }
 
 at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pre,
@@ -446,14 +451,7 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
     outs.push_back(MlpDown(local, name, MlpUp(local, name, rows)));
   }
   at::Tensor out = CombineTokens(outs.size() == 1 ? outs[0] : at::cat(outs, 0), routed, flat, ep_);
-  if (m.num_shared_experts > 0) {
-    std::string sp = pre + ".shared_expert";
-    at::Tensor s = MlpDown(p, sp, MlpUp(p, sp, flat));
-    if (m.shared_expert_gate) {
-      s = at::sigmoid(Proj(p, pre + ".shared_expert_gate", flat, false, false)) * s;
-    }
-    out = out + s;
-  }
+  if (m.num_shared_experts > 0) out = out + SharedExperts(p, pre, flat);
   return out.view_as(x);
 }
 

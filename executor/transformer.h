@@ -192,6 +192,8 @@ class Transformer {
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
 
   at::Tensor GptOssMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  // MoE block `prefix`'s shared expert(s) on tokens [T, H] (with Qwen2-MoE's sigmoid gate).
+  at::Tensor SharedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& flat) const;
   // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate
   // in fp32 under autocast, softmax, top-k, route_norm as norm_topk_prob; DeepSeek's router as
   // DeepseekRoute), DispatchTokens, each local expert on its rows, CombineTokens, shared experts.
