@@ -110,9 +110,9 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
       ->capture_default_str();
   sub->add_option("--host-memory-limit", a->host_memory_limit, "cgroup limit on host RAM per node, e.g. 64GiB");
   sub->add_flag("--no-grad-clip", a->no_grad_clip, "No clip_grad_norm_ before the optimizer step");
-  sub->add_option("--moe-capacity-factor", a->moe_capacity_factor,
-                  "MoE: tokens per expert as a multiple of the balanced top_k x tokens / experts "
-                  "(default 1.0)")
+  sub->add_option("--moe-capacity-factor,--moe-imbalance", a->moe_capacity_factor,
+                  "MoE: the busiest expert's tokens as a multiple of the balanced top_k x tokens / "
+                  "experts (load imbalance; default 1.0: balanced)")
       ->capture_default_str();
   sub->add_option("--profile", a->profile, "Calibrated profile JSON (shardtune.profile)")
       ->check(CLI::ExistingFile);

@@ -825,6 +825,22 @@ TEST(CliTest, TrainabilityPlanErrorsNameKeyAndFlag) {
                      "--moe-capacity-factor");
 }
 
+// --moe-imbalance (issue #20's name) is --moe-capacity-factor: the same estimate, and a larger
+// factor never lowers the peak (the busiest expert's intermediates grow with it).
+TEST(CliTest, MoeImbalanceIsTheCapacityFactor) {
+  const std::string base = "estimate --model qwen3-30b-a3b --cluster 8xH100 --seq-len 4096 --json ";
+  Result a = RunCli(base + "--moe-imbalance 1.5");
+  Result b = RunCli(base + "--moe-capacity-factor 1.5");
+  Result c = RunCli(base);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(a.out, b.out);
+  auto peak = [](const Result& r) {
+    return nlohmann::json::parse(r.out).at("per_rank").at("peak_allocated_bytes").get<int64_t>();
+  };
+  EXPECT_GT(peak(a), peak(c));
+}
+
 TEST(CliTest, EstimateReportsWhatLoraAndFreezingSave) {
   Result r = RunCli(
       "estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --lora-rank 8 "
