@@ -2,6 +2,7 @@
 // read twice (an online max and sum of exponentials, Milakov & Gimelshein 2018, "Online
 // normalizer calculation for softmax", Algorithm 3; then the gradient) and written once in place.
 #include "executor/kernels/cross_entropy_grad.h"
+#include "executor/kernels/device_io.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,24 +14,6 @@ namespace shardtune::exec::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ float Load(const T* p, int64_t i);
-template <>
-__device__ float Load<float>(const float* p, int64_t i) { return p[i]; }
-template <>
-__device__ float Load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-template <>
-__device__ float Load<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
-
-template <typename T>
-__device__ void Store(T* p, int64_t i, float v);
-template <>
-__device__ void Store<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <>
-__device__ void Store<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-template <>
-__device__ void Store<__half>(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
 // Two partial (max, sum of exp(x - max)) pairs as one.
 __device__ void Combine(float& m, float& s, float m2, float s2) {

@@ -12,9 +12,9 @@
 
 #include <cstdint>
 
-namespace shardtune::exec::kernels {
+#include "executor/kernels/element_type.h"
 
-enum class ElementType { kFp32, kBf16, kFp16 };
+namespace shardtune::exec::kernels {
 
 struct CrossEntropyGradArgs {
   void* logits = nullptr;          // [rows, vocab] row-major, `type`; overwritten by the gradient

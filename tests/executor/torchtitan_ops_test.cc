@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "executor/kernels/rms_norm.h"
 #include "executor/torchtitan_ops.h"
 #include "executor/transformer.h"
 
@@ -56,6 +57,30 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedRmsNormTest, ::testing::Values(at::kFloat,
                          [](const ::testing::TestParamInfo<at::ScalarType>& p) {
                            return std::string(c10::toString(p.param));
                          });
+
+// The RMSNorm kernels' host reference (executor/kernels/rms_norm.h, which the GPU test holds the
+// kernels to) computes what the executor's ATen FusedRmsNorm computes: y, dx and dw in fp32.
+TEST(FusedRmsNormTest, TheKernelsHostReferenceIsTheAtenPath) {
+  at::manual_seed(8);
+  const int64_t rows = 6, hidden = 40;
+  const double eps = 1e-5;
+  at::Tensor x = at::randn({rows, hidden}).requires_grad_(true);
+  at::Tensor w = (at::rand({hidden}) + 0.5).requires_grad_(true);
+  at::Tensor g = at::randn({rows, hidden});
+  at::Tensor y = FusedRmsNorm(x, w, eps);
+  torch::autograd::backward({y}, {g});
+  std::vector<double> ry(static_cast<size_t>(rows * hidden)), rstd(static_cast<size_t>(rows)),
+      rdx(static_cast<size_t>(rows * hidden)), rdw(static_cast<size_t>(hidden));
+  at::Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous(), gc = g.contiguous();
+  kernels::RmsNormReference(xc.data_ptr<float>(), wc.data_ptr<float>(), gc.data_ptr<float>(), rows,
+                            hidden, eps, ry.data(), rstd.data(), rdx.data(), rdw.data());
+  auto as = [](std::vector<double>& v, std::vector<int64_t> shape) {
+    return at::from_blob(v.data(), shape, at::kDouble);
+  };
+  EXPECT_LT(MaxRelative(y.detach(), as(ry, {rows, hidden})), 1e-6);
+  EXPECT_LT(MaxRelative(x.grad(), as(rdx, {rows, hidden})), 1e-5);
+  EXPECT_LT(MaxRelative(w.grad(), as(rdw, {hidden})), 1e-5);
+}
 
 // Each token's output is Σ_j score[t, j] · f_e(x[t]) over its k choices, with f_e(x) = (e + 1)·x
 // applied to the dispatched rows (the expert a row belongs to read from the dispatch's counts).
