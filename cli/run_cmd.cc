@@ -187,6 +187,16 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   // Warnings from --from once, from the launching process (each rank re-reads the file quietly).
   exec::RunOptions o = MakeOptions(a, world, local_world, env.launched ? nullptr : &err);
   exec::ValidateRun(o, world);
+  if (o.plan.attention == model::Attention::kSdpa && !exec::SdpaRunsAvailable()) {
+    // What runs is what the measurements say: validate and calibrate then compare the eager
+    // path's memory and time with their predictions, not SDPA's.
+    if (!env.launched) {
+      WriteLine(err, "note: ",
+                "--attention sdpa: this LibTorch has no scaled_dot_product_attention (it is older "
+                "than 2.0); the run uses eager attention and records plan attention eager");
+    }
+    o.plan.attention = model::Attention::kEager;
+  }
   if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   exec::RunCallbacks cb;
   cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };

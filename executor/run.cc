@@ -248,6 +248,7 @@ void WriteOutputs(const RunOptions& o, Trainer& t, const TrainerContext& ctx,
 
 bool CudaRunsAvailable() { return CudaAvailable(); }
 bool NcclRunsAvailable() { return NcclAvailable(); }
+bool SdpaRunsAvailable() { return TORCH_VERSION_MAJOR >= 2; }
 
 namespace {
 

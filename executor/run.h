@@ -63,6 +63,9 @@ struct RunOptions {
 bool CudaRunsAvailable();
 // True when this build has the NCCL communicator.
 bool NcclRunsAvailable();
+// This LibTorch has at::scaled_dot_product_attention (>= 2.0); 1.13's runs take the eager path
+// (Transformer's options), so `run` records plan attention eager there (cli/run_cmd.cc).
+bool SdpaRunsAvailable();
 
 struct StepLog {
   int64_t step = 0;

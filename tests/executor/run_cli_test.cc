@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/run.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec::testing {
@@ -22,6 +23,19 @@ std::vector<std::string> Base(const std::string& out) {
           "--steps",   "1",         "--out",
           out,         "--seq-len", "16",
           "--threads", "1"};
+}
+
+// measurements.json records the attention that ran: a LibTorch without scaled_dot_product_attention
+// (1.13) runs the eager path, says so once, and records plan attention eager, so validate and
+// calibrate compare the eager path's memory and time with their predictions.
+TEST(ExecutorRunCliTest, TheRecordedAttentionIsTheOneThatRan) {
+  TempDir tmp;
+  ProcessResult r = RunShardtune(Base(tmp.Sub("out")));  // the default plan: --attention sdpa
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json m = nlohmann::json::parse(ReadText(tmp.Sub("out") + "/measurements.json"));
+  const bool sdpa = SdpaRunsAvailable();
+  EXPECT_EQ(m.at("plan").at("attention"), sdpa ? "sdpa" : "eager");
+  EXPECT_EQ(r.output.find("the run uses eager attention") != std::string::npos, !sdpa) << r.output;
 }
 
 TEST(ExecutorRunCliTest, NprocZeroIsAnInputError) {
