@@ -230,7 +230,6 @@ void Walker::Backward() {
 // gathered nor already prefetched. BACKWARD_PRE issues it at the current unit's pre-backward
 // (after its copy-out); BACKWARD_POST at its post-backward, after its gradient computation.
 void Walker::PrefetchBackward(int seg, int32_t dep) {
-  if (!NeedsGatherCopy()) return;
   // Segments only decrease within a backward pass, so units ending at or after `seg` are done
   // for good: the cursor skips them once.
   while (backward_cursor_ < backward_order_.size() &&
@@ -414,12 +413,9 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
     for (int64_t bytes : shard_bytes_) states += bytes;
   }
   // Forward unshards every unit but the experts (ForwardExperts gathers and reshards them one at
-  // a time); those it does not reshard stay gathered into backward (Unshard allocates them only
-  // when NeedsGatherCopy).
-  if (NeedsGatherCopy()) {
-    for (size_t i = 0; i < units_.size(); ++i) {
-      if (!units_[i].is_expert && !ReshardAfterForward(units_[i])) states += GatheredBytes(i);
-    }
+  // a time); those it does not reshard stay gathered into backward.
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (!units_[i].is_expert && !ReshardAfterForward(units_[i])) states += GatheredBytes(i);
   }
   int64_t& act = out.activations_bytes;
   for (int b = 0; b < s_.spec->num_layers; ++b) act += BlockSavedBytes(b);
@@ -443,7 +439,6 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
   if (p_.offload != model::Offload::kAll) {
     for (int64_t bytes : shard_bytes_) base += bytes;
   }
-  const bool gather = NeedsGatherCopy();
   const auto L_size = static_cast<size_t>(L);
   out->backward_states_bytes.assign(L_size, 0);
   out->backward_prefetch_bytes.assign(L_size, 0);
@@ -460,7 +455,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
         // Post-backward not yet run: gathered if forward kept it or it spans the block (Unshard
         // at its last segment), and its gradients from the segments after the block unreduced.
         bool kept = !ReshardAfterForward(u);
-        if (gather && (kept || u.last_segment >= f)) states += GatheredBytes(i);
+        if (kept || u.last_segment >= f) states += GatheredBytes(i);
       } else if (!p_.no_sync &&
                  (last_reduced_first < 0 || u.first_segment < last_reduced_first)) {
         // Reduced already; the one whose post-backward ran last (the least first segment above
@@ -476,17 +471,15 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
         if (units_[static_cast<size_t>(ui)].first_segment <= f) states += bytes;
       }
     }
-    if (gather) {
-      // As if BACKWARD_PRE (the caller counts it only then): the first unit in backward order
-      // that ends below the block and that forward resharded. PrefetchBackward, called after the
-      // Unshard of every unit at the segment where it ends (the head's, at least), has issued its
-      // all-gather, and its copy-out is still to come.
-      for (int32_t k : backward_order_) {
-        const auto& u = units_[static_cast<size_t>(k)];
-        if (u.last_segment >= f || !ReshardAfterForward(u)) continue;
-        prefetch = GatheredNumel(static_cast<size_t>(k)) * e_param_;
-        break;
-      }
+    // As if BACKWARD_PRE (the caller counts it only then): the first unit in backward order
+    // that ends below the block and that forward resharded. PrefetchBackward, called after the
+    // Unshard of every unit at the segment where it ends (the head's, at least), has issued its
+    // all-gather, and its copy-out is still to come.
+    for (int32_t k : backward_order_) {
+      const auto& u = units_[static_cast<size_t>(k)];
+      if (u.last_segment >= f || !ReshardAfterForward(u)) continue;
+      prefetch = GatheredNumel(static_cast<size_t>(k)) * e_param_;
+      break;
     }
     const auto bi = static_cast<size_t>(b);
     out->backward_states_bytes[bi] = states;

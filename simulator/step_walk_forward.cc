@@ -243,15 +243,6 @@ int64_t Walker::GatheredBytes(size_t i) const {
   return GatheredNumel(i) * e_param_;
 }
 
-bool Walker::NeedsGatherCopy() const {
-  // FSDP2 always unshards into separate tensors: on a one-rank mesh too, with equal dtypes too
-  // (before torch 2.9 through foreach_all_gather and the copy-out into all_gather_outputs; from
-  // 2.9, pytorch#160135, _fsdp_param_group.py wait_for_unshard copies _sharded_param_data into
-  // all_gather_outputs[0] without the collective). Only FSDP1's unsharded world-1 flat parameter
-  // is used in place, which this walk does not model.
-  return true;
-}
-
 // foreach_all_gather: a param-dtype copy of the shards (all_gather_copy_in), the flat output
 // ws x sum(padded shard) on the all-gather stream; CPU offload first copies the shard H2D. The
 // copy-in waits for the previous copy-out (the AllGatherState event) or, without backward
@@ -303,10 +294,14 @@ void Walker::IssueAllGather(size_t i, int32_t dep) {
 
 // wait_for_unshard: in forward the previous unit's flat buffer is dropped (all_gather_state =
 // None) before this copy-out and this one is kept; in backward it is freed after the copy-out.
+// FSDP2 always unshards into separate tensors: on a one-rank mesh too, with equal dtypes too
+// (before torch 2.9 through foreach_all_gather and the copy-out into all_gather_outputs; from
+// 2.9, pytorch#160135, _fsdp_param_group.py wait_for_unshard copies _sharded_param_data into
+// all_gather_outputs[0] without the collective). Only FSDP1's unsharded world-1 flat parameter
+// is used in place, which this walk does not model.
 void Walker::Unshard(size_t i, bool forward) {
   if (gathered_[i]) return;
   gathered_[i] = true;
-  if (!NeedsGatherCopy()) return;
   // An explicitly prefetched unit's buffer is freed after its copy-out, like backward's; only the
   // implicit forward path keeps it for the next unit (wait_for_unshard, AllGatherState).
   bool implicit = forward && prefetch_op_[i] < 0;
@@ -339,7 +334,7 @@ void Walker::Unshard(size_t i, bool forward) {
 void Walker::Reshard(size_t i) {
   if (!gathered_[i]) return;
   gathered_[i] = false;
-  if (NeedsGatherCopy()) Free(Category::kGathered, Stream::kDefault, GatheredBytes(i));
+  Free(Category::kGathered, Stream::kDefault, GatheredBytes(i));
   if (rec_) TFreeAll(&gathered_ids_[i]);
 }
 

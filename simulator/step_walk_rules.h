@@ -108,7 +108,6 @@ class Walker {
   void OptimizerStep();
   int64_t OptimizerStateBytes() const;
   bool ReshardAfterForward(const model::FsdpUnit& u) const;
-  bool NeedsGatherCopy() const;
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
   double BlockSaved(int block) const;
@@ -196,7 +195,6 @@ class Walker {
   // Unsharded gradients of the trainable lookup tables (segment 0), and of the one tied to the LM
   // head among them.
   int64_t lookup_grad_bytes_ = 0, tied_grad_bytes_ = 0;
-  bool shard_dtype_differs_ = false;  // some sharded parameter is not in the param dtype
   double tiled_mlp_flops_ = 0;        // the last block's MLP forward per token (an MoE's, if any)
   double tiled_dense_mlp_flops_ = 0;  // the first block's (a dense prefix's, when there is one)
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;

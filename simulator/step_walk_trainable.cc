@@ -31,7 +31,6 @@ void Walker::InitTrainability() {
       int64_t e = ShardedBytesPerElement(p_, prm);
       shard_bytes_[i] += ps * e;
       copy_in_bytes_[i] += ps * AllGatherCopyInBytesPerElement(e, e_param_);
-      shard_dtype_differs_ = shard_dtype_differs_ || e != e_param_;
       bool trains = prm.requires_grad && p_.Trains();
       if (trains) {
         grad_shard_numel_[i] += ps;
