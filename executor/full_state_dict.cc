@@ -5,6 +5,8 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 
 #include <cstring>
+#include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint.h"
@@ -90,26 +92,26 @@ void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& mode
     const int64_t H = spec.hidden;
     const int64_t F = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;
     const bool gated = spec.mlp == model::MlpKind::kSwiGlu;
-    const ParamSlot* w[3] = {nullptr, nullptr, nullptr};  // w1, w3, w2: gate, up, down
+    std::map<std::string, const ParamSlot*> by_module;  // HF module -> its GroupedExperts tensor
     for (const ParamSlot& s : u->slots()) {
-      const std::string tail = s.name.substr(s.name.rfind('.') + 1);
-      if (tail == "w1") w[0] = &s;
-      if (tail == "w3") w[1] = &s;
-      if (tail == "w2") w[2] = &s;
+      by_module[model::GroupedExpertHfModule(s.name.substr(s.name.rfind('.') + 1), gated)] = &s;
     }
-    SHARDTUNE_CHECK(w[0] && w[2] && (w[1] || !gated)) << moe_experts << ": GroupedExperts tensors";
-    const int64_t el = w[0]->shape[0];
+    std::vector<std::string> modules = {"up_proj", "down_proj"};  // HF's module order
+    if (gated) modules.insert(modules.begin(), "gate_proj");
+    for (const std::string& m : modules) {
+      SHARDTUNE_CHECK(by_module.count(m) > 0) << moe_experts << ": no GroupedExperts tensor for " << m;
+    }
+    const int64_t el = by_module.at("down_proj")->shape[0];
     for (int r = 0; r < ep.size(); ++r) {
       const float* base = host.data_ptr<float>() + r * u->padded_numel();
       for (int64_t i = 0; i < el; ++i) {
         const std::string expert = moe_experts + "." + std::to_string(r * el + i);
-        if (gated) {
-          append(expert + ".gate_proj.weight", {F, H}, base + w[0]->offset + i * F * H, F * H);
-          append(expert + ".up_proj.weight", {F, H}, base + w[1]->offset + i * F * H, F * H);
-        } else {
-          append(expert + ".up_proj.weight", {F, H}, base + w[0]->offset + i * F * H, F * H);
+        for (const std::string& m : modules) {
+          // gate_proj, up_proj [F, H]; down_proj [H, F]: F·H elements per expert either way.
+          std::vector<int64_t> shape = m == "down_proj" ? std::vector<int64_t>{H, F}
+                                                        : std::vector<int64_t>{F, H};
+          append(expert + "." + m + ".weight", shape, base + by_module.at(m)->offset + i * F * H, F * H);
         }
-        append(expert + ".down_proj.weight", {H, F}, base + w[2]->offset + i * H * F, H * F);
       }
     }
   }

@@ -209,14 +209,14 @@ void Transformer::InitLocalExperts(const std::string& name, uint64_t seed, const
   const std::string experts = name.substr(0, dot), tensor = name.substr(dot + 1);
   const int64_t el = full.size(0);
   SHARDTUNE_CHECK(first_expert >= 0 && first_expert + el <= num_experts) << name;
-  if (tensor != "w1" && tensor != "w2" && tensor != "w3") {
+  const std::string hf = model::GroupedExpertHfModule(tensor, gated);
+  if (hf.empty()) {
     // GPT-OSS's own [E, ...] tensors: this rank's slice of the whole tensor's initial value.
     at::Tensor all = at::empty({num_experts, full.size(1)}, full.options());
     InitParameter(name, seed, all);
     full.copy_(all.narrow(0, first_expert, el));
     return;
   }
-  const std::string hf = tensor == "w2" ? "down_proj" : tensor == "w3" || !gated ? "up_proj" : "gate_proj";
   for (int64_t i = 0; i < el; ++i) {
     InitParameter(experts + "." + std::to_string(first_expert + i) + "." + hf + ".weight", seed,
                   full.select(0, i));
@@ -445,9 +445,12 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
       continue;
     }
     ParamTable local;
-    local[name + (gated ? ".gate_proj.weight" : ".up_proj.weight")] = w1.select(0, i);
-    if (gated) local[name + ".up_proj.weight"] = w3.select(0, i);
-    local[name + ".down_proj.weight"] = w2.select(0, i);
+    auto weight = [&](const char* tensor) {
+      return name + "." + model::GroupedExpertHfModule(tensor, gated) + ".weight";
+    };
+    local[weight("w1")] = w1.select(0, i);
+    if (gated) local[weight("w3")] = w3.select(0, i);
+    local[weight("w2")] = w2.select(0, i);
     outs.push_back(MlpDown(local, name, MlpUp(local, name, rows)));
   }
   at::Tensor out = CombineTokens(outs.size() == 1 ? outs[0] : at::cat(outs, 0), routed, flat, ep_);

@@ -483,6 +483,13 @@ void ReplaceFirst(std::string* s, const std::string& from, const std::string& to
 
 }  // namespace
 
+std::string GroupedExpertHfModule(const std::string& tensor, bool gated) {
+  if (tensor == "w1") return gated ? "gate_proj" : "up_proj";
+  if (tensor == "w3") return "up_proj";
+  if (tensor == "w2") return "down_proj";
+  return "";
+}
+
 HfTensor HfParameter(const ModelSpec& spec, const std::string& name, std::vector<int64_t> shape) {
   HfTensor t{name, std::move(shape)};
   const std::string& a = spec.hf_architecture;

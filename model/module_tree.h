@@ -121,6 +121,13 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& spec, const WrapPolicy& po
 //     gate_up_proj_bias [E, 2F], down_proj [E, F, H], down_proj_bias [E, H].
 // Other names and shapes are the module tree's. `shape`: the module tree's shape, replaced when
 // transformers holds the tensor in another one.
+// The HF per-expert module (gate_proj, up_proj, down_proj) whose weight slice e of an
+// expert-parallel unit's GroupedExperts tensor `tensor` holds (AddExpertParallelUnits' layout): w1
+// is gate_proj (up_proj for ungated experts), w3 up_proj, w2 down_proj; "" for other tensors
+// (GPT-OSS's 3-D experts keep their HF names). The executor initialises, runs and exports the
+// local experts through it.
+std::string GroupedExpertHfModule(const std::string& tensor, bool gated);
+
 struct HfTensor {
   std::string name;
   std::vector<int64_t> shape;
