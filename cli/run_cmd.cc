@@ -101,6 +101,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   o.threads = a.threads;
   o.timeout_s = a.timeout_s;
   o.trace = !a.no_trace;
+  o.torch_profile = a.torch_profile;
   o.checkpoints = !a.no_checkpoints;
   if (a.on_nonfinite == "skip") {
     o.on_nonfinite = exec::OnNonFinite::kSkip;
@@ -156,6 +157,10 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
                 "After the last step, write OUT/model.safetensors: the full fp32 parameters "
                 "gathered to rank 0 under Hugging Face names");
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
+  run->add_flag("--torch-profile", a->torch_profile,
+                "Rank 0 records the steps after the first with the PyTorch profiler (CPU and "
+                "CUDA activities) and writes OUT/torch_trace.json, the Chrome trace "
+                "`shardtune calibrate --trace` reads");
   run->add_flag("--no-checkpoints", a->no_checkpoints,
                 "Write no checkpoints (benchmark runs; nothing to resume from)");
   run->add_option("--on-nonfinite", a->on_nonfinite,
@@ -211,6 +216,7 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
   if (!env.launched || env.rank == 0) {
     if (!s.measurements_path.empty()) out << "wrote " << s.measurements_path << "\n";
     if (!s.trace_path.empty()) out << "wrote " << s.trace_path << "\n";
+    if (!s.torch_trace_path.empty()) out << "wrote " << s.torch_trace_path << "\n";
     if (!s.state_dict_path.empty()) out << "wrote " << s.state_dict_path << "\n";
   }
   return 0;

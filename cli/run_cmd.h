@@ -34,6 +34,7 @@ struct RunArgs {
   double watchdog_timeout_s = 600;
   bool export_full_state_dict = false;
   bool no_trace = false;
+  bool torch_profile = false;  // --torch-profile
   bool no_checkpoints = false;
   PlanFlags plan;
 };

@@ -98,18 +98,27 @@ class EmulatedCommunicator : public Communicator {
                                   const std::vector<int64_t>& output_splits) override {
     CheckSplits(input, output, input_splits, output_splits, size());
     double t0 = MonotonicSeconds();
-    // Every rank would send us its rows for us, i.e. our rows for `rank`.
+    // Every rank would send us its rows for us, i.e. our rows for `rank`. The peers are not
+    // there, so a chunk whose size differs from ours (the MoE combine returns each rank what it
+    // sent: output_splits are then our dispatch's input_splits) is filled with our rows repeated
+    // (zeros when we have none): the sizes, and so the memory, are the real ones; the values
+    // are not, as PyTorch's fake process group leaves its outputs unwritten.
     int64_t from = 0;
     for (int j = 0; j < rank(); ++j) from += input_splits[static_cast<size_t>(j)];
     const int64_t n = input_splits[static_cast<size_t>(rank())];
     at::Tensor mine = input.narrow(0, from, n).clone();
     int64_t to = 0;
     for (int j = 0; j < size(); ++j) {
-      SHARDTUNE_CHECK(output_splits[static_cast<size_t>(j)] == n)
-          << "emulated all-to-all: rank " << j << " sends " << n << " rows, not "
-          << output_splits[static_cast<size_t>(j)];
-      output.narrow(0, to, n).copy_(mine);
-      to += n;
+      const int64_t m = output_splits[static_cast<size_t>(j)];
+      at::Tensor chunk = output.narrow(0, to, m);
+      if (m == n) {
+        chunk.copy_(mine);
+      } else if (n == 0) {
+        chunk.zero_();
+      } else {
+        chunk.copy_(mine.index_select(0, at::arange(m, mine.options().dtype(at::kLong)).remainder(n)));
+      }
+      to += m;
     }
     return Done(profiles::Collective::kAllToAll, input.nbytes(), t0);
   }

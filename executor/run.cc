@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "executor/blas_info.h"
@@ -23,6 +24,7 @@
 #include "executor/memory_tracker.h"
 #include "executor/nccl_communicator.h"
 #include "executor/phase_meter.h"
+#include "executor/torch_profile.h"
 #include "executor/trainer.h"
 #include "executor/watchdog.h"
 #include "model/module_tree.h"
@@ -301,9 +303,19 @@ TrainerContext MakeTrainerContext(const RunOptions& o, const RankEnv& env, const
 std::vector<StepLog> TrainSteps(const RunOptions& o, const TrainerContext& ctx, Trainer& trainer, PhaseMeter& meter,
                                 int64_t from, RunSummary* summary) {
   std::vector<StepLog> steps;
+  std::unique_ptr<TorchProfile> profile;  // --torch-profile: rank 0's steps after the first
+  if (o.torch_profile && ctx.rank == 0) TorchProfile::CheckAvailable(o.out_dir, o.device == "cuda");
   for (int64_t step = from + 1; step <= o.steps; ++step) {
+    if (o.torch_profile && ctx.rank == 0 && !steps.empty() && !profile) {
+      profile = std::make_unique<TorchProfile>(o.device == "cuda");
+    }
     meter.Begin(steps.empty() ? RunPhase::kStep0 : RunPhase::kSteady);
-    StepLog s = trainer.Step(step);
+    StepLog s;
+    if (profile) {
+      profile->Step(step, [&] { s = trainer.Step(step); });
+    } else {
+      s = trainer.Step(step);
+    }
     meter.End();
     s.tracked_peak_bytes = meter.SoFar().tracked;
     steps.push_back(s);
@@ -315,6 +327,12 @@ std::vector<StepLog> TrainSteps(const RunOptions& o, const TrainerContext& ctx, 
       meter.End();
     }
     summary->last_step = step;
+  }
+  if (profile) {
+    summary->torch_trace_path = (std::filesystem::path(o.out_dir) / "torch_trace.json").string();
+    profile->Save(summary->torch_trace_path);
+  } else if (o.torch_profile && ctx.rank == 0 && ctx.callbacks.on_message) {
+    ctx.callbacks.on_message("--torch-profile: no step after the first ran here: no torch_trace.json written");
   }
   return steps;
 }

@@ -40,6 +40,9 @@ struct RunOptions {
   int threads = 0;             // intra-op threads per rank; 0: cores / local ranks
   double timeout_s = 60;       // rendezvous and collective timeout (a dead peer fails sooner)
   bool trace = true;           // write OUT/trace.json
+  // Rank 0 records its steps after the first with the PyTorch profiler (torch_profile.h) and
+  // writes OUT/torch_trace.json, the Chrome trace `shardtune calibrate --trace` reads.
+  bool torch_profile = false;
   // Default stop: a diverged run should not spend its budget; skip rides out rare spikes.
   OnNonFinite on_nonfinite = OnNonFinite::kStop;
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK, collectives over NCCL (also a one-rank NCCL
@@ -93,6 +96,7 @@ struct RunSummary {
   int64_t last_step = 0;
   std::string measurements_path;  // written by rank 0
   std::string trace_path;
+  std::string torch_trace_path;   // OUT/torch_trace.json with torch_profile (rank 0)
   std::string state_dict_path;    // OUT/model.safetensors with export_full_state_dict
 };
 

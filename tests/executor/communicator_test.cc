@@ -60,6 +60,28 @@ TEST(ExecutorCommunicatorTest, EmulatedAllToAllFillsEveryChunkWithTheLocalChunkO
   EXPECT_EQ(records[0].full_size_bytes, 6 * 4);
 }
 
+TEST(ExecutorCommunicatorTest, EmulatedAllToAllVSizesEveryChunkByTheOutputSplits) {
+  auto log = std::make_shared<CollectiveLog>();
+  auto c = MakeEmulatedCommunicator("ep", 1, 3, log);
+  // Dispatch: rank 1 sends rows {0}, {1, 2}, {3} to ranks 0, 1, 2; every peer "sends" ours back.
+  at::Tensor in = at::arange(4, at::kFloat).view({4, 1}), out = at::zeros({6, 1});
+  c->AllToAllV(in, out, {1, 2, 1}, {2, 2, 2})->Wait();
+  EXPECT_TRUE(at::equal(out.view({-1}), at::tensor({1.0f, 2.0f, 1.0f, 2.0f, 1.0f, 2.0f})));
+  // Combine (the MoE's return trip): our 2 rows go to each peer, and each peer returns as many
+  // rows as we sent it (1, 2, 1): the chunks take those sizes, filled from our rows for rank 1.
+  at::Tensor back = at::full({4, 1}, -1.0f);
+  c->AllToAllV(at::tensor({5.0f, 6.0f, 5.0f, 6.0f, 5.0f, 6.0f}).view({6, 1}), back, {2, 2, 2},
+               {1, 2, 1})->Wait();
+  EXPECT_TRUE(at::equal(back.view({-1}), at::tensor({5.0f, 5.0f, 6.0f, 5.0f})));
+  // A peer that would return more rows than we hold for ourselves: our rows repeated; none: zeros.
+  at::Tensor wide = at::full({5, 1}, -1.0f);
+  c->AllToAllV(at::tensor({7.0f, 8.0f}).view({2, 1}), wide, {1, 1, 0}, {0, 1, 4})->Wait();
+  EXPECT_TRUE(at::equal(wide.view({-1}), at::tensor({8.0f, 8.0f, 8.0f, 8.0f, 8.0f})));
+  at::Tensor none = at::full({2, 1}, -1.0f);
+  c->AllToAllV(at::tensor({7.0f}).view({1, 1}), none, {1, 0, 0}, {1, 0, 1})->Wait();
+  EXPECT_TRUE(at::equal(none.view({-1}), at::tensor({0.0f, 0.0f})));
+}
+
 // Runs `body(rank, comm)` in `n` forked processes over Gloo; true when all exit 0.
 bool RunGloo(int n, const std::function<bool(int, Communicator&, CollectiveLog&)>& body) {
   int port = FindFreePort();

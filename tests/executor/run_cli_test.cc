@@ -38,6 +38,37 @@ TEST(ExecutorRunCliTest, TheRecordedAttentionIsTheOneThatRan) {
   EXPECT_EQ(r.output.find("the run uses eager attention") != std::string::npos, !sdpa) << r.output;
 }
 
+// --torch-profile: with a LibTorch that has Kineto, rank 0's steps after the first are in
+// OUT/torch_trace.json, each inside a "ProfilerStep#N" user annotation (what calibrate --trace
+// reads); without (Debian's 1.13), the run stops before its first step with the reason and the
+// fix, and leaves no trace file behind.
+TEST(ExecutorRunCliTest, TorchProfileWritesProfilerStepsOrRefusesBeforeTheFirstStep) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a[4] = "3";
+  a.push_back("--torch-profile");
+  ProcessResult r = RunShardtune(a);
+  const std::string trace = tmp.Sub("out") + "/torch_trace.json";
+  if (r.exit_code != 0) {
+    EXPECT_NE(r.output.find("--torch-profile: this LibTorch was built without Kineto"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("step 1/3"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(trace));
+    EXPECT_FALSE(std::filesystem::exists(tmp.Sub("out") + "/.torch_profile_check.json.tmp"));
+    return;
+  }
+  nlohmann::json t = nlohmann::json::parse(ReadText(trace));
+  std::vector<std::string> steps;
+  for (const auto& e : t.at("traceEvents")) {
+    if (e.value("cat", "") == "user_annotation" && e.value("name", "").rfind("ProfilerStep#", 0) == 0) {
+      steps.push_back(e.at("name"));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(steps, (std::vector<std::string>{"ProfilerStep#2", "ProfilerStep#3"}));
+  EXPECT_NE(r.output.find("wrote " + trace), std::string::npos) << r.output;
+}
+
 TEST(ExecutorRunCliTest, NprocZeroIsAnInputError) {
   TempDir tmp;
   auto a = Base(tmp.Sub("out"));
