@@ -92,8 +92,10 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
   // no tables: they would replace the fitted efficiencies again in every later simulation.
   sim::CostConstants resolved;
   const sim::CostConstants& start = sim::PlanConstants(job.options.costs, job.spec, job.plan, job.cluster.gpu, &resolved);
-  sim::TraceCalibration cal = sim::CalibrateFromTrace(trace, sim::SteadyStepWork(base.program), job.cluster.gpu,
-                                                      job.plan.param_dtype, start);
+  const bool fused = job.plan.optimizer_impl == model::OptimizerImpl::kFused;
+  const bool one_rank = job.cluster.world_size() == 1;
+  sim::TraceCalibration cal = sim::CalibrateFromTrace(trace, sim::SteadyStepWork(base.program, fused, one_rank),
+                                                      job.cluster.gpu, job.plan.param_dtype, start);
   cal.costs.tables.reset();
   sim::SimOptions fitted_options = job.options;
   fitted_options.costs = cal.costs;

@@ -54,16 +54,35 @@ struct CostConstants {
   // makes small ops reach less of the peak than large ones. 0 until calibrated (the GPU numbers
   // above are large-GEMM figures).
   Seconds compute_op_overhead;
-  // Host (CPU) time to issue work, which the GPU cannot run ahead of (simulate's host model):
-  // eager PyTorch dispatches an operator in about 10 us (H. He, "Making Deep Learning Go Brrrr
-  // From First Principles", 2022: "overhead ... on the order of 10 microseconds per op"); a guess
-  // for kernels issued from HF Python modules until calibrated.
-  Seconds host_per_kernel = Seconds::Micros(10);
-  // FSDP2's Python hooks per unit: FSDP::pre_forward measured at about 1 ms per call on a Xeon
-  // with torch 2.10 (pytorch/pytorch#173680); pre_backward runs the same unshard path and
-  // post_backward's foreach_reduce loops over the same parameters, so each is taken as 1 ms
-  // too: a guess until calibrated.
-  Seconds host_per_fsdp_hook = Seconds::Micros(1000);
+  // Host (CPU) time to issue work, which the GPU cannot run ahead of (simulate's host model).
+  // Measured on the lent H100 machine's host (Intel Xeon, 16 cores; torch 2.11.0+cu130,
+  // transformers 5.17.0; 2026-11-27) by tests/bench/fsdp2_reference/host_costs.py: HF
+  // Llama-3.2-1B / Llama-3-8B stepped on 16-token inputs (the GPU idles, so each phase's wall
+  // time is the host's), untraced, launches counted by a separate profiled step; the figures are
+  // the medians over its seven configurations and two sessions
+  // (tests/data/validation/fsdp2_h100_host_costs*.jsonl). The host was noisy: per-configuration
+  // medians spread 25-41 us (forward) and 18-32 us (backward). The literature's figure was 10 us
+  // per op (H. He, "Making Deep Learning Go Brrrr From First Principles", 2022).
+  //  - per kernel a forward issues from Python (HF modules; a checkpointed block's recomputation
+  //    too): 37 us;
+  Seconds host_per_kernel = Seconds::Micros(37);
+  //  - per kernel the autograd engine's C++ thread issues in backward: 24 us;
+  Seconds host_per_backward_kernel = Seconds::Micros(24);
+  //  - per parameter tensor per optimizer step, torch.optim.AdamW over FSDP2's DTensor shards
+  //    (every foreach op unwraps each DTensor: the cost scales with tensors, not launches: 480
+  //    launches on one rank and 64 on rank 0 of 8 took the same 12 ms for 146 tensors): 81 us
+  //    foreach, 45 us fused (one _fused_adamw_ per group);
+  Seconds host_per_optimizer_param = Seconds::Micros(81);
+  Seconds host_per_fused_optimizer_param = Seconds::Micros(45);
+  // FSDP2's Python hooks, each pre-forward (with its post-forward), pre-backward and
+  // post-backward (the host time fully_shard adds to a unit, over the same model without it,
+  // per hook; the hooks' own copy-in, all-gather, copy-out and reduce-scatter launches
+  // included), measured as above: 1.93 ms on a sharded mesh (rank 0 of 8; 1.1-2.6 ms per
+  // configuration), 1.45 ms on a one-rank mesh, where FSDP2 runs no all-gather or reduce-scatter
+  // (1.3-1.7 ms). The literature's figure: FSDP::pre_forward at about 1 ms per call on a Xeon
+  // with torch 2.10 (pytorch/pytorch#173680).
+  Seconds host_per_fsdp_hook = Seconds::Micros(1930);
+  Seconds host_per_fsdp_hook_one_rank = Seconds::Micros(1450);
   // Fitted collective costs (calibrated profiles); empty: the topology and NCCL's model.
   std::vector<CollectiveCalibration> collectives;
   // Measured kernel tables (`shardtune probe`, a profile's "kernels" section); null or empty: the

@@ -47,6 +47,14 @@ void ReadCompute(StrictReader& m, CostConstants* c) {
       Seconds::Of(m.OptionalNumber("host_per_kernel_s", c->host_per_kernel.count(), 0, 1));
   c->host_per_fsdp_hook =
       Seconds::Of(m.OptionalNumber("host_per_fsdp_hook_s", c->host_per_fsdp_hook.count(), 0, 1));
+  c->host_per_backward_kernel = Seconds::Of(
+      m.OptionalNumber("host_per_backward_kernel_s", c->host_per_backward_kernel.count(), 0, 1));
+  c->host_per_optimizer_param = Seconds::Of(
+      m.OptionalNumber("host_per_optimizer_param_s", c->host_per_optimizer_param.count(), 0, 1));
+  c->host_per_fused_optimizer_param = Seconds::Of(m.OptionalNumber(
+      "host_per_fused_optimizer_param_s", c->host_per_fused_optimizer_param.count(), 0, 1));
+  c->host_per_fsdp_hook_one_rank = Seconds::Of(
+      m.OptionalNumber("host_per_fsdp_hook_one_rank_s", c->host_per_fsdp_hook_one_rank.count(), 0, 1));
   m.Finish();
 }
 
@@ -347,7 +355,11 @@ nlohmann::ordered_json ProfileToJson(const Profile& p) {
                   {"op_overhead_s", c.compute_op_overhead.count()},
                   {"host_memory_bytes_per_s_per_node", c.host_memory_bandwidth_per_node.count()},
                   {"host_per_kernel_s", c.host_per_kernel.count()},
-                  {"host_per_fsdp_hook_s", c.host_per_fsdp_hook.count()}};
+                  {"host_per_fsdp_hook_s", c.host_per_fsdp_hook.count()},
+                  {"host_per_backward_kernel_s", c.host_per_backward_kernel.count()},
+                  {"host_per_optimizer_param_s", c.host_per_optimizer_param.count()},
+                  {"host_per_fused_optimizer_param_s", c.host_per_fused_optimizer_param.count()},
+                  {"host_per_fsdp_hook_one_rank_s", c.host_per_fsdp_hook_one_rank.count()}};
   j["network"] = {{"nvlink_efficiency", c.nvlink_efficiency},
                   {"pcie_efficiency", c.pcie_efficiency},
                   {"network_efficiency", c.network_efficiency}};

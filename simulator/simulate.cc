@@ -72,6 +72,21 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
   return l;
 }
 
+// The host time that issues `op` (CostConstants' host terms): kernels at the issuing thread's
+// rate, the optimizer's parameter tensors, FSDP2's hooks (cheaper on a one-rank mesh, where
+// FSDP2 runs no collectives).
+double HostSeconds(const ProgramOp& op, const model::Plan& plan, const Links& l, const CostConstants& k) {
+  const double python = op.kind == OpKind::kBackward    ? op.host_python_kernels
+                        : op.kind == OpKind::kOptimizer ? 0
+                                                        : op.host_kernels;
+  const double autograd = op.kind == OpKind::kBackward ? op.host_kernels - op.host_python_kernels : 0;
+  const bool fused = plan.optimizer_impl == model::OptimizerImpl::kFused;
+  const bool one_rank = l.shard.ranks <= 1 && l.replicate.ranks <= 1;
+  return python * k.host_per_kernel.count() + autograd * k.host_per_backward_kernel.count() +
+         op.host_params * (fused ? k.host_per_fused_optimizer_param : k.host_per_optimizer_param).count() +
+         op.host_hooks * (one_rank ? k.host_per_fsdp_hook_one_rank : k.host_per_fsdp_hook).count();
+}
+
 // Ops of steps before `from_step` are left at zero cost (the step-time bound reads step 1 only).
 std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c,
                             const model::Plan& plan, const Links& l, const CostConstants& k,
@@ -85,10 +100,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
     double local = ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes, c.gpu,
                                plan.param_dtype, k).count();
     // On CPU ranks the kernels run on the issuing thread itself: their time is the compute.
-    if (!c.cpu_only) {
-      oc.host_ns = ToNanos(op.host_kernels * k.host_per_kernel.count() +
-                           op.host_hooks * k.host_per_fsdp_hook.count());
-    }
+    if (!c.cpu_only) oc.host_ns = ToNanos(HostSeconds(op, plan, l, k));
     switch (op.kind) {
       case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllReduce: {
         const GroupLink& g = op.group == 1                   ? l.replicate

@@ -94,7 +94,14 @@ struct ProgramOp {
   // Host work that issues this op (simulate's host model): eager kernel launches, FSDP2 Python
   // hooks (pre-forward / pre-backward unshard, post-backward reduce), and whether the host first
   // waits for every earlier op (the training loop's per-step sync, e.g. loss.item()).
+  // host_kernels are charged at the rate of the thread that issues them: the autograd engine's
+  // for a backward op, except its host_python_kernels (a checkpointed block's recomputed
+  // forward, run by the checkpoint's Python unpack hook); Python's for every other op.
+  // The optimizer step's launches are counted but not charged: its host cost is host_params,
+  // the parameter tensors its Python loop visits.
   int16_t host_kernels = 0;
+  int16_t host_python_kernels = 0;
+  int16_t host_params = 0;
   int8_t host_hooks = 0;
   bool host_sync = false;
   std::array<int32_t, 3> deps{{-1, -1, -1}};  // ops (by index) that must finish first

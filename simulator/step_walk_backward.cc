@@ -149,6 +149,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     // About two backward kernels per forward op (autograd nodes launch the input and the weight
     // gradient), plus the recomputed forward.
     Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * Blk(b).full.forward_ops);
+    Cur().host_python_kernels = static_cast<int16_t>(re_elem > 0 ? Blk(b).full.forward_ops : 0);
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, BlockSavedBytes(b));
@@ -507,8 +508,12 @@ void Walker::OptimizerStep() {
   if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
   else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = 28;
   Cur().memory_bytes = traffic_per_elem * static_cast<double>(shard);
+  // Its host cost is per parameter tensor (CostConstants::host_per_optimizer_param: the launches,
+  // issued from C++ inside each foreach op, are part of it, so they are counted, not charged).
   if (optimizer_launches_ < 0) optimizer_launches_ = OptimizerLaunches();  // once per walk
+  if (optimizer_params_ < 0) optimizer_params_ = static_cast<int64_t>(TrainableShardNumels().size());
   Cur().host_kernels = static_cast<int16_t>(std::min<int64_t>(INT16_MAX, optimizer_launches_));
+  Cur().host_params = static_cast<int16_t>(std::min<int64_t>(INT16_MAX, optimizer_params_));
   if (!offloaded) {
     int64_t state = OptimizerStateBytes();
     if (!optimizer_state_) {

@@ -149,6 +149,7 @@ class Walker {
   size_t backward_cursor_ = 0;           // units before it end at or after the current segment
   int64_t param_tensors_ = 0;  // parameter tensors of this rank (torch.optim loops over them)
   int64_t optimizer_launches_ = -1;  // OptimizerLaunches(), computed at the first step
+  int64_t optimizer_params_ = -1;    // trainable parameter tensors, likewise
   int64_t total_shard_numel_ = 0, largest_param_shard_ = 0, factored_numel_ = 0;  // optimizer sizes
   const model::Plan& p_;
   int n_ = 1;

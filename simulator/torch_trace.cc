@@ -299,8 +299,10 @@ TorchTrace ReadTorchTrace(const std::string& path) {
   return TorchTraceFromJson(model::ReadJsonFile(path), path);
 }
 
-StepWork SteadyStepWork(const StepProgram& program) {
+StepWork SteadyStepWork(const StepProgram& program, bool fused_optimizer, bool one_rank) {
   StepWork w;
+  w.fused_optimizer = fused_optimizer;
+  w.one_rank = one_rank;
   for (const ProgramOp& op : program.ops) {
     if (op.step != 1) continue;
     double times = 1;
@@ -309,6 +311,13 @@ StepWork SteadyStepWork(const StepProgram& program) {
     }
     w.host_kernels += static_cast<int64_t>(times) * op.host_kernels;
     w.host_hooks += static_cast<int64_t>(times) * op.host_hooks;
+    if (op.kind == OpKind::kBackward) {
+      w.host_python_kernels += static_cast<int64_t>(times) * op.host_python_kernels;
+      w.host_autograd_kernels += static_cast<int64_t>(times) * (op.host_kernels - op.host_python_kernels);
+    } else if (op.kind != OpKind::kOptimizer) {  // the optimizer's launches are in host_params
+      w.host_python_kernels += static_cast<int64_t>(times) * op.host_kernels;
+    }
+    w.host_params += static_cast<int64_t>(times) * op.host_params;
     if (op.stream == Stream::kHost) continue;  // an offloaded optimizer runs on the CPU
     w.matmul_flops += times * op.matmul_flops;
     w.attention_flops += times * op.attention_flops;
@@ -354,32 +363,45 @@ TraceCalibration CalibrateFromTrace(const TorchTrace& trace, const StepWork& wor
              &CostConstants::attention_efficiency);
   efficiency("memory_efficiency", work.memory_bytes, bw, m.memory_bound_s, &CostConstants::memory_efficiency);
 
+  Seconds CostConstants::*hook_field =
+      work.one_rank ? &CostConstants::host_per_fsdp_hook_one_rank : &CostConstants::host_per_fsdp_hook;
   TraceFitRow hook;
-  hook.term = "host_per_fsdp_hook_s";
-  hook.base = hook.fitted = base.host_per_fsdp_hook.count();
+  hook.term = work.one_rank ? "host_per_fsdp_hook_one_rank_s" : "host_per_fsdp_hook_s";
+  hook.base = hook.fitted = (base.*hook_field).count();
   hook.measured = m.fsdp_hook_s;
   hook.predicted = hook.base * static_cast<double>(work.host_hooks);
   if (m.fsdp_hooks > 0 && work.host_hooks > 0) {
     hook.fitted = m.fsdp_hook_s / static_cast<double>(m.fsdp_hooks);
     hook.fitted_from_trace = true;
-    out.costs.host_per_fsdp_hook = Seconds::Of(hook.fitted);
+    out.costs.*hook_field = Seconds::Of(hook.fitted);
   } else if (work.host_hooks > 0) {
-    out.warnings.push_back("host_per_fsdp_hook_s kept at " + G(hook.base) +
+    out.warnings.push_back(hook.term + " kept at " + G(hook.base) +
                            ": the trace has no FSDP::pre_forward / pre_backward / post_backward spans");
   }
   out.rows.push_back(hook);
 
+  // The kernels' and the optimizer's host time with the base constants, and the factor that
+  // makes it the measured rest.
+  const Seconds CostConstants::*param_field =
+      work.fused_optimizer ? &CostConstants::host_per_fused_optimizer_param : &CostConstants::host_per_optimizer_param;
+  const double kernels_base = base.host_per_kernel.count() * static_cast<double>(work.host_python_kernels) +
+                              base.host_per_backward_kernel.count() * static_cast<double>(work.host_autograd_kernels) +
+                              (base.*param_field).count() * static_cast<double>(work.host_params);
   TraceFitRow kernel;
   kernel.term = "host_per_kernel_s";
   kernel.base = kernel.fitted = base.host_per_kernel.count();
   double busy = std::max(0.0, m.wall_s - m.sync_s);
   kernel.measured = busy;
-  kernel.predicted = kernel.base * static_cast<double>(work.host_kernels) + hook.predicted;
-  if (work.host_kernels > 0 && busy > 0) {
-    double rest = busy - out.costs.host_per_fsdp_hook.count() * static_cast<double>(work.host_hooks);
-    kernel.fitted = std::max(0.0, rest) / static_cast<double>(work.host_kernels);
+  kernel.predicted = kernels_base + hook.predicted;
+  if (kernels_base > 0 && busy > 0) {
+    double rest = busy - (out.costs.*hook_field).count() * static_cast<double>(work.host_hooks);
+    const double factor = std::max(0.0, rest) / kernels_base;
+    kernel.fitted = factor * base.host_per_kernel.count();
     kernel.fitted_from_trace = true;
     out.costs.host_per_kernel = Seconds::Of(kernel.fitted);
+    out.costs.host_per_backward_kernel = Seconds::Of(factor * base.host_per_backward_kernel.count());
+    out.costs.host_per_optimizer_param = Seconds::Of(factor * base.host_per_optimizer_param.count());
+    out.costs.host_per_fused_optimizer_param = Seconds::Of(factor * base.host_per_fused_optimizer_param.count());
     if (rest <= 0) {
       out.warnings.push_back("the FSDP2 hooks alone fill the host's busy time: host_per_kernel_s is 0");
     }

@@ -78,8 +78,13 @@ TorchTrace TorchTraceFromJson(const nlohmann::json& doc, const std::string& name
 struct StepWork {
   double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
   int64_t host_kernels = 0, host_hooks = 0;
+  // host_kernels by issuing thread (Python: forward and recomputation; the autograd engine:
+  // backward), and the optimizer's parameter tensors (CostConstants' host terms).
+  int64_t host_python_kernels = 0, host_autograd_kernels = 0, host_params = 0;
+  bool fused_optimizer = false;  // host_params at host_per_fused_optimizer_param
+  bool one_rank = false;         // hooks at host_per_fsdp_hook_one_rank
 };
-StepWork SteadyStepWork(const StepProgram& program);
+StepWork SteadyStepWork(const StepProgram& program, bool fused_optimizer = false, bool one_rank = false);
 
 // One fitted constant, with the figures it came from.
 struct TraceFitRow {
@@ -100,9 +105,12 @@ struct TraceCalibration {
 //  - compute: efficiency = work / (peak x measured time), peak the dense tensor-core peak of
 //    `dtype` for GEMMs and attention and the HBM bandwidth for memory-bound bytes (the same
 //    ComputeTime terms the simulator charges);
-//  - host: host_per_fsdp_hook = the hooks' measured time / their count; host_per_kernel = the
-//    host's busy time (the step's wall time less its blocking calls) less the modelled hooks'
-//    time, over the program's host kernels.
+//  - host: the hook constant of the plan's mesh (host_per_fsdp_hook, or _one_rank) = the hooks'
+//    measured time / their count; the host's busy time (the step's wall time less its blocking
+//    calls) less the modelled hooks' time is the kernels' and the optimizer's: one equation, so
+//    one unknown, a factor on host_per_kernel, host_per_backward_kernel and the optimizer's
+//    per-parameter costs together (a trace cannot tell the threads' rates apart; their ratios
+//    stay the measured ones of cost_model.h).
 // Terms without work in the trace or the program keep `base`'s values, with a warning.
 TraceCalibration CalibrateFromTrace(const TorchTrace& trace, const StepWork& work,
                                     const profiles::GpuSpec& gpu, model::DType dtype,

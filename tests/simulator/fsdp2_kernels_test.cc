@@ -208,6 +208,7 @@ TEST(Fsdp2KernelsTest, ForeachAdamWLaunchesEightOpsOfChunkedKernels) {
     for (const auto& op : r.report.program.ops) {
       if (op.step != 1 || op.kind != OpKind::kOptimizer) continue;
       EXPECT_EQ(op.host_kernels, expected) << cluster;
+      EXPECT_EQ(op.host_params, static_cast<int>(numels.size())) << cluster;  // its host cost
       ++seen;
     }
     EXPECT_EQ(seen, 1);

@@ -135,7 +135,10 @@ TEST(SimulateTest, SerialCaseEqualsClosedForm) {
   o.costs.memory_efficiency = 1e12;
   o.costs.attention_efficiency = 1e12;
   o.costs.host_per_kernel = Seconds::Of(0);  // the GPU-bound closed form: no host issue time
+  o.costs.host_per_backward_kernel = Seconds::Of(0);
+  o.costs.host_per_optimizer_param = Seconds::Of(0);
   o.costs.host_per_fsdp_hook = Seconds::Of(0);
+  o.costs.host_per_fsdp_hook_one_rank = Seconds::Of(0);
   auto r = SimulateStep(s, c, p, o);
   double h = static_cast<double>(s.hidden), kv = static_cast<double>(s.kv_dim());
   double block_w = 2 * h * h + 2 * h * kv + 3 * h * static_cast<double>(s.ffn_hidden);
@@ -149,22 +152,29 @@ TEST(SimulateTest, SerialCaseEqualsClosedForm) {
 
 // Properties: more FLOP/s or more bandwidth never makes a step slower; results are repeatable.
 // A launch-bound step: tiny-llama at 256 tokens is microseconds of GPU work, so the step is
-// the host's issue time: per step, every compute op's kernels x host_per_kernel plus one FSDP2
-// hook per unit for pre-forward, pre-backward and post-backward each; the GPU adds at most the
-// last op's work.
+// the host's issue time: per step, forward kernels x host_per_kernel (Python), backward kernels
+// x host_per_backward_kernel (the autograd engine), the optimizer's parameter tensors x
+// host_per_optimizer_param, plus one FSDP2 hook (one-rank mesh) per unit for pre-forward,
+// pre-backward and post-backward each; the GPU adds at most the last op's work.
 TEST(SimulateTest, LaunchBoundStepIsTheHostTime) {
   auto s = model::FindModelPreset("tiny-llama");
   auto c = profiles::ParseClusterShorthand("1xH100");
   model::Plan p = Plan(256);
   SimOptions o;
   auto r = SimulateStep(s, c, p, o);
-  int64_t kernels = 0, hooks = 0;
+  int64_t forward = 0, backward = 0, params = 0, hooks = 0;
   for (const auto& op : r.program.ops) {
     if (op.step != 1) continue;
-    kernels += op.host_kernels;
+    if (op.kind == OpKind::kBackward) backward += op.host_kernels;
+    else if (op.kind == OpKind::kOptimizer) params += op.host_params;
+    else forward += op.host_kernels;
     hooks += op.host_hooks;
   }
-  double host = kernels * o.costs.host_per_kernel.count() + hooks * o.costs.host_per_fsdp_hook.count();
+  ASSERT_GT(backward, forward);
+  ASSERT_GT(params, 0);
+  double host = forward * o.costs.host_per_kernel.count() + backward * o.costs.host_per_backward_kernel.count() +
+                params * o.costs.host_per_optimizer_param.count() +
+                hooks * o.costs.host_per_fsdp_hook_one_rank.count();
   EXPECT_GE(r.step_time.count(), host);
   EXPECT_LE(r.step_time.count(), host * 1.05);
   int units = static_cast<int>(r.memory.units.size());

@@ -23,6 +23,7 @@ measures those mechanisms on the machine it runs on, without the profiler's over
 
 Prints one JSON object per configuration on stdout. Usage:
   host_costs.py [--model llama3.2-1b] [--layers N] [--world 1] [--seq 16] [--iters 15]
+               [--repeats 3] [--optim foreach|fused]
 """
 import argparse
 import json
@@ -65,29 +66,35 @@ def materialise(model, cfg, modeling_llama):
 
 
 def count_profiled(step):
-    """Runs step(phase_marker) once under the profiler; returns per phase launches and hooks."""
+    """Runs step(profiled=True) once under the profiler; per phase, the host's launch calls
+    (CUDA runtime/driver) and the device activities (kernels, memcpy, memset), each phase
+    taken as the window from its start to the next phase's start (every phase begins with a
+    synchronisation, so a phase's device work ends inside its window; launches from the autograd
+    engine's thread fall inside it too), and FSDP2's hook spans."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step(profiled=True)
     torch.cuda.synchronize()
     events = prof.events()
-    spans = {}
-    for e in events:
-        if e.name.startswith("phase::"):
-            spans[e.name[len("phase::"):]] = (e.time_range.start, e.time_range.end)
-    out = {p: {"launches": 0, "fsdp_hooks": {}} for p in spans}
+    starts = sorted((e.time_range.start, e.name[len("phase::"):]) for e in events
+                    if e.name.startswith("phase::"))
+    out = {p: {"launches": 0, "device": 0, "fsdp_hooks": {}} for _, p in starts}
 
     def phase_of(t):
-        for p, (s, e) in spans.items():
-            if s <= t <= e:
-                return p
-        return None
+        found = None
+        for s, p in starts:
+            if t >= s:
+                found = p
+        return found
 
     for e in events:
         p = phase_of(e.time_range.start)
         if p is None:
             continue
-        if e.name in LAUNCH_NAMES:
+        if e.device_type == DeviceType.CUDA:
+            out[p]["device"] += 1
+        elif e.name in LAUNCH_NAMES:
             out[p]["launches"] += 1
         elif e.name.startswith("FSDP::"):
             h = out[p]["fsdp_hooks"]
@@ -95,7 +102,7 @@ def count_profiled(step):
     return out
 
 
-def measure(model, opt, cfg, a, label):
+def measure(model, opt, cfg, a, label, profile=True):
     g = torch.Generator(device="cuda").manual_seed(0)
     times = {"forward": [], "backward": [], "optimizer": [], "zero_grad": []}
 
@@ -129,14 +136,15 @@ def measure(model, opt, cfg, a, label):
         v.clear()
     for _ in range(a.iters):
         step()
-    counts = count_profiled(step)
+    counts = count_profiled(step) if profile else {}
     res = {"label": label}
     for p, v in times.items():
         med = statistics.median(v)
-        c = counts.get(p, {"launches": 0, "fsdp_hooks": {}})
-        res[p] = {"host_s": med, "host_s_min": min(v), "launches": c["launches"],
-                  "fsdp_hooks": c["fsdp_hooks"],
-                  "per_launch_s": med / c["launches"] if c["launches"] else None}
+        c = counts.get(p, {"launches": 0, "device": 0, "fsdp_hooks": {}})
+        n = max(c["launches"], c["device"])
+        res[p] = {"host_s": med, "host_s_min": min(v), "samples_s": v, "launches": c["launches"],
+                  "device_activities": c["device"], "fsdp_hooks": c["fsdp_hooks"],
+                  "per_launch_s": med / n if n else None}
     return res
 
 
@@ -148,6 +156,9 @@ def main():
     ap.add_argument("--seq", type=int, default=16)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating plain / FSDP2 timings")
+    ap.add_argument("--optim", default="foreach", choices=["foreach", "fused"],
+                    help="the FSDP2 model's AdamW (the plain one is foreach)")
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
@@ -167,12 +178,9 @@ def main():
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     # Plain: bf16 parameters, no FSDP (what each FSDP2 unit runs between its hooks).
-    model, cfg, ml = build(MODELS[a.model], a.layers, torch.bfloat16)
-    materialise(model, cfg, ml)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
-    plain = measure(model, opt, cfg, a, "plain")
-    del model, opt
-    torch.cuda.empty_cache()
+    plain_model, cfg, ml = build(MODELS[a.model], a.layers, torch.bfloat16)
+    materialise(plain_model, cfg, ml)
+    plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
 
     # FSDP2: fp32 master, bf16 compute, fp32 reduce; fully_shard per layer, then the root.
     model, cfg, ml = build(MODELS[a.model], a.layers, torch.float32)
@@ -182,15 +190,40 @@ def main():
         fully_shard(layer, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     materialise(model, cfg, ml)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
-    fsdp = measure(model, opt, cfg, a, "fsdp2")
+    okw = {"fused": True} if a.optim == "fused" else {"foreach": True}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **okw)
+
+    # Alternating repeats in one process (the host's speed drifts between processes and
+    # minutes): each repeat times both, and the medians pool every repeat's samples.
+    runs = {"plain": [], "fsdp2": []}
+    for r in range(a.repeats):
+        runs["plain"].append(measure(plain_model, plain_opt, cfg, a, "plain", profile=(r == 0)))
+        runs["fsdp2"].append(measure(model, opt, cfg, a, "fsdp2", profile=(r == 0)))
+    pooled = {}
+    for k, rs in runs.items():
+        pooled[k] = dict(rs[0])
+        for p in ("forward", "backward", "optimizer", "zero_grad"):
+            samples = [x for r in rs for x in r[p]["samples_s"]]
+            q = dict(rs[0][p])
+            q["host_s"] = statistics.median(samples)
+            q["host_s_min"] = min(samples)
+            q["repeat_medians_s"] = [r[p]["host_s"] for r in rs]
+            q.pop("samples_s")
+            n = max(q["launches"], q["device_activities"])
+            q["per_launch_s"] = q["host_s"] / n if n else None
+            pooled[k][p] = q
+    plain, fsdp = pooled["plain"], pooled["fsdp2"]
 
     units = cfg.num_hidden_layers + 1
-    derived = {"units": units}
+    n_params = sum(1 for _ in model.parameters())
+    derived = {"units": units, "parameter_tensors": n_params,
+               "optimizer_s_per_parameter": fsdp["optimizer"]["host_s"] / n_params}
     for p in ("forward", "backward"):
         extra = fsdp[p]["host_s"] - plain[p]["host_s"]
         derived[p + "_hook_s_per_unit"] = extra / units
         derived[p + "_extra_launches"] = fsdp[p]["launches"] - plain[p]["launches"]
+        derived[p + "_extra_device_activities"] = (fsdp[p]["device_activities"] -
+                                                   plain[p]["device_activities"])
     print(json.dumps({"config": vars(a), "layers": cfg.num_hidden_layers, "env": env,
                       "plain": plain, "fsdp2": fsdp, "derived": derived}))
     dist.destroy_process_group()
