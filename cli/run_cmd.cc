@@ -202,6 +202,17 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
     }
     o.plan.attention = model::Attention::kEager;
   }
+  if (o.plan.optimizer_impl == model::OptimizerImpl::kFused && o.plan.optimizer == model::Optimizer::kAdamW &&
+      (o.plan.offload != model::Offload::kNone || !exec::FusedAdamWRunsAvailable(o.device))) {
+    // As for attention: the measurements record the optimizer that ran.
+    if (!env.launched) {
+      WriteLine(err, "note: ",
+                "--optimizer-impl fused: run's fused AdamW (CUDA, LibTorch >= 2.1, no offload) "
+                "is not enabled until its GPU equivalence test passes; this run updates the "
+                "shards op by op and records foreach");
+    }
+    o.plan.optimizer_impl = model::OptimizerImpl::kForeach;
+  }
   if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   exec::RunCallbacks cb;
   cb.on_step = [&out](const exec::StepLog& s) { PrintStep(s, out); };

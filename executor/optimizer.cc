@@ -3,13 +3,24 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "model/errors.h"
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define SHARDTUNE_HAVE_FUSED_ADAMW 1
+#else
+#define SHARDTUNE_HAVE_FUSED_ADAMW 0
+#endif
+
 namespace shardtune::exec {
+
+bool FusedAdamWAvailable(const std::string& device) {
+  return SHARDTUNE_HAVE_FUSED_ADAMW && device == "cuda";
+}
 
 ShardedOptimizer::ShardedOptimizer(model::Optimizer kind, AdamWOptions options,
                                    std::vector<at::Tensor*> params, std::vector<at::Tensor*> grads)
@@ -33,6 +44,10 @@ void ShardedOptimizer::Step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;
   const AdamWOptions& o = options_;
+  if (o.fused && kind_ == model::Optimizer::kAdamW) {
+    FusedAdamWStep(lr);
+    return;
+  }
   double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step_));
   double bc2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, static_cast<double>(step_)));
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -77,6 +92,38 @@ void ShardedOptimizer::Step(double lr) {
     }
   }
   scratch_ = at::Tensor();  // a step's temporary, as the per-shard denominator it replaces
+}
+
+// torch/optim/adam.py _fused_adam: state steps are float tensors on the device, incremented
+// before the kernel reads them (one tensor holding this step serves every shard: the kernel
+// only reads it); no grad scaling, no amsgrad.
+void ShardedOptimizer::FusedAdamWStep(double lr) {
+  std::vector<at::Tensor> ps, gs, ms, vs, steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads_[i]->defined()) continue;
+    if (exp_avg_.size() != params_.size()) {
+      exp_avg_.resize(params_.size());
+      exp_avg_sq_.resize(params_.size());
+    }
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = at::zeros_like(*params_[i]);
+      exp_avg_sq_[i] = at::zeros_like(*params_[i]);
+    }
+    ps.push_back(*params_[i]);
+    gs.push_back(*grads_[i]);
+    ms.push_back(exp_avg_[i]);
+    vs.push_back(exp_avg_sq_[i]);
+  }
+  if (ps.empty()) return;
+#if SHARDTUNE_HAVE_FUSED_ADAMW
+  at::Tensor step = at::full({}, static_cast<double>(step_), ps[0].options().dtype(at::kFloat));
+  steps.assign(ps.size(), step);
+  const AdamWOptions& o = options_;
+  at::_fused_adamw_(ps, gs, ms, vs, /*max_exp_avg_sqs=*/{}, steps, lr, o.beta1, o.beta2, o.weight_decay,
+                    o.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+  SHARDTUNE_CHECK(false) << "fused AdamW needs LibTorch >= 2.1 (FusedAdamWAvailable)";
+#endif
 }
 
 }  // namespace shardtune::exec

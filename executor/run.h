@@ -69,6 +69,10 @@ bool NcclRunsAvailable();
 // This LibTorch has at::scaled_dot_product_attention (>= 2.0); 1.13's runs take the eager path
 // (Transformer's options), so `run` records plan attention eager there (cli/run_cmd.cc).
 bool SdpaRunsAvailable();
+// The fused AdamW (RunOptions' plan optimizer_impl fused) runs on `device`: LibTorch >= 2.1 and
+// "cuda" (optimizer.h FusedAdamWAvailable), once verified on a GPU (false until then: run.cc);
+// elsewhere `run` updates op by op and records foreach.
+bool FusedAdamWRunsAvailable(const std::string& device);
 
 struct StepLog {
   int64_t step = 0;

@@ -38,6 +38,7 @@ Trainer::Trainer(TrainerContext context)
   }
   AdamWOptions adamw;
   adamw.weight_decay = o.weight_decay;
+  adamw.fused = o.plan.optimizer_impl == model::OptimizerImpl::kFused;
   optimizer_ = std::make_unique<ShardedOptimizer>(o.plan.optimizer, adamw, params, grads);
   lr_.lr = o.lr;
   lr_.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : o.steps / 10;
