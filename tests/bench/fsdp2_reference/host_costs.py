@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_fsdp2 import MODELS  # noqa: E402  (the reference's model configs)
+from measure_fsdp2 import MODELS, init_group  # noqa: E402  (the reference's configs and group)
 
 LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                 "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel")
@@ -162,13 +162,7 @@ def main():
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29513")
-    if a.world == 1:
-        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
-    else:
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=a.world)
+    init_group(a.world, "29513")
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     import transformers

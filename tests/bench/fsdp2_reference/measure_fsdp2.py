@@ -74,6 +74,18 @@ def rebuild_rotary(m, cfg):
             setattr(m, k, v)
 
 
+def init_group(world, port):
+    """World 1: a one-rank NCCL group (NCCL's own memory is then in the figures); N > 1: rank 0
+    of N over PyTorch's fake process group (every FSDP2 allocation happens, no data moves)."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", port)
+    if world == 1:
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    else:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+
 def used_bytes():
     free, total = torch.cuda.mem_get_info()
     return total - free
@@ -124,13 +136,7 @@ def main():
     torch.cuda.synchronize()
     context_used = used_bytes()  # CUDA context + the 512-byte tensor's 2 MiB segment
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
-    if a.world == 1:
-        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
-    else:
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=a.world)
+    init_group(a.world, "29511")
 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
