@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -126,8 +127,16 @@ TEST(FusedLinearCrossEntropyTest, FrozenWeightAndBf16) {
   EXPECT_EQ(gb[0].scalar_type(), at::kBFloat16);
   Reference rb = Plain(b, 0);  // from the same bf16 values, in double
   EXPECT_NEAR(lb.item<double>(), rb.loss, 1e-2 * rb.loss);
-  EXPECT_LT(MaxRelative(gb[0], rb.gx), 2e-2);  // bf16 products accumulated over chunks
-  EXPECT_LT(MaxRelative(gb[1], rb.gw), 2e-2);
+  // The plain bf16 path (HF: bf16 logits, fp32 upcast, cross-entropy; autograd's bf16 GEMMs) on
+  // this platform is the bar: LibTorch's CPU bf16 GEMM accumulates in fp32 where oneDNN has
+  // AVX-512 and in bf16 on CPUs without it (an AMD EPYC here: 3.8% off the double reference over
+  // a 256-long sum), so the fused path may be as far off as the plain one, and never more than
+  // 2% where the platform's own GEMMs are that close.
+  at::Tensor xp = b.x.detach().clone().set_requires_grad(true), wp = b.w.detach().clone().set_requires_grad(true);
+  at::Tensor lp = at::cross_entropy_loss(at::mm(xp, wp.t()).to(at::kFloat), b.labels);
+  auto gp = torch::autograd::grad({lp}, {xp, wp});
+  EXPECT_LT(MaxRelative(gb[0], rb.gx), std::max(2e-2, 1.25 * MaxRelative(gp[0], rb.gx)));
+  EXPECT_LT(MaxRelative(gb[1], rb.gw), std::max(2e-2, 1.25 * MaxRelative(gp[1], rb.gw)));
 }
 
 // Forward holds grad_x [N, H] and grad_w [V, H] and, at its most, one chunk's logits and their
