@@ -32,12 +32,17 @@ ShardedOptimizer::ShardedOptimizer(model::Optimizer kind, AdamWOptions options,
 
 void ShardedOptimizer::EnsureState() {
   if (!keeps_state()) return;
-  exp_avg_.resize(params_.size());
-  exp_avg_sq_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros_like(*params_[i]);
-    if (!exp_avg_sq_[i].defined()) exp_avg_sq_[i] = at::zeros_like(*params_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) StateOf(i);
+}
+
+// torch/optim/adamw.py _init_group: state["exp_avg"] = zeros_like(p) on first use.
+void ShardedOptimizer::StateOf(size_t i) {
+  if (exp_avg_.size() != params_.size()) {
+    exp_avg_.resize(params_.size());
+    exp_avg_sq_.resize(params_.size());
   }
+  if (!exp_avg_[i].defined()) exp_avg_[i] = at::zeros_like(*params_[i]);
+  if (!exp_avg_sq_[i].defined()) exp_avg_sq_[i] = at::zeros_like(*params_[i]);
 }
 
 void ShardedOptimizer::Step(double lr) {
@@ -58,15 +63,7 @@ void ShardedOptimizer::Step(double lr) {
       p.add_(g, -lr);
       continue;
     }
-    // torch/optim/adamw.py _init_group: state["exp_avg"] = zeros_like(p) on first use.
-    if (exp_avg_.size() != params_.size()) {
-      exp_avg_.resize(params_.size());
-      exp_avg_sq_.resize(params_.size());
-    }
-    if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = at::zeros_like(p);
-      exp_avg_sq_[i] = at::zeros_like(p);
-    }
+    StateOf(i);
     // On the host (CPU runs, CPU offload) the shard is updated in slices that stay in cache,
     // with one reused denominator buffer: the same element-wise ops, so the same bits, without
     // streaming whole shards through memory nine times or faulting in a fresh temporary per
@@ -101,14 +98,7 @@ void ShardedOptimizer::FusedAdamWStep(double lr) {
   std::vector<at::Tensor> ps, gs, ms, vs, steps;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads_[i]->defined()) continue;
-    if (exp_avg_.size() != params_.size()) {
-      exp_avg_.resize(params_.size());
-      exp_avg_sq_.resize(params_.size());
-    }
-    if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = at::zeros_like(*params_[i]);
-      exp_avg_sq_[i] = at::zeros_like(*params_[i]);
-    }
+    StateOf(i);
     ps.push_back(*params_[i]);
     gs.push_back(*grads_[i]);
     ms.push_back(exp_avg_[i]);

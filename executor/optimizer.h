@@ -65,6 +65,7 @@ class ShardedOptimizer {
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   at::Tensor scratch_;  // [<= kHostSliceNumel] the AdamW denominator of a host slice, within Step()
   void FusedAdamWStep(double lr);
+  void StateOf(size_t i);  // creates shard i's AdamW state where it has none
   int64_t step_ = 0;
 };
 
