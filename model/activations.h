@@ -75,7 +75,11 @@ int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden);
 struct BlockActivations {
   ActivationLedger full;           // no checkpointing
   double checkpoint_input_per_token = 0;  // full checkpointing keeps only the block input
-  double selective_per_token = 0;  // selective: matmul and attention outputs only (torchtitan op SAC)
+  // Selective checkpointing (torchtitan op SAC): bytes per token the block keeps, and the matmul
+  // FLOPs per token its backward reruns (the mms the policy recomputes; 0 where the block's op
+  // order is not spelled out and every projection output is taken as saved).
+  double selective_per_token = 0;
+  double selective_recompute_matmul_flops_per_token = 0;
 };
 
 struct ActivationOptions {

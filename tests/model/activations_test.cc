@@ -60,6 +60,30 @@ TEST(ActivationsTest, TorchtitanLlamaBlockSavedMatchesHandCount) {
   EXPECT_DOUBLE_EQ(b.full.saved_per_token, norms + attn + 8 * f);
 }
 
+// torchtitan's op SAC (activation_checkpoint.py SelectiveAC: save the compute ops' outputs
+// except every second mm of the block, counted in forward order wq wk wv wo w1 w3 w2): the
+// block keeps its input, wq, wv, w1 and w2 outputs and SDPA's output and logsumexp; backward
+// reruns wk, wo and w3.
+TEST(ActivationsTest, TorchtitanSelectiveSavesEveryOtherMatmul) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  double h = 4096, qd = 4096, kv = 1024, f = 14336, heads = 32;
+  ActivationOptions o = Bf16(Modeling::kTorchtitan);
+  o.seq_len = 8192;
+  auto b = ComputeBlockActivations(s, o);
+  double saved = 2 * (h + qd + kv + f + h) + 2 * qd + 4 * heads;
+  EXPECT_DOUBLE_EQ(b.selective_per_token, saved);
+  EXPECT_DOUBLE_EQ(b.selective_recompute_matmul_flops_per_token, 2 * (h * kv + qd * h + h * f));
+  // A biased projection is aten.addmm: saved, and the mm count skips it (Qwen2's q/k/v bias:
+  // the mms are then wo, w1, w3, w2; w1 and w2 are the even ones).
+  s.qkv_bias = true;
+  auto biased = ComputeBlockActivations(s, o);
+  EXPECT_DOUBLE_EQ(biased.selective_per_token, 2 * (h + qd + kv + kv + h + f) + 2 * qd + 4 * heads);
+  EXPECT_DOUBLE_EQ(biased.selective_recompute_matmul_flops_per_token, 2 * (h * f + f * h));
+  // HF's modeling keeps the approximation (every projection output saved, nothing rerun).
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(FindModelPreset("llama3-8b"), Bf16())
+                       .selective_recompute_matmul_flops_per_token, 0.0);
+}
+
 // The backward profile: no parameter gradient exists before the first node, all exist after
 // the last; the head's peak (the loss backward) comes before the LM head's dW.
 TEST(ActivationsTest, BackwardProfileOrdersWeightGradients) {

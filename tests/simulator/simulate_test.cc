@@ -300,3 +300,35 @@ TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// torchtitan's op SAC reruns the block mms its policy did not save (wk, wo, w3 of a Llama
+// block): the step's matmul FLOPs exceed those without checkpointing by exactly that per token
+// per block, and full checkpointing reruns every block mm.
+TEST(SimulateTest, TorchtitanSelectiveRerunsEveryOtherMatmul) {
+  model::ModelSpec s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  auto matmul = [&](model::Checkpointing ck) {
+    model::Plan p;
+    p.modeling = model::Modeling::kTorchtitan;
+    p.seq_len = 2048;
+    p.micro_batch = 1;
+    p.checkpointing = ck;
+    double mm = 0;
+    for (const auto& op : SimulateStep(s, c, p).program.ops) {
+      if (op.step == 1) mm += op.matmul_flops;
+    }
+    return mm;
+  };
+  double h = 4096, qd = 4096, kv = 1024, f = 14336, tokens = 2048;
+  double rerun = 2 * (h * kv + qd * h + h * f) * tokens * s.num_layers;
+  double block_forward = 2 * (h * qd + 2 * h * kv + qd * h + 3 * h * f) * tokens * s.num_layers;
+  double none = matmul(model::Checkpointing::kNone);
+  EXPECT_NEAR(matmul(model::Checkpointing::kSelective) - none, rerun, 1e-9 * none);
+  EXPECT_NEAR(matmul(model::Checkpointing::kFull) - none, block_forward, 1e-9 * none);
+}
+
+}  // namespace
+}  // namespace shardtune::sim
