@@ -11,7 +11,8 @@
    (`compute_s`) and the host's issue time (`time_by_category_s.host_issue`): the step of a
    rank whose collectives cost nothing; world-1 runs compare the whole step.
 2. The published cases (../shared/validation/public_cases.json when present, and
-   tests/data/validation/*.json case files) through build/tests/bench/validate_cases.
+   tests/data/validation/*_cases.json: torchtitan's published Llama 3.1 8B FSDP figures) through
+   build/tests/bench/validate_cases.
 
 Prints the date, each row's error and the median and worst |error|. Without `--profile` the
 predictions use what `simulate` uses by default: the catalog, whose H100-SXM-80G entry ships the
@@ -21,6 +22,7 @@ figures are these. A profile may be given (`--profile FILE`) to see what another
 Usage: python3 tests/bench/step_time_check.py [build/cli/shardtune] [--profile FILE]
 """
 import datetime
+import glob
 import json
 import os
 import statistics
@@ -83,13 +85,14 @@ def main():
               f"worst {max(errors, key=abs):+.1f}% over {len(errors)} runs")
     cases = [os.path.join(ROOT, "..", "shared", "validation", "public_cases.json")]
     cases = [p for p in cases if os.path.exists(p)]
+    cases += sorted(glob.glob(os.path.join(ROOT, "tests", "data", "validation", "*_cases.json")))
     bench = os.path.join(os.path.dirname(binary), "..", "tests", "bench", "validate_cases")
     if cases and os.access(bench, os.X_OK):
         print("\nPublished cases (validate_cases):")
         out = subprocess.run([bench] + cases, capture_output=True, text=True)
         print(out.stdout.rstrip())
     elif not cases:
-        print("\nPublished cases: ../shared/validation/public_cases.json not found (left out)")
+        print("\nPublished cases: no case file found (left out)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "model/plan.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
 #include "profiles/cluster.h"
@@ -43,6 +44,12 @@ sim::SimReport SimulateSetup(const nlohmann::json& setup) {
   if (setup.contains("micro_batch")) p.micro_batch = setup.at("micro_batch").get<int>();
   p.seq_len = setup.at("seq_len").get<int64_t>();
   if (setup.contains("modeling") && setup.at("modeling") == "torchtitan") p.modeling = model::Modeling::kTorchtitan;
+  if (setup.contains("checkpointing")) {  // as --checkpointing: none|full|selective|every:K
+    model::ParseCheckpointingSpec(setup.at("checkpointing").get<std::string>(), "setup.checkpointing", &p);
+  }
+  if (setup.contains("strategy") && setup.at("strategy") == "full_shard") {
+    p.strategy = model::ShardingStrategy::kFullShard;
+  }
   profiles::ClusterSpec c = profiles::ParseClusterShorthand(cluster);
   sim::SimOptions options;  // as simulate: the catalog's measured profile for the GPU, if any
   const sim::Profile prof = sim::JobProfile("", c.gpu);
@@ -94,6 +101,11 @@ int main(int argc, char** argv) {
         const auto& m = c.at("measured");
         if (m.contains("tokens_per_s_per_gpu")) Row(id, "tokens/s per GPU", r.tokens_per_s_per_gpu, m.at("tokens_per_s_per_gpu").get<double>());
         if (m.contains("mfu")) Row(id, "MFU", r.mfu, m.at("mfu").get<double>());
+        // torchtitan logs torch.cuda.max_memory_reserved() as "memory" (GiB).
+        if (m.contains("max_reserved_gib")) {
+          Row(id, "max reserved (GiB)", static_cast<double>(r.memory.reserved_no_pressure.count()) / (1 << 30),
+              m.at("max_reserved_gib").get<double>());
+        }
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s: %s\n", argv[a], e.what());
