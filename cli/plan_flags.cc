@@ -142,6 +142,13 @@ const std::vector<FlagSpec>& Flags() {
        }},
       {"--attention", "sdpa|eager", kPlanFlag, &Opt<&PlanFlags::attention>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->attention = ParseEnum<Attention>(f.attention, s.name); }},
+      {"--sdpa-backend",
+       "auto|flash|cudnn|efficient|math: the SDPA kernel whose measured times the step uses (auto: "
+       "what PyTorch picked where the profile was measured; flash for torch < 2.11 on H100)",
+       kPlanFlag, &Opt<&PlanFlags::sdpa_backend>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
+         p->sdpa_backend = ParseEnum<SdpaBackend>(f.sdpa_backend, s.name);
+       }},
       {"--modeling", "hf|torchtitan: whose model code (what autograd saves)", kPlanFlag,
        &Opt<&PlanFlags::modeling>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->modeling = ParseEnum<Modeling>(f.modeling, s.name); }},

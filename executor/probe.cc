@@ -144,9 +144,57 @@ void ProbeGemms(Context& c, const std::vector<model::DType>& dtypes, profiles::K
   }
 }
 
-// Causal attention forward and backward. LibTorch >= 2.0: at::scaled_dot_product_attention
-// (flash on CUDA for bf16/fp16 and head_dim <= 256, PyTorch's default dispatch); 1.13: the math
-// path (QK^T, mask, softmax, PV) as the executor's eager attention runs it.
+// Causal attention forward and backward. LibTorch >= 2.0: at::scaled_dot_product_attention;
+// 1.13: the math path (QK^T, mask, softmax, PV) as the executor's eager attention runs it.
+// On CUDA with LibTorch >= 2.5 every fused backend the shape admits is timed by forcing it
+// (at::globalContext().setSDPUse*, what torch.nn.attention.sdpa_kernel does), and the row of the
+// one PyTorch picks itself (at::_fused_sdp_choice: aten sdp_utils.cpp select_sdp_backend; on an
+// H100 cuDNN attention with torch 2.11, FlashAttention-2 before) is marked pytorch_default, so
+// `--sdpa-backend` can ask for another torch's choice. Older LibTorch: PyTorch's own choice,
+// labelled by its priority order (flash for bf16/fp16, memory-efficient for fp32).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define SHARDTUNE_PROBE_SDPA_BACKENDS 1
+namespace {
+// at::SDPBackend (ATen/SDPBackend.h): math 0, flash_attention 1, efficient_attention 2,
+// cudnn_attention 3.
+const char* SdpBackendName(int64_t b) {
+  switch (b) {
+    case 0: return "math";
+    case 1: return "flash";
+    case 2: return "efficient";
+    case 3: return "cudnn";
+    default: return "";
+  }
+}
+// Enables only SDPA backend `b` (-1: all PyTorch enables by default) while alive.
+class SdpBackendScope {
+ public:
+  explicit SdpBackendScope(int64_t b)
+      : flash_(at::globalContext().userEnabledFlashSDP()),
+        efficient_(at::globalContext().userEnabledMemEfficientSDP()),
+        math_(at::globalContext().userEnabledMathSDP()),
+        cudnn_(at::globalContext().userEnabledCuDNNSDP()) {
+    if (b < 0) return;
+    at::globalContext().setSDPUseFlash(b == 1);
+    at::globalContext().setSDPUseMemEfficient(b == 2);
+    at::globalContext().setSDPUseMath(b == 0);
+    at::globalContext().setSDPUseCuDNN(b == 3);
+  }
+  ~SdpBackendScope() {
+    at::globalContext().setSDPUseFlash(flash_);
+    at::globalContext().setSDPUseMemEfficient(efficient_);
+    at::globalContext().setSDPUseMath(math_);
+    at::globalContext().setSDPUseCuDNN(cudnn_);
+  }
+  SdpBackendScope(const SdpBackendScope&) = delete;
+  SdpBackendScope& operator=(const SdpBackendScope&) = delete;
+
+ private:
+  bool flash_, efficient_, math_, cudnn_;
+};
+}  // namespace
+#endif
+
 void ProbeAttention(Context& c, const std::vector<model::DType>& dtypes,
                     profiles::KernelTables* t) {
   const model::ModelSpec& s = c.o.spec;
@@ -159,7 +207,6 @@ void ProbeAttention(Context& c, const std::vector<model::DType>& dtypes,
       at::Tensor q = at::randn({1, s.num_heads, seq, s.head_dim}, opts).requires_grad_();
       at::Tensor k = at::randn({1, s.num_heads, seq, s.head_dim}, opts).requires_grad_();
       at::Tensor v = at::randn({1, s.num_heads, seq, s.head_dim}, opts).requires_grad_();
-      std::string backend = c.device.is_cuda() ? "math" : "cpu";
       auto forward = [&]() -> at::Tensor {
 #if TORCH_VERSION_MAJOR >= 2
         return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
@@ -169,32 +216,55 @@ void ProbeAttention(Context& c, const std::vector<model::DType>& dtypes,
         return at::matmul(at::softmax(scores.masked_fill(mask, -std::numeric_limits<double>::infinity()), -1), v);
 #endif
       };
+      at::Tensor grad = at::randn({1, s.num_heads, seq, s.head_dim}, c.Opts(d));
+      auto measure = [&](const std::string& backend, bool pytorch_default) {
+        double fwd = c.timer.Median([&] {
+          torch::NoGradGuard g;
+          forward();
+        });
+        double both = c.timer.Median([&] {
+          at::Tensor o = forward();
+          o.backward(grad);
+        });
+        profiles::AttentionSample a;
+        a.backend = backend;
+        a.pytorch_default = pytorch_default;
+        a.dtype = d;
+        a.batch = 1;
+        a.seq_len = seq;
+        a.heads = s.num_heads;
+        a.kv_heads = s.num_heads;  // k and v at full heads (GQA repeats them before the kernel)
+        a.head_dim = s.head_dim;
+        a.causal = true;
+        a.forward = Seconds::Of(fwd);
+        a.backward = Seconds::Of(std::max(both - fwd, 1e-9));
+        t->attention.push_back(a);
+      };
+#ifdef SHARDTUNE_PROBE_SDPA_BACKENDS
+      if (c.device.is_cuda()) {
+        const int64_t chosen = at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true);
+        for (int64_t b : {int64_t{3}, int64_t{1}, int64_t{2}}) {  // cudnn, flash, efficient
+          if (c.OverBudget()) return;
+          SdpBackendScope only(b);
+          int64_t got = -1;
+          try {
+            got = at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true);
+          } catch (const c10::Error&) {  // the shape or dtype is not one this backend takes
+            continue;
+          }
+          if (got != b) continue;
+          measure(SdpBackendName(b), b == chosen);
+        }
+        continue;
+      }
+#endif
+      std::string backend = c.device.is_cuda() ? "math" : "cpu";
 #if TORCH_VERSION_MAJOR >= 2
       // PyTorch's SDPA priority (flash, memory-efficient, math; aten sdp_utils.cpp): flash takes
       // only fp16/bf16, so an fp32 probe runs the memory-efficient kernel.
       if (c.device.is_cuda()) backend = d == model::DType::kFp32 ? "efficient" : "flash";
 #endif
-      double fwd = c.timer.Median([&] {
-        torch::NoGradGuard g;
-        forward();
-      });
-      at::Tensor grad = at::randn({1, s.num_heads, seq, s.head_dim}, c.Opts(d));
-      double both = c.timer.Median([&] {
-        at::Tensor o = forward();
-        o.backward(grad);
-      });
-      profiles::AttentionSample a;
-      a.backend = backend;
-      a.dtype = d;
-      a.batch = 1;
-      a.seq_len = seq;
-      a.heads = s.num_heads;
-      a.kv_heads = s.num_heads;  // k and v at full heads (GQA repeats them before the kernel)
-      a.head_dim = s.head_dim;
-      a.causal = true;
-      a.forward = Seconds::Of(fwd);
-      a.backward = Seconds::Of(std::max(both - fwd, 1e-9));
-      t->attention.push_back(a);
+      measure(backend, true);
     }
   }
 }

@@ -33,6 +33,10 @@ const Names& Table(OptimizerImpl*) {
   return v;
 }
 const Names& Table(Attention*) { static const Names v = {"sdpa", "eager"}; return v; }
+const Names& Table(SdpaBackend*) {
+  static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
+  return v;
+}
 const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
@@ -214,6 +218,7 @@ template const Names& EnumNames<BackwardPrefetch>();
 template const Names& EnumNames<Optimizer>();
 template const Names& EnumNames<OptimizerImpl>();
 template const Names& EnumNames<Attention>();
+template const Names& EnumNames<SdpaBackend>();
 template const Names& EnumNames<LossKernel>();
 template const Names& EnumNames<Modeling>();
 template const Names& EnumNames<CpFsdpMesh>();
@@ -227,6 +232,7 @@ template BackwardPrefetch ParseEnum<BackwardPrefetch>(const std::string&, const 
 template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
 template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
 template Attention ParseEnum<Attention>(const std::string&, const std::string&);
+template SdpaBackend ParseEnum<SdpaBackend>(const std::string&, const std::string&);
 template LossKernel ParseEnum<LossKernel>(const std::string&, const std::string&);
 template Modeling ParseEnum<Modeling>(const std::string&, const std::string&);
 template CpFsdpMesh ParseEnum<CpFsdpMesh>(const std::string&, const std::string&);
@@ -241,6 +247,7 @@ const char* ToString(BackwardPrefetch b) { return Name(b); }
 const char* ToString(Optimizer o) { return Name(o); }
 const char* ToString(OptimizerImpl o) { return Name(o); }
 const char* ToString(Attention a) { return Name(a); }
+const char* ToString(SdpaBackend b) { return Name(b); }
 const char* ToString(LossKernel k) { return Name(k); }
 const char* ToString(Modeling m) { return Name(m); }
 const char* ToString(CpFsdpMesh m) { return Name(m); }

@@ -28,6 +28,13 @@ enum class Optimizer { kAdamW, kSgd, kAdafactor };
 // How the optimizer's update is run; decides its temporaries (torch/optim/adam.py).
 enum class OptimizerImpl { kForeach, kFused, kForLoop };
 enum class Attention { kSdpa, kEager };  // SDPA = flash/memory-efficient kernels (no S^2 saved)
+// Which kernel torch's SDPA dispatches to (torch.nn.attention.SDPBackend). kAuto: PyTorch's own
+// choice on the profiled machine (aten sdp_utils.cpp select_sdp_backend; on an H100 cuDNN
+// attention when the bundled cuDNN is newer than 9.15, torch 2.11, FlashAttention-2 before:
+// check_prefer_cudnn_attention); the others as `with sdpa_kernel(...)` forces them. Decides
+// which measured attention rows time the step; memory is the same for flash, cudnn and efficient
+// (output and logsumexp saved).
+enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 // How the LM head and the cross-entropy run.
 //  kCrossEntropy: logits materialised ([B, S, V] in the compute dtype), upcast to fp32 when
 //                 loss_fp32_upcast, F.cross_entropy (HF ForCausalLMLoss, torchtitan).
@@ -106,6 +113,7 @@ struct Plan {
   Optimizer optimizer = Optimizer::kAdamW;
   OptimizerImpl optimizer_impl = OptimizerImpl::kForeach;  // torch's default on CUDA
   Attention attention = Attention::kSdpa;
+  SdpaBackend sdpa_backend = SdpaBackend::kAuto;  // --sdpa-backend (time only)
   Modeling modeling = Modeling::kHf;
   bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
   bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
@@ -192,6 +200,7 @@ const char* ToString(BackwardPrefetch b);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Attention a);
+const char* ToString(SdpaBackend b);
 const char* ToString(LossKernel k);
 const char* ToString(Modeling m);
 const char* ToString(CpFsdpMesh m);  // "dp_cp", "dp"

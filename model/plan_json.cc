@@ -93,6 +93,7 @@ void ReadComputeChoices(StrictReader* r, Plan* p) {
   p->optimizer = OptEnum(r, "optimizer", p->optimizer);
   p->optimizer_impl = OptEnum(r, "optimizer_impl", p->optimizer_impl);
   p->attention = OptEnum(r, "attention", p->attention);
+  p->sdpa_backend = OptEnum(r, "sdpa_backend", p->sdpa_backend);
   p->modeling = OptEnum(r, "modeling", p->modeling);
   p->loss_fp32_upcast = r->OptionalBool("loss_fp32_upcast", p->loss_fp32_upcast);
   p->keep_logits = r->OptionalBool("keep_logits", p->keep_logits);
@@ -214,6 +215,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["optimizer"] = ToString(p.optimizer);
   j["optimizer_impl"] = ToString(p.optimizer_impl);
   j["attention"] = ToString(p.attention);
+  if (p.sdpa_backend != SdpaBackend::kAuto) j["sdpa_backend"] = ToString(p.sdpa_backend);
   j["modeling"] = ToString(p.modeling);
   j["loss_fp32_upcast"] = p.loss_fp32_upcast;
   j["keep_logits"] = p.keep_logits;

@@ -30,6 +30,9 @@ struct GemmSample {
 // with kv_heads) through one backend ("flash", "efficient", "math", "cudnn" or "cpu").
 struct AttentionSample {
   std::string backend;
+  // The backend PyTorch's SDPA picked on its own for this shape (at::_fused_sdp_choice), as
+  // opposed to one the probe forced. Profiles older than this flag leave it false everywhere.
+  bool pytorch_default = false;
   model::DType dtype = model::DType::kBf16;
   int64_t batch = 1, seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = true;

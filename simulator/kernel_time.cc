@@ -98,12 +98,24 @@ std::optional<Seconds> GemmTime(const profiles::KernelTables& t, model::DType dt
   return Interpolate(std::move(pts), q, s.flops());
 }
 
+bool UsesAttentionRow(const profiles::KernelTables& t, const profiles::AttentionSample& a,
+                      model::DType dtype, const std::string& backend) {
+  if (a.dtype != dtype) return false;
+  if (!backend.empty()) return a.backend == backend;
+  // PyTorch's own choice: the rows it picked where the probe marked them; an older profile marks
+  // none, and its rows are what PyTorch picked (that probe never forced a backend).
+  bool marked = std::any_of(t.attention.begin(), t.attention.end(), [&](const profiles::AttentionSample& s) {
+    return s.dtype == dtype && s.pytorch_default;
+  });
+  return !marked || a.pytorch_default;
+}
+
 std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DType dtype,
                                      int64_t batch, int64_t seq_len, int64_t heads,
-                                     int64_t head_dim) {
+                                     int64_t head_dim, const std::string& backend) {
   std::vector<Point> pts;
   for (const auto& a : t.attention) {
-    if (a.dtype != dtype) continue;
+    if (!UsesAttentionRow(t, a, dtype, backend)) continue;
     // Forward + backward FLOPs: the backward's GEMMs are twice the forward's (dQ, dK, dV, dP).
     double f = 3 * AttentionForwardFlops(a.batch, a.seq_len, a.heads, a.head_dim, a.causal);
     double time = a.forward.count() + a.backward.count();
@@ -153,12 +165,15 @@ class ShapeTimeCache {
     return gemm_[key] = GemmTime(*t, d, true, g);
   }
   std::optional<Seconds> Attention(const std::shared_ptr<const profiles::KernelTables>& t, model::DType d,
-                                   int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+                                   int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                   model::SdpaBackend backend) {
     Use(t);
-    const std::array<int64_t, 5> key{static_cast<int64_t>(d), batch, seq, heads, head_dim};
+    const std::array<int64_t, 6> key{static_cast<int64_t>(d), batch, seq, heads, head_dim,
+                                     static_cast<int64_t>(backend)};
     auto it = attention_.find(key);
     if (it != attention_.end()) return it->second;
-    return attention_[key] = AttentionTime(*t, d, batch, seq, heads, head_dim);
+    return attention_[key] = AttentionTime(*t, d, batch, seq, heads, head_dim,
+                                           backend == model::SdpaBackend::kAuto ? "" : model::ToString(backend));
   }
 
  private:
@@ -170,7 +185,7 @@ class ShapeTimeCache {
   }
   std::shared_ptr<const profiles::KernelTables> tables_;
   std::map<std::array<int64_t, 4>, std::optional<Seconds>> gemm_;
-  std::map<std::array<int64_t, 5>, std::optional<Seconds>> attention_;
+  std::map<std::array<int64_t, 6>, std::optional<Seconds>> attention_;
 };
 
 ShapeTimeCache& ThreadShapeTimes() {
@@ -220,7 +235,8 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   // Attention at the plan's shape (the heads a rank holds under Ulysses: heads / cp, full S).
   const int64_t heads = spec.num_heads / std::max(1, plan.cp);
   if (auto a = ThreadShapeTimes().Attention(k.tables, dtype, plan.micro_batch, seq_len,
-                                            std::max<int64_t>(1, heads), spec.head_dim)) {
+                                            std::max<int64_t>(1, heads), spec.head_dim,
+                                            plan.sdpa_backend)) {
     // In the walk's convention (step_walk_backward.cc ForwardCompute): 4·S·q_dim FLOPs per token
     // forward, no causal halving, and kAttentionBackwardRatio times that backward; so the
     // efficiency that reproduces the measured forward + backward time is these FLOPs over it.

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "model/gemm_shapes.h"
@@ -35,10 +36,13 @@ std::optional<Seconds> GemmTime(const profiles::KernelTables& t, model::DType dt
                                 bool allow_tf32, const model::GemmShape& s);
 std::optional<Seconds> MemoryKernelTime(const profiles::KernelTables& t,
                                         profiles::MemoryKernel kernel, int64_t bytes);
-// Forward + backward of one attention call over q [batch, heads, seq, head_dim].
+// Forward + backward of one attention call over q [batch, heads, seq, head_dim], from the rows
+// of `backend` ("flash", "cudnn", ...; none: nullopt), or, with backend "", from the rows of the
+// backend PyTorch picked itself (AttentionSample::pytorch_default; every row of the dtype in a
+// profile that marks none).
 std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DType dtype,
                                      int64_t batch, int64_t seq_len, int64_t heads,
-                                     int64_t head_dim);
+                                     int64_t head_dim, const std::string& backend = "");
 
 // The cost constants one plan runs with. With measured tables in `k.tables`:
 //  - matmul_efficiency: FLOP-weighted over the micro-batch's GEMMs (BlockForwardGemms x layers,

@@ -166,6 +166,7 @@ profiles::KernelTables ReadKernels(StrictReader& r) {
     }
     a.head_dim = e.RequiredInt("head_dim", 1, 1 << 16);
     a.causal = e.OptionalBool("causal", true);
+    a.pytorch_default = e.OptionalBool("pytorch_default", false);
     a.forward = ReadTime(e, "forward_s");
     a.backward = ReadTime(e, "backward_s");
     t.attention.push_back(a);
@@ -226,7 +227,7 @@ nlohmann::ordered_json KernelsToJson(const profiles::KernelTables& t) {
   for (const auto& a : t.attention) {
     attn.push_back({{"backend", a.backend}, {"dtype", model::ToString(a.dtype)}, {"batch", a.batch},
                     {"seq_len", a.seq_len}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
-                    {"head_dim", a.head_dim}, {"causal", a.causal},
+                    {"head_dim", a.head_dim}, {"causal", a.causal}, {"pytorch_default", a.pytorch_default},
                     {"forward_s", a.forward.count()}, {"backward_s", a.backward.count()}});
   }
   j["attention"] = attn;

@@ -11,9 +11,29 @@ so a shipped profile changes the kernel times and nothing else.
 Usage: merge_probes.py OUT NAME DRIVER_VERSION PROBE.json [PROBE.json ...]
 DRIVER_VERSION: what nvidia-smi said in the same session (probes before 2026-11-27 read the
 open kernel module's /proc line wrongly and wrote "for").
+
+Attention rows of probes that predate the "pytorch_default" flag (before 2026-11-28) were all
+PyTorch's own SDPA choice (that probe never forced a backend) but labelled by assumption: "flash"
+for bf16/fp16. On CUDA with torch >= 2.11 that choice is cuDNN attention on sm90 (aten
+sdp_utils.cpp check_prefer_cudnn_attention: a bundled cuDNN newer than 9.15), and the same
+at::scaled_dot_product_attention call traced as cuDNN kernels on the lent H100 with torch 2.11
+(executor/README.md, run --torch-profile, 2026-11-27). Such rows are relabelled "cudnn", and
+every row of such a probe is marked pytorch_default.
 """
 import json
 import sys
+
+
+def fix_attention_labels(probe):
+    rows = probe["kernels"].get("attention", [])
+    if any("pytorch_default" in a for a in rows):
+        return  # a probe that records its own choice
+    torch = tuple(int(x) for x in probe["provenance"]["torch_version"].split("+")[0].split(".")[:2])
+    for a in rows:
+        if (probe["provenance"]["backend"] == "cuda" and torch >= (2, 11) and a["backend"] == "flash"
+                and a["dtype"] in ("bf16", "fp16")):
+            a["backend"] = "cudnn"
+        a["pytorch_default"] = True
 
 
 def main():
@@ -27,6 +47,8 @@ def main():
         if d["provenance"]["device"] != probes[0]["provenance"]["device"]:
             sys.exit(f"merge_probes.py: {p}: device {d['provenance']['device']!r} differs from "
                      f"{probes[0]['provenance']['device']!r}")
+    for d in probes:
+        fix_attention_labels(d)
     kernels = json.loads(json.dumps(probes[0]["kernels"]))
     seen = {(g["dtype"], g["tf32"], g["m"], g["n"], g["k"]) for g in kernels["gemm"]}
     seen_att = {json.dumps({k: v for k, v in a.items() if not k.endswith("_s")}, sort_keys=True)

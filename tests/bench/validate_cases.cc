@@ -47,6 +47,10 @@ sim::SimReport SimulateSetup(const nlohmann::json& setup) {
   if (setup.contains("checkpointing")) {  // as --checkpointing: none|full|selective|every:K
     model::ParseCheckpointingSpec(setup.at("checkpointing").get<std::string>(), "setup.checkpointing", &p);
   }
+  if (setup.contains("sdpa_backend")) {  // as --sdpa-backend
+    p.sdpa_backend = model::ParseEnum<model::SdpaBackend>(setup.at("sdpa_backend").get<std::string>(),
+                                                          "setup.sdpa_backend");
+  }
   if (setup.contains("strategy") && setup.at("strategy") == "full_shard") {
     p.strategy = model::ShardingStrategy::kFullShard;
   }

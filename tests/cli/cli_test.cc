@@ -68,6 +68,24 @@ TEST(CliTest, DefaultEstimateRunsWithNoFiles) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("breakdown at the peak"));
 }
 
+// --sdpa-backend: which measured attention rows time the step. On the shipped H100 profile,
+// whose rows are torch 2.11's own choice (cuDNN), cudnn is auto; flash has no measured rows and
+// takes the catalog's attention efficiency (lower than cuDNN's measured one), so it is slower.
+// A bad value is one line naming the flag and the choices.
+TEST(CliTest, SdpaBackendPicksTheMeasuredAttentionRows) {
+  auto attention_s = [](const std::string& backend) {
+    Result r = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 8192 --json" +
+                      (backend.empty() ? std::string() : " --sdpa-backend " + backend));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out).at("time_by_category_s").at("attention").get<double>();
+  };
+  double automatic = attention_s("");
+  EXPECT_DOUBLE_EQ(attention_s("cudnn"), automatic);
+  EXPECT_GT(attention_s("flash"), 1.2 * automatic);
+  ExpectOneLineError(RunCli("simulate --model llama3-8b --cluster 8xH100 --sdpa-backend fa3"),
+                     "--sdpa-backend");
+}
+
 // --ep: expert parallelism of an MoE model under torchtitan's code; every misuse is one line
 // naming the key and the rule, and `run` (whose MoE holds every expert on every rank) refuses it.
 TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {

@@ -191,3 +191,57 @@ TEST(KernelTimeTest, MemoryBoundWorkStreamsAtTheLargestFootprintsBandwidth) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+profiles::AttentionSample Attn(const std::string& backend, bool pytorch_default, double seconds) {
+  profiles::AttentionSample a;
+  a.backend = backend;
+  a.pytorch_default = pytorch_default;
+  a.dtype = model::DType::kBf16;
+  a.seq_len = 2048;
+  a.heads = 32;
+  a.kv_heads = 32;
+  a.head_dim = 128;
+  a.forward = Seconds::Of(seconds / 3);
+  a.backward = Seconds::Of(2 * seconds / 3);
+  return a;
+}
+
+// --sdpa-backend: the rows of the backend asked for; auto: the rows PyTorch picked itself, or,
+// in a profile that marks none (older probes timed only PyTorch's choice), every row.
+TEST(KernelTimeTest, AttentionRowsFollowTheSdpaBackend) {
+  profiles::KernelTables t;
+  t.attention = {Attn("cudnn", true, 1e-3), Attn("flash", false, 2e-3)};
+  auto at = [&](const std::string& backend) {
+    return AttentionTime(t, model::DType::kBf16, 1, 2048, 32, 128, backend);
+  };
+  ASSERT_TRUE(at(""));
+  EXPECT_DOUBLE_EQ(at("")->count(), 1e-3);
+  EXPECT_DOUBLE_EQ(at("cudnn")->count(), 1e-3);
+  EXPECT_DOUBLE_EQ(at("flash")->count(), 2e-3);
+  EXPECT_FALSE(at("efficient"));  // not measured: the caller keeps the catalog's efficiency
+  t.attention = {Attn("flash", false, 2e-3)};
+  EXPECT_DOUBLE_EQ(at("")->count(), 2e-3);
+
+  // Through the plan: flash's rows give half cuDNN's efficiency; an unmeasured backend keeps
+  // the constant given.
+  model::ModelSpec spec = model::FindModelPreset("llama3-8b");
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");
+  CostConstants k;
+  t.attention = {Attn("cudnn", true, 1e-3), Attn("flash", false, 2e-3)};
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  model::Plan plan;
+  plan.micro_batch = 1;
+  plan.seq_len = 2048;
+  double automatic = EffectiveConstants(k, spec, plan, 2048, c.gpu).attention_efficiency;
+  plan.sdpa_backend = model::SdpaBackend::kFlash;
+  EXPECT_NEAR(EffectiveConstants(k, spec, plan, 2048, c.gpu).attention_efficiency, automatic / 2,
+              1e-12 * automatic);
+  plan.sdpa_backend = model::SdpaBackend::kEfficient;
+  EXPECT_EQ(EffectiveConstants(k, spec, plan, 2048, c.gpu).attention_efficiency, k.attention_efficiency);
+}
+
+}  // namespace
+}  // namespace shardtune::sim

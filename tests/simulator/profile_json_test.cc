@@ -68,7 +68,10 @@ TEST(ProfileJsonTest, KernelTablesRoundTripAndAreValidated) {
         "gemm": [{"dtype": "bf16", "m": 4096, "n": 4096, "k": 4096, "time_s": 1.8e-4}],
         "attention": [{"backend": "flash", "dtype": "bf16", "batch": 1, "seq_len": 2048,
                        "heads": 32, "kv_heads": 8, "head_dim": 128, "forward_s": 1e-4,
-                       "backward_s": 2.5e-4}],
+                       "backward_s": 2.5e-4},
+                      {"backend": "cudnn", "dtype": "bf16", "batch": 1, "seq_len": 2048,
+                       "heads": 32, "kv_heads": 8, "head_dim": 128, "forward_s": 1e-4,
+                       "backward_s": 2e-4, "pytorch_default": true}],
         "memory": [{"kernel": "cast", "bytes": 1048576, "time_s": 2e-6}],
         "host": {"kernel_launch_s": 5e-6},
         "copies": [{"direction": "h2d", "host_memory": "pinned", "bytes": 1048576, "time_s": 4e-5}],
@@ -86,6 +89,8 @@ TEST(ProfileJsonTest, KernelTablesRoundTripAndAreValidated) {
   ASSERT_TRUE(q.costs.tables);
   EXPECT_DOUBLE_EQ(q.costs.tables->gemm[0].time.count(), p.costs.tables->gemm[0].time.count());
   EXPECT_EQ(q.costs.tables->collectives[0].ranks, 8);
+  EXPECT_FALSE(q.costs.tables->attention[0].pytorch_default);  // absent: false (older probes)
+  EXPECT_TRUE(q.costs.tables->attention[1].pytorch_default);
   EXPECT_EQ(q.costs.tables->copies[0].pinned, true);
   EXPECT_EQ(q.provenance.command, "shardtune probe --device cuda");
 
@@ -103,6 +108,8 @@ TEST(ProfileJsonTest, KernelTablesRoundTripAndAreValidated) {
   expect_error("p_k4.json", head + R"({"attention": [{"backend": "flash", "dtype": "bf16", "batch": 1, "seq_len": 8, "heads": 32, "kv_heads": 5, "head_dim": 8, "forward_s": 1, "backward_s": 1}]}})",
                "/kernels/attention/0/kv_heads");
   expect_error("p_k5.json", head + R"({"gemms": []}})", "/kernels/gemms");
+  expect_error("p_k7.json", head + R"({"attention": [{"backend": "flash", "dtype": "bf16", "batch": 1, "seq_len": 8, "heads": 4, "kv_heads": 4, "head_dim": 8, "forward_s": 1, "backward_s": 1, "pytorch_default": "yes"}]}})",
+               "/kernels/attention/0/pytorch_default");
   expect_error("p_k6.json", R"({"schema": "shardtune.profile", "schema_version": 4})",
                "up to version 3, got 4");
 }
