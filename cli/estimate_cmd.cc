@@ -61,6 +61,9 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";
+  if (p.attention == model::Attention::kSdpa && p.sdpa_backend != model::SdpaBackend::kAuto) {
+    o << " (" << model::ToString(p.sdpa_backend) << ")";
+  }
   if (!p.Trains()) o << ", role infer (forward only)";
   if (p.lora.enabled()) {
     o << ", LoRA r=" << p.lora.rank << " on ";

@@ -285,6 +285,14 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
     notes->push_back("tiled MLP (" + std::to_string(plan.tiled_mlp_shards) + " shards): " +
                      target + " has no key for it");
   }
+  if (plan.sdpa_backend != model::SdpaBackend::kAuto) {
+    // torch.nn.attention.SDPBackend's member for each of the plan's names.
+    static const char* const kMember[] = {"", "FLASH_ATTENTION", "CUDNN_ATTENTION",
+                                          "EFFICIENT_ATTENTION", "MATH"};
+    notes->push_back(std::string("sdpa_backend ") + model::ToString(plan.sdpa_backend) + ": " + target +
+                     " has no key for it; run the step under torch.nn.attention.sdpa_kernel(SDPBackend." +
+                     kMember[static_cast<int>(plan.sdpa_backend)] + ") in code");
+  }
   AddFrozenDtypeNote(plan, target + " has no key for the dtype the model is loaded in", notes);
 }
 

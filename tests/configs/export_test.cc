@@ -538,3 +538,23 @@ TEST(ExportTest, SameInputsGiveIdenticalText) {
 
 }  // namespace
 }  // namespace shardtune::configs
+
+namespace shardtune::configs {
+namespace {
+
+// --sdpa-backend has no key in any format: every export says how to get it in code.
+TEST(ExportTest, SdpaBackendIsANoteInEveryFormat) {
+  for (ExportFormat f : {ExportFormat::kTorchtitan, ExportFormat::kAccelerate}) {
+    Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+    j.plan.sdpa_backend = model::SdpaBackend::kFlash;
+    auto r = ExportPlan(j.plan, j.ctx, f);
+    bool found = false;
+    for (const auto& n : r.notes) found = found || n.find("sdpa_kernel(SDPBackend.FLASH_ATTENTION)") != std::string::npos;
+    EXPECT_TRUE(found) << r.text;
+    j.plan.sdpa_backend = model::SdpaBackend::kAuto;
+    for (const auto& n : ExportPlan(j.plan, j.ctx, f).notes) EXPECT_EQ(n.find("sdpa_backend"), std::string::npos) << n;
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::configs
