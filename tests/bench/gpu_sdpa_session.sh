@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The next GPU session's first command (#17, #21), prepared in session 19 without a GPU:
+#  1. builds shardtune, shardtune-exec and kernels_gpu_test against the machine's Python torch
+#     (the probe's per-backend SDPA code, executor/probe.cc SHARDTUNE_PROBE_SDPA_BACKENDS, was
+#     never compiled before: LibTorch 1.13 where it was written);
+#  2. the fused AdamW GPU test with its whole output (session 18's run cut the detail off);
+#  3. `shardtune probe --device cuda` at Llama-3-8B's shapes: every SDPA backend the shape admits,
+#     PyTorch's own choice marked (FlashAttention-2 vs cuDNN, the first suspect of the +44%
+#     against torchtitan's published 8B figures);
+#  4. a cross-check through Python: torch's SDPA forced to FLASH_ATTENTION and CUDNN_ATTENTION at
+#     torchtitan's shape (B 2, 32 heads, 8 KV heads, S 8192, head_dim 128, causal), forward +
+#     backward;
+#  5. a sustained bf16 8192^3 matmul for 30 s with nvidia-smi's SM clock and power beside it:
+#     whether the burst rate the probe measures holds under sustained load (the second suspect).
+# Usage: gpu_sdpa_session.sh OUT_DIR   (about 4-5 minutes on an H100 with 16 cores)
+set -u
+out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+root=$(cd "$(dirname "$0")/../.." && pwd); b=/tmp/shardtune_gpu_build
+{ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv
+  python3 -c 'import torch;print("torch",torch.__version__,"cuda",torch.version.cuda,"cudnn",torch.backends.cudnn.version())'
+  date -u +%FT%TZ; } 2>&1 | tee "$out/env.txt"
+prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+{ cmake -S "$root" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release -DSHARDTUNE_SANITIZER_TESTS=OFF &&
+  cmake --build "$b" -j "$(nproc)" --target shardtune shardtune-exec kernels_gpu_test; } >/tmp/gss/build.log 2>&1
+echo "build rc=$? at $(el) s"; grep -E "error" /tmp/gss/build.log | head -20
+tail -c 100000 /tmp/gss/build.log >"$out/build.log"
+
+# 2. The fused AdamW test, every line of a failure kept.
+"$b/tests/executor/kernels_gpu_test" --gtest_filter='FusedAdamW*' >"$out/fused_adamw_test.txt" 2>&1
+echo "fused AdamW test rc=$? at $(el) s"; grep -E "Failure|max \||OK|FAILED|PASSED" "$out/fused_adamw_test.txt" | head -20
+
+# 3. The probe, every SDPA backend at Llama-3-8B's shapes.
+exe="$b/cli/shardtune-exec"; [[ -x $exe ]] || exe="$b/cli/shardtune"
+timeout 150 "$exe" probe --device cuda --model llama3-8b --tokens 2048,8192 --dtypes bf16 --budget-s 60 \
+  --name "H100 (llama3-8b shapes, SDPA backends)" --out "$out/probe_h100_8b_sdpa.json" 2>&1 | tail -4
+echo "probe done at $(el) s"
+python3 - "$out/probe_h100_8b_sdpa.json" <<'EOF' 2>&1 || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+for a in d["kernels"]["attention"]:
+    f = 4 * a["seq_len"] ** 2 * a["heads"] * a["head_dim"] / 2 * a["batch"]  # causal forward FLOPs
+    print(a["backend"], a["dtype"], a["seq_len"], a["head_dim"], "default" if a.get("pytorch_default") else "forced",
+          "fwd %.0f TFLOP/s, bwd %.0f" % (f / a["forward_s"] / 1e12, 2.5 * f / a["backward_s"] / 1e12))
+EOF
+
+# 4. The same through Python, at torchtitan's shape.
+timeout 90 python3 - <<'EOF' 2>&1 | tee "$out/sdpa_python.txt"
+import contextlib, torch, torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+B, H, KV, S, D = 2, 32, 8, 8192, 128
+q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+k = torch.randn(B, KV, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+v = torch.randn(B, KV, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+g = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+flops = 4 * S * S * H * D / 2 * B
+def timed(fn, n=10):
+    for _ in range(3): fn()
+    torch.cuda.synchronize(); s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+    s.record()
+    for _ in range(n): fn()
+    e.record(); torch.cuda.synchronize(); return s.elapsed_time(e) / n / 1e3
+for name, be in [("default", None), ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                 ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+    try:
+        ctx = sdpa_kernel([be]) if be is not None else contextlib.nullcontext()
+        with ctx:
+            def forward_only():
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            fwd = timed(forward_only)
+            both = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).backward(g))
+        print(f"{name}: forward {fwd*1e3:.3f} ms ({flops/fwd/1e12:.0f} TFLOP/s), backward {(both-fwd)*1e3:.3f} ms "
+              f"({2.5*flops/(both-fwd)/1e12:.0f} TFLOP/s)")
+    except Exception as ex:
+        print(f"{name}: {type(ex).__name__}: {str(ex).splitlines()[0][:200]}")
+EOF
+echo "sdpa python done at $(el) s"
+
+# 5. Sustained GEMM rate with the SM clock and power beside it.
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 1000 >"$out/smi_sustained.csv" 2>&1 &
+smi=$!
+timeout 60 python3 - <<'EOF' 2>&1 | tee "$out/sustained_gemm.txt"
+import time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
+flop = 2 * 8192 ** 3; t_end = time.time() + 30; second = 0
+while time.time() < t_end:
+    s, e = torch.cuda.Event(True), torch.cuda.Event(True); s.record(); n = 0
+    t1 = time.time() + 1
+    while time.time() < t1:
+        for _ in range(20): a @ b
+        n += 20
+        torch.cuda.synchronize()
+    e.record(); torch.cuda.synchronize()
+    print(f"second {second}: {flop * n / (s.elapsed_time(e) / 1e3) / 1e12:.0f} TFLOP/s"); second += 1
+EOF
+kill $smi 2>/dev/null
+echo "done at $(el) s"
