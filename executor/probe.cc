@@ -166,7 +166,7 @@ const char* SdpBackendName(int64_t b) {
     default: return "";
   }
 }
-// Enables only SDPA backend `b` (-1: all PyTorch enables by default) while alive.
+// Enables only SDPA backend `b` (an at::SDPBackend value) while alive.
 class SdpBackendScope {
  public:
   explicit SdpBackendScope(int64_t b)
@@ -174,7 +174,6 @@ class SdpBackendScope {
         efficient_(at::globalContext().userEnabledMemEfficientSDP()),
         math_(at::globalContext().userEnabledMathSDP()),
         cudnn_(at::globalContext().userEnabledCuDNNSDP()) {
-    if (b < 0) return;
     at::globalContext().setSDPUseFlash(b == 1);
     at::globalContext().setSDPUseMemEfficient(b == 2);
     at::globalContext().setSDPUseMath(b == 0);

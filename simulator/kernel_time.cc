@@ -98,24 +98,18 @@ std::optional<Seconds> GemmTime(const profiles::KernelTables& t, model::DType dt
   return Interpolate(std::move(pts), q, s.flops());
 }
 
-bool UsesAttentionRow(const profiles::KernelTables& t, const profiles::AttentionSample& a,
-                      model::DType dtype, const std::string& backend) {
-  if (a.dtype != dtype) return false;
-  if (!backend.empty()) return a.backend == backend;
-  // PyTorch's own choice: the rows it picked where the probe marked them; an older profile marks
-  // none, and its rows are what PyTorch picked (that probe never forced a backend).
-  bool marked = std::any_of(t.attention.begin(), t.attention.end(), [&](const profiles::AttentionSample& s) {
-    return s.dtype == dtype && s.pytorch_default;
-  });
-  return !marked || a.pytorch_default;
-}
-
 std::optional<Seconds> AttentionTime(const profiles::KernelTables& t, model::DType dtype,
                                      int64_t batch, int64_t seq_len, int64_t heads,
                                      int64_t head_dim, const std::string& backend) {
+  // backend "": PyTorch's own choice, the rows it picked where the probe marked them; an older
+  // profile marks none, and its rows are what PyTorch picked (that probe never forced a backend).
+  const bool marked = std::any_of(t.attention.begin(), t.attention.end(), [&](const profiles::AttentionSample& s) {
+    return s.dtype == dtype && s.pytorch_default;
+  });
   std::vector<Point> pts;
   for (const auto& a : t.attention) {
-    if (!UsesAttentionRow(t, a, dtype, backend)) continue;
+    if (a.dtype != dtype) continue;
+    if (backend.empty() ? marked && !a.pytorch_default : a.backend != backend) continue;
     // Forward + backward FLOPs: the backward's GEMMs are twice the forward's (dQ, dK, dV, dP).
     double f = 3 * AttentionForwardFlops(a.batch, a.seq_len, a.heads, a.head_dim, a.causal);
     double time = a.forward.count() + a.backward.count();

@@ -286,12 +286,17 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                      target + " has no key for it");
   }
   if (plan.sdpa_backend != model::SdpaBackend::kAuto) {
-    // torch.nn.attention.SDPBackend's member for each of the plan's names.
-    static const char* const kMember[] = {"", "FLASH_ATTENTION", "CUDNN_ATTENTION",
-                                          "EFFICIENT_ATTENTION", "MATH"};
+    const char* member = "MATH";  // torch.nn.attention.SDPBackend's member for the plan's name
+    switch (plan.sdpa_backend) {
+      case model::SdpaBackend::kFlash: member = "FLASH_ATTENTION"; break;
+      case model::SdpaBackend::kCudnn: member = "CUDNN_ATTENTION"; break;
+      case model::SdpaBackend::kEfficient: member = "EFFICIENT_ATTENTION"; break;
+      case model::SdpaBackend::kMath:
+      case model::SdpaBackend::kAuto: break;
+    }
     notes->push_back(std::string("sdpa_backend ") + model::ToString(plan.sdpa_backend) + ": " + target +
                      " has no key for it; run the step under torch.nn.attention.sdpa_kernel(SDPBackend." +
-                     kMember[static_cast<int>(plan.sdpa_backend)] + ") in code");
+                     member + ") in code");
   }
   AddFrozenDtypeNote(plan, target + " has no key for the dtype the model is loaded in", notes);
 }

@@ -32,8 +32,12 @@ sim::SimReport SimulateSetup(const nlohmann::json& setup) {
   std::string m = setup.at("model").get<std::string>();
   std::string cluster;
   model::Plan p;
-  if (setup.contains("cluster")) {
+  if (setup.contains("cluster")) {  // a setup in shardtune's own flag vocabulary
     cluster = setup.at("cluster").get<std::string>();
+    if (setup.contains("strategy")) {  // as --strategy
+      p.strategy = model::ParseEnum<model::ShardingStrategy>(setup.at("strategy").get<std::string>(),
+                                                             "setup.strategy");
+    }
   } else {
     cluster = std::to_string(setup.at("nodes").get<int>()) + "x" +
               std::to_string(setup.at("gpus_per_node").get<int>()) + "x" + setup.at("gpu").get<std::string>();
@@ -50,9 +54,6 @@ sim::SimReport SimulateSetup(const nlohmann::json& setup) {
   if (setup.contains("sdpa_backend")) {  // as --sdpa-backend
     p.sdpa_backend = model::ParseEnum<model::SdpaBackend>(setup.at("sdpa_backend").get<std::string>(),
                                                           "setup.sdpa_backend");
-  }
-  if (setup.contains("strategy") && setup.at("strategy") == "full_shard") {
-    p.strategy = model::ShardingStrategy::kFullShard;
   }
   profiles::ClusterSpec c = profiles::ParseClusterShorthand(cluster);
   sim::SimOptions options;  // as simulate: the catalog's measured profile for the GPU, if any
