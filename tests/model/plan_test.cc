@@ -230,6 +230,16 @@ TEST(PlanJsonTest, EmptyPlanIsTheDefaultPlan) {
   EXPECT_EQ(PlanToJson(p).dump(), PlanToJson(Plan()).dump());
 }
 
+// sdpa_backend is written only when not auto (older readers' plans stay as they were) and reads back.
+TEST(PlanJsonTest, SdpaBackendRoundTrips) {
+  Plan p;
+  EXPECT_FALSE(PlanToJson(p).contains("sdpa_backend"));
+  p.sdpa_backend = SdpaBackend::kCudnn;
+  nlohmann::json j = PlanToJson(p);
+  EXPECT_EQ(j.at("sdpa_backend"), "cudnn");
+  EXPECT_EQ(PlanFromJson(j, "plan.json").sdpa_backend, SdpaBackend::kCudnn);
+}
+
 TEST(PlanJsonTest, ReshardAfterForwardDefaultsByStrategy) {
   nlohmann::json j = PlanDoc();
   j["strategy"] = "shard_grad_op";
@@ -402,6 +412,7 @@ TEST(PlanJsonTest, BadValuesNameTheKeyAndPointer) {
       {"optimizer", "adam", "(did you mean \"adamw\"?)"},
       {"optimizer_impl", "fuse", "plan.json:/optimizer_impl: expected one of foreach, fused"},
       {"attention", "flash", "plan.json:/attention: expected one of sdpa, eager"},
+      {"sdpa_backend", "fa3", "plan.json:/sdpa_backend: expected one of auto, flash, cudnn, efficient, math"},
       {"modeling", "titan", "plan.json:/modeling: expected one of hf, torchtitan"},
       {"loss_fp32_upcast", 1, "plan.json:/loss_fp32_upcast: expected true or false"},
       {"keep_logits", "no", "plan.json:/keep_logits: expected true or false"},
