@@ -4,6 +4,7 @@
 #include "model/hf_config.h"
 
 #include <climits>
+#include <cmath>
 #include <set>
 
 #include "model/errors.h"
@@ -207,6 +208,15 @@ class HfReader {
       }
       *dst = it->get<double>();
     };
+    // original_max_position_embeddings is a token count: a whole number a 64-bit integer holds
+    // (the cast of a larger double is undefined; fuzz_hf_config found 4e128).
+    auto positions = [&](double x) -> int64_t {
+      constexpr double kMaxPositions = 1e15;  // far above any context length, well inside int64
+      if (x != std::floor(x) || x > kMaxPositions)
+        throw InputError(where + "/original_max_position_embeddings: expected a whole number in [1, 1e15], got " +
+                         Describe(v.at("original_max_position_embeddings")));
+      return static_cast<int64_t>(x);
+    };
     number("rope_theta", false, theta);
     std::string type;
     for (const char* k : {"rope_type", "type"}) {
@@ -230,7 +240,7 @@ class HfReader {
       double original = 0;
       number("original_max_position_embeddings", false, &original);
       if (original > 0) {
-        r.original_max_position_embeddings = static_cast<int64_t>(original);
+        r.original_max_position_embeddings = positions(original);
         r.original_given = true;
       }
       auto t = v.find("truncate");
@@ -244,7 +254,7 @@ class HfReader {
       number("low_freq_factor", true, &r.low_freq_factor);
       number("high_freq_factor", true, &r.high_freq_factor);
       number("original_max_position_embeddings", true, &original);
-      r.original_max_position_embeddings = static_cast<int64_t>(original);
+      r.original_max_position_embeddings = positions(original);
     }
     *out = r;
   }

@@ -119,6 +119,19 @@ TEST(HfConfigTest, BadRotaryKeysAreOneLineErrors) {
               ThrowsMessage<InputError>(HasSubstr("config.json:/rms_norm_eps")));
   EXPECT_THAT([&] { ImportHfConfig(with("rope_theta", "big"), "config.json"); },
               ThrowsMessage<InputError>(HasSubstr("config.json:/rope_theta")));
+  // A token count a 64-bit integer cannot hold, or a fraction of a token, is an error (fuzz_hf_config
+  // found 4.09e128 reaching an undefined double-to-int64 cast).
+  for (const char* type : {"llama3", "yarn"}) {
+    for (double bad : {4.08889e128, 8192.5}) {
+      nlohmann::json rope = {{"rope_type", type}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", bad}};
+      EXPECT_THAT([&] { ImportHfConfig(with("rope_scaling", rope), "config.json"); },
+                  ThrowsMessage<InputError>(HasSubstr(
+                      "config.json:/rope_scaling/original_max_position_embeddings: expected a whole "
+                      "number in [1, 1e15], got")))
+          << type << " " << bad;
+    }
+  }
 }
 
 TEST(HfConfigTest, Qwen2MoeSharedExpertAndGate) {
