@@ -362,27 +362,33 @@ double ResidualPerToken(const ModelSpec& spec, const ActivationOptions& opt) {
   return static_cast<double>(BytesPerElement(opt.dtype)) * static_cast<double>(spec.hidden);
 }
 
+bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
+                            const Trainability& t) {
+  return opt.modeling == Modeling::kTorchtitan && opt.cp <= 1 && !spec.moe.enabled() &&
+         !spec.mla.enabled() && !spec.fused_qkv && !spec.fused_gate_up &&
+         spec.mlp == MlpKind::kSwiGlu && !spec.gelu_gate && t.FullFinetune();
+}
+
 namespace {
 // torchtitan's per-op selective activation checkpointing (`selective_ac_option = "op"`,
-// torchtitan/distributed/activation_checkpoint.py SelectiveAC): inside each checkpointed block
-// the policy saves the outputs of the ops in its save list (compute-intensive ops: addmm, bmm,
-// the SDPA kernels; collectives) "except every second mm": a per-block counter numbers the
-// block's aten.mm calls in forward order and the even-numbered ones are recomputed. torch's SAC
-// (torch/utils/checkpoint.py _CachingTorchDispatchMode) stores every MUST_SAVE output whether or
-// not backward reads it; the rest is recomputed from the block input, which the non-reentrant
-// checkpoint keeps. For the dense block torchtitan's models run (llama3/qwen3 model.py:
-// wq, wk, wv, then wo after attention; FeedForward w2(silu(w1(x)) * w3(x))) the mms are
-// wq, wk, wv, wo, w1, w3, w2: wq, wv, w1, w2 are saved; wk, wo, w3 rerun in backward.
-// A biased projection is aten.addmm: in the save list, not counted as an mm. Blocks whose op
-// order this does not spell out (MoE, MLA, fused projections, LoRA, GELU MLPs, Ulysses, eager
-// attention) keep the approximation above (every projection output and the attention output).
+// torchtitan/distributed/activation_checkpoint.py SelectiveAC; `_save_list` in
+// torchtitan/parallelisms/parallelize_llama.py at the 2024-12 commit 9dec370): inside each
+// checkpointed block the policy saves the outputs of the ops in its save list (aten.mm, the SDPA
+// kernels, reduce_scatter, abs/max) "except every second mm": a per-block counter, fresh for each
+// checkpoint call, numbers the block's aten.mm calls in forward order and the even-numbered ones
+// are recomputed. torch's SAC (torch/utils/checkpoint.py _CachingTorchDispatchMode) stores every
+// MUST_SAVE output whether or not backward reads it; the rest is recomputed from the block input,
+// which the non-reentrant checkpoint keeps. For the dense block torchtitan's models run
+// (llama3/qwen3 model.py: wq, wk, wv, then wo after attention; FeedForward w2(silu(w1(x)) *
+// w3(x))) the mms are wq, wk, wv, wo, w1, w3, w2: wq, wv, w1, w2 are saved; wk, wo, w3 rerun in
+// backward. A biased projection is aten.addmm (ATen's linear on a bias), which is in neither the
+// save list nor the count: recomputed. Eager attention's bmm and softmax are not in the list
+// either: the whole attention core reruns in backward (BlockActivations::
+// selective_recompute_attention) and nothing of it is kept. shardtune's executor applies the
+// same rule (executor/recompute.h SacTape), and both ask TorchtitanOpSacApplies.
 void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const Trainability& t,
                      double elem_bytes, BlockActivations* b) {
-  if (opt.modeling != Modeling::kTorchtitan || opt.attention != Attention::kSdpa || opt.cp > 1 ||
-      spec.moe.enabled() || spec.mla.enabled() || spec.fused_qkv || spec.fused_gate_up ||
-      spec.mlp != MlpKind::kSwiGlu || spec.gelu_gate || !t.FullFinetune()) {
-    return;
-  }
+  if (!TorchtitanOpSacApplies(spec, opt, t)) return;
   struct Mm {
     double in, out;
     bool bias;
@@ -396,16 +402,20 @@ void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const 
   double recompute_flops = 0;
   int mm_count = 0;
   for (const Mm& m : order) {
-    bool save = m.bias || (++mm_count % 2 == 1);
+    bool save = !m.bias && (++mm_count % 2 == 1);
     if (save) {
       saved += elem_bytes * m.out;
     } else {
       recompute_flops += 2 * m.in * m.out;
     }
   }
-  // The attention kernel's outputs (output and logsumexp) are in the save list.
-  for (const auto& s : b->full.saved) {
-    if (s.name.find("attn.core") != std::string::npos) saved += s.bytes_per_token;
+  if (opt.attention == Attention::kSdpa) {
+    // The attention kernel's outputs (output and logsumexp) are in the save list.
+    for (const auto& s : b->full.saved) {
+      if (s.name.find("attn.core") != std::string::npos) saved += s.bytes_per_token;
+    }
+  } else {
+    b->selective_recompute_attention = 1.0;
   }
   b->selective_per_token = saved;
   b->selective_recompute_matmul_flops_per_token = recompute_flops;

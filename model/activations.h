@@ -80,6 +80,10 @@ struct BlockActivations {
   // order is not spelled out and every projection output is taken as saved).
   double selective_per_token = 0;
   double selective_recompute_matmul_flops_per_token = 0;
+  // The share of the block's attention forward that selective's backward reruns: 1 where the
+  // policy keeps nothing of the attention core (torchtitan's op SAC over eager attention, whose
+  // bmm and softmax are not in its save list), else 0.
+  double selective_recompute_attention = 0;
 };
 
 struct ActivationOptions {
@@ -127,6 +131,14 @@ struct Trainability {
   // A string that differs between trainabilities that record different graphs (cache keys).
   std::string Key() const;
 };
+
+// Whether --checkpointing selective follows torchtitan's op-level SAC policy as its source
+// writes it (model/activations.cc TorchtitanOpSac: every second aten.mm of the block recomputed):
+// --modeling torchtitan, a dense SwiGLU block with separate q/k/v and gate/up projections, no
+// Ulysses, a full fine-tune. Elsewhere selective keeps every projection output. The estimate and
+// the executor (executor/fsdp_runtime.cc) both decide by this.
+bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
+                            const Trainability& t);
 
 // ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.
 ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);

@@ -153,7 +153,9 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     // gradient), plus the recomputed forward.
     Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * Blk(b).full.forward_ops);
     Cur().host_python_kernels = static_cast<int16_t>(re_elem > 0 ? Blk(b).full.forward_ops : 0);
-    Cur().attention_flops = (kAttentionBackwardRatio + re_mm) * attn * tokens_;
+    // ... and the attention core where its policy keeps none of it (eager attention).
+    double re_attn = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_attention : 0;
+    Cur().attention_flops = (kAttentionBackwardRatio + re_mm + re_attn) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(Category::kActivations, Stream::kDefault, BlockSavedBytes(b));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));

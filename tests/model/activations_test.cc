@@ -73,12 +73,23 @@ TEST(ActivationsTest, TorchtitanSelectiveSavesEveryOtherMatmul) {
   double saved = 2 * (h + qd + kv + f + h) + 2 * qd + 4 * heads;
   EXPECT_DOUBLE_EQ(b.selective_per_token, saved);
   EXPECT_DOUBLE_EQ(b.selective_recompute_matmul_flops_per_token, 2 * (h * kv + qd * h + h * f));
-  // A biased projection is aten.addmm: saved, and the mm count skips it (Qwen2's q/k/v bias:
-  // the mms are then wo, w1, w3, w2; w1 and w2 are the even ones).
+  // A biased projection is aten.addmm, in neither torchtitan's save list nor its mm count:
+  // recomputed (Qwen2's q/k/v bias: the counted mms are then wo, w1, w3, w2; w1 and w2 are the
+  // even ones, so wo and w3 are saved and q, k, v, w1, w2 rerun).
   s.qkv_bias = true;
   auto biased = ComputeBlockActivations(s, o);
-  EXPECT_DOUBLE_EQ(biased.selective_per_token, 2 * (h + qd + kv + kv + h + f) + 2 * qd + 4 * heads);
-  EXPECT_DOUBLE_EQ(biased.selective_recompute_matmul_flops_per_token, 2 * (h * f + f * h));
+  EXPECT_DOUBLE_EQ(biased.selective_per_token, 2 * (h + h + f) + 2 * qd + 4 * heads);
+  EXPECT_DOUBLE_EQ(biased.selective_recompute_matmul_flops_per_token,
+                   2 * (h * qd + 2 * h * kv + h * f + f * h));
+  EXPECT_DOUBLE_EQ(biased.selective_recompute_attention, 0.0);
+  // Eager attention's bmm and softmax are not in the save list: nothing of the attention core is
+  // kept and backward reruns it whole.
+  s.qkv_bias = false;
+  o.attention = Attention::kEager;
+  auto eager = ComputeBlockActivations(s, o);
+  EXPECT_DOUBLE_EQ(eager.selective_per_token, 2 * (h + qd + kv + f + h));
+  EXPECT_DOUBLE_EQ(eager.selective_recompute_matmul_flops_per_token, 2 * (h * kv + qd * h + h * f));
+  EXPECT_DOUBLE_EQ(eager.selective_recompute_attention, 1.0);
   // HF's modeling keeps the approximation (every projection output saved, nothing rerun).
   EXPECT_DOUBLE_EQ(ComputeBlockActivations(FindModelPreset("llama3-8b"), Bf16())
                        .selective_recompute_matmul_flops_per_token, 0.0);

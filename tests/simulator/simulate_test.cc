@@ -330,5 +330,33 @@ TEST(SimulateTest, TorchtitanSelectiveRerunsEveryOtherMatmul) {
   EXPECT_NEAR(matmul(model::Checkpointing::kFull) - none, block_forward, 1e-9 * none);
 }
 
+// Under eager attention torchtitan's policy keeps nothing of the attention core (bmm and softmax
+// are not in its save list): selective's backward reruns the attention forward, as full does;
+// over SDPA it reruns none of it.
+TEST(SimulateTest, TorchtitanSelectiveOverEagerAttentionRerunsTheAttention) {
+  model::ModelSpec s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  auto attention = [&](model::Checkpointing ck, model::Attention a) {
+    model::Plan p;
+    p.modeling = model::Modeling::kTorchtitan;
+    p.attention = a;
+    p.seq_len = 2048;
+    p.micro_batch = 1;
+    p.checkpointing = ck;
+    double flops = 0;
+    for (const auto& op : SimulateStep(s, c, p).program.ops) {
+      if (op.step == 1) flops += op.attention_flops;
+    }
+    return flops;
+  };
+  for (model::Attention a : {model::Attention::kEager, model::Attention::kSdpa}) {
+    double none = attention(model::Checkpointing::kNone, a);
+    double full_rerun = attention(model::Checkpointing::kFull, a) - none;
+    ASSERT_GT(full_rerun, 0);
+    double sel_rerun = attention(model::Checkpointing::kSelective, a) - none;
+    EXPECT_NEAR(sel_rerun, a == model::Attention::kEager ? full_rerun : 0.0, 1e-9 * none);
+  }
+}
+
 }  // namespace
 }  // namespace shardtune::sim
