@@ -10,7 +10,9 @@
 #include "executor/fsdp_runtime_impl.h"
 #include "executor/optimizer.h"
 #include "executor/param_groups.h"
+#include "model/activations.h"
 #include "model/errors.h"
+#include "model/trainable.h"
 
 namespace shardtune::exec {
 
@@ -68,6 +70,23 @@ std::vector<FlatParamGroup> NonEmptyGroups(const model::ModelSpec& spec, const m
 std::vector<model::FsdpUnit> Specs(const std::vector<FlatParamGroup>& groups) {
   std::vector<model::FsdpUnit> out;
   for (const FlatParamGroup& g : groups) out.push_back(g.unit);
+  return out;
+}
+
+// Per block: whether selective checkpointing is torchtitan's op SAC there (the whole block
+// checkpointed, its policy's op outputs kept: SacRecompute), as the estimate decides it
+// (model::TorchtitanOpSacApplies, with the block's trainability as model/trainable.h derives it).
+std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& plan) {
+  std::vector<bool> out(static_cast<size_t>(spec.num_layers), false);
+  if (plan.checkpointing != model::Checkpointing::kSelective ||
+      plan.modeling != model::Modeling::kTorchtitan || !plan.Trains()) {
+    return out;
+  }
+  std::vector<model::FsdpUnit> units = model::ApplyTrainability(
+      spec, plan, model::BuildFsdpUnits(spec, plan.wrap, std::max(1, plan.ep)));
+  model::SubgraphTrainability t = model::SubgraphTrainabilities(spec, plan, units);
+  model::ActivationOptions o = model::ActivationOptionsFor(plan, plan.seq_len);
+  for (size_t b = 0; b < out.size(); ++b) out[b] = model::TorchtitanOpSacApplies(spec, o, t.blocks[b]);
   return out;
 }
 
@@ -157,9 +176,12 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   m.gathers.resize(m.units.size());
   m.nosync_grads.resize(m.units.size());
   m.backward_done.assign(m.units.size(), false);
+  const std::vector<bool> op_sac = OpSacBlocks(spec, plan);
   for (int s = 0; s < nseg; ++s) {
     m.segment_names.push_back(SegmentName(s, L));
-    m.recompute.push_back(transformer_.IsBlockSegment(s) && Recomputes(plan, s - 1));
+    const bool block = transformer_.IsBlockSegment(s);
+    m.op_sac.push_back(block && op_sac[static_cast<size_t>(s - 1)]);
+    m.recompute.push_back(block && (Recomputes(plan, s - 1) || m.op_sac.back()));
     m.segment_fns.push_back([this, s](const at::Tensor& x) {
       return transformer_.Segment(impl_->table, s, x, at::Tensor());
     });
@@ -251,8 +273,9 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     // With the MoE auxiliary loss a recomputed block's router logits are outputs of its node.
     std::vector<at::Tensor>* side =
         transformer_.spec().moe.router_aux_loss ? transformer_.mutable_router_logits() : nullptr;
-    at::Tensor y = grad && m.recompute[si] ? Recompute(&m.segment_fns[si], x, side)
-                                           : transformer_.Segment(m.table, s, x, labels);
+    at::Tensor y = !grad || !m.recompute[si] ? transformer_.Segment(m.table, s, x, labels)
+                   : m.op_sac[si] ? SacRecompute(&m.segment_fns[si], x, transformer_.sac_tape())
+                                  : Recompute(&m.segment_fns[si], x, side);
     m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
     // Frozen segments before the first trainable parameter have no backward at all.
     m.segment_grad[si] = grad && y.requires_grad();

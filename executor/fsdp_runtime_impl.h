@@ -30,6 +30,7 @@ struct FsdpRuntime::Impl {
   std::vector<std::vector<int>> starting, ending, covering;  // per segment: unit indices
   std::vector<std::string> segment_names;
   std::vector<bool> recompute;         // per segment: activation checkpointing
+  std::vector<bool> op_sac;            // per segment: ... as torchtitan's op SAC (SacRecompute)
   std::vector<SegmentFn> segment_fns;  // per segment, for Recompute
   // Per segment: its output required grad in the last forward, so its backward runs (false for
   // frozen segments before the first trainable parameter).

@@ -109,6 +109,86 @@ struct PieceFunction : public torch::autograd::Function<PieceFunction> {
   }
 };
 
+// SacRecompute's node: forward (no grad) records the tape, backward replays it.
+struct SacFunction : public torch::autograd::Function<SacFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn,
+                               SacTape* tape) {
+    SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
+    ctx->saved_data["fn"] = PointerBits(fn);
+    ctx->saved_data["tape"] = PointerBits(tape);
+    tape->mode = SacTape::Mode::kRecord;
+    tape->mm_count = 0;
+    tape->saved.clear();
+    at::Tensor y;
+    try {
+      y = (*fn)(x);
+    } catch (...) {
+      tape->mode = SacTape::Mode::kOff;
+      tape->saved.clear();
+      throw;
+    }
+    // The node owns the block input and the saved outputs until its backward. The outputs ride
+    // in saved_data (no-grad tensors: nothing for autograd's version check), so the backward can
+    // hand them over and the node keep no reference while the rerun's graph still runs.
+    ctx->save_for_backward({x});
+    c10::List<at::Tensor> outputs;
+    for (at::Tensor& t : tape->saved) outputs.push_back(std::move(t));
+    ctx->saved_data["outputs"] = std::move(outputs);
+    tape->saved.clear();
+    tape->mode = SacTape::Mode::kOff;
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto fn =
+        reinterpret_cast<const SegmentFn*>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
+    auto tape = reinterpret_cast<SacTape*>(static_cast<intptr_t>(ctx->saved_data["tape"].toInt()));
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
+    tape->mode = SacTape::Mode::kReplay;
+    tape->mm_count = 0;
+    tape->next = 0;
+    tape->saved.clear();
+    for (const at::Tensor& t : ctx->saved_data["outputs"].toTensorList()) tape->saved.push_back(t);
+    ctx->saved_data.erase("outputs");
+    at::Tensor y;
+    try {
+      at::AutoGradMode enable(true);
+      y = (*fn)(x);
+    } catch (...) {
+      tape->mode = SacTape::Mode::kOff;
+      tape->saved.clear();
+      throw;
+    }
+    const size_t used = tape->next, n = tape->saved.size();
+    tape->saved.clear();  // the rerun's graph holds what its backward needs
+    tape->mode = SacTape::Mode::kOff;
+    SHARDTUNE_CHECK(used == n) << "the rerun took " << used << " saved outputs, the forward saved " << n;
+    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct ReplayLinearFunction : public torch::autograd::Function<ReplayLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& x,
+                               const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    // A fresh alias: the output is a new tensor of this node, its bytes the saved ones.
+    return {saved.alias()};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list s = ctx->get_saved_variables();
+    const at::Tensor& x = s[0];
+    const at::Tensor& w = s[1];
+    at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});  // [rows, out]
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(1)) dx = at::mm(dy, w).view(x.sizes());
+    if (ctx->needs_input_grad(2)) dw = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
+    return {at::Tensor(), dx, dw};
+  }
+};
+
 // What a refill needs; held by the consumers' hooks, emptied by the first refill.
 struct Refill {
   c10::intrusive_ptr<c10::StorageImpl> storage;  // 0 bytes until refilled
@@ -140,6 +220,21 @@ at::Tensor Recompute(const SegmentFn* fn, const at::Tensor& x, std::vector<at::T
   variable_list out = RecomputeFunction::apply(x, fn, side);
   if (side != nullptr) side->insert(side->end(), out.begin() + 1, out.end());
   return out[0];
+}
+
+at::Tensor SacTape::TakeSaved() {
+  SHARDTUNE_CHECK(mode == Mode::kReplay && next < saved.size())
+      << "the rerun asked for saved output " << next << " of " << saved.size();
+  // Handed over: the tape lets go, so the bytes live as long as the rerun's graph needs them.
+  return std::move(saved[next++]);
+}
+
+at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape) {
+  return SacFunction::apply(x, fn, tape)[0];
+}
+
+at::Tensor ReplayLinear(const at::Tensor& saved, const at::Tensor& x, const at::Tensor& w) {
+  return ReplayLinearFunction::apply(saved, x, w)[0];
 }
 
 at::Tensor RecomputePiece(PieceFn fn, double arg, const std::vector<at::Tensor>& inputs) {

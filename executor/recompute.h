@@ -48,4 +48,36 @@ void DropUntilBackward(const at::Tensor& y, PieceFn fn, double arg,
                        const std::vector<at::Tensor>& inputs,
                        const std::vector<at::Tensor>& consumers);
 
+// torchtitan's op-level SAC as its source writes it (torchtitan/distributed/activation_checkpoint.py
+// SelectiveAC; model/activations.cc TorchtitanOpSac counts the same): the block is checkpointed
+// whole, and the outputs of the ops its policy saves (every odd-numbered aten.mm of the block, and
+// the SDPA kernel's output) are kept from the forward and handed back to the rerun in backward
+// instead of recomputing them. The transformer asks the tape at each projection and attention
+// core (transformer.cc Proj, Core); SacRecompute drives the modes.
+struct SacTape {
+  enum class Mode { kOff, kRecord, kReplay };
+  Mode mode = Mode::kOff;
+  int mm_count = 0;               // this pass's aten.mm calls so far (torchtitan's meta counter)
+  std::vector<at::Tensor> saved;  // kRecord: appended in forward order; kReplay: read in order
+  size_t next = 0;                // kReplay: the next saved output to hand back
+
+  bool Active() const { return mode != Mode::kOff; }
+  // Counts one mm; true when the policy saves its output (odd-numbered, 1-based).
+  bool CountMmSaved() { return ++mm_count % 2 == 1; }
+  // kReplay: the next saved output (REQUIRES: one is left).
+  at::Tensor TakeSaved();
+};
+
+// Returns fn(x) with a graph that keeps x and the outputs fn put on *tape (kRecord, under
+// no-grad) and, in backward, reruns fn with grad on the tape in kReplay (which hands those
+// outputs back) and backpropagates through it. REQUIRES: fn outlives the backward, asks *tape
+// the same questions in both passes (the same ops in the same order), and no other SacRecompute
+// runs on the same tape meanwhile.
+at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape);
+
+// y = x W^T (nn.Linear without bias, aten.mm on the flattened rows) whose forward value is the
+// `saved` output of the same product from the checkpoint's forward: backward is aten.mm's
+// (dx = dy W, dW = dy^T x), nothing is recomputed.
+at::Tensor ReplayLinear(const at::Tensor& saved, const at::Tensor& x, const at::Tensor& w);
+
 }  // namespace shardtune::exec

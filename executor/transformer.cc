@@ -283,7 +283,10 @@ void Transformer::Drop(const at::Tensor& y, const Piece& piece,
   if (Selective()) DropUntilBackward(y, piece.fn, piece.arg, piece.inputs, consumers);
 }
 
-bool Transformer::Selective() const { return options_.selective && at::GradMode::is_enabled(); }
+// Under torchtitan's op SAC the block is checkpointed whole (SacRecompute): no piece of it is.
+bool Transformer::Selective() const {
+  return options_.selective && at::GradMode::is_enabled() && !sac_.Active();
+}
 
 at::Tensor Transformer::Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
                              int64_t dim) const {
@@ -687,13 +690,23 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // SDPA has no soft-capping and no sinks: a capped model (Gemma 2) and GPT-OSS (whose HF class
   // has no sdpa path, _supports_sdpa = False) take the eager path below.
   [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0 && !sinks.defined();
+  // torchtitan's op SAC saves the SDPA kernel's output (its save list); the forward keeps it on
+  // the tape. The rerun in backward takes it off and recomputes the attention with grad (the SDPA
+  // backward ops that would take the saved output and logsumexp are backend-specific), so the
+  // bytes kept between forward and backward are torchtitan's and the backward costs one more
+  // attention forward than torchtitan's. Eager attention's bmm and softmax are not in the list.
+  [[maybe_unused]] auto taped = [this](at::Tensor o) {
+    if (sac_.mode == SacTape::Mode::kRecord) sac_.saved.push_back(o);
+    if (sac_.mode == SacTape::Mode::kReplay) sac_.TakeSaved();
+    return o;
+  };
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
   // no [B, a, S, D] copies of k and v are made or saved for backward.
   if (sdpa && !band) {
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
-                                            /*scale=*/std::nullopt, /*enable_gqa=*/kv != a);
+    return taped(at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true,
+                                                  /*scale=*/std::nullopt, /*enable_gqa=*/kv != a));
   }
 #endif
   if (kv != a) {  // repeat_kv: [B, kv, S, D] -> [B, a, S, D]
@@ -702,8 +715,8 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   }
 #if TORCH_VERSION_MAJOR >= 2
   if (sdpa) {
-    if (band) return at::scaled_dot_product_attention(q, k, v, blocked.logical_not());
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+    if (band) return taped(at::scaled_dot_product_attention(q, k, v, blocked.logical_not()));
+    return taped(at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true));
   }
 #endif
   at::Tensor scores =
@@ -856,7 +869,23 @@ at::Tensor Transformer::MlpDown(const ParamTable& p, const std::string& pre,
 
 at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,
                              bool bias, bool conv1d) const {
-  at::Tensor y = Dense(x, Get(p, module + ".weight"), Maybe(p, module + ".bias", bias), conv1d);
+  at::Tensor y;
+  if (sac_.Active() && !bias && !conv1d) {
+    // torchtitan's op SAC: a bias-free nn.Linear is one aten.mm, counted; the odd-numbered ones
+    // are saved in forward and handed back to the rerun (a biased one is aten.addmm: neither
+    // counted nor saved, recomputed like any other op).
+    const at::Tensor& w = Get(p, module + ".weight");
+    if (!sac_.CountMmSaved()) {
+      y = Dense(x, w, at::Tensor(), false);
+    } else if (sac_.mode == SacTape::Mode::kReplay) {
+      y = ReplayLinear(sac_.TakeSaved(), x, w);
+    } else {
+      y = Dense(x, w, at::Tensor(), false);
+      sac_.saved.push_back(y);
+    }
+  } else {
+    y = Dense(x, Get(p, module + ".weight"), Maybe(p, module + ".bias", bias), conv1d);
+  }
   auto a = p.find(module + ".lora_A.default.weight");  // model/trainable.h's (PEFT's) names
   if (a == p.end()) return y;
   // PEFT lora.Linear.forward: x cast to the adapter dtype, result += lora_B(lora_A(x)) * scaling

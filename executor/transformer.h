@@ -41,6 +41,7 @@ struct TransformerOptions {
   // Selective activation checkpointing (plan checkpointing "selective"), with grad enabled only:
   // each block keeps its input, the matmul outputs and the attention core's tensors; norms and
   // the MLP activation keep only their inputs and are recomputed in backward (recompute.h).
+  // Not inside a block that runs as torchtitan's op SAC (sac_tape(), fsdp_runtime.cc).
   bool selective = false;
   // The LM head and loss as the fused linear cross-entropy (plan loss_kernel fused_linear,
   // fused_loss.h): the logits are never materialised whole.
@@ -161,6 +162,9 @@ class Transformer {
   const at::Tensor& expert_bias() const { return expert_bias_; }  // [MoE layers, E] fp32
   at::Tensor& mutable_expert_bias() { return expert_bias_; }
   void SetCounting(bool on) const { counting_ = on; }
+  // torchtitan's op-level SAC (recompute.h SacTape): the tape Proj and Core consult while a
+  // SacRecompute node records or replays a block; off otherwise.
+  SacTape* sac_tape() const { return &sac_; }
   // The optimizer step's pre-hook: the counts summed over `world` (every data rank's tokens),
   // bias += coeff x sign(mean - count) per layer, centred to a zero mean; counts reset.
   void UpdateExpertBias(Communicator& world);
@@ -229,6 +233,7 @@ class Transformer {
   mutable at::Tensor tokens_per_expert_;    // [MoE layers, E] fp32: counts since the last update
   mutable bool counting_ = false;
   std::vector<int> moe_row_;                // per layer: its row of expert_bias_, -1 for dense
+  mutable SacTape sac_;                     // torchtitan op SAC's tape (sac_tape())
 };
 
 }  // namespace shardtune::exec

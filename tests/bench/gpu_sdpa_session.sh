@@ -11,7 +11,8 @@
 #     torchtitan's shape (B 2, 32 heads, 8 KV heads, S 8192, head_dim 128, causal), forward +
 #     backward;
 #  5. a sustained bf16 8192^3 matmul for 30 s with nvidia-smi's SM clock and power beside it:
-#     whether the burst rate the probe measures holds under sustained load (the second suspect).
+#     whether the burst rate the probe measures holds under sustained load (the second suspect);
+#  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate.
 # Usage: gpu_sdpa_session.sh OUT_DIR   (about 4-5 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
@@ -95,4 +96,15 @@ while time.time() < t_end:
     print(f"second {second}: {flop * n / (s.elapsed_time(e) / 1e3) / 1e12:.0f} TFLOP/s"); second += 1
 EOF
 kill $smi 2>/dev/null
+
+# 6. torchtitan's op SAC in the executor over SDPA (session 20; the taped SDPA path compiles on
+#    LibTorch >= 2.5 only): selective vs none on llama3.2-1b, losses and the step peak, then
+#    validate against the estimate (which counts 63.6 KB/token/block for 8B's shape).
+for ck in none selective; do
+  timeout 90 "$exe" run --model llama3.2-1b --device cuda --seq-len 2048 --micro-batch 2 --steps 4 \
+    --modeling torchtitan --attention sdpa --checkpointing $ck --no-trace --no-checkpoints \
+    --out "$out/op_sac_$ck" >"$out/op_sac_$ck.log" 2>&1
+  echo "op SAC run $ck rc=$? at $(el) s"; tail -3 "$out/op_sac_$ck.log"
+  timeout 60 "$exe" validate --measurements "$out/op_sac_$ck/measurements.json" 2>&1 | head -12 | tee "$out/op_sac_${ck}_validate.txt"
+done
 echo "done at $(el) s"

@@ -113,24 +113,36 @@ INSTANTIATE_TEST_SUITE_P(
              {"--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q_proj,v_proj"},
              {}},
         Case{"llama_cp2", "micro-llama.model.json", 2, {}, {"--cp", "2"}},
+        // torchtitan's op SAC: the block checkpointed whole, wq/wv/w1/w2 outputs replayed.
+        Case{"llama_torchtitan_op_sac",
+             "micro-llama.model.json",
+             2,
+             {"--strategy", "full_shard", "--modeling", "torchtitan", "--attention", "eager"},
+             {}},
         Case{"gpt2_cp2", "micro-gpt2.model.json", 2, {}, {"--cp", "2"}}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
 constexpr int kSeqLen = 64, kMicroBatch = 8;
 
 // Step 0's tracked peak and the bytes live at its start, one rank, for `layers` layers.
-std::pair<int64_t, int64_t> Step0(const TempDir& tmp, int layers, const std::string& mode) {
+// `vocab` > 0 replaces the model's vocabulary size.
+std::pair<int64_t, int64_t> Step0(const TempDir& tmp, int layers, const std::string& mode,
+                                  const std::vector<std::string>& flags = {}, int64_t vocab = 0) {
   json m = ReadJson(DataPath("micro-llama.model.json"));
   m["num_layers"] = layers;
+  if (vocab > 0) m["vocab_size"] = vocab;
   m["name"] = "micro-llama-" + std::to_string(layers);
-  std::string model = tmp.Sub("llama" + std::to_string(layers) + ".json");
+  std::string model = tmp.Sub("llama" + std::to_string(layers) + "_v" + std::to_string(vocab) + ".json");
   std::ofstream(model) << m.dump(2);
-  std::string out = tmp.Sub(mode + std::to_string(layers));
-  ProcessResult r = RunShardtune(
-      {"run", "--model", model, "--steps", "1", "--out", out, "--seq-len",
-       std::to_string(kSeqLen), "--global-batch", std::to_string(kMicroBatch), "--micro-batch",
-       std::to_string(kMicroBatch), "--threads", "1", "--precision", "fp32", "--max-grad-norm",
-       "0", "--checkpointing", mode});
+  std::string out = tmp.Sub(mode + std::to_string(layers) + (flags.empty() ? "" : "_flags") +
+                            (vocab > 0 ? "_v" + std::to_string(vocab) : ""));
+  std::vector<std::string> args{
+      "run", "--model", model, "--steps", "1", "--out", out, "--seq-len",
+      std::to_string(kSeqLen), "--global-batch", std::to_string(kMicroBatch), "--micro-batch",
+      std::to_string(kMicroBatch), "--threads", "1", "--precision", "fp32", "--max-grad-norm",
+      "0", "--checkpointing", mode, "--attention", "eager"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  ProcessResult r = RunShardtune(args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   json measured = ReadJson(out + "/measurements.json");
   for (const json& p : measured.at("phases")) {
@@ -190,6 +202,56 @@ TEST(SelectiveCheckpointingMemoryTest, PeakBetweenFullAndNoneAndBlockBytesMatchP
   // (-a x S x 4 = -1024), while 1.13's mul saves both operands of the rotary's products).
   EXPECT_NEAR(per_block["selective"], b.selective_per_token, 0.10 * b.selective_per_token);
   EXPECT_NEAR(per_block["none"], b.full.saved_per_token, 0.10 * b.full.saved_per_token);
+}
+
+// Under --modeling torchtitan, selective is torchtitan's op SAC (model::TorchtitanOpSacApplies):
+// the block is checkpointed whole and keeps its input and the outputs of the odd-numbered mms
+// (q_proj, v_proj, gate_proj, down_proj), nothing of the eager attention. Full checkpointing
+// reruns the same whole block and keeps its input only, so the two runs' peaks lie at the same
+// moment and differ per block by the saved mm outputs alone: fp32 x (q_dim + kv_dim + ffn +
+// hidden) per token, the estimate's selective_per_token less its checkpoint_input_per_token.
+// With a 16K vocabulary the fp32 logits make the loss's backward the step's peak, a moment where
+// every block's kept tensors are whole (with 512 entries the peak comes late in backward, while
+// the handed-over outputs are being released). Both runs' 4-minus-2-layer differences also carry
+// the same 177.5 B per token that is not an activation (full's 433.5 vs its 256-byte input),
+// which the difference cancels.
+TEST(SelectiveCheckpointingMemoryTest, TorchtitanOpSacKeepsWhatTheEstimateCounts) {
+  TempDir tmp;
+  const std::vector<std::string> flags{"--modeling", "torchtitan"};
+  constexpr int64_t kVocab = 16384;
+  std::map<std::string, double> per_block;
+  for (const std::string mode : {"selective", "full"}) {
+    auto [p2, s2] = Step0(tmp, 2, mode, flags, kVocab);
+    auto [p4, s4] = Step0(tmp, 4, mode, flags, kVocab);
+    per_block[mode] = static_cast<double>((p4 - p2) - (s4 - s2)) / 2 / (kSeqLen * kMicroBatch);
+  }
+  const double h = 64, q = 64, kv = 32, f = 172;  // micro-llama.model.json
+  const double expected = 4 * (h + q + kv + f + h);
+  model::ModelSpec spec;
+  spec.name = "micro-llama";
+  spec.num_layers = 2;
+  spec.hidden = 64;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;
+  spec.ffn_hidden = 172;
+  spec.vocab_size = kVocab;
+  spec.max_seq_len = 64;
+  spec.FillDefaults();
+  model::ActivationOptions o;
+  o.dtype = model::DType::kFp32;
+  o.attention = model::Attention::kEager;
+  o.modeling = model::Modeling::kTorchtitan;
+  o.seq_len = kSeqLen;
+  model::BlockActivations b = model::ComputeBlockActivations(spec, o);
+  std::cout << "[ memory ] micro-llama torchtitan op SAC, vocab " << kVocab
+            << ", fp32: bytes per token one block keeps, selective " << per_block["selective"]
+            << " (estimate " << b.selective_per_token << ", by hand " << expected << "), full "
+            << per_block["full"] << " (estimate " << b.checkpoint_input_per_token
+            << "); selective beyond full " << per_block["selective"] - per_block["full"] << "\n";
+  EXPECT_DOUBLE_EQ(b.selective_per_token, expected);
+  EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, 4 * h);
+  const double beyond_full = expected - 4 * h;  // 4 x (q + kv + ffn + hidden)
+  EXPECT_NEAR(per_block["selective"] - per_block["full"], beyond_full, 0.01 * beyond_full);
 }
 
 }  // namespace
