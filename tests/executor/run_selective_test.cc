@@ -155,6 +155,21 @@ std::pair<int64_t, int64_t> Step0(const TempDir& tmp, int layers, const std::str
   return {0, 0};
 }
 
+// micro-llama.model.json's shape as a ModelSpec (2 layers), with `vocab` entries.
+model::ModelSpec MicroLlama(int64_t vocab) {
+  model::ModelSpec spec;
+  spec.name = "micro-llama";
+  spec.num_layers = 2;
+  spec.hidden = 64;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;
+  spec.ffn_hidden = 172;
+  spec.vocab_size = vocab;
+  spec.max_seq_len = 64;
+  spec.FillDefaults();
+  return spec;
+}
+
 TEST(SelectiveCheckpointingMemoryTest, PeakBetweenFullAndNoneAndBlockBytesMatchPlanner) {
   TempDir tmp;
   std::map<std::string, double> per_block;  // bytes per token one block keeps, measured
@@ -166,16 +181,7 @@ TEST(SelectiveCheckpointingMemoryTest, PeakBetweenFullAndNoneAndBlockBytesMatchP
     // s4 - s2: the 2 added blocks' fp32 master shards (step 0 has no optimizer state yet).
     per_block[mode] = static_cast<double>((p4 - p2) - (s4 - s2)) / 2 / (kSeqLen * kMicroBatch);
   }
-  model::ModelSpec spec;
-  spec.name = "micro-llama";
-  spec.num_layers = 2;
-  spec.hidden = 64;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_hidden = 172;
-  spec.vocab_size = 512;
-  spec.max_seq_len = 64;
-  spec.FillDefaults();
+  model::ModelSpec spec = MicroLlama(512);
   model::ActivationOptions o;
   o.dtype = model::DType::kFp32;
   o.attention = model::Attention::kEager;  // LibTorch 1.13: the executor's eager attention
@@ -227,16 +233,7 @@ TEST(SelectiveCheckpointingMemoryTest, TorchtitanOpSacKeepsWhatTheEstimateCounts
   }
   const double h = 64, q = 64, kv = 32, f = 172;  // micro-llama.model.json
   const double expected = 4 * (h + q + kv + f + h);
-  model::ModelSpec spec;
-  spec.name = "micro-llama";
-  spec.num_layers = 2;
-  spec.hidden = 64;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_hidden = 172;
-  spec.vocab_size = kVocab;
-  spec.max_seq_len = 64;
-  spec.FillDefaults();
+  model::ModelSpec spec = MicroLlama(kVocab);
   model::ActivationOptions o;
   o.dtype = model::DType::kFp32;
   o.attention = model::Attention::kEager;
