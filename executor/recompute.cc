@@ -109,33 +109,46 @@ struct PieceFunction : public torch::autograd::Function<PieceFunction> {
   }
 };
 
+// One pass of a block over the tape in `mode` (kRecord from empty; kReplay over `outputs`): the
+// tape is off and empty again when the pass ends, by return or by exception.
+class TapePass {
+ public:
+  TapePass(SacTape* tape, SacTape::Mode mode, std::vector<at::Tensor> outputs = {}) : tape_(tape) {
+    SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
+    tape->mode = mode;
+    tape->mm_count = 0;
+    tape->next = 0;
+    tape->saved = std::move(outputs);
+  }
+  ~TapePass() {
+    tape_->saved.clear();
+    tape_->mode = SacTape::Mode::kOff;
+  }
+  TapePass(const TapePass&) = delete;
+  TapePass& operator=(const TapePass&) = delete;
+
+ private:
+  SacTape* tape_;
+};
+
 // SacRecompute's node: forward (no grad) records the tape, backward replays it.
 struct SacFunction : public torch::autograd::Function<SacFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn,
                                SacTape* tape) {
-    SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
     ctx->saved_data["fn"] = PointerBits(fn);
     ctx->saved_data["tape"] = PointerBits(tape);
-    tape->mode = SacTape::Mode::kRecord;
-    tape->mm_count = 0;
-    tape->saved.clear();
     at::Tensor y;
-    try {
+    c10::List<at::Tensor> outputs;
+    {
+      TapePass pass(tape, SacTape::Mode::kRecord);
       y = (*fn)(x);
-    } catch (...) {
-      tape->mode = SacTape::Mode::kOff;
-      tape->saved.clear();
-      throw;
+      for (at::Tensor& t : tape->saved) outputs.push_back(std::move(t));
     }
     // The node owns the block input and the saved outputs until its backward. The outputs ride
     // in saved_data (no-grad tensors: nothing for autograd's version check), so the backward can
     // hand them over and the node keep no reference while the rerun's graph still runs.
     ctx->save_for_backward({x});
-    c10::List<at::Tensor> outputs;
-    for (at::Tensor& t : tape->saved) outputs.push_back(std::move(t));
     ctx->saved_data["outputs"] = std::move(outputs);
-    tape->saved.clear();
-    tape->mode = SacTape::Mode::kOff;
     return {y};
   }
 
@@ -144,26 +157,18 @@ struct SacFunction : public torch::autograd::Function<SacFunction> {
         reinterpret_cast<const SegmentFn*>(static_cast<intptr_t>(ctx->saved_data["fn"].toInt()));
     auto tape = reinterpret_cast<SacTape*>(static_cast<intptr_t>(ctx->saved_data["tape"].toInt()));
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
-    tape->mode = SacTape::Mode::kReplay;
-    tape->mm_count = 0;
-    tape->next = 0;
-    tape->saved.clear();
-    for (const at::Tensor& t : ctx->saved_data["outputs"].toTensorList()) tape->saved.push_back(t);
+    std::vector<at::Tensor> outputs;
+    for (const at::Tensor& t : ctx->saved_data["outputs"].toTensorList()) outputs.push_back(t);
     ctx->saved_data.erase("outputs");
     at::Tensor y;
-    try {
+    {
+      // The pass's end lets go of what the rerun did not take; its graph holds what it needs.
+      TapePass pass(tape, SacTape::Mode::kReplay, std::move(outputs));
       at::AutoGradMode enable(true);
       y = (*fn)(x);
-    } catch (...) {
-      tape->mode = SacTape::Mode::kOff;
-      tape->saved.clear();
-      throw;
+      SHARDTUNE_CHECK(tape->next == tape->saved.size())
+          << "the rerun took " << tape->next << " saved outputs, the forward saved " << tape->saved.size();
     }
-    const size_t used = tape->next, n = tape->saved.size();
-    tape->saved.clear();  // the rerun's graph holds what its backward needs
-    tape->mode = SacTape::Mode::kOff;
-    SHARDTUNE_CHECK(used == n) << "the rerun took " << used << " saved outputs, the forward saved " << n;
     if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};
   }

@@ -66,6 +66,10 @@ struct SacTape {
   bool CountMmSaved() { return ++mm_count % 2 == 1; }
   // kReplay: the next saved output (REQUIRES: one is left).
   at::Tensor TakeSaved();
+  // kRecord: keeps y for the replay; no-op otherwise.
+  void Record(const at::Tensor& y) {
+    if (mode == Mode::kRecord) saved.push_back(y);
+  }
 };
 
 // Returns fn(x) with a graph that keeps x and the outputs fn put on *tape (kRecord, under

@@ -696,7 +696,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // bytes kept between forward and backward are torchtitan's and the backward costs one more
   // attention forward than torchtitan's. Eager attention's bmm and softmax are not in the list.
   [[maybe_unused]] auto taped = [this](at::Tensor o) {
-    if (sac_.mode == SacTape::Mode::kRecord) sac_.saved.push_back(o);
+    sac_.Record(o);
     if (sac_.mode == SacTape::Mode::kReplay) sac_.TakeSaved();
     return o;
   };
@@ -869,23 +869,15 @@ at::Tensor Transformer::MlpDown(const ParamTable& p, const std::string& pre,
 
 at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,
                              bool bias, bool conv1d) const {
-  at::Tensor y;
-  if (sac_.Active() && !bias && !conv1d) {
-    // torchtitan's op SAC: a bias-free nn.Linear is one aten.mm, counted; the odd-numbered ones
-    // are saved in forward and handed back to the rerun (a biased one is aten.addmm: neither
-    // counted nor saved, recomputed like any other op).
-    const at::Tensor& w = Get(p, module + ".weight");
-    if (!sac_.CountMmSaved()) {
-      y = Dense(x, w, at::Tensor(), false);
-    } else if (sac_.mode == SacTape::Mode::kReplay) {
-      y = ReplayLinear(sac_.TakeSaved(), x, w);
-    } else {
-      y = Dense(x, w, at::Tensor(), false);
-      sac_.saved.push_back(y);
-    }
-  } else {
-    y = Dense(x, Get(p, module + ".weight"), Maybe(p, module + ".bias", bias), conv1d);
-  }
+  // torchtitan's op SAC: a bias-free nn.Linear is one aten.mm, counted; the odd-numbered ones
+  // are saved in forward and handed back to the rerun (a biased one is aten.addmm: neither
+  // counted nor saved, recomputed like any other op).
+  const bool taped = sac_.Active() && !bias && !conv1d && sac_.CountMmSaved();
+  const at::Tensor& w = Get(p, module + ".weight");
+  at::Tensor y = taped && sac_.mode == SacTape::Mode::kReplay
+                     ? ReplayLinear(sac_.TakeSaved(), x, w)
+                     : Dense(x, w, Maybe(p, module + ".bias", bias), conv1d);
+  if (taped) sac_.Record(y);
   auto a = p.find(module + ".lora_A.default.weight");  // model/trainable.h's (PEFT's) names
   if (a == p.end()) return y;
   // PEFT lora.Linear.forward: x cast to the adapter dtype, result += lora_B(lora_A(x)) * scaling
