@@ -57,7 +57,7 @@ void FsdpRuntime::Impl::PreBackward(int segment) {
     if (!backward_done[static_cast<size_t>(u)]) EnsureGathered(u);
   }
   if (options.plan.backward_prefetch == model::BackwardPrefetch::kPre) {
-    Prefetch(BackwardCandidates(segment));
+    Prefetch(BackwardCandidates(segment), kBackwardPrefetchAhead);
   }
   backward_segment = segment;
   backward_mark_s = MonotonicSeconds();
@@ -102,7 +102,7 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   reductions.push_back(std::move(r));
   recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
   if (options.plan.backward_prefetch == model::BackwardPrefetch::kPost && backward_segment >= 0) {
-    Prefetch(BackwardCandidates(backward_segment));
+    Prefetch(BackwardCandidates(backward_segment), kBackwardPrefetchAhead);
   }
 }
 
@@ -150,6 +150,7 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
   m.backward_done.assign(m.units.size(), false);
   m.backward_segment = -1;
   torch::autograd::backward({loss}, {at::full({}, scale, loss.options())});
+  transformer_.ClearSharedConstants();  // made again by the blocks recomputed in backward
   m.CloseBackwardSegment();
   at::NoGradGuard no_grad;
   m.DrainReductions(0);

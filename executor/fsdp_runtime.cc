@@ -218,9 +218,13 @@ void FsdpRuntime::Impl::EnsureGathered(int u) {
   recorder->Add({units[i]->name(), "all_gather_wait", Lane::kAllGather, t0, t1 - t0});
 }
 
-void FsdpRuntime::Impl::Prefetch(const std::vector<int>& candidates) {
+int FsdpRuntime::Impl::ForwardPrefetchAhead() const {
+  return std::max(1, options.plan.max_inflight_allgathers - 1);
+}
+
+void FsdpRuntime::Impl::Prefetch(const std::vector<int>& candidates, int max_ahead) {
   for (int u : candidates) {
-    if (inflight_gathers >= options.plan.max_inflight_allgathers) return;
+    if (inflight_gathers >= max_ahead) return;
     size_t i = static_cast<size_t>(u);
     if (!units[i]->gathered() && !gathers[i]) Issue(u);
   }
@@ -261,7 +265,7 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
       for (size_t u = 0; u < m.units.size(); ++u) {
         if (unit_specs_[u].first_segment > s) next.push_back(static_cast<int>(u));
       }
-      m.Prefetch(next);
+      m.Prefetch(next, m.ForwardPrefetchAhead());
     }
     double t0 = MonotonicSeconds();
     if (grad && m.recompute[si] && !x.requires_grad()) {
@@ -290,6 +294,7 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     }
     x = y;
   }
+  transformer_.ClearSharedConstants();  // the graph keeps what it saved
   return x;
 }
 

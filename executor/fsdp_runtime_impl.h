@@ -63,7 +63,18 @@ struct FsdpRuntime::Impl {
   // fsdp_runtime.cc
   void Issue(int unit);
   void EnsureGathered(int unit);
-  void Prefetch(const std::vector<int>& candidates);
+  // Issues all-gathers for `candidates` in order while fewer than `max_ahead` are in flight (the
+  // unit being computed is already waited for and is not counted).
+  void Prefetch(const std::vector<int>& candidates, int max_ahead);
+  // How many units a prefetch keeps in flight ahead of the one being computed:
+  //  - forward (explicit forward_prefetch, set_modules_to_forward_prefetch):
+  //    max_inflight_allgathers - 1, at least 1 (the estimate's Walker::Forward);
+  //  - backward: one. FSDP2's FSDPParamGroup._backward_prefetch prefetches the single group
+  //    before the current one in reverse post-forward order
+  //    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py), so a unit's pre-backward
+  //    (or post-backward, BACKWARD_POST) holds the current unit and one gathering.
+  int ForwardPrefetchAhead() const;
+  static constexpr int kBackwardPrefetchAhead = 1;
   std::vector<int> BackwardCandidates(int segment) const;
   // fsdp_backward.cc
   void PreBackward(int segment);

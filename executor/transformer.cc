@@ -87,7 +87,16 @@ at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, 
 // shares; they differ in where the weight multiplies and the cast back happens.
 at::Tensor NormalizedFp32(const at::Tensor& x, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
+#if TORCH_VERSION_MAJOR < 2
+  // LibTorch 1.x's MeanBackward1 keeps its whole input (its codegen had no sym_numel replacement
+  // for mean_backward's self.numel(), so autograd saves self; torch 2.x saves the sizes and
+  // numel only: tools/autograd/load_derivatives.py), which would keep the fp32 square of every
+  // norm's input to backward where transformers on torch 2.x does not. sum(-1) / dim is what 1.x's
+  // CPU mean computes (sum_out then div_), and SumBackward1 saves only the sizes.
+  at::Tensor var = x32.pow(2).sum({-1}, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
+#else
   at::Tensor var = x32.pow(2).mean({-1}, /*keepdim=*/true);
+#endif
   return x32 * at::rsqrt(var + eps);
 }
 
@@ -681,12 +690,8 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // A sliding layer shorter than S (Gemma's sliding_window_overlay: kv_idx > q_idx - window,
   // causal) needs an explicit band mask; a full layer is plain causal attention.
   const bool band = window > 0 && window < S;
-  at::Tensor blocked;  // [S, S], true where attention is not allowed
-  if (band) {
-    at::Tensor i = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(1);
-    at::Tensor j = at::arange(S, q.options().dtype(at::kLong)).unsqueeze(0);
-    blocked = j.gt(i).logical_or(j.le(i - window));
-  }
+  at::Tensor blocked;  // [S, S], true where attention is not allowed (band only; made lazily)
+  if (band) blocked = AttentionMask(S, window, q.device());
   // SDPA has no soft-capping and no sinks: a capped model (Gemma 2) and GPT-OSS (whose HF class
   // has no sdpa path, _supports_sdpa = False) take the eager path below.
   [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0 && !sinks.defined();
@@ -724,7 +729,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   if (spec_.attn_logit_softcap > 0) {  // Gemma 2: tanh(scores / cap) * cap, then the mask
     scores = at::tanh(scores / spec_.attn_logit_softcap) * spec_.attn_logit_softcap;
   }
-  at::Tensor mask = band ? blocked : at::ones({S, S}, q.options().dtype(at::kBool)).triu(1);
+  at::Tensor mask = band ? blocked : AttentionMask(S, 0, q.device());
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   if (sinks.defined()) {
     // GPT-OSS eager_attention_forward: cat the head's sink as one more column, subtract the row
@@ -810,24 +815,53 @@ double Transformer::MlaSoftmaxScaleFactor() const {
 // modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =
 // q[..., :rotary_dim], q[..., rotary_dim:]; cat((q_rot * cos) + (rotate_half(q_rot) * sin),
 // q_pass)) and modeling_gpt_neox.py's, which compute the same, the frequencies over rotary_dim.
+// The [S, S] bool mask of positions a query may not attend to: causal (window 0), or causal and
+// older than `window` positions (Gemma's sliding_window_overlay), one per shape (rotary_cache_'s
+// note in transformer.h).
+at::Tensor Transformer::AttentionMask(int64_t S, int64_t window, const at::Device& device) const {
+  auto key = std::make_tuple(S, window, device.str());
+  auto it = mask_cache_.find(key);
+  if (it != mask_cache_.end()) return it->second;
+  at::NoGradGuard no_grad;
+  auto longs = at::TensorOptions().device(device).dtype(at::kLong);
+  at::Tensor i = at::arange(S, longs).unsqueeze(1);
+  at::Tensor j = at::arange(S, longs).unsqueeze(0);
+  at::Tensor m = window > 0 ? j.gt(i).logical_or(j.le(i - window)) : j.gt(i);
+  return mask_cache_.emplace(key, m).first->second;
+}
+
+void Transformer::ClearSharedConstants() const {
+  rotary_cache_.clear();
+  mask_cache_.clear();
+}
+
 at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) const {
   int64_t S = x.size(2), D = x.size(3);
   int64_t R = RotaryDims(D, spec_.rotary_fraction);
   at::Tensor xr = R == D ? x : x.narrow(-1, 0, R);
-  auto f32 = x.options().dtype(at::kFloat);
-  at::Tensor inv = InverseFrequencies(R, f32, local);
-  at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, R/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);           // [S, R]
-  // YaRN scales cos and sin in fp32 before the cast (LlamaRotaryEmbedding.forward's
-  // attention_scaling); Gemma 3's sliding layers use plain RoPE.
-  const double scaling = local && options_.rope_local_theta > 0 ? 1.0 : RopeAttentionScaling();
-  at::Tensor cos = emb.cos(), sin = emb.sin();
-  if (scaling != 1.0) {
-    cos = cos * scaling;
-    sin = sin * scaling;
+  const bool local_theta = local && options_.rope_local_theta > 0;
+  auto key = std::make_tuple(S, offset, R, local_theta, static_cast<int>(x.scalar_type()),
+                             x.device().str());
+  auto cached = rotary_cache_.find(key);
+  if (cached == rotary_cache_.end()) {
+    at::NoGradGuard no_grad;
+    auto f32 = x.options().dtype(at::kFloat);
+    at::Tensor inv = InverseFrequencies(R, f32, local);
+    at::Tensor freqs = at::outer(at::arange(offset, offset + S, f32), inv);  // [S, R/2]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                           // [S, R]
+    // YaRN scales cos and sin in fp32 before the cast (LlamaRotaryEmbedding.forward's
+    // attention_scaling); Gemma 3's sliding layers use plain RoPE.
+    const double scaling = local_theta ? 1.0 : RopeAttentionScaling();
+    at::Tensor c = emb.cos(), s = emb.sin();
+    if (scaling != 1.0) {
+      c = c * scaling;
+      s = s * scaling;
+    }
+    cached = rotary_cache_.emplace(key, std::make_pair(c.to(x.scalar_type()), s.to(x.scalar_type())))
+                 .first;
   }
-  cos = cos.to(x.scalar_type());
-  sin = sin.to(x.scalar_type());
+  const at::Tensor& cos = cached->second.first;
+  const at::Tensor& sin = cached->second.second;
   at::Tensor x1 = xr.narrow(-1, 0, R / 2), x2 = xr.narrow(-1, R / 2, R / 2);
   at::Tensor rotated = at::cat({-x2, x1}, -1);  // rotate_half
   at::Tensor out = xr * cos + rotated * sin;

@@ -14,7 +14,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -108,6 +110,11 @@ class Transformer {
   // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
   // (RotaryDims in transformer_support.h).
   at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
+  // Releases the rotary cos/sin and attention masks the layers of one forward shared (FsdpRuntime
+  // calls it after a forward and after a backward, whose recomputed blocks make them again).
+  void ClearSharedConstants() const;
+  // The eager path's [S, S] bool mask (true: not attended), shared like the rotary constants.
+  at::Tensor AttentionMask(int64_t S, int64_t window, const at::Device& device) const;
   // YaRN's attention factor (modeling_rope_utils.py _compute_yarn_parameters), which the rotary
   // embedding multiplies cos and sin by; 1 for every other scheme.
   double RopeAttentionScaling() const;
@@ -234,6 +241,16 @@ class Transformer {
   mutable bool counting_ = false;
   std::vector<int> moe_row_;                // per layer: its row of expert_bias_, -1 for dense
   mutable SacTape sac_;                     // torchtitan op SAC's tape (sac_tape())
+  // Position constants every layer shares, made once per shape as transformers makes them once
+  // per forward: LlamaModel.forward computes position_embeddings = rotary_emb(x, position_ids)
+  // (cos, sin) and the causal mask (create_causal_mask / sliding mask mapping) before the layers
+  // and hands the same tensors to each, so autograd's saved copies in every layer's rotary mul
+  // and masked scores are one pair of tensors, not one per layer. Keys: rotary (S, offset, rotary
+  // dims, local theta, dtype, device) -> (cos, sin) [S, R]; mask (S, window, device) -> bool
+  // [S, S]. ClearSharedConstants() drops the cache's references (saved ones live on in the graph).
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t, bool, int, std::string>,
+                   std::pair<at::Tensor, at::Tensor>> rotary_cache_;
+  mutable std::map<std::tuple<int64_t, int64_t, std::string>, at::Tensor> mask_cache_;
 };
 
 }  // namespace shardtune::exec
