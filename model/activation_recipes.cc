@@ -279,8 +279,13 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
   c.g.Op(name + " scale+mask", {sc}, sm, {});
   int p32 = c.g.Tensor(name + " softmax (fp32)", kFp32 * scores);
   c.g.Op(name + " softmax", {sm}, p32, {p32});
-  int p = c.g.Tensor(name + " probs", c.e * scores);
-  c.g.Op(name + " probs to(dtype)", {p32}, p, {});
+  // .to(query.dtype): a new tensor in bf16/fp16; in fp32 the softmax output itself (Tensor.to
+  // returns self when the dtype already matches), so probs @ v saves the same tensor.
+  int p = p32;
+  if (c.e != kFp32) {
+    p = c.g.Tensor(name + " probs", c.e * scores);
+    c.g.Op(name + " probs to(dtype)", {p32}, p, {});
+  }
   int o = c.g.Tensor(name + " probs@v", c.e * od);
   c.g.Op(name + " matmul pv", {p, vr}, o, {{p, 1}, {vr, 0}});
   c.g.MarkComputeBound();

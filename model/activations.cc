@@ -481,6 +481,33 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
     if (matmul || attn) sel += t.bytes_per_token;
   }
   b.selective_per_token = std::min(sel, b.full.saved_per_token);
+  if (spec.norm_placement == NormPlacement::kPre) {
+    // A pre-norm block (Llama, Mistral, Qwen, their MoE kin; GPT-NeoX's parallel residual) is
+    // what shardtune's executor checkpoints piece by piece (executor/transformer.cc NormThen,
+    // MlpDown): each norm and the MLP activation rerun in backward from their inputs, everything
+    // else keeps what autograd saved. So the block keeps its full ledger less the norms' and the
+    // activation's own tensors, plus each norm's input where nothing else saved it (fp32: the
+    // pow and mul save the input itself; bf16: only its fp32 copy, which is dropped).
+    auto has = [&](const std::string& name) {
+      for (const auto& t : b.full.saved) {
+        if (t.name == name) return true;
+      }
+      return false;
+    };
+    auto ends_with = [](const std::string& n, const std::string& tail) {
+      return n.size() >= tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    double kept = 0;
+    for (const auto& t : b.full.saved) {
+      const std::string& n = t.name;
+      bool norm = n.rfind("input_layernorm ", 0) == 0 || n.rfind("post_attention_layernorm ", 0) == 0;
+      bool act = ends_with(n, ".silu output") || ends_with(n, ".silu*up") || ends_with(n, ".gelu output");
+      if (!norm && !act) kept += t.bytes_per_token;
+    }
+    if (!has("block input")) kept += c.e * h;  // input_layernorm's input
+    if (!spec.parallel_residual && !has("residual add (attn)")) kept += c.e * h;  // post-attention norm's
+    b.selective_per_token = std::min(kept, b.full.saved_per_token);
+  }
   TorchtitanOpSac(spec, opt, trainability, c.e, &b);
   return b;
 }

@@ -143,6 +143,21 @@ TEST(ActivationsTest, EagerAttentionAddsQuadraticScores) {
   EXPECT_DOUBLE_EQ(e.full.saved_per_token - sdpa.full.saved_per_token, expected_delta);
 }
 
+// In fp32, softmax(dtype=float32).to(query.dtype) returns the softmax output itself (Tensor.to
+// with the dtype it has is a no-op), so probs @ v saves the tensor softmax saved: one 4·a·S copy
+// where bf16 keeps two (the fp32 softmax and the bf16 probabilities).
+TEST(ActivationsTest, EagerAttentionInFp32KeepsOneCopyOfTheScores) {
+  ModelSpec s = FindModelPreset("llama2-7b");
+  ActivationOptions sdpa = Bf16();
+  sdpa.dtype = DType::kFp32;
+  ActivationOptions eager = sdpa;
+  eager.attention = Attention::kEager;
+  auto e = ComputeBlockActivations(s, eager);
+  auto f = ComputeBlockActivations(s, sdpa);
+  double a = 32, S = 4096;
+  EXPECT_DOUBLE_EQ(e.full.saved_per_token - f.full.saved_per_token, 4 * a * S - 4 * a);
+}
+
 // Loss path, HF with fp32 upcast, logits not held: the log-softmax output (4V) is saved; in
 // backward nll_loss's gradient (4V) and log_softmax's gradient (4V) are live with it: 12V.
 TEST(ActivationsTest, HfLossPeakIsTwelveBytesPerVocabEntry) {
