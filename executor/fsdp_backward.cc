@@ -72,6 +72,11 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   // (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) runs reshard() before
   // foreach_reduce, so the unsharded parameters are gone when the reduce-scatter input is made.
   unit.Free();
+  // FSDPParamGroup.post_backward waits for the previous unit's reduce-scatter (the compute stream
+  // waits for comm_ctx.reduce_scatter_state's event, then drops the state holding its input)
+  // before foreach_reduce allocates this unit's input: one reduce-scatter input at a time, the
+  // new one in flight while the next unit computes.
+  if (sync) DrainReductions(0);
   at::Tensor flat = unit.TakeFlatGrad();  // [padded] reduce dtype
   ++units_done;
   backward_done[i] = true;
@@ -84,7 +89,6 @@ void FsdpRuntime::Impl::PostBackward(int u) {
     flat.add_(nosync_grads[i]);
     nosync_grads[i] = at::Tensor();
   }
-  DrainReductions(1);  // at most one reduction in flight while the next one is issued
   Reduction r;
   r.unit = u;
   r.input = flat;
