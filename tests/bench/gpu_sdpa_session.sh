@@ -12,8 +12,10 @@
 #     backward;
 #  5. a sustained bf16 8192^3 matmul for 30 s with nvidia-smi's SM clock and power beside it:
 #     whether the burst rate the probe measures holds under sustained load (the second suspect);
-#  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate.
-# Usage: gpu_sdpa_session.sh OUT_DIR   (about 4-5 minutes on an H100 with 16 cores)
+#  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate;
+#  7. the executor's world-1 mb 4 row of executor/README.md's H100 table again (session 21 changed
+#     its backward prefetch depth, reduce-scatter order and the layers' shared rope constants).
+# Usage: gpu_sdpa_session.sh OUT_DIR   (about 5-6 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 root=$(cd "$(dirname "$0")/../.." && pwd); b=/tmp/shardtune_gpu_build
@@ -107,4 +109,11 @@ for ck in none selective; do
   echo "op SAC run $ck rc=$? at $(el) s"; tail -3 "$out/op_sac_$ck.log"
   timeout 60 "$exe" validate --measurements "$out/op_sac_$ck/measurements.json" 2>&1 | head -12 | tee "$out/op_sac_${ck}_validate.txt"
 done
+
+# 7. The executor's llama3.2-1b world-1 mb 4 row (executor/README.md, 2026-11-26: 0.236 s, 39.85 GiB
+#    peak allocated) after session 21's prefetch / reduce-scatter / shared-rope changes.
+timeout 120 "$exe" run --model llama3.2-1b --device cuda --seq-len 2048 --micro-batch 4 --steps 6 \
+  --no-trace --no-checkpoints --out "$out/exec_mb4" >"$out/exec_mb4.log" 2>&1
+echo "executor mb 4 rc=$? at $(el) s"; tail -3 "$out/exec_mb4.log"
+timeout 60 "$exe" validate --measurements "$out/exec_mb4/measurements.json" 2>&1 | head -30 | tee "$out/exec_mb4_validate.txt"
 echo "done at $(el) s"
