@@ -14,7 +14,8 @@
 #     whether the burst rate the probe measures holds under sustained load (the second suspect);
 #  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate;
 #  7. the executor's world-1 mb 4 row of executor/README.md's H100 table again (session 21 changed
-#     its backward prefetch depth, reduce-scatter order and the layers' shared rope constants).
+#     its backward prefetch depth, reduce-scatter order and the layers' shared rope constants);
+#  8. transformers' default MoE experts implementation and its source (for the executor's HF MoE).
 # Usage: gpu_sdpa_session.sh OUT_DIR   (about 5-6 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
@@ -116,4 +117,35 @@ timeout 120 "$exe" run --model llama3.2-1b --device cuda --seq-len 2048 --micro-
   --no-trace --no-checkpoints --out "$out/exec_mb4" >"$out/exec_mb4.log" 2>&1
 echo "executor mb 4 rc=$? at $(el) s"; tail -3 "$out/exec_mb4.log"
 timeout 60 "$exe" validate --measurements "$out/exec_mb4/measurements.json" 2>&1 | head -30 | tee "$out/exec_mb4_validate.txt"
+
+# 8. Which MoE experts code transformers runs by default (session 21: the H100 Qwen3-30B-A3B run's
+#    forward growth leaves no room for the source an index_add_ combine saves, so its default
+#    experts path is presumably not the eager loop the executor copies): the default
+#    experts_implementation and the source of the experts forwards, for the executor's HF MoE.
+python3 - >"$out/transformers_moe.txt" 2>&1 <<'PYEOF'
+import inspect, transformers
+print("transformers", transformers.__version__)
+try:
+    from transformers import AutoConfig
+    c = AutoConfig.for_model("qwen3_moe")
+    print("config _experts_implementation:", getattr(c, "_experts_implementation", None))
+    import torch
+    from transformers import AutoModelForCausalLM
+    c.num_hidden_layers = 1
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(c)
+    print("model built on meta, _experts_implementation:", getattr(m.config, "_experts_implementation", None))
+except Exception as e:
+    print("config:", e)
+try:
+    import transformers.integrations.moe as moe
+    print(inspect.getsource(moe))
+except Exception as e:
+    print("integrations.moe:", e)
+from transformers.models.qwen3_moe import modeling_qwen3_moe as q
+for name in ("Qwen3MoeExperts", "Qwen3MoeSparseMoeBlock"):
+    if hasattr(q, name):
+        print(inspect.getsource(getattr(q, name)))
+PYEOF
+echo "transformers MoE source saved ($(wc -l <"$out/transformers_moe.txt") lines) at $(el) s"
 echo "done at $(el) s"
