@@ -690,8 +690,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // A sliding layer shorter than S (Gemma's sliding_window_overlay: kv_idx > q_idx - window,
   // causal) needs an explicit band mask; a full layer is plain causal attention.
   const bool band = window > 0 && window < S;
-  at::Tensor blocked;  // [S, S], true where attention is not allowed (band only; made lazily)
-  if (band) blocked = AttentionMask(S, window, q.device());
+  const int64_t mask_window = band ? window : 0;  // AttentionMask's: 0 is plain causal
   // SDPA has no soft-capping and no sinks: a capped model (Gemma 2) and GPT-OSS (whose HF class
   // has no sdpa path, _supports_sdpa = False) take the eager path below.
   [[maybe_unused]] const bool sdpa = options_.sdpa && spec_.attn_logit_softcap == 0 && !sinks.defined();
@@ -720,7 +719,10 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   }
 #if TORCH_VERSION_MAJOR >= 2
   if (sdpa) {
-    if (band) return taped(at::scaled_dot_product_attention(q, k, v, blocked.logical_not()));
+    if (band) {
+      return taped(at::scaled_dot_product_attention(
+          q, k, v, AttentionMask(S, mask_window, q.device()).logical_not()));
+    }
     return taped(at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true));
   }
 #endif
@@ -729,7 +731,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   if (spec_.attn_logit_softcap > 0) {  // Gemma 2: tanh(scores / cap) * cap, then the mask
     scores = at::tanh(scores / spec_.attn_logit_softcap) * spec_.attn_logit_softcap;
   }
-  at::Tensor mask = band ? blocked : AttentionMask(S, 0, q.device());
+  at::Tensor mask = AttentionMask(S, mask_window, q.device());  // true: not attended
   scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
   if (sinks.defined()) {
     // GPT-OSS eager_attention_forward: cat the head's sink as one more column, subtract the row
@@ -812,9 +814,6 @@ double Transformer::MlaSoftmaxScaleFactor() const {
   return mscale * mscale;
 }
 
-// modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =
-// q[..., :rotary_dim], q[..., rotary_dim:]; cat((q_rot * cos) + (rotate_half(q_rot) * sin),
-// q_pass)) and modeling_gpt_neox.py's, which compute the same, the frequencies over rotary_dim.
 // The [S, S] bool mask of positions a query may not attend to: causal (window 0), or causal and
 // older than `window` positions (Gemma's sliding_window_overlay), one per shape (rotary_cache_'s
 // note in transformer.h).
@@ -835,6 +834,9 @@ void Transformer::ClearSharedConstants() const {
   mask_cache_.clear();
 }
 
+// modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =
+// q[..., :rotary_dim], q[..., rotary_dim:]; cat((q_rot * cos) + (rotate_half(q_rot) * sin),
+// q_pass)) and modeling_gpt_neox.py's, which compute the same, the frequencies over rotary_dim.
 at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) const {
   int64_t S = x.size(2), D = x.size(3);
   int64_t R = RotaryDims(D, spec_.rotary_fraction);

@@ -9,6 +9,7 @@
 
 #include "model/activation_recipes.h"
 #include "model/autograd_ledger.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -462,25 +463,6 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
   BlockActivations b;
   b.full = c.g.Run(x, out, trainability.input_requires_grad);
   b.checkpoint_input_per_token = c.e * h;
-  // Selective (torchtitan's op-level SAC save list): keep the outputs of matmuls and of the
-  // attention kernel, recompute norms, rope and elementwise ops. Approximated as the saved
-  // tensors whose producer is a projection or the attention core, plus the block input.
-  double sel = c.e * h;
-  for (const auto& t : b.full.saved) {
-    const std::string& n = t.name;
-    // A LoRA'd projection's output is base + adapter (the module's output); lora_A's output is
-    // the adapter's matmul output B saves.
-    bool matmul = n.find("_proj output") != std::string::npos ||
-                  n.find(".up output") != std::string::npos ||
-                  n.find("router output") != std::string::npos ||
-                  n.find("lora_A output") != std::string::npos;
-    bool attn = n.find("attn.core") != std::string::npos;
-    // Ulysses: tensors that came through an all-to-all are kept rather than recomputed (a
-    // recompute would rerun the collective; torchtitan's SAC save list keeps collective outputs).
-    attn = attn || n.find("attn.ulysses") != std::string::npos;
-    if (matmul || attn) sel += t.bytes_per_token;
-  }
-  b.selective_per_token = std::min(sel, b.full.saved_per_token);
   if (spec.norm_placement == NormPlacement::kPre) {
     // A pre-norm block (Llama, Mistral, Qwen, their MoE kin; GPT-NeoX's parallel residual) is
     // what shardtune's executor checkpoints piece by piece (executor/transformer.cc NormThen,
@@ -494,19 +476,37 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
       }
       return false;
     };
-    auto ends_with = [](const std::string& n, const std::string& tail) {
-      return n.size() >= tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0;
-    };
     double kept = 0;
     for (const auto& t : b.full.saved) {
       const std::string& n = t.name;
       bool norm = n.rfind("input_layernorm ", 0) == 0 || n.rfind("post_attention_layernorm ", 0) == 0;
-      bool act = ends_with(n, ".silu output") || ends_with(n, ".silu*up") || ends_with(n, ".gelu output");
+      bool act = EndsWith(n, ".silu output") || EndsWith(n, ".silu*up") || EndsWith(n, ".gelu output");
       if (!norm && !act) kept += t.bytes_per_token;
     }
     if (!has("block input")) kept += c.e * h;  // input_layernorm's input
     if (!spec.parallel_residual && !has("residual add (attn)")) kept += c.e * h;  // post-attention norm's
     b.selective_per_token = std::min(kept, b.full.saved_per_token);
+  } else {
+    // Other placements (post-norm, sandwich): torchtitan's op-level SAC save list, keep the
+    // outputs of matmuls and of the attention kernel, recompute norms, rope and elementwise ops.
+    // Approximated as the saved tensors whose producer is a projection or the attention core,
+    // plus the block input.
+    double sel = c.e * h;
+    for (const auto& t : b.full.saved) {
+      const std::string& n = t.name;
+      // A LoRA'd projection's output is base + adapter (the module's output); lora_A's output is
+      // the adapter's matmul output B saves.
+      bool matmul = n.find("_proj output") != std::string::npos ||
+                    n.find(".up output") != std::string::npos ||
+                    n.find("router output") != std::string::npos ||
+                    n.find("lora_A output") != std::string::npos;
+      bool attn = n.find("attn.core") != std::string::npos;
+      // Ulysses: tensors that came through an all-to-all are kept rather than recomputed (a
+      // recompute would rerun the collective; torchtitan's SAC save list keeps collective outputs).
+      attn = attn || n.find("attn.ulysses") != std::string::npos;
+      if (matmul || attn) sel += t.bytes_per_token;
+    }
+    b.selective_per_token = std::min(sel, b.full.saved_per_token);
   }
   TorchtitanOpSac(spec, opt, trainability, c.e, &b);
   return b;

@@ -225,8 +225,8 @@ TEST(SelectiveCheckpointingMemoryTest, PeakBetweenFullAndNoneAndBlockBytesMatchP
 // With a 16K vocabulary the fp32 logits make the loss's backward the step's peak, a moment where
 // every block's kept tensors are whole (with 512 entries the peak comes late in backward, while
 // the handed-over outputs are being released). Both runs' 4-minus-2-layer differences also carry
-// the same 177.5 B per token that is not an activation (full's 433.5 vs its 256-byte input): one
-// of one block's fp32 gradient shard as in the test above; the difference cancels it.
+// the same 177.5 B per token that is not an activation (full's 433.5 vs its 256-byte input), the
+// size of one block's fp32 gradient shard as in the test above; the difference cancels it.
 TEST(SelectiveCheckpointingMemoryTest, TorchtitanOpSacKeepsWhatTheEstimateCounts) {
   TempDir tmp;
   const std::vector<std::string> flags{"--modeling", "torchtitan"};
