@@ -2,12 +2,15 @@
 #include "executor/fsdp_runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "executor/fsdp_runtime_impl.h"
+#include "executor/kernels/host_adamw.h"
 #include "executor/optimizer.h"
 #include "executor/param_groups.h"
 #include "model/activations.h"
@@ -314,10 +317,22 @@ double FsdpRuntime::ClipGradNorm(double max_norm) {
       sq += g.norm().to(at::kDouble).pow(2);
       continue;
     }
-    // On the host: squares summed in fp64, in slices (no fp64 copy of a whole shard).
-    for (int64_t off = 0; off < g.numel(); off += kHostSliceNumel) {
-      sq += g.narrow(0, off, std::min(kHostSliceNumel, g.numel() - off)).to(at::kDouble).pow(2).sum();
-    }
+    // On the host: squares summed in fp64 in one pass (no fp64 copy of the shard), in fixed
+    // blocks of kHostGrainNumel added in order, so the same bits whatever the thread count.
+    SHARDTUNE_CHECK(g.scalar_type() == at::kFloat && g.is_contiguous())
+        << "host gradient shards are contiguous fp32";
+    const float* x = g.data_ptr<float>();
+    const int64_t n = g.numel(), blocks = (n + kHostGrainNumel - 1) / kHostGrainNumel;
+    std::vector<double> block_sums(static_cast<size_t>(blocks));
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        block_sums[static_cast<size_t>(b)] = HostSumOfSquares(
+            x, b * kHostGrainNumel, std::min(n, (b + 1) * kHostGrainNumel));
+      }
+    });
+    double shard_sq = 0;
+    for (double s : block_sums) shard_sq += s;
+    sq += shard_sq;
   }
   if (groups_.shard->size() > 1) groups_.shard->AllReduce(sq)->Wait();
   double norm = std::sqrt(sq.item<double>());

@@ -2,12 +2,14 @@
 #include "executor/optimizer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
 #include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "executor/kernels/host_adamw.h"
 #include "model/errors.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
@@ -55,6 +57,8 @@ void ShardedOptimizer::Step(double lr) {
   }
   double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step_));
   double bc2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, static_cast<double>(step_)));
+  const HostAdamWScalars host =
+      MakeHostAdamWScalars(lr, o.beta1, o.beta2, o.eps, o.weight_decay, step_);
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = *params_[i];
     const at::Tensor& g = *grads_[i];
@@ -64,31 +68,31 @@ void ShardedOptimizer::Step(double lr) {
       continue;
     }
     StateOf(i);
-    // On the host (CPU runs, CPU offload) the shard is updated in slices that stay in cache,
-    // with one reused denominator buffer: the same element-wise ops, so the same bits, without
-    // streaming whole shards through memory nine times or faulting in a fresh temporary per
-    // shard at every step. On a GPU one pass per op over the whole shard.
-    int64_t n = p.numel(), slice = p.is_cpu() ? kHostSliceNumel : n;
-    for (int64_t off = 0; off < n; off += slice) {
-      int64_t len = std::min(slice, n - off);
-      at::Tensor ps = p.narrow(0, off, len), gs = g.narrow(0, off, len);
-      at::Tensor ms = exp_avg_[i].narrow(0, off, len), vs = exp_avg_sq_[i].narrow(0, off, len);
-      ps.mul_(1.0 - lr * o.weight_decay);
-      ms.mul_(o.beta1).add_(gs, 1.0 - o.beta1);
-      vs.mul_(o.beta2).addcmul_(gs, gs, 1.0 - o.beta2);
-      at::Tensor denom;
-      if (p.is_cpu()) {
-        if (!scratch_.defined() || scratch_.numel() < len) scratch_ = at::empty({len}, p.options());
-        denom = scratch_.narrow(0, 0, len);
-        at::sqrt_out(denom, vs);
-      } else {
-        denom = vs.sqrt();
-      }
-      denom.div_(bc2_sqrt).add_(o.eps);
-      ps.addcdiv_(ms, denom, -lr / bc1);
+    if (p.is_cpu()) {
+      // On the host (CPU runs, CPU offload): one pass per element over p, g, m, v
+      // (kernels/host_adamw.h), the shard split across the intra-op threads.
+      SHARDTUNE_CHECK(p.scalar_type() == at::kFloat && g.scalar_type() == at::kFloat &&
+                      p.is_contiguous() && g.is_contiguous())
+          << "host AdamW expects contiguous fp32 shards";
+      float* pp = p.data_ptr<float>();
+      const float* gp = g.data_ptr<float>();
+      float* mp = exp_avg_[i].data_ptr<float>();
+      float* vp = exp_avg_sq_[i].data_ptr<float>();
+      at::parallel_for(0, p.numel(), kHostGrainNumel, [&](int64_t begin, int64_t end) {
+        HostAdamWRange(pp, gp, mp, vp, begin, end, host);
+      });
+      continue;
     }
+    // On a GPU: torch.optim.AdamW's single-tensor ops, one pass each over the whole shard.
+    at::Tensor& m = exp_avg_[i];
+    at::Tensor& v = exp_avg_sq_[i];
+    p.mul_(1.0 - lr * o.weight_decay);
+    m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+    v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+    at::Tensor denom = v.sqrt();
+    denom.div_(bc2_sqrt).add_(o.eps);
+    p.addcdiv_(m, denom, -lr / bc1);
   }
-  scratch_ = at::Tensor();  // a step's temporary, as the per-shard denominator it replaces
 }
 
 // torch/optim/adam.py _fused_adam: state steps are float tensors on the device, incremented

@@ -1,5 +1,6 @@
 // The optimizer on the sharded fp32 parameters: each rank updates only its flat shards (ZeRO).
-// AdamW is torch.optim.AdamW's single-tensor formula (torch/optim/adamw.py, _single_tensor_adamw):
+// AdamW is torch.optim.AdamW's single-tensor formula (torch/optim/adamw.py, _single_tensor_adamw;
+// on host shards in one pass, kernels/host_adamw.h):
 // decoupled weight decay p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). SGD: p -= lr * g.
 // Weight decay applies to every element (one parameter group, as a plain torch.optim.AdamW).
@@ -30,10 +31,11 @@ struct AdamWOptions {
 // This LibTorch has at::_fused_adamw_ (>= 2.1) and `device` is "cuda".
 bool FusedAdamWAvailable(const std::string& device);
 
-// Host shards are updated (AdamW) and measured (gradient clipping) in slices of this many elements:
-// 4 MiB of fp32, with the gradient, moments and denominator about 20 MiB, inside a server CPU's
-// last-level cache; no full-shard temporary (fp64 copy, denominator) is allocated.
-inline constexpr int64_t kHostSliceNumel = int64_t{1} << 20;
+// Host shards are updated (AdamW) and measured (gradient clipping) by the one-pass kernels of
+// kernels/host_adamw.h, split across the intra-op threads in ranges of at least this many
+// elements (256 KiB of each fp32 array), and the clipping norm sums squares in blocks of this
+// size, added in order, so its bits do not depend on the thread count.
+inline constexpr int64_t kHostGrainNumel = int64_t{1} << 16;
 
 class ShardedOptimizer {
  public:
@@ -63,7 +65,6 @@ class ShardedOptimizer {
   AdamWOptions options_;
   std::vector<at::Tensor*> params_, grads_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
-  at::Tensor scratch_;  // [<= kHostSliceNumel] the AdamW denominator of a host slice, within Step()
   void FusedAdamWStep(double lr);
   void StateOf(size_t i);  // creates shard i's AdamW state where it has none
   int64_t step_ = 0;
