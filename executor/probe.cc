@@ -335,6 +335,41 @@ void ProbeMemoryKernels(Context& c, model::DType d, profiles::KernelTables* t) {
   }
 }
 
+// torch.optim.AdamW(foreach=True) on fp32 tensors in host memory, as FSDP2's CPUOffloadPolicy
+// steps it (torch/optim/adam.py _multi_tensor_adam; on CPU each _foreach op runs ATen's op per
+// tensor, and _foreach_sqrt allocates every denominator afresh each step), timed on the host
+// whatever the probe's device. 8 tensors of N/8, N up to 2^27 on a GPU machine's host (64 MB per
+// tensor: above glibc's 32 MB mmap threshold, so the denominators page-fault in each step as a
+// large model's do) and 2^24 on a CPU probe. bytes = 16 N, as adamw_foreach.
+void ProbeHostOptimizer(Context& c, profiles::KernelTables* t) {
+  const int64_t max_elems = c.device.is_cuda() ? int64_t{1} << 27 : int64_t{1} << 24;
+  constexpr int kParts = 8;
+  Timer host(false, 0, 1, c.o.iters);
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
+  for (int64_t n = int64_t{1} << 20; n <= max_elems; n *= 4) {
+    if (c.OverBudget()) return;
+    std::vector<at::Tensor> p, g, m, v;
+    for (int i = 0; i < kParts; ++i) {
+      p.push_back(at::randn({n / kParts}, f32));
+      g.push_back(at::randn({n / kParts}, f32));
+      m.push_back(at::zeros({n / kParts}, f32));
+      v.push_back(at::zeros({n / kParts}, f32));
+    }
+    const double s = host.Median([&] {
+      at::_foreach_mul_(p, 1 - 1e-4 * 0.01);        // decoupled weight decay
+      at::_foreach_mul_(m, 0.9);
+      at::_foreach_add_(m, g, 0.1);                  // exp_avg lerp
+      at::_foreach_mul_(v, 0.999);
+      at::_foreach_addcmul_(v, g, g, 0.001);         // exp_avg_sq
+      std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+      at::_foreach_div_(denom, 0.0316);              // / sqrt(1 - beta2^t)
+      at::_foreach_add_(denom, 1e-8);
+      at::_foreach_addcdiv_(p, m, denom, -1e-4);     // step
+    });
+    t->memory.push_back({profiles::MemoryKernel::kHostAdamwForeach, 16 * n, Seconds::Of(s)});
+  }
+}
+
 void ProbeHost(Context& c, profiles::KernelTables* t) {
   at::Tensor a = at::ones({1}, c.Opts(model::DType::kFp32));
   at::Tensor b = at::ones({1}, c.Opts(model::DType::kFp32));
@@ -419,6 +454,8 @@ ProbeResult RunProbe(const ProbeOptions& in) {
     ProbeHost(c, &r.tables);
     say("probe: memory-bound kernels");
     ProbeMemoryKernels(c, o.dtypes.front(), &r.tables);
+    say("probe: host optimizer (AdamW on CPU tensors, as CPU offload runs it)");
+    ProbeHostOptimizer(c, &r.tables);
     say("probe: GEMMs over " + std::to_string(o.tokens.size()) + " token counts");
     ProbeGemms(c, o.dtypes, &r.tables);
     say("probe: attention");

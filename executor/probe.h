@@ -17,6 +17,8 @@
 //                2 N e
 //   cross_entropy  HF's loss: bf16 logits [T, V] upcast to fp32, log_softmax, nll, forward and
 //                backward: N = T·V, counted as 4 N (the fp32 logits' size)
+//   host_adamw_foreach  adamw_foreach's ops on fp32 tensors in host memory, on the CPU whatever
+//                the device (CPU offload's optimizer step): 16 N
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,8 @@ constexpr const char* kMemoryKernelNames[kNumMemoryKernels] = {
     "elementwise",         "cast",
     "copy",                "adamw_foreach",
     "all_gather_copy_in",  "all_gather_copy_out",
-    "reduce_scatter_chunk_cat", "cross_entropy"};
+    "reduce_scatter_chunk_cat", "cross_entropy",
+    "host_adamw_foreach"};
 
 }  // namespace
 

@@ -49,8 +49,11 @@ enum class MemoryKernel {
   kAllGatherCopyOut,       // FSDP2 foreach_all_gather_copy_out (split_with_sizes_copy to params)
   kReduceScatterChunkCat,  // FSDP2 foreach_reduce: torch._chunk_cat of the unsharded gradients
   kCrossEntropy,           // fp32 log-softmax + nll over [tokens, vocab], forward + backward
+  // torch.optim.AdamW(foreach=True) over fp32 tensors in host memory, on the host's cores: the
+  // optimizer step of FSDP2's CPUOffloadPolicy (timed on the CPU whatever the probe's device).
+  kHostAdamwForeach,
 };
-inline constexpr int kNumMemoryKernels = 8;
+inline constexpr int kNumMemoryKernels = 9;
 const char* ToString(MemoryKernel k);
 // The kernel named `name` (ToString's spelling), or nullopt.
 std::optional<MemoryKernel> MemoryKernelFromString(const std::string& name);

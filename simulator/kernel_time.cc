@@ -259,6 +259,26 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
     e.memory_efficiency =
         static_cast<double>(largest->bytes) / largest->time.count() / gpu.memory_bandwidth.count();
   }
+  // CPU offload's optimizer step (OpKind::kOptimizer on the host stream, charged 80 bytes per
+  // element of foreach AdamW traffic at host_memory_bandwidth_per_node / GPUs per node,
+  // simulate.cc CostOps): the node's rate is what the probe measured for torch.optim.AdamW
+  // (foreach) over CPU tensors at its largest footprint, one process on every core of the host.
+  // A model's offloaded state is GBs, so the largest sample (2 GiB of state on a GPU machine's
+  // host) is the one that pays what a real step pays: DRAM streaming and the page faults of the
+  // fresh _foreach_sqrt temporaries (probe.cc ProbeHostOptimizer). Without samples the catalog's
+  // guess stays (cost_model.h).
+  const profiles::MemoryKernelSample* host_adamw = nullptr;
+  for (const profiles::MemoryKernelSample& m : t.memory) {
+    if (m.kernel != profiles::MemoryKernel::kHostAdamwForeach || m.bytes <= 0 || m.time.count() <= 0) continue;
+    if (!host_adamw || std::make_pair(m.bytes, m.time.count()) > std::make_pair(host_adamw->bytes, host_adamw->time.count())) {
+      host_adamw = &m;
+    }
+  }
+  if (host_adamw) {
+    const double elements = static_cast<double>(host_adamw->bytes) / 16;  // the table's bytes: 16 N
+    e.host_memory_bandwidth_per_node =
+        BytesPerSecond::Of(internal::kForeachAdamWBytesPerElement * elements / host_adamw->time.count());
+  }
   // The probe times one LibTorch op issued from C++: a CPU rank's whole host cost (the kernel runs
   // on the issuing thread, as in shardtune's own runtime), but not a GPU job's, whose kernels the
   // simulator issues from Python (Hugging Face modules, FSDP2's hooks; host_per_kernel's comment

@@ -498,9 +498,7 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
 // torch.optim.AdamW (foreach, the CUDA default): exp_avg and exp_avg_sq are created at the first
 // step(); _multi_tensor_adam allocates exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs) for the whole
 // param group; fused has no full-size temporary; the for-loop path ~2 tensors of the largest param.
-// Traffic per fp32 element, foreach AdamW: mul_(p) 8, lerp_(m, g) 12, mul_(v) 8, addcmul_(v, g, g)
-// 12, sqrt(v) 8, div_ 8, add_ 8, addcdiv_(p, m, t) 16 = 80 bytes; fused reads p, g, m, v and
-// writes p, m, v: 28 bytes; SGD with momentum (foreach): 32 bytes.
+// Traffic per fp32 element: step_walk_rules.h (kForeachAdamWBytesPerElement and its siblings).
 void Walker::OptimizerStep() {
   micro_ = 0;
   bool offloaded = p_.offload != model::Offload::kNone;
@@ -509,9 +507,9 @@ void Walker::OptimizerStep() {
   Dep(last_d2h_);
   int64_t shard = total_grad_shard_numel_, largest = largest_param_shard_;
   int64_t e = model::BytesPerElement(p_.master_dtype);
-  double traffic_per_elem = 80;
-  if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = 32;
-  else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = 28;
+  double traffic_per_elem = kForeachAdamWBytesPerElement;
+  if (p_.optimizer == model::Optimizer::kSgd) traffic_per_elem = kSgdBytesPerElement;
+  else if (p_.optimizer_impl == model::OptimizerImpl::kFused) traffic_per_elem = kFusedAdamWBytesPerElement;
   Cur().memory_bytes = traffic_per_elem * static_cast<double>(shard);
   // Its host cost is per parameter tensor (CostConstants::host_per_optimizer_param: the launches,
   // issued from C++ inside each foreach op, are part of it, so they are counted, not charged).

@@ -15,6 +15,13 @@ namespace shardtune::sim::internal {
 // attention (5 GEMMs vs 2); linear layers do 2x (input and weight gradients).
 inline constexpr double kAttentionBackwardRatio = 2.5;
 inline constexpr double kMatmulBackwardRatio = 2.0;
+// Traffic per fp32 element of torch.optim.AdamW's per-op paths (foreach and for-loop): mul_(p) 8,
+// lerp_(m, g) 12, mul_(v) 8, addcmul_(v, g, g) 12, sqrt(v) 8, div_ 8, add_ 8, addcdiv_(p, m, t)
+// 16 = 80 bytes; _fused_adamw_ reads p, g, m, v and writes p, m, v: 28; SGD with momentum
+// (foreach): 32 (Walker::OptimizerStep; kernel_time.cc reads the host rate in the same unit).
+inline constexpr double kForeachAdamWBytesPerElement = 80;
+inline constexpr double kFusedAdamWBytesPerElement = 28;
+inline constexpr double kSgdBytesPerElement = 32;
 // Memory-bound ops move about twice their forward traffic in backward (read saved tensors and
 // the incoming gradient, write the input gradient).
 inline constexpr double kElementwiseBackwardRatio = 2.0;

@@ -189,6 +189,31 @@ TEST(KernelTimeTest, MemoryBoundWorkStreamsAtTheLargestFootprintsBandwidth) {
   }
 }
 
+TEST(KernelTimeTest, OffloadedOptimizerStreamsAtTheProbesHostAdamWRate) {
+  // The probe's host table: torch.optim.AdamW(foreach) on CPU tensors, bytes = 16 N. The node's
+  // host rate is the largest sample's, in the walk's 80 bytes of traffic per element; a faster
+  // small sample (cache-resident) and another kind's sample do not set it.
+  model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
+  profiles::ClusterSpec c = profiles::ParseClusterShorthand("1xH100");
+  const int64_t n_small = int64_t{1} << 20, n_big = int64_t{1} << 27;
+  const double big_s = 1.6;  // 2^27 elements in 1.6 s: 6.7 GB/s of 80-byte elements
+  profiles::KernelTables t;
+  t.memory = {{profiles::MemoryKernel::kHostAdamwForeach, 16 * n_small, Seconds::Micros(300)},
+              {profiles::MemoryKernel::kHostAdamwForeach, 16 * n_big, Seconds::Of(big_s)},
+              {profiles::MemoryKernel::kAdamwForeach, 16 * n_big, Seconds::Of(0.01)}};
+  CostConstants k;
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  model::Plan plan;
+  plan.seq_len = 2048;
+  CostConstants e = EffectiveConstants(k, spec, plan, 2048, c.gpu);
+  EXPECT_NEAR(e.host_memory_bandwidth_per_node.count(), 80.0 * static_cast<double>(n_big) / big_s, 1.0);
+  // Without host samples the catalog's figure stays.
+  t.memory.erase(t.memory.begin(), t.memory.begin() + 2);
+  k.tables = std::make_shared<profiles::KernelTables>(t);
+  EXPECT_EQ(EffectiveConstants(k, spec, plan, 2048, c.gpu).host_memory_bandwidth_per_node.count(),
+            CostConstants{}.host_memory_bandwidth_per_node.count());
+}
+
 }  // namespace
 }  // namespace shardtune::sim
 

@@ -97,6 +97,35 @@ TEST(SimulateTest, OptimizerStartsAfterTheLastReduction) {
   EXPECT_GE(opt_start, last_rs);
 }
 
+// CPU offload: the optimizer step runs on the host at the probe's host AdamW rate. With one GPU
+// per node the rank has the node's whole rate; with 8, an eighth (the ranks share the host's
+// memory bandwidth): 80 bytes of foreach traffic per trainable element over it.
+TEST(SimulateTest, OffloadedOptimizerTakesTheMeasuredHostRate) {
+  auto s = model::FindModelPreset("llama3.2-1b");
+  const double node_bytes_per_s = 40e9;
+  profiles::KernelTables t;
+  const int64_t n = int64_t{1} << 27;
+  t.memory = {{profiles::MemoryKernel::kHostAdamwForeach, 16 * n,
+               Seconds::Of(80.0 * static_cast<double>(n) / node_bytes_per_s)}};
+  SimOptions o;
+  o.costs.tables = std::make_shared<profiles::KernelTables>(t);
+  model::Plan p = Plan();
+  p.offload = model::Offload::kAll;
+  for (const char* cluster : {"1xH100", "8xH100"}) {
+    profiles::ClusterSpec c = profiles::ParseClusterShorthand(cluster);
+    auto r = SimulateStep(s, c, p, o);
+    double host_s = -1;
+    for (size_t i = 0; i < r.program.ops.size(); ++i) {
+      const auto& op = r.program.ops[i];
+      if (op.step == 1 && op.kind == OpKind::kOptimizer) {
+        host_s = static_cast<double>(r.schedule.end_ns[i] - r.schedule.start_ns[i]) * 1e-9;
+      }
+    }
+    const double shard = static_cast<double>(model::ParameterCount(s)) / c.world_size();
+    EXPECT_NEAR(host_s, 80.0 * shard / (node_bytes_per_s / c.gpus_per_node), 2e-3 * host_s) << cluster;
+  }
+}
+
 // Backward prefetch: with BACKWARD_PRE the next unit's all-gather is issued at this unit's
 // pre-backward and overlaps its compute; with none it waits for that compute to end.
 TEST(SimulateTest, BackwardPrefetchOverlapsTheNextAllGather) {
