@@ -2,8 +2,14 @@
 #include "executor/host_info.h"
 
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace shardtune::exec {
 
@@ -49,6 +55,19 @@ std::string NvidiaDriverVersion() {
   std::string line;
   if (!std::getline(in, line)) return "";
   return ParseNvidiaDriverVersion(line);
+}
+
+bool KeepFreedHostMemory() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return false;
+  constexpr int kMmapThresholdBytes = 32 * 1024 * 1024;  // DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
+  constexpr int kTrimThresholdBytes = 1024 * 1024 * 1024;
+  return mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes) == 1;
+#else
+  return false;
+#endif
 }
 
 }  // namespace shardtune::exec

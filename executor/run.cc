@@ -271,6 +271,7 @@ int SetUpThreadsAndDevice(const RunOptions& o, const RankEnv& env, const RunCall
   int local = std::max(1, env.launched ? env.local_world_size : 1);
   int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int threads = o.threads > 0 ? o.threads : std::max(1, cores / local);
+  KeepFreedHostMemory();  // host_info.h: no page faults of every step's fresh host tensors
   at::set_num_threads(threads);
   // A pthread OpenBLAS keeps its own pool (one thread per core in every rank) that
   // at::set_num_threads does not size: N ranks would oversubscribe the cores N times.

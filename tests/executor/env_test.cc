@@ -2,10 +2,15 @@
 // classified and timed; a CPU run records it in measurements.json and warns iff it is the
 // reference BLAS; the light `shardtune` hands `env` to shardtune-exec.
 #include <dlfcn.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -86,6 +91,46 @@ TEST(HostInfoTest, DriverVersionIsReadFromBothKernelModulesFirstLines) {
             "580.159.04");
   EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: no version here x86_64"), "");
   EXPECT_EQ(ParseNvidiaDriverVersion(""), "");
+}
+
+TEST(HostInfoTest, FreedHostMemoryIsKeptUnlessTheUserTunedMalloc) {
+#if defined(__GLIBC__)
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::string saved = before ? before : "";
+  // The user's own malloc tunables win: nothing is changed.
+  setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=4096", 1);
+  EXPECT_FALSE(KeepFreedHostMemory());
+  // Other tunables are not about malloc.
+  setenv("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX512F", 1);
+  EXPECT_TRUE(KeepFreedHostMemory());
+  unsetenv("GLIBC_TUNABLES");
+  EXPECT_TRUE(KeepFreedHostMemory());
+  // Kept, not returned: 8 blocks of 8 MiB (under the 32 MiB mmap ceiling) touched, freed and
+  // allocated again come back with their pages mapped. Under glibc's defaults they are either
+  // mapped and unmapped one by one, or on a heap whose 64 MiB free top is trimmed (the dynamic
+  // trim threshold is twice the mmap threshold, 16 MiB after an 8 MiB block): 16384 new faults.
+  constexpr size_t kBlock = size_t{8} << 20;
+  auto touch_all = [&](char fill) {
+    std::vector<char*> blocks;
+    long sum = 0;
+    for (int i = 0; i < 8; ++i) {
+      blocks.push_back(static_cast<char*>(std::malloc(kBlock)));
+      std::memset(blocks.back(), fill, kBlock);
+      sum += blocks.back()[static_cast<size_t>(i) * 4099];
+    }
+    for (char* b : blocks) std::free(b);
+    return sum;
+  };
+  volatile long sink = touch_all(1);
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  sink = sink + touch_all(2);
+  getrusage(RUSAGE_SELF, &r1);
+  EXPECT_LT(r1.ru_minflt - r0.ru_minflt, 2048) << "8 x 8 MiB re-allocated";
+  if (!saved.empty()) setenv("GLIBC_TUNABLES", saved.c_str(), 1);
+#else
+  EXPECT_FALSE(KeepFreedHostMemory());
+#endif
 }
 
 TEST(EnvReportTest, ReportsLibTorchTheBlasWithAMeasuredRateAndTheCommunicators) {
