@@ -15,8 +15,17 @@
 #  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate;
 #  7. the executor's world-1 mb 4 row of executor/README.md's H100 table again (session 21 changed
 #     its backward prefetch depth, reduce-scatter order and the layers' shared rope constants);
-#  8. transformers' default MoE experts implementation and its source (for the executor's HF MoE).
-# Usage: gpu_sdpa_session.sh OUT_DIR   (about 5-6 minutes on an H100 with 16 cores)
+#  8. transformers' default MoE experts implementation and its source (for the executor's HF MoE);
+#  9. CPU offload (session 22): the host AdamW bench (shardtune's one-pass kernel against
+#     torch.optim.AdamW's CPU paths), FSDP2's offloaded step with its host optimizer time
+#     (measure_fsdp2.py records host_optimizer_s: opt.step() on CPU tensors is synchronous) and the
+#     executor's --offload all; step 3's probe now also writes the host_adamw_foreach table
+#     that simulate's offloaded optimizer step reads (step_time_check.py's offload row, -50.7%
+#     with the catalog's guessed 200 GB/s host);
+# 10. FSDP2's hook costs under LoRA (host_costs.py --lora-rank 16, Llama-3-8B cut to 8 layers,
+#     rank 0 of 8): the 8B LoRA reference ran in 0.215 s where simulate's host model, whose
+#     per-hook cost was measured on full fine-tuning, predicts 0.328 s (step_time_check.py).
+# Usage: gpu_sdpa_session.sh OUT_DIR   (about 8 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 root=$(cd "$(dirname "$0")/../.." && pwd); b=/tmp/shardtune_gpu_build
@@ -26,7 +35,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd); b=/tmp/shardtune_gpu_build
 prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 { cmake -S "$root" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release -DSHARDTUNE_SANITIZER_TESTS=OFF &&
-  cmake --build "$b" -j "$(nproc)" --target shardtune shardtune-exec kernels_gpu_test; } >/tmp/gss/build.log 2>&1
+  cmake --build "$b" -j "$(nproc)" --target shardtune shardtune-exec kernels_gpu_test host_optimizer_bench; } >/tmp/gss/build.log 2>&1
 echo "build rc=$? at $(el) s"; grep -E "error" /tmp/gss/build.log | head -20
 tail -c 100000 /tmp/gss/build.log >"$out/build.log"
 
@@ -148,4 +157,21 @@ for name in ("Qwen3MoeExperts", "Qwen3MoeSparseMoeBlock"):
         print(inspect.getsource(getattr(q, name)))
 PYEOF
 echo "transformers MoE source saved ($(wc -l <"$out/transformers_moe.txt") lines) at $(el) s"
+
+# 9. CPU offload: the host optimizer alone, then FSDP2's and the executor's offloaded steps.
+timeout 90 "$b/tests/bench/host_optimizer_bench" --elements 268435456 --iters 3 2>&1 | tee "$out/host_optimizer_bench.txt"
+python3 -c "import json;d=json.load(open('$out/probe_h100_8b_sdpa.json'));print([m for m in d['kernels']['memory'] if m['kernel']=='host_adamw_foreach'])" 2>&1 | tee "$out/probe_host_adamw.txt"
+timeout 120 python3 "$root/tests/bench/fsdp2_reference/measure_fsdp2.py" --mb 4 --steps 4 --offload 1 --root-reshard explicit \
+  >"$out/fsdp2_offload.json" 2>"$out/fsdp2_offload.err"
+echo "FSDP2 offload rc=$? at $(el) s"
+python3 -c "import json;d=json.load(open('$out/fsdp2_offload.json'));print([(s['step'],round(s['time_s'],3),round(s.get('host_optimizer_s',-1),3)) for s in d['steps']])" 2>&1 | tail -2
+timeout 120 "$exe" run --model llama3.2-1b --device cuda --seq-len 2048 --micro-batch 4 --steps 4 --offload all \
+  --no-trace --no-checkpoints --out "$out/exec_offload" >"$out/exec_offload.log" 2>&1
+echo "executor offload rc=$? at $(el) s"; tail -4 "$out/exec_offload.log"
+
+# 10. FSDP2 hooks under LoRA (compare with fsdp2_h100_host_costs2.jsonl's llama3-8b/8/8 row).
+timeout 150 python3 "$root/tests/bench/fsdp2_reference/host_costs.py" --model llama3-8b --layers 8 --world 8 \
+  --lora-rank 16 --repeats 2 >"$out/host_costs_lora.jsonl" 2>"$out/host_costs_lora.err"
+echo "host costs LoRA rc=$? at $(el) s"; tail -2 "$out/host_costs_lora.err"
+python3 -c "import json;[print(json.loads(l)['derived']) for l in open('$out/host_costs_lora.jsonl')]" 2>&1 | tail -2
 echo "done at $(el) s"

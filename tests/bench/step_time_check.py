@@ -4,7 +4,9 @@
 1. The FSDP2 + Hugging Face reference runs measured on an H100
    (tests/data/validation/fsdp2_h100_timing.json, measured 2026-11-22, and the same
    configurations measured again on 2026-11-27 with their host issue times,
-   tests/data/validation/fsdp2_h100_host_timing.jsonl: median step time over steps >= 2). Each
+   tests/data/validation/fsdp2_h100_host_timing.jsonl: median step time over steps >= 2), and
+   the LoRA, frozen-layer and world-1 CPU offload runs of
+   tests/data/validation/fsdp2_h100_peft_offload.jsonl. Each
    run's configuration maps onto `shardtune simulate` flags as in
    fsdp2_reference/compare_estimate.py. Runs of world 8 went over the fake process group (no
    communication time), so their prediction is the larger of the compute stream's busy time
@@ -52,6 +54,18 @@ def main():
         run = json.loads(line)
         run["measured_on"] = run["env"]["date_utc"][:10]
         doc["runs"].append(run)
+    # The PEFT, frozen-layer and CPU offload runs measured 2026-11-22 (LoRA through peft, layers
+    # frozen by requires_grad, CPUOffloadPolicy(pin_memory=True)). The world-8 offload run went
+    # over the fake process group in one host process, so its host AdamW had the whole host to
+    # itself where the simulated node shares the host among 8 ranks: left out.
+    peft = os.path.join(ROOT, "tests/data/validation/fsdp2_h100_peft_offload.jsonl")
+    for line in open(peft):
+        run = json.loads(line)
+        c = run["config"]
+        if c.get("offload") and c["world"] > 1:
+            continue
+        run["measured_on"] = "2026-11-22"
+        doc["runs"].append(run)
     print(f"step time, predicted vs measured, {datetime.date.today().isoformat()}, "
           f"profile {profile or 'none (the catalog: measured kernel tables where gpus.json has them, H100-SXM-80G)'}")
     print(f"FSDP2 references: {doc['machine']}, measured {doc['date']}")
@@ -78,6 +92,10 @@ def main():
         name = (f"{c['model']} w{c['world']} mb{c['mb']} S{c['seq']} ckpt {c['ckpt']} "
                 f"{c.get('optim', 'foreach')}" + ("" if c.get("reshard", 1) else " no-reshard") +
                 (" (fake PG: compute or host)" if c["world"] > 1 else "") +
+                (" offload all" if c.get("offload") else "") +
+                (f" LoRA r{c['lora_rank']} {c['lora_targets']}" if c.get("lora_rank") else "") +
+                (f" layers 0-{c['freeze_layers'] - 1} frozen" if c.get("freeze_layers", -1) >= 0 else "") +
+                (" bf16 base" if c.get("base_dtype", "fp32") != "fp32" else "") +
                 (f", measured {run['measured_on']}" if "measured_on" in run else ""))
         print(f"| {name} | {measured:.4f} | {predicted:.4f} | {err:+.1f}% |")
     if errors:

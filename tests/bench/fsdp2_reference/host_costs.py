@@ -57,12 +57,13 @@ def build(cfg_kw, layers, dtype):
     return model, cfg, modeling_llama
 
 
-def materialise(model, cfg, modeling_llama):
+def materialise(model, cfg, modeling_llama, inner=None):
     model.to_empty(device="cuda")
     with torch.no_grad():
         for p in model.parameters():
             (p.to_local() if hasattr(p, "to_local") else p).normal_(0.0, 0.02)
-    model.model.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+    (inner if inner is not None else model.model).rotary_emb = modeling_llama.LlamaRotaryEmbedding(
+        config=cfg, device="cuda")
 
 
 def count_profiled(step):
@@ -159,6 +160,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="alternating plain / FSDP2 timings")
     ap.add_argument("--optim", default="foreach", choices=["foreach", "fused"],
                     help="the FSDP2 model's AdamW (the plain one is foreach)")
+    ap.add_argument("--lora-rank", type=int, default=0,
+                    help="> 0: both models get peft LoRA adapters (r, alpha 2r, no dropout) on "
+                         "--lora-targets, base weights frozen: the hooks' cost when a unit's "
+                         "post-backward reduces the adapters only (the 8B LoRA reference, #17)")
+    ap.add_argument("--lora-targets", default="q_proj,v_proj")
     a = ap.parse_args()
 
     torch.cuda.set_device(0)
@@ -172,20 +178,34 @@ def main():
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     # Plain: bf16 parameters, no FSDP (what each FSDP2 unit runs between its hooks).
+    def with_lora(m):
+        if a.lora_rank <= 0:
+            return m, m.model
+        import peft
+        lcfg = peft.LoraConfig(r=a.lora_rank, lora_alpha=2 * a.lora_rank, lora_dropout=0.0,
+                               target_modules=a.lora_targets.split(","), bias="none")
+        m = peft.get_peft_model(m, lcfg)  # freezes every base weight
+        return m, m.base_model.model.model
+
+    def trainable(m):
+        return [p for p in m.parameters() if p.requires_grad]
+
     plain_model, cfg, ml = build(MODELS[a.model], a.layers, torch.bfloat16)
-    materialise(plain_model, cfg, ml)
-    plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
+    plain_model, plain_inner = with_lora(plain_model)
+    materialise(plain_model, cfg, ml, plain_inner)
+    plain_opt = torch.optim.AdamW(trainable(plain_model), lr=1e-4, weight_decay=0.01, foreach=True)
 
     # FSDP2: fp32 master, bf16 compute, fp32 reduce; fully_shard per layer, then the root.
     model, cfg, ml = build(MODELS[a.model], a.layers, torch.float32)
+    model, inner = with_lora(model)
     mesh = init_device_mesh("cuda", (a.world,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.model.layers:
+    for layer in inner.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
-    materialise(model, cfg, ml)
+    materialise(model, cfg, ml, inner)
     okw = {"fused": True} if a.optim == "fused" else {"foreach": True}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **okw)
+    opt = torch.optim.AdamW(trainable(model), lr=1e-4, weight_decay=0.01, **okw)
 
     # Alternating repeats in one process (the host's speed drifts between processes and
     # minutes): each repeat times both, and the medians pool every repeat's samples.
@@ -209,7 +229,7 @@ def main():
     plain, fsdp = pooled["plain"], pooled["fsdp2"]
 
     units = cfg.num_hidden_layers + 1
-    n_params = sum(1 for _ in model.parameters())
+    n_params = len(trainable(model))  # the tensors AdamW steps
     derived = {"units": units, "parameter_tensors": n_params,
                "optimizer_s_per_parameter": fsdp["optimizer"]["host_s"] / n_params}
     for p in ("forward", "backward"):
