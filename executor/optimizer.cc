@@ -51,7 +51,11 @@ void ShardedOptimizer::Step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;
   const AdamWOptions& o = options_;
-  if (o.fused && kind_ == model::Optimizer::kAdamW) {
+  // On device shards, fused is at::_fused_adamw_; on host shards the one-pass kernel below is
+  // already what fused means (one read of p, g, m, v and one write of p, m, v per element).
+  const bool host_shards = std::any_of(params_.begin(), params_.end(),
+                                       [](const at::Tensor* t) { return t->defined() && t->is_cpu(); });
+  if (o.fused && kind_ == model::Optimizer::kAdamW && !host_shards) {
     FusedAdamWStep(lr);
     return;
   }

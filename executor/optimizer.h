@@ -24,7 +24,9 @@ struct AdamWOptions {
   // torch.optim.AdamW(fused=True): one at::_fused_adamw_ over every shard (PyTorch's
   // multi-tensor CUDA kernel, aten/src/ATen/native/cuda/fused_adamw_impl.cu: reads p, g, m, v
   // and writes p, m, v once, 28 bytes per fp32 element, where the per-op path makes nine passes).
-  // REQUIRES FusedAdamWAvailable(shards' device) (run_cmd records foreach otherwise).
+  // REQUIRES FusedAdamWAvailable(shards' device) (run_cmd records foreach otherwise) for device
+  // shards; host shards (CPU ranks, CPU offload) always take the one-pass host kernel, which is
+  // the fused update's traffic (run_cmd records fused for them).
   bool fused = false;
 };
 

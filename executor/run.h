@@ -71,7 +71,8 @@ bool NcclRunsAvailable();
 bool SdpaRunsAvailable();
 // The fused AdamW (RunOptions' plan optimizer_impl fused) runs on `device`: LibTorch >= 2.1 and
 // "cuda" (optimizer.h FusedAdamWAvailable), once verified on a GPU (false until then: run.cc);
-// elsewhere `run` updates op by op and records foreach.
+// elsewhere on a GPU `run` updates op by op and records foreach. Host shards (CPU ranks, CPU
+// offload) take the one-pass host kernel and record fused (cli/run_cmd.cc).
 bool FusedAdamWRunsAvailable(const std::string& device);
 
 struct StepLog {
