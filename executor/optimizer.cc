@@ -24,6 +24,23 @@ bool FusedAdamWAvailable(const std::string& device) {
   return SHARDTUNE_HAVE_FUSED_ADAMW && device == "cuda";
 }
 
+void TorchForeachAdamWStep(std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                           std::vector<at::Tensor>& m, std::vector<at::Tensor>& v, double lr,
+                           double weight_decay, int64_t step) {
+  const AdamWOptions o;
+  const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, static_cast<double>(step)));
+  at::_foreach_mul_(p, 1.0 - lr * weight_decay);
+  at::_foreach_mul_(m, o.beta1);
+  at::_foreach_add_(m, g, 1.0 - o.beta1);
+  at::_foreach_mul_(v, o.beta2);
+  at::_foreach_addcmul_(v, g, g, 1.0 - o.beta2);
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, bc2_sqrt);
+  at::_foreach_add_(denom, o.eps);
+  at::_foreach_addcdiv_(p, m, denom, -lr / bc1);
+}
+
 ShardedOptimizer::ShardedOptimizer(model::Optimizer kind, AdamWOptions options,
                                    std::vector<at::Tensor*> params, std::vector<at::Tensor*> grads)
     : kind_(kind), options_(options), params_(std::move(params)), grads_(std::move(grads)) {

@@ -30,6 +30,15 @@ struct AdamWOptions {
   bool fused = false;
 };
 
+// torch.optim.AdamW(foreach=True)'s step `step` (>= 1) at `lr` over the lists, op for op as
+// torch/optim/adam.py _multi_tensor_adam runs it (decoupled weight decay, AdamWOptions' betas and
+// eps; exp_avg's lerp as mul_ + add_; _foreach_sqrt allocates the denominators afresh): PyTorch's
+// own path, which the probe times on host tensors (CPU offload, probe.cc) and
+// tests/bench/host_optimizer_bench compares the host kernel with. Not what `run` steps.
+void TorchForeachAdamWStep(std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                           std::vector<at::Tensor>& m, std::vector<at::Tensor>& v, double lr,
+                           double weight_decay, int64_t step);
+
 // This LibTorch has at::_fused_adamw_ (>= 2.1) and `device` is "cuda".
 bool FusedAdamWAvailable(const std::string& device);
 

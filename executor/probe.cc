@@ -18,6 +18,7 @@
 #include "executor/errors.h"
 #include "executor/host_info.h"
 #include "executor/nccl_communicator.h"
+#include "executor/optimizer.h"
 #include "model/errors.h"
 #include "model/gemm_shapes.h"
 
@@ -355,17 +356,7 @@ void ProbeHostOptimizer(Context& c, profiles::KernelTables* t) {
       m.push_back(at::zeros({n / kParts}, f32));
       v.push_back(at::zeros({n / kParts}, f32));
     }
-    const double s = host.Median([&] {
-      at::_foreach_mul_(p, 1 - 1e-4 * 0.01);        // decoupled weight decay
-      at::_foreach_mul_(m, 0.9);
-      at::_foreach_add_(m, g, 0.1);                  // exp_avg lerp
-      at::_foreach_mul_(v, 0.999);
-      at::_foreach_addcmul_(v, g, g, 0.001);         // exp_avg_sq
-      std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
-      at::_foreach_div_(denom, 0.0316);              // / sqrt(1 - beta2^t)
-      at::_foreach_add_(denom, 1e-8);
-      at::_foreach_addcdiv_(p, m, denom, -1e-4);     // step
-    });
+    const double s = host.Median([&] { TorchForeachAdamWStep(p, g, m, v, 1e-4, 0.01, 1); });
     t->memory.push_back({profiles::MemoryKernel::kHostAdamwForeach, 16 * n, Seconds::Of(s)});
   }
 }

@@ -187,6 +187,20 @@ ShapeTimeCache& ThreadShapeTimes() {
   return cache;
 }
 
+// The sample of `kernel` with the largest footprint (of two such, the slower, as MemoryKernelTime
+// takes it), or null.
+const profiles::MemoryKernelSample* LargestSample(const profiles::KernelTables& t,
+                                                  profiles::MemoryKernel kernel) {
+  const profiles::MemoryKernelSample* largest = nullptr;
+  for (const profiles::MemoryKernelSample& m : t.memory) {
+    if (m.kernel != kernel || m.bytes <= 0) continue;
+    if (!largest || std::make_pair(m.bytes, m.time.count()) > std::make_pair(largest->bytes, largest->time.count())) {
+      largest = &m;
+    }
+  }
+  return largest;
+}
+
 }  // namespace
 
 CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec& spec,
@@ -248,14 +262,7 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   // (36 ms per step, 2026-11-26). Evaluating at [tokens, hidden] (25 MB) had put the optimizer at
   // 23 ms.
   // (Of two samples of the largest footprint, the slower, as MemoryKernelTime takes it.)
-  const profiles::MemoryKernelSample* largest = nullptr;
-  for (const profiles::MemoryKernelSample& m : t.memory) {
-    if (m.kernel != profiles::MemoryKernel::kElementwise || m.bytes <= 0) continue;
-    if (!largest || std::make_pair(m.bytes, m.time.count()) > std::make_pair(largest->bytes, largest->time.count())) {
-      largest = &m;
-    }
-  }
-  if (largest) {
+  if (const profiles::MemoryKernelSample* largest = LargestSample(t, profiles::MemoryKernel::kElementwise)) {
     e.memory_efficiency =
         static_cast<double>(largest->bytes) / largest->time.count() / gpu.memory_bandwidth.count();
   }
@@ -267,14 +274,8 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   // host) is the one that pays what a real step pays: DRAM streaming and the page faults of the
   // fresh _foreach_sqrt temporaries (probe.cc ProbeHostOptimizer). Without samples the catalog's
   // guess stays (cost_model.h).
-  const profiles::MemoryKernelSample* host_adamw = nullptr;
-  for (const profiles::MemoryKernelSample& m : t.memory) {
-    if (m.kernel != profiles::MemoryKernel::kHostAdamwForeach || m.bytes <= 0 || m.time.count() <= 0) continue;
-    if (!host_adamw || std::make_pair(m.bytes, m.time.count()) > std::make_pair(host_adamw->bytes, host_adamw->time.count())) {
-      host_adamw = &m;
-    }
-  }
-  if (host_adamw) {
+  if (const profiles::MemoryKernelSample* host_adamw =
+          LargestSample(t, profiles::MemoryKernel::kHostAdamwForeach)) {
     const double elements = static_cast<double>(host_adamw->bytes) / 16;  // the table's bytes: 16 N
     e.host_memory_bandwidth_per_node =
         BytesPerSecond::Of(internal::kForeachAdamWBytesPerElement * elements / host_adamw->time.count());

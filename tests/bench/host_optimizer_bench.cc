@@ -87,20 +87,8 @@ int main(int argc, char** argv) {
   // torch.optim.AdamW(foreach=True) on CPU tensors.
   std::vector<at::Tensor> p = make(false), g = make(false), m = make(true), v = make(true);
   int64_t step = 0;
-  const double t_foreach = MedianSeconds(iters, [&] {
-    ++step;
-    double bc1 = 1 - std::pow(b1, static_cast<double>(step));
-    double bc2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
-    at::_foreach_mul_(p, 1 - lr * wd);
-    at::_foreach_mul_(m, b1);
-    at::_foreach_add_(m, g, 1 - b1);
-    at::_foreach_mul_(v, b2);
-    at::_foreach_addcmul_(v, g, g, 1 - b2);
-    std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
-    at::_foreach_div_(denom, bc2_sqrt);
-    at::_foreach_add_(denom, eps);
-    at::_foreach_addcdiv_(p, m, denom, -lr / bc1);
-  });
+  const double t_foreach =
+      MedianSeconds(iters, [&] { shardtune::exec::TorchForeachAdamWStep(p, g, m, v, lr, wd, ++step); });
   // torch.optim.AdamW(foreach=False): _single_tensor_adam.
   step = 0;
   const double t_loop = MedianSeconds(iters, [&] {
