@@ -62,13 +62,17 @@ std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_si
     auto refuse = [&](const std::string& what) {
       p.push_back("--modeling torchtitan: " + what + " (model " + s.name + "; use --modeling hf)");
     };
-    if (s.norm_unit_offset || s.norm_weight_fp32) {
+    // torchtitan's GPT-OSS normalises with its RMSNorm (models/gpt_oss/__init__.py), which the
+    // executor runs; Gemma (1 + w) and OLMo 2 have no torchtitan model.
+    if (s.norm_unit_offset || (s.norm_weight_fp32 && !s.moe.gpt_oss_experts)) {
       refuse("the executor runs torchtitan's RMSNorm (F.rms_norm); this model's norm (Gemma's 1 + w, "
              "OLMo 2's fp32 weight product) is not built in that form");
     }
-    if (s.moe.enabled() && s.moe.gpt_oss_experts) {
-      refuse("torchtitan's GPT-OSS MoE (models/gpt_oss/moe.py) is not built in the executor");
-    } else if (s.moe.enabled() && s.mlp_bias) {
+    if (s.moe.enabled() && s.moe.gpt_oss_experts && plan.ep > 1) {
+      refuse("--ep " + std::to_string(plan.ep) + ": torchtitan's GPT-OSS experts (models/gpt_oss/"
+             "moe.py, with biases) run without expert parallelism here; ep > 1 is estimated, "
+             "simulated and tuned, not run");
+    } else if (s.moe.enabled() && s.mlp_bias && !s.moe.gpt_oss_experts) {
       refuse("torchtitan's GroupedExperts have no biases");
     }
     if (plan.lora.enabled()) refuse("torchtitan has no LoRA adapters");

@@ -151,8 +151,9 @@ Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions option
       cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr),
       ep_(ep != nullptr && ep->size() > 1 ? ep : nullptr) {
   SHARDTUNE_CHECK(ep_ == nullptr || options_.torchtitan) << "expert parallelism runs torchtitan's MoE";
-  if (options_.torchtitan && spec_.moe.enabled() && !spec_.moe.gpt_oss_experts) {
-    // MoE.__init__: expert_bias_E and tokens_per_expert_E, zeros (fp32), per MoE layer.
+  if (options_.torchtitan && spec_.moe.enabled()) {
+    // MoE.__init__: expert_bias_E and tokens_per_expert_E, zeros (fp32), per MoE layer (GPT-OSS's
+    // GptOssMoE too: models/gpt_oss/__init__.py builds it with load_balance_coeff 1e-3).
     int rows = 0;
     for (int l = 0; l < spec_.num_layers; ++l) moe_row_.push_back(spec_.MoeLayer(l) ? rows++ : -1);
     at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(options_.device);
@@ -269,9 +270,12 @@ at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) con
 
 Transformer::Piece Transformer::NormPiece(const ParamTable& p, const std::string& name,
                                           const at::Tensor& x) const {
-  Piece piece{spec_.norm_unit_offset   ? &RmsNormUnitOffsetPiece
+  // torchtitan's models normalise with its RMSNorm (F.rms_norm) whatever the HF class does: its
+  // GPT-OSS too (models/gpt_oss/__init__.py RMSNorm.Config), not GptOssRMSNorm's fp32 weight
+  // product. Gemma's 1 + w and OLMo 2 have no torchtitan model (run refuses them there).
+  Piece piece{options_.torchtitan       ? &FusedRmsNormPiece
+               : spec_.norm_unit_offset ? &RmsNormUnitOffsetPiece
                : spec_.norm_weight_fp32 ? &RmsNormFp32WeightPiece
-               : options_.torchtitan    ? &FusedRmsNormPiece
                                         : &RmsNormPiece,
               options_.norm_eps,
               {x, Get(p, name + ".weight")}};
@@ -415,8 +419,12 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
     std::tie(ids, scores) = DeepseekRoute(p, pre, flat, bias);
   } else {
     // with torch.autocast(dtype=float32): scores = gate(x); softmax in fp32; topk (sorted=False)
-    // picks, gather takes the scores; route_norm divides by their sum + 1e-20.
-    at::Tensor logits = at::linear(flat.to(at::kFloat), Get(p, pre + ".gate.weight").to(at::kFloat));
+    // picks, gather takes the scores; route_norm divides by their sum + 1e-20. GPT-OSS's gate
+    // has a bias, and its router route_norm (models/gpt_oss/__init__.py TokenChoiceTopKRouter
+    // .Config(score_func="softmax", route_norm=True, gate bias=True)). Autocast leaves fp64 alone.
+    auto to32 = [](const at::Tensor& t) { return t.scalar_type() == at::kDouble ? t : t.to(at::kFloat); };
+    at::Tensor logits = at::linear(to32(flat), to32(Get(p, pre + ".gate.weight")),
+                                   m.gpt_oss_experts ? to32(Get(p, pre + ".gate.bias")) : at::Tensor());
     at::Tensor probs = at::softmax(logits, -1);
     {
       at::NoGradGuard no_grad;
@@ -426,7 +434,7 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
       ids = std::get<1>(at::topk(for_choice, m.top_k, -1, /*largest=*/true, /*sorted=*/false));
     }
     scores = probs.gather(1, ids);
-    if (m.norm_topk_prob) scores = scores / (scores.sum(-1, /*keepdim=*/true) + 1e-20);
+    if (m.norm_topk_prob || m.gpt_oss_experts) scores = scores / (scores.sum(-1, /*keepdim=*/true) + 1e-20);
   }
   if (row >= 0 && counting_) {  // MoE.forward: tokens_per_expert_E.add_(num_local_tokens_per_expert)
     at::NoGradGuard no_grad;
@@ -440,7 +448,14 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
   const bool grouped = p.count(pre + ".experts.w1") > 0;
   const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
   at::Tensor w1, w2, w3;
-  if (grouped) {
+  at::Tensor gate_up, gate_up_bias, down, down_bias;  // GPT-OSS's experts (run refuses ep > 1)
+  if (m.gpt_oss_experts) {
+    SHARDTUNE_CHECK(el == E) << "torchtitan's GPT-OSS experts run without expert parallelism";
+    gate_up = Get(p, pre + ".experts.gate_up_proj").view({E, H, 2 * F});
+    gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
+    down = Get(p, pre + ".experts.down_proj").view({E, F, H});
+    down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
+  } else if (grouped) {
     w1 = Get(p, pre + ".experts.w1").view({el, F, H});
     w2 = Get(p, pre + ".experts.w2").view({el, H, F});
     if (gated) w3 = Get(p, pre + ".experts.w3").view({el, F, H});
@@ -452,6 +467,11 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
     at::Tensor rows = routed.rows.narrow(0, offset, n);
     offset += n;
     std::string name = pre + ".experts." + std::to_string(first + i);
+    if (m.gpt_oss_experts) {
+      outs.push_back(GptOssGroupedExpert(rows, gate_up.select(0, i), gate_up_bias.select(0, i),
+                                         down.select(0, i), down_bias.select(0, i)));
+      continue;
+    }
     if (!grouped) {
       outs.push_back(MlpDown(p, name, MlpUp(p, name, rows)));
       continue;
@@ -468,6 +488,26 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
   at::Tensor out = CombineTokens(outs.size() == 1 ? outs[0] : at::cat(outs, 0), routed, flat, ep_);
   if (m.num_shared_experts > 0) out = out + SharedExperts(p, pre, flat);
   return out.view_as(x);
+}
+
+// torchtitan's GptOssGroupedExperts.forward (models/gpt_oss/moe.py) for one expert's rows:
+// h = x @ mlp1_weight[e]^T + mlp1_bias[e] (the HF-layout gate_up_proj [H, 2F] is that transpose:
+// the same product; the bias is repeat_interleave-d over the expert's rows there), swiglu:
+// x_glu = h[..., ::2].clamp(max=limit), x_linear = h[..., 1::2].clamp(-limit, limit),
+// out_glu = x_glu * sigmoid(alpha * x_glu), torch.addcmul(out_glu, out_glu, x_linear) (the
+// "+ 1" of transformers' (up + 1) * glu), then @ mlp2_weight[e]^T + mlp2_bias[e]. alpha 1.702,
+// limit GptOssGroupedExperts.Config.swiglu_limit (7.0 in every published config). The grouped
+// GEMM (torch._grouped_mm over offsets) runs the same per-expert products in one kernel.
+at::Tensor Transformer::GptOssGroupedExpert(const at::Tensor& rows, const at::Tensor& gate_up,
+                                            const at::Tensor& gate_up_bias, const at::Tensor& down,
+                                            const at::Tensor& down_bias) {
+  constexpr double kAlpha = 1.702, kLimit = 7.0;
+  const int64_t G = gate_up.size(1);
+  at::Tensor h = at::matmul(rows, gate_up) + gate_up_bias;
+  at::Tensor x_glu = h.slice(-1, 0, G, 2).clamp_max(kLimit);
+  at::Tensor x_linear = h.slice(-1, 1, G, 2).clamp(-kLimit, kLimit);
+  at::Tensor out_glu = x_glu * at::sigmoid(x_glu * kAlpha);
+  return at::matmul(at::addcmul(out_glu, out_glu, x_linear), down) + down_bias;
 }
 
 // GPT-OSS's MoE (transformers modeling_gpt_oss.py): GptOssTopKRouter, logits = x W^T + b, top-k

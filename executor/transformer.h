@@ -203,6 +203,10 @@ class Transformer {
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
 
   at::Tensor GptOssMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
+  // One GPT-OSS expert on its routed rows as torchtitan computes it (GptOssGroupedExperts).
+  static at::Tensor GptOssGroupedExpert(const at::Tensor& rows, const at::Tensor& gate_up,
+                                        const at::Tensor& gate_up_bias, const at::Tensor& down,
+                                        const at::Tensor& down_bias);
   // MoE block `prefix`'s shared expert(s) on tokens [T, H] (with Qwen2-MoE's sigmoid gate).
   at::Tensor SharedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& flat) const;
   // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate

@@ -191,6 +191,13 @@ INSTANTIATE_TEST_SUITE_P(
                            4,
                            {"--strategy", "full_shard", "--modeling", "torchtitan", "--ep", "2",
                             "--checkpointing", "full"}},
+                      // torchtitan's GPT-OSS (its RMSNorm, biased router with route_norm and
+                      // load-balancing bias, GptOssGroupedExperts' swiglu), with recompute.
+                      Case{"torchtitan_gpt_oss_full_recompute",
+                           "micro-gpt-oss.model.json",
+                           2,
+                           {"--strategy", "full_shard", "--modeling", "torchtitan", "--attention",
+                            "eager", "--checkpointing", "full"}},
                       Case{"torchtitan_deepseek_ep2_hsdp_selective",
                            "micro-deepseek-v3.model.json",
                            4,
