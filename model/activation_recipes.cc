@@ -233,6 +233,26 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
     c.g.MarkComputeBound();
     c.g.Op(name + " sdpa", {q, k, v, lse}, out, {q, k, v, lse, out}, ws);
     c.g.MarkComputeBound();
+    if (s.attention_sinks && c.opt.modeling == Modeling::kTorchtitan) {
+      // torchtitan's GPT-OSS (models/gpt_oss/model.py apply_attention_sink_rescale, the
+      // out_transform of its varlen / flex attention): out * sigmoid(lse - sinks).to(out.dtype).
+      // The subtraction saves nothing, sigmoid saves its fp32 output [a], the product saves the
+      // attention output (already saved by the kernel) and the cast scale [a]; its new [a·v]
+      // output is what wo saves.
+      const double a = s.num_heads;
+      int diff = c.g.Tensor(name + " lse - sinks (fp32)", kFp32 * a);
+      c.g.Op(name + " lse - sinks", {lse}, diff, {});
+      int sig = c.g.Tensor(name + " sigmoid(lse - sinks) (fp32)", kFp32 * a);
+      c.g.Op(name + " sink sigmoid", {diff}, sig, {sig});
+      int scale = sig;
+      if (c.e != kFp32) {
+        scale = c.g.Tensor(name + " sink scale to(dtype)", c.e * a);
+        c.g.Op(name + " sink scale to(dtype)", {sig}, scale, {});
+      }
+      int rescaled = c.g.Tensor(name + " output * sink scale", c.e * od);
+      c.g.Op(name + " sink rescale", {out, scale}, rescaled, {{out, 1}, {scale, 0}});
+      return rescaled;
+    }
     return out;
   }
   double scores = static_cast<double>(s.num_heads) * static_cast<double>(c.opt.seq_len);

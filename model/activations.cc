@@ -164,17 +164,68 @@ int DeepseekRouter(Ctx& c, int x) {
   return weights;
 }
 
+// torchtitan's GptOssGroupedExperts.forward (models/gpt_oss/moe.py) on the sorted rows (k per
+// token): h = _grouped_mm(x, mlp1^T) [2F] saves x for the weight's gradient; b1.repeat_interleave
+// (counts) materialises the bias per row [2F] (a forward temporary: its gradient is the add's
+// incoming gradient itself, AddBackward0 with alpha 1 copies nothing); h + b1 saves nothing.
+// swiglu: x_glu = h[..., ::2] and x_linear = h[..., 1::2] are views; each clamp saves its input
+// (the views keep h + b1 whole); alpha * x_glu saves nothing; sigmoid saves its output;
+// x_glu * sigmoid saves both; torch.addcmul(out_glu, out_glu, x_linear) saves out_glu (for
+// x_linear's gradient) and x_linear (for out_glu's); _grouped_mm with mlp2 saves that output
+// [F]; the second bias's rows and add as the first's (ScaleBiasForward with tp 1 is .to(dtype)).
+// Per routed row: H + 2F + 5F elements saved (transformers' loop saves 2H + 7F: its `+ 1` and
+// the routing-weight product are separate ops).
+int GptOssGroupedExperts(Ctx& c, int x, double fe, double k) {
+  const MoeSpec& m = c.spec.moe;
+  double h = static_cast<double>(c.spec.hidden), E = m.num_experts;
+  bool train = AnyTrains(c, "block_sparse_moe.experts");
+  int mm = c.g.Tensor("moe.experts _grouped_mm(x, mlp1)", c.e * 2 * fe * k);
+  c.g.Op("moe.experts mlp1 grouped_mm", {x}, mm, {{x, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(E * h * 2 * fe, train, train);  // mlp1_weight [E, 2F, H]
+  int b1 = c.g.Tensor("moe.experts mlp1_bias.repeat_interleave (rows)", c.e * 2 * fe * k);
+  c.g.Op("moe.experts mlp1 bias repeat_interleave", {}, b1, {});
+  int gate_up = c.g.Tensor("moe.experts h + b1", c.e * 2 * fe * k);
+  c.g.Op("moe.experts mlp1 bias add", {mm, b1}, gate_up, {});
+  c.g.SetParam(E * 2 * fe, train, train);  // mlp1_bias [E, 2F]
+  std::vector<int> halves = c.g.Views(gate_up, {"moe.experts x_glu (h[..., ::2])",
+                                                "moe.experts x_linear (h[..., 1::2])"},
+                                      {c.e * fe * k, c.e * fe * k});
+  int glu = c.g.Tensor("moe.experts x_glu.clamp(max=limit)", c.e * fe * k);
+  c.g.Op("moe.experts clamp x_glu", {halves[0]}, glu, {halves[0]});
+  int lin = c.g.Tensor("moe.experts x_linear.clamp(-limit, limit)", c.e * fe * k);
+  c.g.Op("moe.experts clamp x_linear", {halves[1]}, lin, {halves[1]});
+  int ga = c.g.Tensor("moe.experts alpha * x_glu", c.e * fe * k);
+  c.g.Op("moe.experts alpha * x_glu", {glu}, ga, {});
+  int sig = c.g.Tensor("moe.experts sigmoid(alpha * x_glu)", c.e * fe * k);
+  c.g.Op("moe.experts sigmoid", {ga}, sig, {sig});
+  int out_glu = c.g.Tensor("moe.experts out_glu = x_glu * sigmoid", c.e * fe * k);
+  c.g.Op("moe.experts out_glu", {glu, sig}, out_glu, {{glu, 1}, {sig, 0}});
+  int act = c.g.Tensor("moe.experts addcmul(out_glu, out_glu, x_linear)", c.e * fe * k);
+  c.g.Op("moe.experts addcmul", {out_glu, lin}, act, {{out_glu, 1}, {lin, 0}});
+  int down = c.g.Tensor("moe.experts _grouped_mm(h, mlp2)", c.e * h * k);
+  c.g.Op("moe.experts mlp2 grouped_mm", {act}, down, {{act, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(E * fe * h, train, train);  // mlp2_weight [E, H, F]
+  int b2 = c.g.Tensor("moe.experts mlp2_bias.repeat_interleave (rows)", c.e * h * k);
+  c.g.Op("moe.experts mlp2 bias repeat_interleave", {}, b2, {});
+  int out = c.g.Tensor("moe.experts h + b2", c.e * h * k);
+  c.g.Op("moe.experts mlp2 bias add", {down, b2}, out, {});
+  c.g.SetParam(E * h, train, train);  // mlp2_bias [E, H]
+  return out;
+}
+
 // HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
 // is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
 // index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
 int Moe(Ctx& c, int x) {
-  if (c.spec.moe.gpt_oss_experts) return GptOssMoe(c, x);
+  const bool tt = c.opt.modeling == Modeling::kTorchtitan;
+  if (c.spec.moe.gpt_oss_experts && !tt) return GptOssMoe(c, x);
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), k = m.top_k;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
   int probs;  // the routing weights the experts' outputs are scaled by
   double weight_bytes = c.e;  // per element of the weighted expert outputs
-  const bool tt = c.opt.modeling == Modeling::kTorchtitan;
   if (m.deepseek_router) {
     probs = DeepseekRouter(c, x);
     weight_bytes = kFp32;  // bf16 expert output x fp32 weight promotes
@@ -190,8 +241,9 @@ int Moe(Ctx& c, int x) {
     int logits = c.g.Tensor("moe.router logits (fp32)", kFp32 * m.num_experts);
     c.g.Op("moe.router (fp32)", {x32}, logits, {{x32, SavedFor::kParamGrad}});
     c.g.MarkComputeBound();
-    c.g.SetParam(m.num_experts * h, WeightTrains(c, "block_sparse_moe.gate"),
-                 AnyTrains(c, "block_sparse_moe.gate"));
+    // GPT-OSS's gate has a bias [E] (models/gpt_oss/__init__.py Linear.Config(bias=True)).
+    c.g.SetParam(m.num_experts * (h + (m.gpt_oss_experts ? 1 : 0)),
+                 WeightTrains(c, "block_sparse_moe.gate"), AnyTrains(c, "block_sparse_moe.gate"));
     int softmax = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
     c.g.Op("moe.softmax", {logits}, softmax, {softmax});
     // topk (under no grad in effect: its values are dropped) picks, gather saves the int64
@@ -200,6 +252,22 @@ int Moe(Ctx& c, int x) {
     c.g.Op("moe.router topk", {softmax}, ids, {});
     probs = c.g.Tensor("moe.router top-k scores (fp32)", kFp32 * k);
     c.g.Op("moe.router gather", {softmax, ids}, probs, {ids});
+    if (m.norm_topk_prob || m.gpt_oss_experts) {
+      // route_norm: topk_scores / (topk_scores.sum(-1, keepdim) + 1e-20). The sum and the add
+      // save nothing; the division saves the denominator (for the scores' gradient) and the
+      // scores (for the denominator's).
+      int sum = c.g.Tensor("moe.router top-k score sum (fp32)", kFp32);
+      c.g.Op("moe.router route_norm sum", {probs}, sum, {});
+      int den = c.g.Tensor("moe.router route_norm denominator (fp32)", kFp32);
+      c.g.Op("moe.router route_norm add eps", {sum}, den, {});
+      int normed = c.g.Tensor("moe.router top-k scores / denominator (fp32)", kFp32 * k);
+      c.g.Op("moe.router route_norm divide", {probs, den}, normed, {{den, 0}, {probs, 1}});
+      probs = normed;
+    }
+    // topk_scores * route_scale (1.0 unless configured): a multiply by a scalar saves nothing.
+    int scaled = c.g.Tensor("moe.router top-k scores * route_scale (fp32)", kFp32 * k);
+    c.g.Op("moe.router route_scale", {probs}, scaled, {});
+    probs = scaled;
   } else {
     int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
     probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
@@ -235,7 +303,9 @@ int Moe(Ctx& c, int x) {
     c.g.Op("moe.ep permute", {recv, perm}, permuted, {perm});
     gathered = permuted;
   }
-  int expert_out = DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");
+  int expert_out = m.gpt_oss_experts
+                       ? GptOssGroupedExperts(c, gathered, fe, k)
+                       : DenseMlp(c, gathered, fe, k, "moe.experts", "block_sparse_moe.experts.*");
   if (ep) {
     // combine: _unpermute (new_empty + index_put with the saved indices), then the all-to-all back.
     int unperm = c.g.Tensor("moe.ep unpermuted output", c.e * h * k);

@@ -527,3 +527,44 @@ TEST(ArchitecturesTest, SpecFlagsRoundTripAndContradictionsAreProblems) {
 
 }  // namespace
 }  // namespace shardtune::model
+
+namespace shardtune::model {
+namespace {
+
+// torchtitan's GPT-OSS block (models/gpt_oss/model.py, moe.py), bf16, SDPA-style flash with the
+// sink rescale, per token (H 2880, q_dim 4096, kv_dim 512, 64 heads, E 32, top 4, F 2880):
+//   attention_norm (F.rms_norm): input 2H + rstd 4, its output 2H saved by the q/k/v projections;
+//   flash attention: q 2qd, k 2kv, v 2kv, output 2qd, lse 4·heads; the sink rescale
+//   out * sigmoid(lse - sinks).to(bf16): sigmoid's fp32 output 4·heads, the cast scale 2·heads,
+//   the rescaled output 2qd (saved by wo);
+//   ffn_norm: input 2H + rstd 4 (its bf16 output is saved by nothing: the router saves the
+//   autocast fp32 copy 4H, the row gather its int64 indices);
+//   router: softmax over E in fp32 4E, the top-k ids 8k (gather), route_norm's division the
+//   scores 4k and the denominator 4; the expert-sorted token indices 8k, the sorted scores 4k;
+//   per routed row (k per token): the rows 2H (mlp1's weight gradient), h + b1 4F (kept by the
+//   clamps' views), clamped x_glu, sigmoid, out_glu, clamped x_linear and the addcmul output 2F
+//   each (14F with h + b1), and the fp32 copy of the expert output 4H for the score product.
+TEST(ArchitecturesTest, TorchtitanGptOssBlockSavesItsGroupedSwigluAndSinkRescale) {
+  ModelSpec s = FindModelPreset("gpt-oss-20b");
+  double h = 2880, qd = 4096, kv = 512, heads = 64, k = 4, f = 2880, E = 32;
+  double attention_norm = 2 * h + 4 + 2 * h;
+  double attention = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  double sinks = 4 * heads + 2 * heads + 2 * qd;
+  double ffn_norm = 2 * h + 4;
+  double router = 4 * h + 4 * E + 8 * k + 4 * k + 4;
+  double dispatch = 8 * k + 4 * k;
+  double per_row = 2 * h + 4 * f + 5 * 2 * f + 4 * h;
+  double expected = attention_norm + attention + sinks + ffn_norm + router + dispatch + k * per_row;
+  ActivationOptions o = Bf16Sdpa();
+  o.modeling = Modeling::kTorchtitan;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, o).full.saved_per_token, expected);
+  // Without sinks the rescale is gone: wo saves the kernel's output itself.
+  ModelSpec no_sinks = s;
+  no_sinks.attention_sinks = false;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, o).full.saved_per_token -
+                       ComputeBlockActivations(no_sinks, o).full.saved_per_token,
+                   sinks);
+}
+
+}  // namespace
+}  // namespace shardtune::model
