@@ -43,6 +43,12 @@ struct ActivationLedger {
   double elementwise_traffic_per_token = 0;
   // Ops recorded in forward: about one kernel launch each (views excluded), what the host issues.
   int forward_ops = 0;
+  // Kernels the backward nodes of the ops a gradient reaches launch: two per op (the input's and
+  // the weight's gradient; HF Llama's backward launched 2.05x its forward's kernels on the H100,
+  // tests/data/validation/fsdp2_h100_host_costs2.jsonl), one fewer for each parameter that does
+  // not train (LoRA's and frozen layers' base weights) and each op whose inputs need no gradient;
+  // ops no gradient reaches (a frozen prefix) launch none. 2 x forward_ops when everything trains.
+  int backward_ops = 0;
   // A head whose loss is the fused linear cross-entropy (LossKernel::kFusedLinear): what does not
   // scale with the tokens, which the caller adds (all zero otherwise).
   struct FusedLoss {

@@ -166,7 +166,9 @@ double AutogradLedger::Forward(int input, int output, const Recorded& rec,
 // summed into the first, both live for that moment). Saved tensors are released when the
 // earliest (in forward order) op saving them has run backward; caller-held tensors never are.
 double AutogradLedger::Backward(int output, const Recorded& rec, const std::vector<bool>& is_saved,
-                                std::vector<ActivationLedger::BackwardPoint>* profile) const {
+                                std::vector<ActivationLedger::BackwardPoint>* profile,
+                                int* backward_ops) const {
+  *backward_ops = 0;
   size_t n = tensors_.size();
   double param_total = 0, param_done = 0;
   for (const OpInfo& op : ops_) param_total += op.param_trains ? op.param_elements : 0;
@@ -204,6 +206,13 @@ double AutogradLedger::Backward(int output, const Recorded& rec, const std::vect
       if (rec.requires_grad[static_cast<size_t>(t)]) distinct.insert(t);
     }
     for (int t : distinct) fresh += tensors_[static_cast<size_t>(t)].bytes;
+    // Kernels the node launches (ActivationLedger::backward_ops): an op with a parameter one per
+    // gradient it makes (the input's if any input requires grad, the weight's if it trains: a
+    // frozen Linear's AddmmBackward0 runs the dX GEMM only, should_compute_output); any other
+    // op two, the rule the host constants were measured with.
+    if (!op.view) {
+      *backward_ops += op.param_elements > 0 ? (distinct.empty() ? 0 : 1) + (op.param_trains ? 1 : 0) : 2;
+    }
     double now = saved_live + grad_bytes() + fresh + op.backward_workspace;
     peak = std::max(peak, now);
     if (op.param_trains) param_done += op.param_elements;  // the weight gradient is made here
@@ -232,7 +241,8 @@ ActivationLedger AutogradLedger::Run(int input, int output, bool input_requires_
     out.saved.push_back({tensors_[t].name, tensors_[t].bytes});
     out.saved_per_token += tensors_[t].bytes;
   }
-  out.backward_peak_per_token = Backward(output, rec, is_saved, &out.backward_profile);
+  out.backward_peak_per_token =
+      Backward(output, rec, is_saved, &out.backward_profile, &out.backward_ops);
   out.forward_ops = 0;
   for (const auto& op : ops_) {
     if (op.view) continue;  // no kernel, no bytes moved

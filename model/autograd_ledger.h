@@ -103,7 +103,7 @@ class AutogradLedger {
   Recorded Record(int input, bool input_requires_grad) const;
   double Forward(int input, int output, const Recorded& rec, std::vector<bool>* is_saved) const;
   double Backward(int output, const Recorded& rec, const std::vector<bool>& is_saved,
-                  std::vector<ActivationLedger::BackwardPoint>* profile) const;
+                  std::vector<ActivationLedger::BackwardPoint>* profile, int* backward_ops) const;
   std::vector<TensorInfo> tensors_;
   std::vector<OpInfo> ops_;
 };

@@ -62,7 +62,10 @@ BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const Activatio
   out.full.elementwise_traffic_per_token = full.full.elementwise_traffic_per_token;
   out.selective_per_token = std::min(t.selective_per_token, out.full.saved_per_token);
   out.checkpoint_input_per_token = full.checkpoint_input_per_token;
-  if (shards == 1) out.full.forward_ops = full.full.forward_ops;
+  if (shards == 1) {
+    out.full.forward_ops = full.full.forward_ops;
+    out.full.backward_ops = full.full.backward_ops;
+  }
   return out;
 }
 

@@ -120,7 +120,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
                static_cast<double>(e_param_) * static_cast<double>(spec.hidden) * tokens_) +
           2.0 * fused.weight_grad_bytes;
     }
-    Cur().host_kernels = static_cast<int16_t>(2 * head_.forward_ops);
+    Cur().host_kernels = static_cast<int16_t>(head_.backward_ops);
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(head_, grads));
@@ -149,9 +149,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
                           (kMatmulBackwardRatio + re_mm) * AdapterFlopsPerToken(seg) +
                           (re_mm > 0 ? 0 : TiledRecomputeFlopsPerToken(b)) + re_sac) *
                          tokens_;
-    // About two backward kernels per forward op (autograd nodes launch the input and the weight
-    // gradient), plus the recomputed forward.
-    Cur().host_kernels = static_cast<int16_t>((2 + (re_elem > 0 ? 1 : 0)) * Blk(b).full.forward_ops);
+    // The backward nodes' kernels (ActivationLedger::backward_ops: about two per forward op, one
+    // fewer per frozen weight), plus the recomputed forward.
+    Cur().host_kernels = static_cast<int16_t>(Blk(b).full.backward_ops +
+                                              (re_elem > 0 ? 1 : 0) * Blk(b).full.forward_ops);
     Cur().host_python_kernels = static_cast<int16_t>(re_elem > 0 ? Blk(b).full.forward_ops : 0);
     // ... and the attention core where its policy keeps none of it (eager attention).
     double re_attn = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_attention : 0;

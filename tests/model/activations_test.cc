@@ -314,6 +314,24 @@ TEST(FrozenActivationsTest, LoraOnQvSavesAdapterInputsNotTheFrozenLinearsInputs)
   EXPECT_DOUBLE_EQ(b.checkpoint_input_per_token, m.e * m.h);
 }
 
+// The backward kernels a block's nodes launch (ActivationLedger::backward_ops), hand-counted
+// over the HF Llama op list: two per op when everything trains (the rule the host constants were
+// measured with). LoRA on q and v after a trainable block: the 7 frozen projections launch the
+// dX GEMM only and the 2 frozen norm weights' muls the input's gradient only: 9 fewer. After a
+// frozen embedding (input needs no grad) no gradient reaches the input norm (7 ops x 2 + its
+// weight mul 1), the base q and v projections (1 each), k_proj (1) or k's rope (5 ops x 2), and
+// each lora_A makes its weight's gradient only (1 fewer each): 30 fewer again.
+TEST(FrozenActivationsTest, BackwardLaunchesOneKernelFewerPerFrozenWeight) {
+  OneB m;
+  auto full = ComputeBlockActivations(m.s, Bf16()).full;
+  EXPECT_EQ(full.backward_ops, 2 * full.forward_ops);
+  auto lora = ComputeBlockActivations(m.s, Bf16(), LoraQv(true, 16)).full;
+  EXPECT_EQ(lora.backward_ops, 2 * lora.forward_ops - 9);
+  auto first = ComputeBlockActivations(m.s, Bf16(), LoraQv(false, 16)).full;
+  EXPECT_EQ(first.forward_ops, lora.forward_ops);
+  EXPECT_EQ(first.backward_ops, 2 * lora.forward_ops - 9 - 30);
+}
+
 // (a'') The same adapters with PEFT lora_dropout p > 0: each adapter's nn.Dropout makes its own
 // dropped copy of x (eH, saved by its lora_A instead of x) and a bool mask (1 byte x H, saved by
 // native_dropout for x's gradient), so x itself is no longer saved: two adapters keep 2 x 3H.
