@@ -264,7 +264,12 @@ void Walker::PostBackward(size_t i, bool sync) {
   const auto& u = units_[i];
   auto unit = static_cast<int32_t>(i);
   int32_t post = Begin(OpKind::kPostBackward, Stream::kDefault, unit, -1);
-  Cur().host_hooks = 1;  // the post-backward hook: reshard + foreach_reduce in Python
+  // The post-backward hook: reshard + foreach_reduce in Python. A unit backward never reached (a
+  // frozen prefix, resharded after forward) gets its post_backward from the root's final
+  // callback (_root_post_backward_final_callback), which finds it sharded and without gradients
+  // and returns (FSDPParamGroup.post_backward: fsdp_params_with_grad empty): Python bookkeeping
+  // of tens of microseconds, not a hook's reshard and reduce, so no hook is charged.
+  Cur().host_hooks = grad_shard_numel_[i] == 0 && !gathered_[i] ? 0 : 1;
   Reshard(i);
   if (p_.backward_prefetch == model::BackwardPrefetch::kPost) {
     PrefetchBackward(u.first_segment, last_backward_);

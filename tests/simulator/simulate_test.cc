@@ -2,6 +2,7 @@
 #include "simulator/simulate.h"
 
 #include <cstdlib>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -208,6 +209,37 @@ TEST(SimulateTest, LaunchBoundStepIsTheHostTime) {
   EXPECT_LE(r.step_time.count(), host * 1.05);
   int units = static_cast<int>(r.memory.units.size());
   EXPECT_GE(hooks, 3 * units - 1);  // the root is gathered once per step (not resharded)
+}
+
+// FSDP2's root final callback calls post_backward on every unit; one backward never reached
+// (a frozen prefix, resharded after forward) has no gradient to reduce and nothing to reshard and
+// returns, so its post-backward charges no hook. A frozen block after a trainable one is reached
+// (gradients flow through it): it was all-gathered again and is resharded by its hook.
+TEST(SimulateTest, OnlyUnitsBackwardReachesChargeAPostBackwardHook) {
+  auto s = model::FindModelPreset("tiny-llama");
+  auto c = profiles::ParseClusterShorthand("1x8xH100");
+  auto hooks_by_unit = [&](const model::Plan& p) {
+    SimReport r = SimulateStep(s, c, p, SimOptions{});
+    std::map<std::string, int> hooks;
+    for (const auto& op : r.program.ops) {
+      if (op.step != 1 || op.kind != OpKind::kPostBackward || op.unit < 0) continue;
+      hooks[r.memory.units[static_cast<size_t>(op.unit)].name] += op.host_hooks;
+    }
+    return hooks;
+  };
+  model::Plan prefix = Plan(256);
+  prefix.frozen_prefixes = {"model.embed_tokens", "model.layers.0.", "model.layers.1."};
+  std::map<std::string, int> h = hooks_by_unit(prefix);
+  ASSERT_TRUE(h.count("model.layers.0") && h.count("model.layers.2"));
+  EXPECT_EQ(h["model.layers.0"], 0);
+  EXPECT_EQ(h["model.layers.1"], 0);
+  EXPECT_EQ(h["model.layers.2"], 1);
+  model::Plan middle = Plan(256);
+  middle.frozen_prefixes = {"model.layers.1."};
+  h = hooks_by_unit(middle);
+  EXPECT_EQ(h["model.layers.0"], 1);
+  EXPECT_EQ(h["model.layers.1"], 1);
+  EXPECT_EQ(h["model.layers.2"], 1);
 }
 
 TEST(SimulateTest, StepTimeMonotoneInHardware) {
