@@ -88,6 +88,22 @@ void ExportFullStateDict(FsdpRuntime& runtime, int rank, const std::string& mode
     ep.AllGather(full.contiguous(), all)->Wait();
     if (rank != 0) continue;
     at::Tensor host = all.to(at::kCPU).contiguous();
+    if (spec.moe.gpt_oss_experts) {
+      // GPT-OSS's experts are [E, ...] tensors in transformers too (gate_up_proj, its bias,
+      // down_proj, its bias): each the ep ranks' [E / ep, ...] slices in rank order.
+      for (const ParamSlot& s : u->slots()) {
+        std::vector<float> whole;
+        whole.reserve(static_cast<size_t>(s.numel * ep.size()));
+        for (int r = 0; r < ep.size(); ++r) {
+          const float* src = host.data_ptr<float>() + r * u->padded_numel() + s.offset;
+          whole.insert(whole.end(), src, src + s.numel);
+        }
+        std::vector<int64_t> shape = s.shape;
+        shape[0] *= ep.size();
+        append(s.name, shape, whole.data(), static_cast<int64_t>(whole.size()));
+      }
+      continue;
+    }
     const std::string& moe_experts = specs[ui].name;  // "<moe>.experts"
     const int64_t H = spec.hidden;
     const int64_t F = spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden : spec.ffn_hidden;

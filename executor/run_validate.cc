@@ -68,11 +68,7 @@ std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_si
       refuse("the executor runs torchtitan's RMSNorm (F.rms_norm); this model's norm (Gemma's 1 + w, "
              "OLMo 2's fp32 weight product) is not built in that form");
     }
-    if (s.moe.enabled() && s.moe.gpt_oss_experts && plan.ep > 1) {
-      refuse("--ep " + std::to_string(plan.ep) + ": torchtitan's GPT-OSS experts (models/gpt_oss/"
-             "moe.py, with biases) run without expert parallelism here; ep > 1 is estimated, "
-             "simulated and tuned, not run");
-    } else if (s.moe.enabled() && s.mlp_bias && !s.moe.gpt_oss_experts) {
+    if (s.moe.enabled() && s.mlp_bias && !s.moe.gpt_oss_experts) {
       refuse("torchtitan's GroupedExperts have no biases");
     }
     if (plan.lora.enabled()) refuse("torchtitan has no LoRA adapters");

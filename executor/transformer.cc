@@ -448,13 +448,12 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
   const bool grouped = p.count(pre + ".experts.w1") > 0;
   const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
   at::Tensor w1, w2, w3;
-  at::Tensor gate_up, gate_up_bias, down, down_bias;  // GPT-OSS's experts (run refuses ep > 1)
+  at::Tensor gate_up, gate_up_bias, down, down_bias;  // GPT-OSS's [el, ...] experts
   if (m.gpt_oss_experts) {
-    SHARDTUNE_CHECK(el == E) << "torchtitan's GPT-OSS experts run without expert parallelism";
-    gate_up = Get(p, pre + ".experts.gate_up_proj").view({E, H, 2 * F});
-    gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
-    down = Get(p, pre + ".experts.down_proj").view({E, F, H});
-    down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
+    gate_up = Get(p, pre + ".experts.gate_up_proj").view({el, H, 2 * F});
+    gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({el, 2 * F});
+    down = Get(p, pre + ".experts.down_proj").view({el, F, H});
+    down_bias = Get(p, pre + ".experts.down_proj_bias").view({el, H});
   } else if (grouped) {
     w1 = Get(p, pre + ".experts.w1").view({el, F, H});
     w2 = Get(p, pre + ".experts.w2").view({el, H, F});

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -274,6 +276,58 @@ TEST(ExecutorExportTest, ExpertParallelExportWritesEachExpertUnderItsHfName) {
     ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
     EXPECT_TRUE(a.data.compare(static_cast<size_t>(oa[0]), static_cast<size_t>(oa[1] - oa[0]), b.data,
                                static_cast<size_t>(ob[0]), static_cast<size_t>(ob[1] - ob[0])) == 0);
+  }
+}
+
+// GPT-OSS's experts are [E, ...] tensors under transformers' names (mlp.experts.gate_up_proj
+// [E, H, 2F], its bias [E, 2F], down_proj [E, F, H], its bias [E, H]): two ranks with ep 2 (2 of
+// 4 experts each, torchtitan's code) write the same tensors as one rank holding all four. Both
+// runs step once at lr 1e-30, so a zero-initialised bias may move by ~1e-30 (the sign of a
+// gradient the two runs round differently): values are compared within 1e-20, which an expert
+// written at another's place (values ~0.02) would break.
+TEST(ExecutorExportTest, ExpertParallelExportWritesGptOssExpertsAsWholeTensors) {
+  TempDir tmp;
+  Json model = Json::parse(ReadText(DataPath("micro-gpt-oss.model.json")));
+  model["hf_architecture"] = "GptOssForCausalLM";
+  const std::string file = tmp.Sub("gpt-oss.model.json");
+  std::ofstream(file) << model.dump();
+  auto base = [&](const std::string& out) {
+    return std::vector<std::string>{
+        "run", "--model", file, "--steps", "1", "--out", out, "--seq-len", "16", "--threads", "1",
+        "--global-batch", "2", "--lr", "1e-30", "--lr-schedule", "constant", "--warmup-steps", "0",
+        "--modeling", "torchtitan", "--attention", "eager", "--export-full-state-dict"};
+  };
+  ProcessResult one = RunShardtune(base(tmp.Sub("one")));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto ep_args = base(tmp.Sub("ep"));
+  ep_args.insert(ep_args.end(), {"--nproc", "2", "--ep", "2"});
+  ProcessResult ep = RunShardtune(ep_args);
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  SafeTensors a = ReadSafeTensors(ReadText(tmp.Sub("one") + "/model.safetensors"));
+  SafeTensors b = ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"));
+  EXPECT_EQ(a.header.size(), b.header.size());
+  const std::string experts = "model.layers.1.mlp.experts.";
+  ASSERT_TRUE(b.header.contains(experts + "gate_up_proj"));
+  EXPECT_EQ(b.header[experts + "gate_up_proj"].at("shape"), Json::array({4, 64, 96}));
+  EXPECT_EQ(b.header[experts + "gate_up_proj_bias"].at("shape"), Json::array({4, 96}));
+  EXPECT_EQ(b.header[experts + "down_proj"].at("shape"), Json::array({4, 48, 64}));
+  EXPECT_EQ(b.header[experts + "down_proj_bias"].at("shape"), Json::array({4, 64}));
+  EXPECT_TRUE(b.header.contains("model.layers.0.mlp.router.bias"));
+  for (const auto& [name, t] : a.header.items()) {
+    SCOPED_TRACE(name);
+    if (name == "__metadata__") continue;
+    ASSERT_TRUE(b.header.contains(name));
+    EXPECT_EQ(t.at("shape"), b.header[name].at("shape"));
+    auto oa = t.at("data_offsets").get<std::vector<int64_t>>();
+    auto ob = b.header[name].at("data_offsets").get<std::vector<int64_t>>();
+    ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
+    const size_t n = static_cast<size_t>(oa[1] - oa[0]) / sizeof(float);
+    std::vector<float> va(n), vb(n);
+    std::memcpy(va.data(), a.data.data() + oa[0], n * sizeof(float));
+    std::memcpy(vb.data(), b.data.data() + ob[0], n * sizeof(float));
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(va[i]) - double(vb[i])));
+    EXPECT_LT(worst, 1e-20);
   }
 }
 
