@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/errors.h"
 #include "model/presets.h"
@@ -24,6 +26,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::ThrowsMessage;
 
 bool PythonHas(const std::string& module) {
@@ -208,6 +211,30 @@ TEST(ExportTest, TorchtitanTomlCarriesDegreesBatchAndCheckpointing) {
   EXPECT_EQ(Str(t, "/parallelism/fsdp_reshard_after_forward"), "always");
   EXPECT_EQ(Str(t, "/activation_checkpoint/mode"), "full");
   EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+// The MoE presets torchtitan v0.2.2 ships as flavors (models/gpt_oss, models/deepseek_v3),
+// written as its [model] name and flavor; a model it has no flavor for gets a comment and a note.
+TEST(ExportTest, TorchtitanTomlNamesTheMoeFlavors) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  const std::vector<std::array<std::string, 3>> cases = {{"gpt-oss-20b", "gpt_oss", "20b"},
+                                                         {"gpt-oss-120b", "gpt_oss", "120b"},
+                                                         {"deepseek-v3", "deepseek_v3", "671B"}};
+  for (const auto& [preset, name, flavor] : cases) {
+    SCOPED_TRACE(preset);
+    Job j = HybridJob();
+    j.plan.modeling = model::Modeling::kTorchtitan;
+    j.ctx.model_name = preset;
+    ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan);
+    json t = LoadToml(r.text);
+    EXPECT_EQ(Str(t, "/model/name"), name);
+    EXPECT_EQ(Str(t, "/model/flavor"), flavor);
+    for (const std::string& n : r.notes) EXPECT_THAT(n, Not(HasSubstr("no torchtitan model flavor")));
+  }
+  Job j = HybridJob();
+  j.ctx.model_name = "gemma3-27b";
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan);
+  EXPECT_THAT(r.text, HasSubstr("# name and flavor: no torchtitan model matches"));
 }
 
 TEST(ExportTest, HfTrainerJsonCarriesFsdpOptionsAndBatch) {
