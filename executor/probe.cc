@@ -312,15 +312,11 @@ void ProbeMemoryKernels(Context& c, model::DType d, profiles::KernelTables* t) {
       m32.push_back(at::zeros({n / kParts}, c.Opts(model::DType::kFp32)));
       v32.push_back(at::zeros({n / kParts}, c.Opts(model::DType::kFp32)));
     }
+    // The ops torch.optim.AdamW(foreach=True) runs (TorchForeachAdamWStep, optimizer.h), the
+    // bias correction's _foreach_div_ of the denominators included (profiles measured before
+    // 2026-11-28 timed eight of its nine passes, without it).
     add(profiles::MemoryKernel::kAdamwForeach, 16 * n, c.timer.Median([&] {
-          at::_foreach_mul_(p32, 1 - 1e-3 * 0.01);               // weight decay
-          at::_foreach_mul_(m32, 0.9);
-          at::_foreach_add_(m32, g32, 0.1);                      // exp_avg lerp
-          at::_foreach_mul_(v32, 0.999);
-          at::_foreach_addcmul_(v32, g32, g32, 0.001);           // exp_avg_sq
-          std::vector<at::Tensor> denom = at::_foreach_sqrt(v32);
-          at::_foreach_add_(denom, 1e-8);
-          at::_foreach_addcdiv_(p32, m32, denom, -1e-3);         // step
+          TorchForeachAdamWStep(p32, g32, m32, v32, 1e-3, 0.01, 2);
         }));
   }
   // Cross-entropy over [T, V] logits (HF: logits.float(), then F.cross_entropy).
