@@ -5,6 +5,7 @@
 #include "model/errors.h"
 #include "model/module_tree.h"
 #include "model/trainable.h"
+#include "simulator/memory_ledger.h"
 #include "simulator/step_walk_rules.h"
 
 namespace shardtune::sim::internal {
@@ -202,13 +203,18 @@ void Walker::Backward() {
     BackwardExperts(seg, true, sync);
     int64_t grads = 0;
     double inplace_bytes = 0;
-    for (const auto& [ui, g] : grads_by_segment_[static_cast<size_t>(seg)]) {
+    for (const auto& [ui, made] : grads_by_segment_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(ui);
+      int64_t g = made;
       if (inplace_accum_[i]) {  // no_sync without a reduce dtype: AccumulateGrad's += in place
         inplace_bytes += 3.0 * static_cast<double>(g);
         continue;
       }
       if (units_[i].is_expert && !gathered_[i]) continue;  // its gradients come with its own pass
+      // Each unit's gradients in the caching allocator's 512-byte blocks, as the ledger frees them
+      // unit by unit at post-backward: one rounded sum over several units (the root and an
+      // expert-parallel unit in one segment) could be less than the units' rounded parts.
+      g = RoundToBlock(g);
       unsharded_grad_[i] += g;
       grads += g;
       if (rec_) seg_grad_units_.push_back(ui);

@@ -7,7 +7,9 @@ measured peaks):
   1. micro-qwen-moe, fp32, 2 ranks, --modeling torchtitan --ep 2;
   2. mid-moe (hidden 256, 8 experts top 2), bf16, micro-batch 2 x 256, 2 ranks, torchtitan, ep 2;
   3. the same under --modeling hf (transformers' MoE: every expert on every rank);
-  4. micro-llama-v8k, fp32, 1 rank (a one-rank FSDP2 mesh).
+  4. micro-gpt-oss, bf16, micro-batch 2 x 64, 2 ranks, eager sink attention, under --modeling
+     hf and under torchtitan with ep 2;
+  5. micro-llama-v8k, fp32, 1 rank (a one-rank FSDP2 mesh).
 The executor/README.md figures of expert parallelism and the one-rank mesh are this output.
 
 Usage: python3 tests/bench/moe_validate.py [build/cli/shardtune]
@@ -32,6 +34,12 @@ RUNS = [
     ("mid-moe bf16 mb 2x256, 2 ranks, hf", "mid-moe.model.json",
      ["--seq-len", "256", "--global-batch", "8", "--micro-batch", "2", "--precision", "bf16",
       "--nproc", "2"]),
+    ("micro-gpt-oss bf16 mb 2x64, 2 ranks, hf (eager sinks)", "micro-gpt-oss.model.json",
+     ["--seq-len", "64", "--global-batch", "4", "--micro-batch", "2", "--precision", "bf16",
+      "--nproc", "2", "--attention", "eager"]),
+    ("micro-gpt-oss bf16 mb 2x64, 2 ranks, torchtitan, ep 2", "micro-gpt-oss.model.json",
+     ["--seq-len", "64", "--global-batch", "4", "--micro-batch", "2", "--precision", "bf16",
+      "--nproc", "2", "--attention", "eager", "--modeling", "torchtitan", "--ep", "2"]),
     ("micro-llama-v8k fp32 mb 2x64, 1 rank", "micro-llama-v8k.model.json",
      ["--seq-len", "64", "--global-batch", "4", "--micro-batch", "2", "--precision", "fp32"]),
 ]

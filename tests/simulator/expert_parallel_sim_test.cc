@@ -110,3 +110,46 @@ TEST(ExpertParallelSimTest, LocalExpertsGatherOverTheEfsdpGroup) {
 
 }  // namespace
 }  // namespace shardtune::sim
+
+namespace shardtune::sim {
+namespace {
+
+// GPT-OSS at test scale (tests/executor/data/micro-gpt-oss.model.json's shapes) with ep 2: the
+// root's and the local experts' unsharded gradients are made in the same backward segments and
+// their sizes are not multiples of the allocator's 512-byte blocks (the experts' biases: 2 x
+// 96 x 2 bytes per expert). The walk allocates each unit's gradients in whole blocks, as it frees
+// them unit by unit at post-backward; rounding the segment's sum once freed more than it had
+// allocated (an internal error, 2026-11-28). Every walk must end with no unsharded gradient.
+TEST(ExpertParallelSimTest, UnitsSharingASegmentFreeTheGradientBlocksTheyAllocated) {
+  model::ModelSpec s;
+  s.name = "micro-gpt-oss";
+  s.num_layers = 2;
+  s.hidden = 64;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 16;
+  s.ffn_hidden = 48;
+  s.vocab_size = 512;
+  s.max_seq_len = 64;
+  s.qkv_bias = s.attn_out_bias = s.attention_sinks = s.norm_weight_fp32 = true;
+  s.sliding_window = 8;
+  s.full_attention_every = 2;
+  s.moe.num_experts = 4;
+  s.moe.top_k = 2;
+  s.moe.expert_ffn_hidden = 48;
+  s.moe.gpt_oss_experts = true;
+  s.FillDefaults();
+  ASSERT_TRUE(s.Problems("spec").empty());
+  auto c = profiles::ParseClusterShorthand("2xH100");
+  model::Plan p = EpPlan(2);
+  p.seq_len = 64;
+  for (int accum : {1, 2}) {
+    p.grad_accum = accum;
+    MemoryReport r;
+    ASSERT_NO_THROW(r = EstimateMemory(s, c, p)) << accum;
+    EXPECT_EQ(r.ep, 2);
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::sim
