@@ -235,30 +235,45 @@ TEST(ExecutorExportTest, FullStateDictOfOneAndTwoRanksIsByteIdenticalWithModuleT
   EXPECT_EQ(st.header.at("__metadata__").at("format"), "pt");
 }
 
+// Exports `model_json` (test data) under transformers' class `architecture` twice, at lr 1e-30 so
+// one step leaves the initial values: by one rank with `flags`, and by two ranks with those flags,
+// ep 2 and torchtitan's code. Returns {one rank's safetensors, ep's}.
+std::pair<SafeTensors, SafeTensors> ExportOneRankAndEp2(const TempDir& tmp, const std::string& model_json,
+                                                        const std::string& architecture,
+                                                        const std::vector<std::string>& flags) {
+  Json model = Json::parse(ReadText(DataPath(model_json)));
+  model["hf_architecture"] = architecture;
+  const std::string file = tmp.Sub(architecture + ".model.json");
+  std::ofstream(file) << model.dump();
+  auto base = [&](const std::string& out) {
+    std::vector<std::string> a{
+        "run", "--model", file, "--steps", "1", "--out", out, "--seq-len", "16", "--threads", "1",
+        "--global-batch", "2", "--lr", "1e-30", "--lr-schedule", "constant", "--warmup-steps", "0",
+        "--export-full-state-dict"};
+    a.insert(a.end(), flags.begin(), flags.end());
+    return a;
+  };
+  ProcessResult one = RunShardtune(base(tmp.Sub("one")));
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  auto ep_args = base(tmp.Sub("ep"));
+  ep_args.insert(ep_args.end(), {"--nproc", "2", "--ep", "2"});
+  if (std::find(flags.begin(), flags.end(), "--modeling") == flags.end()) {
+    ep_args.insert(ep_args.end(), {"--modeling", "torchtitan"});
+  }
+  ProcessResult ep = RunShardtune(ep_args);
+  EXPECT_EQ(ep.exit_code, 0) << ep.output;
+  return {ReadSafeTensors(ReadText(tmp.Sub("one") + "/model.safetensors")),
+          ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"))};
+}
+
 // An MoE checkpoint under transformers' names (micro-qwen-moe as Qwen2-MoE's class names it:
 // "mlp.gate", "mlp.experts.N.*", "mlp.shared_expert(_gate)"), written by one rank holding every
 // expert and by two ranks with expert parallelism (torchtitan's code, ep 2: 3 of 6 experts each,
 // in GroupedExperts' layout): the same tensors under the same names, value for value.
 TEST(ExecutorExportTest, ExpertParallelExportWritesEachExpertUnderItsHfName) {
   TempDir tmp;
-  Json model = Json::parse(ReadText(DataPath("micro-qwen-moe.model.json")));
-  model["hf_architecture"] = "Qwen2MoeForCausalLM";
-  const std::string file = tmp.Sub("qwen2-moe.model.json");
-  std::ofstream(file) << model.dump();
-  auto base = [&](const std::string& out) {
-    return std::vector<std::string>{
-        "run", "--model", file, "--steps", "1", "--out", out, "--seq-len", "16", "--threads", "1",
-        "--global-batch", "2", "--lr", "1e-30", "--lr-schedule", "constant", "--warmup-steps", "0",
-        "--export-full-state-dict"};
-  };
-  ProcessResult one = RunShardtune(base(tmp.Sub("one")));
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto ep_args = base(tmp.Sub("ep"));
-  ep_args.insert(ep_args.end(), {"--nproc", "2", "--modeling", "torchtitan", "--ep", "2"});
-  ProcessResult ep = RunShardtune(ep_args);
-  ASSERT_EQ(ep.exit_code, 0) << ep.output;
-  SafeTensors a = ReadSafeTensors(ReadText(tmp.Sub("one") + "/model.safetensors"));
-  SafeTensors b = ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"));
+  auto [a, b] = ExportOneRankAndEp2(tmp, "micro-qwen-moe.model.json", "Qwen2MoeForCausalLM", {});
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(a.header.size(), b.header.size());
   for (const char* name : {"model.layers.0.mlp.gate.weight", "model.layers.1.mlp.experts.5.down_proj.weight",
                            "model.layers.0.mlp.experts.3.gate_proj.weight",
@@ -287,24 +302,10 @@ TEST(ExecutorExportTest, ExpertParallelExportWritesEachExpertUnderItsHfName) {
 // written at another's place (values ~0.02) would break.
 TEST(ExecutorExportTest, ExpertParallelExportWritesGptOssExpertsAsWholeTensors) {
   TempDir tmp;
-  Json model = Json::parse(ReadText(DataPath("micro-gpt-oss.model.json")));
-  model["hf_architecture"] = "GptOssForCausalLM";
-  const std::string file = tmp.Sub("gpt-oss.model.json");
-  std::ofstream(file) << model.dump();
-  auto base = [&](const std::string& out) {
-    return std::vector<std::string>{
-        "run", "--model", file, "--steps", "1", "--out", out, "--seq-len", "16", "--threads", "1",
-        "--global-batch", "2", "--lr", "1e-30", "--lr-schedule", "constant", "--warmup-steps", "0",
-        "--modeling", "torchtitan", "--attention", "eager", "--export-full-state-dict"};
-  };
-  ProcessResult one = RunShardtune(base(tmp.Sub("one")));
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto ep_args = base(tmp.Sub("ep"));
-  ep_args.insert(ep_args.end(), {"--nproc", "2", "--ep", "2"});
-  ProcessResult ep = RunShardtune(ep_args);
-  ASSERT_EQ(ep.exit_code, 0) << ep.output;
-  SafeTensors a = ReadSafeTensors(ReadText(tmp.Sub("one") + "/model.safetensors"));
-  SafeTensors b = ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"));
+  // The one-rank run under torchtitan's code too (its RMSNorm and router), eager sink attention.
+  auto [a, b] = ExportOneRankAndEp2(tmp, "micro-gpt-oss.model.json", "GptOssForCausalLM",
+                                    {"--modeling", "torchtitan", "--attention", "eager"});
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(a.header.size(), b.header.size());
   const std::string experts = "model.layers.1.mlp.experts.";
   ASSERT_TRUE(b.header.contains(experts + "gate_up_proj"));
