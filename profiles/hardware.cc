@@ -7,6 +7,7 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 #include "profiles/catalog_data.h"
 #include "profiles/hardware_json.h"
 
@@ -70,7 +71,8 @@ const GpuSpec* LookupGpu(const std::string& name) {
 }
 
 std::string UnknownGpuMessage(const std::string& name, bool list_known) {
-  std::string msg = "unknown GPU kind \"" + name + "\"";
+  // The name as written, its control characters escaped: the message stays one line.
+  std::string msg = "unknown GPU kind \"" + model::EscapeControls(name) + "\"";
   std::string hint = model::ClosestName(name, GpuNamesAndAliases());
   if (!hint.empty()) msg += " (did you mean \"" + hint + "\"?)";
   if (list_known || hint.empty()) {
@@ -91,7 +93,7 @@ const LinkSpec& FindLink(const std::string& name, const std::string& where) {
     if (EqualsIgnoreCase(l.name, name)) return l;
   }
   std::string hint = model::ClosestName(name, LinkNames());
-  throw InputError(where + ": unknown link kind \"" + name + "\"" +
+  throw InputError(where + ": unknown link kind \"" + model::EscapeControls(name) + "\"" +
                    (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
                    "; known kinds: " + JoinNames(LinkNames()));
 }

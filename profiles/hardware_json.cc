@@ -8,6 +8,7 @@
 #include <map>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "profiles/catalog_data.h"
 
 namespace shardtune::profiles::internal {
@@ -62,7 +63,7 @@ void CheckUnique(const std::vector<std::vector<std::string>>& names, const std::
     for (const auto& n : names[i]) {
       auto [it, inserted] = seen.emplace(Lower(n), i);
       if (!inserted && it->second != i) {
-        throw InputError(where + ":/" + key + "/" + std::to_string(i) + ": name or alias \"" + n +
+        throw InputError(where + ":/" + key + "/" + std::to_string(i) + ": name or alias \"" + model::EscapeControls(n) +
                          "\" is already used by entry " + std::to_string(it->second));
       }
     }

@@ -102,6 +102,14 @@ TEST(ReadClusterFileTest, UnknownGpuKindIsReportedAtItsPointer) {
                                               HasSubstr("did you mean \"H100\""))));
 }
 
+// A kind holding a newline (found by fuzz_cluster_json, 2026-11-28): the name is echoed with
+// its control characters escaped, so the message stays one line.
+TEST(ReadClusterFileTest, UnknownGpuKindWithANewlineIsEchoedOnOneLine) {
+  EXPECT_THAT([] { profiles::FindGpu("A\\\nk3", "c.json:/gpu"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("c.json:/gpu: unknown GPU kind \"A\\\\u000ak3\""),
+                                              Not(HasSubstr("\n")))));
+}
+
 TEST(ReadClusterFileTest, RejectsAnotherSchemaAndNewerVersions) {
   EXPECT_THAT([] { ReadClusterFile(Data("wrong_schema.json")); },
               ThrowsMessage<InputError>(HasSubstr("expected \"shardtune.cluster\"")));
