@@ -26,6 +26,12 @@
 
 namespace shardtune::exec {
 namespace {
+
+// GPT-OSS's clamped SwiGLU constants, the same in both codes: transformers' GptOssExperts.alpha
+// and .limit (hard-coded), torchtitan's swiglu(alpha=1.702) with GptOssGroupedExperts.Config
+// .swiglu_limit (7.0 in every published config).
+constexpr double kGptOssSwigluAlpha = 1.702;
+constexpr double kGptOssSwigluLimit = 7.0;
 // _compute_yarn_parameters: the frequencies' factor is max_position_embeddings /
 // original_max_position_embeddings when the config names the latter, else its "factor".
 double YarnFactor(const model::RopeScaling& r, int64_t max_position_embeddings) {
@@ -500,12 +506,11 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
 at::Tensor Transformer::GptOssGroupedExpert(const at::Tensor& rows, const at::Tensor& gate_up,
                                             const at::Tensor& gate_up_bias, const at::Tensor& down,
                                             const at::Tensor& down_bias) {
-  constexpr double kAlpha = 1.702, kLimit = 7.0;
   const int64_t G = gate_up.size(1);
   at::Tensor h = at::matmul(rows, gate_up) + gate_up_bias;
-  at::Tensor x_glu = h.slice(-1, 0, G, 2).clamp_max(kLimit);
-  at::Tensor x_linear = h.slice(-1, 1, G, 2).clamp(-kLimit, kLimit);
-  at::Tensor out_glu = x_glu * at::sigmoid(x_glu * kAlpha);
+  at::Tensor x_glu = h.slice(-1, 0, G, 2).clamp_max(kGptOssSwigluLimit);
+  at::Tensor x_linear = h.slice(-1, 1, G, 2).clamp(-kGptOssSwigluLimit, kGptOssSwigluLimit);
+  at::Tensor out_glu = x_glu * at::sigmoid(x_glu * kGptOssSwigluAlpha);
   return at::matmul(at::addcmul(out_glu, out_glu, x_linear), down) + down_bias;
 }
 
@@ -518,7 +523,6 @@ at::Tensor Transformer::GptOssGroupedExpert(const at::Tensor& rows, const at::Te
 // not change); out = g @ down[e] + down_bias[e], times the routing weight, index_add_-ed back.
 at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
                                   const at::Tensor& x) const {
-  constexpr double kAlpha = 1.702, kLimit = 7.0;  // GptOssExperts.alpha, .limit
   const model::MoeSpec& m = spec_.moe;
   const int64_t H = spec_.hidden, E = m.num_experts;
   const int64_t F = m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : spec_.ffn_hidden;
@@ -533,9 +537,9 @@ at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
   at::Tensor down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
   at::Tensor out = Dispatch(flat, chosen, weights, E, [&](int64_t e, const at::Tensor& rows) {
     at::Tensor gu = at::matmul(rows, gate_up.select(0, e)) + gate_up_bias.select(0, e);
-    at::Tensor g = gu.slice(-1, 0, 2 * F, 2).clamp_max(kLimit);
-    at::Tensor u = gu.slice(-1, 1, 2 * F, 2).clamp(-kLimit, kLimit);
-    at::Tensor glu = g * at::sigmoid(g * kAlpha);
+    at::Tensor g = gu.slice(-1, 0, 2 * F, 2).clamp_max(kGptOssSwigluLimit);
+    at::Tensor u = gu.slice(-1, 1, 2 * F, 2).clamp(-kGptOssSwigluLimit, kGptOssSwigluLimit);
+    at::Tensor glu = g * at::sigmoid(g * kGptOssSwigluAlpha);
     return at::matmul((u + 1) * glu, down.select(0, e)) + down_bias.select(0, e);
   });
   return out.view_as(x);
