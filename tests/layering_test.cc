@@ -1,7 +1,7 @@
 // Checks every #include of ours against the allowed dependency edges (README.md "Architecture",
 // "Conventions"): model and profiles depend on nothing of ours (profiles may use the vocabulary
-// headers model/units.h, model/errors.h, model/strict_json.h, model/dtype.h and
-// model/collective.h), simulator on model and profiles, planner (the search) on simulator,
+// headers model/units.h, model/errors.h, model/strict_json.h, model/dtype.h,
+// model/collective.h and model/text.h), simulator on model and profiles, planner (the search) on simulator,
 // planner/configs (config import and export) on model and profiles alone, executor on model and
 // profiles only, cli on everything.
 // Public headers outside the executor never include Torch, Boost or Eigen.
@@ -40,7 +40,7 @@ std::string LayerOf(const std::string& path) {
 
 const std::set<std::string>& VocabularyHeaders() {
   static const std::set<std::string> s{"model/units.h", "model/errors.h", "model/strict_json.h",
-                                      "model/dtype.h", "model/collective.h"};
+                                      "model/dtype.h", "model/collective.h", "model/text.h"};
   return s;
 }
 
