@@ -6,6 +6,10 @@
 #include "model/activations.h"
 
 #include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "model/activation_recipes.h"
 #include "model/autograd_ledger.h"
@@ -57,78 +61,124 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
   return Linear(c, prod, h * mult, name + ".down_proj", module + ".down_proj", mult);
 }
 
-// HF's loop dispatch (MixtralSparseMoeBlock, GptOssExperts in training): expert_mask =
-// one_hot(selected_experts, E).permute(2, 1, 0), int64 [E, top_k, T], which torch.where reads
-// for every expert until the loop ends (no gradient). The caller keeps it live to the loop's end.
-int ExpertMask(Ctx& c, double top_k, double experts) {
-  int mask = c.g.Tensor("moe.one_hot expert_mask (int64)", 8 * top_k * experts);
-  c.g.Op("moe.one_hot", {}, mask, {});
-  return mask;
+// GPT-OSS's clamped gate, the same ops in both codes on gate_up ([2F] per routed row): the
+// interleaved views ([..., ::2] and [..., 1::2]), the gate clamped above and the up both ways
+// (clamp saves its input: the views keep gate_up whole), alpha x gate, its sigmoid (saves its
+// output) and gate x sigmoid (saves both). `gate` and `up` name the halves as each code does
+// (transformers: gate, up; torchtitan: x_glu, x_linear). Returns {the product, the clamped up}.
+std::pair<int, int> GptOssClampedGlu(Ctx& c, int gate_up, double fe, double k, const std::string& gate,
+                                     const std::string& up) {
+  const std::string p = "moe.experts ";
+  std::vector<int> halves = c.g.Views(gate_up, {p + gate + " ([..., ::2])", p + up + " ([..., 1::2])"},
+                                      {c.e * fe * k, c.e * fe * k});
+  int g = c.g.Tensor(p + gate + ".clamp(max=limit)", c.e * fe * k);
+  c.g.Op(p + "clamp " + gate, {halves[0]}, g, {halves[0]});
+  int u = c.g.Tensor(p + up + ".clamp(-limit, limit)", c.e * fe * k);
+  c.g.Op(p + "clamp " + up, {halves[1]}, u, {halves[1]});
+  int ga = c.g.Tensor(p + "alpha * " + gate, c.e * fe * k);
+  c.g.Op(p + "alpha * " + gate, {g}, ga, {});
+  int sig = c.g.Tensor(p + "sigmoid(alpha * " + gate + ")", c.e * fe * k);
+  c.g.Op(p + "sigmoid", {ga}, sig, {sig});
+  int glu = c.g.Tensor(p + gate + " * sigmoid", c.e * fe * k);
+  c.g.Op(p + "glu", {g, sig}, glu, {{g, 1}, {sig, 0}});
+  return {glu, u};
 }
 
-// GPT-OSS (modeling_gpt_oss.py), training path. GptOssTopKRouter: logits = F.linear(x, W, b);
-// topk over the logits; softmax over the k values (compute dtype, saves its output); scatter_
-// into router_scores [T, E] (saves the indices). GptOssExperts.forward with self.training: the
-// same one_hot mask and loop as Mixtral's; per routed copy current_state = x[token_idx] (saved by
-// the matmul with gate_up_proj[e] for its weight), gate_up = that @ W + b [2F] (the matmul's
-// output dies at the add), gate and up strided views of it, gate.clamp(max) and up.clamp(+-l)
-// (clamp saves its input: the views keep gate_up), sigmoid(gate * alpha) saves its output, glu =
-// gate * sigmoid saves both, (up + 1) * glu saves both, gated_output @ down_proj[e] saves
-// gated_output, + bias, * routing weight saves out [H]: per copy 2H + 7F elements.
+// transformers 5's default experts path: integrations/moe.py grouped_mm_experts_forward, which
+// PreTrainedModel.get_correct_experts_implementation picks ("grouped_mm") whenever torch has
+// _grouped_mm (2.9+); 4.x's one-hot loop with index_add_ (whose saved source would add
+// [top_k x H] per token) is the "eager" fallback. On tokens x [H] and their top-k routing
+// weights `w` ([k], `w_bytes` each), S = T x k rows:
+//   token_idx = arange(T)[:, None].expand(-1, k).reshape(-1): int64 [k], saved by x[token_idx]
+//   selected_hidden_states = x[token_idx] [k H]: a local until the function returns
+//   perm = argsort(expert_ids), inv_perm = argsort(perm): int64 [k] each, saved by the gathers
+//   sample_weights_g = w[perm]; selected_hidden_states_g = selected[perm], which the first
+//   torch._grouped_mm saves for the weight's gradient (its derivative saves both operands)
+//   `body` on the sorted rows -> out_g [k H]
+//   out_g * sample_weights_g[:, None]: the promoted dtype (fp32 weights: fp32), saves both
+//   [inv_perm] -> [k H], .view(T, k, H).sum(dim=1) -> [H], .to(hidden_states.dtype).
+// The weighted product and its unsorted copy are locals to the return too.
+int HfGroupedExperts(Ctx& c, int x, int w, double w_bytes, const std::function<int(int)>& body) {
+  double h = static_cast<double>(c.spec.hidden), k = c.spec.moe.top_k;
+  int token_idx = c.g.Tensor("moe.experts token_idx (int64)", 8 * k);
+  c.g.Op("moe.experts token_idx arange.expand.reshape", {}, token_idx, {});
+  int selected = c.g.Tensor("moe.experts selected_hidden_states = x[token_idx]", c.e * h * k);
+  c.g.Op("moe.experts gather tokens", {x, token_idx}, selected, {token_idx});
+  int perm = c.g.Tensor("moe.experts perm = argsort(expert_ids) (int64)", 8 * k);
+  c.g.Op("moe.experts argsort", {}, perm, {});
+  int inv_perm = c.g.Tensor("moe.experts inv_perm = argsort(perm) (int64)", 8 * k);
+  c.g.Op("moe.experts argsort(perm)", {perm}, inv_perm, {});
+  int w_g = c.g.Tensor("moe.experts sample_weights[perm]", w_bytes * k);
+  c.g.Op("moe.experts sort weights", {w, perm}, w_g, {perm});
+  int rows = c.g.Tensor("moe.experts selected_hidden_states[perm]", c.e * h * k);
+  c.g.Op("moe.experts sort rows", {selected, perm}, rows, {perm});
+  int out_g = body(rows);
+  double promoted = std::max(w_bytes, c.e);
+  int weighted = c.g.Tensor("moe.experts out_g * sample_weights_g", promoted * h * k);
+  c.g.Op("moe.scale by routing weight", {out_g, w_g}, weighted, {{out_g, 1}, {w_g, 0}});
+  int unsorted = c.g.Tensor("moe.experts out[inv_perm]", promoted * h * k);
+  c.g.Op("moe.experts unsort", {weighted, inv_perm}, unsorted, {inv_perm});
+  int summed = c.g.Tensor("moe.experts view(T, k, H).sum(1)", promoted * h);
+  c.g.Op("moe.experts sum over top-k", {unsorted}, summed, {});
+  if (promoted != c.e) {
+    int cast = c.g.Tensor("moe.experts output to(dtype)", c.e * h);
+    c.g.Op("moe.experts to(dtype)", {summed}, cast, {});
+    summed = cast;
+  }
+  for (int local : {selected, weighted, unsorted}) c.g.KeepAliveThroughLastOp(local);
+  return summed;
+}
+
+// GPT-OSS (transformers 5 modeling_gpt_oss.py). GptOssTopKRouter: logits = F.linear(x, W, b);
+// topk over the logits (saves its int64 indices); softmax over the k values in the logits' dtype
+// (saves its output), which are the routing weights (no scatter into [T, E] in 5.x).
+// GptOssExperts (use_experts_implementation(is_transposed=True, has_bias=True)) through
+// HfGroupedExperts: per sorted row gate_up = _grouped_mm(x, W) [2F] plus
+// gate_up_proj_bias[expert_ids_g] (a gathered [2F] temporary; the gather saves expert_ids_g for
+// the bias's gradient), then _apply_gate: gate and up strided views of gate_up,
+// gate.clamp(max) and up.clamp(+-l) (clamp saves its input: the views keep gate_up),
+// sigmoid(gate * alpha) saves its output, glu = gate * sigmoid saves both, (up + 1) * glu saves
+// both; _grouped_mm with down_proj saves gated_output, plus down_proj_bias[expert_ids_g].
 int GptOssMoe(Ctx& c, int x) {
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), k = m.top_k, E = m.num_experts;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
-  const std::string ex = "block_sparse_moe.experts";
-  bool train = AnyTrains(c, ex);
+  bool train = AnyTrains(c, "block_sparse_moe.experts");
   int logits = Linear(c, x, E, "moe.router", "block_sparse_moe.gate");
-  int top = c.g.Tensor("moe.router top-k values", c.e * k);
-  c.g.Op("moe.router topk", {logits}, top, {});  // saves its int64 indices (below)
   int idx = c.g.Tensor("moe.router topk indices (int64)", 8 * k);
   c.g.Op("moe.router topk indices", {}, idx, {});
+  int top = c.g.Tensor("moe.router top-k values", c.e * k);
+  c.g.Op("moe.router topk", {logits, idx}, top, {idx});
   int probs = c.g.Tensor("moe.router softmax over top-k", c.e * k);
-  c.g.Op("moe.router softmax", {top, idx}, probs, {probs, idx});
-  int scores = c.g.Tensor("moe.router_scores (scatter_)", c.e * E);
-  c.g.Op("moe.router scatter_", {probs}, scores, {});
-  int mask = ExpertMask(c, k, E);
-  int gathered = c.g.Tensor("moe.experts current_state (x top_k)", c.e * h * k);
-  c.g.Op("moe.gather", {x}, gathered, {});
-  int mm = c.g.Tensor("moe.experts current_state @ gate_up_proj[e]", c.e * 2 * fe * k);
-  c.g.Op("moe.experts gate_up matmul", {gathered}, mm, {{gathered, SavedFor::kParamGrad}});
-  c.g.MarkComputeBound();
-  c.g.SetParam(E * h * 2 * fe, train, train);  // gate_up_proj [E, H, 2F]
-  int gate_up = c.g.Tensor("moe.experts gate_up (+ bias)", c.e * 2 * fe * k);
-  c.g.Op("moe.experts gate_up bias", {mm}, gate_up, {});
-  c.g.SetParam(E * 2 * fe, train, train);  // gate_up_proj_bias [E, 2F]
-  std::vector<int> halves = c.g.Views(gate_up, {"moe.experts gate (gate_up[..., ::2])",
-                                                "moe.experts up (gate_up[..., 1::2])"},
-                                      {c.e * fe * k, c.e * fe * k});
-  int gate = c.g.Tensor("moe.experts gate.clamp(max=limit)", c.e * fe * k);
-  c.g.Op("moe.experts clamp gate", {halves[0]}, gate, {halves[0]});
-  int up = c.g.Tensor("moe.experts up.clamp(-limit, limit)", c.e * fe * k);
-  c.g.Op("moe.experts clamp up", {halves[1]}, up, {halves[1]});
-  int ga = c.g.Tensor("moe.experts gate * alpha", c.e * fe * k);
-  c.g.Op("moe.experts gate * alpha", {gate}, ga, {});
-  int sig = c.g.Tensor("moe.experts sigmoid(gate * alpha)", c.e * fe * k);
-  c.g.Op("moe.experts sigmoid", {ga}, sig, {sig});
-  int glu = c.g.Tensor("moe.experts glu = gate * sigmoid", c.e * fe * k);
-  c.g.Op("moe.experts glu", {gate, sig}, glu, {{gate, 1}, {sig, 0}});
-  int up1 = c.g.Tensor("moe.experts up + 1", c.e * fe * k);
-  c.g.Op("moe.experts up + 1", {up}, up1, {});
-  int gated = c.g.Tensor("moe.experts (up + 1) * glu", c.e * fe * k);
-  c.g.Op("moe.experts gated_output", {up1, glu}, gated, {{up1, 1}, {glu, 0}});
-  int down = c.g.Tensor("moe.experts gated_output @ down_proj[e]", c.e * h * k);
-  c.g.Op("moe.experts down matmul", {gated}, down, {{gated, SavedFor::kParamGrad}});
-  c.g.MarkComputeBound();
-  c.g.SetParam(E * fe * h, train, train);  // down_proj [E, F, H]
-  int out = c.g.Tensor("moe.experts out (+ bias)", c.e * h * k);
-  c.g.Op("moe.experts down bias", {down}, out, {});
-  c.g.SetParam(E * h, train, train);  // down_proj_bias [E, H]
-  int weighted = c.g.Tensor("moe.weighted expert output", c.e * h * k);
-  c.g.Op("moe.scale by routing weight", {out, scores}, weighted, {{out, 1}});
-  int combined = c.g.Tensor("moe.combined output", c.e * h);
-  c.g.Op("moe.index_add", {weighted, mask}, combined, {});
-  return combined;
+  c.g.Op("moe.router softmax", {top}, probs, {probs});
+  return HfGroupedExperts(c, x, probs, c.e, [&](int rows) {
+    int ids_g = c.g.Tensor("moe.experts expert_ids_g (int64)", 8 * k);
+    c.g.Op("moe.experts expert_ids[perm]", {}, ids_g, {});
+    int mm = c.g.Tensor("moe.experts _grouped_mm(x, gate_up_proj)", c.e * 2 * fe * k);
+    c.g.Op("moe.experts gate_up grouped_mm", {rows}, mm, {{rows, SavedFor::kParamGrad}});
+    c.g.MarkComputeBound();
+    c.g.SetParam(E * h * 2 * fe, train, train);  // gate_up_proj [E, H, 2F]
+    int b1 = c.g.Tensor("moe.experts gate_up_proj_bias[expert_ids_g]", c.e * 2 * fe * k);
+    c.g.Op("moe.experts gate_up bias gather", {ids_g}, b1, {});
+    int gate_up = c.g.Tensor("moe.experts gate_up (+ bias)", c.e * 2 * fe * k);
+    c.g.Op("moe.experts gate_up bias add", {mm, b1, ids_g}, gate_up, {{ids_g, SavedFor::kParamGrad}});
+    c.g.SetParam(E * 2 * fe, train, train);  // gate_up_proj_bias [E, 2F]
+    auto [glu, up] = GptOssClampedGlu(c, gate_up, fe, k, "gate", "up");
+    int up1 = c.g.Tensor("moe.experts up + 1", c.e * fe * k);
+    c.g.Op("moe.experts up + 1", {up}, up1, {});
+    int gated = c.g.Tensor("moe.experts (up + 1) * glu", c.e * fe * k);
+    c.g.Op("moe.experts gated_output", {up1, glu}, gated, {{up1, 1}, {glu, 0}});
+    int down = c.g.Tensor("moe.experts _grouped_mm(gated_output, down_proj)", c.e * h * k);
+    c.g.Op("moe.experts down grouped_mm", {gated}, down, {{gated, SavedFor::kParamGrad}});
+    c.g.MarkComputeBound();
+    c.g.SetParam(E * fe * h, train, train);  // down_proj [E, F, H]
+    int b2 = c.g.Tensor("moe.experts down_proj_bias[expert_ids_g]", c.e * h * k);
+    c.g.Op("moe.experts down bias gather", {ids_g}, b2, {});
+    int out = c.g.Tensor("moe.experts out (+ bias)", c.e * h * k);
+    c.g.Op("moe.experts down bias add", {down, b2, ids_g}, out, {{ids_g, SavedFor::kParamGrad}});
+    c.g.SetParam(E * h, train, train);  // down_proj_bias [E, H]
+    return out;
+  });
 }
 
 // DeepseekV3TopkRouter.forward and DeepseekV3MoE.route_tokens_to_experts (transformers 5.x;
@@ -167,7 +217,8 @@ int DeepseekRouter(Ctx& c, int x) {
 // torchtitan's GptOssGroupedExperts.forward (models/gpt_oss/moe.py) on the sorted rows (k per
 // token): h = _grouped_mm(x, mlp1^T) [2F] saves x for the weight's gradient; b1.repeat_interleave
 // (counts) materialises the bias per row [2F] (a forward temporary: its gradient is the add's
-// incoming gradient itself, AddBackward0 with alpha 1 copies nothing); h + b1 saves nothing.
+// incoming gradient itself, AddBackward0 with alpha 1 copies nothing; the index_select it is
+// saves its int64 row index); h + b1 saves nothing.
 // swiglu: x_glu = h[..., ::2] and x_linear = h[..., 1::2] are views; each clamp saves its input
 // (the views keep h + b1 whole); alpha * x_glu saves nothing; sigmoid saves its output;
 // x_glu * sigmoid saves both; torch.addcmul(out_glu, out_glu, x_linear) saves out_glu (for
@@ -183,52 +234,60 @@ int GptOssGroupedExperts(Ctx& c, int x, double fe, double k) {
   c.g.Op("moe.experts mlp1 grouped_mm", {x}, mm, {{x, SavedFor::kParamGrad}});
   c.g.MarkComputeBound();
   c.g.SetParam(E * h * 2 * fe, train, train);  // mlp1_weight [E, 2F, H]
+  // repeat_interleave with tensor repeats is index_select(bias, 0, repeat_interleave(repeats)):
+  // its int64 row index [k] is saved for the bias's gradient (charged to the add, which holds
+  // the bias here).
+  int i1 = c.g.Tensor("moe.experts mlp1_bias repeat_interleave index (int64)", 8 * k);
+  c.g.Op("moe.experts mlp1 bias repeat_interleave index", {}, i1, {});
   int b1 = c.g.Tensor("moe.experts mlp1_bias.repeat_interleave (rows)", c.e * 2 * fe * k);
-  c.g.Op("moe.experts mlp1 bias repeat_interleave", {}, b1, {});
+  c.g.Op("moe.experts mlp1 bias repeat_interleave", {i1}, b1, {});
   int gate_up = c.g.Tensor("moe.experts h + b1", c.e * 2 * fe * k);
-  c.g.Op("moe.experts mlp1 bias add", {mm, b1}, gate_up, {});
+  c.g.Op("moe.experts mlp1 bias add", {mm, b1, i1}, gate_up, {{i1, SavedFor::kParamGrad}});
   c.g.SetParam(E * 2 * fe, train, train);  // mlp1_bias [E, 2F]
-  std::vector<int> halves = c.g.Views(gate_up, {"moe.experts x_glu (h[..., ::2])",
-                                                "moe.experts x_linear (h[..., 1::2])"},
-                                      {c.e * fe * k, c.e * fe * k});
-  int glu = c.g.Tensor("moe.experts x_glu.clamp(max=limit)", c.e * fe * k);
-  c.g.Op("moe.experts clamp x_glu", {halves[0]}, glu, {halves[0]});
-  int lin = c.g.Tensor("moe.experts x_linear.clamp(-limit, limit)", c.e * fe * k);
-  c.g.Op("moe.experts clamp x_linear", {halves[1]}, lin, {halves[1]});
-  int ga = c.g.Tensor("moe.experts alpha * x_glu", c.e * fe * k);
-  c.g.Op("moe.experts alpha * x_glu", {glu}, ga, {});
-  int sig = c.g.Tensor("moe.experts sigmoid(alpha * x_glu)", c.e * fe * k);
-  c.g.Op("moe.experts sigmoid", {ga}, sig, {sig});
-  int out_glu = c.g.Tensor("moe.experts out_glu = x_glu * sigmoid", c.e * fe * k);
-  c.g.Op("moe.experts out_glu", {glu, sig}, out_glu, {{glu, 1}, {sig, 0}});
+  auto [out_glu, lin] = GptOssClampedGlu(c, gate_up, fe, k, "x_glu", "x_linear");
   int act = c.g.Tensor("moe.experts addcmul(out_glu, out_glu, x_linear)", c.e * fe * k);
   c.g.Op("moe.experts addcmul", {out_glu, lin}, act, {{out_glu, 1}, {lin, 0}});
   int down = c.g.Tensor("moe.experts _grouped_mm(h, mlp2)", c.e * h * k);
   c.g.Op("moe.experts mlp2 grouped_mm", {act}, down, {{act, SavedFor::kParamGrad}});
   c.g.MarkComputeBound();
   c.g.SetParam(E * fe * h, train, train);  // mlp2_weight [E, H, F]
+  int i2 = c.g.Tensor("moe.experts mlp2_bias repeat_interleave index (int64)", 8 * k);
+  c.g.Op("moe.experts mlp2 bias repeat_interleave index", {}, i2, {});
   int b2 = c.g.Tensor("moe.experts mlp2_bias.repeat_interleave (rows)", c.e * h * k);
-  c.g.Op("moe.experts mlp2 bias repeat_interleave", {}, b2, {});
+  c.g.Op("moe.experts mlp2 bias repeat_interleave", {i2}, b2, {});
   int out = c.g.Tensor("moe.experts h + b2", c.e * h * k);
-  c.g.Op("moe.experts mlp2 bias add", {down, b2}, out, {});
+  c.g.Op("moe.experts mlp2 bias add", {down, b2, i2}, out, {{i2, SavedFor::kParamGrad}});
   c.g.SetParam(E * h, train, train);  // mlp2_bias [E, H]
   return out;
 }
 
-// HF MixtralSparseMoeBlock: router logits, softmax in fp32, top-k; each routed copy of a token
-// is gathered (hidden_states[top_x]), run through its expert, scaled by its routing weight and
-// index_add_-ed back. Per token that is top_k expert passes. Shared experts are dense MLPs.
+// `routed` [H] plus the shared expert(s) on x when the model has them (dense MLPs of the summed
+// width; Qwen2-MoE's sigmoid gate is a [1]-wide product, not counted).
+int SharedExpertsAdded(Ctx& c, int x, int routed, double fe) {
+  const MoeSpec& m = c.spec.moe;
+  if (m.num_shared_experts <= 0) return routed;
+  double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
+  int shared = DenseMlp(c, x, fs * m.num_shared_experts, 1.0, "moe.shared_expert",
+                        "block_sparse_moe.shared_expert");
+  int sum = c.g.Tensor("moe.output", c.e * static_cast<double>(c.spec.hidden));
+  c.g.Op("moe.add shared", {routed, shared}, sum, {});
+  return sum;
+}
+
+// A dropless MoE block: the router (HF's, DeepSeek's or torchtitan's), then the routed experts
+// (HF: HfGroupedExperts; torchtitan: the sorted dispatch, GroupedExperts and the combine), top_k
+// expert passes per token, and the shared experts as dense MLPs.
 int Moe(Ctx& c, int x) {
   const bool tt = c.opt.modeling == Modeling::kTorchtitan;
   if (c.spec.moe.gpt_oss_experts && !tt) return GptOssMoe(c, x);
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), k = m.top_k;
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
-  int probs;  // the routing weights the experts' outputs are scaled by
-  double weight_bytes = c.e;  // per element of the weighted expert outputs
+  // The routing weights the experts' outputs are scaled by: fp32 from every router here (a
+  // bf16 expert output times an fp32 weight promotes).
+  int probs;
   if (m.deepseek_router) {
     probs = DeepseekRouter(c, x);
-    weight_bytes = kFp32;  // bf16 expert output x fp32 weight promotes
   } else if (tt) {
     // TokenChoiceTopKRouter: `with torch.autocast(dtype=float32): scores = self.gate(x)`; the
     // autocast cast of x is what the gate's matmul saves for its weight gradient (the weight's
@@ -269,25 +328,44 @@ int Moe(Ctx& c, int x) {
     c.g.Op("moe.router route_scale", {probs}, scaled, {});
     probs = scaled;
   } else {
+    // transformers 5's MixtralTopKRouter / Qwen2MoeTopKRouter / Qwen3MoeTopKRouter: logits =
+    // F.linear(x, W); softmax(logits.float()) saves its fp32 output; topk saves its int64
+    // indices; the top-k values divided by their sum when norm_topk_prob (Mixtral always; the
+    // in-place division saves the sum and the values); Qwen's .to(router_logits.dtype) casts to
+    // the softmax's fp32, so the routing weights stay fp32.
     int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
-    probs = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
-    c.g.Op("moe.softmax", {logits}, probs, {probs});
+    if (c.e != kFp32) {
+      int up = c.g.Tensor("moe.router logits.float()", kFp32 * m.num_experts);
+      c.g.Op("moe.router logits to(float32)", {logits}, up, {});
+      logits = up;
+    }
+    int softmax = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
+    c.g.Op("moe.softmax", {logits}, softmax, {softmax});
+    int ids = c.g.Tensor("moe.router topk indices (int64)", 8 * k);
+    c.g.Op("moe.router topk indices", {}, ids, {});
+    probs = c.g.Tensor("moe.router top-k values (fp32)", kFp32 * k);
+    c.g.Op("moe.router topk", {softmax, ids}, probs, {ids});
+    if (m.norm_topk_prob) {
+      int sum = c.g.Tensor("moe.router top-k value sum (fp32)", kFp32);
+      c.g.Op("moe.router top-k sum", {probs}, sum, {});
+      int normed = c.g.Tensor("moe.router top-k values / sum (fp32)", kFp32 * k);
+      c.g.Op("moe.router renormalise", {probs, sum}, normed, {{sum, 0}, {probs, 1}});
+      probs = normed;
+    }
   }
-  // HF's dispatch mask (ExpertMask); torchtitan sorts the tokens by expert instead (histc /
-  // argsort: a few [T, top_k] tensors).
-  int mask = c.opt.modeling == Modeling::kHf ? ExpertMask(c, k, m.num_experts) : -1;
+  if (!tt) {
+    int out = HfGroupedExperts(c, x, probs, kFp32, [&](int rows) {
+      return DenseMlp(c, rows, fe, k, "moe.experts", "block_sparse_moe.experts.*");
+    });
+    return SharedExpertsAdded(c, x, out, fe);
+  }
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
-  int token_index = -1;
-  if (tt) {
-    // _local_reorder: argsort of the expert ids, x[token_indices_experts_sorted] saves the int64
-    // indices (the combine's scatter_add saves an expanded view of the same tensor).
-    token_index = c.g.Tensor("moe.token_indices_experts_sorted (int64)", 8 * k);
-    c.g.Op("moe.argsort", {}, token_index, {});
-    c.g.Op("moe.gather", {x, token_index}, gathered, {token_index});
-  } else {
-    c.g.Op("moe.gather", {x, probs}, gathered, {});
-  }
-  const bool ep = c.opt.ep > 1 && c.opt.modeling == Modeling::kTorchtitan;
+  // _local_reorder: argsort of the expert ids, x[token_indices_experts_sorted] saves the int64
+  // indices (the combine's scatter_add saves an expanded view of the same tensor).
+  int token_index = c.g.Tensor("moe.token_indices_experts_sorted (int64)", 8 * k);
+  c.g.Op("moe.argsort", {}, token_index, {});
+  c.g.Op("moe.gather", {x, token_index}, gathered, {token_index});
+  const bool ep = c.opt.ep > 1;
   int perm = -1;
   if (ep) {
     // AllToAllTokenDispatcher.dispatch: all_to_all_single_autograd saves nothing (its backward is
@@ -315,42 +393,26 @@ int Moe(Ctx& c, int x) {
     c.g.MarkComputeBound();
     expert_out = back;
   }
-  if (tt) {
-    // LocalTokenDispatcher.combine: (routed_output.to(float32) * topk_scores_experts_sorted)
-    // .to(dtype): the mul saves the fp32 copy (for the scores' gradient) and the sorted scores.
-    weight_bytes = kFp32;
-    if (c.e != kFp32) {
-      int up = c.g.Tensor("moe.expert output to(float32)", kFp32 * h * k);
-      c.g.Op("moe.combine to(float32)", {expert_out}, up, {});
-      expert_out = up;
-    }
-    int sorted = c.g.Tensor("moe.topk_scores_experts_sorted (fp32)", kFp32 * k);
-    c.g.Op("moe.scores sort", {probs, token_index}, sorted, {});
-    probs = sorted;
+  // LocalTokenDispatcher.combine: (routed_output.to(float32) * topk_scores_experts_sorted)
+  // .to(dtype): the mul saves the fp32 copy (for the scores' gradient) and the sorted scores.
+  if (c.e != kFp32) {
+    int up = c.g.Tensor("moe.expert output to(float32)", kFp32 * h * k);
+    c.g.Op("moe.combine to(float32)", {expert_out}, up, {});
+    expert_out = up;
   }
-  int weighted = c.g.Tensor("moe.weighted expert output", weight_bytes * h * k);
-  c.g.Op("moe.scale by routing weight", {expert_out, probs}, weighted,
-         {{expert_out, 1}, {probs, 0}});
-  if (weight_bytes != c.e) {  // .to(final_hidden_states.dtype) before the index_add_
+  int sorted = c.g.Tensor("moe.topk_scores_experts_sorted (fp32)", kFp32 * k);
+  c.g.Op("moe.scores sort", {probs, token_index}, sorted, {});
+  int weighted = c.g.Tensor("moe.weighted expert output", kFp32 * h * k);
+  c.g.Op("moe.scale by routing weight", {expert_out, sorted}, weighted,
+         {{expert_out, 1}, {sorted, 0}});
+  if (c.e != kFp32) {
     int cast = c.g.Tensor("moe.weighted expert output to(dtype)", c.e * h * k);
     c.g.Op("moe.weighted to(dtype)", {weighted}, cast, {});
     weighted = cast;
   }
   int out = c.g.Tensor("moe.combined output", c.e * h);
-  std::vector<int> add_inputs{weighted};
-  if (mask >= 0) add_inputs.push_back(mask);  // the mask lives through the expert loop
-  if (token_index >= 0) add_inputs.push_back(token_index);
-  c.g.Op(tt ? "moe.scatter_add" : "moe.index_add", add_inputs, out,
-         token_index >= 0 ? std::vector<SavedFor>{{token_index}} : std::vector<SavedFor>{});
-  if (m.num_shared_experts > 0) {
-    double fs = m.shared_expert_ffn_hidden > 0 ? static_cast<double>(m.shared_expert_ffn_hidden) : fe;
-    int shared = DenseMlp(c, x, fs * m.num_shared_experts, 1.0, "moe.shared_expert",
-                          "block_sparse_moe.shared_expert");
-    int sum = c.g.Tensor("moe.output", c.e * h);
-    c.g.Op("moe.add shared", {out, shared}, sum, {});
-    out = sum;
-  }
-  return out;
+  c.g.Op("moe.scatter_add", {weighted, token_index}, out, {{token_index}});
+  return SharedExpertsAdded(c, x, out, fe);
 }
 
 // A block's MLP: ComputeBlockActivations gets the spec of the block it records, so a dense

@@ -30,6 +30,12 @@ void AutogradLedger::HoldThroughForward(int tensor) {
   tensors_[static_cast<size_t>(tensor)].held_forward = true;
 }
 
+void AutogradLedger::KeepAliveThroughLastOp(int tensor) {
+  SHARDTUNE_CHECK(tensor >= 0 && tensor < static_cast<int>(tensors_.size())) << tensor;
+  SHARDTUNE_CHECK(!ops_.empty()) << "no op to keep " << tensors_[static_cast<size_t>(tensor)].name << " through";
+  ops_.back().kept.push_back(tensor);
+}
+
 void AutogradLedger::Op(const std::string& name, const std::vector<int>& inputs, int output,
                         const std::vector<SavedFor>& saved, double backward_workspace) {
   int n = static_cast<int>(tensors_.size());
@@ -131,6 +137,7 @@ double AutogradLedger::Forward(int input, int output, const Recorded& rec,
   std::vector<bool> held_forward(n, false);
   for (size_t k = 0; k < ops_.size(); ++k) {
     for (int t : ops_[k].inputs) last_use[Storage(t)] = static_cast<int>(k);
+    for (int t : ops_[k].kept) last_use[Storage(t)] = std::max(last_use[Storage(t)], static_cast<int>(k));
     for (int t : rec.saves[k]) (*is_saved)[Storage(t)] = true;
   }
   for (size_t t = 0; t < n; ++t) {
@@ -150,13 +157,15 @@ double AutogradLedger::Forward(int input, int output, const Recorded& rec,
   for (size_t k = 0; k < ops_.size(); ++k) {
     live[static_cast<size_t>(ops_[k].output)] = true;
     peak = std::max(peak, live_bytes());
-    for (int t : ops_[k].inputs) {
+    auto release = [&](int t) {
       size_t st = Storage(t);
       if (last_use[st] == static_cast<int>(k) && !(*is_saved)[st] && !held_forward[st] &&
           st != out_storage) {
         live[st] = false;
       }
-    }
+    };
+    for (int t : ops_[k].inputs) release(t);
+    for (int t : ops_[k].kept) release(t);
   }
   return peak;
 }

@@ -42,6 +42,11 @@ class AutogradLedger {
   // Keeps a tensor live to the end of forward without saving it for backward (the model's return
   // value holds HF's logits while the loss runs; torchtitan's loop deletes `pred` after the loss).
   void HoldThroughForward(int tensor);
+  // Keeps `tensor` live until the last op recorded so far has run, without that op reading it
+  // (no gradient flows to it): a Python local that outlives its last use until its function
+  // returns (transformers' grouped_mm_experts_forward holds selected_hidden_states, the weighted
+  // expert outputs and their unsorted copy until it returns). REQUIRES: an op was recorded.
+  void KeepAliveThroughLastOp(int tensor);
   // Records an op in forward order. `saved` lists the tensors autograd keeps for its backward and
   // which gradient needs each (a plain id: any); `backward_workspace` is scratch its backward
   // kernel allocates (bytes per token). Gradients flow to every input in `inputs` that requires
@@ -91,6 +96,7 @@ class AutogradLedger {
     double param_elements = 0;
     bool param_trains = false, param_requires_grad = false;
     std::vector<int> more_outputs = {};  // a Views op's outputs after the first
+    std::vector<int> kept = {};          // KeepAliveThroughLastOp: freed after this op, no grad
     bool view = false;              // a Views op: no kernel, no traffic
   };
   // The tensor whose storage `t` uses: its base for a view, else itself.

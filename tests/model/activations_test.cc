@@ -420,6 +420,26 @@ TEST(FrozenActivationsTest, FrozenHeadSavesNoLmHeadInput) {
 // A frozen Linear followed by its consumer: mm saves mat1 (the input) for mat2's gradient only
 // (derivatives.yaml mm/addmm), so a frozen weight with an input that requires grad saves nothing
 // per token, and a trainable weight whose input needs no grad still saves the input.
+// x -f-> y -g-> z -h-> w (bytes 10, 20, 30, 40), nothing saved. Alone, y dies after g: the
+// forward peak is z + w = 70 at h. Kept through h (a Python local to the function's return),
+// y adds its 20 there: 90. It takes no gradient for that, so backward is the same.
+TEST(AutogradLedgerTest, AKeptTensorLivesToTheLastOpWithoutAGradient) {
+  auto chain = [](bool keep) {
+    AutogradLedger g;
+    int x = g.Tensor("x", 10), y = g.Tensor("y", 20), z = g.Tensor("z", 30), w = g.Tensor("w", 40);
+    g.Op("f", {x}, y, {});
+    g.Op("g", {y}, z, {});
+    g.Op("h", {z}, w, {});
+    if (keep) g.KeepAliveThroughLastOp(y);
+    return g.Run(x, w);
+  };
+  ActivationLedger plain = chain(false), kept = chain(true);
+  EXPECT_DOUBLE_EQ(plain.forward_peak_per_token, 30 + 40);
+  EXPECT_DOUBLE_EQ(kept.forward_peak_per_token, 20 + 30 + 40);
+  EXPECT_DOUBLE_EQ(kept.saved_per_token, 0);
+  EXPECT_DOUBLE_EQ(kept.backward_peak_per_token, plain.backward_peak_per_token);
+}
+
 TEST(AutogradLedgerTest, SavesOnlyForGradientsItComputes) {
   for (bool weight_trains : {false, true}) {
     for (bool input_rg : {false, true}) {

@@ -241,24 +241,30 @@ TEST(ArchitecturesTest, SavedViewKeepsItsBaseAndChunkBackwardIsOneNode) {
 }
 
 // Qwen3MoeDecoderLayer, bf16, SDPA, per token (H 2048, q_dim 4096, kv_dim 512, 32 / 4 heads,
-// E 128 experts of Fe 768, top 8), as transformers' loop dispatch saves it:
+// E 128 experts of Fe 768, top 8), as transformers 5's default experts path
+// (integrations/moe.py grouped_mm_experts_forward) saves it:
 //   two RMSNorms (fp32 copy 4H, rsqrt 4, x_hat 2H) whose outputs the projections and the router
 //   save (2H each); per-head q_norm / k_norm: fp32 copy, one rsqrt per head, x_hat;
-//   SDPA as Llama's; the router's softmax in fp32 (4E); the top_k gathered copies of the token
-//   (2H·k, saved by the experts' gate and up); each expert's SwiGLU over its copies (8·Fe·k);
-//   the experts' outputs, saved by the routing-weight multiply (2H·k).
-// The int64 one_hot expert_mask [E, k, T] is a transient of the dispatch: 8·k·E in forward only.
+//   SDPA as Llama's; the router's softmax in fp32 (4E), topk's int64 indices (8k), the
+//   norm_topk_prob division's sum (4) and top-k values (4k);
+//   the dispatch's int64 token_idx, perm and inv_perm (8k each), the sorted fp32 routing weights
+//   (4k), the top_k sorted copies of the token (2H·k, saved by the grouped gate/up GEMMs); the
+//   SwiGLU over them (8·Fe·k); the experts' outputs, saved by the routing-weight multiply (2H·k).
+// Forward transients on top: selected_hidden_states (2H·k), the fp32 weighted outputs and
+// their unsorted copy (4H·k each) live together until the experts' function returns.
 TEST(ArchitecturesTest, Qwen3MoeBlockSavesTheRoutedCopies) {
   ModelSpec s = FindModelPreset("qwen3-30b-a3b");
   double h = 2048, qd = 4096, kv = 512, heads = 32, kvh = 4, E = 128, k = 8, fe = 768;
   double norm = 4 * h + 4 + 2 * h;
   double qk = (4 * qd + 4 * heads + 2 * qd) + (4 * kv + 4 * kvh + 2 * kv);
   double sdpa = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
-  double moe = 4 * E + 2 * h * k + 8 * fe * k + 2 * h * k;
+  double router = 4 * E + 8 * k + 4 + 4 * k;
+  double dispatch = 3 * 8 * k + 4 * k;
+  double moe = router + dispatch + 2 * h * k + 8 * fe * k + 2 * h * k;
   double expected = 2 * (norm + 2 * h) + qk + sdpa + moe;
   BlockActivations b = ComputeBlockActivations(s, Bf16Sdpa());
   EXPECT_DOUBLE_EQ(b.full.saved_per_token, expected);
-  EXPECT_GE(b.full.forward_peak_per_token, expected + 8 * k * E);
+  EXPECT_GE(b.full.forward_peak_per_token, expected + 2 * h * k + 4 * h * k + 4 * h * k);
 }
 
 // output_router_logits: load_balancing_loss_func after the LM loss. At the moment of
@@ -448,16 +454,17 @@ TEST(ArchitecturesTest, GptOssCountsFollowTheFormula) {
 // F 2880), with a flash kernel that takes the sinks (what flash saves):
 //   two GptOssRMSNorms (fp32 copy, rsqrt, fp32 x_hat: 8H + 4), their outputs saved by the
 //   projections and the router (2H each); SDPA as Llama's; the router's top-k indices (int64) and
-//   its softmax over the k values; per routed copy (GptOssExperts' training loop): current_state
-//   2H, gate_up 4F (kept by the clamps' saved views), the clamped gate, sigmoid, up + 1, glu and
-//   gated_output 2F each, and the expert's output 2H.
+//   its softmax over the k values; per routed copy (transformers 5's grouped_mm experts path):
+//   the int64 token_idx, perm, inv_perm and expert_ids_g (the bias gathers') 32, the sorted bf16
+//   routing weight 2, the sorted row 2H, gate_up 4F (kept by the clamps' saved views), the
+//   clamped gate, sigmoid, up + 1, glu and gated_output 2F each, and the expert's output 2H.
 TEST(ArchitecturesTest, GptOssBlockSavesTheClampedSwigluPerRoutedCopy) {
   ModelSpec s = FindModelPreset("gpt-oss-20b");
   double h = 2880, qd = 4096, kv = 512, heads = 64, k = 4, f = 2880;
   double norm = 8 * h + 4;
   double sdpa = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
   double router = 8 * k + 2 * k;
-  double per_copy = 2 * h + 4 * f + 5 * 2 * f + 2 * h;
+  double per_copy = 4 * 8 + 2 + 2 * h + 4 * f + 5 * 2 * f + 2 * h;
   double expected = norm + 2 * h + sdpa + norm + 2 * h + router + k * per_copy;
   EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, Bf16Sdpa()).full.saved_per_token, expected);
   // Eager attention with sinks keeps one softmax (compute dtype) over S + 1 columns; without
@@ -543,7 +550,8 @@ namespace {
 //   scores 4k and the denominator 4; the expert-sorted token indices 8k, the sorted scores 4k;
 //   per routed row (k per token): the rows 2H (mlp1's weight gradient), h + b1 4F (kept by the
 //   clamps' views), clamped x_glu, sigmoid, out_glu, clamped x_linear and the addcmul output 2F
-//   each (14F with h + b1), and the fp32 copy of the expert output 4H for the score product.
+//   each (14F with h + b1), the fp32 copy of the expert output 4H for the score product, and
+//   the int64 row indices of the two bias repeat_interleaves (index_select saves them) 16.
 TEST(ArchitecturesTest, TorchtitanGptOssBlockSavesItsGroupedSwigluAndSinkRescale) {
   ModelSpec s = FindModelPreset("gpt-oss-20b");
   double h = 2880, qd = 4096, kv = 512, heads = 64, k = 4, f = 2880, E = 32;
@@ -553,7 +561,7 @@ TEST(ArchitecturesTest, TorchtitanGptOssBlockSavesItsGroupedSwigluAndSinkRescale
   double ffn_norm = 2 * h + 4;
   double router = 4 * h + 4 * E + 8 * k + 4 * k + 4;
   double dispatch = 8 * k + 4 * k;
-  double per_row = 2 * h + 4 * f + 5 * 2 * f + 4 * h;
+  double per_row = 2 * h + 4 * f + 5 * 2 * f + 4 * h + 2 * 8;
   double expected = attention_norm + attention + sinks + ffn_norm + router + dispatch + k * per_row;
   ActivationOptions o = Bf16Sdpa();
   o.modeling = Modeling::kTorchtitan;

@@ -181,8 +181,9 @@ TEST(DeepseekTest, FlopsAndGemmsFollowTheLayer) {
 //   query_states and key_states (the cats) [a·(n + r)] each, the output [a·v] (also o_proj's
 //   input), the fp32 logsumexp per head.
 // A dense block adds LlamaMLP's SwiGLU, 8F. An MoE block: the router's fp32 copy of its input 4H,
-// its fp32 scores 4E, the int64 top-k indices the gather saves 8k and the fp32 weights 4k the
-// weighting multiply saves; the top-k gathered copies 2H·k and their SwiGLU 8·Fe·k; the experts'
+// its fp32 scores 4E, the int64 top-k indices the gather saves 8k; transformers 5's grouped_mm
+// experts path: int64 token_idx, perm and inv_perm 8k each, the sorted fp32 weights 4k the
+// weighting multiply saves, the top-k sorted copies 2H·k and their SwiGLU 8·Fe·k, the experts'
 // outputs 2H·k (saved by the multiply); the shared MLP's SwiGLU 8·Fs.
 TEST(DeepseekTest, BlocksSaveTheLatentChainAndTheFp32Router) {
   ModelSpec s = FindModelPreset("deepseek-v3");
@@ -193,13 +194,14 @@ TEST(DeepseekTest, BlocksSaveTheLatentChainAndTheFp32Router) {
   double mla = (4 * ql + 4 + 2 * ql) + 2 * ql + (4 * kvl + 4 + 2 * kvl) + 2 * kvl +
                2 * a * (n + v) + 2 * qd + 2 * qd + 2 * a * v + 4 * a;
   double dense = 2 * (norm + 2 * H) + mla + 8 * F;
-  double moe = 2 * (norm + 2 * H) + mla + 4 * H + 4 * E + 8 * k + 4 * k + 2 * H * k +
+  double moe = 2 * (norm + 2 * H) + mla + 4 * H + 4 * E + 8 * k + 3 * 8 * k + 4 * k + 2 * H * k +
                8 * Fe * k + 2 * H * k + 8 * Fs;
   EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, Bf16Sdpa()).full.saved_per_token, moe);
   EXPECT_DOUBLE_EQ(ComputeBlockActivations(s.DenseLayerSpec(), Bf16Sdpa()).full.saved_per_token,
                    dense);
-  // The dispatch's int64 one_hot mask [T, k, E] is a forward transient on top.
-  EXPECT_GE(ComputeBlockActivations(s, Bf16Sdpa()).full.forward_peak_per_token, moe + 8 * k * E);
+  // The dispatch's locals are forward transients on top: selected_hidden_states (2H·k), the
+  // fp32 weighted outputs and their unsorted copy (4H·k each).
+  EXPECT_GE(ComputeBlockActivations(s, Bf16Sdpa()).full.forward_peak_per_token, moe + 10 * H * k);
 }
 
 TEST(DeepseekTest, UnmodelledSettingsAreRefusedByName) {
