@@ -40,6 +40,66 @@ struct FusedRmsNormFunction : public torch::autograd::Function<FusedRmsNormFunct
   }
 };
 
+// GroupedLinear (torchtitan_ops.h). Expert e's weight as the [in, out] matrix its rows multiply.
+at::Tensor ExpertMatrix(const variable_list& w, size_t e) {
+  return w.size() == 1 && w[0].dim() == 3 ? w[0].select(0, static_cast<int64_t>(e)) : w[e].t();
+}
+
+struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& rows,
+                               const std::vector<int64_t>& counts, at::TensorList weights) {
+    variable_list w(weights.begin(), weights.end());
+    at::Tensor out = at::empty({rows.size(0), ExpertMatrix(w, 0).size(1)}, rows.options());
+    int64_t offset = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const int64_t n = counts[e];
+      if (n > 0) {
+        at::Tensor dst = out.narrow(0, offset, n);
+        at::mm_out(dst, rows.narrow(0, offset, n), ExpertMatrix(w, e));
+      }
+      offset += n;
+    }
+    ctx->saved_data["counts"] = counts;
+    variable_list saved{rows};
+    saved.insert(saved.end(), w.begin(), w.end());
+    ctx->save_for_backward(saved);
+    return {out};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor rows = saved[0];
+    variable_list w(saved.begin() + 1, saved.end());
+    const bool stacked = w.size() == 1 && w[0].dim() == 3;
+    at::Tensor g = grads[0].contiguous();
+    at::Tensor grad_rows;
+    if (ctx->needs_input_grad(0)) grad_rows = at::empty_like(rows);
+    variable_list grad_w(w.size());
+    if (stacked && ctx->needs_input_grad(1)) grad_w[0] = at::zeros_like(w[0]);
+    int64_t offset = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      const int64_t n = counts[e];
+      at::Tensor ge = g.narrow(0, offset, n), xe = rows.narrow(0, offset, n);
+      if (grad_rows.defined() && n > 0) {
+        at::Tensor dst = grad_rows.narrow(0, offset, n);
+        at::mm_out(dst, ge, ExpertMatrix(w, e).t());
+      }
+      if (stacked) {
+        if (grad_w[0].defined() && n > 0) {
+          at::Tensor dst = grad_w[0].select(0, static_cast<int64_t>(e));
+          at::mm_out(dst, xe.t(), ge);
+        }
+      } else if (ctx->needs_input_grad(1 + e)) {  // edges: the tensor inputs only
+        grad_w[e] = n > 0 ? at::mm(ge.t(), xe) : at::zeros_like(w[e]);  // [out, in]
+      }
+      offset += n;
+    }
+    variable_list result{grad_rows, at::Tensor()};
+    result.insert(result.end(), grad_w.begin(), grad_w.end());
+    return result;
+  }
+};
+
 Communicator& FromContext(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["ep"].toInt()));
 }
@@ -80,6 +140,17 @@ std::vector<int64_t> ToHost(const at::Tensor& t) {
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   SHARDTUNE_CHECK(w.dim() == 1 && x.size(-1) == w.size(0)) << "rms_norm over " << w.size(0);
   return FusedRmsNormFunction::apply(x, w, eps)[0];
+}
+
+at::Tensor GroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                         at::TensorList weights) {
+  const bool stacked = weights.size() == 1 && weights[0].dim() == 3;
+  SHARDTUNE_CHECK(!counts.empty() && (stacked ? weights[0].size(0) == static_cast<int64_t>(counts.size())
+                                              : weights.size() == counts.size()))
+      << counts.size() << " expert counts for " << weights.size() << " weight tensors";
+  SHARDTUNE_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == rows.size(0))
+      << "expert counts do not sum to the " << rows.size(0) << " rows";
+  return GroupedLinearFunction::apply(rows, counts, weights)[0];
 }
 
 at::Tensor AllToAllRows(const at::Tensor& x, Communicator& ep, const std::vector<int64_t>& input_splits,

@@ -1,5 +1,6 @@
 // The ops `run --modeling torchtitan` runs where torchtitan's model code differs from
-// transformers' in what autograd saves (model/activation_recipes.cc and model/activations.cc
+// transformers' in what autograd saves (and GroupedLinear, the grouped GEMM of transformers 5's
+// default experts path) (model/activation_recipes.cc and model/activations.cc
 // model the same two): the fused RMSNorm and the MoE's token dispatch, with expert parallelism's
 // all-to-alls. Sources: torchtitan/models/common/nn_modules.py (RMSNorm = nn.RMSNorm, i.e.
 // F.rms_norm, fused from torch 2.8), torchtitan/models/common/moe.py (TokenChoiceTopKRouter,
@@ -21,6 +22,17 @@ class Communicator;
 // only, and backward recomputes x̂ from them (aten/src/ATen/native/layer_norm.cpp rms_norm,
 // cuda/layer_norm_kernel.cu). w: [H], x's dtype or fp32.
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// torch._grouped_mm as transformers 5's grouped_mm_experts_forward runs it (integrations/moe.py
+// _grouped_linear; its fallback op transformers::grouped_mm_fallback loops over the experts the
+// same way): rows [S, in] sorted by expert, counts[e] of them for expert e; each expert's rows
+// times its weight, written into one output [S, out] allocated once. `weights`: one [E, in, out]
+// tensor (x @ W[e]: GPT-OSS's is_transposed layout) or E tensors [out, in] (F.linear's: the
+// executor's per-expert modules). Autograd saves the rows and the weights (_grouped_mm's
+// derivative saves both operands); backward makes the rows' gradient [S, in] and each weight's,
+// zeros for an expert no row chose. REQUIRES: sum(counts) == S, one count per expert.
+at::Tensor GroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                         at::TensorList weights);
 
 // c10d all_to_all_single with split sizes as an autograd node (torch.distributed's
 // _functional_collectives all_to_all_single_autograd): rows x[sum(input_splits), ...] go

@@ -44,22 +44,36 @@ double YarnMscale(double scale, double mscale) {
   return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
 
-// The dropless dispatch of HF's MoE blocks: each of `experts` experts runs on the rows of `flat`
-// [T, H] routed to it (`chosen` [T, k]), its output scaled by their routing weights ([T, k]) and
-// index_add_-ed back. Every expert runs, one no token chose on [0, H] rows: its weights then get
-// (zero) gradients on every rank, so each FSDP unit's gradient hooks fire on all of them.
-at::Tensor Dispatch(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& weights,
-                    int64_t experts, const std::function<at::Tensor(int64_t, const at::Tensor&)>& expert) {
-  const int64_t top_k = chosen.size(1);
-  at::Tensor out = at::zeros_like(flat);
-  for (int64_t e = 0; e < experts; ++e) {
-    at::Tensor hit = chosen.eq(e).nonzero();  // [n, 2]: (token, slot)
-    at::Tensor token = hit.select(1, 0), slot = hit.select(1, 1);
-    at::Tensor y = expert(e, flat.index_select(0, token));
-    y = y * weights.reshape({-1}).index_select(0, token * top_k + slot).unsqueeze(-1);
-    out = out.index_add(0, token, y.to(out.scalar_type()));
+// transformers 5's default experts path (integrations/moe.py grouped_mm_experts_forward, picked
+// whenever torch has _grouped_mm, 2.9+; 4.x's one-hot loop with index_add_ is the "eager"
+// fallback): the T·k (token, expert) rows gathered (x[token_idx]), sorted by expert (argsort),
+// `run` on the sorted rows with each expert's row count (GroupedLinear) and the rows' expert ids,
+// each row scaled by its routing weight (weights [T, k]; fp32 weights promote), unsorted
+// ([inv_perm]) and summed over each token's k rows (view(T, k, H).sum(1)), cast to x's dtype.
+// Locals live to the return as the Python ones do. Every expert's weights get a gradient (zeros
+// for one no row chose), so each FSDP unit's gradient hooks fire on all of them.
+using ExpertsFn = std::function<at::Tensor(const at::Tensor&, const std::vector<int64_t>&, const at::Tensor&)>;
+at::Tensor GroupedDispatch(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& weights,
+                           int64_t experts, const ExpertsFn& run) {
+  const int64_t T = flat.size(0), k = chosen.size(1), H = flat.size(1);
+  at::Tensor token_idx = at::arange(T, chosen.options().dtype(at::kLong)).unsqueeze(1).expand({T, k}).reshape({-1});
+  at::Tensor sample_weights = weights.reshape({-1}), expert_ids = chosen.reshape({-1});
+  at::Tensor selected = flat.index_select(0, token_idx);  // [T·k, H]
+  at::Tensor perm, inv_perm, ids_g;
+  std::vector<int64_t> counts;
+  {
+    at::NoGradGuard no_grad;
+    perm = std::get<1>(at::sort(expert_ids, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+    inv_perm = std::get<1>(at::sort(perm, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+    ids_g = expert_ids.index_select(0, perm);
+    at::Tensor c = at::bincount(expert_ids, {}, experts).to(at::kCPU).to(at::kLong).contiguous();
+    counts.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
   }
-  return out;
+  at::Tensor w_g = sample_weights.index_select(0, perm);
+  at::Tensor rows = selected.index_select(0, perm);
+  at::Tensor weighted = run(rows, counts, ids_g) * w_g.unsqueeze(-1);
+  at::Tensor unsorted = weighted.index_select(0, inv_perm);
+  return unsorted.view({T, k, H}).sum(1).to(flat.scalar_type());
 }
 }  // namespace
 namespace {
@@ -379,10 +393,11 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
   at::Tensor flat = x.reshape({-1, spec_.hidden});                         // [T, H]
   at::Tensor weights, chosen;                                              // [T, k]
   if (m.deepseek_router) {
-    // fp32 weights: each expert's output times its weight is an fp32 product, summed back in
-    // the compute dtype (transformers 5.x: current_hidden_states.to(final_hidden_states.dtype)).
-    std::tie(chosen, weights) = DeepseekRoute(p, pre, flat);
+    std::tie(chosen, weights) = DeepseekRoute(p, pre, flat);  // fp32 weights
   } else {
+    // transformers 5's TopKRouter: softmax(logits.float()), top-k, renormalised when
+    // norm_topk_prob (Mixtral always); the weights stay fp32 (Qwen's .to(router_logits.dtype)
+    // casts to the softmax's dtype).
     at::Tensor logits = Proj(p, pre + ".gate", flat, /*bias=*/false, /*conv1d=*/false);  // [T, E]
     if (m.router_aux_loss) router_logits_.push_back(logits);
     at::Tensor probs = at::softmax(logits, -1, at::kFloat);
@@ -390,14 +405,74 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
     weights = std::get<0>(top);
     chosen = std::get<1>(top);
     if (m.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
-    weights = weights.to(x.scalar_type());
   }
-  at::Tensor out = Dispatch(flat, chosen, weights, m.num_experts, [&](int64_t e, const at::Tensor& rows) {
-    std::string ep = pre + ".experts." + std::to_string(e);
-    return MlpDown(p, ep, MlpUp(p, ep, rows));
-  });
+  at::Tensor out = GroupedDispatch(flat, chosen, weights, m.num_experts,
+                                   [&](const at::Tensor& rows, const std::vector<int64_t>& counts,
+                                       const at::Tensor&) { return RoutedExperts(p, pre, rows, counts, 0); });
   if (m.num_shared_experts > 0) out = out + SharedExperts(p, pre, flat);
   return out.view_as(x);
+}
+
+// The routed experts on the sorted rows (transformers 5's grouped_mm_experts_forward, torchtitan's
+// GroupedExperts): gate and up by GroupedLinear (transformers 5 holds them as one gate_up_proj
+// [E, 2F, H] and chunks the product, torchtitan as w1 and w3: the same bytes saved as two [F]
+// outputs), the activation piece, down by GroupedLinear. PEFT's LoRA on an expert wraps a
+// per-expert Linear (the 4.x layout): those run one expert at a time through Proj, as does a
+// biased expert MLP.
+at::Tensor Transformer::RoutedExperts(const ParamTable& p, const std::string& pre, const at::Tensor& rows,
+                                      const std::vector<int64_t>& counts, int64_t first) const {
+  const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
+  if (p.count(pre + ".experts.w1") > 0) {
+    // torchtitan's GroupedExperts tensors (ep > 1): w1, w3 [el, F, H], w2 [el, H, F]; each
+    // expert's rows times w^T.
+    const int64_t el = static_cast<int64_t>(counts.size()), H = spec_.hidden;
+    const int64_t F = spec_.moe.expert_ffn_hidden > 0 ? spec_.moe.expert_ffn_hidden : spec_.ffn_hidden;
+    auto stacked = [&](const char* n, int64_t out, int64_t in) {
+      return Get(p, pre + ".experts." + n).view({el, out, in}).transpose(1, 2);
+    };
+    std::vector<at::Tensor> up{GroupedLinear(rows, counts, {stacked("w1", F, H)})};
+    if (gated) up.push_back(GroupedLinear(rows, counts, {stacked("w3", F, H)}));
+    Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
+    if (!gated) act = Piece{&GeluPiece, 0.0, up};
+    at::Tensor h = Run(act);
+    at::Tensor out = GroupedLinear(h, counts, {stacked("w2", H, F)});
+    Drop(h, act, {out});
+    return out;
+  }
+  const std::vector<std::string> up_names =
+      spec_.fused_gate_up ? std::vector<std::string>{"gate_up_proj"}
+                          : gated ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                  : std::vector<std::string>{"up_proj"};
+  auto expert = [&](size_t e) { return pre + ".experts." + std::to_string(first + static_cast<int64_t>(e)); };
+  bool per_expert = spec_.mlp_bias || gpt2_names_;
+  for (size_t e = 0; e < counts.size() && !per_expert; ++e) {
+    for (const std::string& n : up_names) per_expert = per_expert || p.count(expert(e) + "." + n + ".lora_A.default.weight") > 0;
+    per_expert = per_expert || p.count(expert(e) + ".down_proj.lora_A.default.weight") > 0;
+  }
+  if (per_expert) {
+    std::vector<at::Tensor> outs;
+    int64_t offset = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      at::Tensor r = rows.narrow(0, offset, counts[e]);
+      offset += counts[e];
+      outs.push_back(MlpDown(p, expert(e), MlpUp(p, expert(e), r)));
+    }
+    return at::cat(outs, 0);
+  }
+  auto weights = [&](const std::string& n) {
+    std::vector<at::Tensor> w;
+    for (size_t e = 0; e < counts.size(); ++e) w.push_back(Get(p, expert(e) + "." + n + ".weight"));
+    return w;
+  };
+  std::vector<at::Tensor> up;
+  for (const std::string& n : up_names) up.push_back(GroupedLinear(rows, counts, weights(n)));
+  if (spec_.fused_gate_up) up = up[0].chunk(2, -1);
+  Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
+  if (!gated) act = Piece{&GeluPiece, 0.0, up};
+  at::Tensor h = Run(act);
+  at::Tensor out = GroupedLinear(h, counts, weights("down_proj"));
+  Drop(h, act, {out});
+  return out;
 }
 
 // The shared expert(s) on every token, scaled by sigmoid(their gate) when the model has one
@@ -449,78 +524,52 @@ at::Tensor Transformer::TorchtitanMoe(const ParamTable& p, const std::string& pr
   RoutedTokens routed = DispatchTokens(flat, scores, ids, E, ep_);
   const int64_t el = static_cast<int64_t>(routed.per_expert.size());
   const int64_t first = ep_ != nullptr ? ep_->rank() * el : 0;
-  // GroupedExperts' [el, F, H] / [el, H, F] tensors (ep > 1), else HF's per-expert modules; both
-  // run through the HF MLP code on a table of the expert's own matrices.
-  const bool grouped = p.count(pre + ".experts.w1") > 0;
-  const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
-  at::Tensor w1, w2, w3;
-  at::Tensor gate_up, gate_up_bias, down, down_bias;  // GPT-OSS's [el, ...] experts
+  // GroupedExperts._run_experts_grouped_mm: torch._grouped_mm over the expert-sorted rows
+  // (GroupedLinear), on GroupedExperts' [el, ...] tensors (ep > 1) or HF's per-expert modules.
+  at::Tensor expert_out;
   if (m.gpt_oss_experts) {
-    gate_up = Get(p, pre + ".experts.gate_up_proj").view({el, H, 2 * F});
-    gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({el, 2 * F});
-    down = Get(p, pre + ".experts.down_proj").view({el, F, H});
-    down_bias = Get(p, pre + ".experts.down_proj_bias").view({el, H});
-  } else if (grouped) {
-    w1 = Get(p, pre + ".experts.w1").view({el, F, H});
-    w2 = Get(p, pre + ".experts.w2").view({el, H, F});
-    if (gated) w3 = Get(p, pre + ".experts.w3").view({el, F, H});
+    expert_out = GptOssGroupedExperts(routed.rows, routed.per_expert,
+                                      Get(p, pre + ".experts.gate_up_proj").view({el, H, 2 * F}),
+                                      Get(p, pre + ".experts.gate_up_proj_bias").view({el, 2 * F}),
+                                      Get(p, pre + ".experts.down_proj").view({el, F, H}),
+                                      Get(p, pre + ".experts.down_proj_bias").view({el, H}));
+  } else {
+    expert_out = RoutedExperts(p, pre, routed.rows, routed.per_expert, first);
   }
-  std::vector<at::Tensor> outs;
-  int64_t offset = 0;
-  for (int64_t i = 0; i < el; ++i) {
-    const int64_t n = routed.per_expert[static_cast<size_t>(i)];
-    at::Tensor rows = routed.rows.narrow(0, offset, n);
-    offset += n;
-    std::string name = pre + ".experts." + std::to_string(first + i);
-    if (m.gpt_oss_experts) {
-      outs.push_back(GptOssGroupedExpert(rows, gate_up.select(0, i), gate_up_bias.select(0, i),
-                                         down.select(0, i), down_bias.select(0, i)));
-      continue;
-    }
-    if (!grouped) {
-      outs.push_back(MlpDown(p, name, MlpUp(p, name, rows)));
-      continue;
-    }
-    ParamTable local;
-    auto weight = [&](const char* tensor) {
-      return name + "." + model::GroupedExpertHfModule(tensor, gated) + ".weight";
-    };
-    local[weight("w1")] = w1.select(0, i);
-    if (gated) local[weight("w3")] = w3.select(0, i);
-    local[weight("w2")] = w2.select(0, i);
-    outs.push_back(MlpDown(local, name, MlpUp(local, name, rows)));
-  }
-  at::Tensor out = CombineTokens(outs.size() == 1 ? outs[0] : at::cat(outs, 0), routed, flat, ep_);
+  at::Tensor out = CombineTokens(expert_out, routed, flat, ep_);
   if (m.num_shared_experts > 0) out = out + SharedExperts(p, pre, flat);
   return out.view_as(x);
 }
 
-// torchtitan's GptOssGroupedExperts.forward (models/gpt_oss/moe.py) for one expert's rows:
-// h = x @ mlp1_weight[e]^T + mlp1_bias[e] (the HF-layout gate_up_proj [H, 2F] is that transpose:
-// the same product; the bias is repeat_interleave-d over the expert's rows there), swiglu:
+// torchtitan's GptOssGroupedExperts.forward (models/gpt_oss/moe.py) on the expert-sorted rows:
+// h = _grouped_mm(x, mlp1_weight^T) + mlp1_bias.repeat_interleave(num_tokens_per_expert) (the
+// HF-layout gate_up_proj [H, 2F] per expert is that transpose: the same product), swiglu:
 // x_glu = h[..., ::2].clamp(max=limit), x_linear = h[..., 1::2].clamp(-limit, limit),
 // out_glu = x_glu * sigmoid(alpha * x_glu), torch.addcmul(out_glu, out_glu, x_linear) (the
-// "+ 1" of transformers' (up + 1) * glu), then @ mlp2_weight[e]^T + mlp2_bias[e]. alpha 1.702,
-// limit GptOssGroupedExperts.Config.swiglu_limit (7.0 in every published config). The grouped
-// GEMM (torch._grouped_mm over offsets) runs the same per-expert products in one kernel.
-at::Tensor Transformer::GptOssGroupedExpert(const at::Tensor& rows, const at::Tensor& gate_up,
-                                            const at::Tensor& gate_up_bias, const at::Tensor& down,
-                                            const at::Tensor& down_bias) {
-  const int64_t G = gate_up.size(1);
-  at::Tensor h = at::matmul(rows, gate_up) + gate_up_bias;
+// "+ 1" of transformers' (up + 1) * glu), then _grouped_mm with mlp2 plus its repeated bias.
+// alpha 1.702, limit GptOssGroupedExperts.Config.swiglu_limit (7.0 in every published config).
+at::Tensor Transformer::GptOssGroupedExperts(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                                             const at::Tensor& gate_up, const at::Tensor& gate_up_bias,
+                                             const at::Tensor& down, const at::Tensor& down_bias) {
+  const int64_t G = gate_up.size(2);
+  at::Tensor repeats = at::tensor(counts, at::TensorOptions().dtype(at::kLong)).to(rows.device());
+  at::Tensor h = GroupedLinear(rows, counts, {gate_up}) + gate_up_bias.repeat_interleave(repeats, 0);
   at::Tensor x_glu = h.slice(-1, 0, G, 2).clamp_max(kGptOssSwigluLimit);
   at::Tensor x_linear = h.slice(-1, 1, G, 2).clamp(-kGptOssSwigluLimit, kGptOssSwigluLimit);
   at::Tensor out_glu = x_glu * at::sigmoid(x_glu * kGptOssSwigluAlpha);
-  return at::matmul(at::addcmul(out_glu, out_glu, x_linear), down) + down_bias;
+  return GroupedLinear(at::addcmul(out_glu, out_glu, x_linear), counts, {down}) +
+         down_bias.repeat_interleave(repeats, 0);
 }
 
-// GPT-OSS's MoE (transformers modeling_gpt_oss.py): GptOssTopKRouter, logits = x W^T + b, top-k
-// of the logits, softmax over those k in the logits' dtype; GptOssExperts, whose 3-D parameters
-// (module_tree.cc: [E, H x 2F], [E, 2F], [E, F x H], [E, H]) multiply from the right (x @ W[e]),
-// gate and up interleaved in gate_up ([..., ::2], [..., 1::2]); the clamped SwiGLU
+// GPT-OSS's MoE (transformers 5 modeling_gpt_oss.py): GptOssTopKRouter, logits = x W^T + b,
+// top-k of the logits, softmax over those k in the logits' dtype; GptOssExperts
+// (use_experts_implementation(is_transposed=True, has_bias=True)) through GroupedDispatch: its
+// 3-D parameters (module_tree.cc: [E, H x 2F], [E, 2F], [E, F x H], [E, H]) multiply from the
+// right (x @ W[e]) by GroupedLinear, each bias gathered per row (gate_up_proj_bias[expert_ids_g]);
+// _apply_gate: gate and up interleaved in gate_up ([..., ::2], [..., 1::2]), the clamped SwiGLU
 // (gate.clamp(max=limit), up.clamp(-limit, limit), glu = gate x sigmoid(alpha x gate), (up + 1)
 // x glu, with HF's hard-coded alpha 1.702 and limit 7.0, which the config's swiglu_limit does
-// not change); out = g @ down[e] + down_bias[e], times the routing weight, index_add_-ed back.
+// not change).
 at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
                                   const at::Tensor& x) const {
   const model::MoeSpec& m = spec_.moe;
@@ -535,12 +584,14 @@ at::Tensor Transformer::GptOssMoe(const ParamTable& p, const std::string& pre,
   at::Tensor gate_up_bias = Get(p, pre + ".experts.gate_up_proj_bias").view({E, 2 * F});
   at::Tensor down = Get(p, pre + ".experts.down_proj").view({E, F, H});
   at::Tensor down_bias = Get(p, pre + ".experts.down_proj_bias").view({E, H});
-  at::Tensor out = Dispatch(flat, chosen, weights, E, [&](int64_t e, const at::Tensor& rows) {
-    at::Tensor gu = at::matmul(rows, gate_up.select(0, e)) + gate_up_bias.select(0, e);
+  at::Tensor out = GroupedDispatch(flat, chosen, weights, E, [&](const at::Tensor& rows,
+                                                                 const std::vector<int64_t>& counts,
+                                                                 const at::Tensor& ids_g) {
+    at::Tensor gu = GroupedLinear(rows, counts, {gate_up}) + gate_up_bias.index_select(0, ids_g);
     at::Tensor g = gu.slice(-1, 0, 2 * F, 2).clamp_max(kGptOssSwigluLimit);
     at::Tensor u = gu.slice(-1, 1, 2 * F, 2).clamp(-kGptOssSwigluLimit, kGptOssSwigluLimit);
     at::Tensor glu = g * at::sigmoid(g * kGptOssSwigluAlpha);
-    return at::matmul((u + 1) * glu, down.select(0, e)) + down_bias.select(0, e);
+    return GroupedLinear((u + 1) * glu, counts, {down}) + down_bias.index_select(0, ids_g);
   });
   return out.view_as(x);
 }

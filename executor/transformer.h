@@ -203,10 +203,15 @@ class Transformer {
                        const std::vector<at::Tensor>& qkv, int layer = -1) const;
 
   at::Tensor GptOssMoe(const ParamTable& p, const std::string& prefix, const at::Tensor& x) const;
-  // One GPT-OSS expert on its routed rows as torchtitan computes it (GptOssGroupedExperts).
-  static at::Tensor GptOssGroupedExpert(const at::Tensor& rows, const at::Tensor& gate_up,
-                                        const at::Tensor& gate_up_bias, const at::Tensor& down,
-                                        const at::Tensor& down_bias);
+  // GPT-OSS's experts on the expert-sorted rows as torchtitan computes them (GptOssGroupedExperts):
+  // gate_up [el, H, 2F], gate_up_bias [el, 2F], down [el, F, H], down_bias [el, H].
+  static at::Tensor GptOssGroupedExperts(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                                         const at::Tensor& gate_up, const at::Tensor& gate_up_bias,
+                                         const at::Tensor& down, const at::Tensor& down_bias);
+  // The routed experts first .. first + counts.size() - 1 of MoE block `prefix` on the rows
+  // sorted by expert, counts[e] for the e-th; returns [rows, H].
+  at::Tensor RoutedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& rows,
+                           const std::vector<int64_t>& counts, int64_t first) const;
   // MoE block `prefix`'s shared expert(s) on tokens [T, H] (with Qwen2-MoE's sigmoid gate).
   at::Tensor SharedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& flat) const;
   // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate

@@ -15,7 +15,8 @@
 #  6. the executor's torchtitan op SAC over SDPA (never run on a GPU): selective vs none, validate;
 #  7. the executor's world-1 mb 4 row of executor/README.md's H100 table again (session 21 changed
 #     its backward prefetch depth, reduce-scatter order and the layers' shared rope constants);
-#  8. transformers' default MoE experts implementation and its source (for the executor's HF MoE);
+#  8. transformers' default MoE experts implementation and its source (confirms on 5.17 what was
+#     read from huggingface/transformers on 2026-11-28: grouped_mm_experts_forward);
 #  9. CPU offload (session 22): the host AdamW bench (shardtune's one-pass kernel against
 #     torch.optim.AdamW's CPU paths), FSDP2's offloaded step with its host optimizer time
 #     (measure_fsdp2.py records host_optimizer_s: opt.step() on CPU tensors is synchronous) and the
@@ -127,10 +128,10 @@ timeout 120 "$exe" run --model llama3.2-1b --device cuda --seq-len 2048 --micro-
 echo "executor mb 4 rc=$? at $(el) s"; tail -3 "$out/exec_mb4.log"
 timeout 60 "$exe" validate --measurements "$out/exec_mb4/measurements.json" 2>&1 | head -30 | tee "$out/exec_mb4_validate.txt"
 
-# 8. Which MoE experts code transformers runs by default (session 21: the H100 Qwen3-30B-A3B run's
-#    forward growth leaves no room for the source an index_add_ combine saves, so its default
-#    experts path is presumably not the eager loop the executor copies): the default
-#    experts_implementation and the source of the experts forwards, for the executor's HF MoE.
+# 8. Which MoE experts code transformers runs by default. Read from huggingface/transformers on
+#    2026-11-28 (get_correct_experts_implementation: "grouped_mm" when torch has _grouped_mm);
+#    the executor and model/activations.cc follow it since. This records the installed 5.17's
+#    default and source, to confirm.
 python3 - >"$out/transformers_moe.txt" 2>&1 <<'PYEOF'
 import inspect, transformers
 print("transformers", transformers.__version__)

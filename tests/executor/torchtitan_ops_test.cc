@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "executor/kernels/rms_norm.h"
 #include "executor/torchtitan_ops.h"
@@ -84,6 +86,62 @@ TEST(FusedRmsNormTest, TheKernelsHostReferenceIsTheAtenPath) {
 
 // Each token's output is Σ_j score[t, j] · f_e(x[t]) over its k choices, with f_e(x) = (e + 1)·x
 // applied to the dispatched rows (the expert a row belongs to read from the dispatch's counts).
+// GroupedLinear against a per-expert F.linear / matmul loop in double: the same output and the
+// same gradients, for per-expert [out, in] weights and for one stacked [E, in, out] tensor; an
+// expert no row chose gets a zero gradient (defined), as torch._grouped_mm's does.
+TEST(GroupedLinearTest, MatchesThePerExpertLoopAndGivesAnUnchosenExpertZeros) {
+  at::manual_seed(7);
+  const std::vector<int64_t> counts{3, 0, 5, 2};
+  const int64_t S = 10, in = 6, out = 4, E = 4;
+  at::Tensor rows = at::randn({S, in}, at::kDouble).requires_grad_(true);
+  at::Tensor g = at::randn({S, out}, at::kDouble);
+  auto reference = [&](const at::Tensor& x, const std::function<at::Tensor(int64_t, const at::Tensor&)>& expert) {
+    std::vector<at::Tensor> parts;
+    int64_t offset = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      parts.push_back(expert(e, x.narrow(0, offset, counts[static_cast<size_t>(e)])));
+      offset += counts[static_cast<size_t>(e)];
+    }
+    return at::cat(parts, 0);
+  };
+  // Per-expert F.linear weights.
+  std::vector<at::Tensor> w, w_ref;
+  for (int64_t e = 0; e < E; ++e) {
+    w.push_back(at::randn({out, in}, at::kDouble).requires_grad_(true));
+    w_ref.push_back(w.back().detach().clone().requires_grad_(true));
+  }
+  at::Tensor rows_ref = rows.detach().clone().requires_grad_(true);
+  at::Tensor y = GroupedLinear(rows, counts, w);
+  at::Tensor y_ref = reference(rows_ref, [&](int64_t e, const at::Tensor& r) {
+    return at::linear(r, w_ref[static_cast<size_t>(e)]);
+  });
+  EXPECT_TRUE(at::allclose(y, y_ref));
+  torch::autograd::backward({(y * g).sum(), (y_ref * g).sum()});
+  EXPECT_TRUE(at::allclose(rows.grad(), rows_ref.grad()));
+  for (int64_t e = 0; e < E; ++e) {
+    ASSERT_TRUE(w[static_cast<size_t>(e)].grad().defined()) << e;
+    if (counts[static_cast<size_t>(e)] == 0) {
+      EXPECT_EQ(w[static_cast<size_t>(e)].grad().abs().max().item<double>(), 0.0);
+    } else {
+      EXPECT_TRUE(at::allclose(w[static_cast<size_t>(e)].grad(), w_ref[static_cast<size_t>(e)].grad())) << e;
+    }
+  }
+  // One stacked [E, in, out] tensor (x @ W[e]).
+  at::Tensor stacked = at::randn({E, in, out}, at::kDouble).requires_grad_(true);
+  at::Tensor stacked_ref = stacked.detach().clone().requires_grad_(true);
+  at::Tensor rows2 = rows.detach().clone().requires_grad_(true);
+  at::Tensor rows2_ref = rows.detach().clone().requires_grad_(true);
+  at::Tensor z = GroupedLinear(rows2, counts, {stacked});
+  at::Tensor z_ref = reference(rows2_ref, [&](int64_t e, const at::Tensor& r) {
+    return at::matmul(r, stacked_ref.select(0, e));
+  });
+  EXPECT_TRUE(at::allclose(z, z_ref));
+  torch::autograd::backward({(z * g).sum(), (z_ref * g).sum()});
+  EXPECT_TRUE(at::allclose(stacked.grad(), stacked_ref.grad()));
+  EXPECT_EQ(stacked.grad().select(0, 1).abs().max().item<double>(), 0.0);
+  EXPECT_TRUE(at::allclose(rows2.grad(), rows2_ref.grad()));
+}
+
 TEST(TokenDispatchTest, CombineSumsEachTokensChosenExpertsOutputsWeightedByTheirScores) {
   at::manual_seed(5);
   const int64_t T = 7, H = 4, E = 5, k = 2;
