@@ -61,6 +61,27 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
   return Linear(c, prod, h * mult, name + ".down_proj", module + ".down_proj", mult);
 }
 
+// A biased grouped GEMM of GPT-OSS's experts, per routed row: _grouped_mm(x, W) [out] saves x
+// for W's gradient (`weight` elements); the bias [out] is materialised per row (gathered by
+// expert id in transformers, repeat_interleave-d in torchtitan: an index_select either way,
+// whose int64 row index `index` is saved for the bias's gradient, `bias` elements; the add,
+// which holds the bias here, is charged with that save); the add saves nothing else.
+int GroupedMmPlusBias(Ctx& c, int x, int index, double out, double weight, double bias, bool train,
+                      const std::string& mm_name, const std::string& bias_name) {
+  const double k = c.spec.moe.top_k;
+  const std::string p = "moe.experts ";
+  int mm = c.g.Tensor(p + mm_name, c.e * out * k);
+  c.g.Op(p + mm_name, {x}, mm, {{x, SavedFor::kParamGrad}});
+  c.g.MarkComputeBound();
+  c.g.SetParam(weight, train, train);
+  int b = c.g.Tensor(p + bias_name + " (rows)", c.e * out * k);
+  c.g.Op(p + bias_name, {index}, b, {});
+  int sum = c.g.Tensor(p + mm_name + " + bias", c.e * out * k);
+  c.g.Op(p + "bias add", {mm, b, index}, sum, {{index, SavedFor::kParamGrad}});
+  c.g.SetParam(bias, train, train);
+  return sum;
+}
+
 // GPT-OSS's clamped gate, the same ops in both codes on gate_up ([2F] per routed row): the
 // interleaved views ([..., ::2] and [..., 1::2]), the gate clamped above and the up both ways
 // (clamp saves its input: the views keep gate_up whole), alpha x gate, its sigmoid (saves its
@@ -154,29 +175,15 @@ int GptOssMoe(Ctx& c, int x) {
   return HfGroupedExperts(c, x, probs, c.e, [&](int rows) {
     int ids_g = c.g.Tensor("moe.experts expert_ids_g (int64)", 8 * k);
     c.g.Op("moe.experts expert_ids[perm]", {}, ids_g, {});
-    int mm = c.g.Tensor("moe.experts _grouped_mm(x, gate_up_proj)", c.e * 2 * fe * k);
-    c.g.Op("moe.experts gate_up grouped_mm", {rows}, mm, {{rows, SavedFor::kParamGrad}});
-    c.g.MarkComputeBound();
-    c.g.SetParam(E * h * 2 * fe, train, train);  // gate_up_proj [E, H, 2F]
-    int b1 = c.g.Tensor("moe.experts gate_up_proj_bias[expert_ids_g]", c.e * 2 * fe * k);
-    c.g.Op("moe.experts gate_up bias gather", {ids_g}, b1, {});
-    int gate_up = c.g.Tensor("moe.experts gate_up (+ bias)", c.e * 2 * fe * k);
-    c.g.Op("moe.experts gate_up bias add", {mm, b1, ids_g}, gate_up, {{ids_g, SavedFor::kParamGrad}});
-    c.g.SetParam(E * 2 * fe, train, train);  // gate_up_proj_bias [E, 2F]
+    int gate_up = GroupedMmPlusBias(c, rows, ids_g, 2 * fe, E * h * 2 * fe, E * 2 * fe, train,
+                                    "_grouped_mm(x, gate_up_proj)", "gate_up_proj_bias[expert_ids_g]");
     auto [glu, up] = GptOssClampedGlu(c, gate_up, fe, k, "gate", "up");
     int up1 = c.g.Tensor("moe.experts up + 1", c.e * fe * k);
     c.g.Op("moe.experts up + 1", {up}, up1, {});
     int gated = c.g.Tensor("moe.experts (up + 1) * glu", c.e * fe * k);
     c.g.Op("moe.experts gated_output", {up1, glu}, gated, {{up1, 1}, {glu, 0}});
-    int down = c.g.Tensor("moe.experts _grouped_mm(gated_output, down_proj)", c.e * h * k);
-    c.g.Op("moe.experts down grouped_mm", {gated}, down, {{gated, SavedFor::kParamGrad}});
-    c.g.MarkComputeBound();
-    c.g.SetParam(E * fe * h, train, train);  // down_proj [E, F, H]
-    int b2 = c.g.Tensor("moe.experts down_proj_bias[expert_ids_g]", c.e * h * k);
-    c.g.Op("moe.experts down bias gather", {ids_g}, b2, {});
-    int out = c.g.Tensor("moe.experts out (+ bias)", c.e * h * k);
-    c.g.Op("moe.experts down bias add", {down, b2, ids_g}, out, {{ids_g, SavedFor::kParamGrad}});
-    c.g.SetParam(E * h, train, train);  // down_proj_bias [E, H]
+    int out = GroupedMmPlusBias(c, gated, ids_g, h, E * fe * h, E * h, train,
+                                "_grouped_mm(gated_output, down_proj)", "down_proj_bias[expert_ids_g]");
     return out;
   });
 }
@@ -230,34 +237,19 @@ int GptOssGroupedExperts(Ctx& c, int x, double fe, double k) {
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), E = m.num_experts;
   bool train = AnyTrains(c, "block_sparse_moe.experts");
-  int mm = c.g.Tensor("moe.experts _grouped_mm(x, mlp1)", c.e * 2 * fe * k);
-  c.g.Op("moe.experts mlp1 grouped_mm", {x}, mm, {{x, SavedFor::kParamGrad}});
-  c.g.MarkComputeBound();
-  c.g.SetParam(E * h * 2 * fe, train, train);  // mlp1_weight [E, 2F, H]
   // repeat_interleave with tensor repeats is index_select(bias, 0, repeat_interleave(repeats)):
-  // its int64 row index [k] is saved for the bias's gradient (charged to the add, which holds
-  // the bias here).
+  // each bias's own int64 row index [k].
   int i1 = c.g.Tensor("moe.experts mlp1_bias repeat_interleave index (int64)", 8 * k);
   c.g.Op("moe.experts mlp1 bias repeat_interleave index", {}, i1, {});
-  int b1 = c.g.Tensor("moe.experts mlp1_bias.repeat_interleave (rows)", c.e * 2 * fe * k);
-  c.g.Op("moe.experts mlp1 bias repeat_interleave", {i1}, b1, {});
-  int gate_up = c.g.Tensor("moe.experts h + b1", c.e * 2 * fe * k);
-  c.g.Op("moe.experts mlp1 bias add", {mm, b1, i1}, gate_up, {{i1, SavedFor::kParamGrad}});
-  c.g.SetParam(E * 2 * fe, train, train);  // mlp1_bias [E, 2F]
+  int gate_up = GroupedMmPlusBias(c, x, i1, 2 * fe, E * h * 2 * fe, E * 2 * fe, train,
+                                  "_grouped_mm(x, mlp1)", "mlp1_bias.repeat_interleave");
   auto [out_glu, lin] = GptOssClampedGlu(c, gate_up, fe, k, "x_glu", "x_linear");
   int act = c.g.Tensor("moe.experts addcmul(out_glu, out_glu, x_linear)", c.e * fe * k);
   c.g.Op("moe.experts addcmul", {out_glu, lin}, act, {{out_glu, 1}, {lin, 0}});
-  int down = c.g.Tensor("moe.experts _grouped_mm(h, mlp2)", c.e * h * k);
-  c.g.Op("moe.experts mlp2 grouped_mm", {act}, down, {{act, SavedFor::kParamGrad}});
-  c.g.MarkComputeBound();
-  c.g.SetParam(E * fe * h, train, train);  // mlp2_weight [E, H, F]
   int i2 = c.g.Tensor("moe.experts mlp2_bias repeat_interleave index (int64)", 8 * k);
   c.g.Op("moe.experts mlp2 bias repeat_interleave index", {}, i2, {});
-  int b2 = c.g.Tensor("moe.experts mlp2_bias.repeat_interleave (rows)", c.e * h * k);
-  c.g.Op("moe.experts mlp2 bias repeat_interleave", {i2}, b2, {});
-  int out = c.g.Tensor("moe.experts h + b2", c.e * h * k);
-  c.g.Op("moe.experts mlp2 bias add", {down, b2, i2}, out, {{i2, SavedFor::kParamGrad}});
-  c.g.SetParam(E * h, train, train);  // mlp2_bias [E, H]
+  int out = GroupedMmPlusBias(c, act, i2, h, E * fe * h, E * h, train, "_grouped_mm(h, mlp2)",
+                              "mlp2_bias.repeat_interleave");
   return out;
 }
 
