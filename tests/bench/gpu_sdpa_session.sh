@@ -26,6 +26,11 @@
 # 10. FSDP2's hook costs under LoRA (host_costs.py --lora-rank 16, Llama-3-8B cut to 8 layers,
 #     rank 0 of 8): the 8B LoRA reference ran in 0.215 s where simulate's host model, whose
 #     per-hook cost was measured on full fine-tuning, predicts 0.328 s (step_time_check.py).
+# 11. (when under 8 minutes have gone) the emulated expert-parallel run of gpu_host_session2.sh
+#     again (Qwen3-30B-A3B cut to 2 layers, rank 0 of 8, --ep 8): 8.6 GiB measured vs 8.1
+#     estimated before 2026-11-28, when the executor's torchtitan experts still ran one expert at
+#     a time (a full-size zero gradient of the rows and of the [el, F, H] weights per expert in
+#     backward); they run as one grouped GEMM since.
 # Usage: gpu_sdpa_session.sh OUT_DIR   (about 8 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
@@ -175,4 +180,19 @@ timeout 150 python3 "$root/tests/bench/fsdp2_reference/host_costs.py" --model ll
   --lora-rank 16 --repeats 2 >"$out/host_costs_lora.jsonl" 2>"$out/host_costs_lora.err"
 echo "host costs LoRA rc=$? at $(el) s"; tail -2 "$out/host_costs_lora.err"
 python3 -c "import json;[print(json.loads(l)['derived']) for l in open('$out/host_costs_lora.jsonl')]" 2>&1 | tail -2
+
+# 11. The emulated ep 8 run, if time allows.
+if [ "$(el)" -lt 480 ]; then
+  python3 - "$root/tests/data/model/qwen3-30b-a3b.config.json" /tmp/gss/q3_2layers.config.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["num_hidden_layers"] = 2
+json.dump(d, open(sys.argv[2], "w"))
+PY
+  timeout 120 "$exe" run --model /tmp/gss/q3_2layers.config.json --device cuda --modeling torchtitan --emulate-world 8 \
+    --ep 8 --seq-len 2048 --micro-batch 1 --precision bf16 --steps 4 --no-checkpoints --no-trace --out "$out/ep8" \
+    >"$out/ep8.log" 2>&1
+  echo "ep 8 run rc=$? at $(el) s"; tail -3 "$out/ep8.log"
+  timeout 60 "$exe" validate --measurements "$out/ep8/measurements.json" --model /tmp/gss/q3_2layers.config.json \
+    --cluster 8xH100 2>&1 | grep -iE "memory|step time" | head -8 | tee "$out/ep8_validate.txt"
+fi
 echo "done at $(el) s"
