@@ -321,8 +321,9 @@ int Moe(Ctx& c, int x) {
     probs = scaled;
   } else {
     // transformers 5's MixtralTopKRouter / Qwen2MoeTopKRouter / Qwen3MoeTopKRouter: logits =
-    // F.linear(x, W); softmax(logits.float()) saves its fp32 output; topk saves its int64
-    // indices; the top-k values divided by their sum when norm_topk_prob (Mixtral always; the
+    // F.linear(x, W); softmax in fp32 saves its fp32 output (Mixtral's softmax(logits.float())
+    // makes the fp32 copy counted here; Qwen's softmax(logits, dtype=float) casts inside the
+    // kernel: an [E] transient too few to matter); topk saves its int64 indices; the top-k values divided by their sum when norm_topk_prob (Mixtral always; the
     // in-place division saves the sum and the values); Qwen's .to(router_logits.dtype) casts to
     // the softmax's fp32, so the routing weights stay fp32.
     int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
