@@ -10,6 +10,7 @@
 
 #include "executor/checkpoint.h"
 #include "executor/errors.h"
+#include "model/units.h"
 #include "profiles/collective.h"
 
 namespace shardtune::exec {
@@ -269,6 +270,15 @@ std::string TraceEventsJson(const std::vector<Span>& spans, const std::vector<Co
                  {"tid", static_cast<int>(s.lane)},
                  {"ts", s.start_s * 1e6},
                  {"dur", s.dur_s * 1e6}});
+    if (s.live_bytes < 0) continue;
+    // Two counter tracks (separate names: one event's args would be drawn stacked), sampled as
+    // the span ends: the live tracked bytes, and the peak since the previous span of any lane.
+    const double ts = (s.start_s + s.dur_s) * 1e6;
+    a.push_back({{"name", "memory: tracked live (MiB)"}, {"ph", "C"}, {"pid", rank}, {"ts", ts},
+                 {"args", {{"MiB", static_cast<double>(s.live_bytes) / kMiB}}}});
+    a.push_back({{"name", "memory: tracked peak since the previous span (MiB)"}, {"ph", "C"},
+                 {"pid", rank}, {"ts", ts},
+                 {"args", {{"MiB", static_cast<double>(s.peak_since_previous_bytes) / kMiB}}}});
   }
   for (const CollectiveRecord& r : c) {
     a.push_back({{"name", std::string(profiles::ToString(r.kind)) + " " + r.group},

@@ -16,6 +16,7 @@ namespace {
 
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_window_peak{0};  // TakeTrackedWindowPeakBytes
 
 // Live allocations: data pointer -> (bytes, the inner allocator's deleter). The context of our
 // DataPtrs is the data pointer itself, as LibTorch's raw_allocate() requires (oneDNN uses it).
@@ -71,8 +72,10 @@ class CountingAllocator : public c10::Allocator {
       LiveMap()[data] = Live{bytes, deleter};
     }
     int64_t live = g_live.fetch_add(bytes) + bytes;
-    int64_t peak = g_peak.load();
-    while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+    for (std::atomic<int64_t>* p : {&g_peak, &g_window_peak}) {
+      int64_t peak = p->load();
+      while (live > peak && !p->compare_exchange_weak(peak, live)) {
+      }
     }
     return c10::DataPtr(data, data, &DeleteTracked, device);
   }
@@ -103,6 +106,7 @@ void InstallCpuMemoryTracker() {
 int64_t TrackedBytes() { return g_live.load(); }
 int64_t TrackedPeakBytes() { return g_peak.load(); }
 void ResetTrackedPeak() { g_peak.store(g_live.load()); }
+int64_t TakeTrackedWindowPeakBytes() { return g_window_peak.exchange(g_live.load()); }
 int64_t ResidentBytes() { return StatusKib("VmRSS"); }
 int64_t ResidentPeakBytes() { return StatusKib("VmHWM"); }
 bool ResetResidentPeak() {

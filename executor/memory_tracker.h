@@ -13,6 +13,9 @@ void InstallCpuMemoryTracker();
 int64_t TrackedBytes();       // live tensor storage bytes allocated through the tracker
 int64_t TrackedPeakBytes();   // maximum of TrackedBytes() since the last reset
 void ResetTrackedPeak();      // peak := current
+// The maximum of TrackedBytes() since the previous call (or the install), then resets that
+// window to the current bytes; independent of TrackedPeakBytes().
+int64_t TakeTrackedWindowPeakBytes();
 int64_t ResidentBytes();      // VmRSS
 int64_t ResidentPeakBytes();  // VmHWM
 // VmHWM := VmRSS (writes "5" to /proc/self/clear_refs, Linux >= 4.0). False when the kernel

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -19,6 +20,10 @@ struct Span {
   Lane lane = Lane::kCompute;
   double start_s = 0;
   double dur_s = 0;
+  // Memory when the span was added (its end), when the recorder samples it (-1: not sampled):
+  // live bytes then, and the peak since the previous span of any lane was added.
+  int64_t live_bytes = -1;
+  int64_t peak_since_previous_bytes = -1;
 };
 
 struct SpanTotal {
@@ -34,12 +39,17 @@ class Recorder {
   // Totals keyed by (name, phase).
   const std::map<std::pair<std::string, std::string>, SpanTotal>& totals() const { return totals_; }
   void set_tracing(bool on) { tracing_ = on; }
+  // Samples memory as each span is added: returns {live bytes, peak bytes since the previous
+  // call} (the trace's memory counter). Unset: spans carry no memory.
+  using MemorySampler = std::function<std::pair<int64_t, int64_t>()>;
+  void set_memory_sampler(MemorySampler sampler) { sampler_ = std::move(sampler); }
   bool tracing() const { return tracing_; }
 
  private:
   std::vector<Span> spans_;
   std::map<std::pair<std::string, std::string>, SpanTotal> totals_;
   bool tracing_ = true;
+  MemorySampler sampler_;
 };
 
 }  // namespace shardtune::exec

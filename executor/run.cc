@@ -372,6 +372,12 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   Groups g = MakeGroups(o, env, log, cuda_device);
   Recorder recorder;
   recorder.set_tracing(o.trace);
+  if (cuda_device < 0) {  // CPU ranks: the tracked allocator's bytes beside every span (the trace)
+    recorder.set_memory_sampler([] {
+      int64_t peak = TakeTrackedWindowPeakBytes();
+      return std::make_pair(TrackedBytes(), peak);
+    });
+  }
   TrainerContext ctx = MakeTrainerContext(o, env, g, &recorder, callbacks, cuda_device, &watchdog);
   Trainer trainer(ctx);
   meter.End();

@@ -176,6 +176,28 @@ TEST(ExecutorRunCliTest, TinyLlamaDefaultPlanOnTwoRanksWritesMeasurementsAndTrac
   nlohmann::json trace = nlohmann::json::parse(tin);
   EXPECT_GT(trace.at("traceEvents").size(), 10u);
   EXPECT_FALSE(std::filesystem::exists(out + "/.trace.rank1.json"));
+  // Each rank's memory counters: sampled at every span's end, the peaks between samples cover
+  // the run from the tracker's install to the last span, so their maximum is the rank's
+  // tracked peak unless it came after the last span (nothing allocates tensors after the final
+  // checkpoint span but the checkpoint's own writes, below the training peak).
+  std::map<int, double> counter_peak_mib, live_samples;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "C") continue;
+    const int pid = e.at("pid").get<int>();
+    const double mib = e.at("args").at("MiB").get<double>();
+    if (e.at("name") == "memory: tracked peak since the previous span (MiB)") {
+      counter_peak_mib[pid] = std::max(counter_peak_mib[pid], mib);
+    } else if (e.at("name") == "memory: tracked live (MiB)") {
+      live_samples[pid] += 1;
+    }
+  }
+  ASSERT_EQ(counter_peak_mib.size(), 2u);
+  for (const auto& rank : m.at("memory").at("per_rank")) {
+    const int pid = rank.at("rank").get<int>();
+    const double peak_mib = static_cast<double>(rank.at("tracked_peak_bytes").get<int64_t>()) / (1 << 20);
+    EXPECT_NEAR(counter_peak_mib.at(pid), peak_mib, 1e-6 * peak_mib) << "rank " << pid;
+    EXPECT_GT(live_samples.at(pid), 10) << "rank " << pid;
+  }
 }
 
 TEST(ExecutorRunCliTest, TextFileTrainsAsByteTokensAndTheLossFalls) {
