@@ -40,9 +40,12 @@ struct FusedRmsNormFunction : public torch::autograd::Function<FusedRmsNormFunct
   }
 };
 
-// GroupedLinear (torchtitan_ops.h). Expert e's weight as the [in, out] matrix its rows multiply.
+// GroupedLinear (torchtitan_ops.h): one [E, in, out] tensor rather than E [out, in] ones.
+bool StackedWeights(at::TensorList w) { return w.size() == 1 && w[0].dim() == 3; }
+
+// Expert e's weight as the [in, out] matrix its rows multiply.
 at::Tensor ExpertMatrix(const variable_list& w, size_t e) {
-  return w.size() == 1 && w[0].dim() == 3 ? w[0].select(0, static_cast<int64_t>(e)) : w[e].t();
+  return StackedWeights(w) ? w[0].select(0, static_cast<int64_t>(e)) : w[e].t();
 }
 
 struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
@@ -70,7 +73,7 @@ struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFun
     variable_list saved = ctx->get_saved_variables();
     const at::Tensor rows = saved[0];
     variable_list w(saved.begin() + 1, saved.end());
-    const bool stacked = w.size() == 1 && w[0].dim() == 3;
+    const bool stacked = StackedWeights(w);
     at::Tensor g = grads[0].contiguous();
     at::Tensor grad_rows;
     if (ctx->needs_input_grad(0)) grad_rows = at::empty_like(rows);
@@ -130,10 +133,6 @@ struct AllToAllRowsFunction : public torch::autograd::Function<AllToAllRowsFunct
   }
 };
 
-std::vector<int64_t> ToHost(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU).to(at::kLong).contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
 
 }  // namespace
 
@@ -142,9 +141,14 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return FusedRmsNormFunction::apply(x, w, eps)[0];
 }
 
+std::vector<int64_t> ToHost(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kCPU).to(at::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
 at::Tensor GroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
                          at::TensorList weights) {
-  const bool stacked = weights.size() == 1 && weights[0].dim() == 3;
+  const bool stacked = StackedWeights(weights);
   SHARDTUNE_CHECK(!counts.empty() && (stacked ? weights[0].size(0) == static_cast<int64_t>(counts.size())
                                               : weights.size() == counts.size()))
       << counts.size() << " expert counts for " << weights.size() << " weight tensors";

@@ -1,8 +1,7 @@
 // The ops `run --modeling torchtitan` runs where torchtitan's model code differs from
-// transformers' in what autograd saves (and GroupedLinear, the grouped GEMM of transformers 5's
-// default experts path) (model/activation_recipes.cc and model/activations.cc
-// model the same two): the fused RMSNorm and the MoE's token dispatch, with expert parallelism's
-// all-to-alls. Sources: torchtitan/models/common/nn_modules.py (RMSNorm = nn.RMSNorm, i.e.
+// transformers' in what autograd saves (model/activation_recipes.cc and model/activations.cc
+// model the same): the fused RMSNorm and the MoE's token dispatch, with expert parallelism's
+// all-to-alls; and GroupedLinear, the grouped GEMM both codes' experts run. Sources: torchtitan/models/common/nn_modules.py (RMSNorm = nn.RMSNorm, i.e.
 // F.rms_norm, fused from torch 2.8), torchtitan/models/common/moe.py (TokenChoiceTopKRouter,
 // GroupedExperts, MoE.forward) and models/common/token_dispatcher.py (LocalTokenDispatcher,
 // AllToAllTokenDispatcher), torchtitan main of 2026-08-21.
@@ -22,6 +21,10 @@ class Communicator;
 // only, and backward recomputes x̂ from them (aten/src/ATen/native/layer_norm.cpp rms_norm,
 // cuda/layer_norm_kernel.cu). w: [H], x's dtype or fp32.
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// The integers of `t` (any integer dtype, any device) in a host vector: per-expert counts and
+// split sizes, which the host needs to slice and to size collectives.
+std::vector<int64_t> ToHost(const at::Tensor& t);
 
 // torch._grouped_mm as transformers 5's grouped_mm_experts_forward runs it (integrations/moe.py
 // _grouped_linear; its fallback op transformers::grouped_mm_fallback loops over the experts the

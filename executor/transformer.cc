@@ -66,8 +66,7 @@ at::Tensor GroupedDispatch(const at::Tensor& flat, const at::Tensor& chosen, con
     perm = std::get<1>(at::sort(expert_ids, /*stable=*/true, /*dim=*/0, /*descending=*/false));
     inv_perm = std::get<1>(at::sort(perm, /*stable=*/true, /*dim=*/0, /*descending=*/false));
     ids_g = expert_ids.index_select(0, perm);
-    at::Tensor c = at::bincount(expert_ids, {}, experts).to(at::kCPU).to(at::kLong).contiguous();
-    counts.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    counts = ToHost(at::bincount(expert_ids, {}, experts));
   }
   at::Tensor w_g = sample_weights.index_select(0, perm);
   at::Tensor rows = selected.index_select(0, perm);
@@ -422,6 +421,9 @@ at::Tensor Transformer::Moe(const ParamTable& p, const std::string& pre, const a
 at::Tensor Transformer::RoutedExperts(const ParamTable& p, const std::string& pre, const at::Tensor& rows,
                                       const std::vector<int64_t>& counts, int64_t first) const {
   const bool gated = spec_.mlp == model::MlpKind::kSwiGlu;
+  std::vector<std::vector<at::Tensor>> up_weights;  // per input projection, its expert weights
+  std::vector<at::Tensor> down_weights;
+  bool fused = false;  // one gate_up projection, chunked into gate and up
   if (p.count(pre + ".experts.w1") > 0) {
     // torchtitan's GroupedExperts tensors (ep > 1): w1, w3 [el, F, H], w2 [el, H, F]; each
     // expert's rows times w^T.
@@ -430,47 +432,45 @@ at::Tensor Transformer::RoutedExperts(const ParamTable& p, const std::string& pr
     auto stacked = [&](const char* n, int64_t out, int64_t in) {
       return Get(p, pre + ".experts." + n).view({el, out, in}).transpose(1, 2);
     };
-    std::vector<at::Tensor> up{GroupedLinear(rows, counts, {stacked("w1", F, H)})};
-    if (gated) up.push_back(GroupedLinear(rows, counts, {stacked("w3", F, H)}));
-    Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
-    if (!gated) act = Piece{&GeluPiece, 0.0, up};
-    at::Tensor h = Run(act);
-    at::Tensor out = GroupedLinear(h, counts, {stacked("w2", H, F)});
-    Drop(h, act, {out});
-    return out;
-  }
-  const std::vector<std::string> up_names =
-      spec_.fused_gate_up ? std::vector<std::string>{"gate_up_proj"}
-                          : gated ? std::vector<std::string>{"gate_proj", "up_proj"}
-                                  : std::vector<std::string>{"up_proj"};
-  auto expert = [&](size_t e) { return pre + ".experts." + std::to_string(first + static_cast<int64_t>(e)); };
-  bool per_expert = spec_.mlp_bias || gpt2_names_;
-  for (size_t e = 0; e < counts.size() && !per_expert; ++e) {
-    for (const std::string& n : up_names) per_expert = per_expert || p.count(expert(e) + "." + n + ".lora_A.default.weight") > 0;
-    per_expert = per_expert || p.count(expert(e) + ".down_proj.lora_A.default.weight") > 0;
-  }
-  if (per_expert) {
-    std::vector<at::Tensor> outs;
-    int64_t offset = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      at::Tensor r = rows.narrow(0, offset, counts[e]);
-      offset += counts[e];
-      outs.push_back(MlpDown(p, expert(e), MlpUp(p, expert(e), r)));
+    up_weights.push_back({stacked("w1", F, H)});
+    if (gated) up_weights.push_back({stacked("w3", F, H)});
+    down_weights = {stacked("w2", H, F)};
+  } else {
+    const std::vector<std::string> up_names =
+        spec_.fused_gate_up ? std::vector<std::string>{"gate_up_proj"}
+                            : gated ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                    : std::vector<std::string>{"up_proj"};
+    auto expert = [&](size_t e) { return pre + ".experts." + std::to_string(first + static_cast<int64_t>(e)); };
+    bool per_expert = spec_.mlp_bias || gpt2_names_;
+    for (size_t e = 0; e < counts.size() && !per_expert; ++e) {
+      for (const std::string& n : up_names) per_expert = per_expert || p.count(expert(e) + "." + n + ".lora_A.default.weight") > 0;
+      per_expert = per_expert || p.count(expert(e) + ".down_proj.lora_A.default.weight") > 0;
     }
-    return at::cat(outs, 0);
+    if (per_expert) {
+      std::vector<at::Tensor> outs;
+      int64_t offset = 0;
+      for (size_t e = 0; e < counts.size(); ++e) {
+        at::Tensor r = rows.narrow(0, offset, counts[e]);
+        offset += counts[e];
+        outs.push_back(MlpDown(p, expert(e), MlpUp(p, expert(e), r)));
+      }
+      return at::cat(outs, 0);
+    }
+    auto weights = [&](const std::string& n) {
+      std::vector<at::Tensor> w;
+      for (size_t e = 0; e < counts.size(); ++e) w.push_back(Get(p, expert(e) + "." + n + ".weight"));
+      return w;
+    };
+    for (const std::string& n : up_names) up_weights.push_back(weights(n));
+    down_weights = weights("down_proj");
+    fused = spec_.fused_gate_up;
   }
-  auto weights = [&](const std::string& n) {
-    std::vector<at::Tensor> w;
-    for (size_t e = 0; e < counts.size(); ++e) w.push_back(Get(p, expert(e) + "." + n + ".weight"));
-    return w;
-  };
   std::vector<at::Tensor> up;
-  for (const std::string& n : up_names) up.push_back(GroupedLinear(rows, counts, weights(n)));
-  if (spec_.fused_gate_up) up = up[0].chunk(2, -1);
-  Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
-  if (!gated) act = Piece{&GeluPiece, 0.0, up};
+  for (const std::vector<at::Tensor>& w : up_weights) up.push_back(GroupedLinear(rows, counts, w));
+  if (fused) up = up[0].chunk(2, -1);
+  Piece act = ActivationPiece(up);
   at::Tensor h = Run(act);
-  at::Tensor out = GroupedLinear(h, counts, weights("down_proj"));
+  at::Tensor out = GroupedLinear(h, counts, down_weights);
   Drop(h, act, {out});
   return out;
 }
@@ -978,16 +978,22 @@ std::vector<at::Tensor> Transformer::MlpUp(const ParamTable& p, const std::strin
   return {Proj(p, pre + (gpt2_names_ ? ".c_fc" : ".up_proj"), x, b, gpt2_names_)};
 }
 
+// The MLP's activation on its input projections' outputs: SwiGLU or GeGLU on {gate, up}, else
+// GELU on {up} (GPT-2's gelu_new, NeoX's exact GELU).
+Transformer::Piece Transformer::ActivationPiece(const std::vector<at::Tensor>& up) const {
+  if (spec_.mlp != model::MlpKind::kSwiGlu) return Piece{&GeluPiece, gpt2_names_ ? 1.0 : 0.0, up};
+  return Piece{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
+}
+
 // The activation (recomputed under selective checkpointing, dropped once projected) and the
 // down projection.
 at::Tensor Transformer::MlpDown(const ParamTable& p, const std::string& pre,
                                 const std::vector<at::Tensor>& up) const {
   bool b = spec_.mlp_bias;
-  Piece act{spec_.gelu_gate ? &GeGluPiece : &SwiGluPiece, 0.0, up};
+  Piece act = ActivationPiece(up);
   std::string down = pre + ".down_proj";
   bool conv1d = false;
   if (spec_.mlp != model::MlpKind::kSwiGlu) {
-    act = Piece{&GeluPiece, gpt2_names_ ? 1.0 : 0.0, up};  // GPT-2 gelu_new; NeoX exact GELU
     down = pre + (gpt2_names_ ? ".c_proj" : ".down_proj");
     conv1d = gpt2_names_;
   }

@@ -185,6 +185,8 @@ class Transformer {
     std::vector<at::Tensor> inputs;
   };
   Piece NormPiece(const ParamTable& p, const std::string& name, const at::Tensor& x) const;
+  // The MLP activation (SwiGLU / GeGLU / GELU by the spec) on the input projections' outputs.
+  Piece ActivationPiece(const std::vector<at::Tensor>& up) const;
   bool Selective() const;
   at::Tensor Run(const Piece& piece) const;  // RecomputePiece when Selective()
   // DropUntilBackward when Selective(): `consumers` are the projections that read y.
