@@ -48,8 +48,14 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   std::ostringstream o;
   o << model::ToString(p.strategy) << " (shard group " << r.shard_group << " x " << r.replicas
     << " replica" << (r.replicas > 1 ? "s" : "") << "), wrap " << model::WrapSpecToString(p.wrap)
-    << " (" << r.units.size() << " units), micro-batch " << p.micro_batch << " x " << seq
-    << " tokens, grad-accum " << p.grad_accum << (p.no_sync ? " (no_sync)" : "");
+    << " (" << r.units.size() << " units), ";
+  if (p.packed_seq_len > 0) {
+    o << "packed micro-batches of up to " << static_cast<int64_t>(p.micro_batch) * seq
+      << " tokens (sequences up to " << p.packed_seq_len << " tokens; judged at a full one)";
+  } else {
+    o << "micro-batch " << p.micro_batch << " x " << seq << " tokens";
+  }
+  o << ", grad-accum " << p.grad_accum << (p.no_sync ? " (no_sync)" : "");
   if (r.cp > 1) {
     o << ", Ulysses cp " << r.cp << " (each rank holds " << seq / r.cp
       << " tokens of a sequence; FSDP over "
@@ -61,6 +67,12 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";
+  if (p.loss_kernel == model::LossKernel::kVerlFlashCe) {
+    o << ", loss: verl's log-prob path (packed logits in " << model::ToString(p.param_dtype)
+      << ", temperature divided in place, flash-attn cross-entropy with in-place backward)";
+  } else if (p.loss_kernel == model::LossKernel::kFusedLinear) {
+    o << ", loss: fused linear cross-entropy (chunked)";
+  }
   if (p.attention == model::Attention::kSdpa && p.sdpa_backend != model::SdpaBackend::kAuto) {
     o << " (" << model::ToString(p.sdpa_backend) << ")";
   }
@@ -79,16 +91,39 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   return o.str();
 }
 
+// The token capacity of packed micro-batches (plan::LargestFittingMicroBatchTokens), one line.
+std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) {
+  std::ostringstream o;
+  if (t.max_tokens == 0) {
+    o << "not even one " << t.longest_sequence << "-token sequence per micro-batch fits";
+    return o.str();
+  }
+  o << "fits while a micro-batch holds at most " << t.max_tokens << " tokens ("
+    << FormatBytes(t.required_at_max) << " required there); this plan's largest holds "
+    << t.plan_tokens;
+  if (plan.packed_seq_len <= 0 && plan.micro_batch > 1) {
+    o << " (" << plan.micro_batch << " x " << t.longest_sequence
+      << "; with use_remove_padding its sequences fit while their mean length is at most "
+      << t.max_tokens / plan.micro_batch << ")";
+  } else if (plan.packed_seq_len > 0 && plan.cp > 1) {
+    o << " (a token budget per GPU of " << t.plan_tokens / plan.cp << " over cp " << plan.cp
+      << "; at most " << t.max_tokens / plan.cp << " fits)";
+  }
+  return o.str();
+}
+
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
-                const plan::FusedLossAlternative& fused, bool timeline, std::ostream& out) {
+                const plan::FusedLossAlternative& fused, const plan::TokenCapacity& capacity,
+                bool timeline, const std::string& seq_len_note, std::ostream& out) {
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
     if (u.gathered_bytes > largest->gathered_bytes) largest = &u;
   }
   out << "shardtune estimate: " << spec.name << " (" << FormatCount(r.parameters) << " parameters) on "
-      << c.name << " (" << r.world << " GPU" << (r.world > 1 ? "s" : "") << ", " << c.gpu.name << ")\n";
+      << c.name << " (" << r.world << " GPU" << (r.world > 1 ? "s" : "") << ", " << c.gpu.name
+      << "), " << seq_len_note << "\n";
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
   out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
       << " params, " << FormatBytes(largest->gathered_bytes) << " when gathered\n\n";
@@ -136,7 +171,9 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   row("required", r.required, std::string(r.fits ? "FITS" : "DOES NOT FIT") + " in " +
                                   FormatBytes(r.capacity) + " usable (headroom " +
                                   FormatBytes(r.capacity - r.required) + ")");
-  out << "  judged on: " << r.judged_on << "\n\n";
+  out << "  judged on: " << r.judged_on << "\n";
+  if (capacity.evaluated) out << "  packed tokens: " << CapacityLine(plan, capacity) << "\n";
+  out << "\n";
   out << "Host (per node)\n";
   for (const auto& [k, b] : r.host.breakdown) row(k, b, "");
   row("peak (" + r.host.peak_phase + ")", r.host.peak_per_node,
@@ -191,7 +228,16 @@ std::string PhaseVerdict(const sim::JobPhases& p) {
   return o.str();
 }
 
+namespace {
+void PrintPhaseTable(const sim::JobPhases& p, const std::string& verdict, std::ostream& out);
+}  // namespace
+
 void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
+  PrintPhaseTable(p, PhaseVerdict(p), out);
+}
+
+namespace {
+void PrintPhaseTable(const sim::JobPhases& p, const std::string& verdict, std::ostream& out) {
   out << "\nJob phases (GPU per rank; host per node, pinned + pageable)\n";
   out << "  phase            allocated    required  GPU      host (pinned)           peak moment\n";
   for (const auto& ph : p.phases) {
@@ -205,8 +251,9 @@ void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
     out << "      top: " << top << "; reserved " << FormatBytes(ph.reserved) << ", nvidia-smi "
         << FormatBytes(ph.nvidia_smi) << "\n";
   }
-  out << "  verdict: " << PhaseVerdict(p) << "\n";
+  out << "  verdict: " << verdict << "\n";
 }
+}  // namespace
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   CLI::App* sub = app->add_subcommand("estimate", "Per-GPU and per-host memory of a training job");
@@ -306,21 +353,35 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   plan::FusedLossAlternative fused;
   if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
+  plan::TokenCapacity capacity = plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt);
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
   if (!a.role_plans.empty()) colocated = ColocatedRoles(a, job, r);
+  // One verdict: the job fits when every phase of this role fits and, with co-located roles,
+  // the GPU holds each role beside the others' idle residue.
+  const bool fits = phases.fits && (a.role_plans.empty() || colocated.fits);
+  std::string verdict = PhaseVerdict(phases);
+  if (!a.role_plans.empty() && !colocated.fits) {
+    verdict = (phases.fits ? "fits alone in every phase, but runs out beside the co-located "
+                             "roles: "
+                           : verdict + "; beside the co-located roles too: ") +
+              FormatBytes(colocated.peak) + " > " + FormatBytes(colocated.capacity) + " while " +
+              colocated.peak_role + " runs";
+  }
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
-    PrintTable(spec, cluster, plan, r, alts, fused, a.timeline, out);
+    PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note, out);
     PrintFeatureSavings(savings, r, out);
     if (!a.role_plans.empty()) PrintColocation(colocated, out);
-    PrintPhases(phases, out);
+    PrintPhaseTable(phases, verdict, out);
     return;
   }
   nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.estimate");
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
+  // The step fits only if it also fits beside the co-located roles' idle residue.
+  if (!a.role_plans.empty() && !colocated.fits) j["fits"] = false;
   nlohmann::ordered_json alt = nlohmann::ordered_json::array();
   for (const auto& x : alts) {
     alt.push_back({{"offload", model::ToString(x.offload)},
@@ -333,6 +394,13 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.role_plans.empty()) j["colocation"] = ColocationJson(colocated);
   j["phases"] = sim::JobPhasesToJson(phases);
   j["alternatives"] = alt;
+  if (capacity.evaluated) {
+    j["micro_batch_token_capacity"] = {{"plan_tokens", capacity.plan_tokens},
+                                       {"longest_sequence", capacity.longest_sequence},
+                                       {"max_tokens", capacity.max_tokens},
+                                       {"required_bytes_at_max", capacity.required_at_max.count()},
+                                       {"summary", CapacityLine(plan, capacity)}};
+  }
   if (fused.evaluated) {
     j["fused_loss_alternative"] = {{"loss_kernel", "fused_linear"},
                                    {"peak_allocated_bytes", fused.peak_allocated.count()},
@@ -341,6 +409,9 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                                    {"peak_phase", fused.peak_phase}};
   }
   j["advice"] = plan::AdviseOnMemory(plan, r, alts, fused);
+  // The job's verdict, as the text's last line says it (the report's own "fits" above is this
+  // role's step alone).
+  j["verdict"] = {{"fits", fits}, {"text", verdict}};
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

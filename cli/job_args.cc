@@ -127,9 +127,13 @@ Job ResolveJob(const JobArgs& a) {
   job.spec = model::ResolveModelArg(a.model, &job.warnings);
   job.cluster = profiles::LoadCluster(a.cluster);
   configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
-  job.plan = BuildPlan(a.plan, &from, &job.warnings);
+  std::string seq_from;
+  job.plan = BuildPlan(a.plan, &from, &job.warnings, &seq_from);
+  job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
   Validate(job, a.plan);
-  if (job.SeqLen() > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, job.SeqLen()));
+  // The longest sequence (a packed row's may hold several).
+  const int64_t longest = job.plan.AttentionSeqLen(job.SeqLen());
+  if (longest > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, longest));
   job.options.memory.model_load = ParseLoad(a.model_load);
   job.options.memory.checkpoint_dtype_bytes = static_cast<int>(
       model::BytesPerElement(model::ParseEnum<model::DType>(a.load_dtype, "--load-dtype")));
@@ -158,6 +162,7 @@ nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) 
                   {"gpu", job.cluster.gpu.name},
                   {"usable_memory_bytes", job.cluster.gpu.usable_memory.count()}};
   j["plan"] = model::PlanToJson(job.plan);
+  j["seq_len_source"] = job.seq_len_note;
   return j;
 }
 

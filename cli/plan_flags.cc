@@ -2,6 +2,7 @@
 // table declares each flag once (registration, help, parsing, application).
 #include "cli/plan_flags.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -94,6 +95,11 @@ const std::vector<FlagSpec>& Flags() {
       {"--seq-len", "Tokens per sequence (default: the model's maximum)", kPlanFlag,
        &Opt<&PlanFlags::seq_len>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->seq_len = f.seq_len; }},
+      {"--max-tokens-per-micro-batch",
+       "Packed micro-batches: whole sequences of up to --seq-len tokens concatenated into rows of "
+       "at most this many tokens (verl ppo_max_token_len_per_gpu x sp, TRL padding_free); sets "
+       "micro-batch 1; memory is judged at a full row",
+       kPlanFlag, &Opt<&PlanFlags::max_tokens_per_micro_batch>, nullptr},
       {"--grad-accum", "Micro-batches per optimizer step", kPlanFlag, &Opt<&PlanFlags::grad_accum>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->grad_accum = f.grad_accum; }},
       {"--global-batch",
@@ -210,6 +216,11 @@ const std::vector<FlagSpec>& Flags() {
        &Opt<&PlanFlags::from_format>, nullptr},
       {"--from-worker", "ROLL worker (actor_train, reference, ...) or verl role (actor, ref) to read",
        kFromFlag, &Opt<&PlanFlags::from_worker>, nullptr},
+      {"--set",
+       "Hydra-style override of the --from config, repeatable, as a launch script writes it: "
+       "KEY.PATH=VALUE, +KEY=VALUE (add), ++KEY=VALUE (add or set), ~KEY (delete); e.g. "
+       "--set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+       kFromFlag, &Opt<&PlanFlags::set_overrides>, nullptr},
   };
   return kFlags;
 }
@@ -255,26 +266,108 @@ std::string PlanSource(const PlanFlags& f) {
 }
 
 
+namespace {
+// --max-tokens-per-micro-batch T turns the plan into packed rows of T tokens holding sequences of
+// up to the sequence length; on a plan already packed (a config's token budget), --seq-len sets
+// the longest sequence and leaves the row.
+void ApplyPacking(const PlanFlags& f, int64_t row_before_flags, model::Plan* p) {
+  bool seq_flag = f.app && f.app->count("--seq-len") > 0;
+  if (f.app && f.app->count("--max-tokens-per-micro-batch") > 0) {
+    int64_t longest = p->packed_seq_len > 0 && !seq_flag ? p->packed_seq_len : p->seq_len;
+    const int64_t t = f.max_tokens_per_micro_batch;
+    if (longest <= 0) {
+      throw InputError("--max-tokens-per-micro-batch " + std::to_string(t) +
+                       ": expected --seq-len (the longest sequence a row packs), got none");
+    }
+    if (t < longest) {
+      throw InputError("--max-tokens-per-micro-batch: expected at least the longest sequence, "
+                       "--seq-len " + std::to_string(longest) + " (a sequence is never split), got " +
+                       std::to_string(t));
+    }
+    if (f.app->count("--micro-batch") > 0 && f.micro_batch != 1) {
+      throw InputError("--micro-batch " + std::to_string(f.micro_batch) +
+                       ": expected 1 or none with --max-tokens-per-micro-batch (a packed "
+                       "micro-batch is one row of tokens)");
+    }
+    p->micro_batch = 1;
+    p->packed_seq_len = longest;
+    p->seq_len = t;
+  } else if (p->packed_seq_len > 0 && seq_flag) {
+    p->packed_seq_len = f.seq_len;
+    p->seq_len = row_before_flags;
+  }
+}
+}  // namespace
+
 model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx,
-                      std::vector<std::string>* warnings) {
+                      std::vector<std::string>* warnings, std::string* seq_len_from) {
   using namespace model;
   Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
+  std::string seq_from = p.seq_len > 0 ? "--plan " + f.plan_file : "";
+  if (!f.set_overrides.empty() && f.from_files.empty()) {
+    throw InputError("--set " + f.set_overrides.front() +
+                     ": expected a --from config to override, got no --from");
+  }
   if (!f.from_files.empty()) {
     SHARDTUNE_CHECK(from_ctx != nullptr) << "--from without a model and cluster to read it against";
     configs::ImportContext ctx = *from_ctx;
     ctx.worker = f.from_worker;
+    ctx.overrides = f.set_overrides;
+    // One file is the whole config: an override may add a top-level key to it. With several,
+    // each override goes to the files that have its first key.
+    ctx.overrides_add_top_level = f.from_files.size() == 1;
     configs::ImportFormat format{};
     if (!f.from_format.empty()) format = configs::ParseImportFormat(f.from_format, "--from-format");
+    std::vector<std::string> applied;
     for (const auto& file : f.from_files) {
       configs::ImportResult r =
           configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
+      if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
+      applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
+    }
+    for (const auto& o : f.set_overrides) {
+      if (std::find(applied.begin(), applied.end(), o) == applied.end()) {
+        throw InputError("--set " + o + ": expected its first key in one of the --from configs, "
+                         "got it in none of " + PlanSource(f));
+      }
+    }
+    bool seq_flag = f.app && f.app->count("--seq-len") > 0;
+    if (seq_from.empty() && !seq_flag) {
+      throw InputError(PlanSource(f) +
+                       ": expected a sequence length, got none (the config carries none, e.g. an "
+                       "Accelerate config); give --seq-len N");
     }
   }
+  const int64_t row_before_flags = p.seq_len;
   for (const FlagSpec& s : Flags()) {
     if (s.apply && f.app && f.app->count(s.name) > 0) s.apply(f, s, &p);
   }
+  ApplyPacking(f, row_before_flags, &p);
+  if (f.app && f.app->count("--seq-len") > 0) seq_from = "--seq-len";
+  if (seq_len_from) *seq_len_from = seq_from;
   return p;
+}
+
+std::string ApplyDefaultSeqLen(int64_t max_seq_len, const std::string& seq_len_from,
+                               model::Plan* plan) {
+  const std::string from = seq_len_from.empty() ? std::string("the plan") : seq_len_from;
+  if (plan->seq_len > 0 && plan->packed_seq_len > 0) {
+    return "packed rows of up to " + std::to_string(plan->micro_batch * plan->seq_len) +
+           " tokens holding sequences of up to " + std::to_string(plan->packed_seq_len) +
+           " tokens (" + from + ")";
+  }
+  if (plan->seq_len > 0) return std::to_string(plan->seq_len) + " tokens per sequence (" + from + ")";
+  if (max_seq_len <= kDefaultSeqLenTokens) {
+    plan->seq_len = max_seq_len;
+    return std::to_string(max_seq_len) +
+           " tokens per sequence (the model's maximum, as no --seq-len was given)";
+  }
+  plan->seq_len = kDefaultSeqLenTokens;
+  return std::to_string(kDefaultSeqLenTokens) +
+         " tokens per sequence (no --seq-len given: the model's " + std::to_string(max_seq_len) +
+         "-token maximum capped at " + std::to_string(kDefaultSeqLenTokens) +
+         ", torchtitan's llama3 recipes' length; give --seq-len for yours)";
 }
 
 }  // namespace shardtune::cli

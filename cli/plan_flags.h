@@ -21,12 +21,14 @@ struct PlanFlags {
   std::string backward_prefetch, optimizer, optimizer_impl, attention, sdpa_backend, modeling, loss_kernel;
   std::string cp_fsdp_mesh, role, lora_targets, lora_dtype, frozen_dtype, master_dtype;
   std::vector<std::string> freeze;
+  std::vector<std::string> set_overrides;  // --set KEY=VALUE on the --from configs
   int cp = 1, ep = 1, lora_rank = 0, tiled_mlp = 1;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   bool wrap_experts = false;
   int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
   int64_t seq_len = 0, global_batch = 0;
+  int64_t max_tokens_per_micro_batch = 0;  // packed rows (Plan::packed_seq_len)
   bool no_sync = false, forward_prefetch = false, keep_logits = false;
   bool wrap_embedding = false, wrap_head = false;
   CLI::App* app = nullptr;  // where the flags were added (to ask which were given)
@@ -45,11 +47,27 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags);
 // tune); `flags` must outlive parsing.
 void AddFromFlags(CLI::App* app, PlanFlags* flags);
 // The plan: defaults, then --plan, then each --from config (read against `from_ctx`, the model
-// and cluster; REQUIRES: non-null when flags.from_files is not empty), then each flag that was
-// given. Import warnings are appended to `warnings` (may be null). Does not validate against the
-// model and cluster (the caller runs Plan::Problems). Throws InputError naming the flag or file.
+// and cluster; REQUIRES: non-null when flags.from_files is not empty) with the --set overrides,
+// then each flag that was given. Import warnings are appended to `warnings` (may be null).
+// `seq_len_from` (may be null) receives what set the sequence length ("--seq-len", a config key,
+// the --plan file) or "" when nothing did (plan.seq_len 0: see ApplyDefaultSeqLen). Does not
+// validate against the model and cluster (the caller runs Plan::Problems). Throws InputError
+// naming the flag or file, among others when --from configs set no sequence length and --seq-len
+// is not given (an Accelerate config carries none), and when a --set override reached no file.
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,
-                      std::vector<std::string>* warnings = nullptr);
+                      std::vector<std::string>* warnings = nullptr,
+                      std::string* seq_len_from = nullptr);
+
+// The sequence length a job gets when neither a flag, a --plan file nor a config set one: the
+// model's max_seq_len (max_position_embeddings) capped at 8,192 tokens, the training.seq_len of
+// torchtitan's llama3 8B/70B/405B recipes (torchtitan/models/llama3/train_configs/*.toml), the
+// FSDP2 reference jobs shardtune is measured against. The model's maximum alone would be a length
+// hardly anyone trains at: 131,072 for Llama 3.1, 163,840 for DeepSeek-V3.
+inline constexpr int64_t kDefaultSeqLenTokens = 8192;
+// Sets plan->seq_len when it is 0 (unset) and returns the sentence saying which length was used
+// and why; returns `seq_len_from` described when the length was set.
+std::string ApplyDefaultSeqLen(int64_t max_seq_len, const std::string& seq_len_from,
+                               model::Plan* plan);
 // Where plan problems come from, for messages: the --from files, else --plan, else "plan".
 std::string PlanSource(const PlanFlags& flags);
 

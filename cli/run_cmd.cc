@@ -81,7 +81,9 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
           ? configs::MakeImportContext(o.spec, a.emulate_world, 0, "--emulate-world")
           : configs::MakeImportContext(o.spec, world, local_world, "--nproc");
   std::vector<std::string> warnings;
-  o.plan = BuildPlan(a.plan, &from, &warnings);
+  std::string seq_from;
+  o.plan = BuildPlan(a.plan, &from, &warnings, &seq_from);
+  ApplyDefaultSeqLen(o.spec.max_seq_len, seq_from, &o.plan);
   if (warn != nullptr) {
     for (const std::string& w : warnings) *warn << "warning: " << w << "\n";
   }

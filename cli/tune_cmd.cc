@@ -91,15 +91,24 @@ std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
 }
 
 plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
-                                 const profiles::ClusterSpec& c, std::vector<std::string>* warnings) {
+                                 const profiles::ClusterSpec& c, std::vector<std::string>* warnings,
+                                 std::string* seq_len_note) {
   std::vector<std::string> problems;
   plan::SearchRequest req;
   configs::ImportContext from = configs::MakeImportContext(spec, c);
-  model::Plan given = BuildPlan(a.plan, &from, warnings);
+  std::string seq_from;
+  model::Plan given = BuildPlan(a.plan, &from, warnings, &seq_from);
+  *seq_len_note = ApplyDefaultSeqLen(spec.max_seq_len, seq_from, &given);
   int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
   // With --from and no batch flag, the config's global batch is the one to keep.
   if (global_batch == 0 && a.global_batch_tokens == 0 && !a.plan.from_files.empty()) {
     global_batch = given.GlobalBatch(c.world_size());
+  }
+  if (given.packed_seq_len > 0) {
+    // The search's batch arithmetic counts sequences of seq_len tokens per micro-batch.
+    problems.push_back(PlanSource(a.plan) +
+                       ": packed micro-batches (a token budget, e.g. verl use_dynamic_bsz) are "
+                       "estimated and simulated; tune does not search token budgets yet");
   }
   req.base = given;
   req.seq_len = given.ResolvedSeqLen(spec.max_seq_len);
@@ -184,9 +193,10 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
 }
 
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
-                const plan::SearchRequest& req, const plan::SearchResult& r, std::ostream& out) {
+                const plan::SearchRequest& req, const plan::SearchResult& r,
+                const std::string& seq_len_note, std::ostream& out) {
   out << "shardtune tune: " << spec.name << " on " << c.name << ", global batch " << req.global_batch << " x "
-      << req.seq_len << " tokens, objective " << a.objective << "\n";
+      << req.seq_len << " tokens, objective " << a.objective << "; " << seq_len_note << "\n";
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
       << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
       << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
@@ -344,6 +354,7 @@ struct TuneRun {
   sim::FeatureSavings savings;
   sim::MemoryReport best_memory;
   std::vector<std::string> warnings;
+  std::string seq_len_note;  // which sequence length and why (ApplyDefaultSeqLen)
 };
 
 // The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
@@ -352,7 +363,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   TuneRun t;
   t.spec = model::ResolveModelArg(a.model, &t.warnings);
   t.cluster = profiles::LoadCluster(a.cluster);
-  t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings);
+  t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings, &t.seq_len_note);
   configs::ExportFormat format{};
   if (!a.export_format.empty()) format = configs::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);
@@ -397,7 +408,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
-  PrintTable(a, t.spec, t.cluster, t.req, t.result, out);
+  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, out);
   if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
   if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
   for (const auto& n : t.nodes) {
@@ -425,6 +436,7 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["cluster"] = {{"name", t.cluster.name}, {"world_size", t.cluster.world_size()}};
   j["global_batch"] = t.req.global_batch;
   j["seq_len"] = t.req.seq_len;
+  j["seq_len_source"] = t.seq_len_note;
   j["objective"] = a.objective;
   plan::AppendSearchResultJson(t.result, &j);
   if (t.features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(t.savings);

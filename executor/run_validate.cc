@@ -33,6 +33,13 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
   if (!plan.Trains()) {
     p.push_back(o.plan_name + ":/role: expected train (the executor trains), got infer");
   }
+  if (plan.loss_kernel == model::LossKernel::kVerlFlashCe) {
+    // verl's log-prob head needs flash-attn's in-place cross-entropy kernel; estimate, simulate
+    // and tune model it (model/activations.cc VerlFlashCeHead).
+    p.push_back(o.plan_name +
+                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got "
+                "verl_flash_ce");
+  }
   if (plan.master_dtype != model::DType::kFp32) {
     p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +
                 std::string(model::ToString(plan.master_dtype)));

@@ -688,6 +688,56 @@ ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
   return led;
 }
 
+// verl's actor log-prob path with use_remove_padding (LossKernel::kVerlFlashCe), from
+// volcengine/verl@b178a3c verl/workers/actor/dp_actor.py _forward_micro_batch:
+//   logits_rmpad = output.logits.squeeze(0)     # [T, V], a view of the lm_head output
+//   logits_rmpad.div_(temperature)              # in place on the view
+//   log_probs = logprobs_from_logits(logits_rmpad, labels, inplace_backward=True)
+// and flash-attn's Triton CrossEntropyLoss (flash_attn/ops/triton/cross_entropy.py): forward
+// saves (logits, lse, labels) and writes losses, lse, z_losses [T] fp32; backward writes d logits
+// into the logits buffer itself (inplace_backward). So the logits in the compute dtype are the
+// only [T, V] tensor forward keeps; the policy loss and the KL term are [B, response] tensors.
+// In-place division of a view rebases the lm_head output's history on CopySlices (torch/csrc/
+// autograd/functions/tensor.cpp CopySlices::apply_impl), and the view's gradient goes through
+// AsStridedBackward0 (FunctionsManual.cpp as_strided_backward). Their backward holds, beside the
+// incoming gradient: as_strided_backward's zeros of the base's storage (the gradient CopySlices
+// receives), CopySlices' `result` (new_empty_strided of the base, which it returns: recorded as
+// the op's input gradient), its clone of the slice and DivBackward0's grad / temperature: four
+// [T, V] tensors at once, 8V bytes per token in bf16. Measured: tests/bench/
+// verl_logprob_memory.py (torch 1.13 CPU, flash-attn's backward emulated with the same saves
+// and in-place write) gives 3.00 x 2VT above what was live when backward started, the dlogits
+// buffer among it, against 1.00 with the division done before the view and 0.26 without it.
+ActivationLedger VerlFlashCeHead(Ctx& c, int x, int normed) {
+  const double v = static_cast<double>(c.spec.vocab_size);
+  const double logits_bytes = c.e * v;
+  int logits = Linear(c, normed, v, "lm_head",
+                      c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head");
+  // The division writes the same storage: a tensor of no bytes of its own stands for the divided
+  // view. Its backward is CopySlices': the ledger adds the base's gradient (CopySlices' result)
+  // and, as workspace, the other three [T, V] tensors named above.
+  int divided = c.g.Tensor("logits_rmpad.div_(temperature) (in place, same storage)", 0.0);
+  c.g.Op("div_ in place through the squeeze view (CopySlices)", {logits}, divided, {},
+         3 * logits_bytes);
+  // flash-attn's forward: losses, lse and z_losses [T] fp32, lse saved, -losses returned; the
+  // loss's gradient lands in the logits buffer (0 new bytes: `divided` has none).
+  // One tensor for the saved lse and the returned log-probs.
+  int out = c.g.Tensor("flash-attn cross_entropy lse and log_probs [T] fp32", 2 * kFp32);
+  c.g.Op("flash-attn cross_entropy_loss (inplace_backward)", {divided}, out, {logits, out});
+  return c.g.Run(x, out, c.t.input_requires_grad);
+}
+
+// A value head (ModelSpec::value_head; verl's critic, verl/workers/critic/dp_critic.py
+// _forward_micro_batch): score = Linear(H, 1) on the final norm's output (dropout p 0 returns its
+// input), values [T, 1] in the compute dtype, and the value loss over [B, response] tokens
+// (core_algos.py compute_value_loss: clipped squared errors, a few 4-byte tensors per token, of
+// which the clip's comparison saves one). No vocabulary anywhere.
+ActivationLedger ValueHead(Ctx& c, int x, int normed) {
+  int values = Linear(c, normed, 1, "score", "score");
+  int loss = c.g.Tensor("value loss terms [T] fp32", kFp32);
+  c.g.Op("value loss (clipped squared error)", {values}, loss, {values});
+  return c.g.Run(x, loss, c.t.input_requires_grad);
+}
+
 }  // namespace
 
 ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationOptions& opt,
@@ -697,7 +747,9 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   double h = static_cast<double>(spec.hidden), v = static_cast<double>(spec.vocab_size);
   int x = c.g.Tensor("final norm input", c.e * h);
   int normed = Norm(c, x, h, "final norm", "model.norm");
+  if (spec.value_head) return ValueHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kFusedLinear) return FusedLinearHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kVerlFlashCe) return VerlFlashCeHead(c, x, normed);
   // A tied LM head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
   int logits =
       Linear(c, normed, v, "lm_head", spec.tied_embeddings ? "model.embed_tokens" : "lm_head");

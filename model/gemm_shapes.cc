@@ -59,7 +59,7 @@ std::vector<GemmShape> BlockForwardGemms(const ModelSpec& spec, int64_t tokens, 
 }
 
 GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens) {
-  return {tokens, spec.vocab_size, spec.hidden};
+  return {tokens, spec.value_head ? 1 : spec.vocab_size, spec.hidden};
 }
 
 std::vector<GemmShape> FusedLinearHeadForwardGemms(const ModelSpec& spec, int64_t tokens) {

@@ -243,7 +243,8 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   const T block = shared + FeedForwardParams<T>(s, s.num_layers - 1);
   const T dense_block = dense_layers > 0 ? shared + FeedForwardParams<T>(s, 0) : 0;
   const T final_norm = NormParams(s, h);  // model.norm / ln_f / final_layer_norm
-  const T lm_head = s.tied_embeddings ? 0 : v * h;  // lm_head / embed_out, no bias
+  // lm_head / embed_out, no bias; a value head's score Linear(H, 1) with its bias.
+  const T lm_head = s.value_head ? h + 1 : s.tied_embeddings ? 0 : v * h;
   const T blocks = static_cast<T>(s.num_layers - dense_layers) * block +
                    static_cast<T>(dense_layers) * dense_block;
   const T total = embedding + positions + blocks + final_norm + lm_head;

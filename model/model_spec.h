@@ -183,6 +183,12 @@ struct ModelSpec {
     return sliding_window > 0 && (layer + 1) % std::max(1, full_attention_every) != 0;
   }
   bool tied_embeddings = false;    // LM head shares the token embedding
+  // The LM head replaced by a value head: transformers' AutoModelForTokenClassification with
+  // num_labels 1 (GenericForTokenClassification: dropout, then score = Linear(H, 1) with a bias),
+  // as verl's critic loads it (verl/utils/model.py load_valuehead_model, fsdp_workers.py
+  // CriticWorker: num_labels = 1, classifier_dropout 0). No [tokens, vocabulary] logits; the
+  // embedding stays (untied from any head).
+  bool value_head = false;
   // What the layers compute with but memory and time do not depend on (the executor uses them):
   // the rotary base (HF rope_theta; GPT-NeoX rotary_emb_base) and the norms' epsilon
   // (rms_norm_eps, layer_norm_epsilon, layer_norm_eps); 0 in a file means the default, 10000
@@ -249,7 +255,7 @@ struct ParameterCounts {
                            // when the first moe.first_dense_layers blocks are dense
   int64_t dense_block = 0; // one of those dense blocks (0 when there are none)
   int64_t final_norm = 0;  // the norm before the LM head
-  int64_t lm_head = 0;     // V x H, 0 when tied to the embedding
+  int64_t lm_head = 0;     // V x H, 0 when tied to the embedding; a value head's H + 1
   int64_t total = 0;       // embedding + positions + blocks + final_norm + lm_head
 };
 // REQUIRES: spec has no Problems() (zeros FillDefaults() would replace are resolved here).

@@ -200,8 +200,9 @@ ModuleNode BuildModuleTree(const ModelSpec& s) {
   std::vector<ModuleNode> inner;
   ModuleNode embed = Leaf("model.embed_tokens", "Embedding", 0);
   // Tied: the weight's gradient first appears in the LM head's backward.
+  const bool tied = s.tied_embeddings && !s.value_head;
   embed.params.push_back({"model.embed_tokens.weight", s.vocab_size, s.hidden,
-                          s.tied_embeddings ? HeadSegment(L) : 0});
+                          tied ? HeadSegment(L) : 0});
   inner.push_back(embed);
   if (s.positions == PositionKind::kLearned) {
     ModuleNode pos = Leaf("model.embed_positions", "Embedding", 0);
@@ -214,6 +215,12 @@ ModuleNode BuildModuleTree(const ModelSpec& s) {
   layers.is_container = true;
   inner.push_back(std::move(layers));
   inner.push_back(Norm(s, "model.norm", s.hidden, FinalNormSegment(L)));
+  if (s.value_head) {  // GenericForTokenClassification.score
+    ModuleNode score = Leaf("score", "Linear", HeadSegment(L));
+    score.params.push_back({"score.weight", 1, s.hidden, HeadSegment(L)});
+    score.params.push_back({"score.bias", 1, 1, HeadSegment(L)});
+    return Parent("", "ForTokenClassification", {Parent("model", "Model", std::move(inner)), score});
+  }
   ModuleNode head = Leaf("lm_head", "Linear", HeadSegment(L));
   if (!s.tied_embeddings) {
     head.params.push_back({"lm_head.weight", s.vocab_size, s.hidden, HeadSegment(L)});
@@ -264,7 +271,8 @@ Flops AttentionForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
 }
 
 Flops HeadForwardFlopsPerToken(const ModelSpec& s) {
-  return Flops::Of(2 * static_cast<double>(s.vocab_size) * static_cast<double>(s.hidden));
+  const double outputs = s.value_head ? 1.0 : static_cast<double>(s.vocab_size);
+  return Flops::Of(2 * outputs * static_cast<double>(s.hidden));
 }
 
 namespace {
@@ -279,7 +287,8 @@ double AllBlocksForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
 }  // namespace
 
 int64_t ActiveParamsPerToken(const ModelSpec& s) {
-  return static_cast<int64_t>(AllBlocksForwardFlopsPerToken(s, 0) / 2) + s.vocab_size * s.hidden;
+  return static_cast<int64_t>(AllBlocksForwardFlopsPerToken(s, 0) / 2) +
+         (s.value_head ? 1 : s.vocab_size) * s.hidden;
 }
 
 Flops MeanBlockForwardFlopsPerToken(const ModelSpec& s, int64_t seq_len) {

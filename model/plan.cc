@@ -37,7 +37,7 @@ const Names& Table(SdpaBackend*) {
   static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
   return v;
 }
-const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -286,14 +286,26 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   p.Expect(world >= 1, "world", "integer >= 1 (ranks)", world);
   p.Expect(micro_batch >= 1, "micro_batch", "integer >= 1", micro_batch);
   p.Expect(grad_accum >= 1, "grad_accum", "integer >= 1", grad_accum);
-  p.Expect(seq_len >= 0 && seq_len <= max_seq_len, "seq_len",
-           "integer in [1, " + std::to_string(max_seq_len) +
-               "] (the model's sequence limit: ModelSpec::SeqLenLimit; 0: its max_seq_len)",
-           seq_len);
+  if (packed_seq_len > 0) {
+    // A packed row may be longer than any sequence: positions restart per sequence, so the
+    // model's limit bounds the longest packed sequence.
+    p.Expect(seq_len >= 1, "seq_len", "integer >= 1 (the packed row's tokens)", seq_len);
+    p.Expect(packed_seq_len <= max_seq_len, "packed_seq_len",
+             "integer in [1, " + std::to_string(max_seq_len) +
+                 "] (the model's sequence limit: ModelSpec::SeqLenLimit)",
+             packed_seq_len);
+  } else {
+    p.Expect(seq_len >= 0 && seq_len <= max_seq_len, "seq_len",
+             "integer in [1, " + std::to_string(max_seq_len) +
+                 "] (the model's sequence limit: ModelSpec::SeqLenLimit; 0: its max_seq_len)",
+             seq_len);
+  }
   p.Expect(cp >= 1 && (world < 1 || world % cp == 0), "cp",
            "an integer >= 1 dividing the world size " + std::to_string(world) +
                " (Ulysses groups tile the world)",
            cp);
+  p.Expect(packed_seq_len >= 0 && (seq_len <= 0 || packed_seq_len <= seq_len), "packed_seq_len",
+           "integer in [0, seq_len] (the longest packed sequence; 0: not packed)", packed_seq_len);
   if (cp >= 1 && seq_len > 0) {
     p.Expect(seq_len % cp == 0, "cp",
              "a divisor of seq_len " + std::to_string(seq_len) + " (each rank holds seq_len / cp tokens)",

@@ -43,7 +43,13 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 src/liger_kernel/ops/fused_linear_cross_entropy.py; shardtune run's
 //                 executor/fused_loss.cc): only a chunk's logits ever exist; forward keeps the
 //                 input's gradient [B, S, H] and the head weight's [V, H] for backward.
-enum class LossKernel { kCrossEntropy, kFusedLinear };
+//  kVerlFlashCe:  verl's actor log-prob path with use_remove_padding (dp_actor.py
+//                 _forward_micro_batch; torch_functional.py logprobs_from_logits): the packed
+//                 tokens' logits [T, V] in the compute dtype, divided by the temperature in place
+//                 through a squeeze view (autograd's CopySlices), then flash-attn's Triton
+//                 cross_entropy_loss with inplace_backward: no fp32 copy of the logits. What it
+//                 allocates: model/activations.cc VerlFlashCeHead.
+enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe };
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
 // Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).
@@ -91,6 +97,15 @@ struct Plan {
   WrapPolicy wrap;
   int micro_batch = 1;          // sequences per rank per micro-batch (B)
   int64_t seq_len = 0;          // S; 0: the model's max_seq_len
+  // Packed sequences (verl use_remove_padding / use_dynamic_bsz, ROLL and TRL packing): whole
+  // sequences of at most `packed_seq_len` tokens concatenated without padding into a row of
+  // micro_batch x seq_len tokens, position_ids restarting per sequence, FlashAttention's varlen
+  // kernels keeping attention inside each sequence. Memory follows the row's tokens (every
+  // tensor but attention's is per token, and flash attention's working set is linear in them);
+  // attention's FLOPs follow the sequences (AttentionSeqLen). 0: not packed (each of the
+  // micro_batch sequences is seq_len long). A token budget T (verl ppo_max_token_len_per_gpu)
+  // is micro_batch 1 x seq_len T.
+  int64_t packed_seq_len = 0;
   int grad_accum = 1;           // micro-batches per optimizer step
   bool no_sync = false;         // keep unsharded grads across micro-batches, reduce on the last
   Checkpointing checkpointing = Checkpointing::kNone;
@@ -191,6 +206,13 @@ struct Plan {
   }
   // seq_len after its default: max_seq_len when 0.
   int64_t ResolvedSeqLen(int64_t max_seq_len) const { return seq_len > 0 ? seq_len : max_seq_len; }
+  // The length attention spans in a micro-batch whose rows are `resolved_seq_len` tokens: the
+  // longest packed sequence when packed (its worst case: the row filled with sequences that long),
+  // else the row itself.
+  int64_t AttentionSeqLen(int64_t resolved_seq_len) const {
+    return packed_seq_len > 0 && packed_seq_len < resolved_seq_len ? packed_seq_len
+                                                                    : resolved_seq_len;
+  }
 };
 
 const char* ToString(ShardingStrategy s);

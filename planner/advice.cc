@@ -60,7 +60,19 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   }
   Bytes loss = At(r, "logits and loss");
   bool loss_peak = r.peak_phase.find("loss") != std::string::npos;
-  if (loss_peak) {
+  if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlFlashCe) {
+    // model/activations.cc VerlFlashCeHead: CopySlices' backward of the in-place division.
+    Bytes working = At(r, "activation working set (temporaries, gradients)");
+    out.push_back(
+        "The peak is in the log-prob head's backward: verl divides the logits by the temperature "
+        "in place through a view, so autograd's CopySlices holds four [tokens, vocabulary] " +
+        std::string(model::ToString(plan.param_dtype)) + " tensors at once (" +
+        GiBText(working + loss) +
+        " with the layer's gradients). They scale with the tokens of a micro-batch: fewer "
+        "sequences per micro-batch (ppo_micro_batch_size_per_gpu) or a smaller token budget "
+        "(use_dynamic_bsz with ppo_max_token_len_per_gpu) shrinks them, and verl's "
+        "use_fused_kernels never materialises the logits (not modelled yet).");
+  } else if (loss_peak) {
     Bytes working = At(r, "activation working set (temporaries, gradients)");
     std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
                     GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";

@@ -1,7 +1,51 @@
-// Offload x checkpointing what-if table for `estimate`.
+// Offload x checkpointing what-if table for `estimate`, the fused-loss alternative and the token
+// capacity of packed micro-batches.
 #include "planner/offload_advisor.h"
 
+#include <numeric>
+
 namespace shardtune::plan {
+
+TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
+                                             const profiles::ClusterSpec& cluster,
+                                             const model::Plan& plan,
+                                             const sim::MemoryOptions& options) {
+  TokenCapacity c;
+  if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) return c;
+  const int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
+  c.evaluated = true;
+  c.plan_tokens = static_cast<int64_t>(plan.micro_batch) * seq;
+  c.longest_sequence = plan.AttentionSeqLen(seq);
+  // Rows must split evenly over the cp ranks and the MLP's tiles (Plan::Problems, trainable.h).
+  const int64_t step = std::lcm<int64_t>(std::max(1, plan.cp), std::max(1, plan.tiled_mlp_shards));
+  auto at = [&](int64_t tokens, Bytes* required) {
+    model::Plan p = plan;
+    p.micro_batch = 1;
+    p.seq_len = tokens;
+    p.packed_seq_len = c.longest_sequence < tokens ? c.longest_sequence : 0;
+    sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+    if (required) *required = r.required;
+    return r.fits;
+  };
+  // In units of `step`: lo fits (or is 0), hi does not.
+  int64_t lo = 0, hi = 0;
+  const int64_t first = (c.longest_sequence + step - 1) / step;
+  if (!at(first * step, nullptr)) return c;  // not even the longest sequence alone
+  lo = first;
+  hi = std::max(first + 1, 2 * ((c.plan_tokens + step - 1) / step));
+  while (at(hi * step, nullptr)) {  // grow until something does not fit
+    lo = hi;
+    hi *= 2;
+    if (hi * step > (int64_t{1} << 40)) break;  // no model holds a trillion tokens' activations
+  }
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (at(mid * step, nullptr) ? lo : hi) = mid;
+  }
+  at(lo * step, &c.required_at_max);
+  c.max_tokens = lo * step;
+  return c;
+}
 
 std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& spec,
                                                         const profiles::ClusterSpec& cluster,

@@ -44,4 +44,25 @@ struct FusedLossAlternative {
 FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                       const model::Plan& plan, const sim::MemoryOptions& options);
 
+// How many tokens one micro-batch can hold and still fit, for a plan whose micro-batches are
+// packed tokens rather than padded rows: a packed plan (Plan::packed_seq_len: a token budget such
+// as verl's ppo_max_token_len_per_gpu) or verl's log-prob path (loss_kernel verl_flash_ce, which
+// always packs its micro-batch: use_remove_padding). A packed row of whole sequences up to the
+// plan's longest is sized up and down by bisection over multiples of cp x tiled_mlp_shards; the
+// GPU verdict (required vs usable, allocator replayed) decides. `evaluated` false for other
+// plans. The answer a verl user otherwise finds by running until OOM: fixed micro-batches fit
+// while ppo_micro_batch_size_per_gpu x their mean length stays within max_tokens, a token budget
+// while ppo_max_token_len_per_gpu x sp does.
+struct TokenCapacity {
+  bool evaluated = false;
+  int64_t plan_tokens = 0;     // the plan's largest micro-batch (micro_batch x seq_len)
+  int64_t longest_sequence = 0;
+  int64_t max_tokens = 0;      // the most that fit; 0: not even one longest sequence
+  Bytes required_at_max;       // required at max_tokens (when > 0)
+};
+TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
+                                             const profiles::ClusterSpec& cluster,
+                                             const model::Plan& plan,
+                                             const sim::MemoryOptions& options);
+
 }  // namespace shardtune::plan

@@ -174,7 +174,9 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
                   std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // expert parallelism's dispatch buffers
-  if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += "/fused_loss";  // the head's ledger
+  if (p.loss_kernel != model::LossKernel::kCrossEntropy) {
+    k += "/" + std::string(model::ToString(p.loss_kernel));  // the head's ledger
+  }
   if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
   return k;
 }
@@ -295,7 +297,7 @@ std::string ComputeKey(const model::Plan& p) {
                   std::to_string(p.seq_len);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);
   // The fused loss runs the head's three GEMMs in forward at the chunks' shapes.
-  if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += "/fused_loss";
+  if (p.loss_kernel == model::LossKernel::kFusedLinear) k += "/fused_loss";
   return k;
 }
 

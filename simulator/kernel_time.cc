@@ -242,14 +242,19 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   if (all_timed && time > 0) e.matmul_efficiency = flops / time / peak;
   // Attention at the plan's shape (the heads a rank holds under Ulysses: heads / cp, full S).
   const int64_t heads = spec.num_heads / std::max(1, plan.cp);
-  if (auto a = ThreadShapeTimes().Attention(k.tables, dtype, plan.micro_batch, seq_len,
+  // A packed row runs attention per sequence (varlen): as many sequences of the packed length as
+  // fill the row, the worst case Plan::AttentionSeqLen describes.
+  const int64_t attn_seq = plan.AttentionSeqLen(seq_len);
+  const int64_t attn_batch =
+      static_cast<int64_t>(plan.micro_batch) * std::max<int64_t>(1, seq_len / attn_seq);
+  if (auto a = ThreadShapeTimes().Attention(k.tables, dtype, attn_batch, attn_seq,
                                             std::max<int64_t>(1, heads), spec.head_dim,
                                             plan.sdpa_backend)) {
     // In the walk's convention (step_walk_backward.cc ForwardCompute): 4·S·q_dim FLOPs per token
     // forward, no causal halving, and kAttentionBackwardRatio times that backward; so the
     // efficiency that reproduces the measured forward + backward time is these FLOPs over it.
     double f = (1 + internal::kAttentionBackwardRatio) *
-               AttentionForwardFlops(plan.micro_batch, seq_len, heads, spec.head_dim, false);
+               AttentionForwardFlops(attn_batch, attn_seq, heads, spec.head_dim, false);
     e.attention_efficiency = f / a->count() / peak;
   }
   // Memory-bound work streams at the rate the probe measured for its largest elementwise

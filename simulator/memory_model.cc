@@ -115,7 +115,8 @@ struct ModelCache::Impl {
     if (&s == last_spec && !model_key.empty()) return;
     last_spec = &s;
     std::string k = s.name + "/" + std::to_string(s.num_layers) + "/" + std::to_string(s.hidden) + "/" +
-                    std::to_string(s.vocab_size) + "/" + std::to_string(s.ffn_hidden);
+                    std::to_string(s.vocab_size) + "/" + std::to_string(s.ffn_hidden) +
+                    (s.value_head ? "/value_head" : "");
     if (k != model_key) {
       model_key = k;
       units.clear();
@@ -135,7 +136,9 @@ std::string ActKey(const model::ActivationOptions& o) {
          std::to_string(static_cast<int>(o.modeling)) + "/" + std::to_string(o.loss_fp32_upcast) +
          "/" + std::to_string(o.keep_logits) + "/" + std::to_string(o.seq_len) + "/" +
          std::to_string(o.cp) + (o.ep > 1 ? "/ep" + std::to_string(o.ep) : std::string()) +
-         (o.loss_kernel == model::LossKernel::kFusedLinear ? "/fused_loss" : "");
+         (o.loss_kernel == model::LossKernel::kCrossEntropy
+              ? std::string()
+              : "/" + std::string(model::ToString(o.loss_kernel)));
 }
 }  // namespace
 

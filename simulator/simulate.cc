@@ -559,12 +559,14 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.tokens_per_step = static_cast<double>(plan.GlobalBatch(cluster.world_size())) * static_cast<double>(seq);
   r.tokens_per_s = r.tokens_per_step / r.step_time.count();
   r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();
-  r.model_flops_per_token = ModelFlopsPerToken(spec, seq);
+  // Attention spans one sequence of a packed row (Plan::AttentionSeqLen).
+  r.model_flops_per_token = ModelFlopsPerToken(spec, plan.AttentionSeqLen(seq));
   // Frozen parameters, LoRA and inference roles do less work per token than 6N (a forward only,
   // no weight gradients of frozen weights, no backward below the first trainable parameter).
   if (model::ChangesTrainability(plan)) {
     r.model_flops_per_token =
-        model::ModelFlopsPerToken(spec, ctx->impl().models.UnitsFor(spec, plan), plan, seq);
+        model::ModelFlopsPerToken(spec, ctx->impl().models.UnitsFor(spec, plan), plan,
+                                  plan.AttentionSeqLen(seq));
   }
   r.mfu = r.model_flops_per_token * r.tokens_per_s_per_gpu / cluster.gpu.bf16_dense.count();
   r.allocated_after = std::move(est.allocated_after);

@@ -21,7 +21,8 @@ void Walker::ForwardCompute(int seg) {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
-    double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
+    double attn =
+        model::AttentionForwardFlopsPerToken(spec, s_.plan->AttentionSeqLen(s_.seq_len)).count();
     Cur().attention_flops = attn * tokens_;
     Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len, seg - 1).count() -
                           attn + AdapterFlopsPerToken(seg)) *
@@ -137,7 +138,8 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     }
   } else if (seg >= 1) {
     int b = seg - 1;
-    double attn = model::AttentionForwardFlopsPerToken(spec, s_.seq_len).count();
+    double attn =
+        model::AttentionForwardFlopsPerToken(spec, s_.plan->AttentionSeqLen(s_.seq_len)).count();
     double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len, b).count() - attn;
     double elem = Blk(b).full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).

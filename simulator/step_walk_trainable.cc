@@ -38,8 +38,8 @@ void Walker::InitTrainability() {
       }
       // The tied embedding's weight is booked with the LM head, whose backward first produces a
       // gradient for it (model/module_tree.cc).
-      bool tied = spec.tied_embeddings && prm.segment == model::HeadSegment(spec.num_layers) &&
-                  prm.dim0 == spec.vocab_size;
+      bool tied = spec.tied_embeddings && !spec.value_head &&
+                  prm.segment == model::HeadSegment(spec.num_layers) && prm.dim0 == spec.vocab_size;
       if (trains && (prm.segment == 0 || tied)) lookup_grad_bytes_ += prm.numel() * e_param_;
       if (trains && tied) tied_grad_bytes_ += prm.numel() * e_param_;
       auto seg = static_cast<size_t>(prm.segment);

@@ -78,7 +78,7 @@ void AppendExpertForward(const model::ExpertAllToAll& ea, double rest_flops, dou
 
 UlyssesPieces Walker::UlyssesForwardPieces(int block, double elem_bytes,
                                            int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.seq_len, block);
+  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), block);
   const bool ep = p_.ep > 1 && s_.spec->MoeLayer(block);
   const double expert = ep ? std::min(f.post, RoutedExpertFlopsPerToken(*s_.spec)) : 0.0;
   UlyssesPieces v;
@@ -98,7 +98,7 @@ UlyssesPieces Walker::UlyssesForwardPieces(int block, double elem_bytes,
 
 UlyssesPieces Walker::UlyssesBackwardPieces(int block, bool recompute, double elem_bytes,
                                             int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.seq_len, block);
+  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), block);
   int64_t qkv = a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes;
   const bool ep = p_.ep > 1 && s_.spec->MoeLayer(block);
   const double expert = ep ? std::min(f.post, RoutedExpertFlopsPerToken(*s_.spec)) : 0.0;

@@ -1,6 +1,9 @@
 // verl export: the FSDP worker of verl's PPO trainer as a Hydra override file (the keys of
-// verl/trainer/config/ppo_trainer.yaml it changes): actor_rollout_ref.actor for a training plan,
-// actor_rollout_ref.ref for an inference plan. Written as text; planner/configs/import_verl.cc reads it.
+// verl/trainer/config/ppo_trainer.yaml it changes): actor_rollout_ref.actor for a training plan
+// with verl's log-prob head, actor_rollout_ref.ref for an inference plan; a training plan with a
+// plain cross-entropy is an SFT job, written over sft_trainer.yaml. Written as text;
+// planner/configs/import_verl.cc reads it.
+#include <algorithm>
 #include <sstream>
 
 #include "planner/configs/export_formats.h"
@@ -12,15 +15,24 @@ using model::DType;
 
 const char* YamlBool(bool b) { return b ? "true" : "false"; }
 
+// `sft`: the SFT trainer's config (no prompt/response split, no rollout).
 std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ctx,
-                                   const Layout& l) {
+                                   const Layout& l, bool sft) {
   const std::string target = "verl's FSDP workers";
   std::vector<std::string> notes;
-  notes.push_back("sequence length " + std::to_string(ctx.seq_len) +
-                  " = data.max_prompt_length + data.max_response_length; the split is yours, the "
-                  "sum decides memory");
   bool train = p.role == model::Role::kTrain;
-  if (train) {
+  if (!sft) {
+    notes.push_back("sequence length " + std::to_string(p.packed_seq_len > 0 ? p.packed_seq_len
+                                                                             : ctx.seq_len) +
+                    " = data.max_prompt_length + data.max_response_length; the split is yours, "
+                    "the sum decides memory");
+  }
+  if (!sft && p.loss_kernel != model::LossKernel::kVerlFlashCe) {
+    notes.push_back("loss_kernel " + std::string(model::ToString(p.loss_kernel)) +
+                    ": verl's workers compute log-probs their own way (packed logits, flash-attn "
+                    "cross-entropy: loss_kernel verl_flash_ce)");
+  }
+  if (train && !sft) {
     notes.push_back(
         "ppo_mini_batch_size counts prompts with rollout.n 1; with n samples per "
         "prompt divide it by n");
@@ -81,24 +93,72 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   return notes;
 }
 
+// fsdp_config at `indent` (the actor's "    ", the SFT model's "  ").
 void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layout& l,
-                     std::ostream& y) {
-  y << "    fsdp_config:\n";
-  y << "      fsdp_size: " << (l.hybrid() ? l.shard : -1) << "\n";
-  y << "      reshard_after_forward: " << YamlBool(l.reshard_after_forward) << "\n";
-  y << "      offload_policy: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
-  y << "      param_offload: false\n      optimizer_offload: false\n";
-  y << "      forward_prefetch: " << YamlBool(p.forward_prefetch) << "\n";
-  y << "      model_dtype: " << model::ToString(p.master_dtype) << "\n";
-  y << "      mixed_precision:\n";
-  y << "        param_dtype: " << model::ToString(p.param_dtype) << "\n";
-  y << "        reduce_dtype: " << model::ToString(p.reduce_dtype) << "\n";
-  y << "      wrap_policy:\n";
+                     const std::string& indent, std::ostream& y) {
+  const std::string i1 = indent + "  ", i2 = indent + "    ";
+  y << indent << "fsdp_config:\n";
+  y << i1 << "fsdp_size: " << (l.hybrid() ? l.shard : -1) << "\n";
+  y << i1 << "reshard_after_forward: " << YamlBool(l.reshard_after_forward) << "\n";
+  y << i1 << "offload_policy: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
+  y << i1 << "param_offload: false\n" << i1 << "optimizer_offload: false\n";
+  y << i1 << "forward_prefetch: " << YamlBool(p.forward_prefetch) << "\n";
+  y << i1 << "model_dtype: " << model::ToString(p.master_dtype) << "\n";
+  y << i1 << "mixed_precision:\n";
+  y << i2 << "param_dtype: " << model::ToString(p.param_dtype) << "\n";
+  y << i2 << "reduce_dtype: " << model::ToString(p.reduce_dtype) << "\n";
+  y << i1 << "wrap_policy:\n";
   if (p.wrap.kind == model::WrapPolicy::Kind::kSize) {
-    y << "        min_num_params: " << p.wrap.min_num_params << "\n";
+    y << i2 << "min_num_params: " << p.wrap.min_num_params << "\n";
   } else {
-    y << "        transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
+    y << i2 << "transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
   }
+}
+
+// The model keys verl's PPO (actor_rollout_ref.model) and SFT (model) sections share, at `indent`.
+void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent, std::ostream& y) {
+  y << indent << "enable_gradient_checkpointing: "
+    << YamlBool(train && p.checkpointing != model::Checkpointing::kNone) << "\n";
+  y << indent << "lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
+  if (p.lora.enabled()) {
+    y << indent << "lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
+    y << indent << "target_modules: [";
+    for (size_t i = 0; i < p.lora.targets.size(); ++i) {
+      y << (i ? ", " : "") << Quote(p.lora.targets[i]);
+    }
+    y << "]\n";
+  }
+  y << indent << "tiled_mlp:\n" << indent << "  enabled: " << YamlBool(p.tiled_mlp_shards > 1)
+    << "\n" << indent << "  num_shards: " << (p.tiled_mlp_shards > 1 ? p.tiled_mlp_shards : 4)
+    << "\n";
+}
+
+// verl's SFT trainer (verl/trainer/fsdp_sft_trainer.py over sft_trainer.yaml): the job of a
+// training plan whose loss is a plain cross-entropy (the RL actor's is verl's log-prob path).
+// data.train_batch_size is global; fsdp_sft_trainer divides it by dp and then by
+// micro_batch_size_per_gpu (import_verl.cc ImportSft reads it back).
+ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const Layout& l) {
+  ExportResult r;
+  r.notes = VerlNotes(p, ctx, l, true);
+  int dp = p.DataParallel(ctx.world_size);
+  std::ostringstream y;
+  y << "defaults:\n  - sft_trainer\n  - _self_\n";
+  y << "trainer:\n  nnodes: " << ctx.num_nodes << "\n  n_gpus_per_node: " << ctx.gpus_per_node
+    << "\n";
+  y << "data:\n  train_batch_size: " << static_cast<int64_t>(p.micro_batch) * p.grad_accum * dp
+    << "  # sequences per step over all ranks\n";
+  y << "  micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+  y << "  max_length: " << ctx.seq_len << "\n";
+  y << "ulysses_sequence_parallel_size: " << p.cp << "\n";
+  y << "model:\n  strategy: fsdp2\n";
+  WriteModelKeys(p, true, "  ", y);
+  WriteFsdpConfig(p, ctx, l, "  ", y);
+  r.text = CommentBlock({"verl SFT trainer config over sft_trainer.yaml: run torchrun -m "
+                         "verl.trainer.fsdp_sft_trainer --config-name THIS",
+                         Provenance(p, ctx)},
+                        r.notes) +
+           y.str();
+  return r;
 }
 
 }  // namespace
@@ -112,45 +172,52 @@ void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layou
 // ppo_mini_batch_size x rollout.n / (world / sp) per rank; mixed_precision; offload_policy).
 ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   Layout l = ResolveLayout(p, ctx);
-  ExportResult r;
-  r.notes = VerlNotes(p, ctx, l);
   bool train = p.role == model::Role::kTrain;
+  if (train && p.loss_kernel != model::LossKernel::kVerlFlashCe) return ExportVerlSft(p, ctx, l);
+  ExportResult r;
+  r.notes = VerlNotes(p, ctx, l, false);
   int dp = p.DataParallel(ctx.world_size);
+  // A packed plan is verl's token budget (import_verl.cc): rows of seq_len tokens over the cp
+  // group, sequences up to packed_seq_len.
+  const bool packed = p.packed_seq_len > 0;
+  const int64_t seq = packed ? p.packed_seq_len : ctx.seq_len;
   std::ostringstream y;
   // Hydra composes verl's own ppo_trainer.yaml first, then these keys over it.
   y << "defaults:\n  - ppo_trainer\n  - _self_\n";
   y << "trainer:\n  nnodes: " << ctx.num_nodes << "\n  n_gpus_per_node: " << ctx.gpus_per_node
     << "\n";
-  int64_t prompt = ctx.seq_len / 2;
-  y << "data:\n  max_prompt_length: " << prompt
-    << "\n  max_response_length: " << ctx.seq_len - prompt << "\n";
+  int64_t prompt = seq / 2;
+  y << "data:\n  max_prompt_length: " << prompt << "\n  max_response_length: " << seq - prompt
+    << "\n";
   y << "actor_rollout_ref:\n";
   y << "  model:\n";
-  y << "    enable_gradient_checkpointing: "
-    << YamlBool(train && p.checkpointing != model::Checkpointing::kNone) << "\n";
-  y << "    lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
-  if (p.lora.enabled()) {
-    y << "    lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
-    y << "    target_modules: [";
-    for (size_t i = 0; i < p.lora.targets.size(); ++i) {
-      y << (i ? ", " : "") << Quote(p.lora.targets[i]);
-    }
-    y << "]\n";
-  }
-  y << "    tiled_mlp:\n      enabled: " << YamlBool(p.tiled_mlp_shards > 1)
-    << "\n      num_shards: " << (p.tiled_mlp_shards > 1 ? p.tiled_mlp_shards : 4) << "\n";
+  WriteModelKeys(p, train, "    ", y);
+  const int64_t budget = p.seq_len / std::max(1, p.cp);  // *_max_token_len_per_gpu
   if (train) {
     y << "  rollout:\n    n: 1\n";
     y << "  actor:\n    strategy: fsdp2\n";
-    y << "    ppo_mini_batch_size: " << static_cast<int64_t>(p.micro_batch) * p.grad_accum * dp
-      << "  # prompts per update over all ranks\n";
-    y << "    ppo_micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+    if (packed) {
+      // The most sequences whose rows (at the padded width) are grad_accum rows of the budget:
+      // import_verl.cc counts min(n, ceil(n x seq / row)) rows for n sequences per rank.
+      int64_t per_rank = p.grad_accum * p.seq_len / seq;
+      y << "    ppo_mini_batch_size: " << per_rank * dp << "  # prompts per update over all ranks\n";
+      y << "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: " << budget << "\n";
+    } else {
+      y << "    ppo_mini_batch_size: " << static_cast<int64_t>(p.micro_batch) * p.grad_accum * dp
+        << "  # prompts per update over all ranks\n";
+      y << "    ppo_micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+    }
   } else {
     y << "  ref:\n    strategy: fsdp2\n";
-    y << "    log_prob_micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+    if (packed) {
+      y << "    log_prob_use_dynamic_bsz: true\n    log_prob_max_token_len_per_gpu: " << budget
+        << "\n";
+    } else {
+      y << "    log_prob_micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+    }
   }
   y << "    ulysses_sequence_parallel_size: " << p.cp << "\n";
-  WriteFsdpConfig(p, ctx, l, y);
+  WriteFsdpConfig(p, ctx, l, "    ", y);
   r.text = CommentBlock({"verl PPO trainer config over ppo_trainer.yaml: copy it next to "
                          "verl/trainer/config/ppo_trainer.yaml and run python3 -m "
                          "verl.trainer.main_ppo --config-name THIS",

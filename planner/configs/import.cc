@@ -13,6 +13,7 @@
 #include "planner/configs/config_yaml.h"
 #include "planner/configs/export.h"
 #include "planner/configs/import_reader.h"
+#include "planner/configs/interpolation.h"
 
 namespace shardtune::configs {
 namespace {
@@ -157,22 +158,41 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
                               const ImportContext& ctx, const ImportFormat* format,
                               model::Plan* plan) {
   internal::Json doc = ParseConfig(text, file);
-  ImportFormat f = format ? *format : DetectFromTree(doc, file, LooksLikeJson(text));
   if (!doc.is_object()) {
     throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
   }
+  std::vector<std::string> applied;
+  for (const auto& text_override : ctx.overrides) {
+    Override o = ParseOverride(text_override, "--set");
+    if (!ctx.overrides_add_top_level && !doc.contains(o.path.front())) continue;
+    ApplyOverride(o, "--set", &doc);
+    applied.push_back(text_override);
+  }
+  ImportFormat f = format ? *format : DetectFromTree(doc, file, LooksLikeJson(text));
+  // verl (Hydra) and ROLL (OmegaConf.load + structured configs) resolve "${...}"; Accelerate and
+  // the HF Trainer read their files with yaml / json, where "${" is text like any other.
+  UnresolvedInterpolations unresolved;
+  if (f == ImportFormat::kVerl || f == ImportFormat::kRoll) {
+    unresolved = ResolveInterpolations(&doc, ProcessEnvironment());
+  }
+  internal::UnresolvedScope scope(&unresolved);
+  ImportResult r;
   switch (f) {
     case ImportFormat::kAccelerate:
-      return internal::ImportAccelerate(doc, file, ctx, plan);
+      r = internal::ImportAccelerate(doc, file, ctx, plan);
+      break;
     case ImportFormat::kHfTrainer:
-      return internal::ImportHfTrainer(doc, file, ctx, plan);
+      r = internal::ImportHfTrainer(doc, file, ctx, plan);
+      break;
     case ImportFormat::kRoll:
-      return internal::ImportRoll(doc, file, ctx, plan);
+      r = internal::ImportRoll(doc, file, ctx, plan);
+      break;
     case ImportFormat::kVerl:
-      return internal::ImportVerl(doc, file, ctx, plan);
+      r = internal::ImportVerl(doc, file, ctx, plan);
+      break;
   }
-  SHARDTUNE_CHECK(false) << "unhandled import format " << static_cast<int>(f);
-  return {};
+  r.overrides_applied = applied;
+  return r;
 }
 
 ImportResult ImportConfigFile(const std::string& path, const ImportContext& ctx,
@@ -222,12 +242,10 @@ void ConfigReader::Fail(const std::string& key, const std::string& expected) con
 }
 
 namespace {
-bool Interpolation(const Json& v) {
-  return v.is_string() && v.get<std::string>().rfind("${", 0) == 0;
-}
+thread_local const UnresolvedInterpolations* g_unresolved = nullptr;
 
 bool Neutral(const Json& v, const Json& neutral) {
-  if (v.is_null() || (v.is_boolean() && !v.get<bool>()) || Interpolation(v)) return true;
+  if (v.is_null() || (v.is_boolean() && !v.get<bool>())) return true;
   if ((v.is_string() || v.is_array() || v.is_object()) && v.empty()) return true;
   return !neutral.is_null() && v == neutral;
 }
@@ -247,8 +265,15 @@ void ConfigReader::CheckKeys(const KeyTable& table) const {
                        "; shardtune does not know whether it changes memory or time");
     }
     if (rule->use == KeyUse::kIgnored) {
-      if (ignored_) ignored_->push_back(pointer_ + "/" + model::EscapePointerToken(key));
-    } else if (rule->use == KeyUse::kUnsupported && !Neutral(item.value(), rule->neutral)) {
+      if (ignored_) {
+        ignored_->push_back(pointer_ + "/" + model::EscapePointerToken(key) +
+                            (rule->why.empty() ? "" : " (" + rule->why + ")"));
+      }
+      continue;
+    }
+    if (rule->use != KeyUse::kUnsupported) continue;
+    ThrowIfUnresolved(key);  // a value not known cannot be called neutral
+    if (!Neutral(item.value(), rule->neutral)) {
       throw InputError(
           Where(key) + ": expected " +
           (rule->neutral.is_null() ? std::string("false, null or empty") : rule->neutral.dump()) +
@@ -262,9 +287,27 @@ const Json* ConfigReader::Raw(const std::string& key) const {
   return it == obj_.end() ? nullptr : &*it;
 }
 
+UnresolvedScope::UnresolvedScope(const UnresolvedInterpolations* u) : previous_(g_unresolved) {
+  g_unresolved = u;
+}
+UnresolvedScope::~UnresolvedScope() { g_unresolved = previous_; }
+
+void ConfigReader::ThrowIfUnresolved(const std::string& key) const {
+  if (!g_unresolved) return;
+  auto it = g_unresolved->find(pointer_ + "/" + model::EscapePointerToken(key));
+  if (it == g_unresolved->end()) return;
+  std::string dotted = pointer_.empty() ? key : pointer_.substr(1) + "/" + key;
+  std::replace(dotted.begin(), dotted.end(), '/', '.');
+  throw InputError(Where(key) + ": expected a value shardtune can read, got " + Got(*Raw(key)) +
+                   ", an interpolation that does not resolve: " + EscapeControls(it->second) +
+                   " (give the value with --set " + EscapeControls(dotted) + "=VALUE)");
+}
+
 bool ConfigReader::Has(const std::string& key) const {
   const Json* v = Raw(key);
-  return v != nullptr && !v->is_null() && !Interpolation(*v);
+  if (v == nullptr || v->is_null()) return false;
+  ThrowIfUnresolved(key);
+  return true;
 }
 
 std::optional<bool> ConfigReader::Bool(const std::string& key) const {

@@ -37,6 +37,13 @@ struct ImportContext {
   // The flag that set world_size / gpus_per_node, for error messages: "--cluster" (estimate,
   // simulate, tune) or "--nproc" (run: its own ranks).
   std::string world_flag = "--cluster";
+  // Hydra-style overrides (--set KEY=VALUE, interpolation.h Override), applied to the parsed
+  // file before its interpolations resolve, as Hydra applies a launch script's overrides before
+  // OmegaConf resolves. An override whose first key the file lacks is applied only when
+  // `overrides_add_top_level` (one --from file: it is the whole config); otherwise it is left for
+  // the file that has that key.
+  std::vector<std::string> overrides;
+  bool overrides_add_top_level = true;
 };
 
 // The context of `spec` on `cluster`.
@@ -51,6 +58,11 @@ struct ImportResult {
   std::string worker;                 // the ROLL worker / verl role imported; "" for the others
   int world_size = 0;                 // ranks the file asks for; 0: it does not say
   std::vector<std::string> warnings;  // one line each, naming the file and the keys
+  std::vector<std::string> overrides_applied;  // the ctx.overrides this file took, as given
+  // Where the file's sequence length came from ("/data/max_length", "verl's defaults
+  // max_prompt_length 512 + max_response_length 512"); "" when the file sets none (Accelerate
+  // configs carry none: the caller then needs --seq-len, never the model's maximum).
+  std::string seq_len_from;
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

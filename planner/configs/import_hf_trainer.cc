@@ -324,7 +324,10 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->no_sync = *g > 1;
   }
   for (const std::string key : {"max_seq_length", "max_length"}) {
-    if (auto s = top.Int(key, 1, INT64_MAX)) plan->seq_len = *s;
+    if (auto s = top.Int(key, 1, INT64_MAX)) {
+      plan->seq_len = *s;
+      out.seq_len_from = top.Where(key);
+    }
   }
   auto bf16 = top.Bool("bf16");
   auto fp16 = top.Bool("fp16");

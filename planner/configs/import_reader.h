@@ -11,6 +11,7 @@
 
 #include "model/plan.h"
 #include "planner/configs/import.h"
+#include "planner/configs/interpolation.h"
 
 namespace shardtune::configs::internal {
 
@@ -19,7 +20,8 @@ using Json = nlohmann::ordered_json;
 // What a key of a config means to shardtune.
 enum class KeyUse {
   kMapped,       // read into the plan (or checked against the cluster / model)
-  kIgnored,      // no effect on memory or time (paths, logging, learning rate): a warning
+  kIgnored,      // no effect on memory or time (paths, logging, learning rate), or a key the
+                 // framework itself no longer reads (deprecated: `why` says so): a warning
   kUnsupported,  // changes memory or time in a way shardtune does not model: an error unless
                  // the value is neutral (null, false, empty, or `neutral`)
 };
@@ -28,7 +30,8 @@ struct KeyRule {
       : key(std::move(k)), use(u), why(std::move(w)), neutral(std::move(n)) {}
   std::string key;
   KeyUse use = KeyUse::kMapped;
-  std::string why;         // for kUnsupported: what it does (in the error); kIgnored: optional
+  std::string why;         // for kUnsupported: what it does (in the error); kIgnored: optional,
+                           // shown beside the key in the warning
   Json neutral = nullptr;  // kUnsupported: a further value that is harmless (e.g. 1 for tp_size)
 };
 using KeyTable = std::vector<KeyRule>;
@@ -42,10 +45,12 @@ class ConfigReader {
   // closest known name), an ignored one is collected, an unsupported one with a non-neutral value
   // is an InputError saying what it does.
   void CheckKeys(const KeyTable& table) const;
-  // True when `key` is present, not null and not a Hydra/OmegaConf interpolation ("${...}", which
-  // is not resolved: the value counts as not given, so the reader's default applies; an
-  // unsupported key with an interpolated value is not an error for the same reason).
+  // True when `key` is present and not null. Interpolations were resolved before the readers run
+  // (interpolation.h); one that did not resolve is an InputError saying why, when a reader reads
+  // it or when an unsupported key holds it (its value is not known to be neutral).
   bool Has(const std::string& key) const;
+  // Throws that InputError when the value of `key` is an unresolved interpolation.
+  void ThrowIfUnresolved(const std::string& key) const;
   std::optional<bool> Bool(const std::string& key) const;  // also "true"/"false" strings
   std::optional<int64_t> Int(const std::string& key, int64_t min, int64_t max) const;
   std::optional<double> Number(const std::string& key, double min, double max) const;
@@ -71,6 +76,19 @@ class ConfigReader {
   std::string file_;
   std::string pointer_;
   std::vector<std::string>* ignored_;
+};
+
+// The unresolved interpolations of the file one import reads, for ConfigReader's messages: set by
+// ImportConfigText for the duration of the reader's walk (thread-local; scopes nest).
+class UnresolvedScope {
+ public:
+  explicit UnresolvedScope(const UnresolvedInterpolations* unresolved);
+  ~UnresolvedScope();
+  UnresolvedScope(const UnresolvedScope&) = delete;
+  UnresolvedScope& operator=(const UnresolvedScope&) = delete;
+
+ private:
+  const UnresolvedInterpolations* previous_;
 };
 
 // `s` as a JSON string literal ("a\\nb" for a, newline, b): how messages show a name from the file.

@@ -130,6 +130,9 @@ const KeyTable& StrategyConfigKeys() {
       {"moe_use_grouped_mm", KeyUse::kIgnored},
       {"async_save_ckpt", KeyUse::kIgnored},
       {"model_type", KeyUse::kIgnored},
+      // In ROLL's example YAMLs (examples/*/rlvr_*fsdp2*.yaml) but read by none of its code
+      // (fsdp2_strategy.py reads strategy_config with .get() of the keys above).
+      {"use_batched_model_update", KeyUse::kIgnored, "not read by ROLL's fsdp2 strategy"},
   };
   return t;
 }
@@ -346,10 +349,12 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   }
   if (auto s = top.Int("sequence_length", 1, INT64_MAX)) {
     plan->seq_len = *s;
+    out.seq_len_from = top.Where("sequence_length");
   } else if (top.Has("response_length")) {
     // Halves of int64_t, so that the sum cannot overflow.
     plan->seq_len = *top.Int("response_length", 1, INT64_MAX / 2) +
                     top.Int("prompt_length", 0, INT64_MAX / 2).value_or(0);
+    out.seq_len_from = top.Where("prompt_length") + " + response_length";
   }
   ConfigReader w = top.RequiredSection(out.worker);
   w.CheckKeys(WorkerKeys());

@@ -1,7 +1,8 @@
 // Import of a verl config: the PPO trainer's FSDP workers (actor_rollout_ref.actor for training,
 // actor_rollout_ref.ref for inference) or the SFT trainer. Like ROLL, a verl file defines the whole
 // worker, so verl's defaults (ppo_trainer.yaml, sft_trainer.yaml) apply to keys it leaves out.
-// Hydra interpolations ("${...}") are not resolved: such a value counts as "not given".
+// Hydra interpolations ("${...}") are resolved against the file before it is read
+// (interpolation.h), so a composed config (`main_ppo --cfg job`) reads as verl sees it.
 #include <algorithm>
 
 #include "model/errors.h"
@@ -10,13 +11,6 @@
 namespace shardtune::configs::internal {
 namespace {
 
-bool Interpolated(const Json* v) {
-  return v && v->is_string() && v->get<std::string>().rfind("${", 0) == 0;
-}
-// Reads key unless it is absent, null or an interpolation.
-bool Given(const ConfigReader& r, const std::string& key) {
-  return r.Has(key) && !Interpolated(r.Raw(key));
-}
 
 KeyTable WithIgnored(KeyTable t, std::initializer_list<const char*> names) {
   for (const char* n : names) t.push_back({n, KeyUse::kIgnored});
@@ -58,13 +52,17 @@ const KeyTable& WorkerKeys() {
                    {"ulysses_sequence_parallel_size", KeyUse::kMapped},
                    {"fsdp_config", KeyUse::kMapped},
                    {"rollout_n", KeyUse::kMapped},
-                   {"use_dynamic_bsz", KeyUse::kUnsupported, "token-budget micro-batches"},
-                   {"log_prob_use_dynamic_bsz", KeyUse::kUnsupported, "token-budget micro-batches"},
+                   {"use_dynamic_bsz", KeyUse::kMapped},
+                   {"log_prob_use_dynamic_bsz", KeyUse::kMapped},
+                   {"ppo_max_token_len_per_gpu", KeyUse::kMapped},
+                   {"log_prob_max_token_len_per_gpu", KeyUse::kMapped},
+                   {"entropy_coeff", KeyUse::kMapped},
+                   {"calculate_entropy", KeyUse::kMapped},
+                   {"use_torch_compile", KeyUse::kMapped},
+                   {"entropy_from_logits_with_chunking", KeyUse::kMapped},
                    {"model", KeyUse::kIgnored}},
                   {"_target_",
                    "defaults",
-                   "ppo_max_token_len_per_gpu",
-                   "log_prob_max_token_len_per_gpu",
                    "clip_ratio",
                    "clip_ratio_low",
                    "clip_ratio_high",
@@ -75,11 +73,8 @@ const KeyTable& WorkerKeys() {
                    "policy_loss",
                    "loss_agg_mode",
                    "loss_scale_factor",
-                   "entropy_coeff",
-                   "calculate_entropy",
                    "use_kl_loss",
                    "use_prefix_grouper",
-                   "use_torch_compile",
                    "kl_loss_coef",
                    "kl_loss_type",
                    "ppo_epochs",
@@ -91,7 +86,6 @@ const KeyTable& WorkerKeys() {
                    "profiler",
                    "router_replay",
                    "grad_clip",
-                   "entropy_from_logits_with_chunking",
                    "entropy_checkpointing",
                    "use_remove_padding",
                    "calculate_sum_pi_squared",
@@ -103,6 +97,7 @@ const KeyTable& WorkerKeys() {
 const KeyTable& ModelKeys() {
   static const KeyTable t = WithIgnored(
       {{"enable_gradient_checkpointing", KeyUse::kMapped},
+       {"use_remove_padding", KeyUse::kMapped},
        {"lora_rank", KeyUse::kMapped},
        {"lora_alpha", KeyUse::kMapped},
        {"target_modules", KeyUse::kMapped},
@@ -115,7 +110,7 @@ const KeyTable& ModelKeys() {
        {"use_fused_kernels", KeyUse::kUnsupported, "verl's fused log-prob kernels"},
        {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"}},
       {"_target_", "path", "partial_pretrain", "hf_config_path", "tokenizer_path", "use_shm",
-       "trust_remote_code", "custom_chat_template", "external_lib", "use_remove_padding",
+       "trust_remote_code", "custom_chat_template", "external_lib",
        "lora_adapter_path", "fused_kernel_options", "mtp"});
   return t;
 }
@@ -131,21 +126,21 @@ struct Fsdp {
 void ReadFsdpConfig(const ConfigReader& f, const std::string& strategy, bool actor, const Fsdp& m,
                     const ImportContext& ctx, ImportResult* out, model::Plan* plan) {
   f.CheckKeys(FsdpConfigKeys());
-  int64_t size = Given(f, "fsdp_size") ? *f.Int("fsdp_size", -1, 1 << 20) : -1;
+  int64_t size = f.Has("fsdp_size") ? *f.Int("fsdp_size", -1, 1 << 20) : -1;
   if (size == 0) f.Fail("fsdp_size", "-1 (all ranks) or a shard group size >= 1");
   if (size > 0 && size < m.world && m.world % size != 0) {
     f.Fail("fsdp_size", "a divisor of the world size " + std::to_string(m.world) + ", or -1");
   }
   // create_device_mesh: fsdp_size < 0 or >= world -> 1-D mesh; else [world / size, size].
   // get_sharding_strategy: reshard_after_forward false -> SHARD_GRAD_OP / _HYBRID_SHARD_ZERO2.
-  bool reshard = Given(f, "reshard_after_forward") ? *f.Bool("reshard_after_forward") : true;
+  bool reshard = f.Has("reshard_after_forward") ? *f.Bool("reshard_after_forward") : true;
   SetFsdp2Sharding(size < 0 ? 0 : static_cast<int>(size), m.world, reshard, plan);
   // model_dtype is the dtype the whole model is loaded in (from_pretrained torch_dtype), the
   // frozen base of a LoRA actor included: Plan::frozen_dtype's default (master_dtype) follows it.
-  plan->master_dtype = Given(f, "model_dtype")
+  plan->master_dtype = f.Has("model_dtype")
                            ? ParseTrainerDtype(f, "model_dtype")
                            : (actor ? model::DType::kFp32 : model::DType::kBf16);
-  plan->param_dtype = Given(f, "dtype") ? ParseTrainerDtype(f, "dtype") : model::DType::kBf16;
+  plan->param_dtype = f.Has("dtype") ? ParseTrainerDtype(f, "dtype") : model::DType::kBf16;
   plan->reduce_dtype = model::DType::kFp32;
   if (auto mp = f.Section("mixed_precision")) {
     mp->CheckKeys({{"param_dtype", KeyUse::kMapped},
@@ -209,6 +204,44 @@ void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, 
   }
 }
 
+// The log-prob head of the actor and ref workers (dp_actor.py _forward_micro_batch): with
+// use_remove_padding (hf_model.yaml: true) the micro-batch's tokens are packed into one row and
+// the logits go through flash-attn's in-place cross-entropy (LossKernel::kVerlFlashCe). The
+// padded path (false) slices [B, response, V] and copies it by reshape: not modelled, refused.
+void ReadLogProbPath(const ConfigReader& w, const std::optional<ConfigReader>& model, bool train,
+                     ImportResult* out, model::Plan* plan) {
+  if (model && !model->Bool("use_remove_padding").value_or(true)) {
+    model->Fail("use_remove_padding",
+                "true (verl's padded log-prob path, a [B, response, V] slice of the logits copied "
+                "by reshape before flash-attn's loss, is not modelled yet)");
+  }
+  plan->loss_kernel = model::LossKernel::kVerlFlashCe;
+  plan->loss_fp32_upcast = false;
+  plan->keep_logits = false;
+  if (!train) return;  // compute_ref_log_prob: no entropy (fsdp_workers.py calculate_entropy=False)
+  // dp_actor.py update_policy: calculate_entropy = config.calculate_entropy or entropy_coeff != 0,
+  // always with grad; entropy_from_logits is torch.compile'd unless use_torch_compile is false.
+  double coeff = w.Number("entropy_coeff", -1e9, 1e9).value_or(0.0);
+  if (!w.Bool("calculate_entropy").value_or(false) && coeff == 0.0) return;
+  std::string key = coeff != 0.0 ? "entropy_coeff" : "calculate_entropy";
+  if (w.Bool("entropy_from_logits_with_chunking").value_or(false)) {
+    w.Fail("entropy_from_logits_with_chunking",
+           "false with " + key + " set (each chunk's fp32 copy and softmax are saved for "
+           "backward, verl issue #2448: not modelled yet)");
+  }
+  if (!w.Bool("use_torch_compile").value_or(true)) {
+    w.Fail("use_torch_compile",
+           "true with " + key + " set (the eager entropy_from_logits' fp32 softmax copies, about "
+           "10V bytes per token kept for backward, are not modelled yet)");
+  }
+  out->warnings.push_back(
+      w.Where(key) +
+      ": the entropy joins the update's graph: verl turns flash-attn's in-place backward off, and "
+      "torch.compile's entropy_from_logits is taken to keep only the logits it reads (what "
+      "Inductor saves is not verified); the head's peak stays the in-place division's four [T, V] "
+      "tensors");
+}
+
 int ReadWorld(const ConfigReader& top, const ImportContext& ctx, ImportResult* out) {
   auto tr = top.Section("trainer");
   if (!tr || (!tr->Has("nnodes") && !tr->Has("n_gpus_per_node"))) return ctx.world_size;
@@ -255,8 +288,8 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
   const ConfigReader* sp_from = &w;
   std::optional<ConfigReader> actor = arr.Section("actor");
-  if (!Given(w, "ulysses_sequence_parallel_size") && actor) sp_from = &*actor;
-  m.sp = static_cast<int>(Given(*sp_from, "ulysses_sequence_parallel_size")
+  if (!w.Has("ulysses_sequence_parallel_size") && actor) sp_from = &*actor;
+  m.sp = static_cast<int>(sp_from->Has("ulysses_sequence_parallel_size")
                               ? *sp_from->Int("ulysses_sequence_parallel_size", 1, m.world)
                               : 1);
   if (m.world % m.sp != 0)
@@ -264,8 +297,8 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   plan->cp = m.sp;
   plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;  // FSDP over the world, Ulysses mesh [dp, sp]
   plan->role = train ? model::Role::kTrain : model::Role::kInfer;
-  std::string strategy = Given(w, "strategy") ? *w.Enum("strategy", {"fsdp", "fsdp2"})
-                         : actor && Given(*actor, "strategy")
+  std::string strategy = w.Has("strategy") ? *w.Enum("strategy", {"fsdp", "fsdp2"})
+                         : actor && actor->Has("strategy")
                              ? *actor->Enum("strategy", {"fsdp", "fsdp2"})
                              : "fsdp";
   static const Json kEmpty = Json::object();
@@ -279,34 +312,85 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   ReadModel(model ? *model : ConfigReader(kEmpty, top.file(), "/actor_rollout_ref/model", ignored),
             train, ctx, plan);
   int dp = m.world / m.sp;
-  std::string micro_key = train ? "ppo_micro_batch_size" : "log_prob_micro_batch_size";
-  int64_t micro = 0;
-  if (Given(w, micro_key + "_per_gpu")) {
-    micro = *w.Int(micro_key + "_per_gpu", 1, 1 << 20);
-  } else if (Given(w, micro_key)) {
-    micro = *w.Int(micro_key, dp, 1 << 30) / dp;  // deprecated global size, normalized per rank
-  } else {
-    w.Fail(micro_key + "_per_gpu", "a micro-batch size per GPU");
-  }
-  plan->micro_batch = static_cast<int>(micro);
-  plan->grad_accum = 1;
-  plan->no_sync = false;
+  // data.max_prompt_length + data.max_response_length, each 512 by verl's ppo_trainer.yaml when
+  // not given: the padded width verl's batches have, the longest sequence packing can hold.
+  static const Json kNoData = Json::object();
+  auto data_section = top.Section("data");
+  const ConfigReader data =
+      data_section ? *data_section : ConfigReader(kNoData, top.file(), "/data", nullptr);
+  // Halves of int64_t, so that the sum cannot overflow.
+  int64_t prompt = data.Int("max_prompt_length", 1, INT64_MAX / 2).value_or(512);
+  int64_t response = data.Int("max_response_length", 1, INT64_MAX / 2).value_or(512);
+  const int64_t seq = prompt + response;
+  out->seq_len_from = data.Where("max_prompt_length") + " " + std::to_string(prompt) +
+                      (data.Has("max_prompt_length") ? "" : " (verl's default)") +
+                      " + max_response_length " + std::to_string(response) +
+                      (data.Has("max_response_length") ? "" : " (verl's default)");
+  plan->seq_len = seq;
+  plan->packed_seq_len = 0;
+  ReadLogProbPath(w, model, train, out, plan);
+  // Token-budget micro-batches: the actor's use_dynamic_bsz with ppo_max_token_len_per_gpu, the
+  // ref's log_prob_use_dynamic_bsz with log_prob_max_token_len_per_gpu (ref.yaml defaults both to
+  // the actor's: ${oc.select:actor_rollout_ref.actor.use_dynamic_bsz,false} and
+  // ${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}).
+  const std::string dyn_key = train ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz";
+  const std::string budget_key = train ? "ppo_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
+  const ConfigReader* dyn_from = &w;
+  if (!train && !w.Has(dyn_key) && actor) dyn_from = &*actor;
+  bool dynamic = dyn_from->Bool(dyn_from == &w ? dyn_key : "use_dynamic_bsz").value_or(false);
+  int64_t n = 1;  // fsdp_workers.py: ppo_mini_batch_size *= rollout.n, then //= world / sp
+  if (w.Has("rollout_n")) n = *w.Int("rollout_n", 1, 1 << 20);
+  if (auto ro = arr.Section("rollout"); ro && ro->Has("n")) n = *ro->Int("n", 1, 1 << 20);
+  int64_t mini = 0;
   if (train) {
-    // fsdp_workers.py: ppo_mini_batch_size *= rollout.n, then //= world / sp.
-    int64_t n = 1;
-    if (Given(w, "rollout_n")) n = *w.Int("rollout_n", 1, 1 << 20);
-    if (auto ro = arr.Section("rollout"); ro && Given(*ro, "n")) n = *ro->Int("n", 1, 1 << 20);
-    int64_t mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
+    mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
     if (mini % dp != 0)
       w.Fail("ppo_mini_batch_size", "x rollout.n a multiple of world / sp = " + std::to_string(dp));
-    plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", mini / dp, plan->micro_batch);
   }
-  if (auto data = top.Section("data")) {
-    // Halves of int64_t, so that the sum cannot overflow.
-    int64_t prompt = data->Int("max_prompt_length", 1, INT64_MAX / 2).value_or(512);
-    int64_t response = data->Int("max_response_length", 1, INT64_MAX / 2).value_or(512);
-    plan->seq_len = prompt + response;
+  plan->no_sync = false;
+  plan->grad_accum = 1;
+  if (dynamic) {
+    // dp_actor.py update_policy / compute_log_prob: max_token_len = *_max_token_len_per_gpu x sp;
+    // seqlen_balancing.py rearrange_micro_batches asserts max_token_len >= the padded width and
+    // splits a mini-batch into ceil(its tokens / max_token_len) micro-batches (at most one per
+    // sequence; the count made equal over the dp ranks), balanced by Karmarkar-Karp. Each
+    // micro-batch is one packed row; the worst the budget admits is max_token_len tokens of
+    // sequences up to the padded width (its cp ranks hold 1/sp each).
+    const ConfigReader* budget_from = &w;
+    std::string budget_name = budget_key;
+    if (!train && !w.Has(budget_key) && actor) {
+      budget_from = &*actor;
+      budget_name = "ppo_max_token_len_per_gpu";
+    }
+    int64_t budget = budget_from->Int(budget_name, 1, 1 << 30).value_or(16384);
+    if (budget * m.sp < seq) {
+      budget_from->Fail(budget_name,
+                        "at least (max_prompt_length + max_response_length) / sp = " +
+                            std::to_string((seq + m.sp - 1) / m.sp) +
+                            " (seqlen_balancing.py asserts max_token_len >= the padded length)");
+    }
+    plan->micro_batch = 1;
+    plan->seq_len = budget * m.sp;
+    plan->packed_seq_len = seq;
+    if (train) {
+      // The mini-batch's rows when every sequence is as long as the padded width (the most).
+      int64_t per_rank = mini / dp;
+      int64_t rows = std::min(per_rank, (per_rank * seq + plan->seq_len - 1) / plan->seq_len);
+      plan->grad_accum = static_cast<int>(rows);
+    }
+    return;
   }
+  std::string micro_key = train ? "ppo_micro_batch_size" : "log_prob_micro_batch_size";
+  int64_t micro = 0;
+  if (w.Has(micro_key + "_per_gpu")) {
+    micro = *w.Int(micro_key + "_per_gpu", 1, 1 << 20);
+  } else if (w.Has(micro_key)) {
+    micro = *w.Int(micro_key, dp, 1 << 30) / dp;  // deprecated global size, normalized per rank
+  } else {
+    w.Fail(micro_key + "_per_gpu", "a micro-batch size per GPU (or " + dyn_key + ": true)");
+  }
+  plan->micro_batch = static_cast<int>(micro);
+  if (train) plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", mini / dp, plan->micro_batch);
 }
 
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
@@ -338,13 +422,15 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   plan->grad_accum = Accumulation(data, "train_batch_size", global / dp, plan->micro_batch);
   plan->no_sync = false;
   plan->seq_len = data.Int("max_length", 1, INT64_MAX).value_or(1024);
+  out->seq_len_from = data.Where("max_length") + (data.Has("max_length") ? "" : " (verl's default 1024)");
   for (const auto& item : data.obj().items()) {
     const std::string& k = item.key();
     if (k != "micro_batch_size_per_gpu" && k != "train_batch_size" && k != "max_length") {
-      if (k == "micro_batch_size" && !item.value().is_null()) {
-        data.Fail(k, "null (deprecated; give micro_batch_size_per_gpu)");
-      }
-      ignored->push_back("/data/" + k);
+      // fsdp_sft_trainer.py reads only micro_batch_size_per_gpu; sft_trainer.yaml keeps the old
+      // global micro_batch_size as a deprecated key that nothing reads.
+      bool deprecated = k == "micro_batch_size" && !item.value().is_null();
+      ignored->push_back("/data/" + k +
+                         (deprecated ? " (deprecated, not read: micro_batch_size_per_gpu is)" : ""));
     }
   }
 }

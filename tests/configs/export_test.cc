@@ -425,6 +425,7 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
   j.plan.checkpointing = model::Checkpointing::kFull;
   j.plan.lora.rank = 8;
   j.plan.lora.targets = {"q_proj"};
+  j.plan.loss_kernel = model::LossKernel::kVerlFlashCe;  // an RL actor: verl's log-prob head
   j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
                             profiles::ParseClusterShorthand("8xH100"), j.plan);
   ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
@@ -442,6 +443,31 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
   EXPECT_EQ(Bool(y, "/actor_rollout_ref/model/enable_gradient_checkpointing"), "true");
   EXPECT_EQ(Int(y, "/data/max_prompt_length") + Int(y, "/data/max_response_length"), 2048);
   EXPECT_EQ(Int(y, "/trainer/n_gpus_per_node"), 8);
+  EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
+}
+
+// A training plan with a plain cross-entropy is verl's SFT trainer job (fsdp_sft_trainer.py over
+// sft_trainer.yaml), not a PPO actor: data.train_batch_size is global (2 x 4 x dp 4 = 32),
+// micro_batch_size_per_gpu and max_length as the plan has them, no rollout section.
+TEST(ExportTest, VerlSftPlanIsTheSftTrainersConfig) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.cp = 2;
+  j.plan.micro_batch = 2;
+  j.plan.grad_accum = 4;
+  j.plan.seq_len = 2048;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  json y = LoadYaml(r.text);
+  EXPECT_EQ(Int(y, "/data/train_batch_size"), 32);
+  EXPECT_EQ(Int(y, "/data/micro_batch_size_per_gpu"), 2);
+  EXPECT_EQ(Int(y, "/data/max_length"), 2048);
+  EXPECT_EQ(Int(y, "/ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(Str(y, "/model/strategy"), "fsdp2");
+  EXPECT_EQ(Int(y, "/model/fsdp_config/fsdp_size"), -1);
+  EXPECT_FALSE(y.contains("actor_rollout_ref")) << r.text;
+  EXPECT_EQ(r.text.find("max_prompt_length"), std::string::npos);
   EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
 }
 

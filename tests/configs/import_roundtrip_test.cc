@@ -165,6 +165,15 @@ TEST(ImportRoundTripTest, Roll) {
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kRoll);
 }
 
+// verl's PPO workers compute log-probs with their own head (loss_kernel verl_flash_ce): plans
+// with it go out as actor / ref sections; a training plan with a plain cross-entropy is an SFT
+// job and goes out as the SFT trainer's config. Both read back the same.
+Plan VerlLogProbs(Plan p) {
+  p.loss_kernel = model::LossKernel::kVerlFlashCe;
+  p.loss_fp32_upcast = false;
+  return p;
+}
+
 TEST(ImportRoundTripTest, Verl) {
   std::vector<Case> cases;
   Plan a = Sharded(ShardingStrategy::kFullShard);
@@ -179,21 +188,39 @@ TEST(ImportRoundTripTest, Verl) {
   a.lora.alpha = 64.0;
   a.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   a.tiled_mlp_shards = 2;
-  cases.push_back({"actor cp lora tiled offload", "llama3-8b", "8xH100", a});
+  cases.push_back({"actor cp lora tiled offload", "llama3-8b", "8xH100", VerlLogProbs(a)});
+  cases.push_back({"SFT cp lora tiled offload", "llama3-8b", "8xH100", a});
   Plan b = Sharded(ShardingStrategy::kHybridShardZero2, 8);
   b.wrap.kind = model::WrapPolicy::Kind::kSize;
   b.wrap.min_num_params = 50000000;
   b.master_dtype = DType::kBf16;
   b.reduce_dtype = DType::kBf16;
   b.seq_len = 2048;
-  cases.push_back({"hybrid zero2 size wrap", "qwen3-8b", "2x8xH100", b});
+  cases.push_back({"hybrid zero2 size wrap", "qwen3-8b", "2x8xH100", VerlLogProbs(b)});
   Plan c = Sharded(ShardingStrategy::kFullShard);
   c.role = model::Role::kInfer;
   c.master_dtype = DType::kBf16;
   c.offload = model::Offload::kAll;
   c.micro_batch = 8;
   c.seq_len = 2048;
-  cases.push_back({"ref worker", "llama3-8b", "8xH100", c});
+  cases.push_back({"ref worker", "llama3-8b", "8xH100", VerlLogProbs(c)});
+  // A token budget: rows of 8192 tokens per rank over sp 2 (16384 per cp group), sequences up to
+  // 4096, 8 rows per update.
+  Plan d = VerlLogProbs(Sharded(ShardingStrategy::kFullShard));
+  d.cp = 2;
+  d.micro_batch = 1;
+  d.seq_len = 16384;
+  d.packed_seq_len = 4096;
+  d.grad_accum = 8;
+  d.checkpointing = model::Checkpointing::kFull;
+  cases.push_back({"actor token budget", "llama3-8b", "8xH100", d});
+  Plan e = d;
+  e.role = model::Role::kInfer;
+  e.checkpointing = model::Checkpointing::kNone;
+  e.grad_accum = 1;
+  e.master_dtype = DType::kBf16;
+  e.offload = model::Offload::kAll;
+  cases.push_back({"ref token budget", "llama3-8b", "8xH100", e});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
 }
 

@@ -345,6 +345,9 @@ TEST(ImportVerlTest, ExampleFileActor) {
   want.lora.rank = 64;
   want.lora.alpha = 32.0;
   want.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  // use_remove_padding true: dp_actor.py's packed logits through flash-attn's cross-entropy.
+  want.loss_kernel = model::LossKernel::kVerlFlashCe;
+  want.loss_fp32_upcast = false;
   ExpectSamePlan(got, want);
   EXPECT_EQ(r.worker, "actor");
   EXPECT_THAT(AllWarnings(r),
@@ -368,6 +371,8 @@ TEST(ImportVerlTest, ExampleFileRef) {
   want.lora.rank = 64;
   want.lora.alpha = 32.0;
   want.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  want.loss_kernel = model::LossKernel::kVerlFlashCe;  // compute_ref_log_prob: the same head
+  want.loss_fp32_upcast = false;
   ExpectSamePlan(got, want);
 }
 
@@ -467,18 +472,103 @@ TEST(ImportErrorTest, UnsupportedKeyWithAnEffectIsAnError) {
   EXPECT_THAT(
       [] {
         FromText(
-            "actor_rollout_ref:\n  actor:\n    use_dynamic_bsz: true\n    "
+            "actor_rollout_ref:\n  model:\n    use_fused_kernels: true\n  actor:\n    "
             "ppo_micro_batch_size_per_gpu: 1\n",
             LlamaOn8());
       },
       ThrowsMessage<InputError>(
-          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/actor/use_dynamic_bsz"),
-                HasSubstr("token-budget micro-batches"))));
+          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/model/use_fused_kernels"),
+                HasSubstr("verl's fused log-prob kernels"))));
   // The same key at its neutral value is accepted.
   EXPECT_NO_THROW(
-      FromText("actor_rollout_ref:\n  actor:\n    use_dynamic_bsz: false\n"
+      FromText("actor_rollout_ref:\n  model:\n    use_fused_kernels: false\n  actor:\n"
                "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
                LlamaOn8()));
+}
+
+// verl's token budget (use_dynamic_bsz): dp_actor.py update_policy packs each mini-batch into
+// micro-batches of at most ppo_max_token_len_per_gpu x sp tokens (seqlen_balancing.py
+// rearrange_micro_batches). 8 GPUs, sp 2 -> dp 4; mini-batch 64 prompts x rollout.n 8 = 512
+// sequences, 128 per dp rank; sequences up to 1024 + 3072 = 4096 tokens; rows of 8192 x 2 =
+// 16384 tokens over the cp group; at most min(128, ceil(128 x 4096 / 16384)) = 32 rows.
+const char* kVerlDynamic =
+    "data:\n  max_prompt_length: 1024\n  max_response_length: 3072\n"
+    "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 64\n    use_dynamic_bsz: true\n"
+    "    ppo_max_token_len_per_gpu: 8192\n    ulysses_sequence_parallel_size: 2\n"
+    "  rollout:\n    n: 8\n";
+
+TEST(ImportVerlTest, TokenBudgetIsAPackedRow) {
+  ImportResult r;
+  Plan got = FromText(kVerlDynamic, LlamaOn8(), &r);
+  EXPECT_EQ(got.micro_batch, 1);
+  EXPECT_EQ(got.seq_len, 16384);
+  EXPECT_EQ(got.packed_seq_len, 4096);
+  EXPECT_EQ(got.grad_accum, 32);
+  EXPECT_EQ(got.cp, 2);
+  EXPECT_EQ(got.loss_kernel, model::LossKernel::kVerlFlashCe);
+  EXPECT_THAT(r.seq_len_from, HasSubstr("max_prompt_length 1024 + max_response_length 3072"));
+  // The ref follows the actor's budget when it sets none (ref.yaml's oc.select defaults).
+  ImportContext ref = LlamaOn8();
+  ref.worker = "ref";
+  Plan r2 = FromText(std::string(kVerlDynamic) + "  ref:\n    log_prob_micro_batch_size_per_gpu: 4\n", ref);
+  EXPECT_EQ(r2.micro_batch, 1);
+  EXPECT_EQ(r2.seq_len, 16384);
+  EXPECT_EQ(r2.packed_seq_len, 4096);
+  EXPECT_EQ(r2.grad_accum, 1);
+  // Its own budget wins.
+  Plan r3 = FromText(std::string(kVerlDynamic) +
+                         "  ref:\n    log_prob_use_dynamic_bsz: true\n"
+                         "    log_prob_max_token_len_per_gpu: 32768\n",
+                     ref);
+  EXPECT_EQ(r3.seq_len, 65536);
+}
+
+TEST(ImportVerlTest, TokenBudgetBelowThePaddedWidthIsAnError) {
+  // verl asserts max_token_len (2048 x sp 2 = 4096) >= the padded width 1024 + 3072 + 1.
+  std::string text = kVerlDynamic;
+  text.replace(text.find("max_response_length: 3072"), 25, "max_response_length: 3073");
+  text.replace(text.find("ppo_max_token_len_per_gpu: 8192"), 31, "ppo_max_token_len_per_gpu: 2048");
+  EXPECT_THAT([&] { FromText(text, LlamaOn8()); },
+              ThrowsMessage<InputError>(
+                  AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/actor/ppo_max_token_len_per_gpu"),
+                        HasSubstr("at least (max_prompt_length + max_response_length) / sp = 2049"),
+                        HasSubstr("got 2048"))));
+}
+
+TEST(ImportVerlTest, LogProbPathsNotModelledAreRefusedByName) {
+  EXPECT_THAT(
+      [] {
+        FromText("actor_rollout_ref:\n  model:\n    use_remove_padding: false\n  actor:\n"
+                 "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
+                 LlamaOn8());
+      },
+      ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/model/use_remove_padding"),
+                                      HasSubstr("padded log-prob path"))));
+  EXPECT_THAT(
+      [] {
+        FromText("actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 1\n"
+                 "    ppo_mini_batch_size: 8\n    entropy_coeff: 0.001\n"
+                 "    use_torch_compile: false\n",
+                 LlamaOn8());
+      },
+      ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/actor/use_torch_compile"),
+                                      HasSubstr("eager entropy_from_logits"))));
+  // The compiled entropy is read, with a warning saying what is assumed.
+  ImportResult r;
+  FromText("actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 1\n"
+           "    ppo_mini_batch_size: 8\n    entropy_coeff: 0.001\n",
+           LlamaOn8(), &r);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("/actor_rollout_ref/actor/entropy_coeff: the entropy joins"));
+}
+
+// verl SFT's deprecated global data.micro_batch_size is not read by fsdp_sft_trainer.py: a
+// warning naming it, not an error.
+TEST(ImportVerlTest, DeprecatedSftMicroBatchSizeIsAWarning) {
+  ImportResult r;
+  FromText("trainer:\n  n_gpus_per_node: 8\ndata:\n  micro_batch_size: 16\n"
+           "  micro_batch_size_per_gpu: 2\n  train_batch_size: 64\nmodel:\n  partial_pretrain: x\n",
+           LlamaOn8(), &r);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("/data/micro_batch_size (deprecated, not read"));
 }
 
 TEST(ImportErrorTest, VerlMiniBatchNotAMultipleOfTheMicroBatch) {

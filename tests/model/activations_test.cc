@@ -172,6 +172,46 @@ TEST(ActivationsTest, HfLossPeakIsTwelveBytesPerVocabEntry) {
   EXPECT_GE(head.forward_peak_per_token, 10 * v);
 }
 
+// verl's log-prob head (dp_actor.py with use_remove_padding, flash-attn's in-place
+// cross-entropy): forward keeps the final norm's tensors (4H + 4 + 2H), its output (2H, lm_head's
+// input), the bf16 logits (2V, which flash-attn saves) and lse + log-probs (8): no fp32 copy of
+// the logits. Backward peaks at the in-place division's CopySlices: the dlogits written in place
+// is freed once AsStridedBackward0 copied it into zeros of the base (2V), then CopySlices holds
+// that, its result (2V), the slice's clone (2V) and grad / temperature (2V): 8V beside the norm's
+// tensors and lm_head's saved input, which are still live. tests/bench/verl_logprob_memory.py
+// measured the 8V (3.00 x 2VT above the start of backward with the 2V dlogits buffer live then).
+TEST(ActivationsTest, VerlLogProbHeadKeepsBf16LogitsAndPeaksAtCopySlices) {
+  ModelSpec s = FindModelPreset("qwen3-8b");
+  ActivationOptions o = Bf16();
+  o.loss_kernel = LossKernel::kVerlFlashCe;
+  o.loss_fp32_upcast = false;
+  auto head = ComputeHeadActivations(s, o);
+  double v = 151936, h = 4096;
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + 2 * v + 8);
+  for (const auto& t : head.saved) EXPECT_LT(t.bytes_per_token, 4 * v) << t.name;
+  // At CopySlices the logits and the log-probs are no longer saved; the norm's and lm_head's
+  // inputs (8H + 4) still are.
+  EXPECT_DOUBLE_EQ(head.backward_peak_per_token, 8 * h + 4 + 8 * v);
+  // Against the HF path of the same model: 12 bytes per vocabulary entry at its peak.
+  EXPECT_GE(ComputeHeadActivations(s, Bf16()).backward_peak_per_token, 12 * v);
+}
+
+// A value head (verl's critic: AutoModelForTokenClassification, num_labels 1): score =
+// Linear(H, 1) with a bias replaces the LM head. Parameters: the causal LM's less V x H, plus
+// H + 1. Per token the head keeps the final norm's tensors (4H + 4 + 2H), score's input (2H) and
+// the values (2 bytes, which the value loss saves): no vocabulary.
+TEST(ActivationsTest, ValueHeadHasNoVocabulary) {
+  ModelSpec lm = FindModelPreset("qwen3-8b");
+  ModelSpec critic = lm;
+  critic.value_head = true;
+  double v = 151936, h = 4096;
+  EXPECT_EQ(ParameterCount(critic),
+            ParameterCount(lm) - static_cast<int64_t>(v * h) + static_cast<int64_t>(h) + 1);
+  auto head = ComputeHeadActivations(critic, Bf16());
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + 2);
+  EXPECT_LT(head.backward_peak_per_token, v / 2);  // no [T, V] tensor: the norm's backward rules
+}
+
 // The fused linear cross-entropy (Liger's chunking; executor/fused_loss.cc): per token it keeps
 // the final norm's tensors and the input's gradient (2H, bf16) instead of the log-softmax output
 // (4V); the weight's gradient (V x H, bf16) and one chunk's logits (2V + 4V per row, chunk rows

@@ -141,5 +141,66 @@ TEST(AdviceTest, FrozenFp32ShardsAreNamed) {
               ::testing::Not(HasSubstr("Frozen parameters keep")));
 }
 
+// A packed row of B x S tokens holding sequences of S costs what B padded sequences of S cost
+// under SDPA: every saved tensor is per token and flash attention's working set is linear in
+// them (Plan::packed_seq_len). verl's GRPO example for Qwen3-8B (examples/grpo_trainer/
+// run_qwen3-8b.sh: micro-batch 32, 512 + 1024 tokens, checkpointing) on 8 H100s.
+model::Plan VerlGrpoQwen3() {
+  model::Plan p;
+  p.micro_batch = 32;
+  p.seq_len = 1536;
+  p.grad_accum = 5;
+  p.checkpointing = model::Checkpointing::kFull;
+  p.loss_kernel = model::LossKernel::kVerlFlashCe;
+  p.loss_fp32_upcast = false;
+  return p;
+}
+
+TEST(TokenCapacityTest, APackedRowCostsWhatItsPaddedSequencesCost) {
+  auto spec = model::FindModelPreset("qwen3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan padded = VerlGrpoQwen3();
+  model::Plan packed = padded;
+  packed.micro_batch = 1;
+  packed.seq_len = 32 * 1536;
+  packed.packed_seq_len = 1536;
+  sim::MemoryOptions o;
+  auto a = sim::EstimateMemory(spec, cluster, padded, o);
+  auto b = sim::EstimateMemory(spec, cluster, packed, o);
+  EXPECT_EQ(a.peak_allocated.count(), b.peak_allocated.count());
+}
+
+// The capacity is the edge of the verdict: the most tokens fits, one step (cp x tiles) more does
+// not; the plan's own 49,152-token micro-batch is past it (its worst case does not fit, as
+// verl's four [T, V] bf16 tensors at the head's backward need 8 x 151,936 bytes per token).
+TEST(TokenCapacityTest, MaxTokensFitsAndOneStepMoreDoesNot) {
+  auto spec = model::FindModelPreset("qwen3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p = VerlGrpoQwen3();
+  sim::MemoryOptions o;
+  TokenCapacity c = LargestFittingMicroBatchTokens(spec, cluster, p, o);
+  ASSERT_TRUE(c.evaluated);
+  EXPECT_EQ(c.plan_tokens, 32 * 1536);
+  EXPECT_EQ(c.longest_sequence, 1536);
+  ASSERT_GT(c.max_tokens, 1536);
+  EXPECT_LT(c.max_tokens, c.plan_tokens);
+  EXPECT_FALSE(sim::EstimateMemory(spec, cluster, p, o).fits);
+  auto row = [&](int64_t t) {
+    model::Plan q = p;
+    q.micro_batch = 1;
+    q.seq_len = t;
+    q.packed_seq_len = 1536;
+    return sim::EstimateMemory(spec, cluster, q, o);
+  };
+  auto at = row(c.max_tokens);
+  EXPECT_TRUE(at.fits);
+  EXPECT_EQ(at.required.count(), c.required_at_max.count());
+  EXPECT_FALSE(row(c.max_tokens + 1).fits);
+  // A plan that is neither packed nor verl's is not evaluated.
+  model::Plan hf;
+  hf.seq_len = 1536;
+  EXPECT_FALSE(LargestFittingMicroBatchTokens(spec, cluster, hf, o).evaluated);
+}
+
 }  // namespace
 }  // namespace shardtune::plan
