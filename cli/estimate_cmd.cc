@@ -284,7 +284,18 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
   std::string main_name = std::string(model::ToString(job.plan.role)) + " (" +
                           (a.plan.plan_file.empty() ? std::string("flags") : a.plan.plan_file) +
                           ")";
-  roles.push_back({main_name, main});
+  if (!job.from.roles.empty()) main_name = "actor";
+  roles.push_back({main_name, main, job.from.offloaded_when_idle});
+  // The roles the --from config runs beside it (verl: critic, reference policy), each on the
+  // model it trains (the critic's has a value head).
+  for (const auto& role : job.from.roles) {
+    ThrowIfProblems(JobProblems(job.spec, job.cluster, role.plan, PlanSource(a.plan) + " (" + role.name + ")"));
+    model::ModelSpec spec = job.spec;
+    spec.value_head = role.value_head;
+    roles.push_back({role.name + " (" + model::ToString(role.plan.role) + ")",
+                     sim::EstimateMemory(spec, job.cluster, role.plan, job.options.memory),
+                     role.offloaded_when_idle});
+  }
   for (const auto& file : a.role_plans) {
     model::Plan p = model::ReadPlanFile(file);
     ThrowIfProblems(JobProblems(job.spec, job.cluster, p, file));
@@ -293,7 +304,7 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
   }
   sim::ColocationOptions o;
   o.offload_between_roles = a.offload_between_roles;
-  o.separate_processes = !a.roles_in_one_process;
+  o.separate_processes = !a.roles_in_one_process && !job.from.roles_in_one_process;
   return sim::CoLocate(roles, o, job.options.memory.constants);
 }
 
@@ -357,12 +368,13 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
-  if (!a.role_plans.empty()) colocated = ColocatedRoles(a, job, r);
+  const bool colocating = !a.role_plans.empty() || !job.from.roles.empty();
+  if (colocating) colocated = ColocatedRoles(a, job, r);
   // One verdict: the job fits when every phase of this role fits and, with co-located roles,
   // the GPU holds each role beside the others' idle residue.
-  const bool fits = phases.fits && (a.role_plans.empty() || colocated.fits);
+  const bool fits = phases.fits && (!colocating || colocated.fits);
   std::string verdict = PhaseVerdict(phases);
-  if (!a.role_plans.empty() && !colocated.fits) {
+  if (colocating && !colocated.fits) {
     verdict = (phases.fits ? "fits alone in every phase, but runs out beside the co-located "
                              "roles: "
                            : verdict + "; beside the co-located roles too: ") +
@@ -373,7 +385,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
     PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note, out);
     PrintFeatureSavings(savings, r, out);
-    if (!a.role_plans.empty()) PrintColocation(colocated, out);
+    if (colocating) PrintColocation(colocated, out);
     PrintPhaseTable(phases, verdict, out);
     return;
   }
@@ -381,7 +393,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline);
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
   // The step fits only if it also fits beside the co-located roles' idle residue.
-  if (!a.role_plans.empty() && !colocated.fits) j["fits"] = false;
+  if (colocating && !colocated.fits) j["fits"] = false;
   nlohmann::ordered_json alt = nlohmann::ordered_json::array();
   for (const auto& x : alts) {
     alt.push_back({{"offload", model::ToString(x.offload)},
@@ -391,7 +403,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                    {"host_fits", x.host_fits}, {"fits", x.fits()}});
   }
   if (sim::UsesFeatures(plan)) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
-  if (!a.role_plans.empty()) j["colocation"] = ColocationJson(colocated);
+  if (colocating) j["colocation"] = ColocationJson(colocated);
   j["phases"] = sim::JobPhasesToJson(phases);
   j["alternatives"] = alt;
   if (capacity.evaluated) {

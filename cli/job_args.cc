@@ -128,7 +128,11 @@ Job ResolveJob(const JobArgs& a) {
   job.cluster = profiles::LoadCluster(a.cluster);
   configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
   std::string seq_from;
-  job.plan = BuildPlan(a.plan, &from, &job.warnings, &seq_from);
+  job.plan = BuildPlan(a.plan, &from, &job.warnings, &seq_from, &job.from);
+  if (job.from.value_head) {  // verl's critic (--from-worker critic)
+    job.spec.value_head = true;
+    job.spec.name += " (value head)";
+  }
   job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
   Validate(job, a.plan);
   // The longest sequence (a packed row's may hold several).

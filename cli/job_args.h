@@ -41,6 +41,7 @@ struct Job {
   // Which sequence length the job uses and why ("8192 tokens per sequence (--seq-len)", or the
   // default's reason: ApplyDefaultSeqLen), for the first line of every answer.
   std::string seq_len_note;
+  FromExtras from;  // roles and the value head the --from configs name
   // S after the plan's default (the model's max_seq_len): computed, never stored twice.
   int64_t SeqLen() const { return plan.ResolvedSeqLen(spec.max_seq_len); }
 };

@@ -300,7 +300,8 @@ void ApplyPacking(const PlanFlags& f, int64_t row_before_flags, model::Plan* p) 
 }  // namespace
 
 model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx,
-                      std::vector<std::string>* warnings, std::string* seq_len_from) {
+                      std::vector<std::string>* warnings, std::string* seq_len_from,
+                      FromExtras* extras) {
   using namespace model;
   Plan p = f.plan_file.empty() ? Plan{} : ReadPlanFile(f.plan_file);
   std::string seq_from = p.seq_len > 0 ? "--plan " + f.plan_file : "";
@@ -324,6 +325,14 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
           configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
       if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
+      if (extras) {
+        if (!r.roles.empty()) {
+          extras->roles = r.roles;
+          extras->roles_in_one_process = r.roles_in_one_process;
+        }
+        if (r.format == configs::ImportFormat::kVerl) extras->offloaded_when_idle = r.offloaded_when_idle;
+        extras->value_head = extras->value_head || r.value_head;
+      }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }
     for (const auto& o : f.set_overrides) {

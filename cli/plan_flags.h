@@ -3,6 +3,7 @@
 // < each plan flag given on the command line.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,20 @@ void AddFromFlags(CLI::App* app, PlanFlags* flags);
 // validate against the model and cluster (the caller runs Plan::Problems). Throws InputError
 // naming the flag or file, among others when --from configs set no sequence length and --seq-len
 // is not given (an Accelerate config carries none), and when a --set override reached no file.
+// What --from configs say beside the plan: the other roles a file runs on the same GPUs (verl's
+// critic and reference policy; plan flags change the imported plan, not these), whether they
+// share one process, whether the imported worker's states leave the GPU between phases, and
+// whether its model has a value head (--from-worker critic). The last file that says wins.
+struct FromExtras {
+  std::vector<configs::ImportedRole> roles;
+  bool roles_in_one_process = false;
+  std::optional<bool> offloaded_when_idle;  // set by a file whose worker says
+  bool value_head = false;
+};
+
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,
                       std::vector<std::string>* warnings = nullptr,
-                      std::string* seq_len_from = nullptr);
+                      std::string* seq_len_from = nullptr, FromExtras* extras = nullptr);
 
 // The sequence length a job gets when neither a flag, a --plan file nor a config set one: the
 // model's max_seq_len (max_position_embeddings) capped at 8,192 tokens, the training.seq_len of

@@ -82,7 +82,13 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
           : configs::MakeImportContext(o.spec, world, local_world, "--nproc");
   std::vector<std::string> warnings;
   std::string seq_from;
-  o.plan = BuildPlan(a.plan, &from, &warnings, &seq_from);
+  FromExtras extras;
+  o.plan = BuildPlan(a.plan, &from, &warnings, &seq_from, &extras);
+  if (extras.value_head) {
+    throw InputError(PlanSource(a.plan) +
+                     ": --from-worker critic: expected a causal LM worker (the executor trains "
+                     "LM heads), got verl's critic with a value head; estimate and simulate it");
+  }
   ApplyDefaultSeqLen(o.spec.max_seq_len, seq_from, &o.plan);
   if (warn != nullptr) {
     for (const std::string& w : warnings) *warn << "warning: " << w << "\n";

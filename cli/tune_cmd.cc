@@ -97,7 +97,13 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   plan::SearchRequest req;
   configs::ImportContext from = configs::MakeImportContext(spec, c);
   std::string seq_from;
-  model::Plan given = BuildPlan(a.plan, &from, warnings, &seq_from);
+  FromExtras extras;
+  model::Plan given = BuildPlan(a.plan, &from, warnings, &seq_from, &extras);
+  if (extras.value_head) {
+    problems.push_back(PlanSource(a.plan) +
+                       ": --from-worker critic: tune searches causal-LM plans; estimate and "
+                       "simulate verl's critic");
+  }
   *seq_len_note = ApplyDefaultSeqLen(spec.max_seq_len, seq_from, &given);
   int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
   // With --from and no batch flag, the config's global batch is the one to keep.

@@ -38,7 +38,8 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
     // and tune model it (model/activations.cc VerlFlashCeHead).
     p.push_back(o.plan_name +
                 ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got "
-                "verl_flash_ce");
+                "verl_flash_ce (verl's log-prob head is estimated, not run: add --loss-kernel "
+                "cross_entropy to train the plan with the executor's head)");
   }
   if (plan.master_dtype != model::DType::kFp32) {
     p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +

@@ -15,7 +15,7 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     u.name = r.name;
     u.own_required = r.report.required;
     const MemoryReport& m = r.report;
-    if (!o.offload_between_roles) {
+    if (!r.offloaded_when_idle.value_or(o.offload_between_roles)) {
       u.idle_residue.push_back({"sharded parameters", m.sharded_params});
       if (m.optimizer_state.count() > 0)
         u.idle_residue.push_back({"optimizer state", m.optimizer_state});
@@ -41,10 +41,14 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     }
   }
   out.fits = out.peak <= out.capacity;
+  bool per_role = false;
+  for (const auto& r : roles) per_role = per_role || r.offloaded_when_idle.has_value();
   out.judged_on =
       std::string("the running role's required figure plus every idle role's residue (") +
-      (o.offload_between_roles ? "states offloaded to the host between phases"
-                               : "sharded parameters and optimizer state stay resident") +
+      (per_role ? "each role's own offload between phases: offloaded states leave the GPU, "
+                  "others stay resident"
+       : o.offload_between_roles ? "states offloaded to the host between phases"
+                                 : "sharded parameters and optimizer state stay resident") +
       (o.separate_processes ? "; one process per role: each keeps its CUDA context and NCCL buffers"
                             : "; one process: one CUDA context shared") +
       ") vs the device's usable memory";

@@ -5,6 +5,7 @@
 // (roll/distributed/scheduler, device_mapping).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ struct ColocationOptions {
 struct ColocatedRole {
   std::string name;     // e.g. "actor (train)", "reference (infer)"
   MemoryReport report;  // EstimateMemory of that role's plan on the shared cluster
+  // This role's own offload between phases (a config's per-role setting, verl's param_offload +
+  // optimizer_offload); unset: ColocationOptions::offload_between_roles.
+  std::optional<bool> offloaded_when_idle;
 };
 
 struct RoleUsage {

@@ -53,6 +53,17 @@ ImportContext MakeImportContext(const model::ModelSpec& spec, const profiles::Cl
 ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, int gpus_per_node,
                                 const std::string& world_flag);
 
+// Another role a config runs on the same GPUs (verl: the critic and the reference policy beside
+// the actor), for estimate's co-location.
+struct ImportedRole {
+  std::string name;  // "critic", "ref"
+  model::Plan plan;
+  bool value_head = false;  // estimated on the model with a value head (ModelSpec::value_head)
+  // Its parameters and optimizer state leave the GPU while another role runs (verl's
+  // param_offload with optimizer_offload: offload_fsdp_model_to_cpu / offload_fsdp_optimizer).
+  bool offloaded_when_idle = false;
+};
+
 struct ImportResult {
   ImportFormat format = ImportFormat::kAccelerate;
   std::string worker;                 // the ROLL worker / verl role imported; "" for the others
@@ -63,6 +74,13 @@ struct ImportResult {
   // max_prompt_length 512 + max_response_length 512"); "" when the file sets none (Accelerate
   // configs carry none: the caller then needs --seq-len, never the model's maximum).
   std::string seq_len_from;
+  // The imported worker's model has a value head (verl's critic, --from-worker critic).
+  bool value_head = false;
+  bool offloaded_when_idle = false;  // as ImportedRole's, for the imported worker
+  // The other roles on the same GPUs when the file runs several (verl's PPO: critic when
+  // need_critic, ref when need_reference_policy); empty when --from-worker picked one.
+  std::vector<ImportedRole> roles;
+  bool roles_in_one_process = false;  // verl: every role in one process per GPU (one context)
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

@@ -27,7 +27,9 @@ const KeyTable& WorkerKeys() {
         {"infer_batch_size", KeyUse::kMapped},
         {"use_dynamic_batching_in_train", KeyUse::kUnsupported, "token-budget micro-batches"},
         {"use_dynamic_batching_in_infer", KeyUse::kUnsupported, "token-budget micro-batches"},
-        {"use_sequence_packing", KeyUse::kUnsupported, "packed sequences"},
+        // worker_config.py: "Only supported in the megatron strategy"; only megatron_strategy.py
+        // reads it (the fsdp2 strategies this reader takes run padded micro-batches).
+        {"use_sequence_packing", KeyUse::kIgnored, "read only by ROLL's megatron strategy"},
         {"mtp_training_mode", KeyUse::kUnsupported, "multi-token prediction", "disabled"},
     };
     for (const char* name : {"name",

@@ -264,13 +264,104 @@ int Accumulation(const ConfigReader& r, const std::string& key, int64_t per_rank
   return static_cast<int>(per_rank / micro);
 }
 
+// data.max_prompt_length + data.max_response_length, each 512 by verl's ppo_trainer.yaml when
+// not given: the padded width verl's batches have, the longest sequence packing can hold. Sets
+// out->seq_len_from.
+int64_t ReadPaddedWidth(const ConfigReader& top, ImportResult* out) {
+  static const Json kNoData = Json::object();
+  auto data_section = top.Section("data");
+  const ConfigReader data =
+      data_section ? *data_section : ConfigReader(kNoData, top.file(), "/data", nullptr);
+  // Halves of int64_t, so that the sum cannot overflow.
+  int64_t prompt = data.Int("max_prompt_length", 1, INT64_MAX / 2).value_or(512);
+  int64_t response = data.Int("max_response_length", 1, INT64_MAX / 2).value_or(512);
+  out->seq_len_from = data.Where("max_prompt_length") + " " + std::to_string(prompt) +
+                      (data.Has("max_prompt_length") ? "" : " (verl's default)") +
+                      " + max_response_length " + std::to_string(response) +
+                      (data.Has("max_response_length") ? "" : " (verl's default)");
+  return prompt + response;
+}
+
+// How a worker cuts its batch into micro-batches: fixed sequences per micro-batch (micro_key, with
+// "_per_gpu" or the deprecated global size) or a token budget (dynamic_key, budget_key), each
+// read from the worker or, when it lacks them, from `fallback` (verl's oc.select defaults).
+struct Batching {
+  std::string dynamic_key, budget_key, micro_key;
+  int64_t budget_default = 16384;
+  const ConfigReader* fallback = nullptr;
+  std::string fallback_dynamic_key, fallback_budget_key;
+  int64_t mini = 0;  // sequences per update over the world (x rollout.n); 0: inference
+};
+
+void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int64_t seq,
+                   model::Plan* plan) {
+  plan->seq_len = seq;
+  plan->packed_seq_len = 0;
+  plan->no_sync = false;
+  plan->grad_accum = 1;
+  const bool train = b.mini > 0;
+  if (train && b.mini % dp != 0) {
+    w.Fail("ppo_mini_batch_size", "x rollout.n a multiple of world / sp = " + std::to_string(dp));
+  }
+  const ConfigReader* dyn_from = &w;
+  std::string dyn_key = b.dynamic_key;
+  if (!w.Has(dyn_key) && b.fallback && !b.fallback_dynamic_key.empty()) {
+    dyn_from = b.fallback;
+    dyn_key = b.fallback_dynamic_key;
+  }
+  if (dyn_from->Bool(dyn_key).value_or(false)) {
+    // dp_actor.py update_policy / compute_log_prob, dp_critic.py: max_token_len =
+    // *_max_token_len_per_gpu x sp; seqlen_balancing.py rearrange_micro_batches asserts
+    // max_token_len >= the padded width and splits a mini-batch into ceil(its tokens /
+    // max_token_len) micro-batches (at most one per sequence; the count made equal over the dp
+    // ranks), balanced by Karmarkar-Karp. Each micro-batch is one packed row; the worst the
+    // budget admits is max_token_len tokens of sequences up to the padded width (its cp ranks
+    // hold 1/sp each).
+    const ConfigReader* budget_from = &w;
+    std::string budget_name = b.budget_key;
+    if (!w.Has(b.budget_key) && b.fallback && !b.fallback_budget_key.empty() &&
+        b.fallback->Has(b.fallback_budget_key)) {
+      budget_from = b.fallback;
+      budget_name = b.fallback_budget_key;
+    }
+    int64_t budget = budget_from->Int(budget_name, 1, 1 << 30).value_or(b.budget_default);
+    if (budget * sp < seq) {
+      budget_from->Fail(budget_name,
+                        "at least (max_prompt_length + max_response_length) / sp = " +
+                            std::to_string((seq + sp - 1) / sp) +
+                            " (seqlen_balancing.py asserts max_token_len >= the padded length)");
+    }
+    plan->micro_batch = 1;
+    plan->seq_len = budget * sp;
+    plan->packed_seq_len = seq;
+    if (train) {
+      // The mini-batch's rows when every sequence is as long as the padded width (the most).
+      int64_t per_rank = b.mini / dp;
+      int64_t rows = std::min(per_rank, (per_rank * seq + plan->seq_len - 1) / plan->seq_len);
+      plan->grad_accum = static_cast<int>(rows);
+    }
+    return;
+  }
+  int64_t micro = 0;
+  if (w.Has(b.micro_key + "_per_gpu")) {
+    micro = *w.Int(b.micro_key + "_per_gpu", 1, 1 << 20);
+  } else if (w.Has(b.micro_key)) {
+    micro = *w.Int(b.micro_key, dp, 1 << 30) / dp;  // deprecated global size, normalized per rank
+  } else {
+    w.Fail(b.micro_key + "_per_gpu",
+           "a micro-batch size per GPU (or " + b.dynamic_key + ": true)");
+  }
+  plan->micro_batch = static_cast<int>(micro);
+  if (train) plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", b.mini / dp, plan->micro_batch);
+}
+
 void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
                std::vector<std::string>* ignored, model::Plan* plan) {
   ConfigReader arr = top.RequiredSection("actor_rollout_ref");
   std::string role = !ctx.worker.empty() ? ctx.worker : arr.Has("actor") ? "actor" : "ref";
   if (role != "actor" && role != "ref") {
     throw InputError(top.file() +
-                     ": --from-worker: expected actor or ref for a verl PPO config, "
+                     ": --from-worker: expected actor, ref or critic for a verl PPO config, "
                      "got " +
                      QuoteName(role));
   }
@@ -312,85 +403,109 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   ReadModel(model ? *model : ConfigReader(kEmpty, top.file(), "/actor_rollout_ref/model", ignored),
             train, ctx, plan);
   int dp = m.world / m.sp;
-  // data.max_prompt_length + data.max_response_length, each 512 by verl's ppo_trainer.yaml when
-  // not given: the padded width verl's batches have, the longest sequence packing can hold.
-  static const Json kNoData = Json::object();
-  auto data_section = top.Section("data");
-  const ConfigReader data =
-      data_section ? *data_section : ConfigReader(kNoData, top.file(), "/data", nullptr);
-  // Halves of int64_t, so that the sum cannot overflow.
-  int64_t prompt = data.Int("max_prompt_length", 1, INT64_MAX / 2).value_or(512);
-  int64_t response = data.Int("max_response_length", 1, INT64_MAX / 2).value_or(512);
-  const int64_t seq = prompt + response;
-  out->seq_len_from = data.Where("max_prompt_length") + " " + std::to_string(prompt) +
-                      (data.Has("max_prompt_length") ? "" : " (verl's default)") +
-                      " + max_response_length " + std::to_string(response) +
-                      (data.Has("max_response_length") ? "" : " (verl's default)");
-  plan->seq_len = seq;
-  plan->packed_seq_len = 0;
+  const int64_t seq = ReadPaddedWidth(top, out);
   ReadLogProbPath(w, model, train, out, plan);
   // Token-budget micro-batches: the actor's use_dynamic_bsz with ppo_max_token_len_per_gpu, the
   // ref's log_prob_use_dynamic_bsz with log_prob_max_token_len_per_gpu (ref.yaml defaults both to
   // the actor's: ${oc.select:actor_rollout_ref.actor.use_dynamic_bsz,false} and
   // ${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}).
-  const std::string dyn_key = train ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz";
-  const std::string budget_key = train ? "ppo_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
-  const ConfigReader* dyn_from = &w;
-  if (!train && !w.Has(dyn_key) && actor) dyn_from = &*actor;
-  bool dynamic = dyn_from->Bool(dyn_from == &w ? dyn_key : "use_dynamic_bsz").value_or(false);
+  Batching b;
+  b.dynamic_key = train ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz";
+  b.budget_key = train ? "ppo_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
+  b.micro_key = train ? "ppo_micro_batch_size" : "log_prob_micro_batch_size";
+  b.budget_default = 16384;
+  if (!train && actor) {
+    b.fallback = &*actor;
+    b.fallback_dynamic_key = "use_dynamic_bsz";
+    b.fallback_budget_key = "ppo_max_token_len_per_gpu";
+  }
   int64_t n = 1;  // fsdp_workers.py: ppo_mini_batch_size *= rollout.n, then //= world / sp
   if (w.Has("rollout_n")) n = *w.Int("rollout_n", 1, 1 << 20);
   if (auto ro = arr.Section("rollout"); ro && ro->Has("n")) n = *ro->Int("n", 1, 1 << 20);
-  int64_t mini = 0;
-  if (train) {
-    mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
-    if (mini % dp != 0)
-      w.Fail("ppo_mini_batch_size", "x rollout.n a multiple of world / sp = " + std::to_string(dp));
+  if (train) b.mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
+  ApplyBatching(w, b, dp, m.sp, seq, plan);
+}
+
+// verl's critic (verl/trainer/config/critic/critic.yaml and dp_critic.yaml; fsdp_workers.py
+// CriticWorker; verl/workers/critic/dp_critic.py): a value model on the actor's GPUs, trained
+// with its own FSDP states and optimizer. Its keys default to the actor's through oc.select
+// (ppo_mini_batch_size, use_dynamic_bsz, rollout_n); its token budget is its own (32768), its
+// Ulysses size 1, use_remove_padding off (the padded batch: no vocabulary, so only the token count
+// differs, and the padded count is the larger).
+const KeyTable& CriticKeys() {
+  static const KeyTable t = WithIgnored(
+      {{"strategy", KeyUse::kMapped},
+       {"enable", KeyUse::kMapped},
+       {"model", KeyUse::kMapped},
+       {"rollout_n", KeyUse::kMapped},
+       {"ppo_mini_batch_size", KeyUse::kMapped},
+       {"ppo_micro_batch_size", KeyUse::kMapped},
+       {"ppo_micro_batch_size_per_gpu", KeyUse::kMapped},
+       {"use_dynamic_bsz", KeyUse::kMapped},
+       {"ppo_max_token_len_per_gpu", KeyUse::kMapped},
+       {"ulysses_sequence_parallel_size", KeyUse::kMapped}},
+      {"_target_", "optim", "forward_max_token_len_per_gpu", "forward_micro_batch_size",
+       "forward_micro_batch_size_per_gpu", "ppo_epochs", "shuffle", "data_loader_seed",
+       "cliprange_value", "loss_agg_mode", "checkpoint", "profiler", "grad_clip", "defaults",
+       "nccl_timeout"});
+  return t;
+}
+
+void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
+                  model::Plan* plan) {
+  static const Json kEmpty = Json::object();
+  auto section = top.Section("critic");
+  const ConfigReader c = section ? *section : ConfigReader(kEmpty, top.file(), "/critic", nullptr);
+  c.CheckKeys(CriticKeys());
+  auto arr = top.Section("actor_rollout_ref");
+  std::optional<ConfigReader> actor = arr ? arr->Section("actor") : std::nullopt;
+  Fsdp m;
+  m.world = ReadWorld(top, ctx, out);
+  m.sp = static_cast<int>(c.Int("ulysses_sequence_parallel_size", 1, std::max(1, m.world)).value_or(1));
+  if (m.world % m.sp != 0) c.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
+  plan->cp = m.sp;
+  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  plan->role = model::Role::kTrain;
+  std::string strategy = c.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp");
+  auto model = c.Section("model");
+  ConfigReader mr = model ? *model : ConfigReader(kEmpty, top.file(), "/critic/model", nullptr);
+  mr.CheckKeys(ModelKeys());  // critic.model: hf_model.yaml's keys (FSDPCriticModelCfg)
+  auto fc = mr.Section("fsdp_config");
+  ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, top.file(), "/critic/model/fsdp_config", nullptr),
+                 strategy, true, m, ctx, out, plan);
+  ReadModel(mr, true, ctx, plan);
+  plan->loss_kernel = model::LossKernel::kCrossEntropy;  // no vocabulary: the value head's loss
+  plan->keep_logits = false;
+  // Its model is --model's with a value head; a critic of another model is estimated as this one.
+  std::optional<ConfigReader> amodel = arr ? arr->Section("model") : std::nullopt;
+  auto cpath = mr.String("path");
+  auto apath = amodel ? amodel->String("path") : std::nullopt;
+  if (cpath && apath && *cpath != *apath) {
+    out->warnings.push_back(mr.Where("path") + ": the critic's model " + QuoteName(*cpath) +
+                            " is not the actor's " + QuoteName(*apath) +
+                            "; it is estimated as --model with a value head");
   }
-  plan->no_sync = false;
-  plan->grad_accum = 1;
-  if (dynamic) {
-    // dp_actor.py update_policy / compute_log_prob: max_token_len = *_max_token_len_per_gpu x sp;
-    // seqlen_balancing.py rearrange_micro_batches asserts max_token_len >= the padded width and
-    // splits a mini-batch into ceil(its tokens / max_token_len) micro-batches (at most one per
-    // sequence; the count made equal over the dp ranks), balanced by Karmarkar-Karp. Each
-    // micro-batch is one packed row; the worst the budget admits is max_token_len tokens of
-    // sequences up to the padded width (its cp ranks hold 1/sp each).
-    const ConfigReader* budget_from = &w;
-    std::string budget_name = budget_key;
-    if (!train && !w.Has(budget_key) && actor) {
-      budget_from = &*actor;
-      budget_name = "ppo_max_token_len_per_gpu";
-    }
-    int64_t budget = budget_from->Int(budget_name, 1, 1 << 30).value_or(16384);
-    if (budget * m.sp < seq) {
-      budget_from->Fail(budget_name,
-                        "at least (max_prompt_length + max_response_length) / sp = " +
-                            std::to_string((seq + m.sp - 1) / m.sp) +
-                            " (seqlen_balancing.py asserts max_token_len >= the padded length)");
-    }
-    plan->micro_batch = 1;
-    plan->seq_len = budget * m.sp;
-    plan->packed_seq_len = seq;
-    if (train) {
-      // The mini-batch's rows when every sequence is as long as the padded width (the most).
-      int64_t per_rank = mini / dp;
-      int64_t rows = std::min(per_rank, (per_rank * seq + plan->seq_len - 1) / plan->seq_len);
-      plan->grad_accum = static_cast<int>(rows);
-    }
-    return;
+  const int64_t seq = ReadPaddedWidth(top, out);
+  Batching b;
+  b.dynamic_key = "use_dynamic_bsz";
+  b.budget_key = "ppo_max_token_len_per_gpu";
+  b.micro_key = "ppo_micro_batch_size";
+  b.budget_default = 32768;
+  if (actor) {  // critic.yaml: use_dynamic_bsz ${oc.select:actor_rollout_ref.actor.use_dynamic_bsz}
+    b.fallback = &*actor;
+    b.fallback_dynamic_key = "use_dynamic_bsz";
   }
-  std::string micro_key = train ? "ppo_micro_batch_size" : "log_prob_micro_batch_size";
-  int64_t micro = 0;
-  if (w.Has(micro_key + "_per_gpu")) {
-    micro = *w.Int(micro_key + "_per_gpu", 1, 1 << 20);
-  } else if (w.Has(micro_key)) {
-    micro = *w.Int(micro_key, dp, 1 << 30) / dp;  // deprecated global size, normalized per rank
-  } else {
-    w.Fail(micro_key + "_per_gpu", "a micro-batch size per GPU (or " + dyn_key + ": true)");
+  int64_t n = c.Int("rollout_n", 1, 1 << 20).value_or(0);
+  if (n == 0) {
+    auto ro = arr ? arr->Section("rollout") : std::nullopt;
+    n = ro && ro->Has("n") ? *ro->Int("n", 1, 1 << 20) : 1;
   }
-  plan->micro_batch = static_cast<int>(micro);
-  if (train) plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", mini / dp, plan->micro_batch);
+  int64_t mini = c.Has("ppo_mini_batch_size") ? *c.Int("ppo_mini_batch_size", 1, 1 << 30)
+                 : actor && actor->Has("ppo_mini_batch_size")
+                     ? *actor->Int("ppo_mini_batch_size", 1, 1 << 30)
+                     : 256;
+  b.mini = mini * n;  // fsdp_workers.py CriticWorker: *= rollout_n, then //= world / sp
+  ApplyBatching(c, b, m.world / m.sp, m.sp, seq, plan);
 }
 
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
@@ -435,6 +550,77 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   }
 }
 
+// param_offload with optimizer_offload at `pointer` (an fsdp_config): fsdp_workers.py moves the
+// worker's parameters and optimizer state to the host after its phase and back before the next.
+bool OffloadedWhenIdle(const ConfigReader& top, const std::string& pointer) {
+  const Json::json_pointer p(pointer);
+  if (!top.obj().contains(p)) return false;
+  const Json& fc = top.obj().at(p);
+  auto on = [&](const char* k) {
+    return fc.is_object() && fc.contains(k) && fc.at(k).is_boolean() && fc.at(k).get<bool>();
+  };
+  return on("param_offload") && on("optimizer_offload");
+}
+
+// The roles verl's PPO trainer puts beside the actor on the same GPUs (ray_trainer.py: one
+// colocated worker class per resource pool, all in one process): the reference policy when
+// need_reference_policy (algorithm.use_kl_in_reward or actor.use_kl_loss) and the critic when
+// need_critic (critic.enable when set, else algorithm.adv_estimator == gae; verl/trainer/ppo/
+// utils.py). A file that names no adv_estimator would get ppo_trainer.yaml's gae: with a critic
+// section it does; without one, a warning says none was added. Returns true when it read the
+// critic's section.
+bool AddVerlRoles(const ConfigReader& top, const ImportContext& ctx, const model::Plan& base,
+                  ImportResult* out, std::vector<std::string>* ignored) {
+  out->roles_in_one_process = true;
+  auto alg = top.Section("algorithm");
+  auto arr = top.RequiredSection("actor_rollout_ref");
+  auto actor = arr.Section("actor");
+  bool kl_in_reward = alg && alg->Bool("use_kl_in_reward").value_or(false);
+  bool kl_loss = actor && actor->Bool("use_kl_loss").value_or(false);
+  if ((kl_in_reward || kl_loss) && arr.Has("ref")) {
+    ImportedRole ref;
+    ref.name = "ref";
+    ref.plan = base;
+    ImportContext rc = ctx;
+    rc.worker = "ref";
+    ImportResult r;
+    // The actor's import already classified the shared sections' keys (model, trainer).
+    std::vector<std::string> unused;
+    const ConfigReader quiet(top.obj(), top.file(), "", &unused);
+    ImportPpo(quiet, rc, &r, &unused, &ref.plan);
+    ref.offloaded_when_idle = OffloadedWhenIdle(top, "/actor_rollout_ref/ref/fsdp_config");
+    out->roles.push_back(ref);
+    ignored->erase(std::remove(ignored->begin(), ignored->end(), "/actor_rollout_ref/ref"),
+                   ignored->end());
+  } else if (kl_in_reward || kl_loss) {
+    out->warnings.push_back(top.file() + ": " +
+                            (kl_loss ? actor->Where("use_kl_loss") : alg->Where("use_kl_in_reward")) +
+                            " needs the reference policy, whose actor_rollout_ref.ref section the "
+                            "file lacks: not estimated beside the actor");
+  }
+  std::optional<bool> enable;
+  if (auto c = top.Section("critic"); c && c->Has("enable")) enable = c->Bool("enable");
+  std::optional<std::string> est = alg ? alg->String("adv_estimator") : std::nullopt;
+  bool critic = enable ? *enable : est ? *est == "gae" : top.Has("critic");
+  if (!enable && !est && !top.Has("critic")) {
+    out->warnings.push_back(top.file() +
+                            ": no algorithm.adv_estimator: verl's default, gae, trains a critic on "
+                            "the same GPUs; give its section (or adv_estimator) to have it "
+                            "estimated beside the actor");
+  }
+  if (!critic) return false;
+  ImportedRole c;
+  c.name = "critic";
+  c.plan = base;
+  c.value_head = true;
+  ImportResult r;
+  ImportCritic(top, ctx, &r, &c.plan);
+  c.offloaded_when_idle = OffloadedWhenIdle(top, "/critic/model/fsdp_config");
+  out->warnings.insert(out->warnings.end(), r.warnings.begin(), r.warnings.end());
+  out->roles.push_back(c);
+  return true;
+}
+
 }  // namespace
 
 // Keys read in volcengine/verl @b178a3c: verl/trainer/config/_generated_ppo_trainer.yaml,
@@ -452,9 +638,9 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
   bool ppo = top.Has("actor_rollout_ref");
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
-    bool mapped =
-        k == "trainer" || k == "data" ||
-        (ppo ? k == "actor_rollout_ref" : k == "model" || k == "ulysses_sequence_parallel_size");
+    bool mapped = k == "trainer" || k == "data" ||
+                  (ppo ? k == "actor_rollout_ref" || k == "algorithm" || k == "critic"
+                       : k == "model" || k == "ulysses_sequence_parallel_size");
     if (!mapped) ignored.push_back("/" + k);
   }
   if (auto tr = top.Section("trainer")) {
@@ -471,7 +657,29 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
         }
       }
     }
-    ImportPpo(top, ctx, &out, &ignored, plan);
+    if (auto alg = top.Section("algorithm")) {
+      for (const auto& item : alg->obj().items()) {
+        if (item.key() != "adv_estimator" && item.key() != "use_kl_in_reward")
+          ignored.push_back("/algorithm/" + item.key());
+      }
+    }
+    const model::Plan base = *plan;
+    if (ctx.worker == "critic") {
+      if (!top.Has("critic")) top.Fail("critic", "the critic's section (--from-worker critic)");
+      ImportCritic(top, ctx, &out, plan);
+      out.worker = "critic";
+      out.value_head = true;
+      out.offloaded_when_idle = OffloadedWhenIdle(top, "/critic/model/fsdp_config");
+      ignored.push_back("/actor_rollout_ref");
+    } else {
+      ImportPpo(top, ctx, &out, &ignored, plan);
+      out.offloaded_when_idle = OffloadedWhenIdle(top, "/actor_rollout_ref/actor/fsdp_config");
+      bool critic_read = false;
+      if (ctx.worker.empty() && out.worker == "actor") {
+        critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);
+      }
+      if (!critic_read && top.Has("critic")) ignored.push_back("/critic");
+    }
   } else {
     ImportSft(top, ctx, &out, &ignored, plan);
   }

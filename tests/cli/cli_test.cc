@@ -863,6 +863,48 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
                      "tune does not search token budgets yet");
 }
 
+// A verl PPO config (adv_estimator gae) trains a critic on the actor's GPUs, in the same process:
+// estimate co-locates it (its model with a value head) and gives one verdict. Llama-3-8B on 2
+// H100s: each role alone just fits; beside the other's resident states (fp32 parameters and
+// AdamW, 16 bytes per parameter over 2 ranks) neither does, and the JSON, the verdict and the
+// last line say so together.
+TEST(CliTest, VerlPpoCriticIsCoLocatedAndTheVerdictIsOne) {
+  std::string file = WriteFile("verl_ppo.yaml",
+                               "algorithm:\n  adv_estimator: gae\n"
+                               "data:\n  max_prompt_length: 256\n  max_response_length: 256\n"
+                               "trainer:\n  n_gpus_per_node: 2\n  nnodes: 1\n"
+                               "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 4\n"
+                               "    ppo_micro_batch_size_per_gpu: 1\n"
+                               "critic:\n  ppo_micro_batch_size_per_gpu: 1\n");
+  Result r = RunCli("estimate --model llama3-8b --cluster 2xH100 --from " + file + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& c = j.at("colocation");
+  ASSERT_EQ(c.at("roles").size(), 2u);
+  EXPECT_EQ(c["roles"][0]["role"], "actor");
+  EXPECT_EQ(c["roles"][1]["role"], "critic (train)");
+  // The critic's own figure is below the actor's: no [V, H] head, no vocabulary logits.
+  EXPECT_LT(c["roles"][1]["required_bytes"].get<int64_t>(),
+            c["roles"][0]["required_bytes"].get<int64_t>());
+  int64_t actor = c["roles"][0]["required_bytes"].get<int64_t>();
+  int64_t critic_idle = c["roles"][1]["idle_residue_bytes"].get<int64_t>();
+  EXPECT_EQ(c["roles"][0]["colocated_required_bytes"].get<int64_t>(), actor + critic_idle);
+  EXPECT_FALSE(c.at("fits").get<bool>());
+  EXPECT_FALSE(j.at("fits").get<bool>());
+  EXPECT_FALSE(j.at("verdict").at("fits").get<bool>());
+  Result text = RunCli("estimate --model llama3-8b --cluster 2xH100 --from " + file);
+  ASSERT_EQ(text.code, 0) << text.err;
+  std::string last = text.out.substr(text.out.rfind("  verdict:"));
+  EXPECT_THAT(last, ::testing::HasSubstr("beside the co-located roles"));
+  EXPECT_EQ(last, "  verdict: " + j.at("verdict").at("text").get<std::string>() + "\n");
+  // --from-worker critic: the critic alone, on the model with a value head.
+  Result critic = RunCli("estimate --model llama3-8b --cluster 2xH100 --from " + file +
+                         " --from-worker critic --json");
+  ASSERT_EQ(critic.code, 0) << critic.err;
+  EXPECT_THAT(nlohmann::json::parse(critic.out).at("model").at("name").get<std::string>(),
+              ::testing::HasSubstr("value head"));
+}
+
 TEST(CliTest, TuneFromConfigKeepsItsGlobalBatch) {
   Result r = RunCli("tune --model tiny-llama --cluster 8xH100 --from " +
                     ConfigPath("roll_fsdp2_train.yaml") + " --top 1 --json");

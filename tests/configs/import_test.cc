@@ -351,8 +351,14 @@ TEST(ImportVerlTest, ExampleFileActor) {
   ExpectSamePlan(got, want);
   EXPECT_EQ(r.worker, "actor");
   EXPECT_THAT(AllWarnings(r),
-              AllOf(HasSubstr("/algorithm"), HasSubstr("/actor_rollout_ref/rollout"),
-                    HasSubstr("/trainer/logger")));
+              AllOf(HasSubstr("/actor_rollout_ref/rollout"), HasSubstr("/trainer/logger")));
+  // use_kl_loss: the reference policy runs on the same GPUs, in verl's one process; GRPO has no
+  // critic (adv_estimator grpo).
+  ASSERT_EQ(r.roles.size(), 1u);
+  EXPECT_EQ(r.roles[0].name, "ref");
+  EXPECT_EQ(r.roles[0].plan.role, model::Role::kInfer);
+  EXPECT_EQ(r.roles[0].plan.micro_batch, 40);
+  EXPECT_TRUE(r.roles_in_one_process);
 }
 
 // The ref worker: inference, log-prob micro-batch 40, parameters offloaded (verl forces CPU
@@ -569,6 +575,58 @@ TEST(ImportVerlTest, DeprecatedSftMicroBatchSizeIsAWarning) {
            "  micro_batch_size_per_gpu: 2\n  train_batch_size: 64\nmodel:\n  partial_pretrain: x\n",
            LlamaOn8(), &r);
   EXPECT_THAT(AllWarnings(r), HasSubstr("/data/micro_batch_size (deprecated, not read"));
+}
+
+// PPO with GAE: verl's critic trains on the actor's GPUs (need_critic). Its keys default to the
+// actor's (mini-batch 64 x rollout.n 4 = 256 sequences / dp 8 = 32 per rank / micro 4 = 8
+// micro-batches), its Ulysses size is its own (1, though the actor's is 2), its model carries a
+// value head, and param_offload + optimizer_offload take its states off the GPU between phases.
+const char* kVerlPpo =
+    "algorithm:\n  adv_estimator: gae\n"
+    "actor_rollout_ref:\n  model:\n    path: Qwen/Qwen3-8B\n  actor:\n    ppo_mini_batch_size: 64\n"
+    "    ppo_micro_batch_size_per_gpu: 2\n    ulysses_sequence_parallel_size: 2\n"
+    "  rollout:\n    n: 4\n"
+    "critic:\n  ppo_micro_batch_size_per_gpu: 4\n  model:\n    path: Qwen/Qwen3-8B\n"
+    "    fsdp_config:\n      param_offload: true\n      optimizer_offload: true\n";
+
+TEST(ImportVerlTest, PpoCriticIsACoLocatedRoleWithAValueHead) {
+  ImportResult r;
+  Plan actor = FromText(kVerlPpo, LlamaOn8(), &r);
+  EXPECT_EQ(actor.micro_batch, 2);
+  ASSERT_EQ(r.roles.size(), 1u);  // no use_kl_loss: no reference policy
+  const ImportedRole& c = r.roles[0];
+  EXPECT_EQ(c.name, "critic");
+  EXPECT_TRUE(c.value_head);
+  EXPECT_TRUE(c.offloaded_when_idle);
+  EXPECT_EQ(c.plan.role, model::Role::kTrain);
+  EXPECT_EQ(c.plan.cp, 1);
+  EXPECT_EQ(c.plan.micro_batch, 4);
+  EXPECT_EQ(c.plan.grad_accum, 8);
+  EXPECT_EQ(c.plan.checkpointing, model::Checkpointing::kFull);  // dp_critic.yaml default
+  EXPECT_EQ(c.plan.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_FALSE(r.offloaded_when_idle);  // the actor keeps its states
+  // --from-worker critic: the critic is the plan.
+  ImportContext ctx = LlamaOn8();
+  ctx.worker = "critic";
+  ImportResult rc;
+  Plan critic = FromText(kVerlPpo, ctx, &rc);
+  EXPECT_TRUE(rc.value_head);
+  EXPECT_EQ(rc.worker, "critic");
+  EXPECT_EQ(critic.micro_batch, 4);
+  EXPECT_TRUE(rc.roles.empty());
+  // GRPO: no critic; no adv_estimator and no critic section: a warning that verl's default
+  // (gae) would add one.
+  ImportResult g;
+  std::string grpo = kVerlPpo;
+  grpo.replace(grpo.find("gae"), 3, "grpo");
+  FromText(grpo, LlamaOn8(), &g);
+  EXPECT_TRUE(g.roles.empty());
+  EXPECT_THAT(AllWarnings(g), HasSubstr("/critic"));  // read by nobody: listed as ignored
+  ImportResult none;
+  FromText("actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 8\n"
+           "    ppo_micro_batch_size_per_gpu: 1\n",
+           LlamaOn8(), &none);
+  EXPECT_THAT(AllWarnings(none), HasSubstr("no algorithm.adv_estimator"));
 }
 
 TEST(ImportErrorTest, VerlMiniBatchNotAMultipleOfTheMicroBatch) {

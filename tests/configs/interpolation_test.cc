@@ -209,6 +209,16 @@ TEST(InterpolationTest, DeprecatedKeysAreWarningsNamingTheKey) {
     named = named || w.find("use_batched_model_update (not read by ROLL") != std::string::npos;
   }
   EXPECT_TRUE(named);
+  // use_sequence_packing on an fsdp2 worker: only ROLL's megatron strategy reads it.
+  std::string packing = kRollWithVariables;
+  packing.replace(packing.find("  device_mapping:"), 17, "  use_sequence_packing: true\n  device_mapping:");
+  ImportResult p = ImportConfigText(packing, "roll.yaml", Ctx(), nullptr, &plan);
+  bool ignored = false;
+  for (const auto& w : p.warnings) {
+    ignored = ignored || w.find("use_sequence_packing (read only by ROLL's megatron strategy)") !=
+                             std::string::npos;
+  }
+  EXPECT_TRUE(ignored);
 }
 
 }  // namespace
