@@ -8,6 +8,7 @@
 
 #include "cli/format.h"
 #include "model/errors.h"
+#include "model/text.h"
 #include "model/plan_json.h"
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
@@ -91,6 +92,40 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   return o.str();
 }
 
+// --lengths: "mean:N" (N tokens per sequence on average), for plans whose micro-batches are packed
+// tokens (plan::LargestFittingMicroBatchTokens); 0 when not given.
+int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
+  if (text.empty()) return 0;
+  const std::string where = "--lengths";
+  if (text.rfind("mean:", 0) != 0) {
+    throw InputError(where + ": expected mean:N (the mean tokens per sequence; length histograms "
+                             "are not read yet), got \"" + model::EscapeControls(text) + "\"");
+  }
+  int64_t n = 0;
+  try {
+    size_t pos = 0;
+    n = std::stoll(text.substr(5), &pos);
+    if (pos != text.size() - 5) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  if (n < 1) {
+    throw InputError(where + ": expected mean:N with N a whole number of tokens >= 1, got \"" +
+                     model::EscapeControls(text) + "\"");
+  }
+  if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) {
+    throw InputError(where + ": expected a plan with packed micro-batches (a verl config, or "
+                             "--max-tokens-per-micro-batch), got padded ones, whose size the "
+                             "lengths do not change");
+  }
+  const int64_t longest = plan.packed_seq_len > 0 ? plan.packed_seq_len : plan.seq_len;
+  if (longest > 0 && n > longest) {
+    throw InputError(where + ": expected a mean of at most the longest sequence " +
+                     std::to_string(longest) + ", got " + std::to_string(n));
+  }
+  return n;
+}
+
 // The token capacity of packed micro-batches (plan::LargestFittingMicroBatchTokens), one line.
 std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) {
   std::ostringstream o;
@@ -108,6 +143,11 @@ std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) 
   } else if (plan.packed_seq_len > 0 && plan.cp > 1) {
     o << " (a token budget per GPU of " << t.plan_tokens / plan.cp << " over cp " << plan.cp
       << "; at most " << t.max_tokens / plan.cp << " fits)";
+  }
+  if (t.typical_tokens > 0) {
+    o << "; the typical micro-batch (" << t.typical_tokens << " tokens at the given mean length) "
+      << (t.typical_fits ? "fits" : "does not fit") << " (" << FormatBytes(t.typical_required)
+      << " required)";
   }
   return o.str();
 }
@@ -267,6 +307,9 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   sub->add_flag(
       "--roles-in-one-process", a->roles_in_one_process,
       "All roles share one process per GPU (verl's fused worker); default: one process per role");
+  sub->add_option("--lengths", a->lengths,
+                  "mean:N, the data's mean sequence length (prompt + response): the typical "
+                  "packed micro-batch is also judged (verl use_remove_padding, token budgets)");
   sub->add_option("--plot", a->plot,
                   "Draw memory over the steps (stacked by category, reserved, capacity, the peak) "
                   "and per job phase to FILE.svg or FILE.html (self-contained)");
@@ -364,7 +407,9 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   plan::FusedLossAlternative fused;
   if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
-  plan::TokenCapacity capacity = plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt);
+  const int64_t mean_len = ParseLengths(a.lengths, plan);
+  plan::TokenCapacity capacity =
+      plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
@@ -408,6 +453,9 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   j["alternatives"] = alt;
   if (capacity.evaluated) {
     j["micro_batch_token_capacity"] = {{"plan_tokens", capacity.plan_tokens},
+                                       {"typical_tokens", capacity.typical_tokens},
+                                       {"typical_fits", capacity.typical_fits},
+                                       {"typical_required_bytes", capacity.typical_required.count()},
                                        {"longest_sequence", capacity.longest_sequence},
                                        {"max_tokens", capacity.max_tokens},
                                        {"required_bytes_at_max", capacity.required_at_max.count()},

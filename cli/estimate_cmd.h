@@ -19,6 +19,7 @@ struct EstimateArgs : JobArgs {
   bool roles_in_one_process = false;   // verl's fused worker; default: a process per role (ROLL)
   std::string plot;  // --plot FILE.svg|FILE.html: memory over the steps and the job phases
   std::string memory_snapshot;  // --memory-snapshot FILE.pickle: torch's _snapshot() format
+  std::string lengths;  // --lengths mean:N: the data's mean sequence length (packed micro-batches)
 };
 
 void AddEstimateCommand(CLI::App* app, EstimateArgs* args);

@@ -9,7 +9,8 @@ namespace shardtune::plan {
 TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              const profiles::ClusterSpec& cluster,
                                              const model::Plan& plan,
-                                             const sim::MemoryOptions& options) {
+                                             const sim::MemoryOptions& options,
+                                             int64_t mean_seq_len) {
   TokenCapacity c;
   if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) return c;
   const int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
@@ -27,6 +28,14 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
     if (required) *required = r.required;
     return r.fits;
   };
+  if (mean_seq_len > 0) {
+    int64_t t = plan.packed_seq_len > 0
+                    ? c.plan_tokens
+                    : std::min(c.plan_tokens, static_cast<int64_t>(plan.micro_batch) * mean_seq_len);
+    t = std::max(step, (t + step - 1) / step * step);
+    c.typical_tokens = t;
+    c.typical_fits = at(t, &c.typical_required);
+  }
   // In units of `step`: lo fits (or is 0), hi does not.
   int64_t lo = 0, hi = 0;
   const int64_t first = (c.longest_sequence + step - 1) / step;

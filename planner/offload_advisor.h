@@ -59,10 +59,19 @@ struct TokenCapacity {
   int64_t longest_sequence = 0;
   int64_t max_tokens = 0;      // the most that fit; 0: not even one longest sequence
   Bytes required_at_max;       // required at max_tokens (when > 0)
+  // The typical micro-batch when the data's mean sequence length is known (mean_seq_len > 0):
+  // micro_batch x mean tokens for fixed micro-batches (never more than plan_tokens); a token
+  // budget's rows fill up whatever the lengths, so theirs stays plan_tokens (only the number of
+  // rows per update shrinks).
+  int64_t typical_tokens = 0;
+  Bytes typical_required;
+  bool typical_fits = false;
 };
+// `mean_seq_len` > 0 also evaluates the typical micro-batch.
 TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              const profiles::ClusterSpec& cluster,
                                              const model::Plan& plan,
-                                             const sim::MemoryOptions& options);
+                                             const sim::MemoryOptions& options,
+                                             int64_t mean_seq_len = 0);
 
 }  // namespace shardtune::plan

@@ -858,6 +858,22 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
                             "--max-tokens-per-micro-batch 100"),
                      "expected at least the longest sequence");
+  // --lengths mean:N judges the typical micro-batch too; its errors name the flag.
+  Result typical = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                          " --lengths mean:100 --json");
+  ASSERT_EQ(typical.code, 0) << typical.err;
+  auto tc = nlohmann::json::parse(typical.out).at("micro_batch_token_capacity");
+  EXPECT_EQ(tc.at("typical_tokens"), 1024);  // a budget's rows fill up whatever the lengths
+  EXPECT_TRUE(tc.at("typical_fits").get<bool>());
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                            " --lengths 100"),
+                     "--lengths: expected mean:N");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                            " --lengths mean:300"),
+                     "--lengths: expected a mean of at most the longest sequence 256, got 300");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 128 "
+                            "--lengths mean:100"),
+                     "--lengths: expected a plan with packed micro-batches");
   // tune does not search token budgets yet: said, not answered wrong.
   ExpectOneLineError(RunCli("tune --model tiny-llama --cluster 8xH100 --from " + file),
                      "tune does not search token budgets yet");

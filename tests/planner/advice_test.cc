@@ -196,6 +196,19 @@ TEST(TokenCapacityTest, MaxTokensFitsAndOneStepMoreDoesNot) {
   EXPECT_TRUE(at.fits);
   EXPECT_EQ(at.required.count(), c.required_at_max.count());
   EXPECT_FALSE(row(c.max_tokens + 1).fits);
+  // The typical micro-batch at a mean length of 900 tokens: 32 x 900 packed tokens, judged as
+  // such a row is; a token budget's rows stay full whatever the lengths.
+  TokenCapacity typical = LargestFittingMicroBatchTokens(spec, cluster, p, o, 900);
+  EXPECT_EQ(typical.typical_tokens, 32 * 900);
+  auto at900 = row(32 * 900);
+  EXPECT_EQ(typical.typical_fits, at900.fits);
+  EXPECT_EQ(typical.typical_required.count(), at900.required.count());
+  EXPECT_EQ(typical.max_tokens, c.max_tokens);
+  model::Plan budget = p;
+  budget.micro_batch = 1;
+  budget.seq_len = 16384;
+  budget.packed_seq_len = 1536;
+  EXPECT_EQ(LargestFittingMicroBatchTokens(spec, cluster, budget, o, 900).typical_tokens, 16384);
   // A plan that is neither packed nor verl's is not evaluated.
   model::Plan hf;
   hf.seq_len = 1536;
