@@ -50,6 +50,22 @@ std::string BeyondTrainedContext(const model::ModelSpec& spec, int64_t seq_len) 
 
 namespace {
 
+// The GPUs of `c` a worker on `world` of them uses (a config's device_mapping on part of the
+// pool): whole nodes when it spans several, else one node holding `world` of its GPUs (its host,
+// shared with the pool's other workers, stays the node's). REQUIRES: world divides c's world.
+profiles::ClusterSpec WorkerCluster(const profiles::ClusterSpec& c, int world) {
+  profiles::ClusterSpec w = c;
+  if (world % c.gpus_per_node == 0) {
+    w.num_nodes = world / c.gpus_per_node;
+  } else {
+    w.num_nodes = 1;
+    w.gpus_per_node = world;
+  }
+  if (w.num_nodes == 1) w.nics_per_node = 0;  // profiles/cluster.h: one node has no NICs
+  w.name = c.name + " (" + std::to_string(world) + " of its GPUs)";
+  return w;
+}
+
 void Validate(const Job& job, const PlanFlags& flags) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
@@ -127,8 +143,12 @@ Job ResolveJob(const JobArgs& a) {
   job.spec = model::ResolveModelArg(a.model, &job.warnings);
   job.cluster = profiles::LoadCluster(a.cluster);
   configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
+  from.allow_subset_world = true;
   std::string seq_from;
   job.plan = BuildPlan(a.plan, &from, &job.warnings, &seq_from, &job.from);
+  if (job.from.world_size > 0 && job.from.world_size < job.cluster.world_size()) {
+    job.cluster = WorkerCluster(job.cluster, job.from.world_size);
+  }
   if (job.from.value_head) {  // verl's critic (--from-worker critic)
     job.spec.value_head = true;
     job.spec.name += " (value head)";

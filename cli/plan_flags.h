@@ -64,6 +64,7 @@ struct FromExtras {
   bool roles_in_one_process = false;
   std::optional<bool> offloaded_when_idle;  // set by a file whose worker says
   bool value_head = false;
+  int world_size = 0;  // the ranks the last config that names them asks for (0: none says)
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

@@ -44,6 +44,10 @@ struct ImportContext {
   // the file that has that key.
   std::vector<std::string> overrides;
   bool overrides_add_top_level = true;
+  // A worker may run on a whole-divisor subset of the cluster's GPUs (ROLL's device_mapping of 8
+  // on a 16-GPU pool): ImportResult::world_size says how many, and the caller estimates on those.
+  // false (tune, run): the config's world must be the cluster's.
+  bool allow_subset_world = false;
 };
 
 // The context of `spec` on `cluster`.

@@ -368,7 +368,16 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   int world = ctx.world_size;
   if (w.Has("device_mapping")) {
     int n = CountDevices(w);
-    CheckWorld(n, ctx, w.Where("device_mapping"));
+    if (ctx.allow_subset_world && ctx.world_size > n && ctx.world_size % n == 0) {
+      // roll/distributed/scheduler: the worker's processes take these devices of the pool; its
+      // FSDP mesh spans them only.
+      out.warnings.push_back(w.Where("device_mapping") + ": the worker runs on " +
+                             std::to_string(n) + " of the " + ctx.world_flag + "'s " +
+                             std::to_string(ctx.world_size) +
+                             " GPUs; estimated on those (its FSDP world)");
+    } else {
+      CheckWorld(n, ctx, w.Where("device_mapping"));
+    }
     world = out.world_size = n;
   } else if (auto ws = w.Int("world_size", 1, 1 << 20)) {
     CheckWorld(static_cast<int>(*ws), ctx, w.Where("world_size"));

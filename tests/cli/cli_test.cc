@@ -763,8 +763,9 @@ TEST(CliTest, BadFromConfigsAreOneLineErrors) {
   ExpectOneLineError(RunCli("estimate --model tiny-gpt2 --cluster 8xH100 --from " +
                             ConfigPath("roll_rlvr_fsdp2_cp2.yaml")),
                      "roll_rlvr_fsdp2_cp2.yaml");
-  // 8 GPUs in device_mapping, 16 in --cluster.
-  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 2x8xH100 --from " +
+  // 8 GPUs in device_mapping, 16 in --cluster: tune searches the cluster it is given, so the
+  // worker must have all of it (estimate takes the worker's 8: WorkerOnPartOfThePool).
+  ExpectOneLineError(RunCli("tune --model tiny-llama --cluster 2x8xH100 --from " +
                             ConfigPath("roll_fsdp2_train.yaml")),
                      "device_mapping: expected the --cluster world size 16 ranks, got 8");
   std::string bad = WriteFile("bad_accelerate.yaml",
@@ -919,6 +920,28 @@ TEST(CliTest, VerlPpoCriticIsCoLocatedAndTheVerdictIsOne) {
   ASSERT_EQ(critic.code, 0) << critic.err;
   EXPECT_THAT(nlohmann::json::parse(critic.out).at("model").at("name").get<std::string>(),
               ::testing::HasSubstr("value head"));
+}
+
+// A ROLL worker on part of the pool (device_mapping list(range(0,8)) of 2 nodes x 8): estimate
+// runs on its 8 GPUs, one node, and says so; the per-GPU figures equal a 1x8 cluster's.
+TEST(CliTest, WorkerOnPartOfThePool) {
+  Result r = RunCli("estimate --model tiny-llama --cluster 2x8xH100 --from " +
+                    ConfigPath("roll_fsdp2_train.yaml") + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("cluster").at("world_size"), 8);
+  EXPECT_THAT(j.at("cluster").at("name").get<std::string>(), ::testing::HasSubstr("8 of its GPUs"));
+  bool said = false;
+  for (const auto& w : j.at("warnings")) {
+    said = said || w.get<std::string>().find("the worker runs on 8 of the --cluster's 16 GPUs") !=
+                       std::string::npos;
+  }
+  EXPECT_TRUE(said) << j.at("warnings").dump();
+  Result one = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
+                      ConfigPath("roll_fsdp2_train.yaml") + " --json");
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(j.at("per_rank").at("required_bytes"),
+            nlohmann::json::parse(one.out).at("per_rank").at("required_bytes"));
 }
 
 TEST(CliTest, TuneFromConfigKeepsItsGlobalBatch) {

@@ -198,6 +198,21 @@ TEST(InterpolationTest, AnUnresolvedValueNobodyReadsIsNoError) {
   EXPECT_NO_THROW(ImportConfigText(text, "roll.yaml", Ctx(), nullptr, &plan));
 }
 
+// A ROLL worker on 8 of a 16-GPU pool: read when the caller estimates on the worker's own GPUs
+// (allow_subset_world), an error otherwise (tune and run need the config's world to be theirs).
+TEST(InterpolationTest, RollWorkerOnPartOfThePool) {
+  ImportContext ctx = Ctx();
+  ctx.world_size = 16;
+  model::Plan plan;
+  EXPECT_THROW(ImportConfigText(kRollWithVariables, "roll.yaml", ctx, nullptr, &plan), InputError);
+  ctx.allow_subset_world = true;
+  ImportResult r = ImportConfigText(kRollWithVariables, "roll.yaml", ctx, nullptr, &plan);
+  EXPECT_EQ(r.world_size, 8);
+  bool said = false;
+  for (const auto& w : r.warnings) said = said || w.find("runs on 8 of the") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 TEST(InterpolationTest, DeprecatedKeysAreWarningsNamingTheKey) {
   std::string text = kRollWithVariables;
   text.replace(text.find("      fsdp_size: 8\n"), 19,
