@@ -461,7 +461,8 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   std::optional<ConfigReader> actor = arr ? arr->Section("actor") : std::nullopt;
   Fsdp m;
   m.world = ReadWorld(top, ctx, out);
-  m.sp = static_cast<int>(c.Int("ulysses_sequence_parallel_size", 1, std::max(1, m.world)).value_or(1));
+  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
+  m.sp = static_cast<int>(c.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
   if (m.world % m.sp != 0) c.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
   plan->cp = m.sp;
   plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
