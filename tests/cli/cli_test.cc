@@ -859,6 +859,22 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
                             "--max-tokens-per-micro-batch 100"),
                      "expected at least the longest sequence");
+  // On a packed plan from a config, --seq-len sets the longest sequence and keeps the row.
+  Result longest = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                          " --seq-len 128 --json");
+  ASSERT_EQ(longest.code, 0) << longest.err;
+  auto lp = nlohmann::json::parse(longest.out).at("plan");
+  EXPECT_EQ(lp.at("seq_len"), 1024);
+  EXPECT_EQ(lp.at("packed_seq_len"), 128);
+  // Attention spans one packed sequence: a row of 1024 tokens holding sequences of 256 costs the
+  // model FLOPs per token of 256-token sequences (6N + 12 L q_dim S with S = 256), not 1024's.
+  auto flops = [&](const std::string& args) {
+    Result sim = RunCli("simulate --model tiny-llama --cluster 8xH100 " + args + " --json");
+    EXPECT_EQ(sim.code, 0) << sim.err;
+    return nlohmann::json::parse(sim.out).at("model_flops_per_token").get<double>();
+  };
+  EXPECT_DOUBLE_EQ(flops("--seq-len 256 --max-tokens-per-micro-batch 1024"), flops("--seq-len 256"));
+  EXPECT_GT(flops("--seq-len 256"), flops("--seq-len 128"));  // the FLOPs do depend on S
   // --lengths mean:N judges the typical micro-batch too; its errors name the flag.
   Result typical = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                           " --lengths mean:100 --json");
