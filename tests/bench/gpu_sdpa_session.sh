@@ -31,6 +31,11 @@
 #     estimated before 2026-11-28, when the executor's torchtitan experts still ran one expert at
 #     a time (a full-size zero gradient of the rows and of the [el, F, H] weights per expert in
 #     backward); they run as one grouped GEMM since.
+# 12. (run before 11) verl's log-prob head on the GPU (#45, session 25): tests/bench/
+#     verl_logprob_memory.py with flash-attn's own cross_entropy_loss when it imports, at Qwen's
+#     vocabulary: does the backward hold four [T, V] bf16 tensors (CopySlices of the in-place
+#     division through a view), as the CPU run with an emulated loss measured (3.00 x 2VT above
+#     the start of backward), which model/activations.cc VerlFlashCeHead charges?
 # Usage: gpu_sdpa_session.sh OUT_DIR   (about 8 minutes on an H100 with 16 cores)
 set -u
 out=${1:?out dir}; mkdir -p "$out" /tmp/gss; t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
@@ -180,6 +185,11 @@ timeout 150 python3 "$root/tests/bench/fsdp2_reference/host_costs.py" --model ll
   --lora-rank 16 --repeats 2 >"$out/host_costs_lora.jsonl" 2>"$out/host_costs_lora.err"
 echo "host costs LoRA rc=$? at $(el) s"; tail -2 "$out/host_costs_lora.err"
 python3 -c "import json;[print(json.loads(l)['derived']) for l in open('$out/host_costs_lora.jsonl')]" 2>&1 | tail -2
+
+# 12. verl's log-prob head on CUDA (max_memory_allocated), flash-attn's loss when installed.
+timeout 90 python3 "$root/tests/bench/verl_logprob_memory.py" --vocab 151936 --hidden 4096 --tokens 8192 \
+  2>&1 | tee "$out/verl_logprob_memory.txt" | tail -5
+echo "verl log-prob head rc=$? at $(el) s"
 
 # 11. The emulated ep 8 run, if time allows.
 if [ "$(el)" -lt 480 ]; then
