@@ -507,6 +507,17 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
                      : 256;
   b.mini = mini * n;  // fsdp_workers.py CriticWorker: *= rollout_n, then //= world / sp
   ApplyBatching(c, b, m.world / m.sp, m.sp, seq, plan);
+  // dp_critic.yaml: use_remove_padding false. A token budget then counts the real tokens while
+  // the forward runs on [b, padded width]: short sequences make b, and the padded row, larger
+  // than the budget. Estimated at sequences of the padded width (budget / width of them, the
+  // least the micro-batch can be), and said.
+  if (plan->packed_seq_len > 0 && !mr.Bool("use_remove_padding").value_or(false)) {
+    out->warnings.push_back(
+        mr.Where("use_remove_padding") +
+        ": false (dp_critic.yaml's default) with a token budget: the critic pads each micro-batch "
+        "to the padded width, so sequences shorter than it make the micro-batch larger than the "
+        "budget; estimated with every sequence at the padded width, the smallest it can be");
+  }
 }
 
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,

@@ -627,6 +627,17 @@ TEST(ImportVerlTest, PpoCriticIsACoLocatedRoleWithAValueHead) {
            "    ppo_micro_batch_size_per_gpu: 1\n",
            LlamaOn8(), &none);
   EXPECT_THAT(AllWarnings(none), HasSubstr("no algorithm.adv_estimator"));
+  // The actor's token budget carries over to the critic (critic.yaml's oc.select), whose padded
+  // batches (use_remove_padding false) make that a lower bound: said.
+  std::string dynamic = kVerlPpo;
+  dynamic.replace(dynamic.find("    ppo_micro_batch_size_per_gpu: 2\n"), 36,
+                  "    use_dynamic_bsz: true\n");
+  ImportResult d;
+  FromText(dynamic, LlamaOn8(), &d);
+  ASSERT_EQ(d.roles.size(), 1u);
+  EXPECT_EQ(d.roles[0].plan.seq_len, 32768);  // dp_critic's own budget, sp 1
+  EXPECT_EQ(d.roles[0].plan.packed_seq_len, 1024);  // verl's default 512 + 512
+  EXPECT_THAT(AllWarnings(d), HasSubstr("the critic pads each micro-batch to the padded width"));
 }
 
 TEST(ImportErrorTest, VerlMiniBatchNotAMultipleOfTheMicroBatch) {
