@@ -25,8 +25,14 @@ const KeyTable& WorkerKeys() {
         {"device_mapping", KeyUse::kMapped},
         {"world_size", KeyUse::kMapped},
         {"infer_batch_size", KeyUse::kMapped},
-        {"use_dynamic_batching_in_train", KeyUse::kUnsupported, "token-budget micro-batches"},
-        {"use_dynamic_batching_in_infer", KeyUse::kUnsupported, "token-budget micro-batches"},
+        // The pipeline groups sequences into dynamic micro-batches (utils/dynamic_batching.py),
+        // but fsdp2_strategy.py's train_step and forward_step cut what they receive into
+        // per_device_train_batch_size / micro_batch_size chunks of the padded width whatever the
+        // grouping; only megatron_strategy.py runs the dynamic micro-batches (alibaba/ROLL@8eb27cc).
+        {"use_dynamic_batching_in_train", KeyUse::kIgnored,
+         "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs dynamic ones"},
+        {"use_dynamic_batching_in_infer", KeyUse::kIgnored,
+         "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs dynamic ones"},
         // worker_config.py: "Only supported in the megatron strategy"; only megatron_strategy.py
         // reads it (the fsdp2 strategies this reader takes run padded micro-batches).
         {"use_sequence_packing", KeyUse::kIgnored, "read only by ROLL's megatron strategy"},

@@ -226,7 +226,9 @@ TEST(InterpolationTest, DeprecatedKeysAreWarningsNamingTheKey) {
   EXPECT_TRUE(named);
   // use_sequence_packing on an fsdp2 worker: only ROLL's megatron strategy reads it.
   std::string packing = kRollWithVariables;
-  packing.replace(packing.find("  device_mapping:"), 17, "  use_sequence_packing: true\n  device_mapping:");
+  packing.replace(packing.find("  device_mapping:"), 17,
+                  "  use_sequence_packing: true\n  use_dynamic_batching_in_train: true\n"
+                  "  device_mapping:");
   ImportResult p = ImportConfigText(packing, "roll.yaml", Ctx(), nullptr, &plan);
   bool ignored = false;
   for (const auto& w : p.warnings) {
@@ -234,6 +236,12 @@ TEST(InterpolationTest, DeprecatedKeysAreWarningsNamingTheKey) {
                              std::string::npos;
   }
   EXPECT_TRUE(ignored);
+  bool dynamic = false;
+  for (const auto& w : p.warnings) {
+    dynamic = dynamic || w.find("use_dynamic_batching_in_train (fsdp2 strategies keep fixed") !=
+                             std::string::npos;
+  }
+  EXPECT_TRUE(dynamic);
 }
 
 }  // namespace
