@@ -562,16 +562,17 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   }
 }
 
-// param_offload with optimizer_offload at `pointer` (an fsdp_config): fsdp_workers.py moves the
+// param_offload with optimizer_offload in the fsdp_config at `path`: fsdp_workers.py moves the
 // worker's parameters and optimizer state to the host after its phase and back before the next.
-bool OffloadedWhenIdle(const ConfigReader& top, const std::string& pointer) {
-  const Json::json_pointer p(pointer);
-  if (!top.obj().contains(p)) return false;
-  const Json& fc = top.obj().at(p);
-  auto on = [&](const char* k) {
-    return fc.is_object() && fc.contains(k) && fc.at(k).is_boolean() && fc.at(k).get<bool>();
-  };
-  return on("param_offload") && on("optimizer_offload");
+bool OffloadedWhenIdle(const ConfigReader& top, const std::vector<std::string>& path) {
+  std::optional<ConfigReader> f = top;
+  for (const auto& key : path) {
+    std::optional<ConfigReader> next = f->Section(key);
+    if (!next) return false;
+    f.emplace(*next);
+  }
+  // Read as ReadFsdpConfig reads them ("true" strings included, other types an error).
+  return f->Bool("param_offload").value_or(false) && f->Bool("optimizer_offload").value_or(false);
 }
 
 // The roles verl's PPO trainer puts beside the actor on the same GPUs (ray_trainer.py: one
@@ -600,7 +601,7 @@ bool AddVerlRoles(const ConfigReader& top, const ImportContext& ctx, const model
     std::vector<std::string> unused;
     const ConfigReader quiet(top.obj(), top.file(), "", &unused);
     ImportPpo(quiet, rc, &r, &unused, &ref.plan);
-    ref.offloaded_when_idle = OffloadedWhenIdle(top, "/actor_rollout_ref/ref/fsdp_config");
+    ref.offloaded_when_idle = OffloadedWhenIdle(top, {"actor_rollout_ref", "ref", "fsdp_config"});
     out->roles.push_back(ref);
     ignored->erase(std::remove(ignored->begin(), ignored->end(), "/actor_rollout_ref/ref"),
                    ignored->end());
@@ -627,7 +628,7 @@ bool AddVerlRoles(const ConfigReader& top, const ImportContext& ctx, const model
   c.value_head = true;
   ImportResult r;
   ImportCritic(top, ctx, &r, &c.plan);
-  c.offloaded_when_idle = OffloadedWhenIdle(top, "/critic/model/fsdp_config");
+  c.offloaded_when_idle = OffloadedWhenIdle(top, {"critic", "model", "fsdp_config"});
   out->warnings.insert(out->warnings.end(), r.warnings.begin(), r.warnings.end());
   out->roles.push_back(c);
   return true;
@@ -681,11 +682,11 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
       ImportCritic(top, ctx, &out, plan);
       out.worker = "critic";
       out.value_head = true;
-      out.offloaded_when_idle = OffloadedWhenIdle(top, "/critic/model/fsdp_config");
+      out.offloaded_when_idle = OffloadedWhenIdle(top, {"critic", "model", "fsdp_config"});
       ignored.push_back("/actor_rollout_ref");
     } else {
       ImportPpo(top, ctx, &out, &ignored, plan);
-      out.offloaded_when_idle = OffloadedWhenIdle(top, "/actor_rollout_ref/actor/fsdp_config");
+      out.offloaded_when_idle = OffloadedWhenIdle(top, {"actor_rollout_ref", "actor", "fsdp_config"});
       bool critic_read = false;
       if (ctx.worker.empty() && out.worker == "actor") {
         critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);

@@ -605,6 +605,13 @@ TEST(ImportVerlTest, PpoCriticIsACoLocatedRoleWithAValueHead) {
   EXPECT_EQ(c.plan.checkpointing, model::Checkpointing::kFull);  // dp_critic.yaml default
   EXPECT_EQ(c.plan.loss_kernel, model::LossKernel::kCrossEntropy);
   EXPECT_FALSE(r.offloaded_when_idle);  // the actor keeps its states
+  // Read as fsdp_config's other booleans are: the string "true" too (ConfigReader::Bool).
+  std::string quoted = kVerlPpo;
+  quoted.replace(quoted.find("param_offload: true"), 19, "param_offload: 'true'");
+  ImportResult q;
+  FromText(quoted, LlamaOn8(), &q);
+  ASSERT_EQ(q.roles.size(), 1u);
+  EXPECT_TRUE(q.roles[0].offloaded_when_idle);
   // --from-worker critic: the critic is the plan.
   ImportContext ctx = LlamaOn8();
   ctx.worker = "critic";
