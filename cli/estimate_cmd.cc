@@ -155,13 +155,15 @@ std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) 
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
                 const plan::FusedLossAlternative& fused, const plan::TokenCapacity& capacity,
-                bool timeline, const std::string& seq_len_note, std::ostream& out) {
+                bool timeline, const std::string& seq_len_note, const std::string& model_from,
+                std::ostream& out) {
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
     if (u.gathered_bytes > largest->gathered_bytes) largest = &u;
   }
-  out << "shardtune estimate: " << spec.name << " (" << FormatCount(r.parameters) << " parameters) on "
+  out << "shardtune estimate: " << spec.name << " (" << FormatCount(r.parameters) << " parameters"
+      << (model_from.empty() ? "" : "; " + model_from) << ") on "
       << c.name << " (" << r.world << " GPU" << (r.world > 1 ? "s" : "") << ", " << c.gpu.name
       << "), " << seq_len_note << "\n";
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
@@ -428,7 +430,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   }
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
-    PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note, out);
+    PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note,
+               job.model_from, out);
     PrintFeatureSavings(savings, r, out);
     if (colocating) PrintColocation(colocated, out);
     PrintPhaseTable(phases, verdict, out);

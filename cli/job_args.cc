@@ -140,8 +140,14 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
 
 Job ResolveJob(const JobArgs& a) {
   Job job;
-  job.spec = model::ResolveModelArg(a.model, &job.warnings);
   job.cluster = profiles::LoadCluster(a.cluster);
+  configs::ImportContext world;
+  world.world_size = job.cluster.world_size();
+  world.gpus_per_node = job.cluster.gpus_per_node;
+  world.allow_subset_world = true;
+  JobModel jm = ResolveJobModel(a.model, a.plan, world, &job.warnings);
+  job.spec = jm.spec;
+  job.model_from = jm.from;
   configs::ImportContext from = configs::MakeImportContext(job.spec, job.cluster);
   from.allow_subset_world = true;
   std::string seq_from;
@@ -182,6 +188,7 @@ nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) 
   j["schema_version"] = 1;
   j["model"] = {{"name", job.spec.name}, {"parameters", model::ParameterCount(job.spec)},
                 {"source", job.spec.source}};
+  if (!job.model_from.empty()) j["model"]["named_in"] = job.model_from;
   j["cluster"] = {{"name", job.cluster.name}, {"world_size", job.cluster.world_size()},
                   {"gpu", job.cluster.gpu.name},
                   {"usable_memory_bytes", job.cluster.gpu.usable_memory.count()}};

@@ -42,6 +42,9 @@ struct Job {
   // default's reason: ApplyDefaultSeqLen), for the first line of every answer.
   std::string seq_len_note;
   FromExtras from;  // roles and the value head the --from configs name
+  // The model a --from config named when --model was not given ('named by
+  // cfg.yaml:/actor_rollout_ref/model/path "Qwen/Qwen3-8B"'; ResolveJobModel); "" otherwise.
+  std::string model_from;
   // S after the plan's default (the model's max_seq_len): computed, never stored twice.
   int64_t SeqLen() const { return plan.ResolvedSeqLen(spec.max_seq_len); }
 };

@@ -9,6 +9,7 @@
 
 #include "model/errors.h"
 #include "model/plan_json.h"
+#include "model/presets.h"
 
 namespace shardtune::cli {
 namespace {
@@ -357,6 +358,43 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
   if (f.app && f.app->count("--seq-len") > 0) seq_from = "--seq-len";
   if (seq_len_from) *seq_len_from = seq_from;
   return p;
+}
+
+JobModel ResolveJobModel(const std::string& model_flag, const PlanFlags& f,
+                         const configs::ImportContext& base, std::vector<std::string>* warnings) {
+  JobModel m;
+  m.arg = model_flag;
+  const bool given = f.app && f.app->count("--model") > 0;
+  if (!given && !f.from_files.empty()) {
+    // A first reading of the configs, for the model they name only: the plan it fills is
+    // dropped and BuildPlan reads them again against the model (its block class, tied
+    // embeddings).
+    configs::ImportContext ctx = base;
+    ctx.worker = f.from_worker;
+    ctx.overrides = f.set_overrides;
+    ctx.overrides_add_top_level = f.from_files.size() == 1;
+    ctx.layer_class.clear();
+    ctx.model_parameters = 1;  // NO_WRAP is checked against the model on the second reading
+    configs::ImportFormat format{};
+    if (!f.from_format.empty()) format = configs::ParseImportFormat(f.from_format, "--from-format");
+    std::string where;
+    for (const auto& file : f.from_files) {
+      model::Plan scratch;
+      configs::ImportResult r =
+          configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &scratch);
+      if (!r.model_named.empty()) {
+        m.arg = r.model_named;
+        where = r.model_named_where;
+      }
+    }
+    if (!where.empty()) {
+      m.from = "named by " + where + " \"" + m.arg + "\"";
+      m.spec = model::ResolveModelArg(m.arg, warnings, where);
+      return m;
+    }
+  }
+  m.spec = model::ResolveModelArg(m.arg, warnings);
+  return m;
 }
 
 std::string ApplyDefaultSeqLen(int64_t max_seq_len, const std::string& seq_len_from,

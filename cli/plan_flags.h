@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "model/model_spec.h"
 #include "model/plan.h"
 #include "planner/configs/import.h"
 
@@ -70,6 +71,23 @@ struct FromExtras {
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,
                       std::vector<std::string>* warnings = nullptr,
                       std::string* seq_len_from = nullptr, FromExtras* extras = nullptr);
+
+// The model a job runs: --model when given on the command line (`model_flag`); else the model the
+// last --from config that names one loads (verl's actor_rollout_ref.model.path, ROLL's pretrain:
+// ImportResult::model_named), resolved by model::ResolveModelArg (a preset's Hugging Face id, a
+// model directory with config.json); else `model_flag`, the command's default. `ctx` is the
+// world the configs are read against (as BuildPlan's; its model fields are not needed). Throws
+// InputError naming the config key when the named model is neither a preset nor a readable
+// config.json.
+struct JobModel {
+  model::ModelSpec spec;
+  std::string arg;  // what resolved to it, as --model takes it (tune --measure's child runs)
+  // 'named by cfg.yaml:/actor_rollout_ref/model/path "Qwen/Qwen3-8B"' when a config named the
+  // model, else "".
+  std::string from;
+};
+JobModel ResolveJobModel(const std::string& model_flag, const PlanFlags& flags,
+                         const configs::ImportContext& ctx, std::vector<std::string>* warnings);
 
 // The sequence length a job gets when neither a flag, a --plan file nor a config set one: the
 // model's max_seq_len (max_position_embeddings) capped at 8,192 tokens, the training.seq_len of

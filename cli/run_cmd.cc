@@ -73,7 +73,19 @@ void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
 
 exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::ostream* warn) {
   exec::RunOptions o;
-  o.spec = model::ResolveModelArg(a.model, nullptr);
+  {
+    configs::ImportContext w;
+    w.world_size = a.emulate_world > 0 ? a.emulate_world : world;
+    w.gpus_per_node = a.emulate_world > 0 ? 0 : local_world;
+    w.world_flag = a.emulate_world > 0 ? "--emulate-world" : "--nproc";
+    std::vector<std::string> model_warnings;
+    JobModel jm = ResolveJobModel(a.model, a.plan, w, &model_warnings);
+    o.spec = jm.spec;
+    if (warn != nullptr) {
+      for (const std::string& m : model_warnings) *warn << "warning: " << m << "\n";
+      if (!jm.from.empty()) *warn << "note: model " << o.spec.name << ", " << jm.from << "\n";
+    }
+  }
   // --from: the trainer config is read against this run's world (the emulated one with
   // --emulate-world) and its ranks per node, as estimate reads it against --cluster.
   configs::ImportContext from =

@@ -18,7 +18,7 @@ namespace {
 void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   const auto& m = r.memory;
   out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters)
-      << " parameters) on " << job.cluster.name << " (" << m.world << " ranks, "
+      << " parameters" << (job.model_from.empty() ? "" : "; " + job.model_from) << ") on " << job.cluster.name << " (" << m.world << " ranks, "
       << job.cluster.gpu.name << "), " << model::ToString(job.plan.strategy) << ", micro-batch "
       << job.plan.micro_batch << " x " << job.SeqLen() << " tokens, grad-accum "
       << job.plan.grad_accum;

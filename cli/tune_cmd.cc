@@ -200,8 +200,10 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
 
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
                 const plan::SearchRequest& req, const plan::SearchResult& r,
-                const std::string& seq_len_note, std::ostream& out) {
-  out << "shardtune tune: " << spec.name << " on " << c.name << ", global batch " << req.global_batch << " x "
+                const std::string& seq_len_note, const std::string& model_from,
+                std::ostream& out) {
+  out << "shardtune tune: " << spec.name << (model_from.empty() ? "" : " (" + model_from + ")")
+      << " on " << c.name << ", global batch " << req.global_batch << " x "
       << req.seq_len << " tokens, objective " << a.objective << "; " << seq_len_note << "\n";
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
       << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
@@ -361,14 +363,22 @@ struct TuneRun {
   sim::MemoryReport best_memory;
   std::vector<std::string> warnings;
   std::string seq_len_note;  // which sequence length and why (ApplyDefaultSeqLen)
+  std::string model_arg;     // --model, or the model a --from config named (JobModel)
+  std::string model_from;    // JobModel::from
 };
 
 // The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
 // and --export on its result.
 TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   TuneRun t;
-  t.spec = model::ResolveModelArg(a.model, &t.warnings);
   t.cluster = profiles::LoadCluster(a.cluster);
+  configs::ImportContext world;
+  world.world_size = t.cluster.world_size();
+  world.gpus_per_node = t.cluster.gpus_per_node;
+  JobModel jm = ResolveJobModel(a.model, a.plan, world, &t.warnings);
+  t.spec = jm.spec;
+  t.model_arg = jm.arg;
+  t.model_from = jm.from;
   t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings, &t.seq_len_note);
   configs::ExportFormat format{};
   if (!a.export_format.empty()) format = configs::ParseExportFormat(a.export_format, "--export");
@@ -382,6 +392,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
         << "] " << done << "/" << total << " plans" << (done == total ? "\n" : "") << std::flush;
   };
   t.measure = MeasureOptionsOf(a);
+  t.measure.model_arg = t.model_arg;
   if (!a.jobs.empty()) {
     t.req.jobs = IntegerFlag("--jobs", a.jobs);
     if (t.req.jobs < 1 || t.req.jobs > 1024) {
@@ -414,7 +425,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
-  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, out);
+  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, out);
   if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
   if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
   for (const auto& n : t.nodes) {
@@ -439,6 +450,7 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["schema"] = "shardtune.tune";
   j["schema_version"] = 1;
   j["model"] = {{"name", t.spec.name}, {"parameters", model::ParameterCount(t.spec)}};
+  if (!t.model_from.empty()) j["model"]["named_in"] = t.model_from;
   j["cluster"] = {{"name", t.cluster.name}, {"world_size", t.cluster.world_size()}};
   j["global_batch"] = t.req.global_batch;
   j["seq_len"] = t.req.seq_len;

@@ -374,16 +374,158 @@ ModelSpec FindModelPreset(const std::string& name) {
                    known + " (or a shardtune.model JSON or a Hugging Face config.json file)");
 }
 
-ModelSpec ResolveModelArg(const std::string& arg, std::vector<std::string>* warnings) {
-  bool looks_like_path = arg.find('/') != std::string::npos ||
-                         (arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0);
-  if (!IsFile(arg)) {
-    if (looks_like_path) throw InputError("--model: cannot open file \"" + arg + "\"");
-    return FindModelPreset(arg);
+std::string PresetHfId(const PresetInfo& info) {
+  static const std::string kHub = "https://huggingface.co/";
+  if (info.source.rfind(kHub, 0) != 0) return "";
+  size_t end = info.source.find("/blob/", kHub.size());
+  if (end == std::string::npos) return "";
+  return info.source.substr(kHub.size(), end - kHub.size());
+}
+
+namespace {
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Suffixes of a repository name that mark a post-trained or base release of the same
+// architecture (the same config.json shapes): Qwen's -Instruct / -Base / -Instruct-2507, Llama's
+// -Instruct / -chat / -hf, Gemma's -it. Lower case; stripped repeatedly from the end.
+const char* const kVariantSuffixes[] = {"-instruct-2507", "-thinking-2507", "-instruct", "-chat",
+                                        "-base", "-it", "-hf", "-pt"};
+
+std::string Stem(std::string repo) {
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* sfx : kVariantSuffixes) {
+      std::string s = sfx;
+      if (repo.size() > s.size() && repo.compare(repo.size() - s.size(), s.size(), s) == 0) {
+        repo.resize(repo.size() - s.size());
+        again = true;
+      }
+    }
   }
-  nlohmann::json j = ReadJsonFile(arg);
-  if (LooksLikeHfConfig(j)) return ImportHfConfig(j, arg, warnings);
-  return ModelSpecFromJson(j, arg);
+  return repo;
+}
+
+// The path components of `name` after "~" and trailing slashes, lower case; the hub cache's
+// "models--org--repo/snapshots/<hash>" becomes "org", "repo".
+std::vector<std::string> NameParts(const std::string& name) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : Lower(name)) {
+    if (c == '/' || c == '\\') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].rfind("models--", 0) != 0) continue;
+    std::string rest = parts[i].substr(8);
+    size_t sep = rest.find("--");
+    if (sep == std::string::npos) continue;
+    return {rest.substr(0, sep), rest.substr(sep + 2)};
+  }
+  return parts;
+}
+
+std::string LastComponent(std::string name) {
+  while (!name.empty() && (name.back() == '/' || name.back() == '\\')) name.pop_back();
+  size_t slash = name.find_last_of("/\\");
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+bool IsDirectory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+std::string ExpandHome(const std::string& path) {
+  if (path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/')) return path;
+  const char* home = std::getenv("HOME");
+  return home ? std::string(home) + path.substr(1) : path;
+}
+
+}  // namespace
+
+std::optional<PresetMatch> FindPresetByHfName(const std::string& name) {
+  std::vector<std::string> parts = NameParts(name);
+  if (parts.empty()) return std::nullopt;
+  const std::string& repo = parts.back();
+  const std::string org = parts.size() >= 2 ? parts[parts.size() - 2] : "";
+  std::optional<PresetMatch> by_dir, by_variant;
+  for (const PresetInfo& info : ModelPresets()) {
+    std::string id = PresetHfId(info);
+    size_t slash = id.find('/');
+    if (slash == std::string::npos) continue;
+    std::string p_org = Lower(id.substr(0, slash)), p_repo = Lower(id.substr(slash + 1));
+    if (repo == p_repo && org == p_org) return PresetMatch{info.name, id, ""};
+    if (repo == p_repo && !by_dir) {
+      by_dir = PresetMatch{info.name, id,
+                           "its last path component is the repository name of " + id};
+    }
+    if (Stem(repo) == Stem(p_repo) && !by_variant) {
+      by_variant = PresetMatch{
+          info.name, id,
+          LastComponent(name) + " is a post-trained or base release of " + id +
+              " with the same architecture; give --model its config.json to read it exactly"};
+    }
+  }
+  if (by_dir) return by_dir;
+  return by_variant;
+}
+
+ModelSpec ResolveModelArg(const std::string& arg_in, std::vector<std::string>* warnings,
+                          const std::string& where) {
+  const std::string arg = ExpandHome(arg_in);
+  if (IsDirectory(arg)) {
+    std::string config = (std::filesystem::path(arg) / "config.json").string();
+    if (!IsFile(config)) {
+      throw InputError(where + ": expected a model directory holding a config.json, got \"" +
+                       arg_in + "\" without one");
+    }
+    nlohmann::json j = ReadJsonFile(config);
+    if (!LooksLikeHfConfig(j)) {
+      throw InputError(config + ": expected a Hugging Face config.json (model_type, "
+                       "architectures), got a file without them");
+    }
+    return ImportHfConfig(j, config, warnings);
+  }
+  if (IsFile(arg)) {
+    nlohmann::json j = ReadJsonFile(arg);
+    if (LooksLikeHfConfig(j)) return ImportHfConfig(j, arg, warnings);
+    return ModelSpecFromJson(j, arg);
+  }
+  for (const PresetInfo& info : ModelPresets()) {
+    if (info.name == arg) return info.spec;
+  }
+  if (std::optional<PresetMatch> m = FindPresetByHfName(arg)) {
+    if (warnings && !m->how.empty()) {
+      warnings->push_back(where + ": \"" + arg_in + "\" read as preset " + m->preset + " (" +
+                          m->how + ")");
+    }
+    return FindModelPreset(m->preset);
+  }
+  if (arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0) {
+    throw InputError(where + ": cannot open file \"" + arg_in + "\"");
+  }
+  if (arg.find('/') != std::string::npos) {
+    throw InputError(where + ": expected a preset, a Hugging Face id of one, a model directory "
+                     "with config.json or a JSON file, got \"" + arg_in +
+                     "\", which is none of them here (`shardtune models` lists the presets and "
+                     "their ids; give --model path/to/config.json for another model)");
+  }
+  try {
+    return FindModelPreset(arg);
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    if (where != "--model" && msg.rfind("--model: ", 0) == 0) msg = where + ": " + msg.substr(9);
+    throw InputError(msg);
+  }
 }
 
 }  // namespace shardtune::model

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,30 @@ const std::vector<PresetInfo>& ModelPresets();
 // \"y\"?); known: ...".
 ModelSpec FindModelPreset(const std::string& name);
 
+// The Hugging Face repository id ("Qwen/Qwen3-8B") whose config.json a preset copies; "" for
+// presets from papers or shardtune's own.
+std::string PresetHfId(const PresetInfo& info);
+
+// A preset a model name denotes, as trainer configs name models (verl's model.path, ROLL's
+// pretrain, --model): a Hugging Face id ("Qwen/Qwen3-8B"), a local copy laid out as the hub
+// (".../Qwen/Qwen3-8B", the hub cache's ".../models--Qwen--Qwen3-8B/snapshots/<hash>"), or a
+// directory named as the repository ("~/models/Qwen3-8B"), all case-insensitive. An instruction-
+// tuned or base variant ("Qwen2.5-7B-Instruct", "Llama-3.1-8B-Instruct", "gemma-2-9b-it",
+// "Qwen3-8B-Base") is matched to the preset of the same architecture, with `how` saying so.
+struct PresetMatch {
+  std::string preset;  // PresetInfo::name
+  std::string hf_id;   // the preset's repository
+  std::string how;     // "" when the name is the preset's repository; else why it was matched
+};
+std::optional<PresetMatch> FindPresetByHfName(const std::string& name);
+
 // Resolves a --model argument: a path to an existing file (a "shardtune.model" JSON, or a HF
-// config.json when LooksLikeHfConfig()), else a preset name. HF import warnings (unknown keys)
-// are appended to `warnings` when it is not null. Throws InputError.
-ModelSpec ResolveModelArg(const std::string& arg, std::vector<std::string>* warnings);
+// config.json when LooksLikeHfConfig()), a directory holding a config.json (a downloaded model),
+// a preset name, else a Hugging Face model name FindPresetByHfName matches. HF import warnings
+// (unknown keys) and how a name was matched are appended to `warnings` when it is not null.
+// `where` names the argument in errors ("--model", "cfg.yaml:/actor_rollout_ref/model/path").
+// Throws InputError.
+ModelSpec ResolveModelArg(const std::string& arg, std::vector<std::string>* warnings,
+                          const std::string& where = "--model");
 
 }  // namespace shardtune::model

@@ -85,6 +85,12 @@ struct ImportResult {
   // need_critic, ref when need_reference_policy); empty when --from-worker picked one.
   std::vector<ImportedRole> roles;
   bool roles_in_one_process = false;  // verl: every role in one process per GPU (one context)
+  // The model the imported worker loads, as the file names it (verl's model.path or
+  // partial_pretrain, ROLL's model_args.model_name_or_path or pretrain): a Hugging Face id or a
+  // local directory; "" when the file names none (Accelerate, HF Trainer arguments). The CLI
+  // estimates this model when --model is not given (cli/model_choice.h).
+  std::string model_named;
+  std::string model_named_where;  // "file:/actor_rollout_ref/model/path"
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

@@ -89,7 +89,7 @@ const KeyTable& ModelArgsKeys() {
       // fsdp2 loads and computes in strategy_config.param_dtype, which overrides dtype
       // (fsdp2_strategy.py _prepare_fsdp2_model sets model_args.compute_dtype).
       {"dtype", KeyUse::kIgnored},
-      {"model_name_or_path", KeyUse::kIgnored},
+      {"model_name_or_path", KeyUse::kMapped},  // ImportResult::model_named
       {"model_type", KeyUse::kIgnored},
       {"gradient_checkpointing_use_reentrant", KeyUse::kIgnored},
       {"lora_dropout", KeyUse::kMapped},
@@ -400,6 +400,23 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   ConfigReader ma =
       mas ? *mas : ConfigReader(kEmpty, file, "/" + out.worker + "/model_args", &ignored);
   ma.CheckKeys(ModelArgsKeys());
+  // The worker's model: model_args.model_name_or_path, which the pipeline config fills when the
+  // worker leaves it unset, from the top-level pretrain (the critic: reward_pretrain), and the
+  // SFT pipeline always from pretrain (alibaba/ROLL@8eb27cc roll/configs/base_config.py and
+  // roll/pipeline/sft/sft_config.py __post_init__).
+  {
+    const std::string top_key = out.worker == "critic" ? "reward_pretrain" : "pretrain";
+    auto m = ma.String("model_name_or_path");
+    if (out.worker == "sft_train" || !m || m->empty()) {
+      if (auto p = top.String(top_key); p && !p->empty()) {
+        out.model_named = *p;
+        out.model_named_where = top.Where(top_key);
+      }
+    } else {
+      out.model_named = *m;
+      out.model_named_where = ma.Where("model_name_or_path");
+    }
+  }
 
   plan->role = train ? model::Role::kTrain : model::Role::kInfer;
   ReadStrategyConfig(cfg, ma, train, world, plan);

@@ -108,11 +108,29 @@ const KeyTable& ModelKeys() {
        {"enable_activation_offload", KeyUse::kUnsupported, "activation offload to the host"},
        {"use_liger", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
        {"use_fused_kernels", KeyUse::kUnsupported, "verl's fused log-prob kernels"},
-       {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"}},
-      {"_target_", "path", "partial_pretrain", "hf_config_path", "tokenizer_path", "use_shm",
+       {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"},
+       {"path", KeyUse::kMapped},               // the model (ImportResult::model_named)
+       {"partial_pretrain", KeyUse::kMapped},   // sft_trainer.yaml's name for it
+       {"hf_config_path", KeyUse::kMapped}},    // where its config.json is read when set
+      {"_target_", "tokenizer_path", "use_shm",
        "trust_remote_code", "custom_chat_template", "external_lib",
        "lora_adapter_path", "fused_kernel_options", "mtp"});
   return t;
+}
+
+// The model a verl model section loads (ImportResult::model_named): the config is read from
+// hf_config_path when set, else from path (verl/workers/config/model.py HFModelConfig:
+// hf_config_path defaults to path; fsdp_workers.py AutoConfig.from_pretrained(local_path));
+// sft_trainer.yaml names it partial_pretrain.
+void ReadModelNamed(const ConfigReader& model, ImportResult* out) {
+  for (const char* key : {"hf_config_path", "path", "partial_pretrain"}) {
+    std::optional<std::string> v = model.String(key);
+    if (v && !v->empty()) {
+      out->model_named = *v;
+      out->model_named_where = model.Where(key);
+      return;
+    }
+  }
 }
 
 struct Fsdp {
@@ -399,7 +417,10 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
          : ConfigReader(kEmpty, top.file(), "/actor_rollout_ref/" + role + "/fsdp_config", ignored),
       strategy, train, m, ctx, out, plan);
   auto model = arr.Section("model");
-  if (model) model->CheckKeys(ModelKeys());
+  if (model) {
+    model->CheckKeys(ModelKeys());
+    ReadModelNamed(*model, out);
+  }
   ReadModel(model ? *model : ConfigReader(kEmpty, top.file(), "/actor_rollout_ref/model", ignored),
             train, ctx, plan);
   int dp = m.world / m.sp;
@@ -471,6 +492,7 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   auto model = c.Section("model");
   ConfigReader mr = model ? *model : ConfigReader(kEmpty, top.file(), "/critic/model", nullptr);
   mr.CheckKeys(ModelKeys());  // critic.model: hf_model.yaml's keys (FSDPCriticModelCfg)
+  ReadModelNamed(mr, out);
   auto fc = mr.Section("fsdp_config");
   ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, top.file(), "/critic/model/fsdp_config", nullptr),
                  strategy, true, m, ctx, out, plan);
@@ -532,6 +554,7 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   plan->role = model::Role::kTrain;
   ConfigReader model = top.RequiredSection("model");
   model.CheckKeys(ModelKeys());
+  ReadModelNamed(model, out);
   std::string strategy = model.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp2");
   static const Json kEmpty = Json::object();
   auto fc = model.Section("fsdp_config");

@@ -727,6 +727,35 @@ TEST(CliTest, EstimateFromRollConfig) {
 
 // fsdp_size 4 of 8 GPUs: HSDP in groups of 4; ulysses_size 2; batch 1 x 32. The config's
 // sequence (2048 + 4096) is longer than tiny-llama's 256, so --seq-len, a plan flag, overrides it.
+// Without --model, the model is the one the config loads (verl's actor_rollout_ref.model.path
+// "Qwen/Qwen3-8B"), said on the first line and in --json; --model, when given, wins; a model
+// shardtune cannot read is a one-line error naming the key.
+TEST(CliTest, FromConfigNamesTheModelWhenNoModelFlag) {
+  const std::string file = ConfigPath("verl_grpo_qwen3_8b.yaml");
+  Result text = RunCli("estimate --cluster 8xH100 --from " + file);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr(
+                            "shardtune estimate: qwen3-8b (8.19 B parameters; named by " + file +
+                            ":/actor_rollout_ref/model/path \"Qwen/Qwen3-8B\")"));
+  Result j = RunCli("estimate --cluster 8xH100 --json --from " + file);
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc.at("model").at("name"), "qwen3-8b");
+  EXPECT_EQ(doc.at("model").at("parameters"), 8'190'735'360);  // HF num_parameters()
+  EXPECT_THAT(doc.at("model").at("named_in").get<std::string>(),
+              ::testing::HasSubstr(":/actor_rollout_ref/model/path"));
+  Result flag = RunCli("estimate --model tiny-llama --seq-len 256 --cluster 8xH100 --json --from " + file);
+  ASSERT_EQ(flag.code, 0) << flag.err;
+  EXPECT_EQ(nlohmann::json::parse(flag.out).at("model").at("name"), "tiny-llama");
+  EXPECT_FALSE(nlohmann::json::parse(flag.out).at("model").contains("named_in"));
+  ExpectOneLineError(RunCli("estimate --cluster 8xH100 --from " + file +
+                            " --set actor_rollout_ref.model.path=deepseek-ai/deepseek-llm-7b-chat"),
+                     ":/actor_rollout_ref/model/path: expected a preset, a Hugging Face id of one");
+  Result sim = RunCli("simulate --cluster 8xH100 --from " + file);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  EXPECT_THAT(sim.out, ::testing::HasSubstr("shardtune simulate: qwen3-8b (8.19 B parameters; named by"));
+}
+
 TEST(CliTest, FromConfigIsReadAndPlanFlagsOverrideIt) {
   Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " +
                     ConfigPath("roll_rlvr_fsdp2_cp2.yaml") + " --seq-len 256 --json");

@@ -755,5 +755,58 @@ TEST(ImportFuzzRegressionTest, DeepJsonNestingIsRejectedBeforeParsing) {
             "cfg.json:1: expected at most 64 levels of nested arrays and objects, got more");
 }
 
+// The model a config names, which the CLI estimates when --model is not given: verl's
+// actor_rollout_ref.model.path (hf_config_path first when set), the critic's own critic.model.path,
+// the SFT trainer's partial_pretrain; ROLL's worker model_name_or_path, else the pipeline's
+// pretrain (reward_pretrain for the critic). The key is no longer listed as ignored.
+TEST(ImportModelNamedTest, VerlAndRollNameTheModelTheyLoad) {
+  ImportResult actor;
+  FromText(kVerlPpo, LlamaOn8(), &actor);
+  EXPECT_EQ(actor.model_named, "Qwen/Qwen3-8B");
+  EXPECT_EQ(actor.model_named_where, "cfg.yaml:/actor_rollout_ref/model/path");
+  EXPECT_THAT(AllWarnings(actor), testing::Not(HasSubstr("/model/path")));
+  std::string other = kVerlPpo;
+  other.replace(other.rfind("Qwen/Qwen3-8B"), 13, "Qwen/Qwen3-1.7B");
+  ImportContext ctx = LlamaOn8();
+  ctx.worker = "critic";
+  ImportResult critic;
+  FromText(other, ctx, &critic);
+  EXPECT_EQ(critic.model_named, "Qwen/Qwen3-1.7B");
+  EXPECT_EQ(critic.model_named_where, "cfg.yaml:/critic/model/path");
+  std::string hf = kVerlPpo;
+  hf.replace(hf.find("    path: Qwen/Qwen3-8B\n"), 0, "    hf_config_path: /cfg/qwen3\n");
+  ImportResult h;
+  FromText(hf, LlamaOn8(), &h);
+  EXPECT_EQ(h.model_named, "/cfg/qwen3");
+  ImportResult sft;
+  FromFile("verl_sft.yaml", LlamaOn8(), &sft);
+  EXPECT_EQ(sft.model_named, "~/models/gemma-1.1-7b-it");
+  EXPECT_THAT(sft.model_named_where, HasSubstr("verl_sft.yaml:/model/partial_pretrain"));
+  ImportResult roll;
+  FromFile("roll_rlvr_fsdp2_cp2.yaml", LlamaOn8(), &roll);
+  EXPECT_EQ(roll.model_named, "Qwen/Qwen2.5-7B");
+  EXPECT_THAT(roll.model_named_where, HasSubstr("roll_rlvr_fsdp2_cp2.yaml:/pretrain"));
+  const std::string roll_text =
+      "pretrain: base/model\nreward_pretrain: reward/model\n"
+      "actor_train:\n  model_args:\n    model_name_or_path: own/model\n"
+      "  strategy_args:\n    strategy_name: fsdp2_train\n  world_size: 8\n"
+      "critic:\n  strategy_args:\n    strategy_name: fsdp2_train\n  world_size: 8\n";
+  ImportContext a = LlamaOn8();
+  a.worker = "actor_train";
+  ImportResult own;
+  FromText(roll_text, a, &own);
+  EXPECT_EQ(own.model_named, "own/model");
+  EXPECT_EQ(own.model_named_where, "cfg.yaml:/actor_train/model_args/model_name_or_path");
+  ImportContext c = LlamaOn8();
+  c.worker = "critic";
+  ImportResult rc;
+  FromText(roll_text, c, &rc);
+  EXPECT_EQ(rc.model_named, "reward/model");
+  // Accelerate configs name no model.
+  ImportResult acc;
+  FromFile("accelerate_fsdp2.yaml", LlamaOn8(), &acc);
+  EXPECT_EQ(acc.model_named, "");
+}
+
 }  // namespace
 }  // namespace shardtune::configs

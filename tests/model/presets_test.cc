@@ -2,7 +2,11 @@
 // count, several also equal a hand formula written here, and --model resolution.
 #include "model/presets.h"
 
+#include <filesystem>
+#include <optional>
 #include <set>
+
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -140,6 +144,66 @@ TEST(PresetsTest, ResolveModelArgTakesPresetSpecFileOrHfConfig) {
               ThrowsMessage<InputError>(HasSubstr("--model: cannot open file")));
   EXPECT_THAT([] { ResolveModelArg("gtp2", nullptr); },
               ThrowsMessage<InputError>(HasSubstr("did you mean \"gpt2\"")));
+}
+
+// Trainer configs name models as Hugging Face ids or local directories (verl's model.path, ROLL's
+// pretrain). The ids are the presets' own sources (https://huggingface.co/<id>/blob/main/...).
+TEST(PresetsTest, HuggingFaceNamesFindTheirPreset) {
+  auto preset = [](const std::string& name) {
+    std::optional<PresetMatch> m = FindPresetByHfName(name);
+    return m ? m->preset : std::string("none");
+  };
+  auto how = [](const std::string& name) { return FindPresetByHfName(name)->how; };
+  EXPECT_EQ(preset("Qwen/Qwen3-8B"), "qwen3-8b");
+  EXPECT_EQ(how("Qwen/Qwen3-8B"), "");
+  EXPECT_EQ(preset("qwen/qwen3-8b"), "qwen3-8b");  // the hub is case-insensitive
+  EXPECT_EQ(preset("/mnt/hf/Qwen/Qwen3-8B/"), "qwen3-8b");
+  EXPECT_EQ(how("/mnt/hf/Qwen/Qwen3-8B/"), "");
+  EXPECT_EQ(preset("/root/.cache/huggingface/hub/models--Qwen--Qwen3-8B/snapshots/0a1b2c"),
+            "qwen3-8b");
+  EXPECT_EQ(preset("~/models/Qwen3-8B"), "qwen3-8b");
+  EXPECT_THAT(how("~/models/Qwen3-8B"), HasSubstr("repository name of Qwen/Qwen3-8B"));
+  EXPECT_EQ(preset("Qwen/Qwen2.5-7B-Instruct"), "qwen2.5-7b");
+  EXPECT_THAT(how("Qwen/Qwen2.5-7B-Instruct"),
+              HasSubstr("Qwen2.5-7B-Instruct is a post-trained or base release of Qwen/Qwen2.5-7B"));
+  EXPECT_EQ(preset("meta-llama/Llama-3.1-8B-Instruct"), "llama3.1-8b");
+  EXPECT_EQ(preset("meta-llama/Llama-2-7b-chat-hf"), "llama2-7b");
+  EXPECT_EQ(preset("google/gemma-2-9b-it"), "gemma2-9b");
+  EXPECT_EQ(preset("Qwen/Qwen3-30B-A3B-Instruct-2507"), "qwen3-30b-a3b");
+  // Other architectures, or the same shapes under another name, are not guessed.
+  EXPECT_EQ(preset("deepseek-ai/deepseek-llm-7b-chat"), "none");
+  EXPECT_EQ(preset("Qwen/Qwen2.5-Math-7B"), "none");
+  EXPECT_EQ(preset("Qwen/Qwen3-8B-Extra"), "none");
+  EXPECT_EQ(preset(""), "none");
+  EXPECT_EQ(preset("/"), "none");
+}
+
+TEST(PresetsTest, ResolveModelArgTakesHubNamesAndModelDirectories) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(ResolveModelArg("Qwen/Qwen3-8B", &warnings).name, "qwen3-8b");
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(ResolveModelArg("Qwen/Qwen2.5-7B-Instruct", &warnings, "cfg.yaml:/pretrain").name,
+            "qwen2.5-7b");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("cfg.yaml:/pretrain: \"Qwen/Qwen2.5-7B-Instruct\" read as "
+                                     "preset qwen2.5-7b"));
+  // A downloaded model: its directory's config.json.
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("shardtune_model_dir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  EXPECT_THAT([&] { ResolveModelArg(dir.string(), nullptr, "cfg.yaml:/pretrain"); },
+              ThrowsMessage<InputError>(HasSubstr(
+                  "cfg.yaml:/pretrain: expected a model directory holding a config.json")));
+  std::filesystem::copy_file(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/llama3-8b.config.json",
+                             dir / "config.json");
+  EXPECT_EQ(ParameterCount(ResolveModelArg(dir.string(), nullptr)), 8'030'261'248);
+  std::filesystem::remove_all(dir);
+  EXPECT_THAT([] { ResolveModelArg("deepseek-ai/deepseek-llm-7b-chat", nullptr, "cfg.yaml:/x"); },
+              ThrowsMessage<InputError>(HasSubstr(
+                  "cfg.yaml:/x: expected a preset, a Hugging Face id of one, a model directory "
+                  "with config.json or a JSON file, got \"deepseek-ai/deepseek-llm-7b-chat\"")));
+  EXPECT_THAT([] { ResolveModelArg("gtp2", nullptr, "cfg.yaml:/x"); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/x: unknown preset \"gtp2\"")));
 }
 
 }  // namespace
