@@ -419,7 +419,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (colocating) colocated = ColocatedRoles(a, job, r);
   // One verdict: the job fits when every phase of this role fits and, with co-located roles,
   // the GPU holds each role beside the others' idle residue.
-  const bool fits = phases.fits && (!colocating || colocated.fits);
+  bool fits = phases.fits && (!colocating || colocated.fits);
   std::string verdict = PhaseVerdict(phases);
   if (colocating && !colocated.fits) {
     verdict = (phases.fits ? "fits alone in every phase, but runs out beside the co-located "
@@ -427,6 +427,56 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                            : verdict + "; beside the co-located roles too: ") +
               FormatBytes(colocated.peak) + " > " + FormatBytes(colocated.capacity) + " while " +
               colocated.peak_role + " runs";
+  }
+  // Variable-length micro-batches (verl's use_remove_padding with a fixed number of sequences):
+  // a micro-batch holds the data's tokens, not the config's. The step above is judged at the
+  // worst the config admits (every sequence at the maximum length); the answer also says up to
+  // which mean length the job fits, and with --lengths judges it at the data's typical
+  // micro-batch, co-located roles included.
+  const bool fits_worst_case = fits;
+  const bool variable = capacity.evaluated && plan.packed_seq_len <= 0 && plan.micro_batch > 1;
+  if (variable && !fits && capacity.max_tokens > 0) {
+    std::ostringstream o;
+    const int64_t mean_cap = capacity.max_tokens / plan.micro_batch;
+    Bytes worst_bytes = r.required;
+    if (colocating) worst_bytes = std::max(worst_bytes, colocated.peak);
+    const std::string worst = "a micro-batch's " + std::to_string(plan.micro_batch) +
+                              " sequences average more than " + std::to_string(mean_cap) +
+                              " tokens (all at the " + std::to_string(capacity.longest_sequence) +
+                              "-token maximum: " + FormatBytes(worst_bytes) + " > " +
+                              FormatBytes(phases.capacity) + ")";
+    const std::string cap = "cap micro-batches at " + std::to_string(capacity.max_tokens) +
+                            " tokens (verl: use_dynamic_bsz with ppo_max_token_len_per_gpu <= " +
+                            std::to_string(capacity.max_tokens / std::max(1, plan.cp)) + ")";
+    bool typical_fits = false;
+    std::string typical_text;
+    if (capacity.typical_tokens > 0 && capacity.typical_fits) {
+      model::Plan t = plan;
+      t.micro_batch = 1;
+      t.seq_len = capacity.typical_tokens;
+      t.packed_seq_len = capacity.longest_sequence < capacity.typical_tokens ? capacity.longest_sequence : 0;
+      sim::MemoryEstimate te = sim::EstimateMemoryWithProgram(spec, cluster, t, opt, true);
+      sim::JobPhases tp = sim::EstimateJobPhases(te.program, te.report, spec, cluster, t, opt);
+      typical_fits = tp.fits;
+      if (typical_fits && colocating) {
+        sim::ColocationReport tc = ColocatedRoles(a, job, te.report);
+        typical_fits = tc.fits;
+        typical_text = "beside the co-located roles " + FormatBytes(tc.peak) + " while " + tc.peak_role + " runs";
+      } else {
+        typical_text = FormatBytes(capacity.typical_required) + " required";
+      }
+    }
+    if (typical_fits) {
+      o << "fits at the given lengths (the typical micro-batch, " << capacity.typical_tokens
+        << " tokens: " << typical_text << "); runs out when " << worst << ": " << cap
+        << " to be safe";
+      fits = true;
+    } else {
+      o << "runs out when " << worst << "; fits below that: give --lengths mean:N (the data's "
+           "mean prompt + response tokens) to judge at your data, or "
+        << cap;
+    }
+    verdict = o.str();
   }
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
@@ -475,6 +525,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   // The job's verdict, as the text's last line says it (the report's own "fits" above is this
   // role's step alone).
   j["verdict"] = {{"fits", fits}, {"text", verdict}};
+  if (variable) j["verdict"]["fits_worst_case"] = fits_worst_case;
   j["warnings"] = warnings;
   out << j.dump(2) << "\n";
 }

@@ -74,6 +74,7 @@ std::string ArchitectureOf(const std::string& name) {
   static const std::pair<const char*, const char*> kTable[] = {
       {"gpt2", "GPT2LMHeadModel"},          {"llama", "LlamaForCausalLM"},
       {"mistral-", "MistralForCausalLM"},   {"qwen2.5-", "Qwen2ForCausalLM"},
+      {"qwen2-", "Qwen2ForCausalLM"},       {"deepseek-llm-", "LlamaForCausalLM"},
       {"qwen3-8b", "Qwen3ForCausalLM"},     {"qwen3-30b", "Qwen3MoeForCausalLM"},
       {"qwen3-235b", "Qwen3MoeForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
       {"phi-4", "Phi3ForCausalLM"},         {"olmo2", "Olmo2ForCausalLM"},
@@ -160,6 +161,38 @@ void AddOthers(std::vector<PresetInfo>* p) {
   qwen25.qkv_bias = true;
   p->push_back(Preset("qwen2.5-7b", qwen25, 7'615'616'512,
                       HfConfig("Qwen/Qwen2.5-7B") + "; count: HF num_parameters()"));
+  // The rest of the Qwen2 / Qwen2.5 family (Qwen2ForCausalLM, as qwen2.5-7b: q/k/v biases,
+  // rope_theta 1e6, rms_norm_eps 1e-6), the base models of most verl and ROLL examples; the small
+  // ones tie the LM head to the embedding (tie_word_embeddings true).
+  auto qwen2 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn, int64_t vocab,
+                  int64_t positions, bool tied) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions), 1e6, 1e-6);
+    s.qkv_bias = true;
+    s.tied_embeddings = tied;
+    return s;
+  };
+  const std::string hf_count = "; count: HF num_parameters()";
+  p->push_back(Preset("qwen2-7b", qwen2(28, 3584, 28, 4, 18944, 152064, 131072, false),
+                      7'615'616'512, HfConfig("Qwen/Qwen2-7B") + hf_count));
+  p->push_back(Preset("qwen2-72b", qwen2(80, 8192, 64, 8, 29568, 152064, 131072, false),
+                      72'706'203'648, HfConfig("Qwen/Qwen2-72B") + hf_count));
+  p->push_back(Preset("qwen2.5-0.5b", qwen2(24, 896, 14, 2, 4864, 151936, 32768, true),
+                      494'032'768, HfConfig("Qwen/Qwen2.5-0.5B") + hf_count));
+  p->push_back(Preset("qwen2.5-1.5b", qwen2(28, 1536, 12, 2, 8960, 151936, 131072, true),
+                      1'543'714'304, HfConfig("Qwen/Qwen2.5-1.5B") + hf_count));
+  p->push_back(Preset("qwen2.5-3b", qwen2(36, 2048, 16, 2, 11008, 151936, 32768, true),
+                      3'085'938'688, HfConfig("Qwen/Qwen2.5-3B") + hf_count));
+  p->push_back(Preset("qwen2.5-14b", qwen2(48, 5120, 40, 8, 13824, 152064, 131072, false),
+                      14'770'033'664, HfConfig("Qwen/Qwen2.5-14B") + hf_count));
+  p->push_back(Preset("qwen2.5-32b", qwen2(64, 5120, 40, 8, 27648, 152064, 131072, false),
+                      32'763'876'352, HfConfig("Qwen/Qwen2.5-32B") + hf_count));
+  p->push_back(Preset("qwen2.5-72b", qwen2(80, 8192, 64, 8, 29568, 152064, 131072, false),
+                      72'706'203'648, HfConfig("Qwen/Qwen2.5-72B") + hf_count));
+  // deepseek-llm-7b-base / -chat (verl's PPO examples): LlamaForCausalLM, multi-head attention
+  // (num_key_value_heads 32), 30 layers, vocab 102400, rope_theta 10000, rms_norm_eps 1e-6.
+  p->push_back(Preset("deepseek-llm-7b",
+                      Rope(WithVocab(Shape(30, 4096, 32, 32, 11008), 102400, 4096), 10000.0, 1e-6),
+                      6'910'365'696, HfConfig("deepseek-ai/deepseek-llm-7b-base") + hf_count));
   // Qwen3Attention: q_norm / k_norm RMSNorm(head_dim); attention_bias false.
   ModelSpec qwen3 = Rope(WithVocab(Shape(36, 4096, 32, 8, 12288), 151936, 40960), 1e6, 1e-6);
   qwen3.head_dim = 128;

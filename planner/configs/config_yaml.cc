@@ -200,6 +200,21 @@ class Parser {
   ordered_json Nested(int key_indent) {
     if (pos_ >= lines_.size()) return nullptr;
     const Line& next = lines_[pos_];
+    if (next.indent > key_indent && !IsSeqItem(next.text) &&
+        KeyEnd(next.text) == std::string::npos) {
+      // "key:\n    value": a scalar (or flow collection) that starts on the next, more indented
+      // line, as ROLL's agentic configs write "SimpleSokoban:\n    ${custom_env.SimpleSokoban}".
+      const Line l = next;
+      std::string value = l.text;
+      ++pos_;
+      if (std::string("[{\"'|>&*!").find(value[0]) == std::string::npos) {
+        while (pos_ < lines_.size() && lines_[pos_].indent > key_indent &&
+               !IsSeqItem(lines_[pos_].text) && KeyEnd(lines_[pos_].text) == std::string::npos) {
+          value += " " + lines_[pos_++].text;
+        }
+      }
+      return InlineValue(l, value);
+    }
     if (next.indent > key_indent) return Block(next.indent);
     if (next.indent == key_indent && IsSeqItem(next.text)) return Sequence(key_indent);
     return nullptr;

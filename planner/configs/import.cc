@@ -243,6 +243,7 @@ void ConfigReader::Fail(const std::string& key, const std::string& expected) con
 
 namespace {
 thread_local const UnresolvedInterpolations* g_unresolved = nullptr;
+thread_local const char* g_unknown_ignored_why = nullptr;
 
 bool Neutral(const Json& v, const Json& neutral) {
   if (v.is_null() || (v.is_boolean() && !v.get<bool>())) return true;
@@ -260,6 +261,14 @@ void ConfigReader::CheckKeys(const KeyTable& table) const {
         std::find_if(table.begin(), table.end(), [&](const KeyRule& r) { return r.key == key; });
     if (rule == table.end()) {
       std::string hint = model::ClosestName(key, names);
+      if (g_unknown_ignored_why != nullptr) {
+        if (ignored_) {
+          ignored_->push_back(pointer_ + "/" + model::EscapePointerToken(key) + " (" +
+                              g_unknown_ignored_why +
+                              (hint.empty() ? "" : "; did you mean \"" + hint + "\"?") + ")");
+        }
+        continue;
+      }
       throw InputError(Where(key) + ": expected a known key, got unknown key " + QuoteName(key) +
                        (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
                        "; shardtune does not know whether it changes memory or time");
@@ -291,6 +300,12 @@ UnresolvedScope::UnresolvedScope(const UnresolvedInterpolations* u) : previous_(
   g_unresolved = u;
 }
 UnresolvedScope::~UnresolvedScope() { g_unresolved = previous_; }
+
+UnknownKeysIgnoredScope::UnknownKeysIgnoredScope(const char* why)
+    : previous_(g_unknown_ignored_why) {
+  g_unknown_ignored_why = why;
+}
+UnknownKeysIgnoredScope::~UnknownKeysIgnoredScope() { g_unknown_ignored_why = previous_; }
 
 void ConfigReader::ThrowIfUnresolved(const std::string& key) const {
   if (!g_unresolved) return;

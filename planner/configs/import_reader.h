@@ -91,6 +91,20 @@ class UnresolvedScope {
   const UnresolvedInterpolations* previous_;
 };
 
+// While alive, ConfigReader::CheckKeys collects a key its table lacks as ignored, with `why` (and
+// the closest known name), instead of throwing: for a framework that itself drops keys its config
+// classes lack (ROLL: dacite.from_dict with strict=False). Thread-local; scopes nest.
+class UnknownKeysIgnoredScope {
+ public:
+  explicit UnknownKeysIgnoredScope(const char* why);
+  ~UnknownKeysIgnoredScope();
+  UnknownKeysIgnoredScope(const UnknownKeysIgnoredScope&) = delete;
+  UnknownKeysIgnoredScope& operator=(const UnknownKeysIgnoredScope&) = delete;
+
+ private:
+  const char* previous_;
+};
+
 // `s` as a JSON string literal ("a\\nb" for a, newline, b): how messages show a name from the file.
 std::string QuoteName(const std::string& s);
 // A value's description for "got ..." messages: "\"FUL_SHARD\"", "16", "true", "a list".

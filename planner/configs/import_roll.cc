@@ -342,6 +342,10 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   out.format = ImportFormat::kRoll;
   std::vector<std::string> ignored;
   ConfigReader top(doc, file, "", &ignored);
+  // examples/start_*_pipeline.py: from_dict(data_class=..., data=OmegaConf.to_container(cfg))
+  // with dacite's default Config (strict=False) drops a key no config dataclass has.
+  UnknownKeysIgnoredScope unknown("not a field of ROLL's config dataclasses, which dacite's "
+                                  "from_dict drops");
   out.worker = PickWorker(doc, file, ctx);
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
@@ -402,10 +406,14 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   ma.CheckKeys(ModelArgsKeys());
   // The worker's model: model_args.model_name_or_path, which the pipeline config fills when the
   // worker leaves it unset, from the top-level pretrain (the critic: reward_pretrain), and the
-  // SFT pipeline always from pretrain (alibaba/ROLL@8eb27cc roll/configs/base_config.py and
-  // roll/pipeline/sft/sft_config.py __post_init__).
+  // SFT pipeline always from pretrain (alibaba/ROLL@8eb27cc roll/configs/base_config.py,
+  // roll/pipeline/sft/sft_config.py and roll/pipeline/distill/distill_config.py __post_init__).
   {
-    const std::string top_key = out.worker == "critic" ? "reward_pretrain" : "pretrain";
+    // distill_config.py: the student's from student_pretrain, the teacher's from teacher_pretrain.
+    const std::string top_key = out.worker == "critic"    ? "reward_pretrain"
+                                : out.worker == "student" ? "student_pretrain"
+                                : out.worker == "teacher" ? "teacher_pretrain"
+                                                          : "pretrain";
     auto m = ma.String("model_name_or_path");
     if (out.worker == "sft_train" || !m || m->empty()) {
       if (auto p = top.String(top_key); p && !p->empty()) {

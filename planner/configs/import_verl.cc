@@ -104,7 +104,7 @@ const KeyTable& ModelKeys() {
        {"tiled_mlp", KeyUse::kMapped},
        {"fsdp_config", KeyUse::kMapped},
        {"strategy", KeyUse::kMapped},
-       {"override_config", KeyUse::kUnsupported, "overrides of the model's config.json"},
+       {"override_config", KeyUse::kMapped},  // ReadModelNamed: the keys that change nothing
        {"enable_activation_offload", KeyUse::kUnsupported, "activation offload to the host"},
        {"use_liger", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
        {"use_fused_kernels", KeyUse::kUnsupported, "verl's fused log-prob kernels"},
@@ -123,6 +123,22 @@ const KeyTable& ModelKeys() {
 // hf_config_path defaults to path; fsdp_workers.py AutoConfig.from_pretrained(local_path));
 // sft_trainer.yaml names it partial_pretrain.
 void ReadModelNamed(const ConfigReader& model, ImportResult* out) {
+  // override_config: keys merged into the model's config.json before it is built
+  // (fsdp_workers.py override_model_config). The position limit changes what the model accepts,
+  // not what a step holds (the sequence length is the data's); any other key could change the
+  // model's shapes, which the model shardtune estimates would not have.
+  if (std::optional<ConfigReader> oc = model.Section("override_config")) {
+    static const std::vector<std::string> kNeutral = {"max_position_embeddings"};
+    for (const auto& item : oc->obj().items()) {
+      if (std::find(kNeutral.begin(), kNeutral.end(), item.key()) == kNeutral.end()) {
+        throw InputError(oc->Where(item.key()) +
+                         ": expected only max_position_embeddings in override_config (other "
+                         "overrides of the model's config.json, which shardtune does not apply), "
+                         "got " + QuoteName(item.key()) +
+                         "; give --model a config.json with the override applied");
+      }
+    }
+  }
   for (const char* key : {"hf_config_path", "path", "partial_pretrain"}) {
     std::optional<std::string> v = model.String(key);
     if (v && !v->empty()) {

@@ -494,12 +494,20 @@ void ApplyOverride(const Override& o, const std::string& where, nlohmann::ordere
   bool present = n->contains(last);
   switch (o.op) {
     case Override::Op::kAdd:
-      if (present) {
+      // Hydra's _apply_overrides_to_config (hydra/_internal/config_loader_impl.py): "+" onto a
+      // key that is there is allowed when its value is null or the new value is a list or a
+      // mapping (OmegaConf.update(..., merge=True, force_add=True): a mapping merges into the
+      // one there, a list replaces it); else "Could not append to config".
+      if (present && !(*n)[last].is_null() && !o.value.is_array() && !o.value.is_object()) {
         throw InputError(where + " " + model::EscapeControls(o.text) + ": expected key " +
-                         Dotted(o.path) + " to be absent (\"+\" adds a key; use \"++\" or no "
-                         "prefix to change it), got it in the config");
+                         Dotted(o.path) + " to be absent or null (\"+\" adds a key; use \"++\" "
+                         "or no prefix to change it), got it in the config");
       }
-      (*n)[last] = o.value;
+      if (present && (*n)[last].is_object() && o.value.is_object()) {
+        (*n)[last].update(o.value, /*merge_objects=*/true);
+      } else {
+        (*n)[last] = o.value;
+      }
       break;
     case Override::Op::kSet:
     case Override::Op::kForceSet:

@@ -749,7 +749,7 @@ TEST(CliTest, FromConfigNamesTheModelWhenNoModelFlag) {
   EXPECT_EQ(nlohmann::json::parse(flag.out).at("model").at("name"), "tiny-llama");
   EXPECT_FALSE(nlohmann::json::parse(flag.out).at("model").contains("named_in"));
   ExpectOneLineError(RunCli("estimate --cluster 8xH100 --from " + file +
-                            " --set actor_rollout_ref.model.path=deepseek-ai/deepseek-llm-7b-chat"),
+                            " --set actor_rollout_ref.model.path=mistralai/Mistral-Nemo-Instruct-2407"),
                      ":/actor_rollout_ref/model/path: expected a preset, a Hugging Face id of one");
   Result sim = RunCli("simulate --cluster 8xH100 --from " + file);
   ASSERT_EQ(sim.code, 0) << sim.err;
@@ -853,7 +853,7 @@ TEST(CliTest, SetOverridesTheFromConfig) {
                      "--set a.b=1: expected a --from config to override, got no --from");
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                             " --set +data.max_prompt_length=1"),
-                     "expected key data.max_prompt_length to be absent");
+                     "expected key data.max_prompt_length to be absent or null");
 }
 
 // verl's token budget: the plan line says packed micro-batches, and the answer gives how many
@@ -923,6 +923,40 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   // tune does not search token budgets yet: said, not answered wrong.
   ExpectOneLineError(RunCli("tune --model tiny-llama --cluster 8xH100 --from " + file),
                      "tune does not search token budgets yet");
+}
+
+// verl's GRPO example for Qwen3-8B (use_remove_padding, 32 sequences of up to 512 + 1024 tokens
+// per micro-batch): a micro-batch holds the data's tokens. At the worst the config admits (all 32
+// at 1536) the step runs out; the verdict says up to which mean length it fits (the token
+// capacity / 32) and how to cap it, and with --lengths judges at the data's typical micro-batch.
+TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
+  const std::string file = ConfigPath("verl_grpo_qwen3_8b.yaml");
+  Result worst = RunCli("estimate --cluster 8xH100 --json --from " + file);
+  ASSERT_EQ(worst.code, 0) << worst.err;
+  auto w = nlohmann::json::parse(worst.out);
+  const int64_t max_tokens = w.at("micro_batch_token_capacity").at("max_tokens").get<int64_t>();
+  ASSERT_GT(max_tokens, 32 * 100);
+  ASSERT_LT(max_tokens, 32 * 1536);  // the worst case does not fit
+  EXPECT_FALSE(w.at("verdict").at("fits").get<bool>());
+  EXPECT_FALSE(w.at("verdict").at("fits_worst_case").get<bool>());
+  const std::string text = w.at("verdict").at("text");
+  EXPECT_THAT(text, ::testing::HasSubstr("runs out when a micro-batch's 32 sequences average more than " +
+                                         std::to_string(max_tokens / 32) + " tokens"));
+  EXPECT_THAT(text, ::testing::HasSubstr("ppo_max_token_len_per_gpu <= " + std::to_string(max_tokens)));
+  // A mean well under the capacity: the typical micro-batch (32 x 600 tokens) fits.
+  Result typical = RunCli("estimate --cluster 8xH100 --json --lengths mean:600 --from " + file);
+  ASSERT_EQ(typical.code, 0) << typical.err;
+  auto t = nlohmann::json::parse(typical.out);
+  EXPECT_EQ(t.at("micro_batch_token_capacity").at("typical_tokens"), 32 * 600);
+  EXPECT_TRUE(t.at("verdict").at("fits").get<bool>());
+  EXPECT_FALSE(t.at("verdict").at("fits_worst_case").get<bool>());
+  EXPECT_THAT(t.at("verdict").at("text").get<std::string>(),
+              ::testing::StartsWith("fits at the given lengths (the typical micro-batch, 19200 tokens"));
+  // A mean above it: still runs out.
+  Result longer = RunCli("estimate --cluster 8xH100 --json --lengths mean:" +
+                         std::to_string(max_tokens / 32 + 64) + " --from " + file);
+  ASSERT_EQ(longer.code, 0) << longer.err;
+  EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
 }
 
 // A verl PPO config (adv_estimator gae) trains a critic on the actor's GPUs, in the same process:

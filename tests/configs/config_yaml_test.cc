@@ -103,6 +103,16 @@ TEST(ConfigYamlTest, PlainScalarsContinueOnMoreIndentedLines) {
   EXPECT_EQ(j["b"], 1);
 }
 
+// PyYAML: yaml.safe_load("a:\n  ${x.y}\nb:\n  [1, 2]\nc:\n  two\n  words\nd: 1\n") ==
+// {'a': '${x.y}', 'b': [1, 2], 'c': 'two words', 'd': 1} (ROLL's agentic custom_envs).
+TEST(ConfigYamlTest, ScalarsMayStartOnTheNextMoreIndentedLine) {
+  ordered_json j = Parse("a:\n  ${x.y}\nb:\n  [1, 2]\nc:\n  two\n  words\nd: 1\n");
+  EXPECT_EQ(j["a"], "${x.y}");
+  EXPECT_EQ(j["b"], ordered_json::parse("[1, 2]"));
+  EXPECT_EQ(j["c"], "two words");
+  EXPECT_EQ(j["d"], 1);
+}
+
 TEST(ConfigYamlTest, LeadingDocumentMarkerAndEmptyFile) {
   EXPECT_EQ(Parse("---\na: 1\n")["a"], 1);
   EXPECT_TRUE(Parse("# only a comment\n").empty());

@@ -808,5 +808,40 @@ TEST(ImportModelNamedTest, VerlAndRollNameTheModelTheyLoad) {
   EXPECT_EQ(acc.model_named, "");
 }
 
+// verl's override_config: the position limit (DAPO recipes' +...override_config.
+// max_position_embeddings=32768) changes nothing a step holds; a key that could change the
+// model's shapes is refused by name.
+TEST(ImportVerlTest, OverrideConfigTakesThePositionLimitOnly) {
+  std::string with = kVerlPpo;
+  with.replace(with.find("    path: Qwen/Qwen3-8B\n"), 0,
+               "    override_config:\n      max_position_embeddings: 32768\n");
+  ImportResult r;
+  FromText(with, LlamaOn8(), &r);
+  EXPECT_EQ(r.model_named, "Qwen/Qwen3-8B");
+  std::string shapes = kVerlPpo;
+  shapes.replace(shapes.find("    path: Qwen/Qwen3-8B\n"), 0,
+                 "    override_config:\n      num_hidden_layers: 12\n");
+  EXPECT_THAT([&] { FromText(shapes, LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr(
+                  "cfg.yaml:/actor_rollout_ref/model/override_config/num_hidden_layers: expected "
+                  "only max_position_embeddings in override_config")));
+}
+
+// ROLL reads its YAML into dataclasses with dacite's from_dict (strict=False), which drops keys
+// they lack (flash_attn in the Qwen2.5-VL example): ignored with a warning naming the key, and
+// the closest field when one is close (a misspelt key is dropped by ROLL too).
+TEST(ImportRollTest, KeysRollsDataclassesLackAreIgnoredAsRollIgnoresThem) {
+  const std::string text =
+      "actor_train:\n  model_args:\n    flash_attn: fa2\n    disable_gradient_checkpoint: true\n"
+      "  strategy_args:\n    strategy_name: fsdp2_train\n  world_size: 8\n";
+  ImportResult r;
+  Plan p = FromText(text, LlamaOn8(), &r);
+  std::string w = AllWarnings(r);
+  EXPECT_THAT(w, HasSubstr("/actor_train/model_args/flash_attn (not a field of ROLL's config "
+                           "dataclasses, which dacite's from_dict drops)"));
+  EXPECT_THAT(w, HasSubstr("did you mean \"disable_gradient_checkpointing\"?"));
+  EXPECT_EQ(p.checkpointing, model::Checkpointing::kFull);  // the misspelt key changed nothing
+}
+
 }  // namespace
 }  // namespace shardtune::configs

@@ -126,6 +126,14 @@ TEST(InterpolationTest, OverridesFollowHydrasGrammar) {
   EXPECT_DOUBLE_EQ(doc["a"]["f"].get<double>(), 1.5e-6);
   EXPECT_EQ(doc["a"]["g"], "${a.c.d}");  // resolved afterwards, with the file
   EXPECT_THROW(ApplyOverride(ParseOverride("+a.b=1", "--set"), "--set", &doc), InputError);
+  // Hydra lets "+" reach a key that is there when its value is null or the new value is a list
+  // (verl's SFT scripts: +data.response_dict_keys=['answer'] over sft_trainer.yaml's null).
+  Json null_there = Json::parse(R"({"d": {"keys": null, "list": [1], "n": 3}})");
+  ApplyOverride(ParseOverride("+d.keys=x", "--set"), "--set", &null_there);
+  ApplyOverride(ParseOverride("+d.list=['answer']", "--set"), "--set", &null_there);
+  EXPECT_EQ(null_there["d"]["keys"], "x");
+  EXPECT_EQ(null_there["d"]["list"], Json::parse(R"(["answer"])"));
+  EXPECT_THROW(ApplyOverride(ParseOverride("+d.n=4", "--set"), "--set", &null_there), InputError);
   EXPECT_THROW(ApplyOverride(ParseOverride("~a.zz", "--set"), "--set", &doc), InputError);
   EXPECT_THROW(ApplyOverride(ParseOverride("a.b.c=1", "--set"), "--set", &doc), InputError);
   EXPECT_THROW(ParseOverride("no_equals", "--set"), InputError);

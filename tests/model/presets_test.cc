@@ -78,6 +78,21 @@ TEST(PresetsTest, Qwen25_7bHasQkvBias) {
             LlamaFormula(L, H, kv_dim, F, V) + L * (H + 2 * kv_dim));
 }
 
+TEST(PresetsTest, Qwen25SmallModelsTieTheHead) {
+  // tie_word_embeddings true: the LM head is the embedding, counted once (V*H less than untied).
+  auto qwen2 = [](int64_t L, int64_t H, int64_t kv_dim, int64_t F, int64_t V) {
+    return LlamaFormula(L, H, kv_dim, F, V) + L * (H + 2 * kv_dim);
+  };
+  EXPECT_EQ(ParameterCount(FindModelPreset("qwen2.5-3b")),
+            qwen2(36, 2048, 2 * 128, 11008, 151936) - 151936 * 2048);
+  EXPECT_EQ(ParameterCount(FindModelPreset("qwen2.5-0.5b")),
+            qwen2(24, 896, 2 * 64, 4864, 151936) - 151936 * 896);
+  EXPECT_EQ(ParameterCount(FindModelPreset("qwen2.5-32b")), qwen2(64, 5120, 8 * 128, 27648, 152064));
+  EXPECT_EQ(ParameterCount(FindModelPreset("qwen2-7b")), ParameterCount(FindModelPreset("qwen2.5-7b")));
+  EXPECT_EQ(ParameterCount(FindModelPreset("deepseek-llm-7b")),
+            LlamaFormula(30, 4096, 4096, 11008, 102400));  // MHA: kv_dim = H
+}
+
 TEST(PresetsTest, Qwen3_8bHasQkNorm) {
   // head_dim 128 = H / heads here; q_norm and k_norm add 2 * 128 per layer.
   const int64_t L = 36, H = 4096, kv_dim = 8 * 128, F = 12288, V = 151936;
@@ -171,7 +186,9 @@ TEST(PresetsTest, HuggingFaceNamesFindTheirPreset) {
   EXPECT_EQ(preset("google/gemma-2-9b-it"), "gemma2-9b");
   EXPECT_EQ(preset("Qwen/Qwen3-30B-A3B-Instruct-2507"), "qwen3-30b-a3b");
   // Other architectures, or the same shapes under another name, are not guessed.
-  EXPECT_EQ(preset("deepseek-ai/deepseek-llm-7b-chat"), "none");
+  EXPECT_EQ(preset("deepseek-ai/deepseek-llm-7b-chat"), "deepseek-llm-7b");  // of -base
+  EXPECT_EQ(preset("Qwen/Qwen2-7B-Instruct"), "qwen2-7b");
+  EXPECT_EQ(preset("mistralai/Mistral-Nemo-Instruct-2407"), "none");
   EXPECT_EQ(preset("Qwen/Qwen2.5-Math-7B"), "none");
   EXPECT_EQ(preset("Qwen/Qwen3-8B-Extra"), "none");
   EXPECT_EQ(preset(""), "none");
@@ -198,10 +215,10 @@ TEST(PresetsTest, ResolveModelArgTakesHubNamesAndModelDirectories) {
                              dir / "config.json");
   EXPECT_EQ(ParameterCount(ResolveModelArg(dir.string(), nullptr)), 8'030'261'248);
   std::filesystem::remove_all(dir);
-  EXPECT_THAT([] { ResolveModelArg("deepseek-ai/deepseek-llm-7b-chat", nullptr, "cfg.yaml:/x"); },
+  EXPECT_THAT([] { ResolveModelArg("mistralai/Mistral-Nemo-Instruct-2407", nullptr, "cfg.yaml:/x"); },
               ThrowsMessage<InputError>(HasSubstr(
                   "cfg.yaml:/x: expected a preset, a Hugging Face id of one, a model directory "
-                  "with config.json or a JSON file, got \"deepseek-ai/deepseek-llm-7b-chat\"")));
+                  "with config.json or a JSON file, got \"mistralai/Mistral-Nemo-Instruct-2407\"")));
   EXPECT_THAT([] { ResolveModelArg("gtp2", nullptr, "cfg.yaml:/x"); },
               ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/x: unknown preset \"gtp2\"")));
 }

@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""How shardtune reads the configs verl and ROLL users really run: every example launch script of a
+verl checkout and every example YAML of a ROLL checkout, through `shardtune estimate --from`.
+
+    tests/bench/real_configs.py --shardtune build/cli/shardtune \
+        --verl PATH_TO_VERL_GIT --roll PATH_TO_ROLL_GIT [--jobs 2] [--json OUT.json]
+
+The repositories are read where they are (a checkout, or a bare git directory through
+`git show HEAD:path`); nothing of them is copied into shardtune's tree. Each verl script is
+composed as Hydra composes it: its `python3 -m verl.trainer.main_ppo` (or SFT trainer) command's
+`key=value` overrides, with the script's shell variables expanded, are given with --set over the
+config the entry point loads (verl/trainer/config/_generated_ppo_trainer.yaml, the composed
+ppo_trainer.yaml verl itself checks in; sft_trainer.yaml for the SFT trainer). ROLL YAMLs are read
+whole. The cluster is trainer.nnodes x trainer.n_gpus_per_node (ROLL: the largest device_mapping
+over num_gpus_per_node) of H100-80G, the GPU the scripts name most; scripts for Ascend NPUs are
+counted as out of scope. The model is the one the config loads (shardtune's preset of that Hugging
+Face id); one shardtune has no preset for is counted under "model": the user gives --model with
+its config.json, which this machine (no network) does not have.
+
+Prints one line per file (accepted with the headline answer, or refused with shardtune's one-line
+reason), then the counts by outcome and by reason, with the date and the repositories' commits.
+"""
+import argparse
+import collections
+import concurrent.futures
+import datetime
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+
+class Repo:
+    """A git repository read at HEAD, checkout or bare."""
+
+    def __init__(self, path):
+        self.path = path
+        self.commit = self.git("rev-parse", "HEAD").strip()
+
+    def git(self, *args):
+        return subprocess.run(["git", "-C", self.path, *args], check=True,
+                              capture_output=True, text=True).stdout
+
+    def files(self):
+        return self.git("ls-tree", "-r", "--name-only", "HEAD").splitlines()
+
+    def read(self, path):
+        return self.git("show", "HEAD:" + path)
+
+
+# ---- verl launch scripts -------------------------------------------------------------------
+
+ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+ENTRY = re.compile(r"-m\s+(verl\.trainer\.(?:main_ppo|fsdp_sft_trainer|sft_trainer))\b|"
+                   r"\b(verl/trainer/(?:main_ppo|fsdp_sft_trainer|sft_trainer))\.py\b")
+OVERRIDE = re.compile(r"^([+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.S)
+
+
+def expand(text, env):
+    """The shell's expansion of $VAR, ${VAR}, ${VAR:-default} (nested: ${A:-"${HOME}/x"}),
+    ${VAR:=default} and $((a * b)) with the script's own assignments; $(command) and unknown
+    variables stay as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$((", i):
+            depth, j = 0, i + 3
+            while j < len(text):
+                if text[j] == "(":
+                    depth += 1
+                elif text[j] == ")":
+                    if depth == 0 and text.startswith("))", j):
+                        break
+                    depth -= 1
+                j += 1
+            if j >= len(text):
+                out.append(text[i:])
+                break
+            # Bare names are variables inside $(( )), as in the shell.
+            expr = re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)\b",
+                          lambda v: env.get(v.group(1), v.group(0)), expand(text[i + 3:j], env))
+            value = text[i:j + 2]
+            if re.fullmatch(r"[0-9+\-*/() %]+", expr):
+                try:
+                    value = str(int(eval(expr.replace("/", "//"))))  # integers, as the shell
+                except (SyntaxError, ZeroDivisionError):
+                    pass
+            out.append(value)
+            i = j + 2
+        elif text.startswith("${", i):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            body = text[i + 2:j - 1]
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?[-=](.*))?$", body, re.S)
+            if not m:
+                out.append(text[i:j])
+            elif env.get(m.group(1), "") != "":
+                out.append(env[m.group(1)])
+            elif m.group(2) is not None:
+                d = expand(m.group(2), env)
+                out.append(d[1:-1] if len(d) >= 2 and d[0] == d[-1] and d[0] in "\"'" else d)
+            else:
+                out.append(text[i:j])
+            i = j
+        elif text[i] == "$":
+            m = re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)", text[i:])
+            if m and env.get(m.group(1), "") != "":
+                out.append(env[m.group(1)])
+                i += m.end()
+            else:
+                out.append(text[i])
+                i += 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def logical_lines(text):
+    out, cur = [], ""
+    for line in text.splitlines():
+        stripped = line.rstrip()
+        if stripped.endswith("\\"):
+            cur += stripped[:-1] + " "
+            continue
+        out.append(cur + line)
+        cur = ""
+    if cur:
+        out.append(cur)
+    return out
+
+
+def parse_script(text):
+    """The entry point and the Hydra overrides of the first trainer command of a launch script;
+    None when it runs none."""
+    env = {"HOME": "~"}
+    for line in logical_lines(text):
+        if line.lstrip().startswith("#"):
+            continue
+        m = ENTRY.search(line)
+        if not m:
+            a = ASSIGN.match(line)
+            if a and not line.lstrip().startswith(("if ", "for ", "while ")):
+                try:
+                    words = shlex.split(expand(a.group(2), env), comments=True)
+                except ValueError:
+                    words = [a.group(2)]
+                env[a.group(1)] = words[0] if words else ""
+            continue
+        entry = (m.group(1) or m.group(2).replace("/", ".")).rsplit(".", 1)[-1]
+        rest = expand(line[m.end():], env)
+        try:
+            words = shlex.split(rest, comments=True)
+        except ValueError as e:
+            return {"entry": entry, "error": "shell quoting: %s" % e}
+        overrides, config_name, config_path = [], None, None
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w in ("--config-name", "--config-path") and i + 1 < len(words):
+                if w == "--config-name":
+                    config_name = words[i + 1]
+                else:
+                    config_path = words[i + 1]
+                i += 2
+                continue
+            if w.startswith("--config-name="):
+                config_name = w.split("=", 1)[1]
+            elif w.startswith("--config-path="):
+                config_path = w.split("=", 1)[1]
+            elif w in ("$@", "${@}") or w.startswith(("|", ">", "2>", "&")):
+                pass
+            elif OVERRIDE.match(w):
+                overrides.append(w)
+            i += 1
+        return {"entry": entry, "overrides": overrides, "config_name": config_name,
+                "config_path": config_path}
+    return None
+
+
+def override_value(overrides, key, default=None):
+    for o in overrides:
+        k, _, v = o.lstrip("+~").partition("=")
+        if k == key:
+            return v
+    return default
+
+
+def verl_jobs(repo):
+    """(name, outcome) for out-of-scope scripts, or (name, job) to run."""
+    for path in repo.files():
+        if not re.match(r"^(examples|recipe)/.*\.sh$", path):
+            continue
+        parsed = parse_script(repo.read(path))
+        if parsed is None:
+            continue  # data preparation, rollout-only generation, ...
+        name = "verl:" + path
+        if "error" in parsed:
+            yield name, ("refused", "script", parsed["error"])
+            continue
+        ov = parsed["overrides"]
+        cfg = parsed["config_name"] or ("ppo_trainer" if parsed["entry"] == "main_ppo"
+                                        else "sft_trainer")
+        if "npu" in path.lower() or override_value(ov, "trainer.device") == "npu":
+            yield name, ("out of scope", "Ascend NPU", "")
+            continue
+        if "megatron" in cfg:
+            yield name, ("out of scope", "Megatron", "--config-name " + cfg)
+            continue
+        strategy = override_value(ov, "actor_rollout_ref.actor.strategy", "fsdp")
+        if strategy == "megatron":
+            yield name, ("out of scope", "Megatron", "actor.strategy=megatron")
+            continue
+        if parsed["config_path"] and cfg not in ("ppo_trainer", "sft_trainer"):
+            yield name, ("refused", "recipe config",
+                         "--config-path %s --config-name %s (a recipe's own Hydra tree; not "
+                         "composed by this bench)" % (parsed["config_path"], cfg))
+            continue
+        base = ("verl/trainer/config/_generated_ppo_trainer.yaml" if cfg == "ppo_trainer"
+                else "verl/trainer/config/sft_trainer.yaml")
+        nnodes = override_value(ov, "trainer.nnodes", "1")
+        per_node = override_value(ov, "trainer.n_gpus_per_node", "8")
+        yield name, {"base": base, "overrides": ov, "nnodes": nnodes, "per_node": per_node}
+
+
+# ---- ROLL example YAMLs ----------------------------------------------------------------------
+
+def count_devices(v):
+    if isinstance(v, list):
+        return len(v)
+    if isinstance(v, str):
+        m = re.fullmatch(r"\s*list\(\s*range\(\s*(\d+)\s*,\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)\s*\)\s*", v)
+        if m:
+            a, b, s = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+            return len(range(a, b, s))
+    return 0
+
+
+def roll_jobs(repo):
+    for path in repo.files():
+        if not re.match(r"^examples/.*\.ya?ml$", path):
+            continue
+        text = repo.read(path)
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        workers = {k: v for k, v in doc.items()
+                   if isinstance(v, dict) and isinstance(v.get("strategy_args"), dict)}
+        if not workers:
+            continue  # env, reward or data configs
+        name = "roll:" + path
+        if "ascend" in path.lower() or "npu" in path.lower():
+            yield name, ("out of scope", "Ascend NPU", "")
+            continue
+        trainers = {k: v for k, v in workers.items()
+                    if str(v["strategy_args"].get("strategy_name", "")).endswith("_train")}
+        names = {str(v["strategy_args"].get("strategy_name")) for v in trainers.values()}
+        if not trainers:
+            yield name, ("out of scope", "no training worker", "")
+            continue
+        if not any(n.startswith("fsdp2") for n in names):
+            kind = sorted(names)[0].split("_")[0]
+            label = {"megatron": "Megatron", "deepspeed": "DeepSpeed"}.get(kind, kind)
+            yield name, ("out of scope", label, "strategy_name " + sorted(names)[0])
+            continue
+        per_node = doc.get("num_gpus_per_node", 8)
+        per_node = per_node if isinstance(per_node, int) and per_node > 0 else 8
+        devices = max([count_devices(w.get("device_mapping")) for w in workers.values()] + [0])
+        world = max(devices, per_node)
+        nnodes = max(1, -(-world // per_node))
+        yield name, {"file_text": text, "nnodes": str(nnodes), "per_node": str(per_node)}
+
+
+# ---- running shardtune -----------------------------------------------------------------------
+
+REASONS = [
+    ("Megatron", r"megatron"),
+    ("DeepSpeed", r"deepspeed"),
+    ("model", r"expected a preset, a Hugging Face id of one|model directory holding a config"),
+    ("vision-language model", r"vision|VLForConditionalGeneration|multimodal"),
+    ("interpolation", r"interpolation that does not resolve"),
+    ("world size", r"world size|ranks, got|GPUs per node"),
+    ("sequence length", r"sequence length|seq.len"),
+    ("unknown key", r"unknown key"),
+    ("not modelled", r"which shardtune does not model"),
+]
+
+
+def reason_of(message):
+    for label, pattern in REASONS:
+        if re.search(pattern, message, re.I):
+            return label
+    return "other"
+
+
+def run_one(shardtune, name, job, workdir):
+    if isinstance(job, tuple):
+        return name, job
+    cluster = "%sx%sxH100" % (job["nnodes"], job["per_node"]) if job["nnodes"] != "1" \
+        else "%sxH100" % job["per_node"]
+    if "file_text" in job:
+        path = os.path.join(workdir, re.sub(r"[^A-Za-z0-9_.-]", "_", name))
+        with open(path, "w") as f:
+            f.write(job["file_text"])
+        args = ["--from", path, "--from-format", "roll"]
+    else:
+        args = ["--from", job["base_path"]]
+        for o in job["overrides"]:
+            args += ["--set", o]
+    cmd = [shardtune, "estimate", "--cluster", cluster, "--json"] + args
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return name, ("refused", "timeout", "over 120 s")
+    if p.returncode != 0:
+        msg = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "exit %d" % p.returncode
+        msg = re.sub(r"^error: ", "", msg).replace(workdir + "/", "")
+        return name, ("refused", reason_of(msg), msg)
+    doc = json.loads(p.stdout)
+    req = doc.get("per_rank", {}).get("required_bytes")
+    coloc = doc.get("colocation") or {}
+    if coloc.get("peak_bytes"):
+        req = max(req or 0, coloc["peak_bytes"])  # the co-located roles' worst phase
+    fits = doc.get("fits")
+    verdict = (doc.get("verdict") or {}).get("text", "")
+    headline = "%s on %s: %s%s" % (
+        doc["model"]["name"], cluster,
+        "%.1f GiB required, " % (req / 2**30) if isinstance(req, (int, float)) else "",
+        "fits" if fits else "DOES NOT FIT")
+    if verdict:
+        headline += " (%s)" % verdict
+    return name, ("accepted", "fits" if fits else "does not fit", headline)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardtune", default="build/cli/shardtune")
+    ap.add_argument("--verl", help="a verl checkout or git directory")
+    ap.add_argument("--roll", help="a ROLL checkout or git directory")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", help="write every outcome to this file")
+    a = ap.parse_args()
+    if not a.verl and not a.roll:
+        ap.error("give --verl and/or --roll")
+    shardtune = os.path.abspath(a.shardtune)
+    jobs, heads = [], []
+    with tempfile.TemporaryDirectory(prefix="shardtune_real_configs_") as workdir:
+        if a.verl:
+            verl = Repo(a.verl)
+            heads.append("volcengine/verl@" + verl.commit[:9])
+            bases = {}
+            for name, job in verl_jobs(verl):
+                if isinstance(job, dict):
+                    if job["base"] not in bases:
+                        path = os.path.join(workdir, job["base"].replace("/", "_"))
+                        with open(path, "w") as f:
+                            f.write(verl.read(job["base"]))
+                        bases[job["base"]] = path
+                    job["base_path"] = bases[job["base"]]
+                jobs.append((name, job))
+        if a.roll:
+            roll = Repo(a.roll)
+            heads.append("alibaba/ROLL@" + roll.commit[:9])
+            jobs += list(roll_jobs(roll))
+        with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
+            results = list(ex.map(lambda nj: run_one(shardtune, nj[0], nj[1], workdir), jobs))
+    by_outcome = collections.Counter()
+    by_reason = collections.Counter()
+    for name, (outcome, reason, detail) in results:
+        by_outcome[outcome] += 1
+        by_reason[(outcome, reason)] += 1
+        print("%-13s %-70s %s" % (outcome, name, detail if outcome != "out of scope" else reason))
+    print()
+    print("real configs, %s, %s, shardtune estimate --from" %
+          (datetime.date.today().isoformat(), ", ".join(heads)))
+    total = len(results)
+    for outcome in ("accepted", "refused", "out of scope"):
+        print("  %-13s %3d of %d" % (outcome, by_outcome[outcome], total))
+    for (outcome, reason), n in sorted(by_reason.items()):
+        print("    %-13s %-24s %3d" % (outcome, reason, n))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([{"file": n, "outcome": o, "reason": r, "detail": d}
+                       for n, (o, r, d) in results], f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
