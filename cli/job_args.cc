@@ -165,6 +165,11 @@ Job ResolveJob(const JobArgs& a) {
   const int64_t longest = job.plan.AttentionSeqLen(job.SeqLen());
   if (longest > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, longest));
   job.options.memory.model_load = ParseLoad(a.model_load);
+  if (job.from.rank0_load_unless_tied && !(a.plan.app && a.plan.app->count("--model-load") > 0)) {
+    // The config's framework loads as it does (ImportResult::rank0_load_unless_tied).
+    job.options.memory.model_load =
+        job.spec.tied_embeddings ? sim::ModelLoad::kEveryRank : sim::ModelLoad::kRank0;
+  }
   job.options.memory.checkpoint_dtype_bytes = static_cast<int>(
       model::BytesPerElement(model::ParseEnum<model::DType>(a.load_dtype, "--load-dtype")));
   job.options.memory.checkpoint_format = sim::ParseCheckpointFormat(a.checkpoint_format, "--checkpoint-format");

@@ -334,6 +334,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
         if (r.format == configs::ImportFormat::kVerl) extras->offloaded_when_idle = r.offloaded_when_idle;
         extras->value_head = extras->value_head || r.value_head;
         if (r.world_size > 0) extras->world_size = r.world_size;
+        extras->rank0_load_unless_tied = extras->rank0_load_unless_tied || r.rank0_load_unless_tied;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }

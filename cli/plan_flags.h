@@ -66,6 +66,7 @@ struct FromExtras {
   std::optional<bool> offloaded_when_idle;  // set by a file whose worker says
   bool value_head = false;
   int world_size = 0;  // the ranks the last config that names them asks for (0: none says)
+  bool rank0_load_unless_tied = false;  // ImportResult's, from any file
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

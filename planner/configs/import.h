@@ -91,6 +91,12 @@ struct ImportResult {
   // estimates this model when --model is not given (cli/model_choice.h).
   std::string model_named;
   std::string model_named_where;  // "file:/actor_rollout_ref/model/path"
+  // The framework builds the model on the CPU of one rank per shard group and on the meta device
+  // elsewhere, then broadcasts the state dict, unless the model ties its embeddings (verl:
+  // fsdp_utils.py get_init_weight_context_manager(use_meta_tensor=not tie_word_embeddings),
+  // fsdp2_load_full_state_dict / sync_module_states): the CLI's --model-load default becomes
+  // rank0, or every-rank for a tied model.
+  bool rank0_load_unless_tied = false;
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

@@ -688,6 +688,10 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
   std::vector<std::string> ignored;
   ConfigReader top(doc, file, "", &ignored);
   bool ppo = top.Has("actor_rollout_ref");
+  // fsdp_workers.py builds the actor, critic and ref under get_init_weight_context_manager(
+  // use_meta_tensor=not tie_word_embeddings) (fsdp_utils.py: the CPU on mesh coordinate 0, meta
+  // elsewhere); the SFT trainer (fsdp_sft_trainer.py) does the same.
+  out.rank0_load_unless_tied = true;
   for (const auto& item : doc.items()) {
     const std::string& k = item.key();
     bool mapped = k == "trainer" || k == "data" ||

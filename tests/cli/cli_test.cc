@@ -744,6 +744,13 @@ TEST(CliTest, FromConfigNamesTheModelWhenNoModelFlag) {
   EXPECT_EQ(doc.at("model").at("parameters"), 8'190'735'360);  // HF num_parameters()
   EXPECT_THAT(doc.at("model").at("named_in").get<std::string>(),
               ::testing::HasSubstr(":/actor_rollout_ref/model/path"));
+  // verl builds an untied model on rank 0's CPU and on the meta device elsewhere
+  // (get_init_weight_context_manager): the model-load default follows it; the flag still wins.
+  EXPECT_TRUE(doc.at("host").at("breakdown").contains("full model copy on rank 0")) << j.out;
+  Result every = RunCli("estimate --cluster 8xH100 --json --model-load every-rank --from " + file);
+  ASSERT_EQ(every.code, 0) << every.err;
+  EXPECT_FALSE(nlohmann::json::parse(every.out).at("host").at("breakdown").contains(
+      "full model copy on rank 0"));
   Result flag = RunCli("estimate --model tiny-llama --seq-len 256 --cluster 8xH100 --json --from " + file);
   ASSERT_EQ(flag.code, 0) << flag.err;
   EXPECT_EQ(nlohmann::json::parse(flag.out).at("model").at("name"), "tiny-llama");
