@@ -335,6 +335,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
         extras->value_head = extras->value_head || r.value_head;
         if (r.world_size > 0) extras->world_size = r.world_size;
         extras->rank0_load_unless_tied = extras->rank0_load_unless_tied || r.rank0_load_unless_tied;
+        if (r.sequences_per_step > 0) extras->sequences_per_step = r.sequences_per_step;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }

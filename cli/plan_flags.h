@@ -67,6 +67,7 @@ struct FromExtras {
   bool value_head = false;
   int world_size = 0;  // the ranks the last config that names them asks for (0: none says)
   bool rank0_load_unless_tied = false;  // ImportResult's, from any file
+  int64_t sequences_per_step = 0;       // ImportResult's, the last file that says
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

@@ -20,6 +20,7 @@
 #include "model/presets.h"
 #include "model/trainable.h"
 #include "planner/configs/export.h"
+#include "planner/offload_advisor.h"
 #include "planner/pareto_plot.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
@@ -106,18 +107,21 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   }
   *seq_len_note = ApplyDefaultSeqLen(spec.max_seq_len, seq_from, &given);
   int64_t global_batch = a.plan.global_batch;  // --global-batch is one of the shared plan flags
-  // With --from and no batch flag, the config's global batch is the one to keep.
+  const bool packed = given.packed_seq_len > 0;
+  // With --from and no batch flag, the config's global batch is the one to keep: for packed rows
+  // the sequences the config's mini-batch holds (the rows alone do not say).
   if (global_batch == 0 && a.global_batch_tokens == 0 && !a.plan.from_files.empty()) {
-    global_batch = given.GlobalBatch(c.world_size());
+    global_batch = packed ? extras.sequences_per_step : given.GlobalBatch(c.world_size());
   }
-  if (given.packed_seq_len > 0) {
-    // The search's batch arithmetic counts sequences of seq_len tokens per micro-batch.
+  if (packed && global_batch == 0 && a.global_batch_tokens == 0) {
     problems.push_back(PlanSource(a.plan) +
-                       ": packed micro-batches (a token budget, e.g. verl use_dynamic_bsz) are "
-                       "estimated and simulated; tune does not search token budgets yet");
+                       ": packed micro-batches: expected --global-batch (sequences per optimizer "
+                       "step) to search token budgets for, got none");
   }
   req.base = given;
-  req.seq_len = given.ResolvedSeqLen(spec.max_seq_len);
+  // Packed plans are searched by their token budget: a row of mb longest sequences' tokens
+  // (search.cc PlansForCp), the sequence length being the longest a row holds.
+  req.seq_len = packed ? given.packed_seq_len : given.ResolvedSeqLen(spec.max_seq_len);
   if (req.seq_len > spec.SeqLenLimit()) {
     problems.push_back("--seq-len: expected at most " +
                        std::string(spec.positions == model::PositionKind::kLearned
@@ -170,6 +174,17 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (FlagGiven(a.plan, "--shard-group")) req.space.hybrid_shard_groups = {given.shard_group_size};
   if (FlagGiven(a.plan, "--wrap")) req.space.wraps = {given.wrap};
   if (FlagGiven(a.plan, "--micro-batch")) req.space.micro_batches = {given.micro_batch};
+  if (packed && a.plan.app && a.plan.app->count("--max-tokens-per-micro-batch") > 0) {
+    // The search's rows are whole multiples of the longest sequence (PlansForCp).
+    const int64_t row = given.micro_batch * given.seq_len;
+    if (row % req.seq_len != 0) {
+      throw InputError("--max-tokens-per-micro-batch: expected a multiple of the longest sequence " +
+                       std::to_string(req.seq_len) + " for tune (which searches rows of whole "
+                       "longest sequences; leave it out to search the budget), got " +
+                       std::to_string(row));
+    }
+    req.space.micro_batches = {static_cast<int>(row / req.seq_len)};
+  }
   if (FlagGiven(a.plan, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
   if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
@@ -365,7 +380,69 @@ struct TuneRun {
   std::string seq_len_note;  // which sequence length and why (ApplyDefaultSeqLen)
   std::string model_arg;     // --model, or the model a --from config named (JobModel)
   std::string model_from;    // JobModel::from
+  // Packed plans (a token budget): the largest budget the winner's plan fits at, and its step.
+  struct TokenBudget {
+    bool evaluated = false;
+    int64_t row_tokens = 0;  // the winner's rows (a multiple of the longest sequence)
+    int64_t max_tokens = 0;  // the most a row can hold and fit (LargestFittingMicroBatchTokens)
+    int cp = 1;
+    int rows_at_max = 0;     // micro-batches per step at it, every sequence the longest
+    double step_s_at_max = 0, tokens_per_s_at_max = 0;
+    Bytes required_at_max;
+  } budget;
 };
+
+// The winner's largest fitting token budget and its step time: the exact capacity between the
+// searched multiples of the longest sequence (verl users' "largest ppo_max_token_len_per_gpu
+// that fits", otherwise found by running until OOM). Rows per step: the per-rank sequences at
+// the longest length over the budget, rounded up (seqlen_balancing.py ceil(tokens / budget));
+// throughput counts the sequences' tokens, not the rows' room.
+TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
+  TuneRun::TokenBudget b;
+  if (t.result.top.empty() || t.req.base.packed_seq_len <= 0) return b;
+  const model::Plan& best = t.result.top.front().plan;
+  b.evaluated = true;
+  b.row_tokens = static_cast<int64_t>(best.micro_batch) * best.seq_len;
+  // From the winner's rows (they fit), to a multiple of kBudgetGranularityTokens.
+  constexpr int64_t kBudgetGranularityTokens = 256;
+  plan::TokenCapacity cap = plan::LargestFittingMicroBatchTokens(
+      t.spec, t.cluster, best, t.req.options.memory, 0, b.row_tokens, kBudgetGranularityTokens);
+  b.max_tokens = cap.max_tokens;
+  b.required_at_max = cap.required_at_max;
+  b.cp = std::max(1, best.cp);
+  if (cap.max_tokens <= 0) return b;
+  const int64_t longest = t.req.seq_len;
+  const int64_t per_rank_tokens =
+      t.req.global_batch * b.cp / t.cluster.world_size() * longest;
+  model::Plan at = best;
+  at.micro_batch = 1;
+  at.seq_len = cap.max_tokens;
+  at.packed_seq_len = longest;
+  at.grad_accum = static_cast<int>((per_rank_tokens + cap.max_tokens - 1) / cap.max_tokens);
+  b.rows_at_max = at.grad_accum;
+  sim::SimOptions o = t.req.options;
+  o.steady_step_only = true;  // the step time only, as the search simulates its plans
+  sim::SimReport r = sim::SimulateStep(t.spec, t.cluster, at, o);
+  b.step_s_at_max = r.step_time.count();
+  b.tokens_per_s_at_max =
+      b.step_s_at_max > 0 ? static_cast<double>(t.req.global_batch * longest) / b.step_s_at_max : 0;
+  return b;
+}
+
+void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, std::ostream& out) {
+  if (!b.evaluated) return;
+  out << "\nToken budget (packed micro-batches)\n";
+  if (b.max_tokens <= 0) {
+    out << "  the winner's plan does not fit even one longest sequence per micro-batch\n";
+    return;
+  }
+  out << std::fixed << std::setprecision(3) << "  the winner's rows hold " << b.row_tokens
+      << " tokens (" << winner_step_s << " s per step); the largest that fits holds "
+      << b.max_tokens << " (" << FormatBytes(b.required_at_max) << " required), " << b.rows_at_max
+      << " micro-batches and " << b.step_s_at_max << " s per step there ("
+      << std::setprecision(0) << b.tokens_per_s_at_max
+      << " tokens/s): verl ppo_max_token_len_per_gpu=" << b.max_tokens / b.cp << "\n";
+}
 
 // The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
 // and --export on its result.
@@ -414,6 +491,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     const model::Plan& best = r.top.front().plan;
     t.exported = configs::ExportPlan(best, configs::MakeExportContext(t.spec, t.cluster, best), format);
   }
+  t.budget = WinnerTokenBudget(t);
   t.features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);
   if (t.features) {
     const model::Plan& best = r.top.front().plan;
@@ -426,6 +504,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
   PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, out);
+  if (!t.result.top.empty()) PrintTokenBudget(t.budget, t.result.top.front().step_time_s, out);
   if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
   if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
   for (const auto& n : t.nodes) {
@@ -458,6 +537,15 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["objective"] = a.objective;
   plan::AppendSearchResultJson(t.result, &j);
   if (t.features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(t.savings);
+  if (t.budget.evaluated) {
+    j["token_budget"] = {{"row_tokens", t.budget.row_tokens},
+                         {"max_tokens", t.budget.max_tokens},
+                         {"required_bytes_at_max", t.budget.required_at_max.count()},
+                         {"micro_batches_at_max", t.budget.rows_at_max},
+                         {"step_time_s_at_max", t.budget.step_s_at_max},
+                         {"tokens_per_s_at_max", t.budget.tokens_per_s_at_max},
+                         {"verl_ppo_max_token_len_per_gpu", t.budget.max_tokens / t.budget.cp}};
+  }
   j["advice_if_none"] = t.result.advice_if_none;
   if (a.search_nodes) {
     nlohmann::ordered_json ns = nlohmann::ordered_json::array();

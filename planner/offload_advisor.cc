@@ -10,7 +10,8 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              const profiles::ClusterSpec& cluster,
                                              const model::Plan& plan,
                                              const sim::MemoryOptions& options,
-                                             int64_t mean_seq_len) {
+                                             int64_t mean_seq_len, int64_t known_fit_tokens,
+                                             int64_t granularity) {
   TokenCapacity c;
   if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) return c;
   const int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
@@ -18,15 +19,27 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
   c.plan_tokens = static_cast<int64_t>(plan.micro_batch) * seq;
   c.longest_sequence = plan.AttentionSeqLen(seq);
   // Rows must split evenly over the cp ranks and the MLP's tiles (Plan::Problems, trainable.h).
-  const int64_t step = std::lcm<int64_t>(std::max(1, plan.cp), std::max(1, plan.tiled_mlp_shards));
-  auto at = [&](int64_t tokens, Bytes* required) {
+  const int64_t step = std::lcm<int64_t>(
+      std::lcm<int64_t>(std::max(1, plan.cp), std::max(1, plan.tiled_mlp_shards)),
+      std::max<int64_t>(1, granularity));
+  // Tune's report (known_fit_tokens > 0) brackets the answer with the fragmentation allowance
+  // (no allocator replay, a fraction of the cost) and settles it with the replay, as the search
+  // screens plans and replays only the ones it lists (search.h replay_every_plan).
+  const bool screen = known_fit_tokens > 0 && options.allocator_replay;
+  sim::MemoryOptions screen_options = options;
+  screen_options.allocator_replay = false;
+  auto judged = [&](int64_t tokens, Bytes* required, const sim::MemoryOptions& o) {
     model::Plan p = plan;
     p.micro_batch = 1;
     p.seq_len = tokens;
     p.packed_seq_len = c.longest_sequence < tokens ? c.longest_sequence : 0;
-    sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+    sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, o);
     if (required) *required = r.required;
     return r.fits;
+  };
+  auto exact = [&](int64_t tokens, Bytes* required) { return judged(tokens, required, options); };
+  auto at = [&](int64_t tokens, Bytes* required) {
+    return judged(tokens, required, screen ? screen_options : options);
   };
   if (mean_seq_len > 0) {
     int64_t t = plan.packed_seq_len > 0
@@ -34,14 +47,19 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                     : std::min(c.plan_tokens, static_cast<int64_t>(plan.micro_batch) * mean_seq_len);
     t = std::max(step, (t + step - 1) / step * step);
     c.typical_tokens = t;
-    c.typical_fits = at(t, &c.typical_required);
+    c.typical_fits = exact(t, &c.typical_required);
   }
   // In units of `step`: lo fits (or is 0), hi does not.
   int64_t lo = 0, hi = 0;
   const int64_t first = (c.longest_sequence + step - 1) / step;
-  if (!at(first * step, nullptr)) return c;  // not even the longest sequence alone
-  lo = first;
-  hi = std::max(first + 1, 2 * ((c.plan_tokens + step - 1) / step));
+  if (known_fit_tokens >= first * step) {
+    lo = known_fit_tokens / step;  // fits: the caller judged it
+    hi = lo + first;               // the next whole longest sequence, grown below if it fits
+  } else {
+    if (!exact(first * step, nullptr)) return c;  // not even the longest sequence alone
+    lo = first;
+    hi = std::max(first + 1, 2 * ((c.plan_tokens + step - 1) / step));
+  }
   while (at(hi * step, nullptr)) {  // grow until something does not fit
     lo = hi;
     hi *= 2;
@@ -51,7 +69,20 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
     int64_t mid = lo + (hi - lo) / 2;
     (at(mid * step, nullptr) ? lo : hi) = mid;
   }
-  at(lo * step, &c.required_at_max);
+  if (screen) {
+    // Settle the screened bracket with the replay: down while the replay runs out (never below
+    // the known fit), then up while one more step still fits.
+    const int64_t floor = known_fit_tokens / step;
+    bool settled = false;
+    while (lo > floor && !(settled = exact(lo * step, &c.required_at_max))) --lo;
+    while (lo + 1 < hi + first && exact((lo + 1) * step, nullptr)) {
+      ++lo;
+      settled = false;
+    }
+    if (!settled) exact(lo * step, &c.required_at_max);
+  } else {
+    exact(lo * step, &c.required_at_max);
+  }
   c.max_tokens = lo * step;
   return c;
 }

@@ -67,11 +67,14 @@ struct TokenCapacity {
   Bytes typical_required;
   bool typical_fits = false;
 };
-// `mean_seq_len` > 0 also evaluates the typical micro-batch.
+// `mean_seq_len` > 0 also evaluates the typical micro-batch. `known_fit_tokens` > 0: a row of
+// that many tokens is known to fit (tune's winner), where the search starts. `granularity` > 1:
+// the answer is a multiple of it (tune's report: fewer memory walks to stay under a second).
 TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              const profiles::ClusterSpec& cluster,
                                              const model::Plan& plan,
                                              const sim::MemoryOptions& options,
-                                             int64_t mean_seq_len = 0);
+                                             int64_t mean_seq_len = 0, int64_t known_fit_tokens = 0,
+                                             int64_t granularity = 1);
 
 }  // namespace shardtune::plan

@@ -155,9 +155,12 @@ const char* ToString(Objective o) {
 std::string PlanKey(const Plan& p) {
   std::string k = model::ToString(p.strategy);
   if (p.Hybrid()) k += "/" + std::to_string(p.shard_group_size);
+  const std::string batch =
+      p.packed_seq_len > 0
+          ? " tokens=" + std::to_string(p.micro_batch * p.seq_len) + "x" + std::to_string(p.grad_accum)
+          : " mb=" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum);
   k += " wrap=" + model::WrapSpecToString(p.wrap) + (p.wrap.embedding_unit ? "+embedding" : "") +
-       (p.wrap.head_unit ? "+head" : "") + " mb=" + std::to_string(p.micro_batch) +
-       "x" + std::to_string(p.grad_accum) + " ckpt=" + model::CheckpointingSpecToString(p) +
+       (p.wrap.head_unit ? "+head" : "") + batch + " ckpt=" + model::CheckpointingSpecToString(p) +
        " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
        " bwd_prefetch=" + model::ToString(p.backward_prefetch);
   if (p.cp > 1) k += " cp=" + std::to_string(p.cp);
@@ -217,6 +220,15 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                   p.micro_batch = mb;
                   p.grad_accum = static_cast<int>(per_rank / mb);
                   p.seq_len = req.seq_len;
+                  if (req.base.packed_seq_len > 0) {
+                    // A token budget of mb longest sequences per row (verl use_dynamic_bsz with
+                    // ppo_max_token_len_per_gpu = mb x seq_len / cp): judged at full rows, as
+                    // many as the per-rank batch needs when every sequence is the longest
+                    // (seqlen_balancing.py: ceil(tokens / budget) micro-batches).
+                    p.micro_batch = 1;
+                    p.seq_len = static_cast<int64_t>(mb) * req.seq_len;
+                    p.packed_seq_len = req.seq_len;
+                  }
                   p.checkpointing = ck;
                   p.checkpoint_every_k = ck == model::Checkpointing::kEveryK ? 2 : 1;
                   p.offload = off;

@@ -97,6 +97,10 @@ struct ImportResult {
   // fsdp2_load_full_state_dict / sync_module_states): the CLI's --model-load default becomes
   // rank0, or every-rank for a tied model.
   bool rank0_load_unless_tied = false;
+  // Sequences per optimizer step over the whole world (verl: ppo_mini_batch_size x rollout.n) for
+  // a trained worker, which a packed plan's rows do not give back; 0: the file does not say
+  // (inference roles, other formats: the plan's micro_batch x grad_accum x dp is the batch).
+  int64_t sequences_per_step = 0;
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

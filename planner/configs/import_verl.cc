@@ -461,6 +461,7 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   if (auto ro = arr.Section("rollout"); ro && ro->Has("n")) n = *ro->Int("n", 1, 1 << 20);
   if (train) b.mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
   ApplyBatching(w, b, dp, m.sp, seq, plan);
+  out->sequences_per_step = b.mini;
 }
 
 // verl's critic (verl/trainer/config/critic/critic.yaml and dp_critic.yaml; fsdp_workers.py
@@ -545,6 +546,7 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
                      : 256;
   b.mini = mini * n;  // fsdp_workers.py CriticWorker: *= rollout_n, then //= world / sp
   ApplyBatching(c, b, m.world / m.sp, m.sp, seq, plan);
+  out->sequences_per_step = b.mini;
   // dp_critic.yaml: use_remove_padding false. A token budget then counts the real tokens while
   // the forward runs on [b, padded width]: short sequences make b, and the padded row, larger
   // than the budget. Estimated at sequences of the padded width (budget / width of them, the

@@ -927,9 +927,50 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 128 "
                             "--lengths mean:100"),
                      "--lengths: expected a plan with packed micro-batches");
-  // tune does not search token budgets yet: said, not answered wrong.
-  ExpectOneLineError(RunCli("tune --model tiny-llama --cluster 8xH100 --from " + file),
-                     "tune does not search token budgets yet");
+}
+
+// tune searches a packed plan's token budget: rows of whole longest sequences, as many per step
+// as the config's sequences need (ppo_mini_batch_size 64 x rollout.n 4 = 256 per step, 32 per
+// rank at 2048 tokens each), then the largest budget the winner fits at, to 256 tokens, and the
+// step there; the verl export writes the budget.
+TEST(CliTest, TuneSearchesTheTokenBudgetOfAPackedPlan) {
+  std::string file = WriteFile("verl_budget_tune.yaml",
+                               "trainer:\n  n_gpus_per_node: 8\n  nnodes: 1\n"
+                               "data:\n  max_prompt_length: 512\n  max_response_length: 1536\n"
+                               "actor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-0.5B\n"
+                               "  actor:\n    ppo_mini_batch_size: 64\n    use_dynamic_bsz: true\n"
+                               "    ppo_max_token_len_per_gpu: 16384\n  rollout:\n    n: 4\n");
+  std::string out = TempPath("tuned_budget_" + std::to_string(::getpid()) + ".json");
+  Result r = RunCli("tune --cluster 8xH100 --json --out " + out + " --from " + file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("global_batch"), 64 * 4);
+  EXPECT_EQ(j.at("seq_len"), 512 + 1536);
+  auto best = j.at("top").at(0).at("plan");
+  EXPECT_EQ(best.at("packed_seq_len"), 2048);
+  const int64_t row = best.at("micro_batch").get<int64_t>() * best.at("seq_len").get<int64_t>();
+  const int64_t cp = best.at("cp").get<int64_t>();
+  ASSERT_EQ(row % 2048, 0);
+  EXPECT_EQ(row / 2048 * best.at("grad_accum").get<int64_t>(), 256 * cp / 8);  // every sequence
+  auto tb = j.at("token_budget");
+  const int64_t max_tokens = tb.at("max_tokens").get<int64_t>();
+  EXPECT_EQ(tb.at("row_tokens"), row);
+  EXPECT_GE(max_tokens, row);
+  EXPECT_EQ(max_tokens % 256, 0);
+  EXPECT_EQ(tb.at("verl_ppo_max_token_len_per_gpu"), max_tokens / cp);
+  EXPECT_EQ(tb.at("micro_batches_at_max"), (256 * cp / 8 * 2048 + max_tokens - 1) / max_tokens);
+  // estimate's own, exact capacity of the winner agrees to the granularity.
+  Result e = RunCli("estimate --model qwen2.5-0.5b --cluster 8xH100 --json --plan " + out);
+  ASSERT_EQ(e.code, 0) << e.err;
+  const int64_t exact =
+      nlohmann::json::parse(e.out).at("micro_batch_token_capacity").at("max_tokens").get<int64_t>();
+  EXPECT_NEAR(static_cast<double>(exact), static_cast<double>(max_tokens), 512.0);
+  Result text = RunCli("tune --cluster 8xH100 --export verl --from " + file);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("Token budget (packed micro-batches)"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("use_dynamic_bsz: true"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("ppo_max_token_len_per_gpu: " + std::to_string(row / cp)));
+  std::remove(out.c_str());
 }
 
 // verl's GRPO example for Qwen3-8B (use_remove_padding, 32 sequences of up to 512 + 1024 tokens
