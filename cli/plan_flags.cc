@@ -336,6 +336,11 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
         if (r.world_size > 0) extras->world_size = r.world_size;
         extras->rank0_load_unless_tied = extras->rank0_load_unless_tied || r.rank0_load_unless_tied;
         if (r.sequences_per_step > 0) extras->sequences_per_step = r.sequences_per_step;
+        if (r.prompt_length > 0) {
+          extras->prompt_length = r.prompt_length;
+          extras->response_length = r.response_length;
+        }
+        if (r.rollout_n > 0) extras->rollout_n = r.rollout_n;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }

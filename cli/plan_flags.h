@@ -68,6 +68,8 @@ struct FromExtras {
   int world_size = 0;  // the ranks the last config that names them asks for (0: none says)
   bool rank0_load_unless_tied = false;  // ImportResult's, from any file
   int64_t sequences_per_step = 0;       // ImportResult's, the last file that says
+  int64_t prompt_length = 0, response_length = 0;  // ImportResult's verl split, likewise
+  int rollout_n = 0;
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

@@ -93,13 +93,14 @@ std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
 
 plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
                                  const profiles::ClusterSpec& c, std::vector<std::string>* warnings,
-                                 std::string* seq_len_note) {
+                                 std::string* seq_len_note, FromExtras* extras_out) {
   std::vector<std::string> problems;
   plan::SearchRequest req;
   configs::ImportContext from = configs::MakeImportContext(spec, c);
   std::string seq_from;
   FromExtras extras;
   model::Plan given = BuildPlan(a.plan, &from, warnings, &seq_from, &extras);
+  *extras_out = extras;
   if (extras.value_head) {
     problems.push_back(PlanSource(a.plan) +
                        ": --from-worker critic: tune searches causal-LM plans; estimate and "
@@ -380,6 +381,7 @@ struct TuneRun {
   std::string seq_len_note;  // which sequence length and why (ApplyDefaultSeqLen)
   std::string model_arg;     // --model, or the model a --from config named (JobModel)
   std::string model_from;    // JobModel::from
+  FromExtras from;           // what the --from configs said beside the plan (verl's split, n)
   // Packed plans (a token budget): the largest budget the winner's plan fits at, and its step.
   struct TokenBudget {
     bool evaluated = false;
@@ -456,7 +458,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   t.spec = jm.spec;
   t.model_arg = jm.arg;
   t.model_from = jm.from;
-  t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings, &t.seq_len_note);
+  t.req = BuildRequest(a, t.spec, t.cluster, &t.warnings, &t.seq_len_note, &t.from);
   configs::ExportFormat format{};
   if (!a.export_format.empty()) format = configs::ParseExportFormat(a.export_format, "--export");
   bool bar = !a.json && ::isatty(2);
@@ -489,7 +491,11 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   }
   if (!a.export_format.empty() && !r.top.empty()) {
     const model::Plan& best = r.top.front().plan;
-    t.exported = configs::ExportPlan(best, configs::MakeExportContext(t.spec, t.cluster, best), format);
+    configs::ExportContext ctx = configs::MakeExportContext(t.spec, t.cluster, best);
+    ctx.verl_prompt_length = t.from.prompt_length;  // kept from a verl config tuned
+    ctx.verl_response_length = t.from.response_length;
+    ctx.verl_rollout_n = t.from.rollout_n;
+    t.exported = configs::ExportPlan(best, ctx, format);
   }
   t.budget = WinnerTokenBudget(t);
   t.features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);

@@ -34,6 +34,11 @@ struct ExportContext {
   int64_t seq_len = 0;         // S in tokens, after the plan's default (the model's max_seq_len)
   int64_t global_batch = 0;    // sequences per optimizer step: micro_batch x grad_accum x world
   double max_grad_norm = 1.0;  // global-norm clipping, as the executor's default; <= 0: none
+  // verl: the source config's prompt / response split and rollout.n when the plan was tuned from
+  // one (ImportResult), kept by the export; 0: unknown (the split is written as halves and
+  // rollout.n as 1, with notes).
+  int64_t verl_prompt_length = 0, verl_response_length = 0;
+  int verl_rollout_n = 0;
 };
 
 // The Hugging Face transformers class of one decoder block of `spec`, derived from its shape:

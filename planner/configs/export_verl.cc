@@ -21,9 +21,10 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   const std::string target = "verl's FSDP workers";
   std::vector<std::string> notes;
   bool train = p.role == model::Role::kTrain;
-  if (!sft) {
-    notes.push_back("sequence length " + std::to_string(p.packed_seq_len > 0 ? p.packed_seq_len
-                                                                             : ctx.seq_len) +
+  const int64_t seq = p.packed_seq_len > 0 ? p.packed_seq_len : ctx.seq_len;
+  if (!sft && !(ctx.verl_prompt_length > 0 &&
+                ctx.verl_prompt_length + ctx.verl_response_length == seq)) {
+    notes.push_back("sequence length " + std::to_string(seq) +
                     " = data.max_prompt_length + data.max_response_length; the split is yours, "
                     "the sum decides memory");
   }
@@ -32,7 +33,7 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     ": verl's workers compute log-probs their own way (packed logits, flash-attn "
                     "cross-entropy: loss_kernel verl_flash_ce)");
   }
-  if (train && !sft) {
+  if (train && !sft && ctx.verl_rollout_n <= 0) {
     notes.push_back(
         "ppo_mini_batch_size counts prompts with rollout.n 1; with n samples per "
         "prompt divide it by n");
@@ -186,25 +187,32 @@ ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   y << "defaults:\n  - ppo_trainer\n  - _self_\n";
   y << "trainer:\n  nnodes: " << ctx.num_nodes << "\n  n_gpus_per_node: " << ctx.gpus_per_node
     << "\n";
-  int64_t prompt = seq / 2;
+  // The source config's split when the plan was tuned from one with the same length.
+  const bool split_known = ctx.verl_prompt_length > 0 &&
+                           ctx.verl_prompt_length + ctx.verl_response_length == seq;
+  int64_t prompt = split_known ? ctx.verl_prompt_length : seq / 2;
   y << "data:\n  max_prompt_length: " << prompt << "\n  max_response_length: " << seq - prompt
     << "\n";
+  // Sequences per update over all ranks: rows' sequences for a packed plan (import_verl.cc
+  // counts min(n, ceil(n x seq / row)) rows for n sequences per rank), else micro x accum.
+  const int64_t sequences =
+      (packed ? p.grad_accum * p.seq_len / seq
+              : static_cast<int64_t>(p.micro_batch) * p.grad_accum) *
+      dp;
+  int n = train && ctx.verl_rollout_n > 0 ? ctx.verl_rollout_n : 1;
+  if (sequences % n != 0) n = 1;  // not whole prompts: counted as prompts with rollout.n 1
   y << "actor_rollout_ref:\n";
   y << "  model:\n";
   WriteModelKeys(p, train, "    ", y);
   const int64_t budget = p.seq_len / std::max(1, p.cp);  // *_max_token_len_per_gpu
   if (train) {
-    y << "  rollout:\n    n: 1\n";
+    y << "  rollout:\n    n: " << n << "\n";
     y << "  actor:\n    strategy: fsdp2\n";
+    // fsdp_workers.py: ppo_mini_batch_size (prompts) x rollout.n sequences per update.
+    y << "    ppo_mini_batch_size: " << sequences / n << "  # prompts per update over all ranks\n";
     if (packed) {
-      // The most sequences whose rows (at the padded width) are grad_accum rows of the budget:
-      // import_verl.cc counts min(n, ceil(n x seq / row)) rows for n sequences per rank.
-      int64_t per_rank = p.grad_accum * p.seq_len / seq;
-      y << "    ppo_mini_batch_size: " << per_rank * dp << "  # prompts per update over all ranks\n";
       y << "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: " << budget << "\n";
     } else {
-      y << "    ppo_mini_batch_size: " << static_cast<int64_t>(p.micro_batch) * p.grad_accum * dp
-        << "  # prompts per update over all ranks\n";
       y << "    ppo_micro_batch_size_per_gpu: " << p.micro_batch << "\n";
     }
   } else {

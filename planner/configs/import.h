@@ -101,6 +101,11 @@ struct ImportResult {
   // a trained worker, which a packed plan's rows do not give back; 0: the file does not say
   // (inference roles, other formats: the plan's micro_batch x grad_accum x dp is the batch).
   int64_t sequences_per_step = 0;
+  // verl's prompt / response split (data.max_prompt_length, max_response_length, their sum the
+  // sequence length) and rollout.n (samples per prompt), for an export of a plan tuned from this
+  // file to keep them; 0: not a verl PPO file.
+  int64_t prompt_length = 0, response_length = 0;
+  int rollout_n = 0;
 };
 
 // Reads `text` (the contents of `file`) and applies every plan setting it holds onto `*plan`;

@@ -313,6 +313,8 @@ int64_t ReadPaddedWidth(const ConfigReader& top, ImportResult* out) {
                       (data.Has("max_prompt_length") ? "" : " (verl's default)") +
                       " + max_response_length " + std::to_string(response) +
                       (data.Has("max_response_length") ? "" : " (verl's default)");
+  out->prompt_length = prompt;
+  out->response_length = response;
   return prompt + response;
 }
 
@@ -462,6 +464,7 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   if (train) b.mini = w.Int("ppo_mini_batch_size", 1, 1 << 30).value_or(256) * n;
   ApplyBatching(w, b, dp, m.sp, seq, plan);
   out->sequences_per_step = b.mini;
+  out->rollout_n = static_cast<int>(n);
 }
 
 // verl's critic (verl/trainer/config/critic/critic.yaml and dp_critic.yaml; fsdp_workers.py

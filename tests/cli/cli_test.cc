@@ -970,6 +970,10 @@ TEST(CliTest, TuneSearchesTheTokenBudgetOfAPackedPlan) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("Token budget (packed micro-batches)"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("use_dynamic_bsz: true"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("ppo_max_token_len_per_gpu: " + std::to_string(row / cp)));
+  // The config's own split and samples per prompt are kept: 64 prompts x n 4.
+  EXPECT_THAT(text.out, ::testing::HasSubstr("max_prompt_length: 512\n  max_response_length: 1536"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("rollout:\n    n: 4\n"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("ppo_mini_batch_size: 64 "));
   std::remove(out.c_str());
 }
 

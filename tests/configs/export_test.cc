@@ -449,6 +449,38 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
 // A training plan with a plain cross-entropy is verl's SFT trainer job (fsdp_sft_trainer.py over
 // sft_trainer.yaml), not a PPO actor: data.train_batch_size is global (2 x 4 x dp 4 = 32),
 // micro_batch_size_per_gpu and max_length as the plan has them, no rollout section.
+// A plan tuned from a verl GRPO config keeps the config's prompt / response split and rollout.n:
+// 32 sequences per update (micro 2 x accum 4 x dp 4) are 8 prompts of n 4; a sample count that
+// does not divide the sequences falls back to counting them as prompts with n 1.
+TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.cp = 2;
+  j.plan.micro_batch = 2;
+  j.plan.grad_accum = 4;
+  j.plan.loss_kernel = model::LossKernel::kVerlFlashCe;
+  j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                            profiles::ParseClusterShorthand("8xH100"), j.plan);
+  ASSERT_EQ(j.ctx.seq_len, 2048);
+  j.ctx.verl_prompt_length = 512;
+  j.ctx.verl_response_length = 1536;
+  j.ctx.verl_rollout_n = 4;
+  ExportResult r = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  json y = LoadYaml(r.text);
+  EXPECT_EQ(Int(y, "/data/max_prompt_length"), 512);
+  EXPECT_EQ(Int(y, "/data/max_response_length"), 1536);
+  EXPECT_EQ(Int(y, "/actor_rollout_ref/rollout/n"), 4);
+  EXPECT_EQ(Int(y, "/actor_rollout_ref/actor/ppo_mini_batch_size"), 32 / 4);
+  for (const auto& n : r.notes) {
+    EXPECT_EQ(n.find("the split is yours"), std::string::npos) << n;
+    EXPECT_EQ(n.find("divide it by n"), std::string::npos) << n;
+  }
+  j.ctx.verl_rollout_n = 3;
+  json odd = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kVerl).text);
+  EXPECT_EQ(Int(odd, "/actor_rollout_ref/rollout/n"), 1);
+  EXPECT_EQ(Int(odd, "/actor_rollout_ref/actor/ppo_mini_batch_size"), 32);
+}
+
 TEST(ExportTest, VerlSftPlanIsTheSftTrainersConfig) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
   Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
