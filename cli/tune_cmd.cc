@@ -190,6 +190,31 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
+  if (!a.export_format.empty() &&
+      configs::ParseExportFormat(a.export_format, "--export") == configs::ExportFormat::kVerl) {
+    // Rank only what verl's FSDP2 workers can run (fsdp_workers.py, engine/fsdp.yaml; the
+    // export's notes, export_verl.cc VerlNotes): fsdp_size -1 or a divisor (full or hybrid
+    // sharding, never none), reshard_after_forward, one unit per decoder layer, whole-block
+    // gradient checkpointing, offload_policy (parameters, gradients and optimizer together),
+    // FSDP2's own backward prefetch; forward_prefetch is FSDP1's only.
+    using S = model::ShardingStrategy;
+    if (!FlagGiven(a.plan, "--strategy")) {
+      req.space.strategies = {S::kFullShard, S::kShardGradOp, S::kHybridShard, S::kHybridShardZero2};
+    }
+    if (!FlagGiven(a.plan, "--wrap")) req.space.wraps = {model::WrapPolicy{}};
+    if (!FlagGiven(a.plan, "--checkpointing")) {
+      req.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kFull};
+    }
+    if (!FlagGiven(a.plan, "--offload")) req.space.offloads = {model::Offload::kNone, model::Offload::kAll};
+    if (!FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {false};
+    if (!FlagGiven(a.plan, "--backward-prefetch")) {
+      req.space.backward_prefetch = {model::BackwardPrefetch::kPre};
+    }
+    warnings->push_back(
+        "--export verl: searched only plans verl's FSDP2 workers run; verl lacks no_shard, "
+        "embedding / head / every:K / non-uniform units, selective and every:K checkpointing, "
+        "optimizer-only offload, forward prefetch (FSDP1 only) and a backward-prefetch setting");
+  }
   req.space.cp_sizes = CpSizesOf(a, given, spec, c, req);
   if (FlagGiven(a.plan, "--ep")) {
     ThrowIfProblems(model::EpProblems(spec, given, "--ep"));

@@ -970,6 +970,23 @@ TEST(CliTest, TuneSearchesTheTokenBudgetOfAPackedPlan) {
   EXPECT_THAT(text.out, ::testing::HasSubstr("Token budget (packed micro-batches)"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("use_dynamic_bsz: true"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("ppo_max_token_len_per_gpu: " + std::to_string(row / cp)));
+  // --export verl ranks only plans verl can run, and says what it left out.
+  Result verl = RunCli("tune --cluster 8xH100 --json --export verl --from " + file);
+  ASSERT_EQ(verl.code, 0) << verl.err;
+  auto vj = nlohmann::json::parse(verl.out);
+  ASSERT_FALSE(vj.at("top").empty());
+  for (const auto& t : vj.at("top")) {
+    const auto& p = t.at("plan");
+    EXPECT_NE(p.at("strategy"), "no_shard");
+    EXPECT_EQ(p.at("wrap").at("policy"), "block") << p.dump();
+    EXPECT_FALSE(p.at("wrap").at("embedding_unit").get<bool>());
+    EXPECT_FALSE(p.at("wrap").at("head_unit").get<bool>());
+    EXPECT_TRUE(p.at("checkpointing") == "none" || p.at("checkpointing") == "full") << p.dump();
+    EXPECT_TRUE(p.at("offload") == "none" || p.at("offload") == "all") << p.dump();
+    EXPECT_EQ(p.at("forward_prefetch"), false);
+  }
+  EXPECT_THAT(vj.at("warnings").dump(),
+              ::testing::HasSubstr("--export verl: searched only plans verl's FSDP2 workers run"));
   // The config's own split and samples per prompt are kept: 64 prompts x n 4.
   EXPECT_THAT(text.out, ::testing::HasSubstr("max_prompt_length: 512\n  max_response_length: 1536"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("rollout:\n    n: 4\n"));
