@@ -451,10 +451,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
     bool typical_fits = false;
     std::string typical_text;
     if (capacity.typical_tokens > 0 && capacity.typical_fits) {
-      model::Plan t = plan;
-      t.micro_batch = 1;
-      t.seq_len = capacity.typical_tokens;
-      t.packed_seq_len = capacity.longest_sequence < capacity.typical_tokens ? capacity.longest_sequence : 0;
+      const model::Plan t =
+          plan::PackedRowPlan(plan, capacity.typical_tokens, capacity.longest_sequence);
       sim::MemoryEstimate te = sim::EstimateMemoryWithProgram(spec, cluster, t, opt, true);
       sim::JobPhases tp = sim::EstimateJobPhases(te.program, te.report, spec, cluster, t, opt);
       typical_fits = tp.fits;

@@ -3,6 +3,7 @@
 #include "cli/plan_flags.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -298,6 +299,26 @@ void ApplyPacking(const PlanFlags& f, int64_t row_before_flags, model::Plan* p) 
     p->seq_len = row_before_flags;
   }
 }
+
+// How the --from files are read: `base` (the model and cluster) with --from-worker and the --set
+// overrides, and the --from-format when given. One file is the whole config: an override may add
+// a top-level key to it. With several, each override goes to the files that have its first key.
+struct FromReading {
+  configs::ImportContext ctx;
+  std::optional<configs::ImportFormat> format;
+  configs::ImportResult Read(const std::string& file, model::Plan* plan) const {
+    return configs::ImportConfigFile(file, ctx, format ? &*format : nullptr, plan);
+  }
+};
+FromReading ReadingOf(const PlanFlags& f, const configs::ImportContext& base) {
+  FromReading r;
+  r.ctx = base;
+  r.ctx.worker = f.from_worker;
+  r.ctx.overrides = f.set_overrides;
+  r.ctx.overrides_add_top_level = f.from_files.size() == 1;
+  if (!f.from_format.empty()) r.format = configs::ParseImportFormat(f.from_format, "--from-format");
+  return r;
+}
 }  // namespace
 
 model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx,
@@ -312,18 +333,10 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
   }
   if (!f.from_files.empty()) {
     SHARDTUNE_CHECK(from_ctx != nullptr) << "--from without a model and cluster to read it against";
-    configs::ImportContext ctx = *from_ctx;
-    ctx.worker = f.from_worker;
-    ctx.overrides = f.set_overrides;
-    // One file is the whole config: an override may add a top-level key to it. With several,
-    // each override goes to the files that have its first key.
-    ctx.overrides_add_top_level = f.from_files.size() == 1;
-    configs::ImportFormat format{};
-    if (!f.from_format.empty()) format = configs::ParseImportFormat(f.from_format, "--from-format");
+    const FromReading reading = ReadingOf(f, *from_ctx);
     std::vector<std::string> applied;
     for (const auto& file : f.from_files) {
-      configs::ImportResult r =
-          configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &p);
+      configs::ImportResult r = reading.Read(file, &p);
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
       if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
       if (extras) {
@@ -376,19 +389,13 @@ JobModel ResolveJobModel(const std::string& model_flag, const PlanFlags& f,
     // A first reading of the configs, for the model they name only: the plan it fills is
     // dropped and BuildPlan reads them again against the model (its block class, tied
     // embeddings).
-    configs::ImportContext ctx = base;
-    ctx.worker = f.from_worker;
-    ctx.overrides = f.set_overrides;
-    ctx.overrides_add_top_level = f.from_files.size() == 1;
-    ctx.layer_class.clear();
-    ctx.model_parameters = 1;  // NO_WRAP is checked against the model on the second reading
-    configs::ImportFormat format{};
-    if (!f.from_format.empty()) format = configs::ParseImportFormat(f.from_format, "--from-format");
+    FromReading reading = ReadingOf(f, base);
+    reading.ctx.layer_class.clear();
+    reading.ctx.model_parameters = 1;  // NO_WRAP is checked against the model on the second reading
     std::string where;
     for (const auto& file : f.from_files) {
       model::Plan scratch;
-      configs::ImportResult r =
-          configs::ImportConfigFile(file, ctx, f.from_format.empty() ? nullptr : &format, &scratch);
+      configs::ImportResult r = reading.Read(file, &scratch);
       if (!r.model_named.empty()) {
         m.arg = r.model_named;
         where = r.model_named_where;

@@ -441,10 +441,7 @@ TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
   const int64_t longest = t.req.seq_len;
   const int64_t per_rank_tokens =
       t.req.global_batch * b.cp / t.cluster.world_size() * longest;
-  model::Plan at = best;
-  at.micro_batch = 1;
-  at.seq_len = cap.max_tokens;
-  at.packed_seq_len = longest;
+  model::Plan at = plan::PackedRowPlan(best, cap.max_tokens, longest);
   at.grad_accum = static_cast<int>((per_rank_tokens + cap.max_tokens - 1) / cap.max_tokens);
   b.rows_at_max = at.grad_accum;
   sim::SimOptions o = t.req.options;

@@ -6,6 +6,14 @@
 
 namespace shardtune::plan {
 
+model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest) {
+  model::Plan p = plan;
+  p.micro_batch = 1;
+  p.seq_len = tokens;
+  p.packed_seq_len = longest < tokens ? longest : 0;
+  return p;
+}
+
 TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              const profiles::ClusterSpec& cluster,
                                              const model::Plan& plan,
@@ -29,11 +37,8 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
   sim::MemoryOptions screen_options = options;
   screen_options.allocator_replay = false;
   auto judged = [&](int64_t tokens, Bytes* required, const sim::MemoryOptions& o) {
-    model::Plan p = plan;
-    p.micro_batch = 1;
-    p.seq_len = tokens;
-    p.packed_seq_len = c.longest_sequence < tokens ? c.longest_sequence : 0;
-    sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, o);
+    sim::MemoryReport r =
+        sim::EstimateMemory(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o);
     if (required) *required = r.required;
     return r.fits;
   };

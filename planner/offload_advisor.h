@@ -67,6 +67,11 @@ struct TokenCapacity {
   Bytes typical_required;
   bool typical_fits = false;
 };
+// `plan` with its micro-batch one packed row of `tokens` tokens holding sequences of up to
+// `longest` (Plan::packed_seq_len; not packed when one sequence fills the row): how a micro-batch
+// of that many tokens is judged.
+model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest);
+
 // `mean_seq_len` > 0 also evaluates the typical micro-batch. `known_fit_tokens` > 0: a row of
 // that many tokens is known to fit (tune's winner), where the search starts. `granularity` > 1:
 // the answer is a multiple of it (tune's report: fewer memory walks to stay under a second).

@@ -15,16 +15,46 @@ using model::DType;
 
 const char* YamlBool(bool b) { return b ? "true" : "false"; }
 
+// What a PPO export writes for the data and the batch: the sequence length, the prompt /
+// response split, the sequences per update over all ranks and rollout.n (the config's, when the
+// plan was tuned from one: ExportContext's verl_*).
+struct PpoBatch {
+  int64_t seq = 0;           // max_prompt_length + max_response_length
+  bool split_known = false;  // the source config's split, of the same length
+  int64_t prompt = 0;        // the source's, else half
+  // Rows' sequences for a packed plan (import_verl.cc counts min(n, ceil(n x seq / row)) rows
+  // for n sequences per rank), else micro x accum; times the data-parallel ranks.
+  int64_t sequences = 0;
+  bool n_from_config = false;  // ExportContext::verl_rollout_n was given
+  int n = 1;  // samples per prompt; 1 when not given or not dividing the sequences
+};
+
+PpoBatch PpoBatchOf(const model::Plan& p, const ExportContext& ctx) {
+  PpoBatch b;
+  const bool packed = p.packed_seq_len > 0;
+  b.seq = packed ? p.packed_seq_len : ctx.seq_len;
+  b.split_known = ctx.verl_prompt_length > 0 &&
+                  ctx.verl_prompt_length + ctx.verl_response_length == b.seq;
+  b.prompt = b.split_known ? ctx.verl_prompt_length : b.seq / 2;
+  b.sequences = (packed ? p.grad_accum * p.seq_len / b.seq
+                        : static_cast<int64_t>(p.micro_batch) * p.grad_accum) *
+                p.DataParallel(ctx.world_size);
+  b.n_from_config = ctx.verl_rollout_n > 0;
+  if (p.role == model::Role::kTrain && b.n_from_config && b.sequences % ctx.verl_rollout_n == 0) {
+    b.n = ctx.verl_rollout_n;
+  }
+  return b;
+}
+
 // `sft`: the SFT trainer's config (no prompt/response split, no rollout).
 std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ctx,
                                    const Layout& l, bool sft) {
   const std::string target = "verl's FSDP workers";
   std::vector<std::string> notes;
   bool train = p.role == model::Role::kTrain;
-  const int64_t seq = p.packed_seq_len > 0 ? p.packed_seq_len : ctx.seq_len;
-  if (!sft && !(ctx.verl_prompt_length > 0 &&
-                ctx.verl_prompt_length + ctx.verl_response_length == seq)) {
-    notes.push_back("sequence length " + std::to_string(seq) +
+  const PpoBatch batch = PpoBatchOf(p, ctx);
+  if (!sft && !batch.split_known) {
+    notes.push_back("sequence length " + std::to_string(batch.seq) +
                     " = data.max_prompt_length + data.max_response_length; the split is yours, "
                     "the sum decides memory");
   }
@@ -33,7 +63,7 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     ": verl's workers compute log-probs their own way (packed logits, flash-attn "
                     "cross-entropy: loss_kernel verl_flash_ce)");
   }
-  if (train && !sft && ctx.verl_rollout_n <= 0) {
+  if (train && !sft && !batch.n_from_config) {
     notes.push_back(
         "ppo_mini_batch_size counts prompts with rollout.n 1; with n samples per "
         "prompt divide it by n");
@@ -177,39 +207,27 @@ ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   if (train && p.loss_kernel != model::LossKernel::kVerlFlashCe) return ExportVerlSft(p, ctx, l);
   ExportResult r;
   r.notes = VerlNotes(p, ctx, l, false);
-  int dp = p.DataParallel(ctx.world_size);
   // A packed plan is verl's token budget (import_verl.cc): rows of seq_len tokens over the cp
   // group, sequences up to packed_seq_len.
   const bool packed = p.packed_seq_len > 0;
-  const int64_t seq = packed ? p.packed_seq_len : ctx.seq_len;
+  const PpoBatch batch = PpoBatchOf(p, ctx);
   std::ostringstream y;
   // Hydra composes verl's own ppo_trainer.yaml first, then these keys over it.
   y << "defaults:\n  - ppo_trainer\n  - _self_\n";
   y << "trainer:\n  nnodes: " << ctx.num_nodes << "\n  n_gpus_per_node: " << ctx.gpus_per_node
     << "\n";
-  // The source config's split when the plan was tuned from one with the same length.
-  const bool split_known = ctx.verl_prompt_length > 0 &&
-                           ctx.verl_prompt_length + ctx.verl_response_length == seq;
-  int64_t prompt = split_known ? ctx.verl_prompt_length : seq / 2;
-  y << "data:\n  max_prompt_length: " << prompt << "\n  max_response_length: " << seq - prompt
-    << "\n";
-  // Sequences per update over all ranks: rows' sequences for a packed plan (import_verl.cc
-  // counts min(n, ceil(n x seq / row)) rows for n sequences per rank), else micro x accum.
-  const int64_t sequences =
-      (packed ? p.grad_accum * p.seq_len / seq
-              : static_cast<int64_t>(p.micro_batch) * p.grad_accum) *
-      dp;
-  int n = train && ctx.verl_rollout_n > 0 ? ctx.verl_rollout_n : 1;
-  if (sequences % n != 0) n = 1;  // not whole prompts: counted as prompts with rollout.n 1
+  y << "data:\n  max_prompt_length: " << batch.prompt
+    << "\n  max_response_length: " << batch.seq - batch.prompt << "\n";
   y << "actor_rollout_ref:\n";
   y << "  model:\n";
   WriteModelKeys(p, train, "    ", y);
   const int64_t budget = p.seq_len / std::max(1, p.cp);  // *_max_token_len_per_gpu
   if (train) {
-    y << "  rollout:\n    n: " << n << "\n";
+    y << "  rollout:\n    n: " << batch.n << "\n";
     y << "  actor:\n    strategy: fsdp2\n";
     // fsdp_workers.py: ppo_mini_batch_size (prompts) x rollout.n sequences per update.
-    y << "    ppo_mini_batch_size: " << sequences / n << "  # prompts per update over all ranks\n";
+    y << "    ppo_mini_batch_size: " << batch.sequences / batch.n
+      << "  # prompts per update over all ranks\n";
     if (packed) {
       y << "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: " << budget << "\n";
     } else {
