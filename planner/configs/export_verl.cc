@@ -63,7 +63,8 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     ": verl's workers compute log-probs their own way (packed logits, flash-attn "
                     "cross-entropy: loss_kernel verl_flash_ce)");
   }
-  if (train && !sft && !batch.n_from_config) {
+  // Also when the config's n does not divide the sequences and n 1 was written instead.
+  if (train && !sft && !(batch.n_from_config && batch.n == ctx.verl_rollout_n)) {
     notes.push_back(
         "ppo_mini_batch_size counts prompts with rollout.n 1; with n samples per "
         "prompt divide it by n");

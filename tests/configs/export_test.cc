@@ -451,7 +451,7 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
 // micro_batch_size_per_gpu and max_length as the plan has them, no rollout section.
 // A plan tuned from a verl GRPO config keeps the config's prompt / response split and rollout.n:
 // 32 sequences per update (micro 2 x accum 4 x dp 4) are 8 prompts of n 4; a sample count that
-// does not divide the sequences falls back to counting them as prompts with n 1.
+// does not divide the sequences falls back to counting them as prompts with n 1, said in a note.
 TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
   Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
@@ -476,9 +476,13 @@ TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
     EXPECT_EQ(n.find("divide it by n"), std::string::npos) << n;
   }
   j.ctx.verl_rollout_n = 3;
-  json odd = LoadYaml(ExportPlan(j.plan, j.ctx, ExportFormat::kVerl).text);
+  ExportResult odd_result = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  json odd = LoadYaml(odd_result.text);
   EXPECT_EQ(Int(odd, "/actor_rollout_ref/rollout/n"), 1);
   EXPECT_EQ(Int(odd, "/actor_rollout_ref/actor/ppo_mini_batch_size"), 32);
+  bool said = false;  // the fallback is said, as when no n is known
+  for (const auto& n : odd_result.notes) said = said || n.find("divide it by n") != std::string::npos;
+  EXPECT_TRUE(said);
 }
 
 TEST(ExportTest, VerlSftPlanIsTheSftTrainersConfig) {
