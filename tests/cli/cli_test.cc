@@ -987,6 +987,14 @@ TEST(CliTest, TuneSearchesTheTokenBudgetOfAPackedPlan) {
   }
   EXPECT_THAT(vj.at("warnings").dump(),
               ::testing::HasSubstr("--export verl: searched only plans verl's FSDP2 workers run"));
+  // From flags: a packed plan needs the sequences per step, and a fixed budget must hold whole
+  // longest sequences (the search's rows); both are one-line errors naming the flag.
+  ExpectOneLineError(RunCli("tune --model qwen2.5-0.5b --cluster 8xH100 --seq-len 2048 "
+                            "--max-tokens-per-micro-batch 4096"),
+                     "packed micro-batches: expected --global-batch");
+  ExpectOneLineError(RunCli("tune --model qwen2.5-0.5b --cluster 8xH100 --seq-len 2048 "
+                            "--max-tokens-per-micro-batch 3000 --global-batch 64"),
+                     "--max-tokens-per-micro-batch: expected a multiple of the longest sequence 2048");
   // The config's own split and samples per prompt are kept: 64 prompts x n 4.
   EXPECT_THAT(text.out, ::testing::HasSubstr("max_prompt_length: 512\n  max_response_length: 1536"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("rollout:\n    n: 4\n"));
