@@ -164,7 +164,9 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   }
   out << "shardtune estimate: " << spec.name << " (" << FormatCount(r.parameters) << " parameters"
       << (model_from.empty() ? "" : "; " + model_from) << ") on "
-      << c.name << " (" << r.world << " GPU" << (r.world > 1 ? "s" : "") << ", " << c.gpu.name
+      << c.name << " ("
+      << (c.cpu_only ? std::to_string(r.world) + " CPU rank" + (r.world > 1 ? "s sharing " : " on ") + c.machine
+                     : std::to_string(r.world) + " GPU" + (r.world > 1 ? "s" : "") + ", " + c.gpu.name)
       << "), " << seq_len_note << "\n";
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
   out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
@@ -173,7 +175,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
     out << "  " << std::left << std::setw(46) << k << std::right << std::setw(11) << FormatBytes(b)
         << (note.empty() ? "" : "  " + note) << "\n";
   };
-  out << "Per GPU\n";
+  out << (c.cpu_only ? "Per rank\n" : "Per GPU\n");
   std::string frozen;
   if (r.frozen_sharded_params.count() > 0) {
     frozen = " (frozen " + FormatBytes(r.frozen_sharded_params) + " in " + r.frozen_dtype + ")";

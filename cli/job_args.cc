@@ -197,6 +197,11 @@ nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) 
   j["cluster"] = {{"name", job.cluster.name}, {"world_size", job.cluster.world_size()},
                   {"gpu", job.cluster.gpu.name},
                   {"usable_memory_bytes", job.cluster.gpu.usable_memory.count()}};
+  if (!job.cluster.machine.empty()) {
+    j["cluster"]["machine"] = job.cluster.machine;
+    j["cluster"]["host_memory_bytes_per_node"] = job.cluster.host_memory_per_node.count();
+    j["cluster"]["cpu_cores_per_node"] = job.cluster.cpu_cores_per_node;
+  }
   j["plan"] = model::PlanToJson(job.plan);
   j["seq_len_source"] = job.seq_len_note;
   return j;

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
@@ -15,6 +16,8 @@
 
 #include "cli/format.h"
 #include "cli/exec_forward.h"
+#include "cli/run_preflight.h"
+#include "executor/checkpoint.h"
 #include "executor/errors.h"
 #include "executor/launcher.h"
 #include "executor/rank_env.h"
@@ -123,6 +126,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   o.trace = !a.no_trace;
   o.torch_profile = a.torch_profile;
   o.checkpoints = !a.no_checkpoints;
+  o.keep_checkpoints = a.keep_checkpoints;
   if (a.on_nonfinite == "skip") {
     o.on_nonfinite = exec::OnNonFinite::kSkip;
   }
@@ -177,10 +181,18 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
                 "After the last step, write OUT/model.safetensors: the full fp32 parameters "
                 "gathered to rank 0 under Hugging Face names");
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
+  run->add_flag("--no-preflight", a->no_preflight,
+                "Start the ranks without first checking that every phase of the plan fits this "
+                "machine's available memory (CPU: RAM shared by the ranks; CUDA: each GPU's free "
+                "memory) and that its checkpoints fit the free space under --out");
   run->add_flag("--torch-profile", a->torch_profile,
                 "Rank 0 records the steps after the first with the PyTorch profiler (CPU and "
                 "CUDA activities) and writes OUT/torch_trace.json, the Chrome trace "
                 "`shardtune calibrate --trace` reads");
+  run->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "Keep only the newest K complete checkpoints; an older one is deleted after "
+                  "the new one is complete (HF save_total_limit, torchtitan keep_latest_k, verl "
+                  "max_ckpt_to_keep; default 0: keep all)");
   run->add_flag("--no-checkpoints", a->no_checkpoints,
                 "Write no checkpoints (benchmark runs; nothing to resume from)");
   run->add_option("--on-nonfinite", a->on_nonfinite,
@@ -238,6 +250,31 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
                 "shards op by op and records foreach");
     }
     o.plan.optimizer_impl = model::OptimizerImpl::kForeach;
+  }
+  if (!env.launched) {
+    if (a.no_preflight) {
+      WriteLine(err, "warning: ",
+                "--no-preflight: the plan is not checked against this machine's memory and disk "
+                "before the ranks start");
+    } else {
+      PreflightRequest q;
+      q.spec = o.spec;
+      q.plan = o.plan;
+      q.world = o.emulate_world > 0 ? o.emulate_world : world;
+      q.local_processes = o.emulate_world > 0 ? 1 : local_world;
+      q.cuda = o.device == "cuda";
+      q.checkpoints = o.checkpoints;
+      q.steps = o.steps;
+      q.checkpoint_every = o.checkpoint_every;
+      q.keep_checkpoints = o.keep_checkpoints;
+      q.out_dir = o.out_dir;
+      auto existing = exec::ListCheckpoints((std::filesystem::path(o.out_dir) / "checkpoints").string());
+      q.resume_step = existing.empty() ? 0 : existing.front().first;
+      PreflightResult pf = CheckRunFitsThisMachine(q);
+      for (const std::string& w : pf.warnings) WriteLine(err, "warning: ", w);
+      if (!pf.error.empty()) throw InputError(pf.error);
+      for (const std::string& n : pf.notes) WriteLine(err, "note: ", n);
+    }
   }
   if (!env.launched && a.nproc > 1) return LaunchThisProgramAsRanks(a.nproc, err);
   exec::RunCallbacks cb;

@@ -36,6 +36,8 @@ struct RunArgs {
   bool no_trace = false;
   bool torch_profile = false;  // --torch-profile
   bool no_checkpoints = false;
+  int keep_checkpoints = 0;  // --keep-checkpoints K: keep the newest K (0: all)
+  bool no_preflight = false;
   PlanFlags plan;
 };
 

@@ -70,4 +70,12 @@ bool KeepFreedHostMemory() {
 #endif
 }
 
+bool ReleaseFreedHostMemory() {
+#if defined(__GLIBC__)
+  return malloc_trim(0) == 1;
+#else
+  return false;
+#endif
+}
+
 }  // namespace shardtune::exec

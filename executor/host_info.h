@@ -32,4 +32,13 @@ std::string ParseNvidiaDriverVersion(const std::string& first_line);
 // whether it changed the settings.
 bool KeepFreedHostMemory();
 
+// Returns the heap memory this process has freed to the kernel (glibc malloc_trim(0): the top of
+// every arena and whole free pages inside them, MADV_DONTNEED), undoing KeepFreedHostMemory's
+// retention once. CPU ranks call it before a checkpoint save and a resume, the moments a host
+// runs out (issue #50): the save then holds the live state and the process, not the last step's
+// freed activations too (qwen2.5-0.5b, 2 CPU ranks: 1.0 GiB of a rank's 4.0 GiB save RSS was
+// retained free heap, 2026-11-28). The step after re-faults what it allocates again. Returns
+// whether memory was released.
+bool ReleaseFreedHostMemory();
+
 }  // namespace shardtune::exec

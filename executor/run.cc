@@ -334,6 +334,7 @@ std::vector<StepLog> TrainSteps(const RunOptions& o, const TrainerContext& ctx, 
     if (ctx.rank == 0 && ctx.callbacks.on_step) ctx.callbacks.on_step(s);
     bool due = o.checkpoint_every > 0 && step % o.checkpoint_every == 0;
     if (o.checkpoints && (due || step == o.steps)) {
+      if (ctx.cuda_device < 0) ReleaseFreedHostMemory();  // the phase's RSS is then what it holds
       meter.Begin(RunPhase::kSave);
       trainer.SaveCheckpoint(step);
       meter.End();
@@ -382,6 +383,7 @@ RunSummary RunRank(const RunOptions& o, const RankEnv& env, const RunCallbacks& 
   Trainer trainer(ctx);
   meter.End();
   RunSummary summary;
+  if (cuda_device < 0) ReleaseFreedHostMemory();
   meter.Begin(RunPhase::kResume);
   summary.resumed_from_step = trainer.Resume();
   meter.End(/*keep=*/summary.resumed_from_step > 0);

@@ -37,6 +37,7 @@ struct RunOptions {
   double max_grad_norm = 1.0;  // global-norm clipping; <= 0: none
   int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
   bool checkpoints = true;     // false: write none (benchmarks; nothing to resume from)
+  int keep_checkpoints = 0;    // > 0: keep only the newest K complete checkpoints; 0: keep all
   int threads = 0;             // intra-op threads per rank; 0: cores / local ranks
   double timeout_s = 60;       // rendezvous and collective timeout (a dead peer fails sooner)
   bool trace = true;           // write OUT/trace.json

@@ -166,6 +166,10 @@ void ValidateRun(const RunOptions& o, int world_size) {
     problems.push_back("--device cuda with " + std::to_string(world_size) +
                        " ranks: this shardtune was built without NCCL (no nccl.h found)");
   }
+  if (o.keep_checkpoints < 0) {
+    problems.push_back("--keep-checkpoints: expected an integer >= 0 (0: keep all), got " +
+                       std::to_string(o.keep_checkpoints));
+  }
   if (o.checkpoint_every < 0) {
     problems.push_back("--checkpoint-every: expected an integer >= 0, got " +
                        std::to_string(o.checkpoint_every));

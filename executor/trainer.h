@@ -56,9 +56,15 @@ class Trainer {
   void Message(const std::string& text) const;
   // tokens and labels [B, S / cp]: this rank's slice of the cp group's sequences.
   at::Tensor Batch(int64_t step, int micro, at::Tensor* labels) const;
-  std::vector<Blob> StateBlobs(int64_t step) const;
+  // What a checkpoint file holds, as sources streamed from the tensors (checkpoint.h).
+  std::vector<BlobSource> StateSources(int64_t step) const;
   void LoadState(const std::string& file, int64_t step);
   std::string CheckpointRoot() const;
+  // Rank 0: removes step_N.tmp / step_N.old folders a save that did not finish left behind.
+  void RemovePartialCheckpoints() const;
+  // Rank 0, after step `kept_step` was committed: --keep-checkpoints K removes all but the K
+  // newest complete checkpoints (never the one just written).
+  void PruneCheckpoints(int64_t kept_step) const;
 
   TrainerContext ctx_;
   int64_t seq_len_ = 0;

@@ -24,19 +24,38 @@ std::string RankFile(int rank) {
   return "rank" + std::string(d.size() < 5 ? 5 - d.size() : 0, '0') + d + ".bin";
 }
 
+// A tensor streamed into the file: a contiguous CPU tensor from its own memory, anything else
+// (a CUDA shard) copied to the host first, one tensor at a time.
+BlobSource TensorSource(std::string name, const at::Tensor& t) {
+  BlobSource b;
+  b.name = std::move(name);
+  b.size_bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  b.write = [t](const BlobEmit& emit) {
+    at::Tensor c = t.device().is_cpu() && t.is_contiguous() ? t : t.contiguous().cpu();
+    emit(c.data_ptr(), c.nbytes());
+  };
+  return b;
+}
+
 std::string Bytes(const at::Tensor& t) {
   at::Tensor c = t.contiguous().cpu();
   return std::string(static_cast<const char*>(c.data_ptr()), c.nbytes());
 }
 
-void Fill(const at::Tensor& t, const std::string& bytes, const std::string& where) {
-  if (bytes.size() != t.nbytes()) {
-    throw BackendError(where + ": " + std::to_string(bytes.size()) + " bytes, expected " +
+// Reads blob `e` of `f` into `t`: straight into its memory when it is a contiguous CPU tensor,
+// else through one host staging tensor of its size.
+void Fill(const at::Tensor& t, const BlobFile& f, const BlobEntry& e, const std::string& where) {
+  if (e.size_bytes != static_cast<int64_t>(t.nbytes())) {
+    throw BackendError(where + ": " + std::to_string(e.size_bytes) + " bytes, expected " +
                        std::to_string(t.nbytes()));
   }
-  at::Tensor c = at::empty(t.sizes(), t.options().device(at::kCPU));
-  std::memcpy(c.data_ptr(), bytes.data(), bytes.size());
   at::NoGradGuard no_grad;
+  if (t.device().is_cpu() && t.is_contiguous()) {
+    f.ReadInto(e, t.data_ptr());
+    return;
+  }
+  at::Tensor c = at::empty(t.sizes(), t.options().device(at::kCPU));
+  f.ReadInto(e, c.data_ptr());
   t.copy_(c);
 }
 
@@ -44,17 +63,16 @@ void Fill(const at::Tensor& t, const std::string& bytes, const std::string& wher
 // units with the same shard sizes, global batch and optimizer state), else what differs.
 std::string PlanMismatch(const std::string& file, int64_t step, const std::vector<FlatParam*>& units,
                          int64_t global_batch, bool has_adam_state) {
-  std::vector<Blob> blobs;
-  try {
-    blobs = DecodeBlobs(ReadWholeFile(file), file);
-  } catch (const BackendError& e) {
-    return e.what();
-  }
   nlohmann::json meta;
   bool has_adam = false;
-  for (const Blob& b : blobs) {
-    if (b.name == "meta") meta = nlohmann::json::parse(b.bytes, nullptr, /*allow_exceptions=*/false);
-    if (b.name.rfind("exp_avg/", 0) == 0) has_adam = true;
+  try {
+    BlobFile f(file);  // reads the table and the metadata only
+    for (const BlobEntry& e : f.entries()) {
+      if (e.name == "meta") meta = nlohmann::json::parse(f.Read(e), nullptr, /*allow_exceptions=*/false);
+      if (e.name.rfind("exp_avg/", 0) == 0) has_adam = true;
+    }
+  } catch (const BackendError& e) {
+    return e.what();
   }
   if (!meta.is_object() || !meta.contains("units") || !meta["units"].is_array() ||
       !meta.contains("next_sequence") || !meta["next_sequence"].is_number_integer()) {
@@ -99,7 +117,7 @@ std::string Trainer::CheckpointRoot() const {
   return (fs::path(ctx_.options.out_dir) / "checkpoints").string();
 }
 
-std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
+std::vector<BlobSource> Trainer::StateSources(int64_t step) const {
   std::vector<FlatParam*> units = runtime_->units();
   nlohmann::ordered_json meta{{"step", step},
                               {"next_sequence", step * global_batch()},
@@ -115,32 +133,31 @@ std::vector<Blob> Trainer::StateBlobs(int64_t step) const {
                              {"dtype", c10::toString(u->shard().scalar_type())},
                              {"trainable", u->trainable()}});
   }
-  std::vector<Blob> blobs{{"meta", meta.dump()}};
+  std::vector<BlobSource> blobs{BlobOfBytes("meta", meta.dump())};
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i);
-    blobs.push_back({"param/" + n, Bytes(units[i]->shard())});  // frozen ones too
+    blobs.push_back(TensorSource("param/" + n, units[i]->shard()));  // frozen ones too
     int o = opt_index_[i];
     if (optimizer_->keeps_state() && o >= 0) {  // frozen: no optimizer state
-      blobs.push_back({"exp_avg/" + n, Bytes(optimizer_->exp_avg()[static_cast<size_t>(o)])});
-      blobs.push_back({"exp_avg_sq/" + n, Bytes(optimizer_->exp_avg_sq()[static_cast<size_t>(o)])});
+      blobs.push_back(TensorSource("exp_avg/" + n, optimizer_->exp_avg()[static_cast<size_t>(o)]));
+      blobs.push_back(TensorSource("exp_avg_sq/" + n, optimizer_->exp_avg_sq()[static_cast<size_t>(o)]));
     }
   }
   // torchtitan's expert_bias buffers (persistent in its state dict: moe.py register_buffer).
   const at::Tensor& bias = runtime_->transformer().expert_bias();
-  if (bias.defined()) blobs.push_back({"moe/expert_bias", Bytes(bias.to(at::kCPU).contiguous())});
-  blobs.push_back({"rng/torch_cpu", Bytes(at::detail::getDefaultCPUGenerator().get_state())});
+  if (bias.defined()) blobs.push_back(TensorSource("moe/expert_bias", bias));
+  blobs.push_back(BlobOfBytes("rng/torch_cpu", Bytes(at::detail::getDefaultCPUGenerator().get_state())));
   return blobs;
 }
 
 void Trainer::LoadState(const std::string& file, int64_t step) {
-  std::map<std::string, std::string> blobs;
-  for (Blob& b : DecodeBlobs(ReadWholeFile(file), file)) blobs[b.name] = std::move(b.bytes);
-  auto get = [&](const std::string& name) -> const std::string& {
-    auto it = blobs.find(name);
-    if (it == blobs.end()) throw BackendError(file + ": no \"" + name + "\" in the checkpoint");
-    return it->second;
+  BlobFile f(file);
+  auto get = [&](const std::string& name) -> const BlobEntry& {
+    const BlobEntry* e = f.Find(name);
+    if (e == nullptr) throw BackendError(file + ": no \"" + name + "\" in the checkpoint");
+    return *e;
   };
-  nlohmann::json meta = nlohmann::json::parse(get("meta"));
+  nlohmann::json meta = nlohmann::json::parse(f.Read(get("meta")));
   std::vector<FlatParam*> units = runtime_->units();
   // The state a fresh process has not created yet (lazy AdamW), filled from the file below:
   // the resume phase holds the whole state plus one staging tensor at a time.
@@ -151,19 +168,19 @@ void Trainer::LoadState(const std::string& file, int64_t step) {
   }
   for (size_t i = 0; i < units.size(); ++i) {
     std::string n = std::to_string(i), where = file + ": unit " + units[i]->name();
-    Fill(units[i]->shard(), get("param/" + n), where);
+    Fill(units[i]->shard(), f, get("param/" + n), where);
     int o = opt_index_[i];
     if (optimizer_->keeps_state() && o >= 0) {
       auto k = static_cast<size_t>(o);
-      Fill(optimizer_->exp_avg()[k], get("exp_avg/" + n), where + " exp_avg");
-      Fill(optimizer_->exp_avg_sq()[k], get("exp_avg_sq/" + n), where + " exp_avg_sq");
+      Fill(optimizer_->exp_avg()[k], f, get("exp_avg/" + n), where + " exp_avg");
+      Fill(optimizer_->exp_avg_sq()[k], f, get("exp_avg_sq/" + n), where + " exp_avg_sq");
     }
   }
   at::Tensor& bias = runtime_->mutable_transformer().mutable_expert_bias();
-  if (bias.defined()) Fill(bias, get("moe/expert_bias"), file + ": moe expert_bias");
+  if (bias.defined()) Fill(bias, f, get("moe/expert_bias"), file + ": moe expert_bias");
   runtime_->RefreshDeviceShards();
   optimizer_->set_step(meta.at("optimizer_step").get<int64_t>());
-  const std::string& rng = get("rng/torch_cpu");
+  const std::string rng = f.Read(get("rng/torch_cpu"));
   at::Tensor state = at::empty({static_cast<int64_t>(rng.size())}, at::kByte);
   std::memcpy(state.data_ptr(), rng.data(), rng.size());
   at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -184,8 +201,7 @@ void Trainer::SaveCheckpoint(int64_t step) {
   }
   world.Barrier();
   optimizer_->EnsureState();  // a run whose every update was skipped so far (--on-nonfinite skip)
-  FileDigest d =
-      WriteFileAtomically(tmp + "/" + RankFile(ctx_.rank), EncodeBlobs(StateBlobs(step)));
+  FileDigest d = WriteBlobsAtomically(tmp + "/" + RankFile(ctx_.rank), StateSources(step));
   // Every rank's [size, checksum] to rank 0, which writes the manifest.
   at::Tensor mine = at::tensor({d.size_bytes, static_cast<int64_t>(d.fnv1a64)}, at::kLong);
   at::Tensor all = at::zeros({2 * world.size()}, at::kLong);
@@ -211,51 +227,114 @@ void Trainer::SaveCheckpoint(int64_t step) {
   world.Barrier();
   ctx_.recorder->Add({"checkpoint", "checkpoint", Lane::kStep, t0, MonotonicSeconds() - t0});
   Message("saved checkpoint " + final_dir);
+  if (ctx_.rank == 0) PruneCheckpoints(step);
 }
 
-int64_t Trainer::Resume() {
-  int64_t chosen = 0;
-  std::string reject;
-  if (ctx_.rank == 0) {
-    for (const auto& [step, dir] : ListCheckpoints(CheckpointRoot())) {
-      CheckpointManifest m;
-      std::string problem = VerifyCheckpoint(dir, &m);
-      if (problem.empty() && m.step != step)
-        problem = "manifest.json: step " + std::to_string(m.step);
-      if (!problem.empty()) {
-        Message("checkpoint " + dir + " is incomplete or corrupted (" + problem + "); skipping it");
-        continue;
-      }
-      int shard = runtime_->groups().shard->size();
-      if (m.world_size != ctx_.world_size || m.shard_group_size != shard) {
-        reject = "--out: checkpoint " + dir + " was written by " + std::to_string(m.world_size) +
-                 " ranks with shard group " + std::to_string(m.shard_group_size) +
-                 ", this run has " + std::to_string(ctx_.world_size) + " with shard group " +
-                 std::to_string(shard) +
-                 " (resharding a checkpoint is not supported; hint: use another --out)";
-        chosen = -1;
-      } else if (std::string diff = PlanMismatch(dir + "/" + RankFile(0), step, runtime_->units(), global_batch(),
-                                              optimizer_->keeps_state());
-                 !diff.empty()) {
-        reject = "--out: checkpoint " + dir + " was written for another plan or model (" + diff +
-                 "; hint: use another --out, or the plan and model that wrote it)";
-        chosen = -1;
-      } else {
-        chosen = step;
-      }
-      break;
+void Trainer::RemovePartialCheckpoints() const {
+  for (const std::string& dir : ListPartialCheckpoints(CheckpointRoot())) {
+    RemoveTree(dir);
+    std::error_code ec;
+    if (fs::exists(dir, ec)) {
+      Message("warning: cannot remove the partial checkpoint " + dir + " (a save that did not finish)");
+    } else {
+      Message("removed " + dir + ": a partial checkpoint a save that did not finish left (complete "
+              "checkpoints are never touched)");
     }
   }
-  at::Tensor t = at::full({1}, chosen, at::kLong);
-  if (ctx_.groups.world->size() > 1) ctx_.groups.world->Broadcast(t, 0)->Wait();
-  chosen = t.item<int64_t>();
-  if (chosen < 0)
-    throw InputError(ctx_.rank == 0 ? reject : "--out: rank 0 rejected the checkpoint");
-  if (chosen == 0) return 0;
-  std::string dir = CheckpointRoot() + "/" + CheckpointDirName(chosen);
-  LoadState(dir + "/" + RankFile(ctx_.rank), chosen);
-  Message("resumed from checkpoint " + dir + " (step " + std::to_string(chosen) + ")");
-  return chosen;
+}
+
+void Trainer::PruneCheckpoints(int64_t kept_step) const {
+  const int keep = ctx_.options.keep_checkpoints;
+  if (keep <= 0) return;
+  // Newest first; the one just committed is complete, so deleting older ones loses nothing new.
+  int kept = 0;
+  for (const auto& [step, dir] : ListCheckpoints(CheckpointRoot())) {
+    if (step == kept_step || kept < keep) {
+      ++kept;
+      continue;
+    }
+    RemoveTree(dir);
+    Message("removed checkpoint " + dir + " (--keep-checkpoints " + std::to_string(keep) + ")");
+  }
+}
+
+// Rank 0 picks the newest checkpoint whose manifest reads and whose files have the manifest's
+// sizes (a stat each), and checks it was written for this world and plan; then every rank
+// verifies its own file's checksum at once (each reads one rank's file, not rank 0 all of them:
+// rank 0 alone digesting two 2.8 GiB files outlasted the other ranks' 60 s collective timeout,
+// 2026-11-28, qwen2.5-0.5b on 2 CPU ranks) and a corrupted one sends rank 0 to the next older.
+int64_t Trainer::Resume() {
+  if (ctx_.rank == 0) RemovePartialCheckpoints();
+  Communicator& world = *ctx_.groups.world;
+  std::vector<std::pair<int64_t, std::string>> candidates;
+  if (ctx_.rank == 0) candidates = ListCheckpoints(CheckpointRoot());
+  size_t next = 0;
+  for (;;) {
+    int64_t chosen = 0;
+    std::string reject;
+    if (ctx_.rank == 0) {
+      for (; next < candidates.size(); ++next) {
+        const auto& [step, dir] = candidates[next];
+        CheckpointManifest m;
+        std::string problem = CheckManifestAndSizes(dir, &m);
+        if (problem.empty() && m.step != step)
+          problem = "manifest.json: step " + std::to_string(m.step);
+        if (!problem.empty()) {
+          Message("checkpoint " + dir + " is incomplete or corrupted (" + problem + "); skipping it");
+          continue;
+        }
+        int shard = runtime_->groups().shard->size();
+        if (m.world_size != ctx_.world_size || m.shard_group_size != shard) {
+          reject = "--out: checkpoint " + dir + " was written by " + std::to_string(m.world_size) +
+                   " ranks with shard group " + std::to_string(m.shard_group_size) +
+                   ", this run has " + std::to_string(ctx_.world_size) + " with shard group " +
+                   std::to_string(shard) +
+                   " (resharding a checkpoint is not supported; hint: use another --out)";
+          chosen = -1;
+        } else if (std::string diff = PlanMismatch(dir + "/" + RankFile(0), step, runtime_->units(),
+                                                   global_batch(), optimizer_->keeps_state());
+                   !diff.empty()) {
+          reject = "--out: checkpoint " + dir + " was written for another plan or model (" + diff +
+                   "; hint: use another --out, or the plan and model that wrote it)";
+          chosen = -1;
+        } else {
+          chosen = step;
+        }
+        ++next;
+        break;
+      }
+    }
+    at::Tensor t = at::full({1}, chosen, at::kLong);
+    if (world.size() > 1) world.Broadcast(t, 0)->Wait();
+    chosen = t.item<int64_t>();
+    if (chosen < 0)
+      throw InputError(ctx_.rank == 0 ? reject : "--out: rank 0 rejected the checkpoint");
+    if (chosen == 0) return 0;
+    const std::string dir = CheckpointRoot() + "/" + CheckpointDirName(chosen);
+    CheckpointManifest m;
+    std::string problem = ReadManifest(dir, &m);
+    if (problem.empty()) problem = VerifyRankFile(dir, m, RankFile(ctx_.rank));
+    at::Tensor bad = at::full({1}, problem.empty() ? 0L : 1L, at::kLong);
+    at::Tensor all = at::zeros({world.size()}, at::kLong);
+    if (world.size() > 1) {
+      world.AllGather(bad, all)->Wait();
+    } else {
+      all.copy_(bad);
+    }
+    if (all.sum().item<int64_t>() == 0) {
+      LoadState(dir + "/" + RankFile(ctx_.rank), chosen);
+      Message("resumed from checkpoint " + dir + " (step " + std::to_string(chosen) + ")");
+      return chosen;
+    }
+    if (ctx_.rank == 0) {
+      std::string which;
+      for (int r = 0; r < world.size(); ++r) {
+        if (all[r].item<int64_t>() != 0) which += (which.empty() ? "" : ", ") + RankFile(r);
+      }
+      Message("checkpoint " + dir + " is incomplete or corrupted (" +
+              (problem.empty() ? which + ": checksum mismatch" : problem) + "); skipping it");
+    }
+  }
 }
 
 }  // namespace shardtune::exec

@@ -1,6 +1,7 @@
 // The cluster spec: validation (Problems), the --cluster shorthand grammar
 // [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] and cpu:N, and LoadCluster (file or shorthand).
 #include "profiles/cluster.h"
+#include "profiles/this_machine.h"
 
 #include <algorithm>
 #include <cctype>
@@ -130,13 +131,18 @@ ClusterSpec ParseCpuShorthand(const std::string& text) {
   c.cpu_only = true;
   c.num_nodes = 1;
   c.gpus_per_node = n;
-  c.host_memory_per_node = internal::CpuHostMemory();
-  c.gpu = internal::CpuRankSpec(n, c.host_memory_per_node);
+  // This machine: CPU ranks share its RAM and cores (issue #50; a fixed 32 GiB before).
+  const MachineMemory here = ReadThisMachine();
+  c.host_memory_per_node = here.read ? here.total : internal::CpuHostMemory();
+  c.machine = here.read ? "this machine: " + DescribeMachine(here)
+                        : "this machine's memory is unreadable (" + here.source +
+                              "): assumed 32.0 GiB";
+  c.gpu = internal::CpuRankSpec(n, c.host_memory_per_node, here.cpu_cores);
   c.intra_node = FindLink("loopback", "--cluster");
   c.inter_node = c.intra_node;
   c.nics_per_node = 0;
   c.nic_bandwidth = c.inter_node.bandwidth_per_direction;
-  c.cpu_cores_per_node = n;
+  c.cpu_cores_per_node = here.cpu_cores;
   return c;
 }
 

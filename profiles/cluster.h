@@ -23,6 +23,8 @@ struct ClusterSpec {
   BytesPerSecond nic_bandwidth;  // per NIC, per direction
   Bytes host_memory_per_node;    // host RAM per node
   int cpu_cores_per_node = 0;    // physical CPU cores per node (host Adam, data loading)
+  std::string machine;           // cpu:N: whose figures these are ("this machine: 23.4 GiB RAM
+                                 // (MemTotal), 2 cores"); "" otherwise
 
   int world_size() const { return num_nodes * gpus_per_node; }
   // Every problem (empty when valid), each "<where>/<json key>: expected ..., got ...", e.g.
@@ -41,8 +43,9 @@ struct ClusterSpec {
 // per GPU when the GPUs share an NVLink domain (SXM parts, DGX/HGX style) and one per node
 // otherwise. One node has no NICs (nics_per_node = 0). Host memory and cores come from the
 // kind's reference machine (e.g. DGX H100: 2 TiB, 112 cores for 8 GPUs), scaled by GPU count.
-// "cpu:N": N CPU ranks on one node, cpu_only, gpu = a "CPU" pseudo-GPU (one AVX2 core and a 1/N
-// share of an assumed 32 GiB host), links "loopback".
+// "cpu:N": N CPU ranks on this machine, cpu_only: its RAM (MemTotal, or its cgroup's limit) and
+// cores (profiles/this_machine.h) shared by the ranks; gpu = a "CPU" pseudo-GPU (the rank's
+// share of the cores and a 1/N share of the RAM), links "loopback".
 ClusterSpec ParseClusterShorthand(const std::string& text);
 // Reads a cluster JSON file ("schema": "shardtune.cluster", keys and defaults listed at the top
 // of cluster_json.cc); strict: unknown keys are errors naming file and JSON pointer; every

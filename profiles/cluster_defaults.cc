@@ -53,7 +53,7 @@ constexpr KindMachine kKindMachines[] = {
     {"RTX3090", kWorkstationAssumed},
 };
 
-// Assumption for "cpu:N": a 32 GiB development machine.
+// Assumption for "cpu:N" where /proc/meminfo cannot be read: a 32 GiB development machine.
 constexpr double kCpuHostMemoryGiB = 32;
 // One AVX2 core: 2 FMA units x 8 fp32 lanes x 2 FLOPs x 3.0 GHz = 96 GFLOP/s (no AMX assumed,
 // so bf16/fp16 run at the fp32 rate).
@@ -107,24 +107,31 @@ std::optional<LinkSpec> FabricLink(const std::string& family, int gbps, std::str
 
 Bytes CpuHostMemory() { return Bytes::GiB(kCpuHostMemoryGiB); }
 
-GpuSpec CpuRankSpec(int ranks, Bytes host_memory) {
+GpuSpec CpuRankSpec(int ranks, Bytes host_memory, int host_cores) {
   const int n = std::max(ranks, 1);
+  // Each rank runs cores / ranks intra-op threads (executor/run.cc SetUpThreadsAndDevice: at
+  // least one); more ranks than cores share them.
+  const int cores = std::max(host_cores, 1);
+  const double cores_per_rank =
+      cores >= n ? static_cast<double>(cores / n) : static_cast<double>(cores) / n;
+  const double flops = kCpuCoreFlopsPerS * cores_per_rank;
   GpuSpec g;
   g.name = "CPU";
   g.marketed_memory = host_memory / n;
   g.usable_memory = host_memory / n;
-  g.bf16_dense = FlopsPerSecond::Of(kCpuCoreFlopsPerS);
-  g.fp16_dense = FlopsPerSecond::Of(kCpuCoreFlopsPerS);
-  g.tf32_dense = FlopsPerSecond::Of(kCpuCoreFlopsPerS);
-  g.fp32 = FlopsPerSecond::Of(kCpuCoreFlopsPerS);
+  g.bf16_dense = FlopsPerSecond::Of(flops);
+  g.fp16_dense = FlopsPerSecond::Of(flops);
+  g.tf32_dense = FlopsPerSecond::Of(flops);
+  g.fp32 = FlopsPerSecond::Of(flops);
   g.memory_bandwidth = BytesPerSecond::Of(kCpuHostMemoryBytesPerS / n);
   g.intra_node_link = "loopback";
   g.default_fabric = "loopback";
   g.host_link = "loopback";
   g.source =
-      "assumption for cpu:N ranks, to be replaced by calibration: one AVX2 core at 3 GHz "
-      "(96 GFLOP/s) and a 1/N share of a dual-channel DDR4-3200 host (51.2 GB/s)";
-  g.usable_memory_source = "the rank's 1/N share of the host memory";
+      "assumption for cpu:N ranks, to be replaced by calibration: the rank's share of this "
+      "machine's cores, each an AVX2 core at 3 GHz (96 GFLOP/s), and a 1/N share of a "
+      "dual-channel DDR4-3200 host (51.2 GB/s)";
+  g.usable_memory_source = "the rank's 1/N share of this machine's memory";
   return g;
 }
 

@@ -31,10 +31,11 @@ int DefaultNicsPerNode(const LinkSpec& intra_node, int gpus_per_node, int num_no
 // nullopt and sets *why to a one-line reason.
 std::optional<LinkSpec> FabricLink(const std::string& family, int gbps, std::string* why);
 
-// Host memory assumed for "cpu:N" (the library never inspects the machine it runs on).
+// Host memory assumed for "cpu:N" when this machine's /proc/meminfo cannot be read.
 Bytes CpuHostMemory();
-// The pseudo-GPU of one of `ranks` CPU ranks sharing a host with `host_memory`: memory and
-// memory bandwidth are the host's divided by the ranks, compute is one AVX2 core.
-GpuSpec CpuRankSpec(int ranks, Bytes host_memory);
+// The pseudo-GPU of one of `ranks` CPU ranks sharing a host with `host_memory` and `host_cores`:
+// memory and memory bandwidth are the host's divided by the ranks, compute is the rank's share
+// of the cores (whole cores per rank as the executor threads them, a fraction when oversubscribed).
+GpuSpec CpuRankSpec(int ranks, Bytes host_memory, int host_cores);
 
 }  // namespace shardtune::profiles::internal

@@ -118,8 +118,9 @@ RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& s
   }
   const MemoryReport& mem = p.report.memory;
   MemoryOptions mo = o.memory;
-  mo.model_load = ModelLoad::kEveryRank;               // executor/flat_param.cc: init, then shard
+  mo.model_load = ModelLoad::kExecutor;                // executor/flat_param.cc: init, then shard
   mo.checkpoint_format = CheckpointFormat::kSharded;   // executor/checkpoint.h
+  mo.resume_creates_state_only = true;                 // executor/trainer_checkpoint.cc
   p.phases = EstimateJobPhases(p.report.program, mem, spec, cluster, plan, mo);
   p.communicators = (mem.shard_group > 1 ? 1 : 0) + (mem.replicas > 1 ? 1 : 0);
   profiles::Topology topo(cluster);
@@ -171,15 +172,25 @@ std::vector<ComparisonRow> CompareRun(const model::Measurements& m, const RunPre
   const MemoryReport& mem = p.report.memory;
   add("memory", "peak allocated (tracked)", static_cast<double>(mem.peak_allocated.count()),
       static_cast<double>(m.peak_tracked_bytes), true);
+  bool cuda = m.device_used_bytes > 0;
   for (const model::MeasuredPhase& ph : m.phases) {
     for (const PhaseMemory& pp : p.phases.phases) {
-      if (ph.name != ToString(pp.phase)) continue;
+      // A resumed process's first step already holds the optimizer state it loaded: it is a
+      // steady step for memory.
+      const bool resumed_step0 = m.resumed_from_step > 0 && ph.name == ToString(JobPhase::kStep0);
+      if (resumed_step0 ? pp.phase != JobPhase::kSteady : ph.name != ToString(pp.phase)) continue;
       add("memory", "memory: " + PhaseRowName(pp.phase) + " peak",
           static_cast<double>(pp.allocated_peak.count()), static_cast<double>(ph.peak_tracked_bytes),
           true);
+      // CPU ranks: the phase's RSS (VmHWM from the phase's start, after the executor returned
+      // freed heap before a save and a resume: executor/host_info.h ReleaseFreedHostMemory) vs
+      // what the phase is judged on, its tensors + fragmentation + the process.
+      if (!cuda) {
+        add("memory", "memory: " + PhaseRowName(pp.phase) + " RSS",
+            static_cast<double>(pp.required.count()), static_cast<double>(ph.peak_rss_bytes), true);
+      }
     }
   }
-  bool cuda = m.device_used_bytes > 0;
   add("memory", cuda ? "peak required (device used)" : "peak required (RSS)",
       static_cast<double>(mem.required.count()),
       static_cast<double>(cuda ? m.device_used_bytes : m.peak_rss_bytes), true);

@@ -163,7 +163,8 @@ void UseReplayedSteps(const MemoryReport& rep, const MemoryOptions& o, JobPhases
 
 // Start-up: the startup op (sharded parameters, cuBLAS workspace), then what the load mode puts
 // on the GPU on top of them (an upper bound: every shard is counted as already placed).
-PhaseMemory LoadPhase(const StepProgram& p, const JobSizes& z, const MemoryOptions& o, Replay* r) {
+PhaseMemory LoadPhase(const StepProgram& p, const JobSizes& z, const MemoryOptions& o, bool cpu_ranks,
+                      Replay* r) {
   PhaseMemory ph;
   ph.phase = JobPhase::kLoad;
   r->Begin("start-up");
@@ -194,6 +195,15 @@ PhaseMemory LoadPhase(const StepProgram& p, const JobSizes& z, const MemoryOptio
       // Meta-device init, to_empty(device="cuda"), DCP load into the shards in place (the file
       // reader copies each item from a host buffer): nothing beyond the shards.
       break;
+    case ModelLoad::kExecutor: {
+      // The start-up op counted every shard; the worst unit holds, beside the shards built before
+      // it, its full fp32 buffer (CPU ranks: the same memory), its shard and its gathered buffer.
+      const int64_t excess = cpu_ranks ? z.executor_load_excess_cpu_bytes : z.executor_load_excess_device_bytes;
+      r->set_label("building " + z.executor_load_unit + " (full, then its shard; executor/flat_param.cc)");
+      r->Apply(kLoadTransient, Stream::kDefault, excess);
+      r->Apply(kLoadTransient, Stream::kDefault, -excess);
+      break;
+    }
   }
   return ph;
 }
@@ -242,10 +252,16 @@ void SavePhase(const JobSizes& z, CheckpointFormat f, Replay* r) {
 // new local optimizer shards that live beside the existing state until
 // Optimizer.load_state_dict replaces it (_state_dict_utils.py _distribute_tensors).
 void ResumePhase(const StepProgram& p, const JobSizes& z, const MemoryReport& rep, CheckpointFormat f,
-                 bool optimizer_on_gpu, Replay* r) {
+                 bool optimizer_on_gpu, bool state_only, Replay* r) {
   r->Begin("start-up");
   r->ApplyOp(p, 0);
   if (!optimizer_on_gpu) return;
+  if (state_only) {
+    // shardtune's executor: ShardedOptimizer::EnsureState, then each blob read into its tensor.
+    r->set_label("the optimizer state created empty, then read from the checkpoint in place");
+    r->Apply("optimizer state", Stream::kDefault, rep.optimizer_state.count());
+    return;
+  }
   r->set_label("_init_optim_state: zero gradients");
   r->Apply(kResumeGrads, Stream::kDefault, rep.sharded_grads.count());
   for (size_t i = 1; i < p.ops.size(); ++i) {
@@ -277,7 +293,7 @@ JobPhases EstimateJobPhases(const StepProgram& program, const MemoryReport& repo
   JobPhases out;
   out.capacity = report.capacity;
   Replay job;
-  PhaseMemory load = LoadPhase(program, z, o, &job);
+  PhaseMemory load = LoadPhase(program, z, o, cluster.cpu_only, &job);
   Finish(&load, job, report, o);
   out.phases.push_back(load);
   for (int step = 0; step < 2; ++step) {
@@ -299,7 +315,7 @@ JobPhases EstimateJobPhases(const StepProgram& program, const MemoryReport& repo
     PhaseMemory resume;
     resume.phase = JobPhase::kResume;
     Replay fresh;
-    ResumePhase(program, z, report, o.checkpoint_format, grads_on_gpu, &fresh);
+    ResumePhase(program, z, report, o.checkpoint_format, grads_on_gpu, o.resume_creates_state_only, &fresh);
     Finish(&resume, fresh, report, o);
     out.phases.push_back(resume);
   }

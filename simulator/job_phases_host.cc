@@ -67,6 +67,36 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
       z.largest_unit_name = u.name;
     }
   }
+  // The executor's load, unit by unit (executor/flat_param.cc): a full padded fp32 buffer, the
+  // shard cloned from it in its dtype, the gathered buffer in the param dtype (freed at once).
+  {
+    const int64_t ep_bytes = model::BytesPerElement(plan.param_dtype);
+    int64_t before = 0, total = 0, worst_cpu = 0, worst_device = 0;
+    for (const auto& u :
+         model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap, plan.ep))) {
+      int64_t numel = 0;
+      bool trains = false;
+      for (const auto& prm : u.params) {
+        numel += prm.numel();
+        trains = trains || (prm.requires_grad && plan.Trains()) || prm.lora_adapter;
+      }
+      const int64_t g = std::max(1, u.ShardRanks(n));
+      const int64_t shard_numel = (numel + g - 1) / g, padded = shard_numel * g;
+      const int64_t shard = shard_numel * (trains ? em : ef);
+      const int64_t cpu = before + padded * 4 + shard + padded * ep_bytes;
+      const int64_t device = before + shard + padded * ep_bytes;
+      if (cpu > worst_cpu) {
+        worst_cpu = cpu;
+        z.executor_load_unit = u.name;
+      }
+      worst_device = std::max(worst_device, device);
+      z.executor_largest_unit_fp32_bytes = std::max(z.executor_largest_unit_fp32_bytes, padded * 4);
+      before += shard;
+      total += shard;
+    }
+    z.executor_load_excess_cpu_bytes = std::max<int64_t>(0, worst_cpu - total);
+    z.executor_load_excess_device_bytes = std::max<int64_t>(0, worst_device - total);
+  }
   for (int64_t b : z.param_full_master_bytes) z.full_state_bytes += b;
   for (int64_t b : z.state_full_bytes) z.full_state_bytes += b;
   z.full_ckpt_bytes = z.parameters * ec;
@@ -120,6 +150,10 @@ HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const Mem
       if (o.model_load == ModelLoad::kEveryRank) {
         h.moment = "every rank holds the full model in RAM";
         h.pageable.push_back({"full model copy per rank (from_pretrained, cast)", Bytes::Of(loaded * g)});
+      } else if (o.model_load == ModelLoad::kExecutor) {
+        h.moment = "every rank initialises one unit in full fp32 at a time";
+        h.pageable.push_back({"one unit in full fp32 per rank (executor init)",
+                              Bytes::Of(z.executor_largest_unit_fp32_bytes * g)});
       } else if (o.model_load == ModelLoad::kRank0) {
         h.moment = "rank 0 holds the full model in RAM";
         h.pageable.push_back({"full model copy on rank 0", Bytes::Of(loaded)});
@@ -169,7 +203,21 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
   if (o.host_memory_limit.count() > 0 && o.host_memory_limit < limit) limit = o.host_memory_limit;
   out->host_limit = limit;
   for (auto& ph : out->phases) {
-    HostAt h = HostOf(ph.phase, plan, z, o, cluster.gpus_per_node);
+    HostAt h;
+    if (cluster.cpu_only) {
+      // CPU ranks (shardtune's executor over Gloo) hold everything in host RAM: the node holds
+      // every local rank's tensors and process (the per-rank figure judged above) and the
+      // launcher. Their checkpoint I/O streams from and into the tensors (executor/checkpoint.h
+      // WriteBlobsAtomically, BlobFile::ReadInto): no staging copy beside them.
+      const int g = cluster.gpus_per_node;
+      h.moment = std::string(ToString(ph.phase)) + " on every CPU rank";
+      h.pageable.push_back({std::to_string(g) + " CPU rank" + (g == 1 ? "" : "s") +
+                                " (each: tensors + process)",
+                            ph.required * g});
+      if (g > 1) h.pageable.push_back({"launcher (shardtune run)", o.constants.cpu_launcher});
+    } else {
+      h = HostOf(ph.phase, plan, z, o, cluster.gpus_per_node);
+    }
     ph.host_moment = h.moment;
     ph.host_pinned = Bytes();
     ph.host_pageable = Bytes();

@@ -64,6 +64,13 @@ struct JobSizes {
   int64_t full_ckpt_bytes = 0;                   // parameters x pretrained-weight dtype
   int64_t full_master_bytes = 0;                 // parameters x their sharded dtype (unpadded)
   int64_t largest_param_master_bytes = 0;        // unpadded
+  // ModelLoad::kExecutor, per rank, over the units in construction order (unit i's peak is the
+  // shards built before it + its own): what exceeds every shard at the worst unit, when the full
+  // fp32 unit is in the same memory (CPU ranks) and when it is in host RAM (GPU ranks), and the
+  // largest unit's full fp32 buffer (host RAM on GPU ranks).
+  std::string executor_load_unit;
+  int64_t executor_load_excess_cpu_bytes = 0, executor_load_excess_device_bytes = 0;
+  int64_t executor_largest_unit_fp32_bytes = 0;
 };
 
 JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int shard_n,

@@ -80,8 +80,14 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
       phases.phases.back().phase = ph;
     }
   }
+  // CPU ranks hold their tensors in host RAM: the summary counts each at its training peak (the
+  // job phases' table has every phase's own figure).
+  if (c.cpu_only) {
+    for (PhaseMemory& ph : phases.phases) ph.required = r->required;
+  }
   internal::AddHostMemory(spec, c, plan, *r, z, o, &phases);
-  const PhaseMemory* peak = &phases.phases.front();
+  // On CPU ranks every phase holds the training peak here: name the training.
+  const PhaseMemory* peak = &phases.phases[c.cpu_only ? 2 : 0];
   for (const PhaseMemory& ph : phases.phases) {
     if (ph.host_total > peak->host_total) peak = &ph;
   }
@@ -534,7 +540,15 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
            "the caching allocator frees its cache and retries before it raises OOM, so "
            "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
   }
-  r.judged_on = why.str();
+  if (cluster.cpu_only) {
+    r.judged_on = "peak allocated (tensor bytes through LibTorch's CPU allocator) + " +
+                  std::to_string(static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)) +
+                  "% fragmentation allowance + the rank's process (libraries, allocator, Gloo) vs "
+                  "its share of this machine's RAM; the ranks together are judged against the "
+                  "whole machine under Host";
+  } else {
+    r.judged_on = why.str();
+  }
   if (options.host_estimate) HostEstimate(spec, cluster, plan, options, &r);
   return est;
 }

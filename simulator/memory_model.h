@@ -37,6 +37,11 @@ struct MemoryConstants {
   // tests/bench/calibration_experiment.sh (Debian 12, LibTorch 1.13, 2026-11-22). calibrate's
   // memory fit replaces it.
   Bytes cpu_process = Bytes::MiB(220);
+  // The process that launches CPU ranks (`shardtune run --nproc N`: it parses the plan, then
+  // waits for the ranks; LibTorch is loaded but holds no tensors). Measured: VmRSS 159932 kB of
+  // the launcher while its two ranks trained qwen2.5-0.5b (2-core Debian 12 VM, LibTorch 1.13,
+  // 2026-11-28). A guess elsewhere; calibrate does not fit it.
+  Bytes cpu_launcher = Bytes::MiB(156);
   // NCCL device buffers per communicator (all protocols, ring + tree connections): measured
   // 544 MB (2 GPUs) to 688 MB (> 2 GPUs) per communicator on A100 NVLink, NVIDIA/nccl#964.
   Bytes nccl_per_communicator = Bytes::MiB(656);
@@ -65,6 +70,11 @@ enum class ModelLoad {
   kEveryRank,  // every process loads the full checkpoint into host RAM (HF from_pretrained default)
   kRank0,      // rank 0 loads, others init on meta and receive shards (cpu_ram_efficient_loading)
   kMeta,       // meta-device init + sharded (DCP) load: no full copy anywhere
+  // shardtune's executor (executor/flat_param.cc FlatParam::FlatParam), every rank, one unit at a
+  // time in unit order: the unit initialised in full fp32 on the host, its shard cloned (and
+  // moved to the device), its gathered buffer allocated in the param dtype and freed. Not a
+  // user choice: `run`'s pre-flight, validate and calibrate use it for executor runs.
+  kExecutor,
 };
 
 // How training checkpoints are written and read back (decides the save and resume phases).
@@ -108,6 +118,10 @@ struct MemoryOptions {
   bool host_estimate = true;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
+  // Resume as shardtune's executor does it (executor/trainer_checkpoint.cc LoadState): the AdamW
+  // state is created empty and its blobs are read into it, with no zero gradients and no
+  // optimizer step (torch.distributed.checkpoint's _init_optim_state runs one). false: DCP's.
+  bool resume_creates_state_only = false;
   // MoE: tokens per routed expert as a multiple of the balanced load top_k x T / E (1.0: HF's
   // dropless routers under a working load-balancing loss; > 1: capacity-padded experts or an
   // imbalance allowance). Scales the experts' intermediate activations (model/tiled_mlp.h).

@@ -151,13 +151,15 @@ TEST_F(FaultInjectionTest, RankKilledInsideForwardBackwardCollectiveOrCheckpoint
       {"forward", "FsdpRuntime::Forward"},
       {"backward", "FsdpRuntime::Backward"},
       {"collective", "GlooCommunicator::AllReduce"},
-      {"checkpoint write", "shardtune::exec::WriteFileAtomically"},
+      {"checkpoint write", "shardtune::exec::WriteBlobsAtomically"},
   };
   for (const auto& [point, function] : points) {
     SCOPED_TRACE(point);
     TempDir tmp;
     std::string out = tmp.Sub("out"), log = tmp.Sub("run.log");
-    pid_t launcher = StartShardtune(Args(out, 100000, 2, {}, 3), log);
+    // An open-ended run: kept to its 3 newest checkpoints, else run's pre-flight refuses the
+    // 33,334 checkpoints a 100,000-step run would leave on the disk.
+    pid_t launcher = StartShardtune(Args(out, 100000, 2, {"--keep-checkpoints", "3"}, 3), log);
     ASSERT_TRUE(WaitForText(log, "step 4/", 120)) << ReadText(log);
     pid_t rank1 = RankPid(launcher, 1);
     ASSERT_GT(rank1, 0);
@@ -184,6 +186,8 @@ TEST_F(FaultInjectionTest, RankKilledInsideForwardBackwardCollectiveOrCheckpoint
     EXPECT_GE(newest, 3) << "the step-3 checkpoint was complete before the kill after step 4";
     if (newest + 2 <= kReferenceSteps) {
       ExpectResumesWithReferenceLosses(out, static_cast<int>(newest) + 2, newest, *reference_);
+      // A rank killed inside its checkpoint write left step_N.tmp: the resumed run removed it.
+      EXPECT_TRUE(ListPartialCheckpoints(out + "/checkpoints").empty()) << point;
     } else {
       ADD_FAILURE() << "the run got to step " << newest << " before gdb stopped it";
     }

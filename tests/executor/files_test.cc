@@ -30,6 +30,103 @@ TEST(ExecutorCheckpointTest, BlobsRoundTripAndTruncationIsDetected) {
               ThrowsMessage<BackendError>(HasSubstr("f: truncated")));
 }
 
+// The streamed writer produces EncodeBlobs' bytes exactly, with the digest of those bytes, and
+// BlobFile reads each blob back in place. A blob emitted in pieces (a CUDA tensor staged, or a
+// writer feeding a large tensor in chunks) is the same file.
+TEST(ExecutorCheckpointTest, StreamedWriteIsTheEncodedFileAndReadsBackInPlace) {
+  testing::TempDir tmp;
+  std::string big(3 * (size_t{8} << 20) + 17, '\0');  // over the writer's 8 MiB batching
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131) % 251);
+  std::vector<Blob> blobs{{"meta", "{\"step\": 3}"}, {"param/0", big}, {"empty", ""}, {"rng", "\x01\x02"}};
+  std::vector<BlobSource> sources;
+  for (const Blob& b : blobs) sources.push_back(BlobOfBytes(b.name, b.bytes));
+  // param/0 again as three pieces
+  BlobSource pieces;
+  pieces.name = "param/1";
+  pieces.size_bytes = static_cast<int64_t>(big.size());
+  pieces.write = [&big](const BlobEmit& emit) {
+    emit(big.data(), 5);
+    emit(big.data() + 5, (size_t{8} << 20));
+    emit(big.data() + 5 + (size_t{8} << 20), big.size() - 5 - (size_t{8} << 20));
+  };
+  sources.push_back(pieces);
+  blobs.push_back({"param/1", big});
+  const std::string path = tmp.Sub("rank00000.bin");
+  FileDigest d = WriteBlobsAtomically(path, sources);
+  const std::string expected = EncodeBlobs(blobs);
+  EXPECT_EQ(d.size_bytes, static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(d.fnv1a64, DigestOf(expected).fnv1a64);
+  EXPECT_EQ(ReadWholeFile(path), expected);
+  EXPECT_EQ(DigestOfFile(path).fnv1a64, d.fnv1a64);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  BlobFile f(path);
+  ASSERT_EQ(f.entries().size(), blobs.size());
+  for (const Blob& b : blobs) {
+    const BlobEntry* e = f.Find(b.name);
+    ASSERT_NE(e, nullptr) << b.name;
+    EXPECT_EQ(f.Read(*e), b.bytes) << b.name;
+  }
+  EXPECT_EQ(f.Find("nothing"), nullptr);
+  std::filesystem::resize_file(path, expected.size() - 1);
+  EXPECT_THAT([&] { BlobFile g(path); }, ThrowsMessage<BackendError>(HasSubstr("truncated")));
+}
+
+// A blob that emits other than its declared size is an error, and the half-written file is
+// removed (its space freed) rather than left as path.tmp.
+TEST(ExecutorCheckpointTest, StreamedWriteThatFailsLeavesNoTemporaryFile) {
+  testing::TempDir tmp;
+  BlobSource wrong;
+  wrong.name = "param/0";
+  wrong.size_bytes = 10;
+  wrong.write = [](const BlobEmit& emit) { emit("abc", 3); };
+  const std::string path = tmp.Sub("rank00000.bin");
+  EXPECT_THAT([&] { WriteBlobsAtomically(path, {BlobOfBytes("meta", "{}"), wrong}); },
+              ThrowsMessage<BackendError>(HasSubstr("wrote 3 bytes, expected 10")));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_THAT([&] { WriteBlobsAtomically(tmp.Sub("missing/dir/f.bin"), {}); },
+              ThrowsMessage<BackendError>(HasSubstr("checkpoint: cannot create")));
+}
+
+// Rank 0 picks a checkpoint from its manifest and the files' sizes; each rank then checks its
+// own file's checksum.
+TEST(ExecutorCheckpointTest, ManifestAndSizesThenEachRankItsOwnChecksum) {
+  testing::TempDir tmp;
+  std::string dir = tmp.Sub(CheckpointDirName(5));
+  std::filesystem::create_directories(dir);
+  CheckpointManifest m;
+  m.step = 5;
+  m.world_size = 2;
+  for (int r = 0; r < 2; ++r) {
+    std::string name = "rank0000" + std::to_string(r) + ".bin";
+    m.files.emplace_back(name, WriteFileAtomically(dir + "/" + name, std::string(64, static_cast<char>('a' + r))));
+  }
+  WriteManifest(dir, m);
+  CheckpointManifest got;
+  EXPECT_EQ(CheckManifestAndSizes(dir, &got), "");
+  WriteFileAtomically(dir + "/rank00001.bin", std::string(64, 'z'));  // same size, other bytes
+  EXPECT_EQ(CheckManifestAndSizes(dir, &got), "");
+  EXPECT_EQ(VerifyRankFile(dir, got, "rank00000.bin"), "");
+  EXPECT_EQ(VerifyRankFile(dir, got, "rank00001.bin"), "rank00001.bin: checksum mismatch");
+  EXPECT_EQ(VerifyRankFile(dir, got, "rank00002.bin"), "rank00002.bin: not in manifest.json");
+  std::filesystem::resize_file(dir + "/rank00000.bin", 3);
+  EXPECT_EQ(CheckManifestAndSizes(dir, &got), "rank00000.bin: 3 bytes, manifest says 64");
+}
+
+TEST(ExecutorCheckpointTest, PartialCheckpointsAreTmpAndOldFoldersOnly) {
+  testing::TempDir tmp;
+  const std::string root = tmp.Sub("checkpoints");
+  for (const char* d : {"step_00000004", "step_00000006.tmp", "step_00000002.old", "step_x.tmp",
+                        "other.tmp", "step_00000007.bak"}) {
+    std::filesystem::create_directories(root + "/" + d);
+  }
+  std::ofstream(root + "/step_00000009.tmp") << "a file, not a folder";
+  EXPECT_THAT(ListPartialCheckpoints(root),
+              ::testing::ElementsAre(root + "/step_00000002.old", root + "/step_00000006.tmp"));
+  EXPECT_TRUE(ListPartialCheckpoints(tmp.Sub("none")).empty());
+}
+
 TEST(ExecutorCheckpointTest, VerifyFindsMissingTruncatedAndCorruptedFiles) {
   testing::TempDir tmp;
   std::string dir = tmp.Sub(CheckpointDirName(12));

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,103 @@ TEST(ExecutorRunCliTest, TextFileTrainsAsByteTokensAndTheLossFalls) {
   std::cout << "byte-level text: loss " << loss.at(1) << " -> " << loss.at(12) << "\n";
   EXPECT_LT(loss.at(12), loss.at(1) - 0.5);  // 9000 bytes of one sentence are easy to learn
   EXPECT_FALSE(std::filesystem::exists(out + "/trace.json"));
+}
+
+// Pre-flight (issue #50): a plan this machine cannot hold is refused before any rank starts, with
+// the phase and both figures on one line; the machine is a fake /proc/meminfo (100 MiB available),
+// never this machine's state. --no-preflight starts it anyway, with a warning.
+TEST(ExecutorRunCliTest, PreflightRefusesWhatThisMachineCannotHoldBeforeAnyRankStarts) {
+  TempDir tmp;
+  { std::ofstream(tmp.Sub("meminfo")) << "MemTotal: 8388608 kB\nMemAvailable: 102400 kB\n"; }
+  const std::map<std::string, std::string> env{{"SHARDTUNE_TEST_MEMINFO", tmp.Sub("meminfo")}};
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--nproc", "2"});
+  ProcessResult r = RunShardtune(a, 60, env);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::vector<std::string> errors;
+  std::istringstream lines(r.output);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("error: ", 0) == 0) errors.push_back(l);
+  }
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_NE(errors[0].find("error: run pre-flight: the "), std::string::npos) << r.output;
+  EXPECT_NE(errors[0].find("(2 CPU ranks x "), std::string::npos) << r.output;
+  EXPECT_NE(errors[0].find("this machine has 100.0 MiB available (MemAvailable of " + tmp.Sub("meminfo")),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
+  // --out is created while the flags are checked (it must be writable); nothing is written in it.
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.Sub("out"))) << "nothing started, nothing written";
+
+  a.push_back("--no-preflight");
+  ProcessResult forced = RunShardtune(a, 120, env);
+  EXPECT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("warning: --no-preflight: "), std::string::npos) << forced.output;
+}
+
+TEST(ExecutorRunCliTest, PreflightRefusesCheckpointsTheDiskCannotHold) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--checkpoint-every", "1"});
+  a[4] = "3";
+  ProcessResult r = RunShardtune(a, 60, {{"SHARDTUNE_TEST_DISK_FREE_BYTES", "1000"}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: run pre-flight: --out \"" + tmp.Sub("out") + "\": 3 checkpoints of "),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("free; hint: --keep-checkpoints 1"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.Sub("out")));
+}
+
+// --keep-checkpoints K keeps the newest K complete checkpoints, deleting an older one only after
+// the new one is complete; a later run's checkpoints count too.
+TEST(ExecutorRunCliTest, KeepCheckpointsKeepsTheNewestK) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a[4] = "4";
+  a.insert(a.end(), {"--nproc", "2", "--checkpoint-every", "1", "--keep-checkpoints", "2"});
+  ProcessResult r = RunShardtune(a);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto kept = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(tmp.Sub("out") + "/checkpoints")) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000003", "step_00000004"})) << r.output;
+  EXPECT_NE(r.output.find("removed checkpoint " + tmp.Sub("out") + "/checkpoints/step_00000001 (--keep-checkpoints 2)"),
+            std::string::npos) << r.output;
+  a[4] = "5";
+  a.back() = "1";
+  ProcessResult more = RunShardtune(a);
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("resumed from checkpoint"), std::string::npos) << more.output;
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000005"})) << more.output;
+}
+
+// A save that did not finish (a rank killed, a full disk) leaves step_N.tmp; the next run removes
+// it and says so, and never touches a complete checkpoint.
+TEST(ExecutorRunCliTest, PartialCheckpointsOfAnEarlierRunAreRemovedCompleteOnesKept) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  ProcessResult first = RunShardtune(a);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string root = tmp.Sub("out") + "/checkpoints";
+  const std::string complete = ReadText(root + "/step_00000001/rank00000.bin");
+  std::filesystem::create_directories(root + "/step_00000002.tmp");
+  { std::ofstream(root + "/step_00000002.tmp/rank00000.bin.tmp") << std::string(4096, 'x'); }
+  std::filesystem::create_directories(root + "/step_00000001.old");
+  a[4] = "2";
+  ProcessResult next = RunShardtune(a);
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/step_00000002.tmp")) << next.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/step_00000001.old")) << next.output;
+  EXPECT_NE(next.output.find("removed " + root + "/step_00000002.tmp: a partial checkpoint"),
+            std::string::npos) << next.output;
+  EXPECT_NE(next.output.find("resumed from checkpoint " + root + "/step_00000001 (step 1)"),
+            std::string::npos) << next.output;
+  EXPECT_TRUE(std::filesystem::exists(root + "/step_00000002/manifest.json"));
+  EXPECT_EQ(ReadText(root + "/step_00000001/rank00000.bin"), complete);
 }
 
 }  // namespace

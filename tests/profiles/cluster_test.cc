@@ -120,7 +120,7 @@ TEST(ClusterShorthandTest, CpuRanksShareOneHost) {
   EXPECT_EQ(c.gpu.name, "CPU");
   EXPECT_EQ(c.intra_node.name, "loopback");
   EXPECT_EQ(c.gpu.usable_memory, c.host_memory_per_node / 4);  // each rank's share
-  EXPECT_EQ(c.cpu_cores_per_node, 4);
+  EXPECT_GE(c.cpu_cores_per_node, 1);  // this machine's cores (this_machine_test.cc)
   EXPECT_TRUE(c.Problems("--cluster").empty());
 }
 
