@@ -1,6 +1,7 @@
 // Preset and catalog listings.
 #include "cli/list_cmds.h"
 
+#include <algorithm>
 #include <iomanip>
 
 #include <nlohmann/json.hpp>
@@ -16,14 +17,17 @@ namespace shardtune::cli {
 
 void RunModels(bool json, std::ostream& out) {
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-  if (!json) out << std::left << std::setw(16) << "name" << std::setw(12) << "parameters" << "source\n";
+  // The name column fits the longest name and two spaces ("deepseek-v2-lite15.71 B" ran together).
+  int name_width = 6;
+  for (const auto& p : model::ModelPresets()) name_width = std::max(name_width, static_cast<int>(p.name.size()) + 2);
+  if (!json) out << std::left << std::setw(name_width) << "name" << std::setw(12) << "parameters" << "source\n";
   for (const auto& p : model::ModelPresets()) {
     int64_t n = model::ParameterCount(p.spec);
     if (json) {
       arr.push_back({{"name", p.name}, {"parameters", n}, {"published_parameters", p.published_parameters},
                      {"source", p.source}, {"spec", model::ModelSpecToJson(p.spec)}});
     } else {
-      out << std::setw(16) << p.name << std::setw(12) << FormatCount(n) << p.source << "\n";
+      out << std::setw(name_width) << p.name << std::setw(12) << FormatCount(n) << p.source << "\n";
     }
   }
   if (json) out << arr.dump(2) << "\n";
@@ -31,9 +35,14 @@ void RunModels(bool json, std::ostream& out) {
 
 void RunGpus(bool json, std::ostream& out) {
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  int name_width = 6, link_width = 6;
+  for (const auto& g : profiles::GpuCatalog()) {
+    name_width = std::max(name_width, static_cast<int>(g.name.size()) + 2);
+    link_width = std::max(link_width, static_cast<int>(g.intra_node_link.size()) + 2);
+  }
   if (!json) {
-    out << std::left << std::setw(16) << "name" << std::setw(12) << "usable" << std::setw(14)
-        << "bf16 TFLOP/s" << std::setw(12) << "HBM GB/s" << std::setw(10) << "link" << std::setw(18)
+    out << std::left << std::setw(name_width) << "name" << std::setw(12) << "usable" << std::setw(14)
+        << "bf16 TFLOP/s" << std::setw(12) << "HBM GB/s" << std::setw(link_width) << "link" << std::setw(18)
         << "kernel times" << "source\n";
   }
   for (const auto& g : profiles::GpuCatalog()) {
@@ -58,9 +67,9 @@ void RunGpus(bool json, std::ostream& out) {
                      {"intra_node_link", g.intra_node_link}, {"kernel_times", kt}, {"source", g.source}});
     } else {
       const std::string kernels = measured != nullptr ? "probe " + measured->provenance.date : "datasheet";
-      out << std::setw(16) << g.name << std::setw(12) << FormatBytes(g.usable_memory) << std::setw(14)
+      out << std::setw(name_width) << g.name << std::setw(12) << FormatBytes(g.usable_memory) << std::setw(14)
           << std::fixed << std::setprecision(1) << g.bf16_dense.count() / 1e12 << std::setw(12)
-          << std::setprecision(0) << g.memory_bandwidth.count() / 1e9 << std::setw(10)
+          << std::setprecision(0) << g.memory_bandwidth.count() / 1e9 << std::setw(link_width)
           << g.intra_node_link << std::setw(18) << kernels << g.source << "\n";
     }
   }

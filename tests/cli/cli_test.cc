@@ -7,6 +7,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -221,6 +222,21 @@ TEST(CliTest, TwentyTwentySixArchitecturesEstimateWarnAndRefuseByName) {
 TEST(CliTest, ModelsAndGpusList) {
   EXPECT_THAT(RunCli("models").out, ::testing::HasSubstr("llama2-70b"));
   EXPECT_THAT(RunCli("gpus").out, ::testing::HasSubstr("H100"));
+  // Every row's name stands apart from the next column ("deepseek-v2-lite15.71 B" ran together):
+  // the first word of each line is a whole preset or GPU name followed by at least two spaces.
+  for (const char* cmd : {"models", "gpus"}) {
+    std::istringstream lines(RunCli(cmd).out);
+    std::string line;
+    std::getline(lines, line);  // header
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      const size_t end = line.find(' ');
+      ASSERT_NE(end, std::string::npos) << line;
+      EXPECT_EQ(line.compare(end, 2, "  "), 0) << cmd << ": " << line;
+      ++rows;
+    }
+    EXPECT_GT(rows, 5) << cmd;
+  }
 }
 
 TEST(CliTest, UnknownPresetSuggestsClosest) {
