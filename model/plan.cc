@@ -292,12 +292,12 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
     p.Expect(seq_len >= 1, "seq_len", "integer >= 1 (the packed row's tokens)", seq_len);
     p.Expect(packed_seq_len <= max_seq_len, "packed_seq_len",
              "integer in [1, " + std::to_string(max_seq_len) +
-                 "] (the model's sequence limit: ModelSpec::SeqLenLimit)",
+                 "] (the model's sequence limit: the plan's longest packed sequence is too long for this model)",
              packed_seq_len);
   } else {
     p.Expect(seq_len >= 0 && seq_len <= max_seq_len, "seq_len",
              "integer in [1, " + std::to_string(max_seq_len) +
-                 "] (the model's sequence limit: ModelSpec::SeqLenLimit; 0: its max_seq_len)",
+                 "] (the model's sequence limit; 0: its maximum; hint: --seq-len overrides a plan's)",
              seq_len);
   }
   p.Expect(cp >= 1 && (world < 1 || world % cp == 0), "cp",
