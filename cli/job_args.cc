@@ -182,8 +182,25 @@ Job ResolveJob(const JobArgs& a) {
   }
   job.options.memory.moe_capacity_factor = a.moe_capacity_factor;
   sim::Profile prof = sim::JobProfile(a.profile, job.cluster.gpu);
+  if (std::string why = sim::ProfileDeviceMismatch(prof, job.cluster); !why.empty()) {
+    throw InputError("--profile " + a.profile + ": " + why +
+                     ": its kernel times would time that hardware with another device's speed; "
+                     "hint: probe the cluster's device (shardtune probe) or leave --profile out");
+  }
   job.options.memory.constants = prof.memory;
   job.options.costs = prof.costs;
+  if (!a.profile.empty()) {
+    job.timed_by = "--profile " + a.profile;
+    if (prof.has_provenance && !prof.provenance.device.empty()) {
+      job.timed_by += " (probed on " + prof.provenance.device +
+                      (prof.provenance.date.empty() ? "" : ", " + prof.provenance.date) + ")";
+    }
+  } else if (const sim::Profile* c = sim::CatalogProfile(job.cluster.gpu)) {
+    job.timed_by = "the " + job.cluster.gpu.name + " catalog profile (probed" +
+                   (c->provenance.date.empty() ? "" : " " + c->provenance.date) + ")";
+  } else {
+    job.timed_by = "datasheet peaks x the cost model's default efficiencies";
+  }
   return job;
 }
 

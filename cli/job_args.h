@@ -45,6 +45,10 @@ struct Job {
   // The model a --from config named when --model was not given ('named by
   // cfg.yaml:/actor_rollout_ref/model/path "Qwen/Qwen3-8B"'; ResolveJobModel); "" otherwise.
   std::string model_from;
+  // What times the job's kernels: "--profile cpu.json (probed on cpu (AMD EPYC, 2 threads),
+  // 2026-11-28)", "the H100-SXM-80G catalog profile (probed 2026-11-22)" or "datasheet peaks x
+  // the cost model's default efficiencies" (simulate's first line says it).
+  std::string timed_by;
   // S after the plan's default (the model's max_seq_len): computed, never stored twice.
   int64_t SeqLen() const { return plan.ResolvedSeqLen(spec.max_seq_len); }
 };

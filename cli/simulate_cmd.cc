@@ -26,7 +26,7 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
     out << ", Ulysses cp " << job.plan.cp << " (" << job.SeqLen() / job.plan.cp
         << " tokens per rank)";
   }
-  out << "; " << job.seq_len_note << "\n\n";
+  out << "; " << job.seq_len_note << "; timed by " << job.timed_by << "\n\n";
   out << std::fixed;
   out << "Step (steady state, step 1)\n";
   out << "  step time                " << std::setprecision(4) << r.step_time.count() << " s\n";

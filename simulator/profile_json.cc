@@ -8,6 +8,7 @@
 #include "model/errors.h"
 #include "model/plan.h"
 #include "model/strict_json.h"
+#include "profiles/device_names.h"
 
 namespace shardtune::sim {
 namespace {
@@ -320,6 +321,24 @@ const Profile* CatalogProfile(const profiles::GpuSpec& gpu) {
     slot = std::make_unique<const Profile>(ProfileFromJson(Json::parse(text), where));
   }
   return slot.get();
+}
+
+std::string ProfileDeviceMismatch(const Profile& p, const profiles::ClusterSpec& cluster) {
+  if (!p.has_provenance || p.provenance.device.empty()) return "";
+  const std::string& d = p.provenance.device;
+  const bool cpu_profile = d.rfind("cpu", 0) == 0;
+  const std::string cluster_kind = cluster.cpu_only ? "CPU ranks" : cluster.gpu.name + " GPUs";
+  if (cpu_profile != cluster.cpu_only) {
+    return "measured on \"" + d + "\", but --cluster " + cluster.name + " is " + cluster_kind;
+  }
+  if (cpu_profile) return "";
+  std::string device = d.rfind("cuda:", 0) == 0 ? d.substr(5) : d;
+  profiles::DeviceMatch m = profiles::MatchCudaDevice(device, Bytes());
+  if (m.gpu != nullptr && m.gpu->name != cluster.gpu.name) {
+    return "measured on \"" + d + "\" (" + m.gpu->name + "), but --cluster " + cluster.name + " is " +
+           cluster_kind;
+  }
+  return "";
 }
 
 Profile JobProfile(const std::string& file, const profiles::GpuSpec& gpu) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiles/cluster.h"
 #include "profiles/hardware.h"
 #include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
@@ -62,6 +63,13 @@ const Profile* CatalogProfile(const profiles::GpuSpec& gpu);
 // The constants a job runs on: the profile file when one is given (--profile, taken whole), else
 // the catalog's measured profile for the cluster's GPU, else the defaults.
 Profile JobProfile(const std::string& file, const profiles::GpuSpec& gpu);
+
+// "" when `p` may time jobs on `cluster`; else why not, one line: a profile probed on CPU ranks
+// for a GPU cluster, a GPU profile for cpu:N, or one whose device maps to another catalog kind
+// (provenance.device through profiles/device_names.h; a device no catalog entry matches, or a
+// profile without provenance, passes). Its kernel tables and efficiencies would time the
+// cluster's steps with another device's speed (issue #49: a CPU probe made an 8xH100 step 49 s).
+std::string ProfileDeviceMismatch(const Profile& p, const profiles::ClusterSpec& cluster);
 // The same from parsed JSON; `name` stands for the file in messages.
 Profile ProfileFromJson(const nlohmann::json& j, const std::string& name);
 // Every section, schema_version kProfileSchemaVersion; ProfileFromJson(ProfileToJson(p))

@@ -594,6 +594,25 @@ std::string TraceOfThreeSteps() {
   return WriteFile("fsdp2_trace.json", doc.dump());
 }
 
+// A profile probed on one device kind does not time another's steps (issue #49 item 2: a CPU
+// probe made an 8xH100 step 49 s under an H100 header); the first line says what timed the step.
+TEST(CliTest, AProfileOfAnotherDeviceIsRefusedAndTheHeaderNamesWhatTimedTheStep) {
+  const std::string h100 = std::string(SHARDTUNE_SOURCE_DIR) + "/profiles/measured/h100-sxm-80g.profile.json";
+  const std::string job = "simulate --model llama3-8b --seq-len 2048 --profile " + h100;
+  Result ok = RunCli(job + " --cluster 8xH100");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out.substr(0, ok.out.find('\n')),
+              ::testing::HasSubstr("timed by --profile " + h100 + " (probed on NVIDIA H100 80GB HBM3, "));
+  ExpectOneLineError(RunCli(job + " --cluster 8xA100"),
+                     "measured on \"NVIDIA H100 80GB HBM3\" (H100-SXM-80G), but --cluster 8xA100 is A100-SXM-80G GPUs");
+  ExpectOneLineError(RunCli(job + " --cluster cpu:2"), "but --cluster cpu:2 is CPU ranks");
+  ExpectOneLineError(RunCli("tune --model llama3-8b --seq-len 2048 --global-batch 8 --cluster 8xA100 --profile " + h100),
+                     "--profile " + h100 + ": measured on");
+  Result datasheet = RunCli("simulate --model llama3-8b --seq-len 2048 --cluster 8xA100");
+  EXPECT_THAT(datasheet.out.substr(0, datasheet.out.find('\n')),
+              ::testing::HasSubstr("timed by datasheet peaks x the cost model's default efficiencies"));
+}
+
 TEST(CliTest, CalibrateFromAProfilerTraceWritesAProfileThatSimulateUses) {
   std::string trace = TraceOfThreeSteps();
   std::string prof = TempPath("trace_profile.json");
