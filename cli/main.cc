@@ -1,5 +1,6 @@
 // The shardtune command line. Only this file catches: errors print one line "error: ..." on
-// stderr and exit 1 (bad input), 3 (backend) or 70 (internal), README.md "Conventions".
+// stderr and exit 1 (bad input), 3 (backend) or 70 (internal), README.md "Conventions"; `tune`
+// exits 2 when its search finds no plan that fits (cli/tune_cmd.h kExitNoPlan).
 // Built twice (cli/CMakeLists.txt): `shardtune` without the executor, which hands `run` to
 // `shardtune-exec`, and `shardtune-exec` with it (SHARDTUNE_CLI_WITH_EXECUTOR).
 #include <cstring>
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
 #endif
     if (app.got_subcommand("simulate")) RunSimulate(simulate, std::cout, std::cerr);
     if (app.got_subcommand("export")) RunExport(export_args, std::cout, std::cerr);
-    if (app.got_subcommand("tune")) RunTune(tune, std::cout, std::cerr);
+    if (app.got_subcommand("tune")) return RunTune(tune, std::cout, std::cerr);
     if (app.got_subcommand("calibrate")) RunCalibrate(calibrate, std::cout, std::cerr);
     if (app.got_subcommand("validate")) RunValidate(validate, std::cout, std::cerr);
   } catch (const shardtune::InputError& e) {

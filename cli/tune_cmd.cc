@@ -580,6 +580,7 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
                          {"verl_ppo_max_token_len_per_gpu", t.budget.max_tokens / t.budget.cp}};
   }
   j["advice_if_none"] = t.result.advice_if_none;
+  j["no_plan_reason"] = t.result.no_plan_reason;
   if (a.search_nodes) {
     nlohmann::ordered_json ns = nlohmann::ordered_json::array();
     for (const auto& n : t.nodes) {
@@ -598,13 +599,17 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
 
 }  // namespace
 
-void RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
+int RunTune(const TuneArgs& a, std::ostream& out, std::ostream& err) {
   TuneRun t = RunTuneSearch(a, err);
   if (!a.json) {
     PrintTune(a, t, out, err);
-    return;
+  } else {
+    out << TuneJson(a, t).dump(2) << "\n";
   }
-  out << TuneJson(a, t).dump(2) << "\n";
+  if (!t.result.top.empty()) return 0;
+  // The search answered, and its answer is that nothing fits: a failure for scripts.
+  if (!a.out.empty()) WriteLine(err, "note: ", "--out " + a.out + " not written: no plan fits");
+  return kExitNoPlan;
 }
 
 }  // namespace shardtune::cli

@@ -35,6 +35,9 @@ struct TuneArgs {
 };
 
 void AddTuneCommand(CLI::App* app, TuneArgs* args);
-void RunTune(const TuneArgs& args, std::ostream& out, std::ostream& err);
+// Exit code of a search that found no plan (the answer, with its binding constraint, is printed).
+inline constexpr int kExitNoPlan = 2;
+// Returns 0, or kExitNoPlan when no plan fits.
+int RunTune(const TuneArgs& args, std::ostream& out, std::ostream& err);
 
 }  // namespace shardtune::cli

@@ -137,6 +137,9 @@ struct SearchResult {
   int64_t equivalent_hidden = 0;   // top-k entries skipped as equal to the one above
   Bytes smallest_required;         // over everything checked (for "nothing fits" answers)
   std::string advice_if_none;      // what would make the model fit, when nothing does
+  // When nothing fits: "memory" (every plan runs out) or "constraint" (plans fit in memory but a
+  // request's constraint, e.g. the throughput floor, rules them out); "" otherwise.
+  std::string no_plan_reason;
   double search_s = 0;  // wall seconds of SearchPlans
 };
 

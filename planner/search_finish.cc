@@ -182,10 +182,43 @@ SearchResult Ranker::Finish() {
       }
       found = "every plan needs at least ";
     }
-    out.advice_if_none = "No plan fits: " + found + GiBText(least) +
-        " against " + GiBText(cluster_.gpu.usable_memory) + " usable. Model states shrink with the shard "
-        "group (16 bytes per parameter over N GPUs): more GPUs, a GPU with more memory, or offload "
-        "all with full checkpointing (which moves the states to host RAM) would make it fit.";
+    const Bytes usable = cluster_.gpu.usable_memory;
+    // The binding constraint comes first (issue #49 item 4): when plans fit in memory, what
+    // ruled them out is the largest group of rejections that is not an OOM.
+    const Rejection* other = nullptr;
+    for (const Rejection& r : out.rejected) {
+      if (r.reason.rfind("OOM", 0) != 0) {
+        other = &r;
+        break;
+      }
+    }
+    if (other != nullptr && least.count() > 0 && least <= usable) {
+      out.no_plan_reason = "constraint";
+      out.advice_if_none = "No plan meets the constraints: plans fit in memory (the least needs " +
+                           GiBText(least) + " of " + GiBText(usable) + " usable), but " +
+                           std::to_string(other->count) + " are ruled out as " + other->reason +
+                           " (e.g. " + other->example + "). Relax that constraint" +
+                           (other->reason.find("throughput floor") != std::string::npos
+                                ? " (--min-tokens-per-s)."
+                                : ".");
+    } else {
+      out.no_plan_reason = "memory";
+      // Only advice the search checked: offload all with full checkpointing is named as a way
+      // out when it was not searched, else its own least need is quoted.
+      Bytes offload_all;
+      for (const Rejection& r : out.rejected) {
+        if (r.reason.find("offload all") == std::string::npos || r.smallest_required.count() == 0) continue;
+        if (offload_all.count() == 0 || r.smallest_required < offload_all) offload_all = r.smallest_required;
+      }
+      out.advice_if_none =
+          "No plan fits in memory: " + found + GiBText(least) + " against " + GiBText(usable) +
+          " usable. Model states shrink with the shard group (16 bytes per parameter over N GPUs): "
+          "more GPUs, or GPUs with more than " + GiBText(least) + " usable" +
+          (offload_all.count() > 0
+               ? "; offloading all states to host RAM was searched and still needs at least " +
+                     GiBText(offload_all) + " per GPU."
+               : "; offloading all states to host RAM (--offload all) was not searched.");
+    }
   }
   return out;
 }

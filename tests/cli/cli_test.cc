@@ -596,6 +596,29 @@ std::string TraceOfThreeSteps() {
 
 // A profile probed on one device kind does not time another's steps (issue #49 item 2: a CPU
 // probe made an 8xH100 step 49 s under an H100 header); the first line says what timed the step.
+// A search that finds nothing fails (exit 2), names the binding constraint first and quotes only
+// advice it checked (issue #49 item 4).
+TEST(CliTest, TuneWithoutAFittingPlanExitsTwoAndNamesTheBindingConstraint) {
+  const std::string out = TempPath("nofit_plan.json");
+  Result mem = RunCli("tune --model llama3-405b --cluster 1xRTX4090 --global-batch 8 --seq-len 2048 --out " + out);
+  EXPECT_EQ(mem.code, 2) << mem.err;
+  EXPECT_THAT(mem.out, ::testing::HasSubstr("No plan fits in memory: "));
+  // Offload all was in the search: it is not advised as the way out, its own need is quoted.
+  EXPECT_THAT(mem.out, ::testing::HasSubstr("offloading all states to host RAM was searched and still needs at least"));
+  EXPECT_THAT(mem.out, ::testing::Not(::testing::HasSubstr("would make it fit")));
+  EXPECT_FALSE(std::ifstream(out).good());
+  EXPECT_THAT(mem.err, ::testing::HasSubstr("--out " + out + " not written: no plan fits"));
+  Result floor = RunCli("tune --model llama3-8b --cluster 8xH100 --global-batch 64 --seq-len 8192 "
+                        "--objective memory --min-tokens-per-s 10000000 --json");
+  EXPECT_EQ(floor.code, 2) << floor.err;
+  auto j = nlohmann::json::parse(floor.out);
+  EXPECT_EQ(j["no_plan_reason"], "constraint");
+  EXPECT_THAT(j["advice_if_none"].get<std::string>(),
+              ::testing::StartsWith("No plan meets the constraints: plans fit in memory"));
+  EXPECT_THAT(j["advice_if_none"].get<std::string>(), ::testing::HasSubstr("throughput floor"));
+  EXPECT_THAT(j["advice_if_none"].get<std::string>(), ::testing::HasSubstr("(--min-tokens-per-s)"));
+}
+
 TEST(CliTest, AProfileOfAnotherDeviceIsRefusedAndTheHeaderNamesWhatTimedTheStep) {
   const std::string h100 = std::string(SHARDTUNE_SOURCE_DIR) + "/profiles/measured/h100-sxm-80g.profile.json";
   const std::string job = "simulate --model llama3-8b --seq-len 2048 --profile " + h100;
