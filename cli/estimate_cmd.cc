@@ -156,7 +156,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
                 const plan::FusedLossAlternative& fused, const plan::TokenCapacity& capacity,
                 bool timeline, const std::string& seq_len_note, const std::string& model_from,
-                std::ostream& out) {
+                const std::string& first_screen, bool explain, std::ostream& out) {
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
@@ -168,6 +168,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
       << (c.cpu_only ? std::to_string(r.world) + " CPU rank" + (r.world > 1 ? "s sharing " : " on ") + c.machine
                      : std::to_string(r.world) + " GPU" + (r.world > 1 ? "s" : "") + ", " + c.gpu.name)
       << "), " << seq_len_note << "\n";
+  out << first_screen;
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
   out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
       << " params, " << FormatBytes(largest->gathered_bytes) << " when gathered\n\n";
@@ -215,7 +216,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   row("required", r.required, std::string(r.fits ? "FITS" : "DOES NOT FIT") + " in " +
                                   FormatBytes(r.capacity) + " usable (headroom " +
                                   FormatBytes(r.capacity - r.required) + ")");
-  out << "  judged on: " << r.judged_on << "\n";
+  if (explain) out << "  judged on: " << r.judged_on << "\n";
   if (capacity.evaluated) out << "  packed tokens: " << CapacityLine(plan, capacity) << "\n";
   out << "\n";
   out << "Host (per node)\n";
@@ -385,6 +386,29 @@ nlohmann::ordered_json ColocationJson(const sim::ColocationReport& c) {
           {"fits", c.fits},           {"judged_on", c.judged_on}};
 }
 
+// The answer in the first lines (issue #49 item 3): fits or not, the deciding figure, and when it
+// does not fit the first what-if change that does (each what-if row is its own estimate).
+std::string FirstScreen(bool fits, const std::string& verdict, const sim::JobPhases& phases,
+                        const model::Plan& plan, const std::vector<plan::Alternative>& alts) {
+  std::ostringstream o;
+  std::string label = fits ? "FITS" : "DOES NOT FIT";
+  if (fits && !phases.phases.empty()) {
+    const sim::PhaseMemory& d = phases.phases[static_cast<size_t>(phases.deciding)];
+    if (IsMarginal(d.headroom, phases.capacity)) label = "FITS, MARGINALLY";
+  }
+  o << "=> " << label << ": " << verdict << "\n";
+  if (!fits) {
+    for (const plan::Alternative& x : alts) {
+      if (!x.fits() || (x.offload == plan.offload && x.checkpointing == plan.checkpointing)) continue;
+      o << "=> fits with --offload " << model::ToString(x.offload) << " --checkpointing "
+        << model::ToString(x.checkpointing) << ": " << FormatBytes(x.gpu_required) << " per GPU, "
+        << FormatBytes(x.host_peak_per_node) << " of host RAM per node\n";
+      break;
+    }
+  }
+  return o.str();
+}
+
 }  // namespace
 
 void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
@@ -481,7 +505,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
     PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note,
-               job.model_from, out);
+               job.model_from, FirstScreen(fits, verdict, phases, plan, alts), a.explain, out);
     PrintFeatureSavings(savings, r, out);
     if (colocating) PrintColocation(colocated, out);
     PrintPhaseTable(phases, verdict, out);

@@ -69,4 +69,9 @@ void WriteLine(std::ostream& os, std::string_view prefix, std::string_view text)
   os << line << std::flush;
 }
 
+bool IsMarginal(Bytes headroom, Bytes capacity) {
+  return headroom.count() >= 0 &&
+         static_cast<double>(headroom.count()) < kMarginalHeadroomFraction * static_cast<double>(capacity.count());
+}
+
 }  // namespace shardtune::cli

@@ -134,6 +134,8 @@ void AddJobFlags(CLI::App* sub, JobArgs* a) {
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "Print one JSON document and nothing else");
   sub->add_flag("--timeline", a->timeline, "Print the memory timeline phase by phase");
+  sub->add_flag("--explain", a->explain,
+                "Also say how each figure is judged (the allocator replay, the allowances)");
   AddPlanFlags(sub, &a->plan);
   AddFromFlags(sub, &a->plan);
 }

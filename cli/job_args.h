@@ -29,6 +29,7 @@ struct JobArgs {
   std::string profile;  // calibrated profile JSON; empty: the named defaults
   bool json = false;
   bool timeline = false;
+  bool explain = false;  // --explain: how each figure is judged (the "judged on" paragraphs)
   PlanFlags plan;
 };
 

@@ -26,7 +26,23 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
     out << ", Ulysses cp " << job.plan.cp << " (" << job.SeqLen() / job.plan.cp
         << " tokens per rank)";
   }
-  out << "; " << job.seq_len_note << "; timed by " << job.timed_by << "\n\n";
+  out << "; " << job.seq_len_note << "; timed by " << job.timed_by << "\n";
+  // The answer first (issue #49 item 3): a step that does not fit has no step time to speak of.
+  const std::string label = !m.fits ? "DOES NOT FIT" : IsMarginal(m.capacity - m.required, m.capacity)
+                                                          ? "FITS, MARGINALLY"
+                                                          : "FITS";
+  out << "=> " << label << ": " << FormatBytes(m.required) << " required per GPU of "
+      << FormatBytes(m.capacity) << " usable ("
+      << (m.fits ? "headroom " + FormatBytes(m.capacity - m.required)
+                 : "short by " + FormatBytes(m.required - m.capacity))
+      << ", at " << m.peak_phase << ")";
+  if (m.fits) {
+    out << "; " << std::fixed << std::setprecision(3) << r.step_time.count() << " s per step, "
+        << std::setprecision(0) << r.tokens_per_s << " tokens/s\n\n";
+  } else {
+    out << "; the step below is what it would take if it fit (shardtune estimate says what would "
+           "make it fit)\n\n";
+  }
   out << std::fixed;
   out << "Step (steady state, step 1)\n";
   out << "  step time                " << std::setprecision(4) << r.step_time.count() << " s\n";

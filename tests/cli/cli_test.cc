@@ -598,6 +598,30 @@ std::string TraceOfThreeSteps() {
 // probe made an 8xH100 step 49 s under an H100 header); the first line says what timed the step.
 // A search that finds nothing fails (exit 2), names the binding constraint first and quotes only
 // advice it checked (issue #49 item 4).
+// The verdict is the second line (issue #49 item 3): estimate and simulate say fits or not and
+// by how much before anything else; a fit within 2% of the usable memory is marginal; the
+// "judged on" paragraph is behind --explain.
+TEST(CliTest, TheVerdictIsTheSecondLine) {
+  auto line = [](const std::string& text, int n) {
+    std::istringstream in(text);
+    std::string l;
+    for (int i = 0; i < n; ++i) std::getline(in, l);
+    return l;
+  };
+  Result oom = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 8192");
+  ASSERT_EQ(oom.code, 0) << oom.err;
+  EXPECT_THAT(line(oom.out, 2), ::testing::StartsWith("=> DOES NOT FIT: runs out in steady step: "));
+  // The first what-if row that fits, as flags, with its own figures.
+  EXPECT_THAT(line(oom.out, 3), ::testing::StartsWith("=> fits with --offload "));
+  EXPECT_THAT(oom.out, ::testing::Not(::testing::HasSubstr("judged on:")));
+  Result fit = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 2048 --explain");
+  EXPECT_THAT(line(fit.out, 2), ::testing::StartsWith("=> FITS: fits in every phase; tightest: "));
+  EXPECT_THAT(fit.out, ::testing::HasSubstr("judged on:"));
+  Result sim = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 2048");
+  EXPECT_THAT(line(sim.out, 2), ::testing::MatchesRegex("=> FITS: .* required per GPU of 79.1 GiB usable \\(headroom .*"));
+  EXPECT_THAT(line(sim.out, 2), ::testing::HasSubstr(" s per step, "));
+}
+
 TEST(CliTest, TuneWithoutAFittingPlanExitsTwoAndNamesTheBindingConstraint) {
   const std::string out = TempPath("nofit_plan.json");
   Result mem = RunCli("tune --model llama3-405b --cluster 1xRTX4090 --global-batch 8 --seq-len 2048 --out " + out);

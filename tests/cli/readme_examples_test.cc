@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -73,6 +74,40 @@ TEST(ReadmeExamplesTest, EveryExampleRunsAsWritten) {
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// The ```text block after the Examples quotes commands ("$ shardtune ...") and the first lines
+// they print: each command runs and its first lines must be exactly those.
+TEST(ReadmeExamplesTest, QuotedFirstLinesAreWhatTheCommandsPrint) {
+  const std::string readme = ReadFile(std::string(SHARDTUNE_SOURCE_DIR) + "/README.md");
+  const size_t heading = readme.find("\n## Examples\n");
+  ASSERT_NE(heading, std::string::npos);
+  const size_t open = readme.find("```text\n$ shardtune ", heading);
+  ASSERT_NE(open, std::string::npos) << "no quoted output under Examples";
+  const size_t close = readme.find("\n```", open + 8);
+  std::istringstream lines(readme.substr(open + 8, close - open - 8));
+  std::vector<std::pair<std::string, std::vector<std::string>>> quoted;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("$ ", 0) == 0) {
+      quoted.push_back({line.substr(2), {}});
+    } else if (!quoted.empty()) {
+      quoted.back().second.push_back(line);
+    }
+  }
+  ASSERT_GE(quoted.size(), 2u);
+  const std::string bin_dir = fs::path(SHARDTUNE_BIN).parent_path().string();
+  const std::string log = (fs::temp_directory_path() / ("shardtune_readme_quote_" + std::to_string(::getpid()))).string();
+  for (const auto& [command, expected] : quoted) {
+    const std::string sh = "PATH='" + bin_dir + ":/usr/bin:/bin' " + command + " > '" + log + "' 2>/dev/null";
+    ASSERT_EQ(std::system(sh.c_str()), 0) << command;
+    std::istringstream got(ReadFile(log));
+    for (const std::string& want : expected) {
+      std::string line;
+      std::getline(got, line);
+      EXPECT_EQ(line, want) << command << "\n(update the README's quoted lines if the change is meant)";
+    }
+  }
+  fs::remove(log);
 }
 
 }  // namespace
