@@ -265,7 +265,8 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
       const auto& t = r.top[i];
       out << "  " << i + 1 << ". " << std::setprecision(0) << t.tokens_per_s << " tokens/s, MFU "
           << std::setprecision(1) << 100 * t.mfu << "%, step " << std::setprecision(3) << t.step_time_s
-          << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n";
+          << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n"
+          << "     flags: " << plan::PlanAsFlags(t.plan) << "\n";
       if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
     }
     out << "\nPareto front of the simulated plans (less memory, or more throughput, than every other)\n";

@@ -157,8 +157,8 @@ std::string PlanKey(const Plan& p) {
   if (p.Hybrid()) k += "/" + std::to_string(p.shard_group_size);
   const std::string batch =
       p.packed_seq_len > 0
-          ? " tokens=" + std::to_string(p.micro_batch * p.seq_len) + "x" + std::to_string(p.grad_accum)
-          : " mb=" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum);
+          ? " tokens=" + std::to_string(p.micro_batch * p.seq_len) + " accum=" + std::to_string(p.grad_accum)
+          : " mb=" + std::to_string(p.micro_batch) + " accum=" + std::to_string(p.grad_accum);
   k += " wrap=" + model::WrapSpecToString(p.wrap) + (p.wrap.embedding_unit ? "+embedding" : "") +
        (p.wrap.head_unit ? "+head" : "") + batch + " ckpt=" + model::CheckpointingSpecToString(p) +
        " offload=" + model::ToString(p.offload) + " fwd_prefetch=" + (p.forward_prefetch ? "on" : "off") +
@@ -167,6 +167,34 @@ std::string PlanKey(const Plan& p) {
   if (p.ep > 1) k += " ep=" + std::to_string(p.ep);
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += " loss=" + std::string(model::ToString(p.loss_kernel));
   return k;
+}
+
+std::string PlanAsFlags(const Plan& p) {
+  std::string f = "--strategy " + std::string(model::ToString(p.strategy));
+  if (p.Hybrid()) f += " --shard-group " + std::to_string(p.shard_group_size);
+  f += " --wrap " + model::WrapSpecToString(p.wrap);
+  if (p.wrap.embedding_unit) f += " --wrap-embedding";
+  if (p.wrap.head_unit) f += " --wrap-head";
+  if (p.packed_seq_len > 0) {
+    f += " --max-tokens-per-micro-batch " + std::to_string(p.micro_batch * p.seq_len);
+  } else {
+    f += " --micro-batch " + std::to_string(p.micro_batch);
+  }
+  f += " --grad-accum " + std::to_string(p.grad_accum);
+  if (p.no_sync) f += " --no-sync";
+  f += " --checkpointing " + model::CheckpointingSpecToString(p);
+  f += " --offload " + std::string(model::ToString(p.offload));
+  if (p.reshard_after_forward != model::StrategyReshardsAfterForward(p.strategy)) {
+    f += std::string(" --reshard-after-forward ") + (p.reshard_after_forward ? "true" : "false");
+  }
+  if (p.forward_prefetch) f += " --forward-prefetch";
+  f += " --backward-prefetch " + std::string(model::ToString(p.backward_prefetch));
+  if (p.cp > 1) f += " --cp " + std::to_string(p.cp);
+  if (p.ep > 1) f += " --ep " + std::to_string(p.ep);
+  if (p.loss_kernel != model::LossKernel::kCrossEntropy) {
+    f += " --loss-kernel " + std::string(model::ToString(p.loss_kernel));
+  }
+  return f;
 }
 
 namespace {

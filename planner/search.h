@@ -158,5 +158,11 @@ std::vector<model::Plan> EnumeratePlans(const model::ModelSpec& spec,
                                         const profiles::ClusterSpec& cluster,
                                         const SearchRequest& request);
 std::string PlanKey(const model::Plan& p);
+// The plan as the plan flags that reproduce it over the search's base plan (issue #49 item 6: the
+// keys above do not paste back), e.g. "--strategy hybrid_shard --shard-group 2 --wrap block
+// --wrap-embedding --wrap-head --micro-batch 1 --grad-accum 8 --checkpointing selective
+// --offload none --backward-prefetch pre". Dimensions the search does not vary (dtypes,
+// optimizer, modeling) are left to the base plan's flags.
+std::string PlanAsFlags(const model::Plan& p);
 
 }  // namespace shardtune::plan

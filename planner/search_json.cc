@@ -6,7 +6,7 @@
 namespace shardtune::plan {
 
 nlohmann::ordered_json CandidateToJson(const Candidate& c) {
-  return {{"key", c.key}, {"tokens_per_s", c.tokens_per_s}, {"mfu", c.mfu}, {"step_time_s", c.step_time_s},
+  return {{"key", c.key}, {"flags", PlanAsFlags(c.plan)}, {"tokens_per_s", c.tokens_per_s}, {"mfu", c.mfu}, {"step_time_s", c.step_time_s},
           {"exposed_comm_s", c.exposed_comm_s}, {"required_bytes", c.required.count()},
           {"headroom_bytes", (c.capacity - c.required).count()},
           {"dollars_per_million_tokens", c.dollars_per_million_tokens},

@@ -601,6 +601,31 @@ std::string TraceOfThreeSteps() {
 // The verdict is the second line (issue #49 item 3): estimate and simulate say fits or not and
 // by how much before anything else; a fit within 2% of the usable memory is marginal; the
 // "judged on" paragraph is behind --explain.
+// Every top plan of tune is printed as the flags that reproduce it (issue #49 item 6): estimate
+// with those flags builds the same plan (the JSON plans compare equal).
+TEST(CliTest, TunePlansPasteBackAsFlags) {
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      {"--model llama3-8b --cluster 2x8xH100", " --global-batch 64 --seq-len 8192"},
+      {"--model llama3.1-8b --cluster 8xH100", " --seq-len 65536 --global-batch 8"}};
+  for (const auto& [model_cluster, batch] : jobs) {
+    Result t = RunCli("tune " + model_cluster + batch + " --top 5 --json");
+    ASSERT_EQ(t.code, 0) << t.err;
+    auto top = nlohmann::json::parse(t.out)["top"];
+    ASSERT_FALSE(top.empty());
+    for (const auto& entry : top) {
+      const std::string flags = entry["flags"].get<std::string>();
+      Result e = RunCli("estimate " + model_cluster + " --seq-len " +
+                        std::to_string(entry["plan"]["seq_len"].get<int64_t>()) + " " + flags + " --json");
+      ASSERT_EQ(e.code, 0) << flags << "\n" << e.err;
+      auto plan = nlohmann::json::parse(e.out)["plan"];
+      auto want = entry["plan"];
+      for (auto it = want.begin(); it != want.end(); ++it) {
+        EXPECT_EQ(plan[it.key()], it.value()) << it.key() << " of " << flags;
+      }
+    }
+  }
+}
+
 TEST(CliTest, TheVerdictIsTheSecondLine) {
   auto line = [](const std::string& text, int n) {
     std::istringstream in(text);
