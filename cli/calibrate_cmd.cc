@@ -126,6 +126,7 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
   }
   std::string doc = sim::ProfileToJson(p).dump(2) + "\n";
   sim::WriteFileAtomically(a.out, doc);
+  WriteLine(err, "wrote ", a.out);
   if (a.json) {
     out << doc;
     return;
@@ -184,6 +185,7 @@ void RunCalibrate(const CalibrateArgs& a, std::ostream& out, std::ostream& err) 
   sim::CalibrationResult r = CalibrateRuns(runs);
   std::string doc = sim::ProfileToJson(r.profile).dump(2) + "\n";
   sim::WriteFileAtomically(a.out, doc);
+  WriteLine(err, "wrote ", a.out);
   if (a.json) {
     out << doc;
     return;

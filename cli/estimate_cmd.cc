@@ -425,10 +425,12 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.plot.empty()) {
     sim::WriteMemoryPlot(a.plot, "--plot", est.program, r, &phases,
                          "shardtune estimate: " + spec.name + " on " + cluster.name);
+    WriteLine(err, "wrote ", a.plot);
   }
   if (!a.memory_snapshot.empty()) {
     sim::WriteMemorySnapshot(a.memory_snapshot, "--memory-snapshot", est.program, r,
                              "shardtune estimate: " + spec.name + " on " + cluster.name);
+    WriteLine(err, "wrote ", a.memory_snapshot);
   }
   auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   // Only worth a walk when the loss path holds the peak (the only advice that quotes it).

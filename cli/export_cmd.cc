@@ -43,6 +43,7 @@ void RunExport(const ExportArgs& a, std::ostream& out, std::ostream& err) {
     out << r.text;
   } else {
     sim::WriteFileAtomically(a.out, r.text);
+    WriteLine(err, "wrote ", a.out);
   }
   for (const auto& w : warnings) WriteLine(err, "warning: ", w);
   for (const auto& n : r.notes) err << "note: " << n << "\n";

@@ -3,6 +3,7 @@
 // exits 2 when its search finds no plan that fits (cli/tune_cmd.h kExitNoPlan).
 // Built twice (cli/CMakeLists.txt): `shardtune` without the executor, which hands `run` to
 // `shardtune-exec`, and `shardtune-exec` with it (SHARDTUNE_CLI_WITH_EXECUTOR).
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 
@@ -24,12 +25,38 @@
 #include "cli/validate_cmd.h"
 #include "executor/errors.h"
 #include "model/errors.h"
+#include "model/strict_json.h"
 #include "simulator/simulate.h"
 
 namespace {
 constexpr int kExitInput = 1;
 constexpr int kExitBackend = 3;
 constexpr int kExitInternal = 70;
+}  // namespace
+
+namespace {
+
+// " (did you mean \"--seq-len\"?)" for the first unknown --flag of argv, from the flags of the
+// subcommand given; "" when none is close.
+std::string FlagSuggestion(CLI::App& app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  for (CLI::App* s : app.get_subcommands()) sub = s;
+  if (sub == nullptr) return "";
+  std::vector<std::string> names;
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.rfind("--", 0) != 0) continue;
+    word = word.substr(0, word.find('='));
+    if (std::find(names.begin(), names.end(), word) != names.end()) continue;
+    std::string hint = shardtune::model::ClosestName(word, names);
+    return hint.empty() ? "" : " (did you mean \"" + hint + "\"?)";
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,6 +109,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // A mistyped flag: name the closest flag of the subcommand, as mistyped values do.
+    WriteLine(std::cerr, "error: ", std::string(e.what()) + FlagSuggestion(app, argc, argv));
+    return kExitInput;
   } catch (const CLI::ParseError& e) {
     WriteLine(std::cerr, "error: ", e.what());
     return kExitInput;

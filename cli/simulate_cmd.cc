@@ -91,6 +91,7 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.trace.empty()) {
     sim::WriteFileAtomically(
         a.trace, sim::ChromeTrace(r, "shardtune simulate · " + job.spec.name, &job_phases).dump() + "\n");
+    WriteLine(err, "wrote ", a.trace);
   }
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(job.plan)) {

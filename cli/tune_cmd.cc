@@ -512,10 +512,12 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
     sim::WriteFileAtomically(a.out, model::PlanToJson(r.top.front().plan).dump(2) + "\n");
+    WriteLine(err, "wrote ", a.out);
   }
   if (!a.plot.empty()) {
     std::string title = "shardtune tune: " + t.spec.name + " on " + t.cluster.name;
     sim::WritePlotDocument(a.plot, "--plot", plan::ParetoPlotSvg(r, title), title);
+    WriteLine(err, "wrote ", a.plot);
   }
   if (!a.export_format.empty() && !r.top.empty()) {
     const model::Plan& best = r.top.front().plan;

@@ -109,6 +109,7 @@ void RunValidate(const ValidateArgs& a, std::ostream& out, std::ostream& err) {
       sim::WritePlotDocument(
           PlotPathOf(a.plot, i), "--plot",
           sim::MemoryPlotSvg(pr.report.program, pr.report.memory, &pr.phases, title, &mm), title);
+      WriteLine(err, "wrote ", PlotPathOf(a.plot, i));
     }
     all.insert(all.end(), rows.begin(), rows.end());
     Json jrows = Json::array();

@@ -626,6 +626,39 @@ TEST(CliTest, TunePlansPasteBackAsFlags) {
   }
 }
 
+// Every file-writing flag says "wrote FILE" on stderr (issue #49 item 9).
+// A mistyped flag name gets a suggestion, as mistyped values do (issue #49 item 9).
+TEST(CliTest, AMistypedFlagGetsADidYouMean) {
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-lne 4096"),
+                     "(did you mean \"--seq-len\"?)");
+  ExpectOneLineError(RunCli("tune --model llama3-8b --cluster 8xH100 --global-bach 8"),
+                     "(did you mean \"--global-batch\"?)");
+  Result far = RunCli("estimate --zzzzzz 1");
+  EXPECT_EQ(far.code, 1);
+  EXPECT_THAT(far.err, ::testing::Not(::testing::HasSubstr("did you mean")));
+}
+
+TEST(CliTest, EveryWrittenFileIsNamedOnStderr) {
+  const std::string plot = TempPath("wrote_memory.svg"), snap = TempPath("wrote.pickle"),
+                    trace = TempPath("wrote_trace.json"), plan = TempPath("wrote_plan.json"),
+                    pareto = TempPath("wrote_pareto.svg"), yaml = TempPath("wrote_accelerate.yaml");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"estimate --model llama3-8b --cluster 8xH100 --plot " + plot + " --memory-snapshot " + snap, {plot, snap}},
+      {"simulate --model llama3-8b --cluster 8xH100 --trace " + trace, {trace}},
+      {"tune --model llama3-8b --cluster 8xH100 --global-batch 64 --seq-len 8192 --out " + plan + " --plot " + pareto,
+       {plan, pareto}},
+      {"export --plan " + plan + " --format accelerate --model llama3-8b --cluster 8xH100 --out " + yaml, {yaml}},
+  };
+  for (const auto& [cmd, files] : cases) {
+    Result r = RunCli(cmd);
+    ASSERT_EQ(r.code, 0) << cmd << "\n" << r.err;
+    for (const std::string& f : files) {
+      EXPECT_THAT(r.err, ::testing::HasSubstr("wrote " + f + "\n")) << cmd;
+      EXPECT_TRUE(std::ifstream(f).good()) << f;
+    }
+  }
+}
+
 TEST(CliTest, TheVerdictIsTheSecondLine) {
   auto line = [](const std::string& text, int n) {
     std::istringstream in(text);
