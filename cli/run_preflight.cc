@@ -58,15 +58,9 @@ int64_t CheckpointFileBytes(const model::ModelSpec& spec, const model::Plan& pla
   int64_t bytes = 0;
   const auto units = model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap, plan.ep));
   for (const model::FsdpUnit& u : units) {
-    int64_t numel = 0;
-    bool trains = false;
-    for (const auto& p : u.params) {
-      numel += p.numel();
-      trains = trains || ((p.requires_grad && plan.Trains()) || p.lora_adapter);
-    }
-    const int64_t shard = (numel + g - 1) / g;  // executor/flat_param.cc: padded to a multiple of g
-    bytes += shard * (trains ? master : frozen);
-    if (trains && plan.optimizer == model::Optimizer::kAdamW) bytes += 2 * shard * master;
+    const model::ExecutorFlatUnit f = model::ExecutorFlatUnitOf(u, plan, g);
+    bytes += f.shard_numel * (f.trains ? master : frozen);
+    if (f.trains && plan.optimizer == model::Optimizer::kAdamW) bytes += 2 * f.shard_numel * master;
   }
   return bytes + MetadataAllowanceBytes(units.size());
 }

@@ -275,4 +275,16 @@ double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& un
   return fwd + 2 * n_b + 2 * blocks_b * attn + 2 * n_t;
 }
 
+ExecutorFlatUnit ExecutorFlatUnitOf(const FsdpUnit& u, const Plan& plan, int shard_ranks) {
+  ExecutorFlatUnit f;
+  for (const auto& p : u.params) {
+    f.numel += p.numel();
+    f.trains = f.trains || (p.requires_grad && plan.Trains()) || p.lora_adapter;
+  }
+  const int64_t g = std::max(1, u.ShardRanks(shard_ranks));
+  f.shard_numel = (f.numel + g - 1) / g;
+  f.padded_numel = f.shard_numel * g;
+  return f;
+}
+
 }  // namespace shardtune::model

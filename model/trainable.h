@@ -35,6 +35,19 @@ std::vector<std::string> LoraTargetNames(const ModelSpec& spec);
 std::vector<FsdpUnit> ApplyTrainability(const ModelSpec& spec, const Plan& plan,
                                         std::vector<FsdpUnit> units);
 
+// One FSDP unit as shardtune's executor lays it out (executor/flat_param.cc FlatParam): all its
+// parameters in one flat tensor padded to a multiple of the unit's shard ranks
+// (FsdpUnit::ShardRanks: an expert-parallel unit shards over its expert shard group), trainable
+// when any parameter trains (a LoRA adapter does, its frozen base does not). REQUIRES: `u` from
+// ApplyTrainability(spec, plan, ...).
+struct ExecutorFlatUnit {
+  int64_t numel = 0;        // parameters, unpadded
+  int64_t shard_numel = 0;  // per rank: ceil(numel / shard ranks)
+  int64_t padded_numel = 0; // shard_numel x shard ranks
+  bool trains = false;
+};
+ExecutorFlatUnit ExecutorFlatUnitOf(const FsdpUnit& u, const Plan& plan, int shard_ranks);
+
 // True when the plan changes which parameters train or adds adapters (ApplyTrainability is not
 // the identity).
 bool ChangesTrainability(const Plan& plan);

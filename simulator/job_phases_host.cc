@@ -16,8 +16,26 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
   int64_t ef = model::BytesPerElement(plan.FrozenDtype());  // frozen ones: as they were loaded
   int64_t ec = o.checkpoint_dtype_bytes;
   int64_t largest_numel = 0;
+  // The executor's load, unit by unit (executor/flat_param.cc): a full padded fp32 buffer, the
+  // shard cloned from it in its dtype, the gathered buffer in the param dtype (freed at once);
+  // unit i's peak is the shards built before it plus its own.
+  const int64_t param_bytes = model::BytesPerElement(plan.param_dtype);
+  int64_t executor_shards = 0, executor_worst_cpu = 0, executor_worst_device = 0;
   for (const auto& u :
        model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap, plan.ep))) {
+    {
+      const model::ExecutorFlatUnit f = model::ExecutorFlatUnitOf(u, plan, n);
+      const int64_t shard = f.shard_numel * (f.trains ? em : ef);
+      const int64_t cpu = executor_shards + f.padded_numel * 4 + shard + f.padded_numel * param_bytes;
+      const int64_t device = executor_shards + shard + f.padded_numel * param_bytes;
+      if (cpu > executor_worst_cpu) {
+        executor_worst_cpu = cpu;
+        z.executor_load_unit = u.name;
+      }
+      executor_worst_device = std::max(executor_worst_device, device);
+      z.executor_largest_unit_fp32_bytes = std::max(z.executor_largest_unit_fp32_bytes, f.padded_numel * 4);
+      executor_shards += shard;
+    }
     int64_t unit_bytes = 0;
     // Expert parallelism: the unit holds this rank's E / ep experts; the full tensor (what a
     // full state dict gathers) spans the ep ranks' slices.
@@ -67,36 +85,8 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
       z.largest_unit_name = u.name;
     }
   }
-  // The executor's load, unit by unit (executor/flat_param.cc): a full padded fp32 buffer, the
-  // shard cloned from it in its dtype, the gathered buffer in the param dtype (freed at once).
-  {
-    const int64_t ep_bytes = model::BytesPerElement(plan.param_dtype);
-    int64_t before = 0, total = 0, worst_cpu = 0, worst_device = 0;
-    for (const auto& u :
-         model::ApplyTrainability(spec, plan, model::BuildFsdpUnits(spec, plan.wrap, plan.ep))) {
-      int64_t numel = 0;
-      bool trains = false;
-      for (const auto& prm : u.params) {
-        numel += prm.numel();
-        trains = trains || (prm.requires_grad && plan.Trains()) || prm.lora_adapter;
-      }
-      const int64_t g = std::max(1, u.ShardRanks(n));
-      const int64_t shard_numel = (numel + g - 1) / g, padded = shard_numel * g;
-      const int64_t shard = shard_numel * (trains ? em : ef);
-      const int64_t cpu = before + padded * 4 + shard + padded * ep_bytes;
-      const int64_t device = before + shard + padded * ep_bytes;
-      if (cpu > worst_cpu) {
-        worst_cpu = cpu;
-        z.executor_load_unit = u.name;
-      }
-      worst_device = std::max(worst_device, device);
-      z.executor_largest_unit_fp32_bytes = std::max(z.executor_largest_unit_fp32_bytes, padded * 4);
-      before += shard;
-      total += shard;
-    }
-    z.executor_load_excess_cpu_bytes = std::max<int64_t>(0, worst_cpu - total);
-    z.executor_load_excess_device_bytes = std::max<int64_t>(0, worst_device - total);
-  }
+  z.executor_load_excess_cpu_bytes = std::max<int64_t>(0, executor_worst_cpu - executor_shards);
+  z.executor_load_excess_device_bytes = std::max<int64_t>(0, executor_worst_device - executor_shards);
   for (int64_t b : z.param_full_master_bytes) z.full_state_bytes += b;
   for (int64_t b : z.state_full_bytes) z.full_state_bytes += b;
   z.full_ckpt_bytes = z.parameters * ec;
