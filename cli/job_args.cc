@@ -110,6 +110,16 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   return problems;
 }
 
+sim::Profile LoadJobProfile(const std::string& profile_flag, const profiles::ClusterSpec& cluster) {
+  sim::Profile prof = sim::JobProfile(profile_flag, cluster.gpu);
+  if (std::string why = sim::ProfileDeviceMismatch(prof, cluster); !why.empty()) {
+    throw InputError("--profile " + profile_flag + ": " + why +
+                     ": its kernel times would time that hardware with another device's speed; "
+                     "hint: probe the cluster's device (shardtune probe) or leave --profile out");
+  }
+  return prof;
+}
+
 void AddJobFlags(CLI::App* sub, JobArgs* a) {
   sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
       ->capture_default_str();
@@ -183,12 +193,7 @@ Job ResolveJob(const JobArgs& a) {
                      std::to_string(a.moe_capacity_factor));
   }
   job.options.memory.moe_capacity_factor = a.moe_capacity_factor;
-  sim::Profile prof = sim::JobProfile(a.profile, job.cluster.gpu);
-  if (std::string why = sim::ProfileDeviceMismatch(prof, job.cluster); !why.empty()) {
-    throw InputError("--profile " + a.profile + ": " + why +
-                     ": its kernel times would time that hardware with another device's speed; "
-                     "hint: probe the cluster's device (shardtune probe) or leave --profile out");
-  }
+  sim::Profile prof = LoadJobProfile(a.profile, job.cluster);
   job.options.memory.constants = prof.memory;
   job.options.costs = prof.costs;
   if (!a.profile.empty()) {

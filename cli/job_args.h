@@ -12,6 +12,7 @@
 #include "model/model_spec.h"
 #include "model/plan.h"
 #include "profiles/cluster.h"
+#include "simulator/profile_json.h"
 #include "simulator/simulate.h"
 
 namespace shardtune::cli {
@@ -53,6 +54,11 @@ struct Job {
   // S after the plan's default (the model's max_seq_len): computed, never stored twice.
   int64_t SeqLen() const { return plan.ResolvedSeqLen(spec.max_seq_len); }
 };
+
+// The constants a job on `cluster` runs with (sim::JobProfile: the --profile file, else the
+// catalog's measured profile, else the defaults). Throws InputError naming --profile when the
+// file was probed on another device kind than the cluster's (sim::ProfileDeviceMismatch).
+sim::Profile LoadJobProfile(const std::string& profile_flag, const profiles::ClusterSpec& cluster);
 
 void AddJobFlags(CLI::App* sub, JobArgs* args);
 // Every problem of the model, the cluster and the plan for them (`plan_where` names the plan's

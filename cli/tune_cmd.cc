@@ -233,12 +233,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
       }
     }
   }
-  sim::Profile prof = sim::JobProfile(a.profile, c.gpu);
-  if (std::string why = sim::ProfileDeviceMismatch(prof, c); !why.empty()) {
-    throw InputError("--profile " + a.profile + ": " + why +
-                     ": its kernel times would time that hardware with another device's speed; "
-                     "hint: probe the cluster's device (shardtune probe) or leave --profile out");
-  }
+  sim::Profile prof = LoadJobProfile(a.profile, c);
   req.options.memory.constants = prof.memory;
   req.options.costs = prof.costs;
   return req;
