@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,33 @@ class StreamWriter {
   int64_t written_ = 0;
 };
 
+// Every atomic write: `body` writes path.tmp through a StreamWriter, which is fsynced, renamed to
+// `path`, and the folder fsynced; on any failure path.tmp is removed (its space freed) and the
+// error names it. Returns the size and digest of what `body` wrote.
+FileDigest WriteAtomically(const std::string& path, const std::function<void(StreamWriter&)>& body) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw BackendError(Errno("checkpoint: cannot create", tmp));
+  StreamWriter w(fd, tmp);
+  try {
+    body(w);
+    w.Flush();
+    if (::fsync(fd) != 0) throw BackendError(Errno("checkpoint: fsync failed for", tmp));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw BackendError(Errno("checkpoint: close failed for", tmp));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw BackendError(Errno("checkpoint: cannot rename to", path));
+  FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+  return {w.written(), w.digest()};
+}
+
 }  // namespace
 
 FileDigest DigestOfFile(const std::string& path) {
@@ -169,11 +197,7 @@ BlobSource BlobOfBytes(std::string name, std::string bytes) {
 }
 
 FileDigest WriteBlobsAtomically(const std::string& path, const std::vector<BlobSource>& blobs) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw BackendError(Errno("checkpoint: cannot create", tmp));
-  StreamWriter w(fd, tmp);
-  try {
+  return WriteAtomically(path, [&](StreamWriter& w) {
     w.Put(kMagic, 8);
     w.PutU64(blobs.size());
     for (const BlobSource& b : blobs) {
@@ -183,26 +207,12 @@ FileDigest WriteBlobsAtomically(const std::string& path, const std::vector<BlobS
       const int64_t before = w.written();
       b.write([&w](const void* data, size_t n) { w.Put(data, n); });
       if (w.written() - before != b.size_bytes) {
-        throw BackendError("checkpoint: blob \"" + b.name + "\" of " + tmp + " wrote " +
+        throw BackendError("checkpoint: blob \"" + b.name + "\" of " + path + ".tmp wrote " +
                            std::to_string(w.written() - before) + " bytes, expected " +
                            std::to_string(b.size_bytes));
       }
     }
-    w.Flush();
-    if (::fsync(fd) != 0) throw BackendError(Errno("checkpoint: fsync failed for", tmp));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw BackendError(Errno("checkpoint: close failed for", tmp));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw BackendError(Errno("checkpoint: cannot rename to", path));
-  FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
-  return {w.written(), w.digest()};
+  });
 }
 
 BlobFile::BlobFile(const std::string& path) : path_(path) {
@@ -303,25 +313,7 @@ std::vector<Blob> DecodeBlobs(const std::string& in, const std::string& where) {
 }
 
 FileDigest WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw BackendError(Errno("checkpoint: cannot create", tmp));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ::close(fd);
-      throw BackendError(Errno("checkpoint: write failed for", tmp));
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw BackendError(Errno("checkpoint: fsync failed for", tmp));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw BackendError(Errno("checkpoint: cannot rename to", path));
-  FsyncPath(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
-  return DigestOf(bytes);
+  return WriteAtomically(path, [&](StreamWriter& w) { w.Put(bytes.data(), bytes.size()); });
 }
 
 std::string ReadWholeFile(const std::string& path) {

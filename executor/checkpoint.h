@@ -100,8 +100,9 @@ class BlobFile {
   std::vector<BlobEntry> entries_;
 };
 
-// Writes `bytes` to path.tmp, fsyncs it, renames it to `path` and fsyncs the folder.
-// Throws BackendError with the path and strerror.
+// Writes `bytes` to path.tmp, fsyncs it, renames it to `path` and fsyncs the folder (the same
+// mechanism as WriteBlobsAtomically: a failed write removes path.tmp). Throws BackendError with
+// the path and strerror.
 FileDigest WriteFileAtomically(const std::string& path, const std::string& bytes);
 // Reads a whole file. Throws BackendError.
 std::string ReadWholeFile(const std::string& path);
