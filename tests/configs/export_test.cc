@@ -414,13 +414,20 @@ TEST(ExportTest, RollInferRoleIsAnFsdp2InferWorker) {
   EXPECT_FALSE(Has(y, "/reference/strategy_args/strategy_config/param_dtype"));  // bf16 default
 }
 
-// verl: 8 ranks, cp 2 -> 4 data-parallel ranks; ppo_mini_batch_size = 2 x 4 x 4 = 32 prompts.
-TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
-  SHARDTUNE_REQUIRE_PYTHON("yaml");
+// The verl tests' job: 8 ranks, full sharding, Ulysses cp 2 (4 data-parallel ranks), micro-batch
+// 2, grad-accum 4.
+Job VerlCp2Job() {
   Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
   j.plan.cp = 2;
   j.plan.micro_batch = 2;
   j.plan.grad_accum = 4;
+  return j;
+}
+
+// verl: 8 ranks, cp 2 -> 4 data-parallel ranks; ppo_mini_batch_size = 2 x 4 x 4 = 32 prompts.
+TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = VerlCp2Job();
   j.plan.offload = model::Offload::kAll;
   j.plan.checkpointing = model::Checkpointing::kFull;
   j.plan.lora.rank = 8;
@@ -446,18 +453,12 @@ TEST(ExportTest, VerlYamlCarriesActorBatchUlyssesLoraAndOffload) {
   EXPECT_EQ(CountNoteComments(r.text), r.notes.size());
 }
 
-// A training plan with a plain cross-entropy is verl's SFT trainer job (fsdp_sft_trainer.py over
-// sft_trainer.yaml), not a PPO actor: data.train_batch_size is global (2 x 4 x dp 4 = 32),
-// micro_batch_size_per_gpu and max_length as the plan has them, no rollout section.
 // A plan tuned from a verl GRPO config keeps the config's prompt / response split and rollout.n:
 // 32 sequences per update (micro 2 x accum 4 x dp 4) are 8 prompts of n 4; a sample count that
 // does not divide the sequences falls back to counting them as prompts with n 1, said in a note.
 TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
-  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
-  j.plan.cp = 2;
-  j.plan.micro_batch = 2;
-  j.plan.grad_accum = 4;
+  Job j = VerlCp2Job();
   j.plan.loss_kernel = model::LossKernel::kVerlFlashCe;
   j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
                             profiles::ParseClusterShorthand("8xH100"), j.plan);
@@ -485,12 +486,12 @@ TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
   EXPECT_TRUE(said);
 }
 
+// A training plan with a plain cross-entropy is verl's SFT trainer job (fsdp_sft_trainer.py over
+// sft_trainer.yaml), not a PPO actor: data.train_batch_size is global (2 x 4 x dp 4 = 32),
+// micro_batch_size_per_gpu and max_length as the plan has them, no rollout section.
 TEST(ExportTest, VerlSftPlanIsTheSftTrainersConfig) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
-  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
-  j.plan.cp = 2;
-  j.plan.micro_batch = 2;
-  j.plan.grad_accum = 4;
+  Job j = VerlCp2Job();
   j.plan.seq_len = 2048;
   j.ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
                             profiles::ParseClusterShorthand("8xH100"), j.plan);

@@ -19,6 +19,23 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
 
+// A complete checkpoint folder of two ranks at `step`: rank r's file is 64 bytes of 'a' + r, and
+// the manifest lists both with their sizes and checksums.
+std::string WriteTwoRankCheckpoint(const testing::TempDir& tmp, int64_t step) {
+  std::string dir = tmp.Sub(CheckpointDirName(step));
+  std::filesystem::create_directories(dir);
+  CheckpointManifest m;
+  m.step = step;
+  m.world_size = 2;
+  for (int r = 0; r < 2; ++r) {
+    std::string name = "rank0000" + std::to_string(r) + ".bin";
+    m.files.emplace_back(
+        name, WriteFileAtomically(dir + "/" + name, std::string(64, static_cast<char>('a' + r))));
+  }
+  WriteManifest(dir, m);
+  return dir;
+}
+
 TEST(ExecutorCheckpointTest, BlobsRoundTripAndTruncationIsDetected) {
   std::vector<Blob> blobs{{"meta", "{}"}, {"param/0", std::string("\0\1\2\3", 4)}};
   std::string bytes = EncodeBlobs(blobs);
@@ -93,16 +110,7 @@ TEST(ExecutorCheckpointTest, StreamedWriteThatFailsLeavesNoTemporaryFile) {
 // own file's checksum.
 TEST(ExecutorCheckpointTest, ManifestAndSizesThenEachRankItsOwnChecksum) {
   testing::TempDir tmp;
-  std::string dir = tmp.Sub(CheckpointDirName(5));
-  std::filesystem::create_directories(dir);
-  CheckpointManifest m;
-  m.step = 5;
-  m.world_size = 2;
-  for (int r = 0; r < 2; ++r) {
-    std::string name = "rank0000" + std::to_string(r) + ".bin";
-    m.files.emplace_back(name, WriteFileAtomically(dir + "/" + name, std::string(64, static_cast<char>('a' + r))));
-  }
-  WriteManifest(dir, m);
+  const std::string dir = WriteTwoRankCheckpoint(tmp, 5);
   CheckpointManifest got;
   EXPECT_EQ(CheckManifestAndSizes(dir, &got), "");
   WriteFileAtomically(dir + "/rank00001.bin", std::string(64, 'z'));  // same size, other bytes
@@ -129,17 +137,7 @@ TEST(ExecutorCheckpointTest, PartialCheckpointsAreTmpAndOldFoldersOnly) {
 
 TEST(ExecutorCheckpointTest, VerifyFindsMissingTruncatedAndCorruptedFiles) {
   testing::TempDir tmp;
-  std::string dir = tmp.Sub(CheckpointDirName(12));
-  std::filesystem::create_directories(dir);
-  CheckpointManifest m;
-  m.step = 12;
-  m.world_size = 2;
-  for (int r = 0; r < 2; ++r) {
-    std::string name = "rank0000" + std::to_string(r) + ".bin";
-    m.files.emplace_back(
-        name, WriteFileAtomically(dir + "/" + name, std::string(64, static_cast<char>('a' + r))));
-  }
-  WriteManifest(dir, m);
+  const std::string dir = WriteTwoRankCheckpoint(tmp, 12);
   CheckpointManifest got;
   EXPECT_EQ(VerifyCheckpoint(dir, &got), "");
   EXPECT_EQ(got.step, 12);
