@@ -187,25 +187,23 @@ std::vector<GpuMemoryNow> ReadGpuMemory(int count, std::string* why) {
       if (!item.empty()) visible.push_back(item);
     }
   }
+  const bool restricted = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
   for (int i = 0; i < count; ++i) {
     NvmlDevice d = nullptr;
-    int rc = 0;
-    if (visible.empty() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    int rc = -1;  // also: past the visible list, MIG-<uuid> and other forms
+    const std::string entry = static_cast<size_t>(i) < visible.size() ? visible[static_cast<size_t>(i)] : "";
+    if (!restricted) {
       rc = by_index(static_cast<unsigned int>(i), &d);
-    } else if (static_cast<size_t>(i) >= visible.size()) {
-      rc = -1;
-    } else if (visible[static_cast<size_t>(i)].rfind("GPU-", 0) == 0) {
-      rc = by_uuid(visible[static_cast<size_t>(i)].c_str(), &d);
-    } else if (visible[static_cast<size_t>(i)].find_first_not_of("0123456789") == std::string::npos) {
-      rc = by_index(static_cast<unsigned int>(std::stoul(visible[static_cast<size_t>(i)])), &d);
-    } else {
-      rc = -1;  // MIG-<uuid> and other forms
+    } else if (entry.rfind("GPU-", 0) == 0) {
+      rc = by_uuid(entry.c_str(), &d);
+    } else if (!entry.empty() && entry.size() <= 9 &&
+               entry.find_first_not_of("0123456789") == std::string::npos) {
+      rc = by_index(static_cast<unsigned int>(std::stoul(entry)), &d);
     }
     NvmlMemory m{};
     if (rc != 0 || memory(d, &m) != 0) {
       *why = "NVML cannot read CUDA device " + std::to_string(i) +
-             (visible.empty() ? "" : " (CUDA_VISIBLE_DEVICES entry \"" +
-                                         (static_cast<size_t>(i) < visible.size() ? visible[static_cast<size_t>(i)] : "") + "\")");
+             (restricted ? " (CUDA_VISIBLE_DEVICES entry \"" + entry + "\")" : "");
       out.clear();
       break;
     }
