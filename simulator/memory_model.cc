@@ -87,7 +87,10 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
   }
   internal::AddHostMemory(spec, c, plan, *r, z, o, &phases);
   // On CPU ranks every phase holds the training peak here: name the training.
-  const PhaseMemory* peak = &phases.phases[c.cpu_only ? 2 : 0];
+  const PhaseMemory* peak = &phases.phases.front();
+  for (const PhaseMemory& ph : phases.phases) {
+    if (c.cpu_only && ph.phase == JobPhase::kSteady) peak = &ph;
+  }
   for (const PhaseMemory& ph : phases.phases) {
     if (ph.host_total > peak->host_total) peak = &ph;
   }
