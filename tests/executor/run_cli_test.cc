@@ -114,6 +114,13 @@ TEST(ExecutorRunCliTest, DataShorterThanASequenceIsAnInputError) {
   ExpectInputError(a, "holds 5 bytes, expected at least seq_len + 1 = 17");
 }
 
+TEST(ExecutorRunCliTest, NegativeKeepCheckpointsIsAnInputError) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a.insert(a.end(), {"--keep-checkpoints", "-1"});
+  ExpectInputError(a, "--keep-checkpoints: expected an integer >= 0 (0: keep all), got -1");
+}
+
 TEST(ExecutorRunCliTest, OutThatCannotBeAFolderIsAnInputError) {
   TempDir tmp;
   std::ofstream(tmp.Sub("file")) << "x";
