@@ -1,6 +1,7 @@
 // `shardtune estimate`: resolve inputs, validate them together, run the memory model, print.
 #include "cli/estimate_cmd.h"
 
+#include <cmath>
 #include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 
 #include "cli/format.h"
 #include "model/errors.h"
+#include "model/packing.h"
 #include "model/text.h"
 #include "model/plan_json.h"
 #include "planner/advice.h"
@@ -92,17 +94,23 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   return o.str();
 }
 
-// --lengths: "mean:N" (N tokens per sequence on average), for plans whose micro-batches are packed
-// tokens (plan::LargestFittingMicroBatchTokens); 0 when not given.
+// --lengths: "mean:N" (N tokens per sequence on average) or "uniform:MIN-MAX" (run's lengths,
+// model/packing.h: their mean, rounded), for plans whose micro-batches are packed tokens
+// (plan::LargestFittingMicroBatchTokens); 0 when not given.
 int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
   if (text.empty()) return 0;
   const std::string where = "--lengths";
-  if (text.rfind("mean:", 0) != 0) {
-    throw InputError(where + ": expected mean:N (the mean tokens per sequence; length histograms "
-                             "are not read yet), got \"" + model::EscapeControls(text) + "\"");
+  const int64_t longest = plan.packed_seq_len > 0 ? plan.packed_seq_len : plan.seq_len;
+  const bool uniform = text.rfind("uniform:", 0) == 0;
+  if (text.rfind("mean:", 0) != 0 && !uniform) {
+    throw InputError(where + ": expected mean:N (the mean tokens per sequence) or uniform:MIN-MAX "
+                             "(length histograms are not read yet), got \"" +
+                     model::EscapeControls(text) + "\"");
   }
   int64_t n = 0;
-  try {
+  if (uniform) {
+    n = std::llround(model::SequenceLengths::Parse(text, where, longest).Mean(longest));
+  } else try {
     size_t pos = 0;
     n = std::stoll(text.substr(5), &pos);
     if (pos != text.size() - 5) n = 0;
@@ -118,7 +126,6 @@ int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
                              "--max-tokens-per-micro-batch), got padded ones, whose size the "
                              "lengths do not change");
   }
-  const int64_t longest = plan.packed_seq_len > 0 ? plan.packed_seq_len : plan.seq_len;
   if (longest > 0 && n > longest) {
     throw InputError(where + ": expected a mean of at most the longest sequence " +
                      std::to_string(longest) + ", got " + std::to_string(n));
@@ -313,7 +320,8 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
       "--roles-in-one-process", a->roles_in_one_process,
       "All roles share one process per GPU (verl's fused worker); default: one process per role");
   sub->add_option("--lengths", a->lengths,
-                  "mean:N, the data's mean sequence length (prompt + response): the typical "
+                  "mean:N, the data's mean sequence length (prompt + response), or uniform:MIN-MAX "
+                  "(as run's --lengths): the typical "
                   "packed micro-batch is also judged (verl use_remove_padding, token budgets)");
   sub->add_option("--plot", a->plot,
                   "Draw memory over the steps (stacked by category, reserved, capacity, the peak) "

@@ -4,6 +4,7 @@
 #include "model/context_parallel.h"
 #include "model/expert_parallel.h"
 #include "model/errors.h"
+#include "model/packing.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
 #include "model/trainable.h"
@@ -66,12 +67,49 @@ profiles::ClusterSpec WorkerCluster(const profiles::ClusterSpec& c, int world) {
   return w;
 }
 
+// --global-batch sets grad_accum. A packed plan's counts sequences: its rows per rank are those verl's
+// rule makes when every sequence is the longest (model/packing.h PackedRowsAtLongest), as `run`
+// and `tune` take them. A --grad-accum that says otherwise is an error.
+// Unpacked, without --grad-accum: grad_accum = global / (micro-batch x data-parallel ranks), as
+// `run` takes it (a global batch that does not divide is Validate's error).
+void ApplyGlobalBatch(const PlanFlags& flags, int world, model::Plan* plan) {
+  if (flags.global_batch <= 0) return;
+  const int64_t dp = plan->DataParallel(world);
+  if (plan->packed_seq_len <= 0) {
+    const int64_t per = static_cast<int64_t>(plan->micro_batch) * dp;
+    if (!FlagGiven(flags, "--grad-accum") && per >= 1 && flags.global_batch % per == 0) {
+      plan->grad_accum = static_cast<int>(flags.global_batch / per);
+    }
+    return;
+  }
+  if (dp < 1 || flags.global_batch % dp != 0 || plan->seq_len < 1) return;  // Validate says why
+  const int64_t rows = model::PackedRowsAtLongest(flags.global_batch / dp, plan->packed_seq_len,
+                                                  static_cast<int64_t>(plan->micro_batch) * plan->seq_len);
+  if (FlagGiven(flags, "--grad-accum") && plan->grad_accum != rows) {
+    throw InputError("--grad-accum " + std::to_string(plan->grad_accum) + ": --global-batch " +
+                     std::to_string(flags.global_batch) + " packed sequences of up to " +
+                     std::to_string(plan->packed_seq_len) + " tokens fill " + std::to_string(rows) +
+                     " rows of " + std::to_string(plan->seq_len) + " per rank; expected " +
+                     std::to_string(rows) + " or no --grad-accum");
+  }
+  plan->grad_accum = static_cast<int>(rows);
+}
+
 void Validate(const Job& job, const PlanFlags& flags) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
   std::vector<std::string> problems =
       JobProblems(job.spec, cluster, plan, PlanSource(flags));
-  if (flags.global_batch > 0) {
+  if (flags.global_batch > 0 && plan.packed_seq_len > 0) {
+    // Packed rows: the sequences per step, shared equally by the data-parallel ranks
+    // (ApplyGlobalBatch set grad_accum from it).
+    int64_t dp = plan.DataParallel(cluster.world_size());
+    if (flags.global_batch % dp != 0) {
+      problems.push_back("--global-batch: expected a multiple of the " + std::to_string(dp) +
+                         " data-parallel ranks (each takes an equal share of the packed sequences), got " +
+                         std::to_string(flags.global_batch));
+    }
+  } else if (flags.global_batch > 0) {
     int64_t dp = plan.DataParallel(cluster.world_size());
     int64_t got = plan.GlobalBatch(cluster.world_size());  // micro x accum x (world / cp)
     if (got != flags.global_batch) {
@@ -172,6 +210,7 @@ Job ResolveJob(const JobArgs& a) {
     job.spec.name += " (value head)";
   }
   job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
+  ApplyGlobalBatch(a.plan, job.cluster.world_size(), &job.plan);
   Validate(job, a.plan);
   // The longest sequence (a packed row's may hold several).
   const int64_t longest = job.plan.AttentionSeqLen(job.SeqLen());

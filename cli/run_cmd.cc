@@ -23,6 +23,7 @@
 #include "executor/rank_env.h"
 #include "executor/run.h"
 #include "model/errors.h"
+#include "model/packing.h"
 #include "model/presets.h"
 #include "planner/configs/import.h"
 
@@ -49,13 +50,33 @@ void ApplyTestStall(exec::RunOptions* o) {
   }
 }
 
-// --global-batch fixes grad-accum = global / (micro-batch x data-parallel ranks).
-void ApplyGlobalBatch(const RunArgs& a, int dp, model::Plan* plan) {
+// --global-batch fixes grad-accum = global / (micro-batch x data-parallel ranks). A packed plan
+// (rows of a token budget) takes it as the sequences per step (a --from config's own when not
+// given); its grad_accum becomes the rows a rank needs when every sequence is the longest (the
+// most verl's rule makes, model/packing.h), which the estimate of the run judges.
+void ApplyGlobalBatch(const RunArgs& a, int dp, const FromExtras& extras, model::Plan* plan,
+                      int64_t* sequences_per_step) {
   int64_t gb = a.plan.global_batch;
   if (gb <= 0) {
     if (FlagGiven(a.plan, "--global-batch")) {
       throw InputError("--global-batch: expected an integer >= 1, got " + std::to_string(gb));
     }
+    if (plan->packed_seq_len <= 0) return;
+    gb = extras.sequences_per_step;
+    if (gb <= 0) {
+      throw InputError("--global-batch: packed rows of " + std::to_string(plan->seq_len) +
+                       " tokens: expected the sequences per optimizer step, got none");
+    }
+  }
+  if (plan->packed_seq_len > 0) {
+    if (gb % dp != 0) {
+      throw InputError("--global-batch: expected a multiple of the " + std::to_string(dp) +
+                       " data-parallel ranks (each takes an equal share of the sequences), got " +
+                       std::to_string(gb));
+    }
+    const int64_t per_rank = gb / dp, longest = plan->packed_seq_len;
+    *sequences_per_step = gb;
+    plan->grad_accum = static_cast<int>(model::PackedRowsAtLongest(per_rank, longest, plan->seq_len));
     return;
   }
   int64_t per = static_cast<int64_t>(plan->micro_batch) * dp;
@@ -109,7 +130,10 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
     for (const std::string& w : warnings) *warn << "warning: " << w << "\n";
   }
   if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
-  ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), &o.plan);
+  ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), extras,
+                   &o.plan, &o.sequences_per_step);
+  o.lengths = model::SequenceLengths::Parse(
+      a.lengths, "--lengths", o.plan.AttentionSeqLen(o.plan.ResolvedSeqLen(o.spec.max_seq_len)));
   o.steps = a.steps;
   o.out_dir = a.out;
   o.seed = a.seed;
@@ -158,6 +182,10 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--nproc", a->nproc, "Local ranks to launch (default 1)");
   run->add_option("--seed", a->seed, "Seed of the initialization and synthetic data");
   run->add_option("--data", a->data, "Text file read as byte-level tokens (default: synthetic)");
+  run->add_option("--lengths", a->lengths,
+                  "uniform:MIN-MAX: sequence lengths drawn evenly in [MIN, MAX], padded (labels "
+                  "ignored) or packed whole into --max-tokens-per-micro-batch rows (default: every "
+                  "sequence --seq-len long)");
   run->add_option("--device", a->device,
                   "auto|cpu|cuda: where the ranks run (auto: cuda when built with a CUDA LibTorch "
                   "and a GPU is visible; each rank uses GPU LOCAL_RANK and NCCL)");

@@ -19,6 +19,7 @@ struct RunArgs {
   std::string data;
   std::string lr_schedule = "cosine";
   std::string device = "auto";
+  std::string lengths;  // --lengths uniform:MIN-MAX (empty: every sequence the longest)
   std::string on_nonfinite = "stop";  // stop|skip (CLI11 checks the choice)  // auto: cuda when this build has CUDA and a GPU is visible
   int steps = 0;
   int nproc = 1;

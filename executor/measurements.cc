@@ -216,7 +216,13 @@ model::Measurements BuildMeasurements(const MeasurementsDoc& d) {
   m.data_parallel_ranks = d.run.dp_world;
   m.seq_len = d.run.seq_len;
   m.global_batch = d.run.global_batch;
+  // Sequences of other lengths than the row (--lengths, packed rows): the steps' mean tokens.
   m.tokens_per_step = d.run.global_batch * d.run.seq_len;
+  if (d.run.tokens_vary && !d.steps.empty()) {
+    int64_t sum = 0;
+    for (const StepLog& s : d.steps) sum += s.tokens;
+    m.tokens_per_step = std::max<int64_t>(1, sum / static_cast<int64_t>(d.steps.size()));
+  }
   m.resumed_from_step = d.run.resumed_from_step;
   m.data = d.run.data;
   for (const StepLog& s : d.steps) {

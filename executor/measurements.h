@@ -31,6 +31,7 @@ struct UnitInfo {
 struct RunShape {
   int micro_batch = 1, grad_accum = 1, dp_world = 1;
   int64_t seq_len = 0, global_batch = 0, resumed_from_step = 0;
+  bool tokens_vary = false;  // --lengths or packed rows: a step's tokens are not batch x seq_len
   std::string data;
   double model_flops_per_token = 0;  // 6N + 12·L·H·S (Narayanan et al. 2021; README MFU)
   int64_t parameters = 0;

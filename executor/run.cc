@@ -190,13 +190,15 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
   d.run.dp_world = ctx.dp_world;
   d.run.seq_len = t.seq_len();
   d.run.global_batch = t.global_batch();
+  d.run.tokens_vary = o.plan.packed_seq_len > 0 || o.lengths.uniform();
   d.run.data = t.data_description();
+  if (o.lengths.uniform()) d.run.data += ", lengths " + o.lengths.Describe(0);
   d.run.parameters = model::ParameterCount(o.spec);
   // 6N per token for the matmuls' forward + backward plus 12·L·H·S for attention scores
   // (the README's MFU convention, Narayanan et al. 2021).
   d.run.model_flops_per_token = 6.0 * static_cast<double>(d.run.parameters) +
                                 12.0 * o.spec.num_layers * static_cast<double>(o.spec.hidden) *
-                                    static_cast<double>(t.seq_len());
+                                    static_cast<double>(o.plan.AttentionSeqLen(t.seq_len()));
   for (size_t u = 0; u < t.runtime().unit_specs().size(); ++u) {
     const model::FsdpUnit& us = t.runtime().unit_specs()[u];
     FlatParam* fp = t.runtime().units()[u];

@@ -11,6 +11,7 @@
 #include "executor/lr_schedule.h"
 #include "executor/rank_env.h"
 #include "model/model_spec.h"
+#include "model/packing.h"
 #include "model/plan.h"
 
 namespace shardtune::exec {
@@ -29,6 +30,13 @@ struct RunOptions {
   std::string out_dir;             // created if missing; checkpoints resume from here
   uint64_t seed = 0;               // parameter init and synthetic data
   std::string data_path;           // byte-level text file; empty: synthetic
+  // The sequences' lengths (--lengths): uniform ones are right-padded to seq_len with their
+  // padding's labels ignored (unpacked plans) or packed whole into rows (packed plans); the loss
+  // is then the mean over the global batch's tokens. Default: every sequence the longest.
+  model::SequenceLengths lengths;
+  // Packed plans (plan packed_seq_len > 0): sequences per optimizer step over the data-parallel
+  // ranks (--global-batch), cut per rank into token-budget rows as verl does (model/packing.h).
+  int64_t sequences_per_step = 0;
   int emulate_world = 0;           // > 0: this one process is rank 0 of that many (Emulated)
   double lr = 1e-3;                // peak learning rate
   int warmup_steps = -1;           // -1: steps / 10

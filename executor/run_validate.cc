@@ -98,6 +98,41 @@ std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_si
   return p;
 }
 
+// Packed rows and --lengths: what the trainer (trainer.cc MicroBatches) and the transformer's
+// packed attention (Transformer::SetPacking) run.
+std::vector<std::string> PackingProblems(const RunOptions& o, int world) {
+  std::vector<std::string> p;
+  const model::Plan& plan = o.plan;
+  const bool packed = plan.packed_seq_len > 0;
+  const int dp = plan.DataParallel(world);
+  const int64_t row = plan.ResolvedSeqLen(o.spec.max_seq_len);
+  const int64_t longest = plan.AttentionSeqLen(row);
+  if (o.lengths.uniform() && o.lengths.max_len > longest) {
+    p.push_back("--lengths " + o.lengths.Describe(longest) + ": expected MAX at most the longest sequence " +
+                std::to_string(longest));
+  }
+  if ((packed || o.lengths.uniform()) && plan.cp > 1) {
+    p.push_back(std::string(packed ? "packed rows" : "--lengths") + " with --cp " + std::to_string(plan.cp) +
+                ": expected --cp 1 for shardtune run (Ulysses over packed or padded variable-length "
+                "sequences is estimated, not run)");
+  }
+  if (!packed) return p;
+  if (o.spec.mla.enabled()) {
+    p.push_back("packed rows: model " + o.spec.name + "'s multi-head latent attention is not run packed "
+                "(estimate and simulate it; or drop --max-tokens-per-micro-batch)");
+  }
+  if (plan.micro_batch != 1) {
+    p.push_back(o.plan_name + ":/micro_batch: expected 1 on a packed plan (one row of tokens), got " +
+                std::to_string(plan.micro_batch));
+  }
+  if (o.sequences_per_step < 1 || o.sequences_per_step % dp != 0) {
+    p.push_back("--global-batch: a packed plan needs the sequences per optimizer step, a multiple of the " +
+                std::to_string(dp) + " data-parallel ranks, got " +
+                (o.sequences_per_step < 1 ? std::string("none") : std::to_string(o.sequences_per_step)));
+  }
+  return p;
+}
+
 void CheckOutDir(const std::string& dir, std::vector<std::string>* problems) {
   if (dir.empty()) {
     problems->push_back("--out: expected a folder, got nothing");
@@ -190,8 +225,12 @@ void ValidateRun(const RunOptions& o, int world_size) {
     for (std::string& p : PlanProblems(o, dp_world)) problems.push_back(std::move(p));
   }
   if (problems.empty()) {
+    for (std::string& p : PackingProblems(o, dp_world)) problems.push_back(std::move(p));
+  }
+  if (problems.empty()) {
     try {
-      TokenSource probe(DataOptions{o.data_path, o.seed, o.plan.ResolvedSeqLen(o.spec.max_seq_len),
+      const int64_t row = o.plan.ResolvedSeqLen(o.spec.max_seq_len);
+      TokenSource probe(DataOptions{o.data_path, o.seed, o.plan.AttentionSeqLen(row),
                                     o.spec.vocab_size});
     } catch (const InputError& e) {
       problems.push_back(e.what());

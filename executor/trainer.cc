@@ -10,6 +10,7 @@
 
 #include "executor/cuda_support.h"
 #include "executor/errors.h"
+#include "model/packing.h"
 #include "model/errors.h"
 
 namespace shardtune::exec {
@@ -17,7 +18,8 @@ namespace shardtune::exec {
 Trainer::Trainer(TrainerContext context)
     : ctx_(std::move(context)),
       seq_len_(ctx_.options.plan.ResolvedSeqLen(ctx_.options.spec.max_seq_len)),
-      data_(DataOptions{ctx_.options.data_path, ctx_.options.seed, seq_len_,
+      longest_(ctx_.options.plan.AttentionSeqLen(seq_len_)),
+      data_(DataOptions{ctx_.options.data_path, ctx_.options.seed, longest_,
                         ctx_.options.spec.vocab_size}) {
   const RunOptions& o = ctx_.options;
   RuntimeOptions ro;
@@ -53,8 +55,111 @@ void Trainer::Message(const std::string& text) const {
 }
 
 int64_t Trainer::global_batch() const {
+  if (ctx_.options.plan.packed_seq_len > 0) return ctx_.options.sequences_per_step;
   return static_cast<int64_t>(ctx_.options.plan.micro_batch) * ctx_.options.plan.grad_accum *
          ctx_.dp_world;
+}
+
+bool Trainer::Classic() const {
+  return ctx_.options.plan.packed_seq_len <= 0 && !ctx_.options.lengths.uniform();
+}
+
+int64_t Trainer::SequenceLength(int64_t index) const {
+  return ctx_.options.lengths.Length(ctx_.options.seed, index, longest_);
+}
+
+std::vector<int64_t> Trainer::SequenceTokens(int64_t index, int64_t len) const {
+  std::vector<int64_t> all(static_cast<size_t>(longest_ + 1));
+  data_.Sequence(index, all.data());
+  all.resize(static_cast<size_t>(len + 1));
+  return all;
+}
+
+std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* global_tokens) const {
+  const model::Plan& plan = ctx_.options.plan;
+  std::vector<MicroBatch> out;
+  const int64_t G = global_batch(), first_of_step = (step - 1) * G;
+  if (Classic()) {
+    for (int m = 0; m < plan.grad_accum; ++m) {
+      MicroBatch mb;
+      mb.tokens = Batch(step, m, &mb.labels);
+      mb.scale = 1.0 / plan.grad_accum;
+      out.push_back(std::move(mb));
+    }
+    *global_tokens = G * seq_len_;
+    return out;
+  }
+  int64_t total = 0;
+  for (int64_t i = 0; i < G; ++i) total += SequenceLength(first_of_step + i);
+  *global_tokens = total;
+  const double dp = static_cast<double>(ctx_.dp_world);
+  auto from_blob = [](std::vector<int64_t>& v, int64_t rows) {
+    return at::from_blob(v.data(), {rows, static_cast<int64_t>(v.size()) / rows}, at::kLong).clone();
+  };
+  if (plan.packed_seq_len <= 0) {
+    // Uniform lengths, unpacked: B sequences right-padded to S (pad token 0); the padding's
+    // labels are -100, which cross-entropy ignores (HF's DataCollatorForLanguageModeling and
+    // verl's response_mask), and causal attention keeps the real tokens from seeing it.
+    const int64_t B = plan.micro_batch, S = seq_len_;
+    for (int m = 0; m < plan.grad_accum; ++m) {
+      int64_t first = first_of_step + m * ctx_.dp_world * B + ctx_.dp_rank * B;
+      std::vector<int64_t> in(static_cast<size_t>(B * S), 0), lab(static_cast<size_t>(B * S), -100);
+      int64_t counted = 0;
+      for (int64_t j = 0; j < B; ++j) {
+        int64_t len = SequenceLength(first + j);
+        std::vector<int64_t> t = SequenceTokens(first + j, len);
+        for (int64_t p = 0; p < len; ++p) {
+          in[static_cast<size_t>(j * S + p)] = t[static_cast<size_t>(p)];
+          lab[static_cast<size_t>(j * S + p)] = t[static_cast<size_t>(p + 1)];
+        }
+        counted += len;
+      }
+      MicroBatch mb;
+      mb.tokens = from_blob(in, B);
+      mb.labels = from_blob(lab, B);
+      mb.scale = dp * static_cast<double>(counted) / static_cast<double>(total);
+      out.push_back(std::move(mb));
+    }
+    return out;
+  }
+  // Packed: each data-parallel rank takes a contiguous G / dp of the step's sequences (verl's
+  // DataProto.chunk over the dp ranks) and cuts them into token-budget rows as verl's
+  // rearrange_micro_batches does, the count made equal over the ranks (model/packing.h). Every
+  // rank computes every rank's count from the lengths, which are pure functions of the index,
+  // instead of verl's all_reduce(MAX).
+  const int64_t per_rank = G / ctx_.dp_world;
+  auto lengths_of = [&](int r) {
+    std::vector<int64_t> l;
+    for (int64_t i = 0; i < per_rank; ++i) l.push_back(SequenceLength(first_of_step + r * per_rank + i));
+    return l;
+  };
+  int count = 1;
+  for (int r = 0; r < ctx_.dp_world; ++r) {
+    count = std::max(count, model::PackedMicroBatchCount(lengths_of(r), seq_len_));
+  }
+  const std::vector<int64_t> mine = lengths_of(ctx_.dp_rank);
+  const int64_t base = first_of_step + ctx_.dp_rank * per_rank;
+  for (std::vector<int>& part : model::PackedMicroBatches(mine, count)) {
+    // Longest first (stable): a run of equal lengths is attended as one batch (SetPacking).
+    std::stable_sort(part.begin(), part.end(), [&](int a, int b) {
+      return mine[static_cast<size_t>(a)] > mine[static_cast<size_t>(b)];
+    });
+    MicroBatch mb;
+    std::vector<int64_t> in, lab;
+    for (int i : part) {
+      int64_t len = mine[static_cast<size_t>(i)];
+      std::vector<int64_t> t = SequenceTokens(base + i, len);
+      in.insert(in.end(), t.begin(), t.end() - 1);
+      lab.insert(lab.end(), t.begin() + 1, t.end());
+      mb.packing.push_back(len);
+    }
+    const double counted = static_cast<double>(in.size());
+    mb.tokens = from_blob(in, 1);
+    mb.labels = from_blob(lab, 1);
+    mb.scale = dp * counted / static_cast<double>(total);
+    out.push_back(std::move(mb));
+  }
+  return out;
 }
 
 at::Tensor Trainer::Batch(int64_t step, int micro, at::Tensor* labels) const {
@@ -76,21 +181,27 @@ StepLog Trainer::Step(int64_t step) {
   const model::Plan& plan = ctx_.options.plan;
   double t0 = MonotonicSeconds();
   at::Tensor loss_sum;  // on the loss's device: no host wait per micro-batch
-  for (int m = 0; m < plan.grad_accum; ++m) {
-    at::Tensor labels;
-    at::Tensor tokens = Batch(step, m, &labels);
+  int64_t global_tokens = 0;
+  std::vector<MicroBatch> micro = MicroBatches(step, &global_tokens);
+  const bool classic = Classic();
+  for (size_t m = 0; m < micro.size(); ++m) {
+    at::Tensor labels = micro[m].labels;
+    at::Tensor tokens = micro[m].tokens;
     if (ctx_.cuda_device >= 0) {
       auto dev = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ctx_.cuda_device));
       tokens = tokens.to(dev, /*non_blocking=*/false);
       labels = labels.to(dev, /*non_blocking=*/false);
     }
+    runtime_->transformer().SetPacking(micro[m].packing);
     at::Tensor loss = runtime_->Forward(tokens, labels);
-    bool last = m + 1 == plan.grad_accum;
-    runtime_->Backward(loss, 1.0 / plan.grad_accum, /*sync=*/!plan.no_sync || last);
+    bool last = m + 1 == micro.size();
+    runtime_->Backward(loss, micro[m].scale, /*sync=*/!plan.no_sync || last);
     at::Tensor detached = loss.detach().to(at::kDouble);
+    if (!classic) detached = detached * micro[m].scale;
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
     if (ctx_.watchdog) ctx_.watchdog->Progress();
   }
+  runtime_->transformer().SetPacking({});
   StepLog log;
   log.step = step;
   log.steps = ctx_.options.steps;
@@ -98,8 +209,10 @@ StepLog Trainer::Step(int64_t step) {
   // the update so that every rank takes the same decision on a non-finite step. With cp a
   // rank's loss is its share of its cp group's (Transformer::Segment): the world's sum counts
   // each data-parallel rank's full-sequence loss once, so it is divided by world / cp.
-  at::Tensor loss =
-      at::full({1}, loss_sum.item<double>() / plan.grad_accum, at::TensorOptions().dtype(at::kDouble));
+  // (Classic: the micro-batches' mean; else the scales already weigh each micro-batch's mean
+  // by its share of the global batch's tokens, times dp.)
+  at::Tensor loss = at::full({1}, classic ? loss_sum.item<double>() / plan.grad_accum : loss_sum.item<double>(),
+                             at::TensorOptions().dtype(at::kDouble));
   int world = ctx_.groups.world->size();
   if (world > 1) ctx_.groups.world->AllReduce(loss)->Wait();
   int cp_ranks = ctx_.groups.cp ? ctx_.groups.cp->size() : 1;
@@ -127,7 +240,7 @@ StepLog Trainer::Step(int64_t step) {
   double t1 = MonotonicSeconds();
   ctx_.recorder->Add({"optimizer", "optimizer", Lane::kStep, t_opt, t1 - t_opt});
   log.time_s = MonotonicSeconds() - t0;
-  log.tokens = global_batch() * seq_len_;
+  log.tokens = global_tokens;
   log.tokens_per_s = static_cast<double>(log.tokens) / std::max(1e-12, log.time_s);
   ctx_.recorder->Add({"step " + std::to_string(step), "step", Lane::kStep, t0, log.time_s});
   return log;

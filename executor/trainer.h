@@ -56,6 +56,23 @@ class Trainer {
   void Message(const std::string& text) const;
   // tokens and labels [B, S / cp]: this rank's slice of the cp group's sequences.
   at::Tensor Batch(int64_t step, int micro, at::Tensor* labels) const;
+  // One micro-batch of a step: inputs and labels, the packed row's sequence lengths (empty:
+  // unpacked), and the factor its mean loss enters the step's loss with.
+  struct MicroBatch {
+    at::Tensor tokens, labels;
+    std::vector<int64_t> packing;
+    double scale = 1.0;
+  };
+  // The step's micro-batches on this rank and the tokens of the whole global batch (labels
+  // counted once each). Classic (every sequence S long, unpacked): grad_accum micro-batches of
+  // Batch(), scale 1 / grad_accum. Uniform lengths or packed: the loss is the mean over the
+  // global batch's tokens, so a micro-batch of n counted labels has scale dp x n / tokens (FSDP
+  // averages the ranks' gradients).
+  std::vector<MicroBatch> MicroBatches(int64_t step, int64_t* global_tokens) const;
+  int64_t SequenceLength(int64_t index) const;  // tokens of global sequence `index`
+  // Sequence `index`'s first `len` + 1 tokens: inputs [0, len), labels [1, len].
+  std::vector<int64_t> SequenceTokens(int64_t index, int64_t len) const;
+  bool Classic() const;  // no --lengths, unpacked
   // What a checkpoint file holds, as sources streamed from the tensors (checkpoint.h).
   std::vector<BlobSource> StateSources(int64_t step) const;
   void LoadState(const std::string& file, int64_t step);
@@ -67,7 +84,8 @@ class Trainer {
   void PruneCheckpoints(int64_t kept_step) const;
 
   TrainerContext ctx_;
-  int64_t seq_len_ = 0;
+  int64_t seq_len_ = 0;   // the row: S, or a packed plan's token budget T
+  int64_t longest_ = 0;   // the longest sequence: S, or packed_seq_len
   TokenSource data_;
   std::unique_ptr<FsdpRuntime> runtime_;
   std::unique_ptr<ShardedOptimizer> optimizer_;  // over the trainable flat parameters only

@@ -279,7 +279,11 @@ at::Tensor Transformer::Embed(const ParamTable& p, const at::Tensor& tokens) con
     // Gemma: x * sqrt(H), the normalizer a tensor of the compute dtype (rounded to it).
     x = x * at::scalar_tensor(std::sqrt(static_cast<double>(spec_.hidden)), x.options());
   }
-  if (gpt2_names_) {
+  if (gpt2_names_ && !packing_.empty()) {
+    // Learned positions of a packed row: wpe(position_ids), the ids restarting per sequence.
+    const at::Tensor& w = Get(p, "model.embed_positions.weight");
+    x = x + w.index_select(0, packed_positions_.to(w.device())).unsqueeze(0);
+  } else if (gpt2_names_) {
     int64_t s = tokens.size(1);
     at::Tensor pos = Get(p, "model.embed_positions.weight").narrow(0, PositionOffset(s), s);
     x = x + pos.unsqueeze(0);
@@ -698,6 +702,13 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     q = Run(NormPiece(p, pre + ".q_norm", q));
     k = Run(NormPiece(p, pre + ".k_norm", k));
   }
+  const at::Tensor sinks = spec_.attention_sinks ? Get(p, pre + ".sinks") : at::Tensor();
+  const std::string o_proj = pre + (gpt2_names_ ? ".c_proj" : ".o_proj");
+  if (!packing_.empty()) {
+    SHARDTUNE_CHECK(cp_ == nullptr && B == 1) << "packed rows: one row, no cp";
+    at::Tensor o = PackedAttention(q, k, v.reshape({B, S, kv, D}), sliding, window, sinks);
+    return Proj(p, o_proj, o, spec_.attn_out_bias, gpt2_names_);
+  }
   q = q.transpose(1, 2);                         // [B, a, S, D]
   k = k.transpose(1, 2);                         // [B, kv, S, D]
   v = v.reshape({B, S, kv, D}).transpose(1, 2);  // [B, kv, S, D]
@@ -711,7 +722,6 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     q = q * std::sqrt(static_cast<double>(D) / spec_.query_pre_attn_scalar);
   }
   at::Tensor o;
-  const at::Tensor sinks = spec_.attention_sinks ? Get(p, pre + ".sinks") : at::Tensor();
   if (cp_ == nullptr) {
     o = Core(q, k, v, window, sinks).transpose(1, 2).reshape({B, S, a * D});  // [B, S, a*D]
   } else {
@@ -729,8 +739,49 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
     at::Tensor local = Core(to_heads(q), to_heads(k), to_heads(v), window);  // [B, a/cp, S, D]
     o = GatherHeadsScatterSeq(local.transpose(1, 2), *cp_).reshape({B, S, a * D});
   }
-  return Proj(p, pre + (gpt2_names_ ? ".c_proj" : ".o_proj"), o, spec_.attn_out_bias,
-              gpt2_names_);
+  return Proj(p, o_proj, o, spec_.attn_out_bias, gpt2_names_);
+}
+
+at::Tensor Transformer::PackedAttention(at::Tensor q, at::Tensor k, at::Tensor v, bool sliding,
+                                        int64_t window, const at::Tensor& sinks) const {
+  const int64_t T = q.size(1), a = q.size(2), kv = k.size(2), D = q.size(3);
+  std::vector<at::Tensor> outs;
+  int64_t start = 0;
+  for (size_t i = 0; i < packing_.size();) {
+    const int64_t s = packing_[i];
+    size_t j = i;
+    while (j < packing_.size() && packing_[j] == s) ++j;
+    const int64_t n = static_cast<int64_t>(j - i);
+    // The run's tokens [1, n*s, h, D] as n sequences [n, h, s, D] (a view: the projections'
+    // outputs are contiguous over tokens), positions 0 .. s-1 in each.
+    auto run = [&](const at::Tensor& t, int64_t heads) {
+      return t.narrow(1, start, n * s).reshape({n, s, heads, D}).transpose(1, 2);
+    };
+    at::Tensor qr = run(q, a), kr = run(k, kv), vr = run(v, kv);
+    if (spec_.positions == model::PositionKind::kRotary) {
+      qr = Rotary(qr, 0, sliding);
+      kr = Rotary(kr, 0, sliding);
+    }
+    if (spec_.query_pre_attn_scalar > 0) {
+      qr = qr * std::sqrt(static_cast<double>(D) / spec_.query_pre_attn_scalar);
+    }
+    outs.push_back(Core(qr, kr, vr, window, sinks).transpose(1, 2).reshape({1, n * s, a * D}));
+    start += n * s;
+    i = j;
+  }
+  SHARDTUNE_CHECK(start == T) << "packed lengths sum to " << start << ", the row holds " << T;
+  return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
+}
+
+void Transformer::SetPacking(std::vector<int64_t> lengths) const {
+  packing_ = std::move(lengths);
+  packed_positions_ = at::Tensor();
+  if (packing_.empty()) return;
+  std::vector<int64_t> pos;
+  for (int64_t s : packing_) {
+    for (int64_t t = 0; t < s; ++t) pos.push_back(t);
+  }
+  packed_positions_ = at::tensor(pos, at::TensorOptions().dtype(at::kLong));
 }
 
 // DeepseekV3Attention.forward (modeling_deepseek_v3.py): q = q_b_proj(q_a_layernorm(q_a)) (or

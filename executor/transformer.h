@@ -110,6 +110,16 @@ class Transformer {
   // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
   // (RotaryDims in transformer_support.h).
   at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
+  // A packed micro-batch (plan packed_seq_len > 0; trainer.cc): the row [1, T] that the next
+  // forward (and the backward and recompute after it) reads holds whole sequences of these
+  // lengths, one after another, T their sum; empty: not packed. Positions restart at 0 in each
+  // sequence and attention stays inside it, as FlashAttention's varlen kernels with
+  // cu_seqlens do (verl use_remove_padding: flash_attn_varlen_func over position_ids that
+  // restart per sequence, transformers' _flash_attention_forward). Each run of consecutive
+  // sequences of one length is attended as a batch of them ([n, heads, s, D]), so a row of n
+  // sequences of s tokens computes, saves and frees what an unpacked micro-batch of n x s does.
+  void SetPacking(std::vector<int64_t> lengths) const;
+  const std::vector<int64_t>& packing() const { return packing_; }
   // Releases the rotary cos/sin and attention masks the layers of one forward shared (FsdpRuntime
   // calls it after a forward and after a backward, whose recomputed blocks make them again).
   void ClearSharedConstants() const;
@@ -238,6 +248,11 @@ class Transformer {
   at::Tensor CrossEntropy(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
   at::Tensor FusedCrossEntropy(const ParamTable& p, const at::Tensor& x, const at::Tensor& labels) const;
   int64_t PositionOffset(int64_t local_seq_len) const;           // cp_rank x S / cp (0 without cp)
+  // Attention of a packed row (SetPacking): q [1, T, a, D], k and v [1, T, kv, D] before the
+  // head transpose; each run of equal lengths through the rotary and Core as [n, h, s, D];
+  // returns [1, T, a*D].
+  at::Tensor PackedAttention(at::Tensor q, at::Tensor k, at::Tensor v, bool sliding, int64_t window,
+                             const at::Tensor& sinks) const;
 
   model::ModelSpec spec_;
   TransformerOptions options_;
@@ -262,6 +277,8 @@ class Transformer {
   mutable std::map<std::tuple<int64_t, int64_t, int64_t, bool, int, std::string>,
                    std::pair<at::Tensor, at::Tensor>> rotary_cache_;
   mutable std::map<std::tuple<int64_t, int64_t, std::string>, at::Tensor> mask_cache_;
+  mutable std::vector<int64_t> packing_;  // SetPacking's lengths
+  mutable at::Tensor packed_positions_;   // [T] int64: positions restarting per sequence (GPT-2)
 };
 
 }  // namespace shardtune::exec

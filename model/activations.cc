@@ -478,7 +478,10 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   o.loss_fp32_upcast = plan.loss_fp32_upcast;
   o.keep_logits = plan.keep_logits;
   o.loss_kernel = plan.loss_kernel;
-  o.seq_len = seq_len;
+  // Eager attention's scores span one sequence: a packed row's (Plan::AttentionSeqLen), whose
+  // tokens each attend within their own sequence (varlen kernels; shardtune run attends each
+  // run of equal lengths as a batch of them, Transformer::SetPacking).
+  o.seq_len = plan.AttentionSeqLen(seq_len);
   o.cp = plan.cp;
   o.ep = plan.ep;
   return o;

@@ -89,9 +89,11 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
   // A rank's tokens: S / cp with Ulysses (attention keeps the full S for its heads / cp).
   double tokens =
       static_cast<double>(plan.micro_batch) * static_cast<double>(seq / std::max(1, plan.cp));
-  double attn = model::AttentionForwardFlopsPerToken(spec, seq).count();
+  // Attention spans one sequence of a packed row (Plan::AttentionSeqLen).
+  const int64_t attn_seq = plan.AttentionSeqLen(seq);
+  double attn = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
   // The mean block: a dense prefix (moe.first_dense_layers) differs from the MoE blocks.
-  double mm = model::MeanBlockForwardFlopsPerToken(spec, seq).count() - attn;
+  double mm = model::MeanBlockForwardFlopsPerToken(spec, attn_seq).count() - attn;
   auto block = model::ComputeBlockActivations(spec, model::ActivationOptionsFor(plan, seq));
   double elem = block.full.elementwise_traffic_per_token * tokens;
   c.forward_block_s = sim::ComputeTime(mm * tokens, attn * tokens, elem, cluster.gpu, plan.param_dtype, k).count();

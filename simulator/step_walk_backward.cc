@@ -21,10 +21,12 @@ void Walker::ForwardCompute(int seg) {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
-    double attn =
-        model::AttentionForwardFlopsPerToken(spec, s_.plan->AttentionSeqLen(s_.seq_len)).count();
+    // A packed row's tokens attend within their sequences: both the attention FLOPs and the
+    // block's total (whose matmul part is the difference) at the sequence's length.
+    const int64_t attn_seq = s_.plan->AttentionSeqLen(s_.seq_len);
+    double attn = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
     Cur().attention_flops = attn * tokens_;
-    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, s_.seq_len, seg - 1).count() -
+    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, attn_seq, seg - 1).count() -
                           attn + AdapterFlopsPerToken(seg)) *
                          tokens_;
     Cur().memory_bytes = Blk(seg - 1).full.elementwise_traffic_per_token * tokens_;
@@ -138,9 +140,9 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     }
   } else if (seg >= 1) {
     int b = seg - 1;
-    double attn =
-        model::AttentionForwardFlopsPerToken(spec, s_.plan->AttentionSeqLen(s_.seq_len)).count();
-    double mm = model::BlockForwardFlopsPerToken(spec, s_.seq_len, b).count() - attn;
+    const int64_t attn_seq = s_.plan->AttentionSeqLen(s_.seq_len);
+    double attn = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
+    double mm = model::BlockForwardFlopsPerToken(spec, attn_seq, b).count() - attn;
     double elem = Blk(b).full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "model/errors.h"
+#include "model/packing.h"
 #include "planner/configs/import_reader.h"
 
 namespace shardtune::configs::internal {
@@ -373,7 +374,7 @@ void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int
     if (train) {
       // The mini-batch's rows when every sequence is as long as the padded width (the most).
       int64_t per_rank = b.mini / dp;
-      int64_t rows = std::min(per_rank, (per_rank * seq + plan->seq_len - 1) / plan->seq_len);
+      int64_t rows = model::PackedRowsAtLongest(per_rank, seq, plan->seq_len);
       plan->grad_accum = static_cast<int>(rows);
     }
     return;

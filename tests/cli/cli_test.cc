@@ -1051,6 +1051,25 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   };
   EXPECT_DOUBLE_EQ(flops("--seq-len 256 --max-tokens-per-micro-batch 1024"), flops("--seq-len 256"));
   EXPECT_GT(flops("--seq-len 256"), flops("--seq-len 128"));  // the FLOPs do depend on S
+  // --global-batch counts a packed plan's sequences: 64 over 8 ranks, 8 x 256 tokens per rank in
+  // rows of 1024 = 2 rows (min(8, ceil(8 x 256 / 1024))). A row of four 256-token sequences
+  // costs what a micro-batch of four does: same GEMMs, attention within each sequence (the walk
+  // had charged the row's 1024-token attention to the matmuls), so the step times are equal.
+  auto step = [&](const std::string& args, int want_accum) {
+    Result sim = RunCli("simulate --model tiny-llama --cluster 8xH100 " + args + " --json");
+    EXPECT_EQ(sim.code, 0) << sim.err;
+    auto j = nlohmann::json::parse(sim.out);
+    EXPECT_EQ(j.at("plan").at("grad_accum"), want_accum) << args;
+    return j.at("step_time_s").get<double>();
+  };
+  EXPECT_DOUBLE_EQ(step("--seq-len 256 --max-tokens-per-micro-batch 1024 --global-batch 64", 2),
+                   step("--seq-len 256 --micro-batch 4 --global-batch 64", 2));
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                            "--max-tokens-per-micro-batch 1024 --global-batch 64 --grad-accum 3"),
+                     "--grad-accum 3: --global-batch 64 packed sequences of up to 256 tokens fill 2 rows");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                            "--max-tokens-per-micro-batch 1024 --global-batch 60"),
+                     "--global-batch: expected a multiple of the 8 data-parallel ranks");
   // --lengths mean:N judges the typical micro-batch too; its errors name the flag.
   Result typical = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                           " --lengths mean:100 --json");
@@ -1058,6 +1077,11 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   auto tc = nlohmann::json::parse(typical.out).at("micro_batch_token_capacity");
   EXPECT_EQ(tc.at("typical_tokens"), 1024);  // a budget's rows fill up whatever the lengths
   EXPECT_TRUE(tc.at("typical_fits").get<bool>());
+  // run's uniform:MIN-MAX lengths are judged at their mean, (60 + 140) / 2 = 100.
+  Result uniform = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                          " --lengths uniform:60-140 --json");
+  ASSERT_EQ(uniform.code, 0) << uniform.err;
+  EXPECT_EQ(nlohmann::json::parse(uniform.out).at("micro_batch_token_capacity"), tc);
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                             " --lengths 100"),
                      "--lengths: expected mean:N");

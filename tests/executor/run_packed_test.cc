@@ -1,0 +1,163 @@
+// Packed micro-batches in `shardtune run` (issue #45): sequences of uniform random lengths
+// packed whole into token-budget rows (verl's rule, model/packing.h; positions restarting per
+// sequence, attention inside each) train exactly as the same sequences right-padded with their
+// padding's labels ignored: the loss is the mean over the global batch's tokens either way, so
+// the losses agree to fp32 summation order on 1 and 2 ranks, with any grouping into micro-batches.
+// Tolerances as run_equivalence_test.cc: step 1 to summation order, later steps 2e-4.
+// A row of n sequences of the longest length computes, saves and frees what an unpacked
+// micro-batch of n such sequences does: its measured step-0 peak equals that run's, and
+// validate's predicted peak for the packed plan (attention's scores per sequence,
+// Plan::AttentionSeqLen) is within 3% of it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/packing.h"
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kSteps = 3;
+
+std::vector<std::string> Base(const std::string& model, const std::string& out, int nproc) {
+  return {"run", "--model", DataPath(model), "--steps", std::to_string(kSteps), "--out", out,
+          "--seq-len", "32", "--global-batch", "8", "--nproc", std::to_string(nproc),
+          "--threads", "1", "--precision", "fp32", "--lengths", "uniform:8-32"};
+}
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+void ExpectSameLosses(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got,
+                      const std::string& what) {
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps)) << what;
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << what;
+  EXPECT_LT(std::fabs(want.at(1) - got.at(1)), 1e-5) << what;
+  for (const auto& [step, loss] : want) EXPECT_LT(std::fabs(loss - got.at(step)), 2e-4) << what << " step " << step;
+}
+
+class ExecutorPackedTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExecutorPackedTest, PackedRowsTrainAsPaddedSequencesWithThePaddingIgnored) {
+  const std::string model = GetParam();
+  TempDir tmp;
+  // Padded: 4 sequences per micro-batch on 1 rank (2 micro-batches); packed: rows of 64 tokens.
+  struct Run {
+    std::string name;
+    int nproc;
+    std::vector<std::string> flags;
+  };
+  std::vector<Run> runs = {{"padded1", 1, {"--micro-batch", "4"}},
+                           {"packed1", 1, {"--max-tokens-per-micro-batch", "64"}},
+                           {"packed2", 2, {"--max-tokens-per-micro-batch", "64"}},
+                           {"padded2_accum4", 2, {"--micro-batch", "1"}}};
+  for (const Run& r : runs) {
+    ProcessResult p = RunShardtune(With(Base(model, tmp.Sub(r.name), r.nproc), r.flags));
+    ASSERT_EQ(p.exit_code, 0) << r.name << ": " << p.output;
+  }
+  std::map<int64_t, double> want = Losses(tmp.Sub("padded1"));
+  for (size_t i = 1; i < runs.size(); ++i) ExpectSameLosses(want, Losses(tmp.Sub(runs[i].name)), runs[i].name);
+  // Each step's tokens are its 8 sequences' lengths (model/packing.h, seed 0).
+  model::SequenceLengths lengths = model::SequenceLengths::Parse("uniform:8-32", "--lengths", 32);
+  std::ifstream in(tmp.Sub("packed2") + "/measurements.json");
+  json m = json::parse(in);
+  for (const json& s : m.at("steps")) {
+    int64_t step = s.at("step").get<int64_t>(), want_tokens = 0;
+    for (int64_t i = 0; i < 8; ++i) want_tokens += lengths.Length(0, (step - 1) * 8 + i, 32);
+    EXPECT_EQ(s.at("tokens").get<int64_t>(), want_tokens) << "step " << step;
+  }
+}
+
+// Rotary (Llama), learned positions (GPT-2: wpe at positions restarting per sequence), and
+// Gemma 3's sliding layers (a band of 8 inside each sequence) with its query_pre_attn_scalar.
+INSTANTIATE_TEST_SUITE_P(Models, ExecutorPackedTest,
+                         ::testing::Values("micro-llama.model.json", "micro-gpt2.model.json",
+                                           "micro-gemma3.model.json"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param.substr(6, p.param.find('.') - 6);
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
+
+// validate's predicted and measured step-0 peak (tracked bytes) of a run.
+std::pair<double, double> Step0Peak(const std::string& model, const std::string& dir) {
+  ProcessResult r = RunShardtune({"validate", "--model", DataPath(model), "--measurements",
+                                  dir + "/measurements.json", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  json j = json::parse(r.output.substr(r.output.find('{')));
+  for (const auto& row : j.at("runs").at(0).at("rows")) {
+    if (row.at("name") == "memory: step 0 peak") {
+      return {row.at("predicted").get<double>(), row.at("measured").get<double>()};
+    }
+  }
+  ADD_FAILURE() << "no step 0 peak row";
+  return {0, 0};
+}
+
+TEST(ExecutorPackedMemoryTest, AFullRowPeaksAsTheUnpackedMicroBatchAndAsTheEstimateSays) {
+  // micro-llama with an 8,192-token vocabulary: 32 sequences of 64 tokens per rank, rows of
+  // 1,024 tokens (16 sequences each, 2 rows) against micro-batches of 16 x 64.
+  const std::string model = "micro-llama-v8k.model.json";
+  TempDir tmp;
+  auto args = [&](const std::string& out, const std::vector<std::string>& plan) {
+    return With({"run", "--model", DataPath(model), "--steps", "2", "--out", out, "--seq-len", "64",
+                 "--global-batch", "64", "--nproc", "2", "--threads", "1", "--precision", "fp32"},
+                plan);
+  };
+  ProcessResult p = RunShardtune(args(tmp.Sub("packed"), {"--max-tokens-per-micro-batch", "1024"}));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  p = RunShardtune(args(tmp.Sub("padded"), {"--micro-batch", "16"}));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  auto [packed_pred, packed_meas] = Step0Peak(model, tmp.Sub("packed"));
+  auto [padded_pred, padded_meas] = Step0Peak(model, tmp.Sub("padded"));
+  std::cout << "step-0 peak: packed " << packed_meas << " B measured, " << packed_pred
+            << " predicted; unpacked " << padded_meas << " measured, " << padded_pred << " predicted\n";
+  EXPECT_NEAR(packed_meas / padded_meas, 1.0, 0.01);
+  EXPECT_NEAR(packed_pred / packed_meas, 1.0, 0.03);
+}
+
+// A packed run resumed from its sharded checkpoint continues with the uninterrupted run's losses.
+TEST(ExecutorPackedResumeTest, ResumedPackedRunReproducesTheUninterruptedLosses) {
+  TempDir tmp;
+  auto args = [&](const std::string& out, int steps) {
+    std::vector<std::string> a = With(Base("micro-llama.model.json", out, 2),
+                                      {"--max-tokens-per-micro-batch", "64", "--checkpoint-every", "2",
+                                       "--lr-schedule", "constant", "--warmup-steps", "0"});
+    a[4] = std::to_string(steps);  // --steps
+    return a;
+  };
+  ExpectResumeReproducesLosses(args, tmp.Sub("packed"));
+}
+
+TEST(ExecutorPackedInputTest, WhatPackedRunsDoNotTakeIsAnInputError) {
+  TempDir tmp;
+  const std::string out = tmp.Sub("o");
+  // Ulysses over packed rows is estimated, not run.
+  ExpectInputError(With(Base("micro-llama.model.json", out, 2),
+                        {"--max-tokens-per-micro-batch", "64", "--cp", "2"}),
+                   "packed rows with --cp 2");
+  // Lengths beyond the longest sequence.
+  std::vector<std::string> a = Base("micro-llama.model.json", out, 1);
+  a.back() = "uniform:8-40";
+  ExpectInputError(a, "--lengths: expected MAX at most the longest sequence 32");
+  a.back() = "mean:20";
+  ExpectInputError(a, "--lengths: expected uniform:MIN-MAX");
+  // A packed row's global batch is a whole number of sequences per data-parallel rank.
+  a = With(Base("micro-llama.model.json", out, 2), {"--max-tokens-per-micro-batch", "64"});
+  a[10] = "7";  // --global-batch
+  ExpectInputError(a, "--global-batch: expected a multiple of the 2 data-parallel ranks");
+}
+
+}  // namespace
+}  // namespace shardtune::exec::testing
