@@ -95,6 +95,27 @@ void ApplyGlobalBatch(const PlanFlags& flags, int world, model::Plan* plan) {
   plan->grad_accum = static_cast<int>(rows);
 }
 
+}  // namespace
+
+std::string RaisePackedRowToLargest(int64_t sequences_per_step, int world, model::Plan* plan) {
+  if (plan->packed_seq_len <= 0 || sequences_per_step <= 0 || plan->micro_batch != 1) return "";
+  const int64_t dp = plan->DataParallel(world);
+  if (dp < 1 || sequences_per_step % dp != 0 || plan->seq_len < 1) return "";
+  const int64_t n = sequences_per_step / dp, budget = plan->seq_len, longest = plan->packed_seq_len;
+  const int64_t largest = model::LargestPackedRowAtLongest(n, longest, budget);
+  if (largest <= budget) return "";
+  const int64_t rows = model::PackedRowsAtLongest(n, longest, budget);
+  plan->seq_len = largest;
+  return "packed rows: verl's rearrange_micro_batches balances its micro-batches, it does not cap "
+         "them at the budget: " + std::to_string(n) + " sequences of up to " + std::to_string(longest) +
+         " tokens per rank under " + std::to_string(budget) + " make " + std::to_string(rows) +
+         " micro-batches of up to " + std::to_string(largest / longest) + " sequences, " +
+         std::to_string(largest) + " tokens, and the job is judged at that row (sequences of mixed "
+         "lengths can make a larger one: the rows are balanced on workload, not tokens)";
+}
+
+namespace {
+
 void Validate(const Job& job, const PlanFlags& flags) {
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
@@ -212,6 +233,20 @@ Job ResolveJob(const JobArgs& a) {
   job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
   ApplyGlobalBatch(a.plan, job.cluster.world_size(), &job.plan);
   Validate(job, a.plan);
+  {
+    const int64_t sequences = a.plan.global_batch > 0 ? a.plan.global_batch
+                              : job.plan.Trains()     ? job.from.sequences_per_step
+                                                      : 0;
+    const int64_t budget = job.plan.seq_len;
+    std::string raised = RaisePackedRowToLargest(sequences, job.cluster.world_size(), &job.plan);
+    if (!raised.empty()) {
+      job.warnings.push_back(raised);
+      job.seq_len_note = "packed rows of up to " + std::to_string(job.plan.seq_len) +
+                         " tokens (verl's largest under the budget " + std::to_string(budget) +
+                         ") holding sequences of up to " + std::to_string(job.plan.packed_seq_len) +
+                         " tokens";
+    }
+  }
   // The longest sequence (a packed row's may hold several).
   const int64_t longest = job.plan.AttentionSeqLen(job.SeqLen());
   if (longest > job.spec.max_seq_len) job.warnings.push_back(BeyondTrainedContext(job.spec, longest));

@@ -63,6 +63,12 @@ sim::Profile LoadJobProfile(const std::string& profile_flag, const profiles::Clu
 void AddJobFlags(CLI::App* sub, JobArgs* args);
 // Every problem of the model, the cluster and the plan for them (`plan_where` names the plan's
 // file or "plan"), in one list.
+// verl's token-budget rows are balanced, not capped (model/packing.h LargestPackedRowAtLongest):
+// a packed plan whose sequences per step are known is judged at the largest row the rule forms
+// when every sequence is the longest. When that exceeds the plan's row (a budget that is not a
+// whole number of sequences) the row is raised to it and the warning saying so is returned;
+// otherwise "" and the plan is unchanged.
+std::string RaisePackedRowToLargest(int64_t sequences_per_step, int world, model::Plan* plan);
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where);
 // The warning for a rotary model asked for more tokens than its max_seq_len.

@@ -35,6 +35,12 @@ std::vector<MeasuredRun> LoadMeasuredRuns(const std::vector<std::string>& paths,
       model::Plan plan = m.plan;
       plan.seq_len = m.seq_len;
       ThrowIfProblems(JobProblems(r.spec, r.cluster, plan, path + ":/plan"));
+      // A packed run's rows follow verl's rule, whose largest can exceed the budget: predicted
+      // at that row, as estimate judges it (job_args.h RaisePackedRowToLargest).
+      if (!RaisePackedRowToLargest(m.global_batch, world, &plan).empty()) {
+        r.measurements.seq_len = plan.seq_len;
+        r.measurements.plan.seq_len = plan.seq_len;
+      }
       runs.push_back(std::move(r));
     } catch (const InputError& e) {
       problems.push_back(e.what());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/format.h"
+#include "cli/job_args.h"
 #include "cli/exec_forward.h"
 #include "cli/run_preflight.h"
 #include "executor/checkpoint.h"
@@ -289,6 +290,9 @@ int RunRun(const RunArgs& a, std::ostream& out, std::ostream& err) {
       q.spec = o.spec;
       q.plan = o.plan;
       q.world = o.emulate_world > 0 ? o.emulate_world : world;
+      // The trainer cuts rows by verl's rule, whose largest can exceed the budget (job_args.h).
+      std::string raised = RaisePackedRowToLargest(o.sequences_per_step, q.world, &q.plan);
+      if (!raised.empty()) WriteLine(err, "note: pre-flight: ", raised);
       q.local_processes = o.emulate_world > 0 ? 1 : local_world;
       q.cuda = o.device == "cuda";
       q.checkpoints = o.checkpoints;

@@ -188,6 +188,11 @@ int64_t PackedRowsAtLongest(int64_t sequences, int64_t longest, int64_t row) {
   return std::min(sequences, CeilDiv(sequences * longest, row));
 }
 
+int64_t LargestPackedRowAtLongest(int64_t sequences, int64_t longest, int64_t row) {
+  const int64_t k = std::max<int64_t>(1, PackedRowsAtLongest(sequences, longest, row));
+  return CeilDiv(sequences, k) * longest;
+}
+
 int PackedMicroBatchCount(const std::vector<int64_t>& lengths, int64_t budget) {
   SHARDTUNE_CHECK(budget >= 1) << "budget " << budget;
   int64_t total = 0;

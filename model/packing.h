@@ -52,6 +52,14 @@ std::vector<std::vector<int>> KarmarkarKarp(const std::vector<int64_t>& values, 
 // rearrange_micro_batches makes of them (the plan's grad_accum for a packed plan).
 int64_t PackedRowsAtLongest(int64_t sequences, int64_t longest, int64_t row);
 
+// The largest row rearrange_micro_batches forms from `sequences` of `longest` tokens each under a
+// budget of `row` tokens: Karmarkar-Karp spreads equal sequences evenly over the
+// k = PackedRowsAtLongest rows, so the largest holds ceil(sequences / k) of them. Above the
+// budget when the budget is not a whole number of sequences (32 of 1,536 under 16,384: 3 rows of
+// up to 11 sequences, 16,896 tokens). Sequences of mixed lengths can make a larger row still:
+// the rows are balanced on VerlWorkload, not on tokens.
+int64_t LargestPackedRowAtLongest(int64_t sequences, int64_t longest, int64_t row);
+
 // rearrange_micro_batches' count for one rank: min(sequences, ceil(tokens / budget)).
 int PackedMicroBatchCount(const std::vector<int64_t>& lengths, int64_t budget);
 

@@ -1064,6 +1064,24 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   };
   EXPECT_DOUBLE_EQ(step("--seq-len 256 --max-tokens-per-micro-batch 1024 --global-batch 64", 2),
                    step("--seq-len 256 --micro-batch 4 --global-batch 64", 2));
+  // verl balances its rows instead of capping them: 16 sequences of 256 per rank under 1000
+  // tokens make ceil(4096 / 1000) = 5 rows of up to ceil(16 / 5) = 4 sequences, 1024 tokens,
+  // above the budget: judged there. 8 per rank make 3 rows of up to 3 = 768: the row stays 1000.
+  Result balanced = RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                           "--max-tokens-per-micro-batch 1000 --global-batch 128 --json");
+  ASSERT_EQ(balanced.code, 0) << balanced.err;
+  auto bp = nlohmann::json::parse(balanced.out).at("plan");
+  EXPECT_EQ(bp.at("seq_len"), 1024);
+  EXPECT_EQ(bp.at("grad_accum"), 5);
+  Result balanced_text = RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                                "--max-tokens-per-micro-batch 1000 --global-batch 128");
+  ASSERT_EQ(balanced_text.code, 0) << balanced_text.err;
+  EXPECT_THAT(balanced_text.err, ::testing::HasSubstr("make 5 micro-batches of up to 4 sequences, 1024 tokens"));
+  EXPECT_THAT(balanced_text.out, ::testing::HasSubstr("packed rows of up to 1024 tokens (verl's largest under the budget 1000)"));
+  Result capped = RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                         "--max-tokens-per-micro-batch 1000 --global-batch 64 --json");
+  ASSERT_EQ(capped.code, 0) << capped.err;
+  EXPECT_EQ(nlohmann::json::parse(capped.out).at("plan").at("seq_len"), 1000);
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
                             "--max-tokens-per-micro-batch 1024 --global-batch 64 --grad-accum 3"),
                      "--grad-accum 3: --global-batch 64 packed sequences of up to 256 tokens fill 2 rows");

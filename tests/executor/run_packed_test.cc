@@ -127,6 +127,24 @@ TEST(ExecutorPackedMemoryTest, AFullRowPeaksAsTheUnpackedMicroBatchAndAsTheEstim
   EXPECT_NEAR(packed_pred / packed_meas, 1.0, 0.03);
 }
 
+TEST(ExecutorPackedMemoryTest, RowsAboveTheBudgetAreWhatValidateJudges) {
+  // 32 sequences of 64 per rank under a budget of 100 tokens: min(32, ceil(2048 / 100)) = 21
+  // rows, 11 of them holding 2 sequences (128 tokens, 28% above the budget). validate predicts the
+  // step at that row (RaisePackedRowToLargest), as estimate does.
+  const std::string model = "micro-llama-v8k.model.json";
+  TempDir tmp;
+  ProcessResult p = RunShardtune({"run", "--model", DataPath(model), "--steps", "2", "--out", tmp.Sub("o"),
+                                  "--seq-len", "64", "--global-batch", "64", "--nproc", "2", "--threads",
+                                  "1", "--precision", "fp32", "--max-tokens-per-micro-batch", "100"});
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("make 21 micro-batches of up to 2 sequences, 128 tokens"), std::string::npos)
+      << p.output;
+  auto [pred, meas] = Step0Peak(model, tmp.Sub("o"));
+  std::cout << "step-0 peak, rows of up to 128 tokens under 100: " << meas << " B measured, " << pred
+            << " predicted\n";
+  EXPECT_NEAR(pred / meas, 1.0, 0.03);
+}
+
 // A packed run resumed from its sharded checkpoint continues with the uninterrupted run's losses.
 TEST(ExecutorPackedResumeTest, ResumedPackedRunReproducesTheUninterruptedLosses) {
   TempDir tmp;

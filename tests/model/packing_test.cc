@@ -69,6 +69,26 @@ TEST(PackingTest, RowsAtTheLongest) {
   EXPECT_EQ(PackedRowsAtLongest(3, 100, 100000), 1);
 }
 
+TEST(PackingTest, LargestRowAtTheLongestIsWhatKarmarkarKarpMakes) {
+  // Against the partitions themselves: n equal sequences spread over PackedRowsAtLongest rows.
+  struct Case {
+    int64_t n, longest, budget;
+  };
+  for (const Case& c : {Case{32, 1536, 16384}, Case{5, 1000, 2500}, Case{8, 64, 256}, Case{32, 64, 100},
+                        Case{3, 4096, 4096}, Case{7, 300, 1000}}) {
+    std::vector<int64_t> l(static_cast<size_t>(c.n), c.longest);
+    int rows = PackedMicroBatchCount(l, c.budget);
+    ASSERT_EQ(rows, PackedRowsAtLongest(c.n, c.longest, c.budget));
+    int64_t largest = 0;
+    for (const auto& p : PackedMicroBatches(l, rows)) {
+      largest = std::max<int64_t>(largest, static_cast<int64_t>(p.size()) * c.longest);
+    }
+    EXPECT_EQ(LargestPackedRowAtLongest(c.n, c.longest, c.budget), largest) << c.n << " " << c.budget;
+  }
+  // 32 x 1536 under 16384: 3 rows, 11 sequences = 16896 tokens in the largest (above the budget).
+  EXPECT_EQ(LargestPackedRowAtLongest(32, 1536, 16384), 16896);
+}
+
 TEST(PackingTest, UniformLengthsAreDeterministicAndCoverTheRange) {
   SequenceLengths l = SequenceLengths::Parse("uniform:8-32", "--lengths", 32);
   ASSERT_TRUE(l.uniform());
