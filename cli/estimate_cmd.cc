@@ -340,7 +340,7 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
   std::string main_name = std::string(model::ToString(job.plan.role)) + " (" +
                           (a.plan.plan_file.empty() ? std::string("flags") : a.plan.plan_file) +
                           ")";
-  if (!job.from.roles.empty()) main_name = "actor";
+  if (!job.from.roles.empty() || job.from.rollout_engine) main_name = "actor";
   roles.push_back({main_name, main, job.from.offloaded_when_idle});
   // The roles the --from config runs beside it (verl: critic, reference policy), each on the
   // model it trains (the critic's has a value head).
@@ -357,6 +357,11 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
     ThrowIfProblems(JobProblems(job.spec, job.cluster, p, file));
     roles.push_back({std::string(model::ToString(p.role)) + " (" + file + ")",
                      sim::EstimateMemory(job.spec, job.cluster, p, job.options.memory)});
+  }
+  if (const auto& e = job.from.rollout_engine) {  // verl's rollout engine on the same GPUs
+    roles.push_back(sim::RolloutEngineRole(e->name, e->gpu_memory_utilization, e->free_cache_engine,
+                                           e->enforce_eager, job.cluster.gpu.usable_memory,
+                                           job.options.memory.constants));
   }
   sim::ColocationOptions o;
   o.offload_between_roles = a.offload_between_roles;
@@ -451,7 +456,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
-  const bool colocating = !a.role_plans.empty() || !job.from.roles.empty();
+  const bool colocating =
+      !a.role_plans.empty() || !job.from.roles.empty() || job.from.rollout_engine.has_value();
   if (colocating) colocated = ColocatedRoles(a, job, r);
   // One verdict: the job fits when every phase of this role fits and, with co-located roles,
   // the GPU holds each role beside the others' idle residue.

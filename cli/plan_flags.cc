@@ -340,7 +340,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
       if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
       if (extras) {
-        if (!r.roles.empty()) {
+        if (!r.roles.empty() || r.rollout_engine) {
           extras->roles = r.roles;
           extras->roles_in_one_process = r.roles_in_one_process;
         }
@@ -354,6 +354,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
           extras->response_length = r.response_length;
         }
         if (r.rollout_n > 0) extras->rollout_n = r.rollout_n;
+        if (r.rollout_engine) extras->rollout_engine = r.rollout_engine;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }

@@ -70,6 +70,7 @@ struct FromExtras {
   int64_t sequences_per_step = 0;       // ImportResult's, the last file that says
   int64_t prompt_length = 0, response_length = 0;  // ImportResult's verl split, likewise
   int rollout_n = 0;
+  std::optional<configs::RolloutEngine> rollout_engine;  // ImportResult's, the last file that says
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

@@ -10,9 +10,28 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
   SHARDTUNE_CHECK(!roles.empty()) << "no roles";
   ColocationReport out;
   out.capacity = roles.front().report.capacity;
+  // The trainer process's context and communicators, which stay while an engine runs (one
+  // process for the trainer roles: the first report's; separate processes: each role's residue
+  // already holds its own).
+  std::vector<std::pair<std::string, Bytes>> trainer_process;
+  for (const auto& r : roles) {
+    if (!r.engine && !o.separate_processes) {
+      trainer_process = r.report.outside_allocator;
+      const bool gpu = !trainer_process.empty() && trainer_process.front().first == "CUDA context and kernels";
+      if (gpu) trainer_process.push_back({"cuBLAS workspace", k.cublas_workspace});
+      break;
+    }
+  }
   for (const auto& r : roles) {
     RoleUsage u;
     u.name = r.name;
+    if (r.engine) {
+      u.own_required = r.engine->running;
+      u.idle_residue = r.engine->idle_items;
+      for (const auto& kv : u.idle_residue) u.idle_total += kv.second;
+      out.roles.push_back(std::move(u));
+      continue;
+    }
     u.own_required = r.report.required;
     const MemoryReport& m = r.report;
     if (!r.offloaded_when_idle.value_or(o.offload_between_roles)) {
@@ -34,6 +53,9 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     for (size_t j = 0; j < out.roles.size(); ++j) {
       if (j != i) others += out.roles[j].idle_total;
     }
+    if (roles[i].engine) {
+      for (const auto& kv : trainer_process) others += kv.second;
+    }
     out.roles[i].colocated_required = out.roles[i].own_required + others;
     if (out.roles[i].colocated_required > out.peak) {
       out.peak = out.roles[i].colocated_required;
@@ -41,8 +63,11 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     }
   }
   out.fits = out.peak <= out.capacity;
-  bool per_role = false;
-  for (const auto& r : roles) per_role = per_role || r.offloaded_when_idle.has_value();
+  bool per_role = false, engine = false;
+  for (const auto& r : roles) {
+    per_role = per_role || r.offloaded_when_idle.has_value();
+    engine = engine || r.engine.has_value();
+  }
   out.judged_on =
       std::string("the running role's required figure plus every idle role's residue (") +
       (per_role ? "each role's own offload between phases: offloaded states leave the GPU, "
@@ -51,8 +76,33 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
                                  : "sharded parameters and optimizer state stay resident") +
       (o.separate_processes ? "; one process per role: each keeps its CUDA context and NCCL buffers"
                             : "; one process: one CUDA context shared") +
+      (engine ? "; the rollout engine in its own process: its share of the GPU while it generates, "
+                "its context and CUDA graphs while it sleeps, and the trainer process's context "
+                "and NCCL buffers beside it"
+              : "") +
       ") vs the device's usable memory";
   return out;
+}
+
+ColocatedRole RolloutEngineRole(const std::string& engine_name, double gpu_memory_utilization,
+                                bool free_cache_engine, bool enforce_eager, Bytes usable_memory,
+                                const MemoryConstants& k) {
+  ColocatedRole r;
+  r.name = "rollout (" + engine_name + ")";
+  EngineFigures e;
+  const Bytes share = Bytes::Of(static_cast<int64_t>(
+      gpu_memory_utilization * static_cast<double>(usable_memory.count())));
+  e.running_items = {{engine_name + " share (gpu_memory_utilization)", share},
+                     {"CUDA context and kernels", k.cuda_context}};
+  for (const auto& kv : e.running_items) e.running += kv.second;
+  if (free_cache_engine) {
+    e.idle_items.push_back({"CUDA context and kernels", k.cuda_context});
+    if (!enforce_eager) e.idle_items.push_back({"CUDA graph pool (guess)", Bytes::Of(kEngineCudaGraphPoolGuessBytes)});
+  } else {
+    e.idle_items = e.running_items;  // the KV cache and weights stay allocated
+  }
+  r.engine = std::move(e);
+  return r;
 }
 
 }  // namespace shardtune::sim

@@ -27,13 +27,42 @@ struct ColocationOptions {
   bool separate_processes = true;
 };
 
+// An inference engine's process on the same GPUs (verl's rollout: vLLM, SGLang), which is not
+// estimated from a plan but takes a fixed share of each GPU: RolloutEngineRole.
+struct EngineFigures {
+  Bytes running;  // on each GPU while it generates
+  std::vector<std::pair<std::string, Bytes>> running_items;
+  std::vector<std::pair<std::string, Bytes>> idle_items;  // what stays while it sleeps
+};
+
 struct ColocatedRole {
   std::string name;     // e.g. "actor (train)", "reference (infer)"
   MemoryReport report;  // EstimateMemory of that role's plan on the shared cluster
   // This role's own offload between phases (a config's per-role setting, verl's param_offload +
   // optimizer_offload); unset: ColocationOptions::offload_between_roles.
   std::optional<bool> offloaded_when_idle;
+  // Set: an engine in its own process (report unused). While it runs, the trainer process (one
+  // process for the other roles when !separate_processes) keeps its CUDA context and NCCL
+  // buffers, which count beside the idle roles' residue.
+  std::optional<EngineFigures> engine;
 };
+
+// vLLM's CUDA graph pool, which sleep mode does not release (vLLM's sleep frees only the memory
+// its CuMemAllocator pool tagged "weights" and "kv_cache"; verl's rollout.yaml: "cudagraph in
+// inference engine can not be offloaded during update policy"). A GUESS, not measured here:
+// vLLM logs "Graph capturing finished in N secs, took X GiB" (gpu_model_runner.py
+// capture_model), commonly 0.3-1 GiB for 7-8B models at the default capture sizes on an H100;
+// replace it with your log's figure when it matters.
+inline constexpr int64_t kEngineCudaGraphPoolGuessBytes = int64_t{512} << 20;
+
+// verl's rollout engine `engine_name` on a GPU of `usable_memory` (what the driver reports as
+// total): while it runs, gpu_memory_utilization x that (weights, KV cache, activations; vLLM
+// gpu_worker.py requested_memory) plus its process's CUDA context; while it sleeps
+// (free_cache_engine) its context and, without enforce_eager, its CUDA graph pool; without
+// free_cache_engine, all of it.
+ColocatedRole RolloutEngineRole(const std::string& engine_name, double gpu_memory_utilization,
+                                bool free_cache_engine, bool enforce_eager, Bytes usable_memory,
+                                const MemoryConstants& constants);
 
 struct RoleUsage {
   std::string name;

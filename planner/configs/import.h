@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,23 @@ struct ImportedRole {
   bool offloaded_when_idle = false;
 };
 
+// The rollout engine verl runs on the trainer's GPUs (actor_rollout_ref.rollout, name vllm, sglang
+// or trtllm; verl/trainer/config/rollout/rollout.yaml at volcengine/verl@b178a3c). The engine
+// sizes its weights, KV cache and activations to gpu_memory_utilization of the device's total
+// memory (vLLM gpu_worker.py requested_memory = total_memory x gpu_memory_utilization; SGLang's
+// mem_fraction_static; TensorRT-LLM's free_gpu_memory_fraction) and runs in its own process
+// (vllm_async_server.py). With free_cache_engine (the default) it sleeps between rollouts
+// (engine.sleep: level 2 in verl's hybrid mode, level 1 colocated), releasing the weights and the
+// KV cache; its CUDA graphs stay (rollout.yaml: "cudagraph in inference engine can not be
+// offloaded during update policy").
+struct RolloutEngine {
+  std::string name;                     // "vllm", "sglang", "trtllm"
+  double gpu_memory_utilization = 0.5;  // rollout.yaml default
+  bool free_cache_engine = true;        // rollout.yaml default
+  bool enforce_eager = false;           // true: no CUDA graphs
+  std::string where;                    // "file:/actor_rollout_ref/rollout"
+};
+
 struct ImportResult {
   ImportFormat format = ImportFormat::kAccelerate;
   std::string worker;                 // the ROLL worker / verl role imported; "" for the others
@@ -85,6 +103,8 @@ struct ImportResult {
   // need_critic, ref when need_reference_policy); empty when --from-worker picked one.
   std::vector<ImportedRole> roles;
   bool roles_in_one_process = false;  // verl: every role in one process per GPU (one context)
+  // verl's rollout engine on the same GPUs (a PPO config's actor, not with --from-worker).
+  std::optional<RolloutEngine> rollout_engine;
   // The model the imported worker loads, as the file names it (verl's model.path or
   // partial_pretrain, ROLL's model_args.model_name_or_path or pretrain): a Hugging Face id or a
   // local directory; "" when the file names none (Accelerate, HF Trainer arguments). The CLI

@@ -679,6 +679,55 @@ bool AddVerlRoles(const ConfigReader& top, const ImportContext& ctx, const model
   return true;
 }
 
+// actor_rollout_ref.rollout: the engine beside the trainer (import.h RolloutEngine). name hf
+// generates with the actor's own FSDP module (no engine); a file without the section runs no
+// rollout here (an SFT-like PPO file) and one without a name gets a warning (rollout.yaml's name
+// is ???, a required value). The actor's old-log-prob pass keys (log_prob_*) are read by verl's
+// compute_log_prob and are said to be unmodelled rather than listed as keys that change nothing.
+void ReadRolloutEngine(const ConfigReader& arr, ImportResult* out, std::vector<std::string>* ignored) {
+  auto ro = arr.Section("rollout");
+  if (!ro) return;
+  ignored->erase(std::remove(ignored->begin(), ignored->end(), "/actor_rollout_ref/rollout"),
+                 ignored->end());
+  std::vector<std::string> unmodelled;
+  for (const auto& item : ro->obj().items()) {
+    const std::string& k = item.key();
+    if (k == "name" || k == "gpu_memory_utilization" || k == "free_cache_engine" ||
+        k == "enforce_eager" || k == "n") {
+      continue;
+    }
+    if (k.rfind("log_prob_", 0) == 0) {
+      unmodelled.push_back(k);
+    } else {
+      ignored->push_back("/actor_rollout_ref/rollout/" + k);
+    }
+  }
+  if (!unmodelled.empty()) {
+    std::string keys;
+    for (const auto& k : unmodelled) keys += (keys.empty() ? "" : ", ") + ro->Where(k);
+    out->warnings.push_back(keys + ": the actor's old-log-prob pass (fsdp_workers.py compute_log_prob, "
+                            "forward only under these micro-batches) is not estimated yet; the "
+                            "actor's training step and the ref's log-prob pass are");
+  }
+  std::optional<std::string> name = ro->String("name");
+  if (!name) {
+    out->warnings.push_back(ro->Where("name") + " not given (rollout.yaml requires it): the rollout engine's memory "
+                            "(vllm, sglang) is not counted beside the trainer");
+    return;
+  }
+  if (*name == "hf") return;  // HFRollout generates with the actor's FSDP module
+  if (*name != "vllm" && *name != "sglang" && *name != "trtllm") {
+    ro->Fail("name", "vllm, sglang, trtllm or hf (verl's rollout engines)");
+  }
+  RolloutEngine e;
+  e.name = *name;
+  e.where = arr.file() + ":/actor_rollout_ref/rollout";
+  e.gpu_memory_utilization = ro->Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
+  e.free_cache_engine = ro->Bool("free_cache_engine").value_or(true);
+  e.enforce_eager = ro->Bool("enforce_eager").value_or(false);
+  out->rollout_engine = e;
+}
+
 }  // namespace
 
 // Keys read in volcengine/verl @b178a3c: verl/trainer/config/_generated_ppo_trainer.yaml,
@@ -739,6 +788,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
       bool critic_read = false;
       if (ctx.worker.empty() && out.worker == "actor") {
         critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);
+        ReadRolloutEngine(top.RequiredSection("actor_rollout_ref"), &out, &ignored);
       }
       if (!critic_read && top.Has("critic")) ignored.push_back("/critic");
     }

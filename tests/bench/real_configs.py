@@ -62,7 +62,7 @@ OVERRIDE = re.compile(r"^([+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.S)
 
 
 def expand(text, env):
-    """The shell's expansion of $VAR, ${VAR}, ${VAR:-default} (nested: ${A:-"${HOME}/x"}),
+    """The shell's expansion of $VAR, ${VAR}, ${VAR:-default} and ${1:-default} (nested: ${A:-"${HOME}/x"}),
     ${VAR:=default} and $((a * b)) with the script's own assignments; $(command) and unknown
     variables stay as written."""
     out, i = [], 0
@@ -97,7 +97,8 @@ def expand(text, env):
                 depth += {"{": 1, "}": -1}.get(text[j], 0)
                 j += 1
             body = text[i + 2:j - 1]
-            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?::?[-=](.*))?$", body, re.S)
+            # Positional parameters (${1:-vllm}) are unset: the examples run without arguments.
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?[-=](.*))?$", body, re.S)
             if not m:
                 out.append(text[i:j])
             elif env.get(m.group(1), "") != "":

@@ -1218,6 +1218,46 @@ TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
   EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
 }
 
+// verl's vLLM rollout shares the GPUs: while it generates it holds gpu_memory_utilization x the
+// device's memory (+ its CUDA context) beside the actor's resident fp32 parameters and AdamW
+// (16 bytes per parameter over 8 ranks) and the trainer process's context and NCCL buffers.
+// Llama-3-8B GRPO on 8 H100s: the actor's step fits, but at utilization 0.9 the rollout does not
+// (0.9 x 79.1 GiB + ~15 GiB of resident states); at 0.5 it does.
+TEST(CliTest, VerlRolloutEngineIsCoLocatedWithTheResidentTrainer) {
+  auto config = [&](const std::string& util) {
+    return WriteFile("verl_grpo_" + util + ".yaml",
+                     "algorithm:\n  adv_estimator: grpo\n"
+                     "data:\n  max_prompt_length: 256\n  max_response_length: 256\n"
+                     "trainer:\n  n_gpus_per_node: 8\n  nnodes: 1\n"
+                     "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 8\n"
+                     "    ppo_micro_batch_size_per_gpu: 1\n"
+                     "  rollout:\n    name: vllm\n    gpu_memory_utilization: " + util + "\n");
+  };
+  Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --from " + config("0.9") + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& c = j.at("colocation");
+  ASSERT_EQ(c.at("roles").size(), 2u);
+  EXPECT_EQ(c["roles"][1]["role"], "rollout (vllm)");
+  const int64_t capacity = c.at("capacity_bytes").get<int64_t>();
+  const int64_t context = int64_t{621} << 20;  // MemoryConstants::cuda_context
+  const int64_t share = static_cast<int64_t>(0.9 * static_cast<double>(capacity));
+  EXPECT_EQ(c["roles"][1]["required_bytes"].get<int64_t>(), share + context);
+  const auto& actor_residue = c["roles"][0]["idle_residue"];
+  int64_t resident = actor_residue.at("sharded parameters").get<int64_t>() +
+                     actor_residue.at("optimizer state").get<int64_t>();
+  // The trainer process (verl: one for its roles): context, NCCL buffers, cuBLAS's 32 MiB.
+  int64_t outside = int64_t{32} << 20;
+  for (const auto& [k, v] : j.at("per_rank").at("outside_allocator").items()) outside += v.get<int64_t>();
+  EXPECT_EQ(c["roles"][1]["colocated_required_bytes"].get<int64_t>(), share + context + resident + outside);
+  EXPECT_EQ(c.at("peak_role"), "rollout (vllm)");
+  EXPECT_FALSE(j.at("fits").get<bool>());
+  EXPECT_FALSE(j.at("verdict").at("fits").get<bool>());
+  Result half = RunCli("estimate --model llama3-8b --cluster 8xH100 --from " + config("0.5") + " --json");
+  ASSERT_EQ(half.code, 0) << half.err;
+  EXPECT_TRUE(nlohmann::json::parse(half.out).at("colocation").at("fits").get<bool>());
+}
+
 // A verl PPO config (adv_estimator gae) trains a critic on the actor's GPUs, in the same process:
 // estimate co-locates it (its model with a value head) and gives one verdict. Llama-3-8B on 2
 // H100s: each role alone just fits; beside the other's resident states (fp32 parameters and

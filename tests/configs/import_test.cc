@@ -529,6 +529,44 @@ TEST(ImportVerlTest, TokenBudgetIsAPackedRow) {
   EXPECT_EQ(r3.seq_len, 65536);
 }
 
+// actor_rollout_ref.rollout names the engine that shares the GPUs (import.h RolloutEngine):
+// verl_grpo_lora.yaml runs vLLM at gpu_memory_utilization 0.6 with rollout.yaml's defaults
+// free_cache_engine true and enforce_eager false.
+TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
+  ImportResult r;
+  FromFile("verl_grpo_lora.yaml", LlamaOn8(), &r);
+  ASSERT_TRUE(r.rollout_engine.has_value());
+  EXPECT_EQ(r.rollout_engine->name, "vllm");
+  EXPECT_DOUBLE_EQ(r.rollout_engine->gpu_memory_utilization, 0.6);
+  EXPECT_TRUE(r.rollout_engine->free_cache_engine);
+  EXPECT_FALSE(r.rollout_engine->enforce_eager);
+  // The old-log-prob pass's keys are named as not estimated, not as keys that change nothing.
+  EXPECT_THAT(AllWarnings(r), HasSubstr("/actor_rollout_ref/rollout/log_prob_micro_batch_size_per_gpu: "
+                                        "the actor's old-log-prob pass"));
+  auto engine = [](const std::string& rollout) {
+    ImportResult out;
+    FromText(std::string(kVerlDynamic) + rollout, LlamaOn8(), &out);
+    return out;
+  };
+  ImportResult sg = engine("    name: sglang\n    gpu_memory_utilization: 0.85\n"
+                           "    free_cache_engine: false\n    enforce_eager: true\n");
+  ASSERT_TRUE(sg.rollout_engine.has_value());
+  EXPECT_EQ(sg.rollout_engine->name, "sglang");
+  EXPECT_DOUBLE_EQ(sg.rollout_engine->gpu_memory_utilization, 0.85);
+  EXPECT_FALSE(sg.rollout_engine->free_cache_engine);
+  EXPECT_TRUE(sg.rollout_engine->enforce_eager);
+  EXPECT_DOUBLE_EQ(engine("    name: vllm\n").rollout_engine->gpu_memory_utilization, 0.5);
+  EXPECT_FALSE(engine("    name: hf\n").rollout_engine.has_value());  // the actor generates
+  ImportResult unnamed = engine("");
+  EXPECT_FALSE(unnamed.rollout_engine.has_value());
+  EXPECT_THAT(AllWarnings(unnamed), HasSubstr("/actor_rollout_ref/rollout/name not given"));
+  EXPECT_THAT([&] { engine("    name: vllm\n    gpu_memory_utilization: 1.5\n"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/rollout/gpu_memory_utilization"),
+                                              HasSubstr("got 1.5"))));
+  EXPECT_THAT([&] { engine("    name: tgi\n"); },
+              ThrowsMessage<InputError>(HasSubstr("expected vllm, sglang, trtllm or hf")));
+}
+
 TEST(ImportVerlTest, TokenBudgetBelowThePaddedWidthIsAnError) {
   // verl asserts max_token_len (2048 x sp 2 = 4096) >= the padded width 1024 + 3072 + 1.
   std::string text = kVerlDynamic;

@@ -425,5 +425,39 @@ TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
   EXPECT_EQ(z.roles[1].colocated_required, r.required);
 }
 
+// verl's rollout engine (vLLM at gpu_memory_utilization 0.6): 0.6 x the device's memory + its
+// CUDA context while it generates, beside the trainer roles' resident states and the trainer
+// process's context and NCCL buffers; while it sleeps, its context and CUDA graph pool join the
+// running role; without free_cache_engine, all of it.
+TEST(ColocationTest, RolloutEngineTakesItsShareBesideTheTrainerProcess) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  MemoryReport a = EstimateMemory(s, c, Seq(2048));
+  MemoryConstants k;
+  const Bytes share = Bytes::Of(static_cast<int64_t>(0.6 * static_cast<double>(c.gpu.usable_memory.count())));
+  ColocatedRole vllm = RolloutEngineRole("vllm", 0.6, true, false, c.gpu.usable_memory, k);
+  std::vector<ColocatedRole> roles{{"actor", a}, vllm};
+  ColocationOptions one;
+  one.separate_processes = false;
+  ColocationReport x = CoLocate(roles, one, k);
+  ASSERT_EQ(x.roles.size(), 2u);
+  EXPECT_EQ(x.roles[1].own_required, share + k.cuda_context);
+  Bytes trainer_process = k.cublas_workspace;  // the trainer process: its workspace, context, NCCL
+  for (const auto& kv : a.outside_allocator) trainer_process += kv.second;
+  EXPECT_GT(trainer_process.count(), 0);
+  EXPECT_EQ(x.roles[1].colocated_required,
+            share + k.cuda_context + a.sharded_params + a.optimizer_state + trainer_process);
+  const Bytes sleeping = k.cuda_context + Bytes::Of(kEngineCudaGraphPoolGuessBytes);
+  EXPECT_EQ(x.roles[1].idle_total, sleeping);
+  EXPECT_EQ(x.roles[0].colocated_required, a.required + sleeping);
+  // enforce_eager: no CUDA graphs; free_cache_engine false: the share stays.
+  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("vllm", 0.6, true, true, c.gpu.usable_memory, k)}, one, k)
+                .roles[0].colocated_required,
+            a.required + k.cuda_context);
+  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("vllm", 0.6, false, false, c.gpu.usable_memory, k)}, one, k)
+                .roles[0].colocated_required,
+            a.required + share + k.cuda_context);
+}
+
 }  // namespace
 }  // namespace shardtune::sim
