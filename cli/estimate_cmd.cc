@@ -351,6 +351,7 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
     roles.push_back({role.name + " (" + model::ToString(role.plan.role) + ")",
                      sim::EstimateMemory(spec, job.cluster, role.plan, job.options.memory),
                      role.offloaded_when_idle});
+    if (role.shares_actor_states) roles.back().states_of = 0;  // the actor's FSDP module
   }
   for (const auto& file : a.role_plans) {
     model::Plan p = model::ReadPlanFile(file);

@@ -33,6 +33,10 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
       continue;
     }
     u.own_required = r.report.required;
+    if (r.states_of) {  // the other role's states: nothing of its own stays
+      out.roles.push_back(std::move(u));
+      continue;
+    }
     const MemoryReport& m = r.report;
     if (!r.offloaded_when_idle.value_or(o.offload_between_roles)) {
       u.idle_residue.push_back({"sharded parameters", m.sharded_params});
@@ -51,7 +55,13 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
   for (size_t i = 0; i < out.roles.size(); ++i) {
     Bytes others;
     for (size_t j = 0; j < out.roles.size(); ++j) {
-      if (j != i) others += out.roles[j].idle_total;
+      if (j == i) continue;
+      others += out.roles[j].idle_total;
+      if (roles[i].states_of == j) {  // its parameters are already in this role's figure
+        for (const auto& kv : out.roles[j].idle_residue) {
+          if (kv.first == "sharded parameters") others -= kv.second;
+        }
+      }
     }
     if (roles[i].engine) {
       for (const auto& kv : trainer_process) others += kv.second;

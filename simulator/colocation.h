@@ -45,6 +45,10 @@ struct ColocatedRole {
   // process for the other roles when !separate_processes) keeps its CUDA context and NCCL
   // buffers, which count beside the idle roles' residue.
   std::optional<EngineFigures> engine;
+  // Set: this role runs on role `states_of`'s model (verl's old-log-prob pass on the actor's FSDP
+  // module): it leaves no residue of its own, and while it runs that role's residue counts
+  // without its sharded parameters, which this role's own figure already holds.
+  std::optional<size_t> states_of;
 };
 
 // vLLM's CUDA graph pool, which sleep mode does not release (vLLM's sleep frees only the memory

@@ -67,6 +67,10 @@ struct ImportedRole {
   // Its parameters and optimizer state leave the GPU while another role runs (verl's
   // param_offload with optimizer_offload: offload_fsdp_model_to_cpu / offload_fsdp_optimizer).
   bool offloaded_when_idle = false;
+  // The role runs on the actor's own FSDP module (verl's old-log-prob pass, compute_log_prob):
+  // its parameters are the actor's, so it leaves nothing of its own while idle and, while it
+  // runs, the actor's resident optimizer state (not its parameters again) is beside it.
+  bool shares_actor_states = false;
 };
 
 // The rollout engine verl runs on the trainer's GPUs (actor_rollout_ref.rollout, name vllm, sglang

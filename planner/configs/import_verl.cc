@@ -679,35 +679,69 @@ bool AddVerlRoles(const ConfigReader& top, const ImportContext& ctx, const model
   return true;
 }
 
+// The actor's old-log-prob pass (ray_trainer.py: actor_rollout_wg.compute_log_prob every step;
+// fsdp_workers.py ActorRolloutRefWorker.compute_log_prob: micro_batch_size =
+// rollout.log_prob_micro_batch_size_per_gpu, max_token_len = rollout.log_prob_max_token_len_per_gpu,
+// use_dynamic_bsz = rollout.log_prob_use_dynamic_bsz, whose rollout.yaml defaults are the actor's
+// through oc.select; dp_actor.py compute_log_prob under torch.no_grad with calculate_entropy=True).
+// A forward-only role on the actor's FSDP module (its fp32 parameters, its Ulysses size and
+// fsdp_config), beside the actor's resident optimizer state. The entropy is taken as
+// torch.compile's fused entropy_from_logits computes it (use_torch_compile, the default): no
+// [T, V] intermediate beyond the logits the log-prob head holds. `actor` is the imported actor.
+void AddOldLogProbRole(const ConfigReader& top, const ImportContext& ctx, const model::Plan& actor,
+                       ImportResult* out) {
+  ConfigReader arr = top.RequiredSection("actor_rollout_ref");
+  auto ro = arr.Section("rollout");
+  auto actor_section = arr.Section("actor");
+  if (!ro) return;
+  ImportResult scratch;
+  const int dp = std::max(1, ReadWorld(top, ctx, &scratch) / std::max(1, actor.cp));
+  Batching b;
+  b.dynamic_key = "log_prob_use_dynamic_bsz";
+  b.budget_key = "log_prob_max_token_len_per_gpu";
+  b.micro_key = "log_prob_micro_batch_size";
+  if (actor_section) {
+    b.fallback = &*actor_section;
+    b.fallback_dynamic_key = "use_dynamic_bsz";
+    b.fallback_budget_key = "ppo_max_token_len_per_gpu";
+  }
+  const bool dynamic = ro->Has(b.dynamic_key)
+                           ? ro->Bool(b.dynamic_key).value_or(false)
+                           : actor_section && actor_section->Bool("use_dynamic_bsz").value_or(false);
+  if (!dynamic && !ro->Has("log_prob_micro_batch_size_per_gpu") && !ro->Has("log_prob_micro_batch_size")) {
+    out->warnings.push_back(ro->Where("log_prob_micro_batch_size_per_gpu") +
+                            " not given (verl requires it, or log_prob_use_dynamic_bsz): the "
+                            "actor's old-log-prob pass is not estimated");
+    return;
+  }
+  ImportedRole lp;
+  lp.name = "actor old log-prob";
+  lp.plan = actor;
+  lp.plan.role = model::Role::kInfer;
+  const int64_t seq = ReadPaddedWidth(top, &scratch);
+  ApplyBatching(*ro, b, dp, actor.cp, seq, &lp.plan);
+  lp.shares_actor_states = true;
+  out->roles.push_back(lp);
+}
+
 // actor_rollout_ref.rollout: the engine beside the trainer (import.h RolloutEngine). name hf
 // generates with the actor's own FSDP module (no engine); a file without the section runs no
 // rollout here (an SFT-like PPO file) and one without a name gets a warning (rollout.yaml's name
-// is ???, a required value). The actor's old-log-prob pass keys (log_prob_*) are read by verl's
-// compute_log_prob and are said to be unmodelled rather than listed as keys that change nothing.
+// is ???, a required value). The log_prob_* keys are the actor's old-log-prob pass's
+// (AddOldLogProbRole).
 void ReadRolloutEngine(const ConfigReader& arr, ImportResult* out, std::vector<std::string>* ignored) {
   auto ro = arr.Section("rollout");
   if (!ro) return;
   ignored->erase(std::remove(ignored->begin(), ignored->end(), "/actor_rollout_ref/rollout"),
                  ignored->end());
-  std::vector<std::string> unmodelled;
   for (const auto& item : ro->obj().items()) {
     const std::string& k = item.key();
+    // log_prob_*: the actor's old-log-prob pass (AddOldLogProbRole).
     if (k == "name" || k == "gpu_memory_utilization" || k == "free_cache_engine" ||
-        k == "enforce_eager" || k == "n") {
+        k == "enforce_eager" || k == "n" || k.rfind("log_prob_", 0) == 0) {
       continue;
     }
-    if (k.rfind("log_prob_", 0) == 0) {
-      unmodelled.push_back(k);
-    } else {
-      ignored->push_back("/actor_rollout_ref/rollout/" + k);
-    }
-  }
-  if (!unmodelled.empty()) {
-    std::string keys;
-    for (const auto& k : unmodelled) keys += (keys.empty() ? "" : ", ") + ro->Where(k);
-    out->warnings.push_back(keys + ": the actor's old-log-prob pass (fsdp_workers.py compute_log_prob, "
-                            "forward only under these micro-batches) is not estimated yet; the "
-                            "actor's training step and the ref's log-prob pass are");
+    ignored->push_back("/actor_rollout_ref/rollout/" + k);
   }
   std::optional<std::string> name = ro->String("name");
   if (!name) {
@@ -789,6 +823,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
       if (ctx.worker.empty() && out.worker == "actor") {
         critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);
         ReadRolloutEngine(top.RequiredSection("actor_rollout_ref"), &out, &ignored);
+        AddOldLogProbRole(top, ctx, *plan, &out);
       }
       if (!critic_read && top.Has("critic")) ignored.push_back("/critic");
     }

@@ -354,11 +354,22 @@ TEST(ImportVerlTest, ExampleFileActor) {
               AllOf(HasSubstr("/actor_rollout_ref/rollout"), HasSubstr("/trainer/logger")));
   // use_kl_loss: the reference policy runs on the same GPUs, in verl's one process; GRPO has no
   // critic (adv_estimator grpo).
-  ASSERT_EQ(r.roles.size(), 1u);
+  ASSERT_EQ(r.roles.size(), 2u);
   EXPECT_EQ(r.roles[0].name, "ref");
   EXPECT_EQ(r.roles[0].plan.role, model::Role::kInfer);
   EXPECT_EQ(r.roles[0].plan.micro_batch, 40);
   EXPECT_TRUE(r.roles_in_one_process);
+  // The actor's old-log-prob pass (compute_log_prob every step): forward only on the actor's own
+  // FSDP module (its LoRA, sp 2, fp32 master parameters) at rollout.log_prob_micro_batch_size_per_gpu
+  // 40 of the padded 1536 tokens.
+  const ImportedRole& lp = r.roles[1];
+  EXPECT_EQ(lp.name, "actor old log-prob");
+  EXPECT_TRUE(lp.shares_actor_states);
+  Plan want_lp = want;
+  want_lp.role = model::Role::kInfer;
+  want_lp.micro_batch = 40;
+  want_lp.grad_accum = 1;
+  ExpectSamePlan(lp.plan, want_lp);
 }
 
 // The ref worker: inference, log-prob micro-batch 40, parameters offloaded (verl forces CPU
@@ -540,9 +551,8 @@ TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
   EXPECT_DOUBLE_EQ(r.rollout_engine->gpu_memory_utilization, 0.6);
   EXPECT_TRUE(r.rollout_engine->free_cache_engine);
   EXPECT_FALSE(r.rollout_engine->enforce_eager);
-  // The old-log-prob pass's keys are named as not estimated, not as keys that change nothing.
-  EXPECT_THAT(AllWarnings(r), HasSubstr("/actor_rollout_ref/rollout/log_prob_micro_batch_size_per_gpu: "
-                                        "the actor's old-log-prob pass"));
+  // The old-log-prob pass's keys are read (the actor old log-prob role), not listed as ignored.
+  EXPECT_THAT(AllWarnings(r), testing::Not(HasSubstr("rollout/log_prob_micro_batch_size_per_gpu")));
   auto engine = [](const std::string& rollout) {
     ImportResult out;
     FromText(std::string(kVerlDynamic) + rollout, LlamaOn8(), &out);
@@ -565,6 +575,33 @@ TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
                                               HasSubstr("got 1.5"))));
   EXPECT_THAT([&] { engine("    name: tgi\n"); },
               ThrowsMessage<InputError>(HasSubstr("expected vllm, sglang, trtllm or hf")));
+}
+
+// The old-log-prob pass follows the actor's token budget unless the rollout section sets its own
+// (rollout.yaml: log_prob_use_dynamic_bsz and log_prob_max_token_len_per_gpu oc.select the
+// actor's); without a micro-batch size or a budget verl refuses the file, and shardtune says the
+// pass is not estimated.
+TEST(ImportVerlTest, OldLogProbPassTakesTheRolloutsLogProbBatching) {
+  ImportResult r;
+  FromText(std::string(kVerlDynamic) + "    name: vllm\n", LlamaOn8(), &r);
+  ASSERT_EQ(r.roles.size(), 1u);
+  EXPECT_EQ(r.roles[0].plan.seq_len, 16384);  // 8192 x sp 2, the actor's budget
+  EXPECT_EQ(r.roles[0].plan.packed_seq_len, 4096);
+  EXPECT_EQ(r.roles[0].plan.role, model::Role::kInfer);
+  ImportResult own;
+  FromText(std::string(kVerlDynamic) + "    log_prob_max_token_len_per_gpu: 24576\n", LlamaOn8(), &own);
+  ASSERT_EQ(own.roles.size(), 1u);
+  EXPECT_EQ(own.roles[0].plan.seq_len, 49152);
+  ImportResult fixed;
+  FromText(std::string(kVerlDynamic) + "    log_prob_use_dynamic_bsz: false\n"
+                                       "    log_prob_micro_batch_size_per_gpu: 6\n", LlamaOn8(), &fixed);
+  ASSERT_EQ(fixed.roles.size(), 1u);
+  EXPECT_EQ(fixed.roles[0].plan.micro_batch, 6);
+  EXPECT_EQ(fixed.roles[0].plan.packed_seq_len, 0);
+  ImportResult none;
+  FromText(std::string(kVerlDynamic) + "    log_prob_use_dynamic_bsz: false\n", LlamaOn8(), &none);
+  EXPECT_TRUE(none.roles.empty());
+  EXPECT_THAT(AllWarnings(none), HasSubstr("log_prob_micro_batch_size_per_gpu not given"));
 }
 
 TEST(ImportVerlTest, TokenBudgetBelowThePaddedWidthIsAnError) {
@@ -679,7 +716,10 @@ TEST(ImportVerlTest, PpoCriticIsACoLocatedRoleWithAValueHead) {
                   "    use_dynamic_bsz: true\n");
   ImportResult d;
   FromText(dynamic, LlamaOn8(), &d);
-  ASSERT_EQ(d.roles.size(), 1u);
+  // (and the actor's old-log-prob pass, under the actor's budget: rollout.yaml's oc.select)
+  ASSERT_EQ(d.roles.size(), 2u);
+  EXPECT_EQ(d.roles[1].name, "actor old log-prob");
+  EXPECT_EQ(d.roles[0].name, "critic");
   EXPECT_EQ(d.roles[0].plan.seq_len, 32768);  // dp_critic's own budget, sp 1
   EXPECT_EQ(d.roles[0].plan.packed_seq_len, 1024);  // verl's default 512 + 512
   EXPECT_THAT(AllWarnings(d), HasSubstr("the critic pads each micro-batch to the padded width"));

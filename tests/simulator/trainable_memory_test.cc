@@ -425,6 +425,27 @@ TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
   EXPECT_EQ(z.roles[1].colocated_required, r.required);
 }
 
+// verl's old-log-prob pass runs on the actor's FSDP module: it leaves no residue, and while it
+// runs the actor's optimizer state (not its parameters, which the pass's own figure holds) is
+// beside it.
+TEST(ColocationTest, APassOnTheActorsModelCountsItsParametersOnce) {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan actor = Seq(2048);
+  Plan pass = actor;
+  pass.role = model::Role::kInfer;
+  MemoryReport a = EstimateMemory(s, c, actor), p = EstimateMemory(s, c, pass);
+  std::vector<ColocatedRole> roles{{"actor", a}, {"old log-prob", p}};
+  roles[1].states_of = 0;
+  ColocationOptions one;
+  one.separate_processes = false;
+  MemoryConstants k;
+  ColocationReport x = CoLocate(roles, one, k);
+  EXPECT_EQ(x.roles[1].idle_total, Bytes());
+  EXPECT_EQ(x.roles[0].colocated_required, a.required);
+  EXPECT_EQ(x.roles[1].colocated_required, p.required + a.optimizer_state);
+}
+
 // verl's rollout engine (vLLM at gpu_memory_utilization 0.6): 0.6 x the device's memory + its
 // CUDA context while it generates, beside the trainer roles' resident states and the trainer
 // process's context and NCCL buffers; while it sleeps, its context and CUDA graph pool join the
