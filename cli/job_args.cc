@@ -301,6 +301,11 @@ nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) 
     j["cluster"]["cpu_cores_per_node"] = job.cluster.cpu_cores_per_node;
   }
   j["plan"] = model::PlanToJson(job.plan);
+  // The values used, not the plan's "0: the default" (issue #49): the sequence length and the
+  // shard group as resolved on this cluster. Both are valid plan values that rebuild the plan.
+  j["plan"]["seq_len"] = job.SeqLen();
+  j["plan"]["shard_group_size"] =
+      job.plan.ResolvedShardGroup(job.cluster.world_size(), job.cluster.gpus_per_node);
   j["seq_len_source"] = job.seq_len_note;
   return j;
 }

@@ -96,7 +96,14 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->micro_batch = f.micro_batch; }},
       {"--seq-len", "Tokens per sequence (default: the model's maximum)", kPlanFlag,
        &Opt<&PlanFlags::seq_len>,
-       [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->seq_len = f.seq_len; }},
+       [](const PlanFlags& f, const FlagSpec&, Plan* p) {
+         // 0 is a plan file's "the default"; a flag the user typed names a length (issue #49).
+         if (f.seq_len < 1) {
+           throw InputError("--seq-len: expected a whole number of tokens >= 1, got " +
+                            std::to_string(f.seq_len) + " (leave the flag out for the default)");
+         }
+         p->seq_len = f.seq_len;
+       }},
       {"--max-tokens-per-micro-batch",
        "Packed micro-batches: whole sequences of up to --seq-len tokens concatenated into rows of "
        "at most this many tokens (verl ppo_max_token_len_per_gpu x sp, TRL padding_free); sets "

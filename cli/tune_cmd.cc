@@ -567,6 +567,16 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["seq_len_source"] = t.seq_len_note;
   j["objective"] = a.objective;
   plan::AppendSearchResultJson(t.result, &j);
+  // The shard group as resolved on this cluster, not "0: the default" (issue #49 item 8), as
+  // estimate's and simulate's --json give it.
+  auto resolve = [&](const std::vector<plan::Candidate>& list, nlohmann::ordered_json& arr) {
+    for (size_t i = 0; i < list.size() && i < arr.size(); ++i) {
+      arr[i]["plan"]["shard_group_size"] =
+          list[i].plan.ResolvedShardGroup(t.cluster.world_size(), t.cluster.gpus_per_node);
+    }
+  };
+  resolve(t.result.top, j["top"]);
+  resolve(t.result.pareto, j["pareto"]);
   if (t.features) j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(t.savings);
   if (t.budget.evaluated) {
     j["token_budget"] = {{"row_tokens", t.budget.row_tokens},

@@ -1218,6 +1218,28 @@ TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
   EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
 }
 
+// --json says what was used (issue #49 item 8): the resolved sequence length and shard group,
+// not the plan's "0: the default"; and pasting that plan back gives the same answer. A typed
+// --seq-len 0 is an error, not the default.
+TEST(CliTest, JsonPlanHoldsTheResolvedValues) {
+  Result r = RunCli("estimate --model llama3-8b --cluster 2x8xH100 --strategy hybrid_shard --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("plan").at("seq_len"), 8192);  // llama3-8b's max_seq_len, the default
+  EXPECT_EQ(j.at("plan").at("shard_group_size"), 8);  // hybrid: the GPUs of a node
+  std::string plan = WriteFile("resolved_plan.json", j.at("plan").dump());
+  Result again = RunCli("estimate --model llama3-8b --cluster 2x8xH100 --plan " + plan + " --json");
+  ASSERT_EQ(again.code, 0) << again.err;
+  auto k = nlohmann::json::parse(again.out);
+  EXPECT_EQ(k.at("plan"), j.at("plan"));
+  EXPECT_EQ(k.at("per_rank").at("peak_bytes"), j.at("per_rank").at("peak_bytes"));
+  Result full = RunCli("estimate --model llama3-8b --cluster 2x8xH100 --json");
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_EQ(nlohmann::json::parse(full.out).at("plan").at("shard_group_size"), 16);
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 0"),
+                     "--seq-len: expected a whole number of tokens >= 1, got 0");
+}
+
 // verl's vLLM rollout shares the GPUs: while it generates it holds gpu_memory_utilization x the
 // device's memory (+ its CUDA context) beside the actor's resident fp32 parameters and AdamW
 // (16 bytes per parameter over 8 ranks) and the trainer process's context and NCCL buffers.
