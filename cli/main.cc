@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   AddCalibrateCommand(&app, &calibrate);
   ValidateArgs validate;
   AddValidateCommand(&app, &validate);
+  for (CLI::App* sub : app.get_subcommands({})) GroupHelp(sub);  // headings and plan defaults
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,6 +3,7 @@
 #include "cli/plan_flags.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -94,7 +95,7 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags&, const FlagSpec&, Plan* p) { p->wrap.head_unit = true; }},
       {"--micro-batch", "Sequences per rank per micro-batch", kPlanFlag, &Opt<&PlanFlags::micro_batch>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->micro_batch = f.micro_batch; }},
-      {"--seq-len", "Tokens per sequence (default: the model's maximum)", kPlanFlag,
+      {"--seq-len", "Tokens per sequence (default: the model's maximum, at most 8192; a --from config's own)", kPlanFlag,
        &Opt<&PlanFlags::seq_len>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) {
          // 0 is a plan file's "the default"; a flag the user typed names a length (issue #49).
@@ -262,6 +263,75 @@ const std::vector<std::string>& PlanFlagNames() {
 }
 
 void AddPlanFlags(CLI::App* app, PlanFlags* f) { AddGroup(app, f, kPlanFlag); }
+
+static_assert(kDefaultSeqLenTokens == 8192, "--seq-len's help names the default cap, 8192");
+
+void GroupHelp(CLI::App* app) {
+  // The headings a person scans for (issue #49 item 9); an option not named here stays under
+  // "Options".
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> kGroups = {
+      {"Model and cluster", {"model", "cluster", "profile", "nproc", "emulate-world", "device", "threads"}},
+      {"Plan: sharding and wrapping",
+       {"plan", "strategy", "shard-group", "wrap", "wrap-embedding", "wrap-head", "wrap-experts",
+        "reshard-after-forward", "forward-prefetch", "backward-prefetch", "max-inflight-allgathers",
+        "cp", "cp-fsdp-mesh", "ep"}},
+      {"Plan: batch and sequences",
+       {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "grad-accum", "global-batch",
+        "global-batch-tokens", "no-sync", "lengths"}},
+      {"Plan: memory policy", {"checkpointing", "offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
+      {"Plan: precision and optimizer",
+       {"precision", "master-dtype", "reduce-dtype", "frozen-dtype", "optimizer", "optimizer-impl"}},
+      {"Plan: model code and role", {"attention", "sdpa-backend", "modeling", "role"}},
+      {"Plan: fine-tuning", {"freeze", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets", "lora-dtype"}},
+      {"Trainer configs (verl, ROLL, Accelerate, HF Trainer)", {"from", "from-format", "from-worker", "set"}},
+      {"Memory model",
+       {"model-load", "load-dtype", "checkpoint-format", "allocator", "host-memory-limit", "no-grad-clip",
+        "moe-capacity-factor", "role-plan", "offload-between-roles", "roles-in-one-process"}},
+      {"Output",
+       {"json", "timeline", "explain", "plot", "trace", "memory-snapshot", "out", "top", "export"}},
+  };
+  // The plan's own defaults (model::Plan{}), shown where the flag's value starts from them.
+  const Plan d;
+  const std::map<std::string, std::string> kDefaults = {
+      {"strategy", ToString(d.strategy)},
+      {"wrap", ToString(d.wrap.kind)},
+      {"micro-batch", std::to_string(d.micro_batch)},
+      {"grad-accum", std::to_string(d.grad_accum)},
+      {"checkpointing", ToString(d.checkpointing)},
+      {"offload", ToString(d.offload)},
+      {"precision", model::ToString(d.param_dtype)},
+      {"master-dtype", model::ToString(d.master_dtype)},
+      {"reduce-dtype", model::ToString(d.reduce_dtype)},
+      {"backward-prefetch", ToString(d.backward_prefetch)},
+      {"max-inflight-allgathers", std::to_string(d.max_inflight_allgathers)},
+      {"optimizer", ToString(d.optimizer)},
+      {"optimizer-impl", ToString(d.optimizer_impl)},
+      {"attention", ToString(d.attention)},
+      {"sdpa-backend", ToString(d.sdpa_backend)},
+      {"modeling", ToString(d.modeling)},
+      {"loss-kernel", ToString(d.loss_kernel)},
+      {"cp", std::to_string(d.cp)},
+      {"cp-fsdp-mesh", ToString(d.cp_fsdp_mesh)},
+      {"ep", std::to_string(d.ep)},
+      {"role", ToString(d.role)},
+      {"lora-rank", std::to_string(d.lora.rank)},
+      {"lora-dtype", model::ToString(d.lora.dtype)},
+      {"tiled-mlp", std::to_string(d.tiled_mlp_shards)},
+  };
+  for (CLI::Option* o : app->get_options()) {
+    const std::vector<std::string>& names = o->get_lnames();
+    if (names.empty()) continue;
+    const std::string& n = names.front();
+    for (const auto& [group, members] : kGroups) {
+      if (std::find(members.begin(), members.end(), n) != members.end()) {
+        o->group(group);
+        break;
+      }
+    }
+    auto it = kDefaults.find(n);
+    if (it != kDefaults.end() && o->get_default_str().empty()) o->default_str(it->second);
+  }
+}
 
 void AddFromFlags(CLI::App* app, PlanFlags* f) { AddGroup(app, f, kFromFlag); }
 

@@ -48,6 +48,10 @@ void AddPlanFlags(CLI::App* app, PlanFlags* flags);
 // Adds --from FILE (repeatable), --from-format and --from-worker to `app` (estimate, simulate,
 // tune); `flags` must outlive parsing.
 void AddFromFlags(CLI::App* app, PlanFlags* flags);
+// Puts a command's options under headings (model and cluster, the plan's parts, trainer configs,
+// memory model, output) and shows the plan flags' defaults (model::Plan{}'s) in --help. Call after
+// every option is added.
+void GroupHelp(CLI::App* app);
 // The plan: defaults, then --plan, then each --from config (read against `from_ctx`, the model
 // and cluster; REQUIRES: non-null when flags.from_files is not empty) with the --set overrides,
 // then each flag that was given. Import warnings are appended to `warnings` (may be null).

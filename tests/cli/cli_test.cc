@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/plan.h"
+
 namespace {
 
 struct Result {
@@ -1216,6 +1218,31 @@ TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
                          std::to_string(max_tokens / 32 + 64) + " --from " + file);
   ASSERT_EQ(longer.code, 0) << longer.err;
   EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
+}
+
+// --help a person can scan (issue #49 item 9): options under headings, and the plan flags show
+// the defaults the plan starts from (model::Plan{}'s), for every planning command.
+TEST(CliTest, HelpGroupsOptionsAndShowsThePlansDefaults) {
+  const shardtune::model::Plan d;
+  namespace model = shardtune::model;
+  for (const char* cmd : {"estimate", "simulate", "tune"}) {
+    Result r = RunCli(std::string(cmd) + " --help");
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const char* heading : {"Model and cluster:", "Plan: sharding and wrapping:", "Plan: batch and sequences:",
+                                "Plan: memory policy:", "Plan: precision and optimizer:", "Output:"}) {
+      EXPECT_THAT(r.out, ::testing::HasSubstr(heading)) << cmd;
+    }
+    EXPECT_THAT(r.out, ::testing::HasSubstr("--checkpointing TEXT=" + std::string(model::ToString(d.checkpointing))));
+    EXPECT_THAT(r.out, ::testing::HasSubstr("--offload TEXT=" + std::string(model::ToString(d.offload))));
+    EXPECT_THAT(r.out, ::testing::HasSubstr("--micro-batch INT=" + std::to_string(d.micro_batch)));
+    EXPECT_THAT(r.out, ::testing::HasSubstr("--strategy TEXT=" + std::string(model::ToString(d.strategy))));
+  }
+  // A shown default is only shown: the plan is the same with and without the flag at it.
+  Result a = RunCli("estimate --model llama3-8b --cluster 8xH100 --json");
+  Result b = RunCli("estimate --model llama3-8b --cluster 8xH100 --checkpointing none --micro-batch 1 --json");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out).at("plan"), nlohmann::json::parse(b.out).at("plan"));
 }
 
 // --json says what was used (issue #49 item 8): the resolved sequence length and shard group,
