@@ -163,7 +163,11 @@ SearchResult Ranker::Finish() {
     auto it = std::find(candidate_index_.begin(), candidate_index_.end(), best->second);
     if (it == candidate_index_.end()) continue;
     Candidate& c = candidates_[static_cast<size_t>(it - candidate_index_.begin())];
-    if (!ConfirmForTop(&c)) {
+    const bool fits = ConfirmForTop(&c);
+    // One figure per plan (issue #49 item 5): the verdict quotes what the top list prints for the
+    // same plan, the allocator replay's, not the screening walk's.
+    v.best_required = c.required;
+    if (!fits) {
       v.best_replay_out_of_memory = true;
       v.best_replay_required = c.required;
     }
@@ -297,11 +301,12 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
         w += "; " + std::to_string(v.slower_by_compute) +
              " others were ruled out by a time bound before their memory was judged";
       }
-      w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) +
-           "); " + buf + ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
+      w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) + "); " + buf;
       if (v.best_replay_out_of_memory) {
-        w += ", but the caching-allocator replay runs it out of memory (" +
-             GiBText(v.best_replay_required) + " with the allocator's cached blocks)";
+        w += ", but the caching-allocator replay runs it out of memory (it needs " +
+             GiBText(v.best_replay_required) + " with the allocator's cached blocks; " + v.best_key + ")";
+      } else {
+        w += ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
       }
       if (layout != best_layout) {
         std::snprintf(buf, sizeof buf, ", %+.1f%% vs ", 100.0 * (v.best_step_time_s / best - 1.0));

@@ -1220,6 +1220,24 @@ TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
   EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
 }
 
+// One figure per plan (issue #49 item 5): a cp verdict's fastest plan needs what the top list
+// says the same plan needs (both the caching-allocator replay's figure; the verdict had quoted
+// the screening walk's, 72.7 GiB beside the top list's 74.8 GiB for this job).
+TEST(CliTest, TuneVerdictsQuoteTheTopListsFigure) {
+  Result r = RunCli("tune --model llama3.1-8b --cluster 8xH100 --seq-len 65536 --global-batch 8 --top 10 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  int matched = 0;
+  for (const auto& v : j.at("cp_verdicts")) {
+    for (const auto& t : j.at("top")) {
+      if (t.at("key") != v.at("best_key")) continue;
+      EXPECT_EQ(t.at("required_bytes"), v.at("best_required_bytes")) << v.at("best_key");
+      ++matched;
+    }
+  }
+  EXPECT_GE(matched, 1);
+}
+
 // --help a person can scan (issue #49 item 9): options under headings, and the plan flags show
 // the defaults the plan starts from (model::Plan{}'s), for every planning command.
 TEST(CliTest, HelpGroupsOptionsAndShowsThePlansDefaults) {
