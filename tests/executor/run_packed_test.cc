@@ -158,6 +158,36 @@ TEST(ExecutorPackedResumeTest, ResumedPackedRunReproducesTheUninterruptedLosses)
   ExpectResumeReproducesLosses(args, tmp.Sub("packed"));
 }
 
+// A verl config with a token budget runs as it says: ppo_mini_batch_size 4 x rollout.n 2 = 8
+// sequences per step over 2 ranks, rows of ppo_max_token_len_per_gpu 150 tokens holding whole
+// sequences of up to 16 + 48 tokens (the verl log-prob head is swapped for the executor's loss).
+TEST(ExecutorPackedFromVerlTest, ATokenBudgetConfigTrainsPackedRows) {
+  TempDir tmp;
+  const std::string config = tmp.Sub("verl.yaml");
+  std::ofstream(config) << "algorithm:\n  adv_estimator: grpo\n"
+                           "data:\n  max_prompt_length: 16\n  max_response_length: 48\n"
+                           "trainer:\n  n_gpus_per_node: 2\n  nnodes: 1\n"
+                           "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 4\n"
+                           "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: 150\n"
+                           "  rollout:\n    name: vllm\n    n: 2\n";
+  ProcessResult p = RunShardtune({"run", "--model", DataPath("micro-llama.model.json"), "--from", config,
+                                  "--loss-kernel", "cross_entropy", "--nproc", "2", "--steps", "2",
+                                  "--out", tmp.Sub("o"), "--threads", "1", "--precision", "fp32",
+                                  "--lengths", "uniform:16-64"});
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  std::ifstream in(tmp.Sub("o") + "/measurements.json");
+  json m = json::parse(in);
+  EXPECT_EQ(m.at("run").at("global_batch"), 8);
+  EXPECT_EQ(m.at("plan").at("seq_len"), 150);
+  EXPECT_EQ(m.at("plan").at("packed_seq_len"), 64);
+  model::SequenceLengths lengths = model::SequenceLengths::Parse("uniform:16-64", "--lengths", 64);
+  for (const json& s : m.at("steps")) {
+    int64_t step = s.at("step").get<int64_t>(), want = 0;
+    for (int64_t i = 0; i < 8; ++i) want += lengths.Length(0, (step - 1) * 8 + i, 64);
+    EXPECT_EQ(s.at("tokens").get<int64_t>(), want) << "step " << step;
+  }
+}
+
 TEST(ExecutorPackedInputTest, WhatPackedRunsDoNotTakeIsAnInputError) {
   TempDir tmp;
   const std::string out = tmp.Sub("o");
