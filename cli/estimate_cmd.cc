@@ -133,6 +133,28 @@ int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
   return n;
 }
 
+// A packed plan judged at uniform:MIN-MAX lengths with its sequences per step known (--global-batch
+// or the config's): the largest row verl's rule forms over kSampledSteps steps of such lengths,
+// which can exceed the budget (its rows are balanced on workload, not capped).
+constexpr int kSampledSteps = 256;
+void SampleVerlRows(const EstimateArgs& a, const Job& job, plan::TokenCapacity* capacity) {
+  const model::Plan& plan = job.plan;
+  if (!capacity->evaluated || plan.packed_seq_len <= 0 || a.lengths.rfind("uniform:", 0) != 0) return;
+  const int64_t sequences = a.plan.global_batch > 0 ? a.plan.global_batch
+                            : plan.Trains()         ? job.from.sequences_per_step
+                                                    : 0;
+  const int dp = plan.DataParallel(job.cluster.world_size());
+  if (sequences <= 0 || dp < 1 || sequences % dp != 0) return;
+  const int64_t budget = job.packed_budget > 0 ? job.packed_budget : plan.seq_len;
+  const model::SequenceLengths lengths =
+      model::SequenceLengths::Parse(a.lengths, "--lengths", plan.packed_seq_len);
+  capacity->sampled_largest_row = model::LargestPackedRowOverSteps(
+      lengths, 0, plan.packed_seq_len, budget, sequences / dp, dp, kSampledSteps);
+  capacity->sampled_budget = budget;
+  capacity->sampled_steps = kSampledSteps;
+  capacity->sampled_lengths = lengths.Describe(plan.packed_seq_len);
+}
+
 // The token capacity of packed micro-batches (plan::LargestFittingMicroBatchTokens), one line.
 std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) {
   std::ostringstream o;
@@ -155,6 +177,12 @@ std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) 
     o << "; the typical micro-batch (" << t.typical_tokens << " tokens at the given mean length) "
       << (t.typical_fits ? "fits" : "does not fit") << " (" << FormatBytes(t.typical_required)
       << " required)";
+  }
+  if (t.sampled_largest_row > 0) {
+    o << "; with " << t.sampled_lengths << " lengths verl's balanced rows reached "
+      << t.sampled_largest_row << " tokens in " << t.sampled_steps << " simulated steps (budget "
+      << t.sampled_budget << "): "
+      << (t.sampled_largest_row <= t.max_tokens ? "they fit" : "the largest do not fit");
   }
   return o.str();
 }
@@ -454,6 +482,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   const int64_t mean_len = ParseLengths(a.lengths, plan);
   plan::TokenCapacity capacity =
       plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
+  SampleVerlRows(a, job, &capacity);
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
@@ -554,6 +583,14 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                                        {"max_tokens", capacity.max_tokens},
                                        {"required_bytes_at_max", capacity.required_at_max.count()},
                                        {"summary", CapacityLine(plan, capacity)}};
+    if (capacity.sampled_largest_row > 0) {
+      j["micro_batch_token_capacity"]["verl_rows_sampled"] = {
+          {"lengths", capacity.sampled_lengths},
+          {"steps", capacity.sampled_steps},
+          {"budget_tokens", capacity.sampled_budget},
+          {"largest_row_tokens", capacity.sampled_largest_row},
+          {"fits", capacity.sampled_largest_row <= capacity.max_tokens}};
+    }
   }
   if (fused.evaluated) {
     j["fused_loss_alternative"] = {{"loss_kernel", "fused_linear"},

@@ -238,6 +238,7 @@ Job ResolveJob(const JobArgs& a) {
                               : job.plan.Trains()     ? job.from.sequences_per_step
                                                       : 0;
     const int64_t budget = job.plan.seq_len;
+    if (job.plan.packed_seq_len > 0) job.packed_budget = budget;
     std::string raised = RaisePackedRowToLargest(sequences, job.cluster.world_size(), &job.plan);
     if (!raised.empty()) {
       job.warnings.push_back(raised);

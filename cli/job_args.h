@@ -43,6 +43,9 @@ struct Job {
   // Which sequence length the job uses and why ("8192 tokens per sequence (--seq-len)", or the
   // default's reason: ApplyDefaultSeqLen), for the first line of every answer.
   std::string seq_len_note;
+  // A packed plan's token budget as the config or flags gave it (its row may be raised to the
+  // largest verl forms: RaisePackedRowToLargest); 0: not packed.
+  int64_t packed_budget = 0;
   FromExtras from;  // roles and the value head the --from configs name
   // The model a --from config named when --model was not given ('named by
   // cfg.yaml:/actor_rollout_ref/model/path "Qwen/Qwen3-8B"'; ResolveJobModel); "" otherwise.

@@ -224,4 +224,34 @@ std::vector<std::vector<int>> PackedMicroBatches(const std::vector<int64_t>& len
   return out;
 }
 
+int64_t LargestPackedRowOverSteps(const SequenceLengths& lengths, uint64_t seed, int64_t longest,
+                                  int64_t budget, int64_t per_rank, int dp, int steps) {
+  SHARDTUNE_CHECK(per_rank >= 1 && dp >= 1 && steps >= 1) << "sampled rows";
+  int64_t largest = 0;
+  const int sampled_ranks = std::min(dp, 8);
+  std::vector<int64_t> l(static_cast<size_t>(per_rank));
+  for (int s = 0; s < steps; ++s) {
+    const int64_t first = static_cast<int64_t>(s) * dp * per_rank;
+    auto fill = [&](int r) {
+      for (int64_t i = 0; i < per_rank; ++i) {
+        l[static_cast<size_t>(i)] = lengths.Length(seed, first + r * per_rank + i, longest);
+      }
+    };
+    int count = 1;
+    for (int r = 0; r < dp; ++r) {
+      fill(r);
+      count = std::max(count, PackedMicroBatchCount(l, budget));
+    }
+    for (int r = 0; r < sampled_ranks; ++r) {
+      fill(r);
+      for (const auto& part : PackedMicroBatches(l, count)) {
+        int64_t tokens = 0;
+        for (int i : part) tokens += l[static_cast<size_t>(i)];
+        largest = std::max(largest, tokens);
+      }
+    }
+  }
+  return largest;
+}
+
 }  // namespace shardtune::model

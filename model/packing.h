@@ -69,4 +69,13 @@ int PackedMicroBatchCount(const std::vector<int64_t>& lengths, int64_t budget);
 // workload largest first with ties to the larger first index, then [::2][::-1] + [1::2]).
 std::vector<std::vector<int>> PackedMicroBatches(const std::vector<int64_t>& lengths, int count);
 
+// The largest row rearrange_micro_batches forms in `steps` steps of sequences whose lengths follow
+// `lengths` (seed `seed`), numbered as shardtune run numbers them (step s's sequences are s x
+// dp x per_rank onwards, rank r's the r-th contiguous per_rank of them), under `budget` tokens:
+// each step's row count is the maximum over the ranks, and the rows of up to 8 ranks are formed.
+// How far above the budget verl's balanced rows go at these lengths. REQUIRES: per_rank, dp,
+// steps >= 1; budget >= every length.
+int64_t LargestPackedRowOverSteps(const SequenceLengths& lengths, uint64_t seed, int64_t longest,
+                                  int64_t budget, int64_t per_rank, int dp, int steps);
+
 }  // namespace shardtune::model

@@ -66,6 +66,13 @@ struct TokenCapacity {
   int64_t typical_tokens = 0;
   Bytes typical_required;
   bool typical_fits = false;
+  // Set by the caller for a packed plan with a length distribution (estimate --lengths
+  // uniform:MIN-MAX): the largest row verl's rule formed in `sampled_steps` simulated steps under
+  // the budget `sampled_budget` (model/packing.h LargestPackedRowOverSteps); 0: not sampled.
+  int64_t sampled_largest_row = 0;
+  int64_t sampled_budget = 0;
+  int sampled_steps = 0;
+  std::string sampled_lengths;  // "uniform:MIN-MAX"
 };
 // `plan` with its micro-batch one packed row of `tokens` tokens holding sequences of up to
 // `longest` (Plan::packed_seq_len; not packed when one sequence fills the row): how a micro-batch

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/packing.h"
 #include "model/plan.h"
 
 namespace {
@@ -1101,7 +1102,14 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   Result uniform = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                           " --lengths uniform:60-140 --json");
   ASSERT_EQ(uniform.code, 0) << uniform.err;
-  EXPECT_EQ(nlohmann::json::parse(uniform.out).at("micro_batch_token_capacity"), tc);
+  auto uc = nlohmann::json::parse(uniform.out).at("micro_batch_token_capacity");
+  EXPECT_TRUE(uc.contains("verl_rows_sampled"));  // a distribution: verl's rows are formed too
+  auto same = [](nlohmann::json c) {
+    c.erase("summary");
+    c.erase("verl_rows_sampled");
+    return c;
+  };
+  EXPECT_EQ(same(uc), same(tc));
   ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
                             " --lengths 100"),
                      "--lengths: expected mean:N");
@@ -1236,6 +1244,27 @@ TEST(CliTest, TuneVerdictsQuoteTheTopListsFigure) {
     }
   }
   EXPECT_GE(matched, 1);
+}
+
+// With a length distribution, estimate forms verl's rows over simulated steps of those lengths
+// (model/packing.h LargestPackedRowOverSteps, the rule `run` trains with) and says how far above
+// the budget they reach and whether the largest fits.
+TEST(CliTest, EstimateSamplesVerlsRowsAtTheGivenLengths) {
+  Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --seq-len 256 "
+                    "--max-tokens-per-micro-batch 512 --global-batch 256 --lengths uniform:32-256 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto cap = nlohmann::json::parse(r.out).at("micro_batch_token_capacity");
+  const auto& s = cap.at("verl_rows_sampled");
+  namespace model = shardtune::model;
+  const int64_t want = model::LargestPackedRowOverSteps(
+      model::SequenceLengths::Parse("uniform:32-256", "--lengths", 256), 0, 256, 512, 32, 8, 256);
+  EXPECT_EQ(s.at("largest_row_tokens"), want);
+  EXPECT_EQ(s.at("budget_tokens"), 512);
+  EXPECT_GT(want, 512);  // balanced, not capped
+  EXPECT_EQ(s.at("fits"), want <= cap.at("max_tokens").get<int64_t>());
+  EXPECT_THAT(cap.at("summary").get<std::string>(),
+              ::testing::HasSubstr("with uniform:32-256 lengths verl's balanced rows reached " +
+                                   std::to_string(want) + " tokens in 256 simulated steps (budget 512)"));
 }
 
 // --help a person can scan (issue #49 item 9): options under headings, and the plan flags show

@@ -89,6 +89,24 @@ TEST(PackingTest, LargestRowAtTheLongestIsWhatKarmarkarKarpMakes) {
   EXPECT_EQ(LargestPackedRowAtLongest(32, 1536, 16384), 16896);
 }
 
+TEST(PackingTest, RowsOverStepsOfEqualLengthsAreTheLargestAtTheLongest) {
+  // Every sequence 1536 tokens: each step's rows are those of LargestPackedRowAtLongest.
+  SequenceLengths equal = SequenceLengths::Parse("uniform:1536-1536", "--lengths", 1536);
+  EXPECT_EQ(LargestPackedRowOverSteps(equal, 0, 1536, 16384, 32, 8, 16),
+            LargestPackedRowAtLongest(32, 1536, 16384));
+  // Mixed lengths: at least the mean row of a step (its tokens over its rows) and at most all of a
+  // rank's sequences in one row; the same answer every time.
+  SequenceLengths mixed = SequenceLengths::Parse("uniform:256-2048", "--lengths", 2048);
+  const int64_t largest = LargestPackedRowOverSteps(mixed, 0, 2048, 4096, 32, 8, 64);
+  EXPECT_EQ(largest, LargestPackedRowOverSteps(mixed, 0, 2048, 4096, 32, 8, 64));
+  std::vector<int64_t> first(32);
+  for (int64_t i = 0; i < 32; ++i) first[static_cast<size_t>(i)] = mixed.Length(0, i, 2048);
+  int64_t total = 0;
+  for (int64_t x : first) total += x;
+  EXPECT_GE(largest, total / PackedMicroBatchCount(first, 4096));
+  EXPECT_LE(largest, 32 * 2048);
+}
+
 TEST(PackingTest, UniformLengthsAreDeterministicAndCoverTheRange) {
   SequenceLengths l = SequenceLengths::Parse("uniform:8-32", "--lengths", 32);
   ASSERT_TRUE(l.uniform());
