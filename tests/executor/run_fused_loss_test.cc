@@ -8,7 +8,6 @@
 #include <cmath>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,21 +20,6 @@ std::vector<std::string> Args(const std::string& out, const std::string& kernel)
   return {"run", "--model", DataPath("micro-llama-v8k.model.json"), "--steps", "3", "--out", out,
           "--seq-len", "64", "--micro-batch", "16", "--global-batch", "32", "--nproc", "2",
           "--threads", "1", "--precision", "fp32", "--loss-kernel", kernel};
-}
-
-// validate's predicted and measured step-0 peak (tracked bytes) of a run.
-std::pair<double, double> Step0Peak(const std::string& dir) {
-  ProcessResult r = RunShardtune({"validate", "--model", DataPath("micro-llama-v8k.model.json"),
-                                  "--measurements", dir + "/measurements.json", "--json"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  for (const auto& row : j.at("runs").at(0).at("rows")) {
-    if (row.at("name") == "memory: step 0 peak") {
-      return {row.at("predicted").get<double>(), row.at("measured").get<double>()};
-    }
-  }
-  ADD_FAILURE() << "no step 0 peak row";
-  return {0, 0};
 }
 
 TEST(ExecutorFusedLossTest, SameLossesAndTheSavingTheEstimatePredicts) {
@@ -51,8 +35,9 @@ TEST(ExecutorFusedLossTest, SameLossesAndTheSavingTheEstimatePredicts) {
   EXPECT_LT(std::fabs(plain.at(1) - fused.at(1)), 1e-5);  // fp32 summation order only
   for (const auto& [step, loss] : plain) EXPECT_LT(std::fabs(loss - fused.at(step)), 2e-4) << step;
 
-  auto [plain_pred, plain_meas] = Step0Peak(tmp.Sub("cross_entropy"));
-  auto [fused_pred, fused_meas] = Step0Peak(tmp.Sub("fused_linear"));
+  const std::string model = DataPath("micro-llama-v8k.model.json");
+  auto [plain_pred, plain_meas] = ValidateStep0Peak(model, tmp.Sub("cross_entropy"));
+  auto [fused_pred, fused_meas] = ValidateStep0Peak(model, tmp.Sub("fused_linear"));
   const double saved_meas = plain_meas - fused_meas, saved_pred = plain_pred - fused_pred;
   std::cout << "step-0 peak: cross_entropy " << plain_meas << " B measured, " << plain_pred
             << " predicted; fused_linear " << fused_meas << " measured, " << fused_pred

@@ -90,21 +90,6 @@ INSTANTIATE_TEST_SUITE_P(Models, ExecutorPackedTest,
                            return n;
                          });
 
-// validate's predicted and measured step-0 peak (tracked bytes) of a run.
-std::pair<double, double> Step0Peak(const std::string& model, const std::string& dir) {
-  ProcessResult r = RunShardtune({"validate", "--model", DataPath(model), "--measurements",
-                                  dir + "/measurements.json", "--json"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  json j = json::parse(r.output.substr(r.output.find('{')));
-  for (const auto& row : j.at("runs").at(0).at("rows")) {
-    if (row.at("name") == "memory: step 0 peak") {
-      return {row.at("predicted").get<double>(), row.at("measured").get<double>()};
-    }
-  }
-  ADD_FAILURE() << "no step 0 peak row";
-  return {0, 0};
-}
-
 TEST(ExecutorPackedMemoryTest, AFullRowPeaksAsTheUnpackedMicroBatchAndAsTheEstimateSays) {
   // micro-llama with an 8,192-token vocabulary: 32 sequences of 64 tokens per rank, rows of
   // 1,024 tokens (16 sequences each, 2 rows) against micro-batches of 16 x 64.
@@ -119,8 +104,8 @@ TEST(ExecutorPackedMemoryTest, AFullRowPeaksAsTheUnpackedMicroBatchAndAsTheEstim
   ASSERT_EQ(p.exit_code, 0) << p.output;
   p = RunShardtune(args(tmp.Sub("padded"), {"--micro-batch", "16"}));
   ASSERT_EQ(p.exit_code, 0) << p.output;
-  auto [packed_pred, packed_meas] = Step0Peak(model, tmp.Sub("packed"));
-  auto [padded_pred, padded_meas] = Step0Peak(model, tmp.Sub("padded"));
+  auto [packed_pred, packed_meas] = ValidateStep0Peak(DataPath(model), tmp.Sub("packed"));
+  auto [padded_pred, padded_meas] = ValidateStep0Peak(DataPath(model), tmp.Sub("padded"));
   std::cout << "step-0 peak: packed " << packed_meas << " B measured, " << packed_pred
             << " predicted; unpacked " << padded_meas << " measured, " << padded_pred << " predicted\n";
   EXPECT_NEAR(packed_meas / padded_meas, 1.0, 0.01);
@@ -139,7 +124,7 @@ TEST(ExecutorPackedMemoryTest, RowsAboveTheBudgetAreWhatValidateJudges) {
   ASSERT_EQ(p.exit_code, 0) << p.output;
   EXPECT_NE(p.output.find("make 21 micro-batches of up to 2 sequences, 128 tokens"), std::string::npos)
       << p.output;
-  auto [pred, meas] = Step0Peak(model, tmp.Sub("o"));
+  auto [pred, meas] = ValidateStep0Peak(DataPath(model), tmp.Sub("o"));
   std::cout << "step-0 peak, rows of up to 128 tokens under 100: " << meas << " B measured, " << pred
             << " predicted\n";
   EXPECT_NEAR(pred / meas, 1.0, 0.03);

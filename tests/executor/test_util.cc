@@ -134,6 +134,20 @@ std::string DataPath(const std::string& name) {
   return std::string(SHARDTUNE_EXECUTOR_TEST_DATA_DIR) + "/" + name;
 }
 
+std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const std::string& dir) {
+  ProcessResult r = RunShardtune({"validate", "--model", model_path, "--measurements",
+                                  dir + "/measurements.json", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  for (const auto& row : j.at("runs").at(0).at("rows")) {
+    if (row.at("name") == "memory: step 0 peak") {
+      return {row.at("predicted").get<double>(), row.at("measured").get<double>()};
+    }
+  }
+  ADD_FAILURE() << "no step 0 peak row in validate's answer for " << dir;
+  return {0, 0};
+}
+
 void ExpectInputError(const std::vector<std::string>& args, const std::string& want) {
   ProcessResult r = RunShardtune(args, 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;

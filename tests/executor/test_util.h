@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardtune::exec::testing {
@@ -59,6 +60,10 @@ std::map<int64_t, double> GradNorms(const std::string& dir);
 void ExpectResumeReproducesLosses(
     const std::function<std::vector<std::string>(const std::string& out, int steps)>& args_for,
     const std::string& tmp_root);
+
+// `shardtune validate --model MODEL --measurements DIR/measurements.json --json`'s step-0 peak
+// row (tracked bytes): {predicted, measured}. A failure is an ADD_FAILURE and {0, 0}.
+std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const std::string& dir);
 
 // The executor's test data folder (tests/executor/data) and a model file in it.
 std::string DataPath(const std::string& name);
