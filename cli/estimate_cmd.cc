@@ -191,7 +191,8 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
                 const plan::FusedLossAlternative& fused, const plan::TokenCapacity& capacity,
                 bool timeline, const std::string& seq_len_note, const std::string& model_from,
-                const std::string& first_screen, bool explain, std::ostream& out) {
+                const std::string& first_screen, bool explain, const std::vector<std::string>& advice,
+                std::ostream& out) {
   int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   const sim::UnitMemory* largest = &r.units.front();
   for (const auto& u : r.units) {
@@ -268,7 +269,6 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
                                 : !a.gpu_fits ? "GPU too small" : "host RAM too small")
         << std::right << "\n";
   }
-  auto advice = plan::AdviseOnMemory(plan, r, alts, fused);
   if (!advice.empty()) out << "\nWhy, and what would help:\n";
   for (const auto& line : advice) out << "  - " << line << "\n";
   if (timeline) {
@@ -310,6 +310,41 @@ std::string PhaseVerdict(const sim::JobPhases& p) {
 
 namespace {
 void PrintPhaseTable(const sim::JobPhases& p, const std::string& verdict, std::ostream& out);
+
+// Advice that was checked (issue #49 item 7): when the job runs out of host RAM at load with every
+// rank loading the full weights, the two loads that avoid it (--model-load meta, rank0) are
+// re-estimated over every phase before they are offered, and the answer says what each leaves
+// (e.g. offload all's pinned optimizer state still runs the host out in step 0). Returns "" when
+// the load is not what decides the verdict; else the sentence that replaces the load phase's hint
+// and the advice line.
+std::string CheckedLoadAdvice(const sim::JobPhases& phases, const sim::MemoryEstimate& est,
+                              const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                              const model::Plan& plan, const sim::MemoryOptions& opt) {
+  if (phases.fits || phases.phases.empty() || opt.model_load != sim::ModelLoad::kEveryRank) return "";
+  const sim::PhaseMemory& d = phases.phases[static_cast<size_t>(phases.deciding)];
+  if (d.phase != sim::JobPhase::kLoad || d.host_fits) return "";
+  std::string out;
+  for (const auto& [load, name] : {std::pair{sim::ModelLoad::kMeta, "--model-load meta (meta-device init, sharded load)"},
+                                   std::pair{sim::ModelLoad::kRank0, "--model-load rank0 (cpu_ram_efficient_loading)"}}) {
+    sim::MemoryOptions o = opt;
+    o.model_load = load;
+    const sim::JobPhases alt = sim::EstimateJobPhases(est.program, est.report, spec, cluster, plan, o);
+    out += out.empty() ? "" : "; ";
+    out += name;
+    if (alt.fits) {
+      out += " fits in every phase";
+      continue;
+    }
+    const sim::PhaseMemory& x = alt.phases[static_cast<size_t>(alt.deciding)];
+    const std::string figure =
+        !x.fits ? FormatBytes(x.required) + " > " + FormatBytes(alt.capacity) + " on the GPU"
+                : FormatBytes(x.host_total) + " per node > " + FormatBytes(alt.host_limit) + " of host RAM";
+    out += x.phase == sim::JobPhase::kLoad
+               ? ": the load still needs " + figure
+               : ": loads, then runs out in " + std::string(sim::ToString(x.phase)) + ": " + figure;
+  }
+  return out;
+}
 }  // namespace
 
 void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
@@ -464,6 +499,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
   const sim::MemoryReport& r = est.report;
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
+  const std::string load_check = CheckedLoadAdvice(phases, est, spec, cluster, plan, opt);
+  if (!load_check.empty()) phases.phases[static_cast<size_t>(phases.deciding)].hint = load_check;
   if (!a.plot.empty()) {
     sim::WriteMemoryPlot(a.plot, "--plot", est.program, r, &phases,
                          "shardtune estimate: " + spec.name + " on " + cluster.name);
@@ -479,6 +516,16 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   plan::FusedLossAlternative fused;
   if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
+  // The advice, with the load suggestion replaced by what re-estimating it showed.
+  std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused);
+  if (!load_check.empty()) {
+    for (std::string& line : advice) {
+      if (line.rfind("Host RAM runs out while loading", 0) == 0) {
+        line = "Host RAM runs out while loading: every rank holds a full copy of the weights. " +
+               load_check + ".";
+      }
+    }
+  }
   const int64_t mean_len = ParseLengths(a.lengths, plan);
   plan::TokenCapacity capacity =
       plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
@@ -551,7 +598,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
     PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note,
-               job.model_from, FirstScreen(fits, verdict, phases, plan, alts), a.explain, out);
+               job.model_from, FirstScreen(fits, verdict, phases, plan, alts), a.explain, advice, out);
     PrintFeatureSavings(savings, r, out);
     if (colocating) PrintColocation(colocated, out);
     PrintPhaseTable(phases, verdict, out);
@@ -599,7 +646,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                                    {"fits", fused.fits},
                                    {"peak_phase", fused.peak_phase}};
   }
-  j["advice"] = plan::AdviseOnMemory(plan, r, alts, fused);
+  j["advice"] = advice;
   // The job's verdict, as the text's last line says it (the report's own "fits" above is this
   // role's step alone).
   j["verdict"] = {{"fits", fits}, {"text", verdict}};

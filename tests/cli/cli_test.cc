@@ -1228,6 +1228,36 @@ TEST(CliTest, VariableLengthMicroBatchesAreJudgedAtTheDatasLengths) {
   EXPECT_FALSE(nlohmann::json::parse(longer.out).at("verdict").at("fits").get<bool>());
 }
 
+// Advice that was checked (issue #49 item 7): a job that runs the host out at load is re-estimated
+// with each load the answer suggests, and the answer says what each leaves. Llama-3-8B on 8 H100s
+// under a 200 GiB host limit: every rank's full copy does not fit, and with --model-load meta (or
+// rank0) the job loads but its steady step does not fit the GPU, as estimate --model-load meta
+// itself says.
+TEST(CliTest, LoadAdviceIsReEstimatedBeforeItIsOffered) {
+  const std::string job = "estimate --model llama3-8b --cluster 8xH100 --host-memory-limit 200GiB";
+  Result r = RunCli(job + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const std::string verdict = j.at("verdict").at("text").get<std::string>();
+  Result meta = RunCli(job + " --model-load meta --json");
+  ASSERT_EQ(meta.code, 0) << meta.err;
+  auto m = nlohmann::json::parse(meta.out);
+  EXPECT_FALSE(m.at("fits").get<bool>());
+  const std::string meta_verdict = m.at("verdict").at("text").get<std::string>();
+  EXPECT_THAT(meta_verdict, ::testing::HasSubstr("runs out in steady step"));
+  EXPECT_THAT(verdict, ::testing::HasSubstr("--model-load meta (meta-device init, sharded load): loads, "
+                                            "then runs out in steady step"));
+  bool advised = false;
+  for (const auto& line : j.at("advice")) {
+    const std::string a = line.get<std::string>();
+    if (a.rfind("Host RAM runs out while loading", 0) != 0) continue;
+    advised = true;
+    EXPECT_THAT(a, ::testing::HasSubstr("loads, then runs out in steady step"));
+    EXPECT_THAT(a, ::testing::Not(::testing::HasSubstr("avoids it")));
+  }
+  EXPECT_TRUE(advised);
+}
+
 // One figure per plan (issue #49 item 5): a cp verdict's fastest plan needs what the top list
 // says the same plan needs (both the caching-allocator replay's figure; the verdict had quoted
 // the screening walk's, 72.7 GiB beside the top list's 74.8 GiB for this job).
