@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/format.h"
@@ -140,9 +141,7 @@ constexpr int kSampledSteps = 256;
 void SampleVerlRows(const EstimateArgs& a, const Job& job, plan::TokenCapacity* capacity) {
   const model::Plan& plan = job.plan;
   if (!capacity->evaluated || plan.packed_seq_len <= 0 || a.lengths.rfind("uniform:", 0) != 0) return;
-  const int64_t sequences = a.plan.global_batch > 0 ? a.plan.global_batch
-                            : plan.Trains()         ? job.from.sequences_per_step
-                                                    : 0;
+  const int64_t sequences = job.sequences_per_step;
   const int dp = plan.DataParallel(job.cluster.world_size());
   if (sequences <= 0 || dp < 1 || sequences % dp != 0) return;
   const int64_t budget = job.packed_budget > 0 ? job.packed_budget : plan.seq_len;
@@ -189,7 +188,7 @@ std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) 
 
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
                 const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
-                const plan::FusedLossAlternative& fused, const plan::TokenCapacity& capacity,
+                const plan::TokenCapacity& capacity,
                 bool timeline, const std::string& seq_len_note, const std::string& model_from,
                 const std::string& first_screen, bool explain, const std::vector<std::string>& advice,
                 std::ostream& out) {
@@ -400,27 +399,35 @@ namespace {
 sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
                                      const sim::MemoryReport& main) {
   std::vector<sim::ColocatedRole> roles;
+  auto role_of = [](std::string name, sim::MemoryReport report, std::optional<bool> offloaded) {
+    sim::ColocatedRole r;
+    r.name = std::move(name);
+    r.report = std::move(report);
+    r.offloaded_when_idle = offloaded;
+    return r;
+  };
   std::string main_name = std::string(model::ToString(job.plan.role)) + " (" +
                           (a.plan.plan_file.empty() ? std::string("flags") : a.plan.plan_file) +
                           ")";
   if (!job.from.roles.empty() || job.from.rollout_engine) main_name = "actor";
-  roles.push_back({main_name, main, job.from.offloaded_when_idle});
+  roles.push_back(role_of(main_name, main, job.from.offloaded_when_idle));
   // The roles the --from config runs beside it (verl: critic, reference policy), each on the
   // model it trains (the critic's has a value head).
   for (const auto& role : job.from.roles) {
     ThrowIfProblems(JobProblems(job.spec, job.cluster, role.plan, PlanSource(a.plan) + " (" + role.name + ")"));
     model::ModelSpec spec = job.spec;
     spec.value_head = role.value_head;
-    roles.push_back({role.name + " (" + model::ToString(role.plan.role) + ")",
-                     sim::EstimateMemory(spec, job.cluster, role.plan, job.options.memory),
-                     role.offloaded_when_idle});
+    roles.push_back(role_of(role.name + " (" + model::ToString(role.plan.role) + ")",
+                            sim::EstimateMemory(spec, job.cluster, role.plan, job.options.memory),
+                            role.offloaded_when_idle));
     if (role.shares_actor_states) roles.back().states_of = 0;  // the actor's FSDP module
   }
   for (const auto& file : a.role_plans) {
     model::Plan p = model::ReadPlanFile(file);
     ThrowIfProblems(JobProblems(job.spec, job.cluster, p, file));
-    roles.push_back({std::string(model::ToString(p.role)) + " (" + file + ")",
-                     sim::EstimateMemory(job.spec, job.cluster, p, job.options.memory)});
+    roles.push_back(role_of(std::string(model::ToString(p.role)) + " (" + file + ")",
+                            sim::EstimateMemory(job.spec, job.cluster, p, job.options.memory),
+                            std::nullopt));
   }
   if (const auto& e = job.from.rollout_engine) {  // verl's rollout engine on the same GPUs
     roles.push_back(sim::RolloutEngineRole(e->name, e->gpu_memory_utilization, e->free_cache_engine,
@@ -516,16 +523,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   plan::FusedLossAlternative fused;
   if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
-  // The advice, with the load suggestion replaced by what re-estimating it showed.
-  std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused);
-  if (!load_check.empty()) {
-    for (std::string& line : advice) {
-      if (line.rfind("Host RAM runs out while loading", 0) == 0) {
-        line = "Host RAM runs out while loading: every rank holds a full copy of the weights. " +
-               load_check + ".";
-      }
-    }
-  }
+  // The advice, its load suggestion as re-estimating it showed.
+  const std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused, load_check);
   const int64_t mean_len = ParseLengths(a.lengths, plan);
   plan::TokenCapacity capacity =
       plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
@@ -597,7 +596,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   }
   if (!a.json) {
     for (const auto& w : warnings) WriteLine(err, "warning: ", w);
-    PrintTable(spec, cluster, plan, r, alts, fused, capacity, a.timeline, job.seq_len_note,
+    PrintTable(spec, cluster, plan, r, alts, capacity, a.timeline, job.seq_len_note,
                job.model_from, FirstScreen(fits, verdict, phases, plan, alts), a.explain, advice, out);
     PrintFeatureSavings(savings, r, out);
     if (colocating) PrintColocation(colocated, out);

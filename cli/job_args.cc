@@ -234,12 +234,13 @@ Job ResolveJob(const JobArgs& a) {
   ApplyGlobalBatch(a.plan, job.cluster.world_size(), &job.plan);
   Validate(job, a.plan);
   {
-    const int64_t sequences = a.plan.global_batch > 0 ? a.plan.global_batch
-                              : job.plan.Trains()     ? job.from.sequences_per_step
-                                                      : 0;
+    job.sequences_per_step = a.plan.global_batch > 0 ? a.plan.global_batch
+                             : job.plan.Trains()     ? job.from.sequences_per_step
+                                                     : 0;
     const int64_t budget = job.plan.seq_len;
     if (job.plan.packed_seq_len > 0) job.packed_budget = budget;
-    std::string raised = RaisePackedRowToLargest(sequences, job.cluster.world_size(), &job.plan);
+    std::string raised =
+        RaisePackedRowToLargest(job.sequences_per_step, job.cluster.world_size(), &job.plan);
     if (!raised.empty()) {
       job.warnings.push_back(raised);
       job.seq_len_note = "packed rows of up to " + std::to_string(job.plan.seq_len) +

@@ -46,6 +46,9 @@ struct Job {
   // A packed plan's token budget as the config or flags gave it (its row may be raised to the
   // largest verl forms: RaisePackedRowToLargest); 0: not packed.
   int64_t packed_budget = 0;
+  // Sequences per optimizer step over the world: --global-batch, else a training config's own
+  // (verl's ppo_mini_batch_size x rollout.n); 0: neither says.
+  int64_t sequences_per_step = 0;
   FromExtras from;  // roles and the value head the --from configs name
   // The model a --from config named when --model was not given ('named by
   // cfg.yaml:/actor_rollout_ref/model/path "Qwen/Qwen3-8B"'; ResolveJobModel); "" otherwise.

@@ -89,8 +89,11 @@ std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* gl
     *global_tokens = G * seq_len_;
     return out;
   }
+  // The step's lengths, drawn once: their sum is the loss's token count, and every rank's rows
+  // are cut from them.
+  std::vector<int64_t> lengths(static_cast<size_t>(G));
   int64_t total = 0;
-  for (int64_t i = 0; i < G; ++i) total += SequenceLength(first_of_step + i);
+  for (int64_t i = 0; i < G; ++i) total += lengths[static_cast<size_t>(i)] = SequenceLength(first_of_step + i);
   *global_tokens = total;
   const double dp = static_cast<double>(ctx_.dp_world);
   auto from_blob = [](std::vector<int64_t>& v, int64_t rows) {
@@ -106,7 +109,7 @@ std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* gl
       std::vector<int64_t> in(static_cast<size_t>(B * S), 0), lab(static_cast<size_t>(B * S), -100);
       int64_t counted = 0;
       for (int64_t j = 0; j < B; ++j) {
-        int64_t len = SequenceLength(first + j);
+        int64_t len = lengths[static_cast<size_t>(first + j - first_of_step)];
         std::vector<int64_t> t = SequenceTokens(first + j, len);
         for (int64_t p = 0; p < len; ++p) {
           in[static_cast<size_t>(j * S + p)] = t[static_cast<size_t>(p)];
@@ -129,9 +132,8 @@ std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* gl
   // instead of verl's all_reduce(MAX).
   const int64_t per_rank = G / ctx_.dp_world;
   auto lengths_of = [&](int r) {
-    std::vector<int64_t> l;
-    for (int64_t i = 0; i < per_rank; ++i) l.push_back(SequenceLength(first_of_step + r * per_rank + i));
-    return l;
+    auto begin = lengths.begin() + r * per_rank;
+    return std::vector<int64_t>(begin, begin + per_rank);
   };
   int count = 1;
   for (int r = 0; r < ctx_.dp_world; ++r) {

@@ -23,7 +23,8 @@ const char* Name(model::Offload o) { return model::ToString(o); }
 
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& r,
                                         const std::vector<Alternative>& alts,
-                                        const FusedLossAlternative& fused) {
+                                        const FusedLossAlternative& fused,
+                                        const std::string& checked_load) {
   std::vector<std::string> out;
   if (!r.fits) {
     const Alternative* best = nullptr;
@@ -154,9 +155,11 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                   "with sharding that costs 4 bytes per parameter on every rank.");
   }
   if (!r.host.fits && r.host.peak_phase == "model load") {
-    out.push_back("Host RAM runs out while loading: every rank holds a full copy of the weights. "
-                  "--model-load rank0 (cpu_ram_efficient_loading) or meta (meta-device init and a "
-                  "sharded checkpoint) avoids it.");
+    out.push_back("Host RAM runs out while loading: every rank holds a full copy of the weights. " +
+                  (checked_load.empty()
+                       ? std::string("--model-load rank0 (cpu_ram_efficient_loading) or meta "
+                                     "(meta-device init and a sharded checkpoint) avoids it.")
+                       : checked_load + "."));
   }
   return out;
 }

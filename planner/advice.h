@@ -15,9 +15,12 @@ namespace shardtune::plan {
 
 // Returns the advice sentences in order of importance (possibly none). Deterministic.
 // `fused_loss`: the same plan with the fused linear cross-entropy (CompareFusedLoss), quoted when
-// the peak is in the loss path.
+// the peak is in the loss path. `checked_load`: what re-estimating the job with the loads that
+// avoid a host peak at load showed (estimate's CheckedLoadAdvice); quoted in that advice line
+// instead of the unchecked suggestion when given.
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& report,
                                         const std::vector<Alternative>& alternatives,
-                                        const FusedLossAlternative& fused_loss = {});
+                                        const FusedLossAlternative& fused_loss = {},
+                                        const std::string& checked_load = "");
 
 }  // namespace shardtune::plan

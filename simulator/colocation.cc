@@ -4,6 +4,19 @@
 #include "model/errors.h"
 
 namespace shardtune::sim {
+namespace {
+
+// What a role's process keeps on the GPU whatever it runs: its cuBLAS workspace (a GPU process's)
+// and what lives outside the allocator (CUDA context, NCCL buffers).
+std::vector<std::pair<std::string, Bytes>> ProcessResidue(const MemoryReport& m, const MemoryConstants& k) {
+  std::vector<std::pair<std::string, Bytes>> out;
+  const bool gpu = !m.outside_allocator.empty() && m.outside_allocator.front().first == "CUDA context and kernels";
+  if (gpu) out.push_back({"cuBLAS workspace", k.cublas_workspace});
+  out.insert(out.end(), m.outside_allocator.begin(), m.outside_allocator.end());
+  return out;
+}
+
+}  // namespace
 
 ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const ColocationOptions& o,
                           const MemoryConstants& k) {
@@ -16,9 +29,7 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
   std::vector<std::pair<std::string, Bytes>> trainer_process;
   for (const auto& r : roles) {
     if (!r.engine && !o.separate_processes) {
-      trainer_process = r.report.outside_allocator;
-      const bool gpu = !trainer_process.empty() && trainer_process.front().first == "CUDA context and kernels";
-      if (gpu) trainer_process.push_back({"cuBLAS workspace", k.cublas_workspace});
+      trainer_process = ProcessResidue(r.report, k);
       break;
     }
   }
@@ -44,10 +55,7 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
         u.idle_residue.push_back({"optimizer state", m.optimizer_state});
     }
     if (o.separate_processes) {  // one process shares its workspace, context and communicators
-      bool gpu = !m.outside_allocator.empty() &&
-                 m.outside_allocator.front().first == "CUDA context and kernels";
-      if (gpu) u.idle_residue.push_back({"cuBLAS workspace", k.cublas_workspace});
-      for (const auto& kv : m.outside_allocator) u.idle_residue.push_back(kv);
+      for (auto& kv : ProcessResidue(m, k)) u.idle_residue.push_back(std::move(kv));
     }
     for (const auto& kv : u.idle_residue) u.idle_total += kv.second;
     out.roles.push_back(std::move(u));
