@@ -14,8 +14,9 @@ namespace shardtune::model {
 namespace {
 
 enum class Family {
-  kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma2,
-  kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox, kDeepseekV2, kDeepseekV3
+  kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma,
+  kGemma2, kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox, kDeepseekV2, kDeepseekV3,
+  kSeedOss
 };
 
 struct Arch {
@@ -34,6 +35,7 @@ constexpr Arch kArchs[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe", Family::kQwen3Moe},
     {"Phi3ForCausalLM", "phi3", Family::kPhi3},
     {"Olmo2ForCausalLM", "olmo2", Family::kOlmo2},
+    {"GemmaForCausalLM", "gemma", Family::kGemma},
     {"Gemma2ForCausalLM", "gemma2", Family::kGemma2},
     {"Gemma3ForCausalLM", "gemma3_text", Family::kGemma3},
     {"Gemma3ForConditionalGeneration", "gemma3", Family::kGemma3Multimodal},
@@ -42,6 +44,7 @@ constexpr Arch kArchs[] = {
     {"GPTNeoXForCausalLM", "gpt_neox", Family::kGptNeox},
     {"DeepseekV2ForCausalLM", "deepseek_v2", Family::kDeepseekV2},
     {"DeepseekV3ForCausalLM", "deepseek_v3", Family::kDeepseekV3},
+    {"SeedOssForCausalLM", "seed_oss", Family::kSeedOss},
 };
 
 // PretrainedConfig keys (configuration_utils.py): bookkeeping, token ids, generation defaults.
@@ -121,6 +124,7 @@ std::vector<std::string> SkippedKeys(Family f) {
       add(kRotaryDecoderSkipped); add(kQwenSkipped); add(kRouterSkipped); break;
     case Family::kPhi3: keys.push_back("hidden_act"); add(kPhi3Skipped); break;
     case Family::kOlmo2: add(kRotaryDecoderSkipped); break;
+    case Family::kGemma:
     case Family::kGemma2:
     case Family::kGemma3: add(kGemmaSkipped); break;
     case Family::kGemma3Multimodal: add(kGemma3MultimodalSkipped); break;
@@ -134,6 +138,9 @@ std::vector<std::string> SkippedKeys(Family f) {
     case Family::kGptNeox: add(kNeoxSkipped); break;
     case Family::kDeepseekV2:
     case Family::kDeepseekV3: add(kDeepseekSkipped); break;
+    // SeedOssConfig: hidden_act and pretraining_tp as Llama's. attention_dropout is not skipped:
+    // it defaults to 0.1 there, and is checked with residual_dropout (ReadSeedOss).
+    case Family::kSeedOss: keys.push_back("hidden_act"); keys.push_back("pretraining_tp"); break;
   }
   return keys;
 }
@@ -449,6 +456,70 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   h->RequireZero("attention_dropout", kDropoutWhy);
 }
 
+// GemmaForCausalLM (modeling_gemma.py, transformers' Gemma 1): Llama's pre-norm layout and
+// projections with Gemma's RMSNorm ((x_hat * (1 + w)) in fp32), the GeGLU MLP, embeddings times
+// sqrt(H) and a tied LM head; no soft-capping, no sliding windows, attention scaled by
+// head_dim^-0.5. Absent keys take GemmaConfig's defaults (configuration_gemma.py: the 7B's
+// shapes). The published configs carry the legacy hidden_act "gelu", which transformers 4.x
+// ignores for hidden_activation (absent or null: gelu_pytorch_tanh; the 1.1 releases write it),
+// so hidden_act is skipped and hidden_activation checked as Gemma 2's. (transformers 5's
+// modular_gemma.py has no hidden_activation and GemmaMLP reads hidden_act, exact GELU for
+// "gelu": the same saved input, other values.)
+void ReadGemma1(HfReader* h, ModelSpec* s) {
+  s->num_layers = static_cast<int>(h->OptInt("num_hidden_layers", 28));
+  s->hidden = h->OptInt("hidden_size", 3072);
+  s->num_heads = static_cast<int>(h->OptInt("num_attention_heads", 16));
+  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", 16));
+  s->head_dim = h->OptInt("head_dim", 256);
+  s->ffn_hidden = h->OptInt("intermediate_size", 24576);
+  s->vocab_size = h->OptInt("vocab_size", 256000);
+  s->max_seq_len = h->OptInt("max_position_embeddings", 8192);
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  s->norm_placement = NormPlacement::kPre;
+  s->norm_weight_fp32 = s->norm_unit_offset = true;
+  s->gelu_gate = true;
+  s->scaled_embedding = true;
+  s->rope_theta = h->OptNumber("rope_theta", 10000.0, 1e12);
+  h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
+  h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
+  s->norm_eps = h->OptNumber("rms_norm_eps", 1e-6, 0.5);
+  if (h->Has("hidden_activation")) {
+    const nlohmann::json& v = h->Value("hidden_activation");
+    if (!v.is_null() && v != "gelu_pytorch_tanh") {
+      throw InputError(h->Where("hidden_activation") +
+                       ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
+    }
+  }
+  // GemmaAttention: is_causal = not use_bidirectional_attention (EmbeddingGemma's setting).
+  if (h->OptBool("use_bidirectional_attention", false)) {
+    throw InputError(h->Where("use_bidirectional_attention") +
+                     ": expected false (causal attention, what shardtune models), got true");
+  }
+  h->RequireZero("attention_dropout", kDropoutWhy);
+}
+
+// SeedOssForCausalLM (modeling_seed_oss.py): Llama's layout with q/k/v biases
+// (attention_bias, default true), o_proj's bias apart (attention_out_bias, default false), MLP
+// biases (mlp_bias, default false), head_dim 128 when absent (SeedOssConfig's default; null:
+// hidden / heads), and dropout on the attention probabilities (attention_dropout) and on each
+// sublayer's output (residual_dropout), both defaulting to 0.1 in SeedOssConfig: in training a
+// non-zero residual dropout saves a mask per element, which shardtune does not model, so both
+// must be 0 (written: an absent key means 0.1).
+void ReadSeedOss(HfReader* h, ModelSpec* s) {
+  if (!h->Has("head_dim")) s->head_dim = 128;
+  s->qkv_bias = h->OptBool("attention_bias", true);
+  s->attn_out_bias = h->OptBool("attention_out_bias", false);
+  s->mlp_bias = h->OptBool("mlp_bias", false);
+  for (const char* key : {"attention_dropout", "residual_dropout"}) {
+    if (!h->Has(key)) {
+      throw InputError(h->Where(key) + ": expected 0 (" + kDropoutWhy +
+                       "), got nothing (SeedOssConfig's default is 0.1)");
+    }
+    h->RequireZero(key, kDropoutWhy);
+  }
+}
+
 // A quantized checkpoint (quantization_config, not null): a warning naming its quant_method and
 // `how` training treats the quantized weights; memory and time are those of the compute dtype.
 void WarnQuantized(HfReader* h, const std::string& what, const std::string& how,
@@ -636,6 +707,7 @@ void ReadRotaryDecoder(HfReader* h, Family f, ModelSpec* s) {
   }
   if (f == Family::kPhi3) ReadPhi3(h, s);
   if (f == Family::kOlmo2) ReadOlmo2(h, s);
+  if (f == Family::kSeedOss) ReadSeedOss(h, s);
   ReadRopeAndNormEps(h, s);
 }
 
@@ -741,6 +813,8 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
     ReadGpt2(&h, &s);
   } else if (arch.family == Family::kGptNeox) {
     ReadGptNeox(&h, &s);
+  } else if (arch.family == Family::kGemma) {
+    ReadGemma1(&h, &s);
   } else if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {
     ReadGemma(&h, arch.family, &s);
   } else if (arch.family == Family::kGemma3Multimodal) {

@@ -1,5 +1,7 @@
 // Import of a Hugging Face transformers config.json into a ModelSpec, for the architectures whose
-// modeling files we follow: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, GPT-2, GPT-NeoX.
+// modeling files we follow: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3,
+// OLMo 2, Gemma 1 / 2 / 3, GPT-OSS, GPT-2, GPT-NeoX, DeepSeek-V2 / V3, Seed-OSS
+// (SupportedHfArchitectures()).
 #pragma once
 
 #include <string>

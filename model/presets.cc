@@ -75,12 +75,15 @@ std::string ArchitectureOf(const std::string& name) {
       {"gpt2", "GPT2LMHeadModel"},          {"llama", "LlamaForCausalLM"},
       {"mistral-", "MistralForCausalLM"},   {"qwen2.5-", "Qwen2ForCausalLM"},
       {"qwen2-", "Qwen2ForCausalLM"},       {"deepseek-llm-", "LlamaForCausalLM"},
-      {"qwen3-8b", "Qwen3ForCausalLM"},     {"qwen3-30b", "Qwen3MoeForCausalLM"},
-      {"qwen3-235b", "Qwen3MoeForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+      // The MoEs before the dense Qwen3 family's prefix: the first matching prefix wins.
+      {"qwen3-30b", "Qwen3MoeForCausalLM"}, {"qwen3-235b", "Qwen3MoeForCausalLM"},
+      {"qwen3-", "Qwen3ForCausalLM"},       {"mixtral", "MixtralForCausalLM"},
       {"phi-4", "Phi3ForCausalLM"},         {"olmo2", "Olmo2ForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"},      {"gemma3", "Gemma3ForConditionalGeneration"},
-      {"gpt-oss", "GptOssForCausalLM"},     {"deepseek-v3", "DeepseekV3ForCausalLM"},
-      {"deepseek-v2", "DeepseekV2ForCausalLM"}};
+      {"gemma-", "GemmaForCausalLM"},       {"gpt-oss", "GptOssForCausalLM"},
+      {"deepseek-v3", "DeepseekV3ForCausalLM"}, {"deepseek-v2", "DeepseekV2ForCausalLM"},
+      {"deepseek-r1-distill-qwen-", "Qwen2ForCausalLM"},
+      {"deepseek-coder-", "LlamaForCausalLM"}, {"seed-oss-", "SeedOssForCausalLM"}};
   for (const auto& [prefix, arch] : kTable) {
     if (name.rfind(prefix, 0) == 0) return arch;
   }
@@ -199,6 +202,32 @@ void AddOthers(std::vector<PresetInfo>* p) {
   qwen3.qk_norm = true;
   p->push_back(Preset("qwen3-8b", qwen3, 8'190'735'360,
                       HfConfig("Qwen/Qwen3-8B") + "; count: HF num_parameters()"));
+  // The rest of the dense Qwen3 family (Qwen3ForCausalLM as qwen3-8b: head_dim 128 whatever
+  // hidden / heads is, q/k norms, 8 kv heads, rope_theta 1e6, rms_norm_eps 1e-6, 40,960
+  // positions); the three small ones tie the LM head (tie_word_embeddings true). Counts: HF
+  // num_parameters(), which keras-hub's qwen3_presets.py lists for each size; the 4B, 14B and 32B
+  // bf16 safetensors indexes agree (metadata.total_size / 2). The post-trained 0.6B and 1.7B
+  // checkpoints also store lm_head.weight (V x H more values in the files), one parameter with
+  // the embedding to transformers.
+  auto qwen3_dense = [](int layers, int64_t hidden, int heads, int64_t ffn, bool tied) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, 8, ffn), 151936, 40960), 1e6, 1e-6);
+    s.head_dim = 128;
+    s.qk_norm = true;
+    s.tied_embeddings = tied;
+    return s;
+  };
+  const std::string keras_count = "; count: HF num_parameters() (keras-hub qwen3_presets.py)";
+  const std::string index_too = " = safetensors index metadata.total_size / 2 (bf16)";
+  p->push_back(Preset("qwen3-0.6b", qwen3_dense(28, 1024, 16, 3072, true), 596'049'920,
+                      HfConfig("Qwen/Qwen3-0.6B") + keras_count));
+  p->push_back(Preset("qwen3-1.7b", qwen3_dense(28, 2048, 16, 6144, true), 1'720'574'976,
+                      HfConfig("Qwen/Qwen3-1.7B") + keras_count));
+  p->push_back(Preset("qwen3-4b", qwen3_dense(36, 2560, 32, 9728, true), 4'022'468'096,
+                      HfConfig("Qwen/Qwen3-4B") + keras_count + index_too));
+  p->push_back(Preset("qwen3-14b", qwen3_dense(40, 5120, 40, 17408, false), 14'768'307'200,
+                      HfConfig("Qwen/Qwen3-14B") + keras_count + index_too));
+  p->push_back(Preset("qwen3-32b", qwen3_dense(64, 5120, 64, 25600, false), 32'762'123'264,
+                      HfConfig("Qwen/Qwen3-32B") + keras_count + index_too));
   ModelSpec mixtral = Rope(WithVocab(Shape(32, 4096, 32, 8, 14336), 32000, 32768), 1e6, 1e-5);
   mixtral.moe.num_experts = 8;  // num_local_experts
   mixtral.moe.top_k = 2;        // num_experts_per_tok
@@ -361,6 +390,145 @@ void Add2026(std::vector<PresetInfo>* p) {
                       HfConfig("deepseek-ai/DeepSeek-V2-Lite") + "; count: HF num_parameters()"));
 }
 
+// The models verl's and ROLL's example configs and recipes name (model.path, pretrain) that the
+// families above do not cover: the math / code / R1-distilled Qwen2.5 checkpoints RL recipes
+// start from, DeepSeek-Coder, Mistral NeMo, Gemma 1 and Gemma 2 2B (verl's SFT and PPO examples)
+// and Seed-OSS. Shapes from each config.json; counts as each comment says.
+void AddRecipeModels(std::vector<PresetInfo>* p) {
+  auto qwen2 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn, int64_t vocab,
+                  int64_t positions, bool tied, double theta, double eps) {
+    ModelSpec s = WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions);
+    s = Rope(s, theta, eps);
+    s.qkv_bias = true;  // Qwen2Attention: q/k/v bias=True, o_proj without
+    s.tied_embeddings = tied;
+    return s;
+  };
+  // Qwen2.5-Math (config.json: rope_theta 10000, max_position_embeddings 4096, the 1.5B tied as
+  // Qwen2.5-1.5B, the 7B untied with Qwen2.5-7B's vocabulary of 152,064). Counts: keras-hub's
+  // qwen_presets.py (qwen2.5_math_1.5b_en, qwen2.5_math_7b_en), Qwen2.5-1.5B's and -7B's.
+  const std::string keras = "; count: HF num_parameters() (keras-hub qwen_presets.py)";
+  p->push_back(Preset("qwen2.5-math-1.5b",
+                      qwen2(28, 1536, 12, 2, 8960, 151936, 4096, true, 10000.0, 1e-6),
+                      1'543'714'304, HfConfig("Qwen/Qwen2.5-Math-1.5B") + keras));
+  p->push_back(Preset("qwen2.5-math-7b",
+                      qwen2(28, 3584, 28, 4, 18944, 152064, 4096, false, 10000.0, 1e-6),
+                      7'615'616'512, HfConfig("Qwen/Qwen2.5-Math-7B") + keras));
+  // Qwen2.5-Coder: Qwen2.5-7B's and -14B's shapes with 32,768 positions (verl's 14B GRPO tuning
+  // example trains Qwen2.5-Coder-14B-Instruct), the counts Qwen2.5-7B's / -14B's.
+  const std::string gguf = "; count: llama.cpp n_params of the GGUF conversion";
+  p->push_back(Preset("qwen2.5-coder-7b",
+                      qwen2(28, 3584, 28, 4, 18944, 152064, 32768, false, 1e6, 1e-6),
+                      7'615'616'512,
+                      HfConfig("Qwen/Qwen2.5-Coder-7B") +
+                          "; count: computed from config.json shapes (no published exact figure "
+                          "found; the card's 7.61B)"));
+  // rms_norm_eps: Qwen2.5-14B's 1e-5 (the Coder-14B config.json itself not seen).
+  p->push_back(Preset("qwen2.5-coder-14b",
+                      qwen2(48, 5120, 40, 8, 13824, 152064, 32768, false, 1e6, 1e-5),
+                      14'770'033'664,
+                      HfConfig("Qwen/Qwen2.5-Coder-14B") + gguf + " (Coder-14B-Instruct)"));
+  // DeepSeek-R1-Distill-Qwen (Qwen2ForCausalLM): the 1.5B and 7B from Qwen2.5-Math (rope_theta
+  // 10000) with 131,072 positions, the 1.5B UNTIED (tie_word_embeddings false, unlike
+  // Qwen2.5-Math-1.5B); the 14B and 32B from Qwen2.5-14B / -32B (rope_theta 1e6 and
+  // rms_norm_eps 1e-5 as those; the distills' own config.json not seen for these two keys).
+  p->push_back(Preset("deepseek-r1-distill-qwen-1.5b",
+                      qwen2(28, 1536, 12, 2, 8960, 151936, 131072, false, 10000.0, 1e-6),
+                      1'777'088'000,
+                      HfConfig("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B") +
+                          "; count: the checkpoint's, as public training and pruning scripts "
+                          "record it (339 tensors: the LM head is untied)"));
+  p->push_back(Preset("deepseek-r1-distill-qwen-7b",
+                      qwen2(28, 3584, 28, 4, 18944, 152064, 131072, false, 10000.0, 1e-6),
+                      7'615'616'512,
+                      HfConfig("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B") +
+                          "; count: the GGUF conversion's general.parameter_count (ollama "
+                          "deepseek-r1 7.6B)"));
+  p->push_back(Preset("deepseek-r1-distill-qwen-14b",
+                      qwen2(48, 5120, 40, 8, 13824, 152064, 131072, false, 1e6, 1e-5),
+                      14'770'033'664,
+                      HfConfig("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B") +
+                          "; count: llama.cpp n_params of the GGUF conversion (ollama "
+                          "deepseek-r1:14b)"));
+  p->push_back(Preset("deepseek-r1-distill-qwen-32b",
+                      qwen2(64, 5120, 40, 8, 27648, 152064, 131072, false, 1e6, 1e-5),
+                      32'763'876'352,
+                      HfConfig("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B") +
+                          "; count: the Hub API's safetensors.total (BF16)"));
+  // deepseek-coder-6.7b-instruct (verl's GSM8K SFT example): LlamaForCausalLM, multi-head
+  // attention, vocab 32,256, 16,384 positions by linear RoPE scaling (rope_scaling {"type":
+  // "linear", "factor": 4.0}, rope_theta 100000, rms_norm_eps 1e-6, as the DeepSeek-Coder
+  // paper's section 3.5 and the 1.3B sibling's config.json give them).
+  ModelSpec coder = Rope(WithVocab(Shape(32, 4096, 32, 32, 11008), 32256, 16384), 100000.0, 1e-6);
+  coder.rope_scaling.type = "linear";
+  coder.rope_scaling.factor = 4.0;
+  p->push_back(Preset("deepseek-coder-6.7b", coder, 6'740'512'768,
+                      HfConfig("deepseek-ai/deepseek-coder-6.7b-instruct") +
+                          "; count: the safetensors' total (model catalogues' total_parameters)"));
+  // Mistral-Nemo-Instruct-2407 (verl's GRPO example with a Skywork reward model):
+  // MistralForCausalLM with head_dim 128 (32 heads x 128 = 4096 != hidden 5120), 8 kv heads,
+  // vocab 131,072 (Tekken), rope_theta 1e6, 1,024,000 positions, no sliding window.
+  ModelSpec nemo = Rope(WithVocab(Shape(40, 5120, 32, 8, 14336), 131072, 1024000), 1e6, 1e-5);
+  nemo.head_dim = 128;
+  p->push_back(Preset("mistral-nemo-12b", nemo, 12'247'782'400,
+                      HfConfig("mistralai/Mistral-Nemo-Instruct-2407") +
+                          "; count: llama.cpp n_params of the GGUF conversion (12.25B)"));
+  // Gemma 1 (GemmaForCausalLM, modeling_gemma.py; verl's SFT examples train gemma-2b-it and
+  // gemma-1.1-7b-it): Llama's pre-norm layout with GemmaRMSNorm ((x_hat * (1 + w.float())) in
+  // fp32), the GeGLU MLP (gelu_pytorch_tanh: transformers 4.x ignores the configs' legacy
+  // hidden_act "gelu" for hidden_activation, default gelu_pytorch_tanh), embeddings times
+  // sqrt(H), tied LM head, head_dim 256, attention scaled by head_dim^-0.5, rope_theta 10000,
+  // 8,192 positions; the 2B is multi-query (one kv head). The 1.1 releases (instruction-tuned
+  // only) have the same shapes. Counts: keras-hub's gemma_presets.py.
+  auto gemma1 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), 256000, 8192), 1e4, 1e-6);
+    s.head_dim = 256;
+    s.tied_embeddings = true;
+    s.norm_weight_fp32 = s.norm_unit_offset = true;
+    s.gelu_gate = true;
+    s.scaled_embedding = true;
+    return s;
+  };
+  const std::string gemma_count = "; count: HF num_parameters() (keras-hub gemma_presets.py)";
+  p->push_back(Preset("gemma-2b", gemma1(18, 2048, 8, 1, 16384), 2'506'172'416,
+                      HfConfig("google/gemma-2b") + gemma_count));
+  p->push_back(Preset("gemma-7b", gemma1(28, 3072, 16, 16, 24576), 8'537'680'896,
+                      HfConfig("google/gemma-7b") + gemma_count));
+  p->push_back(Preset("gemma-1.1-2b", gemma1(18, 2048, 8, 1, 16384), 2'506'172'416,
+                      HfConfig("google/gemma-1.1-2b-it") + gemma_count));
+  p->push_back(Preset("gemma-1.1-7b", gemma1(28, 3072, 16, 16, 24576), 8'537'680'896,
+                      HfConfig("google/gemma-1.1-7b-it") + gemma_count));
+  // Gemma 2 2B (verl's PPO example run_gemma.sh trains gemma-2-2b-it): gemma2-9b's layout, 26
+  // layers of 2304 with 8 heads / 4 kv heads of 256, GeGLU 9216, alternating 4096-token windows.
+  ModelSpec g2 = WithVocab(Shape(26, 2304, 8, 4, 9216), 256000, 8192);
+  g2.head_dim = 256;
+  g2.norm_eps = 1e-6;
+  g2.rope_theta = 10000.0;
+  g2.tied_embeddings = true;
+  g2.norm_placement = NormPlacement::kSandwich;
+  g2.norm_weight_fp32 = g2.norm_unit_offset = true;
+  g2.gelu_gate = true;
+  g2.scaled_embedding = true;
+  g2.final_logit_softcap = 30.0;
+  g2.attn_logit_softcap = 50.0;
+  g2.query_pre_attn_scalar = 256;
+  g2.sliding_window = 4096;
+  g2.full_attention_every = 2;
+  p->push_back(Preset("gemma2-2b", g2, 2'614'341'888,
+                      HfConfig("google/gemma-2-2b") + gemma_count));
+  // Seed-OSS-36B (SeedOssForCausalLM, modeling_seed_oss.py; verl's GRPO and SFT examples): Llama's
+  // layout with attention_bias true on q/k/v, attention_out_bias false on o_proj, mlp_bias false,
+  // head_dim 128 (80 heads x 128 = 10240 != hidden 5120), 8 kv heads, vocab 155,136, rope_theta
+  // 1e7, rms_norm_eps 1e-6, 524,288 positions, untied. SeedOssConfig's attention_dropout and
+  // residual_dropout default to 0.1; the preset models none (training with residual dropout
+  // saves a mask per element, which shardtune does not model; see ImportHfConfig).
+  ModelSpec seed = Rope(WithVocab(Shape(64, 5120, 80, 8, 27648), 155136, 524288), 1e7, 1e-6);
+  seed.head_dim = 128;
+  seed.qkv_bias = true;
+  p->push_back(Preset("seed-oss-36b", seed, 36'151'104'512,
+                      HfConfig("ByteDance-Seed/Seed-OSS-36B-Base") +
+                          "; count: safetensors index metadata.total_size / 2 (bf16)"));
+}
+
 // A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab
 // 512 = 256 byte values + spare ids (special tokens), so byte-level data needs no tokenizer.
 void AddTiny(std::vector<PresetInfo>* p) {
@@ -376,6 +544,7 @@ std::vector<PresetInfo> BuildPresets() {
   AddLlama(&p);
   AddOthers(&p);
   Add2026(&p);
+  AddRecipeModels(&p);
   AddTiny(&p);
   for (const PresetInfo& info : p) info.spec.Validate("preset " + info.name);
   return p;

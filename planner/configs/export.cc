@@ -71,6 +71,10 @@ ExportFormat ParseExportFormat(const std::string& text, const std::string& where
 // Qwen2DecoderLayer, modeling_mistral.py MistralDecoderLayer,
 // modeling_llama.py LlamaDecoderLayer. Llama and Mistral share a shape, so the name decides.
 std::string HfDecoderLayerClass(const model::ModelSpec& spec) {
+  // Layouts another family shares, told apart by the transformers class (modeling_gemma.py,
+  // modeling_seed_oss.py).
+  if (spec.hf_architecture == "GemmaForCausalLM") return "GemmaDecoderLayer";
+  if (spec.hf_architecture == "SeedOssForCausalLM") return "SeedOssDecoderLayer";
   if (spec.positions == model::PositionKind::kLearned) return "GPT2Block";
   if (spec.parallel_residual) return "GPTNeoXLayer";
   if (spec.moe.gpt_oss_experts) return "GptOssDecoderLayer";  // modeling_gpt_oss.py

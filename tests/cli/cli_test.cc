@@ -899,7 +899,7 @@ TEST(CliTest, FromConfigNamesTheModelWhenNoModelFlag) {
   EXPECT_EQ(nlohmann::json::parse(flag.out).at("model").at("name"), "tiny-llama");
   EXPECT_FALSE(nlohmann::json::parse(flag.out).at("model").contains("named_in"));
   ExpectOneLineError(RunCli("estimate --cluster 8xH100 --from " + file +
-                            " --set actor_rollout_ref.model.path=mistralai/Mistral-Nemo-Instruct-2407"),
+                            " --set actor_rollout_ref.model.path=mistralai/Mistral-Large-Instruct-2411"),
                      ":/actor_rollout_ref/model/path: expected a preset, a Hugging Face id of one");
   Result sim = RunCli("simulate --cluster 8xH100 --from " + file);
   ASSERT_EQ(sim.code, 0) << sim.err;

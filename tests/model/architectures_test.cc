@@ -574,5 +574,115 @@ TEST(ArchitecturesTest, TorchtitanGptOssBlockSavesItsGroupedSwigluAndSinkRescale
                    sinks);
 }
 
+// GemmaForCausalLM (Gemma 1): config.json files under tests/data/model/ (google/gemma-2b-it's and
+// google/gemma-7b's, as public code quotes them: the legacy hidden_act "gelu" in both, the 7B's as
+// transformers 4.45 reads it with hidden_activation). They import to the gemma-2b / gemma-7b
+// presets without warnings; Llama's pre-norm layout with Gemma's (1 + w) fp32 norms, GeGLU and
+// scaled embeddings, no soft-capping or windows; GemmaConfig's defaults are the 7B.
+TEST(ArchitecturesTest, Gemma1ImportsToThePresetsAndRefusesWhatItDoesNotModel) {
+  auto hf = [](const std::string& name) { return Data(name); };
+  const std::pair<const char*, const char*> cases[] = {
+      {"gemma-2b-it.config.json", "gemma-2b"}, {"gemma-7b.config.json", "gemma-7b"}};
+  for (const auto& [file, preset] : cases) {
+    std::vector<std::string> warnings;
+    ModelSpec s = ReadHfConfigFile(hf(file), &warnings);
+    EXPECT_TRUE(warnings.empty()) << file << ": " << (warnings.empty() ? "" : warnings[0]);
+    EXPECT_EQ(Shape(s), Shape(FindModelPreset(preset))) << file;
+    EXPECT_EQ(s.hf_architecture, "GemmaForCausalLM");
+    EXPECT_EQ(s.norm_placement, NormPlacement::kPre);
+    EXPECT_TRUE(s.norm_unit_offset && s.gelu_gate && s.scaled_embedding && s.tied_embeddings);
+    EXPECT_EQ(s.sliding_window, 0);
+    EXPECT_EQ(s.final_logit_softcap, 0);
+  }
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(hf("gemma-2b-it.config.json"))), 2'506'172'416);
+  EXPECT_EQ(ParameterCount(ReadHfConfigFile(hf("gemma-7b.config.json"))), 8'537'680'896);
+  EXPECT_EQ(Shape(ImportHfConfig(nlohmann::json{{"model_type", "gemma"}}, "g.json")),
+            Shape(FindModelPreset("gemma-7b")));
+  nlohmann::json j = ReadJsonFile(hf("gemma-7b.config.json"));
+  j["hidden_activation"] = "gelu";
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/hidden_activation: expected "
+                                                  "\"gelu_pytorch_tanh\"")));
+  j = ReadJsonFile(hf("gemma-7b.config.json"));
+  j["use_bidirectional_attention"] = true;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/use_bidirectional_attention")));
+  j = ReadJsonFile(hf("gemma-7b.config.json"));
+  j["attention_dropout"] = 0.1;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("g.json:/attention_dropout"),
+                                              HasSubstr("expected 0"))));
+}
+
+// GemmaDecoderLayer (Gemma 1), bf16, SDPA, per token (gemma-7b: H 3072, qd = kv 4096, F 24576,
+// 16 heads): Llama's block with two (1 + w) fp32 norms, each saving the fp32 input copy 4H, its
+// rsqrt 4 and the fp32 x_hat 4H; their bf16 outputs (2H each) saved by the projections; SDPA as
+// Llama's (q, k, v, output, logsumexp); GeGLU as SwiGLU (F.gelu saves its input): 8F.
+TEST(ArchitecturesTest, Gemma1BlockSavesTwoFp32Norms) {
+  ModelSpec s = FindModelPreset("gemma-7b");
+  double h = 3072, qd = 4096, kv = 4096, f = 24576, heads = 16;
+  double attention = 2 * qd + 2 * kv + 2 * kv + 2 * qd + 4 * heads;
+  double expected = 2 * (8 * h + 4) + 2 * h + 2 * h + attention + 8 * f;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, Bf16Sdpa()).full.saved_per_token, expected);
+}
+
+// SeedOssForCausalLM: ByteDance-Seed/Seed-OSS-36B-Base's shape keys (hidden 5120, 64 layers, 80
+// heads of 128, 8 kv heads, intermediate 27648, vocab 155136, 524288 positions, attention_bias
+// true, attention_out_bias false, mlp_bias false, rope_theta 1e7 with rope_scaling
+// {"rope_type": "default"}, rms_norm_eps 1e-6, untied) with both dropouts written as 0.
+// Published: 36,151,104,512 (the bf16 safetensors index's total_size / 2).
+TEST(ArchitecturesTest, SeedOssImportsToThePresetAndRefusesDropout) {
+  nlohmann::json j = {{"architectures", {"SeedOssForCausalLM"}},
+                      {"model_type", "seed_oss"},
+                      {"attention_bias", true},
+                      {"attention_out_bias", false},
+                      {"attention_dropout", 0.0},
+                      {"residual_dropout", 0.0},
+                      {"bos_token_id", 0},
+                      {"pad_token_id", 1},
+                      {"eos_token_id", 2},
+                      {"head_dim", 128},
+                      {"hidden_act", "silu"},
+                      {"hidden_size", 5120},
+                      {"initializer_range", 0.02},
+                      {"intermediate_size", 27648},
+                      {"max_position_embeddings", 524288},
+                      {"mlp_bias", false},
+                      {"num_attention_heads", 80},
+                      {"num_hidden_layers", 64},
+                      {"num_key_value_heads", 8},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_scaling", {{"rope_type", "default"}}},
+                      {"rope_theta", 10000000.0},
+                      {"tie_word_embeddings", false},
+                      {"torch_dtype", "bfloat16"},
+                      {"use_cache", true},
+                      {"vocab_size", 155136}};
+  std::vector<std::string> warnings;
+  ModelSpec s = ImportHfConfig(j, "seed.json", &warnings);
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
+  EXPECT_EQ(Shape(s), Shape(FindModelPreset("seed-oss-36b")));
+  EXPECT_EQ(ParameterCount(s), 36'151'104'512);
+  EXPECT_TRUE(s.qkv_bias);
+  EXPECT_FALSE(s.attn_out_bias);
+  // SeedOssConfig's head_dim default is 128, not hidden / heads (5120 / 80 = 64).
+  nlohmann::json k = j;
+  k.erase("head_dim");
+  EXPECT_EQ(ImportHfConfig(k, "seed.json").head_dim, 128);
+  k["attention_out_bias"] = true;
+  EXPECT_TRUE(ImportHfConfig(k, "seed.json").attn_out_bias);
+  // Dropout: 0.1 refused, and an absent key is SeedOssConfig's 0.1.
+  k = j;
+  k["residual_dropout"] = 0.1;
+  EXPECT_THAT([&] { ImportHfConfig(k, "seed.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("seed.json:/residual_dropout"),
+                                              HasSubstr("expected 0"), HasSubstr("0.1"))));
+  k = j;
+  k.erase("attention_dropout");
+  EXPECT_THAT([&] { ImportHfConfig(k, "seed.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("seed.json:/attention_dropout"),
+                                              HasSubstr("SeedOssConfig's default is 0.1"))));
+}
+
 }  // namespace
 }  // namespace shardtune::model
