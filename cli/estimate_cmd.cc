@@ -71,9 +71,15 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";
+  if (p.padding_mask) o << " with a padding mask (flash-attn's unpad / pad copies)";
   if (p.loss_kernel == model::LossKernel::kVerlFlashCe) {
     o << ", loss: verl's log-prob path (packed logits in " << model::ToString(p.param_dtype)
       << ", temperature divided in place, flash-attn cross-entropy with in-place backward)";
+  } else if (p.loss_kernel == model::LossKernel::kVerlPaddedCe) {
+    o << ", loss: verl's padded log-prob path (logits [B, S, V] in " << model::ToString(p.param_dtype)
+      << " divided in place, the last " << p.response_len
+      << " positions copied for flash-attn's in-place cross-entropy"
+      << (p.entropy_from_logits ? ", the entropy reading the logits" : "") << ")";
   } else if (p.loss_kernel == model::LossKernel::kFusedLinear) {
     o << ", loss: fused linear cross-entropy (chunked)";
   }

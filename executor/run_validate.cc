@@ -41,6 +41,17 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
                 "verl_flash_ce (verl's log-prob head is estimated, not run: add --loss-kernel "
                 "cross_entropy to train the plan with the executor's head)");
   }
+  if (plan.loss_kernel == model::LossKernel::kVerlPaddedCe) {
+    p.push_back(o.plan_name +
+                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got "
+                "verl_padded_ce (verl's padded log-prob head is estimated, not run: add "
+                "--loss-kernel cross_entropy to train the plan with the executor's head)");
+  }
+  if (plan.padding_mask) {
+    p.push_back(o.plan_name +
+                ":/padding_mask: expected false (the executor attends packed or equal-length "
+                "sequences without flash-attn's unpad / pad copies), got true");
+  }
   if (plan.master_dtype != model::DType::kFp32) {
     p.push_back("plan:/master_dtype: the executor keeps fp32 master shards, got " +
                 std::string(model::ToString(plan.master_dtype)));

@@ -222,7 +222,7 @@ int PartialRope(Ctx& c, int x, double dim, const std::string& name) {
 // matmul, softmax in fp32 then cast, matmul; each matmul saves one factor per other's gradient.
 // `kv_heads`: KV heads as the kernel sees them (repeated for Ulysses when cp > num_kv_heads).
 // MLA (model_spec.h MlaSpec): values and output are v_dim wide, q and k q_dim.
-int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
+int AttentionKernel(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
   const ModelSpec& s = c.spec;
   double qd = static_cast<double>(s.q_dim()), od = static_cast<double>(s.v_dim());
   int out = c.g.Tensor(name + " output", c.e * od);
@@ -311,6 +311,21 @@ int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& 
   c.g.MarkComputeBound();
   c.g.Op(name + " transpose.contiguous", {o}, out, {});
   return out;
+}
+
+// HF flash_attention_2 with a padding mask (Plan::padding_mask; transformers
+// modeling_flash_attention_utils.py _flash_attention_forward): _upad_input gathers q, k and v to
+// the real tokens (index_first_axis: copies whose autograd nodes save only the indices), the
+// varlen kernel saves those copies, its output and the logsumexp, and pad_input scatters the
+// output into a new zero-padded tensor (IndexPutFirstAxis: saves the indices), the one o_proj
+// reads and saves. Counted at the worst case, every position a real token: the kernel's saved
+// set as without a mask, plus the padded output.
+int AttentionCore(Ctx& c, int q, int k, int v, int kv_heads, const std::string& name) {
+  int out = AttentionKernel(c, q, k, v, kv_heads, name);
+  if (!c.opt.padding_mask || c.opt.attention != Attention::kSdpa) return out;
+  int padded = c.g.Tensor(name + " pad_input(output) (padding mask)", c.g.BytesPerToken(out));
+  c.g.Op(name + " pad_input", {out}, padded, {});
+  return padded;
 }
 
 // verl utils/ulysses.py all_to_all_tensor: tensor_split + contiguous copies (the send chunks),

@@ -484,6 +484,15 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   o.seq_len = plan.AttentionSeqLen(seq_len);
   o.cp = plan.cp;
   o.ep = plan.ep;
+  if (plan.loss_kernel == LossKernel::kVerlPaddedCe) {
+    const int64_t width = plan.packed_seq_len > 0 ? plan.packed_seq_len : seq_len;
+    if (plan.response_len > 0 && width > 0) {
+      o.response_fraction = std::min(1.0, static_cast<double>(plan.response_len) /
+                                              static_cast<double>(width));
+    }
+    o.entropy_from_logits = plan.entropy_from_logits;
+  }
+  o.padding_mask = plan.padding_mask;
   return o;
 }
 
@@ -651,6 +660,22 @@ int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden) {
 
 namespace {
 
+// Gemma2ForCausalLM's final soft-capping inside the model's forward: logits = logits / cap;
+// logits = torch.tanh(logits); logits = logits * cap, in the compute dtype before any loss.
+// tanh saves its output for backward (derivatives.yaml "self: tanh_backward(grad, result)"); the
+// divisions by a Python float save nothing. Returns the capped logits (`logits` without a cap).
+int SoftcapLogits(Ctx& c, int logits) {
+  if (c.spec.final_logit_softcap <= 0) return logits;
+  double v_bytes = c.g.BytesPerToken(logits);
+  int scaled = c.g.Tensor("logits / final_logit_softcapping", v_bytes);
+  c.g.Op("softcap divide", {logits}, scaled, {});
+  int th = c.g.Tensor("tanh(logits / cap)", v_bytes);
+  c.g.Op("softcap tanh", {scaled}, th, {th});
+  int capped = c.g.Tensor("softcapped logits", v_bytes);
+  c.g.Op("softcap multiply", {th}, capped, {});
+  return capped;
+}
+
 // The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
 // LigerFusedLinearCrossEntropyFunction, shardtune's executor/fused_loss.cc): one autograd node
 // whose forward runs, chunk by chunk, logits = x W^T, the fp32 softmax, the logits' gradient and
@@ -713,8 +738,8 @@ ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
 ActivationLedger VerlFlashCeHead(Ctx& c, int x, int normed) {
   const double v = static_cast<double>(c.spec.vocab_size);
   const double logits_bytes = c.e * v;
-  int logits = Linear(c, normed, v, "lm_head",
-                      c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head");
+  int logits = SoftcapLogits(
+      c, Linear(c, normed, v, "lm_head", c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head"));
   // The division writes the same storage: a tensor of no bytes of its own stands for the divided
   // view. Its backward is CopySlices': the ledger adds the base's gradient (CopySlices' result)
   // and, as workspace, the other three [T, V] tensors named above.
@@ -726,6 +751,50 @@ ActivationLedger VerlFlashCeHead(Ctx& c, int x, int normed) {
   // One tensor for the saved lse and the returned log-probs.
   int out = c.g.Tensor("flash-attn cross_entropy lse and log_probs [T] fp32", 2 * kFp32);
   c.g.Op("flash-attn cross_entropy_loss (inplace_backward)", {divided}, out, {logits, out});
+  return c.g.Run(x, out, c.t.input_requires_grad);
+}
+
+// verl's log-prob path without use_remove_padding (LossKernel::kVerlPaddedCe), the padded branch
+// of volcengine/verl@b178a3c verl/workers/actor/dp_actor.py _forward_micro_batch:
+//   logits = output.logits                       # [B, S, V], the lm_head output itself
+//   logits.div_(temperature)                     # in place on a tensor that is no view
+//   logits = logits[:, -response_length - 1 : -1, :]          # a view of the base
+//   log_probs = logprobs_from_logits(logits, responses)       # torch_functional.py
+//   if calculate_entropy: entropy = entropy_from_logits(logits)  # torch.compile'd
+// logprobs_from_logits reshapes the view to [-1, V], which copies it (the slice is not
+// contiguous), and runs flash-attn's cross_entropy_loss(inplace_backward=True) on the copy: it
+// saves the copy and the lse and writes d logits into the copy's storage. Python's `output`
+// holds the base until the function returns. Per padded token, with f = response / width and L
+// the compute-dtype logits (e V bytes): forward holds L + f L. Backward: the copy's gradient is
+// its own storage (f L); SliceBackward0 allocates zeros of the base (slice_backward) while it is
+// live, (1 + f) L; DivBackward0 (a Python float: saves nothing) allocates grad / temperature
+// while that is live, 2 L. With the entropy the view, hence the base L, is kept for backward
+// too, and its compiled backward adds a [B, response, V] gradient (f L) at the top of backward
+// (what Inductor saves is not verified; the eager function is refused by the importer).
+ActivationLedger VerlPaddedCeHead(Ctx& c, int x, int normed) {
+  const double v = static_cast<double>(c.spec.vocab_size);
+  const double lb = c.e * v, f = c.opt.response_fraction;
+  int logits = SoftcapLogits(
+      c, Linear(c, normed, v, "lm_head", c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head"));
+  c.g.HoldThroughForward(logits);
+  // In place: the same storage, a tensor of no bytes of its own; its backward's output (grad /
+  // temperature, L) is the workspace beside the incoming gradient.
+  int divided = c.g.Tensor("logits.div_(temperature) (in place, same storage)", 0.0);
+  c.g.Op("div_ in place (DivBackward0)", {logits}, divided, {}, lb);
+  // The slice (a view) and reshape's copy: backward, SliceBackward0's zeros of the base.
+  int copy = c.g.Tensor("response logits reshape(-1, V) (copy)", f * lb);
+  c.g.Op("response slice + reshape copy (SliceBackward0 zeros)", {divided}, copy, {}, lb);
+  // flash-attn's backward writes d logits into the copy: its input gradient is that storage.
+  int target = c.g.Views(copy, {"the copy, overwritten by d logits in backward"}, {0.0})[0];
+  int out = c.g.Tensor("flash-attn cross_entropy lse and log_probs [B, response] fp32",
+                       2 * kFp32 * f);
+  std::vector<SavedFor> saved{copy, out};
+  double ws = 0;
+  if (c.opt.entropy_from_logits) {
+    saved.push_back(logits);
+    ws = f * lb;
+  }
+  c.g.Op("flash-attn cross_entropy_loss (inplace_backward)", {target}, out, saved, ws);
   return c.g.Run(x, out, c.t.input_requires_grad);
 }
 
@@ -753,23 +822,11 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   if (spec.value_head) return ValueHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kFusedLinear) return FusedLinearHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFlashCe) return VerlFlashCeHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kVerlPaddedCe) return VerlPaddedCeHead(c, x, normed);
   // A tied LM head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
   int logits =
       Linear(c, normed, v, "lm_head", spec.tied_embeddings ? "model.embed_tokens" : "lm_head");
-  if (spec.final_logit_softcap > 0) {
-    // Gemma2ForCausalLM: logits = logits / cap; logits = torch.tanh(logits); logits = logits *
-    // cap, in the compute dtype before the loss's upcast. tanh saves its output for backward
-    // (derivatives.yaml "self: tanh_backward(grad, result)"); the divisions by a Python float
-    // save nothing.
-    double v_bytes = c.g.BytesPerToken(logits);
-    int scaled = c.g.Tensor("logits / final_logit_softcapping", v_bytes);
-    c.g.Op("softcap divide", {logits}, scaled, {});
-    int th = c.g.Tensor("tanh(logits / cap)", v_bytes);
-    c.g.Op("softcap tanh", {scaled}, th, {th});
-    int capped = c.g.Tensor("softcapped logits", v_bytes);
-    c.g.Op("softcap multiply", {th}, capped, {});
-    logits = capped;
-  }
+  logits = SoftcapLogits(c, logits);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);
   int l32 = logits;

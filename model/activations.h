@@ -111,6 +111,12 @@ struct ActivationOptions {
   // copy (what the experts save) and the int64 permutation, and on the way back the unpermuted
   // output and the combine all-to-all's output.
   int ep = 1;
+  // verl's padded log-prob head (LossKernel::kVerlPaddedCe): response positions per padded
+  // position (Plan::response_len over the padded width), and whether the entropy reads the
+  // logits (Plan::entropy_from_logits).
+  double response_fraction = 1.0;
+  bool entropy_from_logits = false;
+  bool padding_mask = false;  // Plan::padding_mask: flash attention's unpad / pad copies
 };
 
 // Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and

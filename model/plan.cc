@@ -37,7 +37,7 @@ const Names& Table(SdpaBackend*) {
   static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
   return v;
 }
-const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -333,6 +333,20 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   }
   if (loss_kernel == LossKernel::kFusedLinear) {
     for (const Conflict& c : FusedLossConflicts()) p.Add(c.key, c.expected, c.got);
+  }
+  p.Expect(response_len >= 0, "response_len", "integer >= 0", response_len);
+  if (loss_kernel == LossKernel::kVerlPaddedCe) {
+    const int64_t width = packed_seq_len > 0 ? packed_seq_len : seq_len;
+    if (response_len < 1 || (width > 0 && response_len > width)) {
+      p.Add("response_len",
+            "the response positions of each padded sequence with loss_kernel verl_padded_ce, "
+            "from 1 to its width " + (width > 0 ? std::to_string(width) : std::string("seq_len")),
+            std::to_string(response_len));
+    }
+    if (cp > 1) {
+      p.Add("cp", "1 with loss_kernel verl_padded_ce (verl's Ulysses path packs the tokens: "
+                  "use_remove_padding)", std::to_string(cp));
+    }
   }
   if (world >= 1 && cp >= 1 && world % cp == 0) CheckShardGroup(*this, world, gpus_per_node, &p);
   CheckWrap(wrap, num_layers, &p);

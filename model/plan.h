@@ -49,7 +49,11 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 through a squeeze view (autograd's CopySlices), then flash-attn's Triton
 //                 cross_entropy_loss with inplace_backward: no fp32 copy of the logits. What it
 //                 allocates: model/activations.cc VerlFlashCeHead.
-enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe };
+//  kVerlPaddedCe: verl's log-prob path without use_remove_padding (the same function's padded
+//                 branch): the lm_head output [B, S, V] divided by the temperature in place, its
+//                 response slice [B, response_len, V] copied by reshape, flash-attn's in-place
+//                 cross-entropy on the copy. model/activations.cc VerlPaddedCeHead.
+enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe };
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
 // Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).
@@ -133,6 +137,18 @@ struct Plan {
   bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
   bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
   LossKernel loss_kernel = LossKernel::kCrossEntropy;
+  // verl's padded log-prob path (kVerlPaddedCe): the last response_len positions of each padded
+  // sequence of seq_len (packed_seq_len for a token-budget row) are the ones whose log-probs are
+  // computed (data.max_response_length); entropy_from_logits: the entropy term reads the
+  // logits too (dp_actor.py calculate_entropy), which keeps the whole [B, S, V] lm_head output
+  // alive until backward. Both unused by the other kernels.
+  int64_t response_len = 0;
+  bool entropy_from_logits = false;
+  // HF flash_attention_2 called with a padding mask (verl's actor, ref and critic without
+  // use_remove_padding; transformers modeling_flash_attention_utils.py _flash_attention_forward
+  // -> _upad_input / pad_input): q, k, v are gathered to the real tokens and the output scattered
+  // back into a padded tensor, which o_proj saves beside the kernel's own saved output.
+  bool padding_mask = false;
 
   // Ulysses context parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses): each rank of a cp group
   // holds S / cp tokens of the same sequences; attention runs after an all-to-all that trades

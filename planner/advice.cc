@@ -73,6 +73,17 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         "sequences per micro-batch (ppo_micro_batch_size_per_gpu) or a smaller token budget "
         "(use_dynamic_bsz with ppo_max_token_len_per_gpu) shrinks them, and verl's "
         "use_fused_kernels never materialises the logits (not modelled yet).");
+  } else if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlPaddedCe) {
+    // model/activations.cc VerlPaddedCeHead: the padded lm_head output and its backward.
+    Bytes working = At(r, "activation working set (temporaries, gradients)");
+    out.push_back(
+        "The peak is in the log-prob head's backward: without use_remove_padding verl computes "
+        "the logits of every padded position (micro-batch x (prompt + response)) and their "
+        "gradient, two such [tokens, vocabulary] " + std::string(model::ToString(plan.param_dtype)) +
+        " tensors at once (" + GiBText(working + loss) +
+        " with the layer's gradients), of which only the response slice is used. "
+        "use_remove_padding: true computes them for the real tokens only; fewer sequences per "
+        "micro-batch (ppo_micro_batch_size_per_gpu) also shrinks them.");
   } else if (loss_peak) {
     Bytes working = At(r, "activation working set (temporaries, gradients)");
     std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +

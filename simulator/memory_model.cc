@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -147,7 +148,11 @@ std::string ActKey(const model::ActivationOptions& o) {
          std::to_string(o.cp) + (o.ep > 1 ? "/ep" + std::to_string(o.ep) : std::string()) +
          (o.loss_kernel == model::LossKernel::kCrossEntropy
               ? std::string()
-              : "/" + std::string(model::ToString(o.loss_kernel)));
+              : "/" + std::string(model::ToString(o.loss_kernel))) +
+         (o.loss_kernel == model::LossKernel::kVerlPaddedCe
+              ? "/" + std::to_string(std::llround(o.response_fraction * 1e12)) + "/" + std::to_string(o.entropy_from_logits)
+              : std::string()) +
+         (o.padding_mask ? "/pad" : "");
 }
 }  // namespace
 

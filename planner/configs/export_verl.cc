@@ -36,6 +36,11 @@ PpoBatch PpoBatchOf(const model::Plan& p, const ExportContext& ctx) {
   b.split_known = ctx.verl_prompt_length > 0 &&
                   ctx.verl_prompt_length + ctx.verl_response_length == b.seq;
   b.prompt = b.split_known ? ctx.verl_prompt_length : b.seq / 2;
+  if (p.loss_kernel == model::LossKernel::kVerlPaddedCe && p.response_len > 0 &&
+      p.response_len <= b.seq) {  // the padded head's response part is the plan's own
+    b.split_known = true;
+    b.prompt = b.seq - p.response_len;
+  }
   b.sequences = (packed ? p.grad_accum * p.seq_len / b.seq
                         : static_cast<int64_t>(p.micro_batch) * p.grad_accum) *
                 p.DataParallel(ctx.world_size);
@@ -58,7 +63,8 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     " = data.max_prompt_length + data.max_response_length; the split is yours, "
                     "the sum decides memory");
   }
-  if (!sft && p.loss_kernel != model::LossKernel::kVerlFlashCe) {
+  if (!sft && p.loss_kernel != model::LossKernel::kVerlFlashCe &&
+      p.loss_kernel != model::LossKernel::kVerlPaddedCe) {
     notes.push_back("loss_kernel " + std::string(model::ToString(p.loss_kernel)) +
                     ": verl's workers compute log-probs their own way (packed logits, flash-attn "
                     "cross-entropy: loss_kernel verl_flash_ce)");
@@ -151,6 +157,9 @@ void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layou
 void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent, std::ostream& y) {
   y << indent << "enable_gradient_checkpointing: "
     << YamlBool(train && p.checkpointing != model::Checkpointing::kNone) << "\n";
+  if (p.loss_kernel == model::LossKernel::kVerlPaddedCe) {
+    y << indent << "use_remove_padding: false\n";  // the padded log-prob path (hf_model.yaml)
+  }
   y << indent << "lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
   if (p.lora.enabled()) {
     y << indent << "lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
@@ -205,7 +214,10 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
 ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   Layout l = ResolveLayout(p, ctx);
   bool train = p.role == model::Role::kTrain;
-  if (train && p.loss_kernel != model::LossKernel::kVerlFlashCe) return ExportVerlSft(p, ctx, l);
+  if (train && p.loss_kernel != model::LossKernel::kVerlFlashCe &&
+      p.loss_kernel != model::LossKernel::kVerlPaddedCe) {
+    return ExportVerlSft(p, ctx, l);
+  }
   ExportResult r;
   r.notes = VerlNotes(p, ctx, l, false);
   // A packed plan is verl's token budget (import_verl.cc): rows of seq_len tokens over the cp

@@ -241,18 +241,32 @@ void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, 
 
 // The log-prob head of the actor and ref workers (dp_actor.py _forward_micro_batch): with
 // use_remove_padding (hf_model.yaml: true) the micro-batch's tokens are packed into one row and
-// the logits go through flash-attn's in-place cross-entropy (LossKernel::kVerlFlashCe). The
-// padded path (false) slices [B, response, V] and copies it by reshape: not modelled, refused.
+// the logits go through flash-attn's in-place cross-entropy (LossKernel::kVerlFlashCe). Without
+// it the model runs on the padded [B, prompt + response] batch with its attention mask (flash
+// attention's unpad / pad, Plan::padding_mask) and the response slice of the logits is copied
+// before the same loss (LossKernel::kVerlPaddedCe). verl refuses Ulysses without remove-padding
+// (workers/config/actor.py), and its PrefixGrouper forward (use_prefix_grouper, taken only on
+// the padded path without dynamic batches) shares each prompt among its samples: not modelled.
 void ReadLogProbPath(const ConfigReader& w, const std::optional<ConfigReader>& model, bool train,
                      ImportResult* out, model::Plan* plan) {
-  if (model && !model->Bool("use_remove_padding").value_or(true)) {
-    model->Fail("use_remove_padding",
-                "true (verl's padded log-prob path, a [B, response, V] slice of the logits copied "
-                "by reshape before flash-attn's loss, is not modelled yet)");
-  }
-  plan->loss_kernel = model::LossKernel::kVerlFlashCe;
+  const bool padded = model && !model->Bool("use_remove_padding").value_or(true);
+  plan->loss_kernel = padded ? model::LossKernel::kVerlPaddedCe : model::LossKernel::kVerlFlashCe;
+  plan->padding_mask = padded;
+  plan->response_len = padded ? out->response_length : 0;
+  plan->entropy_from_logits = false;
   plan->loss_fp32_upcast = false;
   plan->keep_logits = false;
+  if (padded && plan->cp > 1) {
+    model->Fail("use_remove_padding",
+                "true with ulysses_sequence_parallel_size " + std::to_string(plan->cp) +
+                    " (verl's ActorConfig refuses sequence parallelism without it)");
+  }
+  if (padded && train && w.Bool("use_prefix_grouper").value_or(false) &&
+      !w.Bool("use_dynamic_bsz").value_or(false)) {
+    w.Fail("use_prefix_grouper",
+           "false with use_remove_padding false (verl's PrefixGrouper forward, each prompt's "
+           "tokens shared by its rollout.n responses, is not modelled)");
+  }
   if (!train) return;  // compute_ref_log_prob: no entropy (fsdp_workers.py calculate_entropy=False)
   // dp_actor.py update_policy: calculate_entropy = config.calculate_entropy or entropy_coeff != 0,
   // always with grad; entropy_from_logits is torch.compile'd unless use_torch_compile is false.
@@ -268,6 +282,18 @@ void ReadLogProbPath(const ConfigReader& w, const std::optional<ConfigReader>& m
     w.Fail("use_torch_compile",
            "true with " + key + " set (the eager entropy_from_logits' fp32 softmax copies, about "
            "10V bytes per token kept for backward, are not modelled yet)");
+  }
+  if (padded) {
+    // The padded branch keeps flash-attn's in-place backward (the loss reads a copy) and the
+    // entropy reads the slice, a view that keeps the whole lm_head output until backward.
+    plan->entropy_from_logits = true;
+    out->warnings.push_back(
+        w.Where(key) +
+        ": the entropy reads the response slice of the padded logits, which keeps the whole [B, S, "
+        "V] lm_head output for backward; torch.compile's entropy_from_logits is taken to save "
+        "nothing else and to return one [B, response, V] gradient (what Inductor saves is not "
+        "verified)");
+    return;
   }
   out->warnings.push_back(
       w.Where(key) +
@@ -466,6 +492,15 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   ApplyBatching(w, b, dp, m.sp, seq, plan);
   out->sequences_per_step = b.mini;
   out->rollout_n = static_cast<int>(n);
+  if (plan->padding_mask && plan->packed_seq_len > 0 && model) {
+    // dp_actor.py: rearrange_micro_batches counts the real tokens (attention_mask sums), while
+    // the padded branch runs each micro-batch as [b, padded width].
+    out->warnings.push_back(
+        model->Where("use_remove_padding") +
+        ": false with a token budget: each micro-batch is padded to the padded width, so "
+        "sequences shorter than it make the micro-batch larger than the budget; estimated with "
+        "every sequence at the padded width, the smallest it can be");
+  }
 }
 
 // verl's critic (verl/trainer/config/critic/critic.yaml and dp_critic.yaml; fsdp_workers.py
@@ -520,6 +555,15 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   ReadModel(mr, true, ctx, plan);
   plan->loss_kernel = model::LossKernel::kCrossEntropy;  // no vocabulary: the value head's loss
   plan->keep_logits = false;
+  // dp_critic.py _forward_micro_batch: without use_remove_padding (dp_critic.yaml's default) the
+  // critic runs on the padded batch with its attention mask; verl's CriticConfig refuses
+  // Ulysses without it.
+  plan->padding_mask = !mr.Bool("use_remove_padding").value_or(false);
+  if (plan->padding_mask && m.sp > 1) {
+    mr.Fail("use_remove_padding", "true with ulysses_sequence_parallel_size " +
+                                      std::to_string(m.sp) +
+                                      " (verl's CriticConfig refuses sequence parallelism without it)");
+  }
   // Its model is --model's with a value head; a critic of another model is estimated as this one.
   std::optional<ConfigReader> amodel = arr ? arr->Section("model") : std::nullopt;
   auto cpath = mr.String("path");

@@ -23,6 +23,7 @@ reason), then the counts by outcome and by reason, with the date and the reposit
 import argparse
 import collections
 import concurrent.futures
+import contextlib
 import datetime
 import json
 import os
@@ -300,7 +301,7 @@ REASONS = [
     ("world size", r"world size|ranks, got|GPUs per node"),
     ("sequence length", r"sequence length|seq.len"),
     ("unknown key", r"unknown key"),
-    ("not modelled", r"which shardtune does not model|is not modelled yet|"
+    ("not modelled", r"which shardtune does not model|is not modelled yet|is not modelled\)|"
                      r"shardtune models FSDP units of whole blocks"),
 ]
 
@@ -312,7 +313,7 @@ def reason_of(message):
     return "other"
 
 
-def run_one(shardtune, name, job, workdir):
+def run_one(shardtune, name, job, workdir, show=False):
     if isinstance(job, tuple):
         return name, job
     cluster = "%sx%sxH100" % (job["nnodes"], job["per_node"]) if job["nnodes"] != "1" \
@@ -327,6 +328,8 @@ def run_one(shardtune, name, job, workdir):
         for o in job["overrides"]:
             args += ["--set", o]
     cmd = [shardtune, "estimate", "--cluster", cluster, "--json"] + args
+    if show:
+        print("%s:\n  %s" % (name, " ".join(shlex.quote(c) for c in cmd if c != "--json")))
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -366,12 +369,18 @@ def main():
     ap.add_argument("--roll", help="a ROLL checkout or git directory")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every outcome to this file")
+    ap.add_argument("--only", help="only the files whose name matches this regular expression")
+    ap.add_argument("--keep", help="keep the composed configs in this directory and print each "
+                                   "file's shardtune command (with --json dropped)")
     a = ap.parse_args()
     if not a.verl and not a.roll:
         ap.error("give --verl and/or --roll")
     shardtune = os.path.abspath(a.shardtune)
     jobs, heads = [], []
-    with tempfile.TemporaryDirectory(prefix="shardtune_real_configs_") as workdir:
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+    with (contextlib.nullcontext(os.path.abspath(a.keep)) if a.keep
+          else tempfile.TemporaryDirectory(prefix="shardtune_real_configs_")) as workdir:
         if a.verl:
             verl = Repo(a.verl)
             heads.append("volcengine/verl@" + verl.commit[:9])
@@ -389,8 +398,11 @@ def main():
             roll = Repo(a.roll)
             heads.append("alibaba/ROLL@" + roll.commit[:9])
             jobs += list(roll_jobs(roll))
+        if a.only:
+            jobs = [(n, j) for n, j in jobs if re.search(a.only, n)]
+        show = bool(a.keep)
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as ex:
-            results = list(ex.map(lambda nj: run_one(shardtune, nj[0], nj[1], workdir), jobs))
+            results = list(ex.map(lambda nj: run_one(shardtune, nj[0], nj[1], workdir, show), jobs))
     by_outcome = collections.Counter()
     by_reason = collections.Counter()
     for name, (outcome, reason, detail) in results:

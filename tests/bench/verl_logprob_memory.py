@@ -15,6 +15,12 @@ emulated below with the same saves and the same in-place backward; the autograd 
 it (the squeeze view, div_ on it, AsStridedBackward0 and CopySlices) is torch's own.
 
 Usage: python3 tests/bench/verl_logprob_memory.py [--vocab V --hidden H --tokens T]
+The padded branch (use_remove_padding false; VerlPaddedCeHead, LossKernel::kVerlPaddedCe):
+    logits = output.logits; logits.div_(temperature)       # the base itself, in place
+    logits = logits[:, -response_length - 1 : -1, :]        # a view
+    log_probs = logprobs_from_logits(logits, responses)     # reshape(-1, V) copies the view
+is the last variant, with f = response / S of the T tokens' logits copied.
+
 Prints, per variant, the bytes held from forward to backward and the backward's peak above what
 was live when backward started, both / (2·V·T). On CUDA it reads torch.cuda.max_memory_allocated;
 on CPU it replays the profiler's allocation events (profile_memory=True).
@@ -100,6 +106,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4, help="padded path: sequences (T = batch x S)")
+    ap.add_argument("--response", type=int, default=32, help="padded path: response positions")
     a = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16
@@ -122,6 +130,19 @@ def main():
         logits.div_(1.0)
         return (-loss_fn(logits.squeeze(0), labels)).sum()
 
+    B = a.batch
+    S = T // B
+    R = a.response
+    assert B * S == T and 0 < R < S, "--tokens must be a multiple of --batch, 0 < --response < S"
+    hidden_padded = hidden.detach().reshape(B, S, H).requires_grad_(True)
+    responses = torch.randint(0, V, (B * R,), device=device)
+
+    def verl_padded():  # dp_actor.py without rmpad: div_ on the base, slice, reshape's copy, CE
+        logits = torch.nn.functional.linear(hidden_padded, w)
+        logits.div_(1.0)
+        logits = logits[:, -R - 1 : -1, :]
+        return (-loss_fn(logits.reshape(-1, V), responses)).sum()
+
     def no_div():
         logits = torch.nn.functional.linear(hidden, w)
         return (-loss_fn(logits.squeeze(0), labels)).sum()
@@ -133,10 +154,12 @@ def main():
         ("verl rmpad (view div_, CE in place)", verl_rmpad),
         ("div_ on the base, CE in place", div_on_base),
         ("no div, CE in place", no_div),
+        (f"verl padded (f = {R}/{S})", verl_padded),
     ]:
         held, bwd = run_variant(fn, device)
         w.grad = None
         hidden.grad = None
+        hidden_padded.grad = None
         print(f"{name:34s} {held / unit:8.2f}   {bwd / unit:8.2f}")
     return 0
 

@@ -221,6 +221,24 @@ TEST(ImportRoundTripTest, Verl) {
   e.master_dtype = DType::kBf16;
   e.offload = model::Offload::kAll;
   cases.push_back({"ref token budget", "llama3-8b", "8xH100", e});
+  // The padded log-prob branch (use_remove_padding false): its response part is the exported
+  // max_response_length, and the flash attention padding mask comes back with it.
+  Plan f = VerlLogProbs(Sharded(ShardingStrategy::kFullShard));
+  f.loss_kernel = model::LossKernel::kVerlPaddedCe;
+  f.micro_batch = 4;
+  f.grad_accum = 4;
+  f.seq_len = 1536;
+  f.response_len = 1024;
+  f.padding_mask = true;
+  f.checkpointing = model::Checkpointing::kFull;
+  cases.push_back({"actor padded", "llama3-8b", "8xH100", f});
+  Plan g = f;
+  g.role = model::Role::kInfer;
+  g.checkpointing = model::Checkpointing::kNone;
+  g.grad_accum = 1;
+  g.master_dtype = DType::kBf16;
+  g.offload = model::Offload::kAll;
+  cases.push_back({"ref padded", "llama3-8b", "8xH100", g});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
 }
 

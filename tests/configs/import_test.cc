@@ -616,15 +616,55 @@ TEST(ImportVerlTest, TokenBudgetBelowThePaddedWidthIsAnError) {
                         HasSubstr("got 2048"))));
 }
 
+// use_remove_padding false: dp_actor.py's padded branch (LossKernel::kVerlPaddedCe) on the
+// [B, prompt + response] batch with its attention mask; its response part is
+// data.max_response_length (512 by default). The critic's own use_remove_padding (false in
+// dp_critic.yaml) puts flash attention's unpad / pad on its batch too. verl's ActorConfig and
+// CriticConfig refuse Ulysses without remove-padding; the PrefixGrouper forward of the padded
+// branch is refused by name.
+TEST(ImportVerlTest, PaddedLogProbPathReadsTheResponsePart) {
+  const std::string head =
+      "data:\n  max_prompt_length: 1024\n  max_response_length: 512\n"
+      "actor_rollout_ref:\n  model:\n    use_remove_padding: false\n  actor:\n"
+      "    ppo_micro_batch_size_per_gpu: 4\n    ppo_mini_batch_size: 32\n";
+  ImportResult r;
+  Plan p = FromText(head, LlamaOn8(), &r);
+  EXPECT_EQ(p.loss_kernel, model::LossKernel::kVerlPaddedCe);
+  EXPECT_EQ(p.response_len, 512);
+  EXPECT_EQ(p.seq_len, 1536);
+  EXPECT_TRUE(p.padding_mask);
+  EXPECT_FALSE(p.entropy_from_logits);
+  EXPECT_EQ(p.micro_batch, 4);
+  // The entropy reads the padded logits (compiled entropy_from_logits), with a warning.
+  ImportResult re;
+  Plan e = FromText(head + "    entropy_coeff: 0.001\n", LlamaOn8(), &re);
+  EXPECT_TRUE(e.entropy_from_logits);
+  EXPECT_THAT(AllWarnings(re), HasSubstr("keeps the whole [B, S, V] lm_head output"));
+  EXPECT_THAT([&] { FromText(head + "    ulysses_sequence_parallel_size: 2\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/model/use_remove_padding"),
+                                              HasSubstr("refuses sequence parallelism"))));
+  EXPECT_THAT([&] { FromText(head + "    use_prefix_grouper: true\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/actor/use_prefix_grouper"),
+                                              HasSubstr("PrefixGrouper"))));
+  // With remove-padding (the default) the prefix grouper is never taken: ignored.
+  EXPECT_NO_THROW(FromText(
+      "actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 4\n"
+      "    ppo_mini_batch_size: 32\n    use_prefix_grouper: true\n", LlamaOn8()));
+  // A token budget with the padded branch: a packed row, said to be the least it can be.
+  ImportResult rd;
+  Plan d = FromText(
+      "data:\n  max_prompt_length: 1024\n  max_response_length: 512\n"
+      "actor_rollout_ref:\n  model:\n    use_remove_padding: false\n  actor:\n"
+      "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: 6144\n    ppo_mini_batch_size: 32\n",
+      LlamaOn8(), &rd);
+  EXPECT_EQ(d.packed_seq_len, 1536);
+  EXPECT_EQ(d.seq_len, 6144);
+  EXPECT_EQ(d.response_len, 512);
+  EXPECT_THAT(AllWarnings(rd), HasSubstr("padded to the padded width"));
+  EXPECT_TRUE(d.Problems("plan", 8, 8, 32, 4096).empty());
+}
+
 TEST(ImportVerlTest, LogProbPathsNotModelledAreRefusedByName) {
-  EXPECT_THAT(
-      [] {
-        FromText("actor_rollout_ref:\n  model:\n    use_remove_padding: false\n  actor:\n"
-                 "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
-                 LlamaOn8());
-      },
-      ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/model/use_remove_padding"),
-                                      HasSubstr("padded log-prob path"))));
   EXPECT_THAT(
       [] {
         FromText("actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 1\n"
@@ -679,6 +719,8 @@ TEST(ImportVerlTest, PpoCriticIsACoLocatedRoleWithAValueHead) {
   EXPECT_EQ(c.plan.grad_accum, 8);
   EXPECT_EQ(c.plan.checkpointing, model::Checkpointing::kFull);  // dp_critic.yaml default
   EXPECT_EQ(c.plan.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_TRUE(c.plan.padding_mask);     // dp_critic.yaml: use_remove_padding false
+  EXPECT_FALSE(actor.padding_mask);     // the actor packs (hf_model.yaml: true)
   EXPECT_FALSE(r.offloaded_when_idle);  // the actor keeps its states
   // Read as fsdp_config's other booleans are: the string "true" too (ConfigReader::Bool).
   std::string quoted = kVerlPpo;

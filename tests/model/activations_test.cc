@@ -196,6 +196,47 @@ TEST(ActivationsTest, VerlLogProbHeadKeepsBf16LogitsAndPeaksAtCopySlices) {
   EXPECT_GE(ComputeHeadActivations(s, Bf16()).backward_peak_per_token, 12 * v);
 }
 
+// verl's padded log-prob head (use_remove_padding false): the lm_head output [B, S, V] is divided
+// in place (no view: DivBackward0 saves nothing), its response slice (f = response / S of the
+// positions) copied by reshape, and flash-attn's in-place cross-entropy saves the copy (f 2V) and
+// lse + log-probs (8f). Backward: SliceBackward0's zeros of the base (2V) beside the copy's
+// gradient, then DivBackward0's grad / temperature (2V) beside that: 4V with the norm's and
+// lm_head's inputs (8H + 4) still saved. tests/bench/verl_logprob_memory.py measures the padded
+// variant's backward peak above its start as 2 - f units of 2VT (1.50 at f 0.5), which is this
+// 4V less the copy already live. With the entropy, the view keeps the base (2V) for backward,
+// and the compiled entropy's gradient (f 2V) joins at the top of backward beside the loss's.
+TEST(ActivationsTest, VerlPaddedLogProbHeadCopiesTheResponseSlice) {
+  ModelSpec s = FindModelPreset("qwen3-8b");
+  ActivationOptions o = Bf16();
+  o.loss_kernel = LossKernel::kVerlPaddedCe;
+  o.loss_fp32_upcast = false;
+  o.response_fraction = 0.75;
+  const double v = 151936, h = 4096, f = 0.75;
+  auto head = ComputeHeadActivations(s, o);
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + f * 2 * v + 8 * f);
+  EXPECT_DOUBLE_EQ(head.backward_peak_per_token, 8 * h + 4 + 4 * v);
+  EXPECT_GE(head.forward_peak_per_token, (1 + f) * 2 * v);
+  EXPECT_LT(head.forward_peak_per_token, (1 + f) * 2 * v + 16 * h);
+  o.entropy_from_logits = true;
+  auto ent = ComputeHeadActivations(s, o);
+  EXPECT_DOUBLE_EQ(ent.saved_per_token, head.saved_per_token + 2 * v);
+  // At the loss's backward: the saved logits, copy and log-probs, the log-probs' gradient and
+  // the entropy's [B, response, V] gradient.
+  EXPECT_DOUBLE_EQ(ent.backward_peak_per_token, 8 * h + 4 + 2 * v + 2 * f * 2 * v + 2 * 8 * f);
+}
+
+// HF flash_attention_2 with a padding mask (verl's padded actor and critic): pad_input's padded
+// output, which o_proj saves, comes on top of what the kernel saves: one [T, heads x head_dim]
+// tensor per block.
+TEST(ActivationsTest, PaddingMaskAddsThePaddedAttentionOutput) {
+  ModelSpec s = FindModelPreset("qwen3-8b");
+  ActivationOptions o = Bf16();
+  auto plain = ComputeBlockActivations(s, o);
+  o.padding_mask = true;
+  auto padded = ComputeBlockActivations(s, o);
+  EXPECT_DOUBLE_EQ(padded.full.saved_per_token - plain.full.saved_per_token, 2.0 * 32 * 128);
+}
+
 // A value head (verl's critic: AutoModelForTokenClassification, num_labels 1): score =
 // Linear(H, 1) with a bias replaces the LM head. Parameters: the causal LM's less V x H, plus
 // H + 1. Per token the head keeps the final norm's tensors (4H + 4 + 2H), score's input (2H) and

@@ -240,6 +240,30 @@ TEST(PlanJsonTest, SdpaBackendRoundTrips) {
   EXPECT_EQ(PlanFromJson(j, "plan.json").sdpa_backend, SdpaBackend::kCudnn);
 }
 
+// verl's padded log-prob head: its response part, entropy and padding mask are written only when
+// set and read back; the response part must lie inside the padded width.
+TEST(PlanJsonTest, VerlPaddedHeadRoundTripsAndIsChecked) {
+  Plan p;
+  EXPECT_FALSE(PlanToJson(p).contains("response_len"));
+  p.seq_len = 1536;
+  p.loss_kernel = LossKernel::kVerlPaddedCe;
+  p.response_len = 512;
+  p.entropy_from_logits = true;
+  p.padding_mask = true;
+  Plan back = PlanFromJson(PlanToJson(p), "plan.json");
+  EXPECT_EQ(PlanToJson(back).dump(), PlanToJson(p).dump());
+  EXPECT_TRUE(p.Problems("plan", 8, 8, 32, 4096).empty());
+  p.response_len = 2000;
+  EXPECT_THAT(p.Problems("plan", 8, 8, 32, 4096),
+              ::testing::ElementsAre(::testing::HasSubstr("plan:/response_len: expected")));
+  p.response_len = 0;
+  EXPECT_EQ(p.Problems("plan", 8, 8, 32, 4096).size(), 1u);
+  p.response_len = 512;
+  p.cp = 2;
+  EXPECT_THAT(p.Problems("plan", 8, 8, 32, 4096),
+              ::testing::Contains(::testing::HasSubstr("plan:/cp: expected 1 with loss_kernel")));
+}
+
 TEST(PlanJsonTest, ReshardAfterForwardDefaultsByStrategy) {
   nlohmann::json j = PlanDoc();
   j["strategy"] = "shard_grad_op";

@@ -156,6 +156,25 @@ model::Plan VerlGrpoQwen3() {
   return p;
 }
 
+// verl's padded log-prob head (use_remove_padding false): with 16 sequences of 512 + 1024 the
+// head's backward (two [16 x 1536, 151,936] bf16 tensors, 14 GiB) is the peak, and the advice
+// names what verl itself offers, not the HF path's fp32 log-softmax.
+TEST(AdviceTest, VerlPaddedHeadAdviceNamesRemovePadding) {
+  auto spec = model::FindModelPreset("qwen3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p = VerlGrpoQwen3();
+  p.micro_batch = 16;
+  p.loss_kernel = model::LossKernel::kVerlPaddedCe;
+  p.response_len = 1024;
+  p.padding_mask = true;
+  auto r = sim::EstimateMemory(spec, cluster, p, sim::MemoryOptions{});
+  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
+  std::string advice = Joined(AdviseOnMemory(p, r, {}));
+  EXPECT_THAT(advice, AllOf(HasSubstr("without use_remove_padding"),
+                            HasSubstr("use_remove_padding: true")));
+  EXPECT_THAT(advice, ::testing::Not(HasSubstr("fp32 log-softmax")));
+}
+
 TEST(TokenCapacityTest, APackedRowCostsWhatItsPaddedSequencesCost) {
   auto spec = model::FindModelPreset("qwen3-8b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
