@@ -98,6 +98,7 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   }
   if (p.tiled_mlp_shards > 1) o << ", tiled MLP x" << p.tiled_mlp_shards;
   if (p.wrap.expert_units) o << ", per-expert units";
+  if (p.wrap.sub_block_units) o << ", attention and MLP units per block";
   return o.str();
 }
 

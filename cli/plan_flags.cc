@@ -85,6 +85,7 @@ const std::vector<FlagSpec>& Flags() {
          w.embedding_unit = p->wrap.embedding_unit;
          w.head_unit = p->wrap.head_unit;
          w.expert_units = p->wrap.expert_units;
+         w.sub_block_units = p->wrap.sub_block_units;
          p->wrap = w;
        }},
       {"--wrap-embedding", "Give the embedding its own FSDP unit", kPlanFlag,
@@ -218,6 +219,11 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->tiled_mlp_shards = f.tiled_mlp; }},
       {"--wrap-experts", "MoE: every expert its own FSDP unit", kPlanFlag, &Flag<&PlanFlags::wrap_experts>,
        [](const PlanFlags&, const FlagSpec&, Plan* p) { p->wrap.expert_units = true; }},
+      {"--wrap-sub-blocks",
+       "Each block's attention and MLP their own FSDP units, its norms in the root (ROLL's "
+       "attention and MoE block classes)",
+       kPlanFlag, &Flag<&PlanFlags::wrap_sub_blocks>,
+       [](const PlanFlags&, const FlagSpec&, Plan* p) { p->wrap.sub_block_units = true; }},
       {"--from",
        "Trainer config to read the plan from (repeatable, applied in order): Accelerate YAML, HF "
        "Trainer args JSON, ROLL or verl YAML. Precedence: defaults < --plan < --from < plan flags",

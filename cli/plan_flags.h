@@ -28,6 +28,7 @@ struct PlanFlags {
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   bool wrap_experts = false;
+  bool wrap_sub_blocks = false;
   int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
   int64_t seq_len = 0, global_batch = 0;
   int64_t max_tokens_per_micro_batch = 0;  // packed rows (Plan::packed_seq_len)

@@ -47,6 +47,11 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
                 "verl_padded_ce (verl's padded log-prob head is estimated, not run: add "
                 "--loss-kernel cross_entropy to train the plan with the executor's head)");
   }
+  if (plan.wrap.sub_block_units) {
+    p.push_back(o.plan_name +
+                ":/wrap/sub_block_units: expected false (the executor's units are whole blocks; "
+                "attention and MLP units per block are estimated, not run), got true");
+  }
   if (plan.padding_mask) {
     p.push_back(o.plan_name +
                 ":/padding_mask: expected false (the executor attends packed or equal-length "

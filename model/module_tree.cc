@@ -439,6 +439,16 @@ void AddBlockUnits(const ModelSpec& s, const ModuleNode& root, const WrapPolicy&
     int k = w.kind == WrapPolicy::Kind::kEveryK ? std::max(1, w.every_k) : 1;
     for (int first = 0; first < L; first += k) groups.push_back({first, std::min(L, first + k) - 1});
   }
+  if (w.sub_block_units) {
+    // ROLL's attention and MLP classes: one unit each per block, in the block's order; its norms
+    // stay with the root.
+    for (int layer = 0; layer < L; ++layer) {
+      for (const auto& part : FindBlock(root, layer)->children) {
+        if (!part.children.empty()) b->Add(part.name, {&part});
+      }
+    }
+    groups.clear();
+  }
   for (auto [first, last] : groups) {
     std::vector<const ModuleNode*> mods;
     for (int layer = first; layer <= last; ++layer) mods.push_back(FindBlock(root, layer));

@@ -102,6 +102,10 @@ void CheckRanges(const std::vector<std::pair<int, int>>& ranges, int num_layers,
 }
 
 void CheckWrap(const WrapPolicy& w, int num_layers, ProblemList* p) {
+  if (w.sub_block_units && w.kind != WrapPolicy::Kind::kBlock) {
+    p->Add("wrap/sub_block_units", "a block wrap (sub-block units split each block)",
+           WrapSpecToString(w));
+  }
   switch (w.kind) {
     case WrapPolicy::Kind::kBlock: break;
     case WrapPolicy::Kind::kEveryK:

@@ -93,6 +93,11 @@ struct WrapPolicy {
   bool embedding_unit = false;  // embedding gets its own fully_shard (torchtitan); false: root
   bool head_unit = false;       // [final norm, LM head] get their own unit; false: root
   bool expert_units = false;    // MoE: every expert its own unit (ROLL strategy_config moe_experts)
+  // Each block's attention and MLP (an MoE layer's sparse block) are units of their own, the
+  // block's norms left to the root: ROLL's transformer_layer_cls_to_wrap naming the attention and
+  // MLP classes (Qwen3MoeAttention, Qwen3MoeSparseMoeBlock; roll/utils/fsdp_utils.py apply_fsdp2
+  // wraps the listed classes, never a parent of another listed module). Block wraps only.
+  bool sub_block_units = false;
 };
 
 struct Plan {

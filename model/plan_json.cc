@@ -72,6 +72,7 @@ WrapPolicy ReadWrap(StrictReader* r) {
   w.embedding_unit = r->OptionalBool("embedding_unit", w.embedding_unit);
   w.head_unit = r->OptionalBool("head_unit", w.head_unit);
   w.expert_units = r->OptionalBool("expert_units", w.expert_units);
+  w.sub_block_units = r->OptionalBool("sub_block_units", w.sub_block_units);
   r->Finish();
   return w;
 }
@@ -163,6 +164,7 @@ nlohmann::ordered_json WrapToJson(const WrapPolicy& w) {
   j["embedding_unit"] = w.embedding_unit;
   j["head_unit"] = w.head_unit;
   if (w.expert_units) j["expert_units"] = true;
+  if (w.sub_block_units) j["sub_block_units"] = true;
   return j;
 }
 

@@ -85,7 +85,8 @@ Bytes ScreeningRequired(const sim::MemoryReport& m, const sim::MemoryConstants& 
 // expert-parallel degree decides the local experts' units and their group).
 std::string UnitsKey(const model::Plan& p) {
   std::string k = model::WrapSpecToString(p.wrap) + std::to_string(p.wrap.embedding_unit) +
-                  std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units);
+                  std::to_string(p.wrap.head_unit) + std::to_string(p.wrap.expert_units) +
+                  std::to_string(p.wrap.sub_block_units);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // dense plans keep their short keys
   return k;
 }

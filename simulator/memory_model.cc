@@ -183,6 +183,7 @@ const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& sp
   impl_->Check(spec);
   std::string key = model::WrapSpecToString(w) + "/" + std::to_string(w.embedding_unit) +
                     std::to_string(w.head_unit) + std::to_string(w.expert_units) +
+                    std::to_string(w.sub_block_units) +
                     (ep > 1 ? "/ep" + std::to_string(ep) : std::string());
   auto it = impl_->units.find(key);
   if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w, ep)).first;
@@ -194,7 +195,7 @@ namespace {
 std::string TrainabilityKey(const Plan& plan) {
   std::string key = model::WrapSpecToString(plan.wrap) + "/" +
                     std::to_string(plan.wrap.embedding_unit) + std::to_string(plan.wrap.head_unit) +
-                    std::to_string(plan.wrap.expert_units) +
+                    std::to_string(plan.wrap.expert_units) + std::to_string(plan.wrap.sub_block_units) +
                     (plan.ep > 1 ? "/ep" + std::to_string(plan.ep) : std::string()) + "/" +
                     model::ToString(plan.role) +
                     "/" + std::to_string(plan.lora.rank);

@@ -114,6 +114,16 @@ ExportResult ExportPlan(const model::Plan& plan, const ExportContext& ctx, Expor
   SHARDTUNE_CHECK(ctx.global_batch == plan.GlobalBatch(ctx.world_size))
       << "global batch " << ctx.global_batch << " != micro-batch x grad-accum x world";
   SHARDTUNE_CHECK(ctx.seq_len >= 1) << "seq_len " << ctx.seq_len;
+  if (plan.wrap.sub_block_units && format != ExportFormat::kRoll) {
+    // Only ROLL's wrap policy names sub-block classes; the others get whole blocks, said.
+    model::Plan blocks = plan;
+    blocks.wrap.sub_block_units = false;
+    ExportResult r = ExportPlan(blocks, ctx, format);
+    r.notes.push_back("attention and MLP units per block: " + std::string(ToString(format)) +
+                      " wraps whole blocks here (only ROLL's transformer_layer_cls_to_wrap names "
+                      "the sub-block classes)");
+    return r;
+  }
   switch (format) {
     case ExportFormat::kAccelerate:
       return internal::ExportAccelerate(plan, ctx);

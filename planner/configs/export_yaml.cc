@@ -3,6 +3,7 @@
 // YAML 1.1 readers never turn "no" or "on" into booleans.
 #include <sstream>
 
+#include "model/text.h"
 #include "planner/configs/export_formats.h"
 
 namespace shardtune::configs::internal {
@@ -320,7 +321,16 @@ ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
   std::string expert = p.wrap.expert_units ? HfExpertClass(ctx.layer_class) : "";
   if (!expert.empty()) y << "      apply_expert_patch: true\n";
   y << "      wrap_policy:\n";
-  y << "        transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
+  if (p.wrap.sub_block_units && model::EndsWith(ctx.layer_class, "DecoderLayer")) {
+    // import_roll.cc SubBlockClasses: <prefix>Attention and the MoE block or MLP class.
+    const std::string prefix =
+        ctx.layer_class.substr(0, ctx.layer_class.size() - std::string("DecoderLayer").size());
+    const bool moe = !HfExpertClass(ctx.layer_class).empty();
+    y << "        transformer_layer_cls_to_wrap: [" << Quote(prefix + "Attention") << ", "
+      << Quote(prefix + (moe ? "SparseMoeBlock" : "MLP")) << "]\n";
+  } else {
+    y << "        transformer_layer_cls_to_wrap: [" << Quote(ctx.layer_class) << "]\n";
+  }
   y << "        wrap_embeddings: " << YamlBool(p.wrap.embedding_unit) << "\n";
   y << "        wrap_lm_output: " << YamlBool(p.wrap.head_unit) << "\n";
   if (!expert.empty()) y << "        moe_experts: [" << Quote(expert) << "]\n";

@@ -239,6 +239,41 @@ std::string PickWorker(const Json& doc, const std::string& file, const ImportCon
                                  : "several: " + list));
 }
 
+// ROLL's MoE examples wrap the attention and the sparse MoE block of each layer
+// (transformer_layer_cls_to_wrap: [Qwen3MoeAttention, Qwen3MoeSparseMoeBlock]); apply_fsdp2
+// (roll/utils/fsdp_utils.py) wraps every module of a listed class that is no parent of another
+// selected one, so the decoder layer's own class beside them changes nothing. True for that list
+// (the classes named after the block class: <prefix>Attention with <prefix>SparseMoeBlock or
+// <prefix>MLP); a list with only one of the two is an error (half of each block in the root is
+// not modelled); false for any other list, which CheckLayerClasses judges.
+bool SubBlockClasses(const ConfigReader& wp, const std::string& key,
+                     const std::vector<std::string>& classes, const ImportContext& ctx) {
+  const std::string suffix = "DecoderLayer";
+  const std::string& layer = ctx.layer_class;
+  if (layer.size() <= suffix.size() ||
+      layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string prefix = layer.substr(0, layer.size() - suffix.size());
+  bool attention = false, mlp = false;
+  for (const auto& c : classes) {
+    if (c == prefix + "Attention") {
+      attention = true;
+    } else if (c == prefix + "SparseMoeBlock" || c == prefix + "MLP") {
+      mlp = true;
+    } else if (c != layer) {
+      return false;
+    }
+  }
+  if (attention != mlp) {
+    wp.Fail(key, "the block class \"" + layer + "\", or " + prefix + "Attention together with " +
+                     prefix + "SparseMoeBlock / " + prefix +
+                     "MLP (one of them alone leaves half of each block to the root, which "
+                     "shardtune does not model)");
+  }
+  return attention && mlp;
+}
+
 void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* out,
               model::Plan* plan) {
   model::WrapPolicy w;  // ROLL wraps every block class (transformer_layer_cls_to_wrap)
@@ -246,7 +281,8 @@ void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* ou
   if (auto wp = sc.Section("wrap_policy")) {
     wp->CheckKeys(WrapPolicyKeys());
     if (auto cls = wp->Names("transformer_layer_cls_to_wrap")) {
-      CheckLayerClasses(*wp, "transformer_layer_cls_to_wrap", *cls, ctx);
+      w.sub_block_units = SubBlockClasses(*wp, "transformer_layer_cls_to_wrap", *cls, ctx);
+      if (!w.sub_block_units) CheckLayerClasses(*wp, "transformer_layer_cls_to_wrap", *cls, ctx);
     }
     wrap_embeddings = wp->Bool("wrap_embeddings").value_or(false);
     w.head_unit = wp->Bool("wrap_lm_output").value_or(false);

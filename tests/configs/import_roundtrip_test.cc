@@ -158,6 +158,11 @@ TEST(ImportRoundTripTest, Roll) {
   d.master_dtype = DType::kFp16;
   d.param_dtype = DType::kFp16;
   cases.push_back({"moe experts fp16", "mixtral-8x7b", "8xH100", d});
+  Plan sub = Sharded(ShardingStrategy::kFullShard);
+  sub.seq_len = 2048;
+  sub.wrap.embedding_unit = true;
+  sub.wrap.sub_block_units = true;  // [Qwen3MoeAttention, Qwen3MoeSparseMoeBlock]
+  cases.push_back({"moe sub-block units", "qwen3-30b-a3b", "8xH100", sub});
   Plan e = Sharded(ShardingStrategy::kFullShard);
   e.seq_len = 512;
   e.wrap.embedding_unit = false;  // GPT-2 ties wte and the head: no separate embedding unit

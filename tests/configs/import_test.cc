@@ -297,6 +297,28 @@ TEST(ImportRollTest, ExampleFileReferenceWorker) {
   EXPECT_EQ(r.worker, "reference");
 }
 
+// ROLL's MoE examples list the attention and MLP classes (qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml:
+// [Qwen3MoeAttention, Qwen3MoeSparseMoeBlock]); for Llama the pair is LlamaAttention and LlamaMLP,
+// with or without the decoder class beside them (apply_fsdp2 never wraps a parent of a selected
+// module). One of the two alone is an error naming both.
+TEST(ImportRollTest, AttentionAndMlpClassesAreSubBlockUnits) {
+  auto roll = [](const std::string& classes) {
+    return FromText("sequence_length: 1024\nsft_train:\n  strategy_args:\n"
+                    "    strategy_name: fsdp2_train\n    strategy_config:\n      wrap_policy:\n"
+                    "        transformer_layer_cls_to_wrap: " + classes + "\n"
+                    "  device_mapping: [0, 1, 2, 3, 4, 5, 6, 7]\n",
+                    LlamaOn8());
+  };
+  EXPECT_TRUE(roll("[LlamaAttention, LlamaMLP]").wrap.sub_block_units);
+  EXPECT_TRUE(roll("[LlamaDecoderLayer, LlamaMLP, LlamaAttention]").wrap.sub_block_units);
+  EXPECT_FALSE(roll("[LlamaDecoderLayer]").wrap.sub_block_units);
+  EXPECT_THAT([&] { roll("[LlamaAttention]"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("transformer_layer_cls_to_wrap"),
+                                              HasSubstr("LlamaAttention together with"))));
+  EXPECT_THAT([&] { roll("[LlamaAttention, MixtralSparseMoeBlock]"); },
+              ThrowsMessage<InputError>(HasSubstr("expected the model's block class")));
+}
+
 TEST(ImportRollTest, LoraDropoutIsReadAndChecked) {
   const std::string head = "sequence_length: 1024\nsft_train:\n  model_args:\n    lora_target: q_proj\n";
   const std::string tail = "  strategy_args:\n    strategy_name: fsdp2_train\n"

@@ -49,6 +49,38 @@ TEST(ModuleTreeTest, BlockPolicyMakesOneUnitPerBlockPlusRoot) {
   EXPECT_EQ(units[1].first_segment, BlockSegment(0));
 }
 
+// ROLL's attention and MoE-block classes (WrapPolicy::sub_block_units): two units per block, the
+// attention's q/k/v/o and q/k norms (Qwen3MoeAttention: H x (a + 2 kv) d + a d x H + 2 d) and
+// the sparse block's router and experts (H x E + E x 3 x H x F_e); the block's two norms (2H
+// each) stay in the root with the embedding, final norm and head.
+TEST(ModuleTreeTest, SubBlockUnitsSplitEachBlockInTwoAndLeaveItsNormsToTheRoot) {
+  ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+  WrapPolicy w;
+  w.sub_block_units = true;
+  auto units = BuildFsdpUnits(s, w);
+  const int64_t h = s.hidden, d = 128, a = s.num_heads, kv = s.num_kv_heads;
+  const int64_t e = s.moe.num_experts, fe = s.moe.expert_ffn_hidden, v = s.vocab_size;
+  ASSERT_EQ(units.size(), static_cast<size_t>(2 * s.num_layers + 1));
+  EXPECT_TRUE(units.front().is_root);
+  EXPECT_EQ(units.front().NumParams(), 2 * v * h + h + 2 * h * s.num_layers);
+  EXPECT_EQ(units[1].name, "model.layers.0.self_attn");
+  EXPECT_EQ(units[1].NumParams(), h * (a + 2 * kv) * d + a * d * h + 2 * d);
+  EXPECT_EQ(units[2].name, "model.layers.0.block_sparse_moe");
+  EXPECT_EQ(units[2].NumParams(), h * e + e * 3 * h * fe);
+  EXPECT_EQ(units[1].first_segment, BlockSegment(0));
+  EXPECT_EQ(units[2].first_segment, BlockSegment(0));
+  int64_t total = 0;
+  for (const auto& u : units) total += u.NumParams();
+  EXPECT_EQ(total, ParameterCount(s));
+  // Only block wraps split.
+  Plan p;
+  p.wrap.sub_block_units = true;
+  EXPECT_TRUE(p.Problems("plan", 8, 8, s.num_layers, s.max_seq_len).empty());
+  p.wrap.kind = WrapPolicy::Kind::kEveryK;
+  p.wrap.every_k = 2;
+  EXPECT_EQ(p.Problems("plan", 8, 8, s.num_layers, s.max_seq_len).size(), 1u);
+}
+
 TEST(ModuleTreeTest, EveryKGroupsConsecutiveBlocks) {
   ModelSpec s = FindModelPreset("llama2-7b");  // 32 blocks
   WrapPolicy w;
