@@ -33,19 +33,15 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
   if (!plan.Trains()) {
     p.push_back(o.plan_name + ":/role: expected train (the executor trains), got infer");
   }
-  if (plan.loss_kernel == model::LossKernel::kVerlFlashCe) {
-    // verl's log-prob head needs flash-attn's in-place cross-entropy kernel; estimate, simulate
-    // and tune model it (model/activations.cc VerlFlashCeHead).
+  if (model::IsVerlLogProbHead(plan.loss_kernel)) {
+    // verl's log-prob heads need flash-attn's in-place cross-entropy kernel; estimate, simulate
+    // and tune model them (model/activations.cc VerlFlashCeHead, VerlPaddedCeHead).
+    const bool padded = plan.loss_kernel == model::LossKernel::kVerlPaddedCe;
     p.push_back(o.plan_name +
-                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got "
-                "verl_flash_ce (verl's log-prob head is estimated, not run: add --loss-kernel "
-                "cross_entropy to train the plan with the executor's head)");
-  }
-  if (plan.loss_kernel == model::LossKernel::kVerlPaddedCe) {
-    p.push_back(o.plan_name +
-                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got "
-                "verl_padded_ce (verl's padded log-prob head is estimated, not run: add "
-                "--loss-kernel cross_entropy to train the plan with the executor's head)");
+                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got " +
+                model::ToString(plan.loss_kernel) + " (verl's " + (padded ? "padded " : "") +
+                "log-prob head is estimated, not run: add --loss-kernel cross_entropy to train "
+                "the plan with the executor's head)");
   }
   if (plan.wrap.sub_block_units) {
     p.push_back(o.plan_name +

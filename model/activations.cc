@@ -676,6 +676,13 @@ int SoftcapLogits(Ctx& c, int logits) {
   return capped;
 }
 
+// The LM head's logits [T, V] in the compute dtype, soft-capped where the model caps them. A tied
+// head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
+int HeadLogits(Ctx& c, int normed) {
+  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  return SoftcapLogits(c, Linear(c, normed, static_cast<double>(c.spec.vocab_size), "lm_head", weight));
+}
+
 // The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
 // LigerFusedLinearCrossEntropyFunction, shardtune's executor/fused_loss.cc): one autograd node
 // whose forward runs, chunk by chunk, logits = x W^T, the fp32 softmax, the logits' gradient and
@@ -738,8 +745,7 @@ ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
 ActivationLedger VerlFlashCeHead(Ctx& c, int x, int normed) {
   const double v = static_cast<double>(c.spec.vocab_size);
   const double logits_bytes = c.e * v;
-  int logits = SoftcapLogits(
-      c, Linear(c, normed, v, "lm_head", c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head"));
+  int logits = HeadLogits(c, normed);
   // The division writes the same storage: a tensor of no bytes of its own stands for the divided
   // view. Its backward is CopySlices': the ledger adds the base's gradient (CopySlices' result)
   // and, as workspace, the other three [T, V] tensors named above.
@@ -774,8 +780,7 @@ ActivationLedger VerlFlashCeHead(Ctx& c, int x, int normed) {
 ActivationLedger VerlPaddedCeHead(Ctx& c, int x, int normed) {
   const double v = static_cast<double>(c.spec.vocab_size);
   const double lb = c.e * v, f = c.opt.response_fraction;
-  int logits = SoftcapLogits(
-      c, Linear(c, normed, v, "lm_head", c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head"));
+  int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   // In place: the same storage, a tensor of no bytes of its own; its backward's output (grad /
   // temperature, L) is the workspace beside the incoming gradient.
@@ -823,10 +828,7 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   if (opt.loss_kernel == LossKernel::kFusedLinear) return FusedLinearHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFlashCe) return VerlFlashCeHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlPaddedCe) return VerlPaddedCeHead(c, x, normed);
-  // A tied LM head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
-  int logits =
-      Linear(c, normed, v, "lm_head", spec.tied_embeddings ? "model.embed_tokens" : "lm_head");
-  logits = SoftcapLogits(c, logits);
+  int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);
   int l32 = logits;

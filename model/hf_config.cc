@@ -410,6 +410,17 @@ int FullAttentionEvery(HfReader* h, int layers, int def) {
   return every;
 }
 
+// Gemma's MLP activation (hidden_activation, every generation): absent or null is
+// gelu_pytorch_tanh, the GeGLU shardtune models; anything else is refused.
+void CheckGemmaActivation(HfReader* h) {
+  if (!h->Has("hidden_activation")) return;
+  const nlohmann::json& v = h->Value("hidden_activation");
+  if (!v.is_null() && v != "gelu_pytorch_tanh") {
+    throw InputError(h->Where("hidden_activation") +
+                     ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
+  }
+}
+
 // Gemma2ForCausalLM (modeling_gemma2.py), Gemma3ForCausalLM and the text backbone of
 // Gemma3ForConditionalGeneration (modeling_gemma3.py): Llama's projections with sandwich norms
 // (input, post-attention, pre- and post-feedforward), RMSNorm as (x_hat * (1 + w)) in fp32, a
@@ -446,13 +457,7 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   if (g3) s->rope_local_theta = h->OptNumber("rope_local_base_freq", 10000.0, 1e12);
   h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
   s->norm_eps = h->OptNumber("rms_norm_eps", 1e-6, 0.5);
-  if (h->Has("hidden_activation")) {
-    const nlohmann::json& v = h->Value("hidden_activation");
-    if (!v.is_null() && v != "gelu_pytorch_tanh") {
-      throw InputError(h->Where("hidden_activation") +
-                       ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
-    }
-  }
+  CheckGemmaActivation(h);
   h->RequireZero("attention_dropout", kDropoutWhy);
 }
 
@@ -484,13 +489,7 @@ void ReadGemma1(HfReader* h, ModelSpec* s) {
   h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
   h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);
   s->norm_eps = h->OptNumber("rms_norm_eps", 1e-6, 0.5);
-  if (h->Has("hidden_activation")) {
-    const nlohmann::json& v = h->Value("hidden_activation");
-    if (!v.is_null() && v != "gelu_pytorch_tanh") {
-      throw InputError(h->Where("hidden_activation") +
-                       ": expected \"gelu_pytorch_tanh\" (Gemma's GeGLU), got " + Describe(v));
-    }
-  }
+  CheckGemmaActivation(h);
   // GemmaAttention: is_causal = not use_bidirectional_attention (EmbeddingGemma's setting).
   if (h->OptBool("use_bidirectional_attention", false)) {
     throw InputError(h->Where("use_bidirectional_attention") +

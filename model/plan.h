@@ -54,6 +54,10 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 response slice [B, response_len, V] copied by reshape, flash-attn's in-place
 //                 cross-entropy on the copy. model/activations.cc VerlPaddedCeHead.
 enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe };
+// verl's own log-prob heads (either branch of dp_actor.py _forward_micro_batch).
+inline bool IsVerlLogProbHead(LossKernel k) {
+  return k == LossKernel::kVerlFlashCe || k == LossKernel::kVerlPaddedCe;
+}
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
 // Which ranks FSDP shards over when Ulysses context parallelism is on (plan.cp > 1).

@@ -55,6 +55,38 @@ ModelSpec Rope(ModelSpec s, double theta, double eps) {
   return s;
 }
 
+// Gemma's layout in every generation (modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py):
+// RMSNorm with (1 + w) in fp32, the GeGLU MLP, embeddings x sqrt(H), a tied head, rms_norm_eps
+// 1e-6, rope_theta 10000 (Gemma 3 changes it). `placement`: Gemma 1's pre-norm, or Gemma 2 and
+// 3's sandwich norms.
+ModelSpec GemmaShape(int layers, int64_t hidden, int heads, int kv, int64_t head_dim, int64_t ffn,
+                     int64_t vocab, int64_t positions, NormPlacement placement) {
+  ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions), 10000.0,
+                     1e-6);
+  s.head_dim = head_dim;
+  s.tied_embeddings = true;
+  s.norm_placement = placement;
+  s.norm_weight_fp32 = s.norm_unit_offset = true;
+  s.gelu_gate = true;
+  s.scaled_embedding = true;
+  return s;
+}
+
+// Gemma 2 (Gemma2ForCausalLM): heads of 256, vocabulary 256,000, 8,192 positions, final and
+// attention logit soft-capping (final_logit_softcapping 30, attn_logit_softcapping 50: eager
+// attention only), attention scaled by query_pre_attn_scalar 256, 4,096-token sliding windows on
+// alternate layers.
+ModelSpec Gemma2Shape(int layers, int64_t hidden, int heads, int kv, int64_t ffn) {
+  ModelSpec s = GemmaShape(layers, hidden, heads, kv, 256, ffn, 256000, 8192,
+                           NormPlacement::kSandwich);
+  s.final_logit_softcap = 30.0;
+  s.attn_logit_softcap = 50.0;
+  s.query_pre_attn_scalar = 256;
+  s.sliding_window = 4096;
+  s.full_attention_every = 2;
+  return s;
+}
+
 // Llama 3.1 and 3.2's config.json rope_scaling: {"rope_type": "llama3", "factor": 8.0 (3.1) or
 // 32.0 (3.2), "low_freq_factor": 1.0, "high_freq_factor": 4.0,
 // "original_max_position_embeddings": 8192}, with rope_theta 500000 and rms_norm_eps 1e-5.
@@ -276,32 +308,11 @@ void Add2026(std::vector<PresetInfo>* p) {
                       HfConfig("allenai/OLMo-2-1124-7B") + olmo_count));
   p->push_back(Preset("olmo2-13b", olmo2(40, 5120, 40, 13824), 13'716'198'400,
                       HfConfig("allenai/OLMo-2-1124-13B") + olmo_count));
-  // Gemma: sandwich norms with (1 + w) in fp32, GeGLU, embeddings x sqrt(H), tied head, sliding
-  // and full layers, attention scaled by query_pre_attn_scalar.
-  auto gemma = [](int layers, int64_t hidden, int heads, int kv, int64_t head_dim, int64_t ffn,
-                  int64_t vocab, int64_t positions) {
-    ModelSpec s = WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions);
-    s.head_dim = head_dim;
-    s.norm_eps = 1e-6;
-    s.tied_embeddings = true;
-    s.norm_placement = NormPlacement::kSandwich;
-    s.norm_weight_fp32 = s.norm_unit_offset = true;
-    s.gelu_gate = true;
-    s.scaled_embedding = true;
-    return s;
-  };
-  ModelSpec g2 = gemma(42, 3584, 16, 8, 256, 14336, 256000, 8192);
-  g2.rope_theta = 10000.0;
-  g2.final_logit_softcap = 30.0;  // final_logit_softcapping
-  g2.attn_logit_softcap = 50.0;   // attn_logit_softcapping (eager attention only)
-  g2.query_pre_attn_scalar = 256;
-  g2.sliding_window = 4096;
-  g2.full_attention_every = 2;
-  p->push_back(Preset("gemma2-9b", g2, 9'241'705'984,
+  p->push_back(Preset("gemma2-9b", Gemma2Shape(42, 3584, 16, 8, 14336), 9'241'705'984,
                       HfConfig("google/gemma-2-9b") + "; count: HF num_parameters()"));
   // Gemma 3 27B's text_config (Gemma3ForConditionalGeneration; the vision tower is not
   // modelled): what it lists plus Gemma3TextConfig's defaults.
-  ModelSpec g3 = gemma(62, 5376, 32, 16, 128, 21504, 262208, 131072);
+  ModelSpec g3 = GemmaShape(62, 5376, 32, 16, 128, 21504, 262208, 131072, NormPlacement::kSandwich);
   g3.qk_norm = true;
   g3.rope_theta = 1e6;
   g3.rope_scaling.type = "linear";
@@ -480,13 +491,7 @@ void AddRecipeModels(std::vector<PresetInfo>* p) {
   // 8,192 positions; the 2B is multi-query (one kv head). The 1.1 releases (instruction-tuned
   // only) have the same shapes. Counts: keras-hub's gemma_presets.py.
   auto gemma1 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn) {
-    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), 256000, 8192), 1e4, 1e-6);
-    s.head_dim = 256;
-    s.tied_embeddings = true;
-    s.norm_weight_fp32 = s.norm_unit_offset = true;
-    s.gelu_gate = true;
-    s.scaled_embedding = true;
-    return s;
+    return GemmaShape(layers, hidden, heads, kv, 256, ffn, 256000, 8192, NormPlacement::kPre);
   };
   const std::string gemma_count = "; count: HF num_parameters() (keras-hub gemma_presets.py)";
   p->push_back(Preset("gemma-2b", gemma1(18, 2048, 8, 1, 16384), 2'506'172'416,
@@ -499,21 +504,7 @@ void AddRecipeModels(std::vector<PresetInfo>* p) {
                       HfConfig("google/gemma-1.1-7b-it") + gemma_count));
   // Gemma 2 2B (verl's PPO example run_gemma.sh trains gemma-2-2b-it): gemma2-9b's layout, 26
   // layers of 2304 with 8 heads / 4 kv heads of 256, GeGLU 9216, alternating 4096-token windows.
-  ModelSpec g2 = WithVocab(Shape(26, 2304, 8, 4, 9216), 256000, 8192);
-  g2.head_dim = 256;
-  g2.norm_eps = 1e-6;
-  g2.rope_theta = 10000.0;
-  g2.tied_embeddings = true;
-  g2.norm_placement = NormPlacement::kSandwich;
-  g2.norm_weight_fp32 = g2.norm_unit_offset = true;
-  g2.gelu_gate = true;
-  g2.scaled_embedding = true;
-  g2.final_logit_softcap = 30.0;
-  g2.attn_logit_softcap = 50.0;
-  g2.query_pre_attn_scalar = 256;
-  g2.sliding_window = 4096;
-  g2.full_attention_every = 2;
-  p->push_back(Preset("gemma2-2b", g2, 2'614'341'888,
+  p->push_back(Preset("gemma2-2b", Gemma2Shape(26, 2304, 8, 4, 9216), 2'614'341'888,
                       HfConfig("google/gemma-2-2b") + gemma_count));
   // Seed-OSS-36B (SeedOssForCausalLM, modeling_seed_oss.py; verl's GRPO and SFT examples): Llama's
   // layout with attention_bias true on q/k/v, attention_out_bias false on o_proj, mlp_bias false,

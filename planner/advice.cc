@@ -60,10 +60,10 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     }
   }
   Bytes loss = At(r, "logits and loss");
+  Bytes working = At(r, "activation working set (temporaries, gradients)");
   bool loss_peak = r.peak_phase.find("loss") != std::string::npos;
   if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlFlashCe) {
     // model/activations.cc VerlFlashCeHead: CopySlices' backward of the in-place division.
-    Bytes working = At(r, "activation working set (temporaries, gradients)");
     out.push_back(
         "The peak is in the log-prob head's backward: verl divides the logits by the temperature "
         "in place through a view, so autograd's CopySlices holds four [tokens, vocabulary] " +
@@ -75,7 +75,6 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         "use_fused_kernels never materialises the logits (not modelled yet).");
   } else if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlPaddedCe) {
     // model/activations.cc VerlPaddedCeHead: the padded lm_head output and its backward.
-    Bytes working = At(r, "activation working set (temporaries, gradients)");
     out.push_back(
         "The peak is in the log-prob head's backward: without use_remove_padding verl computes "
         "the logits of every padded position (micro-batch x (prompt + response)) and their "
@@ -85,7 +84,6 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         "use_remove_padding: true computes them for the real tokens only; fewer sequences per "
         "micro-batch (ppo_micro_batch_size_per_gpu) also shrinks them.");
   } else if (loss_peak) {
-    Bytes working = At(r, "activation working set (temporaries, gradients)");
     std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
                     GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";
     if (fused.evaluated && fused.peak_allocated < r.peak_allocated) {
@@ -105,7 +103,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   Bytes acts = At(r, "activations saved for backward");
   // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying
   // when activations or the loss path make up most of a peak that does not fit.
-  Bytes per_token = acts + loss + At(r, "activation working set (temporaries, gradients)");
+  Bytes per_token = acts + loss + working;
   if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2) {
     out.push_back(
         "Activations and the loss path are " + GiBText(per_token) + " of the " +

@@ -63,8 +63,7 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     " = data.max_prompt_length + data.max_response_length; the split is yours, "
                     "the sum decides memory");
   }
-  if (!sft && p.loss_kernel != model::LossKernel::kVerlFlashCe &&
-      p.loss_kernel != model::LossKernel::kVerlPaddedCe) {
+  if (!sft && !model::IsVerlLogProbHead(p.loss_kernel)) {
     notes.push_back("loss_kernel " + std::string(model::ToString(p.loss_kernel)) +
                     ": verl's workers compute log-probs their own way (packed logits, flash-attn "
                     "cross-entropy: loss_kernel verl_flash_ce)");
@@ -214,10 +213,7 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
 ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   Layout l = ResolveLayout(p, ctx);
   bool train = p.role == model::Role::kTrain;
-  if (train && p.loss_kernel != model::LossKernel::kVerlFlashCe &&
-      p.loss_kernel != model::LossKernel::kVerlPaddedCe) {
-    return ExportVerlSft(p, ctx, l);
-  }
+  if (train && !model::IsVerlLogProbHead(p.loss_kernel)) return ExportVerlSft(p, ctx, l);
   ExportResult r;
   r.notes = VerlNotes(p, ctx, l, false);
   // A packed plan is verl's token budget (import_verl.cc): rows of seq_len tokens over the cp

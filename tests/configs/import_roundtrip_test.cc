@@ -179,6 +179,17 @@ Plan VerlLogProbs(Plan p) {
   return p;
 }
 
+// The ref worker of an actor's plan: inference, one micro-batch per step, no checkpointing,
+// bf16 parameters offloaded (verl forces CPU offload for non-actor roles).
+Plan RefOf(Plan actor) {
+  actor.role = model::Role::kInfer;
+  actor.checkpointing = model::Checkpointing::kNone;
+  actor.grad_accum = 1;
+  actor.master_dtype = DType::kBf16;
+  actor.offload = model::Offload::kAll;
+  return actor;
+}
+
 TEST(ImportRoundTripTest, Verl) {
   std::vector<Case> cases;
   Plan a = Sharded(ShardingStrategy::kFullShard);
@@ -219,13 +230,7 @@ TEST(ImportRoundTripTest, Verl) {
   d.grad_accum = 8;
   d.checkpointing = model::Checkpointing::kFull;
   cases.push_back({"actor token budget", "llama3-8b", "8xH100", d});
-  Plan e = d;
-  e.role = model::Role::kInfer;
-  e.checkpointing = model::Checkpointing::kNone;
-  e.grad_accum = 1;
-  e.master_dtype = DType::kBf16;
-  e.offload = model::Offload::kAll;
-  cases.push_back({"ref token budget", "llama3-8b", "8xH100", e});
+  cases.push_back({"ref token budget", "llama3-8b", "8xH100", RefOf(d)});
   // The padded log-prob branch (use_remove_padding false): its response part is the exported
   // max_response_length, and the flash attention padding mask comes back with it.
   Plan f = VerlLogProbs(Sharded(ShardingStrategy::kFullShard));
@@ -237,13 +242,7 @@ TEST(ImportRoundTripTest, Verl) {
   f.padding_mask = true;
   f.checkpointing = model::Checkpointing::kFull;
   cases.push_back({"actor padded", "llama3-8b", "8xH100", f});
-  Plan g = f;
-  g.role = model::Role::kInfer;
-  g.checkpointing = model::Checkpointing::kNone;
-  g.grad_accum = 1;
-  g.master_dtype = DType::kBf16;
-  g.offload = model::Offload::kAll;
-  cases.push_back({"ref padded", "llama3-8b", "8xH100", g});
+  cases.push_back({"ref padded", "llama3-8b", "8xH100", RefOf(f)});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
 }
 

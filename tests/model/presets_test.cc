@@ -161,14 +161,16 @@ TEST(PresetsTest, ResolveModelArgTakesPresetSpecFileOrHfConfig) {
               ThrowsMessage<InputError>(HasSubstr("did you mean \"gpt2\"")));
 }
 
+// The preset a Hugging Face name finds ("none" when none), and how it was found.
+std::string preset(const std::string& name) {
+  std::optional<PresetMatch> m = FindPresetByHfName(name);
+  return m ? m->preset : std::string("none");
+}
+std::string how(const std::string& name) { return FindPresetByHfName(name)->how; }
+
 // Trainer configs name models as Hugging Face ids or local directories (verl's model.path, ROLL's
 // pretrain). The ids are the presets' own sources (https://huggingface.co/<id>/blob/main/...).
 TEST(PresetsTest, HuggingFaceNamesFindTheirPreset) {
-  auto preset = [](const std::string& name) {
-    std::optional<PresetMatch> m = FindPresetByHfName(name);
-    return m ? m->preset : std::string("none");
-  };
-  auto how = [](const std::string& name) { return FindPresetByHfName(name)->how; };
   EXPECT_EQ(preset("Qwen/Qwen3-8B"), "qwen3-8b");
   EXPECT_EQ(how("Qwen/Qwen3-8B"), "");
   EXPECT_EQ(preset("qwen/qwen3-8b"), "qwen3-8b");  // the hub is case-insensitive
@@ -199,11 +201,6 @@ TEST(PresetsTest, HuggingFaceNamesFindTheirPreset) {
 // them: hub ids, ~/ directories named as the repository, hub-cache snapshots, base and
 // post-trained variants.
 TEST(PresetsTest, RecipeModelNamesFindTheirPreset) {
-  auto preset = [](const std::string& name) {
-    std::optional<PresetMatch> m = FindPresetByHfName(name);
-    return m ? m->preset : std::string("none");
-  };
-  auto how = [](const std::string& name) { return FindPresetByHfName(name)->how; };
   EXPECT_EQ(preset("Qwen/Qwen2.5-Math-7B"), "qwen2.5-math-7b");
   EXPECT_EQ(how("Qwen/Qwen2.5-Math-7B"), "");
   EXPECT_EQ(preset("~/verl/models/Qwen2.5-Math-7B"), "qwen2.5-math-7b");
