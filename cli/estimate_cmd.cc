@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/format.h"
+#include "model/activations.h"
 #include "model/errors.h"
 #include "model/packing.h"
 #include "model/text.h"
@@ -82,6 +83,13 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
       << (p.entropy_from_logits ? ", the entropy reading the logits" : "") << ")";
   } else if (p.loss_kernel == model::LossKernel::kFusedLinear) {
     o << ", loss: fused linear cross-entropy (chunked)";
+  } else if (p.loss_kernel == model::LossKernel::kVerlFusedTorch) {
+    o << ", loss: verl's fused log-prob kernel (torch backend: 512-token chunks of fp32 logits, "
+         "recomputed in backward"
+      << (p.entropy_from_logits ? ", with the entropy's gradient" : "") << ")";
+  } else if (p.loss_kernel == model::LossKernel::kVerlFusedTriton) {
+    o << ", loss: verl's fused log-prob kernel (Triton backend: no logits tensor, d logits [tokens, "
+      << model::kVerlTritonBackwardSplit << "] per vocabulary split in backward)";
   }
   if (p.attention == model::Attention::kSdpa && p.sdpa_backend != model::SdpaBackend::kAuto) {
     o << " (" << model::ToString(p.sdpa_backend) << ")";
@@ -129,7 +137,7 @@ int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
     throw InputError(where + ": expected mean:N with N a whole number of tokens >= 1, got \"" +
                      model::EscapeControls(text) + "\"");
   }
-  if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) {
+  if (plan.packed_seq_len <= 0 && !plan.VerlPacksTokens()) {
     throw InputError(where + ": expected a plan with packed micro-batches (a verl config, or "
                              "--max-tokens-per-micro-batch), got padded ones, whose size the "
                              "lengths do not change");

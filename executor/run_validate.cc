@@ -34,12 +34,14 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
     p.push_back(o.plan_name + ":/role: expected train (the executor trains), got infer");
   }
   if (model::IsVerlLogProbHead(plan.loss_kernel)) {
-    // verl's log-prob heads need flash-attn's in-place cross-entropy kernel; estimate, simulate
-    // and tune model them (model/activations.cc VerlFlashCeHead, VerlPaddedCeHead).
+    // verl's log-prob heads need flash-attn's in-place cross-entropy kernel or verl's fused
+    // kernels; estimate, simulate and tune model them (model/activations.cc VerlFlashCeHead,
+    // VerlPaddedCeHead, VerlFusedTorchHead, VerlFusedTritonHead).
     const bool padded = plan.loss_kernel == model::LossKernel::kVerlPaddedCe;
+    const bool fused = model::IsVerlFusedHead(plan.loss_kernel);
     p.push_back(o.plan_name +
                 ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got " +
-                model::ToString(plan.loss_kernel) + " (verl's " + (padded ? "padded " : "") +
+                model::ToString(plan.loss_kernel) + " (verl's " + (padded ? "padded " : fused ? "fused " : "") +
                 "log-prob head is estimated, not run: add --loss-kernel cross_entropy to train "
                 "the plan with the executor's head)");
   }

@@ -13,6 +13,7 @@
 
 #include "model/activation_recipes.h"
 #include "model/autograd_ledger.h"
+#include "model/errors.h"
 #include "model/text.h"
 
 namespace shardtune::model {
@@ -492,6 +493,8 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
     }
     o.entropy_from_logits = plan.entropy_from_logits;
   }
+  // verl's torch fused head: the entropy's gradient adds its branch to each chunk's backward.
+  if (plan.loss_kernel == LossKernel::kVerlFusedTorch) o.entropy_from_logits = plan.entropy_from_logits;
   o.padding_mask = plan.padding_mask;
   return o;
 }
@@ -658,6 +661,12 @@ int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden) {
   return std::min(chunk, rows);
 }
 
+int64_t FusedChunkRows(const ActivationLedger::FusedLoss& fused, int64_t rows, int64_t vocab,
+                       int64_t hidden) {
+  if (fused.fixed_chunk_rows > 0) return rows <= 0 ? 0 : std::min(fused.fixed_chunk_rows, rows);
+  return FusedLinearChunkRows(rows, vocab, hidden);
+}
+
 namespace {
 
 // Gemma2ForCausalLM's final soft-capping inside the model's forward: logits = logits / cap;
@@ -803,6 +812,115 @@ ActivationLedger VerlPaddedCeHead(Ctx& c, int x, int normed) {
   return c.g.Run(x, out, c.t.input_requires_grad);
 }
 
+// verl's fused log-prob head, torch backend (LossKernel::kVerlFusedTorch), from volcengine/verl@
+// b178a3c verl/models/transformers/dense_common.py forward_with_torch_backend and verl/utils/
+// experimental/torch_functional.py FusedLinearForPPOFunction. The model returns log-probs and
+// entropy [T] (hidden_states.new_zeros: the compute dtype); the autograd node saves only its input
+// (the final norm's output, a view of it) and the head weight. Each 512-row chunk, under no grad
+// in forward (_fused_linear_for_ppo_fwd), holds at its most the fp32 logits, probs, log_probs
+// and one [c, V] fp32 temporary (logsumexp's (x - max).exp_(), then probs * logits): 16 bytes per
+// vocabulary entry per row; the GEMM's output and its division by the temperature (2e) and the
+// upcast beside the compute-dtype logits (e + 4) come before, smaller. Backward
+// (_fused_linear_for_ppo_bwd) allocates zeros_like(hidden_states) (the input's gradient) and,
+// when the weight trains, zeros_like(weight) (its gradient), then per chunk reruns the logits and
+// holds fp32 logits, probs, one_hot and dlogits (16) with one more temporary at (one_hot - probs)
+// x dlog and at 0 + that product: 20 per entry; the entropy's gradient (entropy_coeff != 0) adds
+// log_probs (4) and the temporaries of its formula, 28 at most; the cast of dlogits to the
+// compute dtype and its division by the temperature add 2e beside them. The weight's GEMM
+// (dlogits.t() @ hidden, computed whether or not the weight trains) then makes a [V, H] product
+// in the compute dtype while the fp32 logits, probs, one_hot (and log_probs) and the cast dlogits
+// (12 + 4 + e per entry) and the chunk's dhidden [c, H] are live; it is added into the
+// accumulator; the loop variables `h, v` keep the chunk's dhidden and product until the next
+// chunk's call returns, so from the second chunk on they sit under its transients (measured with
+// verl's own function: tests/bench/verl_fused_memory.py). Traffic per vocabulary entry (each op reads its inputs and writes its
+// output once): forward division 2e, upcast e + 4 (none in fp32), softmax 8, log_softmax 8,
+// logsumexp 24 (amax 4, subtract 8, exp_ 8, sum 4), probs * logits 12, sum 4; backward division
+// 2e, upcast, softmax 8, zeros_like 4, subtract 12, scale 8, 0 + x 8, cast back e + 4, division
+// 2e; the entropy's branch log_softmax 8, logsumexp 24, product 12, sum 4, add 8, two products
+// 12 + 8, in-place add 12 (88).
+ActivationLedger VerlFusedTorchHead(Ctx& c, int x, int normed) {
+  const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(c.spec.vocab_size);
+  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  const bool entropy_grad = c.opt.entropy_from_logits;
+  int out = c.g.Tensor("FusedLinearForPPO log_probs and entropy [T] (compute dtype)", 2 * c.e);
+  c.g.Op("FusedLinearForPPO (torch, 512-row chunks)", {normed}, out, {normed});
+  c.g.MarkComputeBound();
+  const bool trains = recipes::AnyTrains(c, weight);
+  c.g.SetParam(v * h, trains, true);
+  ActivationLedger led = c.g.Run(x, out, c.t.input_requires_grad);
+  const double upcast = c.e == kFp32 ? 0 : c.e + kFp32;
+  ActivationLedger::FusedLoss& f = led.fused_loss;
+  f.on = true;
+  f.gradients_in_forward = false;
+  f.fixed_chunk_rows = kVerlFusedChunkRows;
+  f.chunk_row_bytes = v * std::max({2 * c.e, upcast, 4 * kFp32});
+  f.chunk_traffic_per_token = v * (2 * c.e + upcast + 64);
+  led.elementwise_traffic_per_token += f.chunk_traffic_per_token;
+  f.live_per_token = led.saved_per_token + 2 * c.e;
+  const double kept = (entropy_grad ? 5 : 4) * kFp32;  // logits, probs, one_hot, dlogits (log_probs)
+  f.backward_chunk_row_bytes =
+      v * std::max({2 * c.e, upcast, (entropy_grad ? 7 : 5) * kFp32, kept + (c.e == kFp32 ? c.e : 2 * c.e)});
+  f.backward_dw_row_bytes = v * (kept - kFp32 + c.e) + c.e * h;
+  f.backward_dw_bytes = c.e * v * h;
+  f.backward_carry_bytes = c.e * v * h;      // the loop's `v` from the chunk before
+  f.backward_carry_row_bytes = c.e * h;      // and its `h`
+  f.backward_traffic_per_token = v * (4 * c.e + 2 * upcast + 40 + (entropy_grad ? 88 : 0));
+  SHARDTUNE_CHECK(led.backward_profile.size() >= 2) << "the fused head's node has no backward point";
+  f.backward_point = led.backward_profile[1];  // [0]: before any node; [1]: the fused node
+  return led;
+}
+
+// verl's fused log-prob head, Triton backend (LossKernel::kVerlFusedTriton), from volcengine/verl@
+// b178a3c verl/utils/kernel/linear_cross_entropy.py LinearCrossEntropy and kernels.py:
+// efficient_entropy_forward allocates log-probs and entropy [T] fp32 (returned), maximum and
+// accumulate_and_entropy_b [3T] fp32 (saved with the input and the weight), and the partials
+// _max, _accu, _entropy_b [T, ceil(V / 1024)] fp32, freed on return; the logits exist only in
+// the kernel's tiles. efficient_entropy_backward (BackwardEnum._Split_Dlogits_N, the default)
+// allocates d_hidden = empty_like(hidden) (the input's gradient) and d_weight = empty_like(weight)
+// (returned even when the weight is frozen, then dropped), and _d_logits [T, 9504] in the
+// compute dtype, refilled per vocabulary split; from the second split on d_hidden += matmul(...)
+// makes a [T, H] temporary, and when V is no multiple of 9504 the last split copies its columns
+// (.contiguous()). One tensor stands for the returned and the saved [T] fp32 vectors (20 bytes
+// per token; its gradient is counted at that size, 12 bytes per token over the two [T] ones).
+// Traffic: forward's epilogue reads the partials and writes the five vectors; backward writes
+// d_logits once per vocabulary entry and d_hidden's additions read and write [T, H] per split.
+ActivationLedger VerlFusedTritonHead(Ctx& c, int x, int normed) {
+  const int64_t vocab = c.spec.vocab_size;
+  const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(vocab);
+  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  const int64_t fwd_splits = (vocab + kVerlTritonForwardSplit - 1) / kVerlTritonForwardSplit;
+  const int64_t bwd_splits = (vocab + kVerlTritonBackwardSplit - 1) / kVerlTritonBackwardSplit;
+  const int64_t last = vocab - (bwd_splits - 1) * kVerlTritonBackwardSplit;
+  const double split_cols = static_cast<double>(std::min(vocab, kVerlTritonBackwardSplit));
+  const double partials = 3 * kFp32 * static_cast<double>(fwd_splits);
+  int out = c.g.Tensor("linear_cross_entropy log_probs, entropy, maximum, accumulate, entropy_b [T] fp32",
+                       5 * kFp32);
+  // Backward scratch beside d_hidden: _d_logits, and at once the last split's copy or the [T, H]
+  // product d_hidden += adds.
+  double bwd_ws = c.e * split_cols;
+  double extra = 0;
+  if (bwd_splits > 1) extra = c.e * h;
+  if (bwd_splits > 1 && last != kVerlTritonBackwardSplit) extra = std::max(extra, c.e * static_cast<double>(last));
+  bwd_ws += extra;
+  c.g.Op("linear_cross_entropy (Triton, efficient_entropy_forward)", {normed}, out, {normed, out}, bwd_ws);
+  c.g.MarkComputeBound();
+  c.g.SetForwardWorkspace(partials);
+  const bool trains = recipes::AnyTrains(c, weight);
+  c.g.SetParam(v * h, trains, true);
+  ActivationLedger led = c.g.Run(x, out, c.t.input_requires_grad);
+  ActivationLedger::FusedLoss& f = led.fused_loss;
+  f.on = true;
+  f.gradients_in_forward = false;
+  f.chunk_traffic_per_token = partials + 5 * kFp32;
+  led.elementwise_traffic_per_token += f.chunk_traffic_per_token;
+  f.live_per_token = led.saved_per_token;
+  f.backward_dw_bytes = trains ? 0 : c.e * v * h;  // a trained weight's is its gradient
+  f.backward_traffic_per_token = c.e * v + (bwd_splits > 1 ? 3 * c.e * h * static_cast<double>(bwd_splits - 1) : 0);
+  SHARDTUNE_CHECK(led.backward_profile.size() >= 2) << "the fused head's node has no backward point";
+  f.backward_point = led.backward_profile[1];
+  return led;
+}
+
 // A value head (ModelSpec::value_head; verl's critic, verl/workers/critic/dp_critic.py
 // _forward_micro_batch): score = Linear(H, 1) on the final norm's output (dropout p 0 returns its
 // input), values [T, 1] in the compute dtype, and the value loss over [B, response] tokens
@@ -828,6 +946,8 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   if (opt.loss_kernel == LossKernel::kFusedLinear) return FusedLinearHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFlashCe) return VerlFlashCeHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlPaddedCe) return VerlPaddedCeHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kVerlFusedTorch) return VerlFusedTorchHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kVerlFusedTriton) return VerlFusedTritonHead(c, x, normed);
   int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);

@@ -49,10 +49,17 @@ struct ActivationLedger {
   // not train (LoRA's and frozen layers' base weights) and each op whose inputs need no gradient;
   // ops no gradient reaches (a frozen prefix) launch none. 2 x forward_ops when everything trains.
   int backward_ops = 0;
-  // A head whose loss is the fused linear cross-entropy (LossKernel::kFusedLinear): what does not
-  // scale with the tokens, which the caller adds (all zero otherwise).
+  // A head whose loss is the fused linear cross-entropy (LossKernel::kFusedLinear) or one of verl's
+  // fused log-prob heads (kVerlFusedTorch, kVerlFusedTriton): what does not scale with the tokens,
+  // which the caller adds (all zero otherwise).
   struct FusedLoss {
     bool on = false;
+    // Liger's loss runs all three head GEMMs in forward and its backward only scales what forward
+    // saved; verl's heads run the logits GEMM in forward and all three in backward.
+    bool gradients_in_forward = true;
+    // Rows of one chunk: 0 for Liger's rule (FusedLinearChunkRows), else this many (verl's
+    // FusedLinearForPPO: 512); FusedChunkRows below applies either.
+    int64_t fixed_chunk_rows = 0;
     // The head weight's gradient [V, H] in the compute dtype: zeros_like(weight) at the start of
     // forward, accumulated chunk by chunk, kept to backward, where it becomes the weight's
     // gradient (0 when the head weight is frozen).
@@ -68,6 +75,23 @@ struct ActivationLedger {
     // Bytes per token live beyond the sub-graph's input while the chunks run: what was saved (the
     // final norm's tensors, the input gradient) and the norm's output the chunks read.
     double live_per_token = 0;
+    // Backward (verl's heads). Transient bytes per chunk row at their most; at a chunk's weight-
+    // gradient GEMM, the bytes per row still live and the [V, H] product itself (which exists
+    // whether or not the weight trains: verl's torch backend computes it unconditionally, its
+    // Triton backend returns an empty_like(weight) gradient either way); the chunk loop's memory-
+    // bound traffic per token; and the ledger's point for the head's node (bytes per token live
+    // then, the share of the head's parameter gradients made by then), which the transients join.
+    double backward_chunk_row_bytes = 0;
+    double backward_dw_row_bytes = 0;
+    double backward_dw_bytes = 0;
+    double backward_traffic_per_token = 0;
+    // What the backward's chunk loop carries from one chunk into the next: verl's torch backend
+    // binds each chunk's (dhidden [c, H], dW [V, H]) to loop variables (`h, v = ...`) that live
+    // until the next chunk's call returns, so from the second chunk on they sit under its
+    // transients (measured: tests/bench/verl_fused_memory.py).
+    double backward_carry_bytes = 0;
+    double backward_carry_row_bytes = 0;
+    BackwardPoint backward_point;
   } fused_loss;
 };
 
@@ -76,6 +100,19 @@ struct ActivationLedger {
 // next_power_of_2(cdiv(BT, inc_factor))), so a chunk's logits are about as large as the hidden
 // states [BT, H]; at most `rows`.
 int64_t FusedLinearChunkRows(int64_t rows, int64_t vocab, int64_t hidden);
+// Rows of one chunk of a fused head over `rows` tokens: its fixed chunk (verl's 512) or Liger's
+// rule; at most `rows`.
+int64_t FusedChunkRows(const ActivationLedger::FusedLoss& fused, int64_t rows, int64_t vocab,
+                       int64_t hidden);
+// verl's FusedLinearForPPO chunk (verl/utils/experimental/torch_functional.py: chunk_size=512, the
+// default forward_with_torch_backend constructs it with).
+inline constexpr int64_t kVerlFusedChunkRows = 512;
+// verl's Triton linear cross-entropy (verl/utils/kernel/kernels.py): the forward's vocabulary
+// split (vocab_per_split = 1024, one fp32 max / sum / entropy partial per split and token) and
+// the backward's d-logits split (BackwardEnum._Split_Dlogits_N, the default: vocab_per_split =
+// 9504).
+inline constexpr int64_t kVerlTritonForwardSplit = 1024;
+inline constexpr int64_t kVerlTritonBackwardSplit = 9504;
 
 // What one transformer block costs in activation memory.
 struct BlockActivations {

@@ -79,6 +79,11 @@ void AutogradLedger::MarkComputeBound() {
   ops_.back().compute_bound = true;
 }
 
+void AutogradLedger::SetForwardWorkspace(double bytes_per_token) {
+  SHARDTUNE_CHECK(!ops_.empty()) << "no op to give a forward workspace";
+  ops_.back().forward_workspace = bytes_per_token;
+}
+
 void AutogradLedger::SetParam(double elements, bool trains, bool requires_grad) {
   SHARDTUNE_CHECK(!ops_.empty()) << "no op to give parameters";
   SHARDTUNE_CHECK(requires_grad || !trains) << ops_.back().name;
@@ -156,7 +161,7 @@ double AutogradLedger::Forward(int input, int output, const Recorded& rec,
   double peak = live_bytes();
   for (size_t k = 0; k < ops_.size(); ++k) {
     live[static_cast<size_t>(ops_[k].output)] = true;
-    peak = std::max(peak, live_bytes());
+    peak = std::max(peak, live_bytes() + ops_[k].forward_workspace);
     auto release = [&](int t) {
       size_t st = Storage(t);
       if (last_use[st] == static_cast<int>(k) && !(*is_saved)[st] && !held_forward[st] &&

@@ -65,6 +65,10 @@ class AutogradLedger {
   // Marks the last recorded op as a matmul or attention kernel (compute-bound): its traffic is
   // not counted in elementwise_traffic_per_token.
   void MarkComputeBound();
+  // Gives the last recorded op scratch its forward kernel allocates and frees before returning
+  // (bytes per token, live beside its inputs and output at that moment): verl's Triton linear
+  // cross-entropy's per-split partials.
+  void SetForwardWorkspace(double bytes_per_token);
   // Gives the last recorded op `elements` parameter elements: its backward allocates their
   // gradient (a Linear's weight, a norm's scale) when `trains`. `requires_grad`: some parameter of
   // the op requires grad (its weight, or only its bias), so its output does.
@@ -93,6 +97,7 @@ class AutogradLedger {
     std::vector<SavedFor> saved;
     double backward_workspace;
     bool compute_bound = false;
+    double forward_workspace = 0;
     double param_elements = 0;
     bool param_trains = false, param_requires_grad = false;
     std::vector<int> more_outputs = {};  // a Views op's outputs after the first

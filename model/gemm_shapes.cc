@@ -80,4 +80,35 @@ std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward) {
   return all;
 }
 
+std::vector<GemmShape> VerlFusedHeadGemms(const ModelSpec& spec, int64_t tokens, bool triton) {
+  std::vector<GemmShape> out;
+  const int64_t v = spec.vocab_size, h = spec.hidden;
+  if (tokens <= 0 || v <= 0) return out;
+  if (triton) {
+    out.push_back({tokens, v, h});
+    const int64_t split = std::min(v, kVerlTritonBackwardSplit);
+    const int64_t whole = v / split, rest = v % split;
+    auto add = [&](int64_t cols, int64_t count) {
+      if (count <= 0 || cols <= 0) return;
+      out.push_back({tokens, cols, h, count});                          // the logits tile again
+      out.push_back({tokens, h, cols, count, GemmRole::kInputGrad});   // d_logits x W[split]
+      out.push_back({cols, h, tokens, count, GemmRole::kWeightGrad});  // d_logits^T x X
+    };
+    add(split, whole);
+    add(rest, 1);
+    return out;
+  }
+  const int64_t chunk = std::min(kVerlFusedChunkRows, tokens);
+  const int64_t whole = tokens / chunk, rest = tokens % chunk;
+  auto add = [&](int64_t rows, int64_t count) {
+    if (count <= 0 || rows <= 0) return;
+    out.push_back({rows, v, h, 2 * count});                          // forward, and again in backward
+    out.push_back({rows, h, v, count, GemmRole::kInputGrad});       // dlogits @ W
+    out.push_back({v, h, rows, count, GemmRole::kWeightGrad});      // dlogits.t() @ hidden
+  };
+  add(chunk, whole);
+  add(rest, 1);
+  return out;
+}
+
 }  // namespace shardtune::model

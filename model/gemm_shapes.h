@@ -43,5 +43,12 @@ GemmShape HeadForwardGemm(const ModelSpec& spec, int64_t tokens);
 // remainder; with WithBackward the three GEMMs each chunk runs (all of them in forward).
 std::vector<GemmShape> FusedLinearHeadForwardGemms(const ModelSpec& spec, int64_t tokens);
 std::vector<GemmShape> WithBackward(const std::vector<GemmShape>& forward);
+// verl's fused log-prob heads (Plan::loss_kernel kVerlFusedTorch / kVerlFusedTriton), forward and
+// backward together: the logits GEMM in forward; in backward the logits again and both gradient
+// GEMMs. The torch backend runs them per 512-row chunk (model/activations.h kVerlFusedChunkRows);
+// the Triton one's backward per 9504-entry vocabulary split (kVerlTritonBackwardSplit: d logits
+// [T, split] from a recomputed logits tile, then dX += d_logits x W[split] and dW[split] =
+// d_logits^T x X); its forward's logits live in the kernel's tiles, timed as the whole product.
+std::vector<GemmShape> VerlFusedHeadGemms(const ModelSpec& spec, int64_t tokens, bool triton);
 
 }  // namespace shardtune::model

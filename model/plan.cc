@@ -37,7 +37,7 @@ const Names& Table(SdpaBackend*) {
   static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
   return v;
 }
-const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce", "verl_fused_torch", "verl_fused_triton"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -335,7 +335,7 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
       p.Add("frozen_prefixes/" + std::to_string(i), "a non-empty module name prefix", "\"\"");
     }
   }
-  if (loss_kernel == LossKernel::kFusedLinear) {
+  if (loss_kernel == LossKernel::kFusedLinear || IsVerlFusedHead(loss_kernel)) {
     for (const Conflict& c : FusedLossConflicts()) p.Add(c.key, c.expected, c.got);
   }
   p.Expect(response_len >= 0, "response_len", "integer >= 0", response_len);
@@ -362,17 +362,22 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
 
 std::vector<Plan::Conflict> Plan::FusedLossConflicts() const {
   std::vector<Conflict> out;
+  const std::string kernel = ToString(loss_kernel);
   if (keep_logits) {
-    out.push_back({"keep_logits", "false with loss_kernel fused_linear (it never holds the logits)", "true"});
+    out.push_back({"keep_logits", "false with loss_kernel " + kernel + " (it never holds the logits)", "true"});
   }
-  if (role == Role::kInfer) {
+  // verl's fused heads run under no_grad too (compute_log_prob, the reference): forward returns
+  // the log-probs. Liger's fused loss computes gradients in forward: a training head only.
+  if (role == Role::kInfer && loss_kernel == LossKernel::kFusedLinear) {
     out.push_back({"loss_kernel", "cross_entropy for role infer (forward only returns the logits)",
                    "fused_linear"});
   }
+  // The fused heads multiply by the lm_head weight itself (Liger's and verl's take
+  // self.lm_head.weight), so an adapter on lm_head would not be applied.
   for (size_t i = 0; i < lora.targets.size(); ++i) {
     if (lora.enabled() && lora.targets[i] == "lm_head") {
       out.push_back({"lora/targets/" + std::to_string(i),
-                     "no lm_head adapter with loss_kernel fused_linear (use cross_entropy)",
+                     "no lm_head adapter with loss_kernel " + kernel + " (use cross_entropy)",
                      "\"lm_head\""});
     }
   }

@@ -53,10 +53,26 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 branch): the lm_head output [B, S, V] divided by the temperature in place, its
 //                 response slice [B, response_len, V] copied by reshape, flash-attn's in-place
 //                 cross-entropy on the copy. model/activations.cc VerlPaddedCeHead.
-enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe };
-// verl's own log-prob heads (either branch of dp_actor.py _forward_micro_batch).
+//  kVerlFusedTorch: verl's use_fused_kernels with fused_kernel_options.impl_backend torch
+//                 (verl/models/transformers/dense_common.py forward_with_torch_backend,
+//                 verl/utils/experimental/torch_functional.py FusedLinearForPPOFunction): the
+//                 model returns log-probs and entropy [T] in the compute dtype; forward runs the
+//                 head chunk by chunk (512 rows) and saves only its input; backward recomputes
+//                 each chunk's logits and accumulates the weight's gradient [V, H].
+//                 model/activations.cc VerlFusedTorchHead.
+//  kVerlFusedTriton: the same with impl_backend triton (verl/utils/kernel/linear_cross_entropy.py,
+//                 kernels.py efficient_entropy_forward / _backward): forward keeps fp32 partial
+//                 max / sum / entropy per 1024-entry vocabulary split, backward writes d logits
+//                 [T, 9504] a vocabulary split at a time. model/activations.cc VerlFusedTritonHead.
+enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe, kVerlFusedTorch, kVerlFusedTriton };
+// verl's fused log-prob heads (use_fused_kernels): never a [T, V] logits tensor beyond a chunk.
+inline bool IsVerlFusedHead(LossKernel k) {
+  return k == LossKernel::kVerlFusedTorch || k == LossKernel::kVerlFusedTriton;
+}
+// verl's own log-prob heads (either branch of dp_actor.py _forward_micro_batch, either backend of
+// its fused kernels).
 inline bool IsVerlLogProbHead(LossKernel k) {
-  return k == LossKernel::kVerlFlashCe || k == LossKernel::kVerlPaddedCe;
+  return k == LossKernel::kVerlFlashCe || k == LossKernel::kVerlPaddedCe || IsVerlFusedHead(k);
 }
 // Which code defines the model's forward: decides which tensors autograd saves.
 enum class Modeling { kHf, kTorchtitan };
@@ -150,7 +166,9 @@ struct Plan {
   // sequence of seq_len (packed_seq_len for a token-budget row) are the ones whose log-probs are
   // computed (data.max_response_length); entropy_from_logits: the entropy term reads the
   // logits too (dp_actor.py calculate_entropy), which keeps the whole [B, S, V] lm_head output
-  // alive until backward. Both unused by the other kernels.
+  // alive until backward. Both unused by the other kernels, except that under verl's fused heads
+  // (kVerlFusedTorch) entropy_from_logits means the entropy's gradient reaches the head
+  // (entropy_coeff != 0), which adds the entropy branch to each chunk's backward.
   int64_t response_len = 0;
   bool entropy_from_logits = false;
   // HF flash_attention_2 called with a padding mask (verl's actor, ref and critic without
@@ -234,6 +252,11 @@ struct Plan {
   // The length attention spans in a micro-batch whose rows are `resolved_seq_len` tokens: the
   // longest packed sequence when packed (its worst case: the row filled with sequences that long),
   // else the row itself.
+  // verl's log-prob path with use_remove_padding: its micro-batch's tokens are packed into one row
+  // whatever its size (flash-attn's head, or a fused head without a padding mask).
+  bool VerlPacksTokens() const {
+    return loss_kernel == LossKernel::kVerlFlashCe || (IsVerlFusedHead(loss_kernel) && !padding_mask);
+  }
   int64_t AttentionSeqLen(int64_t resolved_seq_len) const {
     return packed_seq_len > 0 && packed_seq_len < resolved_seq_len ? packed_seq_len
                                                                     : resolved_seq_len;

@@ -72,7 +72,8 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         " with the layer's gradients). They scale with the tokens of a micro-batch: fewer "
         "sequences per micro-batch (ppo_micro_batch_size_per_gpu) or a smaller token budget "
         "(use_dynamic_bsz with ppo_max_token_len_per_gpu) shrinks them, and verl's "
-        "use_fused_kernels never materialises the logits (not modelled yet).");
+        "use_fused_kernels never materialises them (--loss-kernel verl_fused_torch or "
+        "verl_fused_triton estimates it).");
   } else if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlPaddedCe) {
     // model/activations.cc VerlPaddedCeHead: the padded lm_head output and its backward.
     out.push_back(
@@ -83,6 +84,20 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         " with the layer's gradients), of which only the response slice is used. "
         "use_remove_padding: true computes them for the real tokens only; fewer sequences per "
         "micro-batch (ppo_micro_batch_size_per_gpu) also shrinks them.");
+  } else if (loss_peak && model::IsVerlFusedHead(plan.loss_kernel)) {
+    // model/activations.cc VerlFusedTorchHead / VerlFusedTritonHead: no [T, V] tensor; what
+    // remains is the weight's gradient and the kernels' fixed-size buffers.
+    const bool torch = plan.loss_kernel == model::LossKernel::kVerlFusedTorch;
+    out.push_back(
+        "The peak is in verl's fused log-prob head's backward (" + GiBText(working + loss) +
+        " with the layer's gradients): " +
+        (torch ? "each 512-token chunk reruns its fp32 logits, and its [vocabulary, hidden] weight "
+                 "product sits beside the accumulated gradient and the chunk before's, which "
+                 "do not shrink with the micro-batch; fused_kernel_options.impl_backend triton "
+                 "writes the gradient in place of the products."
+               : "the [tokens, 9504] d-logits buffer and the input's gradient scale with the "
+                 "tokens of a micro-batch: fewer tokens per micro-batch (ppo_micro_batch_size_per_gpu "
+                 "or ppo_max_token_len_per_gpu) shrink them."));
   } else if (loss_peak) {
     std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
                     GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";

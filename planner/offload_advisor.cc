@@ -21,7 +21,7 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              int64_t mean_seq_len, int64_t known_fit_tokens,
                                              int64_t granularity) {
   TokenCapacity c;
-  if (plan.packed_seq_len <= 0 && plan.loss_kernel != model::LossKernel::kVerlFlashCe) return c;
+  if (plan.packed_seq_len <= 0 && !plan.VerlPacksTokens()) return c;
   const int64_t seq = plan.ResolvedSeqLen(spec.max_seq_len);
   c.evaluated = true;
   c.plan_tokens = static_cast<int64_t>(plan.micro_batch) * seq;

@@ -46,10 +46,10 @@ FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profil
 
 // How many tokens one micro-batch can hold and still fit, for a plan whose micro-batches are
 // packed tokens rather than padded rows: a packed plan (Plan::packed_seq_len: a token budget such
-// as verl's ppo_max_token_len_per_gpu) or verl's log-prob path (loss_kernel verl_flash_ce, which
-// always packs its micro-batch: use_remove_padding). A packed row of whole sequences up to the
-// plan's longest is sized up and down by bisection over multiples of cp x tiled_mlp_shards; the
-// GPU verdict (required vs usable, allocator replayed) decides. `evaluated` false for other
+// as verl's ppo_max_token_len_per_gpu) or verl's log-prob path with use_remove_padding (loss_kernel
+// verl_flash_ce, or a fused verl head without a padding mask: Plan::VerlPacksTokens). A packed
+// row of whole sequences up to the plan's longest is sized up and down by bisection over
+// multiples of cp x tiled_mlp_shards; the GPU verdict (required vs usable, allocator replayed) decides. `evaluated` false for other
 // plans. The answer a verl user otherwise finds by running until OOM: fixed micro-batches fit
 // while ppo_micro_batch_size_per_gpu x their mean length stays within max_tokens, a token budget
 // while ppo_max_token_len_per_gpu x sp does.

@@ -214,10 +214,12 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   const int64_t local_seq = seq_len / std::max(1, plan.cp);
   const int64_t tokens = static_cast<int64_t>(plan.micro_batch) * local_seq;
   // GEMMs: layers x block + head, forward and backward, FLOP-weighted.
-  std::vector<model::GemmShape> head = model::WithBackward(
-      plan.loss_kernel == model::LossKernel::kFusedLinear
-          ? model::FusedLinearHeadForwardGemms(spec, tokens)
-          : std::vector<model::GemmShape>{model::HeadForwardGemm(spec, tokens)});
+  std::vector<model::GemmShape> head =
+      model::IsVerlFusedHead(plan.loss_kernel)
+          ? model::VerlFusedHeadGemms(spec, tokens, plan.loss_kernel == model::LossKernel::kVerlFusedTriton)
+          : model::WithBackward(plan.loss_kernel == model::LossKernel::kFusedLinear
+                                    ? model::FusedLinearHeadForwardGemms(spec, tokens)
+                                    : std::vector<model::GemmShape>{model::HeadForwardGemm(spec, tokens)});
   double flops = 0, time = 0;
   bool all_timed = true;
   auto add = [&](const std::vector<model::GemmShape>& gs, double times) {

@@ -152,6 +152,8 @@ std::string ActKey(const model::ActivationOptions& o) {
          (o.loss_kernel == model::LossKernel::kVerlPaddedCe
               ? "/" + std::to_string(std::llround(o.response_fraction * 1e12)) + "/" + std::to_string(o.entropy_from_logits)
               : std::string()) +
+         (o.loss_kernel == model::LossKernel::kVerlFusedTorch ? "/" + std::to_string(o.entropy_from_logits)
+                                                                : std::string()) +
          (o.padding_mask ? "/pad" : "");
 }
 }  // namespace

@@ -42,17 +42,19 @@ void Walker::ForwardCompute(int seg) {
     }
   } else {
     const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
-    // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h).
-    Cur().matmul_flops = (fused.on ? 1.0 + BackwardMatmulRatio(seg) : 1.0) *
+    // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h);
+    // verl's fused heads only the logits'.
+    const bool all_gemms = fused.on && fused.gradients_in_forward && p_.Trains();
+    Cur().matmul_flops = (all_gemms ? 1.0 + BackwardMatmulRatio(seg) : 1.0) *
                          model::HeadForwardFlopsPerToken(spec).count() * tokens_;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
     int64_t ws = Tok(head_.forward_peak_per_token - residual_);
     fused_weight_grad_ = 0;
     if (fused.on) {
-      // Its weight gradient [V, H] is made at the start and kept to backward; the chunk loop's
-      // logits and their fp32 copy come on top of what is live then (FusedLoss).
-      fused_weight_grad_ = static_cast<int64_t>(fused.weight_grad_bytes);
-      const int64_t rows = model::FusedLinearChunkRows(static_cast<int64_t>(tokens_), spec.vocab_size, spec.hidden);
+      // Liger's weight gradient [V, H] is made at the start and kept to backward; the chunk
+      // loop's transients come on top of what is live then (FusedLoss).
+      fused_weight_grad_ = p_.Trains() ? static_cast<int64_t>(fused.weight_grad_bytes) : 0;
+      const int64_t rows = model::FusedChunkRows(fused, static_cast<int64_t>(tokens_), spec.vocab_size, spec.hidden);
       ws = std::max(ws, Tok(fused.live_per_token) + fused_weight_grad_ +
                             static_cast<int64_t>(fused.chunk_row_bytes * static_cast<double>(rows)));
     }
@@ -64,6 +66,9 @@ void Walker::ForwardCompute(int seg) {
         for (const auto& t : head_.saved) loss_ids_.push_back(TAlloc(Stream::kDefault, Tok(t.bytes_per_token)));
         if (fused_weight_grad_ > 0) fused_weight_grad_id_ = TAlloc(Stream::kDefault, fused_weight_grad_);
       }
+    } else if (fused.on) {
+      // no_grad through verl's fused head: the log-probs and entropy [T] come back, no logits.
+      kept_logits_ = 0;
     } else {  // no_grad: only the logits [B, S, V] the caller gets back (log-probs are taken from
               // them)
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
@@ -117,6 +122,15 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       Cur().matmul_flops =
           BackwardMatmulRatio(seg) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
       Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
+    } else if (!fused.gradients_in_forward) {
+      // verl's fused heads: the logits GEMM again and both gradient GEMMs, whether or not the
+      // weight trains (model/activations.cc VerlFusedTorchHead, VerlFusedTritonHead); the final
+      // norm's backward and the chunk loop's passes.
+      Cur().matmul_flops =
+          (1.0 + kMatmulBackwardRatio) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+      Cur().memory_bytes =
+          kElementwiseBackwardRatio * (head_.elementwise_traffic_per_token - fused.chunk_traffic_per_token) * tokens_ +
+          fused.backward_traffic_per_token * tokens_;
     } else {  // the final norm's backward, and the two saved gradients scaled in place
       Cur().memory_bytes =
           kElementwiseBackwardRatio *
@@ -127,11 +141,28 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().host_kernels = static_cast<int16_t>(head_.backward_ops);
     Free(Category::kLoss, Stream::kDefault, Tok(head_.saved_per_token));
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
-    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(head_, grads));
+    int64_t ws = BackwardWorkingSet(head_, grads);
+    if (fused.on && !fused.gradients_in_forward) {
+      // verl's fused heads: a chunk's transients (or, at its weight GEMM, the rows still live and
+      // the [V, H] product) on top of what the ledger has live at the head's node.
+      const int64_t rows = model::FusedChunkRows(fused, static_cast<int64_t>(tokens_), spec.vocab_size, spec.hidden);
+      const double r = static_cast<double>(rows);
+      // From the second chunk on, the loop's variables still hold the chunk before's outputs.
+      const double carry = static_cast<double>(tokens_) > r
+                               ? fused.backward_carry_bytes + fused.backward_carry_row_bytes * r
+                               : 0.0;
+      const double chunk = carry + std::max(fused.backward_chunk_row_bytes * r,
+                                            fused.backward_dw_row_bytes * r + fused.backward_dw_bytes);
+      const int64_t at_node = Tok(fused.backward_point.live_per_token) +
+                              static_cast<int64_t>(fused.backward_point.param_grad_fraction * static_cast<double>(grads) + chunk) -
+                              grads;
+      ws = std::max(ws, at_node);
+    }
+    Transient(Category::kWorkingSet, Stream::kDefault, ws);
     if (rec_) {
       TFreeAll(&loss_ids_);
       TFree(&residual_id_);
-      TWorkingSet(BackwardWorkingSet(head_, grads), head_);
+      TWorkingSet(ws, head_);
     }
     if (p_.keep_logits) {
       kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));

@@ -87,6 +87,14 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   if (p.wrap.expert_units) notes.push_back("expert units: verl has no per-expert wrapping");
   AddBlockCheckpointNote(p, target, &notes);
   AddFusedLossNote(p, target, &notes);
+  if (train && p.entropy_from_logits) {
+    // import_verl.cc ReadLogProbPath: what sets the flag on each head.
+    notes.push_back(p.loss_kernel == model::LossKernel::kVerlFusedTorch
+                        ? "entropy_from_logits: the entropy's gradient reaches the fused head only "
+                          "with actor.entropy_coeff != 0 (actor.yaml: 0); set your coefficient"
+                        : "entropy_from_logits: the entropy is computed with actor.calculate_entropy "
+                          "true or entropy_coeff != 0 (actor.yaml: false and 0); set yours");
+  }
   if (train) {
     AddOptimizerOffloadNote(p, target, &notes);
   } else if (p.offload != model::Offload::kAll) {
@@ -156,8 +164,14 @@ void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layou
 void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent, std::ostream& y) {
   y << indent << "enable_gradient_checkpointing: "
     << YamlBool(train && p.checkpointing != model::Checkpointing::kNone) << "\n";
-  if (p.loss_kernel == model::LossKernel::kVerlPaddedCe) {
+  if (p.loss_kernel == model::LossKernel::kVerlPaddedCe ||
+      (model::IsVerlFusedHead(p.loss_kernel) && p.padding_mask)) {
     y << indent << "use_remove_padding: false\n";  // the padded log-prob path (hf_model.yaml)
+  }
+  if (model::IsVerlFusedHead(p.loss_kernel)) {  // hf_model.yaml use_fused_kernels, its backend
+    y << indent << "use_fused_kernels: true\n" << indent << "fused_kernel_options:\n"
+      << indent << "  impl_backend: "
+      << (p.loss_kernel == model::LossKernel::kVerlFusedTriton ? "triton" : "torch") << "\n";
   }
   y << indent << "lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
   if (p.lora.enabled()) {

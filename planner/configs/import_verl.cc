@@ -108,14 +108,15 @@ const KeyTable& ModelKeys() {
        {"override_config", KeyUse::kMapped},  // ReadModelNamed: the keys that change nothing
        {"enable_activation_offload", KeyUse::kUnsupported, "activation offload to the host"},
        {"use_liger", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
-       {"use_fused_kernels", KeyUse::kUnsupported, "verl's fused log-prob kernels"},
+       {"use_fused_kernels", KeyUse::kMapped},     // ReadLogProbPath
+       {"fused_kernel_options", KeyUse::kMapped},  // its impl_backend
        {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"},
        {"path", KeyUse::kMapped},               // the model (ImportResult::model_named)
        {"partial_pretrain", KeyUse::kMapped},   // sft_trainer.yaml's name for it
        {"hf_config_path", KeyUse::kMapped}},    // where its config.json is read when set
       {"_target_", "tokenizer_path", "use_shm",
        "trust_remote_code", "custom_chat_template", "external_lib",
-       "lora_adapter_path", "fused_kernel_options", "mtp"});
+       "lora_adapter_path", "mtp"});
   return t;
 }
 
@@ -239,6 +240,17 @@ void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, 
   }
 }
 
+// The fused kernels' backend: fused_kernel_options.impl_backend (hf_model.yaml: torch). verl
+// skips its monkey patch for any other value, and its actor then fails reading output.log_probs.
+model::LossKernel FusedKernel(const ConfigReader& model) {
+  std::string backend = "torch";
+  if (std::optional<ConfigReader> fo = model.Section("fused_kernel_options")) {
+    fo->CheckKeys({{"impl_backend", KeyUse::kMapped}});
+    backend = fo->Enum("impl_backend", {"torch", "triton"}).value_or("torch");
+  }
+  return backend == "triton" ? model::LossKernel::kVerlFusedTriton : model::LossKernel::kVerlFusedTorch;
+}
+
 // The log-prob head of the actor and ref workers (dp_actor.py _forward_micro_batch): with
 // use_remove_padding (hf_model.yaml: true) the micro-batch's tokens are packed into one row and
 // the logits go through flash-attn's in-place cross-entropy (LossKernel::kVerlFlashCe). Without
@@ -247,15 +259,28 @@ void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, 
 // before the same loss (LossKernel::kVerlPaddedCe). verl refuses Ulysses without remove-padding
 // (workers/config/actor.py), and its PrefixGrouper forward (use_prefix_grouper, taken only on
 // the padded path without dynamic batches) shares each prompt among its samples: not modelled.
+//
+// use_fused_kernels (hf_model.yaml: false) replaces the head on either path: the model's forward
+// returns log-probs and entropy from verl's fused linear kernel (models/transformers/
+// monkey_patch.py patch_forward_with_backends, fused_kernel_options.impl_backend torch or
+// triton: LossKernel::kVerlFusedTorch / kVerlFusedTriton), for the actor and the reference alike
+// (fsdp_workers.py passes the model section's flag to both); with it the entropy's gradient
+// reaches the head only when entropy_coeff is not 0 (dp_actor.py update_policy).
 void ReadLogProbPath(const ConfigReader& w, const std::optional<ConfigReader>& model, bool train,
                      ImportResult* out, model::Plan* plan) {
   const bool padded = model && !model->Bool("use_remove_padding").value_or(true);
-  plan->loss_kernel = padded ? model::LossKernel::kVerlPaddedCe : model::LossKernel::kVerlFlashCe;
+  const bool fused = model && model->Bool("use_fused_kernels").value_or(false);
+  plan->loss_kernel = fused    ? FusedKernel(*model)
+                      : padded ? model::LossKernel::kVerlPaddedCe
+                               : model::LossKernel::kVerlFlashCe;
   plan->padding_mask = padded;
-  plan->response_len = padded ? out->response_length : 0;
+  plan->response_len = padded && !fused ? out->response_length : 0;
   plan->entropy_from_logits = false;
   plan->loss_fp32_upcast = false;
   plan->keep_logits = false;
+  if (fused && w.Bool("use_prefix_grouper").value_or(false)) {
+    w.Fail("use_prefix_grouper", "false with use_fused_kernels true (verl's actor asserts the two apart)");
+  }
   if (padded && plan->cp > 1) {
     model->Fail("use_remove_padding",
                 "true with ulysses_sequence_parallel_size " + std::to_string(plan->cp) +
@@ -271,6 +296,13 @@ void ReadLogProbPath(const ConfigReader& w, const std::optional<ConfigReader>& m
   // dp_actor.py update_policy: calculate_entropy = config.calculate_entropy or entropy_coeff != 0,
   // always with grad; entropy_from_logits is torch.compile'd unless use_torch_compile is false.
   double coeff = w.Number("entropy_coeff", -1e9, 1e9).value_or(0.0);
+  if (fused) {
+    // The fused kernel computes the entropy in every chunk anyway; its gradient joins the chunk's
+    // backward when the loss uses it (the torch backend's extra branch; the Triton kernel's
+    // backward is the same either way).
+    plan->entropy_from_logits = coeff != 0.0 && plan->loss_kernel == model::LossKernel::kVerlFusedTorch;
+    return;
+  }
   if (!w.Bool("calculate_entropy").value_or(false) && coeff == 0.0) return;
   std::string key = coeff != 0.0 ? "entropy_coeff" : "calculate_entropy";
   if (w.Bool("entropy_from_logits_with_chunking").value_or(false)) {

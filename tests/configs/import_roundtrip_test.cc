@@ -243,6 +243,16 @@ TEST(ImportRoundTripTest, Verl) {
   f.checkpointing = model::Checkpointing::kFull;
   cases.push_back({"actor padded", "llama3-8b", "8xH100", f});
   cases.push_back({"ref padded", "llama3-8b", "8xH100", RefOf(f)});
+  // verl's fused heads (use_fused_kernels with its backend), packed and padded: the padding mask
+  // comes back through use_remove_padding, no response slice is written for them.
+  Plan g = d;
+  g.loss_kernel = model::LossKernel::kVerlFusedTorch;
+  cases.push_back({"actor fused torch token budget", "llama3-8b", "8xH100", g});
+  cases.push_back({"ref fused torch token budget", "llama3-8b", "8xH100", RefOf(g)});
+  Plan h = f;
+  h.loss_kernel = model::LossKernel::kVerlFusedTriton;
+  h.response_len = 0;
+  cases.push_back({"actor fused triton padded", "llama3-8b", "8xH100", h});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
 }
 

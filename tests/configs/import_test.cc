@@ -511,16 +511,16 @@ TEST(ImportErrorTest, UnsupportedKeyWithAnEffectIsAnError) {
   EXPECT_THAT(
       [] {
         FromText(
-            "actor_rollout_ref:\n  model:\n    use_fused_kernels: true\n  actor:\n    "
+            "actor_rollout_ref:\n  model:\n    enable_activation_offload: true\n  actor:\n    "
             "ppo_micro_batch_size_per_gpu: 1\n",
             LlamaOn8());
       },
       ThrowsMessage<InputError>(
-          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/model/use_fused_kernels"),
-                HasSubstr("verl's fused log-prob kernels"))));
+          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/model/enable_activation_offload"),
+                HasSubstr("activation offload to the host"))));
   // The same key at its neutral value is accepted.
   EXPECT_NO_THROW(
-      FromText("actor_rollout_ref:\n  model:\n    use_fused_kernels: false\n  actor:\n"
+      FromText("actor_rollout_ref:\n  model:\n    enable_activation_offload: false\n  actor:\n"
                "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
                LlamaOn8()));
 }
@@ -684,6 +684,46 @@ TEST(ImportVerlTest, PaddedLogProbPathReadsTheResponsePart) {
   EXPECT_EQ(d.response_len, 512);
   EXPECT_THAT(AllWarnings(rd), HasSubstr("padded to the padded width"));
   EXPECT_TRUE(d.Problems("plan", 8, 8, 32, 4096).empty());
+}
+
+// use_fused_kernels: the model returns the log-probs from verl's fused kernel, for the actor and
+// the reference alike, on either padding path (monkey_patch.py patch_forward_with_backends);
+// fused_kernel_options.impl_backend picks torch (hf_model.yaml's default) or triton, anything
+// else is refused. The entropy's gradient reaches the torch kernel only with entropy_coeff != 0;
+// calculate_entropy alone changes nothing (the kernel computes it in every chunk anyway). verl's
+// actor asserts the prefix grouper and the fused kernels apart.
+TEST(ImportVerlTest, FusedKernelsPickVerlsFusedHead) {
+  const std::string head =
+      "actor_rollout_ref:\n  model:\n    use_fused_kernels: true\n  actor:\n"
+      "    ppo_micro_batch_size_per_gpu: 4\n    ppo_mini_batch_size: 32\n";
+  Plan p = FromText(head, LlamaOn8());
+  EXPECT_EQ(p.loss_kernel, model::LossKernel::kVerlFusedTorch);
+  EXPECT_FALSE(p.padding_mask);
+  EXPECT_FALSE(p.entropy_from_logits);
+  EXPECT_TRUE(p.VerlPacksTokens());
+  EXPECT_TRUE(FromText(head + "    entropy_coeff: 0.001\n", LlamaOn8()).entropy_from_logits);
+  EXPECT_FALSE(FromText(head + "    calculate_entropy: true\n", LlamaOn8()).entropy_from_logits);
+  ImportContext ref = LlamaOn8();
+  ref.worker = "ref";
+  EXPECT_EQ(FromText(head + "  ref:\n    log_prob_micro_batch_size_per_gpu: 8\n", ref).loss_kernel,
+            model::LossKernel::kVerlFusedTorch);
+  const std::string triton =
+      "actor_rollout_ref:\n  model:\n    use_fused_kernels: true\n    fused_kernel_options:\n"
+      "      impl_backend: triton\n    use_remove_padding: false\n  actor:\n"
+      "    ppo_micro_batch_size_per_gpu: 4\n    ppo_mini_batch_size: 32\n    entropy_coeff: 0.01\n";
+  Plan t = FromText(triton, LlamaOn8());
+  EXPECT_EQ(t.loss_kernel, model::LossKernel::kVerlFusedTriton);
+  EXPECT_TRUE(t.padding_mask);  // the padded batch, attention mask and all
+  EXPECT_EQ(t.response_len, 0);  // no response slice of the logits is copied
+  EXPECT_FALSE(t.entropy_from_logits);
+  EXPECT_TRUE(t.Problems("plan", 8, 8, 32, 4096).empty());
+  EXPECT_THAT([&] { FromText(std::string(triton).replace(triton.find("triton"), 6, "cuda"), LlamaOn8()); },
+              ThrowsMessage<InputError>(AllOf(
+                  HasSubstr("/actor_rollout_ref/model/fused_kernel_options/impl_backend"),
+                  HasSubstr("torch"), HasSubstr("\"cuda\""))));
+  EXPECT_THAT([&] { FromText(head + "    use_prefix_grouper: true\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("/actor_rollout_ref/actor/use_prefix_grouper"),
+                                              HasSubstr("use_fused_kernels"))));
 }
 
 TEST(ImportVerlTest, LogProbPathsNotModelledAreRefusedByName) {

@@ -225,6 +225,74 @@ TEST(ActivationsTest, VerlPaddedLogProbHeadCopiesTheResponseSlice) {
   EXPECT_DOUBLE_EQ(ent.backward_peak_per_token, 8 * h + 4 + 2 * v + 2 * f * 2 * v + 2 * 8 * f);
 }
 
+// verl's fused log-prob head, torch backend (use_fused_kernels, FusedLinearForPPO): the node saves
+// only its input (the final norm's output, 2H) beside the norm's own tensors (4H + 4 + 2H), and
+// returns log-probs and entropy [T] in bf16 (4 bytes): no [T, V] tensor per token anywhere. Per
+// 512-row chunk, forward holds fp32 logits, probs, log_probs and one temporary (16V per row);
+// backward fp32 logits, probs, one_hot, dlogits and one temporary (20V), the entropy's gradient
+// adding log_probs and a second temporary (28V); at the weight GEMM the three (four) fp32 tensors
+// and the bf16 dlogits (14V, 18V) and the chunk's dhidden (2H) per row beside the [V, H] bf16
+// product. At the node: the saved 8H + 4, the outputs' gradient (4) and the input's (2H), and the
+// head weight's gradient made (V H of the V H + H head parameters).
+TEST(ActivationsTest, VerlFusedTorchHeadSavesItsInputAndChunksTheLogits) {
+  ModelSpec s = FindModelPreset("qwen3-8b");
+  ActivationOptions o = Bf16();
+  o.loss_kernel = LossKernel::kVerlFusedTorch;
+  o.loss_fp32_upcast = false;
+  const double v = 151936, h = 4096;
+  auto head = ComputeHeadActivations(s, o);
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4);
+  EXPECT_LT(head.forward_peak_per_token, 16 * h);
+  const auto& f = head.fused_loss;
+  ASSERT_TRUE(f.on);
+  EXPECT_FALSE(f.gradients_in_forward);
+  EXPECT_EQ(FusedChunkRows(f, 100, 151936, 4096), 100);
+  EXPECT_EQ(FusedChunkRows(f, 100000, 151936, 4096), 512);
+  EXPECT_DOUBLE_EQ(f.chunk_row_bytes, 16 * v);
+  EXPECT_DOUBLE_EQ(f.backward_chunk_row_bytes, 20 * v);
+  EXPECT_DOUBLE_EQ(f.backward_dw_row_bytes, 14 * v + 2 * h);
+  EXPECT_DOUBLE_EQ(f.backward_dw_bytes, 2 * v * h);
+  EXPECT_DOUBLE_EQ(f.backward_point.live_per_token, 8 * h + 4 + 4 + 2 * h);
+  EXPECT_DOUBLE_EQ(f.backward_point.param_grad_fraction, v * h / (v * h + h));
+  o.entropy_from_logits = true;
+  auto ent = ComputeHeadActivations(s, o).fused_loss;
+  EXPECT_DOUBLE_EQ(ent.backward_chunk_row_bytes, 28 * v);
+  EXPECT_DOUBLE_EQ(ent.backward_dw_row_bytes, 18 * v + 2 * h);
+}
+
+// verl's fused log-prob head, Triton backend: forward's partials [T, ceil(V / 1024)] fp32 x 3 are
+// scratch; the node saves its input and the five [T] fp32 vectors (20 bytes, one tensor here);
+// backward's scratch beside d_hidden (2H) is d_logits [T, 9504] bf16 and then either the [T, H]
+// product d_hidden += adds or the last split's copy. Qwen2.5's vocabulary is 16 x 9504 exactly
+// (no copy: 2 x 9504 + 2H); Qwen3's 151936 leaves 9376 columns in its 16th split, and
+// 2 x 9376 > 2H. A frozen head weight still gets an empty_like [V, H] gradient for the node's
+// duration.
+TEST(ActivationsTest, VerlFusedTritonHeadKeepsStatisticsAndSplitsDLogits) {
+  ModelSpec s = FindModelPreset("qwen2.5-7b");
+  ActivationOptions o = Bf16();
+  o.loss_kernel = LossKernel::kVerlFusedTriton;
+  o.loss_fp32_upcast = false;
+  const double h = 3584, v = 152064;
+  ASSERT_EQ(s.vocab_size, 16 * 9504);
+  auto head = ComputeHeadActivations(s, o);
+  EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + 20);
+  // At the node: saved, the outputs' gradient (20), d_hidden (2H) and the scratch.
+  EXPECT_DOUBLE_EQ(head.fused_loss.backward_point.live_per_token,
+                   8 * h + 4 + 20 + 20 + 2 * h + 2 * 9504 + 2 * h);
+  EXPECT_DOUBLE_EQ(head.fused_loss.backward_dw_bytes, 0);
+  EXPECT_DOUBLE_EQ(head.fused_loss.chunk_row_bytes, 0);
+  // The partials are forward scratch: 12 bytes per split of 1024 entries, 149 splits.
+  EXPECT_GE(head.forward_peak_per_token, 12 * 149);
+  const double h3 = 4096;
+  auto qwen3 = ComputeHeadActivations(FindModelPreset("qwen3-8b"), o);
+  EXPECT_DOUBLE_EQ(qwen3.fused_loss.backward_point.live_per_token,
+                   8 * h3 + 4 + 20 + 20 + 2 * h3 + 2 * 9504 + 2 * 9376);
+  Trainability frozen;
+  frozen.all_params_train = false;
+  auto lora = ComputeHeadActivations(s, o, frozen);
+  EXPECT_DOUBLE_EQ(lora.fused_loss.backward_dw_bytes, 2 * v * h);
+}
+
 // HF flash_attention_2 with a padding mask (verl's padded actor and critic): pad_input's padded
 // output, which o_proj saves, comes on top of what the kernel saves: one [T, heads x head_dim]
 // tensor per block.

@@ -175,6 +175,24 @@ TEST(AdviceTest, VerlPaddedHeadAdviceNamesRemovePadding) {
   EXPECT_THAT(advice, ::testing::Not(HasSubstr("fp32 log-softmax")));
 }
 
+// verl's fused torch head (use_fused_kernels): its backward holds the head weight's gradient and
+// two [V, H] products at once, 3 x 1.16 GiB for Qwen3-8B, whatever the micro-batch; with a small
+// micro-batch that is the peak, and the advice says so instead of the fp32 log-softmax or the
+// four [tokens, V] tensors of verl's flash-attn head.
+TEST(AdviceTest, VerlFusedHeadAdviceNamesItsFixedBuffers) {
+  auto spec = model::FindModelPreset("qwen3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p = VerlGrpoQwen3();
+  p.micro_batch = 4;
+  p.loss_kernel = model::LossKernel::kVerlFusedTorch;
+  auto r = sim::EstimateMemory(spec, cluster, p, sim::MemoryOptions{});
+  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
+  std::string advice = Joined(AdviseOnMemory(p, r, {}));
+  EXPECT_THAT(advice, AllOf(HasSubstr("verl's fused log-prob head"), HasSubstr("chunk before's")));
+  EXPECT_THAT(advice, ::testing::Not(HasSubstr("fp32 log-softmax")));
+  EXPECT_THAT(advice, ::testing::Not(HasSubstr("CopySlices")));
+}
+
 TEST(TokenCapacityTest, APackedRowCostsWhatItsPaddedSequencesCost) {
   auto spec = model::FindModelPreset("qwen3-8b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");

@@ -135,6 +135,33 @@ TEST(KernelTimeTest, FusedLossHeadRunsTheSameFlopsInChunks) {
   EXPECT_LT(fused, plain);
 }
 
+// verl's fused heads run four head products' FLOPs per micro-batch: the logits GEMM in forward,
+// then in backward the logits again, dX and dW. The torch backend in 512-row chunks (5000 tokens:
+// 9 whole chunks and 392 rows), the Triton one's backward per 9504-entry vocabulary split
+// (Llama 3's 128256: 13 whole splits and 4704 entries).
+TEST(KernelTimeTest, VerlFusedHeadsRunFourHeadProducts) {
+  model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
+  const double head = model::HeadForwardGemm(spec, 5000).flops();
+  for (bool triton : {false, true}) {
+    SCOPED_TRACE(triton ? "triton" : "torch");
+    double flops = 0;
+    for (const GemmShape& g : model::VerlFusedHeadGemms(spec, 5000, triton)) {
+      flops += g.flops() * static_cast<double>(g.count);
+    }
+    EXPECT_DOUBLE_EQ(flops, 4 * head);
+  }
+  std::vector<GemmShape> torch = model::VerlFusedHeadGemms(spec, 5000, false);
+  ASSERT_EQ(torch.size(), 6u);
+  EXPECT_EQ(torch[0].m, 512);
+  EXPECT_EQ(torch[0].count, 2 * (5000 / 512));
+  EXPECT_EQ(torch[3].m, 5000 % 512);
+  std::vector<GemmShape> tri = model::VerlFusedHeadGemms(spec, 5000, true);
+  ASSERT_EQ(tri.size(), 7u);
+  EXPECT_EQ(tri[1].n, 9504);
+  EXPECT_EQ(tri[1].count, 13);
+  EXPECT_EQ(tri[4].n, 128256 - 13 * 9504);
+}
+
 TEST(KernelTimeTest, EffectiveConstantsComeFromTheTablesOrStayAsGiven) {
   model::ModelSpec spec = model::FindModelPreset("llama3.2-1b");
   profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");

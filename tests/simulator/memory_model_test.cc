@@ -217,6 +217,45 @@ TEST(MemoryModelTest, OutsideAllocatorCountsCommunicators) {
 
 // Properties over random plans (seed from SHARDTUNE_TEST_SEED): more tokens never need less
 // memory; full checkpointing never needs more than none; the result is deterministic.
+// verl's fused torch head (model/activations.cc VerlFusedTorchHead) in the walk: the head's
+// backward adds, on top of what the ledger has live at its node, a chunk of 512 rows at its
+// weight GEMM (14 bytes per vocabulary entry per row, the chunk's dhidden 2H per row and the
+// [V, H] bf16 product) and, from the second chunk on, the chunk before's product and dhidden.
+// The entropy's gradient keeps log_probs too: 4 more bytes per entry per row at that moment, so
+// the head's backward peak grows by exactly 4 V x 512 bytes (rounded as the allocator rounds).
+// Qwen3-8B, 4096 tokens per micro-batch (8 chunks), where 14V x 512 + 2H x 512 + 2VH exceeds
+// 20V x 512 (the row moment) with and without the entropy (18V x 512 + ... > 28V x 512).
+TEST(MemoryModelTest, VerlFusedTorchHeadEntropyGradientAddsFourBytesPerEntryPerChunkRow) {
+  auto s = FindModelPreset("qwen3-8b");
+  Plan p = Short(4096);
+  p.loss_kernel = model::LossKernel::kVerlFusedTorch;
+  p.loss_fp32_upcast = false;
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  const double v = 151936, h = 4096;
+  ASSERT_GT(14 * v * 512 + 2 * h * 512 + 2 * v * h, 20 * v * 512);
+  ASSERT_GT(18 * v * 512 + 2 * h * 512 + 2 * v * h, 28 * v * 512);
+  auto plain = EstimateMemory(s, c, p);
+  p.entropy_from_logits = true;
+  auto ent = EstimateMemory(s, c, p);
+  const std::string head = "step 1 · micro-batch 1/1 · backward · LM head and loss";
+  const int64_t d = PhasePeak(ent, head) - PhasePeak(plain, head);
+  EXPECT_NEAR(static_cast<double>(d), 4 * v * 512, 1024.0);
+  // Against verl's flash-attn head, whose backward peaks at CopySlices with four [T, V] bf16
+  // tensors (8V T) before the head weight's gradient exists: at 16384 tokens the fused head's
+  // peak is below it by those less the fused head's own: the weight's gradient, this chunk's and
+  // the chunk before's [V, H] products (3 x 2VH), the chunk's 14V + 2H bytes per row and its
+  // dhidden carried (2H per row), and the input's gradient (2H per token); within the
+  // allocator's rounding and the few bytes per token of [T] vectors.
+  p.entropy_from_logits = false;
+  p.micro_batch = 4;
+  auto fused16k = EstimateMemory(s, c, p);
+  p.loss_kernel = model::LossKernel::kVerlFlashCe;
+  auto flash16k = EstimateMemory(s, c, p);
+  const double t = 4 * 4096;
+  EXPECT_NEAR(static_cast<double>(PhasePeak(flash16k, head) - PhasePeak(fused16k, head)),
+              8 * v * t - (3 * 2 * v * h + 14 * v * 512 + 2 * 2 * h * 512 + 2 * h * t), 8.0 * (1 << 20));
+}
+
 TEST(MemoryModelTest, PropertiesOverRandomPlans) {
   const char* env = std::getenv("SHARDTUNE_TEST_SEED");
   uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261122;
