@@ -67,6 +67,13 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
       << (r.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << "; "
       << FormatBytes(r.all_to_all_bytes_per_layer) << " of all-to-alls per layer per pass)";
   }
+  if (r.ep > 1) {
+    o << ", expert parallelism " << r.ep << " (each rank holds 1/" << r.ep
+      << " of every MoE layer's experts, sharded over " << r.expert_shard_group << " rank"
+      << (r.expert_shard_group > 1 ? "s" : "") << "; tokens reach them by "
+      << (p.modeling == model::Modeling::kTorchtitan ? "torchtitan's" : "ROLL's")
+      << " all-to-all dispatch)";
+  }
   o << ", checkpointing " << model::CheckpointingSpecToString(p) << ", offload "
     << model::ToString(p.offload) << ", " << model::ToString(p.param_dtype) << " params / "
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("

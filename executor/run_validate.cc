@@ -98,6 +98,14 @@ std::vector<std::string> TorchtitanRunProblems(const RunOptions& o, int world_si
   if (plan.ep <= 1) return p;
   int dp_world = o.emulate_world > 0 ? o.emulate_world : world_size;
   for (std::string& e : model::EpProblems(s, plan, o.plan_name)) p.push_back(std::move(e));
+  if (plan.modeling != model::Modeling::kTorchtitan) {
+    // EpProblems accepts --modeling hf as ROLL's ExpertParallel; the executor's dispatch is
+    // torchtitan's (executor/README.md).
+    p.push_back("--ep " + std::to_string(plan.ep) + ": expected --modeling torchtitan for shardtune "
+                "run (ROLL's expert parallelism around transformers' experts, --modeling hf, is "
+                "estimated, simulated and tuned, not run), got --modeling " +
+                std::string(model::ToString(plan.modeling)));
+  }
   if (plan.cp > 1) {
     p.push_back("--ep " + std::to_string(plan.ep) + ": expected --cp 1 for shardtune run (expert "
                 "parallelism beside context parallelism is estimated, simulated and tuned, not run), "

@@ -270,6 +270,69 @@ int SharedExpertsAdded(Ctx& c, int x, int routed, double fe) {
 // A dropless MoE block: the router (HF's, DeepSeek's or torchtitan's), then the routed experts
 // (HF: HfGroupedExperts; torchtitan: the sorted dispatch, GroupedExperts and the combine), top_k
 // expert passes per token, and the shared experts as dense MLPs.
+// Expert parallelism under Hugging Face modeling: ROLL's (alibaba/ROLL@8eb27cc
+// roll/distributed/strategy/fsdp2_strategy.py ExpertParallel, which mirrors torchtitan v0.2.2's,
+// around transformers 5's experts module with roll/utils/fsdp_utils.py ep_experts_forward), on
+// x [T, H] and the router's fp32 top-k weights `probs`. Per token (k = top_k rows each, the
+// balanced load):
+//   _token_dispatch: token_indices_experts_sorted = argsort(ids) (int64 [k], kept on the
+//   module and saved by the combine's index_put); routed_input = x[indices // top_k] (the
+//   quotient, int64 [k], saved by the gather); all_to_all_single_autograd (saves nothing);
+//   _permute: vstack((x, zeros)) then x[permuted_indices] (int32 indices, saved), the
+//   all-to-all's output still bound to the caller's variable until _permute returns;
+//   ep_experts_forward, the for-loop path (moe_use_grouped_mm false, both examples): per local
+//   expert linear(x_e, gate_up[e]).chunk(2), act(gate) * up, linear(h, down[e]): the saves of a
+//   SwiGLU MLP on the permuted rows; torch.cat of the outputs and vstack with the padding rows;
+//   _token_combine: _unpermute (new_empty + index_put with the saved indices), the all-to-all
+//   back, routed_output_unsorted = zeros + index_put (saves the sorted indices),
+//   bmm(top_scores [T, 1, k] fp32, routed_output_unsorted.to(fp32) [T, k, H]) (each saved for
+//   the other's gradient: a [k, H] fp32 copy per token), .to(x.dtype), .clone().
+int RollExpertParallel(Ctx& c, int x, int probs, double fe) {
+  const double h = static_cast<double>(c.spec.hidden), k = c.spec.moe.top_k;
+  int sorted_idx = c.g.Tensor("moe.ep token_indices_experts_sorted = argsort(ids) (int64)", 8 * k);
+  c.g.Op("moe.ep argsort", {}, sorted_idx, {});
+  int src = c.g.Tensor("moe.ep token_indices_experts_sorted // top_k (int64)", 8 * k);
+  c.g.Op("moe.ep // top_k", {sorted_idx}, src, {});
+  int routed = c.g.Tensor("moe.ep routed_input = x[indices // top_k]", c.e * h * k);
+  c.g.Op("moe.ep gather", {x, src}, routed, {src});
+  int recv = c.g.Tensor("moe.ep dispatch all-to-all output", c.e * h * k);
+  c.g.Op("moe.ep dispatch all_to_all_single", {routed}, recv, {});
+  c.g.MarkComputeBound();  // NCCL moves these bytes (the walk's all-to-all ops), not a kernel here
+  int stacked = c.g.Tensor("moe.ep _permute vstack((x, zeros))", c.e * h * k);
+  c.g.Op("moe.ep _permute vstack", {recv}, stacked, {});
+  int perm = c.g.Tensor("moe.ep permuted_indices (int32)", 4 * k);
+  c.g.Op("moe.ep permuted_indices", {}, perm, {});
+  int permuted = c.g.Tensor("moe.ep x[permuted_indices]", c.e * h * k);
+  c.g.Op("moe.ep permute", {stacked, perm}, permuted, {perm});
+  c.g.KeepAliveThroughLastOp(recv);
+  int out = DenseMlp(c, permuted, fe, k, "moe.experts", "block_sparse_moe.experts.*");
+  int padded = c.g.Tensor("moe.ep experts vstack((out, zeros))", c.e * h * k);
+  c.g.Op("moe.ep experts vstack", {out}, padded, {});
+  int unperm = c.g.Tensor("moe.ep _unpermute new_empty + index_put", c.e * h * k);
+  c.g.Op("moe.ep unpermute", {padded, perm}, unperm, {perm});
+  int back = c.g.Tensor("moe.ep combine all-to-all output", c.e * h * k);
+  c.g.Op("moe.ep combine all_to_all_single", {unperm}, back, {});
+  c.g.MarkComputeBound();
+  int unsorted = c.g.Tensor("moe.ep routed_output_unsorted (zeros + index_put)", c.e * h * k);
+  c.g.Op("moe.ep unsort", {back, sorted_idx}, unsorted, {sorted_idx});
+  int weights_operand = unsorted;
+  if (c.e != kFp32) {
+    weights_operand = c.g.Tensor("moe.ep routed_output_unsorted.to(float32)", kFp32 * h * k);
+    c.g.Op("moe.ep to(float32)", {unsorted}, weights_operand, {});
+  }
+  int combined = c.g.Tensor("moe.ep bmm(top_scores, routed_output) (fp32)", kFp32 * h);
+  c.g.Op("moe.ep bmm by routing weight", {probs, weights_operand}, combined,
+         {{weights_operand, 0}, {probs, 1}});
+  if (c.e != kFp32) {
+    int cast = c.g.Tensor("moe.ep combined.to(dtype)", c.e * h);
+    c.g.Op("moe.ep to(dtype)", {combined}, cast, {});
+    combined = cast;
+  }
+  int clone = c.g.Tensor("moe.ep out_experts.clone()", c.e * h);
+  c.g.Op("moe.ep clone", {combined}, clone, {});
+  return clone;
+}
+
 int Moe(Ctx& c, int x) {
   const bool tt = c.opt.modeling == Modeling::kTorchtitan;
   if (c.spec.moe.gpt_oss_experts && !tt) return GptOssMoe(c, x);
@@ -347,6 +410,7 @@ int Moe(Ctx& c, int x) {
       probs = normed;
     }
   }
+  if (!tt && c.opt.ep > 1) return SharedExpertsAdded(c, x, RollExpertParallel(c, x, probs, fe), fe);
   if (!tt) {
     int out = HfGroupedExperts(c, x, probs, kFp32, [&](int rows) {
       return DenseMlp(c, rows, fe, k, "moe.experts", "block_sparse_moe.experts.*");

@@ -146,7 +146,8 @@ struct ActivationOptions {
   // Expert parallelism (Plan::ep; torchtitan AllToAllTokenDispatcher): with ep > 1 an MoE layer
   // under --modeling torchtitan adds the dispatch all-to-all's output, its expert-major permuted
   // copy (what the experts save) and the int64 permutation, and on the way back the unpermuted
-  // output and the combine all-to-all's output.
+  // output and the combine all-to-all's output. Under --modeling hf it is ROLL's ExpertParallel
+  // around transformers 5's experts (model/activations.cc RollExpertParallel).
   int ep = 1;
   // verl's padded log-prob head (LossKernel::kVerlPaddedCe): response positions per padded
   // position (Plan::response_len over the padded width), and whether the entropy reads the

@@ -24,9 +24,13 @@ std::vector<std::string> EpProblems(const ModelSpec& spec, const Plan& plan, con
     add("a divisor of num_experts " + std::to_string(spec.moe.num_experts) + " of " + spec.name +
         " (each rank holds num_experts / ep whole experts; --ep)");
   }
-  if (plan.modeling != Modeling::kTorchtitan) {
-    add("1 with --modeling " + std::string(ToString(plan.modeling)) +
-        " (expert parallelism is modelled as torchtitan runs it: use --modeling torchtitan)");
+  // --modeling hf with ep > 1 is ROLL's ExpertParallel around transformers 5's experts
+  // (model/activations.cc RollExpertParallel), whose ep_experts_forward multiplies by
+  // gate_up_proj and down_proj alone: no expert biases (GPT-OSS has them).
+  if (plan.modeling == Modeling::kHf && spec.moe.gpt_oss_experts) {
+    add("1 with --modeling hf for " + spec.name +
+        " (ROLL's ep_experts_forward has no expert biases; --modeling torchtitan models "
+        "torchtitan's expert parallelism)");
   }
   if (plan.wrap.expert_units) {
     add("1 with per-expert FSDP units (--wrap-experts): torchtitan shards the local experts as one "

@@ -20,9 +20,10 @@ namespace shardtune::model {
 
 // Problems of plan.ep for this model, each "where:/expert_parallel_degree: expected ..., got ...":
 // ep > 1 needs an MoE model, divides its num_experts (each rank holds E / ep whole experts), runs
-// torchtitan's model code (--modeling torchtitan: transformers' HF modules have no expert-parallel
-// dispatch under FSDP2), and is not combined with per-expert FSDP units (ROLL's wrap, --wrap-experts:
-// the routed experts are one efsdp unit per layer). Empty when ep is 1 or Plan::Problems
+// torchtitan's model code (--modeling torchtitan) or, under --modeling hf, ROLL's ExpertParallel
+// around transformers 5's experts (no expert biases: not GPT-OSS), and is not combined with
+// per-expert FSDP units (--wrap-experts: the routed experts are one efsdp unit per layer, as
+// torchtitan and ROLL's moe_experts class wrap them). Empty when ep is 1 or Plan::Problems
 // already rejects it.
 std::vector<std::string> EpProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 

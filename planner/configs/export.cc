@@ -335,6 +335,13 @@ std::string HfExpertClass(const std::string& layer_class) {
   return "";
 }
 
+std::string HfFusedExpertsClass(const std::string& layer_class) {
+  if (layer_class == "MixtralDecoderLayer") return "MixtralExperts";
+  if (layer_class == "Qwen2MoeDecoderLayer") return "Qwen2MoeExperts";
+  if (layer_class == "Qwen3MoeDecoderLayer") return "Qwen3MoeExperts";
+  return "";
+}
+
 std::string OptimizerText(const model::Plan& plan) {
   return std::string(model::ToString(plan.optimizer)) + " (" +
          model::ToString(plan.optimizer_impl) + ")";

@@ -67,6 +67,10 @@ void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,
 // The class of one MoE expert MLP for a block class (MixtralBlockSparseTop2MLP, Qwen2MoeMLP,
 // Qwen3MoeMLP); "" for dense blocks.
 std::string HfExpertClass(const std::string& layer_class);
+// The experts module of transformers 5 (all of a layer's experts as 3-D tensors), which ROLL's
+// expert parallelism splits and wraps (moe_experts with ep_size > 1: Qwen3MoeExperts in
+// examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config_ep.yaml); "" for a block class without experts.
+std::string HfFusedExpertsClass(const std::string& layer_class);
 // "adamw (foreach)", for notes.
 std::string OptimizerText(const model::Plan& plan);
 

@@ -85,6 +85,11 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     " (or by size) only; the embedding and [norm, head] stay in the root unit");
   }
   if (p.wrap.expert_units) notes.push_back("expert units: verl has no per-expert wrapping");
+  if (p.ep > 1) {
+    notes.push_back("ep " + std::to_string(p.ep) + ": " + target +
+                    " have no expert parallelism; written without (every rank holds every "
+                    "expert: estimate that plan with --ep 1)");
+  }
   AddBlockCheckpointNote(p, target, &notes);
   AddFusedLossNote(p, target, &notes);
   if (train && p.entropy_from_logits) {

@@ -320,6 +320,12 @@ ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
   }
   std::string expert = p.wrap.expert_units ? HfExpertClass(ctx.layer_class) : "";
   if (!expert.empty()) y << "      apply_expert_patch: true\n";
+  if (p.ep > 1) {
+    // import_roll.cc ReadExpertParallel: the local experts sharded over shard group / ep ranks.
+    y << "      ep_size: " << p.ep << "\n      efsdp_size: "
+      << p.ExpertShardGroup(ctx.world_size, ctx.gpus_per_node) << "\n";
+    expert = HfFusedExpertsClass(ctx.layer_class);
+  }
   y << "      wrap_policy:\n";
   if (p.wrap.sub_block_units && model::EndsWith(ctx.layer_class, "DecoderLayer")) {
     // import_roll.cc SubBlockClasses: <prefix>Attention and the MoE block or MLP class.

@@ -133,9 +133,9 @@ const KeyTable& StrategyConfigKeys() {
       {"apply_tiled_mlp", KeyUse::kMapped},
       {"tiled_num_shards", KeyUse::kMapped},
       {"apply_expert_patch", KeyUse::kMapped},
-      {"ep_size", KeyUse::kUnsupported, "expert parallelism", 1},
-      {"efsdp_size", KeyUse::kUnsupported, "a separate expert FSDP mesh", 1},
-      {"moe_use_grouped_mm", KeyUse::kIgnored},
+      {"ep_size", KeyUse::kMapped},     // ReadExpertParallel
+      {"efsdp_size", KeyUse::kMapped},
+      {"moe_use_grouped_mm", KeyUse::kIgnored},  // the experts' kernels: same saves either way
       {"async_save_ckpt", KeyUse::kIgnored},
       {"model_type", KeyUse::kIgnored},
       // In ROLL's example YAMLs (examples/*/rlvr_*fsdp2*.yaml) but read by none of its code
@@ -287,9 +287,11 @@ void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* ou
     wrap_embeddings = wp->Bool("wrap_embeddings").value_or(false);
     w.head_unit = wp->Bool("wrap_lm_output").value_or(false);
     if (auto moe = wp->Names("moe_experts")) {
-      // apply_fsdp2 wraps experts only with apply_expert_patch (or ep_size > 1).
-      w.expert_units = sc.Bool("apply_expert_patch").value_or(false);
-      if (!w.expert_units) {
+      // apply_fsdp2 wraps experts only with apply_expert_patch (or ep_size > 1, where the class
+      // is the experts module on the expert mesh: ReadExpertParallel).
+      w.expert_units = sc.Bool("apply_expert_patch").value_or(false) &&
+                       sc.Int("ep_size", 1, 1 << 16).value_or(1) <= 1;
+      if (!w.expert_units && sc.Int("ep_size", 1, 1 << 16).value_or(1) <= 1) {
         out->warnings.push_back(wp->Where("moe_experts") +
                                 ": ROLL wraps experts only with apply_expert_patch true; ignored");
       }
@@ -298,6 +300,56 @@ void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* ou
   // apply_fsdp2 wraps an untied nn.Embedding on its own even with wrap_embeddings false.
   w.embedding_unit = wrap_embeddings || !ctx.tied_embeddings;
   plan->wrap = w;
+}
+
+// ROLL's expert parallelism (alibaba/ROLL@8eb27cc roll/distributed/strategy/fsdp2_strategy.py:
+// create_device_mesh_with_ep, apply_moe_ep, ExpertParallel; roll/utils/fsdp_utils.py apply_fsdp2):
+// with ep_size > 1 each MoE layer's experts module is split over ep consecutive ranks (E / ep
+// local experts), tokens travel to them and back by all-to-all, and the module named by
+// wrap_policy.moe_experts is fully_shard-ed on the expert mesh (eddp, efsdp, ep)'s [eddp, efsdp]
+// dimensions: its local experts sharded over efsdp ranks, replicated over eddp. shardtune's
+// Plan::ep shards the local experts over the FSDP shard group / ep ranks (ExpertShardGroup), so
+// efsdp_size x ep_size must be the shard group (fsdp_size, or the world), as in both of ROLL's
+// examples; ROLL itself asserts only that the product divides the world.
+void ReadExpertParallel(const ConfigReader& cfg, const ImportContext& ctx, int world,
+                        ImportResult* out, model::Plan* plan) {
+  const int64_t ep = cfg.Int("ep_size", 1, 1 << 16).value_or(1);
+  const int64_t efsdp = cfg.Int("efsdp_size", 1, 1 << 20).value_or(1);
+  plan->ep = static_cast<int>(ep);
+  if (ep <= 1) {
+    if (efsdp != 1) {
+      out->warnings.push_back(cfg.Where("efsdp_size") +
+                              ": read only with ep_size > 1 (the expert mesh); ignored");
+    }
+    return;
+  }
+  if (world > 0 && (efsdp * ep > world || world % (efsdp * ep) != 0)) {
+    cfg.Fail("efsdp_size", "efsdp_size x ep_size dividing the world size " + std::to_string(world) +
+                               " (fsdp2_strategy.py asserts it), got " + std::to_string(efsdp) +
+                               " x " + std::to_string(ep));
+  }
+  const int shard = plan->ResolvedShardGroup(world, ctx.gpus_per_node);
+  if (world > 0 && efsdp * ep != shard) {
+    cfg.Fail("efsdp_size",
+             std::to_string(shard % ep == 0 ? shard / ep : 0) + " (the FSDP shard group " +
+                 std::to_string(shard) + " / ep_size " + std::to_string(ep) +
+                 ": shardtune shards an ep group's local experts over the rest of the shard "
+                 "group; an expert mesh of another size is not modelled)");
+  }
+  auto wp = cfg.Section("wrap_policy");
+  if (!wp || !wp->Has("moe_experts")) {
+    cfg.Fail("ep_size", "1 without wrap_policy.moe_experts (apply_fsdp2 then leaves the expert-"
+                        "parallel experts module to its block's FSDP unit on the dense mesh, "
+                        "which shardtune does not model)");
+  }
+  // apply_moe_ep parallelizes the experts module; ROLL asserts transformers >= 5.2, whose
+  // experts are the modules --modeling hf follows (model/activations.cc RollExpertParallel).
+  plan->modeling = model::Modeling::kHf;
+  plan->wrap.expert_units = false;
+  out->warnings.push_back(cfg.Where("ep_size") + ": expert parallelism " + std::to_string(ep) +
+                          " with the local experts sharded over " + std::to_string(efsdp) +
+                          " ranks; the experts' for-loop forward (moe_use_grouped_mm false) and "
+                          "its grouped_mm path are estimated alike, at a balanced load");
 }
 
 void ReadLora(const ConfigReader& ma, const ImportContext& ctx, model::Plan* plan) {
@@ -465,6 +517,7 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   plan->role = train ? model::Role::kTrain : model::Role::kInfer;
   ReadStrategyConfig(cfg, ma, train, world, plan);
   ReadWrap(cfg, ctx, &out, plan);
+  ReadExpertParallel(cfg, ctx, world, &out, plan);
   plan->frozen_prefixes = ma.Names("freeze_module_prefix").value_or(std::vector<std::string>{});
   ReadLora(ma, ctx, plan);
   // model_args.py: Literal["sdpa", "fa2", "auto"], all memory-efficient kernels (no S^2 saved).

@@ -101,17 +101,25 @@ TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
   EXPECT_EQ(j.at("per_rank").at("expert_shard_group_size").get<int>(), 2);
   ExpectOneLineError(RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --modeling torchtitan --ep 3"),
                      "expert_parallel_degree: expected a divisor of the FSDP shard group 8");
-  ExpectOneLineError(RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --ep 2"),
-                     "use --modeling torchtitan");
+  // Under --modeling hf, ep is ROLL's ExpertParallel around transformers' experts; the plan line
+  // says whose dispatch it estimated. GPT-OSS's expert biases are not in ROLL's experts forward.
+  r = RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --seq-len 4096 --ep 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("expert parallelism 2 (each rank holds 1/2 of every MoE layer's experts, "
+                       "sharded over 4 ranks; tokens reach them by ROLL's all-to-all dispatch"),
+            std::string::npos)
+      << r.out;
+  ExpectOneLineError(RunCli("estimate --model gpt-oss-20b --cluster 8xH100 --ep 2"),
+                     "no expert biases");
   ExpectOneLineError(RunCli("simulate --model llama3-8b --cluster 8xH100 --modeling torchtitan --ep 2"),
                      "expected 1 for llama3-8b");
-  ExpectOneLineError(RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --global-batch 8 --ep 2"),
-                     "use --modeling torchtitan");
+  ExpectOneLineError(RunCli("tune --model gpt-oss-20b --cluster 8xH100 --global-batch 8 --ep 2"),
+                     "no expert biases");
   // run trains ep > 1 with torchtitan's code (run_equivalence_test.cc); what it refuses:
   ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --ep 2 --out " + TempPath("ep_run")),
                      "a dense model has no experts to split");
   ExpectOneLineError(RunCli("run --model qwen3-30b-a3b --steps 1 --ep 2 --out " + TempPath("ep_run")),
-                     "use --modeling torchtitan");
+                     "expected --modeling torchtitan for shardtune run");
   ExpectOneLineError(RunCli("run --model qwen3-30b-a3b --modeling torchtitan --steps 1 --ep 2 --out " +
                             TempPath("ep_run")),
                      "--ep: expected a divisor of the shard group size 1");

@@ -163,6 +163,11 @@ TEST(ImportRoundTripTest, Roll) {
   sub.wrap.embedding_unit = true;
   sub.wrap.sub_block_units = true;  // [Qwen3MoeAttention, Qwen3MoeSparseMoeBlock]
   cases.push_back({"moe sub-block units", "qwen3-30b-a3b", "8xH100", sub});
+  // ROLL's expert parallelism: ep_size and efsdp_size (the shard group / ep) with moe_experts
+  // naming transformers 5's experts module; over 16 ranks, ep 8 leaves 2 per expert shard.
+  Plan ep = sub;
+  ep.ep = 8;
+  cases.push_back({"moe expert parallel", "qwen3-30b-a3b", "2x8xH100", ep});
   Plan e = Sharded(ShardingStrategy::kFullShard);
   e.seq_len = 512;
   e.wrap.embedding_unit = false;  // GPT-2 ties wte and the head: no separate embedding unit

@@ -319,6 +319,39 @@ TEST(ImportRollTest, AttentionAndMlpClassesAreSubBlockUnits) {
               ThrowsMessage<InputError>(HasSubstr("expected the model's block class")));
 }
 
+// ROLL's expert parallelism (qwen3-30BA3B-sft_fsdp2/sft_config_ep.yaml: fsdp_size 8, efsdp_size 1,
+// ep_size 8; the RLVR example: 32, 4, 8): Plan::ep, the local experts sharded over the shard group
+// / ep ranks, which must be efsdp_size; the experts module named by moe_experts is their unit
+// (never per-expert units, even with apply_expert_patch). An expert mesh of another size, a
+// product not dividing the world (ROLL asserts it) and ep without moe_experts are refused by
+// name; efsdp_size without ep is a warning.
+TEST(ImportRollTest, ExpertParallelIsThePlansEp) {
+  auto roll = [](const std::string& strategy, ImportResult* r = nullptr) {
+    return FromText("sequence_length: 1024\nsft_train:\n  strategy_args:\n"
+                    "    strategy_name: fsdp2_train\n    strategy_config:\n      fsdp_size: 8\n" +
+                        strategy + "  device_mapping: [0, 1, 2, 3, 4, 5, 6, 7]\n",
+                    LlamaOn8(), r);
+  };
+  const std::string moe = "      wrap_policy:\n        moe_experts: [Qwen3MoeExperts]\n";
+  Plan p = roll("      ep_size: 8\n      efsdp_size: 1\n      apply_expert_patch: true\n" + moe);
+  EXPECT_EQ(p.ep, 8);
+  EXPECT_EQ(p.ExpertShardGroup(8, 8), 1);
+  EXPECT_FALSE(p.wrap.expert_units);
+  EXPECT_EQ(p.modeling, model::Modeling::kHf);
+  EXPECT_EQ(roll("      ep_size: 4\n      efsdp_size: 2\n" + moe).ExpertShardGroup(8, 8), 2);
+  EXPECT_THAT([&] { roll("      ep_size: 4\n      efsdp_size: 1\n" + moe); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("strategy_config/efsdp_size: expected 2"),
+                                              HasSubstr("shard group 8 / ep_size 4"))));
+  EXPECT_THAT([&] { roll("      ep_size: 3\n" + moe); },
+              ThrowsMessage<InputError>(HasSubstr("dividing the world size 8")));
+  EXPECT_THAT([&] { roll("      ep_size: 8\n"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("strategy_config/ep_size"),
+                                              HasSubstr("moe_experts"))));
+  ImportResult r;
+  EXPECT_EQ(roll("      efsdp_size: 4\n", &r).ep, 1);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("efsdp_size: read only with ep_size > 1"));
+}
+
 TEST(ImportRollTest, LoraDropoutIsReadAndChecked) {
   const std::string head = "sequence_length: 1024\nsft_train:\n  model_args:\n    lora_target: q_proj\n";
   const std::string tail = "  strategy_args:\n    strategy_name: fsdp2_train\n"

@@ -293,6 +293,30 @@ TEST(ActivationsTest, VerlFusedTritonHeadKeepsStatisticsAndSplitsDLogits) {
   EXPECT_DOUBLE_EQ(lora.fused_loss.backward_dw_bytes, 2 * v * h);
 }
 
+// ROLL's expert parallelism (Hugging Face modeling with ep > 1): per token and MoE layer autograd
+// keeps, of the dispatch and combine, the argsort's int64 indices (8k, for the combine's
+// index_put), their quotient by top_k (8k, for the dispatch gather), the int32 permutation (4k,
+// for _permute's gather and _unpermute's index_put), the permuted rows the experts' first
+// projection reads (e H k) and the fp32 copy of the unsorted expert outputs that bmm saves for the
+// routing weights' gradient (4 H k); the all-to-all outputs, both vstack copies, the unpermuted
+// and unsorted outputs and the final clone are saved by nothing.
+TEST(ActivationsTest, RollExpertParallelSavesIndicesPermutedRowsAndAnFp32Copy) {
+  ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+  ActivationOptions o = Bf16();
+  o.ep = 8;
+  const double k = 8, h = 2048;
+  auto b = ComputeBlockActivations(s, o);
+  double ep_saved = 0;
+  for (const auto& t : b.full.saved) {
+    if (t.name.rfind("moe.ep", 0) == 0) ep_saved += t.bytes_per_token;
+  }
+  EXPECT_DOUBLE_EQ(ep_saved, 8 * k + 8 * k + 4 * k + 2 * h * k + 4 * h * k);
+  for (const auto& t : b.full.saved) {
+    EXPECT_EQ(t.name.find("all-to-all"), std::string::npos) << t.name;
+    EXPECT_EQ(t.name.find("vstack"), std::string::npos) << t.name;
+  }
+}
+
 // HF flash_attention_2 with a padding mask (verl's padded actor and critic): pad_input's padded
 // output, which o_proj saves, comes on top of what the kernel saves: one [T, heads x head_dim]
 // tensor per block.

@@ -32,9 +32,13 @@ TEST(ExpertParallelTest, ProblemsNameTheModelAndTheRule) {
               ::testing::ElementsAre(HasSubstr("p:/expert_parallel_degree: expected 1 for llama3-8b")));
   EXPECT_THAT(EpProblems(moe, EpPlan(3), "p"),
               ::testing::ElementsAre(HasSubstr("a divisor of num_experts 128")));
+  // Hugging Face modeling with ep is ROLL's ExpertParallel: fine for Qwen3-MoE, not for GPT-OSS,
+  // whose expert biases ROLL's ep_experts_forward does not apply.
   Plan hf = EpPlan(2);
   hf.modeling = Modeling::kHf;
-  EXPECT_THAT(EpProblems(moe, hf, "p"), ::testing::ElementsAre(HasSubstr("--modeling torchtitan")));
+  EXPECT_TRUE(EpProblems(moe, hf, "p").empty());
+  EXPECT_THAT(EpProblems(FindModelPreset("gpt-oss-20b"), hf, "p"),
+              ::testing::ElementsAre(HasSubstr("no expert biases")));
   Plan per_expert = EpPlan(2);
   per_expert.wrap.expert_units = true;
   EXPECT_THAT(EpProblems(moe, per_expert, "p"), ::testing::ElementsAre(HasSubstr("--wrap-experts")));
@@ -156,10 +160,21 @@ TEST(ExpertParallelTest, DispatchSavesThePermutationOnTop) {
   EXPECT_DOUBLE_EQ(ep.full.saved_per_token - base.full.saved_per_token, 8.0 * s.moe.top_k);
   // The forward peak holds at least the dispatch output beside the local reorder's tokens.
   EXPECT_GE(ep.full.forward_peak_per_token, base.full.forward_peak_per_token);
-  o.modeling = Modeling::kHf;  // HF's modules have no dispatch: ep changes nothing there
-  BlockActivations hf1 = ComputeBlockActivations(s, o);
+  // Under Hugging Face modeling ep is ROLL's ExpertParallel around transformers 5's experts
+  // (model/activations.cc RollExpertParallel) instead of transformers' grouped_mm path
+  // (HfGroupedExperts). Beside the experts' own saves, per token (k rows, e = 2):
+  //   grouped_mm path: token_idx, perm, inv_perm (int64, 24k), the sorted weights (fp32, 4k),
+  //                    the sorted rows and the experts' output the weights multiply (2 e H k);
+  //   ROLL:            the argsort and its quotient by top_k (int64, 16k), the int32
+  //                    permutation (4k), the routing weights bmm saves (fp32, 4k), the permuted
+  //                    rows (e H k) and bmm's fp32 copy of the outputs (4 H k).
+  // ROLL - grouped_mm = (4 - e) H k - 4k.
+  o.modeling = Modeling::kHf;
+  BlockActivations roll = ComputeBlockActivations(s, o);
   o.ep = 1;
-  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, o).full.saved_per_token, hf1.full.saved_per_token);
+  const double k = s.moe.top_k, h = s.hidden;
+  EXPECT_DOUBLE_EQ(roll.full.saved_per_token - ComputeBlockActivations(s, o).full.saved_per_token,
+                   (4 - 2) * h * k - 4 * k);
 }
 
 }  // namespace
