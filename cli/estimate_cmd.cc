@@ -98,6 +98,10 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     o << ", loss: verl's fused log-prob kernel (Triton backend: no logits tensor, d logits [tokens, "
       << model::kVerlTritonBackwardSplit << "] per vocabulary split in backward)";
   }
+  if (p.liger.any()) {
+    o << ", Liger-Kernel's " << (p.liger.rms_norm ? "RMSNorm " : "") << (p.liger.swiglu ? "SwiGLU " : "")
+      << (p.liger.rope ? "RoPE " : "") << "modules";
+  }
   if (p.attention == model::Attention::kSdpa && p.sdpa_backend != model::SdpaBackend::kAuto) {
     o << " (" << model::ToString(p.sdpa_backend) << ")";
   }

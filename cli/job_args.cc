@@ -1,6 +1,7 @@
 // Shared job inputs: resolution and joint validation.
 #include "cli/job_args.h"
 
+#include "model/activations.h"
 #include "model/context_parallel.h"
 #include "model/expert_parallel.h"
 #include "model/errors.h"
@@ -160,6 +161,8 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   }
   // Expert parallelism against the model's experts and model code (model/expert_parallel.h).
   for (auto& p : model::EpProblems(spec, plan, plan_where)) problems.push_back(p);
+  // Liger-Kernel's module patches against the model they are modelled for (model/activations.h).
+  for (auto& p : model::LigerProblems(spec, plan, plan_where)) problems.push_back(p);
   if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
     for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),
                                                plan_where)) {

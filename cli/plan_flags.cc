@@ -12,8 +12,36 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "model/text.h"
 
 namespace shardtune::cli {
+
+namespace {
+// --liger: "none", "all" (what _apply_liger_kernel_to_instance turns on by default) or a comma
+// list of rms_norm, swiglu, rope.
+model::LigerKernels ParseLigerKernels(const std::string& text, const std::string& flag) {
+  model::LigerKernels k;
+  if (text == "none") return k;
+  if (text == "all") return {true, true, true};
+  std::stringstream in(text);
+  std::string item;
+  bool any = false;
+  while (std::getline(in, item, ',')) {
+    if (item == "rms_norm") k.rms_norm = true;
+    else if (item == "swiglu") k.swiglu = true;
+    else if (item == "rope") k.rope = true;
+    else {
+      throw InputError(flag + ": expected none, all or a comma list of rms_norm, swiglu, rope, got \"" +
+                       model::EscapeControls(text) + "\"");
+    }
+    any = true;
+  }
+  if (!any) {
+    throw InputError(flag + ": expected none, all or a comma list of rms_norm, swiglu, rope, got \"\"");
+  }
+  return k;
+}
+}  // namespace
 namespace {
 
 using model::Plan;
@@ -172,16 +200,23 @@ const std::vector<FlagSpec>& Flags() {
       {"--keep-logits", "The training loop holds outputs.logits through backward", kPlanFlag,
        &Flag<&PlanFlags::keep_logits>, [](const PlanFlags&, const FlagSpec&, Plan* p) { p->keep_logits = true; }},
       {"--loss-kernel",
-       "cross_entropy|fused_linear: logits materialised then F.cross_entropy, or the chunked fused "
-       "linear cross-entropy (Liger's; shardtune run's), which never holds the whole logits",
+       "cross_entropy|fused_linear|verl_flash_ce|verl_padded_ce|verl_fused_torch|verl_fused_triton: "
+       "logits materialised then F.cross_entropy, the chunked fused linear cross-entropy (Liger's; "
+       "shardtune run's), or one of verl's log-prob heads",
        kPlanFlag, &Opt<&PlanFlags::loss_kernel>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->loss_kernel = ParseEnum<LossKernel>(f.loss_kernel, s.name); }},
+      {"--liger",
+       "none|all|rms_norm,swiglu,rope: Liger-Kernel's module patches (HF Trainer's use_liger_kernel, "
+       "verl's use_liger; Llama, Mistral, Qwen2, Qwen3): what they save instead of Hugging Face's",
+       kPlanFlag, &Opt<&PlanFlags::liger>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->liger = ParseLigerKernels(f.liger, s.name); }},
       {"--cp", "Ulysses context-parallel size (divides heads, seq-len and world)", kPlanFlag,
        &Opt<&PlanFlags::cp>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->cp = f.cp; }},
       {"--cp-fsdp-mesh", "dp_cp|dp: FSDP shards over data-parallel x cp ranks (verl, torchtitan) or dp only",
        kPlanFlag, &Opt<&PlanFlags::cp_fsdp_mesh>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->cp_fsdp_mesh = ParseEnum<CpFsdpMesh>(f.cp_fsdp_mesh, s.name); }},
-      {"--ep", "Expert-parallel degree (torchtitan expert_parallel_degree; MoE, --modeling torchtitan)",
+      {"--ep", "Expert-parallel degree (MoE: torchtitan's expert_parallel_degree under --modeling "
+               "torchtitan, ROLL's ep_size under hf)",
        kPlanFlag, &Opt<&PlanFlags::ep>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->ep = f.ep; }},
       {"--role", "train|infer (forward only: reference / log-prob workers)", kPlanFlag,
        &Opt<&PlanFlags::role>,

@@ -45,6 +45,13 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
                 "log-prob head is estimated, not run: add --loss-kernel cross_entropy to train "
                 "the plan with the executor's head)");
   }
+  if (plan.liger.any()) {
+    p.push_back(o.plan_name +
+                ":/liger: expected no Liger kernels (the executor runs its own RMSNorm, SwiGLU and "
+                "rotary; Liger's are estimated, not run), got " +
+                std::string(plan.liger.rms_norm ? "rms_norm " : "") + (plan.liger.swiglu ? "swiglu " : "") +
+                (plan.liger.rope ? "rope" : ""));
+  }
   if (plan.wrap.sub_block_units) {
     p.push_back(o.plan_name +
                 ":/wrap/sub_block_units: expected false (the executor's units are whole blocks; "

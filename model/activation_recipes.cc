@@ -98,6 +98,20 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
             double rows = 1) {
   bool w = WeightTrains(c, module), any = AnyTrains(c, module);
   const double param = dim / rows;
+  if (c.opt.liger.rms_norm && c.opt.modeling == Modeling::kHf &&
+      (module == "input_layernorm" || module == "post_attention_layernorm" || module == "model.norm")) {
+    // LigerRMSNorm (Liger-Kernel ops/rms_norm.py LigerRMSNormFunction, casting mode llama): one
+    // kernel writes Y and an fp32 rstd per row; it saves X and RSTD; in_place=True writes dX into
+    // dY. Only the modules _apply_liger_kernel_to_instance patches on a loaded model (the decoder
+    // layers' two norms and the final norm); q_norm / k_norm instances stay Hugging Face's.
+    int rstd = c.g.Tensor(name + " RSTD (fp32, Liger)", kFp32 * rows);
+    c.g.Op(name + " Liger rstd", {}, rstd, {});
+    int y = c.g.Tensor(name + " output (Liger)", c.e * dim);
+    c.g.Op(name + " LigerRMSNormFunction", {x}, y, {x, rstd});
+    c.g.MarkInPlaceBackward();
+    c.g.SetParam(param, w, any);
+    return y;
+  }
   if (c.opt.modeling == Modeling::kTorchtitan) {
     int rstd = c.g.Tensor(name + " rstd (fp32)", kFp32 * rows);
     int y = c.g.Tensor(name + " output", c.e * dim);
@@ -174,6 +188,12 @@ namespace {
 // Measured on an H100 (tests/data/validation/fsdp2_h100_measured.json): HF Llama saves
 // 20H + 4H_kv + 8I bytes per token per layer in bf16 with SDPA, no rope term.
 int Rope(Ctx& c, int x, double dim, const std::string& name) {
+  if (c.opt.liger.rope && c.opt.modeling == Modeling::kHf) {
+    // liger_rotary_pos_emb (Liger-Kernel ops/rope.py LigerRopeFunction): q and k are rotated in
+    // their own storage (transpose back to the projection's layout, contiguous: no copy) and
+    // only cos and sin are saved; the result is a view of the input.
+    return c.g.Views(x, {name + " rotated in place (Liger rope)"}, {c.e * dim})[0];
+  }
   int y = c.g.Tensor(name + " after rope", c.e * dim);
   if (c.opt.modeling == Modeling::kTorchtitan) {
     int xc = c.g.Tensor(name + " fp32 complex copy", kFp32 * dim);

@@ -55,6 +55,15 @@ int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
     gate = Linear(c, x, ffn * mult, name + ".gate_proj", module + ".gate_proj", mult);
     up = Linear(c, x, ffn * mult, name + ".up_proj", module + ".up_proj", mult);
   }
+  if (c.opt.liger.swiglu && c.opt.modeling == Modeling::kHf && !c.spec.fused_gate_up && name == "mlp") {
+    // LigerSwiGLUMLP: LigerSiLUMulFunction (Liger-Kernel ops/swiglu.py) saves gate and up, makes
+    // silu(gate) * up in one kernel, and its backward recomputes silu and writes d gate and d up
+    // into the saved tensors' own storage.
+    int prod = c.g.Tensor(name + ".silu*up (Liger)", c.e * ffn * mult);
+    c.g.Op(name + ".LigerSiLUMulFunction", {gate, up}, prod, {gate, up});
+    c.g.MarkInPlaceBackward();
+    return Linear(c, prod, h * mult, name + ".down_proj", module + ".down_proj", mult);
+  }
   int act = c.g.Tensor(name + ".silu output", c.e * ffn * mult);
   c.g.Op(name + ".silu", {gate}, act, {gate});
   int prod = c.g.Tensor(name + ".silu*up", c.e * ffn * mult);
@@ -560,7 +569,36 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   // verl's torch fused head: the entropy's gradient adds its branch to each chunk's backward.
   if (plan.loss_kernel == LossKernel::kVerlFusedTorch) o.entropy_from_logits = plan.entropy_from_logits;
   o.padding_mask = plan.padding_mask;
+  o.liger = plan.liger;
   return o;
+}
+
+std::vector<std::string> LigerProblems(const ModelSpec& spec, const Plan& plan, const std::string& where) {
+  std::vector<std::string> out;
+  if (!plan.liger.any()) return out;
+  // The model types whose apply_liger_kernel_to_* patches these three modules as modelled here
+  // (monkey_patch.py apply_liger_kernel_to_llama / _mistral / _qwen2 / _qwen3).
+  static const std::vector<std::string> kArchitectures = {"LlamaForCausalLM", "MistralForCausalLM",
+                                                           "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  const bool family = std::find(kArchitectures.begin(), kArchitectures.end(), spec.hf_architecture) !=
+                          kArchitectures.end() &&
+                      !spec.moe.enabled() && spec.mlp == MlpKind::kSwiGlu && !spec.fused_gate_up &&
+                      spec.norm == NormKind::kRmsNorm;
+  for (const auto& [on, key] : {std::pair{plan.liger.rms_norm, "rms_norm"},
+                                std::pair{plan.liger.swiglu, "swiglu"}, std::pair{plan.liger.rope, "rope"}}) {
+    if (!on) continue;
+    if (!family) {
+      out.push_back(where + ":/liger/" + key +
+                    ": expected false for " + spec.name + " (" + spec.hf_architecture +
+                    "): Liger's kernels are modelled for the Llama, Mistral, Qwen2 and Qwen3 dense "
+                    "decoders, got true");
+    } else if (plan.modeling != Modeling::kHf) {
+      out.push_back(where + ":/liger/" + key +
+                    ": expected false with --modeling torchtitan (Liger patches Hugging Face's "
+                    "modules), got true");
+    }
+  }
+  return out;
 }
 
 double ResidualPerToken(const ModelSpec& spec, const ActivationOptions& opt) {

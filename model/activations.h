@@ -155,7 +155,13 @@ struct ActivationOptions {
   double response_fraction = 1.0;
   bool entropy_from_logits = false;
   bool padding_mask = false;  // Plan::padding_mask: flash attention's unpad / pad copies
+  LigerKernels liger;         // Plan::liger: Liger-Kernel's RMSNorm / SwiGLU / RoPE modules
 };
+
+// Problems of plan.liger for this model, each "where:/liger/KERNEL: expected ..., got true": the
+// kernels are modelled for Liger's patches of the Llama-family dense decoders (Llama, Mistral,
+// Qwen2, Qwen3: SwiGLU MLPs, RMSNorm, full rotary) under --modeling hf. Empty when none is on.
+std::vector<std::string> LigerProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 
 // Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and
 // whether its input does: autograd records a node only for an op with an input or a parameter

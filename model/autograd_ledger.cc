@@ -84,6 +84,11 @@ void AutogradLedger::SetForwardWorkspace(double bytes_per_token) {
   ops_.back().forward_workspace = bytes_per_token;
 }
 
+void AutogradLedger::MarkInPlaceBackward() {
+  SHARDTUNE_CHECK(!ops_.empty()) << "no op to mark";
+  ops_.back().in_place_backward = true;
+}
+
 void AutogradLedger::SetParam(double elements, bool trains, bool requires_grad) {
   SHARDTUNE_CHECK(!ops_.empty()) << "no op to give parameters";
   SHARDTUNE_CHECK(requires_grad || !trains) << ops_.back().name;
@@ -220,6 +225,7 @@ double AutogradLedger::Backward(int output, const Recorded& rec, const std::vect
       if (rec.requires_grad[static_cast<size_t>(t)]) distinct.insert(t);
     }
     for (int t : distinct) fresh += tensors_[static_cast<size_t>(t)].bytes;
+    if (op.in_place_backward) fresh = 0;  // written into storage that already exists
     // Kernels the node launches (ActivationLedger::backward_ops): an op with a parameter one per
     // gradient it makes (the input's if any input requires grad, the weight's if it trains: a
     // frozen Linear's AddmmBackward0 runs the dX GEMM only, should_compute_output); any other

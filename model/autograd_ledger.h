@@ -69,6 +69,12 @@ class AutogradLedger {
   // (bytes per token, live beside its inputs and output at that moment): verl's Triton linear
   // cross-entropy's per-split partials.
   void SetForwardWorkspace(double bytes_per_token);
+  // Marks the last recorded op's backward as writing its input gradients into storage that
+  // already exists instead of allocating them: Liger's RMSNorm writes dX into dY (in_place), its
+  // SiLU-mul writes da and db into the saved a and b. The node allocates nothing fresh; the
+  // gradients then count at their size as usual (the storage they took is released with the
+  // incoming gradient or the saved tensors).
+  void MarkInPlaceBackward();
   // Gives the last recorded op `elements` parameter elements: its backward allocates their
   // gradient (a Linear's weight, a norm's scale) when `trains`. `requires_grad`: some parameter of
   // the op requires grad (its weight, or only its bias), so its output does.
@@ -98,6 +104,7 @@ class AutogradLedger {
     double backward_workspace;
     bool compute_bound = false;
     double forward_workspace = 0;
+    bool in_place_backward = false;
     double param_elements = 0;
     bool param_trains = false, param_requires_grad = false;
     std::vector<int> more_outputs = {};  // a Views op's outputs after the first

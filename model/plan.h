@@ -103,6 +103,25 @@ struct LoraSpec {
   bool enabled() const { return rank > 0; }
 };
 
+// Liger-Kernel's module patches that change what autograd keeps (linkedin/Liger-Kernel@ead96b6
+// src/liger_kernel/transformers/monkey_patch.py _apply_liger_kernel_to_instance, which HF
+// Trainer's use_liger_kernel and verl's use_liger call on the loaded model):
+//  rms_norm: the decoder layers' input_layernorm / post_attention_layernorm and the final norm
+//            become LigerRMSNorm (ops/rms_norm.py: saves X and an fp32 rstd per row, writes dX
+//            into dY); q_norm / k_norm instances made before the patch stay Hugging Face's.
+//  swiglu:   the MLP becomes LigerSwiGLUMLP (ops/swiglu.py LigerSiLUMulFunction: saves gate and up,
+//            recomputes silu in backward and writes both gradients into them).
+//  rope:     apply_rotary_pos_emb becomes liger_rotary_pos_emb (ops/rope.py: rotates q and k in
+//            their own storage, saves only cos and sin).
+// Its fused linear cross-entropy is loss_kernel fused_linear. Modelled for the Llama-family
+// dense decoders (SwiGLU, RMSNorm, full rotary); Plan::Problems' caller checks the model.
+struct LigerKernels {
+  bool rms_norm = false;
+  bool swiglu = false;
+  bool rope = false;
+  bool any() const { return rms_norm || swiglu || rope; }
+};
+
 // How FSDP units are formed from the module tree (PyTorch fully_shard calls).
 struct WrapPolicy {
   enum class Kind { kBlock, kEveryK, kRanges, kSize };
@@ -176,6 +195,7 @@ struct Plan {
   // -> _upad_input / pad_input): q, k, v are gathered to the real tokens and the output scattered
   // back into a padded tensor, which o_proj saves beside the kernel's own saved output.
   bool padding_mask = false;
+  LigerKernels liger;  // Liger-Kernel's RMSNorm / SwiGLU / RoPE patches (all off: Hugging Face's)
 
   // Ulysses context parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses): each rank of a cp group
   // holds S / cp tokens of the same sequences; attention runs after an all-to-all that trades

@@ -102,6 +102,13 @@ void ReadComputeChoices(StrictReader* r, Plan* p) {
   p->response_len = r->OptionalInt("response_len", p->response_len, INT64_MIN, INT64_MAX);
   p->entropy_from_logits = r->OptionalBool("entropy_from_logits", p->entropy_from_logits);
   p->padding_mask = r->OptionalBool("padding_mask", p->padding_mask);
+  if (r->Has("liger")) {
+    StrictReader l = r->RequiredObject("liger");
+    p->liger.rms_norm = l.OptionalBool("rms_norm", false);
+    p->liger.swiglu = l.OptionalBool("swiglu", false);
+    p->liger.rope = l.OptionalBool("rope", false);
+    l.Finish();
+  }
 }
 
 std::vector<std::string> ReadStrings(const nlohmann::json& v, const std::string& where,
@@ -230,6 +237,9 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.response_len > 0) j["response_len"] = p.response_len;
   if (p.entropy_from_logits) j["entropy_from_logits"] = true;
   if (p.padding_mask) j["padding_mask"] = true;
+  if (p.liger.any()) {
+    j["liger"] = {{"rms_norm", p.liger.rms_norm}, {"swiglu", p.liger.swiglu}, {"rope", p.liger.rope}};
+  }
   j["cp"] = p.cp;
   j["cp_fsdp_mesh"] = ToString(p.cp_fsdp_mesh);
   j["expert_parallel_degree"] = p.ep;

@@ -154,7 +154,10 @@ std::string ActKey(const model::ActivationOptions& o) {
               : std::string()) +
          (o.loss_kernel == model::LossKernel::kVerlFusedTorch ? "/" + std::to_string(o.entropy_from_logits)
                                                                 : std::string()) +
-         (o.padding_mask ? "/pad" : "");
+         (o.padding_mask ? "/pad" : "") +
+         (o.liger.any() ? "/liger" + std::to_string(o.liger.rms_norm) + std::to_string(o.liger.swiglu) +
+                              std::to_string(o.liger.rope)
+                        : std::string());
 }
 }  // namespace
 

@@ -257,6 +257,17 @@ void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                    "state together (FSDP2 CPUOffloadPolicy) or nothing; written as no offload");
 }
 
+void AddLigerNote(const model::Plan& plan, const std::string& target,
+                  std::vector<std::string>* notes) {
+  if (!plan.liger.any()) return;
+  notes->push_back(std::string("liger ") + (plan.liger.rms_norm ? "rms_norm " : "") +
+                   (plan.liger.swiglu ? "swiglu " : "") + (plan.liger.rope ? "rope " : "") + "on: " +
+                   target + " has no key for Liger-Kernel's module patches; call "
+                   "apply_liger_kernel_to_<model>(rms_norm=" + (plan.liger.rms_norm ? "True" : "False") +
+                   ", swiglu=" + (plan.liger.swiglu ? "True" : "False") + ", rope=" +
+                   (plan.liger.rope ? "True" : "False") + ", model=model) on the loaded model");
+}
+
 void AddFusedLossNote(const model::Plan& plan, const std::string& target,
                       std::vector<std::string>* notes) {
   if (plan.loss_kernel != model::LossKernel::kFusedLinear) return;
@@ -278,7 +289,10 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                      " has no expert parallelism beside FSDP; written without (every rank holds "
                      "every expert: estimate that plan with --ep 1)");
   }
-  if (!has_fused_loss) AddFusedLossNote(plan, target, notes);
+  if (!has_fused_loss) {
+    AddFusedLossNote(plan, target, notes);
+    AddLigerNote(plan, target, notes);
+  }
   if (plan.role == model::Role::kInfer) {
     notes->push_back("role infer: " + target + " configures training; run the forward-only "
                      "worker (no gradients, no optimizer) yourself");

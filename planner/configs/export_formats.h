@@ -58,6 +58,8 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                           std::vector<std::string>* notes, bool has_fused_loss = false);
 // A note when the plan's loss is the fused linear cross-entropy (Plan::loss_kernel) and the
 // target has no key that turns on that kernel alone (only HF Trainer's liger_kernel_config does).
+// Liger's RMSNorm / SwiGLU / RoPE patches (Plan::liger), for a format without a key for them.
+void AddLigerNote(const model::Plan& plan, const std::string& target, std::vector<std::string>* notes);
 void AddFusedLossNote(const model::Plan& plan, const std::string& target,
                       std::vector<std::string>* notes);
 // A note when the plan's frozen parameters are loaded in a dtype other than the master dtype

@@ -199,14 +199,15 @@ ExportResult ExportHfTrainer(const model::Plan& p, const ExportContext& ctx) {
   j["bf16"] = p.param_dtype == DType::kBf16;
   j["fp16"] = p.param_dtype == DType::kFp16;
   j["optim"] = HfOptim(p, &r.notes);
-  if (p.loss_kernel == model::LossKernel::kFusedLinear) {
+  if (p.loss_kernel == model::LossKernel::kFusedLinear || p.liger.any()) {
     // The Trainer applies Liger through _apply_liger_kernel_to_instance(model, **liger_kernel_config)
     // (liger_kernel/transformers/monkey_patch.py: keys the model's apply function lacks are
-    // dropped): the fused linear cross-entropy alone, the other kernels off, as the plan models.
+    // dropped): exactly the kernels the plan has (import_hf_trainer.cc ReadLiger).
     j["use_liger_kernel"] = true;
-    j["liger_kernel_config"] = {{"fused_linear_cross_entropy", true}, {"cross_entropy", false},
-                                {"rope", false}, {"rms_norm", false}, {"swiglu", false},
-                                {"geglu", false}, {"layer_norm", false}};
+    j["liger_kernel_config"] = {
+        {"fused_linear_cross_entropy", p.loss_kernel == model::LossKernel::kFusedLinear},
+        {"cross_entropy", false}, {"rope", p.liger.rope}, {"rms_norm", p.liger.rms_norm},
+        {"swiglu", p.liger.swiglu}, {"geglu", false}, {"layer_norm", false}};
   }
   bool ckpt = p.checkpointing != model::Checkpointing::kNone;
   j["gradient_checkpointing"] = ckpt && l.replicated_only();

@@ -92,6 +92,11 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   }
   AddBlockCheckpointNote(p, target, &notes);
   AddFusedLossNote(p, target, &notes);
+  if (p.liger.any() && !(p.liger.rms_norm && p.liger.swiglu && p.liger.rope)) {
+    // import_verl.cc ReadModel: use_liger applies Liger's defaults, all three.
+    notes.push_back("liger: verl's use_liger turns on rms_norm, swiglu and rope together; the "
+                    "plan's subset is written as use_liger false");
+  }
   if (train && p.entropy_from_logits) {
     // import_verl.cc ReadLogProbPath: what sets the flag on each head.
     notes.push_back(p.loss_kernel == model::LossKernel::kVerlFusedTorch
@@ -178,6 +183,7 @@ void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent,
       << indent << "  impl_backend: "
       << (p.loss_kernel == model::LossKernel::kVerlFusedTriton ? "triton" : "torch") << "\n";
   }
+  if (p.liger.rms_norm && p.liger.swiglu && p.liger.rope) y << indent << "use_liger: true\n";
   y << indent << "lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
   if (p.lora.enabled()) {
     y << indent << "lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";

@@ -172,6 +172,7 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
   }
   AddWrapNote(p, ctx, target, /*supports_size=*/false, &notes);
   AddFusedLossNote(p, target, &notes);
+  AddLigerNote(p, target, &notes);
   if (!p.wrap.embedding_unit && !ctx.tied_embeddings) {
     notes.push_back(
         "embedding_unit false: ROLL wraps an untied nn.Embedding on its own even with "

@@ -276,29 +276,31 @@ void ReadFsdp(const ConfigReader& top, const std::vector<std::string>& opts,
 }
 
 // use_liger_kernel: the Trainer calls _apply_liger_kernel_to_instance(model, **liger_kernel_config)
-// (liger_kernel/transformers/monkey_patch.py), whose kernels default to on. shardtune models the
-// fused linear cross-entropy alone (Plan::loss_kernel), so the config must turn it on and every
-// other kernel off; anything else is refused by name (RMSNorm, rotary, SwiGLU/GeGLU and LayerNorm
-// kernels save other tensors than the modules the memory model follows).
+// (Liger-Kernel src/liger_kernel/transformers/monkey_patch.py), whose apply_liger_kernel_to_<model>
+// functions default rope, rms_norm, swiglu and fused_linear_cross_entropy on and cross_entropy off,
+// and receive only the keys their signature has (geglu, layer_norm: other model types). The fused
+// linear cross-entropy is Plan::loss_kernel fused_linear (the Trainer passes labels, so the
+// patched forward takes it); rms_norm, swiglu and rope are Plan::liger (model/plan.h
+// LigerKernels, checked against the model by LigerProblems). Liger's plain cross_entropy (its
+// in-place logits gradient) is refused by name.
 void ReadLiger(const ConfigReader& top, model::Plan* plan) {
   if (!top.Bool("use_liger_kernel").value_or(false)) return;
-  const std::string want =
-      "liger_kernel_config with fused_linear_cross_entropy true and rope, rms_norm, swiglu, geglu, "
-      "layer_norm, cross_entropy false (Liger's other kernels are not modelled)";
   std::optional<ConfigReader> c = top.Section("liger_kernel_config");
-  if (!c) top.Fail("use_liger_kernel", "false, or true with " + want);
-  c->CheckKeys({{"fused_linear_cross_entropy"}, {"cross_entropy"}, {"rope"}, {"rms_norm"},
-                {"swiglu"}, {"geglu"}, {"layer_norm"}});
-  if (!c->Bool("fused_linear_cross_entropy").value_or(true)) {
-    c->Fail("fused_linear_cross_entropy", "true (" + want + ")");
+  auto on = [&](const char* k, bool by_default) {
+    return c ? c->Bool(k).value_or(by_default) : by_default;
+  };
+  if (c) {
+    c->CheckKeys({{"fused_linear_cross_entropy"}, {"cross_entropy"}, {"rope"}, {"rms_norm"},
+                  {"swiglu"}, {"geglu"}, {"layer_norm"}});
   }
-  for (const char* k : {"cross_entropy", "rope", "rms_norm", "swiglu", "geglu", "layer_norm"}) {
-    // A kernel the config leaves out is on (the apply functions' defaults), except cross_entropy,
-    // which defaults to off.
-    bool on = c->Bool(k).value_or(std::string(k) != "cross_entropy");
-    if (on) c->Fail(k, "false (" + want + ")");
+  if (on("cross_entropy", false)) {
+    c->Fail("cross_entropy", "false (Liger's cross-entropy kernel, which writes the logits' "
+                             "gradient into them, is not modelled; fused_linear_cross_entropy is)");
   }
-  plan->loss_kernel = model::LossKernel::kFusedLinear;
+  if (on("fused_linear_cross_entropy", true)) plan->loss_kernel = model::LossKernel::kFusedLinear;
+  plan->liger.rms_norm = on("rms_norm", true);
+  plan->liger.swiglu = on("swiglu", true);
+  plan->liger.rope = on("rope", true);
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ const KeyTable& ModelKeys() {
        {"strategy", KeyUse::kMapped},
        {"override_config", KeyUse::kMapped},  // ReadModelNamed: the keys that change nothing
        {"enable_activation_offload", KeyUse::kUnsupported, "activation offload to the host"},
-       {"use_liger", KeyUse::kUnsupported, "Liger's fused kernels (chunked loss)"},
+       {"use_liger", KeyUse::kMapped},  // ReadLigerKernels
        {"use_fused_kernels", KeyUse::kMapped},     // ReadLogProbPath
        {"fused_kernel_options", KeyUse::kMapped},  // its impl_backend
        {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"},
@@ -216,7 +216,15 @@ void ReadFsdpConfig(const ConfigReader& f, const std::string& strategy, bool act
   plan->wrap = w;
 }
 
-void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, model::Plan* plan) {
+// `liger`: whether the worker applies use_liger (fsdp_workers.py _build_model_optimizer for the
+// actor and the reference, fsdp_sft_trainer.py and the FSDP engine for SFT: Liger's
+// _apply_liger_kernel_to_instance(model) with its defaults, so rms_norm, swiglu and rope (its
+// fused linear cross-entropy runs only when the forward gets labels, which verl's never does);
+// the critic's builder does not read it).
+void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, model::Plan* plan,
+               bool liger = true) {
+  plan->liger = {};
+  if (liger && model.Bool("use_liger").value_or(false)) plan->liger = {true, true, true};
   // hf_model.yaml and sft_trainer.yaml: enable_gradient_checkpointing True.
   bool ckpt = model.Bool("enable_gradient_checkpointing").value_or(true);
   plan->checkpointing = train && ckpt ? model::Checkpointing::kFull : model::Checkpointing::kNone;
@@ -584,7 +592,7 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   auto fc = mr.Section("fsdp_config");
   ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, top.file(), "/critic/model/fsdp_config", nullptr),
                  strategy, true, m, ctx, out, plan);
-  ReadModel(mr, true, ctx, plan);
+  ReadModel(mr, true, ctx, plan, /*liger=*/false);  // the critic's builder takes no use_liger
   plan->loss_kernel = model::LossKernel::kCrossEntropy;  // no vocabulary: the value head's loss
   plan->keep_logits = false;
   // dp_critic.py _forward_micro_batch: without use_remove_padding (dp_critic.yaml's default) the

@@ -419,6 +419,14 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernel fused_linear "
                             "--loss-kernels cross_entropy,fused_linear"),
                      "--loss-kernels: leave out --loss-kernel");
+  // Liger-Kernel's module patches: parsed, named in the plan line, checked against the model.
+  Result liger = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 2048 --liger all");
+  ASSERT_EQ(liger.code, 0) << liger.err;
+  EXPECT_NE(liger.out.find("Liger-Kernel's RMSNorm SwiGLU RoPE modules"), std::string::npos) << liger.out;
+  ExpectOneLineError(RunCli("estimate --liger rmsnorm"),
+                     "--liger: expected none, all or a comma list of rms_norm, swiglu, rope, got \"rmsnorm\"");
+  ExpectOneLineError(RunCli("estimate --model gemma2-9b --liger swiglu"),
+                     "/liger/swiglu: expected false for gemma2-9b");
   ExpectOneLineError(RunCli("estimate --loss-kernel fused_linear --keep-logits"),
                      "keep_logits: expected false with loss_kernel fused_linear");
 }

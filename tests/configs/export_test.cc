@@ -570,6 +570,30 @@ TEST(ExportTest, TorchtitanCarriesExpertParallelDegree) {
   }
 }
 
+// Liger's module patches: HF Trainer's liger_kernel_config carries exactly the plan's, verl's
+// use_liger all three (a subset is noted and written off), every other format a note naming the
+// apply call.
+TEST(ExportTest, LigerKernelsAreWrittenWhereAFormatHasThem) {
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.liger = {true, true, false};
+  json h = model::ParseJsonText(ExportPlan(j.plan, j.ctx, ExportFormat::kHfTrainer).text, "hf-trainer");
+  EXPECT_EQ(Bool(h, "/use_liger_kernel"), "true");
+  EXPECT_EQ(Bool(h, "/liger_kernel_config/rms_norm"), "true");
+  EXPECT_EQ(Bool(h, "/liger_kernel_config/swiglu"), "true");
+  EXPECT_EQ(Bool(h, "/liger_kernel_config/rope"), "false");
+  EXPECT_EQ(Bool(h, "/liger_kernel_config/fused_linear_cross_entropy"), "false");
+  for (ExportFormat f : {ExportFormat::kAccelerate, ExportFormat::kTorchtitan, ExportFormat::kDeepspeed,
+                         ExportFormat::kRoll, ExportFormat::kVerl}) {
+    bool noted = false;
+    for (const auto& n : ExportPlan(j.plan, j.ctx, f).notes) noted |= n.find("liger") == 0;
+    EXPECT_TRUE(noted) << ToString(f);
+  }
+  j.plan.liger = {true, true, true};
+  ExportResult v = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  EXPECT_NE(v.text.find("use_liger: true"), std::string::npos) << v.text;
+  for (const auto& n : v.notes) EXPECT_NE(n.find("liger"), 0u) << n;
+}
+
 // The fused linear cross-entropy: HF Trainer turns on Liger's kernel alone (use_liger_kernel +
 // liger_kernel_config, which _apply_liger_kernel_to_instance passes to the model's apply
 // function); every other format notes that it has no such key, and nothing is noted without it.

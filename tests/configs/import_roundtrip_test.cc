@@ -118,6 +118,14 @@ TEST(ImportRoundTripTest, HfTrainer) {
   c.grad_accum = 2;
   c.no_sync = true;
   cases.push_back({"ddp adafactor", "llama3-8b", "8xH100", c});
+  // Liger: the module patches with and without the fused loss (liger_kernel_config says which).
+  Plan d = a;
+  d.liger = {true, true, true};
+  d.loss_kernel = model::LossKernel::kFusedLinear;
+  cases.push_back({"liger all", "llama3-8b", "8xH100", d});
+  Plan e = a;
+  e.liger = {true, false, false};
+  cases.push_back({"liger rms_norm only", "llama3-8b", "8xH100", e});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kHfTrainer);
 }
 
@@ -258,6 +266,10 @@ TEST(ImportRoundTripTest, Verl) {
   h.loss_kernel = model::LossKernel::kVerlFusedTriton;
   h.response_len = 0;
   cases.push_back({"actor fused triton padded", "llama3-8b", "8xH100", h});
+  Plan li = d;  // use_liger: all three of Liger's module patches
+  li.liger = {true, true, true};
+  cases.push_back({"actor liger", "llama3-8b", "8xH100", li});
+  cases.push_back({"ref liger", "llama3-8b", "8xH100", RefOf(li)});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kVerl);
 }
 

@@ -219,36 +219,56 @@ TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
   EXPECT_EQ(p.backward_prefetch, model::BackwardPrefetch::kPost);
 }
 
-// use_liger_kernel with Liger's fused linear cross-entropy alone (what `export` writes) is the
-// plan's fused loss; Liger's other kernels, on by default, are refused by name.
-TEST(ImportHfTrainerTest, LigerFusedLinearCrossEntropyAloneIsTheFusedLoss) {
+// use_liger_kernel: the Trainer's _apply_liger_kernel_to_instance with liger_kernel_config, whose
+// apply functions default rope, rms_norm, swiglu and fused_linear_cross_entropy on and
+// cross_entropy off. The fused loss is loss_kernel fused_linear, the three module patches
+// Plan::liger; Liger's plain cross_entropy kernel is refused by name.
+TEST(ImportHfTrainerTest, LigerKernelsAreTheFusedLossAndTheModulePatches) {
+  Plan all = FromText("{\"use_liger_kernel\": true}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(all.loss_kernel, model::LossKernel::kFusedLinear);
+  EXPECT_TRUE(all.liger.rms_norm && all.liger.swiglu && all.liger.rope);
   const std::string only =
       "\"liger_kernel_config\": {\"fused_linear_cross_entropy\": true, \"cross_entropy\": false, "
       "\"rope\": false, \"rms_norm\": false, \"swiglu\": false, \"geglu\": false, "
       "\"layer_norm\": false}";
   Plan p = FromText("{\"use_liger_kernel\": true, " + only + "}", LlamaOn8(), nullptr, "a.json");
   EXPECT_EQ(p.loss_kernel, model::LossKernel::kFusedLinear);
-  EXPECT_EQ(FromText("{\"use_liger_kernel\": false}", LlamaOn8(), nullptr, "a.json").loss_kernel,
-            model::LossKernel::kCrossEntropy);
-  EXPECT_THAT([] { FromText("{\"use_liger_kernel\": true}", LlamaOn8(), nullptr, "a.json"); },
-              ThrowsMessage<InputError>(HasSubstr(
-                  "a.json:/use_liger_kernel: expected false, or true with liger_kernel_config")));
+  EXPECT_FALSE(p.liger.any());
+  Plan some = FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"rope\": false, "
+                       "\"fused_linear_cross_entropy\": false}}",
+                       LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(some.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_TRUE(some.liger.rms_norm && some.liger.swiglu);
+  EXPECT_FALSE(some.liger.rope);
+  Plan off = FromText("{\"use_liger_kernel\": false}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(off.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_FALSE(off.liger.any());
   EXPECT_THAT(
       [] {
-        FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"rope\": false, "
-                 "\"swiglu\": false, \"geglu\": false, \"layer_norm\": false}}",
-                 LlamaOn8(), nullptr, "a.json");
-      },
-      ThrowsMessage<InputError>(HasSubstr("a.json:/liger_kernel_config/rms_norm: expected false")));
-  EXPECT_THAT(
-      [] {
-        FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"rms_norm\": false, "
-                 "\"rope\": false, \"swiglu\": false, \"geglu\": false, \"layer_norm\": false, "
+        FromText("{\"use_liger_kernel\": true, \"liger_kernel_config\": {\"cross_entropy\": true, "
                  "\"fused_linear_cross_entropy\": false}}",
                  LlamaOn8(), nullptr, "a.json");
       },
-      ThrowsMessage<InputError>(
-          HasSubstr("a.json:/liger_kernel_config/fused_linear_cross_entropy: expected true")));
+      ThrowsMessage<InputError>(HasSubstr("a.json:/liger_kernel_config/cross_entropy: expected false")));
+}
+
+// verl's use_liger: the actor and the reference (fsdp_workers.py _build_model_optimizer) and the
+// SFT trainer apply Liger's defaults; the critic's builder does not read it.
+TEST(ImportVerlTest, UseLigerPatchesTheActorAndSftNotTheCritic) {
+  const std::string ppo =
+      "actor_rollout_ref:\n  model:\n    use_liger: true\n  actor:\n"
+      "    ppo_micro_batch_size_per_gpu: 4\n    ppo_mini_batch_size: 32\n"
+      "critic:\n  enable: true\n  model:\n    use_liger: true\n  ppo_micro_batch_size_per_gpu: 4\n";
+  Plan actor = FromText(ppo, LlamaOn8());
+  EXPECT_TRUE(actor.liger.rms_norm && actor.liger.swiglu && actor.liger.rope);
+  EXPECT_EQ(actor.loss_kernel, model::LossKernel::kVerlFlashCe);  // verl's head is unchanged
+  ImportContext critic = LlamaOn8();
+  critic.worker = "critic";
+  EXPECT_FALSE(FromText(ppo, critic).liger.any());
+  Plan sft = FromText("trainer:\n  n_gpus_per_node: 8\ndata:\n  micro_batch_size_per_gpu: 2\n"
+                      "  train_batch_size: 64\nmodel:\n  partial_pretrain: x\n  use_liger: true\n",
+                      LlamaOn8());
+  EXPECT_TRUE(sft.liger.rms_norm && sft.liger.swiglu && sft.liger.rope);
 }
 
 // roll_rlvr_fsdp2_cp2.yaml, worker actor_train: 8 GPUs (device_mapping), fsdp_size 4 < 8 -> HSDP

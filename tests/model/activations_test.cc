@@ -2,6 +2,7 @@
 // counts derived by hand from the modeling code, written here as formulas.
 #include "model/activations.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "model/autograd_ledger.h"
@@ -317,6 +318,50 @@ TEST(ActivationsTest, RollExpertParallelSavesIndicesPermutedRowsAndAnFp32Copy) {
   }
 }
 
+// Liger-Kernel's module patches (HF Trainer's use_liger_kernel, verl's use_liger). Per token of a
+// Llama block in bf16: Hugging Face's RMSNorm saves its fp32 copy (4H), rsqrt (4) and x_hat (2H),
+// LigerRMSNorm the input (2H) and an fp32 rstd (4): 4H less per norm, two per block. HF's MLP
+// saves gate, silu(gate) and up (and down_proj's input), Liger's SiLU-mul gate and up (and the
+// same input): 2I less. Liger's rope rotates q and k in place: nothing saved changes. The final
+// norm: 4H less. In backward the Liger nodes write their input gradients into existing storage.
+TEST(ActivationsTest, LigerKernelsSaveLessThanHuggingFacesModules) {
+  ModelSpec s = FindModelPreset("llama3-8b");
+  const double h = 4096, ffn = 14336;
+  ActivationOptions hf = Bf16();
+  ActivationOptions liger = hf;
+  liger.liger = {true, true, true};
+  auto a = ComputeBlockActivations(s, hf), b = ComputeBlockActivations(s, liger);
+  EXPECT_DOUBLE_EQ(a.full.saved_per_token - b.full.saved_per_token, 2 * 4 * h + 2 * ffn);
+  EXPECT_LT(b.full.backward_peak_per_token, a.full.backward_peak_per_token);
+  EXPECT_LT(b.full.forward_peak_per_token, a.full.forward_peak_per_token);
+  ActivationOptions rope_only = hf;
+  rope_only.liger.rope = true;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, rope_only).full.saved_per_token, a.full.saved_per_token);
+  EXPECT_DOUBLE_EQ(ComputeHeadActivations(s, hf).saved_per_token - ComputeHeadActivations(s, liger).saved_per_token,
+                   4 * h);
+  // Under torchtitan's code Liger's patches do not apply (LigerProblems refuses the plan).
+  ActivationOptions tt = liger;
+  tt.modeling = Modeling::kTorchtitan;
+  ActivationOptions tt_plain = hf;
+  tt_plain.modeling = Modeling::kTorchtitan;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(s, tt).full.saved_per_token,
+                   ComputeBlockActivations(s, tt_plain).full.saved_per_token);
+}
+
+TEST(ActivationsTest, LigerProblemsNameTheModelsTheyAreModelledFor) {
+  Plan p;
+  p.liger = {true, false, false};
+  EXPECT_TRUE(LigerProblems(FindModelPreset("qwen3-8b"), p, "plan").empty());
+  EXPECT_THAT(LigerProblems(FindModelPreset("gemma2-9b"), p, "plan"),
+              ::testing::ElementsAre(::testing::HasSubstr("plan:/liger/rms_norm: expected false for gemma2-9b")));
+  EXPECT_THAT(LigerProblems(FindModelPreset("qwen3-30b-a3b"), p, "plan"),
+              ::testing::ElementsAre(::testing::HasSubstr("Llama, Mistral, Qwen2 and Qwen3 dense")));
+  p.modeling = Modeling::kTorchtitan;
+  EXPECT_THAT(LigerProblems(FindModelPreset("qwen3-8b"), p, "plan"),
+              ::testing::ElementsAre(::testing::HasSubstr("--modeling torchtitan")));
+  EXPECT_TRUE(LigerProblems(FindModelPreset("gemma2-9b"), Plan{}, "plan").empty());
+}
+
 // HF flash_attention_2 with a padding mask (verl's padded actor and critic): pad_input's padded
 // output, which o_proj saves, comes on top of what the kernel saves: one [T, heads x head_dim]
 // tensor per block.
@@ -437,6 +482,25 @@ TEST(AutogradLedgerTest, ChainFreesTemporariesAndKeepsSaved) {
   EXPECT_DOUBLE_EQ(r.forward_peak_per_token, 20 + 30);  // x+y = 30, then x freed: y+z = 50
   // Backward: saved y (20) + grad z (30) + new grad y (20) = 70; then grad x (10) + grad y (20).
   EXPECT_DOUBLE_EQ(r.backward_peak_per_token, 70);
+}
+
+// An op whose backward writes its input gradients into existing storage (Liger's kernels:
+// MarkInPlaceBackward) allocates nothing fresh at its node; a forward workspace (verl's Triton
+// partials: SetForwardWorkspace) sits beside the op's inputs and output while it runs.
+TEST(AutogradLedgerTest, InPlaceBackwardAndForwardWorkspace) {
+  AutogradLedger g;
+  int x = g.Tensor("x", 10);
+  int y = g.Tensor("y", 20);
+  int z = g.Tensor("z", 30);
+  g.Op("f", {x}, y, {});
+  g.Op("g", {y}, z, {y});
+  g.MarkInPlaceBackward();
+  g.SetForwardWorkspace(7);
+  ActivationLedger r = g.Run(x, z);
+  EXPECT_DOUBLE_EQ(r.forward_peak_per_token, 20 + 30 + 7);  // y + z + workspace, x freed
+  // g's node: saved y (20) + grad z (30), its grad y in place: 50; then f's: grad y (20) + new
+  // grad x (10) = 30.
+  EXPECT_DOUBLE_EQ(r.backward_peak_per_token, 50);
 }
 
 }  // namespace

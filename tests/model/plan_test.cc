@@ -264,6 +264,27 @@ TEST(PlanJsonTest, VerlPaddedHeadRoundTripsAndIsChecked) {
               ::testing::Contains(::testing::HasSubstr("plan:/cp: expected 1 with loss_kernel")));
 }
 
+// Liger's module patches and verl's fused heads round-trip; a mistyped Liger key names itself;
+// the fused heads refuse kept logits and an lm_head adapter, and run under no_grad (role infer).
+TEST(PlanJsonTest, LigerAndVerlFusedHeadsRoundTrip) {
+  Plan p;
+  EXPECT_FALSE(PlanToJson(p).contains("liger"));
+  p.liger = {true, false, true};
+  p.loss_kernel = LossKernel::kVerlFusedTriton;
+  Plan back = PlanFromJson(PlanToJson(p), "plan.json");
+  EXPECT_EQ(PlanToJson(back).dump(), PlanToJson(p).dump());
+  EXPECT_TRUE(back.liger.rms_norm && back.liger.rope && !back.liger.swiglu);
+  nlohmann::json j = PlanToJson(p);
+  j["liger"]["rmsnorm"] = true;
+  EXPECT_THAT([&] { PlanFromJson(j, "plan.json"); },
+              ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("plan.json:/liger/rmsnorm")));
+  p.role = Role::kInfer;
+  EXPECT_TRUE(p.Problems("plan", 8, 8, 32, 4096).empty());
+  p.keep_logits = true;
+  EXPECT_THAT(p.Problems("plan", 8, 8, 32, 4096),
+              ::testing::ElementsAre(::testing::HasSubstr("keep_logits: expected false with loss_kernel verl_fused_triton")));
+}
+
 TEST(PlanJsonTest, ReshardAfterForwardDefaultsByStrategy) {
   nlohmann::json j = PlanDoc();
   j["strategy"] = "shard_grad_op";
