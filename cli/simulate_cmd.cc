@@ -60,10 +60,20 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
         << FormatBytes(r.all_to_all_per_step) << " total size per step; FSDP over "
         << (m.cp_fsdp_mesh == "dp" ? "dp ranks, cp ranks replicate" : "dp x cp ranks") << ")\n";
   }
-  out << "  where the step goes:\n";
+  // The GPU's categories partition the step (compute stream busy + exposed communication); the
+  // host's issue time runs beside them (simulate.h SimReport::time_by_category).
+  out << "  where the step goes (the GPU's time; sums to the step time):\n";
+  Seconds host_issue;
   for (const auto& [k, v] : r.time_by_category) {
+    if (k == "host_issue") {
+      host_issue = v;
+      continue;
+    }
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";
   }
+  out << "  host issue               " << std::setprecision(4) << host_issue.count()
+      << " s (the CPU issuing kernels and FSDP hooks, beside the GPU; in the step only where the "
+         "GPU waits for it)\n";
   out << "  busy time by phase (streams overlap):\n";
   for (const auto& [k, v] : r.phases) {
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";

@@ -328,6 +328,41 @@ TEST(CliTest, SimulateJsonHasTimeKeysAndMatchesEstimatePeak) {
   EXPECT_GT(cat.at("host_issue").get<double>(), 0);
 }
 
+// The text's "where the step goes" lists the GPU's categories, which add up to the step time it
+// prints (to its 4 decimals, one rounding per line); the host's issue time, which overlaps them,
+// is printed apart and says so (issue #49: 1.72 s of categories for a 1.40 s step).
+TEST(CliTest, SimulateTextCategoriesSumToTheStepTime) {
+  Result r = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 4096");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  double step = -1, sum = 0;
+  int rows = 0;
+  bool in_categories = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("  step time", 0) == 0) step = std::stod(line.substr(line.find_first_of("0123456789")));
+    if (line.rfind("  where the step goes", 0) == 0) {
+      in_categories = true;
+      continue;
+    }
+    if (in_categories && line.rfind("    ", 0) == 0) {
+      std::istringstream l(line);
+      std::string name;
+      double v = 0;
+      l >> name >> v;
+      sum += v;
+      ++rows;
+      continue;
+    }
+    in_categories = false;
+  }
+  ASSERT_GT(step, 0) << r.out;
+  EXPECT_EQ(rows, 5) << r.out;
+  EXPECT_NEAR(sum, step, rows * 0.5e-4 + 0.5e-4) << r.out;
+  EXPECT_NE(r.out.find("  host issue "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("beside the GPU"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, SimulateWritesAChromeTrace) {
   std::string trace = TempPath("trace.json");
   Result r = RunCli("simulate --model tiny-llama --cluster 2xH100 --trace " + trace);
