@@ -62,7 +62,32 @@ bool LooksLikeJson(const std::string& text) {
   return i != std::string::npos && text[i] == '{';
 }
 
+// The first line of `text` that is a TOML table header ("[job]", "[parallelism]"), 0-based;
+// -1 when none. YAML has no such line at the top level, so it marks a TOML file (torchtitan's job
+// config, which `export --format torchtitan` writes).
+int TomlTableLine(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 0; std::getline(in, line); ++n) {
+    std::string t = Trim(line);
+    if (t.size() > 2 && t.front() == '[' && t.back() == ']' &&
+        t.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]") ==
+            std::string::npos) {
+      return n;
+    }
+  }
+  return -1;
+}
+
 internal::Json ParseConfig(const std::string& text, const std::string& file) {
+  if (!LooksLikeJson(text)) {
+    if (int n = TomlTableLine(text); n >= 0) {
+      throw InputError(file + ":" + std::to_string(n + 1) +
+                       ": expected an Accelerate, HF Trainer, ROLL or verl config, got a TOML table "
+                       "header (a torchtitan job config, which --from does not read; give the plan "
+                       "as JSON with --plan, e.g. from tune --out, or as flags)");
+    }
+  }
   if (LooksLikeJson(text)) {
     CheckUtf8(text, file);  // before the JSON reader, whose message would quote the bad byte
     CheckJsonDepth(text, file);
@@ -123,6 +148,16 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
   const std::string formats = "use --from-format accelerate|hf-trainer|roll|verl";
   if (!doc.is_object()) {
     throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
+  }
+  if (json_text && (doc.contains("zero_optimization") || doc.contains("train_micro_batch_size_per_gpu")) &&
+      !doc.contains("per_device_train_batch_size")) {
+    // DeepSpeed's config (what export --format deepspeed writes): ZeRO, not FSDP.
+    throw InputError(file + ": expected HF Trainer arguments or another FSDP config, got a DeepSpeed "
+                            "config (" + std::string(doc.contains("zero_optimization")
+                                                         ? "zero_optimization"
+                                                         : "train_micro_batch_size_per_gpu") +
+                     "), which --from does not read: shardtune estimates FSDP jobs; give the "
+                     "plan as JSON with --plan or as flags");
   }
   if (json_text) return ImportFormat::kHfTrainer;  // the only JSON format
   if (doc.contains("distributed_type") || doc.contains("compute_environment")) {

@@ -551,6 +551,24 @@ TEST(ImportErrorTest, WorldSizeConflictsWithTheCluster) {
                                           "--cluster world size 8 ranks, got 16")));
 }
 
+// The configs `export` writes that --from does not read say so by name: torchtitan's TOML job
+// config (a table header, which YAML has no form for) and DeepSpeed's ZeRO config.
+TEST(ImportErrorTest, TorchtitanTomlAndDeepSpeedJsonAreNamed) {
+  EXPECT_THAT([] { FromText("# torchtitan\n[job]\ndescription = \"x\"\n", LlamaOn8(), nullptr, "t.toml"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:2: expected an Accelerate"),
+                                              HasSubstr("a torchtitan job config"))));
+  EXPECT_THAT(
+      [] {
+        FromText("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3}}",
+                 LlamaOn8(), nullptr, "ds.json");
+      },
+      ThrowsMessage<InputError>(AllOf(HasSubstr("ds.json: expected HF Trainer arguments"),
+                                      HasSubstr("a DeepSpeed config (zero_optimization)"))));
+  // HF Trainer arguments that name a DeepSpeed file are still HF Trainer arguments.
+  EXPECT_NO_THROW(FromText("{\"per_device_train_batch_size\": 2, \"output_dir\": \"o\"}", LlamaOn8(),
+                           nullptr, "a.json"));
+}
+
 TEST(ImportErrorTest, UnknownKeyIsAnErrorWithTheClosestKnownName) {
   EXPECT_THAT(
       [] {
