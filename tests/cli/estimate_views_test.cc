@@ -17,6 +17,7 @@
 #include "cli/estimate_cmd.h"
 #include "cli/format.h"
 #include "model/errors.h"
+#include "tests/cli/views_util.h"
 #include "tests/simulator/random_plan.h"
 
 namespace shardtune::cli {
@@ -25,6 +26,9 @@ namespace {
 using Json = nlohmann::json;
 
 using sim::testing::PickOf;
+using views::ExpectShows;
+using views::Gib;
+using views::Line;
 
 // A random estimate command line; about a third of them run out of memory.
 std::string RandomCommand(std::mt19937_64& rng) {
@@ -49,43 +53,7 @@ std::string RandomCommand(std::mt19937_64& rng) {
 
 // RunEstimate on `command` (text, or --json); returns false when the plan is refused as input.
 bool Estimate(const std::string& command, std::string* out) {
-  CLI::App app;
-  EstimateArgs args;
-  AddEstimateCommand(&app, &args);
-  app.parse(command, false);
-  std::ostringstream o, e;
-  try {
-    RunEstimate(args, o, e);
-  } catch (const InputError&) {
-    return false;
-  }
-  *out = o.str();
-  return true;
-}
-
-// The line of `text` that starts with `prefix` (after leading spaces), or "".
-std::string Line(const std::string& text, const std::string& prefix) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t a = line.find_first_not_of(' ');
-    if (a != std::string::npos && line.compare(a, prefix.size(), prefix) == 0) return line;
-  }
-  return "";
-}
-
-std::string Gib(const Json& bytes) { return FormatBytes(Bytes::Of(bytes.get<int64_t>())); }
-
-// Expects `line` to show `value` right after the first (`last`: the last) `after`.
-void ExpectShows(const std::string& line, const std::string& after, const std::string& value,
-                 bool last = false) {
-  size_t at = last ? line.rfind(after) : line.find(after);
-  ASSERT_NE(at, std::string::npos) << "\"" << after << "\" not in: " << line;
-  std::string rest = line.substr(at + after.size());
-  size_t a = rest.find_first_not_of(' ');
-  ASSERT_NE(a, std::string::npos) << line;
-  EXPECT_EQ(rest.compare(a, value.size(), value), 0) << "want " << value << " after \"" << after
-                                                     << "\" in: " << line;
+  return views::RunIn<EstimateArgs>(command, AddEstimateCommand, RunEstimate, out);
 }
 
 TEST(EstimateViewsTest, TextShowsTheJsonFiguresAndTheSummaryIsTheDecidingPhase) {

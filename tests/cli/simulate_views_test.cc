@@ -17,6 +17,7 @@
 #include "cli/format.h"
 #include "cli/simulate_cmd.h"
 #include "model/errors.h"
+#include "tests/cli/views_util.h"
 #include "tests/simulator/random_plan.h"
 
 namespace shardtune::cli {
@@ -24,6 +25,10 @@ namespace {
 
 using Json = nlohmann::json;
 using sim::testing::PickOf;
+using views::ExpectShows;
+using views::Fixed;
+using views::Gib;
+using views::Line;
 
 std::string RandomSimulateCommand(std::mt19937_64& rng) {
   std::ostringstream c;
@@ -44,47 +49,7 @@ std::string RandomSimulateCommand(std::mt19937_64& rng) {
 }
 
 bool Simulate(const std::string& command, std::string* out) {
-  CLI::App app;
-  SimulateArgs args;
-  AddSimulateCommand(&app, &args);
-  app.parse(command, false);
-  std::ostringstream o, e;
-  try {
-    RunSimulate(args, o, e);
-  } catch (const InputError&) {
-    return false;
-  }
-  *out = o.str();
-  return true;
-}
-
-std::string Line(const std::string& text, const std::string& prefix) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t a = line.find_first_not_of(' ');
-    if (a != std::string::npos && line.compare(a, prefix.size(), prefix) == 0) return line;
-  }
-  return "";
-}
-
-std::string Fixed(double v, int digits) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << v;
-  return o.str();
-}
-
-std::string Gib(const Json& bytes) { return FormatBytes(Bytes::Of(bytes.get<int64_t>())); }
-
-// Expects `line` to show `value` right after `after` (spaces skipped).
-void ExpectShows(const std::string& line, const std::string& after, const std::string& value) {
-  size_t at = line.find(after);
-  ASSERT_NE(at, std::string::npos) << "\"" << after << "\" not in: " << line;
-  std::string rest = line.substr(at + after.size());
-  size_t a = rest.find_first_not_of(' ');
-  ASSERT_NE(a, std::string::npos) << line;
-  EXPECT_EQ(rest.compare(a, value.size(), value), 0) << "want " << value << " after \"" << after
-                                                     << "\" in: " << line;
+  return views::RunIn<SimulateArgs>(command, AddSimulateCommand, RunSimulate, out);
 }
 
 TEST(SimulateViewsTest, TextShowsTheJsonFiguresAndTheCategoriesSumToTheStep) {

@@ -20,6 +20,7 @@
 #include "cli/simulate_cmd.h"
 #include "cli/tune_cmd.h"
 #include "model/errors.h"
+#include "tests/cli/views_util.h"
 #include "tests/simulator/random_plan.h"
 
 namespace shardtune::cli {
@@ -27,6 +28,8 @@ namespace {
 
 using Json = nlohmann::json;
 using sim::testing::PickOf;
+using views::Fixed;
+using views::RunIn;
 
 struct Search {
   std::string model, cluster;
@@ -45,28 +48,6 @@ Search RandomSearch(std::mt19937_64& rng) {
   if (rng() % 3 == 0) c << " --objective memory";
   s.tune = c.str();
   return s;
-}
-
-template <typename Args, typename Add, typename Run>
-bool RunIn(const std::string& command, Add add, Run run, std::string* out) {
-  CLI::App app;
-  Args args;
-  add(&app, &args);
-  app.parse(command, false);
-  std::ostringstream o, e;
-  try {
-    run(args, o, e);
-  } catch (const InputError&) {
-    return false;
-  }
-  *out = o.str();
-  return true;
-}
-
-std::string Fixed(double v, int digits) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << v;
-  return o.str();
 }
 
 TEST(TuneViewsTest, TopRowsShowTheJsonAndTheWinnerPastesBack) {
