@@ -314,7 +314,7 @@ void GroupHelp(CLI::App* app) {
       {"Model and cluster", {"model", "cluster", "profile", "nproc", "emulate-world", "device", "threads"}},
       {"Plan: sharding and wrapping",
        {"plan", "strategy", "shard-group", "wrap", "wrap-embedding", "wrap-head", "wrap-experts",
-        "reshard-after-forward", "forward-prefetch", "backward-prefetch", "max-inflight-allgathers",
+        "wrap-sub-blocks", "reshard-after-forward", "forward-prefetch", "backward-prefetch", "max-inflight-allgathers",
         "cp", "cp-fsdp-mesh", "ep"}},
       {"Plan: batch and sequences",
        {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "grad-accum", "global-batch",
@@ -322,12 +322,15 @@ void GroupHelp(CLI::App* app) {
       {"Plan: memory policy", {"checkpointing", "offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
       {"Plan: precision and optimizer",
        {"precision", "master-dtype", "reduce-dtype", "frozen-dtype", "optimizer", "optimizer-impl"}},
-      {"Plan: model code and role", {"attention", "sdpa-backend", "modeling", "role"}},
+      {"Plan: model code and role", {"attention", "sdpa-backend", "modeling", "liger", "role"}},
       {"Plan: fine-tuning", {"freeze", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets", "lora-dtype"}},
       {"Trainer configs (verl, ROLL, Accelerate, HF Trainer)", {"from", "from-format", "from-worker", "set"}},
       {"Memory model",
        {"model-load", "load-dtype", "checkpoint-format", "allocator", "host-memory-limit", "no-grad-clip",
         "moe-capacity-factor", "role-plan", "offload-between-roles", "roles-in-one-process"}},
+      {"Search (what tune varies and ranks by)",
+       {"objective", "min-tokens-per-s", "price-per-gpu-hour", "search-nodes", "cp-sizes", "loss-kernels",
+        "jobs", "measure", "measure-steps", "measure-dir"}},
       {"Output",
        {"json", "timeline", "explain", "plot", "trace", "memory-snapshot", "out", "top", "export"}},
   };
@@ -358,6 +361,7 @@ void GroupHelp(CLI::App* app) {
       {"lora-rank", std::to_string(d.lora.rank)},
       {"lora-dtype", model::ToString(d.lora.dtype)},
       {"tiled-mlp", std::to_string(d.tiled_mlp_shards)},
+      {"liger", "none"},
   };
   for (CLI::Option* o : app->get_options()) {
     const std::vector<std::string>& names = o->get_lnames();

@@ -1364,6 +1364,11 @@ TEST(CliTest, HelpGroupsOptionsAndShowsThePlansDefaults) {
     EXPECT_THAT(r.out, ::testing::HasSubstr("--offload TEXT=" + std::string(model::ToString(d.offload))));
     EXPECT_THAT(r.out, ::testing::HasSubstr("--micro-batch INT=" + std::to_string(d.micro_batch)));
     EXPECT_THAT(r.out, ::testing::HasSubstr("--strategy TEXT=" + std::string(model::ToString(d.strategy))));
+    // Every option but --help sits under a heading: the untitled "Options:" block holds only it.
+    const size_t at = r.out.find("Options:\n");
+    ASSERT_NE(at, std::string::npos) << cmd;
+    const std::string block = r.out.substr(at, r.out.find("\n\n", at) - at);
+    EXPECT_EQ(block.find("\n  --"), std::string::npos) << cmd << ":\n" << block;
   }
   // A shown default is only shown: the plan is the same with and without the flag at it.
   Result a = RunCli("estimate --model llama3-8b --cluster 8xH100 --json");
