@@ -550,7 +550,11 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   // The advice, its load suggestion as re-estimating it showed.
-  const std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused, load_check);
+  // The other suggested changes, re-estimated before they are printed (issue #49 item 7).
+  const plan::ChangeChecker check = [&](plan::AdvisedChange change) {
+    return plan::CheckAdvisedChange(spec, cluster, plan, opt, change);
+  };
+  const std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused, load_check, check);
   const int64_t mean_len = ParseLengths(a.lengths, plan);
   plan::TokenCapacity capacity =
       plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);

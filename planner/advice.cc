@@ -19,12 +19,26 @@ Bytes At(const sim::MemoryReport& r, const std::string& cat) {
 
 const char* Name(model::Offload o) { return model::ToString(o); }
 
+// What re-estimating a suggested change showed, as the sentence's end; "" when it was not
+// re-estimated. `*helps` false when it was and does not lower the required memory.
+std::string CheckedText(const ChangeChecker& check, AdvisedChange change, const sim::MemoryReport& r,
+                        bool* helps) {
+  *helps = true;
+  if (!check) return "";
+  const CheckedChange c = check(change);
+  if (!c.evaluated) return "";
+  *helps = c.required < r.required;
+  return " Re-estimated with " + c.flags + ": " + GiBText(c.required) + " required" +
+         (c.fits ? ", which fits." : r.fits ? "." : ", which still does not fit.");
+}
+
 }  // namespace
 
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& r,
                                         const std::vector<Alternative>& alts,
                                         const FusedLossAlternative& fused,
-                                        const std::string& checked_load) {
+                                        const std::string& checked_load,
+                                        const ChangeChecker& check) {
   std::vector<std::string> out;
   if (!r.fits) {
     const Alternative* best = nullptr;
@@ -119,19 +133,23 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying
   // when activations or the loss path make up most of a peak that does not fit.
   Bytes per_token = acts + loss + working;
-  if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2) {
+  bool helps = true;
+  std::string checked;
+  if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2 &&
+      (checked = CheckedText(check, AdvisedChange::kCp, r, &helps), helps)) {
     out.push_back(
         "Activations and the loss path are " + GiBText(per_token) + " of the " +
         GiBText(r.peak_allocated) +
         " peak and scale with the tokens a rank holds: "
         "Ulysses context parallelism (--cp N, a divisor of the attention heads) gives each "
         "rank S/N tokens of a sequence, dividing them by N, for 4 all-to-alls per layer "
-        "per pass (`shardtune tune` searches N).");
+        "per pass (`shardtune tune` searches N)." + checked);
   }
   if (plan.checkpointing == model::Checkpointing::kNone &&
-      acts.count() > r.peak_allocated.count() / 3) {
+      acts.count() > r.peak_allocated.count() / 3 &&
+      (checked = CheckedText(check, AdvisedChange::kCheckpointing, r, &helps), helps)) {
     out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +
-                  " peak; --checkpointing full keeps only each block's input.");
+                  " peak; --checkpointing full keeps only each block's input." + checked);
   }
   if (!r.units.empty()) {
     std::vector<int64_t> sizes;
@@ -141,9 +159,13 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     for (const auto& u : r.units) {
       int span = u.last_segment - u.first_segment;
       if (u.name != "root" && u.gathered_bytes.count() > 4 * std::max<int64_t>(median, 1) && span > 1) {
-        out.push_back("Unit " + u.name + " holds " + GiBText(u.gathered_bytes) + " gathered across " +
-                      std::to_string(span + 1) + " forward segments: the wrap policy left many "
-                      "submodules to one parent. --wrap block keeps one block gathered at a time.");
+        checked = CheckedText(check, AdvisedChange::kWrap, r, &helps);
+        if (helps) {
+          out.push_back("Unit " + u.name + " holds " + GiBText(u.gathered_bytes) + " gathered across " +
+                        std::to_string(span + 1) + " forward segments: the wrap policy left many "
+                        "submodules to one parent. --wrap block keeps one block gathered at a time." +
+                        checked);
+        }
         break;
       }
     }
@@ -166,12 +188,13 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                   static_cast<double>(u.parameters);
       }
     }
-    if (frozen > static_cast<double>(r.peak_allocated.count()) / 10) {
+    if (frozen > static_cast<double>(r.peak_allocated.count()) / 10 &&
+        (checked = CheckedText(check, AdvisedChange::kFrozenDtype, r, &helps), helps)) {
       out.push_back(
           "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
           " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
           "bf16 (--frozen-dtype bf16, from_pretrained(torch_dtype=torch.bfloat16)) halves "
-          "that.");
+          "that." + checked);
     }
   }
   if (plan.no_sync && r.shard_group > 1) {

@@ -17,10 +17,14 @@ namespace shardtune::plan {
 // `fused_loss`: the same plan with the fused linear cross-entropy (CompareFusedLoss), quoted when
 // the peak is in the loss path. `checked_load`: what re-estimating the job with the loads that
 // avoid a host peak at load showed (estimate's CheckedLoadAdvice); quoted in that advice line
-// instead of the unchecked suggestion when given.
+// instead of the unchecked suggestion when given. `check`: asked for each other change the
+// advice is about to suggest (CheckAdvisedChange); a suggestion whose check was evaluated quotes
+// its result and is left out when it would not lower the required memory. Without it the
+// suggestions are printed unchecked (run's pre-flight message).
 std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::MemoryReport& report,
                                         const std::vector<Alternative>& alternatives,
                                         const FusedLossAlternative& fused_loss = {},
-                                        const std::string& checked_load = "");
+                                        const std::string& checked_load = "",
+                                        const ChangeChecker& check = {});
 
 }  // namespace shardtune::plan

@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "model/context_parallel.h"
+
 namespace shardtune::plan {
 
 model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest) {
@@ -137,6 +139,52 @@ FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profil
   a.fits = r.fits;
   a.peak_phase = r.peak_phase;
   return a;
+}
+
+CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                 const model::Plan& plan, const sim::MemoryOptions& options,
+                                 AdvisedChange change) {
+  CheckedChange c;
+  const int world = cluster.world_size(), gpn = cluster.gpus_per_node;
+  auto valid = [&](const model::Plan& p) {
+    return p.Problems("plan", world, gpn, spec.num_layers, spec.SeqLenLimit()).empty() &&
+           model::CpProblems(spec, p, world, gpn, "plan").empty();
+  };
+  model::Plan p = plan;
+  switch (change) {
+    case AdvisedChange::kCheckpointing:
+      if (plan.checkpointing != model::Checkpointing::kNone) return c;
+      p.checkpointing = model::Checkpointing::kFull;
+      c.flags = "--checkpointing full";
+      break;
+    case AdvisedChange::kCp:
+      // The smallest cp above the plan's that divides the heads, the sequence and the world.
+      for (int cp = plan.cp * 2; cp <= world && cp <= spec.num_heads; cp *= 2) {
+        p.cp = cp;
+        if (valid(p)) {
+          c.flags = "--cp " + std::to_string(cp);
+          break;
+        }
+      }
+      if (c.flags.empty()) return c;
+      break;
+    case AdvisedChange::kWrap:
+      if (plan.wrap.kind == model::WrapPolicy::Kind::kBlock) return c;
+      p.wrap.kind = model::WrapPolicy::Kind::kBlock;
+      c.flags = "--wrap block";
+      break;
+    case AdvisedChange::kFrozenDtype:
+      if (plan.FrozenDtype() != model::DType::kFp32) return c;
+      p.frozen_dtype = model::DType::kBf16;
+      c.flags = "--frozen-dtype bf16";
+      break;
+  }
+  if (!valid(p)) return c;
+  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+  c.evaluated = true;
+  c.required = r.required;
+  c.fits = r.fits;
+  return c;
 }
 
 }  // namespace shardtune::plan

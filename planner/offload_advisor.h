@@ -2,6 +2,8 @@
 // and activation checkpointing, so `estimate` can say which ones fit on the GPU and on the host.
 #pragma once
 
+#include <functional>
+
 #include <string>
 #include <vector>
 
@@ -44,13 +46,32 @@ struct FusedLossAlternative {
 FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                       const model::Plan& plan, const sim::MemoryOptions& options);
 
+// A change the memory advice suggests, re-estimated on the same model and cluster before it is
+// printed (issue #49 item 7): the flags that make it and the answer with them. `evaluated` false
+// when the plan already has it or refuses it (Plan::Problems, CpProblems).
+struct CheckedChange {
+  std::string flags;  // e.g. "--checkpointing full"
+  bool evaluated = false;
+  Bytes required;
+  bool fits = false;
+};
+// The changes AdviseOnMemory may suggest beyond offload and the loss kernel: full activation
+// checkpointing, Ulysses cp (the smallest degree above the plan's the model and mesh take),
+// block wrapping, and frozen weights loaded in bf16.
+enum class AdvisedChange { kCheckpointing, kCp, kWrap, kFrozenDtype };
+CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                 const model::Plan& plan, const sim::MemoryOptions& options,
+                                 AdvisedChange change);
+// Re-estimates a change when the advice is about to suggest it (a walk each: asked lazily).
+using ChangeChecker = std::function<CheckedChange(AdvisedChange)>;
+
 // How many tokens one micro-batch can hold and still fit, for a plan whose micro-batches are
 // packed tokens rather than padded rows: a packed plan (Plan::packed_seq_len: a token budget such
 // as verl's ppo_max_token_len_per_gpu) or verl's log-prob path with use_remove_padding (loss_kernel
 // verl_flash_ce, or a fused verl head without a padding mask: Plan::VerlPacksTokens). A packed
 // row of whole sequences up to the plan's longest is sized up and down by bisection over
-// multiples of cp x tiled_mlp_shards; the GPU verdict (required vs usable, allocator replayed) decides. `evaluated` false for other
-// plans. The answer a verl user otherwise finds by running until OOM: fixed micro-batches fit
+// multiples of cp x tiled_mlp_shards; the GPU verdict (required vs usable, allocator replayed)
+// decides. `evaluated` false for other plans. The answer a verl user otherwise finds by running until OOM: fixed micro-batches fit
 // while ppo_micro_batch_size_per_gpu x their mean length stays within max_tokens, a token budget
 // while ppo_max_token_len_per_gpu x sp does.
 struct TokenCapacity {

@@ -193,6 +193,41 @@ TEST(AdviceTest, VerlFusedHeadAdviceNamesItsFixedBuffers) {
   EXPECT_THAT(advice, ::testing::Not(HasSubstr("CopySlices")));
 }
 
+// Advice that was checked (issue #49 item 7): a suggested change is re-estimated before it is
+// printed. Llama-3-8B at 2 x 16384 tokens without checkpointing: the activations line quotes
+// the same plan with --checkpointing full, as EstimateMemory gives it; a change whose
+// re-estimate does not lower the required memory is not suggested at all.
+TEST(AdviceTest, SuggestedChangesQuoteTheirReEstimate) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 16384;
+  p.micro_batch = 2;
+  const sim::MemoryOptions opt;
+  auto r = sim::EstimateMemory(spec, cluster, p, opt);
+  ASSERT_FALSE(r.fits);
+  const ChangeChecker check = [&](AdvisedChange c) { return CheckAdvisedChange(spec, cluster, p, opt, c); };
+  model::Plan full = p;
+  full.checkpointing = model::Checkpointing::kFull;
+  const Bytes want = sim::EstimateMemory(spec, cluster, full, opt).required;
+  std::string advice = Joined(AdviseOnMemory(p, r, {}, {}, "", check));
+  EXPECT_THAT(advice, HasSubstr("--checkpointing full keeps only each block's input. Re-estimated with "
+                                "--checkpointing full: " + GiBText(want) + " required"));
+  EXPECT_THAT(advice, HasSubstr("Re-estimated with --cp 2: "));
+  // A checker whose answer is no better than the plan: the suggestions go.
+  const ChangeChecker useless = [&](AdvisedChange c) {
+    CheckedChange out = CheckAdvisedChange(spec, cluster, p, opt, c);
+    if (out.evaluated) out.required = r.required;
+    return out;
+  };
+  advice = Joined(AdviseOnMemory(p, r, {}, {}, "", useless));
+  EXPECT_THAT(advice, ::testing::Not(HasSubstr("--checkpointing full keeps")));
+  EXPECT_THAT(advice, ::testing::Not(HasSubstr("Ulysses context parallelism")));
+  // Without a checker (run's pre-flight line) the suggestion stays, unchecked.
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {})), AllOf(HasSubstr("--checkpointing full keeps"),
+                                                      ::testing::Not(HasSubstr("Re-estimated"))));
+}
+
 TEST(TokenCapacityTest, APackedRowCostsWhatItsPaddedSequencesCost) {
   auto spec = model::FindModelPreset("qwen3-8b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
