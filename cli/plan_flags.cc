@@ -261,9 +261,9 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags&, const FlagSpec&, Plan* p) { p->wrap.sub_block_units = true; }},
       {"--from",
        "Trainer config to read the plan from (repeatable, applied in order): Accelerate YAML, HF "
-       "Trainer args JSON, ROLL or verl YAML. Precedence: defaults < --plan < --from < plan flags",
+       "Trainer args JSON, ROLL or verl YAML, torchtitan job TOML. Precedence: defaults < --plan < --from < plan flags",
        kFromFlag, &ExistingFiles<&PlanFlags::from_files>, nullptr},
-      {"--from-format", "accelerate|hf-trainer|roll|verl (default: detected from the content)", kFromFlag,
+      {"--from-format", "accelerate|hf-trainer|roll|verl|torchtitan (default: detected from the content)", kFromFlag,
        &Opt<&PlanFlags::from_format>, nullptr},
       {"--from-worker", "ROLL worker (actor_train, reference, ...) or verl role (actor, ref) to read",
        kFromFlag, &Opt<&PlanFlags::from_worker>, nullptr},

@@ -10,6 +10,7 @@
 #include "model/errors.h"
 #include "model/strict_json.h"
 #include "model/text.h"
+#include "planner/configs/config_toml.h"
 #include "planner/configs/config_yaml.h"
 #include "planner/configs/export.h"
 #include "planner/configs/import_reader.h"
@@ -62,32 +63,9 @@ bool LooksLikeJson(const std::string& text) {
   return i != std::string::npos && text[i] == '{';
 }
 
-// The first line of `text` that is a TOML table header ("[job]", "[parallelism]"), 0-based;
-// -1 when none. YAML has no such line at the top level, so it marks a TOML file (torchtitan's job
-// config, which `export --format torchtitan` writes).
-int TomlTableLine(const std::string& text) {
-  std::istringstream in(text);
-  std::string line;
-  for (int n = 0; std::getline(in, line); ++n) {
-    std::string t = Trim(line);
-    if (t.size() > 2 && t.front() == '[' && t.back() == ']' &&
-        t.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]") ==
-            std::string::npos) {
-      return n;
-    }
-  }
-  return -1;
-}
-
 internal::Json ParseConfig(const std::string& text, const std::string& file) {
-  if (!LooksLikeJson(text)) {
-    if (int n = TomlTableLine(text); n >= 0) {
-      throw InputError(file + ":" + std::to_string(n + 1) +
-                       ": expected an Accelerate, HF Trainer, ROLL or verl config, got a TOML table "
-                       "header (a torchtitan job config, which --from does not read; give the plan "
-                       "as JSON with --plan, e.g. from tune --out, or as flags)");
-    }
-  }
+  // A table header ("[training]") is TOML: torchtitan's job config (config_toml.h).
+  if (!LooksLikeJson(text) && LooksLikeToml(text)) return ParseTomlSubset(text, file);
   if (LooksLikeJson(text)) {
     CheckUtf8(text, file);  // before the JSON reader, whose message would quote the bad byte
     CheckJsonDepth(text, file);
@@ -105,7 +83,7 @@ std::string QuoteName(const std::string& s) {
 }  // namespace internal
 
 const std::vector<std::string>& ImportFormatNames() {
-  static const std::vector<std::string> names = {"accelerate", "hf-trainer", "roll", "verl"};
+  static const std::vector<std::string> names = {"accelerate", "hf-trainer", "roll", "verl", "torchtitan"};
   return names;
 }
 
@@ -144,11 +122,13 @@ ImportContext MakeImportContext(const model::ModelSpec& spec,
 }
 
 namespace {
-ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, bool json_text) {
-  const std::string formats = "use --from-format accelerate|hf-trainer|roll|verl";
+ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, bool json_text,
+                            bool toml_text) {
+  const std::string formats = "use --from-format accelerate|hf-trainer|roll|verl|torchtitan";
   if (!doc.is_object()) {
     throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
   }
+  if (toml_text) return ImportFormat::kTorchtitan;  // the only TOML format
   if (json_text && (doc.contains("zero_optimization") || doc.contains("train_micro_batch_size_per_gpu")) &&
       !doc.contains("per_device_train_batch_size")) {
     // DeepSpeed's config (what export --format deepspeed writes): ZeRO, not FSDP.
@@ -186,7 +166,8 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
 }  // namespace
 
 ImportFormat DetectImportFormat(const std::string& text, const std::string& file) {
-  return DetectFromTree(ParseConfig(text, file), file, LooksLikeJson(text));
+  return DetectFromTree(ParseConfig(text, file), file, LooksLikeJson(text),
+                        !LooksLikeJson(text) && LooksLikeToml(text));
 }
 
 ImportResult ImportConfigText(const std::string& text, const std::string& file,
@@ -203,7 +184,9 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
     ApplyOverride(o, "--set", &doc);
     applied.push_back(text_override);
   }
-  ImportFormat f = format ? *format : DetectFromTree(doc, file, LooksLikeJson(text));
+  ImportFormat f = format ? *format
+                          : DetectFromTree(doc, file, LooksLikeJson(text),
+                                           !LooksLikeJson(text) && LooksLikeToml(text));
   // verl (Hydra) and ROLL (OmegaConf.load + structured configs) resolve "${...}"; Accelerate and
   // the HF Trainer read their files with yaml / json, where "${" is text like any other.
   UnresolvedInterpolations unresolved;
@@ -224,6 +207,9 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
       break;
     case ImportFormat::kVerl:
       r = internal::ImportVerl(doc, file, ctx, plan);
+      break;
+    case ImportFormat::kTorchtitan:
+      r = internal::ImportTorchtitan(doc, file, ctx, plan);
       break;
   }
   r.overrides_applied = applied;

@@ -16,9 +16,9 @@
 
 namespace shardtune::configs {
 
-enum class ImportFormat { kAccelerate, kHfTrainer, kRoll, kVerl };
+enum class ImportFormat { kAccelerate, kHfTrainer, kRoll, kVerl, kTorchtitan };
 
-// "accelerate", "hf-trainer", "roll", "verl", in declaration order.
+// "accelerate", "hf-trainer", "roll", "verl", "torchtitan", in declaration order.
 const std::vector<std::string>& ImportFormatNames();
 const char* ToString(ImportFormat f);
 // Throws InputError "where: expected one of accelerate, hf-trainer, roll, verl, got \"x\"".

@@ -138,5 +138,7 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
                         model::Plan* plan);
 ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportContext& ctx,
                         model::Plan* plan);
+ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const ImportContext& ctx,
+                              model::Plan* plan);
 
 }  // namespace shardtune::configs::internal

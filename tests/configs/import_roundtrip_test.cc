@@ -35,6 +35,8 @@ ImportFormat ImportOf(ExportFormat f) {
       return ImportFormat::kHfTrainer;
     case ExportFormat::kRoll:
       return ImportFormat::kRoll;
+    case ExportFormat::kTorchtitan:
+      return ImportFormat::kTorchtitan;
     default:
       return ImportFormat::kVerl;
   }
@@ -92,6 +94,49 @@ TEST(ImportRoundTripTest, Accelerate) {
   SetMixed(DType::kBf16, &e);
   cases.push_back({"no_shard", "llama3-8b", "8xH100", e});
   for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kAccelerate);
+}
+
+// torchtitan's job TOML: plans it can express run its own code (modeling torchtitan) with the
+// embedding and [norm, output] as units, fp32 reduction, cp 1 (its context parallelism is ring
+// attention), AdamW; the rest comes back as written.
+Plan Titan(Plan p) {
+  p.modeling = model::Modeling::kTorchtitan;
+  p.wrap.embedding_unit = true;
+  p.wrap.head_unit = true;
+  p.reduce_dtype = DType::kFp32;
+  p.optimizer_impl = model::OptimizerImpl::kFused;
+  return p;
+}
+
+TEST(ImportRoundTripTest, Torchtitan) {
+  std::vector<Case> cases;
+  Plan a = Titan(Sharded(ShardingStrategy::kFullShard));
+  a.micro_batch = 2;
+  a.grad_accum = 4;
+  a.seq_len = 8192;
+  a.checkpointing = model::Checkpointing::kSelective;
+  cases.push_back({"full_shard op sac", "llama3-8b", "8xH100", a});
+  Plan b = Titan(Sharded(ShardingStrategy::kHybridShardZero2, 8));
+  b.checkpointing = model::Checkpointing::kEveryK;
+  b.checkpoint_every_k = 2;
+  b.optimizer_impl = model::OptimizerImpl::kForeach;
+  b.master_dtype = DType::kBf16;
+  b.seq_len = 4096;
+  cases.push_back({"hsdp never every:2 bf16 master", "llama3-8b", "2x8xH100", b});
+  Plan c = Titan(Sharded(ShardingStrategy::kFullShard));
+  c.offload = model::Offload::kAll;
+  c.checkpointing = model::Checkpointing::kFull;
+  c.seq_len = 4096;
+  cases.push_back({"offload all full ckpt", "llama3-70b", "8xH100", c});
+  Plan d = Titan(Sharded(ShardingStrategy::kFullShard));
+  d.ep = 4;
+  d.seq_len = 4096;
+  cases.push_back({"moe ep 4", "qwen3-30b-a3b", "8xH100", d});
+  Plan e = Titan(Sharded(ShardingStrategy::kNoShard));
+  e.checkpointing = model::Checkpointing::kFull;
+  e.seq_len = 4096;
+  cases.push_back({"ddp", "llama3-8b", "8xH100", e});
+  for (const auto& k : cases) ExpectRoundTrip(k, ExportFormat::kTorchtitan);
 }
 
 TEST(ImportRoundTripTest, HfTrainer) {

@@ -1,6 +1,7 @@
 // Config import: the example configs of tests/data/configs (expected plans written by hand from
 // each file and the source project's documented semantics), bad configs (one line naming the file
 // and the key path), unknown and ignored keys, and layering of several files.
+#include "planner/configs/config_toml.h"
 #include "planner/configs/import.h"
 
 #include <gmock/gmock.h>
@@ -551,12 +552,8 @@ TEST(ImportErrorTest, WorldSizeConflictsWithTheCluster) {
                                           "--cluster world size 8 ranks, got 16")));
 }
 
-// The configs `export` writes that --from does not read say so by name: torchtitan's TOML job
-// config (a table header, which YAML has no form for) and DeepSpeed's ZeRO config.
-TEST(ImportErrorTest, TorchtitanTomlAndDeepSpeedJsonAreNamed) {
-  EXPECT_THAT([] { FromText("# torchtitan\n[job]\ndescription = \"x\"\n", LlamaOn8(), nullptr, "t.toml"); },
-              ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:2: expected an Accelerate"),
-                                              HasSubstr("a torchtitan job config"))));
+// DeepSpeed's ZeRO config, which `export` writes but --from does not read, is named as such.
+TEST(ImportErrorTest, DeepSpeedJsonIsNamed) {
   EXPECT_THAT(
       [] {
         FromText("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3}}",
@@ -567,6 +564,95 @@ TEST(ImportErrorTest, TorchtitanTomlAndDeepSpeedJsonAreNamed) {
   // HF Trainer arguments that name a DeepSpeed file are still HF Trainer arguments.
   EXPECT_NO_THROW(FromText("{\"per_device_train_batch_size\": 2, \"output_dir\": \"o\"}", LlamaOn8(),
                            nullptr, "a.json"));
+}
+
+// torchtitan's job TOML (torchtitan <= 0.2.2; the layout of models/llama3/train_configs/
+// llama3_8b.toml, written here): 8 ranks, HSDP 2 x 4, local batch 2, global 32 -> accumulation
+// 32 / (2 x 8) = 2, seq 8192, bf16 params and fp32 reduce, per-op selective checkpointing,
+// torchtitan's own code with the embedding and [norm, output] as units; [model] names the preset.
+// What it cannot be is refused by name: tensor, pipeline and ring-attention context parallelism,
+// a world the degrees do not tile, an accumulation that does not divide, memory_budget AC.
+TEST(ImportTorchtitanTest, JobTomlIsThePlan) {
+  const std::string job =
+      "# torchtitan job\n[job]\ndump_folder = \"./outputs\"\n\n[model]\nname = \"llama3\"\n"
+      "flavor = \"8B\"\nhf_assets_path = './assets/hf/Llama-3.1-8B'\n\n[optimizer]\nname = \"AdamW\"\n"
+      "lr = 3e-4\neps = 1e-8\n\n[lr_scheduler]\nwarmup_steps = 200\n\n[training]\nlocal_batch_size = 2\n"
+      "global_batch_size = 32\nseq_len = 8_192\nmax_norm = 1.0  # grad clipping\nsteps = 1000\n"
+      "dataset = \"c4\"\nmixed_precision_param = \"bfloat16\"\n\n[parallelism]\n"
+      "data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = -1\n"
+      "fsdp_reshard_after_forward = \"always\"\ntensor_parallel_degree = 1\n\n"
+      "[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = 'op'\n\n"
+      "[compile]\nenable = false\ncomponents = [\"model\", \"loss\"]\n";
+  ImportResult r;
+  Plan p = FromText(job, LlamaOn8(), &r, "llama3_8b.toml");
+  EXPECT_EQ(r.format, ImportFormat::kTorchtitan);
+  EXPECT_EQ(r.model_named, "llama3-8b");
+  EXPECT_EQ(p.strategy, model::ShardingStrategy::kHybridShard);
+  EXPECT_EQ(p.shard_group_size, 4);
+  EXPECT_EQ(p.micro_batch, 2);
+  EXPECT_EQ(p.grad_accum, 2);
+  EXPECT_EQ(p.seq_len, 8192);
+  EXPECT_EQ(p.param_dtype, model::DType::kBf16);
+  EXPECT_EQ(p.reduce_dtype, model::DType::kFp32);
+  EXPECT_EQ(p.master_dtype, model::DType::kFp32);
+  EXPECT_EQ(p.checkpointing, model::Checkpointing::kSelective);
+  EXPECT_EQ(p.modeling, model::Modeling::kTorchtitan);
+  EXPECT_TRUE(p.wrap.embedding_unit && p.wrap.head_unit);
+  EXPECT_EQ(p.optimizer_impl, model::OptimizerImpl::kFused);  // Optimizer.implementation's default
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = job;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  EXPECT_EQ(FromText(with("selective_ac_option = 'op'", "selective_ac_option = \"3\""), LlamaOn8()).checkpoint_every_k, 3);
+  EXPECT_THAT([&] { FromText(with("tensor_parallel_degree = 1", "tensor_parallel_degree = 2"), LlamaOn8(), nullptr, "t.toml"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:/parallelism/tensor_parallel_degree"),
+                                              HasSubstr("tensor parallelism"))));
+  EXPECT_THAT([&] { FromText(with("tensor_parallel_degree = 1", "context_parallel_degree = 2"), LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("ring attention")));
+  EXPECT_THAT([&] { FromText(with("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 3"), LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("8 ranks (ParallelDims._validate), got 2 x 3")));
+  EXPECT_THAT([&] { FromText(with("global_batch_size = 32", "global_batch_size = 36"), LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("a multiple of local_batch_size x the data-parallel degree (2 x 8)")));
+  EXPECT_THAT([&] { FromText(with("mode = \"selective\"", "mode = \"memory_budget\""), LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("memory_budget")));
+  EXPECT_THAT([&] { FromText(with("[compile]", "[trainng]"), LlamaOn8(), nullptr, "t.toml"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:/trainng"), HasSubstr("did you mean \"training\"?"))));
+}
+
+// The TOML subset: tables (dotted headers nest), strings with escapes, integers with _, floats,
+// booleans, arrays, comments; what it does not read is a one-line error naming the line.
+TEST(TomlSubsetTest, ReadsTablesValuesAndNamesWhatItDoesNotRead) {
+  nlohmann::ordered_json j = ParseTomlSubset(
+      "top = 1\n[a]\ns = \"x\\\"y\\u00e9\"  # c\nl = 'C:\\p'\ni = -1_000\nf = 6e-4\nflag = true\n"
+      "arr = [1, 2.5, \"z\",]\n[a.b]\nk = false\n",
+      "t.toml");
+  EXPECT_EQ(j["top"], 1);
+  EXPECT_EQ(j["a"]["s"], "x\"y\u00e9");
+  EXPECT_EQ(j["a"]["l"], "C:\\p");
+  EXPECT_EQ(j["a"]["i"], -1000);
+  EXPECT_DOUBLE_EQ(j["a"]["f"].get<double>(), 6e-4);
+  EXPECT_EQ(j["a"]["flag"], true);
+  EXPECT_EQ(j["a"]["arr"].size(), 3u);
+  EXPECT_EQ(j["a"]["b"]["k"], false);  // [a.b] nests in [a]
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[a]\nk = 1\nk = 2\n", "t.toml:3: expected each key once"},
+      {"[a]\n[a]\n", "t.toml:2: expected each table once"},
+      {"[a]\nb = 1\n[a.b]\n", "t.toml:3: expected a new table, got [a.b], whose name holds a value"},
+      {"[a]\nk = {x = 1}\n", "t.toml:2: expected a value other than an inline table"},
+      {"[a]\nk = \"\"\"x\n", "t.toml:2: expected a one-line string"},
+      {"[a]\nk = [1,\n2]\n", "t.toml:2: expected the array's closing ]"},
+      {"[a]\n\"q\" = 1\n", "t.toml:2: expected key = value with a bare key"},
+      {"[a]\nk = 1 2\n", "t.toml:2: expected the line to end after the value"},
+      {"[a]\nk = 1__0\n", "t.toml:2: expected a number with _ only between digits"},
+      {"[[a]]\n", "t.toml:1: expected a table header"},
+      {"[a]\nk = 2024-01-01\n", "t.toml:2: expected a string (quoted), a number"},
+  };
+  for (const auto& item : bad) {
+    const std::string& text = item.first;  // (a lambda may not capture a structured binding)
+    EXPECT_THAT([&] { ParseTomlSubset(text, "t.toml"); }, ThrowsMessage<InputError>(HasSubstr(item.second)))
+        << text;
+  }
 }
 
 TEST(ImportErrorTest, UnknownKeyIsAnErrorWithTheClosestKnownName) {

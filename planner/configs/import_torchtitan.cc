@@ -1,0 +1,217 @@
+// torchtitan job config (TOML, torchtitan <= 0.2.2 `--job.config_file`): the plan it trains with.
+// Keys read in pytorch/torchtitan v0.2.2 (73a0e69) torchtitan/config/job_config.py, the layout
+// of torchtitan/models/llama3/train_configs/*.toml, and what export_toml.cc writes.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "model/errors.h"
+#include "planner/configs/import_reader.h"
+
+namespace shardtune::configs::internal {
+namespace {
+
+KeyTable Ignored(KeyTable t, std::initializer_list<const char*> names) {
+  for (const char* n : names) t.push_back({n, KeyUse::kIgnored});
+  return t;
+}
+
+// The presets torchtitan ships a flavor of (the inverse of export_toml.cc TorchtitanModel).
+std::string PresetOf(const std::string& name, const std::string& flavor) {
+  static const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> kFlavors = {
+      {{"llama3", "8B"}, "llama3-8b"},          {{"llama3", "70B"}, "llama3-70b"},
+      {{"llama3", "405B"}, "llama3-405b"},      {{"qwen3", "8B"}, "qwen3-8b"},
+      {{"qwen3", "30B-A3B"}, "qwen3-30b-a3b"},  {{"qwen3", "235B-A22B"}, "qwen3-235b-a22b"},
+      {{"gpt_oss", "20b"}, "gpt-oss-20b"},      {{"gpt_oss", "120b"}, "gpt-oss-120b"},
+      {{"deepseek_v3", "671B"}, "deepseek-v3"},
+  };
+  for (const auto& [key, preset] : kFlavors) {
+    if (key.first == name && key.second == flavor) return preset;
+  }
+  return "";
+}
+
+// torchtitan's dtype names (job_config.py Training.dtype / mixed_precision_*: "bfloat16",
+// "float32").
+model::DType Dtype(const ConfigReader& r, const std::string& key, model::DType fallback) {
+  std::optional<std::string> v = r.Enum(key, {"bfloat16", "float32"});
+  if (!v) return fallback;
+  return *v == "bfloat16" ? model::DType::kBf16 : model::DType::kFp32;
+}
+
+}  // namespace
+
+ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const ImportContext& ctx,
+                              model::Plan* plan) {
+  ImportResult out;
+  out.format = ImportFormat::kTorchtitan;
+  std::vector<std::string> ignored;
+  ConfigReader top(doc, file, "", &ignored);
+  top.CheckKeys(Ignored({{"model"}, {"optimizer"}, {"training"}, {"parallelism"}, {"activation_checkpoint"},
+                         {"float8", KeyUse::kUnsupported, "float8 training"},
+                         {"mx", KeyUse::kUnsupported, "MX-format training"}},
+                        {"job", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "comm",
+                         "memory_estimation", "validation", "fault_tolerance", "experimental", "dataloader"}));
+  static const Json kEmpty = Json::object();
+  auto section = [&](const char* name) {
+    auto s = top.Section(name);
+    return s ? *s : ConfigReader(kEmpty, file, std::string("/") + name, &ignored);
+  };
+  // [model]: which model; --model is what shardtune estimates (ImportResult::model_named).
+  ConfigReader m = section("model");
+  m.CheckKeys(Ignored({{"name"}, {"flavor"}, {"converters", KeyUse::kUnsupported, "model converters (float8, MX)"}},
+                      {"hf_assets_path", "tokenizer_path", "print_after_conversion"}));
+  if (auto name = m.String("name")) {
+    const std::string flavor = m.String("flavor").value_or("");
+    const std::string preset = PresetOf(*name, flavor);
+    if (!preset.empty()) {
+      out.model_named = preset;
+      out.model_named_where = m.Where("flavor");
+    } else {
+      out.warnings.push_back(m.Where("name") + ": torchtitan model \"" + *name + "\" flavor \"" + flavor +
+                             "\" is not one shardtune has a preset for; estimated as --model says");
+    }
+  }
+  // [optimizer]
+  ConfigReader o = section("optimizer");
+  o.CheckKeys(Ignored({{"name"}, {"implementation"},
+                       {"early_step_in_backward", KeyUse::kUnsupported, "the optimizer step inside backward"}},
+                      {"lr", "eps", "weight_decay", "beta1", "beta2"}));
+  o.Enum("name", {"AdamW", "Adam"});  // build_optimizers knows these two: the same state
+  plan->optimizer = model::Optimizer::kAdamW;
+  if (auto impl = o.Enum("implementation", {"foreach", "fused", "for-loop"})) {
+    plan->optimizer_impl = *impl == "fused"   ? model::OptimizerImpl::kFused
+                           : *impl == "foreach" ? model::OptimizerImpl::kForeach
+                                                : model::OptimizerImpl::kForLoop;
+  } else {
+    plan->optimizer_impl = model::OptimizerImpl::kFused;  // job_config.py Optimizer.implementation
+  }
+  // [parallelism]: ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ep), dp_shard -1 = the rest.
+  ConfigReader pa = section("parallelism");
+  pa.CheckKeys(Ignored({{"data_parallel_replicate_degree"}, {"data_parallel_shard_degree"},
+                        {"fsdp_reshard_after_forward"},
+                        {"tensor_parallel_degree", KeyUse::kUnsupported, "tensor parallelism", 1},
+                        {"pipeline_parallel_degree", KeyUse::kUnsupported, "pipeline parallelism", 1},
+                        {"context_parallel_degree", KeyUse::kUnsupported,
+                         "torchtitan's context parallelism (ring attention; shardtune's cp is Ulysses)", 1},
+                        {"expert_parallel_degree"},
+                        {"expert_tensor_parallel_degree", KeyUse::kUnsupported, "expert tensor parallelism", 1}},
+                       {"enable_async_tensor_parallel", "disable_loss_parallel", "enable_compiled_autograd",
+                        "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
+                        "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
+                        "pipeline_parallel_schedule_csv", "pipeline_parallel_first_stage_less_layers",
+                        "pipeline_parallel_last_stage_less_layers", "context_parallel_rotate_method",
+                        "module_fqns_per_model_part"}));
+  const int world = ctx.world_size;
+  if (world <= 0) top.Fail("parallelism", "a --cluster (the job config does not say its world size)");
+  const int64_t replicate = pa.Int("data_parallel_replicate_degree", 1, 1 << 20).value_or(1);
+  int64_t shard = pa.Int("data_parallel_shard_degree", -1, 1 << 20).value_or(-1);
+  if (shard == 0) pa.Fail("data_parallel_shard_degree", "-1 (the rest of the world) or a degree >= 1");
+  if (shard == -1) shard = world % replicate == 0 ? world / replicate : 0;
+  if (shard < 1 || replicate * shard != world) {
+    pa.Fail("data_parallel_shard_degree",
+            "data_parallel_replicate_degree x data_parallel_shard_degree = the " + ctx.world_flag +
+                "'s " + std::to_string(world) + " ranks (ParallelDims._validate), got " +
+                std::to_string(replicate) + " x " + std::to_string(shard));
+  }
+  // fsdp_reshard_after_forward: "default" reshards every unit but the last (pp disabled), "always"
+  // all of them, "never" none (parallelize.py apply_fsdp); shardtune's units all follow one rule.
+  const std::string reshard =
+      pa.Enum("fsdp_reshard_after_forward", {"default", "always", "never"}).value_or("default");
+  if (shard == 1) {
+    plan->strategy = model::ShardingStrategy::kNoShard;  // replicate only: torchtitan's DDP path
+    plan->shard_group_size = 0;
+    plan->reshard_after_forward = false;
+  } else {
+    SetFsdp2Sharding(static_cast<int>(shard), world, reshard != "never", plan);
+  }
+  if (reshard == "default") {
+    out.warnings.push_back(pa.Where("fsdp_reshard_after_forward") +
+                           ": \"default\" keeps the last unit ([norm, output]) gathered after forward; "
+                           "estimated as \"always\" (every unit resharded)");
+  }
+  plan->ep = static_cast<int>(pa.Int("expert_parallel_degree", 1, 1 << 16).value_or(1));
+  plan->cp = 1;
+  // [training]
+  ConfigReader tr = section("training");
+  tr.CheckKeys(Ignored({{"local_batch_size"}, {"global_batch_size"}, {"seq_len"}, {"enable_cpu_offload"},
+                        {"dtype"}, {"mixed_precision_param"}, {"mixed_precision_reduce"},
+                        {"max_norm"}},
+                       {"steps", "dataset", "dataset_path", "gc_freq", "gc_debug", "seed", "deterministic",
+                        "debug_moe_force_load_balance", "warmup_steps", "mixed_precision"}));
+  plan->micro_batch = static_cast<int>(tr.Int("local_batch_size", 1, 1 << 20).value_or(8));
+  if (auto s = tr.Int("seq_len", 1, INT64_MAX)) {
+    plan->seq_len = *s;
+    out.seq_len_from = tr.Where("seq_len");
+  } else {
+    plan->seq_len = 2048;  // job_config.py Training.seq_len
+    out.seq_len_from = tr.Where("seq_len") + " (torchtitan's default 2048)";
+  }
+  const int64_t local = plan->micro_batch;
+  const int64_t global = tr.Int("global_batch_size", -1, INT64_MAX).value_or(-1);
+  const int64_t dp = replicate * shard;
+  plan->grad_accum = 1;
+  if (global > 0) {
+    // train.py: gradient_accumulation_steps = global_batch_size // (local_batch_size x dp_degree),
+    // asserted exact.
+    if (global % (local * dp) != 0) {
+      tr.Fail("global_batch_size", "a multiple of local_batch_size x the data-parallel degree (" +
+                                       std::to_string(local) + " x " + std::to_string(dp) + ")");
+    }
+    plan->grad_accum = static_cast<int>(global / (local * dp));
+  } else if (global == 0 || global < -1) {
+    tr.Fail("global_batch_size", "-1 (local_batch_size x the data-parallel degree) or a positive count");
+  }
+  plan->offload = tr.Bool("enable_cpu_offload").value_or(false) ? model::Offload::kAll : model::Offload::kNone;
+  plan->master_dtype = Dtype(tr, "dtype", model::DType::kFp32);
+  plan->param_dtype = Dtype(tr, "mixed_precision_param", model::DType::kBf16);
+  plan->reduce_dtype = Dtype(tr, "mixed_precision_reduce", model::DType::kFp32);
+  // [activation_checkpoint]: mode, selective_ac_option "op" (per-op SAC) or an integer N (every
+  // N-th block).
+  ConfigReader ac = section("activation_checkpoint");
+  ac.CheckKeys(Ignored({{"mode"}, {"selective_ac_option"}},
+                       {"per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop", "memory_budget",
+                        "visualize_memory_budget_pareto", "preserve_rng_state", "determinism_check",
+                        "debug"}));
+  const std::string mode =
+      ac.Enum("mode", {"none", "full", "selective", "memory_budget"}).value_or("selective");
+  plan->checkpoint_every_k = 1;
+  if (mode == "none") {
+    plan->checkpointing = model::Checkpointing::kNone;
+  } else if (mode == "full") {
+    plan->checkpointing = model::Checkpointing::kFull;
+  } else if (mode == "memory_budget") {
+    ac.Fail("mode", "none, full or selective (memory_budget's compiler-chosen saves are not modelled)");
+  } else {
+    const std::string option = ac.String("selective_ac_option").value_or("2");
+    if (option == "op") {
+      plan->checkpointing = model::Checkpointing::kSelective;
+    } else {
+      int64_t k = 0;
+      try {
+        size_t used = 0;
+        k = std::stoll(option, &used);
+        if (used != option.size()) k = 0;
+      } catch (const std::exception&) {
+        k = 0;
+      }
+      if (k < 1) ac.Fail("selective_ac_option", "\"op\" or a positive integer N (every N-th block)");
+      plan->checkpointing = k == 1 ? model::Checkpointing::kFull : model::Checkpointing::kEveryK;
+      plan->checkpoint_every_k = static_cast<int>(k);
+    }
+  }
+  // torchtitan's own model code, units per block plus the embedding and [norm, output]
+  // (parallelize.py apply_fsdp), cross_entropy(pred.float()) as its loss.
+  plan->modeling = model::Modeling::kTorchtitan;
+  plan->wrap = model::WrapPolicy{};
+  plan->wrap.embedding_unit = true;
+  plan->wrap.head_unit = true;
+  plan->loss_kernel = model::LossKernel::kCrossEntropy;
+  plan->loss_fp32_upcast = true;
+  plan->role = model::Role::kTrain;
+  std::string warn = IgnoredWarning(file, ignored);
+  if (!warn.empty()) out.warnings.insert(out.warnings.begin(), warn);
+  return out;
+}
+
+}  // namespace shardtune::configs::internal
