@@ -36,8 +36,11 @@ def load_function(path):
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod.FusedLinearForPPOFunction
-    from verl.utils.experimental.torch_functional import FusedLinearForPPOFunction
-
+    try:
+        from verl.utils.experimental.torch_functional import FusedLinearForPPOFunction
+    except ImportError as e:
+        sys.exit(f"verl is not importable here ({e}); pass --verl-file PATH to verl's "
+                 "verl/utils/experimental/torch_functional.py")
     return FusedLinearForPPOFunction
 
 
