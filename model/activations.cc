@@ -787,11 +787,14 @@ int SoftcapLogits(Ctx& c, int logits) {
   return capped;
 }
 
-// The LM head's logits [T, V] in the compute dtype, soft-capped where the model caps them. A tied
-// head multiplies by model.embed_tokens.weight (module_tree.cc BuildModuleTree).
+// The module whose weight the LM head multiplies by: a tied head's is model.embed_tokens
+// (module_tree.cc BuildModuleTree).
+std::string HeadWeightModule(const Ctx& c) { return c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head"; }
+
+// The LM head's logits [T, V] in the compute dtype, soft-capped where the model caps them.
 int HeadLogits(Ctx& c, int normed) {
-  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
-  return SoftcapLogits(c, Linear(c, normed, static_cast<double>(c.spec.vocab_size), "lm_head", weight));
+  return SoftcapLogits(c, Linear(c, normed, static_cast<double>(c.spec.vocab_size), "lm_head",
+                                 HeadWeightModule(c)));
 }
 
 // The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
@@ -808,7 +811,7 @@ int HeadLogits(Ctx& c, int normed) {
 // adds divide, tanh, square, negate, add 1 and x cap (8 each) and x derivative (12): 60.
 ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
   const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(c.spec.vocab_size);
-  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  const std::string weight = HeadWeightModule(c);
   int gi = c.g.Tensor("fused loss: input gradient (saved)", c.e * h);
   c.g.Op("fused loss: zeros_like(input)", {}, gi, {});
   int loss = c.g.Tensor("loss", 0.0);
@@ -942,7 +945,7 @@ ActivationLedger VerlPaddedCeHead(Ctx& c, int x, int normed) {
 // 12 + 8, in-place add 12 (88).
 ActivationLedger VerlFusedTorchHead(Ctx& c, int x, int normed) {
   const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(c.spec.vocab_size);
-  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  const std::string weight = HeadWeightModule(c);
   const bool entropy_grad = c.opt.entropy_from_logits;
   int out = c.g.Tensor("FusedLinearForPPO log_probs and entropy [T] (compute dtype)", 2 * c.e);
   c.g.Op("FusedLinearForPPO (torch, 512-row chunks)", {normed}, out, {normed});
@@ -989,7 +992,7 @@ ActivationLedger VerlFusedTorchHead(Ctx& c, int x, int normed) {
 ActivationLedger VerlFusedTritonHead(Ctx& c, int x, int normed) {
   const int64_t vocab = c.spec.vocab_size;
   const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(vocab);
-  const std::string weight = c.spec.tied_embeddings ? "model.embed_tokens" : "lm_head";
+  const std::string weight = HeadWeightModule(c);
   const int64_t fwd_splits = (vocab + kVerlTritonForwardSplit - 1) / kVerlTritonForwardSplit;
   const int64_t bwd_splits = (vocab + kVerlTritonBackwardSplit - 1) / kVerlTritonBackwardSplit;
   const int64_t last = vocab - (bwd_splits - 1) * kVerlTritonBackwardSplit;

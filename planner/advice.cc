@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 namespace shardtune::plan {
 namespace {
@@ -19,15 +20,14 @@ Bytes At(const sim::MemoryReport& r, const std::string& cat) {
 
 const char* Name(model::Offload o) { return model::ToString(o); }
 
-// What re-estimating a suggested change showed, as the sentence's end; "" when it was not
-// re-estimated. `*helps` false when it was and does not lower the required memory.
-std::string CheckedText(const ChangeChecker& check, AdvisedChange change, const sim::MemoryReport& r,
-                        bool* helps) {
-  *helps = true;
+// What re-estimating a suggested change showed, as the sentence's end: "" when it was not
+// re-estimated, nullopt when it was and does not lower the required memory (the suggestion goes).
+std::optional<std::string> Checked(const ChangeChecker& check, AdvisedChange change,
+                                   const sim::MemoryReport& r) {
   if (!check) return "";
   const CheckedChange c = check(change);
   if (!c.evaluated) return "";
-  *helps = c.required < r.required;
+  if (!(c.required < r.required)) return std::nullopt;
   return " Re-estimated with " + c.flags + ": " + GiBText(c.required) + " required" +
          (c.fits ? ", which fits." : r.fits ? "." : ", which still does not fit.");
 }
@@ -133,23 +133,23 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying
   // when activations or the loss path make up most of a peak that does not fit.
   Bytes per_token = acts + loss + working;
-  bool helps = true;
-  std::string checked;
-  if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2 &&
-      (checked = CheckedText(check, AdvisedChange::kCp, r, &helps), helps)) {
-    out.push_back(
-        "Activations and the loss path are " + GiBText(per_token) + " of the " +
-        GiBText(r.peak_allocated) +
-        " peak and scale with the tokens a rank holds: "
-        "Ulysses context parallelism (--cp N, a divisor of the attention heads) gives each "
-        "rank S/N tokens of a sequence, dividing them by N, for 4 all-to-alls per layer "
-        "per pass (`shardtune tune` searches N)." + checked);
+  if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2) {
+    if (auto checked = Checked(check, AdvisedChange::kCp, r)) {
+      out.push_back(
+          "Activations and the loss path are " + GiBText(per_token) + " of the " +
+          GiBText(r.peak_allocated) +
+          " peak and scale with the tokens a rank holds: "
+          "Ulysses context parallelism (--cp N, a divisor of the attention heads) gives each "
+          "rank S/N tokens of a sequence, dividing them by N, for 4 all-to-alls per layer "
+          "per pass (`shardtune tune` searches N)." + *checked);
+    }
   }
   if (plan.checkpointing == model::Checkpointing::kNone &&
-      acts.count() > r.peak_allocated.count() / 3 &&
-      (checked = CheckedText(check, AdvisedChange::kCheckpointing, r, &helps), helps)) {
-    out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +
-                  " peak; --checkpointing full keeps only each block's input." + checked);
+      acts.count() > r.peak_allocated.count() / 3) {
+    if (auto checked = Checked(check, AdvisedChange::kCheckpointing, r)) {
+      out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +
+                    " peak; --checkpointing full keeps only each block's input." + *checked);
+    }
   }
   if (!r.units.empty()) {
     std::vector<int64_t> sizes;
@@ -159,12 +159,11 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     for (const auto& u : r.units) {
       int span = u.last_segment - u.first_segment;
       if (u.name != "root" && u.gathered_bytes.count() > 4 * std::max<int64_t>(median, 1) && span > 1) {
-        checked = CheckedText(check, AdvisedChange::kWrap, r, &helps);
-        if (helps) {
+        if (auto checked = Checked(check, AdvisedChange::kWrap, r)) {
           out.push_back("Unit " + u.name + " holds " + GiBText(u.gathered_bytes) + " gathered across " +
                         std::to_string(span + 1) + " forward segments: the wrap policy left many "
                         "submodules to one parent. --wrap block keeps one block gathered at a time." +
-                        checked);
+                        *checked);
         }
         break;
       }
@@ -188,13 +187,14 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                   static_cast<double>(u.parameters);
       }
     }
-    if (frozen > static_cast<double>(r.peak_allocated.count()) / 10 &&
-        (checked = CheckedText(check, AdvisedChange::kFrozenDtype, r, &helps), helps)) {
-      out.push_back(
-          "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
-          " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
-          "bf16 (--frozen-dtype bf16, from_pretrained(torch_dtype=torch.bfloat16)) halves "
-          "that." + checked);
+    if (frozen > static_cast<double>(r.peak_allocated.count()) / 10) {
+      if (auto checked = Checked(check, AdvisedChange::kFrozenDtype, r)) {
+        out.push_back(
+            "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
+            " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
+            "bf16 (--frozen-dtype bf16, from_pretrained(torch_dtype=torch.bfloat16)) halves "
+            "that." + *checked);
+      }
     }
   }
   if (plan.no_sync && r.shard_group > 1) {

@@ -95,16 +95,7 @@ class LineParser {
             else Fail("a hex digit in \\u");
           }
           if (cp >= 0xD800 && cp <= 0xDFFF) Fail("a \\u escape that is not a surrogate");
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
+          AppendUtf8(cp, &out);
           break;
         }
         default: --pos_; Fail("one of the escapes \\\" \\\\ \\n \\t \\r \\b \\f \\uXXXX");

@@ -2,6 +2,7 @@
 // library is among the project's dependencies (README.md set-up), so this is a small, strict one.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,5 +27,9 @@ nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::strin
 // is not well-formed UTF-8 (overlong forms, surrogates and code points past U+10FFFF included).
 // ParseYamlSubset checks this (and rejects control characters but tab) itself; for JSON text.
 void CheckUtf8(const std::string& text, const std::string& file);
+
+// Appends code point `cp` (at most U+10FFFF, no surrogate) to `out` as UTF-8: the escapes of the
+// YAML and TOML readers.
+void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace shardtune::configs

@@ -63,9 +63,12 @@ bool LooksLikeJson(const std::string& text) {
   return i != std::string::npos && text[i] == '{';
 }
 
+// A table header ("[training]") in text that is not JSON is TOML: torchtitan's job config
+// (config_toml.h).
+bool IsTomlText(const std::string& text) { return !LooksLikeJson(text) && LooksLikeToml(text); }
+
 internal::Json ParseConfig(const std::string& text, const std::string& file) {
-  // A table header ("[training]") is TOML: torchtitan's job config (config_toml.h).
-  if (!LooksLikeJson(text) && LooksLikeToml(text)) return ParseTomlSubset(text, file);
+  if (IsTomlText(text)) return ParseTomlSubset(text, file);
   if (LooksLikeJson(text)) {
     CheckUtf8(text, file);  // before the JSON reader, whose message would quote the bad byte
     CheckJsonDepth(text, file);
@@ -166,8 +169,7 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
 }  // namespace
 
 ImportFormat DetectImportFormat(const std::string& text, const std::string& file) {
-  return DetectFromTree(ParseConfig(text, file), file, LooksLikeJson(text),
-                        !LooksLikeJson(text) && LooksLikeToml(text));
+  return DetectFromTree(ParseConfig(text, file), file, LooksLikeJson(text), IsTomlText(text));
 }
 
 ImportResult ImportConfigText(const std::string& text, const std::string& file,
@@ -185,8 +187,7 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
     applied.push_back(text_override);
   }
   ImportFormat f = format ? *format
-                          : DetectFromTree(doc, file, LooksLikeJson(text),
-                                           !LooksLikeJson(text) && LooksLikeToml(text));
+                          : DetectFromTree(doc, file, LooksLikeJson(text), IsTomlText(text));
   // verl (Hydra) and ROLL (OmegaConf.load + structured configs) resolve "${...}"; Accelerate and
   // the HF Trainer read their files with yaml / json, where "${" is text like any other.
   UnresolvedInterpolations unresolved;

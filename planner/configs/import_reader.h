@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +36,11 @@ struct KeyRule {
   Json neutral = nullptr;  // kUnsupported: a further value that is harmless (e.g. 1 for tp_size)
 };
 using KeyTable = std::vector<KeyRule>;
+// `t` with each of `names` added as an ignored key.
+inline KeyTable WithIgnored(KeyTable t, std::initializer_list<const char*> names) {
+  for (const char* n : names) t.push_back({n, KeyUse::kIgnored});
+  return t;
+}
 
 // One object of a config. Collects ignored keys into `ignored` (JSON pointers).
 class ConfigReader {

@@ -289,9 +289,9 @@ void ReadWrap(const ConfigReader& sc, const ImportContext& ctx, ImportResult* ou
     if (auto moe = wp->Names("moe_experts")) {
       // apply_fsdp2 wraps experts only with apply_expert_patch (or ep_size > 1, where the class
       // is the experts module on the expert mesh: ReadExpertParallel).
-      w.expert_units = sc.Bool("apply_expert_patch").value_or(false) &&
-                       sc.Int("ep_size", 1, 1 << 16).value_or(1) <= 1;
-      if (!w.expert_units && sc.Int("ep_size", 1, 1 << 16).value_or(1) <= 1) {
+      const bool ep = sc.Int("ep_size", 1, 1 << 16).value_or(1) > 1;
+      w.expert_units = !ep && sc.Bool("apply_expert_patch").value_or(false);
+      if (!ep && !w.expert_units) {
         out->warnings.push_back(wp->Where("moe_experts") +
                                 ": ROLL wraps experts only with apply_expert_patch true; ignored");
       }

@@ -12,12 +12,6 @@
 namespace shardtune::configs::internal {
 namespace {
 
-
-KeyTable WithIgnored(KeyTable t, std::initializer_list<const char*> names) {
-  for (const char* n : names) t.push_back({n, KeyUse::kIgnored});
-  return t;
-}
-
 // verl/trainer/config/engine/fsdp.yaml and verl/workers/config/engine.py FSDPEngineConfig; the
 // SFT trainer's model.fsdp_config adds cpu_offload / offload_params.
 const KeyTable& FsdpConfigKeys() {
