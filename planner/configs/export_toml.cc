@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "planner/configs/export_formats.h"
+#include "planner/configs/torchtitan_models.h"
 
 namespace shardtune::configs::internal {
 namespace {
@@ -11,24 +12,6 @@ namespace {
 using model::DType;
 
 const char* TomlBool(bool b) { return b ? "true" : "false"; }
-
-// torchtitan's [model] name and flavor for shardtune presets with the same architecture
-// (v0.2.2: torchtitan/models/llama3/__init__.py llama3_args, models/qwen3/__init__.py,
-// models/gpt_oss/__init__.py gptoss_configs "20b" / "120b" (24 / 36 layers, 32 / 128 experts top
-// 4, gate bias, route_norm), models/deepseek_v3/__init__.py deepseekv3_args "671B" (61 layers,
-// 3 dense, 256 experts + 1 shared, top 8 of 8 groups limited to 4, MLA ranks 1536 / 512)).
-std::pair<std::string, std::string> TorchtitanModel(const std::string& preset) {
-  if (preset == "gpt-oss-20b") return {"gpt_oss", "20b"};
-  if (preset == "gpt-oss-120b") return {"gpt_oss", "120b"};
-  if (preset == "deepseek-v3") return {"deepseek_v3", "671B"};
-  if (preset == "llama3-8b") return {"llama3", "8B"};
-  if (preset == "llama3-70b") return {"llama3", "70B"};
-  if (preset == "llama3-405b") return {"llama3", "405B"};
-  if (preset == "qwen3-8b") return {"qwen3", "8B"};
-  if (preset == "qwen3-30b-a3b") return {"qwen3", "30B-A3B"};      // qwen3_args, moe_enabled
-  if (preset == "qwen3-235b-a22b") return {"qwen3", "235B-A22B"};
-  return {"", ""};
-}
 
 // Training.mixed_precision_param: Literal["bfloat16", "float32"]; fp16 has no value.
 const char* TorchtitanParamDtype(DType d) { return d == DType::kFp32 ? "float32" : "bfloat16"; }

@@ -7,29 +7,10 @@
 
 #include "model/errors.h"
 #include "planner/configs/import_reader.h"
+#include "planner/configs/torchtitan_models.h"
 
 namespace shardtune::configs::internal {
 namespace {
-
-KeyTable Ignored(KeyTable t, std::initializer_list<const char*> names) {
-  for (const char* n : names) t.push_back({n, KeyUse::kIgnored});
-  return t;
-}
-
-// The presets torchtitan ships a flavor of (the inverse of export_toml.cc TorchtitanModel).
-std::string PresetOf(const std::string& name, const std::string& flavor) {
-  static const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> kFlavors = {
-      {{"llama3", "8B"}, "llama3-8b"},          {{"llama3", "70B"}, "llama3-70b"},
-      {{"llama3", "405B"}, "llama3-405b"},      {{"qwen3", "8B"}, "qwen3-8b"},
-      {{"qwen3", "30B-A3B"}, "qwen3-30b-a3b"},  {{"qwen3", "235B-A22B"}, "qwen3-235b-a22b"},
-      {{"gpt_oss", "20b"}, "gpt-oss-20b"},      {{"gpt_oss", "120b"}, "gpt-oss-120b"},
-      {{"deepseek_v3", "671B"}, "deepseek-v3"},
-  };
-  for (const auto& [key, preset] : kFlavors) {
-    if (key.first == name && key.second == flavor) return preset;
-  }
-  return "";
-}
 
 // torchtitan's dtype names (job_config.py Training.dtype / mixed_precision_*: "bfloat16",
 // "float32").
@@ -47,11 +28,12 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   out.format = ImportFormat::kTorchtitan;
   std::vector<std::string> ignored;
   ConfigReader top(doc, file, "", &ignored);
-  top.CheckKeys(Ignored({{"model"}, {"optimizer"}, {"training"}, {"parallelism"}, {"activation_checkpoint"},
-                         {"float8", KeyUse::kUnsupported, "float8 training"},
-                         {"mx", KeyUse::kUnsupported, "MX-format training"}},
-                        {"job", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "comm",
-                         "memory_estimation", "validation", "fault_tolerance", "experimental", "dataloader"}));
+  // JobConfig's sections (job_config.py). [quantize] configures the converters, which
+  // model.converters turns on (refused there); [checkpoint] is saving, not the step.
+  top.CheckKeys(WithIgnored({{"model"}, {"optimizer"}, {"training"}, {"parallelism"}, {"activation_checkpoint"},
+                             {"quantize", KeyUse::kIgnored, "read only through model.converters"}},
+                            {"job", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "comm",
+                             "memory_estimation", "fault_tolerance", "experimental", "validation", "debug"}));
   static const Json kEmpty = Json::object();
   auto section = [&](const char* name) {
     auto s = top.Section(name);
@@ -59,24 +41,21 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   };
   // [model]: which model; --model is what shardtune estimates (ImportResult::model_named).
   ConfigReader m = section("model");
-  m.CheckKeys(Ignored({{"name"}, {"flavor"}, {"converters", KeyUse::kUnsupported, "model converters (float8, MX)"}},
+  m.CheckKeys(WithIgnored({{"name"}, {"flavor"}, {"converters", KeyUse::kUnsupported, "model converters (float8, MX)"}},
                       {"hf_assets_path", "tokenizer_path", "print_after_conversion"}));
+  // A flavor no preset matches is named as it is: without --model, resolving it is the one-line
+  // error that asks for the model (job_args.cc), never a default model.
   if (auto name = m.String("name")) {
-    const std::string flavor = m.String("flavor").value_or("");
-    const std::string preset = PresetOf(*name, flavor);
-    if (!preset.empty()) {
-      out.model_named = preset;
-      out.model_named_where = m.Where("flavor");
-    } else {
-      out.warnings.push_back(m.Where("name") + ": torchtitan model \"" + *name + "\" flavor \"" + flavor +
-                             "\" is not one shardtune has a preset for; estimated as --model says");
-    }
+    const std::string flavor = m.String("flavor").value_or("debugmodel");  // Model.flavor's default
+    const std::string preset = PresetOfTorchtitan(*name, flavor);
+    out.model_named = preset.empty() ? "torchtitan " + *name + " " + flavor : preset;
+    out.model_named_where = m.Where("flavor");
   }
   // [optimizer]
   ConfigReader o = section("optimizer");
-  o.CheckKeys(Ignored({{"name"}, {"implementation"},
+  o.CheckKeys(WithIgnored({{"name"}, {"implementation"},
                        {"early_step_in_backward", KeyUse::kUnsupported, "the optimizer step inside backward"}},
-                      {"lr", "eps", "weight_decay", "beta1", "beta2"}));
+                      {"lr", "eps", "weight_decay"}));
   o.Enum("name", {"AdamW", "Adam"});  // build_optimizers knows these two: the same state
   plan->optimizer = model::Optimizer::kAdamW;
   if (auto impl = o.Enum("implementation", {"foreach", "fused", "for-loop"})) {
@@ -88,19 +67,21 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   }
   // [parallelism]: ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ep), dp_shard -1 = the rest.
   ConfigReader pa = section("parallelism");
-  pa.CheckKeys(Ignored({{"data_parallel_replicate_degree"}, {"data_parallel_shard_degree"},
+  pa.CheckKeys(WithIgnored({{"data_parallel_replicate_degree"}, {"data_parallel_shard_degree"},
                         {"fsdp_reshard_after_forward"},
                         {"tensor_parallel_degree", KeyUse::kUnsupported, "tensor parallelism", 1},
                         {"pipeline_parallel_degree", KeyUse::kUnsupported, "pipeline parallelism", 1},
                         {"context_parallel_degree", KeyUse::kUnsupported,
                          "torchtitan's context parallelism (ring attention; shardtune's cp is Ulysses)", 1},
                         {"expert_parallel_degree"},
-                        {"expert_tensor_parallel_degree", KeyUse::kUnsupported, "expert tensor parallelism", 1}},
-                       {"enable_async_tensor_parallel", "disable_loss_parallel", "enable_compiled_autograd",
-                        "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
-                        "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
+                        {"expert_tensor_parallel_degree", KeyUse::kUnsupported, "expert tensor parallelism", 1},
+                        {"expert_parallel_comm_backend", KeyUse::kUnsupported, "DeepEP's expert dispatch",
+                         "standard"}},
+                       {"enable_async_tensor_parallel", "disable_loss_parallel", "pipeline_parallel_schedule",
+                        "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage",
                         "pipeline_parallel_schedule_csv", "pipeline_parallel_first_stage_less_layers",
-                        "pipeline_parallel_last_stage_less_layers", "context_parallel_rotate_method",
+                        "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_expert_parallel_overlap",
+                        "context_parallel_rotate_method", "context_parallel_load_balancer",
                         "module_fqns_per_model_part"}));
   const int world = ctx.world_size;
   if (world <= 0) top.Fail("parallelism", "a --cluster (the job config does not say its world size)");
@@ -134,11 +115,10 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   plan->cp = 1;
   // [training]
   ConfigReader tr = section("training");
-  tr.CheckKeys(Ignored({{"local_batch_size"}, {"global_batch_size"}, {"seq_len"}, {"enable_cpu_offload"},
+  tr.CheckKeys(WithIgnored({{"local_batch_size"}, {"global_batch_size"}, {"seq_len"}, {"enable_cpu_offload"},
                         {"dtype"}, {"mixed_precision_param"}, {"mixed_precision_reduce"},
                         {"max_norm"}},
-                       {"steps", "dataset", "dataset_path", "gc_freq", "gc_debug", "seed", "deterministic",
-                        "debug_moe_force_load_balance", "warmup_steps", "mixed_precision"}));
+                       {"steps", "dataset", "dataset_path", "gc_freq", "gc_debug", "dataloader"}));
   plan->micro_batch = static_cast<int>(tr.Int("local_batch_size", 1, 1 << 20).value_or(8));
   if (auto s = tr.Int("seq_len", 1, INT64_MAX)) {
     plan->seq_len = *s;
@@ -165,11 +145,12 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   plan->offload = tr.Bool("enable_cpu_offload").value_or(false) ? model::Offload::kAll : model::Offload::kNone;
   plan->master_dtype = Dtype(tr, "dtype", model::DType::kFp32);
   plan->param_dtype = Dtype(tr, "mixed_precision_param", model::DType::kBf16);
-  plan->reduce_dtype = Dtype(tr, "mixed_precision_reduce", model::DType::kFp32);
+  tr.Enum("mixed_precision_reduce", {"float32"});  // Literal["float32"] in v0.2.2
+  plan->reduce_dtype = model::DType::kFp32;
   // [activation_checkpoint]: mode, selective_ac_option "op" (per-op SAC) or an integer N (every
   // N-th block).
   ConfigReader ac = section("activation_checkpoint");
-  ac.CheckKeys(Ignored({{"mode"}, {"selective_ac_option"}},
+  ac.CheckKeys(WithIgnored({{"mode"}, {"selective_ac_option"}},
                        {"per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop", "memory_budget",
                         "visualize_memory_budget_pareto", "preserve_rng_state", "determinism_check",
                         "debug"}));

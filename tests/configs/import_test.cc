@@ -618,6 +618,29 @@ TEST(ImportTorchtitanTest, JobTomlIsThePlan) {
               ThrowsMessage<InputError>(HasSubstr("memory_budget")));
   EXPECT_THAT([&] { FromText(with("[compile]", "[trainng]"), LlamaOn8(), nullptr, "t.toml"); },
               ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:/trainng"), HasSubstr("did you mean \"training\"?"))));
+  // v0.2.2's JobConfig: mixed_precision_reduce is Literal["float32"]; [quantize] configures the
+  // converters only (ignored, said so); DeepEP's dispatch is refused, the standard one is neutral.
+  EXPECT_THAT(
+      [&] {
+        FromText(with("mixed_precision_param = \"bfloat16\"",
+                      "mixed_precision_param = \"bfloat16\"\nmixed_precision_reduce = \"bfloat16\""),
+                 LlamaOn8(), nullptr, "t.toml");
+      },
+      ThrowsMessage<InputError>(AllOf(HasSubstr("t.toml:/training/mixed_precision_reduce"), HasSubstr("float32"))));
+  ImportResult q;
+  FromText(with("[compile]", "[quantize.linear.float8]\nfilter_fqns = [\"output\"]\n\n[compile]"), LlamaOn8(), &q);
+  EXPECT_THAT(AllWarnings(q), HasSubstr("/quantize (read only through model.converters)"));
+  EXPECT_THAT([&] { FromText(with("tensor_parallel_degree = 1", "expert_parallel_comm_backend = \"deepep\""), LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("DeepEP")));
+  EXPECT_NO_THROW(FromText(with("tensor_parallel_degree = 1", "expert_parallel_comm_backend = \"standard\""), LlamaOn8()));
+  // [model]: torchtitan's Qwen3 dense flavors are the presets of the same shapes; a flavor none
+  // matches is named as it is, which resolving turns into the error that asks for --model.
+  ImportResult qwen;
+  FromText(with("name = \"llama3\"\nflavor = \"8B\"", "name = \"qwen3\"\nflavor = \"32B\""), LlamaOn8(), &qwen);
+  EXPECT_EQ(qwen.model_named, "qwen3-32b");
+  ImportResult other;
+  FromText(with("name = \"llama3\"\nflavor = \"8B\"", "name = \"llama4\"\nflavor = \"17bx16e\""), LlamaOn8(), &other);
+  EXPECT_EQ(other.model_named, "torchtitan llama4 17bx16e");
 }
 
 // The TOML subset: tables (dotted headers nest), strings with escapes, integers with _, floats,
