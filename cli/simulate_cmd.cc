@@ -15,6 +15,52 @@ void PrintPhases(const sim::JobPhases& p, std::ostream& out);
 
 namespace {
 
+nlohmann::ordered_json CollectiveJson(const sim::CollectiveSummary& c) {
+  nlohmann::ordered_json j = {{"group", c.group},
+                              {"collective", profiles::ToString(c.kind)},
+                              {"ranks", c.ranks},
+                              {"nodes", c.nodes},
+                              {"bytes", c.bytes.count()},
+                              {"calls_per_step", c.calls},
+                              {"model", c.terms.nccl ? "nccl" : "topology"},
+                              {"bus_bandwidth_bytes_per_s", c.terms.bus_bandwidth.count()},
+                              {"latency_s", c.terms.latency.count()},
+                              {"time_each_s", c.terms.time().count()}};
+  if (c.terms.nccl) {
+    j["algorithm"] = profiles::ToString(c.terms.nccl->algo);
+    j["protocol"] = profiles::ToString(c.terms.nccl->proto);
+    j["channels"] = c.terms.nccl->channels;
+  }
+  return j;
+}
+
+// The steady step's collectives, largest first (at most 6 rows): how each is run and priced.
+void PrintCollectives(const sim::SimReport& r, std::ostream& out) {
+  if (r.collectives.empty()) return;
+  out << "  collectives (each alone on its links; NCCL's choice where its model applies):\n";
+  size_t shown = 0;
+  for (const sim::CollectiveSummary& c : r.collectives) {
+    if (++shown > 6) {
+      out << "    ... " << r.collectives.size() - 6 << " more in --json\n";
+      break;
+    }
+    out << "    " << std::left << std::setw(15) << profiles::ToString(c.kind) << std::right << std::setw(10)
+        << FormatBytes(c.bytes) << " x" << std::setw(4) << c.calls << "  " << c.group << " group of " << c.ranks
+        << (c.nodes > 1 ? " on " + std::to_string(c.nodes) + " nodes" : "") << ": ";
+    if (c.terms.nccl) {
+      out << profiles::ToString(c.terms.nccl->algo) << "/" << profiles::ToString(c.terms.nccl->proto) << ", "
+          << c.terms.nccl->channels << (c.terms.nccl->algo == profiles::NcclAlgo::kNvls ||
+                                                c.terms.nccl->algo == profiles::NcclAlgo::kNvlsTree
+                                            ? " heads"
+                                            : " channels");
+    } else {
+      out << "one ring (topology graph)";
+    }
+    out << ", busbw " << std::setprecision(0) << c.terms.bus_bandwidth.count() / 1e9 << " GB/s, "
+        << std::setprecision(2) << c.terms.time().count() * 1e3 << " ms each\n";
+  }
+}
+
 void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   const auto& m = r.memory;
   out << "shardtune simulate: " << job.spec.name << " (" << FormatCount(m.parameters)
@@ -78,6 +124,7 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   for (const auto& [k, v] : r.phases) {
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";
   }
+  PrintCollectives(r, out);
   out << "\nMemory per GPU (the same program as estimate)\n";
   out << "  peak allocated           " << FormatBytes(m.peak_allocated) << " at " << m.peak_phase << ", "
       << std::setprecision(3) << r.peak_time.count() << " s into its step\n";
@@ -129,6 +176,9 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
                      {"time_s", r.all_to_all.count()},
                      {"group_size", r.cp_group.ranks},
                      {"bus_bandwidth_bytes_per_s", r.cp_group.bus_bandwidth.count()}};
+  nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
+  for (const sim::CollectiveSummary& c : r.collectives) collectives.push_back(CollectiveJson(c));
+  j["collectives"] = collectives;
   nlohmann::ordered_json phases = nlohmann::ordered_json::object();
   for (const auto& [k, v] : r.phases) phases[k] = v.count();
   j["phases_s"] = phases;

@@ -109,9 +109,10 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
                               spec.num_layers;
     double per_block_bytes =
         mean_block * static_cast<double>(model::BytesPerElement(plan.param_dtype));
-    c.gather_block_s = per_block_bytes * profiles::BusBwFactor(profiles::Collective::kAllGather, n) /
-                       g.bus_bandwidth.count();
-    c.gather_latency_s = sim::CollectiveLatency(profiles::Collective::kAllGather, g).count();
+    const sim::CollectiveTerms t = sim::CollectiveCost(
+        profiles::Collective::kAllGather, Bytes::Of(static_cast<int64_t>(std::max(1.0, per_block_bytes))), g);
+    c.gather_block_s = t.bus_bytes / t.bus_bandwidth.count();
+    c.gather_latency_s = t.latency.count();
   }
   c.max_blocks_per_unit = std::max(1, std::min(8, spec.num_layers / 2));
   return c;

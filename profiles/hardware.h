@@ -22,6 +22,9 @@ struct GpuSpec {
   std::string intra_node_link;       // link kind between GPUs of one node (links.json key)
   std::string default_fabric;        // link kind between nodes when a shorthand names none
   std::string host_link;             // GPU <-> host link (PCIe generation), for offload copies
+  // SM version x 10 (H100 90, A100 80, L40S 89): picks NCCL's speed arrays, per-link NVLink
+  // figure and tuning rows (profiles/nccl_model.h). 0 for the CPU pseudo-GPU.
+  int compute_capability = 0;
   std::string source;                // datasheet / whitepaper the figures come from
   std::string usable_memory_source;  // where usable_memory was observed (or how it was derived)
   // A profile measured on this kind by `shardtune probe` that the catalog ships
@@ -35,6 +38,7 @@ struct LinkSpec {
   BytesPerSecond bandwidth_per_direction;  // per GPU (NVLink: aggregate per GPU), per NIC otherwise
   Seconds latency;             // per-hop latency of this link class (NCCL's ring/Simple model)
   bool nvlink_domain = false;  // GPUs joined by this link are in one NVLink domain
+  int nvlink_links = 0;        // NVLink links per GPU (NCCL counts links x its per-link figure)
   std::string source;
 };
 

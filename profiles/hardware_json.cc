@@ -90,6 +90,8 @@ GpuSpec ReadGpuSpec(model::StrictReader& r) {
   g.intra_node_link = r.RequiredString("intra_node_link");
   g.default_fabric = r.RequiredString("default_fabric");
   g.host_link = r.RequiredString("host_link");
+  // Optional in inline GPU objects: 0 leaves collectives to the topology graph, not NCCL's model.
+  g.compute_capability = static_cast<int>(r.OptionalInt("compute_capability", 0, 0, 1000));
   g.source = r.RequiredString("source");
   g.usable_memory_source = r.OptionalString("usable_memory_source", "");
   std::vector<std::string> measured = internal::MeasuredProfileFiles();
@@ -106,6 +108,7 @@ LinkSpec ReadLinkSpec(model::StrictReader& r) {
       r.RequiredNumber("bandwidth_per_direction_bytes_per_s", -kMaxRate, kMaxRate));
   l.latency = Seconds::Of(r.RequiredNumber("latency_s", -1e3, 1e3));
   l.nvlink_domain = r.OptionalBool("nvlink_domain", false);
+  l.nvlink_links = static_cast<int>(r.OptionalInt("nvlink_links", 0, 0, 64));
   l.source = r.RequiredString("source");
   return l;
 }

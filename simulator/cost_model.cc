@@ -62,12 +62,17 @@ GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterS
   // node it is the intra-node link.
   const std::string& family = g.nodes > 1 ? cluster.inter_node.family : cluster.intra_node.family;
   g.bus_bandwidth = BytesPerSecond::Of(raw.count() * FamilyEfficiency(family, k));
+  // Concurrent rings share a fitted or NCCL-modelled bandwidth as they share the raw one.
+  g.concurrent_share = rings.size() > 1 ? raw.count() / topo.RingBottleneck(r).count() : 1.0;
+  bool calibrated = false;
   for (const CollectiveCalibration& cal : k.collectives) {
     if (cal.link_family != family || cal.group_size != g.ranks) continue;
-    // Concurrent rings share the fitted bandwidth as they share the raw one.
-    double share = raw.count() / topo.RingBottleneck(r).count();
-    g.bus_bandwidth = BytesPerSecond::Of(cal.bus_bandwidth.count() * share);
+    g.bus_bandwidth = BytesPerSecond::Of(cal.bus_bandwidth.count() * g.concurrent_share);
     g.latency_override = cal.latency;
+    calibrated = true;
+  }
+  if (!calibrated && profiles::NcclModelApplies(cluster, r)) {
+    g.nccl = std::make_shared<const profiles::NcclComm>(profiles::NcclShapeOf(cluster, r));
   }
   return g;
 }
@@ -86,10 +91,26 @@ Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g) {
   return Seconds::Of(std::min(ring, tree));
 }
 
+CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g) {
+  SHARDTUNE_CHECK(g.ranks >= 2 && full_size.count() > 0) << "a collective needs 2 ranks and bytes";
+  CollectiveTerms t;
+  t.bus_bytes = static_cast<double>(full_size.count()) * profiles::BusBwFactor(c, g.ranks);
+  const bool nccl_kind = c == profiles::Collective::kAllGather || c == profiles::Collective::kReduceScatter ||
+                         c == profiles::Collective::kAllReduce;
+  if (g.nccl && nccl_kind) {
+    t.nccl = g.nccl->Cost(c, full_size);
+    t.latency = t.nccl->latency;
+    t.bus_bandwidth = t.nccl->bus_bandwidth * g.concurrent_share;
+    return t;
+  }
+  t.latency = CollectiveLatency(c, g);
+  t.bus_bandwidth = g.bus_bandwidth;
+  return t;
+}
+
 Seconds CollectiveTime(profiles::Collective c, Bytes full_size, const GroupLink& g) {
   if (g.ranks < 2 || full_size.count() <= 0) return Seconds();
-  double bytes = static_cast<double>(full_size.count()) * profiles::BusBwFactor(c, g.ranks);
-  return CollectiveLatency(c, g) + Seconds::Of(bytes / g.bus_bandwidth.count());
+  return CollectiveCost(c, full_size, g).time();
 }
 
 }  // namespace shardtune::sim

@@ -14,6 +14,7 @@
 #include "profiles/cluster.h"
 #include "profiles/collective.h"
 #include "profiles/kernel_tables.h"
+#include "profiles/nccl_model.h"
 #include "profiles/topology.h"
 
 namespace shardtune::sim {
@@ -106,18 +107,40 @@ Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_b
 struct GroupLink {
   int ranks = 1;
   int nodes = 1;
-  BytesPerSecond bus_bandwidth;  // achieved: bottleneck x family efficiency
+  // Achieved: the topology graph's ring bottleneck x the link family's efficiency. What
+  // all-to-alls use (NCCL's tuning model has no point-to-point term), and every collective of a
+  // group NCCL's model does not describe (CPU ranks, PCIe-only nodes, uneven groups).
+  BytesPerSecond bus_bandwidth;
   Seconds intra_hop_latency;
   Seconds inter_hop_latency;
   // Calibrated latency per profiles::Collective (from CostConstants::collectives); absent: NCCL's
   // latency model.
   std::array<std::optional<Seconds>, 5> latency_override;
+  // NCCL's model of the group's communicator (profiles/nccl_model.h): channels over every NIC,
+  // ring/tree/NVLS per collective and size. Null when it does not describe the group or a
+  // calibration replaced it. Shared: GroupLinks are copied freely.
+  std::shared_ptr<const profiles::NcclComm> nccl;
+  // The share of its links this group gets while the other groups run the same collective at
+  // once (HSDP replica groups sharing a node's NICs): the topology graph's concurrent bottleneck
+  // over its lone one. Scales NCCL's bandwidths.
+  double concurrent_share = 1.0;
   bool crosses_nodes() const { return nodes > 1; }
 };
 
+// One collective's cost on a group: latency + bus_bytes / bus_bandwidth, with bus_bytes the
+// nccl-tests volume S x BusBwFactor(c, n). `nccl` holds NCCL's choice when its model priced it.
+struct CollectiveTerms {
+  Seconds latency;
+  double bus_bytes = 0;
+  BytesPerSecond bus_bandwidth;
+  std::optional<profiles::NcclCollectiveCost> nccl;
+  Seconds time() const { return latency + Seconds::Of(bus_bytes / bus_bandwidth.count()); }
+};
+
 // Builds the GroupLink of `rings` (groups running the same collective at once; the first is the
-// one reported). A CollectiveCalibration of k for the group's size and bottleneck link family
-// replaces its bandwidth and latencies. REQUIRES: rings non-empty, each ring's ranks valid.
+// one reported), with NCCL's model of the first when it describes it. A CollectiveCalibration of
+// k for the group's size and bottleneck link family replaces its bandwidth and latencies (and
+// NCCL's model). REQUIRES: rings non-empty, each ring's ranks valid.
 GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterSpec& cluster,
                         const std::vector<std::vector<int>>& rings, const CostConstants& k);
 
@@ -127,7 +150,13 @@ GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterS
 // serialization term is S x BusBwFactor(c, n) / busbw (nccl-tests doc/PERFORMANCE.md). For
 // all-reduce the faster of ring and tree is taken, as NCCL's tuner does. `full_size` is S.
 Seconds CollectiveTime(profiles::Collective c, Bytes full_size, const GroupLink& g);
-// The latency term alone (the part no bandwidth sharing stretches).
+// The latency term alone (the part no bandwidth sharing stretches), for groups NCCL's model does
+// not price (and all-to-alls).
 Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g);
+// Both terms of a collective of `full_size` on `g`: NCCL's choice (its latency, its algorithm
+// bandwidth as bus bandwidth, times the group's concurrent share) for all-gather, reduce-scatter
+// and all-reduce on a group it describes; else the ring bottleneck and CollectiveLatency.
+// REQUIRES: g.ranks >= 2, full_size > 0.
+CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g);
 
 }  // namespace shardtune::sim

@@ -106,9 +106,12 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         const GroupLink& g = op.group == 1                   ? l.replicate
                              : op.group == kExpertShardGroup ? l.expert_shard
                                                              : l.shard;
-        double bytes = static_cast<double>(op.comm_bytes) * profiles::BusBwFactor(op.collective, g.ranks);
-        oc.latency_ns = ToNanos(local + (g.ranks > 1 ? CollectiveLatency(op.collective, g).count() : 0));
-        oc.transfer_ns = g.ranks > 1 && bytes > 0 ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count())) : 0;
+        oc.latency_ns = ToNanos(local);
+        if (g.ranks > 1 && op.comm_bytes > 0) {
+          const CollectiveTerms t = CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g);
+          oc.latency_ns = ToNanos(local + t.latency.count());
+          oc.transfer_ns = std::max<int64_t>(1, ToNanos(t.bus_bytes / t.bus_bandwidth.count()));
+        }
         oc.link = op.group == kExpertShardGroup ? 0 : op.group;
         break;
       }
@@ -165,6 +168,54 @@ double ModelFlopsPerToken(const model::ModelSpec& s, int64_t seq) {
   double n = s.moe.enabled() ? static_cast<double>(model::ActiveParamsPerToken(s))
                              : static_cast<double>(model::ParameterCount(s));
   return 6 * n + 3.0 * s.num_layers * model::AttentionForwardFlopsPerToken(s, seq).count();
+}
+
+// SimReport::collectives: the steady step's collectives grouped by (group, kind, size), each
+// priced as CostOps priced it.
+void SummarizeCollectives(const Links& l, SimReport* r) {
+  const auto& ops = r->program.ops;
+  r->op_collective.assign(ops.size(), -1);
+  std::map<std::tuple<int, int, int64_t>, int32_t> index;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ProgramOp& op = ops[i];
+    if (op.comm_bytes <= 0 || (op.kind != OpKind::kAllGather && op.kind != OpKind::kReduceScatter &&
+                               op.kind != OpKind::kAllReduce)) {
+      continue;
+    }
+    const GroupLink& g = op.group == 1 ? l.replicate : op.group == kExpertShardGroup ? l.expert_shard : l.shard;
+    if (g.ranks < 2) continue;
+    const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.comm_bytes);
+    auto it = index.find(key);
+    if (it == index.end()) {
+      CollectiveSummary c;
+      c.group = op.group == 1 ? "replicate" : op.group == kExpertShardGroup ? "expert_shard" : "shard";
+      c.kind = op.collective;
+      c.ranks = g.ranks;
+      c.nodes = g.nodes;
+      c.bytes = Bytes::Of(op.comm_bytes);
+      c.terms = CollectiveCost(op.collective, c.bytes, g);
+      it = index.emplace(key, static_cast<int32_t>(r->collectives.size())).first;
+      r->collectives.push_back(std::move(c));
+    }
+    r->op_collective[i] = it->second;
+    if (op.step == 1) ++r->collectives[static_cast<size_t>(it->second)].calls;
+  }
+  // Largest first; the ops' indices follow the rows.
+  std::vector<int32_t> order(r->collectives.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return r->collectives[static_cast<size_t>(a)].bytes.count() > r->collectives[static_cast<size_t>(b)].bytes.count();
+  });
+  std::vector<int32_t> rank_of(order.size());
+  std::vector<CollectiveSummary> sorted;
+  for (size_t i = 0; i < order.size(); ++i) {
+    rank_of[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+    sorted.push_back(std::move(r->collectives[static_cast<size_t>(order[i])]));
+  }
+  r->collectives = std::move(sorted);
+  for (int32_t& c : r->op_collective) {
+    if (c >= 0) c = rank_of[static_cast<size_t>(c)];
+  }
 }
 
 }  // namespace
@@ -514,6 +565,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   }
   r.cp = plan.cp;
   r.cp_group = links.cp;
+  if (o.with_timeline) SummarizeCollectives(links, &r);
   {
     // ComputeTime's terms per compute-stream op of the steady step, scaled to the op's scheduled
     // duration (the same terms CostOps charged it).

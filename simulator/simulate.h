@@ -29,6 +29,18 @@ struct SimOptions {
   bool steady_step_only = false;
 };
 
+// One kind of collective of the steady step: the group it runs on, its size per call and what
+// prices it (NCCL's model: algorithm, protocol, channels; else the topology graph's ring).
+struct CollectiveSummary {
+  std::string group;  // "shard", "replicate", "expert_shard"
+  profiles::Collective kind = profiles::Collective::kAllGather;
+  int ranks = 1;
+  int nodes = 1;
+  Bytes bytes;          // S per call (nccl-tests convention: the gathered / input size)
+  int64_t calls = 0;    // calls in the steady step (copies of left-out micro-batches not counted)
+  CollectiveTerms terms;  // latency, bus bandwidth (with the concurrent share), NCCL's choice
+};
+
 struct SimReport {
   MemoryReport memory;
   Seconds step_time;                 // the steady step (step 1)
@@ -53,6 +65,11 @@ struct SimReport {
   int64_t all_to_all_calls_per_step = 0;  // dist.all_to_all calls (4 per layer per pass)
   Seconds all_to_all;                     // all-to-all stream busy time; on the critical path
   GroupLink cp_group;                     // the cp group on the topology (ranks 1 when cp 1)
+  // The steady step's all-gathers, reduce-scatters and all-reduces by (group, kind, size), largest
+  // first, and for each op the row it belongs to (-1: not one of them). Filled when
+  // SimOptions::with_timeline (reports and traces), empty otherwise.
+  std::vector<CollectiveSummary> collectives;
+  std::vector<int32_t> op_collective;
   StepProgram program;
   Schedule schedule;
   std::vector<int64_t> allocated_after;  // bytes after each op (memory counter track)

@@ -76,6 +76,19 @@ nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& proces
     // beside a PyTorch profiler trace's launches.
     if (ops[i].host_kernels > 0) args["host_kernels"] = ops[i].host_kernels;
     if (ops[i].host_hooks > 0) args["host_hooks"] = ops[i].host_hooks;
+    // How the collective was priced, to hold against nccl-tests output and NCCL_DEBUG=INFO lines.
+    if (i < r.op_collective.size() && r.op_collective[i] >= 0) {
+      const CollectiveTerms& t = r.collectives[static_cast<size_t>(r.op_collective[i])].terms;
+      args["bus_bandwidth_GBps"] = t.bus_bandwidth.count() / 1e9;
+      args["latency_us"] = t.latency.count() * 1e6;
+      if (t.nccl) {
+        args["algorithm"] = profiles::ToString(t.nccl->algo);
+        args["protocol"] = profiles::ToString(t.nccl->proto);
+        args["channels"] = t.nccl->channels;
+      } else {
+        args["algorithm"] = "ring (topology graph)";
+      }
+    }
     events.push_back({{"name", r.program.OpName(i)}, {"cat", ToString(ops[i].kind)}, {"ph", "X"},
                       {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", static_cast<int>(ops[i].stream)},
                       {"args", args}});

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "profiles/cluster.h"
 #include "profiles/topology.h"
 
@@ -21,6 +24,10 @@ TEST(CostModelTest, ComputeTimeAddsTermsAtTheirEfficiencies) {
 
 // One node of 8 H100s: ring all-gather latency = baseLat 8.4 us + 7 steps x 3.4 us (NCCL
 // tuning.cc, Simple), serialization = S (n-1)/n / (450 GB/s x NVLink efficiency).
+// Inside an H100 node NCCL's search builds 12 ring channels of 30 GB/s (6 x 60 doubled; NVLink
+// counted as 18 x 20.6 = 370.8 GB/s per GPU, nccl/src/graph/topo.h): a 1 GiB all-gather runs the
+// Simple ring at busbw 360 GB/s with latency 8.4 + 7 x 3.4 us (tuning.cc base and hw latencies).
+// The graph's ring bottleneck (450 GB/s x the NVLink efficiency) stays for all-to-alls.
 TEST(CostModelTest, RingAllGatherInsideOneNode) {
   auto c = profiles::ParseClusterShorthand("8xH100");
   profiles::Topology topo(c);
@@ -28,16 +35,24 @@ TEST(CostModelTest, RingAllGatherInsideOneNode) {
   GroupLink g = DescribeGroup(topo, c, {topo.ShardGroup(8, 0)}, k);
   EXPECT_EQ(g.ranks, 8);
   EXPECT_EQ(g.nodes, 1);
-  double busbw = 450e9 * k.nvlink_efficiency;
-  EXPECT_NEAR(g.bus_bandwidth.count(), busbw, 1);
+  EXPECT_NEAR(g.bus_bandwidth.count(), 450e9 * k.nvlink_efficiency, 1);
+  ASSERT_NE(g.nccl, nullptr);
   Bytes s = Bytes::Of(1 << 30);
+  const double busbw = 12 * 30e9;
   double expected = 8.4e-6 + 7 * 3.4e-6 + static_cast<double>(s.count()) * 7 / 8 / busbw;
   EXPECT_NEAR(CollectiveTime(profiles::Collective::kAllGather, s, g).count(), expected, 1e-9);
+  const CollectiveTerms t = CollectiveCost(profiles::Collective::kAllGather, s, g);
+  ASSERT_TRUE(t.nccl.has_value());
+  EXPECT_EQ(t.nccl->algo, profiles::NcclAlgo::kRing);
+  EXPECT_EQ(t.nccl->proto, profiles::NcclProto::kSimple);
+  // The all-to-all has no NCCL tuning row: the graph's bandwidth and ring latency.
+  EXPECT_FALSE(CollectiveCost(profiles::Collective::kAllToAll, s, g).nccl.has_value());
 }
 
-// Two nodes of 8, one 400 Gb/s NIC per GPU: the ring crosses the network; 2 of its 15 steps are
-// inter-node for all-gather; all-reduce takes the faster of ring (30 steps, 2 inter) and tree
-// (2 x (7 intra + 1 inter)).
+// Two nodes of 8, one 400 Gb/s NIC per GPU: the graph's lone ring would leave each node by one
+// NIC (50 GB/s); NCCL runs 8 channels of 48 GB/s, one per rail, and all-reduces by NVLS tree.
+// The graph's latency model (for groups NCCL's does not describe): 2 of the ring's 15 steps are
+// inter-node for all-gather; all-reduce takes the faster of ring (30 steps, 2 inter) and tree.
 TEST(CostModelTest, TwoNodeGroupUsesNetworkAndTreeForAllReduce) {
   auto c = profiles::ParseClusterShorthand("2x8xH100-ib400");
   profiles::Topology topo(c);
@@ -51,21 +66,64 @@ TEST(CostModelTest, TwoNodeGroupUsesNetworkAndTreeForAllReduce) {
   double ring = 8.4e-6 + 28 * intra + 2 * inter;
   double tree = 8.4e-6 + 2 * (7 * intra + 1 * inter);
   EXPECT_NEAR(CollectiveLatency(profiles::Collective::kAllReduce, g).count(), std::min(ring, tree), 1e-12);
+  const Bytes s = Bytes::GiB(4);
+  const CollectiveTerms ag = CollectiveCost(profiles::Collective::kAllGather, s, g);
+  EXPECT_NEAR(ag.bus_bandwidth.count(), 8 * 48e9, 1);
+  EXPECT_EQ(CollectiveCost(profiles::Collective::kAllReduce, s, g).nccl->algo, profiles::NcclAlgo::kNvlsTree);
 }
 
+// HSDP replica groups (GPU j of every node) all-reduce at once. With a NIC per GPU each uses its
+// own rail at full speed; with one NIC per node the eight share it (the graph's concurrent
+// bottleneck), so each gets an eighth of NCCL's one-group figure.
+TEST(CostModelTest, ConcurrentReplicaGroupsShareANodesNic) {
+  CostConstants k;
+  const Bytes s = Bytes::GiB(1);
+  auto rail = profiles::ParseClusterShorthand("2x8xH100-ib400");
+  profiles::Topology rt(rail);
+  std::vector<std::vector<int>> rings;
+  for (int j = 0; j < 8; ++j) rings.push_back(rt.ReplicaGroup(8, j));
+  GroupLink alone = DescribeGroup(rt, rail, {rings[0]}, k);
+  GroupLink together = DescribeGroup(rt, rail, rings, k);
+  EXPECT_DOUBLE_EQ(together.concurrent_share, 1.0);
+  EXPECT_NEAR(CollectiveCost(profiles::Collective::kAllReduce, s, together).bus_bandwidth.count(),
+              CollectiveCost(profiles::Collective::kAllReduce, s, alone).bus_bandwidth.count(), 1);
+  auto one = profiles::ParseClusterShorthand("2x8xH100-ib400/node");
+  profiles::Topology ot(one);
+  GroupLink shared = DescribeGroup(ot, one, rings, k);
+  GroupLink lone = DescribeGroup(ot, one, {rings[0]}, k);
+  EXPECT_DOUBLE_EQ(shared.concurrent_share, 1.0 / 8);
+  EXPECT_NEAR(CollectiveCost(profiles::Collective::kAllReduce, s, shared).bus_bandwidth.count(),
+              CollectiveCost(profiles::Collective::kAllReduce, s, lone).bus_bandwidth.count() / 8, 1);
+}
+
+// Faster NICs never make a collective slower, at any size, nor does the graph's bandwidth for
+// a group NCCL's model does not describe (PCIe-only nodes).
 TEST(CostModelTest, MoreBandwidthIsNeverSlower) {
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  profiles::Topology topo(c);
-  CostConstants slow, fast;
-  fast.nvlink_efficiency = slow.nvlink_efficiency * 1.1;
-  GroupLink a = DescribeGroup(topo, c, {topo.ShardGroup(8, 0)}, slow);
-  GroupLink b = DescribeGroup(topo, c, {topo.ShardGroup(8, 0)}, fast);
-  for (int64_t s : {int64_t{1} << 10, int64_t{1} << 20, int64_t{1} << 30}) {
-    for (auto coll : {profiles::Collective::kAllGather, profiles::Collective::kReduceScatter,
-                      profiles::Collective::kAllReduce}) {
-      EXPECT_LE(CollectiveTime(coll, Bytes::Of(s), b).count(), CollectiveTime(coll, Bytes::Of(s), a).count());
+  CostConstants k;
+  const std::vector<std::string> nics = {"2x8xH100-roce100", "2x8xH100-roce200", "2x8xH100-roce400",
+                                         "2x8xH100-roce800"};
+  for (size_t i = 0; i + 1 < nics.size(); ++i) {
+    auto sc = profiles::ParseClusterShorthand(nics[i]), fc = profiles::ParseClusterShorthand(nics[i + 1]);
+    profiles::Topology st(sc), ft(fc);
+    GroupLink a = DescribeGroup(st, sc, {st.ShardGroup(16, 0)}, k);
+    GroupLink b = DescribeGroup(ft, fc, {ft.ShardGroup(16, 0)}, k);
+    for (int64_t s : {int64_t{1} << 10, int64_t{1} << 20, int64_t{1} << 26, int64_t{1} << 30}) {
+      for (auto coll : {profiles::Collective::kAllGather, profiles::Collective::kReduceScatter,
+                        profiles::Collective::kAllReduce}) {
+        EXPECT_LE(CollectiveTime(coll, Bytes::Of(s), b).count(), CollectiveTime(coll, Bytes::Of(s), a).count())
+            << nics[i + 1] << " vs " << nics[i] << ", " << s << " bytes, " << profiles::ToString(coll);
+      }
     }
   }
+  auto c = profiles::ParseClusterShorthand("4xL40S");
+  profiles::Topology topo(c);
+  CostConstants slow, fast;
+  fast.pcie_efficiency = slow.pcie_efficiency * 1.1;
+  GroupLink a = DescribeGroup(topo, c, {topo.ShardGroup(4, 0)}, slow);
+  GroupLink b = DescribeGroup(topo, c, {topo.ShardGroup(4, 0)}, fast);
+  ASSERT_EQ(a.nccl, nullptr);
+  EXPECT_LT(CollectiveTime(profiles::Collective::kAllGather, Bytes::GiB(1), b).count(),
+            CollectiveTime(profiles::Collective::kAllGather, Bytes::GiB(1), a).count());
 }
 
 TEST(CostModelTest, SingleRankCollectiveIsFree) {

@@ -1,0 +1,124 @@
+// NCCL's own model of a communicator's collectives (profiles/nccl_model_notes.md): the channels
+// its topology search builds (NVIDIA/nccl src/graph/search.cc), the bandwidth and latency its
+// tuner gives each algorithm and protocol (src/graph/tuning.cc ncclTopoTuneModel), and the
+// choice it makes for a collective of a given size (ncclTopoGetAlgoTime: the least estimated
+// time). Ported from NCCL 2.30.7 (commit 5067397c); the Hopper constants are the same in 2.28.
+//
+// The search is not run on a topology XML: it is a closed form of what it finds on the node
+// layouts shardtune describes (GPUs on an NVSwitch or on PCIe, each GPU on its own PCIe switch
+// with the NICs of its rail), derived in nccl_model_notes.md sections 1-4 and checked there
+// against NCCL's own search code compiled on synthetic XMLs of the same layouts. Rules:
+//  - a channel of a ring (and of a tree) enters a node through one NIC and leaves through one;
+//    a NIC carries floor(NIC bw / channel bw) channels, a GPU's PCIe link floor(PCIe / channel
+//    bw) per direction (search.cc:117, :739-750);
+//  - channel bandwidths are quantised down to the search's speed arrays (search.cc:1052-1066);
+//  - NVLink carries, per GPU and direction, each channel's hop to the next GPU;
+//  - NCCL doubles channels at high per-channel bandwidth (ncclTopoDupChannels, search.cc:1036)
+//    and then raises a ring's bandwidth, a tree's intra-node bandwidth and NVLS's inter-node
+//    bandwidth while the links allow (pass 2, search.cc:1267-1287).
+// Not modelled: CollNet/IB SHARP, PAT (one GPU per node all-gather/reduce-scatter), the
+// symmetric-memory kernels of 2.28+, multi-node NVLink (GB200 NVL72), tuner plugins, the
+// NCCL_ALGO/NCCL_PROTO/NCCL_CROSS_NIC overrides, and the net plugin's latency property (0 for
+// NCCL's own IB and socket transports).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/units.h"
+#include "profiles/cluster.h"
+#include "profiles/collective.h"
+
+namespace shardtune::profiles {
+
+enum class NcclAlgo { kRing, kTree, kNvls, kNvlsTree };
+enum class NcclProto { kLL, kLL128, kSimple };
+const char* ToString(NcclAlgo a);   // "ring", "tree", "nvls", "nvls_tree" (NCCL_ALGO's spelling, lower case)
+const char* ToString(NcclProto p);  // "LL", "LL128", "Simple"
+
+// One communicator as NCCL's search sees it. Bandwidths are in GB/s (1e9 B/s), NCCL's units.
+struct NcclCommShape {
+  int nodes = 1;
+  int ranks_per_node = 1;       // NCCL's ppn: the communicator's GPUs on each node (same on all)
+  int compute_capability = 90;  // SM version x 10: 70, 80, 86, 89, 90, 100
+  // Per GPU and direction, as NCCL counts NVLink: links x ncclTopoNVLinkBw(cc) (topo.cc:849,
+  // topo.h:19-24: 20.6 GB/s per link on SM90, 20.0 on SM80, 40.1 on SM100). 0: no NVLink.
+  double nvlink_GBps = 0;
+  bool nvswitch = false;  // the NVLink goes through NVSwitches (what NVLS needs)
+  // The GPU's PCIe link as NCCL counts it: width x the GT/s table / 80 (topo.cc:554, :657):
+  // Gen3 x16 12, Gen4 x16 24, Gen5 x16 48.
+  double pcie_GBps = 0;
+  // Per node: for each PCIe switch that holds a NIC, how many of the communicator's GPUs and how
+  // many NICs it holds (a rail-optimised DGX: 8 x {1, 1}; one NIC per GPU pair: 4 x {2, 1};
+  // AWS p5: 8 x {1, 4}; one NIC per node: {1, 1} on GPU 0's switch). Empty on one node.
+  struct Switch {
+    int gpus = 0;
+    int nics = 0;
+  };
+  std::vector<Switch> switches;
+  double nic_GBps = 0;  // per NIC and direction: Gb/s / 8 (topo.cc:418)
+  bool nvls = true;     // NVLink SHARP enabled when the hardware has it (NCCL_NVLS_ENABLE=2)
+};
+
+// A channel graph found by the search: channels x per-channel bandwidth inside a node and on
+// the network (equal for rings; trees may run faster inside; NVLS slower inside).
+struct NcclGraph {
+  int channels = 0;
+  double bw_intra_GBps = 0;
+  double bw_inter_GBps = 0;
+  bool tree_pattern = false;  // NCCL_TOPO_PATTERN_TREE: its tree bandwidth is x0.85 (tuning.cc:336)
+};
+
+struct NcclGraphs {
+  NcclGraph ring, tree, nvls;  // nvls.channels = NVLS heads, 0 when NVLS is unavailable
+};
+
+// The search's result for `shape`. REQUIRES: shape valid (ranks_per_node >= 1, nodes >= 1, a
+// positive PCIe bandwidth; on several nodes at least one switch with a NIC and nic_GBps > 0).
+NcclGraphs SearchNcclGraphs(const NcclCommShape& shape);
+
+// NCCL's choice for one collective of one size, and what it predicts.
+struct NcclCollectiveCost {
+  NcclAlgo algo = NcclAlgo::kRing;
+  NcclProto proto = NcclProto::kSimple;
+  int channels = 0;                // the search graph's channels (NVLS: heads)
+  double alg_bw_GBps = 0;          // NCCL's algorithm bandwidth (tree correction applied)
+  Seconds latency;                 // NCCL's latency term for this (algo, proto)
+  BytesPerSecond bus_bandwidth;    // in nccl-tests units: alg_bw x BusBwFactor(c, n)
+  Seconds time;                    // latency + S / alg_bw: NCCL's estimate
+};
+
+class NcclComm {
+ public:
+  explicit NcclComm(const NcclCommShape& shape);
+  // The (algorithm, protocol) NCCL picks for `c` over `size` bytes in total (the gathered size
+  // of an all-gather, the input of a reduce-scatter), with NCCL's estimate. `c` is all-gather,
+  // reduce-scatter or all-reduce (others: InternalError). size > 0.
+  NcclCollectiveCost Cost(Collective c, Bytes size) const;
+  // The bandwidth NCCL's tuner gives `c` at large sizes with the algorithm it would pick there
+  // (1 GiB per rank), as nccl-tests reports it.
+  BytesPerSecond AsymptoticBusBandwidth(Collective c) const;
+  const NcclCommShape& shape() const { return shape_; }
+  const NcclGraphs& graphs() const { return graphs_; }
+  int ranks() const { return shape_.nodes * shape_.ranks_per_node; }
+
+ private:
+  struct Entry {
+    double alg_bw_GBps = 0;  // 0: disabled
+    double latency_us = 0;
+  };
+  // [collective: AG, RS, AR][algo][proto]
+  Entry table_[3][4][3];
+  NcclCommShape shape_;
+  NcclGraphs graphs_;
+};
+
+// Whether NCCL's model describes `ranks` of `cluster`: GPU ranks (not cpu:N), the same number
+// on each node they span, and inside a node NVLink (the PCIe-only intra-node paths, P2P through
+// the CPU or host memory, are left to the topology graph).
+bool NcclModelApplies(const ClusterSpec& cluster, const std::vector<int>& ranks);
+// The shape of the communicator over `ranks` (node-major ranks, as Topology). REQUIRES:
+// NcclModelApplies(cluster, ranks).
+NcclCommShape NcclShapeOf(const ClusterSpec& cluster, const std::vector<int>& ranks);
+
+}  // namespace shardtune::profiles
