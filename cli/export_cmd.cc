@@ -26,7 +26,7 @@ void AddExportCommand(CLI::App* app, ExportArgs* a) {
       ->required();
   sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
       ->capture_default_str();
-  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G) or cluster JSON")
+  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G), node preset (4xp5) or cluster JSON")
       ->capture_default_str();
   sub->add_option("--out", a->out, "Write the config to this file (atomically) instead of stdout");
 }

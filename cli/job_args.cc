@@ -185,7 +185,7 @@ sim::Profile LoadJobProfile(const std::string& profile_flag, const profiles::Clu
 void AddJobFlags(CLI::App* sub, JobArgs* a) {
   sub->add_option("--model", a->model, "Preset name, shardtune.model JSON or HF config.json")
       ->capture_default_str();
-  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G, 4xRTX4090) or cluster JSON")
+  sub->add_option("--cluster", a->cluster, "Shorthand (8xH100, 2x8xA100-80G, 16x8xH100-ib400), node preset (4xp5, 2xdgx-h100: shardtune gpus) or cluster JSON")
       ->capture_default_str();
   sub->add_option("--model-load", a->model_load, "every-rank|rank0|meta: how weights reach the ranks")
       ->capture_default_str();

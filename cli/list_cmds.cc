@@ -10,6 +10,7 @@
 #include "model/model_spec_json.h"
 #include "model/module_tree.h"
 #include "model/presets.h"
+#include "profiles/cluster_presets.h"
 #include "profiles/hardware.h"
 #include "simulator/profile_json.h"
 
@@ -73,7 +74,18 @@ void RunGpus(bool json, std::ostream& out) {
           << g.intra_node_link << std::setw(18) << kernels << g.source << "\n";
     }
   }
-  if (json) out << arr.dump(2) << "\n";
+  if (json) {
+    out << arr.dump(2) << "\n";
+    return;
+  }
+  // Node presets for --cluster NODESxPRESET (profiles/cluster_presets.h).
+  out << "\nNode presets (--cluster NODESxPRESET, e.g. 4xp5; the NIC layout decides NCCL's channels)\n";
+  for (const auto& p : profiles::ClusterPresets()) {
+    std::string names = p.name;
+    for (const auto& a : p.aliases) names += ", " + a;
+    out << "  " << std::left << std::setw(44) << names << std::setw(15) << p.gpu << p.gpus_per_node << " GPUs, "
+        << p.nics_per_node << " x " << p.nic_gbps << " Gb/s " << p.network << "\n      " << p.source << "\n";
+  }
 }
 
 }  // namespace shardtune::cli

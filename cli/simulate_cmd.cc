@@ -4,6 +4,7 @@
 #include <iomanip>
 
 #include "cli/format.h"
+#include "profiles/cluster_presets.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_report_json.h"
 #include "simulator/trace_json.h"
@@ -35,9 +36,12 @@ nlohmann::ordered_json CollectiveJson(const sim::CollectiveSummary& c) {
 }
 
 // The steady step's collectives, largest first (at most 6 rows): how each is run and priced.
-void PrintCollectives(const sim::SimReport& r, std::ostream& out) {
+void PrintCollectives(const sim::SimReport& r, const profiles::ClusterSpec& cluster, std::ostream& out) {
   if (r.collectives.empty()) return;
-  out << "  collectives (each alone on its links; NCCL's choice where its model applies):\n";
+  out << "  collectives (each alone on its links; NCCL's choice where its model applies";
+  const std::string nics = profiles::DescribeNics(cluster);
+  if (!nics.empty()) out << "; " << nics;
+  out << "):\n";
   size_t shown = 0;
   for (const sim::CollectiveSummary& c : r.collectives) {
     if (++shown > 6) {
@@ -124,7 +128,7 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
   for (const auto& [k, v] : r.phases) {
     out << "    " << std::left << std::setw(22) << k << std::right << std::setprecision(4) << v.count() << " s\n";
   }
-  PrintCollectives(r, out);
+  PrintCollectives(r, job.cluster, out);
   out << "\nMemory per GPU (the same program as estimate)\n";
   out << "  peak allocated           " << FormatBytes(m.peak_allocated) << " at " << m.peak_phase << ", "
       << std::setprecision(3) << r.peak_time.count() << " s into its step\n";

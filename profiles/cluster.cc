@@ -1,6 +1,7 @@
 // The cluster spec: validation (Problems), the --cluster shorthand grammar
 // [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] and cpu:N, and LoadCluster (file or shorthand).
 #include "profiles/cluster.h"
+#include "profiles/cluster_presets.h"
 #include "profiles/this_machine.h"
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 namespace shardtune::profiles {
 namespace {
 
-constexpr char kGrammar[] = "[NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] (e.g. 8xH100, 2x8xA100-80G)";
+constexpr char kGrammar[] =
+    "[NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] or [NODESx]PRESET (e.g. 8xH100, 2x8xA100-80G, 4xp5; presets: "
+    "shardtune gpus)";
 // Bounds that catch typos, not hardware limits.
 constexpr int kMaxNodes = 100000;
 constexpr int kMaxGpusPerNode = 1024;
@@ -158,8 +161,10 @@ std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
   if (nics_per_node < 0 || (num_nodes > 1 && nics_per_node < 1)) {
     add("nics_per_node", num_nodes > 1 ? "integer >= 1 on more than one node" : "integer >= 0",
         std::to_string(nics_per_node));
-  } else if (nics_per_node > 0 && gpus_per_node >= 1 && gpus_per_node % nics_per_node != 0) {
-    add("nics_per_node", "a divisor of gpus_per_node (" + std::to_string(gpus_per_node) + ")",
+  } else if (nics_per_node > 0 && gpus_per_node >= 1 && gpus_per_node % nics_per_node != 0 &&
+             nics_per_node % gpus_per_node != 0) {
+    add("nics_per_node",
+        "a divisor or a multiple of gpus_per_node (" + std::to_string(gpus_per_node) + ")",
         std::to_string(nics_per_node));
   }
   if (num_nodes > 1 && !(nic_bandwidth.count() > 0)) {
@@ -193,6 +198,22 @@ ClusterSpec ParseClusterShorthand(const std::string& text) {
     }
   }
   if (Lower(text.substr(0, 4)) == "cpu:") return ParseCpuShorthand(text);
+  // A node preset: "PRESET" (one node) or "NODESxPRESET" (cluster_presets.h).
+  {
+    static const std::regex kPreset("(?:([0-9]+)[xX])?([A-Za-z][A-Za-z0-9._-]*)");
+    std::smatch pm;
+    if (std::regex_match(text, pm, kPreset)) {
+      if (const ClusterPreset* preset = LookupClusterPreset(pm[2].str())) {
+        const int nodes = pm[1].matched ? ParseCount(text, pm[1].str(), "NODES", kMaxNodes) : 1;
+        return ClusterFromPreset(*preset, nodes, text);
+      }
+    }
+    static const std::regex kPresetWithGpus("[0-9]+[xX][0-9]+[xX]([A-Za-z][A-Za-z0-9._-]*)");
+    if (std::regex_match(text, pm, kPresetWithGpus) && LookupClusterPreset(pm[1].str())) {
+      ShorthandError(text, "preset \"" + pm[1].str() + "\" fixes its GPUs per node; write NODESx" + pm[1].str() +
+                               " (e.g. 4x" + pm[1].str() + ")");
+    }
+  }
   static const std::regex kCounts("([0-9]+)[xX](?:([0-9]+)[xX])?(.*)");
   std::smatch m;
   if (!std::regex_match(text, m, kCounts)) {

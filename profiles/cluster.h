@@ -33,7 +33,7 @@ struct ClusterSpec {
 };
 
 // Parses a shorthand; throws InputError naming "--cluster" and the grammar on failure, e.g.
-//   --cluster: expected [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] (e.g. 8xH100, 2x8xA100-80G),
+//   --cluster: expected [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] or [NODESx]PRESET (e.g. 8xH100, ...),
 //   got "8xH1OO"; unknown GPU kind "H1OO" (did you mean "H100"?)
 // Grammar: NODES defaults to 1; the separator is x or X; KIND is a catalog name or alias
 // (case-insensitive). Kinds contain dashes ("A100-80G"), so the last dash-separated token is a
@@ -43,6 +43,8 @@ struct ClusterSpec {
 // per GPU when the GPUs share an NVLink domain (SXM parts, DGX/HGX style) and one per node
 // otherwise. One node has no NICs (nics_per_node = 0). Host memory and cores come from the
 // kind's reference machine (e.g. DGX H100: 2 TiB, 112 cores for 8 GPUs), scaled by GPU count.
+// [NODESx]PRESET: NODES nodes of a named node type (profiles/cluster_presets.h: dgx-h100, p5,
+// nd-h100-v5, a3-mega, ...), which fixes GPUs, NICs and host per node.
 // "cpu:N": N CPU ranks on this machine, cpu_only: its RAM (MemTotal, or its cgroup's limit) and
 // cores (profiles/this_machine.h) shared by the ranks; gpu = a "CPU" pseudo-GPU (the rank's
 // share of the cores and a 1/N share of the RAM), links "loopback".

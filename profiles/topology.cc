@@ -97,16 +97,21 @@ void Topology::Impl::BuildNode(int node, const LinkSpec& pcie, Vertex fabric) {
   if (cluster.num_nodes <= 1 || cluster.nics_per_node <= 0) return;
   // NIC j serves the block of g / m consecutive GPUs j*g/m .. (j+1)*g/m - 1 (m = nics_per_node):
   // one per GPU on DGX-style nodes, all GPUs for "/node". A NIC is two vertices, one per
-  // direction, so no route can use it to hop between two GPUs of the same node.
-  const int per_nic = g / cluster.nics_per_node;
+  // direction, so no route can use it to hop between two GPUs of the same node. (The graph's
+  // lowest-latency routes use the first NIC of a GPU; NCCL's channels over all of them are
+  // profiles/nccl_model.h's.)
+  // More NICs than GPUs (AWS p5: 4 per GPU): NIC j beside GPU j / (m / g) alone.
+  const int m = cluster.nics_per_node;
+  const int per_nic = m <= g ? g / m : 1;
   const Seconds half_net = cluster.inter_node.latency * 0.5;
-  for (int j = 0; j < cluster.nics_per_node; ++j) {
+  for (int j = 0; j < m; ++j) {
     Vertex out = AddVertex(VertexKind::kNicOut, node);
     Vertex in = AddVertex(VertexKind::kNicIn, node);
     AddEdge(out, fabric, cluster.nic_bandwidth, half_net, false);
     fabric_to_node[static_cast<size_t>(node)].push_back({in, static_cast<int>(capacity.size())});
     AddEdge(fabric, in, cluster.nic_bandwidth, half_net, false);
-    for (int i = j * per_nic; i < (j + 1) * per_nic; ++i) {
+    const int first = m <= g ? j * per_nic : j / (m / g);
+    for (int i = first; i < first + per_nic; ++i) {
       AddEdge(local[static_cast<size_t>(i)], out, pcie.bandwidth_per_direction, Seconds(), false);
       AddEdge(in, local[static_cast<size_t>(i)], pcie.bandwidth_per_direction, Seconds(), false);
     }

@@ -240,7 +240,7 @@ TEST(CliTest, ModelsAndGpusList) {
     std::string line;
     std::getline(lines, line);  // header
     int rows = 0;
-    while (std::getline(lines, line)) {
+    while (std::getline(lines, line) && !line.empty()) {  // gpus: the node presets follow a blank line
       const size_t end = line.find(' ');
       ASSERT_NE(end, std::string::npos) << line;
       EXPECT_EQ(line.compare(end, 2, "  "), 0) << cmd << ": " << line;
@@ -248,6 +248,11 @@ TEST(CliTest, ModelsAndGpusList) {
     }
     EXPECT_GT(rows, 5) << cmd;
   }
+  // The node presets, each with its NIC layout and source.
+  const std::string gpus = RunCli("gpus").out;
+  EXPECT_THAT(gpus, ::testing::HasSubstr("Node presets"));
+  EXPECT_THAT(gpus, ::testing::HasSubstr("p5, p5.48xlarge"));
+  EXPECT_THAT(gpus, ::testing::HasSubstr("8 x 400 Gb/s InfiniBand NDR"));
 }
 
 TEST(CliTest, UnknownPresetSuggestsClosest) {
@@ -326,6 +331,45 @@ TEST(CliTest, SimulateJsonHasTimeKeysAndMatchesEstimatePeak) {
   EXPECT_GT(cat.at("gemm").get<double>(), 0);
   EXPECT_DOUBLE_EQ(cat.at("exposed_communication").get<double>(), s.at("exposed_comm_s").get<double>());
   EXPECT_GT(cat.at("host_issue").get<double>(), 0);
+}
+
+// Each collective of the steady step says how NCCL runs it, so a user can hold it against their
+// nccl-tests output: a DGX pair's block all-gathers cross nodes over 8 rail channels of 48 GB/s
+// (NCCL's search: one channel per 400 Gb/s NIC behind a Gen5 switch), and the trace's spans
+// carry the same fields.
+TEST(CliTest, SimulateJsonAndTraceNameEachCollectivesAlgorithm) {
+  const std::string trace = TempPath("collectives.trace.json");
+  Result r = RunCli("simulate --model llama3-8b --cluster 2xdgx-h100 --seq-len 4096 --json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("collectives"));
+  int gathers = 0;
+  for (const auto& c : j.at("collectives")) {
+    EXPECT_EQ(c.at("model"), "nccl");
+    EXPECT_EQ(c.at("ranks"), 16);
+    EXPECT_EQ(c.at("nodes"), 2);
+    if (c.at("collective") != "all_gather") continue;
+    ++gathers;
+    EXPECT_EQ(c.at("algorithm"), "ring");
+    EXPECT_EQ(c.at("channels"), 8);
+    EXPECT_GT(c.at("calls_per_step").get<int>(), 0);
+    if (c.at("bytes").get<int64_t>() >= (int64_t{256} << 20)) {
+      EXPECT_EQ(c.at("protocol"), "Simple");
+      EXPECT_DOUBLE_EQ(c.at("bus_bandwidth_bytes_per_s").get<double>(), 8 * 48e9);
+    }
+  }
+  EXPECT_GT(gathers, 0);
+  std::ifstream in(trace);
+  const auto t = nlohmann::json::parse(in);
+  int spans = 0;
+  for (const auto& e : t.at("traceEvents")) {
+    if (e.value("cat", "") != "all-gather" || !e.contains("args")) continue;
+    if (!e.at("args").contains("algorithm")) continue;
+    ++spans;
+    EXPECT_EQ(e.at("args").at("algorithm"), "ring");
+    EXPECT_EQ(e.at("args").at("channels"), 8);
+  }
+  EXPECT_GT(spans, 0);
 }
 
 // The text's "where the step goes" lists the GPU's categories, which add up to the step time it

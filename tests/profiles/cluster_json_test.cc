@@ -90,7 +90,7 @@ TEST(ReadClusterFileTest, ReportsAllRangeProblemsTogetherOnOneLine) {
   EXPECT_THAT([&] { ReadClusterFile(path); },
               ThrowsMessage<InputError>(AllOf(
                   HasSubstr(path + ":/nodes: expected integer >= 1, got 0"),
-                  HasSubstr(path + ":/nics_per_node: expected a divisor of gpus_per_node (8)"),
+                  HasSubstr(path + ":/nics_per_node: expected a divisor or a multiple of gpus_per_node (8)"),
                   HasSubstr(path + ":/host_memory_bytes_per_node: expected integer > 0, got -1"),
                   Not(HasSubstr("\n")))));
 }

@@ -1,6 +1,7 @@
 // Tests for the --cluster shorthand [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] and cpu:N, for
 // ClusterSpec::Problems and for LoadCluster's choice between a file and a shorthand.
 #include "profiles/cluster.h"
+#include "profiles/cluster_presets.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -127,9 +128,9 @@ TEST(ClusterShorthandTest, CpuRanksShareOneHost) {
 TEST(ClusterShorthandTest, UnknownKindGivesTheGrammarAndASuggestionOnOneLine) {
   EXPECT_THAT([] { ParseClusterShorthand("8xH1OO"); },
               ThrowsMessage<InputError>(
-                  StrEq("--cluster: expected [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] (e.g. 8xH100, "
-                        "2x8xA100-80G), got \"8xH1OO\"; unknown GPU kind \"H1OO\" (did you mean "
-                        "\"H100\"?)")));
+                  StrEq("--cluster: expected [NODESx]GPUSxKIND[-FABRIC<Gbps>[/node]] or [NODESx]PRESET "
+                        "(e.g. 8xH100, 2x8xA100-80G, 4xp5; presets: shardtune gpus), got \"8xH1OO\"; unknown "
+                        "GPU kind \"H1OO\" (did you mean \"H100\"?)")));
 }
 
 TEST(ClusterShorthandTest, UnknownKindWithoutSuggestionListsKnownKinds) {
@@ -166,7 +167,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadShorthand{"2x8xH100-ib300", "no InfiniBand generation runs at 300 Gb/s"},
                       BadShorthand{"2x8xH100-roce0", "fabric rate must be in [1, "},
                       BadShorthand{"8xH100/node", "\"/node\" may only follow a fabric"},
-                      BadShorthand{"8xH1OO-ib400", "unknown GPU kind \"H1OO\""}));
+                      BadShorthand{"8xH1OO-ib400", "unknown GPU kind \"H1OO\""},
+                      BadShorthand{"2x8xp5", "preset \"p5\" fixes its GPUs per node; write NODESxp5"},
+                      BadShorthand{"0xdgx-h100", "NODES must be >= 1, got 0"}));
 
 TEST(ClusterShorthandTest, BadCpuCountNamesTheCpuForm) {
   for (const char* text : {"cpu:0", "cpu:", "cpu:x", "cpu:-2"}) {
@@ -174,6 +177,40 @@ TEST(ClusterShorthandTest, BadCpuCountNamesTheCpuForm) {
                 ThrowsMessage<InputError>(HasSubstr("--cluster: expected cpu:N with N in [1, ")))
         << text;
   }
+}
+
+TEST(ClusterPresetTest, NodesTimesPresetFixesGpusNicsAndHost) {
+  const ClusterSpec c = ParseClusterShorthand("4xdgx-h100");
+  EXPECT_EQ(c.num_nodes, 4);
+  EXPECT_EQ(c.gpus_per_node, 8);
+  EXPECT_EQ(c.gpu.name, "H100-SXM-80G");
+  EXPECT_EQ(c.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(c.nic_bandwidth.count(), 400e9 / 8);
+  EXPECT_EQ(c.inter_node.family, "ib");
+  EXPECT_EQ(c.host_memory_per_node.count(), Bytes::GiB(2048).count());
+  // p4d: 4 EFA cards of 100 Gb/s for 8 GPUs; aliases and case do not matter; one node has no NICs.
+  const ClusterSpec p4d = ParseClusterShorthand("2xP4D.24xlarge");
+  EXPECT_EQ(p4d.gpu.name, "A100-SXM-40G");
+  EXPECT_EQ(p4d.nics_per_node, 4);
+  EXPECT_DOUBLE_EQ(p4d.nic_bandwidth.count(), 100e9 / 8);
+  EXPECT_EQ(ParseClusterShorthand("a3-mega").nics_per_node, 0);
+  EXPECT_THAT(DescribeNics(p4d), HasSubstr("4 x 100 Gb/s"));
+  EXPECT_THAT(DescribeNics(p4d), HasSubstr("one per 2 GPUs"));
+  EXPECT_EQ(DescribeNics(ParseClusterShorthand("8xH100")), "");
+  // Every preset builds, and none shadows a GPU kind.
+  for (const auto& p : ClusterPresets()) {
+    EXPECT_NO_THROW(ParseClusterShorthand("2x" + p.name)) << p.name;
+    EXPECT_EQ(LookupGpu(p.name), nullptr) << p.name;
+  }
+}
+
+TEST(ClusterSpecProblemsTest, MoreNicsThanGpusAreAMultiple) {
+  ClusterSpec c = ParseClusterShorthand("2x8xH100");
+  c.nics_per_node = 32;  // AWS p5's 32 EFA cards, 4 beside each GPU
+  EXPECT_TRUE(c.Problems("c.json:").empty());
+  c.nics_per_node = 12;
+  EXPECT_THAT(c.Problems("c.json:"),
+              ::testing::ElementsAre(HasSubstr("expected a divisor or a multiple of gpus_per_node (8), got 12")));
 }
 
 TEST(ClusterSpecProblemsTest, ReportsEveryProblemWithItsKey) {
@@ -185,7 +222,7 @@ TEST(ClusterSpecProblemsTest, ReportsEveryProblemWithItsKey) {
   const auto problems = c.Problems("c.json:");
   ASSERT_EQ(problems.size(), 4u);
   EXPECT_EQ(problems[0], "c.json:/nodes: expected integer >= 1, got 0");
-  EXPECT_EQ(problems[1], "c.json:/nics_per_node: expected a divisor of gpus_per_node (8), got 3");
+  EXPECT_EQ(problems[1], "c.json:/nics_per_node: expected a divisor or a multiple of gpus_per_node (8), got 3");
   EXPECT_THAT(problems[2], HasSubstr("c.json:/host_memory_bytes_per_node: expected integer > 0"));
   EXPECT_THAT(problems[3], HasSubstr("c.json:/gpu/usable_memory_bytes: expected a number > 0"));
 }

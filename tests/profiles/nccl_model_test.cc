@@ -162,12 +162,15 @@ TEST(NcclModelTest, FourNicsPerNodeOfOneHundredGigabit) {
   EXPECT_NEAR(ar.bus_bandwidth.count() / 1e9, ArBus(std::min(4 * 24 * 0.92, 4 * kPerChTreeN2Hopper) * kTreeRatio, 16), 1e-6);
 }
 
-TEST(NcclModelTest, AwsP5FourNicsPerGpuAreBoundByNvlink) {
-  // 32 x 100 Gb/s (4 per GPU switch): speed 12, 4 channels per GPU = 32, but NVLink admits
-  // floor(370.8 / (12 x 7/8)) = 35 and the search at most 32; 32 x 12 = 384 >= totalBw.
-  NcclCommShape s = NcclShapeOf(ParseClusterShorthand("2x8xH100"), Iota(16));
-  s.switches.assign(8, {1, 4});
-  s.nic_GBps = 12.5;
+TEST(NcclModelTest, FourNicsPerGpuAreBoundByTheSearchsChannelCap) {
+  // 32 x 100 Gb/s cards (4 per GPU switch) seen separately: speed 12, 4 channels per GPU = 32;
+  // NVLink admits floor(370.8 / (12 x 7/8)) = 35, the search at most 32; 32 x 12 = 384.
+  ClusterSpec c = ParseClusterShorthand("2x8xH100-roce100");
+  c.nics_per_node = 32;
+  const NcclCommShape s = NcclShapeOf(c, Iota(16));
+  ASSERT_EQ(s.switches.size(), 8u);
+  EXPECT_EQ(s.switches[5].nics, 4);
+  EXPECT_EQ(s.switches[5].gpus, 1);
   const NcclGraphs g = SearchNcclGraphs(s);
   EXPECT_EQ(g.ring.channels, 32);
   EXPECT_DOUBLE_EQ(g.ring.bw_inter_GBps, 12.0);

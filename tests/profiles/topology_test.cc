@@ -50,6 +50,19 @@ TEST(TopologyTest, PerNodeNicFasterThanPcieLeavesTheCrossingGpusPcieAsBottleneck
   EXPECT_DOUBLE_EQ(t.RingBottleneck(Iota(96)).count(), std::min(800e9 / 8, Bw("pcie5")));
 }
 
+TEST(TopologyTest, MoreNicsThanGpusSitFourBesideEachGpu) {
+  // 32 cards of 100 Gb/s for 8 GPUs (AWS p5's EFA as the hardware has it): each GPU reaches 4 of
+  // its own; the graph's lone ring leaves a node through one of them.
+  ClusterSpec c = ParseClusterShorthand("2x8xH100-roce100");
+  c.nics_per_node = 32;
+  const Topology t(c);
+  EXPECT_DOUBLE_EQ(t.RingBottleneck(Iota(16)).count(), 100e9 / 8);
+  // Replica rings of GPU j use GPU j's cards: eight at once do not share any.
+  std::vector<std::vector<int>> rings;
+  for (int i = 0; i < 8; ++i) rings.push_back(t.ReplicaGroup(8, i));
+  EXPECT_DOUBLE_EQ(t.ConcurrentRingBottleneck(rings).count(), 100e9 / 8);
+}
+
 TEST(TopologyTest, PerNodeNicIsSharedByConcurrentReplicaRings) {
   const Topology t(ParseClusterShorthand("2x8xH100-ib400/node"));
   std::vector<std::vector<int>> rings;
