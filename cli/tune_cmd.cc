@@ -22,6 +22,7 @@
 #include "planner/configs/export.h"
 #include "planner/offload_advisor.h"
 #include "planner/pareto_plot.h"
+#include "profiles/cluster_presets.h"
 #include "planner/search.h"
 #include "profiles/cluster.h"
 #include "simulator/feature_savings.h"
@@ -246,6 +247,10 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   out << "shardtune tune: " << spec.name << (model_from.empty() ? "" : " (" + model_from + ")")
       << " on " << c.name << ", global batch " << req.global_batch << " x "
       << req.seq_len << " tokens, objective " << a.objective << "; " << seq_len_note << "\n";
+  // The NIC layout the cluster assumed (a shorthand's -ib400 is one NIC per GPU, /node one per
+  // node): NCCL's channels across nodes follow it.
+  const std::string nics = profiles::DescribeNics(c);
+  if (!nics.empty()) out << "network: " << nics << "; collectives priced by NCCL's model\n";
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
       << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
       << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
