@@ -19,6 +19,9 @@ struct ReferenceMachine {
 // NVIDIA DGX H100 / DGX H200 datasheets: 8 GPUs, 2 TB system memory, 2x Xeon Platinum 8480C
 // (2 x 56 cores).
 constexpr ReferenceMachine kDgxH100{8, 2048, 112};
+// NVIDIA DGX B200 datasheet: 8 GPUs, 2 TB system memory (configurable to 4 TB), 2x Xeon Platinum
+// 8570 (112 cores).
+constexpr ReferenceMachine kDgxB200{8, 2048, 112};
 // NVIDIA DGX A100 datasheet: 8 GPUs, 2x AMD EPYC 7742 (2 x 64 cores); 2 TB system memory in the
 // 640 GB (80 GB GPU) system, 1 TB in the 320 GB (40 GB GPU) system.
 constexpr ReferenceMachine kDgxA100_640{8, 2048, 128};
@@ -42,12 +45,18 @@ struct KindMachine {
 constexpr KindMachine kKindMachines[] = {
     {"H100-SXM-80G", kDgxH100},
     {"H200-SXM-141G", kDgxH100},
+    {"B200-180G", kDgxB200},
+    // Assumption: HGX H800 / H20 servers are built as a DGX H100 (8 GPUs, 2 TB, 112 cores).
+    {"H800-SXM-80G", kDgxH100},
+    {"H20-96G", kDgxH100},
     {"A100-SXM-80G", kDgxA100_640},
     {"A100-SXM-40G", kDgxA100_320},
     {"V100-SXM2-32G", kDgx1V100},
     {"V100-SXM2-16G", kDgx1V100},
     {"H100-PCIe-80G", kPcieServerAssumed},
     {"L40S", kPcieServerAssumed},
+    {"L20", kPcieServerAssumed},
+    {"L4", kPcieServerAssumed},
     {"A10G", kAwsG5_48xlarge},
     {"RTX4090", kWorkstationAssumed},
     {"RTX3090", kWorkstationAssumed},

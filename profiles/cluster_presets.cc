@@ -27,6 +27,9 @@ std::vector<ClusterPreset> BuildPresets() {
       {"dgx-h200", {}, "H200-SXM-141G", 8, 8, 400, "ib", 2048, 112, "InfiniBand NDR",
        "NVIDIA DGX H200 datasheet: 8x H200, 8 single-port ConnectX-7 (400 Gb/s InfiniBand), 2 TB system "
        "memory, 2x Xeon Platinum 8480C (112 cores)"},
+      {"dgx-b200", {"hgx-b200-ib400"}, "B200-180G", 8, 8, 400, "ib", 2048, 112, "InfiniBand NDR",
+       "NVIDIA DGX B200 datasheet: 8x B200, 8 single-port ConnectX-7 VPI (400 Gb/s InfiniBand) for the "
+       "compute fabric, 2 TB system memory, 2x Xeon Platinum 8570 (112 cores)"},
       {"dgx-a100", {"hgx-a100-ib200"}, "A100-SXM-80G", 8, 8, 200, "ib", 2048, 128, "InfiniBand HDR",
        "NVIDIA DGX A100 datasheet (640 GB system): 8 single-port ConnectX-6 VPI (200 Gb/s HDR InfiniBand) "
        "for the compute fabric, 2 TB system memory, 2x AMD EPYC 7742 (128 cores)"},

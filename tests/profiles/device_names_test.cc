@@ -49,10 +49,18 @@ TEST(DeviceNamesTest, MemoryPicksTheCapacityWithinAFamily) {
   EXPECT_EQ(Entry("Tesla V100-SXM2-16GB", Bytes::Of(0)), "V100-SXM2-16G");
 }
 
+TEST(DeviceNamesTest, TheTwentyTwentySixPartsMapToTheirEntries) {
+  EXPECT_EQ(Entry("NVIDIA B200", Usable("B200-180G")), "B200-180G");
+  EXPECT_EQ(Entry("NVIDIA H800", Usable("H800-SXM-80G")), "H800-SXM-80G");
+  EXPECT_EQ(Entry("NVIDIA H20", Usable("H20-96G")), "H20-96G");
+  EXPECT_EQ(Entry("NVIDIA L20", Usable("L20")), "L20");
+  EXPECT_EQ(Entry("NVIDIA L4", Usable("L4")), "L4");
+}
+
 TEST(DeviceNamesTest, PartsWithoutAnEntryMapToNone) {
   for (const char* name : {"NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GeForce RTX 4090 D",
                            "NVIDIA GeForce RTX 3090 Ti", "NVIDIA A100 80GB PCIe",
-                           "Tesla V100-PCIE-32GB", "NVIDIA B200", "AMD Instinct MI300X"}) {
+                           "Tesla V100-PCIE-32GB", "NVIDIA GB200", "AMD Instinct MI300X"}) {
     SCOPED_TRACE(name);
     DeviceMatch m = MatchCudaDevice(name, Bytes::GiB(80));
     EXPECT_EQ(m.gpu, nullptr);
