@@ -123,7 +123,7 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
 
 // --lengths: "mean:N" (N tokens per sequence on average) or "uniform:MIN-MAX" (run's lengths,
 // model/packing.h: their mean, rounded), for plans whose micro-batches are packed tokens
-// (plan::LargestFittingMicroBatchTokens); 0 when not given.
+// (planner::LargestFittingMicroBatchTokens); 0 when not given.
 int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
   if (text.empty()) return 0;
   const std::string where = "--lengths";
@@ -164,7 +164,7 @@ int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
 // or the config's): the largest row verl's rule forms over kSampledSteps steps of such lengths,
 // which can exceed the budget (its rows are balanced on workload, not capped).
 constexpr int kSampledSteps = 256;
-void SampleVerlRows(const EstimateArgs& a, const Job& job, plan::TokenCapacity* capacity) {
+void SampleVerlRows(const EstimateArgs& a, const Job& job, planner::TokenCapacity* capacity) {
   const model::Plan& plan = job.plan;
   if (!capacity->evaluated || plan.packed_seq_len <= 0 || a.lengths.rfind("uniform:", 0) != 0) return;
   const int64_t sequences = job.sequences_per_step;
@@ -180,8 +180,8 @@ void SampleVerlRows(const EstimateArgs& a, const Job& job, plan::TokenCapacity* 
   capacity->sampled_lengths = lengths.Describe(plan.packed_seq_len);
 }
 
-// The token capacity of packed micro-batches (plan::LargestFittingMicroBatchTokens), one line.
-std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) {
+// The token capacity of packed micro-batches (planner::LargestFittingMicroBatchTokens), one line.
+std::string CapacityLine(const model::Plan& plan, const planner::TokenCapacity& t) {
   std::ostringstream o;
   if (t.max_tokens == 0) {
     o << "not even one " << t.longest_sequence << "-token sequence per micro-batch fits";
@@ -213,8 +213,8 @@ std::string CapacityLine(const model::Plan& plan, const plan::TokenCapacity& t) 
 }
 
 void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, const model::Plan& plan,
-                const sim::MemoryReport& r, const std::vector<plan::Alternative>& alts,
-                const plan::TokenCapacity& capacity,
+                const sim::MemoryReport& r, const std::vector<planner::Alternative>& alts,
+                const planner::TokenCapacity& capacity,
                 bool timeline, const std::string& seq_len_note, const std::string& model_from,
                 const std::string& first_screen, bool explain, const std::vector<std::string>& advice,
                 std::ostream& out) {
@@ -499,7 +499,7 @@ nlohmann::ordered_json ColocationJson(const sim::ColocationReport& c) {
 // The answer in the first lines (issue #49 item 3): fits or not, the deciding figure, and when it
 // does not fit the first what-if change that does (each what-if row is its own estimate).
 std::string FirstScreen(bool fits, const std::string& verdict, const sim::JobPhases& phases,
-                        const model::Plan& plan, const std::vector<plan::Alternative>& alts) {
+                        const model::Plan& plan, const std::vector<planner::Alternative>& alts) {
   std::ostringstream o;
   std::string label = fits ? "FITS" : "DOES NOT FIT";
   if (fits && !phases.phases.empty()) {
@@ -508,7 +508,7 @@ std::string FirstScreen(bool fits, const std::string& verdict, const sim::JobPha
   }
   o << "=> " << label << ": " << verdict << "\n";
   if (!fits) {
-    for (const plan::Alternative& x : alts) {
+    for (const planner::Alternative& x : alts) {
       if (!x.fits() || (x.offload == plan.offload && x.checkpointing == plan.checkpointing)) continue;
       o << "=> fits with --offload " << model::ToString(x.offload) << " --checkpointing "
         << model::ToString(x.checkpointing) << ": " << FormatBytes(x.gpu_required) << " per GPU, "
@@ -544,20 +544,20 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
                              "shardtune estimate: " + spec.name + " on " + cluster.name);
     WriteLine(err, "wrote ", a.memory_snapshot);
   }
-  auto alts = plan::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
+  auto alts = planner::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   // Only worth a walk when the loss path holds the peak (the only advice that quotes it).
-  plan::FusedLossAlternative fused;
-  if (r.peak_phase.find("loss") != std::string::npos) fused = plan::CompareFusedLoss(spec, cluster, plan, opt);
+  planner::FusedLossAlternative fused;
+  if (r.peak_phase.find("loss") != std::string::npos) fused = planner::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   // The advice, its load suggestion as re-estimating it showed.
   // The other suggested changes, re-estimated before they are printed (issue #49 item 7).
-  const plan::ChangeChecker check = [&](plan::AdvisedChange change) {
-    return plan::CheckAdvisedChange(spec, cluster, plan, opt, change);
+  const planner::ChangeChecker check = [&](planner::AdvisedChange change) {
+    return planner::CheckAdvisedChange(spec, cluster, plan, opt, change);
   };
-  const std::vector<std::string> advice = plan::AdviseOnMemory(plan, r, alts, fused, load_check, check);
+  const std::vector<std::string> advice = planner::AdviseOnMemory(plan, r, alts, fused, load_check, check);
   const int64_t mean_len = ParseLengths(a.lengths, plan);
-  plan::TokenCapacity capacity =
-      plan::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
+  planner::TokenCapacity capacity =
+      planner::LargestFittingMicroBatchTokens(spec, cluster, plan, opt, mean_len);
   SampleVerlRows(a, job, &capacity);
   sim::FeatureSavings savings;
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
@@ -600,7 +600,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
     std::string typical_text;
     if (capacity.typical_tokens > 0 && capacity.typical_fits) {
       const model::Plan t =
-          plan::PackedRowPlan(plan, capacity.typical_tokens, capacity.longest_sequence);
+          planner::PackedRowPlan(plan, capacity.typical_tokens, capacity.longest_sequence);
       sim::MemoryEstimate te = sim::EstimateMemoryWithProgram(spec, cluster, t, opt, true);
       sim::JobPhases tp = sim::EstimateJobPhases(te.program, te.report, spec, cluster, t, opt);
       typical_fits = tp.fits;

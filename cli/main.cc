@@ -15,6 +15,7 @@
 #include "cli/export_cmd.h"
 #include "cli/format.h"
 #include "cli/list_cmds.h"
+#include "model/text.h"
 #if SHARDTUNE_CLI_WITH_EXECUTOR
 #include "cli/env_cmd.h"
 #include "cli/probe_cmd.h"
@@ -52,7 +53,7 @@ std::string FlagSuggestion(CLI::App& app, int argc, char** argv) {
     word = word.substr(0, word.find('='));
     if (std::find(names.begin(), names.end(), word) != names.end()) continue;
     std::string hint = shardtune::model::ClosestName(word, names);
-    return hint.empty() ? "" : " (did you mean \"" + hint + "\"?)";
+    return shardtune::model::DidYouMean(hint);
   }
   return "";
 }

@@ -76,18 +76,12 @@ CLI::Option* ExistingFiles(CLI::App* app, const FlagSpec& s, PlanFlags* f) {
 }
 
 std::vector<std::string> SplitCommas(const std::string& text, const std::string& where) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  std::vector<std::string> out = model::SplitCommas(text);
+  for (const std::string& item : out) {
     if (item.empty()) {
       throw InputError(where + ": expected comma-separated names (e.g. q_proj,v_proj), got \"" +
                        text + "\"");
     }
-    out.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }

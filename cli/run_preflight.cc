@@ -35,8 +35,8 @@ std::string Plural(int n, const std::string& what) {
 // The first sentence of the estimate's advice that is not about offload (CPU ranks have no
 // device to offload from), else "".
 std::string FirstAdvice(const model::Plan& plan, const sim::MemoryReport& r, bool cpu,
-                        const std::vector<plan::Alternative>& alts) {
-  for (std::string a : plan::AdviseOnMemory(plan, r, alts)) {
+                        const std::vector<planner::Alternative>& alts) {
+  for (std::string a : planner::AdviseOnMemory(plan, r, alts)) {
     if (cpu && a.find("offload") != std::string::npos) continue;
     // A sentence inside the one-line error: lower-case start, no final period.
     if (!a.empty() && a.back() == '.') a.pop_back();
@@ -162,7 +162,7 @@ PreflightResult CheckRunFitsThisMachine(const PreflightRequest& q) {
       return s + ")";
     };
     if (worst_need > budget) {
-      auto alts = plan::CompareOffloadAndCheckpointing(q.spec, cluster, q.plan, opt);
+      auto alts = planner::CompareOffloadAndCheckpointing(q.spec, cluster, q.plan, opt);
       std::string hint = FirstAdvice(q.plan, est.report, !q.cuda, alts);
       if (!worst->hint.empty() && worst->phase != sim::JobPhase::kStep0 && worst->phase != sim::JobPhase::kSteady) {
         hint = worst->hint;

@@ -18,6 +18,7 @@
 #include "model/errors.h"
 #include "model/plan_json.h"
 #include "model/presets.h"
+#include "model/text.h"
 #include "model/trainable.h"
 #include "planner/configs/export.h"
 #include "planner/offload_advisor.h"
@@ -34,30 +35,18 @@
 namespace shardtune::cli {
 namespace {
 
-// The items of a comma-separated list as given, empty ones included ("1,,2": "1", "", "2").
-std::vector<std::string> CommaItems(const std::string& text) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (true) {
-    size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
-  }
-}
-
 // The cp degrees to search: --cp N fixes one, --cp-sizes 1,2,4 lists them, neither: the default
 // (planner DefaultCpSizes). Each given value must suit the model, world and sequence length.
 std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
                            const model::ModelSpec& spec, const profiles::ClusterSpec& c,
-                           const plan::SearchRequest& req) {
+                           const planner::SearchRequest& req) {
   std::vector<int> sizes;
   std::string where = "--cp";
   if (FlagGiven(a.plan, "--cp")) sizes = {given.cp};
   if (a.plan.app && a.plan.app->count("--cp-sizes") > 0) {
     where = "--cp-sizes";
     sizes.clear();
-    for (const std::string& item : CommaItems(a.cp_sizes)) {
+    for (const std::string& item : model::SplitCommas(a.cp_sizes)) {
       if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
           item.size() > 6) {
         throw InputError(
@@ -92,11 +81,11 @@ std::vector<int> CpSizesOf(const TuneArgs& a, const model::Plan& given,
   return sizes;
 }
 
-plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
+planner::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec,
                                  const profiles::ClusterSpec& c, std::vector<std::string>* warnings,
                                  std::string* seq_len_note, FromExtras* extras_out) {
   std::vector<std::string> problems;
-  plan::SearchRequest req;
+  planner::SearchRequest req;
   configs::ImportContext from = configs::MakeImportContext(spec, c);
   std::string seq_from;
   FromExtras extras;
@@ -145,9 +134,9 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
     problems.push_back("global batch: expected a multiple of the " + std::to_string(world) +
                        " data-parallel ranks, got " + std::to_string(req.global_batch) + " sequences");
   }
-  if (a.objective == "throughput") req.objective = plan::Objective::kThroughput;
-  else if (a.objective == "memory") req.objective = plan::Objective::kMemory;
-  else if (a.objective == "cost") req.objective = plan::Objective::kCost;
+  if (a.objective == "throughput") req.objective = planner::Objective::kThroughput;
+  else if (a.objective == "memory") req.objective = planner::Objective::kMemory;
+  else if (a.objective == "cost") req.objective = planner::Objective::kCost;
   else problems.push_back("--objective: expected throughput, memory or cost, got \"" + a.objective + "\"");
   if (a.objective == "cost" && a.price_per_gpu_hour <= 0) {
     problems.push_back("--price-per-gpu-hour: expected a price > 0 with --objective cost");
@@ -168,7 +157,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
   }
   if (FlagGiven(a.plan, "--grad-accum")) problems.push_back("--grad-accum: follows from --global-batch and --micro-batch in tune; leave it out");
   ThrowIfProblems(problems);
-  if (req.objective == plan::Objective::kMemory) req.min_tokens_per_s = a.min_tokens_per_s;
+  if (req.objective == planner::Objective::kMemory) req.min_tokens_per_s = a.min_tokens_per_s;
   req.price_per_gpu_hour = a.price_per_gpu_hour;
   req.top_k = a.top;
   // A plan flag given on the command line fixes that dimension of the search.
@@ -226,7 +215,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
       throw InputError("--loss-kernels: leave out --loss-kernel (it fixes the one --loss-kernels searches)");
     }
     req.space.loss_kernels.clear();
-    for (const std::string& item : CommaItems(a.loss_kernels)) {
+    for (const std::string& item : model::SplitCommas(a.loss_kernels)) {
       auto k = model::ParseEnum<model::LossKernel>(item, "--loss-kernels");
       if (std::find(req.space.loss_kernels.begin(), req.space.loss_kernels.end(), k) ==
           req.space.loss_kernels.end()) {
@@ -241,7 +230,7 @@ plan::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& spec
 }
 
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
-                const plan::SearchRequest& req, const plan::SearchResult& r,
+                const planner::SearchRequest& req, const planner::SearchResult& r,
                 const std::string& seq_len_note, const std::string& model_from,
                 std::ostream& out) {
   out << "shardtune tune: " << spec.name << (model_from.empty() ? "" : " (" + model_from + ")")
@@ -266,7 +255,7 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
       out << "  " << i + 1 << ". " << std::setprecision(0) << t.tokens_per_s << " tokens/s, MFU "
           << std::setprecision(1) << 100 * t.mfu << "%, step " << std::setprecision(3) << t.step_time_s
           << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n"
-          << "     flags: " << plan::PlanAsFlags(t.plan) << "\n";
+          << "     flags: " << planner::PlanAsFlags(t.plan) << "\n";
       if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
     }
     out << "\nPareto front of the simulated plans (less memory, or more throughput, than every other)\n";
@@ -303,7 +292,7 @@ struct NodeResult {
 // The same search on the first 1..N nodes of the cluster (same GPUs, links and NICs per node);
 // stops at the fewest nodes whose best plan fits and reaches the throughput floor.
 std::vector<NodeResult> SearchNodes(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
-                                    const plan::SearchRequest& req, double floor_tokens_per_s) {
+                                    const planner::SearchRequest& req, double floor_tokens_per_s) {
   std::vector<NodeResult> out;
   for (int k = 1; k <= c.num_nodes; ++k) {
     NodeResult n;
@@ -313,9 +302,9 @@ std::vector<NodeResult> SearchNodes(const model::ModelSpec& spec, const profiles
     sub.name = std::to_string(k) + "x" + std::to_string(c.gpus_per_node) + "x" + c.gpu.name;
     if (req.global_batch % sub.world_size() == 0) {
       n.searched = true;
-      plan::SearchRequest r = req;
+      planner::SearchRequest r = req;
       r.space.hybrid_shard_groups.clear();  // groups depend on the world size
-      plan::SearchResult res = plan::SearchPlans(spec, sub, r);
+      planner::SearchResult res = planner::SearchPlans(spec, sub, r);
       if (!res.top.empty()) {
         n.fits = true;
         n.tokens_per_s = res.top.front().tokens_per_s;
@@ -399,8 +388,8 @@ namespace {
 struct TuneRun {
   model::ModelSpec spec;
   profiles::ClusterSpec cluster;
-  plan::SearchRequest req;
-  plan::SearchResult result;
+  planner::SearchRequest req;
+  planner::SearchResult result;
   MeasureOptions measure;
   MeasureResult measured;
   std::vector<NodeResult> nodes;
@@ -438,7 +427,7 @@ TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
   b.row_tokens = static_cast<int64_t>(best.micro_batch) * best.seq_len;
   // From the winner's rows (they fit), to a multiple of kBudgetGranularityTokens.
   constexpr int64_t kBudgetGranularityTokens = 256;
-  plan::TokenCapacity cap = plan::LargestFittingMicroBatchTokens(
+  planner::TokenCapacity cap = planner::LargestFittingMicroBatchTokens(
       t.spec, t.cluster, best, t.req.options.memory, 0, b.row_tokens, kBudgetGranularityTokens);
   b.max_tokens = cap.max_tokens;
   b.required_at_max = cap.required_at_max;
@@ -447,7 +436,7 @@ TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
   const int64_t longest = t.req.seq_len;
   const int64_t per_rank_tokens =
       t.req.global_batch * b.cp / t.cluster.world_size() * longest;
-  model::Plan at = plan::PackedRowPlan(best, cap.max_tokens, longest);
+  model::Plan at = planner::PackedRowPlan(best, cap.max_tokens, longest);
   at.grad_accum = static_cast<int>((per_rank_tokens + cap.max_tokens - 1) / cap.max_tokens);
   b.rows_at_max = at.grad_accum;
   sim::SimOptions o = t.req.options;
@@ -507,7 +496,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     }
   }
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
-  const plan::SearchResult& r = t.result = plan::SearchPlans(t.spec, t.cluster, t.req, progress);
+  const planner::SearchResult& r = t.result = planner::SearchPlans(t.spec, t.cluster, t.req, progress);
   if (t.measure.plans > 0 && !r.top.empty()) t.measured = MeasureTopPlans(t.spec, t.cluster, t.req, r, t.measure);
   if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
@@ -516,7 +505,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   }
   if (!a.plot.empty()) {
     std::string title = "shardtune tune: " + t.spec.name + " on " + t.cluster.name;
-    sim::WritePlotDocument(a.plot, "--plot", plan::ParetoPlotSvg(r, title), title);
+    sim::WritePlotDocument(a.plot, "--plot", planner::ParetoPlotSvg(r, title), title);
     WriteLine(err, "wrote ", a.plot);
   }
   if (!a.export_format.empty() && !r.top.empty()) {
@@ -571,10 +560,10 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["seq_len"] = t.req.seq_len;
   j["seq_len_source"] = t.seq_len_note;
   j["objective"] = a.objective;
-  plan::AppendSearchResultJson(t.result, &j);
+  planner::AppendSearchResultJson(t.result, &j);
   // The shard group as resolved on this cluster, not "0: the default" (issue #49 item 8), as
   // estimate's and simulate's --json give it.
-  auto resolve = [&](const std::vector<plan::Candidate>& list, nlohmann::ordered_json& arr) {
+  auto resolve = [&](const std::vector<planner::Candidate>& list, nlohmann::ordered_json& arr) {
     for (size_t i = 0; i < list.size() && i < arr.size(); ++i) {
       arr[i]["plan"]["shard_group_size"] =
           list[i].plan.ResolvedShardGroup(t.cluster.world_size(), t.cluster.gpus_per_node);

@@ -78,7 +78,7 @@ std::vector<std::string> MeasureRunArgv(const std::string& program, const Measur
 }
 
 MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                              const plan::SearchRequest& req, const plan::SearchResult& result,
+                              const planner::SearchRequest& req, const planner::SearchResult& result,
                               const MeasureOptions& o) {
   std::vector<std::string> problems;
   if (!cluster.cpu_only && !std::filesystem::exists("/dev/nvidia0") &&
@@ -103,7 +103,7 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
   size_t n = std::min(result.top.size(), static_cast<size_t>(o.plans));
   std::vector<std::string> files;
   for (size_t i = 0; i < n; ++i) {
-    const plan::Candidate& c = result.top[i];
+    const planner::Candidate& c = result.top[i];
     std::string base = (std::filesystem::path(r.dir) / ("plan" + std::to_string(i + 1))).string();
     model::Plan p = c.plan;
     p.seq_len = req.seq_len;
@@ -140,9 +140,9 @@ MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::Clus
   std::stable_sort(r.plans.begin(), r.plans.end(), [](const MeasuredPlan& a, const MeasuredPlan& b) {
     return a.measured_tokens_per_s > b.measured_tokens_per_s;
   });
-  plan::SearchRequest again_req = req;
+  planner::SearchRequest again_req = req;
   again_req.options = calibrated;
-  r.recalibrated_top = plan::SearchPlans(spec, cluster, again_req).top;
+  r.recalibrated_top = planner::SearchPlans(spec, cluster, again_req).top;
   return r;
 }
 

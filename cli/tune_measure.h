@@ -33,7 +33,7 @@ struct MeasuredPlan {
 struct MeasureResult {
   std::string dir, profile_path;
   std::vector<MeasuredPlan> plans;  // ranked by measured throughput, best first
-  std::vector<plan::Candidate> recalibrated_top;  // the search again with the fitted profile
+  std::vector<planner::Candidate> recalibrated_top;  // the search again with the fitted profile
   std::vector<std::string> warnings;
 };
 
@@ -49,7 +49,7 @@ std::vector<std::string> MeasureRunArgv(const std::string& program, const Measur
 // REQUIRES: result.top non-empty. Throws InputError (bad options) and exec::BackendError (a run
 // failed; the message names its log).
 MeasureResult MeasureTopPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                              const plan::SearchRequest& request, const plan::SearchResult& result,
+                              const planner::SearchRequest& request, const planner::SearchResult& result,
                               const MeasureOptions& options);
 
 nlohmann::ordered_json MeasureResultJson(const MeasureResult& r);

@@ -9,6 +9,7 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -782,7 +783,7 @@ const Arch& FindArch(const nlohmann::json& j, const std::string& file) {
   }
   std::string hint = ClosestName(name.get<std::string>(), candidates);
   throw InputError(r.Where(key) + (by_arch ? "/0" : "") + ": unsupported architecture " +
-                   Describe(name) + (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                   Describe(name) + DidYouMean(hint) +
                    "; supported: " + SupportedList());
 }
 

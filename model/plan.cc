@@ -155,7 +155,7 @@ bool ParseCount(const std::string& s, int64_t* out) {
 [[noreturn]] void BadSpec(const std::string& where, const std::string& expected,
                           const std::string& text, const std::string& hint) {
   throw InputError(where + ": expected " + expected + ", got \"" + text + "\"" +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                   DidYouMean(hint));
 }
 
 // "0-7,8-31" -> {{0, 7}, {8, 31}}; false on any syntax error.

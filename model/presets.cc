@@ -10,6 +10,7 @@
 #include "model/hf_config.h"
 #include "model/model_spec_json.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -563,7 +564,7 @@ ModelSpec FindModelPreset(const std::string& name) {
   std::string known;
   for (size_t i = 0; i < names.size(); ++i) known += (i ? ", " : "") + names[i];
   throw InputError("--model: unknown preset \"" + name + "\"" +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") + "; known: " +
+                   DidYouMean(hint) + "; known: " +
                    known + " (or a shardtune.model JSON or a Hugging Face config.json file)");
 }
 

@@ -222,7 +222,7 @@ std::string StrictReader::RequiredEnum(const std::string& key,
   if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
     std::string hint = ClosestName(s, allowed);
     throw InputError(Where(key) + ": expected " + expected + ", got " + Quote(s) +
-                     (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                     DidYouMean(hint));
   }
   return s;
 }
@@ -261,7 +261,7 @@ void StrictReader::Finish() const {
     if (read_.count(it.key())) continue;
     std::string hint = ClosestName(it.key(), known);
     throw InputError(Where(it.key()) + ": unknown key" +
-                     (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                     DidYouMean(hint));
   }
 }
 

@@ -10,11 +10,30 @@
 
 namespace shardtune::model {
 
+// The items of a comma-separated list as given, empty ones included: "1,,2" -> {"1", "", "2"},
+// "" -> {""}. Callers reject the empty ones with their own message.
+inline std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 // The items with `sep` between them: Join({"a", "b"}, ", ") == "a, b".
 inline std::string Join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
   return out;
+}
+
+// The suffix every unknown-name message ends with: " (did you mean \"hint\"?)", or "" when no
+// name was close enough to suggest.
+inline std::string DidYouMean(const std::string& hint) {
+  return hint.empty() ? "" : " (did you mean \"" + hint + "\"?)";
 }
 
 // `s` with its control characters written as JSON writes them (\u000a): every message and

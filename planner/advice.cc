@@ -1,13 +1,13 @@
 // Advice rules over a MemoryReport. Thresholds are presentation choices (when a sentence is
 // worth printing), not model constants.
 #include "planner/advice.h"
-#include "planner/text.h"
+#include "model/text.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 
@@ -28,7 +28,7 @@ std::optional<std::string> Checked(const ChangeChecker& check, AdvisedChange cha
   const CheckedChange c = check(change);
   if (!c.evaluated) return "";
   if (!(c.required < r.required)) return std::nullopt;
-  return " Re-estimated with " + c.flags + ": " + GiBText(c.required) + " required" +
+  return " Re-estimated with " + c.flags + ": " + model::GiBText(c.required) + " required" +
          (c.fits ? ", which fits." : r.fits ? "." : ", which still does not fit.");
 }
 
@@ -46,9 +46,9 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       if (a.fits()) { best = &a; break; }
     }
     if (best) {
-      out.push_back("Does not fit by " + GiBText(r.required - r.capacity) + ". The first choice that fits is offload " +
+      out.push_back("Does not fit by " + model::GiBText(r.required - r.capacity) + ". The first choice that fits is offload " +
                     Name(best->offload) + " with checkpointing " + model::ToString(best->checkpointing) +
-                    ": " + GiBText(best->gpu_required) + " per GPU and " + GiBText(best->host_peak_per_node) +
+                    ": " + model::GiBText(best->gpu_required) + " per GPU and " + model::GiBText(best->host_peak_per_node) +
                     " of host RAM per node.");
     } else {
       const Alternative* gpu_ok = nullptr;
@@ -58,9 +58,9 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       if (gpu_ok) {
         out.push_back("Only offload " + std::string(Name(gpu_ok->offload)) + " with checkpointing " +
                       model::ToString(gpu_ok->checkpointing) + " fits the GPUs (" +
-                      GiBText(gpu_ok->gpu_required) + " of " + GiBText(gpu_ok->gpu_capacity) +
-                      "), and it needs " + GiBText(gpu_ok->host_peak_per_node) + " of host RAM per node "
-                      "against " + GiBText(gpu_ok->host_capacity_per_node) + " here: offloaded fp32 "
+                      model::GiBText(gpu_ok->gpu_required) + " of " + model::GiBText(gpu_ok->gpu_capacity) +
+                      "), and it needs " + model::GiBText(gpu_ok->host_peak_per_node) + " of host RAM per node "
+                      "against " + model::GiBText(gpu_ok->host_capacity_per_node) + " here: offloaded fp32 "
                       "params, grads and optimizer state take 16 bytes per parameter of the node's shards.");
       } else {
         out.push_back(
@@ -82,7 +82,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         "The peak is in the log-prob head's backward: verl divides the logits by the temperature "
         "in place through a view, so autograd's CopySlices holds four [tokens, vocabulary] " +
         std::string(model::ToString(plan.param_dtype)) + " tensors at once (" +
-        GiBText(working + loss) +
+        model::GiBText(working + loss) +
         " with the layer's gradients). They scale with the tokens of a micro-batch: fewer "
         "sequences per micro-batch (ppo_micro_batch_size_per_gpu) or a smaller token budget "
         "(use_dynamic_bsz with ppo_max_token_len_per_gpu) shrinks them, and verl's "
@@ -94,7 +94,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
         "The peak is in the log-prob head's backward: without use_remove_padding verl computes "
         "the logits of every padded position (micro-batch x (prompt + response)) and their "
         "gradient, two such [tokens, vocabulary] " + std::string(model::ToString(plan.param_dtype)) +
-        " tensors at once (" + GiBText(working + loss) +
+        " tensors at once (" + model::GiBText(working + loss) +
         " with the layer's gradients), of which only the response slice is used. "
         "use_remove_padding: true computes them for the real tokens only; fewer sequences per "
         "micro-batch (ppo_micro_batch_size_per_gpu) also shrinks them.");
@@ -103,7 +103,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     // remains is the weight's gradient and the kernels' fixed-size buffers.
     const bool torch = plan.loss_kernel == model::LossKernel::kVerlFusedTorch;
     out.push_back(
-        "The peak is in verl's fused log-prob head's backward (" + GiBText(working + loss) +
+        "The peak is in verl's fused log-prob head's backward (" + model::GiBText(working + loss) +
         " with the layer's gradients): " +
         (torch ? "each 512-token chunk reruns its fp32 logits, and its [vocabulary, hidden] weight "
                  "product sits beside the accumulated gradient and the chunk before's, which "
@@ -114,12 +114,12 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                  "or ppo_max_token_len_per_gpu) shrink them."));
   } else if (loss_peak) {
     std::string s = "The peak is in the loss backward: the fp32 log-softmax and its gradients hold " +
-                    GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";
+                    model::GiBText(working + loss) + " (12 bytes per vocabulary entry per token). ";
     if (fused.evaluated && fused.peak_allocated < r.peak_allocated) {
       s += "The fused linear cross-entropy (--loss-kernel fused_linear: Liger-Kernel's, or "
            "shardtune run's), which holds one chunk of logits at a time, lowers the peak to " +
-           GiBText(fused.peak_allocated) + " (at " + fused.peak_phase + "; " +
-           GiBText(fused.required) + " required" +
+           model::GiBText(fused.peak_allocated) + " (at " + fused.peak_phase + "; " +
+           model::GiBText(fused.required) + " required" +
            (fused.fits == r.fits ? std::string(")")
             : fused.fits         ? std::string(", which fits)")
                                  : std::string(", which still does not fit)")) +
@@ -136,8 +136,8 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   if (!r.fits && plan.cp == 1 && per_token.count() > r.peak_allocated.count() / 2) {
     if (auto checked = Checked(check, AdvisedChange::kCp, r)) {
       out.push_back(
-          "Activations and the loss path are " + GiBText(per_token) + " of the " +
-          GiBText(r.peak_allocated) +
+          "Activations and the loss path are " + model::GiBText(per_token) + " of the " +
+          model::GiBText(r.peak_allocated) +
           " peak and scale with the tokens a rank holds: "
           "Ulysses context parallelism (--cp N, a divisor of the attention heads) gives each "
           "rank S/N tokens of a sequence, dividing them by N, for 4 all-to-alls per layer "
@@ -147,7 +147,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   if (plan.checkpointing == model::Checkpointing::kNone &&
       acts.count() > r.peak_allocated.count() / 3) {
     if (auto checked = Checked(check, AdvisedChange::kCheckpointing, r)) {
-      out.push_back("Saved activations are " + GiBText(acts) + " of the " + GiBText(r.peak_allocated) +
+      out.push_back("Saved activations are " + model::GiBText(acts) + " of the " + model::GiBText(r.peak_allocated) +
                     " peak; --checkpointing full keeps only each block's input." + *checked);
     }
   }
@@ -160,7 +160,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
       int span = u.last_segment - u.first_segment;
       if (u.name != "root" && u.gathered_bytes.count() > 4 * std::max<int64_t>(median, 1) && span > 1) {
         if (auto checked = Checked(check, AdvisedChange::kWrap, r)) {
-          out.push_back("Unit " + u.name + " holds " + GiBText(u.gathered_bytes) + " gathered across " +
+          out.push_back("Unit " + u.name + " holds " + model::GiBText(u.gathered_bytes) + " gathered across " +
                         std::to_string(span + 1) + " forward segments: the wrap policy left many "
                         "submodules to one parent. --wrap block keeps one block gathered at a time." +
                         *checked);
@@ -170,7 +170,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     }
   }
   if (r.steady_peak > r.step0_peak && r.steady_peak.count() > r.step0_peak.count() * 21 / 20) {
-    out.push_back("Step 1 peaks " + GiBText(r.steady_peak - r.step0_peak) + " higher than step 0: the "
+    out.push_back("Step 1 peaks " + model::GiBText(r.steady_peak - r.step0_peak) + " higher than step 0: the "
                   "optimizer state created by the first step() is live through every later "
                   "forward and backward. A run that survives step 0 can still fail at step 1.");
   }
@@ -190,7 +190,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     if (frozen > static_cast<double>(r.peak_allocated.count()) / 10) {
       if (auto checked = Checked(check, AdvisedChange::kFrozenDtype, r)) {
         out.push_back(
-            "Frozen parameters keep " + GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
+            "Frozen parameters keep " + model::GiBText(Bytes::Of(static_cast<int64_t>(frozen))) +
             " of fp32 shards per rank that no optimizer updates: loading the frozen weights in "
             "bf16 (--frozen-dtype bf16, from_pretrained(torch_dtype=torch.bfloat16)) halves "
             "that." + *checked);
@@ -211,4 +211,4 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   return out;
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -11,7 +11,7 @@
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // Returns the advice sentences in order of importance (possibly none). Deterministic.
 // `fused_loss`: the same plan with the fused linear cross-entropy (CompareFusedLoss), quoted when
@@ -27,4 +27,4 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                                         const std::string& checked_load = "",
                                         const ChangeChecker& check = {});
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -6,7 +6,7 @@
 
 #include "model/context_parallel.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest) {
   model::Plan p = plan;
@@ -187,4 +187,4 @@ CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::C
   return c;
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -12,7 +12,7 @@
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 struct Alternative {
   model::Offload offload = model::Offload::kNone;
@@ -110,4 +110,4 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
                                              int64_t mean_seq_len = 0, int64_t known_fit_tokens = 0,
                                              int64_t granularity = 1);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

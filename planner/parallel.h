@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // REQUIRES: threads >= 1. `fn(i, t)` with t in [0, threads): thread t is the same OS thread for
 // all its calls, so per-thread state indexed by t needs no lock. `on_main(done)` (may be empty)
@@ -46,4 +46,4 @@ void ParallelFor(size_t n, int threads, Fn&& fn, OnMain&& on_main, size_t report
   on_main(done.load());
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

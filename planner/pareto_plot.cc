@@ -8,7 +8,7 @@
 
 #include "model/text.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 std::string Num(double v) { return model::FormatNumber(v, "%.1f"); }
@@ -101,4 +101,4 @@ std::string ParetoPlotSvg(const SearchResult& r, const std::string& title) {
   return s.str();
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

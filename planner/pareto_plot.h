@@ -6,9 +6,9 @@
 
 #include "planner/search.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // Self-contained SVG of `r.pareto` and `r.top` (the winner is r.top.front()).
 std::string ParetoPlotSvg(const SearchResult& r, const std::string& title);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -13,7 +13,7 @@
 #include "planner/search_rank.h"
 #include "planner/wrap_partition.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 using model::Plan;
@@ -309,4 +309,4 @@ SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSp
   return r;
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -15,7 +15,7 @@
 #include "profiles/cluster.h"
 #include "simulator/simulate.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 enum class Objective { kThroughput, kMemory, kCost };
 const char* ToString(Objective o);
@@ -165,4 +165,4 @@ std::string PlanKey(const model::Plan& p);
 // optimizer, modeling) are left to the base plan's flags.
 std::string PlanAsFlags(const model::Plan& p);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "planner/search_rank.h"
-#include "planner/text.h"
+#include "model/text.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 void Ranker::Reject(const std::string& reason, const std::string& example, Bytes required) {
   Rejection& r = rejections_[reason];
@@ -50,7 +50,7 @@ bool Ranker::ConfirmForTop(Candidate* c) {
   replay_state_[ci] = fits ? 1 : -1;
   if (!fits) {
     Reject("OOM in the caching allocator replay: split cached blocks leave no segment for a request",
-           c->key + " needs " + GiBText(c->required) + " of " + GiBText(c->capacity), c->required);
+           c->key + " needs " + model::GiBText(c->required) + " of " + model::GiBText(c->capacity), c->required);
   }
   return fits;
 }
@@ -199,7 +199,7 @@ SearchResult Ranker::Finish() {
     if (other != nullptr && least.count() > 0 && least <= usable) {
       out.no_plan_reason = "constraint";
       out.advice_if_none = "No plan meets the constraints: plans fit in memory (the least needs " +
-                           GiBText(least) + " of " + GiBText(usable) + " usable), but " +
+                           model::GiBText(least) + " of " + model::GiBText(usable) + " usable), but " +
                            std::to_string(other->count) + " are ruled out as " + other->reason +
                            " (e.g. " + other->example + "). Relax that constraint" +
                            (other->reason.find("throughput floor") != std::string::npos
@@ -215,12 +215,12 @@ SearchResult Ranker::Finish() {
         if (offload_all.count() == 0 || r.smallest_required < offload_all) offload_all = r.smallest_required;
       }
       out.advice_if_none =
-          "No plan fits in memory: " + found + GiBText(least) + " against " + GiBText(usable) +
+          "No plan fits in memory: " + found + model::GiBText(least) + " against " + model::GiBText(usable) +
           " usable. Model states shrink with the shard group (16 bytes per parameter over N GPUs): "
-          "more GPUs, or GPUs with more than " + GiBText(least) + " usable" +
+          "more GPUs, or GPUs with more than " + model::GiBText(least) + " usable" +
           (offload_all.count() > 0
                ? "; offloading all states to host RAM was searched and still needs at least " +
-                     GiBText(offload_all) + " per GPU."
+                     model::GiBText(offload_all) + " per GPU."
                : "; offloading all states to host RAM (--offload all) was not searched.");
     }
   }
@@ -271,28 +271,28 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
     std::string w = name(layout) + ": ";
     char buf[160];
     if (v.fitting == 0 && (v.smallest_required.count() == 0 || bound_only_layouts_.count(layout) > 0)) {
-      w += "does not fit: a lower bound exceeds " + GiBText(capacity) + " in all " +
-           std::to_string(v.plans) + " plans; the least is " + GiBText(v.smallest_bound) + " of " +
+      w += "does not fit: a lower bound exceeds " + model::GiBText(capacity) + " in all " +
+           std::to_string(v.plans) + " plans; the least is " + model::GiBText(v.smallest_bound) + " of " +
            v.smallest_bound_what + " (" + v.smallest_bound_key + ")";
       if (v.smallest_required.count() > 0) {
-        w += ", which needs " + GiBText(v.smallest_required) + " at its peak (" +
+        w += ", which needs " + model::GiBText(v.smallest_required) + " at its peak (" +
              v.smallest_peak_phase + ")";
         for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
           w += (i ? " and " : ": the largest parts are ") + v.smallest_peak_top[i].first + " " +
-               GiBText(v.smallest_peak_top[i].second);
+               model::GiBText(v.smallest_peak_top[i].second);
         }
       }
     } else if (v.fitting == 0) {
       w += "does not fit: the least any of its " + std::to_string(v.plans) + " plans needs is " +
-           GiBText(v.smallest_required) + " > " + GiBText(capacity) + " usable (" + v.smallest_key +
+           model::GiBText(v.smallest_required) + " > " + model::GiBText(capacity) + " usable (" + v.smallest_key +
            "); at its peak (" + v.smallest_peak_phase + ")";
       for (size_t i = 0; i < v.smallest_peak_top.size(); ++i) {
         w += (i ? " and " : " the largest parts are ") + v.smallest_peak_top[i].first + " " +
-             GiBText(v.smallest_peak_top[i].second);
+             model::GiBText(v.smallest_peak_top[i].second);
       }
     } else if (v.best_step_time_s == 0) {
       w += "fits (" + std::to_string(v.fitting) + " of " + std::to_string(v.plans) +
-           " plans, least need " + GiBText(v.smallest_required) +
+           " plans, least need " + model::GiBText(v.smallest_required) +
            ") but its busiest resource alone (compute, host or a link) is busy longer than the top plans' whole step";
     } else {
       std::snprintf(buf, sizeof buf, "fastest simulated step %.3f s", v.best_step_time_s);
@@ -301,12 +301,12 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
         w += "; " + std::to_string(v.slower_by_compute) +
              " others were ruled out by a time bound before their memory was judged";
       }
-      w += "; least need " + GiBText(v.smallest_required) + " of " + GiBText(capacity) + "); " + buf;
+      w += "; least need " + model::GiBText(v.smallest_required) + " of " + model::GiBText(capacity) + "); " + buf;
       if (v.best_replay_out_of_memory) {
         w += ", but the caching-allocator replay runs it out of memory (it needs " +
-             GiBText(v.best_replay_required) + " with the allocator's cached blocks; " + v.best_key + ")";
+             model::GiBText(v.best_replay_required) + " with the allocator's cached blocks; " + v.best_key + ")";
       } else {
-        w += ", needing " + GiBText(v.best_required) + " (" + v.best_key + ")";
+        w += ", needing " + model::GiBText(v.best_required) + " (" + v.best_key + ")";
       }
       if (layout != best_layout) {
         std::snprintf(buf, sizeof buf, ", %+.1f%% vs ", 100.0 * (v.best_step_time_s / best - 1.0));
@@ -333,8 +333,8 @@ std::string WhyNotBest(const Candidate& c, const Candidate& best) {
   if (c.plan.offload != best.plan.offload && c.plan.offload != model::Offload::kNone) {
     s += std::string("; offload ") + model::ToString(c.plan.offload) + " copies over PCIe and steps on the host";
   }
-  if (c.required < best.required) s += "; needs " + GiBText(best.required - c.required) + " less memory";
+  if (c.required < best.required) s += "; needs " + model::GiBText(best.required - c.required) + " less memory";
   return s;
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

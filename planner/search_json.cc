@@ -3,7 +3,7 @@
 
 #include "model/plan_json.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 nlohmann::ordered_json CandidateToJson(const Candidate& c) {
   return {{"key", c.key}, {"flags", PlanAsFlags(c.plan)}, {"tokens_per_s", c.tokens_per_s}, {"mfu", c.mfu}, {"step_time_s", c.step_time_s},
@@ -61,4 +61,4 @@ void AppendSearchResultJson(const SearchResult& r, nlohmann::ordered_json* out) 
   j["fits"] = !r.top.empty();
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

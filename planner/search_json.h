@@ -6,7 +6,7 @@
 
 #include "planner/search.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // One ranked plan: its key, throughput, MFU, step time, memory, cost, why it is not #1, the plan.
 nlohmann::ordered_json CandidateToJson(const Candidate& c);
@@ -17,4 +17,4 @@ nlohmann::ordered_json CandidateToJson(const Candidate& c);
 // advice_if_none after its own keys about the winner).
 void AppendSearchResultJson(const SearchResult& r, nlohmann::ordered_json* j);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

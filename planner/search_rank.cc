@@ -16,9 +16,9 @@
 #include "model/trainable.h"
 #include "planner/parallel.h"
 #include "simulator/kernel_time.h"
-#include "planner/text.h"
+#include "model/text.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 // Plans simulated per window: the top-k bound is refreshed between windows, and the windows are
@@ -548,7 +548,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
                                "of forward ("
                              : "OOM: model states alone exceed the GPU (") +
                  StrategyFamily(p) + ", offload " + model::ToString(p.offload) + CpSuffix(p) + ")",
-             key + " needs at least " + GiBText(s.bound), s.bound);
+             key + " needs at least " + model::GiBText(s.bound), s.bound);
       continue;
     }
     auto best = verdicts_.find(LayoutOf(p));
@@ -571,7 +571,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     if (!s.fits) {
       Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
                  model::ToString(p.offload) + CpSuffix(p) + ")",
-             key + " needs " + GiBText(s.required) + " of " + GiBText(cluster_.gpu.usable_memory),
+             key + " needs " + model::GiBText(s.required) + " of " + model::GiBText(cluster_.gpu.usable_memory),
              s.required);
       continue;
     }
@@ -680,4 +680,4 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
   }
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

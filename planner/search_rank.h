@@ -21,7 +21,7 @@
 
 #include "planner/search.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // What the memory screening found for one plan.
 struct Screened {
@@ -146,4 +146,4 @@ class Ranker {
 // Why `c` ranks below `best`, in one sentence with the figures that differ.
 std::string WhyNotBest(const Candidate& c, const Candidate& best);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

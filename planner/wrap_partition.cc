@@ -9,7 +9,7 @@
 #include "model/module_tree.h"
 #include "profiles/topology.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 double Gather(int s, const PartitionCosts& c) { return c.gather_latency_s + s * c.gather_block_s; }
@@ -118,4 +118,4 @@ PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::C
   return c;
 }
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -12,7 +12,7 @@
 #include "profiles/cluster.h"
 #include "simulator/cost_model.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 
 // Per-block costs the partition trades off. A unit of s blocks all-gathers in
 // gather_latency_s + s * gather_block_s, computes forward in s * forward_block_s and backward in
@@ -39,4 +39,4 @@ std::vector<std::pair<int, int>> OptimalPartition(int num_layers, const Partitio
 PartitionCosts PartitionCostsFor(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                  const model::Plan& plan, int64_t seq_len, const sim::CostConstants& k);
 
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -74,7 +74,7 @@ std::string UnknownGpuMessage(const std::string& name, bool list_known) {
   // The name as written, its control characters escaped: the message stays one line.
   std::string msg = "unknown GPU kind \"" + model::EscapeControls(name) + "\"";
   std::string hint = model::ClosestName(name, GpuNamesAndAliases());
-  if (!hint.empty()) msg += " (did you mean \"" + hint + "\"?)";
+  msg += model::DidYouMean(hint);
   if (list_known || hint.empty()) {
     std::vector<std::string> names;
     for (const auto& g : GpuCatalog()) names.push_back(g.name);
@@ -94,7 +94,7 @@ const LinkSpec& FindLink(const std::string& name, const std::string& where) {
   }
   std::string hint = model::ClosestName(name, LinkNames());
   throw InputError(where + ": unknown link kind \"" + model::EscapeControls(name) + "\"" +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                   model::DidYouMean(hint) +
                    "; known kinds: " + JoinNames(LinkNames()));
 }
 

@@ -60,7 +60,7 @@ ExportFormat ParseExportFormat(const std::string& text, const std::string& where
   if (it != names.end()) return static_cast<ExportFormat>(it - names.begin());
   std::string hint = model::ClosestName(text, names);
   throw InputError(where + ": expected one of " + Join(names, ", ") + ", got \"" + text + "\"" +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                   model::DidYouMean(hint));
 }
 
 // Class names as the HF modeling files define them: modeling_gpt2.py GPT2Block,

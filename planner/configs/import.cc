@@ -104,7 +104,7 @@ ImportFormat ParseImportFormat(const std::string& text, const std::string& where
   std::string hint = model::ClosestName(text, names);
   throw InputError(where + ": expected one of " + Join(names, ", ") + ", got " +
                    internal::QuoteName(text) +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                   model::DidYouMean(hint));
 }
 
 ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, int gpus_per_node,
@@ -292,7 +292,7 @@ void ConfigReader::CheckKeys(const KeyTable& table) const {
         continue;
       }
       throw InputError(Where(key) + ": expected a known key, got unknown key " + QuoteName(key) +
-                       (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                       model::DidYouMean(hint) +
                        "; shardtune does not know whether it changes memory or time");
     }
     if (rule->use == KeyUse::kIgnored) {
@@ -411,7 +411,7 @@ std::optional<std::string> ConfigReader::Enum(const std::string& key,
   if (v.is_string() && std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
   std::string hint = model::ClosestName(s, allowed);
   throw InputError(Where(key) + ": expected one of " + Join(allowed, ", ") + ", got " + Got(v) +
-                   (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+                   model::DidYouMean(hint));
 }
 
 std::optional<std::vector<std::string>> ConfigReader::Names(const std::string& key) const {

@@ -22,14 +22,14 @@ int main() {
     if (replay_all && std::string(k.model) != "llama3-8b") continue;
     auto spec = model::FindModelPreset(k.model);
     auto cluster = profiles::ParseClusterShorthand(k.cluster);
-    plan::SearchRequest req;
+    planner::SearchRequest req;
     req.global_batch = k.batch;
     req.seq_len = k.seq;
     req.replay_every_plan = replay_all;
     std::vector<double> secs;
-    plan::SearchResult r;
+    planner::SearchResult r;
     for (int rep = 0; rep < (replay_all ? 1 : 3); ++rep) {
-      r = plan::SearchPlans(spec, cluster, req);
+      r = planner::SearchPlans(spec, cluster, req);
       secs.push_back(r.search_s);
     }
     std::sort(secs.begin(), secs.end());

@@ -9,7 +9,7 @@
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 using ::testing::AllOf;
@@ -288,4 +288,4 @@ TEST(TokenCapacityTest, MaxTokensFitsAndOneStepMoreDoesNot) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -8,7 +8,7 @@
 #include "model/text.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 int Count(const std::string& text, const std::string& what) {
@@ -49,4 +49,4 @@ TEST(ParetoPlotTest, SaysSoWhenNoPlanFits) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -8,7 +8,7 @@
 #include "model/presets.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 SearchRequest SmallSpace(int64_t global_batch, int64_t seq) {
@@ -232,4 +232,4 @@ TEST(SearchTest, LoraBasePlanPassesThroughAndFitsWhereFullFineTuneCannot) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

@@ -15,7 +15,7 @@
 #include "profiles/cluster.h"
 #include "simulator/profile_json.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 // The reasons whose counts depend on how much was simulated or replayed (the exhaustive search
@@ -276,4 +276,4 @@ TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

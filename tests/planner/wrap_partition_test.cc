@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 // Every composition of L into parts of at most K blocks, by brute force.
@@ -66,4 +66,4 @@ TEST(WrapPartitionTest, LargeLatencyMakesFewUnits) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner

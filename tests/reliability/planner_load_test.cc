@@ -14,7 +14,7 @@
 #include "planner/search.h"
 #include "profiles/cluster.h"
 
-namespace shardtune::plan {
+namespace shardtune::planner {
 namespace {
 
 // Bound on this process's peak RSS: the search keeps top-k, the Pareto front and grouped
@@ -84,4 +84,4 @@ TEST(PlannerLoadTest, ConcurrentSearchesAgreeWithALoneOneWithinTheMemoryBound) {
 }
 
 }  // namespace
-}  // namespace shardtune::plan
+}  // namespace shardtune::planner
