@@ -127,6 +127,11 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
                      "LM heads), got verl's critic with a value head; estimate and simulate it");
   }
   ApplyDefaultSeqLen(o.spec.max_seq_len, seq_from, &o.plan);
+  // Beyond the trained context: allowed up to the same limit as estimate, simulate and tune
+  // (ModelSpec::SeqLenLimit: rotary positions extend, a learned table does not), with their warning.
+  if (o.plan.seq_len > o.spec.max_seq_len && o.plan.seq_len <= o.spec.SeqLenLimit()) {
+    warnings.push_back(BeyondTrainedContext(o.spec, o.plan.seq_len));
+  }
   if (warn != nullptr) {
     for (const std::string& w : warnings) *warn << "warning: " << w << "\n";
   }

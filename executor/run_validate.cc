@@ -19,7 +19,7 @@ namespace {
 
 std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
   std::vector<std::string> p =
-      o.plan.Problems(o.plan_name, dp_world, dp_world, o.spec.num_layers, o.spec.max_seq_len);
+      o.plan.Problems(o.plan_name, dp_world, dp_world, o.spec.num_layers, o.spec.SeqLenLimit());
   const model::Plan& plan = o.plan;
   if (plan.optimizer != model::Optimizer::kAdamW && plan.optimizer != model::Optimizer::kSgd) {
     p.push_back("--optimizer: the executor runs adamw or sgd, got " +

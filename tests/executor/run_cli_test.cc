@@ -99,6 +99,20 @@ TEST(ExecutorRunCliTest, StepsZeroIsAnInputError) {
   ExpectInputError(a, "--steps: expected an integer >= 1, got 0");
 }
 
+// A sequence beyond the trained context (micro-llama's max_seq_len 64, rotary positions) runs
+// with the warning estimate gives, up to the same limit (ModelSpec::SeqLenLimit); before, run
+// refused what estimate and tune accepted.
+TEST(ExecutorRunCliTest, SequenceBeyondTheTrainedContextRunsWithEstimatesWarning) {
+  TempDir tmp;
+  auto a = Base(tmp.Sub("out"));
+  a[8] = "96";
+  ProcessResult r = RunShardtune(a);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --seq-len 96 is beyond"), std::string::npos) << r.output;
+  nlohmann::json m = nlohmann::json::parse(ReadText(tmp.Sub("out") + "/measurements.json"));
+  EXPECT_EQ(m.at("plan").at("seq_len"), 96);
+}
+
 TEST(ExecutorRunCliTest, UnreadableDataIsAnInputError) {
   TempDir tmp;
   auto a = Base(tmp.Sub("out"));
