@@ -8,7 +8,8 @@
 //  "gpu": "H100" | {gpus.json entry},        required: a catalog kind or an inline GPU object
 //  "intra_node_link": "nvlink4" | {...},     optional, default: the GPU's intra_node_link
 //  "inter_node_link": "ib-ndr" | {...},      optional, default: the GPU's default_fabric
-//  "nics_per_node": M,                       optional, default: G with NVLink, else 1 (0 on 1 node)
+//  "nics_per_node": M,                       optional, default: G with NVLink, else 1 (0 on 1 node);
+//                                            a divisor or a multiple of G (AWS p5: 32 EFA cards)
 //  "nic_bandwidth_bits_per_s": 400e9,        optional, default: the inter-node link's rate
 //  "host_memory_bytes_per_node": B,          optional, default: the kind's reference machine
 //  "cpu_cores_per_node": C}                  optional, default: the kind's reference machine
