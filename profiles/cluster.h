@@ -23,6 +23,10 @@ struct ClusterSpec {
   BytesPerSecond nic_bandwidth;  // per NIC, per direction
   Bytes host_memory_per_node;    // host RAM per node
   int cpu_cores_per_node = 0;    // physical CPU cores per node (host Adam, data loading)
+  // NVLink SHARP (NVLS) usable by NCCL where the GPUs have it (Hopper on, NVSwitch): its
+  // default NCCL_NVLS_ENABLE=2. false: a cluster file's "nvls": false (NCCL_NVLS_ENABLE=0, or no
+  // multicast support in the driver/fabric manager); NCCL then runs rings and trees in a node.
+  bool nvls = true;
   std::string machine;           // cpu:N: whose figures these are ("this machine: 23.4 GiB RAM
                                  // (MemTotal), 2 cores"); "" otherwise
 

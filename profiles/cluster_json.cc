@@ -12,7 +12,10 @@
 //                                            a divisor or a multiple of G (AWS p5: 32 EFA cards)
 //  "nic_bandwidth_bits_per_s": 400e9,        optional, default: the inter-node link's rate
 //  "host_memory_bytes_per_node": B,          optional, default: the kind's reference machine
-//  "cpu_cores_per_node": C}                  optional, default: the kind's reference machine
+//  "cpu_cores_per_node": C,                  optional, default: the kind's reference machine
+//  "nvls": false}                            optional, default true: NVLink SHARP where the GPUs
+//                                            have it (Hopper on, NVSwitch); false as under
+//                                            NCCL_NVLS_ENABLE=0 or without multicast support
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -91,6 +94,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
       r.OptionalInt("host_memory_bytes_per_node", node.host_memory.count(), INT64_MIN, INT64_MAX));
   c.cpu_cores_per_node =
       static_cast<int>(r.OptionalInt("cpu_cores_per_node", node.cpu_cores, -kIntBound, kIntBound));
+  c.nvls = r.OptionalBool("nvls", true);
   r.Finish();
   const auto problems = c.Problems(path + ":");
   ThrowIfProblems(problems);

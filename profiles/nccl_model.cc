@@ -466,6 +466,7 @@ NcclCommShape NcclShapeOf(const ClusterSpec& cluster, const std::vector<int>& ra
     sh.nvswitch = cluster.intra_node.nvlink_domain;
   }
   sh.pcie_GBps = PcieGBpsOf(cluster.gpu.host_link);
+  sh.nvls = cluster.nvls;
   if (sh.nodes > 1) {
     // The first node's GPUs of the group, placed on PCIe switches with the NICs: M/G NICs
     // beside each GPU when M >= G (AWS p5: 4); a NIC per pair of GPUs when M = G/2 (HGX A100

@@ -44,6 +44,8 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
   EXPECT_DOUBLE_EQ(c.nic_bandwidth.count(), 400e9 / 8);
   EXPECT_EQ(c.host_memory_per_node, Bytes::GiB(1024));
   EXPECT_EQ(c.cpu_cores_per_node, 64);
+  EXPECT_FALSE(c.nvls);
+  EXPECT_TRUE(ReadClusterFile(Data("two_dgx_h100.json")).nvls);  // the default
 }
 
 TEST(ReadClusterFileTest, AcceptsInlineGpuAndLinkObjects) {
