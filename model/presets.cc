@@ -578,10 +578,6 @@ std::string PresetHfId(const PresetInfo& info) {
 
 namespace {
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 // Suffixes of a repository name that mark a post-trained or base release of the same
 // architecture (the same config.json shapes): Qwen's -Instruct / -Base / -Instruct-2507, Llama's

@@ -2,6 +2,7 @@
 // model/units.h, so any folder may include it).
 #pragma once
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -9,6 +10,12 @@
 #include "model/units.h"
 
 namespace shardtune::model {
+
+// `s` in lower case (ASCII; names, flags and keys compared case-insensitively).
+inline std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 
 // The items of a comma-separated list as given, empty ones included: "1,,2" -> {"1", "", "2"},
 // "" -> {""}. Callers reject the empty ones with their own message.

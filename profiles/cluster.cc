@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "profiles/cluster_defaults.h"
 
 namespace shardtune::profiles {
@@ -26,10 +27,7 @@ constexpr int kMaxGpusPerNode = 1024;
 constexpr int kMaxCpuRanks = 4096;
 constexpr int kMaxFabricGbps = 100000;
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+using model::Lower;
 
 std::string Num(double x) {
   std::ostringstream os;

@@ -3,21 +3,17 @@
 // hyperthreads).
 #include "profiles/cluster_presets.h"
 
-#include <algorithm>
-#include <cctype>
 #include <sstream>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "profiles/cluster_defaults.h"
 #include "profiles/hardware.h"
 
 namespace shardtune::profiles {
 namespace {
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
+using model::Lower;
 
 std::vector<ClusterPreset> BuildPresets() {
   std::vector<ClusterPreset> p = {

@@ -16,10 +16,7 @@ namespace {
 
 constexpr double kMaxRate = 1e18;  // generous upper bound: catches typos such as an extra e6
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+using model::Lower;
 
 std::vector<std::string> ReadStringList(model::StrictReader& r, const std::string& key) {
   std::vector<std::string> out;

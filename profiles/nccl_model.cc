@@ -157,19 +157,15 @@ NcclGraph SearchTree(const NcclCommShape& sh, const NcclGraph& ring) {
   for (const auto& sw : sh.switches) balanced |= sw.nics > 0 && sw.gpus >= 2;
   g.tree_pattern = sh.ranks_per_node == 1 || (sh.nodes > 1 && sh.compute_capability >= 90 && !balanced);
   // A tree channel's chain inside a node has ppn-1 hops, as a multi-node ring's.
-  auto fits = [&](double s) {
-    int n = sh.ranks_per_node <= 1 ? kMaxSearchChannels : Fits(sh.nvlink_GBps, s * (sh.ranks_per_node - 1) / sh.ranks_per_node);
-    if (sh.nodes > 1) n = std::min(n, NetChannels(sh, s));
-    return n >= ring.channels;
-  };
-  size_t i = StartIndex(speeds, MaxBw(sh), TotalBw(sh) * (sh.ranks_per_node > 1 ? 1.0 * sh.ranks_per_node / (sh.ranks_per_node - 1) : 1.0));
-  while (i + 1 < speeds.size() && !fits(speeds[i])) ++i;
-  if (!fits(speeds[i])) return ring;  // NCCL falls back likewise; keep the ring's figures
-  g.bw_inter_GBps = g.bw_intra_GBps = speeds[i];
   auto intra_fits = [&](double s) {
     if (sh.ranks_per_node <= 1) return true;
     return Fits(sh.nvlink_GBps, s * (sh.ranks_per_node - 1) / sh.ranks_per_node) >= ring.channels;
   };
+  auto fits = [&](double s) { return intra_fits(s) && (sh.nodes == 1 || NetChannels(sh, s) >= ring.channels); };
+  size_t i = StartIndex(speeds, MaxBw(sh), TotalBw(sh) * (sh.ranks_per_node > 1 ? 1.0 * sh.ranks_per_node / (sh.ranks_per_node - 1) : 1.0));
+  while (i + 1 < speeds.size() && !fits(speeds[i])) ++i;
+  if (!fits(speeds[i])) return ring;  // NCCL falls back likewise; keep the ring's figures
+  g.bw_inter_GBps = g.bw_intra_GBps = speeds[i];
   while (i > 0 && g.bw_intra_GBps < 2 * g.bw_inter_GBps && intra_fits(speeds[i - 1])) {
     --i;
     g.bw_intra_GBps = speeds[i];

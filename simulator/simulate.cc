@@ -72,6 +72,11 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
   return l;
 }
 
+// The group a collective op runs on (ProgramOp::group: 0 shard, 1 replicate, kExpertShardGroup).
+const GroupLink& CollectiveGroup(const Links& l, const ProgramOp& op) {
+  return op.group == 1 ? l.replicate : op.group == kExpertShardGroup ? l.expert_shard : l.shard;
+}
+
 // The host time that issues `op` (CostConstants' host terms): kernels at the issuing thread's
 // rate, the optimizer's parameter tensors, FSDP2's hooks (cheaper on a one-rank mesh, where
 // FSDP2 runs no collectives).
@@ -103,9 +108,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
     if (!c.cpu_only) oc.host_ns = ToNanos(HostSeconds(op, plan, l, k));
     switch (op.kind) {
       case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllReduce: {
-        const GroupLink& g = op.group == 1                   ? l.replicate
-                             : op.group == kExpertShardGroup ? l.expert_shard
-                                                             : l.shard;
+        const GroupLink& g = CollectiveGroup(l, op);
         oc.latency_ns = ToNanos(local);
         if (g.ranks > 1 && op.comm_bytes > 0) {
           const CollectiveTerms t = CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g);
@@ -182,7 +185,7 @@ void SummarizeCollectives(const Links& l, SimReport* r) {
                                op.kind != OpKind::kAllReduce)) {
       continue;
     }
-    const GroupLink& g = op.group == 1 ? l.replicate : op.group == kExpertShardGroup ? l.expert_shard : l.shard;
+    const GroupLink& g = CollectiveGroup(l, op);
     if (g.ranks < 2) continue;
     const auto key = std::make_tuple(static_cast<int>(op.group), static_cast<int>(op.collective), op.comm_bytes);
     auto it = index.find(key);

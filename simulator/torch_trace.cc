@@ -21,10 +21,7 @@ std::string G(double v) { return model::FormatNumber(v, "%.4g"); }
 
 bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using model::Lower;
 
 // Host calls that block until the device (or a stream, or an event) is done; a blocking
 // cudaMemcpy (tensor.item(), .cpu()) waits for the stream too.

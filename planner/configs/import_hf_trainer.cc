@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "model/errors.h"
+#include "model/text.h"
 #include "planner/configs/import_reader.h"
 
 namespace shardtune::configs::internal {
@@ -141,10 +142,7 @@ const KeyTable& FsdpConfigKeys() {
   return t;
 }
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+using model::Lower;
 
 // The `fsdp` options: a space-separated string or a list (training_args.py FSDPOption).
 std::vector<std::string> FsdpOptions(const ConfigReader& r) {
