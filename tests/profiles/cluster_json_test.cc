@@ -48,6 +48,13 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
   EXPECT_TRUE(ReadClusterFile(Data("two_dgx_h100.json")).nvls);  // the default
 }
 
+TEST(ReadClusterFileTest, NvlsMustBeABoolean) {
+  const std::string path = Data("nvls_not_bool.json");
+  EXPECT_THAT([&] { ReadClusterFile(path); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/nvls: expected"), HasSubstr("\"off\""),
+                                              Not(HasSubstr("\n")))));
+}
+
 TEST(ReadClusterFileTest, AcceptsInlineGpuAndLinkObjects) {
   const ClusterSpec c = ReadClusterFile(Data("inline_gpu.json"));
   EXPECT_EQ(c.name, Data("inline_gpu.json"));  // no "name": the path
