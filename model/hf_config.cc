@@ -17,7 +17,7 @@ namespace {
 enum class Family {
   kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe, kPhi3, kOlmo2, kGemma,
   kGemma2, kGemma3, kGemma3Multimodal, kGptOss, kGpt2, kGptNeox, kDeepseekV2, kDeepseekV3,
-  kSeedOss
+  kSeedOss, kQwen2Vl, kQwen25Vl, kQwen3Vl, kQwen3VlMoe
 };
 
 struct Arch {
@@ -46,6 +46,10 @@ constexpr Arch kArchs[] = {
     {"DeepseekV2ForCausalLM", "deepseek_v2", Family::kDeepseekV2},
     {"DeepseekV3ForCausalLM", "deepseek_v3", Family::kDeepseekV3},
     {"SeedOssForCausalLM", "seed_oss", Family::kSeedOss},
+    {"Qwen2VLForConditionalGeneration", "qwen2_vl", Family::kQwen2Vl},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", Family::kQwen25Vl},
+    {"Qwen3VLForConditionalGeneration", "qwen3_vl", Family::kQwen3Vl},
+    {"Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe", Family::kQwen3VlMoe},
 };
 
 // PretrainedConfig keys (configuration_utils.py): bookkeeping, token ids, generation defaults.
@@ -81,11 +85,15 @@ const std::vector<std::string> kPhi3Skipped = {
 // hidden_act (hidden_activation is what Gemma's MLP reads, and is checked).
 const std::vector<std::string> kGemmaSkipped = {"cache_implementation", "sliding_window_size",
                                                 "hidden_act"};
-// Gemma3ForConditionalGeneration's keys outside text_config: the vision tower (SigLIP) and the
-// image tokens, which shardtune does not model (text backbone only; ImportHfConfig warns).
+// Gemma3ForConditionalGeneration's keys outside text_config that change no shape: the image
+// token ids (text_config, vision_config and mm_tokens_per_image are read by ReadGemma3Vision).
+// tie_word_embeddings repeats text_config's.
 const std::vector<std::string> kGemma3MultimodalSkipped = {
-    "text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
-    "mm_tokens_per_image", "tie_word_embeddings"};
+    "boi_token_index", "eoi_token_index", "image_token_index", "tie_word_embeddings"};
+// A Qwen VL config's token ids and video settings outside text_config (no shapes).
+const std::vector<std::string> kQwenVlTopSkipped = {
+    "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+    "vision_token_id"};
 // Why a non-zero dropout is refused (HfReader::RequireZero): F.dropout with p = 0 returns its
 // input (ATen Dropout.cpp), any other p saves a mask per element.
 constexpr const char* kDropoutWhy =
@@ -142,6 +150,11 @@ std::vector<std::string> SkippedKeys(Family f) {
     // SeedOssConfig: hidden_act and pretraining_tp as Llama's. attention_dropout is not skipped:
     // it defaults to 0.1 there, and is checked with residual_dropout (ReadSeedOss).
     case Family::kSeedOss: keys.push_back("hidden_act"); keys.push_back("pretraining_tp"); break;
+    // The Qwen VL families read their top level in ReadQwenVl.
+    case Family::kQwen2Vl:
+    case Family::kQwen25Vl:
+    case Family::kQwen3Vl:
+    case Family::kQwen3VlMoe: break;
   }
   return keys;
 }
@@ -759,9 +772,174 @@ void ReadGptNeox(HfReader* h, ModelSpec* s) {
   s->norm_eps = h->OptNumber("layer_norm_eps", 0, 0.5);
 }
 
+// A list of block indexes (fullatt_block_indexes, deepstack_visual_indexes): integers >= 0;
+// `def` when absent or null.
+std::vector<int> IndexList(HfReader* h, const std::string& key, std::vector<int> def) {
+  if (!h->Has(key)) return def;
+  const nlohmann::json& v = h->Value(key);
+  if (v.is_null()) return def;
+  if (!v.is_array()) throw InputError(h->Where(key) + ": expected an array of block indexes, got " + Describe(v));
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > 100000) {
+      throw InputError(h->Where(key) + "/" + std::to_string(i) +
+                       ": expected a block index (integer >= 0), got " + Describe(v[i]));
+    }
+    out.push_back(static_cast<int>(v[i].get<int64_t>()));
+  }
+  return out;
+}
+
+// A nested config object (vision_config, text_config) or a one-line error.
+const nlohmann::json& NestedObject(const nlohmann::json& j, const std::string& file,
+                                   const std::string& key, const std::string& what) {
+  StrictReader top(j, file);
+  const nlohmann::json& v = top.RequiredValue(key);
+  if (!v.is_object()) throw InputError(top.Where(key) + ": expected an object (" + what + "), got " + Describe(v));
+  return v;
+}
+
+// The image processors' pixel bounds the published checkpoints ship (preprocessor_config.json):
+// Qwen2-VL and Qwen2.5-VL min_pixels 3136 (56 x 56), max_pixels 12845056 (16384 x 28 x 28);
+// Qwen3-VL size.shortest_edge 65536 and size.longest_edge 16777216 (its pixel bounds).
+constexpr int64_t kQwen2VlMinPixels = 3136, kQwen2VlMaxPixels = 12845056;
+constexpr int64_t kQwen3VlMinPixels = 65536, kQwen3VlMaxPixels = 16777216;
+
+// vision_config of Qwen2-VL (Qwen2VLVisionConfig: embed_dim, mlp_ratio, and hidden_size as the
+// merger's output), Qwen2.5-VL (Qwen2_5_VLVisionConfig: hidden_size, intermediate_size,
+// out_hidden_size, window_size, fullatt_block_indexes) and Qwen3-VL (Qwen3VLVisionConfig:
+// num_position_embeddings, deepstack_visual_indexes). The shapes are required; the patch
+// geometry takes the classes' defaults (patch 14 / 16, temporal 2, merge 2, 3 channels).
+VisionSpec ReadQwenVision(const nlohmann::json& vc, const std::string& file, Family f,
+                          std::vector<std::string>* warnings) {
+  HfReader v(vc, file, "/vision_config");
+  v.Skip(kCommonSkipped);
+  // hidden_act: the named activation (no effect on memory); spatial_patch_size repeats
+  // patch_size; tokens_per_second sets video positions; attention/dropout keys are checked.
+  v.Skip({"hidden_act", "spatial_patch_size", "tokens_per_second", "initializer_range"});
+  VisionSpec s;
+  s.depth = static_cast<int>(v.Int("depth"));
+  s.num_heads = static_cast<int>(v.Int("num_heads"));
+  if (f == Family::kQwen2Vl) {
+    s.kind = VisionKind::kQwen2Vl;
+    s.hidden = v.Int("embed_dim");
+    s.intermediate = s.hidden * v.OptInt("mlp_ratio", 4);
+    s.out_hidden = v.Int("hidden_size");
+  } else {
+    s.kind = f == Family::kQwen25Vl ? VisionKind::kQwen25Vl : VisionKind::kQwen3Vl;
+    s.hidden = v.Int("hidden_size");
+    s.intermediate = v.Int("intermediate_size");
+    s.out_hidden = v.Int("out_hidden_size");
+  }
+  s.patch_size = v.OptInt("patch_size", f == Family::kQwen25Vl || f == Family::kQwen2Vl ? 14 : 16);
+  s.temporal_patch_size = v.OptInt("temporal_patch_size", 2);
+  s.spatial_merge_size = v.OptInt("spatial_merge_size", 2);
+  s.in_channels = v.Has("in_channels") ? v.OptInt("in_channels", 3) : v.OptInt("in_chans", 3);
+  if (v.Has("in_channels") && v.Has("in_chans")) v.Value("in_chans");  // read: the same setting
+  if (f == Family::kQwen25Vl) {
+    s.window_size = v.OptInt("window_size", 112);
+    s.fullatt_block_indexes = IndexList(&v, "fullatt_block_indexes", {7, 15, 23, 31});
+  }
+  if (f == Family::kQwen3Vl || f == Family::kQwen3VlMoe) {
+    s.num_position_embeddings = v.OptInt("num_position_embeddings", 2304);
+    s.deepstack_visual_indexes = IndexList(&v, "deepstack_visual_indexes", {8, 16, 24});
+  }
+  v.RequireZero("attention_dropout", kDropoutWhy);
+  const bool qwen3 = f == Family::kQwen3Vl || f == Family::kQwen3VlMoe;
+  s.min_pixels = qwen3 ? kQwen3VlMinPixels : kQwen2VlMinPixels;
+  s.max_pixels = qwen3 ? kQwen3VlMaxPixels : kQwen2VlMaxPixels;
+  s.norm_eps = 1e-6;  // the blocks' norms and the merger's (eps=1e-6 in every Qwen VL tower)
+  v.Finish("vision_config", warnings);
+  return s;
+}
+
+// Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration,
+// Qwen3VLForConditionalGeneration (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py,
+// modeling_qwen3_vl.py): the language model is Qwen2's (Qwen2-VL, Qwen2.5-VL: q/k/v biases) or
+// Qwen3's (Qwen3-VL: q/k norms), read from text_config when the config has one (transformers >=
+// 4.52 saves it so; Qwen3-VL's always do) and from the top level otherwise (the Qwen2/2.5-VL
+// releases). M-RoPE (rope_scaling {"type": "mrope", "mrope_section": ...} or Qwen3-VL's
+// interleaved sections) splits the rotary frequencies among temporal, height and width
+// positions: the same tensors, other values; it is read as plain RoPE.
+void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfReader* top,
+                ModelSpec* s, std::vector<std::string>* warnings) {
+  if (f == Family::kQwen3VlMoe) {
+    throw InputError(top->Where("architectures") +
+                     ": Qwen3VLMoeForConditionalGeneration is not modelled yet (its text model "
+                     "stores the experts as fused 3-D tensors; issue #43); "
+                     "Qwen3VLForConditionalGeneration (dense) is");
+  }
+  const Family text_family = f == Family::kQwen3Vl ? Family::kQwen3 : Family::kQwen2;
+  top->Skip(kQwenVlTopSkipped);
+  top->Skip({"vision_config"});
+  std::vector<std::string> text_skipped = kRotaryDecoderSkipped;
+  text_skipped.insert(text_skipped.end(), kQwenSkipped.begin(), kQwenSkipped.end());
+  auto read_text = [&](HfReader* t) {
+    ReadRotaryDecoder(t, text_family, s);
+    if (s->rope_scaling.type == "mrope") s->rope_scaling = RopeScaling{};
+  };
+  if (top->Has("text_config")) {
+    top->Skip({"text_config"});
+    const nlohmann::json& tc = NestedObject(j, file, "text_config", "the language model's config");
+    HfReader t(tc, file, "/text_config");
+    t.Skip(kCommonSkipped);
+    t.Skip(text_skipped);
+    read_text(&t);
+    t.Finish("text_config", warnings);
+    // tie_word_embeddings at the top level is the composite's (Qwen3-VL writes it in both).
+    if (top->Has("tie_word_embeddings")) {
+      s->tied_embeddings = top->OptBool("tie_word_embeddings", s->tied_embeddings);
+    }
+  } else {
+    top->Skip(text_skipped);
+    read_text(top);
+  }
+  const nlohmann::json& vc = NestedObject(j, file, "vision_config", "the vision tower's config");
+  s->vision = ReadQwenVision(vc, file, f, warnings);
+}
+
+// Gemma3ForConditionalGeneration's vision tower: vision_config is a SiglipVisionConfig (its
+// defaults: configuration_siglip.py) without the pooling head (vision_use_head false), and the
+// projector pools each image to mm_tokens_per_image (Gemma3Config's default 256).
+void ReadGemma3Vision(const nlohmann::json& j, const std::string& file, HfReader* top,
+                      ModelSpec* s, std::vector<std::string>* warnings) {
+  top->Skip({"vision_config"});
+  const nlohmann::json& vc = NestedObject(j, file, "vision_config", "a SiglipVisionConfig");
+  HfReader v(vc, file, "/vision_config");
+  v.Skip(kCommonSkipped);
+  v.Skip({"hidden_act"});  // gelu_pytorch_tanh in Gemma 3; no effect on memory
+  VisionSpec& g = s->vision;
+  g.kind = VisionKind::kSiglip;
+  g.depth = static_cast<int>(v.OptInt("num_hidden_layers", 12));
+  g.hidden = v.OptInt("hidden_size", 768);
+  g.num_heads = static_cast<int>(v.OptInt("num_attention_heads", 12));
+  g.intermediate = v.OptInt("intermediate_size", 3072);
+  g.image_size = v.OptInt("image_size", 224);
+  g.patch_size = v.OptInt("patch_size", 16);
+  g.in_channels = v.OptInt("num_channels", 3);
+  g.norm_eps = v.OptNumber("layer_norm_eps", 1e-6, 0.5);
+  g.temporal_patch_size = g.spatial_merge_size = 1;
+  // SiglipVisionConfig defaults vision_use_head to true; Gemma 3's configs write false.
+  const bool given = v.Has("vision_use_head");
+  if (!given || v.OptBool("vision_use_head", true)) {
+    throw InputError(v.Where("vision_use_head") +
+                     ": expected false (Gemma 3's tower has no pooling head), got " +
+                     (given ? "true" : "nothing (SiglipVisionConfig's default is true)"));
+  }
+  v.RequireZero("attention_dropout", kDropoutWhy);
+  v.Finish("vision_config", warnings);
+  g.mm_tokens_per_image = top->OptInt("mm_tokens_per_image", 256);
+  g.out_hidden = s->hidden;
+}
+
+// Architectures recognised only to be refused by name (ReadQwenVl says why).
+bool Refused(const Arch& a) { return a.family == Family::kQwen3VlMoe; }
+
 std::string SupportedList() {
   std::string out;
-  for (const Arch& a : kArchs) out += std::string(out.empty() ? "" : ", ") + a.name;
+  for (const Arch& a : kArchs) {
+    if (!Refused(a)) out += std::string(out.empty() ? "" : ", ") + a.name;
+  }
   return out;
 }
 
@@ -797,7 +975,9 @@ bool LooksLikeHfConfig(const nlohmann::json& j) {
 const std::vector<std::string>& SupportedHfArchitectures() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const Arch& a : kArchs) v.push_back(a.name);
+    for (const Arch& a : kArchs) {
+      if (!Refused(a)) v.push_back(a.name);
+    }
     return v;
   }();
   return names;
@@ -818,8 +998,7 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
   } else if (arch.family == Family::kGemma2 || arch.family == Family::kGemma3) {
     ReadGemma(&h, arch.family, &s);
   } else if (arch.family == Family::kGemma3Multimodal) {
-    // The language model is text_config, a Gemma3TextConfig; the SigLIP vision tower and the
-    // projector are not modelled (their parameters, activations and image tokens).
+    // The language model is text_config, a Gemma3TextConfig; vision_config the SigLIP tower.
     StrictReader top(j, file);
     const nlohmann::json& text = top.RequiredValue("text_config");
     if (!text.is_object()) {
@@ -829,13 +1008,13 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
     HfReader t(text, file, "/text_config");
     t.Skip(kCommonSkipped);
     t.Skip(kGemmaSkipped);
+    h.Skip({"text_config"});
     ReadGemma(&t, Family::kGemma3, &s);
     t.Finish(arch.name, warnings);
-    if (warnings) {
-      warnings->push_back(top.Where("vision_config") +
-                          ": the vision tower is not modelled; estimating the text backbone "
-                          "(text_config) alone, on text tokens");
-    }
+    ReadGemma3Vision(j, file, &h, &s, warnings);
+  } else if (arch.family == Family::kQwen2Vl || arch.family == Family::kQwen25Vl ||
+             arch.family == Family::kQwen3Vl || arch.family == Family::kQwen3VlMoe) {
+    ReadQwenVl(j, file, arch.family, &h, &s, warnings);
   } else if (arch.family == Family::kDeepseekV2 || arch.family == Family::kDeepseekV3) {
     ReadDeepseek(&h, arch.family, &s, warnings);
   } else {

@@ -1,6 +1,7 @@
 // Import of a Hugging Face transformers config.json into a ModelSpec, for the architectures whose
 // modeling files we follow: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Phi-3,
-// OLMo 2, Gemma 1 / 2 / 3, GPT-OSS, GPT-2, GPT-NeoX, DeepSeek-V2 / V3, Seed-OSS
+// OLMo 2, Gemma 1 / 2 / 3 (Gemma 3 with its SigLIP tower), GPT-OSS, GPT-2, GPT-NeoX, DeepSeek-V2 / V3,
+// Seed-OSS, Qwen2-VL, Qwen2.5-VL, Qwen3-VL (with their vision towers: model/vision.h)
 // (SupportedHfArchitectures()).
 #pragma once
 

@@ -247,7 +247,12 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
   const T lm_head = s.value_head ? h + 1 : s.tied_embeddings ? 0 : v * h;
   const T blocks = static_cast<T>(s.num_layers - dense_layers) * block +
                    static_cast<T>(dense_layers) * dense_block;
-  const T total = embedding + positions + blocks + final_norm + lm_head;
+  // The vision tower (model/vision.h), counted once Problems() found it valid (its caps keep it in
+  // int64; CountParameters only runs on valid specs).
+  const T vision = s.vision.enabled() && s.vision.Problems("").empty()
+                       ? static_cast<T>(CountVisionParameters(s.vision).total)
+                       : 0;
+  const T total = embedding + positions + blocks + final_norm + lm_head + vision;
   if (parts) {
     parts->embedding = static_cast<int64_t>(embedding);
     parts->positions = static_cast<int64_t>(positions);
@@ -255,6 +260,7 @@ T TotalParams(const ModelSpec& s, ParameterCounts* parts) {
     parts->dense_block = static_cast<int64_t>(dense_block);
     parts->final_norm = static_cast<int64_t>(final_norm);
     parts->lm_head = static_cast<int64_t>(lm_head);
+    parts->vision = static_cast<int64_t>(vision);
     parts->total = static_cast<int64_t>(total);
   }
   return total;
@@ -360,7 +366,14 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
            full_attention_every);
   p.Expect(rope_local_theta >= 0 && rope_local_theta <= 1e12, "rope_local_theta",
            "a number in [0, 1e12] (0: rope_theta)", Num(rope_local_theta));
+  if (vision.enabled()) {
+    p.Expect(vision.out_hidden == hidden, "vision/out_hidden",
+             "the text model's hidden = " + std::to_string(hidden) +
+                 " (the merger projects the tower's tokens into it)",
+             vision.out_hidden);
+  }
   std::vector<std::string> problems = p.Take();
+  for (std::string& v : vision.Problems(where)) problems.push_back(std::move(v));
   if (problems.empty()) {
     ModelSpec s = *this;
     s.FillDefaults();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/vision.h"
+
 namespace shardtune::model {
 
 enum class NormKind { kLayerNorm, kRmsNorm };
@@ -201,6 +203,9 @@ struct ModelSpec {
   double rotary_fraction = 1.0;
   MoeSpec moe;
   MlaSpec mla;
+  // A vision-language model's vision tower (model/vision.h); kind kNone for a text model. The
+  // text fields above describe the language model.
+  VisionSpec vision;
   std::string source;          // where the shape comes from (presets cite the HF config)
   // The transformers class the shape is ("architectures"[0] of its config.json, e.g.
   // "Qwen3MoeForCausalLM"); empty when unknown (a hand-written model file). What it changes: the
@@ -256,7 +261,8 @@ struct ParameterCounts {
   int64_t dense_block = 0; // one of those dense blocks (0 when there are none)
   int64_t final_norm = 0;  // the norm before the LM head
   int64_t lm_head = 0;     // V x H, 0 when tied to the embedding; a value head's H + 1
-  int64_t total = 0;       // embedding + positions + blocks + final_norm + lm_head
+  int64_t vision = 0;      // the vision tower with its merger / projector (VisionParameterCounts)
+  int64_t total = 0;       // embedding + positions + blocks + final_norm + lm_head + vision
 };
 // REQUIRES: spec has no Problems() (zeros FillDefaults() would replace are resolved here).
 ParameterCounts CountParameters(const ModelSpec& spec);

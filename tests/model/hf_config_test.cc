@@ -257,7 +257,7 @@ TEST(HfConfigTest, LooksLikeHfConfig) {
   EXPECT_FALSE(LooksLikeHfConfig(Load("tiny-moe.model.json")));
   EXPECT_FALSE(LooksLikeHfConfig(nlohmann::json::array()));
   // + Qwen3-MoE, Phi-3, OLMo 2, Gemma 2 / 3, GPT-OSS, DeepSeek-V2 and V3, Gemma 1, Seed-OSS
-  EXPECT_EQ(SupportedHfArchitectures().size(), 19u);
+  EXPECT_EQ(SupportedHfArchitectures().size(), 22u);
 }
 
 TEST(HfConfigTest, NotAnObjectFails) {

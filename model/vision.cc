@@ -1,0 +1,205 @@
+// Vision towers (vision.h): checks, parameter counts, the processors' image-to-token rules and a
+// vision block as a transformer block.
+#include "model/vision.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/errors.h"
+#include "model/model_spec.h"
+
+namespace shardtune::model {
+
+const char* ToString(VisionKind k) {
+  switch (k) {
+    case VisionKind::kNone: return "none";
+    case VisionKind::kQwen2Vl: return "qwen2_vl";
+    case VisionKind::kQwen25Vl: return "qwen2_5_vl";
+    case VisionKind::kQwen3Vl: return "qwen3_vl";
+    case VisionKind::kSiglip: return "siglip";
+  }
+  return "?";
+}
+
+int64_t VisionSpec::PatchesPerToken() const {
+  if (kind == VisionKind::kSiglip) {
+    const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
+    return mm_tokens_per_image > 0 ? side * side / mm_tokens_per_image : 1;
+  }
+  return spatial_merge_size * spatial_merge_size;
+}
+
+bool VisionSpec::WindowedBlock(int b) const {
+  return kind == VisionKind::kQwen25Vl && window_size > 0 &&
+         std::find(fullatt_block_indexes.begin(), fullatt_block_indexes.end(), b) ==
+             fullatt_block_indexes.end();
+}
+
+int64_t VisionSpec::WindowPatches() const {
+  // Qwen2_5_VisionTransformerPretrainedModel.get_window_index: vit_merger_window_size =
+  // window_size // spatial_merge_size // patch_size merged tokens a side, each m x m patches.
+  if (kind != VisionKind::kQwen25Vl || window_size <= 0 || patch_size <= 0 ||
+      spatial_merge_size <= 0) {
+    return 0;
+  }
+  const int64_t merged = window_size / spatial_merge_size / patch_size;
+  return merged * merged * spatial_merge_size * spatial_merge_size;
+}
+
+std::vector<std::string> VisionSpec::Problems(const std::string& where) const {
+  std::vector<std::string> out;
+  auto expect = [&](bool ok, const std::string& key, const std::string& expected, const std::string& got) {
+    if (!ok) out.push_back(where + ":/vision/" + key + ": expected " + expected + ", got " + got);
+  };
+  auto num = [](int64_t v) { return std::to_string(v); };
+  if (!enabled()) return out;
+  expect(depth >= 1 && depth <= 1000, "depth", "integer in [1, 1000]", num(depth));
+  expect(hidden >= 1 && hidden <= 65536, "hidden", "integer in [1, 65536]", num(hidden));
+  expect(num_heads >= 1, "num_heads", "integer >= 1", num(num_heads));
+  if (num_heads >= 1 && hidden >= 1) {
+    expect(hidden % num_heads == 0, "hidden",
+           "a multiple of num_heads = " + num(num_heads) + " (head_dim = hidden / num_heads)",
+           num(hidden));
+  }
+  expect(intermediate >= 1 && intermediate <= (1 << 20), "intermediate", "integer in [1, 2^20]",
+         num(intermediate));
+  expect(patch_size >= 1 && patch_size <= 1024, "patch_size", "integer in [1, 1024]", num(patch_size));
+  expect(temporal_patch_size >= 1 && temporal_patch_size <= 64, "temporal_patch_size",
+         "integer in [1, 64]", num(temporal_patch_size));
+  expect(in_channels >= 1 && in_channels <= 64, "in_channels", "integer in [1, 64]", num(in_channels));
+  expect(spatial_merge_size >= 1 && spatial_merge_size <= 64, "spatial_merge_size",
+         "integer in [1, 64]", num(spatial_merge_size));
+  expect(out_hidden >= 1 && out_hidden <= 65536, "out_hidden",
+         "integer in [1, 65536] (the text model's hidden size)", num(out_hidden));
+  expect(norm_eps > 0 && norm_eps < 1, "norm_eps", "a number in (0, 1)", std::to_string(norm_eps));
+  for (int b : fullatt_block_indexes) {
+    expect(b >= 0 && b < depth, "fullatt_block_indexes", "block indexes in [0, depth - 1]", num(b));
+  }
+  for (int b : deepstack_visual_indexes) {
+    expect(b >= 0 && b < depth, "deepstack_visual_indexes", "block indexes in [0, depth - 1]", num(b));
+  }
+  const bool qwen = kind != VisionKind::kSiglip;
+  if (qwen) {
+    expect(window_size >= 0, "window_size", "integer >= 0 (0: no windows)", num(window_size));
+    expect(kind == VisionKind::kQwen3Vl || num_position_embeddings == 0, "num_position_embeddings",
+           "0 outside Qwen3-VL", num(num_position_embeddings));
+    if (kind == VisionKind::kQwen3Vl) {
+      const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(num_position_embeddings))));
+      expect(num_position_embeddings >= 1 && num_position_embeddings <= (1 << 24) &&
+                 side * side == num_position_embeddings,
+             "num_position_embeddings", "a square >= 1 (the grid it interpolates)",
+             num(num_position_embeddings));
+    }
+    expect(min_pixels >= 1 && max_pixels >= min_pixels, "max_pixels",
+           "min_pixels >= 1 and max_pixels >= min_pixels",
+           num(min_pixels) + " and " + num(max_pixels));
+  } else {
+    expect(image_size >= 1 && image_size <= 65536 && patch_size >= 1 && image_size % patch_size == 0,
+           "image_size",
+           "a multiple of patch_size = " + num(patch_size), num(image_size));
+    const int64_t side = patch_size >= 1 ? image_size / patch_size : 0;
+    const auto tside = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<int64_t>(0, mm_tokens_per_image)))));
+    expect(mm_tokens_per_image >= 1 && tside * tside == mm_tokens_per_image && tside <= side &&
+               side % std::max<int64_t>(1, tside) == 0,
+           "mm_tokens_per_image",
+           "a square whose side divides the patches a side (" + num(side) + ")",
+           num(mm_tokens_per_image));
+    expect(temporal_patch_size == 1 && spatial_merge_size == 1, "temporal_patch_size",
+           "1 (with spatial_merge_size 1) for SigLIP", num(temporal_patch_size));
+  }
+  return out;
+}
+
+VisionParameterCounts CountVisionParameters(const VisionSpec& v) {
+  SHARDTUNE_CHECK(v.enabled() && v.Problems("vision").empty()) << "CountVisionParameters: invalid tower";
+  const int64_t c = v.hidden, i = v.intermediate, o = v.out_hidden;
+  const int64_t m2 = v.spatial_merge_size * v.spatial_merge_size;
+  const int64_t kernel = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size;
+  VisionParameterCounts n;
+  const bool conv_bias = v.kind == VisionKind::kQwen3Vl || v.kind == VisionKind::kSiglip;
+  n.patch_embed = c * kernel + (conv_bias ? c : 0);
+  if (v.kind == VisionKind::kQwen3Vl) n.positions = v.num_position_embeddings * c;
+  if (v.kind == VisionKind::kSiglip) {
+    const int64_t side = v.image_size / v.patch_size;
+    n.positions = side * side * c;  // SiglipVisionEmbeddings.position_embedding(num_patches, C)
+  }
+  // Every tower: qkv (or q, k, v) with biases and an output projection with a bias.
+  const int64_t attention = 3 * c * c + 3 * c + c * c + c;
+  const bool rms = v.kind == VisionKind::kQwen25Vl;
+  const int64_t norm = rms ? c : 2 * c;  // Qwen2RMSNorm weight; nn.LayerNorm weight + bias
+  const int64_t mlp = v.kind == VisionKind::kQwen25Vl ? 2 * (c * i + i) + (i * c + c)  // gate, up, down
+                                                      : (c * i + i) + (i * c + c);      // fc1, fc2
+  n.block = 2 * norm + attention + mlp;
+  if (v.kind == VisionKind::kSiglip) {
+    n.merger = 2 * c;                  // post_layernorm
+    n.projector = c + c * o;           // mm_soft_emb_norm (Gemma3RMSNorm) + mm_input_projection_weight
+  } else {
+    // The merger: its norm over C, Linear(4C, 4C) and Linear(4C, out) with biases.
+    const int64_t w = c * m2;
+    n.merger = norm + (w * w + w) + (w * o + o);
+    // Qwen3-VL's DeepStack mergers: LayerNorm over 4C (use_postshuffle_norm), the same Linears.
+    n.deepstack = static_cast<int64_t>(v.deepstack_visual_indexes.size()) *
+                  (2 * w + (w * w + w) + (w * o + o));
+  }
+  n.total = n.patch_embed + n.positions + v.depth * n.block + n.merger + n.deepstack + n.projector;
+  return n;
+}
+
+ImageTokens TokensForImage(const VisionSpec& v, int64_t width, int64_t height) {
+  ImageTokens t;
+  if (v.kind == VisionKind::kSiglip) {
+    const int64_t side = v.image_size / v.patch_size;
+    t.resized_width = t.resized_height = v.image_size;
+    t.patches = side * side;
+    t.tokens = v.mm_tokens_per_image;
+    return t;
+  }
+  // image_processing_qwen2_vl.py smart_resize (Python's round is half-to-even; std::nearbyint
+  // rounds so under the default rounding mode).
+  const double factor = static_cast<double>(v.patch_size * v.spatial_merge_size);
+  const double h = static_cast<double>(height), w = static_cast<double>(width);
+  double h_bar = std::max(factor, std::nearbyint(h / factor) * factor);
+  double w_bar = std::max(factor, std::nearbyint(w / factor) * factor);
+  if (h_bar * w_bar > static_cast<double>(v.max_pixels)) {
+    const double beta = std::sqrt(h * w / static_cast<double>(v.max_pixels));
+    h_bar = std::max(factor, std::floor(h / beta / factor) * factor);
+    w_bar = std::max(factor, std::floor(w / beta / factor) * factor);
+  } else if (h_bar * w_bar < static_cast<double>(v.min_pixels)) {
+    const double beta = std::sqrt(static_cast<double>(v.min_pixels) / (h * w));
+    h_bar = std::ceil(h * beta / factor) * factor;
+    w_bar = std::ceil(w * beta / factor) * factor;
+  }
+  t.resized_height = static_cast<int64_t>(h_bar);
+  t.resized_width = static_cast<int64_t>(w_bar);
+  t.patches = (t.resized_height / v.patch_size) * (t.resized_width / v.patch_size);
+  t.tokens = t.patches / (v.spatial_merge_size * v.spatial_merge_size);
+  return t;
+}
+
+ModelSpec VisionBlockSpec(const ModelSpec& spec) {
+  const VisionSpec& v = spec.vision;
+  SHARDTUNE_CHECK(v.enabled()) << "VisionBlockSpec of a model without a vision tower: " << spec.name;
+  ModelSpec b;
+  b.name = spec.name + " vision block";
+  b.num_layers = 1;
+  b.hidden = v.hidden;
+  b.num_heads = b.num_kv_heads = v.num_heads;
+  b.head_dim = v.head_dim();
+  b.ffn_hidden = v.intermediate;
+  b.vocab_size = 1;
+  b.max_seq_len = kRotarySeqLenCap;
+  b.norm = v.kind == VisionKind::kQwen25Vl ? NormKind::kRmsNorm : NormKind::kLayerNorm;
+  b.norm_bias = b.norm == NormKind::kLayerNorm;
+  b.mlp = v.kind == VisionKind::kQwen25Vl ? MlpKind::kSwiGlu : MlpKind::kGelu;
+  b.qkv_bias = b.attn_out_bias = b.mlp_bias = true;
+  // Qwen's qkv Linear(C, 3C) is one projection whose q, k, v are views (unbind) of its output;
+  // SigLIP has q_proj, k_proj and v_proj.
+  b.fused_qkv = v.kind != VisionKind::kSiglip;
+  b.positions = PositionKind::kRotary;  // Qwen's 2-D rotary in each block; SigLIP adds its table
+                                        // before the blocks (no per-block effect either way)
+  b.norm_eps = v.norm_eps;
+  b.FillDefaults();
+  return b;
+}
+
+}  // namespace shardtune::model

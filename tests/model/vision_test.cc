@@ -1,0 +1,191 @@
+// Vision-language models (model/vision.h, issue #43): the published configs of Qwen2-VL,
+// Qwen2.5-VL, Qwen3-VL and Gemma 3 read with their vision towers; parameter counts written out
+// here from the modules transformers builds and checked against the published totals; the
+// processors' image-to-token rules.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "hf_test_util.h"
+#include "model/errors.h"
+#include "model/hf_config.h"
+#include "model/presets.h"
+#include "model/strict_json.h"
+#include "model/vision.h"
+
+namespace shardtune::model {
+namespace {
+
+using testing_util::Data;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+ModelSpec Import(const std::string& file, std::vector<std::string>* warnings = nullptr) {
+  return ReadHfConfigFile(Data(file), warnings);
+}
+
+// One Qwen2 / Qwen2.5 text model (Qwen2Model: q/k/v biases, no o bias, SwiGLU, two RMSNorms a
+// block, final norm, untied or tied head).
+double Qwen2Text(double L, double H, double a, double kv, double F, double V, bool tied) {
+  const double d = H / a;
+  const double block = (H * a * d + a * d) + 2 * (H * kv * d + kv * d) + a * d * H + 3 * H * F + 2 * H;
+  return V * H + L * block + H + (tied ? 0 : V * H);
+}
+
+// Qwen2.5-VL's tower (modeling_qwen2_5_vl.py): Conv3d [C, 3, 2, 14, 14] without bias; per block
+// norm1, norm2 (RMSNorm [C]), attn.qkv [3C, C] + [3C], attn.proj [C, C] + [C], mlp gate_proj and
+// up_proj [I, C] + [I], down_proj [C, I] + [C]; the merger ln_q [C], mlp.0 [4C, 4C] + [4C],
+// mlp.2 [out, 4C] + [out].
+double Qwen25Tower(double depth, double C, double I, double out) {
+  const double block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * (C * I + I) + (I * C + C);
+  const double w = 4 * C;
+  return C * 3 * 2 * 14 * 14 + depth * block + C + (w * w + w) + (w * out + out);
+}
+
+TEST(VisionTest, Qwen25VlCountsEqualThePublishedTotals) {
+  std::vector<std::string> warnings;
+  ModelSpec s7 = Import("qwen2.5-vl-7b.config.json", &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(s7.vision.kind, VisionKind::kQwen25Vl);
+  EXPECT_EQ(s7.vision.depth, 32);
+  EXPECT_EQ(s7.vision.fullatt_block_indexes, (std::vector<int>{7, 15, 23, 31}));
+  EXPECT_FALSE(s7.rope_scaling.enabled());  // M-RoPE: the same tensors as RoPE
+  const double tower7 = Qwen25Tower(32, 1280, 3420, 3584);
+  EXPECT_EQ(CountParameters(s7).vision, static_cast<int64_t>(tower7));
+  EXPECT_EQ(ParameterCount(s7),
+            static_cast<int64_t>(Qwen2Text(28, 3584, 28, 4, 18944, 152064, false) + tower7));
+  // Qwen/Qwen2.5-VL-7B-Instruct and -3B-Instruct: the safetensors' parameter totals (bf16 bytes / 2).
+  EXPECT_EQ(ParameterCount(s7), 8'292'166'656);
+  ModelSpec s3 = Import("qwen2.5-vl-3b.config.json");
+  const double tower3 = Qwen25Tower(32, 1280, 3420, 2048);
+  EXPECT_EQ(ParameterCount(s3),
+            static_cast<int64_t>(Qwen2Text(36, 2048, 16, 2, 11008, 151936, true) + tower3));
+  EXPECT_EQ(ParameterCount(s3), 3'754'622'976);
+}
+
+// Qwen2-VL's tower (modeling_qwen2_vl.py): LayerNorm (weight + bias) norms, fc1 [4C, C] + [4C],
+// fc2 [C, 4C] + [C] (mlp_ratio 4), the merger's ln_q LayerNorm.
+TEST(VisionTest, Qwen2VlCountEqualsThePublishedTotal) {
+  ModelSpec s = Import("qwen2-vl-7b.config.json");
+  ASSERT_EQ(s.vision.kind, VisionKind::kQwen2Vl);
+  const double C = 1280, I = 4 * C, w = 4 * C;
+  const double block = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * I + I) + (I * C + C);
+  const double tower = C * 3 * 2 * 14 * 14 + 32 * block + 2 * C + (w * w + w) + (w * 3584 + 3584);
+  EXPECT_EQ(CountParameters(s).vision, static_cast<int64_t>(tower));
+  // Qwen/Qwen2-VL-7B-Instruct's safetensors total.
+  EXPECT_EQ(ParameterCount(s), 8'291'375'616);
+}
+
+// Qwen3-VL's tower (modeling_qwen3_vl.py): Conv3d [C, 3, 2, 16, 16] with bias, pos_embed
+// [2304, C], LayerNorm blocks with linear_fc1 / linear_fc2 (biases), the merger (LayerNorm [C])
+// and three DeepStack mergers (LayerNorm [4C]); the text model is Qwen3's (q_norm, k_norm
+// [head_dim], no biases), head tied.
+TEST(VisionTest, Qwen3VlCountFollowsTheModules) {
+  std::vector<std::string> warnings;
+  ModelSpec s = Import("qwen3-vl-2b.config.json", &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(s.vision.kind, VisionKind::kQwen3Vl);
+  EXPECT_EQ(s.vision.deepstack_visual_indexes, (std::vector<int>{5, 11, 17}));
+  EXPECT_TRUE(s.tied_embeddings);
+  EXPECT_TRUE(s.qk_norm);
+  const double C = 1024, I = 4096, out = 2048, w = 4 * C;
+  const double block = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * I + I) + (I * C + C);
+  const double merger = (w * w + w) + (w * out + out);
+  const double tower = (C * 3 * 2 * 16 * 16 + C) + 2304 * C + 24 * block + (2 * C + merger) +
+                       3 * (2 * w + merger);
+  const double H = 2048, d = 128, a = 16, kv = 8, F = 6144, V = 151936;
+  const double text_block = H * a * d + 2 * H * kv * d + a * d * H + 2 * d + 3 * H * F + 2 * H;
+  const double text = V * H + 28 * text_block + H;
+  EXPECT_EQ(CountParameters(s).vision, static_cast<int64_t>(tower));
+  EXPECT_EQ(ParameterCount(s), static_cast<int64_t>(text + tower));
+}
+
+// Gemma 3 (modeling_gemma3.py, modeling_siglip.py): SiglipVisionEmbeddings (Conv2d [C, 3, 14,
+// 14] + bias, position_embedding [(896/14)^2, C]), 27 encoder layers (layer_norm1/2 weight +
+// bias, q/k/v/out_proj [C, C] + [C], fc1 [I, C] + [I], fc2 [C, I] + [C]), post_layernorm, and
+// Gemma3MultiModalProjector (mm_soft_emb_norm [C], mm_input_projection_weight [C, H]).
+TEST(VisionTest, Gemma3CountsEqualThePublishedTotal) {
+  ModelSpec g = Import("gemma-3-27b.config.json");
+  ASSERT_EQ(g.vision.kind, VisionKind::kSiglip);
+  const double C = 1152, I = 4304, H = 5376;
+  const double layer = 4 * C + 4 * (C * C + C) + (C * I + I) + (I * C + C);
+  const double tower = (C * 3 * 14 * 14 + C) + 4096 * C + 27 * layer + 2 * C + (C + C * H);
+  EXPECT_EQ(CountParameters(g).vision, static_cast<int64_t>(tower));
+  // The text backbone is the gemma3-27b preset; google/gemma-3-27b-it's safetensors total.
+  ModelSpec text = g;
+  text.vision = VisionSpec{};
+  EXPECT_EQ(testing_util::Shape(text), testing_util::Shape(FindModelPreset("gemma3-27b")));
+  EXPECT_EQ(ParameterCount(g), 27'432'406'640);
+  EXPECT_EQ(g.vision.mm_tokens_per_image, 256);
+  EXPECT_EQ(g.vision.PatchesPerToken(), 16);
+}
+
+// smart_resize (image_processing_qwen2_vl.py), worked by hand: 1280 x 720 with factor 28 rounds
+// to 1288 x 728 (46 x 26 patch pairs), inside [3136, 12845056] pixels: 92 x 52 patches = 4784,
+// / 4 = 1196 tokens. A 4000 x 3000 image over max_pixels 1003520 (a verl setting) is scaled by
+// beta = sqrt(12e6 / 1003520) = 3.458: floor(3000 / 3.458 / 28) x 28 = 840, floor(4000 / 3.458 /
+// 28) x 28 = 1148; 60 x 82 patches = 4920, 1230 tokens. A 20 x 20 image under min_pixels 3136
+// is raised: beta = sqrt(3136 / 400) = 2.8, ceil(56 / 28) x 28 = 56: 4 x 4 patches, 4 tokens.
+TEST(VisionTest, ImageTokensFollowTheProcessorRules) {
+  ModelSpec s = Import("qwen2.5-vl-7b.config.json");
+  ImageTokens t = TokensForImage(s.vision, 1280, 720);
+  EXPECT_EQ(t.resized_width, 1288);
+  EXPECT_EQ(t.resized_height, 728);
+  EXPECT_EQ(t.patches, 92 * 52);
+  EXPECT_EQ(t.tokens, 92 * 52 / 4);
+  VisionSpec v = s.vision;
+  v.max_pixels = 1003520;
+  t = TokensForImage(v, 4000, 3000);
+  EXPECT_EQ(t.resized_height, 840);
+  EXPECT_EQ(t.resized_width, 1148);
+  EXPECT_EQ(t.tokens, 60 * 82 / 4);
+  t = TokensForImage(s.vision, 20, 20);
+  EXPECT_EQ(t.patches, 16);
+  EXPECT_EQ(t.tokens, 4);
+  // Gemma 3: every image is 896 x 896, 4096 patches pooled to 256 tokens.
+  ModelSpec g = Import("gemma-3-27b.config.json");
+  t = TokensForImage(g.vision, 1280, 720);
+  EXPECT_EQ(t.patches, 4096);
+  EXPECT_EQ(t.tokens, 256);
+  // Qwen2.5-VL's windows: 112 px / 14 = 8 patches a side.
+  EXPECT_EQ(s.vision.WindowPatches(), 64);
+  EXPECT_TRUE(s.vision.WindowedBlock(0));
+  EXPECT_FALSE(s.vision.WindowedBlock(7));
+}
+
+TEST(VisionTest, BadVisionConfigsAreOneLineErrors) {
+  nlohmann::json j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["vision_config"]["out_hidden_size"] = 4096;
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("vision/out_hidden: expected the text model's hidden = 3584")));
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["vision_config"]["fullatt_block_indexes"] = {7, "x"};
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config/fullatt_block_indexes/1")));
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["vision_config"]["fullatt_block_indexes"] = {40};
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("vision/fullatt_block_indexes: expected block indexes in [0, depth - 1]")));
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["vision_config"].erase("depth");
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config: missing required key \"depth\"")));
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["vision_config"] = 3;
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config: expected an object")));
+  j = ReadJsonFile(Data("gemma-3-27b.config.json"));
+  j["vision_config"]["vision_use_head"] = true;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("g.json:/vision_config/vision_use_head: expected false")));
+  j = ReadJsonFile(Data("gemma-3-27b.config.json"));
+  j["mm_tokens_per_image"] = 250;
+  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("vision/mm_tokens_per_image: expected a square")));
+  j = ReadJsonFile(Data("qwen3-vl-2b.config.json"));
+  j["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
+  EXPECT_THAT([&] { ImportHfConfig(j, "m.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("Qwen3VLMoeForConditionalGeneration is not modelled yet")));
+}
+
+}  // namespace
+}  // namespace shardtune::model
