@@ -219,6 +219,11 @@ struct ModelSpec {
   // call; memory and time do not depend on it), up to kRotarySeqLenCap.
   int64_t SeqLenLimit() const;
   int64_t kv_dim() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
+  // Blocks in forward order: the vision tower's (a VL model's, vision.depth of them) first, then
+  // the text model's num_layers. Block b is the b-th FSDP block segment (module_tree.h
+  // BlockSegment); text layer i is block VisionBlocks() + i.
+  int VisionBlocks() const { return vision.enabled() ? vision.depth : 0; }
+  int NumBlocks() const { return VisionBlocks() + num_layers; }
   // The keys each query attends to at sequence length S, averaged over the layers, in the FLOP
   // convention (full S x S, no causal halving: Narayanan et al. 2021 eq. 3, PaLM's MFU): S for a
   // full layer, min(S, sliding_window) for a sliding one.

@@ -100,7 +100,7 @@ ModuleNode MoeBlock(const ModelSpec& s, const std::string& p, int seg) {
 
 ModuleNode Block(const ModelSpec& s, int i) {
   std::string p = "model.layers." + std::to_string(i);
-  int seg = BlockSegment(i);
+  int seg = BlockSegment(s.VisionBlocks() + i);
   int64_t h = s.hidden, qd = s.q_dim(), kvd = s.kv_dim();
   bool gpt2 = s.positions == PositionKind::kLearned;
   std::vector<ModuleNode> attn;
@@ -170,11 +170,139 @@ ModuleNode Block(const ModelSpec& s, int i) {
   return Parent(p, "DecoderLayer", std::move(kids));
 }
 
+// One vision block (model/vision.h VisionKind) with its HF module names, in __init__ order.
+ModuleNode VisionBlock(const ModelSpec& spec, const ModelSpec& vb, int b) {
+  const VisionSpec& v = spec.vision;
+  const int seg = BlockSegment(b);
+  const int64_t c = v.hidden, i = v.intermediate;
+  if (v.kind == VisionKind::kSiglip) {
+    // SiglipEncoderLayer: self_attn (k_proj, v_proj, q_proj, out_proj), layer_norm1, mlp (fc1,
+    // fc2), layer_norm2.
+    const std::string p = VisionBlockName(spec, b);
+    std::vector<ModuleNode> attn;
+    for (const char* n : {".k_proj", ".v_proj", ".q_proj", ".out_proj"}) {
+      attn.push_back(Linear(p + ".self_attn" + n, c, c, true, seg));
+    }
+    return Parent(p, "SiglipEncoderLayer",
+                  {Parent(p + ".self_attn", "SiglipAttention", std::move(attn)),
+                   Norm(vb, p + ".layer_norm1", c, seg),
+                   Parent(p + ".mlp", "SiglipMLP", {Linear(p + ".mlp.fc1", c, i, true, seg),
+                                                    Linear(p + ".mlp.fc2", i, c, true, seg)}),
+                   Norm(vb, p + ".layer_norm2", c, seg)});
+  }
+  // Qwen2VLVisionBlock / Qwen2_5_VLVisionBlock / Qwen3VLVisionBlock: norm1, norm2, attn (qkv,
+  // proj), mlp.
+  const std::string p = VisionBlockName(spec, b);
+  ModuleNode mlp;
+  if (v.kind == VisionKind::kQwen25Vl) {
+    mlp = Parent(p + ".mlp", "Qwen2_5_VLMLP", {Linear(p + ".mlp.gate_proj", c, i, true, seg),
+                                               Linear(p + ".mlp.up_proj", c, i, true, seg),
+                                               Linear(p + ".mlp.down_proj", i, c, true, seg)});
+  } else {
+    const std::string fc = v.kind == VisionKind::kQwen3Vl ? ".mlp.linear_fc" : ".mlp.fc";
+    mlp = Parent(p + ".mlp", "VisionMlp", {Linear(p + fc + "1", c, i, true, seg),
+                                           Linear(p + fc + "2", i, c, true, seg)});
+  }
+  return Parent(p, "VisionBlock",
+                {Norm(vb, p + ".norm1", c, seg), Norm(vb, p + ".norm2", c, seg),
+                 Parent(p + ".attn", "VisionAttention", {Linear(p + ".attn.qkv", c, 3 * c, true, seg),
+                                                         Linear(p + ".attn.proj", c, c, true, seg)}),
+                 std::move(mlp)});
+}
+
+// A Qwen patch merger: its norm (over C, or 4C for Qwen3-VL's DeepStack mergers), Linear(4C,
+// 4C) and Linear(4C, out) with biases (mlp.0 / mlp.2, or linear_fc1 / linear_fc2 in Qwen3-VL).
+ModuleNode QwenMerger(const ModelSpec& spec, const ModelSpec& vb, const std::string& p, bool postshuffle,
+                      int seg) {
+  const VisionSpec& v = spec.vision;
+  const int64_t w = v.hidden * v.spatial_merge_size * v.spatial_merge_size;
+  const bool q3 = v.kind == VisionKind::kQwen3Vl;
+  return Parent(p, "PatchMerger",
+                {Norm(vb, p + (q3 ? ".norm" : ".ln_q"), postshuffle ? w : v.hidden, seg),
+                 Linear(p + (q3 ? ".linear_fc1" : ".mlp.0"), w, w, true, seg),
+                 Linear(p + (q3 ? ".linear_fc2" : ".mlp.2"), w, v.out_hidden, true, seg)});
+}
+
+// The vision tower: its embeddings with the first block's segment, its blocks (a ModuleList) and
+// what follows them (merger, DeepStack mergers after their blocks, SigLIP's post-norm and Gemma
+// 3's projector) with the segments of the blocks they follow.
+std::vector<ModuleNode> VisionTower(const ModelSpec& s) {
+  const VisionSpec& v = s.vision;
+  const ModelSpec vb = VisionBlockSpec(s);
+  const int first = BlockSegment(0), last = BlockSegment(v.depth - 1);
+  const int64_t c = v.hidden;
+  const int64_t kernel = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size;
+  const bool siglip = v.kind == VisionKind::kSiglip;
+  const std::string root = siglip ? "model.vision_tower.vision_model" : "model.visual";
+  std::vector<ModuleNode> kids;
+  const std::string pe = root + (siglip ? ".embeddings.patch_embedding" : ".patch_embed.proj");
+  ModuleNode conv = Leaf(pe, siglip ? "Conv2d" : "Conv3d", first);
+  conv.params.push_back({pe + ".weight", c, kernel, first});
+  if (siglip || v.kind == VisionKind::kQwen3Vl) conv.params.push_back({pe + ".bias", c, 1, first});
+  const int64_t side = siglip ? v.image_size / v.patch_size : 0;
+  const int64_t positions = siglip ? side * side : v.num_position_embeddings;
+  if (positions > 0) {
+    const std::string pn = root + (siglip ? ".embeddings.position_embedding" : ".pos_embed");
+    ModuleNode pos = Leaf(pn, "Embedding", first);
+    pos.params.push_back({pn + ".weight", positions, c, first});
+    kids.push_back(siglip ? Parent(root + ".embeddings", "SiglipVisionEmbeddings", {std::move(conv), std::move(pos)})
+                          : std::move(conv));
+    if (!siglip) kids.push_back(std::move(pos));
+  } else {
+    kids.push_back(std::move(conv));
+  }
+  std::vector<ModuleNode> blocks;
+  for (int b = 0; b < v.depth; ++b) blocks.push_back(VisionBlock(s, vb, b));
+  ModuleNode list = Parent(root + (siglip ? ".encoder.layers" : ".blocks"), "ModuleList", std::move(blocks));
+  list.is_container = true;
+  if (siglip) {
+    kids.push_back(Parent(root + ".encoder", "SiglipEncoder", {std::move(list)}));
+    kids.push_back(Norm(vb, root + ".post_layernorm", c, last));
+    ModuleNode tower = Parent(root, "SiglipVisionTransformer", std::move(kids));
+    ModuleNode proj = Leaf("model.multi_modal_projector.mm_input_projection_weight", "Parameter", last);
+    proj.params.push_back({proj.name, c, v.out_hidden, last});
+    ModelSpec rms = vb;
+    rms.norm = NormKind::kRmsNorm;  // Gemma3RMSNorm mm_soft_emb_norm: a weight [C]
+    return {Parent("model.vision_tower", "SiglipVisionModel", {std::move(tower)}),
+            Parent("model.multi_modal_projector", "Gemma3MultiModalProjector",
+                   {Norm(rms, "model.multi_modal_projector.mm_soft_emb_norm", c, last), std::move(proj)})};
+  }
+  kids.push_back(std::move(list));
+  kids.push_back(QwenMerger(s, vb, root + ".merger", false, last));
+  if (!v.deepstack_visual_indexes.empty()) {
+    std::vector<ModuleNode> ds;
+    for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {
+      ds.push_back(QwenMerger(s, vb, root + ".deepstack_merger_list." + std::to_string(k), true,
+                              BlockSegment(v.deepstack_visual_indexes[k])));
+    }
+    ModuleNode dl = Parent(root + ".deepstack_merger_list", "ModuleList", std::move(ds));
+    dl.is_container = true;
+    kids.push_back(std::move(dl));
+  }
+  return {Parent(root, "VisionModel", std::move(kids))};
+}
+
 void CollectParams(const ModuleNode& m, std::set<std::string>* taken, std::vector<ParamTensor>* out) {
   for (const auto& p : m.params) {
     if (taken->insert(p.name).second) out->push_back(p);
   }
   for (const auto& c : m.children) CollectParams(c, taken, out);
+}
+
+// The vision tower's block lists (model.visual.blocks, ...encoder.layers) under `inner`.
+std::vector<const ModuleNode*> VisionBlockLists(const ModuleNode& inner) {
+  std::vector<const ModuleNode*> out;
+  std::function<void(const ModuleNode&)> walk = [&](const ModuleNode& m) {
+    if (m.is_container && (EndsWith(m.name, ".blocks") || EndsWith(m.name, ".encoder.layers"))) {
+      out.push_back(&m);
+      return;
+    }
+    for (const auto& c : m.children) walk(c);
+  };
+  for (const auto& c : inner.children) {
+    if (c.name == "model.visual" || c.name == "model.vision_tower") walk(c);
+  }
+  return out;
 }
 
 const ModuleNode* FindBlock(const ModuleNode& root, int i) {
@@ -188,6 +316,18 @@ const ModuleNode* FindBlock(const ModuleNode& root, int i) {
 
 }  // namespace
 
+bool IsVisionParameter(const std::string& name) {
+  return name.rfind("model.visual.", 0) == 0 || name.rfind("model.vision_tower.", 0) == 0 ||
+         name.rfind("model.multi_modal_projector.", 0) == 0;
+}
+
+std::string VisionBlockName(const ModelSpec& spec, int b) {
+  SHARDTUNE_CHECK(spec.vision.enabled()) << "VisionBlockName of a text model";
+  return (spec.vision.kind == VisionKind::kSiglip ? "model.vision_tower.vision_model.encoder.layers."
+                                                  : "model.visual.blocks.") +
+         std::to_string(b);
+}
+
 int64_t ModuleNode::NumParams() const {
   int64_t n = 0;
   for (const auto& p : params) n += p.numel();
@@ -196,8 +336,9 @@ int64_t ModuleNode::NumParams() const {
 }
 
 ModuleNode BuildModuleTree(const ModelSpec& s) {
-  int L = s.num_layers;
+  const int L = s.NumBlocks();  // segments count every block, the vision tower's first
   std::vector<ModuleNode> inner;
+  if (s.vision.enabled()) inner = VisionTower(s);
   ModuleNode embed = Leaf("model.embed_tokens", "Embedding", 0);
   // Tied: the weight's gradient first appears in the LM head's backward.
   const bool tied = s.tied_embeddings && !s.value_head;
@@ -210,7 +351,7 @@ ModuleNode BuildModuleTree(const ModelSpec& s) {
     inner.push_back(pos);
   }
   std::vector<ModuleNode> blocks;
-  for (int i = 0; i < L; ++i) blocks.push_back(Block(s, i));
+  for (int i = 0; i < s.num_layers; ++i) blocks.push_back(Block(s, i));
   ModuleNode layers = Parent("model.layers", "ModuleList", std::move(blocks));
   layers.is_container = true;
   inner.push_back(std::move(layers));
@@ -424,13 +565,21 @@ void AddSizeBasedUnits(const ModuleNode& root, int64_t min_num_params, UnitBuild
 void AddBlockUnits(const ModelSpec& s, const ModuleNode& root, const WrapPolicy& w, UnitBuilder* b) {
   const ModuleNode& inner = root.children.front();
   int L = s.num_layers;
+  // A VL model's vision blocks: one unit each under every block policy, as verl's and ROLL's
+  // transformer wrap policies wrap the classes in _no_split_modules (Qwen2_5_VLVisionBlock,
+  // SiglipEncoderLayer ...); the tower's embeddings, merger and projector stay with the root.
+  if (s.vision.enabled()) {
+    for (const ModuleNode* list : VisionBlockLists(inner)) {
+      for (const auto& blk : list->children) b->Add(blk.name, {&blk});
+    }
+  }
   if (w.embedding_unit) {
     std::vector<const ModuleNode*> mods;
     for (const auto& c : inner.children) {
       if (c.type == "Embedding") mods.push_back(&c);
     }
     b->Add("model.embed_tokens", mods);
-    if (s.tied_embeddings && !b->units.empty()) b->units.back().last_segment = HeadSegment(L);
+    if (s.tied_embeddings && !b->units.empty()) b->units.back().last_segment = HeadSegment(s.NumBlocks());
   }
   std::vector<std::pair<int, int>> groups;
   if (w.kind == WrapPolicy::Kind::kRanges) {
@@ -480,7 +629,7 @@ std::vector<FsdpUnit> BuildFsdpUnits(const ModelSpec& s, const WrapPolicy& w, in
   r.name = "root";
   r.is_root = true;
   r.first_segment = 0;
-  r.last_segment = HeadSegment(s.num_layers);
+  r.last_segment = HeadSegment(s.NumBlocks());
   CollectParams(root, &b.taken, &r.params);
   std::vector<FsdpUnit> units = std::move(b.units);
   units.push_back(std::move(r));

@@ -50,10 +50,18 @@ struct ParamTensor {
 };
 
 // Forward runs in segments: 0 = embeddings, 1..L = blocks, L+1 = final norm, L+2 = LM head + loss.
+// L counts every block (ModelSpec::NumBlocks): a VL model's vision blocks come first (segments
+// 1..V, the patch embedding with the first, the merger with the last), then the text layers.
 inline int BlockSegment(int block) { return 1 + block; }
 inline int FinalNormSegment(int num_layers) { return num_layers + 1; }
 inline int HeadSegment(int num_layers) { return num_layers + 2; }
 inline int NumSegments(int num_layers) { return num_layers + 3; }
+
+// A parameter of a VL model's vision tower, merger or projector (BuildModuleTree's names).
+bool IsVisionParameter(const std::string& name);
+// The module name of vision block `b` ("model.visual.blocks.3",
+// "model.vision_tower.vision_model.encoder.layers.3"). REQUIRES spec.vision.enabled().
+std::string VisionBlockName(const ModelSpec& spec, int b);
 
 struct ModuleNode {
   std::string name;                 // attribute path, e.g. "model.layers.3.mlp"
@@ -65,8 +73,12 @@ struct ModuleNode {
   int64_t NumParams() const;        // own + all descendants
 };
 
-// HF-style module tree: XForCausalLM{model{embed_tokens, [embed_positions], layers[...], norm},
-// lm_head}. A tied LM head has no parameter of its own (it reuses embed_tokens.weight).
+// HF-style module tree: XForCausalLM{model{[visual | vision_tower + multi_modal_projector],
+// embed_tokens, [embed_positions], layers[...], norm}, lm_head}. A tied LM head has no parameter
+// of its own (it reuses embed_tokens.weight). A VL model's tower is named as transformers >= 4.52
+// names its modules: model.visual.{patch_embed.proj, pos_embed, blocks.N, merger,
+// deepstack_merger_list.K} (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and model.vision_tower.vision_model
+// .{embeddings, encoder.layers.N, post_layernorm} with model.multi_modal_projector (Gemma 3).
 ModuleNode BuildModuleTree(const ModelSpec& spec);
 
 // Forward FLOPs per token of one block at sequence length S: 2 x matmul weights (active experts

@@ -204,7 +204,10 @@ std::string CollapseExpertIndex(const std::string& rel) {
 
 SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& plan,
                                             const std::vector<FsdpUnit>& units) {
-  int L = spec.num_layers;
+  // Every block, a VL model's vision blocks first (ModelSpec::NumBlocks). A vision block's
+  // parameters train together or not at all (the tower frozen by prefix): its Trainability says
+  // all_params_train and names none (the recipes record it with the text block's names).
+  const int L = spec.NumBlocks(), V = spec.VisionBlocks();
   int first = FirstBackwardSegment(units, L);
   SubgraphTrainability out;
   out.blocks.resize(static_cast<size_t>(L));
@@ -216,14 +219,39 @@ SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& p
   for (int b = 0; b < L; ++b) {
     at(static_cast<size_t>(b)).input_requires_grad = first < BlockSegment(b);
   }
+  // The tower's input is the pixels, not the embeddings' output: a vision block's input needs a
+  // gradient only when a tower parameter before it trains (the patch embedding counts as before
+  // block 0).
+  for (int b = 0; b < V; ++b) {
+    bool before = false;
+    for (const auto& u : units) {
+      for (const auto& p : u.params) {
+        if (!IsVisionParameter(p.name) || !(p.requires_grad || p.lora_adapter)) continue;
+        const bool own_block = p.segment == BlockSegment(b) &&
+                               StartsWith(p.name, VisionBlockName(spec, b) + ".");
+        if (p.segment < BlockSegment(b) || (p.segment == BlockSegment(b) && !own_block && b == 0)) {
+          before = true;
+        }
+      }
+    }
+    at(static_cast<size_t>(b)).input_requires_grad = before;
+  }
   out.head.input_requires_grad = first < FinalNormSegment(L);
   for (const auto& u : units) {
     for (const auto& p : u.params) {
       size_t i;
       std::string rel;
-      if (p.segment >= BlockSegment(0) && p.segment < BlockSegment(L)) {
+      if (p.segment >= BlockSegment(0) && p.segment < BlockSegment(V)) {
+        // A vision block's own parameters (the tower's embeddings, merger and projector have no
+        // ledger of their own).
         i = static_cast<size_t>(p.segment - BlockSegment(0));
-        std::string prefix = "model.layers." + std::to_string(i) + ".";
+        if (!StartsWith(p.name, VisionBlockName(spec, static_cast<int>(i)) + ".")) continue;
+        if (p.lora_adapter || !p.requires_grad) at(i).all_params_train = false;
+        continue;
+      }
+      if (p.segment >= BlockSegment(V) && p.segment < BlockSegment(L)) {
+        i = static_cast<size_t>(p.segment - BlockSegment(0));
+        std::string prefix = "model.layers." + std::to_string(static_cast<int>(i) - V) + ".";
         SHARDTUNE_CHECK(StartsWith(p.name, prefix)) << p.name << " in segment " << p.segment;
         rel = CollapseExpertIndex(p.name.substr(prefix.size()));
       } else if (p.segment >= FinalNormSegment(L)) {
@@ -253,12 +281,13 @@ SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& p
 
 double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& units,
                           const Plan& plan, int64_t seq_len) {
-  int first = FirstBackwardSegment(units, spec.num_layers);
+  int first = FirstBackwardSegment(units, spec.NumBlocks());
   double share =
       spec.moe.enabled() ? static_cast<double>(spec.moe.top_k) / spec.moe.num_experts : 1.0;
   double n = 0, n_b = 0, n_t = 0;
   for (const auto& u : units) {
     for (const auto& p : u.params) {
+      if (IsVisionParameter(p.name)) continue;  // per patch, not per token (not in this figure)
       double e = static_cast<double>(p.numel()) *
                  (p.name.find(".experts.") != std::string::npos ? share : 1.0);
       n += e;
@@ -269,7 +298,9 @@ double ModelFlopsPerToken(const ModelSpec& spec, const std::vector<FsdpUnit>& un
   }
   double attn = AttentionForwardFlopsPerToken(spec, seq_len).count();
   int blocks_b = 0;
-  for (int b = 0; b < spec.num_layers; ++b) blocks_b += BlockSegment(b) >= first ? 1 : 0;
+  for (int b = 0; b < spec.num_layers; ++b) {
+    blocks_b += BlockSegment(spec.VisionBlocks() + b) >= first ? 1 : 0;
+  }
   double fwd = 2 * n + spec.num_layers * attn;
   if (!plan.Trains()) return fwd;
   return fwd + 2 * n_b + 2 * blocks_b * attn + 2 * n_t;

@@ -8,6 +8,9 @@
 #include "hf_test_util.h"
 #include "model/errors.h"
 #include "model/hf_config.h"
+#include "model/module_tree.h"
+#include "model/plan.h"
+#include "model/trainable.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
 #include "model/vision.h"
@@ -185,6 +188,66 @@ TEST(VisionTest, BadVisionConfigsAreOneLineErrors) {
   j["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
   EXPECT_THAT([&] { ImportHfConfig(j, "m.json", nullptr); },
               ThrowsMessage<InputError>(HasSubstr("Qwen3VLMoeForConditionalGeneration is not modelled yet")));
+}
+
+// The module tree holds every counted parameter once, with transformers' module names; the tower's
+// blocks come first in forward order (segments 1..V), the text layers after them, and each vision
+// block is an FSDP unit of its own under the block policies.
+TEST(VisionTest, TowerIsInTheModuleTreeAndItsBlocksAreUnits) {
+  for (const char* f : {"qwen2.5-vl-7b.config.json", "qwen2-vl-7b.config.json",
+                        "qwen3-vl-2b.config.json", "gemma-3-27b.config.json"}) {
+    SCOPED_TRACE(f);
+    ModelSpec s = Import(f);
+    const int V = s.vision.depth, L = s.num_layers;
+    ASSERT_EQ(s.NumBlocks(), V + L);
+    ModuleNode root = BuildModuleTree(s);
+    EXPECT_EQ(root.NumParams(), ParameterCount(s));
+    std::vector<FsdpUnit> units = BuildFsdpUnits(s, WrapPolicy{});
+    int64_t in_units = 0;
+    std::vector<const FsdpUnit*> vision_units;
+    for (const auto& u : units) {
+      in_units += u.NumParams();
+      for (const auto& p : u.params) {
+        if (p.name.find(".blocks.0.") != std::string::npos || p.name.find(".layers.0.") != std::string::npos) {
+          // Vision block 0 is segment 1; text layer 0 follows the V vision blocks.
+          EXPECT_EQ(p.segment, IsVisionParameter(p.name) ? 1 : 1 + V) << p.name;
+        }
+        if (p.name == "lm_head.weight") EXPECT_EQ(p.segment, V + L + 2);
+      }
+      if (!u.is_root && IsVisionParameter(u.params.front().name)) vision_units.push_back(&u);
+    }
+    EXPECT_EQ(in_units, ParameterCount(s));
+    ASSERT_EQ(static_cast<int>(vision_units.size()), V);
+    for (int b = 0; b < V; ++b) {
+      EXPECT_EQ(vision_units[static_cast<size_t>(b)]->name, VisionBlockName(s, b));
+      EXPECT_EQ(vision_units[static_cast<size_t>(b)]->NumParams(), CountVisionParameters(s.vision).block);
+      EXPECT_EQ(vision_units[static_cast<size_t>(b)]->first_segment, 1 + b);
+    }
+    // Units come in forward order: the vision blocks' before the text layers'.
+    EXPECT_LT(vision_units.back()->first_segment, BlockSegment(V));
+  }
+}
+
+// Freezing the tower by prefix (ROLL's freeze_module_prefix, verl's freeze_vision_tower): its
+// blocks record no graph (no trainable parameter, and their input is the pixels, whatever the
+// embeddings do); the text layers train as before.
+TEST(VisionTest, AFrozenTowerRecordsNoGraph) {
+  ModelSpec s = Import("qwen2.5-vl-7b.config.json");
+  Plan plan;
+  plan.frozen_prefixes = {"model.visual"};
+  std::vector<FsdpUnit> units = ApplyTrainability(s, plan, BuildFsdpUnits(s, plan.wrap));
+  SubgraphTrainability t = SubgraphTrainabilities(s, plan, units);
+  ASSERT_EQ(static_cast<int>(t.blocks.size()), s.NumBlocks());
+  for (int b = 0; b < s.vision.depth; ++b) {
+    EXPECT_FALSE(t.blocks[static_cast<size_t>(b)].all_params_train) << b;
+    EXPECT_FALSE(t.blocks[static_cast<size_t>(b)].input_requires_grad) << b;
+  }
+  const Trainability& text0 = t.blocks[static_cast<size_t>(s.vision.depth)];
+  EXPECT_TRUE(text0.all_params_train);
+  EXPECT_TRUE(text0.input_requires_grad);  // the embeddings train: their output needs a gradient
+  Plan full;
+  t = SubgraphTrainabilities(s, full, ApplyTrainability(s, full, BuildFsdpUnits(s, full.wrap)));
+  EXPECT_TRUE(t.blocks.front().all_params_train);
 }
 
 }  // namespace
