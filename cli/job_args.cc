@@ -146,16 +146,33 @@ void Validate(const Job& job, const PlanFlags& flags) {
 
 }  // namespace
 
+void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan) {
+  if (flags.image_pixels.empty()) return;
+  const std::string& t = flags.image_pixels;
+  const size_t x = t.find_first_of("xX");
+  auto whole = [](const std::string& v) {
+    return !v.empty() && v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (x == std::string::npos || !whole(t.substr(0, x)) || !whole(t.substr(x + 1)) ||
+      std::stoll(t.substr(0, x)) < 1 || std::stoll(t.substr(x + 1)) < 1) {
+    throw InputError("--image-pixels: expected WIDTHxHEIGHT in pixels (e.g. 1280x720), got \"" + t + "\"");
+  }
+  if (!spec.vision.enabled()) {
+    throw InputError("--image-pixels: expected a vision-language model, got " + spec.name +
+                     " (a text model: no vision tower)");
+  }
+  if (FlagGiven(flags, "--image-tokens")) {
+    throw InputError("--image-pixels: expected either it or --image-tokens, got both");
+  }
+  const model::ImageTokens one =
+      model::TokensForImage(spec.vision, std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1)));
+  if (plan->images == 0) plan->images = 1;
+  plan->image_tokens = one.tokens * plan->images;
+}
+
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where) {
   std::vector<std::string> problems = spec.Problems("--model " + spec.name);
-  if (spec.vision.enabled()) {
-    // Read and counted (model/vision.h), not yet walked: its units, activations and time.
-    problems.push_back("--model " + spec.name + ": the " + model::ToString(spec.vision.kind) +
-                       " vision tower is read and counted (" +
-                       std::to_string(model::CountParameters(spec).vision) +
-                       " parameters) but not yet part of the memory and time walk (issue #43)");
-  }
   for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
   for (auto& p : plan.Problems(plan_where, cluster.world_size(), cluster.gpus_per_node,
                                spec.num_layers, spec.SeqLenLimit())) {
@@ -170,6 +187,7 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   for (auto& p : model::EpProblems(spec, plan, plan_where)) problems.push_back(p);
   // Liger-Kernel's module patches against the model they are modelled for (model/activations.h).
   for (auto& p : model::LigerProblems(spec, plan, plan_where)) problems.push_back(p);
+  for (auto& p : model::VisionProblems(spec, plan, plan_where)) problems.push_back(p);
   if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
     for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),
                                                plan_where)) {
@@ -239,6 +257,22 @@ Job ResolveJob(const JobArgs& a) {
   if (job.from.value_head) {  // verl's critic (--from-worker critic)
     job.spec.value_head = true;
     job.spec.name += " (value head)";
+  }
+  ApplyImagePixels(a.plan, job.spec, &job.plan);
+  if (job.spec.vision.enabled() && job.plan.images == 0) {
+    // Text-only batches: the tower never runs, so its parameters get no gradient and AdamW no
+    // state for them (torch.optim skips parameters whose grad is None) — as frozen ones.
+    if (job.spec.vision.kind == model::VisionKind::kSiglip) {
+      job.plan.frozen_prefixes.push_back("model.vision_tower");
+      job.plan.frozen_prefixes.push_back("model.multi_modal_projector");
+    } else {
+      job.plan.frozen_prefixes.push_back("model.visual");
+    }
+    job.warnings.push_back("--images: none given, so the batches are text only: the " +
+                           std::string(model::ToString(job.spec.vision.kind)) +
+                           " vision tower does not run (its parameters stay sharded, with no "
+                           "gradient or optimizer state); give --images with --image-tokens or "
+                           "--image-pixels for image batches");
   }
   job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
   ApplyGlobalBatch(a.plan, job.cluster.world_size(), &job.plan);

@@ -75,6 +75,10 @@ void AddJobFlags(CLI::App* sub, JobArgs* args);
 // whole number of sequences) the row is raised to it and the warning saying so is returned;
 // otherwise "" and the plan is unchanged.
 std::string RaisePackedRowToLargest(int64_t sequences_per_step, int world, model::Plan* plan);
+// --image-pixels WxH: the plan's image_tokens from the model's processor rules
+// (model::TokensForImage) times its images (1 when --images is not given). Throws InputError
+// naming the flag on a malformed size, a text model, or --image-tokens given too.
+void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan);
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where);
 // The warning for a rotary model asked for more tokens than its max_seq_len.

@@ -133,6 +133,33 @@ const std::vector<FlagSpec>& Flags() {
        "at most this many tokens (verl ppo_max_token_len_per_gpu x sp, TRL padding_free); sets "
        "micro-batch 1; memory is judged at a full row",
        kPlanFlag, &Opt<&PlanFlags::max_tokens_per_micro_batch>, nullptr},
+      {"--images",
+       "Vision-language models: images per sequence (their tokens: --image-tokens or "
+       "--image-pixels); the vision tower runs over their patches",
+       kPlanFlag, &Opt<&PlanFlags::images>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
+         if (f.images < 1) {
+           throw InputError(std::string(s.name) + ": expected a whole number of images >= 1, got " +
+                            std::to_string(f.images) + " (leave the flag out for text only)");
+         }
+         p->images = f.images;
+       }},
+      {"--image-tokens",
+       "Vision-language models: the tokens all of a sequence's images take in it, after the "
+       "merger (Qwen: patches / 4; Gemma 3: 256 an image); --images defaults to 1",
+       kPlanFlag, &Opt<&PlanFlags::image_tokens>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
+         if (f.image_tokens < 1) {
+           throw InputError(std::string(s.name) + ": expected a whole number of tokens >= 1, got " +
+                            std::to_string(f.image_tokens));
+         }
+         p->image_tokens = f.image_tokens;
+         if (p->images == 0) p->images = 1;
+       }},
+      {"--image-pixels",
+       "Vision-language models: WxH of each image (e.g. 1280x720); its tokens follow the model's "
+       "processor (Qwen's smart_resize within its min/max pixels, Gemma 3's 896x896)",
+       kPlanFlag, &Opt<&PlanFlags::image_pixels>, nullptr},
       {"--grad-accum", "Micro-batches per optimizer step", kPlanFlag, &Opt<&PlanFlags::grad_accum>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->grad_accum = f.grad_accum; }},
       {"--global-batch",
@@ -311,8 +338,8 @@ void GroupHelp(CLI::App* app) {
         "wrap-sub-blocks", "reshard-after-forward", "forward-prefetch", "backward-prefetch", "max-inflight-allgathers",
         "cp", "cp-fsdp-mesh", "ep"}},
       {"Plan: batch and sequences",
-       {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "grad-accum", "global-batch",
-        "global-batch-tokens", "no-sync", "lengths"}},
+       {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "images", "image-tokens",
+        "image-pixels", "grad-accum", "global-batch", "global-batch-tokens", "no-sync", "lengths"}},
       {"Plan: memory policy", {"checkpointing", "offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
       {"Plan: precision and optimizer",
        {"precision", "master-dtype", "reduce-dtype", "frozen-dtype", "optimizer", "optimizer-impl"}},

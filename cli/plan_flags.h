@@ -32,6 +32,9 @@ struct PlanFlags {
   int shard_group = 0, micro_batch = 1, grad_accum = 1, max_inflight = 2;
   int64_t seq_len = 0, global_batch = 0;
   int64_t max_tokens_per_micro_batch = 0;  // packed rows (Plan::packed_seq_len)
+  int images = 0;             // Plan::images
+  int64_t image_tokens = 0;   // Plan::image_tokens
+  std::string image_pixels;   // WxH: image_tokens from the model's processor (ResolveJob)
   bool no_sync = false, forward_prefetch = false, keep_logits = false;
   bool wrap_embedding = false, wrap_head = false;
   CLI::App* app = nullptr;  // where the flags were added (to ask which were given)

@@ -9,6 +9,11 @@
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
+  if (spec.vision.enabled()) {
+    return std::string("its ") + model::ToString(spec.vision.kind) +
+           " vision tower is not run by shardtune's executor yet (issue #43); estimate, simulate "
+           "and tune model it";
+  }
   if (spec.moe.router_aux_loss && (spec.moe.deepseek_router || spec.moe.gpt_oss_experts)) {
     return "the MoE auxiliary load-balancing loss (output_router_logits) is computed for the "
            "Mixtral / Qwen-MoE router only";

@@ -339,6 +339,18 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
     for (const Conflict& c : FusedLossConflicts()) p.Add(c.key, c.expected, c.got);
   }
   p.Expect(response_len >= 0, "response_len", "integer >= 0", response_len);
+  p.Expect(images >= 0 && images <= 100000, "images", "integer in [0, 100000] (per sequence)", images);
+  {
+    const int64_t width = packed_seq_len > 0 ? packed_seq_len : seq_len;
+    const bool in_range = image_tokens >= (images > 0 ? images : 0) && (images > 0 || image_tokens == 0) &&
+                          (width <= 0 || image_tokens <= width);
+    p.Expect(in_range, "image_tokens",
+             images > 0 ? "integer in [images = " + std::to_string(images) + ", " +
+                              (width > 0 ? std::to_string(width) : std::string("seq_len")) +
+                              "] (an image is at least one of the sequence's tokens)"
+                        : std::string("0 without images"),
+             image_tokens);
+  }
   if (loss_kernel == LossKernel::kVerlPaddedCe) {
     const int64_t width = packed_seq_len > 0 ? packed_seq_len : seq_len;
     if (response_len < 1 || (width > 0 && response_len > width)) {

@@ -154,6 +154,12 @@ struct Plan {
   // micro_batch sequences is seq_len long). A token budget T (verl ppo_max_token_len_per_gpu)
   // is micro_batch 1 x seq_len T.
   int64_t packed_seq_len = 0;
+  // A vision-language model's images (issue #43): `images` per sequence of seq_len tokens
+  // (packed: per sequence of packed_seq_len), which become `image_tokens` of that sequence's
+  // tokens in all (the merged patches: ModelSpec::vision's PatchesPerToken patches each, what the
+  // tower's blocks run over). 0: text only (the tower does not run).
+  int images = 0;
+  int64_t image_tokens = 0;
   int grad_accum = 1;           // micro-batches per optimizer step
   bool no_sync = false;         // keep unsharded grads across micro-batches, reduce on the last
   Checkpointing checkpointing = Checkpointing::kNone;

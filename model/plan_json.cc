@@ -190,6 +190,8 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
   p.micro_batch = OptInt(&r, "micro_batch", p.micro_batch);
   p.seq_len = r.OptionalInt("seq_len", p.seq_len, INT64_MIN, INT64_MAX);
   p.packed_seq_len = r.OptionalInt("packed_seq_len", p.packed_seq_len, INT64_MIN, INT64_MAX);
+  p.images = OptInt(&r, "images", p.images);
+  p.image_tokens = r.OptionalInt("image_tokens", p.image_tokens, INT64_MIN, INT64_MAX);
   p.grad_accum = OptInt(&r, "grad_accum", p.grad_accum);
   p.no_sync = r.OptionalBool("no_sync", p.no_sync);
   p.checkpointing = OptEnum(&r, "checkpointing", p.checkpointing);
@@ -213,6 +215,8 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["micro_batch"] = p.micro_batch;
   j["seq_len"] = p.seq_len;
   if (p.packed_seq_len > 0) j["packed_seq_len"] = p.packed_seq_len;
+  if (p.images > 0) j["images"] = p.images;
+  if (p.image_tokens > 0) j["image_tokens"] = p.image_tokens;
   j["grad_accum"] = p.grad_accum;
   j["no_sync"] = p.no_sync;
   j["checkpointing"] = ToString(p.checkpointing);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/activations.h"
 #include "model/errors.h"
 #include "model/model_spec.h"
+#include "model/plan.h"
 
 namespace shardtune::model {
 
@@ -174,6 +176,144 @@ ImageTokens TokensForImage(const VisionSpec& v, int64_t width, int64_t height) {
   t.patches = (t.resized_height / v.patch_size) * (t.resized_width / v.patch_size);
   t.tokens = t.patches / (v.spatial_merge_size * v.spatial_merge_size);
   return t;
+}
+
+std::vector<std::string> VisionProblems(const ModelSpec& spec, const Plan& plan, const std::string& where) {
+  std::vector<std::string> out;
+  if (plan.images <= 0 && plan.image_tokens <= 0) return out;
+  if (!spec.vision.enabled()) {
+    out.push_back(where + ":/images: expected 0 for " + spec.name +
+                  " (a text model: no vision tower), got " + std::to_string(plan.images));
+    return out;
+  }
+  const VisionSpec& v = spec.vision;
+  if (v.kind == VisionKind::kSiglip && plan.images > 0 &&
+      plan.image_tokens != plan.images * v.mm_tokens_per_image) {
+    out.push_back(where + ":/image_tokens: expected images x mm_tokens_per_image = " +
+                  std::to_string(plan.images) + " x " + std::to_string(v.mm_tokens_per_image) +
+                  " (Gemma 3 pools every image to that many tokens), got " +
+                  std::to_string(plan.image_tokens));
+  }
+  return out;
+}
+
+VisionLoad VisionLoadOf(const ModelSpec& spec, const Plan& plan, int64_t sequence_len) {
+  VisionLoad l;
+  if (!spec.vision.enabled() || plan.images <= 0 || plan.image_tokens <= 0) return l;
+  l.patches = static_cast<double>(plan.image_tokens) * static_cast<double>(spec.vision.PatchesPerToken());
+  l.patches_per_image = l.patches / plan.images;
+  // Under Ulysses (cp) a rank holds sequence_len / cp of the text positions but runs the tower
+  // over all of its sequences' patches (verl's VL models compute the image embeddings before
+  // slicing the sequence), so per token of its slice it sees cp times the patches.
+  l.patches_per_token = l.patches * std::max(1, plan.cp) / static_cast<double>(std::max<int64_t>(1, sequence_len));
+  return l;
+}
+
+namespace {
+
+// The attention span of vision block b: a Qwen2.5-VL window (at most the image) or the image.
+double VisionSpan(const VisionSpec& v, int b, const VisionLoad& load) {
+  const double image = std::max(1.0, load.patches_per_image);
+  return v.WindowedBlock(b) ? std::min(image, static_cast<double>(v.WindowPatches())) : image;
+}
+
+bool RecordsGraph(const Trainability& t) {
+  return t.input_requires_grad || t.all_params_train || !t.trainable.empty() || !t.lora_modules.empty();
+}
+
+// Multiplies every per-token figure of a ledger by r (kernel counts stay).
+void Scale(ActivationLedger* l, double r) {
+  for (auto& s : l->saved) s.bytes_per_token *= r;
+  l->saved_per_token *= r;
+  l->forward_peak_per_token *= r;
+  l->backward_peak_per_token *= r;
+  for (auto& p : l->backward_profile) p.live_per_token *= r;
+  l->elementwise_traffic_per_token *= r;
+}
+
+}  // namespace
+
+BlockActivations VisionBlockActivations(const ModelSpec& spec, const ActivationOptions& text_opt,
+                                        const Trainability& t, int b, const VisionLoad& load) {
+  const VisionSpec& v = spec.vision;
+  SHARDTUNE_CHECK(v.enabled() && b >= 0 && b < v.depth) << "vision block " << b;
+  ActivationOptions o = text_opt;
+  o.seq_len = static_cast<int64_t>(VisionSpan(v, b, load));
+  o.cp = 1;  // the tower is not sequence-parallel (Ulysses splits the text model's attention)
+  o.ep = 1;
+  o.liger = LigerKernels{};
+  o.padding_mask = false;
+  o.modeling = Modeling::kHf;
+  BlockActivations a = ComputeBlockActivations(VisionBlockSpec(spec), o, t);
+  if (RecordsGraph(t)) {
+    // What the tower's other modules save, per patch (e: the compute dtype's bytes; derivatives
+    // as in model/activation_recipes.cc: a Linear saves its input for its weight's gradient,
+    // F.gelu its input, LayerNorm its input and fp32 mean / rstd per row, HF's RMSNorm its fp32
+    // input copy and the normalised input in the compute dtype).
+    const double e = static_cast<double>(BytesPerElement(o.dtype)), c = static_cast<double>(v.hidden);
+    const double m2 = static_cast<double>(v.spatial_merge_size * v.spatial_merge_size);
+    const bool rms = v.kind == VisionKind::kQwen25Vl;
+    std::vector<SavedTensor> extra;
+    if (b == 0 && (t.all_params_train || !t.trainable.empty())) {
+      const double kernel = static_cast<double>(v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size);
+      extra.push_back({"patch embedding input (pixels in the compute dtype)", kernel * e});
+      // Qwen3-VL's fast_pos_embed_interpolate: pos_embed(idx) [4, N, C] * weights [4, N, 1]:
+      // the embedding saves its int64 indices, the product the weights.
+      if (v.kind == VisionKind::kQwen3Vl) extra.push_back({"pos_embed indices (int64) and weights", 4 * 8 + 4 * e});
+    }
+    const double merger_linears = 3 * c * e;  // fc1's input, GELU's input, fc2's input (per patch)
+    for (int k : v.deepstack_visual_indexes) {
+      if (k != b) continue;
+      // A DeepStack merger: LayerNorm over 4C per token (its input, C e per patch), then the MLP.
+      extra.push_back({"DeepStack merger (norm over 4C, fc1, GELU, fc2 inputs)", c * e + 8 / m2 + merger_linears});
+    }
+    if (b == v.depth - 1) {
+      if (v.kind == VisionKind::kSiglip) {
+        // post_layernorm; Gemma3MultiModalProjector: avg_pool2d saves its input, then per pooled
+        // token Gemma3RMSNorm (fp32 input and fp32 normalised product) and the projection's input.
+        const double ppt = static_cast<double>(v.PatchesPerToken());
+        extra.push_back({"post_layernorm input and stats", c * e + 8});
+        extra.push_back({"projector avg_pool2d input", c * e});
+        extra.push_back({"projector mm_soft_emb_norm (fp32) and projection input", (8 * c + c * e) / ppt});
+      } else {
+        // Qwen2RMSNorm: the fp32 input copy (4 bytes) and the normalised input (e) a feature.
+        extra.push_back({"merger norm", rms ? (4 + e) * c : c * e + 8});
+        extra.push_back({"merger fc1, GELU, fc2 inputs", merger_linears});
+      }
+    }
+    for (const SavedTensor& x : extra) {
+      a.full.saved.push_back(x);
+      a.full.saved_per_token += x.bytes_per_token;
+      a.full.forward_peak_per_token += x.bytes_per_token;
+      a.checkpoint_input_per_token += x.bytes_per_token;  // not in a checkpointed block
+      a.selective_per_token += x.bytes_per_token;
+    }
+  }
+  const double r = load.patches_per_token;
+  Scale(&a.full, r);
+  a.checkpoint_input_per_token *= r;
+  a.selective_per_token *= r;
+  a.selective_recompute_matmul_flops_per_token *= r;
+  return a;
+}
+
+VisionBlockFlops VisionBlockForwardFlops(const ModelSpec& spec, int b, const VisionLoad& load) {
+  const VisionSpec& v = spec.vision;
+  const double c = static_cast<double>(v.hidden), i = static_cast<double>(v.intermediate);
+  const double out = static_cast<double>(v.out_hidden);
+  const double mats = v.kind == VisionKind::kQwen25Vl ? 3 : 2;
+  double weights = 4 * c * c + mats * c * i;  // per patch: qkv, proj, the MLP
+  const double w = c * static_cast<double>(v.spatial_merge_size * v.spatial_merge_size);
+  const double ppt = static_cast<double>(v.PatchesPerToken());
+  if (b == 0) weights += c * static_cast<double>(v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size);
+  for (int k : v.deepstack_visual_indexes) {
+    if (k == b) weights += (w * w + w * out) / ppt;
+  }
+  if (b == v.depth - 1) weights += v.kind == VisionKind::kSiglip ? c * out / ppt : (w * w + w * out) / ppt;
+  VisionBlockFlops f;
+  f.matmul = 2 * weights * load.patches_per_token;
+  f.attention = 4 * VisionSpan(v, b, load) * c * load.patches_per_token;
+  return f;
 }
 
 ModelSpec VisionBlockSpec(const ModelSpec& spec) {

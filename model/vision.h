@@ -13,6 +13,10 @@
 namespace shardtune::model {
 
 struct ModelSpec;
+struct Plan;
+struct BlockActivations;
+struct ActivationOptions;
+struct Trainability;
 
 enum class VisionKind {
   kNone,
@@ -112,5 +116,41 @@ ImageTokens TokensForImage(const VisionSpec& vision, int64_t width, int64_t heig
 // Qwen's fused qkv, rotary (2-D, Qwen) or no positions in the block (SigLIP). vocab_size and
 // num_layers are placeholders (1) and the text head is not part of it.
 ModelSpec VisionBlockSpec(const ModelSpec& spec);
+
+// Problems of the plan's images for this model, "where:/images: expected ..., got ...": images
+// need a vision tower; Gemma 3's images are mm_tokens_per_image tokens each. Empty when none.
+std::vector<std::string> VisionProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
+
+// The tower's work per sequence: patches in all (image_tokens x PatchesPerToken), per image (its
+// attention span where no window applies), and per token of the sequence (what scales the
+// vision blocks' per-token ledgers onto the walk's text tokens: a rank's tokens, B x S / cp).
+struct VisionLoad {
+  double patches = 0;
+  double patches_per_image = 0;
+  double patches_per_token = 0;
+  bool runs() const { return patches > 0; }
+};
+// REQUIRES VisionProblems empty; `sequence_len`: the tokens one sequence holds
+// (Plan::AttentionSeqLen of the resolved length).
+VisionLoad VisionLoadOf(const ModelSpec& spec, const Plan& plan, int64_t sequence_len);
+
+// What vision block `b` (0-based) records, per token of the text sequence (the walk multiplies
+// by its tokens): the block as a transformer block over its patches (VisionBlockSpec through the
+// block recipes at the attention span of an image, or of a Qwen2.5-VL window), plus what the
+// tower's other modules save, on the block they run with: the patch embedding's input (block 0,
+// when its weight trains), Qwen3-VL's interpolated position lookup (block 0), each DeepStack
+// merger (after its block), and the merger or SigLIP's post-norm, pooling and projector (the last
+// block). Scaled by load.patches_per_token. `text_opt`: the plan's activation options.
+BlockActivations VisionBlockActivations(const ModelSpec& spec, const ActivationOptions& text_opt,
+                                        const Trainability& t, int b, const VisionLoad& load);
+
+// Forward FLOPs of vision block `b` per token of the text sequence: its projections and MLP (and
+// the patch embedding, mergers and projector on the blocks they run with), 2 a multiply-add, and
+// its attention, 4 x span x C (Narayanan et al. 2021 eq. 3's convention, full span).
+struct VisionBlockFlops {
+  double matmul = 0;
+  double attention = 0;
+};
+VisionBlockFlops VisionBlockForwardFlops(const ModelSpec& spec, int b, const VisionLoad& load);
 
 }  // namespace shardtune::model

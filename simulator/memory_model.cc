@@ -126,7 +126,8 @@ struct ModelCache::Impl {
     last_spec = &s;
     std::string k = s.name + "/" + std::to_string(s.num_layers) + "/" + std::to_string(s.hidden) + "/" +
                     std::to_string(s.vocab_size) + "/" + std::to_string(s.ffn_hidden) +
-                    (s.value_head ? "/value_head" : "");
+                    (s.value_head ? "/value_head" : "") +
+                    (s.vision.enabled() ? "/vision" + std::to_string(s.vision.depth) : "");
     if (k != model_key) {
       model_key = k;
       units.clear();
@@ -291,6 +292,21 @@ const model::BlockActivations& ModelCache::LayerBlock(const model::ModelSpec& sp
   return it->second;
 }
 
+const model::BlockActivations& ModelCache::VisionBlock(const model::ModelSpec& spec,
+                                                      const model::ActivationOptions& o,
+                                                      const model::Trainability& t, int b,
+                                                      const model::VisionLoad& load) {
+  impl_->Check(spec);
+  std::string key = "vision/" + std::to_string(b) + "/" + ActKey(o) + "/" + t.Key() + "/" +
+                    std::to_string(std::llround(load.patches_per_token * 1e9)) + "/" +
+                    std::to_string(std::llround(load.patches_per_image));
+  auto it = impl_->blocks.find(key);
+  if (it == impl_->blocks.end()) {
+    it = impl_->blocks.emplace(key, model::VisionBlockActivations(spec, o, t, b, load)).first;
+  }
+  return it->second;
+}
+
 const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
                                                 const model::ActivationOptions& o,
                                                 const model::Trainability& t) {
@@ -364,7 +380,22 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
   model::Trainability full;
   w.block = &cache->Block(spec, act, full, plan.tiled_mlp_shards, options.moe_capacity_factor);
   w.head = &cache->Head(spec, act);
-  if (plan.Trains() && model::ChangesTrainability(plan)) {
+  w.vision = model::VisionLoadOf(spec, plan, plan.AttentionSeqLen(w.seq_len));
+  if (spec.vision.enabled()) {
+    // Every block's ledger, the tower's first (per text token: model::VisionBlockActivations),
+    // under the plan's trainability when it changes any.
+    const model::SubgraphTrainability* st = plan.Trains() && model::ChangesTrainability(plan)
+                                                ? &cache->TrainabilityFor(spec, plan)
+                                                : nullptr;
+    const int V = spec.VisionBlocks();
+    for (int b = 0; b < spec.NumBlocks(); ++b) {
+      const model::Trainability& t = st ? st->blocks[static_cast<size_t>(b)] : full;
+      w.blocks.push_back(b < V ? &cache->VisionBlock(spec, act, t, b, w.vision)
+                               : &cache->LayerBlock(spec, act, t, plan.tiled_mlp_shards,
+                                                    options.moe_capacity_factor, b - V));
+    }
+    if (st) w.head = &cache->Head(spec, act, st->head);
+  } else if (plan.Trains() && model::ChangesTrainability(plan)) {
     // Frozen parameters and LoRA: each block records only what its trainable parameters and
     // its input's requires_grad make autograd save (model/activations.h Trainability).
     const model::SubgraphTrainability& st = cache->TrainabilityFor(spec, plan);

@@ -246,6 +246,12 @@ class ModelCache {
                                             const model::ActivationOptions& o,
                                             const model::Trainability& t, int tiled_shards,
                                             double capacity, int layer);
+  // Vision block `b`'s ledger per text token under the plan's images (model::
+  // VisionBlockActivations).
+  const model::BlockActivations& VisionBlock(const model::ModelSpec& spec,
+                                             const model::ActivationOptions& o,
+                                             const model::Trainability& t, int b,
+                                             const model::VisionLoad& load);
   // OptimizerKernelLaunches (step_walk.h) for these units (one of this cache's), shard group and
   // the plan's optimizer: the same for every plan that shares them.
   int64_t OptimizerLaunches(const model::ModelSpec& spec, const std::vector<model::FsdpUnit>& units,

@@ -165,12 +165,21 @@ size_t PhaseOf(const ProgramOp& op) {
   }
 }
 
-double ModelFlopsPerToken(const model::ModelSpec& s, int64_t seq) {
+double ModelFlopsPerToken(const model::ModelSpec& s, const model::Plan& plan, int64_t seq) {
   // 6N for forward+backward of the parameters a token touches, 12·L·q_dim·S for attention
   // scores and values (Chowdhery et al. 2022, PaLM, appendix B; a sliding layer's window for S).
+  // A VL model's tower runs per patch, not per token: its parameters leave N, and 3x its blocks'
+  // forward FLOPs per token of the sequence join (model::VisionBlockForwardFlops).
   double n = s.moe.enabled() ? static_cast<double>(model::ActiveParamsPerToken(s))
-                             : static_cast<double>(model::ParameterCount(s));
-  return 6 * n + 3.0 * s.num_layers * model::AttentionForwardFlopsPerToken(s, seq).count();
+                             : static_cast<double>(model::ParameterCount(s) - model::CountParameters(s).vision);
+  double vision = 0;
+  model::VisionLoad load = model::VisionLoadOf(s, plan, seq);
+  load.patches_per_token /= std::max(1, plan.cp);  // per token of the sequence, not of a cp slice
+  for (int b = 0; b < s.VisionBlocks() && load.runs(); ++b) {
+    const model::VisionBlockFlops f = model::VisionBlockForwardFlops(s, b, load);
+    vision += 3 * (f.matmul + f.attention);
+  }
+  return 6 * n + 3.0 * s.num_layers * model::AttentionForwardFlopsPerToken(s, seq).count() + vision;
 }
 
 // SimReport::collectives: the steady step's collectives grouped by (group, kind, size), each
@@ -615,7 +624,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.tokens_per_s = r.tokens_per_step / r.step_time.count();
   r.tokens_per_s_per_gpu = r.tokens_per_s / cluster.world_size();
   // Attention spans one sequence of a packed row (Plan::AttentionSeqLen).
-  r.model_flops_per_token = ModelFlopsPerToken(spec, plan.AttentionSeqLen(seq));
+  r.model_flops_per_token = ModelFlopsPerToken(spec, plan, plan.AttentionSeqLen(seq));
   // Frozen parameters, LoRA and inference roles do less work per token than 6N (a forward only,
   // no weight gradients of frozen weights, no backward below the first trainable parameter).
   if (model::ChangesTrainability(plan)) {

@@ -67,7 +67,8 @@ std::string StepProgram::OpName(size_t i) const {
   s += std::string(" · ") + ToString(op.kind);
   if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward || op.kind == OpKind::kAllToAll) {
     if (op.segment == 0) s += " · embeddings";
-    else if (op.segment >= 1 && op.segment <= num_layers) s += " · block " + std::to_string(op.segment - 1);
+    else if (op.segment >= 1 && op.segment <= vision_blocks) s += " · vision block " + std::to_string(op.segment - 1);
+    else if (op.segment >= 1 && op.segment <= num_layers) s += " · block " + std::to_string(op.segment - 1 - vision_blocks);
     else if (op.segment == num_layers + 1) s += " · final norm";
     else s += " · LM head and loss";
   } else if (op.unit >= 0 && static_cast<size_t>(op.unit) < unit_names.size()) {

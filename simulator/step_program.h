@@ -116,7 +116,8 @@ struct StepProgram {
   std::vector<TensorEvent> tensors;
   int32_t num_tensor_ids = 0;
   std::vector<std::string> unit_names;
-  int num_layers = 0;
+  int num_layers = 0;     // every block (ModelSpec::NumBlocks), the vision tower's first
+  int vision_blocks = 0;  // of which the vision tower's
   int grad_accum = 1;
   // Micro-batches of each step the walk left out because they repeat the last leading one
   // (micro-batch index kWalkedLeadingMicroBatches - 1; step_walk.h skip_repeated_micro_batches):

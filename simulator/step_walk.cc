@@ -64,7 +64,7 @@ std::vector<int64_t> TrainableShardNumels(const model::ModelSpec& spec, const st
                                           const model::Plan& plan, int shard_n) {
   // A stable counting sort by segment (segments are 0 .. HeadSegment; the root unit's embedding
   // and head come before the blocks in unit order): one pass to count, one to place.
-  const size_t segs = static_cast<size_t>(model::HeadSegment(spec.num_layers)) + 1;
+  const size_t segs = static_cast<size_t>(model::HeadSegment(spec.NumBlocks())) + 1;
   std::vector<size_t> start(segs + 1, 0);
   size_t n = 0;
   for (const auto& u : units) {
@@ -111,7 +111,8 @@ StepProgram BuildStepProgram(const WalkSetup& setup, StepProgram&& storage) {
   prog.ops.clear();
   prog.actions.clear();
   prog.tensors.clear();
-  prog.num_layers = setup.spec->num_layers;
+  prog.num_layers = setup.spec->NumBlocks();
+  prog.vision_blocks = setup.spec->VisionBlocks();
   prog.grad_accum = setup.plan->grad_accum;
   prog.repeats_of_last_leading_micro_batch = prog.repeats_in_step0 = 0;
   int repeats = std::max(0, setup.plan->grad_accum - kWalkedLeadingMicroBatches - 1);

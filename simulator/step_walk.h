@@ -35,6 +35,10 @@ struct WalkSetup {
   // empty: `block` for every block.
   std::vector<const model::BlockActivations*> blocks;
   const model::ActivationLedger* head = nullptr;
+  // A VL model's images of the plan (model::VisionLoadOf): the tower's patches per text token
+  // and per image. With none the tower does not run (its segments are skipped: no all-gather, no
+  // compute); with some, `blocks` holds every block's ledger, the vision blocks' first.
+  model::VisionLoad vision;
   // Record StepProgram::tensors (each tensor PyTorch allocates separately, with identities) for
   // the caching-allocator replay. Costs time per plan; the planner's search leaves it off.
   bool record_tensors = false;

@@ -10,9 +10,23 @@
 
 namespace shardtune::sim::internal {
 
+void Walker::BlockForwardFlops(int b, double* attention, double* matmul) const {
+  if (b < nv_) {
+    const model::VisionBlockFlops f = model::VisionBlockForwardFlops(*s_.spec, b, s_.vision);
+    *attention = f.attention;
+    *matmul = f.matmul;
+    return;
+  }
+  // A packed row's tokens attend within their sequences: both the attention FLOPs and the
+  // block's total (whose matmul part is the difference) at the sequence's length.
+  const int64_t attn_seq = s_.plan->AttentionSeqLen(s_.seq_len);
+  *attention = model::AttentionForwardFlopsPerToken(*s_.spec, attn_seq).count();
+  *matmul = model::BlockForwardFlopsPerToken(*s_.spec, attn_seq, b - nv_).count() - *attention;
+}
+
 void Walker::ForwardCompute(int seg) {
   const auto& spec = *s_.spec;
-  int L = spec.num_layers;
+  const int L = nb_;
   if (seg == model::FinalNormSegment(L)) return;  // counted with the head
   Begin(OpKind::kForward, Stream::kDefault, -1, seg);
   if (seg == 0) {
@@ -21,16 +35,17 @@ void Walker::ForwardCompute(int seg) {
     Cur().memory_bytes = 2 * residual_ * tokens_;  // embedding gather: read rows, write output
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
-    // A packed row's tokens attend within their sequences: both the attention FLOPs and the
-    // block's total (whose matmul part is the difference) at the sequence's length.
-    const int64_t attn_seq = s_.plan->AttentionSeqLen(s_.seq_len);
-    double attn = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
+    const int b = seg - 1;
+    if (b == 0 && nv_ > 0) {  // the patch embedding's output: the tower's residual stream
+      Alloc(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
+      vision_residual_id_ = TAlloc(Stream::kDefault, Tok(vision_residual_));
+    }
+    double attn = 0, mm = 0;
+    BlockForwardFlops(b, &attn, &mm);
     Cur().attention_flops = attn * tokens_;
-    Cur().matmul_flops = (model::BlockForwardFlopsPerToken(spec, attn_seq, seg - 1).count() -
-                          attn + AdapterFlopsPerToken(seg)) *
-                         tokens_;
+    Cur().matmul_flops = (mm + AdapterFlopsPerToken(seg)) * tokens_;
     Cur().memory_bytes = Blk(seg - 1).full.elementwise_traffic_per_token * tokens_;
-    int64_t ws = p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - residual_)
+    int64_t ws = p_.Trains() ? Tok(Blk(seg - 1).full.forward_peak_per_token - BlockResidual(b))
                              : InferWorkingSet(seg - 1);
     Transient(Category::kWorkingSet, Stream::kDefault, ws);
     TWorkingSet(ws, Blk(seg - 1).full);
@@ -39,6 +54,10 @@ void Walker::ForwardCompute(int seg) {
     Cur().host_kernels = static_cast<int16_t>(Blk(seg - 1).full.forward_ops);
     if (SplitBlock(seg - 1)) {
       UlyssesChain(UlyssesForwardPieces(seg - 1, Cur().memory_bytes, Cur().host_kernels));
+    }
+    if (b == nv_ - 1) {  // the merger's output replaced the image tokens' embeddings
+      Free(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
+      TFree(&vision_residual_id_);
     }
   } else {
     const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
@@ -104,7 +123,7 @@ int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t gra
 // `grads`: bytes of parameter gradients AccumulateGrad allocates in this segment.
 void Walker::BackwardCompute(int seg, int64_t grads) {
   const auto& spec = *s_.spec;
-  int L = spec.num_layers;
+  const int L = nb_;
   last_backward_ = Begin(OpKind::kBackward, Stream::kDefault, -1, seg);
   if (seg == model::HeadSegment(L) && fused_weight_grad_ > 0) {
     // The fused loss's weight gradient, made in forward, is the one AccumulateGrad takes.
@@ -171,9 +190,8 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     }
   } else if (seg >= 1) {
     int b = seg - 1;
-    const int64_t attn_seq = s_.plan->AttentionSeqLen(s_.seq_len);
-    double attn = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
-    double mm = model::BlockForwardFlopsPerToken(spec, attn_seq, b).count() - attn;
+    double attn = 0, mm = 0;
+    BlockForwardFlops(b, &attn, &mm);
     double elem = Blk(b).full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
@@ -218,10 +236,10 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
 // BACKWARD_PRE, prefetches the next one (FSDP2 default: one unit ahead). Gradients of a unit's
 // parameters appear (param dtype, unpadded) in the segment that used them.
 void Walker::Backward() {
-  int L = s_.spec->num_layers;
   bool sync = !p_.no_sync || micro_ == p_.grad_accum - 1;
   backward_cursor_ = 0;
-  for (int seg = model::NumSegments(L) - 1; seg >= 0; --seg) {
+  for (int seg = model::NumSegments(nb_) - 1; seg >= 0; --seg) {
+    if (SkippedSegment(seg)) continue;  // the tower did not run: no graph, no hooks
     const auto& starts = starts_[static_cast<size_t>(seg)];
     if (!Backprops(seg)) {
       // Autograd never reaches this segment: no pre-backward all-gather, no compute; units that
@@ -287,6 +305,7 @@ void Walker::PrefetchBackward(int seg, int32_t dep) {
   for (size_t k = backward_cursor_; k < backward_order_.size(); ++k) {
     auto i = static_cast<size_t>(backward_order_[k]);
     if (gathered_[i] || prefetch_op_[i] >= 0) continue;
+    if (SkippedSegment(units_[i].first_segment) || !Backprops(units_[i].last_segment)) continue;
     IssueAllGather(i, dep);
     return;
   }
@@ -468,10 +487,11 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
   // Forward unshards every unit but the experts (ForwardExperts gathers and reshards them one at
   // a time); those it does not reshard stay gathered into backward.
   for (size_t i = 0; i < units_.size(); ++i) {
+    if (SkippedSegment(units_[i].first_segment)) continue;  // a tower that does not run
     if (!units_[i].is_expert && !ReshardAfterForward(units_[i])) states += GatheredBytes(i);
   }
   int64_t& act = out.activations_bytes;
-  for (int b = 0; b < s_.spec->num_layers; ++b) act += BlockSavedBytes(b);
+  for (int b = 0; b < nb_; ++b) act += BlockSavedBytes(b);
   if (p_.Trains()) {
     // ForwardCompute: the residual stream from the embeddings (freed by the head's
     // BackwardCompute) and, in the head's forward op, first its working set (logits, the fp32
@@ -487,7 +507,8 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
 // ForwardEndBound's backward moments: each block's backward op in step 1's first micro-batch.
 void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
   const int L = s_.spec->num_layers;
-  if (!p_.Trains() || model::ChangesTrainability(p_) || s_.spec->moe.enabled() || L < 1) return;
+  // Not modelled for a VL model's tower (its blocks' moments are not in this figure).
+  if (!p_.Trains() || model::ChangesTrainability(p_) || s_.spec->moe.enabled() || L < 1 || nv_ > 0) return;
   int64_t base = s_.workspace_bytes + OptimizerStateBytes();
   if (p_.offload != model::Offload::kAll) {
     for (int64_t bytes : shard_bytes_) base += bytes;

@@ -31,7 +31,14 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
   unsharded_grad_.assign(u, 0);
   accumulated_.assign(u, 0);
   sharded_grad_.assign(u, 0);
-  auto segs = static_cast<size_t>(model::NumSegments(s.spec->num_layers));
+  nb_ = s.spec->NumBlocks();
+  nv_ = s.spec->VisionBlocks();
+  if (nv_ > 0) {
+    // The tower's residual stream [patches, C] per text token (the patch embedding's output).
+    vision_residual_ = s.vision.patches_per_token * static_cast<double>(s.spec->vision.hidden) *
+                       static_cast<double>(model::BytesPerElement(p_.param_dtype));
+  }
+  auto segs = static_cast<size_t>(model::NumSegments(nb_));
   starts_.assign(segs, {});
   ends_.assign(segs, {});
   experts_starting_.assign(segs, {});
@@ -84,7 +91,7 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     gathered_ids_.assign(u, {});
     ugrad_ids_.assign(u, {});
     nosync_ids_.assign(u, {});
-    act_ids_.assign(static_cast<size_t>(s.spec->num_layers), {});
+    act_ids_.assign(static_cast<size_t>(nb_), {});
   }
 }
 
@@ -189,7 +196,7 @@ void Walker::TAllocSaved(int block) {
 void Walker::Run() {
   // About 2 ops and 4 memory actions per unit per pass; reserving avoids regrowth.
   size_t u = units_.size();
-  auto segs = static_cast<size_t>(model::NumSegments(s_.spec->num_layers));
+  auto segs = static_cast<size_t>(model::NumSegments(nb_));
   int walked = s_.skip_repeated_micro_batches
                    ? std::min(kWalkedLeadingMicroBatches + 1, p_.grad_accum) : p_.grad_accum;
   size_t per_step = (u * 8 + segs * 2) * static_cast<size_t>(walked) + 8;
@@ -343,7 +350,9 @@ bool Walker::Checkpointed(int block) const {
     case model::Checkpointing::kNone: return false;
     case model::Checkpointing::kFull: return true;
     case model::Checkpointing::kSelective: return false;
-    case model::Checkpointing::kEveryK: return block % std::max(1, p_.checkpoint_every_k) == 0;
+    // Every k-th block of each stack (the tower's and the text model's).
+    case model::Checkpointing::kEveryK:
+      return (block < nv_ ? block : block - nv_) % std::max(1, p_.checkpoint_every_k) == 0;
   }
   return false;
 }
@@ -359,7 +368,8 @@ double Walker::BlockSaved(int block) const {
 
 int64_t Walker::BlockFixedSaved(int block) const {
   const model::ModelSpec& spec = *s_.spec;
-  if (!spec.moe.deepseek_router || !spec.MoeLayer(block) || p_.modeling != model::Modeling::kHf) return 0;
+  if (block < nv_) return 0;
+  if (!spec.moe.deepseek_router || !spec.MoeLayer(block - nv_) || p_.modeling != model::Modeling::kHf) return 0;
   if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
   if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) return 0;
   if (e_param_ == 4) return 0;  // W.float() of an fp32 weight is the weight itself
@@ -369,9 +379,9 @@ int64_t Walker::BlockFixedSaved(int block) const {
 int64_t Walker::BlockSavedBytes(int block) const { return Tok(BlockSaved(block)) + BlockFixedSaved(block); }
 
 void Walker::Forward() {
-  int L = s_.spec->num_layers;
   const auto& units = units_;
-  for (int seg = 0; seg < model::NumSegments(L); ++seg) {
+  for (int seg = 0; seg < model::NumSegments(nb_); ++seg) {
+    if (SkippedSegment(seg)) continue;
     for (int32_t si : starts_[static_cast<size_t>(seg)]) {
       auto i = static_cast<size_t>(si);
       if (units[i].is_expert) continue;  // one at a time, ForwardExperts
@@ -381,7 +391,7 @@ void Walker::Forward() {
         // max_inflight_allgathers - 1 ahead of the one being computed.
         int budget = std::max(1, p_.max_inflight_allgathers - 1);
         for (size_t j = i + 1; j < units.size() && budget > 0; ++j) {
-          if (units[j].first_segment <= seg || gathered_[j]) continue;
+          if (units[j].first_segment <= seg || gathered_[j] || SkippedSegment(units[j].first_segment)) continue;
           if (prefetch_op_[j] < 0) IssueAllGather(j, last_copy_out_);
           --budget;
         }

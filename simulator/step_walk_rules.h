@@ -133,7 +133,16 @@ class Walker {
   int64_t Tok(double per_token) const { return static_cast<int64_t>(per_token * tokens_); }
   // Frozen parameters, LoRA, inference roles, expert units, tiled MLP (step_walk_trainable.cc).
   void InitTrainability();
-  bool Backprops(int seg) const { return seg >= first_backward_seg_; }
+  bool Backprops(int seg) const {
+    if (seg >= 1 && seg <= nv_) return seg >= vision_backward_from_ && !SkippedSegment(seg);
+    return seg >= first_backward_seg_;
+  }
+  // A vision segment of a step without images: the tower does not run (no gather, no compute).
+  bool SkippedSegment(int seg) const { return seg >= 1 && seg <= nv_ && !s_.vision.runs(); }
+  // Forward FLOPs per token of block b: its attention and the rest (matmuls, LoRA excluded).
+  void BlockForwardFlops(int b, double* attention, double* matmul) const;
+  // The residual stream a block reads (the tower's or the text model's), per token.
+  double BlockResidual(int b) const { return b < nv_ ? vision_residual_ : residual_; }
   double BackwardMatmulRatio(int seg) const;
   double AdapterFlopsPerToken(int seg) const;
   double TiledRecomputeFlopsPerToken(int block) const;
@@ -161,6 +170,13 @@ class Walker {
   const model::Plan& p_;
   int n_ = 1;
   double tokens_ = 0, residual_ = 0;  // tokens_: this rank's B·S/cp
+  // Blocks in all and the vision tower's (ModelSpec::NumBlocks, VisionBlocks); the tower's
+  // residual stream per text token; the first vision segment whose backward runs (a trainable
+  // tower parameter there or before: NumSegments when the tower is frozen).
+  int nb_ = 0, nv_ = 0;
+  double vision_residual_ = 0;
+  int vision_backward_from_ = 0;
+  int32_t vision_residual_id_ = -1;
   model::UlyssesAllToAll a2a_;        // per layer; zero sizes when cp is 1
   model::ExpertAllToAll ep_a2a_;      // per MoE layer; zero sizes when ep is 1
   const model::ExpertAllToAll& ExpertA2a() const { return ep_a2a_; }

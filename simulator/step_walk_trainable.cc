@@ -14,8 +14,9 @@ namespace shardtune::sim::internal {
 void Walker::InitTrainability() {
   const auto& spec = *s_.spec;
   size_t u = units_.size();
-  auto segs = static_cast<size_t>(model::NumSegments(spec.num_layers));
+  auto segs = static_cast<size_t>(model::NumSegments(nb_));
   grad_shard_numel_.assign(u, 0);
+  vision_backward_from_ = model::NumSegments(nb_);
   if (ep_units_) grad_gathered_numel_.assign(u, 0);
   shard_bytes_.assign(u, 0);
   copy_in_bytes_.assign(u, 0);
@@ -39,7 +40,10 @@ void Walker::InitTrainability() {
       // The tied embedding's weight is booked with the LM head, whose backward first produces a
       // gradient for it (model/module_tree.cc).
       bool tied = spec.tied_embeddings && !spec.value_head &&
-                  prm.segment == model::HeadSegment(spec.num_layers) && prm.dim0 == spec.vocab_size;
+                  prm.segment == model::HeadSegment(nb_) && prm.dim0 == spec.vocab_size;
+      if ((trains || (prm.lora_adapter && p_.Trains())) && model::IsVisionParameter(prm.name)) {
+        vision_backward_from_ = std::min(vision_backward_from_, prm.segment);
+      }
       if (trains && (prm.segment == 0 || tied)) lookup_grad_bytes_ += prm.numel() * e_param_;
       if (trains && tied) tied_grad_bytes_ += prm.numel() * e_param_;
       auto seg = static_cast<size_t>(prm.segment);
@@ -57,9 +61,9 @@ void Walker::InitTrainability() {
   }
   for (size_t g = 0; g < segs; ++g)
     weight_grad_fraction_[g] = mat[g] > 0 ? mat_train[g] / mat[g] : 0.0;
-  first_backward_seg_ = p_.Trains() ? model::FirstBackwardSegment(units_, spec.num_layers)
-                                    : model::NumSegments(spec.num_layers);
-  SHARDTUNE_CHECK(!p_.Trains() || first_backward_seg_ < model::NumSegments(spec.num_layers))
+  first_backward_seg_ = p_.Trains() ? model::FirstBackwardSegment(units_, nb_)
+                                    : model::NumSegments(nb_);
+  SHARDTUNE_CHECK(!p_.Trains() || first_backward_seg_ < model::NumSegments(nb_))
       << "a training plan with nothing trainable (TrainabilityProblems rejects it)";
   if (p_.tiled_mlp_shards > 1) {
     tiled_mlp_flops_ = model::MlpForwardFlopsPerToken(spec, spec.num_layers - 1).count();
@@ -82,8 +86,8 @@ double Walker::AdapterFlopsPerToken(int seg) const {
 
 // TiledMLP's backward re-runs every tile's MLP forward with grad enabled (tiled_mlp.h).
 double Walker::TiledRecomputeFlopsPerToken(int block) const {
-  if (!Backprops(model::BlockSegment(block))) return 0.0;
-  return block < s_.spec->DenseLayers() ? tiled_dense_mlp_flops_ : tiled_mlp_flops_;
+  if (block < nv_ || !Backprops(model::BlockSegment(block))) return 0.0;
+  return block - nv_ < s_.spec->DenseLayers() ? tiled_dense_mlp_flops_ : tiled_mlp_flops_;
 }
 
 // Under no_grad nothing is saved, so the forward keeps only the op being run: the training
@@ -100,8 +104,8 @@ int64_t Walker::InferWorkingSet(int block) const {
       top2 = t.bytes_per_token;
     }
   }
-  double training = l.forward_peak_per_token - residual_;
-  double ws = l.forward_peak_per_token - l.saved_per_token + top1 + top2 - residual_;
+  double training = l.forward_peak_per_token - BlockResidual(block);
+  double ws = l.forward_peak_per_token - l.saved_per_token + top1 + top2 - BlockResidual(block);
   return Tok(std::max(0.0, std::min(training, ws)));
 }
 

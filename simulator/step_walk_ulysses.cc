@@ -44,7 +44,8 @@ double RoutedExpertFlopsPerToken(const model::ModelSpec& spec) {
 }  // namespace
 
 bool Walker::SplitBlock(int block) const {
-  return p_.cp > 1 || (p_.ep > 1 && s_.spec->MoeLayer(block));
+  if (block < nv_) return false;  // the vision tower runs whole on every rank of a cp group
+  return p_.cp > 1 || (p_.ep > 1 && s_.spec->MoeLayer(block - nv_));
 }
 
 // torchtitan's MoE under expert parallelism (models/common/token_dispatcher.py
@@ -78,8 +79,9 @@ void AppendExpertForward(const model::ExpertAllToAll& ea, double rest_flops, dou
 
 UlyssesPieces Walker::UlyssesForwardPieces(int block, double elem_bytes,
                                            int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), block);
-  const bool ep = p_.ep > 1 && s_.spec->MoeLayer(block);
+  const int layer = block - nv_;  // a text layer (SplitBlock)
+  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), layer);
+  const bool ep = p_.ep > 1 && s_.spec->MoeLayer(layer);
   const double expert = ep ? std::min(f.post, RoutedExpertFlopsPerToken(*s_.spec)) : 0.0;
   UlyssesPieces v;
   if (p_.cp > 1) {
@@ -98,9 +100,10 @@ UlyssesPieces Walker::UlyssesForwardPieces(int block, double elem_bytes,
 
 UlyssesPieces Walker::UlyssesBackwardPieces(int block, bool recompute, double elem_bytes,
                                             int16_t host_kernels) const {
-  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), block);
+  const int layer = block - nv_;  // a text layer (SplitBlock)
+  BlockFlops f = Split(*s_.spec, s_.plan->AttentionSeqLen(s_.seq_len), layer);
   int64_t qkv = a2a_.q_bytes + a2a_.k_bytes + a2a_.v_bytes;
-  const bool ep = p_.ep > 1 && s_.spec->MoeLayer(block);
+  const bool ep = p_.ep > 1 && s_.spec->MoeLayer(layer);
   const double expert = ep ? std::min(f.post, RoutedExpertFlopsPerToken(*s_.spec)) : 0.0;
   UlyssesPieces v;
   if (recompute) {

@@ -192,11 +192,14 @@ TEST(CliTest, TwentyTwentySixArchitecturesEstimateWarnAndRefuseByName) {
     EXPECT_THAT(models, ::testing::HasSubstr(p));
   }
   const std::string data = std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/";
-  // Gemma3ForConditionalGeneration reads with its SigLIP tower (tests/model/vision_test.cc);
-  // until the walk has the tower, estimate says so in one line.
-  ExpectOneLineError(RunCli("estimate --model " + data + "gemma-3-27b.config.json --cluster 8xH100 "
-                            "--seq-len 2048 --checkpointing full"),
-                     "siglip vision tower is read and counted (423060336 parameters)");
+  // Gemma3ForConditionalGeneration reads with its SigLIP tower (tests/model/vision_test.cc); text
+  // batches leave the tower idle, which the answer says.
+  Result g3 = RunCli("estimate --model " + data + "gemma-3-27b.config.json --cluster 8xH100 "
+                     "--seq-len 2048 --checkpointing full --json");
+  EXPECT_EQ(g3.code, 0) << g3.err;
+  nlohmann::json j = nlohmann::json::parse(g3.out);  // --json: warnings travel in the document
+  EXPECT_EQ(j.at("model").at("parameters").get<int64_t>(), 27'432'406'640);
+  EXPECT_THAT(j.at("warnings").dump(), ::testing::HasSubstr("the batches are text only"));
   Result oss = RunCli("estimate --model " + data + "gpt-oss-20b.config.json --cluster 8xH100");
   EXPECT_EQ(oss.code, 0) << oss.err;
   EXPECT_THAT(oss.err, ::testing::HasSubstr("quantization_config: the checkpoint's experts are quantized"));
@@ -1591,6 +1594,37 @@ TEST(CliTest, ValidateComparesEveryMeasuredPhaseOfARealRun) {
   EXPECT_EQ(rows.count("memory: resume peak"), 0u);
   Result text = RunCli("validate --measurements " + MeasuredRun());
   EXPECT_THAT(text.out, ::testing::HasSubstr("memory: steady peak"));
+}
+
+// Vision-language models (#43): the images are part of the job; bad image flags are one-line
+// errors naming the flag; a text model refuses images; run says its executor lacks the tower.
+TEST(CliTest, VisionLanguageJobsTakeImages) {
+  const std::string m = std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/qwen2.5-vl-7b.config.json";
+  Result text = RunCli("estimate --model " + m + " --cluster 8xH100 --seq-len 4096 --json");
+  Result img = RunCli("estimate --model " + m + " --cluster 8xH100 --seq-len 4096 --images 2 "
+                      "--image-pixels 1280x720 --json");
+  ASSERT_EQ(text.code, 0) << text.err;
+  ASSERT_EQ(img.code, 0) << img.err;
+  nlohmann::json jt = nlohmann::json::parse(text.out), ji = nlohmann::json::parse(img.out);
+  // smart_resize: 1280 x 720 -> 1288 x 728, 46 x 26 merged tokens = 1196 an image.
+  EXPECT_EQ(ji.at("plan").at("image_tokens").get<int64_t>(), 2 * 1196);
+  EXPECT_EQ(ji.at("plan").at("images").get<int>(), 2);
+  // Text batches: the tower's 676,550,144 parameters (tests/model/vision_test.cc) get no gradient.
+  const auto& rt = jt.at("per_rank");
+  const auto& ri = ji.at("per_rank");
+  EXPECT_EQ(rt.at("trainable_parameters").get<int64_t>(), 8'292'166'656 - 676'550'144);
+  EXPECT_EQ(ri.at("trainable_parameters").get<int64_t>(), 8'292'166'656);
+  EXPECT_GT(ri.at("peak_allocated_bytes").get<int64_t>(), rt.at("peak_allocated_bytes").get<int64_t>());
+  ExpectOneLineError(RunCli("estimate --model " + m + " --images 2 --image-pixels 1280by720"),
+                     "--image-pixels: expected WIDTHxHEIGHT");
+  ExpectOneLineError(RunCli("estimate --model " + m + " --image-pixels 64x64 --image-tokens 5"),
+                     "--image-pixels: expected either it or --image-tokens");
+  ExpectOneLineError(RunCli("estimate --model " + m + " --seq-len 1024 --image-tokens 2000"),
+                     "image_tokens: expected integer in [images = 1, 1024]");
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --images 1 --image-tokens 64"),
+                     "images: expected 0 for llama3-8b");
+  ExpectOneLineError(RunCli("run --model " + m + " --steps 1 --out " + TempPath("vl_run")),
+                     "vision tower is not run by shardtune's executor yet");
 }
 
 }  // namespace

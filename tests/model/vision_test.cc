@@ -7,6 +7,7 @@
 
 #include "hf_test_util.h"
 #include "model/errors.h"
+#include "model/activations.h"
 #include "model/hf_config.h"
 #include "model/module_tree.h"
 #include "model/plan.h"
@@ -248,6 +249,72 @@ TEST(VisionTest, AFrozenTowerRecordsNoGraph) {
   Plan full;
   t = SubgraphTrainabilities(s, full, ApplyTrainability(s, full, BuildFsdpUnits(s, full.wrap)));
   EXPECT_TRUE(t.blocks.front().all_params_train);
+}
+
+// A vision block's saved tensors per patch, bf16, SDPA, written out from the modules (as the text
+// blocks' tests in architectures_test.cc): Qwen2.5-VL (C 1280, I 3420, 16 heads): each
+// Qwen2RMSNorm saves its fp32 input 4C, rsqrt 4 and bf16 x_hat 2C; the projections save the two
+// norm outputs (2C each); SDPA saves q and k after the rotary (2C each), v (a view of the fused
+// qkv output, which it keeps whole: 6C), its output 2C and the fp32 logsumexp per head; the
+// SwiGLU MLP 8I. SigLIP (Gemma 3: C 1152, I 4304, 16 heads): each LayerNorm saves its input 2C
+// and fp32 mean and rstd (8); q, k, v 2C each and the output 2C, the logsumexp; the GELU MLP
+// fc1's output (GELU's input) and GELU's output (fc2's input): 4I. The walk's tokens are text
+// tokens: per token, the patches per token times that.
+TEST(VisionTest, VisionBlockSavesWhatItsModulesSave) {
+  ModelSpec q = Import("qwen2.5-vl-7b.config.json");
+  Plan plan;
+  plan.images = 2;
+  plan.image_tokens = 2 * 1196;  // two 1280 x 720 images
+  const VisionLoad load = VisionLoadOf(q, plan, 4096);
+  EXPECT_DOUBLE_EQ(load.patches, 4 * 2392.0);
+  EXPECT_DOUBLE_EQ(load.patches_per_image, 4784);
+  EXPECT_DOUBLE_EQ(load.patches_per_token, 4 * 2392.0 / 4096);
+  ActivationOptions o = testing_util::Bf16Sdpa();
+  const double C = 1280, I = 3420, heads = 16;
+  const double per_patch = 2 * (4 * C + 4 + 2 * C) + 2 * C + 2 * C +
+                           (2 * C + 2 * C + 6 * C + 2 * C + 4 * heads) + 8 * I;
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(q, o, Trainability{}, 3, load).full.saved_per_token,
+                   per_patch * load.patches_per_token);
+  // Block 0 keeps the patch embedding's input (the pixels in bf16: 3 x 2 x 14 x 14 a patch); the
+  // last the merger's RMSNorm (4C + 2C) and its fc1, GELU and fc2 inputs (4C / 4 per patch each).
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(q, o, Trainability{}, 0, load).full.saved_per_token,
+                   (per_patch + 2 * 1176) * load.patches_per_token);
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(q, o, Trainability{}, 31, load).full.saved_per_token,
+                   (per_patch + 6 * C + 3 * 2 * C) * load.patches_per_token);
+  // A frozen tower records nothing.
+  Trainability frozen;
+  frozen.input_requires_grad = false;
+  frozen.all_params_train = false;
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(q, o, frozen, 3, load).full.saved_per_token, 0);
+  // Full checkpointing keeps each block's input [patches, C].
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(q, o, Trainability{}, 3, load).checkpoint_input_per_token,
+                   2 * C * load.patches_per_token);
+
+  ModelSpec g = Import("gemma-3-27b.config.json");
+  Plan gp;
+  gp.images = 1;
+  gp.image_tokens = 256;
+  const VisionLoad gl = VisionLoadOf(g, gp, 2048);
+  EXPECT_DOUBLE_EQ(gl.patches_per_token, 4096.0 / 2048);
+  const double c = 1152, i = 4304;
+  EXPECT_DOUBLE_EQ(VisionBlockActivations(g, o, Trainability{}, 5, gl).full.saved_per_token,
+                   (2 * (2 * c + 8) + 2 * c + 2 * c + (2 * c + 2 * c + 2 * c + 2 * c + 4 * heads) + 4 * i) *
+                       gl.patches_per_token);
+}
+
+// FLOPs per patch: 2 x (qkv 3C^2 + proj C^2 + the MLP's matrices) and 4 x span x C of attention,
+// the span a Qwen2.5-VL window (64 patches) except in the full-attention blocks (the image).
+TEST(VisionTest, VisionBlockFlopsFollowTheSpan) {
+  ModelSpec q = Import("qwen2.5-vl-7b.config.json");
+  Plan plan;
+  plan.images = 1;
+  plan.image_tokens = 1196;
+  const VisionLoad load = VisionLoadOf(q, plan, 4096);
+  const double C = 1280, I = 3420, r = load.patches_per_token;
+  VisionBlockFlops windowed = VisionBlockForwardFlops(q, 3, load);
+  EXPECT_DOUBLE_EQ(windowed.matmul, 2 * (4 * C * C + 3 * C * I) * r);
+  EXPECT_DOUBLE_EQ(windowed.attention, 4 * 64 * C * r);
+  EXPECT_DOUBLE_EQ(VisionBlockForwardFlops(q, 7, load).attention, 4 * 4784 * C * r);
 }
 
 }  // namespace

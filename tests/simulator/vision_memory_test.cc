@@ -1,0 +1,101 @@
+// A VL model's vision tower in the walk (issue #43): its blocks' saved tensors join the activations
+// of the text blocks, its units are gathered only when images run through it, and its compute ops
+// carry the tower's FLOPs; expected values from the block ledgers' sums and FSDP2's rules.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/activations.h"
+#include "model/hf_config.h"
+#include "model/module_tree.h"
+#include "model/vision.h"
+#include "profiles/cluster.h"
+#include "simulator/memory_model.h"
+
+namespace shardtune::sim {
+namespace {
+
+int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
+
+Bytes CategoryPeak(const MemoryReport& r, Category c) {
+  for (const auto& kv : r.category_peaks) {
+    if (kv.first == ToString(c)) return kv.second;
+  }
+  return Bytes();
+}
+
+model::ModelSpec Qwen25Vl7b() {
+  return model::ReadHfConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/qwen2.5-vl-7b.config.json");
+}
+
+model::Plan WithImages(int images, int64_t tokens) {
+  model::Plan p;
+  p.seq_len = 4096;
+  p.images = images;
+  p.image_tokens = tokens;
+  return p;
+}
+
+// Training the tower adds exactly its blocks' saved tensors to the activations alive at the peak
+// (the loss's backward, where every block's are): each vision block's ledger per text token times
+// the micro-batch's 4096 tokens, one caching-allocator block (512 B) rounding each, against the
+// same images through a frozen tower, which saves nothing.
+TEST(VisionMemoryTest, TrainedTowerAddsItsBlocksSavedTensors) {
+  const model::ModelSpec s = Qwen25Vl7b();
+  const auto c = profiles::ParseClusterShorthand("8xH100");
+  model::Plan trained = WithImages(2, 2392);
+  model::Plan frozen = trained;
+  frozen.frozen_prefixes = {"model.visual"};
+  const MemoryReport a = EstimateMemory(s, c, trained, {});
+  const MemoryReport b = EstimateMemory(s, c, frozen, {});
+  const model::VisionLoad load = model::VisionLoadOf(s, trained, 4096);
+  const auto opt = model::ActivationOptionsFor(trained, 4096);
+  int64_t expected = 0;
+  for (int blk = 0; blk < s.vision.depth; ++blk) {
+    const double per_token = model::VisionBlockActivations(s, opt, model::Trainability{}, blk, load).full.saved_per_token;
+    expected += R512(static_cast<int64_t>(per_token * 4096));
+  }
+  EXPECT_EQ(CategoryPeak(a, Category::kActivations).count() - CategoryPeak(b, Category::kActivations).count(),
+            expected);
+  EXPECT_GT(expected, int64_t{10} << 30);  // 9568 patches x 32 blocks x ~60 KB
+}
+
+// Text-only batches: the tower's units are never gathered and its segments have no compute; with
+// images its blocks are gathered one unit at a time like the text layers, and each forward op of a
+// vision block carries that block's FLOPs for the micro-batch's tokens.
+TEST(VisionMemoryTest, TowerRunsOnlyWithImages) {
+  const model::ModelSpec s = Qwen25Vl7b();
+  const auto c = profiles::ParseClusterShorthand("8xH100");
+  const int V = s.vision.depth;
+  auto vision_ops = [&](const MemoryEstimate& e, OpKind kind) {
+    int n = 0;
+    for (const auto& op : e.program.ops) {
+      if (op.kind != kind || op.step != 1) continue;
+      if (kind == OpKind::kAllGather) {
+        n += model::IsVisionParameter(e.program.unit_names.empty() ? "" : e.program.unit_names[static_cast<size_t>(op.unit)] + ".") ? 1 : 0;
+      } else {
+        n += op.segment >= 1 && op.segment <= V ? 1 : 0;
+      }
+    }
+    return n;
+  };
+  model::Plan text = WithImages(0, 0);
+  text.frozen_prefixes = {"model.visual"};  // what ResolveJob adds without images
+  const MemoryEstimate none = EstimateMemoryWithProgram(s, c, text, {}, false);
+  const MemoryEstimate some = EstimateMemoryWithProgram(s, c, WithImages(1, 1196), {}, false);
+  EXPECT_EQ(vision_ops(none, OpKind::kForward), 0);
+  EXPECT_EQ(vision_ops(none, OpKind::kAllGather), 0);
+  EXPECT_EQ(vision_ops(some, OpKind::kForward), V);
+  EXPECT_EQ(vision_ops(some, OpKind::kBackward), V);
+  EXPECT_GE(vision_ops(some, OpKind::kAllGather), V);
+  const model::VisionLoad load = model::VisionLoadOf(s, WithImages(1, 1196), 4096);
+  for (const auto& op : some.program.ops) {
+    if (op.kind == OpKind::kForward && op.step == 1 && op.segment == 1 + 3) {
+      EXPECT_DOUBLE_EQ(op.matmul_flops, model::VisionBlockForwardFlops(s, 3, load).matmul * 4096);
+      EXPECT_DOUBLE_EQ(op.attention_flops, model::VisionBlockForwardFlops(s, 3, load).attention * 4096);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardtune::sim
