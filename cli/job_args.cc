@@ -1,6 +1,8 @@
 // Shared job inputs: resolution and joint validation.
 #include "cli/job_args.h"
 
+#include <algorithm>
+
 #include "model/activations.h"
 #include "model/context_parallel.h"
 #include "model/expert_parallel.h"
@@ -262,11 +264,13 @@ Job ResolveJob(const JobArgs& a) {
   if (job.spec.vision.enabled() && job.plan.images == 0) {
     // Text-only batches: the tower never runs, so its parameters get no gradient and AdamW no
     // state for them (torch.optim skips parameters whose grad is None) — as frozen ones.
-    if (job.spec.vision.kind == model::VisionKind::kSiglip) {
-      job.plan.frozen_prefixes.push_back("model.vision_tower");
-      job.plan.frozen_prefixes.push_back("model.multi_modal_projector");
-    } else {
-      job.plan.frozen_prefixes.push_back("model.visual");
+    const std::vector<std::string> tower =
+        job.spec.vision.kind == model::VisionKind::kSiglip
+            ? std::vector<std::string>{"model.vision_tower", "model.multi_modal_projector"}
+            : std::vector<std::string>{"model.visual"};
+    for (const std::string& p : tower) {
+      auto& f = job.plan.frozen_prefixes;
+      if (std::find(f.begin(), f.end(), p) == f.end()) f.push_back(p);
     }
     job.warnings.push_back("--images: none given, so the batches are text only: the " +
                            std::string(model::ToString(job.spec.vision.kind)) +

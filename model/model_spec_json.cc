@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "model/errors.h"
 #include "model/strict_json.h"
 
 namespace shardtune::model {
@@ -56,6 +57,60 @@ MlaSpec ReadMla(StrictReader* r) {
   m.v_head_dim = r->RequiredInt("v_head_dim", kIntMin, kIntMax);
   r->Finish();
   return m;
+}
+
+// "vision": {"kind": "qwen2_5_vl", "depth": 32, "hidden": 1280, "num_heads": 16,
+// "intermediate": 3420, "out_hidden": 3584, ...} (ModelSpec::vision, model/vision.h; ranges in
+// VisionSpec::Problems()). Block-index lists are arrays of integers.
+std::vector<int> ReadIndexes(StrictReader* r, const std::string& key) {
+  std::vector<int> out;
+  if (!r->Has(key)) return out;
+  const nlohmann::json& v = r->RequiredValue(key);
+  if (!v.is_array()) throw InputError(r->Where(key) + ": expected an array of block indexes, got " + Describe(v));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > 100000) {
+      throw InputError(r->Where(key) + "/" + std::to_string(i) + ": expected a block index (integer >= 0), got " +
+                       Describe(v[i]));
+    }
+    out.push_back(static_cast<int>(v[i].get<int64_t>()));
+  }
+  return out;
+}
+
+VisionSpec ReadVision(StrictReader* r) {
+  VisionSpec v;
+  const std::string kind = r->RequiredString("kind");
+  bool known = false;
+  for (VisionKind k : {VisionKind::kQwen2Vl, VisionKind::kQwen25Vl, VisionKind::kQwen3Vl, VisionKind::kSiglip}) {
+    if (kind == ToString(k)) {
+      v.kind = k;
+      known = true;
+    }
+  }
+  if (!known) {
+    throw InputError(r->Where("kind") + ": expected \"qwen2_vl\", \"qwen2_5_vl\", \"qwen3_vl\" or \"siglip\", got \"" +
+                     kind + "\"");
+  }
+  v.depth = OptInt(r, "depth", 0);
+  v.hidden = r->RequiredInt("hidden", kIntMin, kIntMax);
+  v.num_heads = OptInt(r, "num_heads", 0);
+  v.intermediate = r->RequiredInt("intermediate", kIntMin, kIntMax);
+  v.patch_size = r->OptionalInt("patch_size", v.patch_size, kIntMin, kIntMax);
+  v.temporal_patch_size = r->OptionalInt("temporal_patch_size", v.temporal_patch_size, kIntMin, kIntMax);
+  v.in_channels = r->OptionalInt("in_channels", v.in_channels, kIntMin, kIntMax);
+  v.spatial_merge_size = r->OptionalInt("spatial_merge_size", v.spatial_merge_size, kIntMin, kIntMax);
+  v.out_hidden = r->RequiredInt("out_hidden", kIntMin, kIntMax);
+  v.window_size = r->OptionalInt("window_size", 0, kIntMin, kIntMax);
+  v.fullatt_block_indexes = ReadIndexes(r, "fullatt_block_indexes");
+  v.num_position_embeddings = r->OptionalInt("num_position_embeddings", 0, kIntMin, kIntMax);
+  v.deepstack_visual_indexes = ReadIndexes(r, "deepstack_visual_indexes");
+  v.image_size = r->OptionalInt("image_size", 0, kIntMin, kIntMax);
+  v.mm_tokens_per_image = r->OptionalInt("mm_tokens_per_image", 0, kIntMin, kIntMax);
+  v.norm_eps = r->OptionalNumber("norm_eps", v.norm_eps, -1e300, 1e300);
+  v.min_pixels = r->OptionalInt("min_pixels", 0, kIntMin, kIntMax);
+  v.max_pixels = r->OptionalInt("max_pixels", 0, kIntMin, kIntMax);
+  r->Finish();
+  return v;
 }
 
 // "rope_scaling": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
@@ -145,6 +200,10 @@ ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
   if (r.Has("mla")) {
     StrictReader mla = r.RequiredObject("mla");
     s.mla = ReadMla(&mla);
+  }
+  if (r.Has("vision")) {
+    StrictReader vision = r.RequiredObject("vision");
+    s.vision = ReadVision(&vision);
   }
   if (r.Has("rope_scaling")) {
     StrictReader rope = r.RequiredObject("rope_scaling");
@@ -254,6 +313,23 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
                 {"qk_nope_head_dim", s.mla.qk_nope_head_dim},
                 {"qk_rope_head_dim", s.mla.qk_rope_head_dim},
                 {"v_head_dim", s.mla.v_head_dim}};
+  }
+  if (s.vision.enabled()) {
+    const VisionSpec& v = s.vision;
+    nlohmann::ordered_json o = {{"kind", ToString(v.kind)}, {"depth", v.depth}, {"hidden", v.hidden},
+                                {"num_heads", v.num_heads}, {"intermediate", v.intermediate},
+                                {"patch_size", v.patch_size}, {"temporal_patch_size", v.temporal_patch_size},
+                                {"in_channels", v.in_channels}, {"spatial_merge_size", v.spatial_merge_size},
+                                {"out_hidden", v.out_hidden}, {"norm_eps", v.norm_eps}};
+    if (v.window_size > 0) o["window_size"] = v.window_size;
+    if (!v.fullatt_block_indexes.empty()) o["fullatt_block_indexes"] = v.fullatt_block_indexes;
+    if (v.num_position_embeddings > 0) o["num_position_embeddings"] = v.num_position_embeddings;
+    if (!v.deepstack_visual_indexes.empty()) o["deepstack_visual_indexes"] = v.deepstack_visual_indexes;
+    if (v.image_size > 0) o["image_size"] = v.image_size;
+    if (v.mm_tokens_per_image > 0) o["mm_tokens_per_image"] = v.mm_tokens_per_image;
+    if (v.min_pixels > 0) o["min_pixels"] = v.min_pixels;
+    if (v.max_pixels > 0) o["max_pixels"] = v.max_pixels;
+    j["vision"] = o;
   }
   j["source"] = s.source;
   if (!s.hf_architecture.empty()) j["hf_architecture"] = s.hf_architecture;

@@ -105,6 +105,10 @@ ModelSpec Llama3Scaled(ModelSpec s, double factor) {
 // tiny test presets and gpt3-175b (no HF checkpoint) have none.
 std::string ArchitectureOf(const std::string& name) {
   static const std::pair<const char*, const char*> kTable[] = {
+      // The VL models before their text families' prefixes.
+      {"qwen2-vl-", "Qwen2VLForConditionalGeneration"},
+      {"qwen2.5-vl-", "Qwen2_5_VLForConditionalGeneration"},
+      {"qwen3-vl-", "Qwen3VLForConditionalGeneration"},
       {"gpt2", "GPT2LMHeadModel"},          {"llama", "LlamaForCausalLM"},
       {"mistral-", "MistralForCausalLM"},   {"qwen2.5-", "Qwen2ForCausalLM"},
       {"qwen2-", "Qwen2ForCausalLM"},       {"deepseek-llm-", "LlamaForCausalLM"},
@@ -311,8 +315,8 @@ void Add2026(std::vector<PresetInfo>* p) {
                       HfConfig("allenai/OLMo-2-1124-13B") + olmo_count));
   p->push_back(Preset("gemma2-9b", Gemma2Shape(42, 3584, 16, 8, 14336), 9'241'705'984,
                       HfConfig("google/gemma-2-9b") + "; count: HF num_parameters()"));
-  // Gemma 3 27B's text_config (Gemma3ForConditionalGeneration; the vision tower is not
-  // modelled): what it lists plus Gemma3TextConfig's defaults.
+  // Gemma 3 27B (Gemma3ForConditionalGeneration): its text_config, what it lists plus
+  // Gemma3TextConfig's defaults, and its SigLIP tower (vision_config, mm_tokens_per_image 256).
   ModelSpec g3 = GemmaShape(62, 5376, 32, 16, 128, 21504, 262208, 131072, NormPlacement::kSandwich);
   g3.qk_norm = true;
   g3.rope_theta = 1e6;
@@ -322,6 +326,15 @@ void Add2026(std::vector<PresetInfo>* p) {
   g3.query_pre_attn_scalar = 168;
   g3.sliding_window = 1024;
   g3.full_attention_every = 6;
+  g3.vision.kind = VisionKind::kSiglip;
+  g3.vision.depth = 27;
+  g3.vision.hidden = 1152;
+  g3.vision.num_heads = 16;
+  g3.vision.intermediate = 4304;
+  g3.vision.image_size = 896;
+  g3.vision.patch_size = 14;
+  g3.vision.mm_tokens_per_image = 256;
+  g3.vision.out_hidden = 5376;
   // GptOssForCausalLM: 3-D experts with biases and the clamped SwiGLU, a router with a bias,
   // attention biases and sinks, 128-token sliding windows on alternate layers, YaRN x32. The
   // published experts are MXFP4; training dequantizes them (the estimate is for bf16).
@@ -349,9 +362,9 @@ void Add2026(std::vector<PresetInfo>* p) {
                       HfConfig("openai/gpt-oss-20b") + oss_count));
   p->push_back(Preset("gpt-oss-120b", gpt_oss(36, 128), 116'829'156'672,
                       HfConfig("openai/gpt-oss-120b") + oss_count));
-  p->push_back(Preset("gemma3-27b", g3, 27'009'346'304,
+  p->push_back(Preset("gemma3-27b", g3, 27'432'406'640,
                       HfConfig("google/gemma-3-27b-pt") +
-                          " (text_config); count: the text model's, without the vision tower"));
+                          "; count: the safetensors' total (SigLIP tower 423,060,336)"));
   // DeepSeek (modeling_deepseek_v3.py): multi-head latent attention, first_k_dense_replace dense
   // blocks then the MoE with one shared MLP, the DeepSeek router. Counts: HF num_parameters() of
   // DeepseekV3ForCausalLM / DeepseekV2ForCausalLM (the e_score_correction_bias buffers and V3's
@@ -522,6 +535,71 @@ void AddRecipeModels(std::vector<PresetInfo>* p) {
 }
 
 // A few million parameters, for CPU runs and tests: the same code paths as the big ones. Vocab
+// Vision-language models (issue #43; model/vision.h): the language model as its config.json
+// describes it plus the vision tower of its vision_config (tests/data/model/*.config.json hold
+// the same files). Counts: the safetensors totals of the published checkpoints (bf16 bytes / 2),
+// equal to the modules' closed forms (tests/model/vision_test.cc); Qwen3-VL's are the closed form
+// alone (no published total at hand).
+void AddVisionLanguage(std::vector<PresetInfo>* p) {
+  auto qwen2 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn, int64_t vocab,
+                  int64_t positions, bool tied) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions), 1e6, 1e-6);
+    s.qkv_bias = true;  // the Qwen2 language model (M-RoPE: the same tensors as RoPE)
+    s.tied_embeddings = tied;
+    return s;
+  };
+  auto qwen_vision = [](VisionKind kind, int depth, int64_t hidden, int64_t intermediate,
+                        int64_t out) {
+    VisionSpec v;
+    v.kind = kind;
+    v.depth = depth;
+    v.hidden = hidden;
+    v.num_heads = 16;
+    v.intermediate = intermediate;
+    v.patch_size = kind == VisionKind::kQwen3Vl ? 16 : 14;
+    v.temporal_patch_size = 2;
+    v.spatial_merge_size = 2;
+    v.out_hidden = out;
+    // The published preprocessor_config.json pixel bounds (model/hf_config.cc).
+    v.min_pixels = kind == VisionKind::kQwen3Vl ? 65536 : 3136;
+    v.max_pixels = kind == VisionKind::kQwen3Vl ? 16777216 : 12845056;
+    if (kind == VisionKind::kQwen25Vl) {
+      v.window_size = 112;
+      v.fullatt_block_indexes = {7, 15, 23, 31};
+    }
+    return v;
+  };
+  const std::string st_count = "; count: the safetensors' total";
+  ModelSpec q2vl7 = qwen2(28, 3584, 28, 4, 18944, 152064, 32768, false);
+  q2vl7.vision = qwen_vision(VisionKind::kQwen2Vl, 32, 1280, 5120, 3584);
+  p->push_back(Preset("qwen2-vl-7b", q2vl7, 8'291'375'616,
+                      HfConfig("Qwen/Qwen2-VL-7B-Instruct") + st_count));
+  ModelSpec q25vl3 = qwen2(36, 2048, 16, 2, 11008, 151936, 128000, true);
+  q25vl3.vision = qwen_vision(VisionKind::kQwen25Vl, 32, 1280, 3420, 2048);
+  p->push_back(Preset("qwen2.5-vl-3b", q25vl3, 3'754'622'976,
+                      HfConfig("Qwen/Qwen2.5-VL-3B-Instruct") + st_count));
+  ModelSpec q25vl7 = qwen2(28, 3584, 28, 4, 18944, 152064, 128000, false);
+  q25vl7.vision = qwen_vision(VisionKind::kQwen25Vl, 32, 1280, 3420, 3584);
+  p->push_back(Preset("qwen2.5-vl-7b", q25vl7, 8'292'166'656,
+                      HfConfig("Qwen/Qwen2.5-VL-7B-Instruct") + st_count));
+  // Qwen3-VL: a Qwen3 language model (head_dim 128, q/k norms, rope_theta 5e6, 262,144
+  // positions), tied in the 2B and 4B; the tower's DeepStack mergers after blocks 5, 11, 17.
+  auto qwen3vl = [&](int layers, int64_t hidden, int heads, int64_t ffn, int64_t out) {
+    ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, 8, ffn), 151936, 262144), 5e6, 1e-6);
+    s.head_dim = 128;
+    s.qk_norm = true;
+    s.tied_embeddings = true;
+    s.vision = qwen_vision(VisionKind::kQwen3Vl, 24, 1024, 4096, out);
+    s.vision.num_position_embeddings = 2304;
+    s.vision.deepstack_visual_indexes = {5, 11, 17};
+    return s;
+  };
+  p->push_back(Preset("qwen3-vl-2b", qwen3vl(28, 2048, 16, 6144, 2048), 0,
+                      HfConfig("Qwen/Qwen3-VL-2B-Instruct")));
+  p->push_back(Preset("qwen3-vl-4b", qwen3vl(36, 2560, 32, 9728, 2560), 0,
+                      HfConfig("Qwen/Qwen3-VL-4B-Instruct")));
+}
+
 // 512 = 256 byte values + spare ids (special tokens), so byte-level data needs no tokenizer.
 void AddTiny(std::vector<PresetInfo>* p) {
   ModelSpec llama = WithVocab(Shape(4, 256, 8, 4, 688), 512, 256);
@@ -537,6 +615,7 @@ std::vector<PresetInfo> BuildPresets() {
   AddOthers(&p);
   Add2026(&p);
   AddRecipeModels(&p);
+  AddVisionLanguage(&p);
   AddTiny(&p);
   for (const PresetInfo& info : p) info.spec.Validate("preset " + info.name);
   return p;

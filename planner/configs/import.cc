@@ -116,6 +116,9 @@ ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, in
   ctx.layer_class = HfDecoderLayerClass(spec);
   ctx.tied_embeddings = spec.tied_embeddings;
   ctx.model_parameters = model::ParameterCount(spec);
+  if (spec.vision.enabled()) {
+    ctx.vision_tower_prefix = spec.vision.kind == model::VisionKind::kSiglip ? "model.vision_tower" : "model.visual";
+  }
   return ctx;
 }
 

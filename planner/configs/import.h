@@ -31,6 +31,10 @@ struct ImportContext {
   std::string layer_class;  // HF class of one block (HfDecoderLayerClass); "": not checked
   bool tied_embeddings = false;  // ROLL wraps an untied embedding on its own
   int64_t model_parameters = 0;  // for Accelerate's NO_WRAP (one unit): 0 rejects NO_WRAP
+  // A VL model's vision tower as verl's get_vl_model_vision_tower returns it (Qwen-VL:
+  // model.visual, merger included; Gemma 3: model.vision_tower): what freeze_vision_tower
+  // freezes. "": a text model.
+  std::string vision_tower_prefix;
   // Which worker of a ROLL pipeline (actor_train, reference, critic, ...) or which verl role
   // (actor, ref, critic) to import; "": the training worker (ROLL: the only fsdp2_train worker,
   // else actor_train; verl: actor, or ref when the file has no actor).

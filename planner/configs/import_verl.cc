@@ -53,6 +53,7 @@ const KeyTable& WorkerKeys() {
                    {"log_prob_max_token_len_per_gpu", KeyUse::kMapped},
                    {"entropy_coeff", KeyUse::kMapped},
                    {"calculate_entropy", KeyUse::kMapped},
+                   {"freeze_vision_tower", KeyUse::kMapped},
                    {"use_torch_compile", KeyUse::kMapped},
                    {"entropy_from_logits_with_chunking", KeyUse::kMapped},
                    {"model", KeyUse::kIgnored}},
@@ -64,7 +65,6 @@ const KeyTable& WorkerKeys() {
                    "clip_ratio_c",
                    "tau_pos",
                    "tau_neg",
-                   "freeze_vision_tower",
                    "policy_loss",
                    "loss_agg_mode",
                    "loss_scale_factor",
@@ -502,6 +502,11 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   }
   ReadModel(model ? *model : ConfigReader(kEmpty, top.file(), "/actor_rollout_ref/model", ignored),
             train, ctx, plan);
+  // fsdp_workers.py: freeze_vision_tower sets requires_grad False on get_vl_model_vision_tower's
+  // module (a text model has none: verl prints "No vision tower found" and trains as usual).
+  if (train && w.Bool("freeze_vision_tower").value_or(false) && !ctx.vision_tower_prefix.empty()) {
+    plan->frozen_prefixes.push_back(ctx.vision_tower_prefix);
+  }
   int dp = m.world / m.sp;
   const int64_t seq = ReadPaddedWidth(top, out);
   ReadLogProbPath(w, model, train, out, plan);

@@ -326,10 +326,11 @@ TEST(ArchitecturesTest, GemmaCountsFollowTheFormula) {
   EXPECT_DOUBLE_EQ(g2.final_logit_softcap, 30);
   EXPECT_DOUBLE_EQ(g2.attn_logit_softcap, 50);
   EXPECT_EQ(g2.full_attention_every, 2);
-  // The config's text model is the gemma3-27b preset (its vision tower: tests/model/vision_test.cc).
+  // The config is the gemma3-27b preset; its text model's count (the tower's:
+  // tests/model/vision_test.cc).
   ModelSpec g3 = Import("gemma-3-27b.config.json", nullptr);
-  g3.vision = VisionSpec{};
   EXPECT_EQ(Shape(g3), Shape(FindModelPreset("gemma3-27b")));
+  g3.vision = VisionSpec{};
   EXPECT_EQ(ParameterCount(g3), static_cast<int64_t>(formula(62, 5376, 32, 16, 128, 21504, 262208, true)));
   EXPECT_EQ(ParameterCount(g3), 27'009'346'304);
   // Gemma3TextConfig's defaults fill what the published text_config leaves out.

@@ -114,13 +114,29 @@ TEST(VisionTest, Gemma3CountsEqualThePublishedTotal) {
   const double layer = 4 * C + 4 * (C * C + C) + (C * I + I) + (I * C + C);
   const double tower = (C * 3 * 14 * 14 + C) + 4096 * C + 27 * layer + 2 * C + (C + C * H);
   EXPECT_EQ(CountParameters(g).vision, static_cast<int64_t>(tower));
-  // The text backbone is the gemma3-27b preset; google/gemma-3-27b-it's safetensors total.
-  ModelSpec text = g;
-  text.vision = VisionSpec{};
-  EXPECT_EQ(testing_util::Shape(text), testing_util::Shape(FindModelPreset("gemma3-27b")));
+  // google/gemma-3-27b-it's safetensors total.
   EXPECT_EQ(ParameterCount(g), 27'432'406'640);
   EXPECT_EQ(g.vision.mm_tokens_per_image, 256);
   EXPECT_EQ(g.vision.PatchesPerToken(), 16);
+}
+
+// The VL presets are the published configs (their JSON form, vision included, round-trips).
+TEST(VisionTest, PresetsAreThePublishedConfigs) {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"qwen2.5-vl-7b.config.json", "qwen2.5-vl-7b"}, {"qwen2.5-vl-3b.config.json", "qwen2.5-vl-3b"},
+      {"qwen2-vl-7b.config.json", "qwen2-vl-7b"},     {"qwen3-vl-2b.config.json", "qwen3-vl-2b"},
+      {"gemma-3-27b.config.json", "gemma3-27b"}};
+  for (const auto& [file, preset] : pairs) {
+    ModelSpec imported = Import(file);
+    ModelSpec p = FindModelPreset(preset);
+    EXPECT_EQ(testing_util::Shape(imported), testing_util::Shape(p)) << file;
+    EXPECT_NE(testing_util::Shape(p).find("\"vision\""), std::string::npos) << preset;
+    ModelSpec back = ModelSpecFromJson(ModelSpecToJson(p), "p.json");
+    EXPECT_EQ(testing_util::Shape(back), testing_util::Shape(p)) << preset;
+    EXPECT_EQ(ParameterCount(back), ParameterCount(p)) << preset;
+  }
+  // A verl config's model path names the preset (FindPresetByHfName).
+  EXPECT_EQ(FindPresetByHfName("Qwen/Qwen2.5-VL-7B-Instruct")->preset, "qwen2.5-vl-7b");
 }
 
 // smart_resize (image_processing_qwen2_vl.py), worked by hand: 1280 x 720 with factor 28 rounds
