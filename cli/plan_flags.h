@@ -22,6 +22,7 @@ struct PlanFlags {
   std::string strategy, wrap, checkpointing, offload, precision, reduce_dtype, reshard_after_forward;
   std::string backward_prefetch, optimizer, optimizer_impl, attention, sdpa_backend, modeling, loss_kernel;
   std::string cp_fsdp_mesh, role, lora_targets, lora_dtype, frozen_dtype, master_dtype, liger;
+  std::string lora_exclude;
   std::vector<std::string> freeze;
   std::vector<std::string> set_overrides;  // --set KEY=VALUE on the --from configs
   int cp = 1, ep = 1, lora_rank = 0, tiled_mlp = 1;

@@ -100,6 +100,11 @@ struct LoraSpec {
   // LoraConfig(lora_dropout): p > 0 puts an nn.Dropout before each adapter's A (a dropped copy of
   // the input and, when the input requires grad, its bool mask are saved); 0 is nn.Identity.
   double dropout = 0.0;
+  // PEFT LoraConfig(exclude_modules) as a string: modules whose full name the regular expression
+  // matches whole (re.fullmatch; peft/tuners/tuners_utils.py check_target_module_exists) get no
+  // adapter even when a target names them (verl's VL example: ".*visual.*"); "": none. A list of
+  // names is the expression "(.*\.)?(name|...)" (PEFT: the name or a ".name" suffix).
+  std::string exclude;
   bool enabled() const { return rank > 0; }
 };
 

@@ -136,6 +136,7 @@ LoraSpec ReadLora(StrictReader* r) {
   l.dtype = OptEnum(r, "dtype", l.dtype);
   // [0, 1): torch.nn.Dropout accepts p = 1, but an adapter that drops every input never trains.
   l.dropout = r->OptionalNumber("dropout", l.dropout, 0.0, 0.999999);
+  l.exclude = r->OptionalString("exclude", "");
   r->Finish();
   return l;
 }
@@ -252,6 +253,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.lora.enabled()) {
     j["lora"] = {{"rank", p.lora.rank}, {"alpha", p.lora.alpha}, {"targets", p.lora.targets},
                  {"dtype", ToString(p.lora.dtype)}, {"dropout", p.lora.dropout}};
+    if (!p.lora.exclude.empty()) j["lora"]["exclude"] = p.lora.exclude;
   }
   j["tiled_mlp_shards"] = p.tiled_mlp_shards;
   return j;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <regex>
 #include <set>
 
 #include "model/errors.h"
@@ -96,6 +97,30 @@ std::vector<std::string> TrainabilityProblems(const ModelSpec& spec, const Plan&
         "at least one trainable parameter for role train (role infer runs forward only)",
         "every parameter frozen");
   }
+  bool exclude_ok = true;
+  if (plan.lora.enabled() && !plan.lora.exclude.empty()) {
+    try {
+      std::regex re(plan.lora.exclude);
+    } catch (const std::regex_error& e) {
+      exclude_ok = false;
+      out.push_back(where + ":/lora/exclude: expected a regular expression (PEFT exclude_modules), got \"" +
+                    plan.lora.exclude + "\" (" + e.what() + ") (flag --lora-exclude)");
+    }
+  }
+  if (plan.lora.enabled() && exclude_ok && spec.vision.enabled()) {
+    // The vision blocks' ledgers record a tower that trains whole or not at all.
+    for (const auto& u : ApplyTrainability(spec, plan, BuildFsdpUnits(spec, WrapPolicy{}))) {
+      const auto hit = std::find_if(u.params.begin(), u.params.end(), [](const ParamTensor& p) {
+        return p.lora_adapter && IsVisionParameter(p.name);
+      });
+      if (hit == u.params.end()) continue;
+      add("lora/targets",
+          "projections of the language model (LoRA adapters in the vision tower are not modelled; "
+          "exclude it as verl's VL example does: --lora-exclude '.*visual.*' / exclude_modules)",
+          "an adapter on " + hit->name.substr(0, hit->name.find(".lora_")));
+      break;
+    }
+  }
   if (plan.lora.enabled()) {
     std::vector<std::string> valid = LoraTargetNames(spec);
     for (size_t i = 0; i < plan.lora.targets.size(); ++i) {
@@ -143,6 +168,7 @@ std::vector<FsdpUnit> ApplyTrainability(const ModelSpec& spec, const Plan& plan,
       if (p.name.compare(module.size(), suffix.size(), suffix) != 0) continue;
       std::string leaf = LastComponent(module);
       if (std::find(lora.targets.begin(), lora.targets.end(), leaf) == lora.targets.end()) continue;
+      if (!lora.exclude.empty() && std::regex_match(module, std::regex(lora.exclude))) continue;
       bool c1d = conv1d && StartsWith(leaf, "c_");
       int64_t in = c1d ? p.dim0 : p.inner, out = c1d ? p.inner : p.dim0;
       // Hu et al. 2021 eq. 3: h = W0 x + B A x with A [r, in], B [out, r].

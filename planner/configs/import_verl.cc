@@ -104,7 +104,7 @@ const KeyTable& ModelKeys() {
        {"use_liger", KeyUse::kMapped},  // ReadLigerKernels
        {"use_fused_kernels", KeyUse::kMapped},     // ReadLogProbPath
        {"fused_kernel_options", KeyUse::kMapped},  // its impl_backend
-       {"exclude_modules", KeyUse::kUnsupported, "LoRA exclusions"},
+       {"exclude_modules", KeyUse::kMapped},
        {"path", KeyUse::kMapped},               // the model (ImportResult::model_named)
        {"partial_pretrain", KeyUse::kMapped},   // sft_trainer.yaml's name for it
        {"hf_config_path", KeyUse::kMapped}},    // where its config.json is read when set
@@ -232,6 +232,24 @@ void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, 
         model.Names("target_modules").value_or(std::vector<std::string>{"all-linear"});
     plan->lora.targets =
         t.size() == 1 && t[0] == "all-linear" ? AllLinearTargets(ctx.layer_class) : t;
+    // exclude_modules (peft LoraConfig): a string is a regular expression over module names, a
+    // list names modules (each the name or a ".name" suffix).
+    if (const Json* ex = model.Raw("exclude_modules"); ex != nullptr && !ex->is_null()) {
+      if (ex->is_string()) {
+        plan->lora.exclude = ex->get<std::string>();
+      } else if (auto names = model.Names("exclude_modules"); names && !names->empty()) {
+        std::string alt;
+        for (const std::string& n : *names) {
+          std::string quoted;
+          for (char ch : n) {
+            if (std::string("\\^$.|?*+()[]{}").find(ch) != std::string::npos) quoted += '\\';
+            quoted += ch;
+          }
+          alt += (alt.empty() ? "" : "|") + quoted;
+        }
+        plan->lora.exclude = "(.*\\.)?(" + alt + ")";
+      }
+    }
   }
   plan->tiled_mlp_shards = 1;
   if (auto tm = model.Section("tiled_mlp")) {

@@ -742,6 +742,33 @@ TEST(ImportVerlTest, TokenBudgetIsAPackedRow) {
   EXPECT_EQ(r3.seq_len, 65536);
 }
 
+// actor.freeze_vision_tower (fsdp_workers.py: get_vl_model_vision_tower(...).requires_grad_(False))
+// freezes a VL model's tower, the context's prefix (model.visual: the Qwen tower, merger
+// included); on a text model verl finds no tower and trains as usual; the ref does not train.
+TEST(ImportVerlTest, FreezeVisionTowerFreezesTheTowersPrefix) {
+  const std::string text =
+      "actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n"
+      "    freeze_vision_tower: true\n";
+  ImportContext vl = LlamaOn8();
+  vl.vision_tower_prefix = "model.visual";
+  EXPECT_EQ(FromText(text, vl).frozen_prefixes, std::vector<std::string>{"model.visual"});
+  EXPECT_TRUE(FromText(text, LlamaOn8()).frozen_prefixes.empty());
+  const std::string off = text.substr(0, text.find("    freeze")) + "    freeze_vision_tower: false\n";
+  EXPECT_TRUE(FromText(off, vl).frozen_prefixes.empty());
+}
+
+// model.exclude_modules (peft LoraConfig): a string is the regular expression itself; a list of
+// names becomes one that matches a name or a ".name" suffix (metacharacters quoted).
+TEST(ImportVerlTest, LoraExcludeModulesIsTheAdaptersExclusion) {
+  const std::string base =
+      "actor_rollout_ref:\n  actor:\n    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n"
+      "  model:\n    lora_rank: 8\n    target_modules: [q_proj]\n";
+  EXPECT_EQ(FromText(base + "    exclude_modules: '.*visual.*'\n", LlamaOn8()).lora.exclude, ".*visual.*");
+  EXPECT_EQ(FromText(base + "    exclude_modules: [lm_head, mlp.0]\n", LlamaOn8()).lora.exclude,
+            "(.*\\.)?(lm_head|mlp\\.0)");
+  EXPECT_EQ(FromText(base, LlamaOn8()).lora.exclude, "");
+}
+
 // actor_rollout_ref.rollout names the engine that shares the GPUs (import.h RolloutEngine):
 // verl_grpo_lora.yaml runs vLLM at gpu_memory_utilization 0.6 with rollout.yaml's defaults
 // free_cache_engine true and enforce_eager false.

@@ -267,6 +267,36 @@ TEST(VisionTest, AFrozenTowerRecordsNoGraph) {
   EXPECT_TRUE(t.blocks.front().all_params_train);
 }
 
+// LoRA on a VL model: PEFT's target names also name the tower's projections (Qwen2.5-VL's
+// vision MLP has gate_proj), which the vision ledgers do not model, so they are refused by name
+// unless exclude_modules (a regular expression matched against the whole module name) leaves
+// the tower out, as verl's Qwen2.5-VL LoRA example does with ".*visual.*".
+TEST(VisionTest, LoraOnTheTowerIsRefusedUnlessExcluded) {
+  ModelSpec s = Import("qwen2.5-vl-7b.config.json");
+  Plan plan;
+  plan.lora.rank = 16;
+  plan.lora.targets = {"q_proj", "gate_proj"};
+  std::vector<std::string> p = TrainabilityProblems(s, plan, 4096, "plan");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_THAT(p[0], HasSubstr("an adapter on model.visual.blocks.0.mlp.gate_proj"));
+  plan.lora.exclude = ".*visual.*";
+  EXPECT_TRUE(TrainabilityProblems(s, plan, 4096, "plan").empty());
+  int64_t adapters = 0, vision_adapters = 0;
+  for (const auto& u : ApplyTrainability(s, plan, BuildFsdpUnits(s, plan.wrap))) {
+    for (const auto& t : u.params) {
+      adapters += t.lora_adapter ? 1 : 0;
+      vision_adapters += t.lora_adapter && IsVisionParameter(t.name) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(adapters, 28 * 2 * 2);  // q_proj and gate_proj of each text layer, A and B
+  EXPECT_EQ(vision_adapters, 0);
+  // re.fullmatch: "visual" alone matches no module name whole.
+  plan.lora.exclude = "visual";
+  EXPECT_EQ(TrainabilityProblems(s, plan, 4096, "plan").size(), 1u);
+  plan.lora.exclude = "(";
+  EXPECT_THAT(TrainabilityProblems(s, plan, 4096, "plan").at(0), HasSubstr("plan:/lora/exclude: expected a regular expression"));
+}
+
 // A vision block's saved tensors per patch, bf16, SDPA, written out from the modules (as the text
 // blocks' tests in architectures_test.cc): Qwen2.5-VL (C 1280, I 3420, 16 heads): each
 // Qwen2RMSNorm saves its fp32 input 4C, rsqrt 4 and bf16 x_hat 2C; the projections save the two
