@@ -69,8 +69,10 @@ std::vector<std::string> VisionSpec::Problems(const std::string& where) const {
   expect(temporal_patch_size >= 1 && temporal_patch_size <= 64, "temporal_patch_size",
          "integer in [1, 64]", num(temporal_patch_size));
   expect(in_channels >= 1 && in_channels <= 64, "in_channels", "integer in [1, 64]", num(in_channels));
-  expect(spatial_merge_size >= 1 && spatial_merge_size <= 64, "spatial_merge_size",
-         "integer in [1, 64]", num(spatial_merge_size));
+  // The caps keep every count of CountVisionParameters inside int64 (a merger's (C m^2)^2 at most
+  // 2.8e14, times at most `depth` DeepStack mergers).
+  expect(spatial_merge_size >= 1 && spatial_merge_size <= 16, "spatial_merge_size",
+         "integer in [1, 16]", num(spatial_merge_size));
   expect(out_hidden >= 1 && out_hidden <= 65536, "out_hidden",
          "integer in [1, 65536] (the text model's hidden size)", num(out_hidden));
   expect(norm_eps > 0 && norm_eps < 1, "norm_eps", "a number in (0, 1)", std::to_string(norm_eps));
@@ -80,9 +82,13 @@ std::vector<std::string> VisionSpec::Problems(const std::string& where) const {
   for (int b : deepstack_visual_indexes) {
     expect(b >= 0 && b < depth, "deepstack_visual_indexes", "block indexes in [0, depth - 1]", num(b));
   }
+  expect(static_cast<int64_t>(deepstack_visual_indexes.size()) <= std::max(0, depth),
+         "deepstack_visual_indexes", "at most depth entries (one merger per block)",
+         num(static_cast<int64_t>(deepstack_visual_indexes.size())));
   const bool qwen = kind != VisionKind::kSiglip;
   if (qwen) {
-    expect(window_size >= 0, "window_size", "integer >= 0 (0: no windows)", num(window_size));
+    expect(window_size >= 0 && window_size <= (1 << 20), "window_size", "integer in [0, 2^20] (0: no windows)",
+           num(window_size));
     expect(kind == VisionKind::kQwen3Vl || num_position_embeddings == 0, "num_position_embeddings",
            "0 outside Qwen3-VL", num(num_position_embeddings));
     if (kind == VisionKind::kQwen3Vl) {
@@ -100,8 +106,9 @@ std::vector<std::string> VisionSpec::Problems(const std::string& where) const {
            "image_size",
            "a multiple of patch_size = " + num(patch_size), num(image_size));
     const int64_t side = patch_size >= 1 ? image_size / patch_size : 0;
-    const auto tside = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(std::max<int64_t>(0, mm_tokens_per_image)))));
-    expect(mm_tokens_per_image >= 1 && tside * tside == mm_tokens_per_image && tside <= side &&
+    const int64_t tokens = std::clamp<int64_t>(mm_tokens_per_image, 0, int64_t{1} << 24);
+    const auto tside = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(tokens))));
+    expect(mm_tokens_per_image >= 1 && mm_tokens_per_image == tokens && tside * tside == tokens && tside <= side &&
                side % std::max<int64_t>(1, tside) == 0,
            "mm_tokens_per_image",
            "a square whose side divides the patches a side (" + num(side) + ")",
