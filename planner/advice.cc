@@ -129,7 +129,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     }
     out.push_back(s);
   }
-  Bytes acts = At(r, "activations saved for backward");
+  Bytes acts = At(r, "activations saved for backward") + At(r, "vision tower activations");
   // Ulysses cp divides every per-token term by cp (each rank holds S/cp tokens): worth saying
   // when activations or the loss path make up most of a peak that does not fit.
   Bytes per_token = acts + loss + working;

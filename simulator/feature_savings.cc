@@ -14,7 +14,7 @@ Bytes CategoryPeak(const MemoryReport& r, Category c) {
 }
 
 std::vector<std::pair<std::string, Bytes>> Figures(const MemoryReport& r) {
-  return {{"sharded parameters", r.sharded_params},
+  std::vector<std::pair<std::string, Bytes>> f = {{"sharded parameters", r.sharded_params},
           {"sharded gradients", r.sharded_grads},
           {"optimizer state", r.optimizer_state},
           {"saved activations (peak)", CategoryPeak(r, Category::kActivations)},
@@ -23,6 +23,10 @@ std::vector<std::pair<std::string, Bytes>> Figures(const MemoryReport& r) {
           {"unsharded gradients (peak)", CategoryPeak(r, Category::kUnshardedGrads)},
           {"reduce-scatter buffers (peak)", CategoryPeak(r, Category::kReduceScatterBuffers)},
           {"host RAM per node (peak)", r.host.peak_per_node}};
+  // A VL model's tower, what freezing it saves (its own category; absent for a text model).
+  const Bytes vision = CategoryPeak(r, Category::kVisionActivations);
+  if (vision.count() > 0) f.insert(f.begin() + 4, {"vision tower activations (peak)", vision});
+  return f;
 }
 
 }  // namespace

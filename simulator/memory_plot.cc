@@ -17,7 +17,8 @@ namespace {
 // One colour per category, in stacking order (persistent states at the bottom).
 constexpr std::array<const char*, kNumCategories> kColours = {
     "#4e79a7", "#76b7b2", "#59a14f", "#8cd17d", "#f28e2b", "#ffbe7d", "#e15759",
-    "#ff9d9a", "#b07aa1", "#9c755f", "#edc948", "#bab0ac", "#d37295", "#79706e"};
+    "#ff9d9a", "#b07aa1", "#9c755f", "#edc948", "#bab0ac", "#d37295", "#79706e",
+    "#a0cbe8"};
 constexpr const char* kOutsideColour = "#cccccc";
 
 std::string Escape(const std::string& s) { return model::EscapeXml(s); }

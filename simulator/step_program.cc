@@ -28,6 +28,7 @@ const char* ToString(Category c) {
     case Category::kReduceScatterBuffers: return "reduce-scatter buffers";
     case Category::kNoSyncGrads: return "no_sync accumulated gradients";
     case Category::kActivations: return "activations saved for backward";
+    case Category::kVisionActivations: return "vision tower activations";
     case Category::kWorkingSet: return "activation working set (temporaries, gradients)";
     case Category::kResidual: return "residual stream";
     case Category::kLoss: return "logits and loss";

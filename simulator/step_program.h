@@ -33,7 +33,9 @@ const char* ToString(Stream s);
 enum class Category : uint8_t {
   kShardedParams, kShardedGrads, kOptimizerState, kOptimizerTemp, kGathered, kAllGatherBuffers,
   kUnshardedGrads, kReduceScatterBuffers, kNoSyncGrads, kActivations, kWorkingSet, kResidual,
-  kLoss, kWorkspaces, kCount
+  kLoss, kWorkspaces,
+  kVisionActivations,  // what a VL model's vision blocks keep for backward (kActivations: the text's)
+  kCount
 };
 inline constexpr int kNumCategories = static_cast<int>(Category::kCount);
 const char* ToString(Category c);
