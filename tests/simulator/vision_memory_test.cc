@@ -10,6 +10,7 @@
 #include "model/module_tree.h"
 #include "model/vision.h"
 #include "profiles/cluster.h"
+#include "simulator/feature_savings.h"
 #include "simulator/memory_model.h"
 
 namespace shardtune::sim {
@@ -60,6 +61,20 @@ TEST(VisionMemoryTest, TrainedTowerAddsItsBlocksSavedTensors) {
   EXPECT_EQ(CategoryPeak(b, Category::kVisionActivations).count(), 0);
   EXPECT_EQ(CategoryPeak(a, Category::kActivations).count(), CategoryPeak(b, Category::kActivations).count());
   EXPECT_GT(expected, int64_t{10} << 30);  // 9568 patches x 32 blocks x ~60 KB
+  // What freezing the tower saves, row by row against the trained tower's report: its saved
+  // tensors whole, and no row that is not the tower's (the rows are compared by position).
+  const FeatureSavings fs = CompareWithFullFinetune(s, c, frozen, {}, b);
+  ASSERT_EQ(fs.features.size(), 1u);
+  bool vision_row = false;
+  for (const auto& [name, saved] : fs.features[0].saved) {
+    if (name == "vision tower activations (peak)") {
+      vision_row = true;
+      EXPECT_EQ(saved.count(), expected);
+    }
+    EXPECT_NE(name, "host RAM per node (peak)");
+    EXPECT_NE(name, "saved activations (peak)");
+  }
+  EXPECT_TRUE(vision_row);
 }
 
 // Text-only batches: the tower's units are never gathered and its segments have no compute; with
