@@ -32,6 +32,13 @@ void CollectProjections(const ModuleNode& m, std::vector<const ModuleNode*>* out
 // so on a tied model "lm_head" freezes the shared embedding.
 bool PrefixMatches(const ModelSpec& spec, const std::string& prefix, const std::string& param) {
   if (StartsWith(param, prefix)) return true;
+  // A VL model's tower under transformers < 4.52's names (visual.*, vision_tower.*,
+  // multi_modal_projector.* at the top level, as ROLL's freeze_module_prefix examples for older
+  // releases write them): the same modules as model.visual.* etc.
+  if (spec.vision.enabled() && (StartsWith(prefix, "visual") || StartsWith(prefix, "vision_tower") ||
+                                StartsWith(prefix, "multi_modal_projector"))) {
+    return StartsWith(param, "model." + prefix);
+  }
   return spec.tied_embeddings && StartsWith(prefix, "lm_head") &&
          param == "model.embed_tokens.weight";
 }

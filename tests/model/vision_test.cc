@@ -265,6 +265,12 @@ TEST(VisionTest, AFrozenTowerRecordsNoGraph) {
   Plan full;
   t = SubgraphTrainabilities(s, full, ApplyTrainability(s, full, BuildFsdpUnits(s, full.wrap)));
   EXPECT_TRUE(t.blocks.front().all_params_train);
+  // transformers < 4.52 named the tower "visual" at the top level: the same prefix.
+  Plan old_names;
+  old_names.frozen_prefixes = {"visual"};
+  EXPECT_TRUE(TrainabilityProblems(s, old_names, 4096, "plan").empty());
+  t = SubgraphTrainabilities(s, old_names, ApplyTrainability(s, old_names, BuildFsdpUnits(s, old_names.wrap)));
+  EXPECT_FALSE(t.blocks.front().all_params_train);
 }
 
 // LoRA on a VL model: PEFT's target names also name the tower's projections (Qwen2.5-VL's
