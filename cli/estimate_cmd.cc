@@ -584,7 +584,13 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   // micro-batch, co-located roles included.
   const bool fits_worst_case = fits;
   const bool variable = capacity.evaluated && plan.packed_seq_len <= 0 && plan.micro_batch > 1;
-  if (variable && !fits && capacity.max_tokens > 0) {
+  // Only when the lengths are what breaks it: a role that fits alone with every sequence at the
+  // maximum (its largest fitting micro-batch holds more) but not beside the co-located roles or
+  // in another phase keeps that verdict (the sentence would read "average more than" a mean
+  // above the maximum).
+  const bool length_bound =
+      capacity.max_tokens > 0 && capacity.max_tokens / plan.micro_batch < capacity.longest_sequence;
+  if (variable && !fits && length_bound) {
     std::ostringstream o;
     const int64_t mean_cap = capacity.max_tokens / plan.micro_batch;
     Bytes worst_bytes = r.required;

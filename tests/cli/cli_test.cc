@@ -1290,6 +1290,26 @@ TEST(CliTest, TuneSearchesTheTokenBudgetOfAPackedPlan) {
   std::remove(out.c_str());
 }
 
+// A role that fits alone with every sequence at the maximum but not beside a rollout engine that
+// keeps 95% of the GPU (free_cache_engine false): the verdict is the co-location's, not a mean
+// length above the maximum ("average more than" 5197 tokens "all at the 3072-token maximum" was
+// printed for verl's Qwen2.5-VL LoRA example).
+TEST(CliTest, CoLocationFailureIsNotALengthThreshold) {
+  const std::string cfg = WriteFile("coloc.yaml",
+                                    "data:\n  max_prompt_length: 1024\n  max_response_length: 1024\n"
+                                    "actor_rollout_ref:\n  model:\n    path: Qwen/Qwen2.5-0.5B\n"
+                                    "  actor:\n    ppo_mini_batch_size: 8\n    ppo_micro_batch_size_per_gpu: 4\n"
+                                    "  rollout:\n    name: vllm\n    n: 1\n    gpu_memory_utilization: 0.95\n"
+                                    "    free_cache_engine: false\n");
+  Result r = RunCli("estimate --cluster 1xH100 --json --from " + cfg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j.at("verdict").at("fits").get<bool>());
+  const std::string text = j.at("verdict").at("text");
+  EXPECT_THAT(text, ::testing::HasSubstr("beside the co-located roles"));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("average more than")));
+}
+
 // verl's GRPO example for Qwen3-8B (use_remove_padding, 32 sequences of up to 512 + 1024 tokens
 // per micro-batch): a micro-batch holds the data's tokens. At the worst the config admits (all 32
 // at 1536) the step runs out; the verdict says up to which mean length it fits (the token
