@@ -777,17 +777,7 @@ void ReadGptNeox(HfReader* h, ModelSpec* s) {
 std::vector<int> IndexList(HfReader* h, const std::string& key, std::vector<int> def) {
   if (!h->Has(key)) return def;
   const nlohmann::json& v = h->Value(key);
-  if (v.is_null()) return def;
-  if (!v.is_array()) throw InputError(h->Where(key) + ": expected an array of block indexes, got " + Describe(v));
-  std::vector<int> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > 100000) {
-      throw InputError(h->Where(key) + "/" + std::to_string(i) +
-                       ": expected a block index (integer >= 0), got " + Describe(v[i]));
-    }
-    out.push_back(static_cast<int>(v[i].get<int64_t>()));
-  }
-  return out;
+  return v.is_null() ? def : BlockIndexes(v, h->Where(key));
 }
 
 // A nested config object (vision_config, text_config) or a one-line error.
@@ -999,13 +989,7 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
     ReadGemma(&h, arch.family, &s);
   } else if (arch.family == Family::kGemma3Multimodal) {
     // The language model is text_config, a Gemma3TextConfig; vision_config the SigLIP tower.
-    StrictReader top(j, file);
-    const nlohmann::json& text = top.RequiredValue("text_config");
-    if (!text.is_object()) {
-      throw InputError(top.Where("text_config") + ": expected an object (Gemma3TextConfig), got " +
-                       Describe(text));
-    }
-    HfReader t(text, file, "/text_config");
+    HfReader t(NestedObject(j, file, "text_config", "Gemma3TextConfig"), file, "/text_config");
     t.Skip(kCommonSkipped);
     t.Skip(kGemmaSkipped);
     h.Skip({"text_config"});

@@ -63,18 +63,7 @@ MlaSpec ReadMla(StrictReader* r) {
 // "intermediate": 3420, "out_hidden": 3584, ...} (ModelSpec::vision, model/vision.h; ranges in
 // VisionSpec::Problems()). Block-index lists are arrays of integers.
 std::vector<int> ReadIndexes(StrictReader* r, const std::string& key) {
-  std::vector<int> out;
-  if (!r->Has(key)) return out;
-  const nlohmann::json& v = r->RequiredValue(key);
-  if (!v.is_array()) throw InputError(r->Where(key) + ": expected an array of block indexes, got " + Describe(v));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > 100000) {
-      throw InputError(r->Where(key) + "/" + std::to_string(i) + ": expected a block index (integer >= 0), got " +
-                       Describe(v[i]));
-    }
-    out.push_back(static_cast<int>(v[i].get<int64_t>()));
-  }
-  return out;
+  return r->Has(key) ? BlockIndexes(r->RequiredValue(key), r->Where(key)) : std::vector<int>{};
 }
 
 VisionSpec ReadVision(StrictReader* r) {

@@ -219,6 +219,20 @@ int FirstBackwardSegment(const std::vector<FsdpUnit>& units, int num_layers) {
   return first;
 }
 
+int FirstTowerGradSegment(const ModelSpec& spec, const std::vector<FsdpUnit>& units) {
+  int first = NumSegments(spec.NumBlocks());
+  if (!spec.vision.enabled()) return first;
+  const std::string block0 = VisionBlockName(spec, 0) + ".";
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (!p.requires_grad || !IsVisionParameter(p.name)) continue;
+      const bool embedding = p.segment == BlockSegment(0) && !StartsWith(p.name, block0);
+      first = std::min(first, embedding ? 0 : p.segment);
+    }
+  }
+  return first;
+}
+
 namespace {
 
 // "block_sparse_moe.experts.12.gate_proj.weight" -> "block_sparse_moe.experts.*.gate_proj.weight":
@@ -252,22 +266,10 @@ SubgraphTrainability SubgraphTrainabilities(const ModelSpec& spec, const Plan& p
   for (int b = 0; b < L; ++b) {
     at(static_cast<size_t>(b)).input_requires_grad = first < BlockSegment(b);
   }
-  // The tower's input is the pixels, not the embeddings' output: a vision block's input needs a
-  // gradient only when a tower parameter before it trains (the patch embedding counts as before
-  // block 0).
+  // The tower's input is the pixels, not the embeddings' output.
+  const int tower_first = FirstTowerGradSegment(spec, units);
   for (int b = 0; b < V; ++b) {
-    bool before = false;
-    for (const auto& u : units) {
-      for (const auto& p : u.params) {
-        if (!IsVisionParameter(p.name) || !(p.requires_grad || p.lora_adapter)) continue;
-        const bool own_block = p.segment == BlockSegment(b) &&
-                               StartsWith(p.name, VisionBlockName(spec, b) + ".");
-        if (p.segment < BlockSegment(b) || (p.segment == BlockSegment(b) && !own_block && b == 0)) {
-          before = true;
-        }
-      }
-    }
-    at(static_cast<size_t>(b)).input_requires_grad = before;
+    at(static_cast<size_t>(b)).input_requires_grad = tower_first < BlockSegment(b);
   }
   out.head.input_requires_grad = first < FinalNormSegment(L);
   for (const auto& u : units) {

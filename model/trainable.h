@@ -66,6 +66,12 @@ TrainableCounts CountTrainable(const std::vector<FsdpUnit>& units);
 // for ops with an input that requires grad), so they save no activations and run no backward.
 // num_segments when nothing trains.
 int FirstBackwardSegment(const std::vector<FsdpUnit>& units, int num_layers);
+// A VL model's tower, whose input is the pixels: the earliest segment whose forward makes a tower
+// tensor require grad, that of its first trainable parameter, the patch and position embeddings
+// counting as before block 0 (segment 0); NumSegments(spec.NumBlocks()) when nothing in the
+// tower trains. Vision block b's input needs a gradient when it is below BlockSegment(b), and its
+// backward runs from there on. REQUIRES: `units` from ApplyTrainability(spec, plan, ...).
+int FirstTowerGradSegment(const ModelSpec& spec, const std::vector<FsdpUnit>& units);
 
 // What autograd can record in each block and in the head under a plan: which base parameters
 // require grad, which projections carry LoRA adapters, and whether the sub-graph's input requires

@@ -171,8 +171,8 @@ class Walker {
   int n_ = 1;
   double tokens_ = 0, residual_ = 0;  // tokens_: this rank's B·S/cp
   // Blocks in all and the vision tower's (ModelSpec::NumBlocks, VisionBlocks); the tower's
-  // residual stream per text token; the first vision segment whose backward runs (a trainable
-  // tower parameter there or before: NumSegments when the tower is frozen).
+  // residual stream per text token; the first segment whose backward reaches the tower
+  // (model::FirstTowerGradSegment: NumSegments when the tower is frozen).
   int nb_ = 0, nv_ = 0;
   double vision_residual_ = 0;
   int vision_backward_from_ = 0;

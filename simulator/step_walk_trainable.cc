@@ -16,7 +16,6 @@ void Walker::InitTrainability() {
   size_t u = units_.size();
   auto segs = static_cast<size_t>(model::NumSegments(nb_));
   grad_shard_numel_.assign(u, 0);
-  vision_backward_from_ = model::NumSegments(nb_);
   if (ep_units_) grad_gathered_numel_.assign(u, 0);
   shard_bytes_.assign(u, 0);
   copy_in_bytes_.assign(u, 0);
@@ -41,9 +40,6 @@ void Walker::InitTrainability() {
       // gradient for it (model/module_tree.cc).
       bool tied = spec.tied_embeddings && !spec.value_head &&
                   prm.segment == model::HeadSegment(nb_) && prm.dim0 == spec.vocab_size;
-      if ((trains || (prm.lora_adapter && p_.Trains())) && model::IsVisionParameter(prm.name)) {
-        vision_backward_from_ = std::min(vision_backward_from_, prm.segment);
-      }
       if (trains && (prm.segment == 0 || tied)) lookup_grad_bytes_ += prm.numel() * e_param_;
       if (trains && tied) tied_grad_bytes_ += prm.numel() * e_param_;
       auto seg = static_cast<size_t>(prm.segment);
@@ -63,6 +59,8 @@ void Walker::InitTrainability() {
     weight_grad_fraction_[g] = mat[g] > 0 ? mat_train[g] / mat[g] : 0.0;
   first_backward_seg_ = p_.Trains() ? model::FirstBackwardSegment(units_, nb_)
                                     : model::NumSegments(nb_);
+  vision_backward_from_ = p_.Trains() ? model::FirstTowerGradSegment(spec, units_)
+                                      : model::NumSegments(nb_);
   SHARDTUNE_CHECK(!p_.Trains() || first_backward_seg_ < model::NumSegments(nb_))
       << "a training plan with nothing trainable (TrainabilityProblems rejects it)";
   if (p_.tiled_mlp_shards > 1) {
