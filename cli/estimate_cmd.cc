@@ -41,7 +41,7 @@ const std::map<std::string, std::string>& Why() {
       {"reduce-scatter buffers", "fp32 reduce-scatter input of the previous unit, alive one unit longer"},
       {"no_sync accumulated gradients", "fp32 full unsharded gradients kept across micro-batches"},
       {"activations saved for backward", "tensors autograd keeps from forward, per block"},
-      {"vision tower activations", "what the vision blocks keep for backward, over the images' patches"},
+      {"vision tower activations", "what the vision blocks keep for backward, over the images' patches, and the micro-batch's fp32 pixel values"},
       {"activation working set (temporaries, gradients)", "the current block's temporaries and activation gradients"},
       {"residual stream", "the hidden state passed between blocks"},
       {"logits and loss", "log-softmax (fp32 when upcast) and logits the loop holds"},

@@ -172,6 +172,19 @@ void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, mode
   plan->image_tokens = one.tokens * plan->images;
 }
 
+void ApplyImages(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan,
+                 std::vector<std::string>* warnings) {
+  ApplyImagePixels(flags, spec, plan);
+  // Text-only batches: the tower never runs, so its parameters get no gradient and AdamW no
+  // state for them (model::VisionTowerIdle; ApplyTrainability marks them).
+  if (!model::VisionTowerIdle(spec, *plan)) return;
+  warnings->push_back("--images: none given, so the batches are text only: the " +
+                      std::string(model::ToString(spec.vision.kind)) +
+                      " vision tower does not run (its parameters stay sharded, with no "
+                      "gradient or optimizer state); give --images with --image-tokens or "
+                      "--image-pixels for image batches");
+}
+
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where) {
   std::vector<std::string> problems = spec.Problems("--model " + spec.name);
@@ -260,24 +273,7 @@ Job ResolveJob(const JobArgs& a) {
     job.spec.value_head = true;
     job.spec.name += " (value head)";
   }
-  ApplyImagePixels(a.plan, job.spec, &job.plan);
-  if (job.spec.vision.enabled() && job.plan.images == 0) {
-    // Text-only batches: the tower never runs, so its parameters get no gradient and AdamW no
-    // state for them (torch.optim skips parameters whose grad is None) — as frozen ones.
-    const std::vector<std::string> tower =
-        job.spec.vision.kind == model::VisionKind::kSiglip
-            ? std::vector<std::string>{"model.vision_tower", "model.multi_modal_projector"}
-            : std::vector<std::string>{"model.visual"};
-    for (const std::string& p : tower) {
-      auto& f = job.plan.frozen_prefixes;
-      if (std::find(f.begin(), f.end(), p) == f.end()) f.push_back(p);
-    }
-    job.warnings.push_back("--images: none given, so the batches are text only: the " +
-                           std::string(model::ToString(job.spec.vision.kind)) +
-                           " vision tower does not run (its parameters stay sharded, with no "
-                           "gradient or optimizer state); give --images with --image-tokens or "
-                           "--image-pixels for image batches");
-  }
+  ApplyImages(a.plan, job.spec, &job.plan, &job.warnings);
   job.seq_len_note = ApplyDefaultSeqLen(job.spec.max_seq_len, seq_from, &job.plan);
   ApplyGlobalBatch(a.plan, job.cluster.world_size(), &job.plan);
   Validate(job, a.plan);

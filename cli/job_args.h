@@ -79,6 +79,11 @@ std::string RaisePackedRowToLargest(int64_t sequences_per_step, int world, model
 // (model::TokensForImage) times its images (1 when --images is not given). Throws InputError
 // naming the flag on a malformed size, a text model, or --image-tokens given too.
 void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan);
+// ApplyImagePixels, then for a VL model with no images (text-only batches) a warning: the tower
+// does not run, and its parameters get no gradient and no optimizer state
+// (model::VisionTowerIdle).
+void ApplyImages(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan,
+                 std::vector<std::string>* warnings);
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                      const model::Plan& plan, const std::string& plan_where);
 // The warning for a rotary model asked for more tokens than its max_seq_len.

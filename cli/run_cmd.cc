@@ -126,6 +126,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
                      ": --from-worker critic: expected a causal LM worker (the executor trains "
                      "LM heads), got verl's critic with a value head; estimate and simulate it");
   }
+  ApplyImages(a.plan, o.spec, &o.plan, &warnings);
   ApplyDefaultSeqLen(o.spec.max_seq_len, seq_from, &o.plan);
   // Beyond the trained context: allowed up to the same limit as estimate, simulate and tune
   // (ModelSpec::SeqLenLimit: rotary positions extend, a learned table does not), with their warning.

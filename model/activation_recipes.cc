@@ -187,7 +187,8 @@ namespace {
 // apply_rotary_emb: view_as_complex(x.float()) * freqs_cis saves freqs_cis only, likewise.
 // Measured on an H100 (tests/data/validation/fsdp2_h100_measured.json): HF Llama saves
 // 20H + 4H_kv + 8I bytes per token per layer in bf16 with SDPA, no rope term.
-int Rope(Ctx& c, int x, double dim, const std::string& name) {
+// `consts` >= 0: a per-layer cos/sin tensor the muls save (M-RoPE's sections, below).
+int Rope(Ctx& c, int x, double dim, const std::string& name, int consts = -1) {
   if (c.opt.liger.rope && c.opt.modeling == Modeling::kHf) {
     // liger_rotary_pos_emb (Liger-Kernel ops/rope.py LigerRopeFunction): q and k are rotated in
     // their own storage (transpose back to the projection's layout, contiguous: no copy) and
@@ -202,7 +203,7 @@ int Rope(Ctx& c, int x, double dim, const std::string& name) {
     return y;
   }
   int xcos = c.g.Tensor(name + " * cos", c.e * dim);
-  c.g.Op(name + " mul cos", {x}, xcos, {});
+  c.g.Op(name + " mul cos", {x}, xcos, consts >= 0 ? std::vector<SavedFor>{consts} : std::vector<SavedFor>{});
   // rotate_half: torch.cat((-x2, x1), dim=-1) over the halves (views): a neg kernel over one
   // half, then the cat (aten::neg, aten::cat in the H100 trace); neither saves anything.
   int neg = c.g.Tensor(name + " -x2", c.e * dim / 2);
@@ -282,6 +283,15 @@ int AttentionKernel(Ctx& c, int q, int k, int v, int kv_heads, const std::string
     c.g.Op(name + " repeat_kv k", {k}, kr, {});
     vr = c.g.Tensor(name + " repeat_kv(v)", c.e * qd);
     c.g.Op(name + " repeat_kv v", {v}, vr, {});
+  }
+  if (kv_heads == s.num_heads && s.fused_qkv && s.positions == PositionKind::kRotary) {
+    // A fused qkv (Phi-3's qkv_proj, the Qwen vision towers' attn.qkv) whose q and k were rotated
+    // into new tensors: v is still a transposed view of the projection's output, and eager's
+    // torch.matmul folds it into [B·h, S, d] with reshape, a contiguous copy, which bmm saves.
+    // Nothing then keeps the fused output (SDPA and flash attention take the view itself, and
+    // keep it: above).
+    vr = c.g.Tensor(name + " v (matmul's contiguous copy of the qkv view)", c.e * static_cast<double>(s.v_dim()));
+    c.g.Op(name + " v reshape", {v}, vr, {});
   }
   int sc = c.g.Tensor(name + " scores q@k^T", c.e * scores);
   c.g.Op(name + " matmul qk", {q, kr}, sc, {{q, 1}, {kr, 0}});
@@ -453,8 +463,17 @@ int AttentionSublayer(Ctx& c, int x) {
     q = PartialRope(c, q, qd, "attn.q");
     k = PartialRope(c, k, kvd, "attn.k");
   } else if (s.positions == PositionKind::kRotary) {
-    q = Rope(c, q, qd, "attn.q");
-    k = Rope(c, k, kvd, "attn.k");
+    int consts = -1;
+    if (!s.mrope_section.empty() && c.opt.modeling == Modeling::kHf) {
+      // Qwen2/2.5-VL's apply_multimodal_rotary_pos_emb: every layer cats the model's [3, B, S, d]
+      // cos and sin into its own [B, 1, S, d] sections (torch.cat: new tensors, in the compute
+      // dtype), which q's and k's rotary muls save.
+      consts = c.g.Tensor("attn M-RoPE cos and sin sections (per layer)",
+                          2 * c.e * static_cast<double>(s.q_dim()) / s.num_heads);
+      c.g.Op("attn M-RoPE sections (cat)", {}, consts, {});
+    }
+    q = Rope(c, q, qd, "attn.q", consts);
+    k = Rope(c, k, kvd, "attn.k", consts);
   }
   if (c.opt.cp <= 1) {
     int o = AttentionCore(c, q, k, v, s.num_kv_heads, "attn.core");

@@ -850,7 +850,10 @@ VisionSpec ReadQwenVision(const nlohmann::json& vc, const std::string& file, Fam
 // 4.52 saves it so; Qwen3-VL's always do) and from the top level otherwise (the Qwen2/2.5-VL
 // releases). M-RoPE (rope_scaling {"type": "mrope", "mrope_section": ...} or Qwen3-VL's
 // interleaved sections) splits the rotary frequencies among temporal, height and width
-// positions: the same tensors, other values; it is read as plain RoPE.
+// positions: the same tensors, other values. Qwen2/2.5-VL's sections are kept
+// (ModelSpec::mrope_section, which the executor applies); the frequencies are plain RoPE's.
+// Qwen3-VL interleaves its sections (mrope_interleaved): read as plain RoPE (the executor does not
+// run Qwen3-VL).
 void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfReader* top,
                 ModelSpec* s, std::vector<std::string>* warnings) {
   if (f == Family::kQwen3VlMoe) {
@@ -864,9 +867,16 @@ void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfRe
   top->Skip({"vision_config"});
   std::vector<std::string> text_skipped = kRotaryDecoderSkipped;
   text_skipped.insert(text_skipped.end(), kQwenSkipped.begin(), kQwenSkipped.end());
-  auto read_text = [&](HfReader* t) {
+  auto read_text = [&](HfReader* t, const nlohmann::json& text) {
     ReadRotaryDecoder(t, text_family, s);
     if (s->rope_scaling.type == "mrope") s->rope_scaling = RopeScaling{};
+    if (f == Family::kQwen3Vl) return;
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      auto it = text.find(key);
+      if (it == text.end() || !it->is_object()) continue;
+      auto ms = it->find("mrope_section");
+      if (ms != it->end() && !ms->is_null()) s->mrope_section = BlockIndexes(*ms, t->Where(key) + "/mrope_section");
+    }
   };
   if (top->Has("text_config")) {
     top->Skip({"text_config"});
@@ -874,7 +884,7 @@ void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfRe
     HfReader t(tc, file, "/text_config");
     t.Skip(kCommonSkipped);
     t.Skip(text_skipped);
-    read_text(&t);
+    read_text(&t, tc);
     t.Finish("text_config", warnings);
     // tie_word_embeddings at the top level is the composite's (Qwen3-VL writes it in both).
     if (top->Has("tie_word_embeddings")) {
@@ -882,7 +892,7 @@ void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfRe
     }
   } else {
     top->Skip(text_skipped);
-    read_text(top);
+    read_text(top, j);
   }
   const nlohmann::json& vc = NestedObject(j, file, "vision_config", "the vision tower's config");
   s->vision = ReadQwenVision(vc, file, f, warnings);

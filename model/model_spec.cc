@@ -319,6 +319,19 @@ std::vector<std::string> ModelSpec::Problems(const std::string& where) const {
   p.Expect(norm_eps >= 0 && norm_eps < 1, "norm_eps", "a number in (0, 1) (0: 1e-5)", Num(norm_eps));
   p.Expect(rotary_fraction > 0 && rotary_fraction <= 1, "rotary_fraction", "a number in (0, 1]",
            Num(rotary_fraction));
+  if (!mrope_section.empty()) {
+    int64_t sum = 0;
+    bool positive = mrope_section.size() == 3;
+    for (int x : mrope_section) {
+      sum += x;
+      positive = positive && x >= 1;
+    }
+    const int64_t half = (head_dim > 0 ? head_dim : (num_heads > 0 ? hidden / num_heads : 0)) / 2;
+    p.Expect(positive && sum == half && rotary_fraction == 1.0 && positions == PositionKind::kRotary,
+             "mrope_section", "3 positive section sizes summing to head_dim / 2 = " + std::to_string(half) +
+                                  " (rotary positions, all of head_dim rotated)",
+             std::to_string(mrope_section.size()) + " sections summing to " + std::to_string(sum));
+  }
   if (rope_scaling.enabled()) {
     const RopeScaling& r = rope_scaling;
     p.Expect(r.factor > 0, "rope_scaling/factor", "a number > 0", Num(r.factor));

@@ -201,6 +201,13 @@ struct ModelSpec {
   // The fraction of head_dim that is rotated (GPT-NeoX rotary_pct, Phi-3 partial_rotary_factor);
   // 1: all of it. The executor rotates all of it and refuses other fractions by name.
   double rotary_fraction = 1.0;
+  // Qwen2-VL's and Qwen2.5-VL's multimodal rotary (rope_scaling {"type": "mrope", "mrope_section":
+  // [16, 24, 24]}; modeling_qwen2_5_vl.py apply_multimodal_rotary_pos_emb): the rotary's D/2
+  // frequencies in consecutive sections of these sizes (summing to D/2, repeated for the second
+  // half) take the temporal, height and width position of each token (get_rope_index: all three
+  // the text position for text, the image's grid row and column for its tokens). The
+  // frequencies are plain RoPE's. Empty: 1-D positions.
+  std::vector<int> mrope_section;
   MoeSpec moe;
   MlaSpec mla;
   // A vision-language model's vision tower (model/vision.h); kind kNone for a text model. The

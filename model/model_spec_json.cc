@@ -164,6 +164,7 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->rope_theta = r->OptionalNumber("rope_theta", 0, -1e300, 1e300);
   s->norm_eps = r->OptionalNumber("norm_eps", 0, -1e300, 1e300);
   s->rotary_fraction = r->OptionalNumber("rotary_fraction", 1.0, -1e300, 1e300);
+  s->mrope_section = ReadIndexes(r, "mrope_section");
 }
 
 }  // namespace
@@ -270,6 +271,7 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
     }
   }
   if (s.rotary_fraction != 1.0) j["rotary_fraction"] = s.rotary_fraction;
+  if (!s.mrope_section.empty()) j["mrope_section"] = s.mrope_section;
   if (s.moe.enabled()) {
     nlohmann::ordered_json m;
     m["num_experts"] = s.moe.num_experts;

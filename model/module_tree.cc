@@ -328,6 +328,15 @@ std::string VisionBlockName(const ModelSpec& spec, int b) {
          std::to_string(b);
 }
 
+std::string SegmentName(const ModelSpec& spec, int segment) {
+  const int L = spec.NumBlocks(), V = spec.VisionBlocks();
+  if (segment == 0) return "model.embed_tokens";
+  if (segment <= V) return VisionBlockName(spec, segment - 1);
+  if (segment <= L) return "model.layers." + std::to_string(segment - 1 - V);
+  if (segment == FinalNormSegment(L)) return "model.norm";
+  return "lm_head";
+}
+
 int64_t ModuleNode::NumParams() const {
   int64_t n = 0;
   for (const auto& p : params) n += p.numel();

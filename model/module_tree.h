@@ -62,6 +62,9 @@ bool IsVisionParameter(const std::string& name);
 // The module name of vision block `b` ("model.visual.blocks.3",
 // "model.vision_tower.vision_model.encoder.layers.3"). REQUIRES spec.vision.enabled().
 std::string VisionBlockName(const ModelSpec& spec, int b);
+// The module a forward segment runs: "model.embed_tokens", a vision block's or a text layer's
+// name ("model.layers.N"), "model.norm", "lm_head".
+std::string SegmentName(const ModelSpec& spec, int segment);
 
 struct ModuleNode {
   std::string name;                 // attribute path, e.g. "model.layers.3.mlp"

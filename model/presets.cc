@@ -544,8 +544,9 @@ void AddVisionLanguage(std::vector<PresetInfo>* p) {
   auto qwen2 = [](int layers, int64_t hidden, int heads, int kv, int64_t ffn, int64_t vocab,
                   int64_t positions, bool tied) {
     ModelSpec s = Rope(WithVocab(Shape(layers, hidden, heads, kv, ffn), vocab, positions), 1e6, 1e-6);
-    s.qkv_bias = true;  // the Qwen2 language model (M-RoPE: the same tensors as RoPE)
+    s.qkv_bias = true;  // the Qwen2 language model
     s.tied_embeddings = tied;
+    s.mrope_section = {16, 24, 24};  // rope_scaling's M-RoPE sections (head_dim 128)
     return s;
   };
   auto qwen_vision = [](VisionKind kind, int depth, int64_t hidden, int64_t intermediate,

@@ -45,6 +45,7 @@ bool PrefixMatches(const ModelSpec& spec, const std::string& prefix, const std::
 
 bool Frozen(const ModelSpec& spec, const Plan& plan, const std::string& param) {
   if (!plan.Trains() || plan.lora.enabled()) return true;
+  if (VisionTowerIdle(spec, plan) && IsVisionParameter(param)) return true;
   for (const auto& p : plan.frozen_prefixes) {
     if (PrefixMatches(spec, p, param)) return true;
   }
@@ -155,13 +156,17 @@ std::vector<std::string> TrainabilityProblems(const ModelSpec& spec, const Plan&
   return out;
 }
 
-bool ChangesTrainability(const Plan& plan) {
-  return !plan.Trains() || plan.lora.enabled() || !plan.frozen_prefixes.empty();
+bool VisionTowerIdle(const ModelSpec& spec, const Plan& plan) {
+  return spec.vision.enabled() && plan.images <= 0;
+}
+
+bool ChangesTrainability(const ModelSpec& spec, const Plan& plan) {
+  return !plan.Trains() || plan.lora.enabled() || !plan.frozen_prefixes.empty() || VisionTowerIdle(spec, plan);
 }
 
 std::vector<FsdpUnit> ApplyTrainability(const ModelSpec& spec, const Plan& plan,
                                         std::vector<FsdpUnit> units) {
-  if (!ChangesTrainability(plan)) return units;
+  if (!ChangesTrainability(spec, plan)) return units;
   const LoraSpec& lora = plan.lora;
   bool conv1d = spec.positions == PositionKind::kLearned;  // GPT-2's Conv1D stores [in, out]
   for (auto& u : units) {

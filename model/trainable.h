@@ -48,9 +48,14 @@ struct ExecutorFlatUnit {
 };
 ExecutorFlatUnit ExecutorFlatUnitOf(const FsdpUnit& u, const Plan& plan, int shard_ranks);
 
+// A VL model's tower on text-only batches (plan images 0): it never runs, so its parameters get
+// no gradient and no optimizer state (torch.optim skips parameters whose grad is None), as if
+// frozen; ApplyTrainability marks them so without a frozen prefix the user did not write.
+bool VisionTowerIdle(const ModelSpec& spec, const Plan& plan);
+
 // True when the plan changes which parameters train or adds adapters (ApplyTrainability is not
-// the identity).
-bool ChangesTrainability(const Plan& plan);
+// the identity), an idle vision tower included.
+bool ChangesTrainability(const ModelSpec& spec, const Plan& plan);
 
 struct TrainableCounts {
   int64_t total = 0;      // every parameter, adapters included

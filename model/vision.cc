@@ -263,7 +263,10 @@ BlockActivations VisionBlockActivations(const ModelSpec& spec, const ActivationO
     std::vector<SavedTensor> extra;
     if (b == 0 && (t.all_params_train || !t.trainable.empty())) {
       const double kernel = static_cast<double>(v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size);
-      extra.push_back({"patch embedding input (pixels in the compute dtype)", kernel * e});
+      // The patch embedding casts the fp32 pixel values to the weight's dtype and the conv saves
+      // that copy for its weight gradient; in fp32 the cast returns the pixel values themselves,
+      // which the walk counts with the batch (Walker: the images' pixel values).
+      if (e < 4.0) extra.push_back({"patch embedding input (pixels in the compute dtype)", kernel * e});
       // Qwen3-VL's fast_pos_embed_interpolate: pos_embed(idx) [4, N, C] * weights [4, N, 1]:
       // the embedding saves its int64 indices, the product the weights.
       if (v.kind == VisionKind::kQwen3Vl) extra.push_back({"pos_embed indices (int64) and weights", 4 * 8 + 4 * e});
@@ -287,6 +290,15 @@ BlockActivations VisionBlockActivations(const ModelSpec& spec, const ActivationO
         extra.push_back({"merger norm", rms ? (4 + e) * c : c * e + 8});
         extra.push_back({"merger fc1, GELU, fc2 inputs", merger_linears});
       }
+    }
+    if (v.kind == VisionKind::kQwen2Vl) {
+      // Inside the block (recomputed with it): Qwen2-VL's hidden_act quick_gelu
+      // (QuickGELUActivation: x * torch.sigmoid(1.702 * x)) saves the sigmoid's output beside x,
+      // one [patches, intermediate] tensor more than F.gelu, which saves x alone.
+      const SavedTensor s{"mlp quick_gelu's sigmoid output", static_cast<double>(v.intermediate) * e};
+      a.full.saved.push_back(s);
+      a.full.saved_per_token += s.bytes_per_token;
+      a.full.forward_peak_per_token += s.bytes_per_token;
     }
     for (const SavedTensor& x : extra) {
       a.full.saved.push_back(x);

@@ -130,7 +130,7 @@ Bytes Ranker::ModelStateLowerBound(const model::Plan& p, Worker& w) const {
     case model::Offload::kAll: per_elem = 0; break;
   }
   Bytes outside_floor = opt_.memory.constants.cuda_context;  // present in every GPU plan
-  if (model::ChangesTrainability(p)) {
+  if (model::ChangesTrainability(spec_, p)) {
     // Frozen parameters (all of them for an inference role) keep only their shard: the frozen
     // dtype's bytes (param dtype under optimizer offload, none under full offload); LoRA adapters
     // their lora.dtype shard plus, when they train, gradient and moments (at least as above).
@@ -170,7 +170,7 @@ std::string ForwardEndStatesKey(const model::Plan& p) {
          model::ToString(p.offload) + "/" + std::to_string(p.cp);
 }
 
-std::string ForwardEndActivationsKey(const model::Plan& p) {
+std::string ForwardEndActivationsKey(const model::ModelSpec& spec, const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
                   std::to_string(static_cast<int>(p.checkpointing)) + ":" +
                   std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
@@ -178,7 +178,7 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) {
     k += "/" + std::string(model::ToString(p.loss_kernel));  // the head's ledger
   }
-  if (model::ChangesTrainability(p)) k += "/" + UnitsKey(p);
+  if (model::ChangesTrainability(spec, p)) k += "/" + UnitsKey(p);
   return k;
 }
 
@@ -190,7 +190,7 @@ std::string ForwardEndActivationsKey(const model::Plan& p) {
 // screening figure is never smaller. Each part is computed once per key (one walker set-up
 // serves both when both are new). `backward`: a backward moment is the larger.
 Bytes Ranker::ForwardEndLowerBound(const model::Plan& p, Worker& w, bool* backward) const {
-  std::string sk = ForwardEndStatesKey(p), ak = ForwardEndActivationsKey(p);
+  std::string sk = ForwardEndStatesKey(p), ak = ForwardEndActivationsKey(spec_, p);
   auto si = w.forward_end_states.find(sk);
   auto ai = w.forward_end_activations.find(ak);
   if (si == w.forward_end_states.end() || ai == w.forward_end_activations.end()) {

@@ -14,22 +14,14 @@
 namespace shardtune::sim {
 namespace {
 
-// The executor's segment names (executor/run.cc MakeDoc) -> the program's segment index
-// (model/module_tree.h: 0 embeddings, 1..L blocks, L+1 final norm, L+2 head). -1: unknown.
-int SegmentIndex(const std::string& name, int num_layers) {
-  if (name == "model.embed_tokens") return 0;
-  if (name == "model.norm") return model::FinalNormSegment(num_layers);
-  if (name == "lm_head") return model::NumSegments(num_layers) - 1;
-  const std::string prefix = "model.layers.";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  try {
-    size_t used = 0;
-    int i = std::stoi(name.substr(prefix.size()), &used);
-    if (used != name.size() - prefix.size() || i < 0 || i >= num_layers) return -1;
-    return i + 1;
-  } catch (const std::exception&) {
-    return -1;
+// The executor's segment names (executor/run.cc MakeDoc: model::SegmentName) -> the program's
+// segment index (model/module_tree.h: 0 embeddings, 1..L blocks with a VL model's vision blocks
+// first, L+1 final norm, L+2 head). -1: unknown.
+int SegmentIndex(const std::string& name, const model::ModelSpec& spec) {
+  for (int s = 0; s < model::NumSegments(spec.NumBlocks()); ++s) {
+    if (model::SegmentName(spec, s) == name) return s;
   }
+  return -1;
 }
 
 // Only ops with work count: ComputeTime charges the per-op overhead only to them.
@@ -102,7 +94,6 @@ RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& s
   p.dtype = plan.param_dtype;
   p.spec = spec;
   p.plan = plan;
-  const int L = spec.num_layers;
   std::map<std::pair<int, bool>, ComputeWork> by_segment;  // (segment, backward)
   for (const ProgramOp& op : p.report.program.ops) {
     if (op.step != 1) continue;
@@ -112,7 +103,7 @@ RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& s
     if (op.kind == OpKind::kBackward) Add(op, &by_segment[{op.segment, true}]);
   }
   for (const model::MeasuredCompute& c : m.compute) {
-    int s = SegmentIndex(c.segment, L);
+    int s = SegmentIndex(c.segment, spec);
     auto it = by_segment.find({s, c.phase == "backward"});
     p.compute.push_back(it == by_segment.end() ? ComputeWork{} : it->second);
   }

@@ -208,6 +208,7 @@ std::string TrainabilityKey(const Plan& plan) {
   for (const auto& t : plan.lora.targets) key += "," + t;
   key += "/";
   for (const auto& f : plan.frozen_prefixes) key += f + "|";
+  key += plan.images > 0 ? "/images" : "/text";  // a VL tower idles on text-only batches
   return key;
 }
 }  // namespace
@@ -215,7 +216,7 @@ std::string TrainabilityKey(const Plan& plan) {
 const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec& spec,
                                                          const Plan& plan) {
   const auto& base = Units(spec, plan.wrap, plan.ep);
-  if (!model::ChangesTrainability(plan)) return base;
+  if (!model::ChangesTrainability(spec, plan)) return base;
   std::string key = "trainability/" + TrainabilityKey(plan);
   auto it = impl_->units.find(key);
   if (it == impl_->units.end()) {
@@ -384,7 +385,7 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
   if (spec.vision.enabled()) {
     // Every block's ledger, the tower's first (per text token: model::VisionBlockActivations),
     // under the plan's trainability when it changes any.
-    const model::SubgraphTrainability* st = plan.Trains() && model::ChangesTrainability(plan)
+    const model::SubgraphTrainability* st = plan.Trains() && model::ChangesTrainability(spec, plan)
                                                 ? &cache->TrainabilityFor(spec, plan)
                                                 : nullptr;
     const int V = spec.VisionBlocks();
@@ -395,7 +396,7 @@ WalkSetup SetupWalk(const model::ModelSpec& spec, const profiles::ClusterSpec& c
                                                     options.moe_capacity_factor, b - V));
     }
     if (st) w.head = &cache->Head(spec, act, st->head);
-  } else if (plan.Trains() && model::ChangesTrainability(plan)) {
+  } else if (plan.Trains() && model::ChangesTrainability(spec, plan)) {
     // Frozen parameters and LoRA: each block records only what its trainable parameters and
     // its input's requires_grad make autograd save (model/activations.h Trainability).
     const model::SubgraphTrainability& st = cache->TrainabilityFor(spec, plan);

@@ -627,7 +627,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.model_flops_per_token = ModelFlopsPerToken(spec, plan, plan.AttentionSeqLen(seq));
   // Frozen parameters, LoRA and inference roles do less work per token than 6N (a forward only,
   // no weight gradients of frozen weights, no backward below the first trainable parameter).
-  if (model::ChangesTrainability(plan)) {
+  if (model::ChangesTrainability(spec, plan)) {
     r.model_flops_per_token =
         model::ModelFlopsPerToken(spec, ctx->impl().models.UnitsFor(spec, plan), plan,
                                   plan.AttentionSeqLen(seq));

@@ -36,7 +36,17 @@ void Walker::ForwardCompute(int seg) {
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
     const int b = seg - 1;
+    if (b == nv_ && mrope_tables_ > 0) {  // the text model's position_embeddings
+      mrope_live_ = Tok(mrope_tables_);
+      Alloc(Category::kActivations, Stream::kDefault, mrope_live_);
+      mrope_id_ = TAlloc(Stream::kDefault, mrope_live_);
+    }
     if (b == 0 && nv_ > 0) {  // the patch embedding's output: the tower's residual stream
+      pixels_live_ = Tok(pixel_values_);
+      rotary_live_ = Tok(vision_rotary_);
+      Alloc(Category::kVisionActivations, Stream::kDefault, pixels_live_ + rotary_live_);
+      pixels_id_ = TAlloc(Stream::kDefault, pixels_live_);
+      rotary_id_ = TAlloc(Stream::kDefault, rotary_live_);
       Alloc(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
       vision_residual_id_ = TAlloc(Stream::kDefault, Tok(vision_residual_));
     }
@@ -59,8 +69,19 @@ void Walker::ForwardCompute(int seg) {
     if (b == nv_ - 1) {  // the merger's output replaced the image tokens' embeddings
       Free(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
       TFree(&vision_residual_id_);
+      if (rotary_live_ > 0 && (!p_.Trains() || vision_backward_from_ >= model::NumSegments(nb_))) {
+        // No graph through the tower: its rotary tables go with its forward.
+        Free(Category::kVisionActivations, Stream::kDefault, rotary_live_);
+        rotary_live_ = 0;
+        TFree(&rotary_id_);
+      }
     }
   } else {
+    // The text model's forward returns: its M-RoPE tables go unless a checkpointed layer saved
+    // them (they then live to the backward's end).
+    bool saved = false;
+    for (int b = nv_; b < L && p_.Trains(); ++b) saved = saved || (Checkpointed(b) && Backprops(model::BlockSegment(b)));
+    if (!saved) FreeMropeTables();
     const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
     // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h);
     // verl's fused heads only the logits'.
@@ -284,6 +305,7 @@ void Walker::Backward() {
   }
   Begin(OpKind::kPostBackward, Stream::kDefault, -1, -1);
   Dep(last_reduce_);
+  FreePixels();  // the micro-batch's inputs go with it
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   deferred_rs_ = 0;
   TFreeAll(&deferred_rs_ids_);
@@ -510,7 +532,7 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
 void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
   const int L = s_.spec->num_layers;
   // Not modelled for a VL model's tower (its blocks' moments are not in this figure).
-  if (!p_.Trains() || model::ChangesTrainability(p_) || s_.spec->moe.enabled() || L < 1 || nv_ > 0) return;
+  if (!p_.Trains() || model::ChangesTrainability(*s_.spec, p_) || s_.spec->moe.enabled() || L < 1 || nv_ > 0) return;
   int64_t base = s_.workspace_bytes + OptimizerStateBytes();
   if (p_.offload != model::Offload::kAll) {
     for (int64_t bytes : shard_bytes_) base += bytes;

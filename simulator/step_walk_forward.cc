@@ -37,6 +37,18 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     // The tower's residual stream [patches, C] per text token (the patch embedding's output).
     vision_residual_ = s.vision.patches_per_token * static_cast<double>(s.spec->vision.hidden) *
                        static_cast<double>(model::BytesPerElement(p_.param_dtype));
+    // Qwen2VLImageProcessor's pixel_values: float32 flattened patches (verl and ROLL move the
+    // micro-batch's multi_modal_inputs to the device as they are; the patch embedding casts).
+    const model::VisionSpec& v = s.spec->vision;
+    pixel_values_ = s.vision.patches_per_token *
+                    static_cast<double>(v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size) * 4.0;
+    // Qwen's 2-D rotary (rot_pos_emb; Qwen*_VisionRotaryEmbedding's inv_freq is built in fp32):
+    // position_embeddings = (emb.cos(), emb.sin()), [patches, head_dim] each. SigLIP has none.
+    if (v.kind != model::VisionKind::kSiglip) vision_rotary_ = s.vision.patches_per_token * 2.0 * static_cast<double>(v.head_dim()) * 4.0;
+  }
+  if (!s.spec->mrope_section.empty() && p_.modeling == model::Modeling::kHf) {
+    mrope_tables_ = 2.0 * 3.0 * static_cast<double>(s.spec->q_dim()) / s.spec->num_heads *
+                    static_cast<double>(model::BytesPerElement(p_.param_dtype));
   }
   auto segs = static_cast<size_t>(model::NumSegments(nb_));
   starts_.assign(segs, {});
@@ -410,13 +422,30 @@ void Walker::Forward() {
   Free(Category::kAllGatherBuffers, Stream::kAllGather, deferred_ag_);
   deferred_ag_ = 0;
   TFree(&deferred_ag_id_);
-  if (!p_.Trains()) {  // no backward: the caller drops the logits and the residual stream
+  if (!p_.Trains()) {  // no backward: the caller drops the logits, the residual stream, the pixels
+    FreePixels();
     Free(Category::kLoss, Stream::kDefault, kept_logits_);
     kept_logits_ = 0;
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
     TFree(&kept_logits_id_);
     TFree(&residual_id_);
   }
+}
+
+void Walker::FreeMropeTables() {
+  if (mrope_live_ == 0) return;
+  Free(Category::kActivations, Stream::kDefault, mrope_live_);
+  mrope_live_ = 0;
+  TFree(&mrope_id_);
+}
+
+void Walker::FreePixels() {
+  FreeMropeTables();
+  if (pixels_live_ + rotary_live_ == 0) return;
+  Free(Category::kVisionActivations, Stream::kDefault, pixels_live_ + rotary_live_);
+  pixels_live_ = rotary_live_ = 0;
+  TFree(&pixels_id_);
+  TFree(&rotary_id_);
 }
 
 }  // namespace shardtune::sim::internal

@@ -1617,7 +1617,7 @@ TEST(CliTest, ValidateComparesEveryMeasuredPhaseOfARealRun) {
 }
 
 // Vision-language models (#43): the images are part of the job; bad image flags are one-line
-// errors naming the flag; a text model refuses images; run says its executor lacks the tower.
+// errors naming the flag; a text model refuses images; run names the towers its executor lacks.
 TEST(CliTest, VisionLanguageJobsTakeImages) {
   const std::string m = std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/qwen2.5-vl-7b.config.json";
   Result text = RunCli("estimate --model " + m + " --cluster 8xH100 --seq-len 4096 --json");
@@ -1633,6 +1633,8 @@ TEST(CliTest, VisionLanguageJobsTakeImages) {
   const auto& rt = jt.at("per_rank");
   const auto& ri = ji.at("per_rank");
   EXPECT_EQ(rt.at("trainable_parameters").get<int64_t>(), 8'292'166'656 - 676'550'144);
+  // ... without a frozen prefix the user did not write (the plan, and its exports, have none).
+  EXPECT_TRUE(jt.at("plan").at("frozen_prefixes").empty());
   EXPECT_EQ(ri.at("trainable_parameters").get<int64_t>(), 8'292'166'656);
   EXPECT_GT(ri.at("peak_allocated_bytes").get<int64_t>(), rt.at("peak_allocated_bytes").get<int64_t>());
   ExpectOneLineError(RunCli("estimate --model " + m + " --images 2 --image-pixels 1280by720"),
@@ -1643,8 +1645,8 @@ TEST(CliTest, VisionLanguageJobsTakeImages) {
                      "image_tokens: expected integer in [images = 1, 1024]");
   ExpectOneLineError(RunCli("estimate --model llama3-8b --images 1 --image-tokens 64"),
                      "images: expected 0 for llama3-8b");
-  ExpectOneLineError(RunCli("run --model " + m + " --steps 1 --out " + TempPath("vl_run")),
-                     "vision tower is not run by shardtune's executor yet");
+  ExpectOneLineError(RunCli("run --model qwen3-vl-2b --images 1 --image-tokens 64 --steps 1 --out " + TempPath("vl_run")),
+                     "qwen3_vl vision tower is not run by shardtune's executor yet");
 }
 
 }  // namespace

@@ -263,8 +263,16 @@ TEST(VisionTest, AFrozenTowerRecordsNoGraph) {
   EXPECT_TRUE(text0.all_params_train);
   EXPECT_TRUE(text0.input_requires_grad);  // the embeddings train: their output needs a gradient
   Plan full;
+  full.images = 1;
+  full.image_tokens = 1024;
   t = SubgraphTrainabilities(s, full, ApplyTrainability(s, full, BuildFsdpUnits(s, full.wrap)));
   EXPECT_TRUE(t.blocks.front().all_params_train);
+  // Without images the tower idles (no gradient, no optimizer state) without a frozen prefix.
+  Plan text;
+  EXPECT_TRUE(VisionTowerIdle(s, text));
+  t = SubgraphTrainabilities(s, text, ApplyTrainability(s, text, BuildFsdpUnits(s, text.wrap)));
+  EXPECT_FALSE(t.blocks.front().all_params_train);
+  EXPECT_TRUE(t.blocks[static_cast<size_t>(s.vision.depth)].all_params_train);
   // transformers < 4.52 named the tower "visual" at the top level: the same prefix.
   Plan old_names;
   old_names.frozen_prefixes = {"visual"};
@@ -352,6 +360,42 @@ TEST(VisionTest, VisionBlockSavesWhatItsModulesSave) {
   EXPECT_DOUBLE_EQ(VisionBlockActivations(g, o, Trainability{}, 5, gl).full.saved_per_token,
                    (2 * (2 * c + 8) + 2 * c + 2 * c + (2 * c + 2 * c + 2 * c + 2 * c + 4 * heads) + 4 * i) *
                        gl.patches_per_token);
+}
+
+// The text layers of Qwen2/2.5-VL (M-RoPE: apply_multimodal_rotary_pos_emb cats the sections of
+// cos and sin per layer, new [B, 1, S, head_dim] tensors in bf16 that q's and k's rotary muls
+// save) keep 2 x 128 x 2 bytes a token more than the same layer with plain RoPE, whose cos and sin
+// are shared constants. Eager attention on a fused qkv with rotary (the vision blocks) keeps
+// matmul's copy of v, not the whole qkv output: 2C x 2 bytes less a patch than SDPA, which keeps
+// the qkv view.
+TEST(VisionTest, MropeSectionsAndEagerFusedQkvAreWhatTheKernelsKeep) {
+  ModelSpec q = Import("qwen2.5-vl-7b.config.json");
+  EXPECT_EQ(q.mrope_section, (std::vector<int>{16, 24, 24}));
+  ModelSpec plain = q;
+  plain.mrope_section.clear();
+  ActivationOptions o = testing_util::Bf16Sdpa();
+  o.seq_len = 4096;
+  EXPECT_DOUBLE_EQ(ComputeBlockActivations(q, o, Trainability{}).full.saved_per_token -
+                       ComputeBlockActivations(plain, o, Trainability{}).full.saved_per_token,
+                   2 * 128 * 2);
+  Plan plan;
+  plan.images = 2;
+  plan.image_tokens = 2 * 1196;
+  const VisionLoad load = VisionLoadOf(q, plan, 4096);
+  ActivationOptions eager = o;
+  eager.attention = Attention::kEager;
+  // Block 3 is windowed (64 patches): the eager softmax's scores differ too, so compare the
+  // attention's saved inputs by name.
+  auto bytes = [&](const ActivationOptions& opt, const std::string& name) {
+    double b = 0;
+    for (const auto& t : VisionBlockActivations(q, opt, Trainability{}, 3, load).full.saved) {
+      if (t.name.find(name) != std::string::npos) b += t.bytes_per_token;
+    }
+    return b / load.patches_per_token;
+  };
+  EXPECT_DOUBLE_EQ(bytes(o, "qkv_proj output"), 3 * 1280 * 2);
+  EXPECT_DOUBLE_EQ(bytes(eager, "qkv_proj output"), 0);
+  EXPECT_DOUBLE_EQ(bytes(eager, "matmul's contiguous copy"), 1280 * 2);
 }
 
 // FLOPs per patch: 2 x (qkv 3C^2 + proj C^2 + the MLP's matrices) and 4 x span x C of attention,

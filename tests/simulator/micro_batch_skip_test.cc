@@ -120,7 +120,7 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
       EXPECT_EQ(bound.count(), parts.total(pre));
       EXPECT_LE(bound, est.report.peak_allocated);
       // The backward moments are modelled for dense training of every parameter.
-      bool modelled = p.Trains() && !model::ChangesTrainability(p) && !spec.moe.enabled();
+      bool modelled = p.Trains() && !model::ChangesTrainability(spec, p) && !spec.moe.enabled();
       EXPECT_EQ(parts.backward_states_bytes.size(),
                 modelled ? static_cast<size_t>(spec.num_layers) : 0u);
       if (parts.backward(pre) > parts.forward_end()) ++backward_binds;
