@@ -52,13 +52,6 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   return t;
 }
 
-std::string SegmentName(int s, int L) {
-  if (s == 0) return "model.embed_tokens";
-  if (s <= L) return "model.layers." + std::to_string(s - 1);
-  if (s == model::FinalNormSegment(L)) return "model.norm";
-  return "lm_head";
-}
-
 // BuildFsdpUnits keeps the root even when wrapping left it no parameters; such a unit has
 // nothing to gather or reduce. Frozen parameters and LoRA adapters split a unit into up to three
 // flat parameters (param_groups.h).
@@ -93,9 +86,14 @@ std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& p
   return out;
 }
 
-bool Recomputes(const model::Plan& p, int block) {
+// Block `block` of all (a VL model's vision blocks first) is checkpointed: every k-th block of
+// each stack, the tower's and the text model's (the estimate's Walker::Checkpointed).
+bool Recomputes(const model::ModelSpec& spec, const model::Plan& p, int block) {
+  const int nv = spec.VisionBlocks();
   if (p.checkpointing == model::Checkpointing::kFull) return true;
-  if (p.checkpointing == model::Checkpointing::kEveryK) return block % p.checkpoint_every_k == 0;
+  if (p.checkpointing == model::Checkpointing::kEveryK) {
+    return (block < nv ? block : block - nv) % p.checkpoint_every_k == 0;
+  }
   return false;
 }
 
@@ -136,7 +134,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   fo.device = options.device;
   fo.offload_shard = plan.offload != model::Offload::kNone;
   fo.keep_device_shard = plan.offload == model::Offload::kOptimizer;
-  int nseg = transformer_.num_segments(), L = spec.num_layers;
+  int nseg = transformer_.num_segments();
   m.starting.resize(static_cast<size_t>(nseg));
   m.ending.resize(static_cast<size_t>(nseg));
   m.covering.resize(static_cast<size_t>(nseg));
@@ -180,11 +178,18 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   m.nosync_grads.resize(m.units.size());
   m.backward_done.assign(m.units.size(), false);
   const std::vector<bool> op_sac = OpSacBlocks(spec, plan);
+  const int nv = spec.VisionBlocks();
+  // Per segment: a trainable parameter computes in it (a frozen vision block's is none).
+  m.segment_trains.assign(static_cast<size_t>(nseg), false);
+  for (const FlatParamGroup& g : flat_groups) {
+    if (!g.trainable) continue;
+    for (const auto& prm : g.unit.params) m.segment_trains[static_cast<size_t>(prm.segment)] = true;
+  }
   for (int s = 0; s < nseg; ++s) {
-    m.segment_names.push_back(SegmentName(s, L));
-    const bool block = transformer_.IsBlockSegment(s);
-    m.op_sac.push_back(block && op_sac[static_cast<size_t>(s - 1)]);
-    m.recompute.push_back(block && (Recomputes(plan, s - 1) || m.op_sac.back()));
+    m.segment_names.push_back(model::SegmentName(spec, s));
+    const bool block = transformer_.IsBlockSegment(s), text = block && !transformer_.IsVisionSegment(s);
+    m.op_sac.push_back(text && op_sac[static_cast<size_t>(s - 1 - nv)]);
+    m.recompute.push_back(block && (Recomputes(spec, plan, s - 1) || m.op_sac.back()));
     m.segment_fns.push_back([this, s](const at::Tensor& x) {
       return transformer_.Segment(impl_->table, s, x, at::Tensor());
     });
@@ -262,16 +267,27 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
   int nseg = transformer_.num_segments();
   for (int s = 0; s < nseg; ++s) {
     size_t si = static_cast<size_t>(s);
+    if (transformer_.Skips(s)) {  // a VL model's tower on a text-only micro-batch
+      m.segment_grad[si] = false;
+      continue;
+    }
     for (int u : m.starting[si]) m.EnsureGathered(u);
     if (m.options.plan.forward_prefetch) {
       std::vector<int> next;
       for (size_t u = 0; u < m.units.size(); ++u) {
-        if (unit_specs_[u].first_segment > s) next.push_back(static_cast<int>(u));
+        const int first = unit_specs_[u].first_segment;
+        if (first > s && !transformer_.Skips(first)) next.push_back(static_cast<int>(u));
       }
       m.Prefetch(next, m.ForwardPrefetchAhead());
     }
     double t0 = MonotonicSeconds();
-    if (grad && m.recompute[si] && !x.requires_grad()) {
+    // What runs outside a vision block's checkpoint: the patch embedding before the first, the
+    // merger and the scatter into the text embeddings after the last (identity elsewhere).
+    x = transformer_.EnterSegment(m.table, s, x);
+    // A frozen vision block computes nothing backward needs (the estimate's
+    // model::FirstTowerGradSegment): its recompute input is not made to require grad.
+    const bool needs_input_grad = !transformer_.IsVisionSegment(s) || m.segment_trains[si];
+    if (grad && m.recompute[si] && !x.requires_grad() && needs_input_grad) {
       // A recomputed block after frozen ones: its input has no gradient, yet its parameters do;
       // the reentrant Function's output needs an input that requires grad (HF's
       // enable_input_require_grads, used by PEFT with gradient checkpointing, for the same).
@@ -283,9 +299,10 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     at::Tensor y = !grad || !m.recompute[si] ? transformer_.Segment(m.table, s, x, labels)
                    : m.op_sac[si] ? SacRecompute(&m.segment_fns[si], x, transformer_.sac_tape())
                                   : Recompute(&m.segment_fns[si], x, side);
-    m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
     // Frozen segments before the first trainable parameter have no backward at all.
     m.segment_grad[si] = grad && y.requires_grad();
+    y = transformer_.LeaveSegment(m.table, s, y);
+    m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
     if (m.segment_grad[si]) {
       y.register_hook([this, s](const at::Tensor&) { impl_->PreBackward(s); });
     }
@@ -297,7 +314,13 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     }
     x = y;
   }
-  transformer_.ClearSharedConstants();  // the graph keeps what it saved
+  // The graph keeps what it saved; a checkpointed text layer keeps M-RoPE's tables.
+  bool text_recompute = false;
+  for (int s = 0; s < nseg; ++s) {
+    text_recompute = text_recompute || (m.recompute[static_cast<size_t>(s)] && m.segment_grad[static_cast<size_t>(s)] &&
+                                        !transformer_.IsVisionSegment(s));
+  }
+  transformer_.ClearSharedConstants(grad && text_recompute);
   return x;
 }
 

@@ -35,6 +35,7 @@ struct FsdpRuntime::Impl {
   // Per segment: its output required grad in the last forward, so its backward runs (false for
   // frozen segments before the first trainable parameter).
   std::vector<bool> segment_grad;
+  std::vector<bool> segment_trains;  // per segment: a trainable parameter computes in it
 
   // Backward state.
   bool sync = true;

@@ -205,12 +205,8 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
     d.units.push_back({us.name, fp->numel(), fp->padded_numel(), fp->shard_numel(),
                        us.first_segment, us.last_segment});
   }
-  int L = o.spec.num_layers;
-  for (int s = 0; s < model::NumSegments(L); ++s) {
-    d.segment_names.push_back(s == 0   ? "model.embed_tokens"
-                              : s <= L ? "model.layers." + std::to_string(s - 1)
-                              : s == model::FinalNormSegment(L) ? "model.norm"
-                                                                : "lm_head");
+  for (int s = 0; s < model::NumSegments(o.spec.NumBlocks()); ++s) {
+    d.segment_names.push_back(model::SegmentName(o.spec, s));
   }
   d.recorder = ctx.recorder;
   return d;

@@ -11,6 +11,7 @@
 #include "executor/run.h"
 #include "executor/transformer_support.h"
 #include "model/errors.h"
+#include "model/vision.h"
 #include "model/expert_parallel.h"
 #include "model/trainable.h"
 
@@ -162,6 +163,28 @@ std::vector<std::string> PackingProblems(const RunOptions& o, int world) {
   return p;
 }
 
+// A VL model's images run with fixed-length, unpacked sequences on every rank (the micro-batch's
+// images are its sequences' own, Trainer::Images); what the tower does not run yet is named.
+std::vector<std::string> VisionRunProblems(const RunOptions& o) {
+  std::vector<std::string> p;
+  const model::Plan& plan = o.plan;
+  for (std::string& v : model::VisionProblems(o.spec, plan, o.plan_name)) p.push_back(std::move(v));
+  if (!o.spec.vision.enabled()) return p;
+  const std::string what = "model " + o.spec.name + "'s vision tower";
+  if (plan.cp > 1) p.push_back("--cp " + std::to_string(plan.cp) + ": expected 1 for " + what + " (run does not split a VL model's sequences yet)");
+  if (plan.packed_seq_len > 0) p.push_back("packed rows: " + what + " is not run packed yet (drop --max-tokens-per-micro-batch)");
+  if (o.lengths.uniform()) p.push_back("--lengths: " + what + " runs fixed-length sequences only");
+  if (plan.checkpointing == model::Checkpointing::kSelective) {
+    p.push_back("--checkpointing selective: " + what + "'s blocks are not run with selective recompute (use full or every:K)");
+  }
+  if (plan.modeling == model::Modeling::kTorchtitan) p.push_back("--modeling torchtitan: torchtitan has no " + what);
+  if (plan.images > 0 && plan.image_tokens % plan.images != 0) {
+    p.push_back(o.plan_name + ":/image_tokens: expected a multiple of the " + std::to_string(plan.images) +
+                " images (run gives every image the same tokens), got " + std::to_string(plan.image_tokens));
+  }
+  return p;
+}
+
 void CheckOutDir(const std::string& dir, std::vector<std::string>* problems) {
   if (dir.empty()) {
     problems->push_back("--out: expected a folder, got nothing");
@@ -208,6 +231,7 @@ void ValidateRun(const RunOptions& o, int world_size) {
                          o.spec.name + " (output_router_logits)");
     }
   }
+  for (std::string& p : VisionRunProblems(o)) problems.push_back(std::move(p));
   for (std::string& p : TorchtitanRunProblems(o, world_size)) problems.push_back(std::move(p));
   if (o.steps < 1)
     problems.push_back("--steps: expected an integer >= 1, got " + std::to_string(o.steps));

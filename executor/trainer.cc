@@ -3,6 +3,7 @@
 #include "executor/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -83,6 +84,8 @@ std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* gl
     for (int m = 0; m < plan.grad_accum; ++m) {
       MicroBatch mb;
       mb.tokens = Batch(step, m, &mb.labels);
+      const int64_t B = plan.micro_batch;
+      mb.first_sequence = first_of_step + m * ctx_.dp_world * B + ctx_.dp_rank * B;
       mb.scale = 1.0 / plan.grad_accum;
       out.push_back(std::move(mb));
     }
@@ -164,6 +167,39 @@ std::vector<Trainer::MicroBatch> Trainer::MicroBatches(int64_t step, int64_t* gl
   return out;
 }
 
+ImageBatch Trainer::Images(int64_t first, int64_t B) const {
+  const model::ModelSpec& spec = ctx_.options.spec;
+  const model::Plan& plan = ctx_.options.plan;
+  ImageBatch out;
+  if (!spec.vision.enabled() || plan.images <= 0 || plan.image_tokens <= 0) return out;
+  const model::VisionSpec& v = spec.vision;
+  const int64_t S = seq_len_, per_image = plan.image_tokens / plan.images, m = v.spatial_merge_size;
+  SHARDTUNE_CHECK(per_image * plan.images == plan.image_tokens && 1 + plan.image_tokens <= S)
+      << "image tokens " << plan.image_tokens << " in " << plan.images << " images of a " << S << "-token sequence";
+  int64_t gh = 1;
+  for (int64_t d = 1; d * d <= per_image; ++d) {
+    if (per_image % d == 0) gh = d;
+  }
+  const int64_t gw = per_image / gh;
+  const int64_t kernel = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size;
+  const int64_t patches = gh * gw * m * m;
+  std::vector<at::Tensor> pixels;
+  at::Tensor mask = at::zeros({B, S}, at::TensorOptions().dtype(at::kBool));
+  for (int64_t j = 0; j < B; ++j) {
+    mask[j].narrow(0, 1, plan.image_tokens).fill_(true);
+    for (int i = 0; i < plan.images; ++i) {
+      const uint64_t key = (static_cast<uint64_t>(first + j) << 16) ^ static_cast<uint64_t>(i);
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(ctx_.options.seed * 1000003ull ^ key);
+      pixels.push_back(at::randn({patches, kernel}, gen, at::TensorOptions().dtype(at::kFloat)));
+      out.grids.push_back({gh * m, gw * m});
+    }
+  }
+  out.pixel_values = at::cat(pixels, 0);
+  out.image_mask = mask;
+  if (!spec.mrope_section.empty()) out.position_ids = MropePositionIds(mask, out.grids, m);
+  return out;
+}
+
 at::Tensor Trainer::Batch(int64_t step, int micro, at::Tensor* labels) const {
   int64_t B = ctx_.options.plan.micro_batch, S = seq_len_;
   // Global sequence numbers: step-major, then micro-batch, then data-parallel rank, so the
@@ -189,12 +225,23 @@ StepLog Trainer::Step(int64_t step) {
   for (size_t m = 0; m < micro.size(); ++m) {
     at::Tensor labels = micro[m].labels;
     at::Tensor tokens = micro[m].tokens;
+    // The previous micro-batch's pixel values go first (its backward is over), then this one's
+    // are made: one micro-batch's images at a time, as a trainer moves each micro-batch to the
+    // device in turn.
+    runtime_->transformer().SetImages({});
+    ImageBatch images = Images(micro[m].first_sequence, tokens.size(0));
     if (ctx_.cuda_device >= 0) {
       auto dev = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(ctx_.cuda_device));
       tokens = tokens.to(dev, /*non_blocking=*/false);
       labels = labels.to(dev, /*non_blocking=*/false);
+      if (!images.empty()) {
+        images.pixel_values = images.pixel_values.to(dev);
+        images.image_mask = images.image_mask.to(dev);
+        if (images.position_ids.defined()) images.position_ids = images.position_ids.to(dev);
+      }
     }
     runtime_->transformer().SetPacking(micro[m].packing);
+    runtime_->transformer().SetImages(std::move(images));
     at::Tensor loss = runtime_->Forward(tokens, labels);
     bool last = m + 1 == micro.size();
     runtime_->Backward(loss, micro[m].scale, /*sync=*/!plan.no_sync || last);
@@ -204,6 +251,7 @@ StepLog Trainer::Step(int64_t step) {
     if (ctx_.watchdog) ctx_.watchdog->Progress();
   }
   runtime_->transformer().SetPacking({});
+  runtime_->transformer().SetImages({});
   StepLog log;
   log.step = step;
   log.steps = ctx_.options.steps;

@@ -60,6 +60,7 @@ class Trainer {
   // unpacked), and the factor its mean loss enters the step's loss with.
   struct MicroBatch {
     at::Tensor tokens, labels;
+    int64_t first_sequence = 0;  // its first sequence (Images() makes a VL model's images of it)
     std::vector<int64_t> packing;
     double scale = 1.0;
   };
@@ -69,6 +70,13 @@ class Trainer {
   // global batch's tokens, so a micro-batch of n counted labels has scale dp x n / tokens (FSDP
   // averages the ranks' gradients).
   std::vector<MicroBatch> MicroBatches(int64_t step, int64_t* global_tokens) const;
+  // A VL model's images of the B sequences first .. first + B - 1 (plan images and
+  // image_tokens, issue #43): each sequence holds `images` images of image_tokens / images
+  // tokens each, right after its first token; an image of t tokens is a grid of gh x gw merge
+  // groups (gh the largest divisor of t not above sqrt(t)), its pixel values N(0, 1) drawn from
+  // a generator seeded by (seed, sequence, image), so they depend on neither the world size nor
+  // the accumulation. Empty for a text model or a text-only plan.
+  ImageBatch Images(int64_t first, int64_t B) const;
   int64_t SequenceLength(int64_t index) const;  // tokens of global sequence `index`
   // Sequence `index`'s first `len` + 1 tokens: inputs [0, len), labels [1, len].
   std::vector<int64_t> SequenceTokens(int64_t index, int64_t len) const;

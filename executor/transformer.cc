@@ -19,6 +19,7 @@
 #include "executor/fused_loss.h"
 #include "executor/transformer_support.h"
 #include "executor/torchtitan_ops.h"
+#include "executor/transformer_pieces.h"
 #include "executor/ulysses.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
@@ -75,29 +76,12 @@ at::Tensor GroupedDispatch(const at::Tensor& flat, const at::Tensor& chosen, con
   return unsorted.view({T, k, H}).sum(1).to(flat.scalar_type());
 }
 }  // namespace
-namespace {
-
-uint64_t NameHash(const std::string& s) {  // FNV-1a 64
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+namespace internal {
 
 const at::Tensor& Get(const ParamTable& p, const std::string& name) {
   auto it = p.find(name);
   SHARDTUNE_CHECK(it != p.end() && it->second.defined()) << "parameter " << name << " not gathered";
   return it->second;
-}
-
-at::Tensor Maybe(const ParamTable& p, const std::string& name, bool present) {
-  return present ? Get(p, name) : at::Tensor();
-}
-
-// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]).
-at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool conv1d) {
-  if (!conv1d) return at::linear(x, w, b);
-  at::Tensor y = at::matmul(x, w);
-  return b.defined() ? y + b : y;
 }
 
 // The memory-bound pieces of a block as pure functions of tensors (recompute.h PieceFn), so
@@ -124,6 +108,48 @@ at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
   return in[1] * NormalizedFp32(in[0], eps).to(in[0].scalar_type());
 }
 
+// inputs: x, weight[, bias].
+at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps) {
+  return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in.size() > 2 ? in[2] : at::Tensor(), eps);
+}
+
+// HF LlamaMLP: silu(gate) x up. inputs: gate, up.
+at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
+  return at::silu(in[0]) * in[1];
+}
+
+// GPT-2 gelu_new (tanh != 0), NeoX exact GELU. inputs: the up projection's output.
+at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
+  return at::gelu(in[0], tanh != 0 ? "tanh" : "none");
+}
+
+}  // namespace internal
+using internal::Get;
+using internal::GeluPiece;
+using internal::LayerNormPiece;
+using internal::NormalizedFp32;
+using internal::RmsNormPiece;
+using internal::SwiGluPiece;
+
+namespace {
+
+uint64_t NameHash(const std::string& s) {  // FNV-1a 64
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+at::Tensor Maybe(const ParamTable& p, const std::string& name, bool present) {
+  return present ? Get(p, name) : at::Tensor();
+}
+
+// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]).
+at::Tensor Dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool conv1d) {
+  if (!conv1d) return at::linear(x, w, b);
+  at::Tensor y = at::matmul(x, w);
+  return b.defined() ? y + b : y;
+}
+
 // OLMo 2's Olmo2RMSNorm: the weight multiplies the fp32 normalised input, then the product is
 // cast back ((weight * x).to(input_dtype), modeling_olmo2.py). inputs: x, weight.
 at::Tensor RmsNormFp32WeightPiece(const std::vector<at::Tensor>& in, double eps) {
@@ -141,25 +167,13 @@ at::Tensor GeGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
   return at::gelu(in[0], "tanh") * in[1];
 }
 
-// inputs: x, weight[, bias].
-at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps) {
-  return at::layer_norm(in[0], {in[0].size(-1)}, in[1], in.size() > 2 ? in[2] : at::Tensor(), eps);
-}
 
-// HF LlamaMLP: silu(gate) x up. inputs: gate, up.
-at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double /*unused*/) {
-  return at::silu(in[0]) * in[1];
-}
 
 // torchtitan's RMSNorm (F.rms_norm, torchtitan_ops.h). inputs: x, weight.
 at::Tensor FusedRmsNormPiece(const std::vector<at::Tensor>& in, double eps) {
   return FusedRmsNorm(in[0], in[1], eps);
 }
 
-// GPT-2 gelu_new (tanh != 0), NeoX exact GELU. inputs: the up projection's output.
-at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
-  return at::gelu(in[0], tanh != 0 ? "tanh" : "none");
-}
 
 }  // namespace
 
@@ -169,6 +183,7 @@ Transformer::Transformer(const model::ModelSpec& spec, TransformerOptions option
       options_(options),
       cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr),
       ep_(ep != nullptr && ep->size() > 1 ? ep : nullptr) {
+  nv_ = spec_.VisionBlocks();
   SHARDTUNE_CHECK(ep_ == nullptr || options_.torchtitan) << "expert parallelism runs torchtitan's MoE";
   if (options_.torchtitan && spec_.moe.enabled()) {
     // MoE.__init__: expert_bias_E and tokens_per_expert_E, zeros (fp32), per MoE layer (GPT-OSS's
@@ -256,17 +271,20 @@ int64_t Transformer::PositionOffset(int64_t local_seq_len) const {
   return cp_ != nullptr ? cp_->rank() * local_seq_len : 0;
 }
 
-int Transformer::num_segments() const { return model::NumSegments(spec_.num_layers); }
+int Transformer::num_segments() const { return model::NumSegments(spec_.NumBlocks()); }
 
 bool Transformer::IsBlockSegment(int segment) const {
-  return segment >= 1 && segment <= spec_.num_layers;
+  return segment >= 1 && segment <= spec_.NumBlocks();
 }
+
+bool Transformer::IsVisionSegment(int segment) const { return segment >= 1 && segment <= nv_; }
 
 at::Tensor Transformer::Segment(const ParamTable& p, int segment, const at::Tensor& input,
                                 const at::Tensor& labels) const {
-  int L = spec_.num_layers;
+  int L = spec_.NumBlocks();
   if (segment == 0) return Embed(p, input);
-  if (IsBlockSegment(segment)) return Block(p, segment - 1, input);
+  if (IsVisionSegment(segment)) return VisionBlock(p, segment - 1, input);
+  if (IsBlockSegment(segment)) return Block(p, segment - 1 - nv_, input);
   if (segment == model::FinalNormSegment(L)) return Norm(p, "model.norm", input, spec_.hidden);
   SHARDTUNE_CHECK(segment == model::HeadSegment(L)) << "segment " << segment;
   return HeadLoss(p, input, labels);
@@ -712,7 +730,16 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   q = q.transpose(1, 2);                         // [B, a, S, D]
   k = k.transpose(1, 2);                         // [B, kv, S, D]
   v = v.reshape({B, S, kv, D}).transpose(1, 2);  // [B, kv, S, D]
-  if (spec_.positions == model::PositionKind::kRotary) {
+  if (spec_.positions == model::PositionKind::kRotary && !spec_.mrope_section.empty()) {
+    // q * cos + rotate_half(q) * sin with the layer's M-RoPE sections (one pair for q and k).
+    auto [cos, sin] = MropeCosSin(B, S, q);
+    auto apply = [&](const at::Tensor& x) {
+      at::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+      return x * cos + at::cat({-x2, x1}, -1) * sin;
+    };
+    q = apply(q);
+    k = apply(k);
+  } else if (spec_.positions == model::PositionKind::kRotary) {
     q = Rotary(q, PositionOffset(S), sliding);
     k = Rotary(k, PositionOffset(S), sliding);
   }
@@ -830,7 +857,7 @@ at::Tensor Transformer::MlaAttention(const ParamTable& p, const std::string& pre
 }
 
 at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window,
-                              const at::Tensor& sinks) const {
+                              const at::Tensor& sinks, bool causal) const {
   int64_t B = q.size(0), a = q.size(1), S = q.size(2), D = q.size(3), kv = k.size(1);
   // A sliding layer shorter than S (Gemma's sliding_window_overlay: kv_idx > q_idx - window,
   // causal) needs an explicit band mask; a full layer is plain causal attention.
@@ -849,6 +876,17 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
     if (sac_.mode == SacTape::Mode::kReplay) sac_.TakeSaved();
     return o;
   };
+  if (!causal) {
+    // A vision tower's attention (is_causal = False, no mask: eager_attention_forward or SDPA
+    // over one image or window; q, k, v with equal heads).
+    SHARDTUNE_CHECK(kv == a && window == 0 && !sinks.defined()) << "non-causal attention: plain heads";
+#if TORCH_VERSION_MAJOR >= 2
+    if (sdpa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/false);
+#endif
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    return at::matmul(probs, v);
+  }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // SDPA reads the kv heads in place (enable_gqa, torch >= 2.5), as Hugging Face's sdpa
   // attention does without a mask (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
@@ -974,9 +1012,12 @@ at::Tensor Transformer::AttentionMask(int64_t S, int64_t window, const at::Devic
   return mask_cache_.emplace(key, m).first->second;
 }
 
-void Transformer::ClearSharedConstants() const {
+void Transformer::ClearSharedConstants(bool keep_position_tables) const {
   rotary_cache_.clear();
   mask_cache_.clear();
+  if (keep_position_tables) return;
+  mrope_cos_ = at::Tensor();
+  mrope_sin_ = at::Tensor();
 }
 
 // modeling_llama.py apply_rotary_pos_emb; with partial rotary modeling_phi3.py's (q_rot, q_pass =

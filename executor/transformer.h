@@ -31,6 +31,33 @@ class Communicator;
 // Parameter name -> tensor in the compute dtype (views of a unit's gathered flat buffer).
 using ParamTable = std::unordered_map<std::string, at::Tensor>;
 
+// One micro-batch's images for a VL model (issue #43; Transformer::SetImages): what Qwen2-VL's
+// image processor hands the model (image_processing_qwen2_vl.py) and where the text holds them.
+struct ImageBatch {
+  // [patches, in_channels x temporal_patch_size x patch x patch] fp32: every image's flattened
+  // patches in the processor's order (each spatial_merge_size^2 group of patches contiguous),
+  // the images one after another in the order their tokens appear in the micro-batch.
+  at::Tensor pixel_values;
+  // [B, S] bool: the image tokens' positions (input_ids == image_token_id); their count is the
+  // patches / spatial_merge_size^2.
+  at::Tensor image_mask;
+  // Per image, its patch grid (grid_thw's h and w; t = 1: one image is one temporal patch).
+  std::vector<std::pair<int64_t, int64_t>> grids;
+  // [3, B, S] int64: M-RoPE's temporal, height and width position of every token (a model with
+  // ModelSpec::mrope_section; MropePositionIds), undefined otherwise.
+  at::Tensor position_ids;
+  bool empty() const { return grids.empty(); }
+};
+
+// Qwen2-VL's get_rope_index (modeling_qwen2_5_vl.py Qwen2_5_VLModel.get_rope_index, images only,
+// no padding) for an image mask [B, S] on the host and the images' patch grids in order of
+// appearance (row by row): a text token's three positions are the next position; an image's
+// tokens, a grid of gh x gw merge groups (patches / `merge`), start at the next position p and
+// take (p, p + row, p + column); the text after it continues at p + max(gh, gw). Returns
+// [3, B, S] int64.
+at::Tensor MropePositionIds(const at::Tensor& image_mask, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                            int64_t merge);
+
 struct TransformerOptions {
   at::ScalarType dtype = at::kFloat;  // compute (param) dtype
   bool sdpa = false;                  // at::scaled_dot_product_attention (LibTorch >= 2.0 only)
@@ -96,10 +123,34 @@ class Transformer {
   // upcast to fp32 first, as HF's ForCausalLMLoss and torchtitan do). With cp, S is the local
   // slice and the head returns this rank's share: its token losses summed / (B x S x cp), so
   // the shares of a cp group sum to the mean over the full sequences.
+  //
+  // A VL model's vision blocks are segments 1 .. V (model::ModelSpec::VisionBlocks, before the
+  // text blocks): each maps the tower's hidden states [patches, C] to the next. What runs around
+  // them, outside any activation checkpoint (HF checkpoints each vision block alone), is
+  // EnterSegment's and LeaveSegment's.
   at::Tensor Segment(const ParamTable& params, int segment, const at::Tensor& input,
                      const at::Tensor& labels) const;
   int num_segments() const;
   bool IsBlockSegment(int segment) const;
+  bool IsVisionSegment(int segment) const;
+  // The micro-batch's images for the forward (and the backward and recompute after it); empty:
+  // a text-only micro-batch, whose forward skips the tower (Skips). The pixel values live until
+  // the next call, as the batch a trainer holds for its micro-batch's forward and backward
+  // (verl's micro-batch dict) does. REQUIRES: a Qwen2-VL or Qwen2.5-VL tower
+  // (TransformerSupportProblem), each grid's sides multiples of spatial_merge_size, and patches
+  // and image tokens that agree.
+  void SetImages(ImageBatch images) const;
+  // A vision segment of a micro-batch without images: nothing runs, nothing is gathered.
+  bool Skips(int segment) const;
+  // Runs before segment `segment`'s Segment (identity but for the first vision block): takes the
+  // text embeddings `x` [B, S, H] aside and returns the patch embedding of the pixel values in
+  // the tower's window order (Qwen2_5_VisionTransformerPretrainedModel.forward up to its blocks).
+  at::Tensor EnterSegment(const ParamTable& params, int segment, const at::Tensor& x) const;
+  // Runs after segment `segment`'s Segment (identity but for the last vision block): the patch
+  // merger over the tower's output, back to image order, scattered into the text embeddings at
+  // the image tokens (Qwen2_5_VLModel.forward: inputs_embeds.masked_scatter(image_mask,
+  // image_embeds)); returns them [B, S, H].
+  at::Tensor LeaveSegment(const ParamTable& params, int segment, const at::Tensor& y) const;
   const model::ModelSpec& spec() const { return spec_; }
   // The rotary inverse frequencies [D/2] in fp32 (`f32`'s device), with options().rope_theta
   // and rope_scaling ("linear", "llama3" or "yarn") applied as transformers does.
@@ -110,6 +161,11 @@ class Transformer {
   // passed through (partial rotary: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor).
   // (RotaryDims in transformer_support.h).
   at::Tensor Rotary(const at::Tensor& x, int64_t offset, bool local = false) const;
+  // A model with ModelSpec::mrope_section: the layer's cos and sin [B, 1, S, D] in the compute
+  // dtype, each of the D features taking its section's position row (apply_multimodal_rotary_pos_emb:
+  // a cat per layer, as transformers makes them), from the micro-batch's position_ids (arange
+  // in all three rows for text-only batches).
+  std::pair<at::Tensor, at::Tensor> MropeCosSin(int64_t B, int64_t S, const at::Tensor& like) const;
   // A packed micro-batch (plan packed_seq_len > 0; trainer.cc): the row [1, T] that the next
   // forward (and the backward and recompute after it) reads holds whole sequences of these
   // lengths, one after another, T their sum; empty: not packed. Positions restart at 0 in each
@@ -122,7 +178,9 @@ class Transformer {
   const std::vector<int64_t>& packing() const { return packing_; }
   // Releases the rotary cos/sin and attention masks the layers of one forward shared (FsdpRuntime
   // calls it after a forward and after a backward, whose recomputed blocks make them again).
-  void ClearSharedConstants() const;
+  // `keep_position_tables`: M-RoPE's [3, B, S, D] tables stay (a checkpointed text layer saves
+  // them as its inputs, so transformers keeps them to the backward's end).
+  void ClearSharedConstants(bool keep_position_tables = false) const;
   // The eager path's [S, S] bool mask (true: not attended), shared like the rotary constants.
   at::Tensor AttentionMask(int64_t S, int64_t window, const at::Device& device) const;
   // YaRN's attention factor (modeling_rope_utils.py _compute_yarn_parameters), which the rotary
@@ -137,8 +195,9 @@ class Transformer {
   // Gemma 2's eager_attention_forward does (modeling_gemma2.py), on the eager path only.
   // `sinks` (GPT-OSS, [a]): each head's learned sink logit joins every row's softmax and is
   // dropped after it (modeling_gpt_oss.py eager_attention_forward), on the eager path.
+  // `causal` false: every key of the sequence is attended (a vision tower's image or window).
   at::Tensor Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t window = 0,
-                  const at::Tensor& sinks = {}) const;
+                  const at::Tensor& sinks = {}, bool causal = true) const;
   // DeepSeek's multi-head latent attention (transformer.cc) of block attention module `prefix`
   // ("model.layers.N.self_attn") on {q_a_proj or q_proj output, kv_a_proj_with_mqa output}
   // [B, S, *]; returns o_proj's output [B, S, H].
@@ -207,6 +266,14 @@ class Transformer {
       const ParamTable& p, const std::string& name, const at::Tensor& x,
       const std::function<std::vector<at::Tensor>(const at::Tensor&)>& project) const;
   at::Tensor Block(const ParamTable& p, int layer, const at::Tensor& x) const;
+  // Vision block `b` (executor/vision_tower.cc): Qwen2_5_VLVisionBlock / Qwen2VLVisionBlock on the
+  // tower's hidden states [patches, C] in window order.
+  at::Tensor VisionBlock(const ParamTable& p, int b, const at::Tensor& x) const;
+  // The vision attention of block `b` on its qkv projection's output [patches, 3C]: 2-D rotary in
+  // fp32, then attention within each image (or each Qwen2.5-VL window); returns [patches, C].
+  at::Tensor VisionAttention(int b, const at::Tensor& qkv) const;
+  // The tower's norms: Qwen2RMSNorm (Qwen2.5-VL) or LayerNorm with bias (Qwen2-VL), eps 1e-6.
+  at::Tensor VisionNorm(const ParamTable& p, const std::string& name, const at::Tensor& x) const;
   std::vector<at::Tensor> Qkv(const ParamTable& p, const std::string& prefix,
                               const at::Tensor& x) const;
   // `layer`: the block's index (sliding-window layers attend to a band, with their own rotary
@@ -277,6 +344,23 @@ class Transformer {
   mutable std::map<std::tuple<int64_t, int64_t, int64_t, bool, int, std::string>,
                    std::pair<at::Tensor, at::Tensor>> rotary_cache_;
   mutable std::map<std::tuple<int64_t, int64_t, std::string>, at::Tensor> mask_cache_;
+  // SetImages's micro-batch and what the tower derives from its grids once per forward, as
+  // Qwen2_5_VisionTransformerPretrainedModel.forward does before its blocks.
+  struct VisionState {
+    ImageBatch images;
+    at::Tensor window_index;   // [patches / m^2] int64: merge groups in window order
+    at::Tensor reverse_index;  // [patches / m^2] int64: argsort(window_index)
+    std::vector<int64_t> image_lengths;   // patches per image (cu_seqlens)
+    std::vector<int64_t> window_lengths;  // patches per window (cu_window_seqlens), window order
+    at::Tensor cos, sin;       // [patches, head_dim] fp32 in window order (position_embeddings)
+    at::Tensor text_embeds;    // [B, S, H]: EnterSegment's x until LeaveSegment scatters into it
+  };
+  mutable VisionState vision_;
+  // The model's M-RoPE cos and sin [3, B, S, D] in the compute dtype (Qwen2_5_VLRotaryEmbedding's
+  // position_embeddings, made once per forward): MropeCosSin's source; cleared with the other
+  // shared constants and by SetImages.
+  mutable at::Tensor mrope_cos_, mrope_sin_;
+  int nv_ = 0;  // vision blocks (ModelSpec::VisionBlocks)
   mutable std::vector<int64_t> packing_;  // SetPacking's lengths
   mutable at::Tensor packed_positions_;   // [T] int64: positions restarting per sequence (GPT-2)
 };

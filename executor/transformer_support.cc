@@ -9,10 +9,15 @@
 namespace shardtune::exec {
 
 std::string TransformerSupportProblem(const model::ModelSpec& spec) {
-  if (spec.vision.enabled()) {
-    return std::string("its ") + model::ToString(spec.vision.kind) +
-           " vision tower is not run by shardtune's executor yet (issue #43); estimate, simulate "
-           "and tune model it";
+  const model::VisionSpec& v = spec.vision;
+  if (v.kind == model::VisionKind::kQwen3Vl || v.kind == model::VisionKind::kSiglip) {
+    return std::string("its ") + model::ToString(v.kind) +
+           " vision tower is not run by shardtune's executor yet (Qwen2-VL's and Qwen2.5-VL's are; "
+           "issue #43); estimate, simulate and tune model it";
+  }
+  if (v.enabled() && v.head_dim() % 4 != 0) {
+    return "the vision tower's 2-D rotary needs a head_dim that is a multiple of 4, got " +
+           std::to_string(v.head_dim());
   }
   if (spec.moe.router_aux_loss && (spec.moe.deepseek_router || spec.moe.gpt_oss_experts)) {
     return "the MoE auxiliary load-balancing loss (output_router_logits) is computed for the "

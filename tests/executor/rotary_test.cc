@@ -17,6 +17,7 @@
 #include "executor/transformer.h"
 #include "executor/transformer_support.h"
 #include "model/hf_config.h"
+#include "model/model_spec_json.h"
 #include "model/presets.h"
 
 namespace shardtune::exec {
@@ -248,6 +249,57 @@ TEST(RotaryTest, PartialRotaryRotatesTheLeadingDimsWithTheirOwnFrequencies) {
   Transformer whole(s, o);
   at::Tensor full = whole.Rotary(x, offset);
   EXPECT_FALSE(at::allclose(full.narrow(-1, R, D - R), x.narrow(-1, R, D - R)));
+}
+
+// Qwen2-VL's get_rope_index, worked by hand from its formula (modeling_qwen2_5_vl.py): a text
+// token, an image of 4 x 6 patches (2 x 3 merge groups: 6 tokens) at 1..6, then text. The image
+// starts at the next position 1: (t, h, w) = (1, 1 + row, 1 + column); the text after it
+// continues at 1 + max(2, 3) = 4.
+TEST(MropeTest, PositionIdsFollowGetRopeIndex) {
+  at::Tensor mask = at::zeros({1, 10}, at::TensorOptions().dtype(at::kBool));
+  mask[0].narrow(0, 1, 6).fill_(true);
+  at::Tensor pos = MropePositionIds(mask, {{4, 6}}, 2);
+  const std::vector<std::vector<int64_t>> want = {{0, 1, 1, 1, 1, 1, 1, 4, 5, 6},
+                                                  {0, 1, 1, 1, 2, 2, 2, 4, 5, 6},
+                                                  {0, 1, 2, 3, 1, 2, 3, 4, 5, 6}};
+  ASSERT_EQ(pos.sizes(), (std::vector<int64_t>{3, 1, 10}));
+  for (int r = 0; r < 3; ++r) {
+    for (int64_t s = 0; s < 10; ++s) EXPECT_EQ(pos[r][0][s].item<int64_t>(), want[static_cast<size_t>(r)][static_cast<size_t>(s)]) << r << " " << s;
+  }
+}
+
+// apply_multimodal_rotary_pos_emb's cos: feature f of D takes the position row of its section
+// (mrope_section [2, 3, 3] repeated over the two halves: rows t t h h h w w w, then again) and the
+// frequency theta^(-2 (f mod D/2) / D); written out here in doubles.
+TEST(MropeTest, CosSinTakeEachSectionsPositionRow) {
+  model::ModelSpec s = model::ReadModelSpecFile(std::string(SHARDTUNE_EXECUTOR_TEST_DATA_DIR) + "/micro-qwen2.5-vl.model.json");
+  s.FillDefaults();
+  TransformerOptions o;
+  o.rope_theta = s.rope_theta;
+  Transformer t(s, o);
+  at::Tensor mask = at::zeros({1, 10}, at::TensorOptions().dtype(at::kBool));
+  mask[0].narrow(0, 1, 6).fill_(true);
+  ImageBatch images;
+  images.grids = {{4, 6}};
+  images.image_mask = mask;
+  const int64_t kernel = s.vision.in_channels * s.vision.temporal_patch_size * s.vision.patch_size * s.vision.patch_size;
+  images.pixel_values = at::zeros({24, kernel});
+  images.position_ids = MropePositionIds(mask, images.grids, 2);
+  const at::Tensor pos = images.position_ids.clone();
+  t.SetImages(images);
+  auto [cos, sin] = t.MropeCosSin(1, 10, at::zeros({1}, at::TensorOptions().dtype(at::kFloat)));
+  const int64_t D = s.head_dim;
+  ASSERT_EQ(cos.sizes(), (std::vector<int64_t>{1, 1, 10, D}));
+  const int rows[] = {0, 0, 1, 1, 1, 2, 2, 2};  // sections 2, 3, 3 over D/2 = 8
+  for (int64_t f = 0; f < D; ++f) {
+    const int64_t j = f % (D / 2);
+    const double inv = 1.0 / std::pow(s.rope_theta, 2.0 * static_cast<double>(j) / static_cast<double>(D));
+    for (int64_t p = 0; p < 10; ++p) {
+      const double angle = static_cast<double>(pos[rows[j]][0][p].item<int64_t>()) * inv;
+      EXPECT_NEAR(cos[0][0][p][f].item<double>(), std::cos(angle), 1e-5) << f << " " << p;
+      EXPECT_NEAR(sin[0][0][p][f].item<double>(), std::sin(angle), 1e-5) << f << " " << p;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,27 @@
+// The transformer's shared pieces (transformer.cc) that its other files (vision_tower.cc) call:
+// a parameter lookup and the memory-bound pieces as pure functions (recompute.h PieceFn).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "executor/transformer.h"
+
+namespace shardtune::exec::internal {
+
+// The gathered parameter `name` (a fatal error when the table lacks it).
+const at::Tensor& Get(const ParamTable& p, const std::string& name);
+// x.to(float32) * rsqrt(mean(x^2) + eps): every HF RMSNorm's normalised input.
+at::Tensor NormalizedFp32(const at::Tensor& x, double eps);
+// LlamaRMSNorm / Qwen2RMSNorm: weight * x_hat.to(input dtype). inputs: x, weight.
+at::Tensor RmsNormPiece(const std::vector<at::Tensor>& in, double eps);
+// nn.LayerNorm over the last dim. inputs: x, weight[, bias].
+at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps);
+// silu(gate) x up. inputs: gate, up.
+at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double unused);
+// GELU, tanh-approximated when `tanh` != 0, else exact (erf). inputs: the pre-activation.
+at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh);
+
+}  // namespace shardtune::exec::internal
