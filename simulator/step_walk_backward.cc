@@ -36,17 +36,10 @@ void Walker::ForwardCompute(int seg) {
     residual_id_ = TAlloc(Stream::kDefault, Tok(residual_));
   } else if (seg <= L) {
     const int b = seg - 1;
-    if (b == nv_ && mrope_tables_ > 0) {  // the text model's position_embeddings
-      mrope_live_ = Tok(mrope_tables_);
-      Alloc(Category::kActivations, Stream::kDefault, mrope_live_);
-      mrope_id_ = TAlloc(Stream::kDefault, mrope_live_);
-    }
+    if (b == nv_) Hold(&mrope_tables_, Category::kActivations);  // the text model's position_embeddings
     if (b == 0 && nv_ > 0) {  // the patch embedding's output: the tower's residual stream
-      pixels_live_ = Tok(pixel_values_);
-      rotary_live_ = Tok(vision_rotary_);
-      Alloc(Category::kVisionActivations, Stream::kDefault, pixels_live_ + rotary_live_);
-      pixels_id_ = TAlloc(Stream::kDefault, pixels_live_);
-      rotary_id_ = TAlloc(Stream::kDefault, rotary_live_);
+      Hold(&pixels_, Category::kVisionActivations);
+      Hold(&vision_rotary_, Category::kVisionActivations);
       Alloc(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
       vision_residual_id_ = TAlloc(Stream::kDefault, Tok(vision_residual_));
     }
@@ -69,11 +62,8 @@ void Walker::ForwardCompute(int seg) {
     if (b == nv_ - 1) {  // the merger's output replaced the image tokens' embeddings
       Free(Category::kResidual, Stream::kDefault, Tok(vision_residual_));
       TFree(&vision_residual_id_);
-      if (rotary_live_ > 0 && (!p_.Trains() || vision_backward_from_ >= model::NumSegments(nb_))) {
-        // No graph through the tower: its rotary tables go with its forward.
-        Free(Category::kVisionActivations, Stream::kDefault, rotary_live_);
-        rotary_live_ = 0;
-        TFree(&rotary_id_);
+      if (!p_.Trains() || vision_backward_from_ >= model::NumSegments(nb_)) {
+        Release(&vision_rotary_, Category::kVisionActivations);  // no graph through the tower
       }
     }
   } else {
@@ -81,7 +71,7 @@ void Walker::ForwardCompute(int seg) {
     // them (they then live to the backward's end).
     bool saved = false;
     for (int b = nv_; b < L && p_.Trains(); ++b) saved = saved || (Checkpointed(b) && Backprops(model::BlockSegment(b)));
-    if (!saved) FreeMropeTables();
+    if (!saved) Release(&mrope_tables_, Category::kActivations);
     const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
     // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h);
     // verl's fused heads only the logits'.
@@ -305,7 +295,7 @@ void Walker::Backward() {
   }
   Begin(OpKind::kPostBackward, Stream::kDefault, -1, -1);
   Dep(last_reduce_);
-  FreePixels();  // the micro-batch's inputs go with it
+  ReleaseMicroBatchTensors();  // the micro-batch's inputs go with it
   Free(Category::kReduceScatterBuffers, Stream::kDefault, deferred_rs_);
   deferred_rs_ = 0;
   TFreeAll(&deferred_rs_ids_);

@@ -40,14 +40,16 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     // Qwen2VLImageProcessor's pixel_values: float32 flattened patches (verl and ROLL move the
     // micro-batch's multi_modal_inputs to the device as they are; the patch embedding casts).
     const model::VisionSpec& v = s.spec->vision;
-    pixel_values_ = s.vision.patches_per_token *
+    pixels_.per_token = s.vision.patches_per_token *
                     static_cast<double>(v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size) * 4.0;
     // Qwen's 2-D rotary (rot_pos_emb; Qwen*_VisionRotaryEmbedding's inv_freq is built in fp32):
     // position_embeddings = (emb.cos(), emb.sin()), [patches, head_dim] each. SigLIP has none.
-    if (v.kind != model::VisionKind::kSiglip) vision_rotary_ = s.vision.patches_per_token * 2.0 * static_cast<double>(v.head_dim()) * 4.0;
+    if (v.kind != model::VisionKind::kSiglip) {
+      vision_rotary_.per_token = s.vision.patches_per_token * 2.0 * static_cast<double>(v.head_dim()) * 4.0;
+    }
   }
   if (!s.spec->mrope_section.empty() && p_.modeling == model::Modeling::kHf) {
-    mrope_tables_ = 2.0 * 3.0 * static_cast<double>(s.spec->q_dim()) / s.spec->num_heads *
+    mrope_tables_.per_token = 2.0 * 3.0 * static_cast<double>(s.spec->q_dim()) / s.spec->num_heads *
                     static_cast<double>(model::BytesPerElement(p_.param_dtype));
   }
   auto segs = static_cast<size_t>(model::NumSegments(nb_));
@@ -423,7 +425,7 @@ void Walker::Forward() {
   deferred_ag_ = 0;
   TFree(&deferred_ag_id_);
   if (!p_.Trains()) {  // no backward: the caller drops the logits, the residual stream, the pixels
-    FreePixels();
+    ReleaseMicroBatchTensors();
     Free(Category::kLoss, Stream::kDefault, kept_logits_);
     kept_logits_ = 0;
     Free(Category::kResidual, Stream::kDefault, Tok(residual_));
@@ -432,20 +434,24 @@ void Walker::Forward() {
   }
 }
 
-void Walker::FreeMropeTables() {
-  if (mrope_live_ == 0) return;
-  Free(Category::kActivations, Stream::kDefault, mrope_live_);
-  mrope_live_ = 0;
-  TFree(&mrope_id_);
+void Walker::Hold(HeldTensor* t, Category c) {
+  if (t->per_token <= 0) return;
+  t->live = Tok(t->per_token);
+  Alloc(c, Stream::kDefault, t->live);
+  t->id = TAlloc(Stream::kDefault, t->live);
 }
 
-void Walker::FreePixels() {
-  FreeMropeTables();
-  if (pixels_live_ + rotary_live_ == 0) return;
-  Free(Category::kVisionActivations, Stream::kDefault, pixels_live_ + rotary_live_);
-  pixels_live_ = rotary_live_ = 0;
-  TFree(&pixels_id_);
-  TFree(&rotary_id_);
+void Walker::Release(HeldTensor* t, Category c) {
+  if (t->live == 0) return;
+  Free(c, Stream::kDefault, t->live);
+  t->live = 0;
+  TFree(&t->id);
+}
+
+void Walker::ReleaseMicroBatchTensors() {
+  Release(&mrope_tables_, Category::kActivations);
+  Release(&pixels_, Category::kVisionActivations);
+  Release(&vision_rotary_, Category::kVisionActivations);
 }
 
 }  // namespace shardtune::sim::internal

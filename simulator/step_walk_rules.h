@@ -177,25 +177,27 @@ class Walker {
   double vision_residual_ = 0;
   int vision_backward_from_ = 0;
   int32_t vision_residual_id_ = -1;
-  // The micro-batch's pixel values per text token (fp32 [patches, C_in·T·p·p], as the image
-  // processor makes them): on the device from the tower's forward to the micro-batch's end.
-  double pixel_values_ = 0;
-  int64_t pixels_live_ = 0;
-  int32_t pixels_id_ = -1;
-  // The tower's rotary position embeddings per text token (cos and sin [patches, head_dim], fp32:
-  // made once per forward before its blocks): kept by the tower's graph (each block's rotary
-  // saves them) to the micro-batch's end when the tower trains, else freed after its forward.
-  double vision_rotary_ = 0;
-  int64_t rotary_live_ = 0;
-  int32_t rotary_id_ = -1;
-  // Qwen2/2.5-VL's text M-RoPE tables per token (position_embeddings: cos and sin [3, B, S, d] in
-  // the compute dtype, made once before the text layers): a local of the text model's forward,
+  // A tensor one per micro-batch (bytes per text token) that the walk allocates when its maker
+  // runs and frees when its holder lets go (Hold, Release).
+  struct HeldTensor {
+    double per_token = 0;
+    int64_t live = 0;
+    int32_t id = -1;
+  };
+  void Hold(HeldTensor* t, Category c);
+  void Release(HeldTensor* t, Category c);
+  // The micro-batch's pixel values (fp32 [patches, C_in·T·p·p], as the image processor makes
+  // them): on the device from the tower's forward to the micro-batch's end.
+  HeldTensor pixels_;
+  // The tower's rotary position embeddings (cos and sin [patches, head_dim], fp32: made once per
+  // forward before its blocks): kept by the tower's graph (each block's rotary saves them) to the
+  // micro-batch's end when the tower trains, else freed after its forward.
+  HeldTensor vision_rotary_;
+  // Qwen2/2.5-VL's text M-RoPE tables (position_embeddings: cos and sin [3, B, S, d] in the
+  // compute dtype, made once before the text layers): a local of the text model's forward,
   // unless a checkpointed layer saves them as its inputs, which keeps them to the backward's end.
-  double mrope_tables_ = 0;
-  int64_t mrope_live_ = 0;
-  int32_t mrope_id_ = -1;
-  void FreeMropeTables();
-  void FreePixels();  // the pixel values, the tower's rotary tables and the M-RoPE tables
+  HeldTensor mrope_tables_;
+  void ReleaseMicroBatchTensors();  // the three above, at the micro-batch's end
   model::UlyssesAllToAll a2a_;        // per layer; zero sizes when cp is 1
   model::ExpertAllToAll ep_a2a_;      // per MoE layer; zero sizes when ep is 1
   const model::ExpertAllToAll& ExpertA2a() const { return ep_a2a_; }

@@ -34,40 +34,22 @@ std::vector<std::string> Base(const std::string& model, const std::string& out, 
           "--threads", "1", "--precision", "fp32", "--lengths", "uniform:8-32"};
 }
 
-std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
-void ExpectSameLosses(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got,
-                      const std::string& what) {
-  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps)) << what;
-  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << what;
-  EXPECT_LT(std::fabs(want.at(1) - got.at(1)), 1e-5) << what;
-  for (const auto& [step, loss] : want) EXPECT_LT(std::fabs(loss - got.at(step)), 2e-4) << what << " step " << step;
-}
-
 class ExecutorPackedTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExecutorPackedTest, PackedRowsTrainAsPaddedSequencesWithThePaddingIgnored) {
   const std::string model = GetParam();
   TempDir tmp;
   // Padded: 4 sequences per micro-batch on 1 rank (2 micro-batches); packed: rows of 64 tokens.
-  struct Run {
-    std::string name;
-    int nproc;
-    std::vector<std::string> flags;
-  };
-  std::vector<Run> runs = {{"padded1", 1, {"--micro-batch", "4"}},
+  std::vector<RunCase> runs = {{"padded1", 1, {"--micro-batch", "4"}},
                            {"packed1", 1, {"--max-tokens-per-micro-batch", "64"}},
                            {"packed2", 2, {"--max-tokens-per-micro-batch", "64"}},
                            {"padded2_accum4", 2, {"--micro-batch", "1"}}};
-  for (const Run& r : runs) {
+  for (const RunCase& r : runs) {
     ProcessResult p = RunShardtune(With(Base(model, tmp.Sub(r.name), r.nproc), r.flags));
     ASSERT_EQ(p.exit_code, 0) << r.name << ": " << p.output;
   }
   std::map<int64_t, double> want = Losses(tmp.Sub("padded1"));
-  for (size_t i = 1; i < runs.size(); ++i) ExpectSameLosses(want, Losses(tmp.Sub(runs[i].name)), runs[i].name);
+  for (size_t i = 1; i < runs.size(); ++i) ExpectSameLossCurves(want, Losses(tmp.Sub(runs[i].name)), kSteps, runs[i].name);
   // Each step's tokens are its 8 sequences' lengths (model/packing.h, seed 0).
   model::SequenceLengths lengths = model::SequenceLengths::Parse("uniform:8-32", "--lengths", 32);
   std::ifstream in(tmp.Sub("packed2") + "/measurements.json");

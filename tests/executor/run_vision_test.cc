@@ -32,40 +32,22 @@ std::vector<std::string> Base(const std::string& model, const std::string& out, 
           "--precision", "fp32", "--images", "2", "--image-tokens", "24", "--lr", "1e-3"};
 }
 
-std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
-
-void ExpectSameLosses(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got,
-                      const std::string& what) {
-  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps)) << what;
-  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps)) << what;
-  EXPECT_LT(std::fabs(want.at(1) - got.at(1)), 1e-5) << what;
-  for (const auto& [step, loss] : want) EXPECT_LT(std::fabs(loss - got.at(step)), 2e-4) << what << " step " << step;
-}
-
 class ExecutorVisionTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExecutorVisionTest, TheSameBatchTrainsTheSameOnOneAndTwoRanks) {
   const std::string model = GetParam();
   TempDir tmp;
-  struct Run {
-    std::string name;
-    int nproc;
-    std::vector<std::string> flags;
-  };
-  const std::vector<Run> runs = {{"one", 1, {"--micro-batch", "4"}},
+  const std::vector<RunCase> runs = {{"one", 1, {"--micro-batch", "4"}},
                                  {"two", 2, {"--micro-batch", "2"}},
                                  {"two_accum", 2, {"--micro-batch", "1"}},
                                  {"two_full_ckpt", 2, {"--micro-batch", "2", "--checkpointing", "full"}},
                                  {"two_every2", 2, {"--micro-batch", "2", "--checkpointing", "every:2"}}};
-  for (const Run& r : runs) {
+  for (const RunCase& r : runs) {
     ProcessResult p = RunShardtune(With(Base(model, tmp.Sub(r.name), r.nproc), r.flags));
     ASSERT_EQ(p.exit_code, 0) << r.name << ": " << p.output;
   }
   const std::map<int64_t, double> want = Losses(tmp.Sub("one"));
-  for (size_t i = 1; i < runs.size(); ++i) ExpectSameLosses(want, Losses(tmp.Sub(runs[i].name)), runs[i].name);
+  for (size_t i = 1; i < runs.size(); ++i) ExpectSameLossCurves(want, Losses(tmp.Sub(runs[i].name)), kSteps, runs[i].name);
 
   // A frozen tower: the same on 1 and 2 ranks; the trainable run's first loss (no update yet),
   // then another trajectory (the tower's own updates are missing).
@@ -74,7 +56,7 @@ TEST_P(ExecutorVisionTest, TheSameBatchTrainsTheSameOnOneAndTwoRanks) {
   p = RunShardtune(With(Base(model, tmp.Sub("frozen2"), 2), {"--micro-batch", "2", "--freeze", "model.visual"}));
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const std::map<int64_t, double> frozen = Losses(tmp.Sub("frozen1"));
-  ExpectSameLosses(frozen, Losses(tmp.Sub("frozen2")), "frozen tower, 2 ranks");
+  ExpectSameLossCurves(frozen, Losses(tmp.Sub("frozen2")), kSteps, "frozen tower, 2 ranks");
   EXPECT_LT(std::fabs(frozen.at(1) - want.at(1)), 1e-6);
   EXPECT_GT(std::fabs(frozen.at(3) - want.at(3)), 1e-6) << "the tower trained although frozen, or never trained";
 
@@ -105,12 +87,7 @@ TEST(ExecutorVisionMemoryTest, MeasuredPeakIsWhatValidatePredicts) {
   // 2 ranks, and 1 rank where full checkpointing's step-0 peak moves with the timing of the
   // ranks' asynchronous reduce-scatters (2 ranks: -2.4% to -2.9% on 2026-11-29, as the
   // text-only batches' -2.7%, so close to the bound that it would fail by chance).
-  struct Case {
-    std::string name;
-    int nproc;
-    std::vector<std::string> flags;
-  };
-  const std::vector<Case> runs = {
+  const std::vector<RunCase> runs = {
       {"trained", 2, images},
       {"frozen", 2, With(images, {"--freeze", "model.visual"})},
       {"every2", 2, With(images, {"--checkpointing", "every:2"})},

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -154,6 +155,19 @@ void ExpectInputError(const std::vector<std::string>& args, const std::string& w
   EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+}
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+void ExpectSameLossCurves(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got, int steps,
+                          const std::string& what) {
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps)) << what;
+  ASSERT_EQ(got.size(), static_cast<size_t>(steps)) << what;
+  EXPECT_LT(std::fabs(want.at(1) - got.at(1)), 1e-5) << what;
+  for (const auto& [step, loss] : want) EXPECT_LT(std::fabs(loss - got.at(step)), 2e-4) << what << " step " << step;
 }
 
 }  // namespace shardtune::exec::testing

@@ -49,6 +49,19 @@ void ExpectInputError(const std::vector<std::string>& args, const std::string& w
 bool WaitForText(const std::string& path, const std::string& needle, double timeout_s);
 std::string ReadText(const std::string& path);
 
+// A named run of `nproc` ranks with its own flags (the cases a test compares).
+struct RunCase {
+  std::string name;
+  int nproc = 1;
+  std::vector<std::string> flags;
+};
+// `a` followed by `more` (a command line and further flags).
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& more);
+// Two runs of `steps` steps over the same global batches: step 1 equal to fp32 summation order
+// (1e-5), later steps to 2e-4 (the tolerances of run_equivalence_test.cc).
+void ExpectSameLossCurves(const std::map<int64_t, double>& want, const std::map<int64_t, double>& got, int steps,
+                          const std::string& what);
+
 // step -> loss, and step -> grad_norm, from DIR/measurements.json.
 std::map<int64_t, double> Losses(const std::string& dir);
 std::map<int64_t, double> GradNorms(const std::string& dir);

@@ -57,10 +57,10 @@ TEST(VisionMemoryTest, TrainedTowerAddsItsBlocksSavedTensors) {
     expected += R512(static_cast<int64_t>(per_token * 4096));
   }
   // The category also holds the micro-batch's pixel values (fp32 [9568 patches, 3 x 2 x 14 x 14])
-  // and the tower's rotary tables (cos and sin, fp32 [9568, head_dim 80]), allocated together:
-  // a trained tower keeps both to its backward, so they are live at the peak; a frozen one's
-  // category peaks during its forward, with those two alone (it saves nothing).
-  const int64_t inputs = R512(int64_t{9568} * 1176 * 4 + int64_t{9568} * 2 * 80 * 4);
+  // and the tower's rotary tables (cos and sin, fp32 [9568, head_dim 80]): a trained tower keeps
+  // both to its backward, so they are live at the peak; a frozen one's category peaks during its
+  // forward, with those two alone (it saves nothing).
+  const int64_t inputs = R512(int64_t{9568} * 1176 * 4) + R512(int64_t{9568} * 2 * 80 * 4);
   // The tower's are their own category; the text blocks' are the same either way.
   EXPECT_EQ(CategoryPeak(a, Category::kVisionActivations).count(), expected + inputs);
   EXPECT_EQ(CategoryPeak(b, Category::kVisionActivations).count(), inputs);
