@@ -13,6 +13,7 @@
 #include "model/errors.h"
 #include "model/packing.h"
 #include "model/text.h"
+#include "model/trainable.h"
 #include "model/plan_json.h"
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
@@ -241,7 +242,12 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   out << (c.cpu_only ? "Per rank\n" : "Per GPU\n");
   std::string frozen;
   if (r.frozen_sharded_params.count() > 0) {
-    frozen = " (frozen " + FormatBytes(r.frozen_sharded_params) + " in " + r.frozen_dtype + ")";
+    // A VL tower on text-only batches is not trained because it does not run, not because it was
+    // frozen (model::VisionTowerIdle).
+    const bool idle_only = model::VisionTowerIdle(spec, plan) && plan.frozen_prefixes.empty() && !plan.lora.enabled() &&
+                           plan.Trains();
+    frozen = std::string(idle_only ? " (idle vision tower " : " (frozen ") + FormatBytes(r.frozen_sharded_params) +
+             " in " + r.frozen_dtype + ")";
   }
   row("model states (persistent)", r.model_state,
       "params " + FormatBytes(r.sharded_params) + frozen + " + grads " +
