@@ -123,12 +123,32 @@ at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh) {
   return at::gelu(in[0], tanh != 0 ? "tanh" : "none");
 }
 
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+std::vector<EqualRun> EqualRuns(const std::vector<int64_t>& lengths) {
+  std::vector<EqualRun> out;
+  int64_t start = 0;
+  for (size_t i = 0; i < lengths.size();) {
+    size_t j = i;
+    while (j < lengths.size() && lengths[j] == lengths[i]) ++j;
+    const int64_t n = static_cast<int64_t>(j - i);
+    out.push_back({start, n, lengths[i]});
+    start += n * lengths[i];
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace internal
 using internal::Get;
 using internal::GeluPiece;
 using internal::LayerNormPiece;
 using internal::NormalizedFp32;
 using internal::RmsNormPiece;
+using internal::RotateHalf;
 using internal::SwiGluPiece;
 
 namespace {
@@ -733,10 +753,7 @@ at::Tensor Transformer::Attention(const ParamTable& p, const std::string& pre,
   if (spec_.positions == model::PositionKind::kRotary && !spec_.mrope_section.empty()) {
     // q * cos + rotate_half(q) * sin with the layer's M-RoPE sections (one pair for q and k).
     auto [cos, sin] = MropeCosSin(B, S, q);
-    auto apply = [&](const at::Tensor& x) {
-      at::Tensor x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
-      return x * cos + at::cat({-x2, x1}, -1) * sin;
-    };
+    auto apply = [&](const at::Tensor& x) { return x * cos + RotateHalf(x) * sin; };
     q = apply(q);
     k = apply(k);
   } else if (spec_.positions == model::PositionKind::kRotary) {
@@ -773,12 +790,10 @@ at::Tensor Transformer::PackedAttention(at::Tensor q, at::Tensor k, at::Tensor v
                                         int64_t window, const at::Tensor& sinks) const {
   const int64_t T = q.size(1), a = q.size(2), kv = k.size(2), D = q.size(3);
   std::vector<at::Tensor> outs;
-  int64_t start = 0;
-  for (size_t i = 0; i < packing_.size();) {
-    const int64_t s = packing_[i];
-    size_t j = i;
-    while (j < packing_.size() && packing_[j] == s) ++j;
-    const int64_t n = static_cast<int64_t>(j - i);
+  int64_t end = 0;
+  for (const internal::EqualRun& r : internal::EqualRuns(packing_)) {
+    const int64_t start = r.start, n = r.count, s = r.length;
+    end = start + n * s;
     // The run's tokens [1, n*s, h, D] as n sequences [n, h, s, D] (a view: the projections'
     // outputs are contiguous over tokens), positions 0 .. s-1 in each.
     auto run = [&](const at::Tensor& t, int64_t heads) {
@@ -793,10 +808,8 @@ at::Tensor Transformer::PackedAttention(at::Tensor q, at::Tensor k, at::Tensor v
       qr = qr * std::sqrt(static_cast<double>(D) / spec_.query_pre_attn_scalar);
     }
     outs.push_back(Core(qr, kr, vr, window, sinks).transpose(1, 2).reshape({1, n * s, a * D}));
-    start += n * s;
-    i = j;
   }
-  SHARDTUNE_CHECK(start == T) << "packed lengths sum to " << start << ", the row holds " << T;
+  SHARDTUNE_CHECK(end == T) << "packed lengths sum to " << end << ", the row holds " << T;
   return outs.size() == 1 ? outs[0] : at::cat(outs, 1);
 }
 
@@ -1050,9 +1063,7 @@ at::Tensor Transformer::Rotary(const at::Tensor& x, int64_t offset, bool local) 
   }
   const at::Tensor& cos = cached->second.first;
   const at::Tensor& sin = cached->second.second;
-  at::Tensor x1 = xr.narrow(-1, 0, R / 2), x2 = xr.narrow(-1, R / 2, R / 2);
-  at::Tensor rotated = at::cat({-x2, x1}, -1);  // rotate_half
-  at::Tensor out = xr * cos + rotated * sin;
+  at::Tensor out = xr * cos + RotateHalf(xr) * sin;
   return R == D ? out : at::cat({out, x.narrow(-1, R, D - R)}, -1);
 }
 

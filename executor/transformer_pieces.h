@@ -23,5 +23,16 @@ at::Tensor LayerNormPiece(const std::vector<at::Tensor>& in, double eps);
 at::Tensor SwiGluPiece(const std::vector<at::Tensor>& in, double unused);
 // GELU, tanh-approximated when `tanh` != 0, else exact (erf). inputs: the pre-activation.
 at::Tensor GeluPiece(const std::vector<at::Tensor>& in, double tanh);
+// transformers' rotate_half over the last dim: cat(-x2, x1) of its halves.
+at::Tensor RotateHalf(const at::Tensor& x);
+// The runs of equal values in `lengths` (packed sequences, vision chunks), in order: each run's
+// first element's offset (the sum of the lengths before it), its count and its length, so each
+// run can be attended as one batch [count, heads, length, d].
+struct EqualRun {
+  int64_t start = 0;
+  int64_t count = 0;
+  int64_t length = 0;
+};
+std::vector<EqualRun> EqualRuns(const std::vector<int64_t>& lengths);
 
 }  // namespace shardtune::exec::internal

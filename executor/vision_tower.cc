@@ -22,6 +22,7 @@ namespace shardtune::exec {
 namespace {
 
 using internal::Get;
+using internal::RotateHalf;
 
 // rot_pos_emb's position ids of one image of h x w patches (t = 1): each patch's (row, column),
 // listed in the processor's order, merge group by merge group (m x m patches each).
@@ -61,11 +62,6 @@ void AppendWindows(int64_t gh, int64_t gw, int64_t ws, int64_t first, std::vecto
   }
 }
 
-// rotate_half over the last dim: cat(-x2, x1).
-at::Tensor RotateHalf(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 }  // namespace
 
@@ -278,19 +274,14 @@ at::Tensor Transformer::VisionAttention(int b, const at::Tensor& qkv) const {
   // the chunks apart in one call.
   const std::vector<int64_t>& lengths = v.WindowedBlock(b) ? vision_.window_lengths : vision_.image_lengths;
   std::vector<at::Tensor> outs;
-  int64_t start = 0;
-  for (size_t i = 0; i < lengths.size();) {
-    const int64_t s = lengths[i];
-    size_t j = i;
-    while (j < lengths.size() && lengths[j] == s) ++j;
-    const int64_t n = static_cast<int64_t>(j - i);
-    auto run = [&](const at::Tensor& t) { return t.narrow(1, start, n * s).view({a, n, s, D}).transpose(0, 1); };
+  int64_t end = 0;
+  for (const internal::EqualRun& r : internal::EqualRuns(lengths)) {
+    auto run = [&](const at::Tensor& t) { return t.narrow(1, r.start, r.count * r.length).view({a, r.count, r.length, D}).transpose(0, 1); };
     at::Tensor o = Core(run(q), run(k), run(val), 0, {}, /*causal=*/false);  // [n, a, s, D]
-    outs.push_back(o.transpose(1, 2).reshape({n * s, a * D}));
-    start += n * s;
-    i = j;
+    outs.push_back(o.transpose(1, 2).reshape({r.count * r.length, a * D}));
+    end = r.start + r.count * r.length;
   }
-  SHARDTUNE_CHECK(start == P) << "attention chunks cover " << start << " of " << P << " patches";
+  SHARDTUNE_CHECK(end == P) << "attention chunks cover " << end << " of " << P << " patches";
   return outs.size() == 1 ? outs[0] : at::cat(outs, 0);
 }
 

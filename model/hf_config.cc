@@ -875,7 +875,7 @@ void ReadQwenVl(const nlohmann::json& j, const std::string& file, Family f, HfRe
       auto it = text.find(key);
       if (it == text.end() || !it->is_object()) continue;
       auto ms = it->find("mrope_section");
-      if (ms != it->end() && !ms->is_null()) s->mrope_section = BlockIndexes(*ms, t->Where(key) + "/mrope_section");
+      if (ms != it->end() && !ms->is_null()) s->mrope_section = BlockIndexes(*ms, t->Where(key) + "/mrope_section", "a section size", "section sizes");
     }
   };
   if (top->Has("text_config")) {

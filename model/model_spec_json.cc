@@ -164,7 +164,10 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->rope_theta = r->OptionalNumber("rope_theta", 0, -1e300, 1e300);
   s->norm_eps = r->OptionalNumber("norm_eps", 0, -1e300, 1e300);
   s->rotary_fraction = r->OptionalNumber("rotary_fraction", 1.0, -1e300, 1e300);
-  s->mrope_section = ReadIndexes(r, "mrope_section");
+  if (r->Has("mrope_section")) {
+    s->mrope_section = BlockIndexes(r->RequiredValue("mrope_section"), r->Where("mrope_section"), "a section size",
+                                    "section sizes");
+  }
 }
 
 }  // namespace

@@ -265,13 +265,13 @@ void StrictReader::Finish() const {
   }
 }
 
-std::vector<int> BlockIndexes(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_array()) throw InputError(where + ": expected an array of block indexes, got " + Describe(v));
+std::vector<int> BlockIndexes(const nlohmann::json& v, const std::string& where, const char* item,
+                              const char* items) {
+  if (!v.is_array()) throw InputError(where + ": expected an array of " + items + ", got " + Describe(v));
   std::vector<int> out;
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > 100000) {
-      throw InputError(where + "/" + std::to_string(i) + ": expected a block index (integer >= 0), got " +
-                       Describe(v[i]));
+      throw InputError(where + "/" + std::to_string(i) + ": expected " + item + " (integer >= 0), got " + Describe(v[i]));
     }
     out.push_back(static_cast<int>(v[i].get<int64_t>()));
   }

@@ -24,9 +24,11 @@ std::string ClosestName(const std::string& word, const std::vector<std::string>&
 
 // Short human description of a JSON value's type and content, for "got ..." messages.
 std::string Describe(const nlohmann::json& v);
-// A list of block indexes (a VL tower's fullatt_block_indexes, deepstack_visual_indexes): an
-// array of integers in [0, 100000]; `where` names the key in the one-line InputError.
-std::vector<int> BlockIndexes(const nlohmann::json& v, const std::string& where);
+// A list of small integers in [0, 100000]: block indexes (a VL tower's fullatt_block_indexes,
+// deepstack_visual_indexes) or sizes (M-RoPE's mrope_section), `item` and `items` naming them in
+// the one-line InputError; `where` names the key.
+std::vector<int> BlockIndexes(const nlohmann::json& v, const std::string& where, const char* item = "a block index",
+                              const char* items = "block indexes");
 // `key` as one JSON pointer token (RFC 6901: "~" -> "~0", "/" -> "~1"), with control characters
 // written as JSON writes them (\u000a) so that a message naming the key stays one line.
 std::string EscapePointerToken(const std::string& key);

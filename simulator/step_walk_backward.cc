@@ -69,9 +69,11 @@ void Walker::ForwardCompute(int seg) {
   } else {
     // The text model's forward returns: its M-RoPE tables go unless a checkpointed layer saved
     // them (they then live to the backward's end).
-    bool saved = false;
-    for (int b = nv_; b < L && p_.Trains(); ++b) saved = saved || (Checkpointed(b) && Backprops(model::BlockSegment(b)));
-    if (!saved) Release(&mrope_tables_, Category::kActivations);
+    if (mrope_tables_.live > 0) {
+      bool saved = false;
+      for (int b = nv_; b < L && p_.Trains() && !saved; ++b) saved = Checkpointed(b) && Backprops(model::BlockSegment(b));
+      if (!saved) Release(&mrope_tables_, Category::kActivations);
+    }
     const model::ActivationLedger::FusedLoss& fused = head_.fused_loss;
     // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h);
     // verl's fused heads only the logits'.

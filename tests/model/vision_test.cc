@@ -9,6 +9,7 @@
 #include "model/errors.h"
 #include "model/activations.h"
 #include "model/hf_config.h"
+#include "model/model_spec_json.h"
 #include "model/module_tree.h"
 #include "model/plan.h"
 #include "model/trainable.h"
@@ -181,6 +182,21 @@ TEST(VisionTest, BadVisionConfigsAreOneLineErrors) {
   j["vision_config"]["fullatt_block_indexes"] = {7, "x"};
   EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
               ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config/fullatt_block_indexes/1")));
+  // M-RoPE's sections: integers (named by index), three of them summing to head_dim / 2 = 64.
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["rope_scaling"]["mrope_section"] = {16, "x", 24};
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("q.json:/rope_scaling/mrope_section/1: expected a section size")));
+  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
+  j["rope_scaling"]["mrope_section"] = {16, 24, 20};
+  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
+              ThrowsMessage<InputError>(HasSubstr("mrope_section: expected 3 positive section sizes summing to "
+                                                  "head_dim / 2 = 64 (rotary positions, all of head_dim rotated), "
+                                                  "got 3 sections summing to 60")));
+  nlohmann::json m = ModelSpecToJson(FindModelPreset("qwen2.5-vl-7b"));
+  m["mrope_section"] = "16,24,24";
+  EXPECT_THAT([&] { ModelSpecFromJson(m, "m.json"); },
+              ThrowsMessage<InputError>(HasSubstr("m.json:/mrope_section: expected an array of section sizes")));
   j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
   j["vision_config"]["fullatt_block_indexes"] = {40};
   EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
