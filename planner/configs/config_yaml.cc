@@ -107,7 +107,10 @@ constexpr int kMaxDepth = 64;
 
 class Parser {
  public:
-  Parser(const std::string& text, std::string file) : file_(std::move(file)) { Split(text); }
+  Parser(const std::string& text, std::string file, YamlFlavor flavor)
+      : file_(std::move(file)), flavor_(flavor) {
+    Split(text);
+  }
 
   ordered_json Document() {
     if (lines_.empty()) return ordered_json::object();
@@ -128,6 +131,7 @@ class Parser {
     // A UTF-8 byte order mark may open the stream (YAML 1.2 5.2).
     size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
     int number = 0;
+    std::vector<std::string> raws;
     while (start <= text.size()) {
       size_t end = text.find('\n', start);
       std::string raw =
@@ -141,15 +145,118 @@ class Parser {
         Fail(Line{number, 0, ""}, "printable UTF-8 text",
              why + " at column " + std::to_string(bad + 1));
       }
-      std::string s = TrimRight(StripComment(raw));
+      raws.push_back(raw);
+    }
+    for (size_t n = 0; n < raws.size(); ++n) {
+      std::string s = TrimRight(StripComment(raws[n]));
       size_t ind = s.find_first_not_of(' ');
       if (ind == std::string::npos) continue;
-      Line l{number, static_cast<int>(ind), s.substr(ind)};
+      Line l{static_cast<int>(n + 1), static_cast<int>(ind), s.substr(ind)};
       if (l.text[0] == '\t') Fail(l, "spaces for indentation", "a tab");
       if (l.text == "---" && lines_.empty()) continue;
       if (l.text == "---" || l.text == "...") Fail(l, "one YAML document", "\"" + l.text + "\"");
       lines_.push_back(l);
+      // A block scalar's header ("key: |", "- >-"): its content is the following lines that are
+      // blank or indented past the header's line, taken raw (comments and blank lines are text).
+      if (!BlockHeader(l.text).empty()) {
+        std::vector<std::string>& body = blocks_[l.number];
+        while (n + 1 < raws.size()) {
+          const std::string& next = raws[n + 1];
+          size_t first = next.find_first_not_of(' ');
+          bool blank = first == std::string::npos;
+          if (!blank && static_cast<int>(first) <= l.indent) break;
+          body.push_back(next);
+          ++n;
+        }
+      }
     }
+  }
+
+  // The block-scalar indicator ending `t` ("|", ">-", "|2+"), or "" when `t` ends in none: the
+  // whole line, or what follows "key: " or "- ".
+  static std::string BlockHeader(const std::string& t) {
+    size_t i = t.find_last_of("|>");
+    if (i == std::string::npos) return "";
+    std::string ind = t.substr(i);
+    for (size_t k = 1; k < ind.size(); ++k) {
+      if (ind[k] != '-' && ind[k] != '+' && (ind[k] < '1' || ind[k] > '9')) return "";
+    }
+    if (ind.size() > 3) return "";
+    if (i == 0 || (i >= 2 && (t.compare(i - 2, 2, ": ") == 0 || t.compare(i - 2, 2, "- ") == 0))) {
+      return ind;
+    }
+    return "";
+  }
+
+  // YAML 1.2 8.1 block scalars: literal (|) keeps the line breaks, folded (>) joins lines of the
+  // content's own indentation with a space (an empty line is a line break; more-indented lines
+  // keep theirs); chomping: clip (one final line break), strip (-: none), keep (+: all). The
+  // content's indentation is its first non-blank line's, or the header's digit past `parent`.
+  ordered_json BlockScalar(const Line& l, const std::string& header, int parent) {
+    const char style = header[0];
+    char chomp = ' ';
+    int explicit_indent = 0;
+    for (size_t k = 1; k < header.size(); ++k) {
+      if (header[k] == '-' || header[k] == '+') {
+        chomp = header[k];
+      } else {
+        explicit_indent = header[k] - '0';
+      }
+    }
+    const std::vector<std::string>& body = blocks_[l.number];
+    int indent = explicit_indent > 0 ? parent + explicit_indent : -1;
+    if (indent < 0) {
+      for (const std::string& b : body) {
+        size_t f = b.find_first_not_of(' ');
+        if (f != std::string::npos) {
+          indent = static_cast<int>(f);
+          break;
+        }
+      }
+    }
+    std::vector<std::string> content;
+    for (size_t k = 0; k < body.size(); ++k) {
+      const std::string& b = body[k];
+      size_t f = b.find_first_not_of(' ');
+      if (f == std::string::npos) {
+        content.push_back("");
+        continue;
+      }
+      if (static_cast<int>(f) < indent) {
+        Fail(Line{l.number + static_cast<int>(k) + 1, static_cast<int>(f), ""},
+             "the block scalar's indentation of " + std::to_string(indent) + " spaces",
+             std::to_string(f) + " spaces");
+      }
+      content.push_back(b.substr(static_cast<size_t>(indent)));
+    }
+    size_t last = content.size();
+    while (last > 0 && content[last - 1].empty()) --last;
+    std::string text;
+    int empties = 0;  // empty lines since the last text line
+    bool started = false;
+    bool prev_normal = false;  // the last text line is not more-indented
+    for (size_t k = 0; k < last; ++k) {
+      const std::string& c = content[k];
+      if (c.empty()) {
+        ++empties;
+        continue;
+      }
+      const bool normal = c[0] != ' ';
+      if (!started) {
+        text += std::string(static_cast<size_t>(empties), '\n');
+      } else if (style == '>' && prev_normal && normal) {
+        text += empties == 0 ? std::string(" ") : std::string(static_cast<size_t>(empties), '\n');
+      } else {
+        text += std::string(static_cast<size_t>(empties) + 1, '\n');
+      }
+      text += c;
+      started = true;
+      prev_normal = normal;
+      empties = 0;
+    }
+    if (last > 0 && chomp != '-') text += '\n';
+    if (chomp == '+') text += std::string(content.size() - last, '\n');
+    return text;
   }
 
   static bool IsSeqItem(const std::string& t) { return t == "-" || t.rfind("- ", 0) == 0; }
@@ -305,8 +412,8 @@ class Parser {
     char c = text[0];
     if (c == '&' || c == '*') Fail(l, "a value (anchors and aliases are not supported)", text);
     if (c == '!') Fail(l, "a value (tags are not supported)", text);
-    if ((c == '|' || c == '>') && text.size() <= 3) {
-      Fail(l, "a value (block scalars | and > are not supported)", text);
+    if ((c == '|' || c == '>') && text.size() <= 3 && BlockHeader(text) == text) {
+      return BlockScalar(l, text, l.indent);
     }
     if (c == '[' || c == '{') {
       while (!Balanced(text) && pos_ < lines_.size()) text += " " + lines_[pos_++].text;
@@ -509,7 +616,7 @@ class Parser {
     return v;
   }
 
-  static ordered_json Plain(const std::string& s) {
+  ordered_json Plain(const std::string& s) const {
     static const char* kNull[] = {"~", "null", "Null", "NULL"};
     static const char* kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
     static const char* kFalse[] = {"false", "False", "FALSE", "no", "No",
@@ -531,19 +638,35 @@ class Parser {
       long long v = std::strtoll(digits.c_str(), nullptr, 10);
       if (errno == 0) return static_cast<int64_t>(v);
     }
-    // A float needs a '.' in YAML 1.1 (PyYAML reads 1e-5 as a string, 1.0e-5 as a float).
+    // A float needs a '.' in YAML 1.1 (PyYAML reads 1e-5 as a string, 1.0e-5 as a float);
+    // OmegaConf's loader (omegaconf/_utils.py get_yaml_loader) adds the form
+    // [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+, so 1e-5 is a float there.
     char* end = nullptr;
     double v = std::strtod(digits.c_str(), &end);
+    bool exponent_only = false;
+    if (flavor_ == YamlFlavor::kOmegaConf && d < digits.size() &&
+        std::isdigit(static_cast<unsigned char>(digits[d])) != 0) {
+      size_t e = digits.find_first_of("eE");
+      size_t x = e == std::string::npos ? e : e + 1;
+      if (x != std::string::npos && x < digits.size() && (digits[x] == '-' || digits[x] == '+')) ++x;
+      auto all_digits = [&](size_t a, size_t b) {
+        return a < b && std::all_of(digits.begin() + static_cast<long>(a), digits.begin() + static_cast<long>(b),
+                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+      };
+      exponent_only = e != std::string::npos && all_digits(d, e) && all_digits(x, digits.size());
+    }
     bool numeric = end == digits.c_str() + digits.size() && d < digits.size() &&
                    (std::isdigit(static_cast<unsigned char>(digits[d])) != 0 || digits[d] == '.') &&
-                   digits.find('.') != std::string::npos &&
+                   (digits.find('.') != std::string::npos || exponent_only) &&
                    digits.find_first_of("xXnN") == std::string::npos;
     if (numeric) return v;
     return s;
   }
 
   std::string file_;
+  YamlFlavor flavor_;
   std::vector<Line> lines_;
+  std::map<int, std::vector<std::string>> blocks_;  // a block scalar's raw lines, by header line
   size_t pos_ = 0;
   int depth_ = 0;
 };
@@ -569,8 +692,8 @@ void CheckUtf8(const std::string& text, const std::string& file) {
   }
 }
 
-nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file) {
-  return Parser(text, file).Document();
+nlohmann::ordered_json ParseYamlSubset(const std::string& text, const std::string& file, YamlFlavor flavor) {
+  return Parser(text, file, flavor).Document();
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {

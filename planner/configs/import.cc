@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "model/errors.h"
@@ -13,6 +15,7 @@
 #include "planner/configs/config_toml.h"
 #include "planner/configs/config_yaml.h"
 #include "planner/configs/export.h"
+#include "planner/configs/hydra_compose.h"
 #include "planner/configs/import_reader.h"
 #include "planner/configs/interpolation.h"
 
@@ -182,8 +185,44 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
   if (!doc.is_object()) {
     throw InputError(file + ": expected a mapping of config keys, got " + internal::Got(doc));
   }
+  const bool yaml_text = !LooksLikeJson(text) && !IsTomlText(text);
+  if (yaml_text) {
+    // verl (Hydra) and ROLL (OmegaConf) load their YAML through OmegaConf's loader, whose
+    // scalars differ from PyYAML's (config_yaml.h YamlFlavor); Accelerate uses yaml.safe_load.
+    std::optional<ImportFormat> f = format ? std::optional<ImportFormat>(*format) : std::nullopt;
+    if (!f && !HasDefaultsList(doc)) {
+      try {
+        f = DetectFromTree(doc, file, false, false);
+      } catch (const InputError&) {
+        // detected (and reported) again below, after the overrides
+      }
+    }
+    if (!f || *f == ImportFormat::kVerl || *f == ImportFormat::kRoll) {
+      doc = ParseYamlSubset(text, file, YamlFlavor::kOmegaConf);
+    }
+  }
   std::vector<std::string> applied;
-  for (const auto& text_override : ctx.overrides) {
+  std::vector<std::string> composed_from;
+  std::vector<std::string> value_overrides = ctx.overrides;
+  // A verl or ROLL file with a Hydra defaults list is composed first, as their trainers compose it
+  // (hydra_compose.h); the overrides that choose config groups are taken there.
+  const bool hydra_format = !format || *format == ImportFormat::kVerl || *format == ImportFormat::kRoll;
+  if (hydra_format && yaml_text && HasDefaultsList(doc)) {
+    std::error_code ec;
+    std::string cwd = std::filesystem::current_path(ec).string();
+    // verl's own primaries: a file over them (a recipe, export --format verl) read away from a
+    // verl checkout keeps verl's defaults through the reader, which knows them key by key.
+    HydraComposition c =
+        ComposeHydraConfig(doc, text, file, ctx.overrides, cwd, {"ppo_trainer", "sft_trainer"});
+    doc = std::move(c.doc);
+    composed_from = std::move(c.sources);
+    applied = c.group_overrides;
+    value_overrides.clear();
+    for (const auto& o : ctx.overrides) {
+      if (std::find(applied.begin(), applied.end(), o) == applied.end()) value_overrides.push_back(o);
+    }
+  }
+  for (const auto& text_override : value_overrides) {
     Override o = ParseOverride(text_override, "--set");
     if (!ctx.overrides_add_top_level && !doc.contains(o.path.front())) continue;
     ApplyOverride(o, "--set", &doc);
@@ -217,6 +256,7 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
       break;
   }
   r.overrides_applied = applied;
+  r.composed_from = composed_from;
   return r;
 }
 

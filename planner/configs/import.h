@@ -100,6 +100,9 @@ struct ImportResult {
   int world_size = 0;                 // ranks the file asks for; 0: it does not say
   std::vector<std::string> warnings;  // one line each, naming the file and the keys
   std::vector<std::string> overrides_applied;  // the ctx.overrides this file took, as given
+  // The configs a Hydra defaults list composed into it, in merge order ("actor/dp_actor.yaml at
+  // actor_rollout_ref.actor"); empty for a file without one (hydra_compose.h).
+  std::vector<std::string> composed_from;
   // Where the file's sequence length came from ("/data/max_length", "verl's defaults
   // max_prompt_length 512 + max_response_length 512"); "" when the file sets none (Accelerate
   // configs carry none: the caller then needs --seq-len, never the model's maximum).

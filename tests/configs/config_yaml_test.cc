@@ -48,6 +48,19 @@ TEST(ConfigYamlTest, PlainScalarsAreTypedAsPyYamlReadsThem) {
   EXPECT_EQ(j["e"], "1e-5");  // YAML 1.1: no '.', no float
 }
 
+TEST(ConfigYamlTest, OmegaConfReadsAnExponentWithoutADotAsAFloat) {
+  // omegaconf/_utils.py get_yaml_loader's float resolver: [-+]?[0-9][0-9_]*[eE][-+]?[0-9]+ too.
+  ordered_json j = ParseYamlSubset("a: 1e-5\nb: -2E+3\nc: 1e\nd: e5\ne: '1e-5'\nf: 1.0e-6\ng: 3\n", "t.yaml",
+                                   YamlFlavor::kOmegaConf);
+  EXPECT_DOUBLE_EQ(j["a"].get<double>(), 1e-5);
+  EXPECT_DOUBLE_EQ(j["b"].get<double>(), -2000.0);
+  EXPECT_EQ(j["c"], "1e");  // no exponent digits
+  EXPECT_EQ(j["d"], "e5");  // no leading digit
+  EXPECT_EQ(j["e"], "1e-5");  // quoted: a string
+  EXPECT_DOUBLE_EQ(j["f"].get<double>(), 1.0e-6);
+  EXPECT_TRUE(j["g"].is_number_integer());
+}
+
 TEST(ConfigYamlTest, QuotedScalarsStayStringsWithEscapes) {
   ordered_json j = Parse("a: 'no'\nb: \"true\"\nc: \"x\\\"y\\\\z\\n\"\nd: 'it''s'\ne: \"1\"\n");
   EXPECT_EQ(j["a"], "no");
@@ -118,6 +131,28 @@ TEST(ConfigYamlTest, LeadingDocumentMarkerAndEmptyFile) {
   EXPECT_TRUE(Parse("# only a comment\n").empty());
 }
 
+// YAML 1.2 chapter 8.1 (block scalars), as PyYAML reads them: ROLL's examples/config/*.yaml
+// hold prompts written as literal blocks.
+TEST(ConfigYamlTest, BlockScalarsLiteralFoldedAndChomping) {
+  ordered_json j = Parse("a: |\n  line1\n  # kept: text, not a comment\n\n  line3\n\nb: 1\n");
+  EXPECT_EQ(j["a"], "line1\n# kept: text, not a comment\n\nline3\n");  // clip: one final break
+  EXPECT_EQ(j["b"], 1);
+  EXPECT_EQ(Parse("a: |-\n  x\n  y\n")["a"], "x\ny");                  // strip
+  EXPECT_EQ(Parse("a: |+\n  x\n\n\nb: 2\n")["a"], "x\n\n\n");          // keep
+  // Folded: lines of the content's indentation join with a space, an empty line is a break,
+  // more-indented lines keep their breaks.
+  EXPECT_EQ(Parse("a: >\n  folded\n  text\n\n  next para\n    indented\n  back\n")["a"],
+            "folded text\nnext para\n  indented\nback\n");
+  EXPECT_EQ(Parse("a: >-\n  x\n  y\n")["a"], "x y");
+  // An indentation indicator counts from the parent's indentation.
+  EXPECT_EQ(Parse("a: |2\n    lead\n  x\n")["a"], "  lead\nx\n");
+  // In a sequence, and inside a nested mapping.
+  ordered_json l = Parse("l:\n  - |\n    one\n  - two\nm:\n  k: >\n    deep\n    text\n  z: 3\n");
+  EXPECT_EQ(l["l"], ordered_json::parse(R"(["one\n", "two"])"));
+  EXPECT_EQ(l["m"]["k"], "deep text\n");
+  EXPECT_EQ(l["m"]["z"], 3);
+}
+
 TEST(ConfigYamlTest, RejectedConstructsNameTheLine) {
   EXPECT_THAT([] { Parse("a: 1\na: 2\n"); },
               ThrowsMessage<InputError>(HasSubstr("t.yaml:2: expected each key once")));
@@ -125,8 +160,8 @@ TEST(ConfigYamlTest, RejectedConstructsNameTheLine) {
               ThrowsMessage<InputError>(HasSubstr("t.yaml:2: expected spaces")));
   EXPECT_THAT([] { Parse("a: &x 1\n"); }, ThrowsMessage<InputError>(HasSubstr("t.yaml:1:")));
   EXPECT_THAT([] { Parse("a: *x\n"); }, ThrowsMessage<InputError>(HasSubstr("anchors")));
-  EXPECT_THAT([] { Parse("a: |\n  text\n"); },
-              ThrowsMessage<InputError>(HasSubstr("block scalars")));
+  EXPECT_THAT([] { Parse("a: |4\n  x\n"); },
+              ThrowsMessage<InputError>(HasSubstr("t.yaml:2: expected the block scalar's indentation")));
   EXPECT_THAT([] { Parse("a: !!str 1\n"); }, ThrowsMessage<InputError>(HasSubstr("tags")));
   EXPECT_THAT([] { Parse("a:\n  b: 1\n    c: 2\n"); },
               ThrowsMessage<InputError>(HasSubstr("t.yaml:3: expected indentation")));
