@@ -406,6 +406,7 @@ struct Batching {
   const ConfigReader* fallback = nullptr;
   std::string fallback_dynamic_key, fallback_budget_key;
   int64_t mini = 0;  // sequences per update over the world (x rollout.n); 0: inference
+  std::string mini_key = "ppo_mini_batch_size";  // where `mini` was read, for messages
 };
 
 void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int64_t seq,
@@ -416,7 +417,8 @@ void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int
   plan->grad_accum = 1;
   const bool train = b.mini > 0;
   if (train && b.mini % dp != 0) {
-    w.Fail("ppo_mini_batch_size", "x rollout.n a multiple of world / sp = " + std::to_string(dp));
+    w.Fail(b.mini_key, (b.mini_key == "ppo_mini_batch_size" ? "x rollout.n a multiple" : "a multiple") +
+                           std::string(" of world / sp = ") + std::to_string(dp));
   }
   const ConfigReader* dyn_from = &w;
   std::string dyn_key = b.dynamic_key;
@@ -450,6 +452,12 @@ void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int
     plan->seq_len = budget * sp;
     plan->packed_seq_len = seq;
     if (train) {
+      // A micro-batch holds no more than its rank's mini-batch: per_rank sequences of at most
+      // the padded width (rounded up to whole cp shares).
+      const int64_t most = (b.mini / dp) * seq;
+      if (most < plan->seq_len) plan->seq_len = (most + sp - 1) / sp * sp;
+    }
+    if (train) {
       // The mini-batch's rows when every sequence is as long as the padded width (the most).
       int64_t per_rank = b.mini / dp;
       int64_t rows = model::PackedRowsAtLongest(per_rank, seq, plan->seq_len);
@@ -467,7 +475,7 @@ void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int
            "a micro-batch size per GPU (or " + b.dynamic_key + ": true)");
   }
   plan->micro_batch = static_cast<int>(micro);
-  if (train) plan->grad_accum = Accumulation(w, "ppo_mini_batch_size", b.mini / dp, plan->micro_batch);
+  if (train) plan->grad_accum = Accumulation(w, b.mini_key, b.mini / dp, plan->micro_batch);
 }
 
 void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
@@ -665,8 +673,73 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   }
 }
 
+// verl's engine SFT trainer (python3 -m verl.trainer.sft_trainer over sft_trainer_engine.yaml,
+// which composes model/hf_model.yaml at /model, engine/fsdp.yaml at /engine and optim/fsdp.yaml
+// at /optim; hydra_compose.h composes it): verl/trainer/sft_trainer.py takes the world from
+// torchrun (it reads no trainer.nnodes / n_gpus_per_node), data.train_batch_size // dp sequences
+// per rank and step, and the FSDP engine (verl/workers/engine/fsdp/transformer_impl.py) cuts them
+// as verl/workers/engine/utils.py prepare_micro_batches does: micro_batch_size_per_gpu sequences,
+// or with data.use_dynamic_bsz a token budget of max_token_len_per_gpu x sp
+// (seqlen_balancing.py rearrange_micro_batches, as the PPO actor's). Its forward computes
+// log-probs with logprobs_from_logits (verl's log-prob path, as the actor's) and the loss is their
+// negative mean (verl/workers/utils/losses.py sft_loss).
+void ImportSftEngine(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
+                     std::vector<std::string>* ignored, model::Plan* plan) {
+  Fsdp m;
+  m.world = ctx.world_size;
+  if (m.world <= 0) top.Fail("engine", "a --cluster (the engine SFT trainer runs on torchrun's world)");
+  if (auto tr = top.Section("trainer")) {  // the other trainer keys are listed by ImportVerl
+    for (const std::string k : {"nnodes", "n_gpus_per_node"}) {
+      if (tr->Has(k)) ignored->push_back("/trainer/" + k + " (the world is torchrun's: --cluster)");
+    }
+  }
+  ConfigReader engine = top.RequiredSection("engine");
+  std::string strategy = engine.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp");
+  m.sp = static_cast<int>(engine.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
+  if (m.world % m.sp != 0) engine.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
+  plan->cp = m.sp;
+  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  plan->role = model::Role::kTrain;
+  ReadFsdpConfig(engine, strategy, true, m, ctx, out, plan);
+  // Read above (a worker's fsdp_config carries it unread; the engine's is the trainer's).
+  ignored->erase(std::remove(ignored->begin(), ignored->end(), "/engine/ulysses_sequence_parallel_size"),
+                 ignored->end());
+  ConfigReader model = top.RequiredSection("model");
+  model.CheckKeys(ModelKeys());
+  ReadModelNamed(model, out);
+  ReadModel(model, true, ctx, plan);
+  ReadLogProbPath(engine, model, true, out, plan);
+  ConfigReader data = top.RequiredSection("data");
+  const int64_t seq = data.Int("max_length", 1, INT64_MAX).value_or(1024);
+  out->seq_len_from = data.Where("max_length") + (data.Has("max_length") ? "" : " (verl's default 1024)");
+  Batching b;
+  b.dynamic_key = "use_dynamic_bsz";
+  b.budget_key = "max_token_len_per_gpu";
+  b.micro_key = "micro_batch_size";
+  b.budget_default = 8192;  // sft_trainer_engine.yaml
+  b.mini = data.Int("train_batch_size", 1, 1 << 30).value_or(256);
+  b.mini_key = "train_batch_size";
+  const int dp = m.world / m.sp;
+  ApplyBatching(data, b, dp, m.sp, seq, plan);
+  out->sequences_per_step = b.mini;
+  // pad_mode (checked here): no_padding packs a micro-batch's sequences, the padded modes fill
+  // each to max_length; the worst case is the same, a micro-batch of max_length-token sequences.
+  data.Enum("pad_mode", {"no_padding", "right_padding", "left_padding"});
+  for (const auto& item : data.obj().items()) {
+    const std::string& k = item.key();
+    if (k != "micro_batch_size_per_gpu" && k != "train_batch_size" && k != "max_length" &&
+        k != "use_dynamic_bsz" && k != "max_token_len_per_gpu" && k != "pad_mode") {
+      ignored->push_back("/data/" + k);
+    }
+  }
+}
+
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
                std::vector<std::string>* ignored, model::Plan* plan) {
+  if (top.Has("engine")) {
+    ImportSftEngine(top, ctx, out, ignored, plan);
+    return;
+  }
   Fsdp m;
   m.world = ReadWorld(top, ctx, out);
   if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
@@ -886,7 +959,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
     const std::string& k = item.key();
     bool mapped = k == "trainer" || k == "data" ||
                   (ppo ? k == "actor_rollout_ref" || k == "algorithm" || k == "critic"
-                       : k == "model" || k == "ulysses_sequence_parallel_size");
+                       : k == "model" || k == "ulysses_sequence_parallel_size" || k == "engine");
     if (!mapped) ignored.push_back("/" + k);
   }
   if (auto tr = top.Section("trainer")) {

@@ -5,13 +5,19 @@ verl checkout and every example YAML of a ROLL checkout, through `shardtune esti
     tests/bench/real_configs.py --shardtune build/cli/shardtune \
         --verl PATH_TO_VERL_GIT --roll PATH_TO_ROLL_GIT [--jobs 2] [--json OUT.json]
 
-The repositories are read where they are (a checkout, or a bare git directory through
-`git show HEAD:path`); nothing of them is copied into shardtune's tree. Each verl script is
-composed as Hydra composes it: its `python3 -m verl.trainer.main_ppo` (or SFT trainer) command's
-`key=value` overrides, with the script's shell variables expanded, are given with --set over the
-config the entry point loads (verl/trainer/config/_generated_ppo_trainer.yaml, the composed
-ppo_trainer.yaml verl itself checks in; sft_trainer.yaml for the SFT trainer). ROLL YAMLs are read
-whole. The cluster is trainer.nnodes x trainer.n_gpus_per_node (ROLL: the largest device_mapping
+The repositories are read at HEAD (a checkout, or a bare git directory) and their config
+folders extracted into a scratch folder (`git archive`); nothing of them is copied into
+shardtune's tree. Each job runs as its user would run shardtune, from the folder the trainer is
+launched in (the checkout's root), so that shardtune composes the Hydra defaults lists itself
+(planner/configs/hydra_compose.h): a verl script gives `--from` the primary config its entry point
+loads (verl/trainer/config/ppo_trainer.yaml for main_ppo, sft_trainer.yaml for fsdp_sft_trainer,
+sft_trainer_engine.yaml for sft_trainer, or the script's --config-path/--config-name, a relative
+path being relative to the entry point's file as Hydra takes it) and its command's `key=value`
+overrides, with the script's shell variables expanded, with --set (group choices such as
+engine=fsdp included). ROLL YAMLs are given whole, from the checkout's root (their
+`../config/*@_here_` defaults are composed too). Before the jobs, the script checks that
+shardtune's composition of verl's ppo_trainer.yaml equals verl's checked-in
+_generated_ppo_trainer.yaml (the configs_test binary beside shardtune, HydraComposeVerlTest). The cluster is trainer.nnodes x trainer.n_gpus_per_node (ROLL: the largest device_mapping
 over num_gpus_per_node) of H100-80G, the GPU the scripts name most; scripts for Ascend NPUs are
 counted as out of scope. The model is the one the config loads (shardtune's preset of that Hugging
 Face id); one shardtune has no preset for is counted under "model": the user gives --model with
@@ -53,12 +59,22 @@ class Repo:
     def read(self, path):
         return self.git("show", "HEAD:" + path)
 
+    def extract(self, dest, paths):
+        """The folders `paths` at HEAD, written under `dest` (the rest of the tree is not needed)."""
+        os.makedirs(dest, exist_ok=True)
+        present = [p for p in paths if self.git("ls-tree", "HEAD", p).strip()]
+        archive = subprocess.run(["git", "-C", self.path, "archive", "HEAD"] + present,
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+
 
 # ---- verl launch scripts -------------------------------------------------------------------
 
 ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 ENTRY = re.compile(r"-m\s+(verl\.trainer\.(?:main_ppo|fsdp_sft_trainer|sft_trainer))\b|"
                    r"\b(verl/trainer/(?:main_ppo|fsdp_sft_trainer|sft_trainer))\.py\b")
+# A shell variable the expansion left as written (not $PWD, $HOME or OmegaConf's ${oc.*}).
+UNSET = re.compile(r"\$\{(?!PWD\b|HOME\b)[A-Za-z_][A-Za-z0-9_]*(?::?[-+=][^}]*)?\}|\$(?!PWD\b|HOME\b)[A-Za-z_][A-Za-z0-9_]*")
 OVERRIDE = re.compile(r"^([+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.S)
 
 
@@ -196,6 +212,14 @@ def parse_script(text):
             continue
         entry = (m.group(1) or m.group(2).replace("/", ".")).rsplit(".", 1)[-1]
         rest = expand(line[m.end():], env) if expanded is None else expanded[m.end():]
+        # torchrun's world, before the entry point (the SFT trainers run on it).
+        before = expand(line[:m.start()], env) if expanded is None else expanded[:m.start()]
+        launcher = {}
+        for key, names in (("nproc", ("--nproc-per-node", "--nproc_per_node")), ("nnodes", ("--nnodes",))):
+            for n in names:
+                t = re.search(re.escape(n) + r"[= ]\s*['\"]?([^\s'\"]+)", before)
+                if t:
+                    launcher[key] = t.group(1)
         try:
             words = shlex.split(rest, comments=True)
         except ValueError as e:
@@ -221,7 +245,8 @@ def parse_script(text):
                 overrides.append(w)
             i += 1
         return {"entry": entry, "overrides": overrides, "config_name": config_name,
-                "config_path": config_path}
+                "config_path": config_path, "launcher": launcher,
+                "torchrun": bool(re.search(r"\btorchrun\b|torch\.distributed\.run", before))}
     return None
 
 
@@ -246,8 +271,12 @@ def verl_jobs(repo):
             yield name, ("refused", "script", parsed["error"])
             continue
         ov = parsed["overrides"]
-        cfg = parsed["config_name"] or ("ppo_trainer" if parsed["entry"] == "main_ppo"
-                                        else "sft_trainer")
+        # The entry points' @hydra.main(config_path="config", config_name=...).
+        cfg = parsed["config_name"] or {"main_ppo": "ppo_trainer", "fsdp_sft_trainer": "sft_trainer",
+                                        "sft_trainer": "sft_trainer_engine"}[parsed["entry"]]
+        cfg = cfg.strip("'\"")
+        if cfg.endswith(".yaml"):
+            cfg = cfg[:-5]
         if "npu" in path.lower() or override_value(ov, "trainer.device") == "npu":
             yield name, ("out of scope", "Ascend NPU", "")
             continue
@@ -258,16 +287,47 @@ def verl_jobs(repo):
         if strategy == "megatron":
             yield name, ("out of scope", "Megatron", "actor.strategy=megatron")
             continue
-        if parsed["config_path"] and cfg not in ("ppo_trainer", "sft_trainer"):
-            yield name, ("refused", "recipe config",
-                         "--config-path %s --config-name %s (a recipe's own Hydra tree; not "
-                         "composed by this bench)" % (parsed["config_path"], cfg))
+        # hydra/_internal/utils.py compute_search_path_dir: an absolute --config-path as it is
+        # ($(pwd)/x is the launch folder's x), a relative one relative to the entry point's file
+        # (verl/trainer/ for verl.trainer.main_ppo).
+        config_dir = "verl/trainer/config"
+        if parsed["config_path"]:
+            cp = parsed["config_path"].strip("'\"")
+            cp = re.sub(r"^(\$\(pwd\)|\$\{PWD\}|\$PWD)/?", "/", cp)
+            if "$" in cp:
+                yield name, ("refused", "scheduler variables",
+                             "--config-path %s (a variable the script does not set)" % cp)
+                continue
+            config_dir = os.path.normpath(cp.lstrip("/") if cp.startswith("/")
+                                          else os.path.join("verl/trainer", cp))
+        if "$" in cfg:
+            yield name, ("refused", "scheduler variables",
+                         "--config-name %s (a variable the script does not set)" % cfg)
             continue
-        base = ("verl/trainer/config/_generated_ppo_trainer.yaml" if cfg == "ppo_trainer"
-                else "verl/trainer/config/sft_trainer.yaml")
-        nnodes = override_value(ov, "trainer.nnodes", "1")
-        per_node = override_value(ov, "trainer.n_gpus_per_node", "8")
-        yield name, {"base": base, "overrides": ov, "nnodes": nnodes, "per_node": per_node}
+        # The world: main_ppo's trainer.nnodes x n_gpus_per_node; the SFT trainers' is torchrun's.
+        if parsed["entry"] != "main_ppo" and parsed["torchrun"]:
+            # A count the script takes as an argument (nproc_per_node=$1, its usage line's
+            # <nproc_per_node>) is one node of 8, the GPUs the examples are written for.
+            nnodes = parsed["launcher"].get("nnodes", "1")
+            per_node = parsed["launcher"].get("nproc", "1")
+            nnodes = nnodes if nnodes.isdigit() else "1"
+            per_node = per_node if per_node.isdigit() else "8"
+        else:
+            nnodes = override_value(ov, "trainer.nnodes", "1")
+            per_node = override_value(ov, "trainer.n_gpus_per_node", "8")
+        # A variable the shell would expand to nothing (the bench keeps unknown ones as written).
+        # Variables the script never sets expand to nothing, as in the shell ($PWD and $HOME are
+        # the shell's own); a world size left empty is the scheduler's to give.
+        world_keys = ("trainer.nnodes", "trainer.n_gpus_per_node")
+        unset_world = [o for o in ov if o.partition("=")[0].lstrip("+") in world_keys and UNSET.search(o)]
+        if unset_world or UNSET.search(nnodes) or UNSET.search(per_node):
+            yield name, ("refused", "scheduler variables",
+                         "%s (set by the job scheduler, not the script)" %
+                         (unset_world[0] if unset_world else nnodes + " x " + per_node))
+            continue
+        ov = [UNSET.sub("", o) for o in ov]
+        yield name, {"config": config_dir + "/" + cfg + ".yaml", "root": "verl", "overrides": ov,
+                     "nnodes": nnodes, "per_node": per_node}
 
 
 # ---- ROLL example YAMLs ----------------------------------------------------------------------
@@ -318,7 +378,8 @@ def roll_jobs(repo):
         devices = max([count_devices(w.get("device_mapping")) for w in workers.values()] + [0])
         world = max(devices, per_node)
         nnodes = max(1, -(-world // per_node))
-        yield name, {"file_text": text, "nnodes": str(nnodes), "per_node": str(per_node)}
+        yield name, {"config": path, "root": "roll", "format": "roll", "overrides": [],
+                     "nnodes": str(nnodes), "per_node": str(per_node)}
 
 
 # ---- running shardtune -----------------------------------------------------------------------
@@ -329,9 +390,8 @@ REASONS = [
     ("model", r"expected a preset, a Hugging Face id of one|model directory holding a config"),
     ("vision-language model", r"vision|VLForConditionalGeneration|multimodal"),
     ("interpolation", r"interpolation that does not resolve"),
-    # verl's SFT engine layout selects Hydra config groups (engine=fsdp, optim=fsdp) that this
-    # bench does not compose: the next override into the group then meets a value.
-    ("Hydra config group", r"--set \S+: expected \w+ to be a mapping, got a value"),
+    # A Hydra defaults list shardtune could not compose (hydra_compose.h's one-line errors).
+    ("Hydra composition", r"defaults entry|hydra/searchpath|config group entry"),
     # The job scheduler's variables (SLURM_JOB_NUM_NODES, ...) left in the world size.
     ("scheduler variables", r'--cluster: expected .* got "[^"]*\$'),
     # What verl itself refuses: Hydra's "+" onto a set key and a key its struct config lacks
@@ -339,7 +399,8 @@ REASONS = [
     # path that names no model.
     ("verl refuses it too", r'to be absent or null|that is a multiple of the micro-batch|'
                             r'size per GPU \(or use_dynamic_bsz: true\), got null|'
-                            r'unknown preset "model_path"|unknown key "torch_dtype"'),
+                            r'unknown preset "model_path"|unknown key "torch_dtype"|'
+                            r'expected true or false, got ""'),
     ("world size", r"world size|ranks, got|GPUs per node"),
     ("sequence length", r"sequence length|seq.len"),
     ("unknown key", r"unknown key"),
@@ -355,30 +416,43 @@ def reason_of(message):
     return "other"
 
 
+def check_verl_composition(shardtune, verl_root):
+    """'equal' / 'DIFFERENT (...)' / 'not checked (...)': HydraComposeVerlTest of the configs_test
+    binary built beside shardtune, run on the extracted verl tree."""
+    binary = os.path.join(os.path.dirname(os.path.dirname(shardtune)), "tests", "configs", "configs_test")
+    if not os.path.isfile(binary):
+        return "not checked (no %s)" % binary
+    p = subprocess.run([binary, "--gtest_filter=HydraComposeVerlTest.*"], capture_output=True, text=True,
+                       env=dict(os.environ, SHARDTUNE_VERL_CHECKOUT=verl_root))
+    if p.returncode == 0 and "[  PASSED  ] 1 test" in p.stdout:
+        return "equal, key for key"
+    return "DIFFERENT (%s)" % (p.stdout.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+
+
 def run_one(shardtune, name, job, workdir, show=False):
     if isinstance(job, tuple):
         return name, job
     cluster = "%sx%sxH100" % (job["nnodes"], job["per_node"]) if job["nnodes"] != "1" \
         else "%sxH100" % job["per_node"]
-    if "file_text" in job:
-        path = os.path.join(workdir, re.sub(r"[^A-Za-z0-9_.-]", "_", name))
-        with open(path, "w") as f:
-            f.write(job["file_text"])
-        args = ["--from", path, "--from-format", "roll"]
-    else:
-        args = ["--from", job["base_path"]]
-        for o in job["overrides"]:
-            args += ["--set", o]
+    cwd = os.path.join(workdir, job["root"])
+    if not os.path.isfile(os.path.join(cwd, job["config"])):
+        return name, ("refused", "config file", "%s: no such file in the checkout" % job["config"])
+    args = ["--from", job["config"]]
+    if job.get("format"):
+        args += ["--from-format", job["format"]]
+    for o in job["overrides"]:
+        args += ["--set", o]
     cmd = [shardtune, "estimate", "--cluster", cluster, "--json"] + args
     if show:
-        print("%s:\n  %s" % (name, " ".join(shlex.quote(c) for c in cmd if c != "--json")))
+        print("%s:\n  (cd %s && %s)" % (name, shlex.quote(cwd),
+                                         " ".join(shlex.quote(c) for c in cmd if c != "--json")))
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
     except subprocess.TimeoutExpired:
         return name, ("refused", "timeout", "over 120 s")
     if p.returncode != 0:
         msg = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "exit %d" % p.returncode
-        msg = re.sub(r"^error: ", "", msg).replace(workdir + "/", "")
+        msg = re.sub(r"^error: ", "", msg).replace(cwd + "/", "").replace(workdir + "/", "")
         return name, ("refused", reason_of(msg), msg)
     doc = json.loads(p.stdout)
     req = doc.get("per_rank", {}).get("required_bytes")
@@ -423,22 +497,17 @@ def main():
         os.makedirs(a.keep, exist_ok=True)
     with (contextlib.nullcontext(os.path.abspath(a.keep)) if a.keep
           else tempfile.TemporaryDirectory(prefix="shardtune_real_configs_")) as workdir:
+        composed_check = None
         if a.verl:
             verl = Repo(a.verl)
             heads.append("volcengine/verl@" + verl.commit[:9])
-            bases = {}
-            for name, job in verl_jobs(verl):
-                if isinstance(job, dict):
-                    if job["base"] not in bases:
-                        path = os.path.join(workdir, job["base"].replace("/", "_"))
-                        with open(path, "w") as f:
-                            f.write(verl.read(job["base"]))
-                        bases[job["base"]] = path
-                    job["base_path"] = bases[job["base"]]
-                jobs.append((name, job))
+            verl.extract(os.path.join(workdir, "verl"), ["verl/trainer/config", "examples", "recipe"])
+            jobs += list(verl_jobs(verl))
+            composed_check = check_verl_composition(shardtune, os.path.join(workdir, "verl"))
         if a.roll:
             roll = Repo(a.roll)
             heads.append("alibaba/ROLL@" + roll.commit[:9])
+            roll.extract(os.path.join(workdir, "roll"), ["examples"])
             jobs += list(roll_jobs(roll))
         if a.only:
             jobs = [(n, j) for n, j in jobs if re.search(a.only, n)]
@@ -454,6 +523,9 @@ def main():
     print()
     print("real configs, %s, %s, shardtune estimate --from" %
           (datetime.date.today().isoformat(), ", ".join(heads)))
+    if composed_check:
+        print("  verl's ppo_trainer.yaml as shardtune composes it vs verl's _generated_ppo_trainer.yaml: "
+              + composed_check)
     total = len(results)
     for outcome in ("accepted", "refused", "out of scope"):
         print("  %-13s %3d of %d" % (outcome, by_outcome[outcome], total))

@@ -1108,13 +1108,19 @@ TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {
   std::string file = WriteFile("verl_dynamic.yaml",
                                "trainer:\n  n_gpus_per_node: 8\n  nnodes: 1\n"
                                "data:\n  max_prompt_length: 64\n  max_response_length: 192\n"
-                               "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 16\n"
+                               "actor_rollout_ref:\n  actor:\n    ppo_mini_batch_size: 64\n"
                                "    use_dynamic_bsz: true\n    ppo_max_token_len_per_gpu: 1024\n");
   Result text = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file);
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_THAT(text.out, ::testing::HasSubstr("packed micro-batches of up to 1024 tokens"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("loss: verl's log-prob path"));
   EXPECT_THAT(text.out, ::testing::HasSubstr("packed tokens: fits while a micro-batch holds at most"));
+  // A micro-batch never holds more than its rank's mini-batch: 16 prompts / 8 ranks = 2
+  // sequences of at most 64 + 192 tokens, 512, under the 1024-token budget.
+  Result small = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file +
+                        " --set actor_rollout_ref.actor.ppo_mini_batch_size=16");
+  ASSERT_EQ(small.code, 0) << small.err;
+  EXPECT_THAT(small.out, ::testing::HasSubstr("packed micro-batches of up to 512 tokens"));
   Result r = RunCli("estimate --model tiny-llama --cluster 8xH100 --from " + file + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);

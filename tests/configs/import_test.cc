@@ -291,6 +291,52 @@ Plan RollExamplePlan() {
   return want;
 }
 
+// verl's engine SFT trainer (verl.trainer.sft_trainer over sft_trainer_engine.yaml, as Hydra
+// composes it): the FSDP engine's config at /engine with its Ulysses size, data's token budget,
+// and the world from torchrun (--cluster), not trainer.n_gpus_per_node (1 in the yaml, unread).
+TEST(ImportVerlTest, EngineSftReadsTheEngineSectionAndTheDataBudget) {
+  const std::string text =
+      "data:\n  train_batch_size: 96\n  micro_batch_size_per_gpu: 4\n  max_token_len_per_gpu: 4096\n"
+      "  use_dynamic_bsz: true\n  max_length: 2048\n  pad_mode: no_padding\n"
+      "model:\n  path: Qwen/Qwen2.5-0.5B\n  enable_gradient_checkpointing: true\n  use_remove_padding: true\n"
+      "engine:\n  strategy: fsdp2\n  ulysses_sequence_parallel_size: 2\n  fsdp_size: -1\n  model_dtype: fp32\n"
+      "trainer:\n  nnodes: 1\n  n_gpus_per_node: 1\n";
+  Plan p;
+  ImportResult r = ImportConfigText(text, "sft_engine.yaml", LlamaOn8(), nullptr, &p);
+  EXPECT_EQ(p.cp, 2);
+  // dp = 8 / 2 = 4: 96 / 4 = 24 sequences per rank; rows of 4096 x sp 2 = 8192 tokens holding
+  // sequences up to 2048, four full-length ones a row (seqlen_balancing.py): 24 / 4 = 6 rows.
+  EXPECT_EQ(p.seq_len, 8192);
+  EXPECT_EQ(p.packed_seq_len, 2048);
+  EXPECT_EQ(p.micro_batch, 1);
+  EXPECT_EQ(p.grad_accum, 6);
+  EXPECT_EQ(p.checkpointing, model::Checkpointing::kFull);
+  EXPECT_EQ(p.loss_kernel, model::LossKernel::kVerlFlashCe);  // engine forward: logprobs_from_logits
+  EXPECT_EQ(r.sequences_per_step, 96);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_THAT(r.warnings.front(), HasSubstr("/trainer/n_gpus_per_node (the world is torchrun's"));
+  EXPECT_THAT(r.warnings.front(), ::testing::Not(HasSubstr("/engine/ulysses_sequence_parallel_size")));
+  // A budget larger than the rank's mini-batch: a micro-batch holds at most its 24 sequences.
+  Plan big;
+  std::string larger = text;
+  larger.replace(larger.find("4096"), 4, "65536");
+  ImportConfigText(larger, "sft_engine.yaml", LlamaOn8(), nullptr, &big);
+  EXPECT_EQ(big.seq_len, 24 * 2048);
+  EXPECT_EQ(big.grad_accum, 1);
+  // Fixed micro-batches: 24 / 4 = 6 of 4 sequences.
+  Plan fixed;
+  std::string off = text;
+  off.replace(off.find("use_dynamic_bsz: true"), 21, "use_dynamic_bsz: false");
+  ImportConfigText(off, "sft_engine.yaml", LlamaOn8(), nullptr, &fixed);
+  EXPECT_EQ(fixed.micro_batch, 4);
+  EXPECT_EQ(fixed.grad_accum, 6);
+  EXPECT_EQ(fixed.packed_seq_len, 0);
+  std::string bad = text;
+  bad.replace(bad.find("train_batch_size: 96"), 20, "train_batch_size: 90");
+  EXPECT_THAT([&] { ImportConfigText(bad, "sft_engine.yaml", LlamaOn8(), nullptr, &fixed); },
+              ThrowsMessage<InputError>(HasSubstr("sft_engine.yaml:/data/train_batch_size: expected a multiple")));
+}
+
 TEST(ImportRollTest, ExampleFileTrainWorker) {
   ImportResult r;
   Plan got = FromFile("roll_rlvr_fsdp2_cp2.yaml", LlamaOn8(), &r);
