@@ -89,10 +89,7 @@ class Repository {
     if (it != cache_.end()) return it->second.get();
     std::unique_ptr<Loaded> loaded;
     std::string name = config_path;
-    auto ends = [&](const std::string& s) {
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (!ends(".yaml") && !ends(".yml")) name += ".yaml";
+    if (!model::EndsWith(name, ".yaml") && !model::EndsWith(name, ".yml")) name += ".yaml";
     for (const Root& r : roots_) {
       fs::path p = (r.dir / name).lexically_normal();
       std::error_code ec;
@@ -667,13 +664,8 @@ HydraComposition ComposeHydraConfig(const Json& doc, const std::string& text, co
     Json v;
     if (value.size() >= 2 && value.front() == '[' && value.back() == ']') {
       v = Json::array();
-      std::string body = value.substr(1, value.size() - 2);
-      for (size_t a = 0; a <= body.size();) {
-        size_t b = body.find(',', a);
-        if (b == std::string::npos) b = body.size();
-        std::string item = Trim(body.substr(a, b - a));
-        if (!item.empty()) v.push_back(item);
-        a = b + 1;
+      for (const std::string& item : model::SplitCommas(value.substr(1, value.size() - 2))) {
+        if (!Trim(item).empty()) v.push_back(Trim(item));
       }
     } else {
       if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
