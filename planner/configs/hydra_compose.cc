@@ -5,6 +5,7 @@
 // hydra/_internal/config_loader_impl.py (the merge, packages as nested keys).
 #include "planner/configs/hydra_compose.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -586,6 +587,22 @@ std::vector<Root> SearchRoots(const Json& doc, const std::string& file, const st
     }
     fs::path full = dir.is_absolute() ? dir : base / dir;
     std::error_code ec;
+    if (entry.rfind("pkg://", 0) == 0 && !fs::is_directory(full, ec)) {
+      // A package is importable from PYTHONPATH as well as from the current folder.
+      if (const char* py = std::getenv("PYTHONPATH")) {
+        std::string paths = py;
+        for (size_t a = 0; a <= paths.size();) {
+          size_t b = paths.find(':', a);
+          if (b == std::string::npos) b = paths.size();
+          fs::path cand = fs::path(paths.substr(a, b - a)) / dir;
+          if (b > a && fs::is_directory(cand, ec)) {
+            full = cand;
+            break;
+          }
+          a = b + 1;
+        }
+      }
+    }
     if (!fs::is_directory(full, ec)) {
       throw InputError(at + ": expected the folder " + Quote(entry) + " relative to the current folder " +
                        Quote(fs::absolute(base, ec).lexically_normal().string()) +

@@ -31,7 +31,8 @@ bool HasDefaultsList(const nlohmann::ordered_json& doc);
 // hydra/_internal/config_loader_impl.py _compose_config_from_defaults_list):
 //  - the search path is the file's folder (Hydra's --config-path), then the primary's
 //    `hydra.searchpath` entries: file://DIR relative to `cwd` (as Hydra reads them; verl's
-//    recipes assume the checkout's root), pkg://a.b.c as the folder a/b/c under `cwd`;
+//    recipes assume the checkout's root), pkg://a.b.c as the folder a/b/c under `cwd` or
+//    under a PYTHONPATH entry;
 //  - entries: `_self_`, a config (`name`, `dir/name`, `/abs`, with `@package`), a group choice
 //    (`group: option`, `group@package: option`, a list of options, null to drop it, `???` that a
 //    choice must fill), with the keywords `optional` and `override`; a group or config path is

@@ -164,6 +164,12 @@ TEST_F(HydraComposeTest, RecipeFolderWithSearchPathRelativeToTheCurrentFolder) {
   EXPECT_EQ(c.doc["workers"]["actor"]["micro"], 8);
   EXPECT_EQ(c.doc["workers"]["actor"]["optim"]["lr"], 0.001);
   EXPECT_FALSE(c.doc.contains("hydra"));
+  // pkg://conf: the package folder under the current folder, else under a PYTHONPATH entry.
+  Write("recipes/pkg.yaml", "hydra:\n  searchpath:\n    - pkg://site.conf\ndefaults:\n  - trainer\n");
+  Write("lib/site/conf/trainer.yaml", "from_pythonpath: true\n");
+  ::setenv("PYTHONPATH", (root_ / "nowhere").string().append(":").append((root_ / "lib").string()).c_str(), 1);
+  EXPECT_EQ(Compose("recipes/pkg.yaml").doc["from_pythonpath"], true);
+  ::unsetenv("PYTHONPATH");
   Write("recipes/lost.yaml", "hydra:\n  searchpath:\n    - file://elsewhere/config\ndefaults:\n  - trainer\n");
   std::string m = Error("recipes/lost.yaml");
   EXPECT_NE(m.find("/hydra/searchpath/0"), std::string::npos) << m;
