@@ -448,7 +448,10 @@ TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
   return b;
 }
 
-void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, std::ostream& out) {
+// The key that sets the token budget in the verl trainer the config came from: the engine SFT
+// trainer's data.max_token_len_per_gpu, else the PPO actor's (import_verl.cc).
+void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, const std::string& verl_trainer,
+                      std::ostream& out) {
   if (!b.evaluated) return;
   out << "\nToken budget (packed micro-batches)\n";
   if (b.max_tokens <= 0) {
@@ -460,7 +463,9 @@ void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, std::
       << b.max_tokens << " (" << FormatBytes(b.required_at_max) << " required), " << b.rows_at_max
       << " micro-batches and " << b.step_s_at_max << " s per step there ("
       << std::setprecision(0) << b.tokens_per_s_at_max
-      << " tokens/s): verl ppo_max_token_len_per_gpu=" << b.max_tokens / b.cp << "\n";
+      << " tokens/s): verl "
+      << (verl_trainer == "sft_engine" ? "data.max_token_len_per_gpu=" : "ppo_max_token_len_per_gpu=")
+      << b.max_tokens / b.cp << "\n";
 }
 
 // The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
@@ -514,6 +519,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     ctx.verl_prompt_length = t.from.prompt_length;  // kept from a verl config tuned
     ctx.verl_response_length = t.from.response_length;
     ctx.verl_rollout_n = t.from.rollout_n;
+    ctx.verl_trainer = t.from.verl_trainer;
     t.exported = configs::ExportPlan(best, ctx, format);
   }
   t.budget = WinnerTokenBudget(t);
@@ -529,7 +535,9 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
   PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, out);
-  if (!t.result.top.empty()) PrintTokenBudget(t.budget, t.result.top.front().step_time_s, out);
+  if (!t.result.top.empty()) {
+    PrintTokenBudget(t.budget, t.result.top.front().step_time_s, t.from.verl_trainer, out);
+  }
   if (t.features) PrintFeatureSavings(t.savings, t.best_memory, out);  // for the #1 plan
   if (!t.nodes.empty()) out << "\nFewest nodes (same global batch)\n";
   for (const auto& n : t.nodes) {

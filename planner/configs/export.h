@@ -39,6 +39,10 @@ struct ExportContext {
   // rollout.n as 1, with notes).
   int64_t verl_prompt_length = 0, verl_response_length = 0;
   int verl_rollout_n = 0;
+  // verl: the trainer of the config the plan was tuned from (ImportResult::verl_trainer): "sft"
+  // and "sft_engine" are written as that SFT trainer's config; "" or "ppo": a training plan with
+  // verl's log-prob head is a PPO actor, any other an SFT job over sft_trainer.yaml.
+  std::string verl_trainer;
 };
 
 // The Hugging Face transformers class of one decoder block of `spec`, derived from its shape:

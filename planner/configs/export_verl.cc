@@ -148,11 +148,13 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
   return notes;
 }
 
-// fsdp_config at `indent` (the actor's "    ", the SFT model's "  ").
+// fsdp_config at `indent` (the actor's "    ", the SFT model's "  "); `header` names the section
+// (the engine SFT trainer's is the top-level `engine`).
 void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layout& l,
-                     const std::string& indent, std::ostream& y) {
+                     const std::string& indent, std::ostream& y,
+                     const std::string& header = "fsdp_config") {
   const std::string i1 = indent + "  ", i2 = indent + "    ";
-  y << indent << "fsdp_config:\n";
+  y << indent << header << ":\n";
   y << i1 << "fsdp_size: " << (l.hybrid() ? l.shard : -1) << "\n";
   y << i1 << "reshard_after_forward: " << YamlBool(l.reshard_after_forward) << "\n";
   y << i1 << "offload_policy: " << YamlBool(p.offload == model::Offload::kAll) << "\n";
@@ -226,6 +228,39 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
   return r;
 }
 
+// verl's engine SFT trainer (python3 -m verl.trainer.sft_trainer over sft_trainer_engine.yaml;
+// import_verl.cc ImportSftEngine reads it back): data.train_batch_size global, cut per rank by
+// micro_batch_size_per_gpu or, for a packed plan, use_dynamic_bsz with max_token_len_per_gpu (the
+// row over the Ulysses group, / sp); the FSDP keys and the Ulysses size under /engine.
+ExportResult ExportVerlSftEngine(const model::Plan& p, const ExportContext& ctx, const Layout& l) {
+  ExportResult r;
+  r.notes = VerlNotes(p, ctx, l, true);
+  const bool packed = p.packed_seq_len > 0;
+  const PpoBatch batch = PpoBatchOf(p, ctx);  // sequences per step, packed rows counted at longest
+  std::ostringstream y;
+  y << "defaults:\n  - sft_trainer_engine\n  - _self_\n";
+  y << "trainer:\n  nnodes: " << ctx.num_nodes << "\n  n_gpus_per_node: " << ctx.gpus_per_node
+    << "  # not read: torchrun's --nnodes / --nproc-per-node set the world\n";
+  y << "data:\n  train_batch_size: " << batch.sequences << "  # sequences per step over all ranks\n";
+  if (packed) {
+    y << "  use_dynamic_bsz: true\n  max_token_len_per_gpu: " << p.seq_len / std::max(1, p.cp) << "\n";
+  } else {
+    y << "  use_dynamic_bsz: false\n  micro_batch_size_per_gpu: " << p.micro_batch << "\n";
+  }
+  y << "  max_length: " << batch.seq << "\n";
+  y << "model:\n";
+  WriteModelKeys(p, true, "  ", y);
+  WriteFsdpConfig(p, ctx, l, "", y, "engine");
+  y << "  strategy: fsdp2\n  ulysses_sequence_parallel_size: " << p.cp << "\n";
+  r.text = CommentBlock({"verl engine SFT trainer config over sft_trainer_engine.yaml: run torchrun "
+                         "--nproc-per-node " + std::to_string(ctx.gpus_per_node) +
+                         " -m verl.trainer.sft_trainer --config-name THIS",
+                         Provenance(p, ctx)},
+                        r.notes) +
+           y.str();
+  return r;
+}
+
 }  // namespace
 
 // Keys read in volcengine/verl @b178a3c: verl/trainer/config/ppo_trainer.yaml and its parts
@@ -238,7 +273,10 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
 ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   Layout l = ResolveLayout(p, ctx);
   bool train = p.role == model::Role::kTrain;
-  if (train && !model::IsVerlLogProbHead(p.loss_kernel)) return ExportVerlSft(p, ctx, l);
+  if (train && ctx.verl_trainer == "sft_engine") return ExportVerlSftEngine(p, ctx, l);
+  if (train && (ctx.verl_trainer == "sft" || !model::IsVerlLogProbHead(p.loss_kernel))) {
+    return ExportVerlSft(p, ctx, l);
+  }
   ExportResult r;
   r.notes = VerlNotes(p, ctx, l, false);
   // A packed plan is verl's token budget (import_verl.cc): rows of seq_len tokens over the cp

@@ -50,8 +50,9 @@ bool HasDefaultsList(const nlohmann::ordered_json& doc);
 // `overrides` are the --set texts: those whose key names a config-group folder on the search
 // path (Hydra's repository.group_exists) are group choices, returned in group_overrides; the
 // others are left to the caller, to apply to the composed config. `builtin`: config entries
-// (not groups) whose defaults the caller's reader applies itself (verl's ppo_trainer and
-// sft_trainer: import_verl.cc reads every key it needs with verl's default); when the search
+// (not groups) whose defaults the caller's reader applies itself (verl's ppo_trainer,
+// sft_trainer and sft_trainer_engine: import_verl.cc reads every key it needs with verl's
+// default); when the search
 // path lacks one, it is skipped and named in `sources`, not an error. Any other entry that is
 // in no search folder is an error.
 HydraComposition ComposeHydraConfig(const nlohmann::ordered_json& doc, const std::string& text,

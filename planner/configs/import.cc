@@ -153,7 +153,8 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
     return ImportFormat::kAccelerate;
   }
   if (doc.contains("actor_rollout_ref") ||
-      (doc.contains("data") && doc.contains("model") && doc.contains("trainer"))) {
+      (doc.contains("data") && doc.contains("model") &&
+       (doc.contains("trainer") || doc.contains("engine")))) {  // engine: verl's engine SFT layout
     return ImportFormat::kVerl;
   }
   for (const auto& item : doc.items()) {
@@ -168,7 +169,7 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
       file +
       ": expected an Accelerate config (distributed_type), HF Trainer arguments "
       "(per_device_train_batch_size), a ROLL pipeline (a worker with strategy_args) or "
-      "a verl config (actor_rollout_ref, or data/model/trainer), got none of their "
+      "a verl config (actor_rollout_ref, or data and model with trainer or engine), got none of their "
       "keys; " +
       formats);
 }
@@ -213,7 +214,7 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
     // verl's own primaries: a file over them (a recipe, export --format verl) read away from a
     // verl checkout keeps verl's defaults through the reader, which knows them key by key.
     HydraComposition c =
-        ComposeHydraConfig(doc, text, file, ctx.overrides, cwd, {"ppo_trainer", "sft_trainer"});
+        ComposeHydraConfig(doc, text, file, ctx.overrides, cwd, {"ppo_trainer", "sft_trainer", "sft_trainer_engine"});
     doc = std::move(c.doc);
     composed_from = std::move(c.sources);
     applied = c.group_overrides;

@@ -737,9 +737,11 @@ void ImportSftEngine(const ConfigReader& top, const ImportContext& ctx, ImportRe
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
                std::vector<std::string>* ignored, model::Plan* plan) {
   if (top.Has("engine")) {
+    out->verl_trainer = "sft_engine";
     ImportSftEngine(top, ctx, out, ignored, plan);
     return;
   }
+  out->verl_trainer = "sft";
   Fsdp m;
   m.world = ReadWorld(top, ctx, out);
   if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
@@ -969,6 +971,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
     }
   }
   if (ppo) {
+    out.verl_trainer = "ppo";
     if (auto data = top.Section("data")) {
       for (const auto& item : data->obj().items()) {
         if (item.key() != "max_prompt_length" && item.key() != "max_response_length") {

@@ -1102,6 +1102,22 @@ TEST(CliTest, SetOverridesTheFromConfig) {
                      "expected key data.max_prompt_length to be absent or null");
 }
 
+// verl's engine SFT trainer (sft_trainer_engine.yaml as composed): tune names its own budget key
+// and --export verl writes that trainer's config, not a PPO actor's.
+TEST(CliTest, VerlEngineSftTunesAndExportsAsItsOwnTrainer) {
+  std::string file = WriteFile("verl_sft_engine.yaml",
+                               "data:\n  train_batch_size: 64\n  use_dynamic_bsz: true\n"
+                               "  max_token_len_per_gpu: 1024\n  max_length: 256\n"
+                               "model:\n  enable_gradient_checkpointing: true\n"
+                               "engine:\n  strategy: fsdp2\n");
+  Result r = RunCli("tune --model tiny-llama --cluster 8xH100 --from " + file + " --export verl");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("verl data.max_token_len_per_gpu="));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("  - sft_trainer_engine\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("\nengine:\n"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("actor_rollout_ref")));
+}
+
 // verl's token budget: the plan line says packed micro-batches, and the answer gives how many
 // tokens a micro-batch can hold and still fit (LargestFittingMicroBatchTokens).
 TEST(CliTest, VerlTokenBudgetIsEstimatedAsPackedRows) {

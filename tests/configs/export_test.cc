@@ -18,7 +18,9 @@
 #include "model/errors.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "model/plan_json.h"
 #include "planner/configs/config_yaml.h"
+#include "planner/configs/import.h"
 #include "profiles/cluster.h"
 
 namespace shardtune::configs {
@@ -484,6 +486,41 @@ TEST(ExportTest, VerlKeepsTheTunedConfigsSplitAndRolloutN) {
   bool said = false;  // the fallback is said, as when no n is known
   for (const auto& n : odd_result.notes) said = said || n.find("divide it by n") != std::string::npos;
   EXPECT_TRUE(said);
+}
+
+// A plan tuned from verl's engine SFT trainer (sft_trainer_engine.yaml) is written as that
+// trainer's config, not as a PPO actor (its head is verl's log-prob path, as the actor's): the
+// token budget under data, the FSDP keys and the Ulysses size under engine; read back, it is the
+// same plan.
+TEST(ExportTest, VerlEngineSftPlanIsTheEngineTrainersConfig) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  const std::string text =
+      "data:\n  train_batch_size: 96\n  max_token_len_per_gpu: 4096\n  use_dynamic_bsz: true\n"
+      "  max_length: 2048\nmodel:\n  path: meta-llama/Meta-Llama-3-8B\n  lora_rank: 8\n"
+      "engine:\n  strategy: fsdp2\n  ulysses_sequence_parallel_size: 2\n";
+  ImportContext ictx;
+  ictx.world_size = 8;
+  ictx.gpus_per_node = 8;
+  ictx.layer_class = "LlamaDecoderLayer";
+  model::Plan plan;
+  ImportResult imported = ImportConfigText(text, "sft_engine.yaml", ictx, nullptr, &plan);
+  ASSERT_EQ(imported.verl_trainer, "sft_engine");
+  ExportContext ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
+                                        profiles::ParseClusterShorthand("8xH100"), plan);
+  ctx.verl_trainer = imported.verl_trainer;
+  ExportResult r = ExportPlan(plan, ctx, ExportFormat::kVerl);
+  json y = LoadYaml(r.text);
+  EXPECT_FALSE(y.contains("actor_rollout_ref")) << r.text;
+  EXPECT_EQ(Int(y, "/data/train_batch_size"), 96);  // 6 rows of 4 full-length sequences x dp 4
+  EXPECT_EQ(Bool(y, "/data/use_dynamic_bsz"), "true");
+  EXPECT_EQ(Int(y, "/data/max_token_len_per_gpu"), 4096);
+  EXPECT_EQ(Int(y, "/data/max_length"), 2048);
+  EXPECT_EQ(Int(y, "/engine/ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(Int(y, "/model/lora_rank"), 8);
+  model::Plan back;
+  ImportResult again = ImportConfigText(r.text, "exported.yaml", ictx, nullptr, &back);
+  EXPECT_EQ(again.verl_trainer, "sft_engine");
+  EXPECT_EQ(model::PlanToJson(back).dump(1), model::PlanToJson(plan).dump(1));
 }
 
 // A training plan with a plain cross-entropy is verl's SFT trainer job (fsdp_sft_trainer.py over
