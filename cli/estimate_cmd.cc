@@ -554,7 +554,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   auto alts = planner::CompareOffloadAndCheckpointing(spec, cluster, plan, opt);
   // Only worth a walk when the loss path holds the peak (the only advice that quotes it).
   planner::FusedLossAlternative fused;
-  if (r.peak_phase.find("loss") != std::string::npos) fused = planner::CompareFusedLoss(spec, cluster, plan, opt);
+  if (r.peak_at.region == sim::StepRegion::kHead) fused = planner::CompareFusedLoss(spec, cluster, plan, opt);
   const auto& warnings = job.warnings;
   // The advice, its load suggestion as re-estimating it showed.
   // The other suggested changes, re-estimated before they are printed (issue #49 item 7).

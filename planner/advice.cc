@@ -75,7 +75,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
   }
   Bytes loss = At(r, "logits and loss");
   Bytes working = At(r, "activation working set (temporaries, gradients)");
-  bool loss_peak = r.peak_phase.find("loss") != std::string::npos;
+  bool loss_peak = r.peak_at.region == sim::StepRegion::kHead;
   if (loss_peak && plan.loss_kernel == model::LossKernel::kVerlFlashCe) {
     // model/activations.cc VerlFlashCeHead: CopySlices' backward of the in-place division.
     out.push_back(
@@ -201,7 +201,7 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
     out.push_back("--no-sync keeps fp32 unsharded gradients of the whole model between micro-batches; "
                   "with sharding that costs 4 bytes per parameter on every rank.");
   }
-  if (!r.host.fits && r.host.peak_phase == "model load") {
+  if (!r.host.fits && r.host.peak_at_model_load) {
     out.push_back("Host RAM runs out while loading: every rank holds a full copy of the weights. " +
                   (checked_load.empty()
                        ? std::string("--model-load rank0 (cpu_ram_efficient_loading) or meta "

@@ -35,14 +35,6 @@ std::string Secs(double s) {
 }
 
 // The phase kind of a peak op name ("step 1 · micro-batch 1/4 · backward · block 3" -> backward).
-std::string PhaseKind(const std::string& phase) {
-  for (const char* k : {"optimizer step", "LM head and loss", "backward", "forward", "all-gather",
-                        "reduce-scatter", "start-up"}) {
-    if (phase.find(k) != std::string::npos) return k;
-  }
-  return "step";
-}
-
 const char* StrategyFamily(const model::Plan& p) {
   switch (p.strategy) {
     case model::ShardingStrategy::kNoShard: return "no_shard";
@@ -275,6 +267,7 @@ void Ranker::Judge(const model::Plan& p, const sim::MemoryEstimate& est, Screene
   SHARDTUNE_CHECK(!(s->bound_oom && s->fits)) << "the lower bound " << s->bound.count()
       << " exceeds the walk's need " << s->required.count() << " for " << PlanKey(p);
   s->peak_phase = m.peak_phase;
+  s->peak_at = m.peak_at;
   s->peak_top.assign(m.peak_breakdown.begin(),
                      m.peak_breakdown.begin() + std::min<size_t>(2, m.peak_breakdown.size()));
   if (m.allocator_replayed) {
@@ -569,7 +562,7 @@ void Ranker::BookVerdicts(const std::vector<model::Plan>& plans) {
     }
     NoteMemory(LayoutOf(p), key, s);
     if (!s.fits) {
-      Reject("OOM during " + PhaseKind(s.peak_phase) + " (" + StrategyFamily(p) + ", offload " +
+      Reject("OOM during " + std::string(sim::PeakKindName(s.peak_at)) + " (" + StrategyFamily(p) + ", offload " +
                  model::ToString(p.offload) + CpSuffix(p) + ")",
              key + " needs " + model::GiBText(s.required) + " of " + model::GiBText(cluster_.gpu.usable_memory),
              s.required);

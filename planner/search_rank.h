@@ -37,6 +37,7 @@ struct Screened {
   Bytes required;          // screening figure: allocated peak + fragmentation allowance + outside
   bool fits = false;       // required <= capacity
   std::string peak_phase;
+  sim::StepPoint peak_at;
   std::vector<std::pair<std::string, Bytes>> peak_top;  // the two largest categories at the peak
   // Lower bound of the steady step (plans that fit): the busiest serial resource's busy time
   // (sim::StepLowerBound), and which resource that is.

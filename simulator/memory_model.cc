@@ -100,6 +100,7 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
   h.peak_per_node = peak->host_total;
   h.peak_phase = peak->phase == JobPhase::kStep0 || peak->phase == JobPhase::kSteady
                      ? "training" : ToString(peak->phase);
+  h.peak_at_model_load = peak->phase == JobPhase::kLoad;
   h.breakdown = peak->host_breakdown;
   // A cgroup limit (a container's memory.max) below the node's memory is what the job gets.
   h.fits = h.peak_per_node <= phases.host_limit;
@@ -506,6 +507,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   r.model_state = r.sharded_params + r.sharded_grads + r.optimizer_state;
   r.peak_allocated = Bytes::Of(ledger.peak_bytes());
   r.peak_phase = est.program.OpName(ledger.peak_op());
+  r.peak_at = est.program.OpPoint(ledger.peak_op());
   for (int c = 0; c < kNumCategories; ++c) {
     auto cat = static_cast<Category>(c);
     int64_t at = ledger.at_peak()[static_cast<size_t>(c)];

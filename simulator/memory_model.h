@@ -151,6 +151,7 @@ struct UnitMemory {
 struct HostMemory {
   Bytes peak_per_node;
   std::string peak_phase;  // "model load", "training", "checkpoint save" or "resume"
+  bool peak_at_model_load = false;  // the peak is the model load's (JobPhase::kLoad)
   std::vector<std::pair<std::string, Bytes>> breakdown;  // at the peak, per node
   Bytes capacity_per_node;
   bool fits = true;
@@ -180,7 +181,8 @@ struct MemoryReport {
   Bytes frozen_sharded_params;
   std::string frozen_dtype;
   Bytes peak_allocated;        // torch.cuda.max_memory_allocated() over steps 0 and 1
-  std::string peak_phase;
+  std::string peak_phase;      // where, as reports print it (StepProgram::OpName)
+  StepPoint peak_at;           // the same place as structure, for code that asks
   std::vector<std::pair<std::string, Bytes>> peak_breakdown;
   // The most each category ever held during the two steps (moments may differ).
   std::vector<std::pair<std::string, Bytes>> category_peaks;

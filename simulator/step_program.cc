@@ -58,24 +58,63 @@ const char* ToString(OpKind k) {
   return "?";
 }
 
-std::string StepProgram::OpName(size_t i) const {
+StepPoint StepProgram::OpPoint(size_t i) const {
   const ProgramOp& op = ops[i];
-  if (op.kind == OpKind::kStartup) return "start-up · sharded parameters";
-  std::string s = "step " + std::to_string(op.step);
-  if (op.kind != OpKind::kOptimizer && op.kind != OpKind::kZeroGrad) {
-    s += " · micro-batch " + std::to_string(op.micro + 1) + "/" + std::to_string(grad_accum);
-  }
-  s += std::string(" · ") + ToString(op.kind);
+  StepPoint p;
+  p.kind = op.kind;
+  p.step = op.step;
+  p.micro = op.micro;
   if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward || op.kind == OpKind::kAllToAll) {
-    if (op.segment == 0) s += " · embeddings";
-    else if (op.segment >= 1 && op.segment <= vision_blocks) s += " · vision block " + std::to_string(op.segment - 1);
-    else if (op.segment >= 1 && op.segment <= num_layers) s += " · block " + std::to_string(op.segment - 1 - vision_blocks);
-    else if (op.segment == num_layers + 1) s += " · final norm";
-    else s += " · LM head and loss";
+    if (op.segment == 0) {
+      p.region = StepRegion::kEmbeddings;
+    } else if (op.segment >= 1 && op.segment <= vision_blocks) {
+      p.region = StepRegion::kVisionBlock;
+      p.block = op.segment - 1;
+    } else if (op.segment >= 1 && op.segment <= num_layers) {
+      p.region = StepRegion::kBlock;
+      p.block = op.segment - 1 - vision_blocks;
+    } else if (op.segment == num_layers + 1) {
+      p.region = StepRegion::kFinalNorm;
+    } else {
+      p.region = StepRegion::kHead;
+    }
   } else if (op.unit >= 0 && static_cast<size_t>(op.unit) < unit_names.size()) {
-    s += " · " + unit_names[static_cast<size_t>(op.unit)];
+    p.unit = op.unit;
   }
+  return p;
+}
+
+std::string StepProgram::OpName(size_t i) const {
+  const StepPoint p = OpPoint(i);
+  if (p.kind == OpKind::kStartup) return "start-up · sharded parameters";
+  std::string s = "step " + std::to_string(p.step);
+  if (p.kind != OpKind::kOptimizer && p.kind != OpKind::kZeroGrad) {
+    s += " · micro-batch " + std::to_string(p.micro + 1) + "/" + std::to_string(grad_accum);
+  }
+  s += std::string(" · ") + ToString(p.kind);
+  switch (p.region) {
+    case StepRegion::kEmbeddings: return s + " · embeddings";
+    case StepRegion::kVisionBlock: return s + " · vision block " + std::to_string(p.block);
+    case StepRegion::kBlock: return s + " · block " + std::to_string(p.block);
+    case StepRegion::kFinalNorm: return s + " · final norm";
+    case StepRegion::kHead: return s + " · LM head and loss";
+    case StepRegion::kNone: break;
+  }
+  if (p.unit >= 0) s += " · " + unit_names[static_cast<size_t>(p.unit)];
   return s;
+}
+
+const char* PeakKindName(const StepPoint& p) {
+  if (p.kind == OpKind::kOptimizer) return "optimizer step";
+  if (p.region == StepRegion::kHead) return "LM head and loss";
+  switch (p.kind) {
+    case OpKind::kBackward: case OpKind::kPostBackward: return "backward";
+    case OpKind::kForward: return "forward";
+    case OpKind::kAllGather: case OpKind::kCopyOut: return "all-gather";
+    case OpKind::kReduceScatter: return "reduce-scatter";
+    case OpKind::kStartup: return "start-up";
+    default: return "step";
+  }
 }
 
 }  // namespace shardtune::sim

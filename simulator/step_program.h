@@ -78,6 +78,21 @@ struct TensorEvent {
 inline constexpr int8_t kExpertShardGroup = 4;
 inline constexpr int8_t kExpertParallelGroup = 5;
 
+// Where in a step an op runs, as structure: MemoryReport::peak_at carries it so that code asks
+// "is the peak in the LM head" without reading OpName's text back.
+enum class StepRegion : uint8_t { kNone, kEmbeddings, kVisionBlock, kBlock, kFinalNorm, kHead };
+struct StepPoint {
+  OpKind kind = OpKind::kStartup;
+  int step = 0, micro = 0;
+  StepRegion region = StepRegion::kNone;  // for forward, backward and all-to-all ops
+  int block = -1;                         // kBlock / kVisionBlock: which one
+  int unit = -1;                          // the FSDP unit of a collective or copy, or -1
+};
+// The kind of moment a peak is at, as tune's rejection reasons name it: "optimizer step",
+// "LM head and loss", "backward" (post-backward too), "forward", "all-gather" (its copy-out
+// too), "reduce-scatter", "start-up", else "step".
+const char* PeakKindName(const StepPoint& p);
+
 struct ProgramOp {
   OpKind kind = OpKind::kStartup;
   Stream stream = Stream::kDefault;
@@ -130,6 +145,8 @@ struct StepProgram {
   int repeats_in_step0 = 0;
   // "step 1 · micro-batch 2/4 · backward · block 7" for reports; built on demand.
   std::string OpName(size_t i) const;
+  // The same place as structure.
+  StepPoint OpPoint(size_t i) const;
 };
 
 }  // namespace shardtune::sim
