@@ -972,6 +972,17 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
   }
   if (ppo) {
     out.verl_trainer = "ppo";
+    // main_ppo.py add_reward_model_worker: reward_model.enable puts an FSDP RewardModelWorker (or,
+    // with use_reward_loop, a served reward model) on the global pool, the actor's GPUs, unless
+    // enable_resource_pool gives it GPUs of its own. Its memory is not modelled: refused rather
+    // than left out of the verdict.
+    if (auto rm = top.Section("reward_model")) {
+      if (rm->Bool("enable").value_or(false) && !rm->Bool("enable_resource_pool").value_or(false)) {
+        rm->Fail("enable",
+                 "false, or enable_resource_pool true (a reward model on the actor's GPUs, "
+                 "fsdp_workers.py RewardModelWorker or the reward loop's server, is not modelled)");
+      }
+    }
     if (auto data = top.Section("data")) {
       for (const auto& item : data->obj().items()) {
         if (item.key() != "max_prompt_length" && item.key() != "max_response_length") {
