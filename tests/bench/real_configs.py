@@ -486,8 +486,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write every outcome to this file")
     ap.add_argument("--only", help="only the files whose name matches this regular expression")
-    ap.add_argument("--keep", help="keep the composed configs in this directory and print each "
-                                   "file's shardtune command (with --json dropped)")
+    ap.add_argument("--keep", help="extract the checkouts' config folders into this directory, keep "
+                                   "them, and print each file's shardtune command (with --json "
+                                   "dropped) and the folder it runs in")
     a = ap.parse_args()
     if not a.verl and not a.roll:
         ap.error("give --verl and/or --roll")
