@@ -408,8 +408,9 @@ class Composer {
       throw InputError(parent.listed_in + ": defaults entry " + Quote(parent.Shown()) + ": expected a config " +
                        parent.ConfigPath() + ".yaml in one of the search folders (" + repo_->Describe() +
                        "), got it in none; run shardtune from where the trainer is launched (verl: the "
-                       "checkout's root), or give the composed config (verl: python3 -m "
-                       "verl.trainer.main_ppo ... --cfg job > job.yaml)");
+                       "checkout's root; ROLL: the file in its place under the checkout's examples/), "
+                       "or give the composed config (verl: python3 -m verl.trainer.main_ppo ... "
+                       "--cfg job > job.yaml)");
     }
     if (seen_.count(parent.ConfigPath())) {
       throw InputError(parent.listed_in + ": defaults entry " + Quote(parent.Shown()) +
