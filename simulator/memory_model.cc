@@ -430,6 +430,151 @@ Bytes AllocatedLowerBound(const model::ModelSpec& spec, const profiles::ClusterS
   return Bytes::Of(b.total(plan.backward_prefetch == model::BackwardPrefetch::kPre));
 }
 
+namespace {
+
+// Per-rank bytes of the sharded parameters, their gradient elements and the frozen part.
+struct ParamBytes {
+  int64_t shard = 0, grad_elements = 0, frozen = 0;
+};
+
+// Parameter accounting: every unit's parameters, trainable and adapter counts and its sharded and
+// gathered sizes go into `r`; the per-rank totals are returned.
+ParamBytes AccountParameters(const WalkSetup& w, const Plan& plan, MemoryReport* r) {
+  ParamBytes b;
+  for (const auto& u : *w.units) {
+    // An expert-parallel unit holds E / ep of its layer's experts: the model has ep times more.
+    const int64_t copies = u.expert_parallel ? plan.ep : 1;
+    r->parameters += u.NumParams() * copies;
+    int64_t unit_bytes = 0, unit_grad = 0, trainable = 0;
+    for (const auto& prm : u.params) {
+      int64_t ps = prm.PaddedShardNumel(r->shard_group);
+      int64_t bytes = ps * ShardedBytesPerElement(plan, prm);
+      unit_bytes += bytes;
+      if (prm.requires_grad && plan.Trains()) {
+        unit_grad += ps;
+        trainable += prm.numel() * copies;
+      } else if (!prm.lora_adapter) {
+        b.frozen += bytes;
+      }
+      if (prm.lora_adapter) r->adapter_parameters += prm.numel();
+    }
+    b.shard += unit_bytes;
+    b.grad_elements += unit_grad;
+    r->trainable_parameters += trainable;
+    r->units.push_back({u.name, u.NumParams(), Bytes::Of(unit_bytes),
+                        Bytes::Of(u.GatheredNumel(r->shard_group) * model::BytesPerElement(plan.param_dtype)),
+                        u.first_segment, u.last_segment, trainable});
+  }
+  return b;
+}
+
+// The report from the ledger: model states, the peak (where, what it holds), each category's
+// most, the steps' peaks, the pools' reserve with memory to spare (`skipped`: the walk left
+// micro-batches out, so it has none) and, `with_timeline`, every op's figures.
+void ReportFromLedger(const MemoryLedger& ledger, const StepProgram& program,
+                      const std::vector<int64_t>& allocated_after, const Plan& plan,
+                      const ParamBytes& pb, bool skipped, bool with_timeline, MemoryReport* r) {
+  bool on_gpu = plan.offload == model::Offload::kNone;
+  r->sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(pb.shard);
+  r->frozen_sharded_params =
+      plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(pb.frozen);
+  r->frozen_dtype = model::ToString(plan.offload == model::Offload::kOptimizer ? plan.param_dtype
+                                                                              : plan.FrozenDtype());
+  r->sharded_grads =
+      on_gpu ? Bytes::Of(pb.grad_elements * model::BytesPerElement(plan.master_dtype)) : Bytes();
+  r->optimizer_state = Bytes::Of(on_gpu ? ledger.category_peaks()[static_cast<size_t>(Category::kOptimizerState)] : 0);
+  r->model_state = r->sharded_params + r->sharded_grads + r->optimizer_state;
+  r->peak_allocated = Bytes::Of(ledger.peak_bytes());
+  r->peak_phase = program.OpName(ledger.peak_op());
+  r->peak_at = program.OpPoint(ledger.peak_op());
+  for (int c = 0; c < kNumCategories; ++c) {
+    auto cat = static_cast<Category>(c);
+    int64_t at = ledger.at_peak()[static_cast<size_t>(c)];
+    if (at > 0) r->peak_breakdown.push_back({ToString(cat), Bytes::Of(at)});
+    int64_t pk = ledger.category_peaks()[static_cast<size_t>(c)];
+    if (pk > 0) r->category_peaks.push_back({ToString(cat), Bytes::Of(pk)});
+  }
+  std::stable_sort(r->peak_breakdown.begin(), r->peak_breakdown.end(),
+                   [](const auto& a, const auto& b) { return b.second < a.second; });
+  r->step0_peak = Bytes::Of(ledger.PeakOfStep(0));
+  r->steady_peak = Bytes::Of(ledger.PeakOfStep(1));
+  int64_t pools = 0;
+  for (int64_t p : ledger.pool_peaks()) pools += p;
+  // The ledger's per-pool segment rounding frees lumps as they were not allocated, so its
+  // figure drifts with the number of micro-batches: a walk that skipped some has none.
+  if (!skipped) r->reserved_no_pressure = Bytes::Of(pools);
+  if (with_timeline) {
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      r->timeline.push_back({program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(allocated_after[i])});
+    }
+  }
+}
+
+// The fit judgement without the allocator replay: expandable segments' page rounding, or the
+// fragmentation allowance, then required = peak + that + the memory outside the allocator.
+void JudgeWithoutReplay(const StepProgram& program, bool expandable, const MemoryOptions& options,
+                        MemoryReport* r) {
+  if (expandable) {
+    // One expandable segment per stream pool, mapped in 20 MiB pages: reserved is each pool's
+    // peak rounded up to a page, and the only slack is the unused tail of the last page.
+    // Blocks inside an expandable segment are splits of it, rounded to 512 bytes only, so
+    // the pools are replayed without the 2 MiB segment rounding of the default allocator.
+    std::array<int64_t, kNumStreams> cur{}, peak{};
+    for (const MemAction& m : program.actions) {
+      auto s = static_cast<size_t>(m.pool);
+      cur[s] += m.bytes > 0 ? RoundToBlock(m.bytes) : -RoundToBlock(-m.bytes);
+      peak[s] = std::max(peak[s], cur[s]);
+    }
+    int64_t reserved = 0, raw = 0;
+    for (int64_t p : peak) {
+      reserved += ExpandableReserved(p);
+      raw += p;
+    }
+    r->reserved_no_pressure = Bytes::Of(reserved);
+    r->fragmentation = Bytes::Of(reserved - raw);
+  } else {
+    r->fragmentation = Bytes::Of(static_cast<int64_t>(
+        static_cast<double>(r->peak_allocated.count()) * options.constants.fragmentation_fraction));
+  }
+  r->required = r->peak_allocated + r->fragmentation + r->outside_total;
+  r->fits = r->required <= r->capacity;
+}
+
+// MemoryReport::judged_on: how the verdict was reached.
+std::string JudgedOn(bool replay, bool expandable, const profiles::ClusterSpec& cluster,
+                     const MemoryOptions& options) {
+  if (cluster.cpu_only) {
+    return "peak allocated (tensor bytes through LibTorch's CPU allocator) + " +
+           std::to_string(static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)) +
+           "% fragmentation allowance + the rank's process (libraries, allocator, Gloo) vs "
+           "its share of this machine's RAM; the ranks together are judged against the "
+           "whole machine under Host";
+  }
+  std::ostringstream why;
+  if (replay) {
+    why << "the caching allocator replayed over every tensor of both steps "
+           "(c10/cuda/CUDACachingAllocator.cpp: 2 MiB small-pool and 20 MiB or 2 MiB-rounded "
+           "large-pool segments, best fit per stream, block splitting) in the device's usable "
+           "memory less the memory outside the allocator (CUDA context, NCCL); a failed cudaMalloc "
+           "frees the cached whole segments and retries, a second failure is the OOM "
+           "(nvidia-smi shows reserved + outside)";
+  } else {
+    why << "peak allocated + ";
+    if (expandable) {
+      why << "expandable_segments page rounding (20 MiB pages per stream pool)";
+    } else {
+      why << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
+          << "% fragmentation allowance";
+    }
+    why << " + memory outside the allocator (CUDA context, NCCL) vs the device's usable memory; "
+           "the caching allocator frees its cache and retries before it raises OOM, so "
+           "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
+  }
+  return why.str();
+}
+
+}  // namespace
+
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                                          const profiles::ClusterSpec& cluster, const Plan& plan,
                                          const MemoryOptions& options, bool with_timeline,
@@ -465,72 +610,14 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.skip_repeated_micro_batches = options.skip_repeated_micro_batches && !with_timeline;
   w.skip_repeated_micro_batches_in_step0 =
       options.skip_repeated_micro_batches_in_step0 && !with_timeline && !replay;
-  int64_t shard_bytes = 0, grad_shard = 0, frozen_bytes = 0;
-  for (const auto& u : *w.units) {
-    // An expert-parallel unit holds E / ep of its layer's experts: the model has ep times more.
-    const int64_t copies = u.expert_parallel ? plan.ep : 1;
-    r.parameters += u.NumParams() * copies;
-    int64_t unit_bytes = 0, unit_grad = 0, trainable = 0;
-    for (const auto& prm : u.params) {
-      int64_t ps = prm.PaddedShardNumel(r.shard_group);
-      int64_t bytes = ps * ShardedBytesPerElement(plan, prm);
-      unit_bytes += bytes;
-      if (prm.requires_grad && plan.Trains()) {
-        unit_grad += ps;
-        trainable += prm.numel() * copies;
-      } else if (!prm.lora_adapter) {
-        frozen_bytes += bytes;
-      }
-      if (prm.lora_adapter) r.adapter_parameters += prm.numel();
-    }
-    shard_bytes += unit_bytes;
-    grad_shard += unit_grad;
-    r.trainable_parameters += trainable;
-    r.units.push_back({u.name, u.NumParams(), Bytes::Of(unit_bytes),
-                       Bytes::Of(u.GatheredNumel(r.shard_group) * model::BytesPerElement(plan.param_dtype)),
-                       u.first_segment, u.last_segment, trainable});
-  }
+  const ParamBytes pb = AccountParameters(w, plan, &r);
   est.program = BuildStepProgram(w, cache->TakeProgramStorage());
   MemoryLedger ledger(est.program);
   est.peak_op = ledger.peak_op();
   est.allocated_after = ledger.TakeOpAfter();
-
-  bool on_gpu = plan.offload == model::Offload::kNone;
-  r.sharded_params = plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(shard_bytes);
-  r.frozen_sharded_params =
-      plan.offload == model::Offload::kAll ? Bytes() : Bytes::Of(frozen_bytes);
-  r.frozen_dtype = model::ToString(plan.offload == model::Offload::kOptimizer ? plan.param_dtype
-                                                                             : plan.FrozenDtype());
-  r.sharded_grads =
-      on_gpu ? Bytes::Of(grad_shard * model::BytesPerElement(plan.master_dtype)) : Bytes();
-  r.optimizer_state = Bytes::Of(on_gpu ? ledger.category_peaks()[static_cast<size_t>(Category::kOptimizerState)] : 0);
-  r.model_state = r.sharded_params + r.sharded_grads + r.optimizer_state;
-  r.peak_allocated = Bytes::Of(ledger.peak_bytes());
-  r.peak_phase = est.program.OpName(ledger.peak_op());
-  r.peak_at = est.program.OpPoint(ledger.peak_op());
-  for (int c = 0; c < kNumCategories; ++c) {
-    auto cat = static_cast<Category>(c);
-    int64_t at = ledger.at_peak()[static_cast<size_t>(c)];
-    if (at > 0) r.peak_breakdown.push_back({ToString(cat), Bytes::Of(at)});
-    int64_t pk = ledger.category_peaks()[static_cast<size_t>(c)];
-    if (pk > 0) r.category_peaks.push_back({ToString(cat), Bytes::Of(pk)});
-  }
-  std::stable_sort(r.peak_breakdown.begin(), r.peak_breakdown.end(),
-                   [](const auto& a, const auto& b) { return b.second < a.second; });
-  r.step0_peak = Bytes::Of(ledger.PeakOfStep(0));
-  r.steady_peak = Bytes::Of(ledger.PeakOfStep(1));
-  int64_t pools = 0;
-  for (int64_t p : ledger.pool_peaks()) pools += p;
-  // The ledger's per-pool segment rounding frees lumps as they were not allocated, so its
-  // figure drifts with the number of micro-batches: a walk that skipped some has none.
-  if (!w.skip_repeated_micro_batches && !w.skip_repeated_micro_batches_in_step0) {
-    r.reserved_no_pressure = Bytes::Of(pools);
-  }
-  if (with_timeline) {
-    for (size_t i = 0; i < est.program.ops.size(); ++i) {
-      r.timeline.push_back({est.program.OpName(i), Bytes::Of(ledger.op_peak()[i]), Bytes::Of(est.allocated_after[i])});
-    }
-  }
+  ReportFromLedger(ledger, est.program, est.allocated_after, plan, pb,
+                   w.skip_repeated_micro_batches || w.skip_repeated_micro_batches_in_step0,
+                   with_timeline, &r);
   OutsideAllocator(cluster, r, options.constants, &r);
   r.capacity = cluster.gpu.usable_memory;
   if (replay) {
@@ -542,61 +629,10 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
       cache->Recycle(std::move(est.program));
       return EstimateMemoryWithProgram(spec, cluster, plan, full, with_timeline, cache);
     }
-  } else if (expandable) {
-    // One expandable segment per stream pool, mapped in 20 MiB pages: reserved is each pool's
-    // peak rounded up to a page, and the only slack is the unused tail of the last page.
-    // Blocks inside an expandable segment are splits of it, rounded to 512 bytes only, so
-    // the pools are replayed without the 2 MiB segment rounding of the default allocator.
-    std::array<int64_t, kNumStreams> cur{}, peak{};
-    for (const MemAction& m : est.program.actions) {
-      auto s = static_cast<size_t>(m.pool);
-      cur[s] += m.bytes > 0 ? RoundToBlock(m.bytes) : -RoundToBlock(-m.bytes);
-      peak[s] = std::max(peak[s], cur[s]);
-    }
-    int64_t reserved = 0, raw = 0;
-    for (int64_t p : peak) {
-      reserved += ExpandableReserved(p);
-      raw += p;
-    }
-    r.reserved_no_pressure = Bytes::Of(reserved);
-    r.fragmentation = Bytes::Of(reserved - raw);
   } else {
-    r.fragmentation = Bytes::Of(static_cast<int64_t>(
-        static_cast<double>(r.peak_allocated.count()) * options.constants.fragmentation_fraction));
+    JudgeWithoutReplay(est.program, expandable, options, &r);
   }
-  if (!replay) {
-    r.required = r.peak_allocated + r.fragmentation + r.outside_total;
-    r.fits = r.required <= r.capacity;
-  }
-  std::ostringstream why;
-  if (replay) {
-    why << "the caching allocator replayed over every tensor of both steps "
-           "(c10/cuda/CUDACachingAllocator.cpp: 2 MiB small-pool and 20 MiB or 2 MiB-rounded "
-           "large-pool segments, best fit per stream, block splitting) in the device's usable "
-           "memory less the memory outside the allocator (CUDA context, NCCL); a failed cudaMalloc "
-           "frees the cached whole segments and retries, a second failure is the OOM "
-           "(nvidia-smi shows reserved + outside)";
-  } else {
-    why << "peak allocated + ";
-    if (expandable) {
-      why << "expandable_segments page rounding (20 MiB pages per stream pool)";
-    } else {
-      why << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
-          << "% fragmentation allowance";
-    }
-    why << " + memory outside the allocator (CUDA context, NCCL) vs the device's usable memory; "
-           "the caching allocator frees its cache and retries before it raises OOM, so "
-           "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
-  }
-  if (cluster.cpu_only) {
-    r.judged_on = "peak allocated (tensor bytes through LibTorch's CPU allocator) + " +
-                  std::to_string(static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)) +
-                  "% fragmentation allowance + the rank's process (libraries, allocator, Gloo) vs "
-                  "its share of this machine's RAM; the ranks together are judged against the "
-                  "whole machine under Host";
-  } else {
-    r.judged_on = why.str();
-  }
+  r.judged_on = JudgedOn(replay, expandable, cluster, options);
   if (options.host_estimate) HostEstimate(spec, cluster, plan, options, &r);
   return est;
 }
