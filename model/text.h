@@ -17,17 +17,28 @@ inline std::string Lower(std::string s) {
   return s;
 }
 
-// The items of a comma-separated list as given, empty ones included: "1,,2" -> {"1", "", "2"},
-// "" -> {""}. Callers reject the empty ones with their own message.
-inline std::vector<std::string> SplitCommas(const std::string& text) {
+// The pieces of `text` between `sep`s as given, empty ones included: Split("1,,2", ',') ->
+// {"1", "", "2"}, Split("", ',') -> {""}.
+inline std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> items;
   size_t start = 0;
   while (true) {
-    const size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
+    const size_t at = text.find(sep, start);
+    items.push_back(text.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return items;
+    start = at + 1;
   }
+}
+
+// The items of a comma-separated list as given, empty ones included: "1,,2" -> {"1", "", "2"},
+// "" -> {""}. Callers reject the empty ones with their own message.
+inline std::vector<std::string> SplitCommas(const std::string& text) { return Split(text, ','); }
+
+// `s` without leading and trailing spaces and tabs.
+inline std::string Trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
 }
 
 // The items with `sep` between them: Join({"a", "b"}, ", ") == "a, b".

@@ -5,6 +5,7 @@
 // hydra/_internal/config_loader_impl.py (the merge, packages as nested keys).
 #include "planner/configs/hydra_compose.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "model/errors.h"
 #include "model/text.h"
 #include "planner/configs/config_yaml.h"
+#include "planner/configs/import_reader.h"
 
 namespace shardtune::configs {
 namespace {
@@ -34,15 +36,8 @@ Json Without(const Json& doc, const std::string& key) {
   return out;
 }
 
-std::string Quote(const std::string& s) {
-  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-std::string Trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t");
-  if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
-}
+using internal::QuoteName;
+using model::Trim;
 
 // hydra/plugins/config_source.py _get_header_dict: leading "# @key value" lines (blank lines
 // skipped), stopping at the first other line; only @package is used.
@@ -60,7 +55,7 @@ std::optional<std::string> PackageHeader(const std::string& text, const std::str
     std::vector<std::string> parts;
     for (std::string w; words >> w;) parts.push_back(w);
     if (parts.size() != 2) {
-      throw InputError(file + ": expected a header line \"# @KEY VALUE\", got " + Quote(t));
+      throw InputError(file + ": expected a header line \"# @KEY VALUE\", got " + QuoteName(t));
     }
     if (parts[0] == "@package") return parts[1];
   }
@@ -153,7 +148,6 @@ struct Default {
   bool override_ = false;
   bool external_append = false;
   bool deleted = false;
-  bool primary = false;
   std::string parent_base_dir;
   std::string parent_package;
   std::string listed_in;  // the file whose defaults list has it, for messages
@@ -227,12 +221,12 @@ struct Default {
 
   // InputDefault.get_override_key.
   std::string OverrideKey() const {
-    std::string default_pkg = GroupPath();
+    std::string key = GroupPath();
+    std::string default_pkg = key;
     for (char& c : default_pkg) {
       if (c == '/') c = '.';
     }
     std::string final_pkg = FinalPackage(false);
-    std::string key = GroupPath();
     if (default_pkg != final_pkg) key += "@" + (final_pkg.empty() ? "_global_" : final_pkg);
     return key;
   }
@@ -270,10 +264,10 @@ Default ParseEntry(const Json& item, const std::string& file) {
     d.written = text;
     SplitPackage(text, &d.path, &d.package);
     if (d.path == "_self_") {
-      if (d.package) throw InputError(where + Quote(text) + ": expected _self_ without @package, got one");
+      if (d.package) throw InputError(where + QuoteName(text) + ": expected _self_ without @package, got one");
       d.self = true;
     }
-    if (d.path.empty()) throw InputError(where + Quote(text) + ": expected a config name, got none");
+    if (d.path.empty()) throw InputError(where + QuoteName(text) + ": expected a config name, got none");
     return d;
   }
   if (!item.is_object() || item.size() != 1) {
@@ -285,51 +279,46 @@ Default ParseEntry(const Json& item, const std::string& file) {
   std::istringstream words(key);
   std::vector<std::string> parts;
   for (std::string w; words >> w;) parts.push_back(w);
-  if (parts.empty()) throw InputError(where + Quote(key) + ": expected a group name, got none");
+  if (parts.empty()) throw InputError(where + QuoteName(key) + ": expected a group name, got none");
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     if (parts[i] == "optional") {
       d.optional = true;
     } else if (parts[i] == "override") {
       d.override_ = true;
     } else {
-      throw InputError(where + Quote(key) + ": expected the keywords optional or override before the group, got " +
-                       Quote(parts[i]));
+      throw InputError(where + QuoteName(key) + ": expected the keywords optional or override before the group, got " +
+                       QuoteName(parts[i]));
     }
   }
   d.group = true;
   d.written = key + ": " + (item.begin().value().is_string() ? item.begin().value().get<std::string>()
                                                            : item.begin().value().dump());
   SplitPackage(parts.back(), &d.path, &d.package);
-  if (d.path.empty()) throw InputError(where + Quote(key) + ": expected a group name, got none");
+  if (d.path.empty()) throw InputError(where + QuoteName(key) + ": expected a group name, got none");
   const Json& v = item.begin().value();
   if (v.is_array()) {
     for (const Json& o : v) {
       if (!o.is_string()) {
-        throw InputError(where + Quote(key) + ": expected a list of option names, got " + o.dump());
+        throw InputError(where + QuoteName(key) + ": expected a list of option names, got " + o.dump());
       }
     }
   } else if (!v.is_null() && !v.is_string()) {
-    throw InputError(where + Quote(key) + ": expected an option name, a list of them or null, got " + v.dump());
+    throw InputError(where + QuoteName(key) + ": expected an option name, a list of them or null, got " + v.dump());
   }
   d.value = v;
   // The shorthand "group: sub/option" is group "group/sub", option "option".
   if (v.is_string()) {
     std::string s = v.get<std::string>();
     size_t slash = s.rfind('/');
-    bool dotdot = false;
-    for (size_t a = 0; a <= s.size();) {
-      size_t b = s.find('/', a);
-      if (b == std::string::npos) b = s.size();
-      if (s.compare(a, b - a, "..") == 0 && b - a == 2) dotdot = true;
-      a = b + 1;
-    }
+    const std::vector<std::string> segments = model::Split(s, '/');
+    const bool dotdot = std::find(segments.begin(), segments.end(), "..") != segments.end();
     if (slash != std::string::npos && !dotdot && s != "???" && s.find("${") == std::string::npos) {
       d.path += "/" + s.substr(0, slash);
       d.value = s.substr(slash + 1);
     }
   }
   if (d.value.is_string() && d.value.get<std::string>().find("${") != std::string::npos) {
-    throw InputError(where + Quote(key) + ": expected a plain option, got the interpolation " +
+    throw InputError(where + QuoteName(key) + ": expected a plain option, got the interpolation " +
                      d.value.dump() + ", which shardtune does not resolve in a defaults list; give the "
                      "composed config (python3 -m verl.trainer.main_ppo ... --cfg job)");
   }
@@ -378,9 +367,11 @@ class Composer {
 
   void Expand(Node* root, bool is_root) {
     Default& parent = root->d;
-    const Loaded* header_src = repo_->Load(parent.ConfigPath());
-    if (header_src && header_src->header) {
-      std::string h = *header_src->header;
+    // Loaded (and cached) once: its header places it before the checks below, as Hydra's
+    // update_package_header does.
+    const Loaded* loaded = repo_->Load(parent.ConfigPath());
+    if (loaded && loaded->header) {
+      std::string h = *loaded->header;
       if (h != "_global_" && h.rfind("_global_.", 0) != 0) h = h.empty() ? "_global_" : "_global_." + h;
       parent.package_header = h;
     }
@@ -390,11 +381,10 @@ class Composer {
     }
     if (!parent.Name()) return;  // "group: null"
     if (parent.Name() == "???") {
-      throw InputError(parent.listed_in + ": defaults entry " + Quote(parent.Shown()) +
+      throw InputError(parent.listed_in + ": defaults entry " + QuoteName(parent.Shown()) +
                        ": expected an option chosen for " + parent.OverrideKey() + ", got ??? (give --set " +
                        parent.OverrideKey() + "=OPTION)");
     }
-    const Loaded* loaded = repo_->Load(parent.ConfigPath());
     if (!loaded) {
       if (parent.optional) {
         parent.deleted = true;
@@ -405,7 +395,7 @@ class Composer {
         builtin_used.push_back(parent.ConfigPath());
         return;
       }
-      throw InputError(parent.listed_in + ": defaults entry " + Quote(parent.Shown()) + ": expected a config " +
+      throw InputError(parent.listed_in + ": defaults entry " + QuoteName(parent.Shown()) + ": expected a config " +
                        parent.ConfigPath() + ".yaml in one of the search folders (" + repo_->Describe() +
                        "), got it in none; run shardtune from where the trainer is launched (verl: the "
                        "checkout's root; ROLL: the file in its place under the checkout's examples/), "
@@ -413,7 +403,7 @@ class Composer {
                        "--cfg job > job.yaml)");
     }
     if (seen_.count(parent.ConfigPath())) {
-      throw InputError(parent.listed_in + ": defaults entry " + Quote(parent.Shown()) +
+      throw InputError(parent.listed_in + ": defaults entry " + QuoteName(parent.Shown()) +
                        ": expected a defaults tree without cycles, got " + parent.ConfigPath() +
                        " within itself");
     }
@@ -454,7 +444,7 @@ class Composer {
       }
       if (seen_override && !(d.override_ || d.external_append)) {
         throw InputError(loaded->file + ":/defaults: expected override entries at the end of the list, got " +
-                         Quote(d.Shown()) + " after one");
+                         QuoteName(d.Shown()) + " after one");
       }
       if (d.override_) seen_override = true;
     }
@@ -472,7 +462,7 @@ class Composer {
         // The first registered in the reverse walk is the last in depth-first order: it wins;
         // the command line's were registered first.
         std::string key = d.OverrideKey();
-        if (!choices.count(key)) choices[key] = {d.value, false, false, loaded->file + ": " + Quote(d.Shown())};
+        if (!choices.count(key)) choices[key] = {d.value, false, false, loaded->file + ": " + QuoteName(d.Shown())};
         continue;
       }
       if (d.group) {
@@ -575,40 +565,37 @@ std::vector<Root> SearchRoots(const Json& doc, const std::string& file, const st
     if (!sp[i].is_string()) throw InputError(at + ": expected a file:// or pkg:// path, got " + sp[i].dump());
     const std::string entry = sp[i].get<std::string>();
     fs::path dir;
+    const bool pkg = entry.rfind("pkg://", 0) == 0;
     if (entry.rfind("file://", 0) == 0) {
       dir = entry.substr(7);
-    } else if (entry.rfind("pkg://", 0) == 0) {
+    } else if (pkg) {
       std::string module = entry.substr(6);
       for (char& c : module) {
         if (c == '.') c = '/';
       }
       dir = module;
     } else {
-      throw InputError(at + ": expected a file:// or pkg:// path, got " + Quote(entry));
+      throw InputError(at + ": expected a file:// or pkg:// path, got " + QuoteName(entry));
     }
     fs::path full = dir.is_absolute() ? dir : base / dir;
     std::error_code ec;
-    if (entry.rfind("pkg://", 0) == 0 && !fs::is_directory(full, ec)) {
+    if (pkg && !fs::is_directory(full, ec)) {
       // A package is importable from PYTHONPATH as well as from the current folder.
       if (const char* py = std::getenv("PYTHONPATH")) {
-        std::string paths = py;
-        for (size_t a = 0; a <= paths.size();) {
-          size_t b = paths.find(':', a);
-          if (b == std::string::npos) b = paths.size();
-          fs::path cand = fs::path(paths.substr(a, b - a)) / dir;
-          if (b > a && fs::is_directory(cand, ec)) {
+        for (const std::string& entry_dir : model::Split(py, ':')) {
+          fs::path cand = fs::path(entry_dir) / dir;
+          if (!entry_dir.empty() && fs::is_directory(cand, ec)) {
             full = cand;
             break;
           }
-          a = b + 1;
         }
       }
     }
     if (!fs::is_directory(full, ec)) {
-      throw InputError(at + ": expected the folder " + Quote(entry) + " relative to the current folder " +
-                       Quote(fs::absolute(base, ec).lexically_normal().string()) +
+      throw InputError(at + ": expected the folder " + QuoteName(entry) + " relative to the current folder " +
+                       QuoteName(fs::absolute(base, ec).lexically_normal().string()) +
                        " (Hydra reads it from where the trainer is launched: run shardtune from the "
-                       "checkout's root), got no folder " + Quote(full.lexically_normal().string()));
+                       "checkout's root), got no folder " + QuoteName(full.lexically_normal().string()));
     }
     roots.push_back({full, dir.string() + " (hydra.searchpath " + entry + ")"});
   }
@@ -618,13 +605,7 @@ std::vector<Root> SearchRoots(const Json& doc, const std::string& file, const st
 // "a.b.c" -> nested mappings holding `content` at that path (OmegaConf.update(cfg, package, ...)).
 Json Embed(const std::string& package, const Json& content) {
   if (package.empty()) return content;
-  std::vector<std::string> keys;
-  for (size_t a = 0; a <= package.size();) {
-    size_t b = package.find('.', a);
-    if (b == std::string::npos) b = package.size();
-    keys.push_back(package.substr(a, b - a));
-    a = b + 1;
-  }
+  const std::vector<std::string> keys = model::Split(package, '.');
   Json out = content;
   for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
     Json wrap = Json::object();
@@ -712,22 +693,21 @@ HydraComposition ComposeHydraConfig(const Json& doc, const std::string& text, co
 
   Node root;
   root.d.path = primary_name;
-  root.d.primary = true;
   root.d.listed_in = file;
   composer.Expand(&root, true);
   // ensure_overrides_used / ensure_deletions_used.
   for (const auto& [key, c] : composer.choices) {
     if (c.used) continue;
     if (c.external) {
-      throw InputError("--set " + c.text + ": expected a config group entry with the override key " + Quote(key) +
+      throw InputError("--set " + c.text + ": expected a config group entry with the override key " + QuoteName(key) +
                        " in the defaults tree of " + file + ", got none (+" + key +
                        "=OPTION adds one; a group under a package is named group@package)");
     }
-    throw InputError(c.text + ": expected an earlier group entry " + Quote(key) + " to override, got none");
+    throw InputError(c.text + ": expected an earlier group entry " + QuoteName(key) + " to override, got none");
   }
   for (const auto& [key, del] : composer.deletions) {
     if (!del.second) {
-      throw InputError("--set ~" + key + ": expected a defaults entry " + Quote(key) + " to drop, got none");
+      throw InputError("--set ~" + key + ": expected a defaults entry " + QuoteName(key) + " to drop, got none");
     }
   }
   std::vector<Composer::Result> order;
@@ -737,7 +717,7 @@ HydraComposition ComposeHydraConfig(const Json& doc, const std::string& text, co
   out.doc = Json::object();
   for (const auto& [path, package, key] : order) {
     if (!key.empty() && !keys.insert(key).second) {
-      throw InputError(file + ": expected the config group entry " + Quote(key) +
+      throw InputError(file + ": expected the config group entry " + QuoteName(key) +
                        " once in the composed defaults list, got it twice (an `override " + key +
                        ": OPTION` entry changes its option)");
     }

@@ -20,11 +20,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Path = std::vector<std::string>;
 
-std::string Trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t");
-  if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
-}
+using model::Trim;
 
 std::string Pointer(const Path& p) {
   std::string out;
