@@ -503,7 +503,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
           extras->response_length = r.response_length;
         }
         if (r.rollout_n > 0) extras->rollout_n = r.rollout_n;
-        if (!r.verl_trainer.empty()) extras->verl_trainer = r.verl_trainer;
+        if (r.verl_trainer != configs::VerlTrainer::kNone) extras->verl_trainer = r.verl_trainer;
         if (r.rollout_engine) extras->rollout_engine = r.rollout_engine;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());

@@ -79,7 +79,7 @@ struct FromExtras {
   int64_t sequences_per_step = 0;       // ImportResult's, the last file that says
   int64_t prompt_length = 0, response_length = 0;  // ImportResult's verl split, likewise
   int rollout_n = 0;
-  std::string verl_trainer;  // ImportResult's, the last file that says
+  configs::VerlTrainer verl_trainer = configs::VerlTrainer::kNone;  // ImportResult's, the last file that says
   std::optional<configs::RolloutEngine> rollout_engine;  // ImportResult's, the last file that says
 };
 

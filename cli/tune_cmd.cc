@@ -450,8 +450,8 @@ TuneRun::TokenBudget WinnerTokenBudget(const TuneRun& t) {
 
 // The key that sets the token budget in the verl trainer the config came from: the engine SFT
 // trainer's data.max_token_len_per_gpu, else the PPO actor's (import_verl.cc).
-void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, const std::string& verl_trainer,
-                      std::ostream& out) {
+void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s,
+                      configs::VerlTrainer verl_trainer, std::ostream& out) {
   if (!b.evaluated) return;
   out << "\nToken budget (packed micro-batches)\n";
   if (b.max_tokens <= 0) {
@@ -464,7 +464,7 @@ void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s, const
       << " micro-batches and " << b.step_s_at_max << " s per step there ("
       << std::setprecision(0) << b.tokens_per_s_at_max
       << " tokens/s): verl "
-      << (verl_trainer == "sft_engine" ? "data.max_token_len_per_gpu=" : "ppo_max_token_len_per_gpu=")
+      << (verl_trainer == configs::VerlTrainer::kSftEngine ? "data.max_token_len_per_gpu=" : "ppo_max_token_len_per_gpu=")
       << b.max_tokens / b.cp << "\n";
 }
 

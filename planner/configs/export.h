@@ -24,6 +24,10 @@ const char* ToString(ExportFormat f);
 ExportFormat ParseExportFormat(const std::string& text, const std::string& where);
 
 // What a config needs beyond the plan: the job's shape and the model's names.
+// The verl trainer a config runs (import_verl.cc): main_ppo (ppo_trainer.yaml), fsdp_sft_trainer
+// (sft_trainer.yaml) or sft_trainer (sft_trainer_engine.yaml); kNone for other formats.
+enum class VerlTrainer { kNone, kPpo, kSft, kSftEngine };
+
 struct ExportContext {
   int world_size = 1;  // ranks; REQUIRES: num_nodes * gpus_per_node
   int gpus_per_node = 1;
@@ -39,10 +43,10 @@ struct ExportContext {
   // rollout.n as 1, with notes).
   int64_t verl_prompt_length = 0, verl_response_length = 0;
   int verl_rollout_n = 0;
-  // verl: the trainer of the config the plan was tuned from (ImportResult::verl_trainer): "sft"
-  // and "sft_engine" are written as that SFT trainer's config; "" or "ppo": a training plan with
+  // verl: the trainer of the config the plan was tuned from (ImportResult::verl_trainer): kSft
+  // and kSftEngine are written as that SFT trainer's config; kNone or kPpo: a training plan with
   // verl's log-prob head is a PPO actor, any other an SFT job over sft_trainer.yaml.
-  std::string verl_trainer;
+  VerlTrainer verl_trainer = VerlTrainer::kNone;
 };
 
 // The Hugging Face transformers class of one decoder block of `spec`, derived from its shape:

@@ -273,8 +273,8 @@ ExportResult ExportVerlSftEngine(const model::Plan& p, const ExportContext& ctx,
 ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   Layout l = ResolveLayout(p, ctx);
   bool train = p.role == model::Role::kTrain;
-  if (train && ctx.verl_trainer == "sft_engine") return ExportVerlSftEngine(p, ctx, l);
-  if (train && (ctx.verl_trainer == "sft" || !model::IsVerlLogProbHead(p.loss_kernel))) {
+  if (train && ctx.verl_trainer == VerlTrainer::kSftEngine) return ExportVerlSftEngine(p, ctx, l);
+  if (train && (ctx.verl_trainer == VerlTrainer::kSft || !model::IsVerlLogProbHead(p.loss_kernel))) {
     return ExportVerlSft(p, ctx, l);
   }
   ExportResult r;

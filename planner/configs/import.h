@@ -12,6 +12,7 @@
 
 #include "model/model_spec.h"
 #include "model/plan.h"
+#include "planner/configs/export.h"
 #include "profiles/cluster.h"
 
 namespace shardtune::configs {
@@ -97,9 +98,8 @@ struct RolloutEngine {
 struct ImportResult {
   ImportFormat format = ImportFormat::kAccelerate;
   std::string worker;                 // the ROLL worker / verl role imported; "" for the others
-  // verl's trainer the file configures: "ppo" (main_ppo), "sft" (fsdp_sft_trainer over
-  // sft_trainer.yaml), "sft_engine" (sft_trainer over sft_trainer_engine.yaml); "" for the others.
-  std::string verl_trainer;
+  // verl's trainer the file configures (export.h VerlTrainer); kNone for the other formats.
+  VerlTrainer verl_trainer = VerlTrainer::kNone;
   int world_size = 0;                 // ranks the file asks for; 0: it does not say
   std::vector<std::string> warnings;  // one line each, naming the file and the keys
   std::vector<std::string> overrides_applied;  // the ctx.overrides this file took, as given

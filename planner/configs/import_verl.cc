@@ -452,16 +452,13 @@ void ApplyBatching(const ConfigReader& w, const Batching& b, int dp, int sp, int
     plan->seq_len = budget * sp;
     plan->packed_seq_len = seq;
     if (train) {
+      const int64_t per_rank = b.mini / dp;
       // A micro-batch holds no more than its rank's mini-batch: per_rank sequences of at most
       // the padded width (rounded up to whole cp shares).
-      const int64_t most = (b.mini / dp) * seq;
+      const int64_t most = per_rank * seq;
       if (most < plan->seq_len) plan->seq_len = (most + sp - 1) / sp * sp;
-    }
-    if (train) {
       // The mini-batch's rows when every sequence is as long as the padded width (the most).
-      int64_t per_rank = b.mini / dp;
-      int64_t rows = model::PackedRowsAtLongest(per_rank, seq, plan->seq_len);
-      plan->grad_accum = static_cast<int>(rows);
+      plan->grad_accum = static_cast<int>(model::PackedRowsAtLongest(per_rank, seq, plan->seq_len));
     }
     return;
   }
@@ -737,11 +734,11 @@ void ImportSftEngine(const ConfigReader& top, const ImportContext& ctx, ImportRe
 void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* out,
                std::vector<std::string>* ignored, model::Plan* plan) {
   if (top.Has("engine")) {
-    out->verl_trainer = "sft_engine";
+    out->verl_trainer = VerlTrainer::kSftEngine;
     ImportSftEngine(top, ctx, out, ignored, plan);
     return;
   }
-  out->verl_trainer = "sft";
+  out->verl_trainer = VerlTrainer::kSft;
   Fsdp m;
   m.world = ReadWorld(top, ctx, out);
   if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
@@ -971,7 +968,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
     }
   }
   if (ppo) {
-    out.verl_trainer = "ppo";
+    out.verl_trainer = VerlTrainer::kPpo;
     // main_ppo.py add_reward_model_worker: reward_model.enable puts an FSDP RewardModelWorker (or,
     // with use_reward_loop, a served reward model) on the global pool, the actor's GPUs, unless
     // enable_resource_pool gives it GPUs of its own. Its memory is not modelled: refused rather

@@ -504,7 +504,7 @@ TEST(ExportTest, VerlEngineSftPlanIsTheEngineTrainersConfig) {
   ictx.layer_class = "LlamaDecoderLayer";
   model::Plan plan;
   ImportResult imported = ImportConfigText(text, "sft_engine.yaml", ictx, nullptr, &plan);
-  ASSERT_EQ(imported.verl_trainer, "sft_engine");
+  ASSERT_EQ(imported.verl_trainer, VerlTrainer::kSftEngine);
   ExportContext ctx = MakeExportContext(model::FindModelPreset("llama3-8b"),
                                         profiles::ParseClusterShorthand("8xH100"), plan);
   ctx.verl_trainer = imported.verl_trainer;
@@ -519,7 +519,7 @@ TEST(ExportTest, VerlEngineSftPlanIsTheEngineTrainersConfig) {
   EXPECT_EQ(Int(y, "/model/lora_rank"), 8);
   model::Plan back;
   ImportResult again = ImportConfigText(r.text, "exported.yaml", ictx, nullptr, &back);
-  EXPECT_EQ(again.verl_trainer, "sft_engine");
+  EXPECT_EQ(again.verl_trainer, VerlTrainer::kSftEngine);
   EXPECT_EQ(model::PlanToJson(back).dump(1), model::PlanToJson(plan).dump(1));
 }
 
