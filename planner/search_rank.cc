@@ -34,7 +34,6 @@ std::string Secs(double s) {
   return buf;
 }
 
-// The phase kind of a peak op name ("step 1 · micro-batch 1/4 · backward · block 3" -> backward).
 const char* StrategyFamily(const model::Plan& p) {
   switch (p.strategy) {
     case model::ShardingStrategy::kNoShard: return "no_shard";
