@@ -1,6 +1,7 @@
 // `shardtune estimate`: resolve inputs, validate them together, run the memory model, print.
 #include "cli/estimate_cmd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <map>
@@ -15,6 +16,7 @@
 #include "model/text.h"
 #include "model/trainable.h"
 #include "model/plan_json.h"
+#include "model/presets.h"
 #include "planner/advice.h"
 #include "planner/offload_advisor.h"
 #include "profiles/cluster.h"
@@ -408,6 +410,10 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
   sub->add_option("--role-plan", a->role_plans,
                   "Plan JSON of another role on the same GPUs (repeatable; RL: reference, rollout)")
       ->check(CLI::ExistingFile);
+  sub->add_option("--reward-model", a->reward_model,
+                  "The model of the --from config's FSDP reward model (verl reward_model.model.path "
+                  "with use_reward_loop false), as --model takes it: a preset, a Hugging Face id "
+                  "of one, or a config.json; default: that path when it resolves");
   sub->add_flag("--offload-between-roles", a->offload_between_roles,
                 "Idle roles offload params and optimizer state to the host (verl param_offload, "
                 "ROLL offload)");
@@ -429,7 +435,27 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
 namespace {
 
 // The roles of --role-plan next to the main plan, estimated on the same cluster.
+// The model each --from role runs: the job's, or the one the config names for it (verl's reward
+// model, ImportedRole::model_named), resolved as --model is, or --reward-model when given.
+// Resolution warnings go to `warnings`.
+std::vector<model::ModelSpec> RoleModels(const EstimateArgs& a, const Job& job,
+                                         std::vector<std::string>* warnings) {
+  std::vector<model::ModelSpec> specs;
+  for (const auto& role : job.from.roles) {
+    if (role.model_named.empty()) {
+      specs.push_back(job.spec);
+    } else if (!a.reward_model.empty()) {
+      specs.push_back(model::ResolveModelArg(a.reward_model, warnings, "--reward-model"));
+    } else {
+      specs.push_back(model::ResolveModelArg(role.model_named, warnings, role.model_named_where,
+                                             "--reward-model"));
+    }
+  }
+  return specs;
+}
+
 sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
+                                     const std::vector<model::ModelSpec>& role_specs,
                                      const sim::MemoryReport& main) {
   std::vector<sim::ColocatedRole> roles;
   auto role_of = [](std::string name, sim::MemoryReport report, std::optional<bool> offloaded) {
@@ -442,15 +468,17 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
   std::string main_name = std::string(model::ToString(job.plan.role)) + " (" +
                           (a.plan.plan_file.empty() ? std::string("flags") : a.plan.plan_file) +
                           ")";
-  if (!job.from.roles.empty() || job.from.rollout_engine) main_name = "actor";
+  if (!job.from.roles.empty() || !job.from.engines.empty()) main_name = "actor";
   roles.push_back(role_of(main_name, main, job.from.offloaded_when_idle));
   // The roles the --from config runs beside it (verl: critic, reference policy), each on the
   // model it trains (the critic's has a value head).
-  for (const auto& role : job.from.roles) {
-    ThrowIfProblems(JobProblems(job.spec, job.cluster, role.plan, PlanSource(a.plan) + " (" + role.name + ")"));
-    model::ModelSpec spec = job.spec;
+  for (size_t i = 0; i < job.from.roles.size(); ++i) {
+    const configs::ImportedRole& role = job.from.roles[i];
+    model::ModelSpec spec = role_specs[i];
     spec.value_head = role.value_head;
-    roles.push_back(role_of(role.name + " (" + model::ToString(role.plan.role) + ")",
+    ThrowIfProblems(JobProblems(spec, job.cluster, role.plan, PlanSource(a.plan) + " (" + role.name + ")"));
+    const std::string own_model = role.model_named.empty() ? "" : ", " + role_specs[i].name;
+    roles.push_back(role_of(role.name + " (" + model::ToString(role.plan.role) + own_model + ")",
                             sim::EstimateMemory(spec, job.cluster, role.plan, job.options.memory),
                             role.offloaded_when_idle));
     if (role.shares_actor_states) roles.back().states_of = 0;  // the actor's FSDP module
@@ -462,9 +490,9 @@ sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
                             sim::EstimateMemory(job.spec, job.cluster, p, job.options.memory),
                             std::nullopt));
   }
-  if (const auto& e = job.from.rollout_engine) {  // verl's rollout engine on the same GPUs
-    roles.push_back(sim::RolloutEngineRole(e->name, e->gpu_memory_utilization, e->free_cache_engine,
-                                           e->enforce_eager, job.cluster.gpu.usable_memory,
+  for (const auto& e : job.from.engines) {  // verl's rollout and reward engines on the same GPUs
+    roles.push_back(sim::RolloutEngineRole(e.role, e.name, e.gpu_memory_utilization, e.free_cache_engine,
+                                           e.enforce_eager, job.cluster.gpu.usable_memory,
                                            job.options.memory.constants));
   }
   sim::ColocationOptions o;
@@ -530,6 +558,15 @@ std::string FirstScreen(bool fits, const std::string& verdict, const sim::JobPha
 
 void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   Job job = ResolveJob(a);
+  const std::vector<model::ModelSpec> role_specs = RoleModels(a, job, &job.warnings);
+  if (!a.reward_model.empty() &&
+      std::none_of(job.from.roles.begin(), job.from.roles.end(),
+                   [](const configs::ImportedRole& r) { return !r.model_named.empty(); })) {
+    throw InputError("--reward-model " + a.reward_model +
+                     ": expected a --from verl config with reward_model.enable and "
+                     "use_reward_loop false (the FSDP reward model on the actor's GPUs), got " +
+                     (a.plan.from_files.empty() ? std::string("no --from") : "none in " + PlanSource(a.plan)));
+  }
   const auto& spec = job.spec;
   const auto& cluster = job.cluster;
   const auto& plan = job.plan;
@@ -570,8 +607,8 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   if (sim::UsesFeatures(plan)) savings = sim::CompareWithFullFinetune(spec, cluster, plan, opt, r);
   sim::ColocationReport colocated;
   const bool colocating =
-      !a.role_plans.empty() || !job.from.roles.empty() || job.from.rollout_engine.has_value();
-  if (colocating) colocated = ColocatedRoles(a, job, r);
+      !a.role_plans.empty() || !job.from.roles.empty() || !job.from.engines.empty();
+  if (colocating) colocated = ColocatedRoles(a, job, role_specs, r);
   // One verdict: the job fits when every phase of this role fits and, with co-located roles,
   // the GPU holds each role beside the others' idle residue.
   bool fits = phases.fits && (!colocating || colocated.fits);
@@ -618,7 +655,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
       sim::JobPhases tp = sim::EstimateJobPhases(te.program, te.report, spec, cluster, t, opt);
       typical_fits = tp.fits;
       if (typical_fits && colocating) {
-        sim::ColocationReport tc = ColocatedRoles(a, job, te.report);
+        sim::ColocationReport tc = ColocatedRoles(a, job, role_specs, te.report);
         typical_fits = tc.fits;
         typical_text = "beside the co-located roles " + FormatBytes(tc.peak) + " while " + tc.peak_role + " runs";
       } else {

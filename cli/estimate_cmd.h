@@ -19,6 +19,9 @@ struct EstimateArgs : JobArgs {
   bool roles_in_one_process = false;   // verl's fused worker; default: a process per role (ROLL)
   std::string plot;  // --plot FILE.svg|FILE.html: memory over the steps and the job phases
   std::string memory_snapshot;  // --memory-snapshot FILE.pickle: torch's _snapshot() format
+  // --reward-model: the model of verl's FSDP reward model (ImportedRole::model_named) when its
+  // path does not resolve here; empty: that path.
+  std::string reward_model;
   std::string lengths;  // --lengths mean:N: the data's mean sequence length (packed micro-batches)
 };
 

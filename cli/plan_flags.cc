@@ -354,7 +354,7 @@ void GroupHelp(CLI::App* app) {
       {"Trainer configs (verl, ROLL, Accelerate, HF Trainer)", {"from", "from-format", "from-worker", "set"}},
       {"Memory model",
        {"model-load", "load-dtype", "checkpoint-format", "allocator", "host-memory-limit", "no-grad-clip",
-        "moe-capacity-factor", "role-plan", "offload-between-roles", "roles-in-one-process"}},
+        "moe-capacity-factor", "role-plan", "offload-between-roles", "roles-in-one-process", "reward-model"}},
       {"Search (what tune varies and ranks by)",
        {"objective", "min-tokens-per-s", "price-per-gpu-hour", "search-nodes", "cp-sizes", "loss-kernels",
         "jobs", "measure", "measure-steps", "measure-dir"}},
@@ -489,7 +489,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
       if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
       if (extras) {
-        if (!r.roles.empty() || r.rollout_engine) {
+        if (!r.roles.empty() || !r.engines.empty()) {
           extras->roles = r.roles;
           extras->roles_in_one_process = r.roles_in_one_process;
         }
@@ -504,7 +504,7 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
         }
         if (r.rollout_n > 0) extras->rollout_n = r.rollout_n;
         if (r.verl_trainer != configs::VerlTrainer::kNone) extras->verl_trainer = r.verl_trainer;
-        if (r.rollout_engine) extras->rollout_engine = r.rollout_engine;
+        if (!r.engines.empty()) extras->engines = r.engines;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
     }

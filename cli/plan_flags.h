@@ -80,7 +80,7 @@ struct FromExtras {
   int64_t prompt_length = 0, response_length = 0;  // ImportResult's verl split, likewise
   int rollout_n = 0;
   configs::VerlTrainer verl_trainer = configs::VerlTrainer::kNone;  // ImportResult's, the last file that says
-  std::optional<configs::RolloutEngine> rollout_engine;  // ImportResult's, the last file that says
+  std::vector<configs::RolloutEngine> engines;  // ImportResult's, the last file that names any
 };
 
 model::Plan BuildPlan(const PlanFlags& flags, const configs::ImportContext* from_ctx = nullptr,

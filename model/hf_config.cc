@@ -943,6 +943,22 @@ std::string SupportedList() {
   return out;
 }
 
+// A reward or value model's architecture: a decoder with a score head in place of its LM head,
+// "<X>ForSequenceClassification" or "<X>ForTokenClassification" of a supported "<X>ForCausalLM"
+// (transformers' modeling_<x>.py: <X>ForSequenceClassification = <X>Model + score
+// nn.Linear(hidden_size, num_labels, bias=False), pooled at the last token;
+// GenericForTokenClassification = <X>Model + dropout + score nn.Linear(hidden_size, num_labels)).
+// Returns the causal LM's name for a classification name, else "".
+std::string CausalLmOfClassifier(const std::string& name) {
+  for (const char* suffix : {"ForSequenceClassification", "ForTokenClassification"}) {
+    const std::string sfx = suffix;
+    if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+      return name.substr(0, name.size() - sfx.size()) + "ForCausalLM";
+    }
+  }
+  return "";
+}
+
 const Arch& FindArch(const nlohmann::json& j, const std::string& file) {
   StrictReader r(j, file);
   std::string key = r.Has("architectures") ? "architectures" : "model_type";
@@ -955,14 +971,17 @@ const Arch& FindArch(const nlohmann::json& j, const std::string& file) {
                      Describe(v));
   }
   std::vector<std::string> candidates;
+  const std::string causal = by_arch ? CausalLmOfClassifier(name.get<std::string>()) : "";
   for (const Arch& a : kArchs) {
     if (name.get<std::string>() == (by_arch ? a.name : a.model_type)) return a;
+    if (!causal.empty() && causal == a.name) return a;
     candidates.push_back(by_arch ? a.name : a.model_type);
   }
   std::string hint = ClosestName(name.get<std::string>(), candidates);
   throw InputError(r.Where(key) + (by_arch ? "/0" : "") + ": unsupported architecture " +
                    Describe(name) + DidYouMean(hint) +
-                   "; supported: " + SupportedList());
+                   "; supported: " + SupportedList() +
+                   " (and a ForCausalLM's ForSequenceClassification / ForTokenClassification)");
 }
 
 }  // namespace
@@ -1022,6 +1041,16 @@ ModelSpec ImportHfConfig(const nlohmann::json& j, const std::string& file,
                : file;
   s.source = "Hugging Face config.json " + file + " (" + arch.name + ")";
   s.hf_architecture = arch.name;
+  // A classifier's score head replaces the LM head (CausalLmOfClassifier). Estimated as the value
+  // head verl builds on any checkpoint (AutoModelForTokenClassification with num_labels 1,
+  // fsdp_workers.py RewardModelWorker and CriticWorker), whatever labels the file names.
+  if (const nlohmann::json& a = j.value("architectures", nlohmann::json::array());
+      a.is_array() && !a.empty() && a[0].is_string() &&
+      !CausalLmOfClassifier(a[0].get<std::string>()).empty()) {
+    s.value_head = true;
+    s.source = "Hugging Face config.json " + file + " (" + a[0].get<std::string>() + ": " +
+               arch.name + "'s decoder with a score head)";
+  }
   s.FillDefaults();
   s.Validate(file + " (as shardtune.model)");
   return s;

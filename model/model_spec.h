@@ -191,6 +191,8 @@ struct ModelSpec {
   // CriticWorker: num_labels = 1, classifier_dropout 0). No [tokens, vocabulary] logits; the
   // embedding stays (untied from any head).
   bool value_head = false;
+  // Outputs per token of the head: the vocabulary, or 1 for a value head.
+  int64_t HeadOutputs() const { return value_head ? 1 : vocab_size; }
   // What the layers compute with but memory and time do not depend on (the executor uses them):
   // the rotary base (HF rope_theta; GPT-NeoX rotary_emb_base) and the norms' epsilon
   // (rms_norm_eps, layer_norm_epsilon, layer_norm_eps); 0 in a file means the default, 10000

@@ -750,7 +750,7 @@ std::optional<PresetMatch> FindPresetByHfName(const std::string& name) {
 }
 
 ModelSpec ResolveModelArg(const std::string& arg_in, std::vector<std::string>* warnings,
-                          const std::string& where) {
+                          const std::string& where, const std::string& flag) {
   const std::string arg = ExpandHome(arg_in);
   if (IsDirectory(arg)) {
     std::string config = (std::filesystem::path(arg) / "config.json").string();
@@ -775,8 +775,12 @@ ModelSpec ResolveModelArg(const std::string& arg_in, std::vector<std::string>* w
   }
   if (std::optional<PresetMatch> m = FindPresetByHfName(arg)) {
     if (warnings && !m->how.empty()) {
+      std::string how = m->how;
+      if (size_t at = how.find("give --model"); at != std::string::npos && flag != "--model") {
+        how.replace(at + 5, 7, flag);
+      }
       warnings->push_back(where + ": \"" + arg_in + "\" read as preset " + m->preset + " (" +
-                          m->how + ")");
+                          how + ")");
     }
     return FindModelPreset(m->preset);
   }
@@ -787,7 +791,7 @@ ModelSpec ResolveModelArg(const std::string& arg_in, std::vector<std::string>* w
     throw InputError(where + ": expected a preset, a Hugging Face id of one, a model directory "
                      "with config.json or a JSON file, got \"" + arg_in +
                      "\", which is none of them here (`shardtune models` lists the presets and "
-                     "their ids; give --model path/to/config.json for another model)");
+                     "their ids; give " + flag + " path/to/config.json for another model)");
   }
   try {
     return FindModelPreset(arg);

@@ -46,9 +46,10 @@ std::optional<PresetMatch> FindPresetByHfName(const std::string& name);
 // config.json when LooksLikeHfConfig()), a directory holding a config.json (a downloaded model),
 // a preset name, else a Hugging Face model name FindPresetByHfName matches. HF import warnings
 // (unknown keys) and how a name was matched are appended to `warnings` when it is not null.
-// `where` names the argument in errors ("--model", "cfg.yaml:/actor_rollout_ref/model/path").
+// `where` names the argument in errors ("--model", "cfg.yaml:/actor_rollout_ref/model/path");
+// `flag` is the option the errors tell the user to give instead ("--model", "--reward-model").
 // Throws InputError.
 ModelSpec ResolveModelArg(const std::string& arg, std::vector<std::string>* warnings,
-                          const std::string& where = "--model");
+                          const std::string& where = "--model", const std::string& flag = "--model");
 
 }  // namespace shardtune::model

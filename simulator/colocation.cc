@@ -81,10 +81,11 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     }
   }
   out.fits = out.peak <= out.capacity;
-  bool per_role = false, engine = false;
+  bool per_role = false;
+  int engines = 0;
   for (const auto& r : roles) {
     per_role = per_role || r.offloaded_when_idle.has_value();
-    engine = engine || r.engine.has_value();
+    engines += r.engine.has_value() ? 1 : 0;
   }
   out.judged_on =
       std::string("the running role's required figure plus every idle role's residue (") +
@@ -94,19 +95,22 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
                                  : "sharded parameters and optimizer state stay resident") +
       (o.separate_processes ? "; one process per role: each keeps its CUDA context and NCCL buffers"
                             : "; one process: one CUDA context shared") +
-      (engine ? "; the rollout engine in its own process: its share of the GPU while it generates, "
-                "its context and CUDA graphs while it sleeps, and the trainer process's context "
-                "and NCCL buffers beside it"
-              : "") +
+      (engines == 1 ? "; the inference engine in its own process: its share of the GPU while it runs, "
+                      "its context and CUDA graphs while it sleeps, and the trainer process's "
+                      "context and NCCL buffers beside it"
+       : engines > 1 ? "; each inference engine in its own process: its share of the GPU while it "
+                       "runs, its context and CUDA graphs while it sleeps, and the trainer "
+                       "process's context and NCCL buffers beside it"
+                     : "") +
       ") vs the device's usable memory";
   return out;
 }
 
-ColocatedRole RolloutEngineRole(const std::string& engine_name, double gpu_memory_utilization,
-                                bool free_cache_engine, bool enforce_eager, Bytes usable_memory,
-                                const MemoryConstants& k) {
+ColocatedRole RolloutEngineRole(const std::string& role, const std::string& engine_name,
+                                double gpu_memory_utilization, bool free_cache_engine,
+                                bool enforce_eager, Bytes usable_memory, const MemoryConstants& k) {
   ColocatedRole r;
-  r.name = "rollout (" + engine_name + ")";
+  r.name = role + " (" + engine_name + ")";
   EngineFigures e;
   const Bytes share = Bytes::Of(static_cast<int64_t>(
       gpu_memory_utilization * static_cast<double>(usable_memory.count())));

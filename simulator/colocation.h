@@ -59,12 +59,13 @@ struct ColocatedRole {
 // replace it with your log's figure when it matters.
 inline constexpr int64_t kEngineCudaGraphPoolGuessBytes = int64_t{512} << 20;
 
-// verl's rollout engine `engine_name` on a GPU of `usable_memory` (what the driver reports as
-// total): while it runs, gpu_memory_utilization x that (weights, KV cache, activations; vLLM
-// gpu_worker.py requested_memory) plus its process's CUDA context; while it sleeps
-// (free_cache_engine) its context and, without enforce_eager, its CUDA graph pool; without
-// free_cache_engine, all of it.
-ColocatedRole RolloutEngineRole(const std::string& engine_name, double gpu_memory_utilization,
+// verl's inference engine `engine_name` serving `role` ("rollout", "reward model") on a GPU of
+// `usable_memory` (what the driver reports as total): while it runs, gpu_memory_utilization x
+// that (weights, KV cache, activations; vLLM gpu_worker.py requested_memory) plus its process's
+// CUDA context; while it sleeps (free_cache_engine) its context and, without enforce_eager, its
+// CUDA graph pool; without free_cache_engine, all of it. Named "role (engine_name)".
+ColocatedRole RolloutEngineRole(const std::string& role, const std::string& engine_name,
+                                double gpu_memory_utilization,
                                 bool free_cache_engine, bool enforce_eager, Bytes usable_memory,
                                 const MemoryConstants& constants);
 

@@ -103,8 +103,8 @@ void Walker::ForwardCompute(int seg) {
       // no_grad through verl's fused head: the log-probs and entropy [T] come back, no logits.
       kept_logits_ = 0;
     } else {  // no_grad: only the logits [B, S, V] the caller gets back (log-probs are taken from
-              // them)
-      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
+              // them); a value head's are its values [B, S, 1]
+      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.HeadOutputs()));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
       kept_logits_id_ = TAlloc(Stream::kDefault, kept_logits_);
     }
@@ -198,7 +198,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       TWorkingSet(ws, head_);
     }
     if (p_.keep_logits) {
-      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.vocab_size));
+      kept_logits_ = Tok(static_cast<double>(e_param_ * spec.HeadOutputs()));
       Alloc(Category::kLoss, Stream::kDefault, kept_logits_);
       kept_logits_id_ = TAlloc(Stream::kDefault, kept_logits_);
     }

@@ -76,6 +76,11 @@ struct ImportedRole {
   // its parameters are the actor's, so it leaves nothing of its own while idle and, while it
   // runs, the actor's resident optimizer state (not its parameters again) is beside it.
   bool shares_actor_states = false;
+  // The model the role loads when it is not the imported worker's (verl's FSDP reward model,
+  // reward_model.model.path), as the file names it; "" when it runs on that model. The CLI
+  // resolves it as --model would (model::ResolveModelArg), or takes --reward-model.
+  std::string model_named;
+  std::string model_named_where;  // "file:/reward_model/model/path"
 };
 
 // The rollout engine verl runs on the trainer's GPUs (actor_rollout_ref.rollout, name vllm, sglang
@@ -87,7 +92,15 @@ struct ImportedRole {
 // (engine.sleep: level 2 in verl's hybrid mode, level 1 colocated), releasing the weights and the
 // KV cache; its CUDA graphs stay (rollout.yaml: "cudagraph in inference engine can not be
 // offloaded during update policy").
+//
+// verl's reward loop (reward_model.use_reward_loop, the default) serves a reward model the same
+// way when reward_model.enable without enable_resource_pool: RewardLoopManager launches
+// reward_model.rollout's engine on the actor's GPUs (experimental/reward_loop/reward_model.py
+// init_colocated), wakes it for compute_rm_score and puts it back to sleep (level 1) after
+// (reward_loop.py), with reward_model.rollout's own gpu_memory_utilization (default 0.5),
+// free_cache_engine (true) and enforce_eager (true): one more engine, role "reward model".
 struct RolloutEngine {
+  std::string role = "rollout";         // "rollout", "reward model"
   std::string name;                     // "vllm", "sglang", "trtllm"
   double gpu_memory_utilization = 0.5;  // rollout.yaml default
   bool free_cache_engine = true;        // rollout.yaml default
@@ -117,8 +130,9 @@ struct ImportResult {
   // need_critic, ref when need_reference_policy); empty when --from-worker picked one.
   std::vector<ImportedRole> roles;
   bool roles_in_one_process = false;  // verl: every role in one process per GPU (one context)
-  // verl's rollout engine on the same GPUs (a PPO config's actor, not with --from-worker).
-  std::optional<RolloutEngine> rollout_engine;
+  // The inference engines on the same GPUs (a verl PPO config's actor, not with --from-worker):
+  // the rollout engine, then the reward loop's reward model when it is co-located.
+  std::vector<RolloutEngine> engines;
   // The model the imported worker loads, as the file names it (verl's model.path or
   // partial_pretrain, ROLL's model_args.model_name_or_path or pretrain): a Hugging Face id or a
   // local directory; "" when the file names none (Accelerate, HF Trainer arguments). The CLI

@@ -932,7 +932,195 @@ void ReadRolloutEngine(const ConfigReader& arr, ImportResult* out, std::vector<s
   e.gpu_memory_utilization = ro->Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
   e.free_cache_engine = ro->Bool("free_cache_engine").value_or(true);
   e.enforce_eager = ro->Bool("enforce_eager").value_or(false);
-  out->rollout_engine = e;
+  out->engines.push_back(e);
+}
+
+// reward_model's keys (reward_model/dp_reward_loop.yaml over dp_reward_model.yaml at
+// volcengine/verl@b178a3c, and what fsdp_workers.py RewardModelWorker and
+// experimental/reward_loop read of them).
+const KeyTable& RewardModelKeys() {
+  static const KeyTable t = WithIgnored(
+      {{"enable", KeyUse::kMapped},
+       {"enable_resource_pool", KeyUse::kMapped},
+       {"use_reward_loop", KeyUse::kMapped},
+       {"strategy", KeyUse::kMapped},
+       {"model", KeyUse::kMapped},
+       {"rollout", KeyUse::kMapped},
+       {"micro_batch_size", KeyUse::kMapped},
+       {"micro_batch_size_per_gpu", KeyUse::kMapped},
+       {"max_length", KeyUse::kMapped},
+       {"use_dynamic_bsz", KeyUse::kMapped},
+       {"forward_max_token_len_per_gpu", KeyUse::kMapped},
+       {"ulysses_sequence_parallel_size", KeyUse::kMapped}},
+      {"_target_", "n_gpus_per_node", "nnodes", "num_workers", "reward_manager",
+       "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name",
+       "launch_reward_fn_async", "sandbox_fusion", "profiler", "truncation", "nccl_timeout",
+       "reward_kwargs"});
+  return t;
+}
+
+// reward_model.model: what RewardModelWorker._build_model reads (it takes no use_fused_kernels,
+// no LoRA and no gradient checkpointing: the model only runs forward).
+const KeyTable& RewardModelModelKeys() {
+  static const KeyTable t = WithIgnored(
+      {{"path", KeyUse::kMapped},
+       {"input_tokenizer", KeyUse::kMapped},
+       {"override_config", KeyUse::kMapped},
+       {"use_remove_padding", KeyUse::kMapped},
+       {"fsdp_config", KeyUse::kMapped}},
+      {"_target_", "external_lib", "trust_remote_code", "use_shm", "use_fused_kernels"});
+  return t;
+}
+
+// The reward loop's served reward model, co-located (RolloutEngine's comment): its engine section
+// reward_model.rollout, whose name rollout.yaml leaves ??? (required).
+void ReadRewardEngine(const ConfigReader& rm, ImportResult* out, std::vector<std::string>* ignored) {
+  ConfigReader ro = rm.RequiredSection("rollout");
+  for (const auto& item : ro.obj().items()) {
+    const std::string& k = item.key();
+    if (k != "name" && k != "gpu_memory_utilization" && k != "free_cache_engine" && k != "enforce_eager") {
+      ignored->push_back("/reward_model/rollout/" + k + " (inside the engine's gpu_memory_utilization share)");
+    }
+  }
+  std::optional<std::string> name = ro.String("name");
+  if (!name) {
+    ro.Fail("name", "vllm, sglang or trtllm (the reward loop's engine; rollout.yaml leaves it ???, "
+                    "a required value)");
+  }
+  if (*name != "vllm" && *name != "sglang" && *name != "trtllm") {
+    ro.Fail("name", "vllm, sglang or trtllm (the reward loop's engines)");
+  }
+  RolloutEngine e;
+  e.role = "reward model";
+  e.name = *name;
+  e.where = rm.file() + ":/reward_model/rollout";
+  // dp_reward_loop.yaml's rollout defaults: gpu_memory_utilization 0.5, free_cache_engine true,
+  // enforce_eager true.
+  e.gpu_memory_utilization = ro.Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
+  e.free_cache_engine = ro.Bool("free_cache_engine").value_or(true);
+  e.enforce_eager = ro.Bool("enforce_eager").value_or(true);
+  out->engines.push_back(e);
+}
+
+// fsdp_workers.py RewardModelWorker (reward_model.use_reward_loop false): an inference role on
+// its own model, in the actor's process (ray_trainer.py create_colocated_worker_cls).
+// - _build_model: AutoModelForTokenClassification (num_labels 1: a score head in place of the
+//   LM head, the value head ModelSpec::value_head models) from reward_model.model.path, loaded
+//   and kept in bf16 (no mixed precision), FSDP over create_device_mesh(fsdp_size) with its
+//   parameters on the host (CPUOffload(offload_params=True) / CPUOffloadPolicy(pin_memory=True)).
+// - compute_rm_score: under torch.no_grad, micro-batches of micro_batch_size_per_gpu (the
+//   deprecated global micro_batch_size // world) or, with use_dynamic_bsz,
+//   rearrange_micro_batches(max_token_len = forward_max_token_len_per_gpu x sp); padded
+//   [b, width] rows with the attention mask, or packed with model.use_remove_padding.
+// - _switch_chat_template (model.input_tokenizer set, the composed default
+//   ${actor_rollout_ref.model.path}): every sequence is re-tokenized with the reward model's chat
+//   template and padded or truncated to max_length, or to the actor's padded width when
+//   max_length is null.
+void AddRewardModelRole(const ConfigReader& rm, const ConfigReader& top, const ImportContext& ctx,
+                        const model::Plan& base, ImportResult* out) {
+  static const Json kEmpty = Json::object();
+  ImportedRole r;
+  r.name = "reward model";
+  r.plan = base;
+  r.value_head = true;
+  ImportResult scratch;
+  Fsdp m;
+  m.world = ReadWorld(top, ctx, &scratch);
+  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
+  m.sp = static_cast<int>(rm.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
+  if (m.world % m.sp != 0) rm.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
+  r.plan.cp = m.sp;
+  r.plan.cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  r.plan.role = model::Role::kInfer;
+  const std::string strategy = rm.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp");
+  auto model_section = rm.Section("model");
+  const ConfigReader mr =
+      model_section ? *model_section : ConfigReader(kEmpty, rm.file(), "/reward_model/model", nullptr);
+  mr.CheckKeys(RewardModelModelKeys());
+  ReadModelNamed(mr, &scratch);
+  if (scratch.model_named.empty()) {
+    mr.Fail("path", "the reward model's path (a Hugging Face id or a folder with its config.json)");
+  }
+  r.model_named = scratch.model_named;
+  r.model_named_where = scratch.model_named_where;
+  // Its wrap classes are its own model's, which the actor's context does not know.
+  ImportContext own = ctx;
+  own.layer_class.clear();
+  auto fc = mr.Section("fsdp_config");
+  ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, rm.file(), "/reward_model/model/fsdp_config", nullptr),
+                 strategy, /*actor=*/false, m, own, &scratch, &r.plan);
+  r.plan.master_dtype = model::DType::kBf16;  // from_pretrained(torch_dtype=bfloat16), .to(bf16)
+  r.plan.param_dtype = model::DType::kBf16;
+  r.plan.frozen_dtype.reset();
+  r.plan.offload = model::Offload::kAll;  // its parameters live on the host
+  r.plan.checkpointing = model::Checkpointing::kNone;
+  r.plan.checkpoint_every_k = 1;
+  r.plan.lora = model::LoraSpec{};
+  r.plan.liger = {};
+  r.plan.loss_kernel = model::LossKernel::kCrossEntropy;  // no vocabulary: a [tokens, 1] score
+  r.plan.keep_logits = false;
+  r.plan.entropy_from_logits = false;
+  r.plan.response_len = 0;
+  const bool padded = !mr.Bool("use_remove_padding").value_or(false);
+  r.plan.padding_mask = padded;
+  if (padded && m.sp > 1) {
+    mr.Fail("use_remove_padding", "true with reward_model.ulysses_sequence_parallel_size " +
+                                      std::to_string(m.sp) +
+                                      " (the padded forward is not split over the sequence-parallel "
+                                      "ranks; not modelled)");
+  }
+  int64_t seq = ReadPaddedWidth(top, &scratch);
+  const Json* tok = mr.Raw("input_tokenizer");
+  if (tok != nullptr && !tok->is_null() && rm.Has("max_length") && !rm.Raw("max_length")->is_null()) {
+    seq = *rm.Int("max_length", 1, INT64_MAX / 2);
+  }
+  Batching b;
+  b.dynamic_key = "use_dynamic_bsz";
+  b.budget_key = "forward_max_token_len_per_gpu";
+  b.micro_key = "micro_batch_size";
+  b.budget_default = 32768;  // critic.yaml forward_max_token_len_per_gpu: ppo_max_token_len_per_gpu
+  // dp_reward_model.yaml: use_dynamic_bsz and forward_max_token_len_per_gpu are the critic's.
+  std::optional<ConfigReader> critic = top.Section("critic");
+  if (critic) {
+    b.fallback = &*critic;
+    b.fallback_dynamic_key = "use_dynamic_bsz";
+    b.fallback_budget_key = "forward_max_token_len_per_gpu";
+  }
+  ApplyBatching(rm, b, m.world / m.sp, m.sp, seq, &r.plan);
+  out->roles.push_back(r);
+}
+
+// verl's reward model on the actor's GPUs (main_ppo.py add_reward_model_worker: reward_model.enable
+// maps it to the global pool unless enable_resource_pool gives it a pool of its own; ray_trainer.py
+// init_workers then builds the legacy RewardModelWorker, or with use_reward_loop, the
+// _generated_ppo_trainer.yaml default, a RewardLoopManager on the global pool).
+void ReadRewardModel(const ConfigReader& top, const ImportContext& ctx, const model::Plan& base,
+                     ImportResult* out, std::vector<std::string>* ignored) {
+  auto rm = top.Section("reward_model");
+  if (!rm || !rm->Bool("enable").value_or(false) ||
+      rm->Bool("enable_resource_pool").value_or(false)) {
+    return;  // no reward model, or one on GPUs of its own: "/reward_model" stays listed as ignored
+  }
+  ignored->erase(std::remove(ignored->begin(), ignored->end(), "/reward_model"), ignored->end());
+  const ConfigReader reader(rm->obj(), rm->file(), "/reward_model", ignored);
+  reader.CheckKeys(RewardModelKeys());
+  if (reader.String("strategy").value_or("fsdp") == "megatron") {
+    reader.Fail("strategy", "fsdp or fsdp2 (Megatron's reward model worker is out of scope)");
+  }
+  if (reader.Bool("use_reward_loop").value_or(true)) {
+    ReadRewardEngine(reader, out, ignored);
+    // The served model's weights, KV cache and batches live inside the engine's share.
+    for (const std::string k : {"model", "micro_batch_size", "micro_batch_size_per_gpu", "max_length",
+                                "use_dynamic_bsz", "forward_max_token_len_per_gpu",
+                                "ulysses_sequence_parallel_size", "strategy"}) {
+      const Json* v = reader.Raw(k);
+      if (v != nullptr && !v->is_null()) {
+        ignored->push_back("/reward_model/" + k + " (the reward loop's engine does not read it)");
+      }
+    }
+    return;
+  }
+  AddRewardModelRole(reader, top, ctx, base, out);
 }
 
 }  // namespace
@@ -969,17 +1157,6 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
   }
   if (ppo) {
     out.verl_trainer = VerlTrainer::kPpo;
-    // main_ppo.py add_reward_model_worker: reward_model.enable puts an FSDP RewardModelWorker (or,
-    // with use_reward_loop, a served reward model) on the global pool, the actor's GPUs, unless
-    // enable_resource_pool gives it GPUs of its own. Its memory is not modelled: refused rather
-    // than left out of the verdict.
-    if (auto rm = top.Section("reward_model")) {
-      if (rm->Bool("enable").value_or(false) && !rm->Bool("enable_resource_pool").value_or(false)) {
-        rm->Fail("enable",
-                 "false, or enable_resource_pool true (a reward model on the actor's GPUs, "
-                 "fsdp_workers.py RewardModelWorker or the reward loop's server, is not modelled)");
-      }
-    }
     if (auto data = top.Section("data")) {
       for (const auto& item : data->obj().items()) {
         if (item.key() != "max_prompt_length" && item.key() != "max_response_length") {
@@ -1009,6 +1186,7 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
         critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);
         ReadRolloutEngine(top.RequiredSection("actor_rollout_ref"), &out, &ignored);
         AddOldLogProbRole(top, ctx, *plan, &out);
+        ReadRewardModel(top, ctx, base, &out, &ignored);
       }
       if (!critic_read && top.Has("critic")) ignored.push_back("/critic");
     }

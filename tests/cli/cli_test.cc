@@ -1852,3 +1852,60 @@ TEST(CliTest, EstimateCoLocatesRolePlans) {
   EXPECT_EQ(c["roles"][0]["colocated_required_bytes"].get<int64_t>(), actor + ref_idle);
   EXPECT_EQ(actor, j["per_rank"]["required_bytes"].get<int64_t>());
 }
+
+namespace {
+
+// verl's reward model on the actor's GPUs (reward_model.enable, no enable_resource_pool), both
+// ways verl runs it. The reward loop's engine takes gpu_memory_utilization of the device while it
+// scores (and, enforce_eager by default, only its CUDA context while it sleeps): its row in the
+// co-located table is that share plus its context. The legacy FSDP worker is estimated on the
+// model its path names, or --reward-model; a path that resolves to nothing is a one-line error
+// naming the key and the flag; --reward-model without such a worker is refused.
+std::string RewardModelConfig(const std::string& name, const std::string& reward_model) {
+  std::ifstream in(std::string(SHARDTUNE_TEST_DATA_DIR) + "/configs/verl_grpo_qwen3_8b.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return WriteFile(name, text + "reward_model:\n  enable: true\n" + reward_model);
+}
+
+TEST(CliTest, VerlRewardModelIsCountedBesideTheActor) {
+  const std::string loop = RewardModelConfig(
+      "verl_rm_loop.yaml", "  model:\n    path: ~/models/rm\n  rollout:\n    name: vllm\n    gpu_memory_utilization: 0.3\n");
+  Result r = RunCli("estimate --cluster 8xH100 --json --from " + loop);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& co = j.at("colocation");
+  const nlohmann::json* engine = nullptr;
+  for (const auto& role : co.at("roles")) {
+    if (role.at("role") == "reward model (vllm)") engine = &role;
+  }
+  ASSERT_NE(engine, nullptr) << co.dump();
+  const int64_t context = engine->at("idle_residue").at("CUDA context and kernels").get<int64_t>();
+  EXPECT_GT(context, 0);
+  EXPECT_EQ(engine->at("idle_residue").size(), 1u);  // enforce_eager: no CUDA graphs
+  EXPECT_EQ(engine->at("required_bytes").get<int64_t>(),
+            static_cast<int64_t>(0.3 * static_cast<double>(co.at("capacity_bytes").get<int64_t>())) + context);
+
+  const std::string legacy = RewardModelConfig(
+      "verl_rm_legacy.yaml",
+      "  use_reward_loop: false\n  micro_batch_size_per_gpu: 4\n  model:\n    path: Qwen/Qwen3-8B\n");
+  Result l = RunCli("estimate --cluster 8xH100 --json --from " + legacy);
+  ASSERT_EQ(l.code, 0) << l.err;
+  const auto lj = nlohmann::json::parse(l.out);
+  std::vector<std::string> names;
+  for (const auto& role : lj.at("colocation").at("roles")) names.push_back(role.at("role"));
+  EXPECT_THAT(names, ::testing::Contains("reward model (infer, qwen3-8b)"));
+  Result flag = RunCli("estimate --cluster 8xH100 --json --reward-model tiny-llama --from " + legacy);
+  ASSERT_EQ(flag.code, 0) << flag.err;
+  EXPECT_THAT(flag.out, ::testing::HasSubstr("\"reward model (infer, tiny-llama)\""));
+
+  const std::string missing = RewardModelConfig(
+      "verl_rm_missing.yaml",
+      "  use_reward_loop: false\n  micro_batch_size_per_gpu: 4\n  model:\n    path: /nonexistent/Some-RM-7B\n");
+  ExpectOneLineError(RunCli("estimate --cluster 8xH100 --from " + missing),
+                     ":/reward_model/model/path: expected a preset");
+  EXPECT_THAT(RunCli("estimate --cluster 8xH100 --from " + missing).err, ::testing::HasSubstr("--reward-model"));
+  ExpectOneLineError(RunCli("estimate --cluster 8xH100 --reward-model tiny-llama --from " + loop),
+                     "--reward-model tiny-llama: expected a --from verl config with reward_model.enable");
+}
+
+}  // namespace

@@ -46,6 +46,9 @@ TEST_P(RealConfigTest, EstimateReadsWhatTheFileSays) {
                     " --from " + ShellQuote(c.at("from"));
   if (c.contains("from_format")) cmd += " --from-format " + ShellQuote(c.at("from_format"));
   for (const auto& o : c.at("set")) cmd += " --set " + ShellQuote(o.get<std::string>());
+  if (c.contains("args")) {  // what the user adds beside the file (--reward-model)
+    for (const auto& a : c.at("args")) cmd += " " + ShellQuote(a.get<std::string>());
+  }
   const std::string err_path = ::testing::TempDir() + "real_configs_" + std::to_string(::getpid()) + ".err";
   cmd += " 2>" + ShellQuote(err_path);
   std::string out;
@@ -88,6 +91,8 @@ TEST_P(RealConfigTest, EstimateReadsWhatTheFileSays) {
       for (const auto& r : want) {
         EXPECT_EQ(std::find(roles.begin(), roles.end(), r.get<std::string>()), roles.end()) << "role " << r;
       }
+    } else if (key == "fits") {  // the one verdict, co-located roles included
+      EXPECT_EQ(j.at("fits"), want) << key;
     } else if (key == "packed_seq_len" && want == 0) {
       EXPECT_FALSE(plan.contains("packed_seq_len")) << key;
     } else {

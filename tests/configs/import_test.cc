@@ -821,11 +821,12 @@ TEST(ImportVerlTest, LoraExcludeModulesIsTheAdaptersExclusion) {
 TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
   ImportResult r;
   FromFile("verl_grpo_lora.yaml", LlamaOn8(), &r);
-  ASSERT_TRUE(r.rollout_engine.has_value());
-  EXPECT_EQ(r.rollout_engine->name, "vllm");
-  EXPECT_DOUBLE_EQ(r.rollout_engine->gpu_memory_utilization, 0.6);
-  EXPECT_TRUE(r.rollout_engine->free_cache_engine);
-  EXPECT_FALSE(r.rollout_engine->enforce_eager);
+  ASSERT_EQ(r.engines.size(), 1u);
+  EXPECT_EQ(r.engines[0].role, "rollout");
+  EXPECT_EQ(r.engines[0].name, "vllm");
+  EXPECT_DOUBLE_EQ(r.engines[0].gpu_memory_utilization, 0.6);
+  EXPECT_TRUE(r.engines[0].free_cache_engine);
+  EXPECT_FALSE(r.engines[0].enforce_eager);
   // The old-log-prob pass's keys are read (the actor old log-prob role), not listed as ignored.
   EXPECT_THAT(AllWarnings(r), testing::Not(HasSubstr("rollout/log_prob_micro_batch_size_per_gpu")));
   auto engine = [](const std::string& rollout) {
@@ -835,21 +836,104 @@ TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
   };
   ImportResult sg = engine("    name: sglang\n    gpu_memory_utilization: 0.85\n"
                            "    free_cache_engine: false\n    enforce_eager: true\n");
-  ASSERT_TRUE(sg.rollout_engine.has_value());
-  EXPECT_EQ(sg.rollout_engine->name, "sglang");
-  EXPECT_DOUBLE_EQ(sg.rollout_engine->gpu_memory_utilization, 0.85);
-  EXPECT_FALSE(sg.rollout_engine->free_cache_engine);
-  EXPECT_TRUE(sg.rollout_engine->enforce_eager);
-  EXPECT_DOUBLE_EQ(engine("    name: vllm\n").rollout_engine->gpu_memory_utilization, 0.5);
-  EXPECT_FALSE(engine("    name: hf\n").rollout_engine.has_value());  // the actor generates
+  ASSERT_EQ(sg.engines.size(), 1u);
+  EXPECT_EQ(sg.engines[0].name, "sglang");
+  EXPECT_DOUBLE_EQ(sg.engines[0].gpu_memory_utilization, 0.85);
+  EXPECT_FALSE(sg.engines[0].free_cache_engine);
+  EXPECT_TRUE(sg.engines[0].enforce_eager);
+  EXPECT_DOUBLE_EQ(engine("    name: vllm\n").engines.at(0).gpu_memory_utilization, 0.5);
+  EXPECT_TRUE(engine("    name: hf\n").engines.empty());  // the actor generates
   ImportResult unnamed = engine("");
-  EXPECT_FALSE(unnamed.rollout_engine.has_value());
+  EXPECT_TRUE(unnamed.engines.empty());
   EXPECT_THAT(AllWarnings(unnamed), HasSubstr("/actor_rollout_ref/rollout/name not given"));
   EXPECT_THAT([&] { engine("    name: vllm\n    gpu_memory_utilization: 1.5\n"); },
               ThrowsMessage<InputError>(AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/rollout/gpu_memory_utilization"),
                                               HasSubstr("got 1.5"))));
   EXPECT_THAT([&] { engine("    name: tgi\n"); },
               ThrowsMessage<InputError>(HasSubstr("expected vllm, sglang, trtllm or hf")));
+}
+
+// reward_model.enable without enable_resource_pool puts the reward model on the actor's GPUs
+// (main_ppo.py add_reward_model_worker, global_pool). With use_reward_loop (true by default) it is
+// the reward loop's engine with reward_model.rollout's share (dp_reward_loop.yaml defaults: 0.5,
+// free_cache_engine true, enforce_eager true); otherwise fsdp_workers.py RewardModelWorker, a
+// forward-only FSDP role on its own model, bf16, parameters on the host.
+TEST(ImportVerlTest, RewardModelOnTheActorsGpus) {
+  auto read = [](const std::string& rm) {
+    ImportResult out;
+    FromText(std::string(kVerlDynamic) + "    name: vllm\n" + rm, LlamaOn8(), &out);
+    return out;
+  };
+  // The reward loop's engine, after the rollout engine.
+  ImportResult loop = read("reward_model:\n  enable: true\n  model:\n    path: ~/models/rm\n"
+                           "  rollout:\n    name: vllm\n    gpu_memory_utilization: 0.8\n"
+                           "    tensor_model_parallel_size: 1\n");
+  ASSERT_EQ(loop.engines.size(), 2u);
+  EXPECT_EQ(loop.engines[1].role, "reward model");
+  EXPECT_EQ(loop.engines[1].name, "vllm");
+  EXPECT_DOUBLE_EQ(loop.engines[1].gpu_memory_utilization, 0.8);
+  EXPECT_TRUE(loop.engines[1].free_cache_engine);
+  EXPECT_TRUE(loop.engines[1].enforce_eager);
+  EXPECT_THAT(AllWarnings(loop), HasSubstr("/reward_model/rollout/tensor_model_parallel_size"));
+  EXPECT_THAT(AllWarnings(loop), HasSubstr("/reward_model/model (the reward loop's engine does not read it)"));
+  for (const auto& r : loop.roles) EXPECT_NE(r.name, "reward model");
+  ImportResult defaults = read("reward_model:\n  enable: true\n  rollout:\n    name: sglang\n");
+  ASSERT_EQ(defaults.engines.size(), 2u);
+  EXPECT_DOUBLE_EQ(defaults.engines[1].gpu_memory_utilization, 0.5);
+  // Its own pool, or not enabled: nothing on these GPUs.
+  EXPECT_EQ(read("reward_model:\n  enable: true\n  enable_resource_pool: true\n  rollout:\n    name: vllm\n")
+                .engines.size(), 1u);
+  EXPECT_EQ(read("reward_model:\n  enable: false\n").engines.size(), 1u);
+  // rollout.yaml's name is ???: required.
+  EXPECT_THAT([&] { read("reward_model:\n  enable: true\n  rollout:\n    gpu_memory_utilization: 0.8\n"); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/reward_model/rollout/name")));
+  EXPECT_THAT([&] { read("reward_model:\n  enable: true\n  strategy: megatron\n"); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/reward_model/strategy")));
+  // The legacy worker: micro-batches of micro_batch_size_per_gpu at the padded width 4096
+  // (1024 + 3072), padded rows without use_remove_padding.
+  ImportResult legacy = read("reward_model:\n  enable: true\n  use_reward_loop: false\n"
+                             "  micro_batch_size_per_gpu: 32\n  model:\n    path: ~/models/rm\n");
+  EXPECT_EQ(legacy.engines.size(), 1u);
+  const ImportedRole* rm = nullptr;
+  for (const auto& r : legacy.roles) {
+    if (r.name == "reward model") rm = &r;
+  }
+  ASSERT_NE(rm, nullptr);
+  EXPECT_EQ(rm->model_named, "~/models/rm");
+  EXPECT_EQ(rm->model_named_where, "cfg.yaml:/reward_model/model/path");
+  EXPECT_TRUE(rm->value_head);
+  EXPECT_EQ(rm->plan.role, model::Role::kInfer);
+  EXPECT_EQ(rm->plan.offload, model::Offload::kAll);
+  EXPECT_EQ(rm->plan.master_dtype, model::DType::kBf16);
+  EXPECT_EQ(rm->plan.param_dtype, model::DType::kBf16);
+  EXPECT_EQ(rm->plan.checkpointing, model::Checkpointing::kNone);
+  EXPECT_EQ(rm->plan.micro_batch, 32);
+  EXPECT_EQ(rm->plan.seq_len, 4096);
+  EXPECT_EQ(rm->plan.packed_seq_len, 0);
+  EXPECT_TRUE(rm->plan.padding_mask);
+  EXPECT_EQ(rm->plan.cp, 1);
+  // With the input tokenizer switch, max_length is the sequence; use_dynamic_bsz and the budget
+  // default to the critic's (dp_reward_model.yaml interpolations): a packed row of
+  // forward_max_token_len_per_gpu tokens.
+  ImportResult dyn = read("critic:\n  use_dynamic_bsz: true\n  forward_max_token_len_per_gpu: 20000\n"
+                          "reward_model:\n  enable: true\n  use_reward_loop: false\n  max_length: 2048\n"
+                          "  model:\n    path: ~/models/rm\n    input_tokenizer: ~/models/actor\n"
+                          "    use_remove_padding: true\n");
+  rm = nullptr;
+  for (const auto& r : dyn.roles) {
+    if (r.name == "reward model") rm = &r;
+  }
+  ASSERT_NE(rm, nullptr);
+  EXPECT_EQ(rm->plan.micro_batch, 1);
+  EXPECT_EQ(rm->plan.seq_len, 20000);
+  EXPECT_EQ(rm->plan.packed_seq_len, 2048);
+  EXPECT_FALSE(rm->plan.padding_mask);
+  // No path: the reward model is unknown.
+  EXPECT_THAT([&] { read("reward_model:\n  enable: true\n  use_reward_loop: false\n  micro_batch_size_per_gpu: 4\n"); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/reward_model/model/path")));
+  // Neither a micro-batch nor a token budget (compute_rm_score splits by micro_batch_size_per_gpu).
+  EXPECT_THAT([&] { read("reward_model:\n  enable: true\n  use_reward_loop: false\n  model:\n    path: x\n"); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/reward_model/micro_batch_size_per_gpu")));
 }
 
 // The old-log-prob pass follows the actor's token budget unless the rollout section sets its own

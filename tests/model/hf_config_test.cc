@@ -45,6 +45,37 @@ TEST(HfConfigTest, PublishedCountsOfImportedConfigs) {
   EXPECT_EQ(ParameterCount(ReadHfConfigFile(Data("mixtral-8x7b.config.json"))), 46'702'792'704);
 }
 
+// A reward model's config.json (huggingface.co/Skywork/Skywork-Reward-Llama-3.1-8B, the reward
+// model of verl's examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh):
+// LlamaForSequenceClassification is LlamaModel plus score = Linear(H, num_labels, bias=False) in
+// place of the LM head. verl loads it as AutoModelForTokenClassification with num_labels 1
+// (score Linear(H, 1) with a bias), the value head: the count is Llama 3.1 8B's with a
+// vocabulary of 128257 (a pad token added) less its V x H LM head, plus H + 1.
+TEST(HfConfigTest, ClassifierConfigsAreTheDecoderWithAValueHead) {
+  std::vector<std::string> warnings;
+  ModelSpec rm = ReadHfConfigFile(Data("skywork-reward-llama3.1-8b.config.json"), &warnings);
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings[0]);
+  EXPECT_TRUE(rm.value_head);
+  EXPECT_EQ(rm.HeadOutputs(), 1);
+  EXPECT_EQ(rm.hf_architecture, "LlamaForCausalLM");
+  EXPECT_THAT(rm.source, HasSubstr("LlamaForSequenceClassification"));
+  nlohmann::json causal = Load("skywork-reward-llama3.1-8b.config.json");
+  causal["architectures"] = {"LlamaForCausalLM"};
+  ModelSpec lm = ImportHfConfig(causal, "config.json");
+  EXPECT_FALSE(lm.value_head);
+  const int64_t V = 128257, H = 4096;
+  EXPECT_EQ(ParameterCount(rm), ParameterCount(lm) - V * H + H + 1);
+  // Llama 3.1 8B's published 8,030,261,248 with one more embedding row and LM head row.
+  EXPECT_EQ(ParameterCount(lm), 8'030'261'248 + 2 * H);
+  causal["architectures"] = {"Qwen2ForTokenClassification"};
+  causal["model_type"] = "qwen2";
+  EXPECT_TRUE(ImportHfConfig(causal, "config.json").value_head);
+  causal["architectures"] = {"BertForSequenceClassification"};
+  EXPECT_THAT([&] { ImportHfConfig(causal, "config.json"); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr("config.json:/architectures/0"),
+                                              HasSubstr("BertForSequenceClassification"))));
+}
+
 TEST(HfConfigTest, NameComesFromNameOrPathElseFile) {
   EXPECT_EQ(ReadHfConfigFile(Data("llama2-7b.config.json")).name, "meta-llama/Llama-2-7b-hf");
   EXPECT_EQ(ReadHfConfigFile(Data("gpt2.config.json")).name, Data("gpt2.config.json"));

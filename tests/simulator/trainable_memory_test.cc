@@ -270,6 +270,26 @@ TEST(TrainableMemoryTest, InferRoleHoldsNoGradsOptimizerOrSavedActivations) {
   EXPECT_LT(r.peak_allocated, EstimateMemory(s, c, train).peak_allocated);
 }
 
+// A value head's forward under no_grad (verl's reward model, fsdp_workers.py RewardModelWorker
+// compute_rm_score; the critic's compute_values) returns scores [B, S, 1], not [B, S, V] logits:
+// the same pass with the LM head loses the LM head's logits and nothing else grows.
+TEST(TrainableMemoryTest, InferValueHeadKeepsScoresNotLogits) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Seq(2048);
+  p.micro_batch = 8;
+  p.role = model::Role::kInfer;
+  p.keep_logits = false;
+  const int64_t tokens = 8 * 2048;
+  MemoryReport lm = EstimateMemory(s, c, p);
+  EXPECT_GE(CategoryPeak(lm, "logits and loss").count(), 2 * tokens * s.vocab_size);  // bf16 [T, V]
+  model::ModelSpec v = s;
+  v.value_head = true;
+  MemoryReport scores = EstimateMemory(v, c, p);
+  EXPECT_LE(CategoryPeak(scores, "logits and loss").count(), 2 * tokens + 512);  // bf16 [T, 1]
+  EXPECT_LT(scores.peak_allocated.count() + 2 * tokens * (s.vocab_size - 1) / 2, lm.peak_allocated.count());
+}
+
 model::ModelSpec TinyMoe() {
   model::ModelSpec s = FindModelPreset("tiny-llama");
   s.name = "tiny-moe";
@@ -456,7 +476,7 @@ TEST(ColocationTest, RolloutEngineTakesItsShareBesideTheTrainerProcess) {
   MemoryReport a = EstimateMemory(s, c, Seq(2048));
   MemoryConstants k;
   const Bytes share = Bytes::Of(static_cast<int64_t>(0.6 * static_cast<double>(c.gpu.usable_memory.count())));
-  ColocatedRole vllm = RolloutEngineRole("vllm", 0.6, true, false, c.gpu.usable_memory, k);
+  ColocatedRole vllm = RolloutEngineRole("rollout", "vllm", 0.6, true, false, c.gpu.usable_memory, k);
   std::vector<ColocatedRole> roles{{"actor", a}, vllm};
   ColocationOptions one;
   one.separate_processes = false;
@@ -472,10 +492,10 @@ TEST(ColocationTest, RolloutEngineTakesItsShareBesideTheTrainerProcess) {
   EXPECT_EQ(x.roles[1].idle_total, sleeping);
   EXPECT_EQ(x.roles[0].colocated_required, a.required + sleeping);
   // enforce_eager: no CUDA graphs; free_cache_engine false: the share stays.
-  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("vllm", 0.6, true, true, c.gpu.usable_memory, k)}, one, k)
+  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("rollout", "vllm", 0.6, true, true, c.gpu.usable_memory, k)}, one, k)
                 .roles[0].colocated_required,
             a.required + k.cuda_context);
-  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("vllm", 0.6, false, false, c.gpu.usable_memory, k)}, one, k)
+  EXPECT_EQ(CoLocate({{"actor", a}, RolloutEngineRole("rollout", "vllm", 0.6, false, false, c.gpu.usable_memory, k)}, one, k)
                 .roles[0].colocated_required,
             a.required + share + k.cuda_context);
 }
