@@ -141,12 +141,8 @@ int64_t ParseLengths(const std::string& text, const model::Plan& plan) {
   int64_t n = 0;
   if (uniform) {
     n = std::llround(model::SequenceLengths::Parse(text, where, longest).Mean(longest));
-  } else try {
-    size_t pos = 0;
-    n = std::stoll(text.substr(5), &pos);
-    if (pos != text.size() - 5) n = 0;
-  } catch (const std::exception&) {
-    n = 0;
+  } else {
+    n = model::ParseInt64(text.substr(5)).value_or(0);
   }
   if (n < 1) {
     throw InputError(where + ": expected mean:N with N a whole number of tokens >= 1, got \"" +

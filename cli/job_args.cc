@@ -13,6 +13,7 @@
 #include "model/trainable.h"
 #include "simulator/job_phases.h"
 #include "simulator/profile_json.h"
+#include "model/text.h"
 
 namespace shardtune::cli {
 namespace {
@@ -152,11 +153,12 @@ void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, mode
   if (flags.image_pixels.empty()) return;
   const std::string& t = flags.image_pixels;
   const size_t x = t.find_first_of("xX");
+  // Whole numbers of at most 6 digits, >= 1.
   auto whole = [](const std::string& v) {
-    return !v.empty() && v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos;
+    return v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos &&
+           model::ParseInt64(v).value_or(0) >= 1;
   };
-  if (x == std::string::npos || !whole(t.substr(0, x)) || !whole(t.substr(x + 1)) ||
-      std::stoll(t.substr(0, x)) < 1 || std::stoll(t.substr(x + 1)) < 1) {
+  if (x == std::string::npos || !whole(t.substr(0, x)) || !whole(t.substr(x + 1))) {
     throw InputError("--image-pixels: expected WIDTHxHEIGHT in pixels (e.g. 1280x720), got \"" + t + "\"");
   }
   if (!spec.vision.enabled()) {
@@ -167,7 +169,7 @@ void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, mode
     throw InputError("--image-pixels: expected either it or --image-tokens, got both");
   }
   const model::ImageTokens one =
-      model::TokensForImage(spec.vision, std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1)));
+      model::TokensForImage(spec.vision, *model::ParseInt64(t.substr(0, x)), *model::ParseInt64(t.substr(x + 1)));
   if (plan->images == 0) plan->images = 1;
   plan->image_tokens = one.tokens * plan->images;
 }

@@ -26,6 +26,7 @@
 #include "simulator/calibration.h"
 #include "simulator/profile_json.h"
 #include "simulator/trace_json.h"
+#include "model/text.h"
 
 namespace shardtune::cli {
 namespace {
@@ -46,14 +47,8 @@ std::vector<std::string> SplitComma(const std::string& text) {
 std::vector<int64_t> ParseTokens(const std::string& text) {
   std::vector<int64_t> v;
   for (const std::string& item : SplitComma(text)) {
-    size_t used = 0;
-    int64_t n = 0;
-    try {
-      n = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || item.empty() || n < 1 || n > (int64_t{1} << 24)) {
+    const int64_t n = model::ParseInt64(item).value_or(0);
+    if (n < 1 || n > (int64_t{1} << 24)) {
       throw InputError("--tokens: expected comma-separated integers in [1, 16777216], got \"" +
                        item + "\"");
     }

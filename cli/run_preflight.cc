@@ -20,6 +20,7 @@
 #include "profiles/this_machine.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
+#include "model/text.h"
 
 namespace shardtune::cli {
 namespace {
@@ -76,11 +77,7 @@ CheckpointCount CountCheckpoints(int64_t resume_step, int64_t steps, int every, 
 
 int64_t FreeDiskBytes(const std::string& dir) {
   if (const char* fake = std::getenv("SHARDTUNE_TEST_DISK_FREE_BYTES"); fake != nullptr && *fake) {
-    try {
-      return std::stoll(fake);
-    } catch (const std::exception&) {
-      return -1;
-    }
+    return model::ParseInt64(fake).value_or(-1);
   }
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -357,17 +357,11 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
 namespace {
 // The --measure options (plans 0: not asked for).
 int IntegerFlag(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
+  const std::optional<int64_t> value = model::ParseInt64(text);
+  if (!value || *value < INT32_MIN || *value > INT32_MAX) {
     throw InputError(flag + ": expected an integer, got \"" + text + "\"");
   }
-  return value;
+  return static_cast<int>(*value);
 }
 
 MeasureOptions MeasureOptionsOf(const TuneArgs& a) {

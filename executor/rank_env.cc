@@ -2,6 +2,7 @@
 #include "executor/rank_env.h"
 
 #include "model/errors.h"
+#include "model/text.h"
 
 namespace shardtune::exec {
 namespace {
@@ -17,12 +18,7 @@ int Int(const std::map<std::string, std::string>& env, const std::string& key, i
   const std::string* v = Find(env, key);
   SHARDTUNE_CHECK(v != nullptr) << key;
   size_t used = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const int64_t n = model::ParseLeadingInt64(*v, &used).value_or(0);
   bool slurm_suffix = key.rfind("SLURM_", 0) == 0 && used > 0;
   if (used == 0 || (used != v->size() && !slurm_suffix) || n < lo || n > hi) {
     throw InputError(key + ": expected an integer in " + range + ", got \"" + *v + "\"");

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "model/errors.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -19,10 +20,10 @@ uint64_t SplitMix64(uint64_t z) {  // Steele, Lea & Flood 2014, "Fast splittable
 }
 
 bool ParseInt(const std::string& s, int64_t* out) {
-  if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  *out = std::stoll(s);
+  if (s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  const std::optional<int64_t> v = ParseInt64(s);
+  if (!v) return false;
+  *out = *v;
   return true;
 }
 

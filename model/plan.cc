@@ -146,9 +146,10 @@ void CheckShardGroup(const Plan& plan, int world, int gpus_per_node, ProblemList
 }
 
 bool ParseCount(const std::string& s, int64_t* out) {
-  if (s.empty() || s.size() > 18) return false;
-  if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  *out = std::stoll(s);
+  if (s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  const std::optional<int64_t> v = ParseInt64(s);
+  if (!v) return false;
+  *out = *v;
   return true;
 }
 

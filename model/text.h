@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,28 @@ inline std::string Trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
   if (a == std::string::npos) return "";
   return s.substr(a, s.find_last_not_of(" \t") - a + 1);
+}
+
+// The decimal integer at the start of `text` (an optional '-', then digits; no sign '+', no
+// leading space) and how many characters it took (`*used`), when there is one that fits int64_t;
+// else nullopt with *used 0. For values that may carry a suffix (SLURM's "4(x2)").
+inline std::optional<int64_t> ParseLeadingInt64(const std::string& text, size_t* used) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const std::from_chars_result r = std::from_chars(text.data(), end, v);
+  *used = r.ec == std::errc() ? static_cast<size_t>(r.ptr - text.data()) : 0;
+  if (*used == 0) return std::nullopt;
+  return v;
+}
+
+// `text` as a whole decimal integer (ParseLeadingInt64 taking every character), else nullopt:
+// "12", "-3"; not "12abc", " 12", "+1", "" or a value beyond int64_t. The one parser behind the
+// flags and keys that take an integer, so each refuses the same texts.
+inline std::optional<int64_t> ParseInt64(const std::string& text) {
+  size_t used = 0;
+  std::optional<int64_t> v = ParseLeadingInt64(text, &used);
+  if (!v || used != text.size()) return std::nullopt;
+  return v;
 }
 
 // The items with `sep` between them: Join({"a", "b"}, ", ") == "a, b".

@@ -1,5 +1,6 @@
 // This machine's memory (/proc/meminfo and the process's cgroup) and cores.
 #include "profiles/this_machine.h"
+#include "model/text.h"
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -30,13 +31,8 @@ int64_t CgroupValue(const std::string& path) {
   std::string word;
   in >> word;
   if (word.empty() || word == "max") return 0;
-  try {
-    size_t used = 0;
-    long long v = std::stoll(word, &used);
-    return used == word.size() && v > 0 ? v : 0;
-  } catch (const std::exception&) {
-    return 0;
-  }
+  const int64_t v = model::ParseInt64(word).value_or(0);
+  return v > 0 ? v : 0;
 }
 
 // The process's cgroup folder: the v2 line "0::/path" of /proc/self/cgroup under

@@ -8,6 +8,7 @@
 #include "model/errors.h"
 #include "planner/configs/import_reader.h"
 #include "planner/configs/torchtitan_models.h"
+#include "model/text.h"
 
 namespace shardtune::configs::internal {
 namespace {
@@ -168,14 +169,7 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
     if (option == "op") {
       plan->checkpointing = model::Checkpointing::kSelective;
     } else {
-      int64_t k = 0;
-      try {
-        size_t used = 0;
-        k = std::stoll(option, &used);
-        if (used != option.size()) k = 0;
-      } catch (const std::exception&) {
-        k = 0;
-      }
+      const int64_t k = model::ParseInt64(option).value_or(0);
       if (k < 1) ac.Fail("selective_ac_option", "\"op\" or a positive integer N (every N-th block)");
       plan->checkpointing = k == 1 ? model::Checkpointing::kFull : model::Checkpointing::kEveryK;
       plan->checkpoint_every_k = static_cast<int>(k);
