@@ -179,7 +179,9 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
                      {"calls_per_step", r.all_to_all_calls_per_step},
                      {"time_s", r.all_to_all.count()},
                      {"group_size", r.cp_group.ranks},
-                     {"bus_bandwidth_bytes_per_s", r.cp_group.bus_bandwidth.count()}};
+                     {"bus_bandwidth_bytes_per_s", r.cp_group.AllToAllBandwidth().count()},
+                     {"ep_group_size", r.ep_group.ranks},
+                     {"ep_bus_bandwidth_bytes_per_s", r.ep_group.AllToAllBandwidth().count()}};
   nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
   for (const sim::CollectiveSummary& c : r.collectives) collectives.push_back(CollectiveJson(c));
   j["collectives"] = collectives;

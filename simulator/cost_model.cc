@@ -19,6 +19,30 @@ double FamilyEfficiency(const std::string& family, const CostConstants& k) {
   return k.network_efficiency;
 }
 
+// An all-to-all over `ranks` GPUs spread evenly over `nodes` nodes, every GPU of every node
+// running one at once (all the cp or ep groups of the world), as NCCL runs it: grouped
+// ncclSend/ncclRecv to every peer (nccl-tests src/alltoall.cu), with PXN (NCCL_PXN_DISABLE=0, the
+// default since 2.12) moving each send to another node over NVLink to the GPU beside the NIC of
+// the destination's rail, so that the node's NICs carry the node's traffic evenly. Of the S bytes
+// a GPU sends, (n - g)/n go to the other nodes (g of the group's GPUs per node) and (g - 1)/n to
+// its own node's; the network part, at the node's NIC bandwidth / its GPUs, sets the time, and
+// NVLink carries the rest and PXN's hop. Bus bandwidth in nccl-tests' units, S (n - 1)/n / time:
+// one GPU's network bandwidth x (n - 1)/(n - g), which S. Jeaugey gives as "N/(N-1)x the
+// bandwidth per GPU, N being the number of nodes" (NVIDIA/nccl-tests#130, 2023-02-03; "Alltoall
+// cannot aggregate the bandwidth of multiple NICs", #267, 2024-11-19). Both links at their
+// families' achieved fractions (CostConstants: network_efficiency, nvlink_efficiency).
+BytesPerSecond AllToAllAcrossNodes(const profiles::ClusterSpec& c, int ranks, int nodes,
+                                   const CostConstants& k) {
+  const double n = ranks, g = static_cast<double>(ranks / nodes), per_node = c.gpus_per_node;
+  const double net_per_gpu = c.nics_per_node * c.nic_bandwidth.count() / per_node *
+                             FamilyEfficiency(c.inter_node.family, k);
+  const double intra = c.intra_node.bandwidth_per_direction.count() *
+                       FamilyEfficiency(c.intra_node.family, k);
+  const double net_s = (n - g) / n / net_per_gpu;                            // per byte of S
+  const double intra_s = ((g - 1) / n + (n - g) / n * (1 - 1 / per_node)) / intra;
+  return BytesPerSecond::Of((n - 1) / n / std::max(net_s, intra_s));
+}
+
 int Log2Ceil(int n) {
   int l = 0;
   while ((1 << l) < n) ++l;
@@ -73,6 +97,9 @@ GroupLink DescribeGroup(const profiles::Topology& topo, const profiles::ClusterS
   }
   if (!calibrated && profiles::NcclModelApplies(cluster, r)) {
     g.nccl = std::make_shared<const profiles::NcclComm>(profiles::NcclShapeOf(cluster, r));
+    if (g.nodes > 1 && cluster.nics_per_node > 0) {
+      g.all_to_all_bus_bandwidth = AllToAllAcrossNodes(cluster, g.ranks, g.nodes, k);
+    }
   }
   return g;
 }

@@ -124,6 +124,13 @@ struct GroupLink {
   // once (HSDP replica groups sharing a node's NICs): the topology graph's concurrent bottleneck
   // over its lone one. Scales NCCL's bandwidths.
   double concurrent_share = 1.0;
+  // An all-to-all's bus bandwidth across nodes as NCCL runs it (point-to-point to every peer,
+  // DescribeGroup's AllToAllAcrossNodes); 0: inside one node, or a group that model does not
+  // describe, where all-to-alls take bus_bandwidth.
+  BytesPerSecond all_to_all_bus_bandwidth;
+  BytesPerSecond AllToAllBandwidth() const {
+    return all_to_all_bus_bandwidth.count() > 0 ? all_to_all_bus_bandwidth : bus_bandwidth;
+  }
   bool crosses_nodes() const { return nodes > 1; }
 };
 

@@ -120,7 +120,8 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
       }
       case OpKind::kAllToAll: {
         // Each dist.all_to_all call pays the latency; the bytes are S x (n-1)/n at the cp (or
-        // ep) group's bus bandwidth (nccl-tests doc/PERFORMANCE.md, alltoall).
+        // ep) group's all-to-all bus bandwidth (nccl-tests doc/PERFORMANCE.md, alltoall;
+        // across nodes GroupLink::all_to_all_bus_bandwidth).
         const bool ep = op.group == kExpertParallelGroup;
         const GroupLink& g = ep ? l.ep : l.cp;
         double bytes =
@@ -128,7 +129,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         double lat = g.ranks > 1 ? op.calls * CollectiveLatency(op.collective, g).count() : 0;
         oc.latency_ns = ToNanos(lat);
         oc.transfer_ns = g.ranks > 1 && bytes > 0
-                             ? std::max<int64_t>(1, ToNanos(bytes / g.bus_bandwidth.count()))
+                             ? std::max<int64_t>(1, ToNanos(bytes / g.AllToAllBandwidth().count()))
                              : 0;
         oc.link = ep ? l.ep_link : l.cp_link;
         break;
@@ -577,6 +578,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   }
   r.cp = plan.cp;
   r.cp_group = links.cp;
+  r.ep_group = links.ep;
   if (o.with_timeline) SummarizeCollectives(links, &r);
   {
     // ComputeTime's terms per compute-stream op of the steady step, scaled to the op's scheduled

@@ -65,6 +65,7 @@ struct SimReport {
   int64_t all_to_all_calls_per_step = 0;  // dist.all_to_all calls (4 per layer per pass)
   Seconds all_to_all;                     // all-to-all stream busy time; on the critical path
   GroupLink cp_group;                     // the cp group on the topology (ranks 1 when cp 1)
+  GroupLink ep_group;                     // the expert-parallel group (ranks 1 when ep 1)
   // The steady step's all-gathers, reduce-scatters and all-reduces by (group, kind, size), largest
   // first, and for each op the row it belongs to (-1: not one of them). Filled when
   // SimOptions::with_timeline (reports and traces), empty otherwise.

@@ -96,6 +96,42 @@ TEST(CostModelTest, ConcurrentReplicaGroupsShareANodesNic) {
               CollectiveCost(profiles::Collective::kAllReduce, s, lone).bus_bandwidth.count() / 8, 1);
 }
 
+// An all-to-all across nodes is point-to-point to every peer: a GPU's bytes for other nodes
+// leave through its node's NICs (all GPUs at once, PXN balancing the rails), so its share is the
+// node's NIC bandwidth / 8. Of S, (n - g)/n cross the network; bus bandwidth S (n-1)/n / time =
+// per-GPU network x (n-1)/(n-g) (nccl-tests#130: "2x network bandwidth per GPU" on 2 nodes,
+// falling to 1x). Inside one node there is no such term: the group's own bus bandwidth.
+TEST(CostModelTest, AllToAllAcrossNodesIsThePerGpuNetworkShare) {
+  CostConstants k;
+  auto expected = [&](const profiles::ClusterSpec& c, int n, int g) {
+    const double net = c.nics_per_node * c.nic_bandwidth.count() / c.gpus_per_node * k.network_efficiency;
+    return net * (n - 1.0) / (n - g);
+  };
+  for (const char* name : {"2x8xH100-ib400", "4x8xH100-ib400", "2x8xH100-ib400/node", "2xp4d"}) {
+    auto c = profiles::ParseClusterShorthand(name);
+    profiles::Topology topo(c);
+    const int n = c.world_size();
+    std::vector<std::vector<int>> groups{topo.ShardGroup(n, 0)};
+    GroupLink g = DescribeGroup(topo, c, groups, k);
+    EXPECT_NEAR(g.AllToAllBandwidth().count(), expected(c, n, 8), 1e3) << name;
+  }
+  // Eight NICs per node against one of the same speed: eight times the bandwidth.
+  auto rail = profiles::ParseClusterShorthand("2x8xH100-ib400");
+  auto one = profiles::ParseClusterShorthand("2x8xH100-ib400/node");
+  profiles::Topology rt(rail), ot(one);
+  EXPECT_NEAR(DescribeGroup(rt, rail, {rt.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(),
+              8 * DescribeGroup(ot, one, {ot.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(), 1e3);
+  // On 2 nodes the bus bandwidth is 15/8 of a GPU's network share; on 4, 31/24.
+  EXPECT_NEAR(DescribeGroup(rt, rail, {rt.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(),
+              50e9 * k.network_efficiency * 15 / 8, 1e3);
+  // Inside a node: no all-to-all term, the group's bus bandwidth.
+  auto node = profiles::ParseClusterShorthand("8xH100");
+  profiles::Topology nt(node);
+  GroupLink in = DescribeGroup(nt, node, {nt.ShardGroup(8, 0)}, k);
+  EXPECT_EQ(in.all_to_all_bus_bandwidth.count(), 0);
+  EXPECT_EQ(in.AllToAllBandwidth().count(), in.bus_bandwidth.count());
+}
+
 // Faster NICs never make a collective slower, at any size, nor does the graph's bandwidth for
 // a group NCCL's model does not describe (PCIe-only nodes).
 TEST(CostModelTest, MoreBandwidthIsNeverSlower) {
