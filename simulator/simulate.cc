@@ -261,42 +261,49 @@ const Links& LinksFor(SimContext* ctx, const profiles::ClusterSpec& cluster, con
 
 }  // namespace
 
-StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
-                             const profiles::ClusterSpec& cluster, const model::Plan& plan,
-                             const SimOptions& o, SimContext* ctx) {
-  const StepProgram& p = est.program;
-  CostConstants storage;
-  const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
-  std::vector<OpCost> costs = CostOps(p, cluster, plan, LinksFor(ctx, cluster, est.report, o.costs), k,
-                                     /*from_step=*/1);
-  const size_t n = p.ops.size();
-  // A program that left out repeated micro-batches (step_walk.h skip_repeated_micro_batches)
-  // keeps one copy of the last leading micro-batch; it stands for `copies` identical ones, which
-  // the full program runs one after another (every op of micro-batch m precedes every op of m+1).
-  const int64_t copies = 1 + p.repeats_of_last_leading_micro_batch;
-  auto repeated = [&](const ProgramOp& op) {
+namespace {
+
+// Step 1 of a program whose ops cost `costs`, as StepLowerBound reads it. A program that left out
+// repeated micro-batches (step_walk.h skip_repeated_micro_batches) keeps one copy of the last
+// leading micro-batch; it stands for `copies` identical ones, which the full program runs one
+// after another (every op of micro-batch m precedes every op of m+1).
+struct BoundInputs {
+  const StepProgram& p;
+  const std::vector<OpCost>& costs;
+  int64_t copies = 1;
+
+  bool Repeated(const ProgramOp& op) const {
     return copies > 1 && op.micro == kWalkedLeadingMicroBatches - 1;
-  };
-  // The least time an op can take once started: its fixed time, or its latency and its transfer
+  }
+  // The least time op i can take once started: its fixed time, or its latency and its transfer
   // alone on the link. The fluid model rounds a shared transfer's finish to whole nanoseconds at
   // each rate change (event_sim.cc Reschedule), so a transfer may end a few nanoseconds early:
   // 4 ns less per transfer keeps the bound below any schedule.
-  auto least_ns = [&](size_t i) {
+  int64_t LeastNs(size_t i) const {
     const OpCost& c = costs[i];
     return c.fixed_ns + c.latency_ns + (c.transfer_ns > 0 ? std::max<int64_t>(0, c.transfer_ns - 4) : 0);
-  };
-  // Per stream and on the host: the busy time of every resource over step 1 (each link's
-  // transfers at full bandwidth, copies counted).
+  }
+  bool InStep1(int32_t d) const { return d >= 0 && p.ops[static_cast<size_t>(d)].step == 1; }
+  bool Counted(const ProgramOp& op) const { return op.step == 1 && op.kind != OpKind::kStartup; }
+};
+
+// The busy time of every resource over step 1, per stream, per link and on the host (each link's
+// transfers at full bandwidth, copies counted), and per micro-batch the program holds the
+// all-gather and reduce-scatter streams' transfers and the compute stream's per-unit kernels
+// (-1: a micro-batch the program left out).
+struct ResourceSums {
   std::array<int64_t, kNumStreams> stream_ns{};
   std::array<int64_t, 6> link_ns{};
   int64_t host_ns = 0, segment_ns = 0;
   std::array<int64_t, kNumStreams> stream_transfer_ns{};
-  // Per micro-batch of step 1 (those the program holds): the all-gather and reduce-scatter
-  // streams' transfers and the compute stream's per-unit kernels; -1 marks a micro-batch the
-  // program left out.
-  const auto micro_batches = static_cast<size_t>(std::max(1, p.grad_accum));
-  std::vector<std::array<int64_t, 3>> micro_ns(micro_batches, {-1, -1, -1});
+  std::vector<std::array<int64_t, 3>> micro_ns;
   int64_t gpu_optimizer_ns = 0, unit_kernels_ns = 0;
+};
+
+ResourceSums SumResources(const BoundInputs& in, const model::Plan& plan) {
+  ResourceSums r;
+  const auto micro_batches = static_cast<size_t>(std::max(1, in.p.grad_accum));
+  r.micro_ns.assign(micro_batches, {-1, -1, -1});
   // The compute stream's per-unit kernels (StepTimeBound::unit_kernels_per_micro_batch_ns).
   // Under no_sync the post-backward kernels are left out: every micro-batch but a lone one keeps
   // (and the syncing one reads) the fp32 accumulated gradients, so a micro-batch's post-backward
@@ -305,87 +312,93 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     return op.stream == Stream::kDefault &&
            (op.kind == OpKind::kCopyOut || (op.kind == OpKind::kPostBackward && !plan.no_sync));
   };
-  for (size_t i = 0; i < n; ++i) {
-    const ProgramOp& op = p.ops[i];
-    if (op.step != 1 || op.kind == OpKind::kStartup) continue;
-    const OpCost& c = costs[i];
-    int64_t times = repeated(op) ? copies : 1;
+  for (size_t i = 0; i < in.p.ops.size(); ++i) {
+    const ProgramOp& op = in.p.ops[i];
+    if (!in.Counted(op)) continue;
+    const OpCost& c = in.costs[i];
+    int64_t times = in.Repeated(op) ? in.copies : 1;
     auto st = static_cast<size_t>(op.stream);
-    stream_ns[st] += times * least_ns(i);
+    r.stream_ns[st] += times * in.LeastNs(i);
     if (op.micro >= 0 && static_cast<size_t>(op.micro) < micro_batches) {
-      auto& m = micro_ns[static_cast<size_t>(op.micro)];
+      auto& m = r.micro_ns[static_cast<size_t>(op.micro)];
       for (int64_t& v : m) v = std::max<int64_t>(0, v);
       if (c.transfer_ns > 0 && op.stream == Stream::kAllGather) m[0] += std::max<int64_t>(0, c.transfer_ns - 4);
       if (c.transfer_ns > 0 && op.stream == Stream::kReduceScatter) m[1] += std::max<int64_t>(0, c.transfer_ns - 4);
-      if (unit_kernel(op)) m[2] += least_ns(i);
+      if (unit_kernel(op)) m[2] += in.LeastNs(i);
     }
-    if (op.kind == OpKind::kOptimizer && op.stream == Stream::kDefault) gpu_optimizer_ns += times * least_ns(i);
-    if (unit_kernel(op)) unit_kernels_ns += times * least_ns(i);
+    if (op.kind == OpKind::kOptimizer && op.stream == Stream::kDefault) r.gpu_optimizer_ns += times * in.LeastNs(i);
+    if (unit_kernel(op)) r.unit_kernels_ns += times * in.LeastNs(i);
     if (c.transfer_ns > 0) {
-      stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
-      link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 5))] +=
+      r.stream_transfer_ns[st] += times * std::max<int64_t>(0, c.transfer_ns - 4);
+      r.link_ns[static_cast<size_t>(std::clamp<int>(c.link, 0, 5))] +=
           times * std::max<int64_t>(0, c.transfer_ns - 4);
     }
-    host_ns += times * c.host_ns;
+    r.host_ns += times * c.host_ns;
     if (op.stream == Stream::kDefault && (op.kind == OpKind::kForward || op.kind == OpKind::kBackward)) {
-      segment_ns += times * least_ns(i);
+      r.segment_ns += times * in.LeastNs(i);
     }
   }
-  // The schedule of step 1 with every op at its least duration and no link shared, from the end
-  // of step 0 (time 0): the first op of step 1 is a host sync, so the host issues step 1 only
-  // once every op of step 0 has finished. Each op starts no earlier than its dependencies' end,
-  // its stream's previous op's end and its issue (the host issues in program order); all three
-  // recurrences are monotone, so each op ends no later than in any event-simulated schedule
-  // (which adds link sharing), and the last end bounds the step from below.
-  std::vector<int64_t> end(n, 0);
-  std::array<int64_t, kNumStreams> free_ns{};
-  int64_t issue = 0, all_done = 0;  // all_done: the latest end so far, the path bound
+  return r;
+}
+
+// The schedule of step 1 with every op at its least duration and no link shared, from the end
+// of step 0 (time 0): the first op of step 1 is a host sync, so the host issues step 1 only
+// once every op of step 0 has finished. Each op starts no earlier than its dependencies' end,
+// its stream's previous op's end and its issue (the host issues in program order); all three
+// recurrences are monotone, so each op ends no later than in any event-simulated schedule
+// (which adds link sharing), and the last end bounds the step from below.
+class LeastSchedule {
+ public:
+  explicit LeastSchedule(const BoundInputs& in) : in_(in), end_(in.p.ops.size(), 0) {}
+
+  // The latest end of step 1's ops: the path bound.
+  int64_t Run() {
+    const size_t n = in_.p.ops.size();
+    for (size_t i = 0; i < n; ++i) {
+      const ProgramOp& op = in_.p.ops[i];
+      if (!in_.Counted(op)) continue;  // step 0: ended by time 0
+      if (!in_.Repeated(op)) {
+        int64_t deps_end = 0;
+        for (int32_t d : op.deps) {
+          if (in_.InStep1(d)) deps_end = std::max(deps_end, end_[static_cast<size_t>(d)]);
+        }
+        end_[i] = Place(i, deps_end);
+        continue;
+      }
+      i = RunCopies(i) - 1;
+    }
+    return all_done_;
+  }
+
+ private:
   // Places op i once its dependencies have ended (`deps_end`; `fixed_end`: those that lie
-  // before a repeated micro-batch's copies, see below); returns its least end. `*slow_binds` is
-  // set when a fixed dependency, or the host's issue unless `issue_moves`, alone delays the op.
-  auto place = [&](size_t i, int64_t deps_end, int64_t fixed_end = 0, bool* slow_binds = nullptr,
-                   bool issue_moves = true) {
-    const ProgramOp& op = p.ops[i];
+  // before a repeated micro-batch's copies, see RunCopies); returns its least end. `*slow_binds`
+  // is set when a fixed dependency, or the host's issue unless `issue_moves`, alone delays the op.
+  int64_t Place(size_t i, int64_t deps_end, int64_t fixed_end = 0, bool* slow_binds = nullptr,
+                bool issue_moves = true) {
+    const ProgramOp& op = in_.p.ops[i];
     auto st = static_cast<size_t>(op.stream);
-    if (op.host_sync) issue = std::max(issue, all_done);
-    issue += costs[i].host_ns;
-    int64_t moving = std::max(free_ns[st], deps_end);
+    if (op.host_sync) issue_ = std::max(issue_, all_done_);
+    issue_ += in_.costs[i].host_ns;
+    int64_t moving = std::max(free_ns_[st], deps_end);
     int64_t slow = fixed_end;
-    if (issue_moves) moving = std::max(moving, issue);
-    else slow = std::max(slow, issue);
+    if (issue_moves) moving = std::max(moving, issue_);
+    else slow = std::max(slow, issue_);
     if (slow > moving && slow_binds != nullptr) *slow_binds = true;
     int64_t ready = std::max(moving, slow);
-    int64_t e = ready + least_ns(i);
-    free_ns[st] = e;
-    all_done = std::max(all_done, e);
+    int64_t e = ready + in_.LeastNs(i);
+    free_ns_[st] = e;
+    all_done_ = std::max(all_done_, e);
     return e;
-  };
-  auto in_step1 = [&](int32_t d) { return d >= 0 && p.ops[static_cast<size_t>(d)].step == 1; };
-  for (size_t i = 0; i < n; ++i) {
-    const ProgramOp& op = p.ops[i];
-    if (op.step != 1 || op.kind == OpKind::kStartup) continue;  // step 0: ended by time 0
-    if (!repeated(op)) {
-      int64_t deps_end = 0;
-      for (int32_t d : op.deps) {
-        if (in_step1(d)) deps_end = std::max(deps_end, end[static_cast<size_t>(d)]);
-      }
-      end[i] = place(i, deps_end);
-      continue;
-    }
-    // The repeated micro-batch [b0, b1): the full program runs `copies` of it one after another,
-    // each copy's ops after the copy before on every stream and on the host, so the recurrence
-    // runs over the copies as it would over the full program. A copy's dependency on the
-    // micro-batch before it (the template's on micro-batch kWalkedLeadingMicroBatches - 2) is,
-    // from the second copy on, the previous copy's op with the same kind, stream, unit and
-    // segment; an op the template does not hold once is left as the template names it, which
-    // precedes the real one on its stream and so ends no later (a lower figure keeps the bound).
-    const size_t b0 = i;
-    size_t b1 = i;
-    while (b1 < n && p.ops[b1].step == 1 && p.ops[b1].kind != OpKind::kStartup && repeated(p.ops[b1])) ++b1;
-    // Per dependency slot of each template op: the template op standing for it in the copy
-    // before, or -1. Only a few slots reach the micro-batch before (the next micro-batch's first
-    // all-gather waits for this one's last copy-out, and so on): their roles are looked up in one
-    // scan of the template, and a role held more than once is left unmapped.
+  }
+
+  // For each template op of the repeated micro-batch [b0, b1) and each of its dependency slots:
+  // the template op standing for it in the copy before, or -1. Only a few slots reach the
+  // micro-batch before (the next micro-batch's first all-gather waits for this one's last
+  // copy-out, and so on): their roles are looked up in one scan of the template, and a role held
+  // more than once is left unmapped.
+  std::vector<std::array<int64_t, 3>> PreviousCopyDeps(size_t b0, size_t b1) const {
+    const StepProgram& p = in_.p;
     std::vector<std::array<int64_t, 3>> prev_of(b1 - b0, {-1, -1, -1});
     auto same_role = [](const ProgramOp& x, const ProgramOp& y) {
       return x.kind == y.kind && x.stream == y.stream && x.unit == y.unit && x.segment == y.segment;
@@ -401,7 +414,7 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
       const auto& deps = p.ops[j].deps;
       for (size_t slot = 0; slot < deps.size(); ++slot) {
         int32_t d = deps[slot];
-        if (in_step1(d) && static_cast<size_t>(d) < b0 &&
+        if (in_.InStep1(d) && static_cast<size_t>(d) < b0 &&
             p.ops[static_cast<size_t>(d)].micro == kWalkedLeadingMicroBatches - 2) {
           cross.push_back({j, slot, &p.ops[static_cast<size_t>(d)]});
         }
@@ -418,6 +431,23 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     for (const Cross& x : cross) {
       if (x.matches == 1) prev_of[x.op - b0][x.slot] = x.match;
     }
+    return prev_of;
+  }
+
+  // The repeated micro-batch starting at b0: the full program runs `copies` of it one after
+  // another, each copy's ops after the copy before on every stream and on the host, so the
+  // recurrence runs over the copies as it would over the full program. A copy's dependency on
+  // the micro-batch before it (the template's on micro-batch kWalkedLeadingMicroBatches - 2) is,
+  // from the second copy on, the previous copy's op with the same kind, stream, unit and
+  // segment; an op the template does not hold once is left as the template names it, which
+  // precedes the real one on its stream and so ends no later (a lower figure keeps the bound).
+  // Returns the end of the block, b1.
+  size_t RunCopies(size_t b0) {
+    const StepProgram& p = in_.p;
+    const size_t n = p.ops.size();
+    size_t b1 = b0;
+    while (b1 < n && in_.Counted(p.ops[b1]) && in_.Repeated(p.ops[b1])) ++b1;
+    const std::vector<std::array<int64_t, 3>> prev_of = PreviousCopyDeps(b0, b1);
     // The recurrence is max-plus: once a copy ends exactly P later than the copy before, op for
     // op, with every stream it uses also P later, and neither a dependency on an op before the
     // copies nor the host's issue delays any of its ops, every later copy repeats it P later
@@ -435,51 +465,61 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     std::vector<int64_t> prev_end(b1 - b0, 0);  // the copy before's ends
     std::array<int64_t, kNumStreams> prev_free{};
     int64_t prev_issue = 0, prev_all_done = 0;
-    for (int64_t c = 0; c < copies; ++c) {
+    for (int64_t c = 0; c < in_.copies; ++c) {
       bool slow_binds = false;
       for (size_t j = b0; j < b1; ++j) {
         int64_t deps_end = 0, fixed_end = 0;
         const auto& deps = p.ops[j].deps;
         for (size_t slot = 0; slot < deps.size(); ++slot) {
           int32_t d = deps[slot];
-          if (!in_step1(d)) continue;
+          if (!in_.InStep1(d)) continue;
           int64_t m = prev_of[j - b0][slot];
           if (static_cast<size_t>(d) >= b0) {
-            deps_end = std::max(deps_end, end[static_cast<size_t>(d)]);  // this copy's
+            deps_end = std::max(deps_end, end_[static_cast<size_t>(d)]);  // this copy's
           } else if (c > 0 && m >= 0) {
             deps_end = std::max(deps_end, prev_end[static_cast<size_t>(m) - b0]);
           } else {
-            fixed_end = std::max(fixed_end, end[static_cast<size_t>(d)]);
+            fixed_end = std::max(fixed_end, end_[static_cast<size_t>(d)]);
           }
         }
-        end[j] = place(j, deps_end, fixed_end, &slow_binds, block_syncs);
+        end_[j] = Place(j, deps_end, fixed_end, &slow_binds, block_syncs);
       }
-      if (c > 0 && !slow_binds && c + 1 < copies) {
-        const int64_t period = all_done - prev_all_done, host_period = issue - prev_issue;
+      if (c > 0 && !slow_binds && c + 1 < in_.copies) {
+        const int64_t period = all_done_ - prev_all_done, host_period = issue_ - prev_issue;
         bool periodic = block_syncs ? host_period == period : host_period <= period;
         for (size_t st = 0; st < block_stream.size() && periodic; ++st) {
-          periodic = !block_stream[st] || free_ns[st] - prev_free[st] == period;
+          periodic = !block_stream[st] || free_ns_[st] - prev_free[st] == period;
         }
-        for (size_t j = b0; j < b1 && periodic; ++j) periodic = end[j] - prev_end[j - b0] == period;
+        for (size_t j = b0; j < b1 && periodic; ++j) periodic = end_[j] - prev_end[j - b0] == period;
         if (periodic) {
-          const int64_t later = copies - 1 - c;  // copies left
-          for (size_t j = b0; j < b1; ++j) end[j] += later * period;
+          const int64_t later = in_.copies - 1 - c;  // copies left
+          for (size_t j = b0; j < b1; ++j) end_[j] += later * period;
           for (size_t st = 0; st < block_stream.size(); ++st) {
-            if (block_stream[st]) free_ns[st] += later * period;
+            if (block_stream[st]) free_ns_[st] += later * period;
           }
-          issue += later * host_period;
-          all_done += later * period;
+          issue_ += later * host_period;
+          all_done_ += later * period;
           break;
         }
       }
-      std::copy(end.begin() + static_cast<std::ptrdiff_t>(b0), end.begin() + static_cast<std::ptrdiff_t>(b1),
+      std::copy(end_.begin() + static_cast<std::ptrdiff_t>(b0), end_.begin() + static_cast<std::ptrdiff_t>(b1),
                 prev_end.begin());
-      prev_free = free_ns;
-      prev_issue = issue;
-      prev_all_done = all_done;
+      prev_free = free_ns_;
+      prev_issue = issue_;
+      prev_all_done = all_done_;
     }
-    i = b1 - 1;
+    return b1;
   }
+
+  const BoundInputs& in_;
+  std::vector<int64_t> end_;
+  std::array<int64_t, kNumStreams> free_ns_{};
+  int64_t issue_ = 0, all_done_ = 0;  // all_done_: the latest end so far, the path bound
+};
+
+// The bound: the busiest resource or the schedule's end, whichever is later, with the figures
+// the search's per-plan arithmetic reuses.
+StepTimeBound BoundOf(const ResourceSums& r, int64_t schedule_ns) {
   StepTimeBound b;
   auto consider = [&](int64_t ns, const char* what) {
     double sec = static_cast<double>(ns) * 1e-9;
@@ -489,30 +529,30 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
     }
   };
   // The compute stream first: on ties it is the one named.
-  consider(stream_ns[static_cast<size_t>(Stream::kDefault)], "compute stream");
-  consider(host_ns, "host issue (kernel launches and hooks)");
-  consider(stream_ns[static_cast<size_t>(Stream::kHost)], "host optimizer step");
-  consider(stream_ns[static_cast<size_t>(Stream::kAllGather)], "all-gather stream");
-  consider(stream_ns[static_cast<size_t>(Stream::kReduceScatter)], "reduce-scatter stream");
-  consider(stream_ns[static_cast<size_t>(Stream::kCopy)], "host<->GPU copy stream");
-  consider(stream_ns[static_cast<size_t>(Stream::kAllToAll)], "all-to-all stream (Ulysses, expert parallel)");
-  consider(link_ns[0], "shard-group link");
-  consider(link_ns[1], "replica-group link");
-  consider(link_ns[2], "PCIe link");
-  consider(link_ns[3], "cp-group link");
-  consider(link_ns[5], "ep-group link");
-  consider(all_done, "schedule without link contention");
-  b.compute_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
-  b.segment_compute_s = static_cast<double>(segment_ns) * 1e-9;
+  consider(r.stream_ns[static_cast<size_t>(Stream::kDefault)], "compute stream");
+  consider(r.host_ns, "host issue (kernel launches and hooks)");
+  consider(r.stream_ns[static_cast<size_t>(Stream::kHost)], "host optimizer step");
+  consider(r.stream_ns[static_cast<size_t>(Stream::kAllGather)], "all-gather stream");
+  consider(r.stream_ns[static_cast<size_t>(Stream::kReduceScatter)], "reduce-scatter stream");
+  consider(r.stream_ns[static_cast<size_t>(Stream::kCopy)], "host<->GPU copy stream");
+  consider(r.stream_ns[static_cast<size_t>(Stream::kAllToAll)], "all-to-all stream (Ulysses, expert parallel)");
+  consider(r.link_ns[0], "shard-group link");
+  consider(r.link_ns[1], "replica-group link");
+  consider(r.link_ns[2], "PCIe link");
+  consider(r.link_ns[3], "cp-group link");
+  consider(r.link_ns[5], "ep-group link");
+  consider(schedule_ns, "schedule without link contention");
+  b.compute_s = static_cast<double>(r.stream_ns[static_cast<size_t>(Stream::kDefault)]) * 1e-9;
+  b.segment_compute_s = static_cast<double>(r.segment_ns) * 1e-9;
   b.all_gather_transfer_s =
-      static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kAllGather)]) * 1e-9;
+      static_cast<double>(r.stream_transfer_ns[static_cast<size_t>(Stream::kAllGather)]) * 1e-9;
   b.reduce_scatter_transfer_s =
-      static_cast<double>(stream_transfer_ns[static_cast<size_t>(Stream::kReduceScatter)]) * 1e-9;
-  b.host_optimizer_s = static_cast<double>(stream_ns[static_cast<size_t>(Stream::kHost)]) * 1e-9;
+      static_cast<double>(r.stream_transfer_ns[static_cast<size_t>(Stream::kReduceScatter)]) * 1e-9;
+  b.host_optimizer_s = static_cast<double>(r.stream_ns[static_cast<size_t>(Stream::kHost)]) * 1e-9;
   // The least per micro-batch: the optimizer step's ops are labelled micro-batch 0 but move
   // nothing on these two streams and are no copy-outs, so each figure is one micro-batch's.
   std::array<int64_t, 3> least{-1, -1, -1};
-  for (const auto& m : micro_ns) {
+  for (const auto& m : r.micro_ns) {
     for (size_t s = 0; s < least.size(); ++s) {
       if (m[s] >= 0 && (least[s] < 0 || m[s] < least[s])) least[s] = m[s];
     }
@@ -520,9 +560,24 @@ StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& 
   b.all_gather_per_micro_batch_ns = std::max<int64_t>(0, least[0]);
   b.reduce_scatter_per_micro_batch_ns = std::max<int64_t>(0, least[1]);
   b.unit_kernels_per_micro_batch_ns = std::max<int64_t>(0, least[2]);
-  b.unit_kernels_s = static_cast<double>(unit_kernels_ns) * 1e-9;
-  b.gpu_optimizer_s = static_cast<double>(gpu_optimizer_ns) * 1e-9;
+  b.unit_kernels_s = static_cast<double>(r.unit_kernels_ns) * 1e-9;
+  b.gpu_optimizer_s = static_cast<double>(r.gpu_optimizer_ns) * 1e-9;
   return b;
+}
+
+}  // namespace
+
+StepTimeBound StepLowerBound(const MemoryEstimate& est, const model::ModelSpec& spec,
+                             const profiles::ClusterSpec& cluster, const model::Plan& plan,
+                             const SimOptions& o, SimContext* ctx) {
+  CostConstants storage;
+  const CostConstants& k = PlanConstants(o.costs, spec, plan, cluster.gpu, &storage);
+  const std::vector<OpCost> costs = CostOps(est.program, cluster, plan,
+                                            LinksFor(ctx, cluster, est.report, o.costs), k,
+                                            /*from_step=*/1);
+  const BoundInputs in{est.program, costs, 1 + est.program.repeats_of_last_leading_micro_batch};
+  const ResourceSums sums = SumResources(in, plan);
+  return BoundOf(sums, LeastSchedule(in).Run());
 }
 
 SimReport SimulateStep(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
