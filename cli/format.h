@@ -31,7 +31,7 @@ void PrintFeatureSavings(const sim::FeatureSavings& f, const sim::MemoryReport& 
 void WriteLine(std::ostream& os, std::string_view prefix, std::string_view text);
 
 // A fit whose headroom is under this fraction of the usable memory is reported as marginal: the
-// memory estimate is within about 1% of PyTorch on measured runs (README "How the memory model
+// memory estimate is within about 1% of PyTorch on measured runs (simulator/README.md "How the memory model
 // works"), so a margin of twice that is the least the verdict can stand behind.
 inline constexpr double kMarginalHeadroomFraction = 0.02;
 // headroom >= 0 and headroom < kMarginalHeadroomFraction x capacity.

@@ -15,7 +15,7 @@ namespace {
 
 // The Debian package that installs an optimized libblas.so.3 alternative. The OpenMP build:
 // LibTorch's intra-op pool is OpenMP, so one omp_set_num_threads (at::set_num_threads) sizes
-// both pools; see the README's "CPU runs and BLAS" for the measurement behind the choice.
+// both pools; see executor/README.md "CPU runs and BLAS" for the measurement behind the choice.
 constexpr const char* kOptimizedBlasPackage = "libopenblas0-openmp";
 
 void* Sym(const char* name) { return dlsym(RTLD_DEFAULT, name); }

@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ExecutorVisionTest,
 // The step-0 peak of a batch whose images are a large share of its memory (4 sequences of 128
 // tokens per rank, 2 images of 32 tokens each: 256 patches per sequence against 128 text tokens)
 // as validate predicts it, with the tower trained, frozen, and checkpointed (every other block;
-// every block on one rank), and of the same model's text-only batches (README "Vision-language
+// every block on one rank), and of the same model's text-only batches (simulator/README.md "Vision-language
 // models" quotes these lines).
 TEST(ExecutorVisionMemoryTest, MeasuredPeakIsWhatValidatePredicts) {
   const std::string model = "micro-qwen2.5-vl.model.json";
