@@ -897,6 +897,19 @@ void AddOldLogProbRole(const ConfigReader& top, const ImportContext& ctx, const 
   out->roles.push_back(lp);
 }
 
+// An inference engine's section (import.h RolloutEngine) serving `role` with engine `name`.
+RolloutEngine EngineOf(const ConfigReader& ro, const std::string& role, const std::string& name,
+                       const std::string& where, bool eager_default) {
+  RolloutEngine e;
+  e.role = role;
+  e.name = name;
+  e.where = where;
+  e.gpu_memory_utilization = ro.Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
+  e.free_cache_engine = ro.Bool("free_cache_engine").value_or(true);
+  e.enforce_eager = ro.Bool("enforce_eager").value_or(eager_default);
+  return e;
+}
+
 // actor_rollout_ref.rollout: the engine beside the trainer (import.h RolloutEngine). name hf
 // generates with the actor's own FSDP module (no engine); a file without the section runs no
 // rollout here (an SFT-like PPO file) and one without a name gets a warning (rollout.yaml's name
@@ -926,13 +939,10 @@ void ReadRolloutEngine(const ConfigReader& arr, ImportResult* out, std::vector<s
   if (*name != "vllm" && *name != "sglang" && *name != "trtllm") {
     ro->Fail("name", "vllm, sglang, trtllm or hf (verl's rollout engines)");
   }
-  RolloutEngine e;
-  e.name = *name;
-  e.where = arr.file() + ":/actor_rollout_ref/rollout";
-  e.gpu_memory_utilization = ro->Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
-  e.free_cache_engine = ro->Bool("free_cache_engine").value_or(true);
-  e.enforce_eager = ro->Bool("enforce_eager").value_or(false);
-  out->engines.push_back(e);
+  // rollout.yaml's defaults: gpu_memory_utilization 0.5, free_cache_engine true, enforce_eager
+  // false.
+  out->engines.push_back(EngineOf(*ro, "rollout", *name, arr.file() + ":/actor_rollout_ref/rollout",
+                                  /*eager_default=*/false));
 }
 
 // reward_model's keys (reward_model/dp_reward_loop.yaml over dp_reward_model.yaml at
@@ -990,16 +1000,10 @@ void ReadRewardEngine(const ConfigReader& rm, ImportResult* out, std::vector<std
   if (*name != "vllm" && *name != "sglang" && *name != "trtllm") {
     ro.Fail("name", "vllm, sglang or trtllm (the reward loop's engines)");
   }
-  RolloutEngine e;
-  e.role = "reward model";
-  e.name = *name;
-  e.where = rm.file() + ":/reward_model/rollout";
   // dp_reward_loop.yaml's rollout defaults: gpu_memory_utilization 0.5, free_cache_engine true,
   // enforce_eager true.
-  e.gpu_memory_utilization = ro.Number("gpu_memory_utilization", 1e-3, 1.0).value_or(0.5);
-  e.free_cache_engine = ro.Bool("free_cache_engine").value_or(true);
-  e.enforce_eager = ro.Bool("enforce_eager").value_or(true);
-  out->engines.push_back(e);
+  out->engines.push_back(EngineOf(ro, "reward model", *name, rm.file() + ":/reward_model/rollout",
+                                  /*eager_default=*/true));
 }
 
 // fsdp_workers.py RewardModelWorker (reward_model.use_reward_loop false): an inference role on

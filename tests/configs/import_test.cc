@@ -818,15 +818,20 @@ TEST(ImportVerlTest, LoraExcludeModulesIsTheAdaptersExclusion) {
 // actor_rollout_ref.rollout names the engine that shares the GPUs (import.h RolloutEngine):
 // verl_grpo_lora.yaml runs vLLM at gpu_memory_utilization 0.6 with rollout.yaml's defaults
 // free_cache_engine true and enforce_eager false.
+void ExpectEngine(const RolloutEngine& e, const std::string& role, const std::string& name,
+                  double utilization, bool free_cache_engine, bool enforce_eager) {
+  EXPECT_EQ(e.role, role);
+  EXPECT_EQ(e.name, name);
+  EXPECT_DOUBLE_EQ(e.gpu_memory_utilization, utilization);
+  EXPECT_EQ(e.free_cache_engine, free_cache_engine);
+  EXPECT_EQ(e.enforce_eager, enforce_eager);
+}
+
 TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
   ImportResult r;
   FromFile("verl_grpo_lora.yaml", LlamaOn8(), &r);
   ASSERT_EQ(r.engines.size(), 1u);
-  EXPECT_EQ(r.engines[0].role, "rollout");
-  EXPECT_EQ(r.engines[0].name, "vllm");
-  EXPECT_DOUBLE_EQ(r.engines[0].gpu_memory_utilization, 0.6);
-  EXPECT_TRUE(r.engines[0].free_cache_engine);
-  EXPECT_FALSE(r.engines[0].enforce_eager);
+  ExpectEngine(r.engines[0], "rollout", "vllm", 0.6, true, false);
   // The old-log-prob pass's keys are read (the actor old log-prob role), not listed as ignored.
   EXPECT_THAT(AllWarnings(r), testing::Not(HasSubstr("rollout/log_prob_micro_batch_size_per_gpu")));
   auto engine = [](const std::string& rollout) {
@@ -837,10 +842,7 @@ TEST(ImportVerlTest, RolloutEngineIsReadWithVerlsDefaults) {
   ImportResult sg = engine("    name: sglang\n    gpu_memory_utilization: 0.85\n"
                            "    free_cache_engine: false\n    enforce_eager: true\n");
   ASSERT_EQ(sg.engines.size(), 1u);
-  EXPECT_EQ(sg.engines[0].name, "sglang");
-  EXPECT_DOUBLE_EQ(sg.engines[0].gpu_memory_utilization, 0.85);
-  EXPECT_FALSE(sg.engines[0].free_cache_engine);
-  EXPECT_TRUE(sg.engines[0].enforce_eager);
+  ExpectEngine(sg.engines[0], "rollout", "sglang", 0.85, false, true);
   EXPECT_DOUBLE_EQ(engine("    name: vllm\n").engines.at(0).gpu_memory_utilization, 0.5);
   EXPECT_TRUE(engine("    name: hf\n").engines.empty());  // the actor generates
   ImportResult unnamed = engine("");
@@ -869,11 +871,7 @@ TEST(ImportVerlTest, RewardModelOnTheActorsGpus) {
                            "  rollout:\n    name: vllm\n    gpu_memory_utilization: 0.8\n"
                            "    tensor_model_parallel_size: 1\n");
   ASSERT_EQ(loop.engines.size(), 2u);
-  EXPECT_EQ(loop.engines[1].role, "reward model");
-  EXPECT_EQ(loop.engines[1].name, "vllm");
-  EXPECT_DOUBLE_EQ(loop.engines[1].gpu_memory_utilization, 0.8);
-  EXPECT_TRUE(loop.engines[1].free_cache_engine);
-  EXPECT_TRUE(loop.engines[1].enforce_eager);
+  ExpectEngine(loop.engines[1], "reward model", "vllm", 0.8, true, true);
   EXPECT_THAT(AllWarnings(loop), HasSubstr("/reward_model/rollout/tensor_model_parallel_size"));
   EXPECT_THAT(AllWarnings(loop), HasSubstr("/reward_model/model (the reward loop's engine does not read it)"));
   for (const auto& r : loop.roles) EXPECT_NE(r.name, "reward model");
