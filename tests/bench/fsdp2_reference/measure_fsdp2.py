@@ -289,7 +289,17 @@ def main():
         rec["reserved"] = torch.cuda.memory_reserved()
         rec["max_reserved"] = torch.cuda.max_memory_reserved()
         rec["device_used"] = used_bytes()
-        rec["alloc_retries"] = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+        stats = torch.cuda.memory_stats()
+        rec["alloc_retries"] = stats.get("num_alloc_retries", 0)
+        # The caching allocator's state after the step (c10/cuda/CUDACachingAllocator.cpp
+        # DeviceStats): segments and cached free ("inactive split") bytes per pool, what the
+        # allocator replay in `shardtune estimate` predicts as reserved - allocated.
+        rec["allocator"] = {k: stats.get(k, 0) for k in (
+            "segment.all.current", "segment.small_pool.current", "segment.large_pool.current",
+            "segment.all.peak", "reserved_bytes.small_pool.peak", "reserved_bytes.large_pool.peak",
+            "allocated_bytes.small_pool.peak", "allocated_bytes.large_pool.peak",
+            "inactive_split_bytes.all.current", "inactive_split_bytes.all.peak",
+            "inactive_split.all.current", "num_alloc_retries", "num_ooms")}
         steps.append(rec)
 
     if a.trace:
