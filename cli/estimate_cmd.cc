@@ -430,7 +430,6 @@ void AddEstimateCommand(CLI::App* app, EstimateArgs* a) {
 
 namespace {
 
-// The roles of --role-plan next to the main plan, estimated on the same cluster.
 // The model each --from role runs: the job's, or the one the config names for it (verl's reward
 // model, ImportedRole::model_named), resolved as --model is, or --reward-model when given.
 // Resolution warnings go to `warnings`.
@@ -450,6 +449,8 @@ std::vector<model::ModelSpec> RoleModels(const EstimateArgs& a, const Job& job,
   return specs;
 }
 
+// The roles of --from and --role-plan next to the main plan, estimated on the same cluster, the
+// --from roles on `role_specs` (RoleModels).
 sim::ColocationReport ColocatedRoles(const EstimateArgs& a, const Job& job,
                                      const std::vector<model::ModelSpec>& role_specs,
                                      const sim::MemoryReport& main) {

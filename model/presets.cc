@@ -742,7 +742,7 @@ std::optional<PresetMatch> FindPresetByHfName(const std::string& name) {
       by_variant = PresetMatch{
           info.name, id,
           LastComponent(name) + " is a post-trained or base release of " + id +
-              " with the same architecture; give --model its config.json to read it exactly"};
+              " with the same architecture", /*variant=*/true};
     }
   }
   if (by_dir) return by_dir;
@@ -775,12 +775,10 @@ ModelSpec ResolveModelArg(const std::string& arg_in, std::vector<std::string>* w
   }
   if (std::optional<PresetMatch> m = FindPresetByHfName(arg)) {
     if (warnings && !m->how.empty()) {
-      std::string how = m->how;
-      if (size_t at = how.find("give --model"); at != std::string::npos && flag != "--model") {
-        how.replace(at + 5, 7, flag);
-      }
       warnings->push_back(where + ": \"" + arg_in + "\" read as preset " + m->preset + " (" +
-                          how + ")");
+                          m->how +
+                          (m->variant ? "; give " + flag + " its config.json to read it exactly" : "") +
+                          ")");
     }
     return FindModelPreset(m->preset);
   }

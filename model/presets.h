@@ -39,6 +39,9 @@ struct PresetMatch {
   std::string preset;  // PresetInfo::name
   std::string hf_id;   // the preset's repository
   std::string how;     // "" when the name is the preset's repository; else why it was matched
+  // Matched as a post-trained or base release of the preset's repository: the shapes are its
+  // family's, not read from the model's own config.json.
+  bool variant = false;
 };
 std::optional<PresetMatch> FindPresetByHfName(const std::string& name);
 

@@ -95,13 +95,11 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
                                  : "sharded parameters and optimizer state stay resident") +
       (o.separate_processes ? "; one process per role: each keeps its CUDA context and NCCL buffers"
                             : "; one process: one CUDA context shared") +
-      (engines == 1 ? "; the inference engine in its own process: its share of the GPU while it runs, "
-                      "its context and CUDA graphs while it sleeps, and the trainer process's "
-                      "context and NCCL buffers beside it"
-       : engines > 1 ? "; each inference engine in its own process: its share of the GPU while it "
-                       "runs, its context and CUDA graphs while it sleeps, and the trainer "
-                       "process's context and NCCL buffers beside it"
-                     : "") +
+      (engines == 0 ? std::string()
+                    : std::string(engines == 1 ? "; the" : "; each") +
+                          " inference engine in its own process: its share of the GPU while it "
+                          "runs, its context and CUDA graphs while it sleeps, and the trainer "
+                          "process's context and NCCL buffers beside it") +
       ") vs the device's usable memory";
   return out;
 }

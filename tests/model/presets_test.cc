@@ -16,6 +16,7 @@
 namespace shardtune::model {
 namespace {
 
+using testing::Not;
 using testing::HasSubstr;
 using testing::ThrowsMessage;
 
@@ -183,6 +184,21 @@ TEST(PresetsTest, HuggingFaceNamesFindTheirPreset) {
   EXPECT_EQ(preset("Qwen/Qwen2.5-7B-Instruct"), "qwen2.5-7b");
   EXPECT_THAT(how("Qwen/Qwen2.5-7B-Instruct"),
               HasSubstr("Qwen2.5-7B-Instruct is a post-trained or base release of Qwen/Qwen2.5-7B"));
+  // A variant's warning tells the user to give its config.json, by the flag that takes it.
+  EXPECT_TRUE(FindPresetByHfName("Qwen/Qwen2.5-7B-Instruct")->variant);
+  EXPECT_FALSE(FindPresetByHfName("~/models/Qwen3-8B")->variant);
+  std::vector<std::string> w;
+  ResolveModelArg("Qwen/Qwen2.5-7B-Instruct", &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], HasSubstr("same architecture; give --model its config.json to read it exactly)"));
+  w.clear();
+  ResolveModelArg("Qwen/Qwen2.5-7B-Instruct", &w, "cfg.yaml:/reward_model/model/path", "--reward-model");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], HasSubstr("give --reward-model its config.json to read it exactly)"));
+  w.clear();
+  ResolveModelArg("~/models/Qwen3-8B", &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], Not(HasSubstr("give --model")));
   EXPECT_EQ(preset("meta-llama/Llama-3.1-8B-Instruct"), "llama3.1-8b");
   EXPECT_EQ(preset("meta-llama/Llama-2-7b-chat-hf"), "llama2-7b");
   EXPECT_EQ(preset("google/gemma-2-9b-it"), "gemma2-9b");
