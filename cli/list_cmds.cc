@@ -83,8 +83,13 @@ void RunGpus(bool json, std::ostream& out) {
   for (const auto& p : profiles::ClusterPresets()) {
     std::string names = p.name;
     for (const auto& a : p.aliases) names += ", " + a;
-    out << "  " << std::left << std::setw(44) << names << std::setw(15) << p.gpu << p.gpus_per_node << " GPUs, "
-        << p.nics_per_node << " x " << p.nic_gbps << " Gb/s " << p.network << "\n      " << p.source << "\n";
+    if (names.size() < 44) names.resize(44, ' ');
+    else names += "  ";
+    out << "  " << names << std::left << std::setw(15) << p.gpu << p.gpus_per_node << " GPUs, " << p.nics_per_node
+        << " x " << p.nic_gbps << " Gb/s " << p.network;
+    // The latency its net plugin reports to NCCL's tuner (ClusterSpec::net_latency).
+    if (p.net_latency_us > 0) out << ", net plugin latency " << p.net_latency_us << " us (aws-ofi-nccl)";
+    out << "\n      " << p.source << "\n";
   }
 }
 

@@ -174,6 +174,9 @@ std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
   if (cpu_cores_per_node < 0) {
     add("cpu_cores_per_node", "integer >= 0", std::to_string(cpu_cores_per_node));
   }
+  if (!(net_latency.count() >= 0 && net_latency.count() <= 1e-2)) {
+    add("net_latency_us", "a number in [0, 10000] (microseconds)", Num(net_latency.count() * 1e6));
+  }
   AddGpuProblems(gpu, where + "/gpu", &p);
   AddLinkProblems(intra_node, where + "/intra_node_link", &p);
   if (num_nodes > 1) AddLinkProblems(inter_node, where + "/inter_node_link", &p);

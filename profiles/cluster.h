@@ -27,6 +27,14 @@ struct ClusterSpec {
   // default NCCL_NVLS_ENABLE=2. false: a cluster file's "nvls": false (NCCL_NVLS_ENABLE=0, or no
   // multicast support in the driver/fabric manager); NCCL then runs rings and trees in a node.
   bool nvls = true;
+  // The latency the NCCL net plugin reports for its devices (ncclNetProperties_t.latency), which
+  // NCCL's tuner adds to every inter-node step, twice for the Simple protocol (NVIDIA/nccl
+  // src/graph/search.cc:745 graph->latencyInter, src/graph/tuning.cc:389-391). 0 for NCCL's own
+  // InfiniBand/RoCE and socket transports ("Not set", transport/net_ib.cc) and for GPUDirect-TCPX
+  // (nccl-plugin-gpudirecttcpx net_tcpx.cc); aws-ofi-nccl sets it per EC2 platform
+  // (src/platform-aws.cpp platform_data_map: p4d, p4de, p5, p5e 75 us; p5en, p6 35 us; 75 us
+  // elsewhere). A cluster file's "net_latency_us".
+  Seconds net_latency;
   std::string machine;           // cpu:N: whose figures these are ("this machine: 23.4 GiB RAM
                                  // (MemTotal), 2 cores"); "" otherwise
 

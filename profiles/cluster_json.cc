@@ -13,9 +13,12 @@
 //  "nic_bandwidth_bits_per_s": 400e9,        optional, default: the inter-node link's rate
 //  "host_memory_bytes_per_node": B,          optional, default: the kind's reference machine
 //  "cpu_cores_per_node": C,                  optional, default: the kind's reference machine
-//  "nvls": false}                            optional, default true: NVLink SHARP where the GPUs
+//  "nvls": false,                            optional, default true: NVLink SHARP where the GPUs
 //                                            have it (Hopper on, NVSwitch); false as under
 //                                            NCCL_NVLS_ENABLE=0 or without multicast support
+//  "net_latency_us": 75}                     optional, default 0: the latency the NCCL net plugin
+//                                            reports (aws-ofi-nccl: 75 on p4d/p5, 35 on p5en;
+//                                            NCCL's IB and socket transports 0), ClusterSpec::net_latency
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -95,6 +98,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
   c.cpu_cores_per_node =
       static_cast<int>(r.OptionalInt("cpu_cores_per_node", node.cpu_cores, -kIntBound, kIntBound));
   c.nvls = r.OptionalBool("nvls", true);
+  c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
   r.Finish();
   const auto problems = c.Problems(path + ":");
   ThrowIfProblems(problems);

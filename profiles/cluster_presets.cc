@@ -15,6 +15,13 @@ namespace {
 
 using model::Lower;
 
+// The latency aws-ofi-nccl reports to NCCL for EFA devices (ncclNetProperties_t.latency), by EC2
+// platform: aws/aws-ofi-nccl src/platform-aws.cpp platform_data_map (commit 2daf7d3, 2026-08-21):
+// p4d.24xlarge, p4de.24xlarge and p5/p5e 75.0 us ("Empirical testing on P5 had shown that NCCL's
+// internal tuner choices work better with this value"), p5en and p6-b200 35.0 us.
+constexpr double kAwsOfiLatencyP4P5Us = 75.0;
+constexpr double kAwsOfiLatencyP5enUs = 35.0;
+
 std::vector<ClusterPreset> BuildPresets() {
   std::vector<ClusterPreset> p = {
       {"dgx-h100", {"hgx-h100-ib400"}, "H100-SXM-80G", 8, 8, 400, "ib", 2048, 112, "InfiniBand NDR",
@@ -31,10 +38,12 @@ std::vector<ClusterPreset> BuildPresets() {
        "for the compute fabric, 2 TB system memory, 2x AMD EPYC 7742 (128 cores)"},
       {"p4d", {"p4d.24xlarge"}, "A100-SXM-40G", 8, 4, 100, "eth", 1152, 48, "EFA",
        "AWS EC2 P4 instances page, p4d.24xlarge: 8x A100 40 GB, 400 Gbps EFA as 4 network cards of "
-       "100 Gb/s (one per PCIe switch of two GPUs), 1152 GiB, 96 vCPUs"},
+       "100 Gb/s (one per PCIe switch of two GPUs), 1152 GiB, 96 vCPUs",
+       kAwsOfiLatencyP4P5Us},
       {"p4de", {"p4de.24xlarge"}, "A100-SXM-80G", 8, 4, 100, "eth", 1152, 48, "EFA",
        "AWS EC2 P4 instances page, p4de.24xlarge: 8x A100 80 GB, 400 Gbps EFA as 4 x 100 Gb/s, 1152 GiB, "
-       "96 vCPUs"},
+       "96 vCPUs",
+       kAwsOfiLatencyP4P5Us},
       // EFA through aws-ofi-nccl: since its RDMA protocol (1.7), the plugin stripes each GPU's
       // network cards as rails of one NCCL device, so NCCL's search sees one NIC per GPU with the
       // cards' summed rate (aws-ofi-nccl README, "multi-rail"; the p5 nccl-tests figures above
@@ -42,10 +51,12 @@ std::vector<ClusterPreset> BuildPresets() {
       {"p5", {"p5.48xlarge"}, "H100-SXM-80G", 8, 8, 400, "eth", 2048, 96, "EFA",
        "AWS EC2 P5 instances page, p5.48xlarge: 8x H100 80 GB, 3200 Gbps EFAv2 as 32 network cards of "
        "100 Gb/s (4 beside each GPU; aws-ofi-nccl presents them to NCCL as one 400 Gb/s device per GPU), "
-       "2 TiB, 192 vCPUs"},
+       "2 TiB, 192 vCPUs",
+       kAwsOfiLatencyP4P5Us},
       {"p5en", {"p5en.48xlarge"}, "H200-SXM-141G", 8, 8, 400, "eth", 2048, 96, "EFA",
        "AWS EC2 P5 instances page, p5en.48xlarge: 8x H200, 3200 Gbps EFAv3 as 16 x 200 Gb/s (2 beside each "
-       "GPU; one 400 Gb/s aws-ofi-nccl device per GPU), 2 TiB, 192 vCPUs"},
+       "GPU; one 400 Gb/s aws-ofi-nccl device per GPU), 2 TiB, 192 vCPUs",
+       kAwsOfiLatencyP5enUs},
       {"nd-h100-v5", {"standard_nd96isr_h100_v5"}, "H100-SXM-80G", 8, 8, 400, "ib", 1900, 48, "InfiniBand NDR",
        "Azure ND H100 v5-series page, Standard_ND96isr_H100_v5: 8x H100 80 GB, 8 x 400 Gb/s NDR "
        "InfiniBand (one per GPU), 1900 GiB, 96 vCPUs"},
@@ -106,6 +117,7 @@ ClusterSpec ClusterFromPreset(const ClusterPreset& preset, int nodes, const std:
   c.nic_bandwidth = BytesPerSecond::Gbps(preset.nic_gbps);
   c.host_memory_per_node = Bytes::GiB(preset.host_memory_gib);
   c.cpu_cores_per_node = preset.cpu_cores;
+  c.net_latency = Seconds::Micros(preset.net_latency_us);
   auto problems = c.Problems("cluster preset " + preset.name);
   SHARDTUNE_CHECK(problems.empty()) << problems.front();
   return c;
@@ -126,6 +138,8 @@ std::string DescribeNics(const ClusterSpec& c) {
   } else {
     out << "one per " << c.gpus_per_node / c.nics_per_node << " GPUs";
   }
+  // The latency the net plugin reports, which NCCL's tuner adds to every inter-node step.
+  if (c.net_latency.count() > 0) out << "; the net plugin reports " << c.net_latency.count() * 1e6 << " us to NCCL";
   out << ")";
   return out.str();
 }

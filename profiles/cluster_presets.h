@@ -25,6 +25,9 @@ struct ClusterPreset {
   int cpu_cores = 0;        // physical cores (vCPUs / 2 where the provider counts hyperthreads)
   std::string network;      // what the provider calls the network, e.g. "EFA", "InfiniBand NDR"
   std::string source;
+  // The latency the NCCL net plugin reports (ClusterSpec::net_latency): aws-ofi-nccl's platform
+  // table for EFA (src/platform-aws.cpp platform_data_map), 0 for NCCL's own transports.
+  double net_latency_us = 0;
 };
 
 // All presets, in listing order. Names and aliases never collide with a GPU kind.
@@ -34,7 +37,8 @@ const ClusterPreset* LookupClusterPreset(const std::string& name);
 // A cluster of `nodes` nodes of `preset`, named `text`.
 ClusterSpec ClusterFromPreset(const ClusterPreset& preset, int nodes, const std::string& text);
 // "8 x 400 Gb/s InfiniBand NDR NICs per node (one per GPU)": the NIC layout a cluster assumes,
-// for answers that name it. "" on one node and for CPU ranks.
+// for answers that name it, with "; the net plugin reports 75 us to NCCL" where one does. "" on
+// one node and for CPU ranks.
 std::string DescribeNics(const ClusterSpec& cluster);
 
 }  // namespace shardtune::profiles

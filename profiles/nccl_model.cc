@@ -368,7 +368,10 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
         double lat = kConst.base_lat[a][p];
         double intra_lat = kConst.hw_lat[intra_hw][a][p];
         // With ppn=1 latencies are fully exposed: the Tree network latency (tuning.cc:387).
-        const double inter_lat = shape.ranks_per_node == 1 ? kConst.hw_lat[hw_net][kTree][p] : kConst.hw_lat[hw_net][a][p];
+        double inter_lat = shape.ranks_per_node == 1 ? kConst.hw_lat[hw_net][kTree][p] : kConst.hw_lat[hw_net][a][p];
+        // The net plugin's latency, twice for Simple: "Also add the flush extra latency"
+        // (tuning.cc:389-391; graph->latencyInter = the NIC's property, search.cc:745).
+        inter_lat += shape.net_latency_us * (p == kSimple ? 2 : 1);
         if (a == kRing) {
           // "Inter-node rings still have to launch nsteps * net overhead" (tuning.cc:402-412).
           double net_overhead = nodes > 1 ? kNetOverheadUs * (p == kSimple ? 3 : 1) : 0;
@@ -463,6 +466,7 @@ NcclCommShape NcclShapeOf(const ClusterSpec& cluster, const std::vector<int>& ra
   }
   sh.pcie_GBps = PcieGBpsOf(cluster.gpu.host_link);
   sh.nvls = cluster.nvls;
+  sh.net_latency_us = cluster.net_latency.count() * 1e6;
   if (sh.nodes > 1) {
     // The first node's GPUs of the group, placed on PCIe switches with the NICs: M/G NICs
     // beside each GPU when M >= G (AWS p5: 4); a NIC per pair of GPUs when M = G/2 (HGX A100

@@ -17,9 +17,9 @@
 //    and then raises a ring's bandwidth, a tree's intra-node bandwidth and NVLS's inter-node
 //    bandwidth while the links allow (pass 2, search.cc:1267-1287).
 // Not modelled: CollNet/IB SHARP, PAT (one GPU per node all-gather/reduce-scatter), the
-// symmetric-memory kernels of 2.28+, multi-node NVLink (GB200 NVL72), tuner plugins, the
-// NCCL_ALGO/NCCL_PROTO/NCCL_CROSS_NIC overrides, and the net plugin's latency property (0 for
-// NCCL's own IB and socket transports).
+// symmetric-memory kernels of 2.28+, multi-node NVLink (GB200 NVL72), tuner plugins (aws-ofi-nccl
+// ships one, used where NCCL_TUNER_PLUGIN names it), and the NCCL_ALGO/NCCL_PROTO/NCCL_CROSS_NIC
+// overrides. The net plugin's latency property is modelled (NcclCommShape::net_latency_us).
 #pragma once
 
 #include <string>
@@ -58,6 +58,10 @@ struct NcclCommShape {
   std::vector<Switch> switches;
   double nic_GBps = 0;  // per NIC and direction: Gb/s / 8 (topo.cc:418)
   bool nvls = true;     // NVLink SHARP enabled when the hardware has it (NCCL_NVLS_ENABLE=2)
+  // The net plugin's latency property in us (ClusterSpec::net_latency): the search copies it to
+  // each graph's latencyInter (search.cc:745) and the tuner adds it to every inter-node step,
+  // twice for Simple ("Also add the flush extra latency", tuning.cc:389-391).
+  double net_latency_us = 0;
 };
 
 // A channel graph found by the search: channels x per-channel bandwidth inside a node and on

@@ -46,6 +46,15 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
   EXPECT_EQ(c.cpu_cores_per_node, 64);
   EXPECT_FALSE(c.nvls);
   EXPECT_TRUE(ReadClusterFile(Data("two_dgx_h100.json")).nvls);  // the default
+  EXPECT_DOUBLE_EQ(c.net_latency.count(), 75e-6);
+  EXPECT_DOUBLE_EQ(ReadClusterFile(Data("two_dgx_h100.json")).net_latency.count(), 0.0);  // the default
+}
+
+TEST(ReadClusterFileTest, NetLatencyMustNotBeNegative) {
+  const std::string path = Data("net_latency_negative.json");
+  EXPECT_THAT([&] { ReadClusterFile(path); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/net_latency_us: expected a number in [0, 10000]"),
+                                              HasSubstr("-5"), Not(HasSubstr("\n")))));
 }
 
 TEST(ReadClusterFileTest, NvlsMustBeABoolean) {

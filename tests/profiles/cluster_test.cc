@@ -197,6 +197,8 @@ TEST(ClusterPresetTest, NodesTimesPresetFixesGpusNicsAndHost) {
   EXPECT_THAT(DescribeNics(p4d), HasSubstr("4 x 100 Gb/s"));
   EXPECT_THAT(DescribeNics(p4d), HasSubstr("one per 2 GPUs"));
   EXPECT_EQ(DescribeNics(ParseClusterShorthand("8xH100")), "");
+  EXPECT_THAT(DescribeNics(p4d), HasSubstr("; the net plugin reports 75 us to NCCL)"));
+  EXPECT_THAT(DescribeNics(ParseClusterShorthand("2xdgx-h100")), Not(HasSubstr("net plugin")));
   // Every preset builds, and none shadows a GPU kind.
   for (const auto& p : ClusterPresets()) {
     EXPECT_NO_THROW(ParseClusterShorthand("2x" + p.name)) << p.name;

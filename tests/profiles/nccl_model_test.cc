@@ -226,6 +226,44 @@ TEST(NcclModelTest, RingLatencyGrowsWithStepsAndNetworkHops) {
   EXPECT_NEAR(ag.latency.count(), (8.4 + 14 * 3.4 + 14.0) * 1e-6, 1e-12);
 }
 
+TEST(NcclModelTest, TheNetPluginsLatencyIsAddedToEveryInterNodeStepTwiceForSimple) {
+  // tuning.cc:387-391: interLat = hwLat[NET][algo][proto] + latencyInter, + latencyInter again
+  // for Simple; a ring all-gather over N nodes has N - 1 inter-node steps (tuning.cc:411). The
+  // 75 us is aws-ofi-nccl's figure for p5 (src/platform-aws.cpp), which the p5 preset carries.
+  const ClusterSpec c = ParseClusterShorthand("4xp5");
+  EXPECT_DOUBLE_EQ(c.net_latency.count(), 75e-6);
+  const NcclCommShape with = NcclShapeOf(c, Iota(32));
+  EXPECT_DOUBLE_EQ(with.net_latency_us, 75.0);
+  NcclCommShape without = with;
+  without.net_latency_us = 0;
+  const int inter_steps = 4 - 1;
+  // Large: Simple ring on both, so the latency differs by 3 x 2 x 75 us.
+  const NcclCollectiveCost big_with = NcclComm(with).Cost(Collective::kAllGather, kLarge);
+  const NcclCollectiveCost big_without = NcclComm(without).Cost(Collective::kAllGather, kLarge);
+  ASSERT_EQ(big_with.algo, NcclAlgo::kRing);
+  ASSERT_EQ(big_without.algo, NcclAlgo::kRing);
+  ASSERT_EQ(big_with.proto, NcclProto::kSimple);
+  ASSERT_EQ(big_without.proto, NcclProto::kSimple);
+  EXPECT_NEAR(big_with.latency.count() - big_without.latency.count(), inter_steps * 2 * 75e-6, 1e-12);
+  // The same ring with LL128 pays it once per step: 14 + 28 x max(1.9, 1) + 3 x (4.0 + 75) us.
+  const Bytes mid = Bytes::Of(int64_t{64} << 20);
+  const NcclCollectiveCost ll128 = NcclComm(with).Cost(Collective::kAllGather, mid);
+  ASSERT_EQ(ll128.algo, NcclAlgo::kRing);
+  ASSERT_EQ(ll128.proto, NcclProto::kLL128);
+  EXPECT_NEAR(ll128.latency.count(), (14.0 + 28 * 1.9 + inter_steps * (4.0 + 75.0)) * 1e-6, 1e-12);
+  // Inside one node there is no inter-node step, so nothing changes.
+  const ClusterSpec one = ParseClusterShorthand("p5");
+  NcclCommShape one_without = NcclShapeOf(one, Iota(8));
+  one_without.net_latency_us = 0;
+  EXPECT_DOUBLE_EQ(NcclComm(NcclShapeOf(one, Iota(8))).Cost(Collective::kAllGather, mid).time.count(),
+                   NcclComm(one_without).Cost(Collective::kAllGather, mid).time.count());
+  // NCCL's own InfiniBand transport reports none; p5en's plugin figure is 35 us.
+  EXPECT_DOUBLE_EQ(ParseClusterShorthand("2xdgx-h100").net_latency.count(), 0.0);
+  EXPECT_DOUBLE_EQ(ParseClusterShorthand("2x8xH100-ib400").net_latency.count(), 0.0);
+  EXPECT_DOUBLE_EQ(ParseClusterShorthand("2xp5en").net_latency.count(), 35e-6);
+  EXPECT_DOUBLE_EQ(ParseClusterShorthand("2xp4d").net_latency.count(), 75e-6);
+}
+
 TEST(NcclModelTest, AppliesToNvlinkGpusButNotPcieNodesOrCpuRanks) {
   EXPECT_FALSE(NcclModelApplies(ParseClusterShorthand("cpu:2"), {0, 1}));
   EXPECT_FALSE(NcclModelApplies(ParseClusterShorthand("4xL40S"), Iota(4)));
