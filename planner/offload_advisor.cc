@@ -8,6 +8,18 @@
 
 namespace shardtune::planner {
 
+namespace {
+
+// An alternative's report without the per-op timeline, so the walk may leave out the repeated
+// micro-batches (WalkSetup::skip_repeated_micro_batches, as tune's search does): the same peak,
+// required and fit, in a fraction of the time on long accumulations.
+sim::MemoryReport AlternativeReport(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                    const model::Plan& plan, const sim::MemoryOptions& options) {
+  return sim::EstimateMemoryWithProgram(spec, cluster, plan, options, /*with_timeline=*/false).report;
+}
+
+}  // namespace
+
 model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest) {
   model::Plan p = plan;
   p.micro_batch = 1;
@@ -40,7 +52,7 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
   screen_options.allocator_replay = false;
   auto judged = [&](int64_t tokens, Bytes* required, const sim::MemoryOptions& o) {
     sim::MemoryReport r =
-        sim::EstimateMemory(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o);
+        AlternativeReport(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o);
     if (required) *required = r.required;
     return r.fits;
   };
@@ -104,7 +116,7 @@ std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& 
       model::Plan p = plan;
       p.offload = off;
       p.checkpointing = ckpt;
-      sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+      sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
       Alternative a;
       a.offload = off;
       a.checkpointing = ckpt;
@@ -132,7 +144,7 @@ FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profil
            .empty()) {
     return a;
   }
-  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
   a.evaluated = true;
   a.peak_allocated = r.peak_allocated;
   a.required = r.required;
@@ -180,7 +192,7 @@ CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::C
       break;
   }
   if (!valid(p)) return c;
-  sim::MemoryReport r = sim::EstimateMemory(spec, cluster, p, options);
+  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
   c.evaluated = true;
   c.required = r.required;
   c.fits = r.fits;

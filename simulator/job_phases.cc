@@ -29,16 +29,26 @@ namespace internal {
 
 void Replay::Begin(const std::string& moment) {
   phase_peak_ = total_;
-  moment_ = moment;
+  moment_ = Label{moment, nullptr, 0};
   at_peak_ = cur_;
 }
 
-void Replay::Apply(const std::string& category, Stream pool, int64_t signed_bytes) {
+int Replay::Id(const std::string& category) {
+  auto [it, added] = ids_.emplace(category, static_cast<int>(names_.size()));
+  if (added) {
+    names_.push_back(category);
+    cur_.push_back(0);
+  }
+  return it->second;
+}
+
+void Replay::ApplyTo(int id, Stream pool, int64_t signed_bytes) {
   if (signed_bytes == 0) return;
   int64_t b = RoundToBlock(signed_bytes < 0 ? -signed_bytes : signed_bytes);
   auto s = static_cast<size_t>(pool);
+  int64_t& cur = cur_[static_cast<size_t>(id)];
   if (signed_bytes > 0) {
-    cur_[category] += b;
+    cur += b;
     total_ += b;
     pool_raw_[s] += b;
     pool_seg_[s] += RoundToSegment(b);
@@ -46,12 +56,12 @@ void Replay::Apply(const std::string& category, Stream pool, int64_t signed_byte
     pool_seg_peak_[s] = std::max(pool_seg_peak_[s], pool_seg_[s]);
     if (total_ > phase_peak_) {
       phase_peak_ = total_;
-      moment_ = label_;
+      moment_ = Label{label_program_ == nullptr ? label_ : std::string(), label_program_, label_op_};
       at_peak_ = cur_;
     }
   } else {
-    SHARDTUNE_CHECK(cur_[category] >= b) << category << ": freeing " << b << " of " << cur_[category];
-    cur_[category] -= b;
+    SHARDTUNE_CHECK(cur >= b) << names_[static_cast<size_t>(id)] << ": freeing " << b << " of " << cur;
+    cur -= b;
     total_ -= b;
     pool_raw_[s] -= b;
     pool_seg_[s] -= RoundToSegment(b);
@@ -59,15 +69,28 @@ void Replay::Apply(const std::string& category, Stream pool, int64_t signed_byte
 }
 
 void Replay::ApplyOp(const StepProgram& p, size_t i) {
-  label_ = p.OpName(i);
+  label_program_ = &p;
+  label_op_ = i;
   ApplyActions(p, i);
 }
 
 void Replay::ApplyActions(const StepProgram& p, size_t i) {
   for (uint32_t a = p.ops[i].mem_begin; a < p.ops[i].mem_end; ++a) {
     const MemAction& m = p.actions[a];
-    Apply(ToString(m.category), m.pool, m.bytes);
+    int& id = program_ids_[static_cast<size_t>(m.category)];
+    if (id < 0) id = Id(ToString(m.category));
+    ApplyTo(id, m.pool, m.bytes);
   }
+}
+
+std::string Replay::moment() const {
+  return moment_.program == nullptr ? moment_.text : moment_.program->OpName(moment_.op);
+}
+
+std::map<std::string, int64_t> Replay::at_peak() const {
+  std::map<std::string, int64_t> m;
+  for (size_t k = 0; k < at_peak_.size(); ++k) m.emplace(names_[k], at_peak_[k]);
+  return m;
 }
 
 int64_t Replay::Reserved(bool expandable) const {

@@ -19,24 +19,50 @@ namespace shardtune::sim::internal {
 class Replay {
  public:
   void Begin(const std::string& moment);  // starts a phase: its peak is the current total
-  void set_label(const std::string& label) { label_ = label; }
-  void Apply(const std::string& category, Stream pool, int64_t signed_bytes);
+  void set_label(const std::string& label) {
+    label_ = label;
+    label_program_ = nullptr;
+  }
+  void Apply(const std::string& category, Stream pool, int64_t signed_bytes) {
+    ApplyTo(Id(category), pool, signed_bytes);
+  }
   void ApplyOp(const StepProgram& p, size_t i);       // labels with the op's name
   void ApplyActions(const StepProgram& p, size_t i);  // keeps the current label
   int64_t total() const { return total_; }
   int64_t phase_peak() const { return phase_peak_; }
-  const std::string& moment() const { return moment_; }
-  const std::map<std::string, int64_t>& at_peak() const { return at_peak_; }
+  std::string moment() const;
+  // The categories at the phase's peak (those seen by then, zeros included), by name.
+  std::map<std::string, int64_t> at_peak() const;
   // Reserved with no memory pressure: per-pool peaks, 2 MiB segments per block (default) or
   // whole 20 MiB pages per pool (expandable segments).
   int64_t Reserved(bool expandable) const;
   int64_t RawPoolPeaks() const;
 
  private:
-  std::map<std::string, int64_t> cur_, at_peak_;
+  // A label is a string or an op of a program, named only when a phase's moment is read (a
+  // step has millions of ops; building each name cost seconds per estimate).
+  struct Label {
+    std::string text;
+    const StepProgram* program = nullptr;
+    size_t op = 0;
+  };
+  int Id(const std::string& category);
+  void ApplyTo(int id, Stream pool, int64_t signed_bytes);
+  // Category names in first-seen order and their ids; bytes per id now and at the peak.
+  std::vector<std::string> names_;
+  std::map<std::string, int> ids_;
+  std::array<int, kNumCategories> program_ids_ = [] {
+    std::array<int, kNumCategories> a{};
+    a.fill(-1);
+    return a;
+  }();
+  std::vector<int64_t> cur_, at_peak_;
   std::array<int64_t, kNumStreams> pool_raw_{}, pool_seg_{}, pool_raw_peak_{}, pool_seg_peak_{};
   int64_t total_ = 0, phase_peak_ = 0;
-  std::string label_, moment_;
+  std::string label_;
+  const StepProgram* label_program_ = nullptr;
+  size_t label_op_ = 0;
+  Label moment_;
 };
 
 int64_t RoundToSegment(int64_t bytes);
