@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <iomanip>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/format.h"
@@ -27,6 +29,7 @@
 #include "profiles/cluster.h"
 #include "profiles/cluster_presets.h"
 #include "simulator/feature_savings.h"
+#include "simulator/job_phases.h"
 #include "simulator/memory_plot.h"
 #include "simulator/memory_report_json.h"
 #include "simulator/profile_json.h"
@@ -232,7 +235,7 @@ planner::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& s
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
                 const planner::SearchRequest& req, const planner::SearchResult& r,
                 const std::string& seq_len_note, const std::string& model_from,
-                std::ostream& out) {
+                const std::string& allocator_line, const std::string& notes, std::ostream& out) {
   out << "shardtune tune: " << spec.name << (model_from.empty() ? "" : " (" + model_from + ")")
       << " on " << c.name << ", global batch " << req.global_batch << " x "
       << req.seq_len << " tokens, objective " << a.objective << "; " << seq_len_note << "\n";
@@ -240,6 +243,7 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   // node): NCCL's channels across nodes follow it.
   const std::string nics = profiles::DescribeNics(c);
   if (!nics.empty()) out << "network: " << nics << "; collectives priced by NCCL's model\n";
+  out << "allocator: " << allocator_line << "\n";
   out << "searched " << r.enumerated << " plans in " << std::fixed << std::setprecision(2) << r.search_s
       << " s on " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ": "
       << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
@@ -264,6 +268,7 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << p.tokens_per_s << " tokens/s  " << p.key << "\n";
     }
   }
+  out << notes;
   bool any_cp = false, any_ep = false;
   for (const auto& v : r.cp_verdicts) {
     any_cp |= v.cp > 1;
@@ -345,6 +350,10 @@ void AddTuneCommand(CLI::App* app, TuneArgs* a) {
   sub->add_option("--loss-kernels", a->loss_kernels,
                   "Loss kernels to search, e.g. cross_entropy,fused_linear (default: the plan's, "
                   "cross_entropy unless --loss-kernel)");
+  sub->add_option("--allocator", a->allocator,
+                  "default|expandable_segments|both: the caching allocator the plans are judged under "
+                  "(PYTORCH_CUDA_ALLOC_CONF); both searches each and answers with the better")
+      ->capture_default_str();
   sub->add_option("--jobs", a->jobs,
                   "Threads evaluating plans (default: every core; the answer is the same for any N)");
   sub->add_option("--measure", a->measure, "Run the top N plans with the executor (CPU ranks on cpu:N; on a GPU cluster this machine's GPU, emulating rank 0 of its world), calibrate, re-rank");
@@ -392,6 +401,23 @@ struct TuneRun {
   sim::FeatureSavings savings;
   sim::MemoryReport best_memory;
   std::vector<std::string> warnings;
+  // The allocator the result was searched under (--allocator), and with --allocator both the
+  // other one's winner.
+  sim::AllocatorMode allocator = sim::AllocatorMode::kDefault;
+  bool both_allocators = false;
+  struct OtherAllocator {
+    sim::AllocatorMode allocator = sim::AllocatorMode::kDefault;
+    bool found = false;  // a plan fits under it
+    planner::Candidate winner;
+  } other;
+  // Under the default allocator: the fastest plan, faster than #1, that lost only to the caching
+  // allocator's fragmentation (its replay runs out of memory; expandable segments fit it).
+  struct Fragmentation {
+    bool found = false;
+    std::string key, flags;
+    double step_time_s = 0;
+    Bytes default_required, expandable_required, capacity;
+  } fragmentation;
   std::string seq_len_note;  // which sequence length and why (ApplyDefaultSeqLen)
   std::string model_arg;     // --model, or the model a --from config named (JobModel)
   std::string model_from;    // JobModel::from
@@ -464,6 +490,56 @@ void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s,
 
 // The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
 // and --export on its result.
+// --allocator both: the same search under expandable segments. It answers only when its winner
+// is strictly better by the objective (a tie keeps the default: one knob fewer); the other
+// allocator's winner is kept for the answer either way.
+void SearchTheOtherAllocator(TuneRun* t, const std::function<void(int64_t, int64_t)>& progress) {
+  planner::SearchRequest e = t->req;
+  e.options.memory.allocator = sim::AllocatorMode::kExpandableSegments;
+  planner::SearchResult re = planner::SearchPlans(t->spec, t->cluster, e, progress);
+  const bool expandable_wins =
+      !re.top.empty() && (t->result.top.empty() || re.top.front().objective < t->result.top.front().objective);
+  if (expandable_wins) {
+    t->other.allocator = sim::AllocatorMode::kDefault;
+    t->other.found = !t->result.top.empty();
+    if (t->other.found) t->other.winner = t->result.top.front();
+    t->result = std::move(re);
+    t->req = e;
+    t->allocator = sim::AllocatorMode::kExpandableSegments;
+  } else {
+    t->other.allocator = sim::AllocatorMode::kExpandableSegments;
+    t->other.found = !re.top.empty();
+    if (t->other.found) t->other.winner = re.top.front();
+  }
+}
+
+// Under the default allocator, the fastest layout winner the caching-allocator replay ran out of
+// memory (CpVerdict::best_replay_out_of_memory) that is faster than #1 (or the only plan), judged
+// again with expandable segments: when it fits there, it lost only to fragmentation.
+TuneRun::Fragmentation LostToFragmentation(const TuneRun& t) {
+  TuneRun::Fragmentation f;
+  if (t.req.objective == planner::Objective::kMemory) return f;
+  const planner::CpVerdict* best = nullptr;
+  for (const auto& v : t.result.cp_verdicts) {
+    if (!v.best_replay_out_of_memory || v.best_step_time_s <= 0) continue;
+    if (!t.result.top.empty() && v.best_step_time_s >= t.result.top.front().step_time_s) continue;
+    if (best == nullptr || v.best_step_time_s < best->best_step_time_s) best = &v;
+  }
+  if (best == nullptr) return f;
+  sim::MemoryOptions o = t.req.options.memory;
+  o.allocator = sim::AllocatorMode::kExpandableSegments;
+  const sim::MemoryReport m = sim::EstimateMemory(t.spec, t.cluster, best->best_plan, o);
+  if (!m.fits) return f;
+  f.found = true;
+  f.key = best->best_key;
+  f.flags = planner::PlanAsFlags(best->best_plan);
+  f.step_time_s = best->best_step_time_s;
+  f.default_required = best->best_replay_required;
+  f.expandable_required = m.required;
+  f.capacity = m.capacity;
+  return f;
+}
+
 TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   TuneRun t;
   t.cluster = profiles::LoadCluster(a.cluster);
@@ -495,7 +571,19 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     }
   }
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
-  const planner::SearchResult& r = t.result = planner::SearchPlans(t.spec, t.cluster, t.req, progress);
+  if (a.allocator == "both") {
+    t.both_allocators = true;
+  } else if (a.allocator == "default" || a.allocator == "expandable_segments") {
+    t.allocator = sim::ParseAllocatorMode(a.allocator, "--allocator");
+  } else {
+    throw InputError("--allocator: expected default, expandable_segments or both, got \"" +
+                     model::EscapeControls(a.allocator) + "\"");
+  }
+  t.req.options.memory.allocator = t.allocator;
+  t.result = planner::SearchPlans(t.spec, t.cluster, t.req, progress);
+  if (t.both_allocators) SearchTheOtherAllocator(&t, progress);
+  if (!t.both_allocators && t.allocator == sim::AllocatorMode::kDefault) t.fragmentation = LostToFragmentation(t);
+  const planner::SearchResult& r = t.result;
   if (t.measure.plans > 0 && !r.top.empty()) t.measured = MeasureTopPlans(t.spec, t.cluster, t.req, r, t.measure);
   if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
@@ -515,6 +603,11 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     ctx.verl_rollout_n = t.from.rollout_n;
     ctx.verl_trainer = t.from.verl_trainer;
     t.exported = configs::ExportPlan(best, ctx, format);
+    if (t.allocator == sim::AllocatorMode::kExpandableSegments) {
+      t.exported.notes.push_back(
+          "the plan was judged with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: set it in the job's "
+          "environment (the launcher's, or the Ray runtime_env env_vars for verl and ROLL)");
+    }
   }
   t.budget = WinnerTokenBudget(t);
   t.features = !r.top.empty() && sim::UsesFeatures(r.top.front().plan);
@@ -526,9 +619,50 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   return t;
 }
 
+// How the plans were judged: the allocator mode and, with --allocator both, that both were.
+std::string AllocatorLine(const TuneRun& t) {
+  std::string line = t.allocator == sim::AllocatorMode::kDefault
+                         ? "default (PyTorch's caching allocator, its blocks and segments replayed)"
+                         : "expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
+  if (t.both_allocators) line += "; both were searched and this one answers (--allocator both)";
+  return line;
+}
+
+std::string StepVs(double step_s, const TuneRun& t) {
+  if (t.result.top.empty()) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ", %+.1f%% vs #1", 100.0 * (step_s / t.result.top.front().step_time_s - 1.0));
+  return buf;
+}
+
+void PrintAllocatorNotes(const TuneRun& t, std::ostream& out) {
+  if (t.both_allocators) {
+    out << "\nThe other allocator (" << sim::ToString(t.other.allocator) << ")\n  ";
+    if (!t.other.found) {
+      out << "no plan fits under it\n";
+    } else {
+      const planner::Candidate& w = t.other.winner;
+      out << "best: " << std::fixed << std::setprecision(0) << w.tokens_per_s << " tokens/s, step "
+          << std::setprecision(3) << w.step_time_s << " s" << StepVs(w.step_time_s, t) << ", needs "
+          << FormatBytes(w.required) << " of " << FormatBytes(w.capacity) << "\n     " << w.key << "\n";
+    }
+  }
+  const TuneRun::Fragmentation& f = t.fragmentation;
+  if (!f.found) return;
+  out << "\nLost only to the caching allocator's fragmentation\n  " << f.key << "\n     step " << std::fixed
+      << std::setprecision(3) << f.step_time_s << " s" << StepVs(f.step_time_s, t) << ": the default allocator's replay "
+      << "needs " << FormatBytes(f.default_required) << " of " << FormatBytes(f.capacity)
+      << " (its cached blocks), expandable segments " << FormatBytes(f.expandable_required)
+      << ", which fits.\n     With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the job's environment "
+      << "it runs; tune --allocator expandable_segments (or both) ranks it.\n     flags: " << f.flags << "\n";
+}
+
 void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostream& err) {
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
-  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, out);
+  std::ostringstream notes;
+  PrintAllocatorNotes(t, notes);
+  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, AllocatorLine(t), notes.str(),
+             out);
   if (!t.result.top.empty()) {
     PrintTokenBudget(t.budget, t.result.top.front().step_time_s, t.from.verl_trainer, out);
   }
@@ -562,7 +696,28 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["seq_len"] = t.req.seq_len;
   j["seq_len_source"] = t.seq_len_note;
   j["objective"] = a.objective;
+  j["allocator"] = sim::ToString(t.allocator);
+  j["allocators_searched"] = t.both_allocators ? "both" : sim::ToString(t.allocator);
   planner::AppendSearchResultJson(t.result, &j);
+  if (t.both_allocators) {
+    nlohmann::ordered_json o = {{"allocator", sim::ToString(t.other.allocator)}, {"found", t.other.found}};
+    if (t.other.found) {
+      o["key"] = t.other.winner.key;
+      o["step_time_s"] = t.other.winner.step_time_s;
+      o["tokens_per_s"] = t.other.winner.tokens_per_s;
+      o["required_bytes"] = t.other.winner.required.count();
+    }
+    j["other_allocator"] = o;
+  }
+  if (t.fragmentation.found) {
+    const TuneRun::Fragmentation& f = t.fragmentation;
+    j["lost_to_fragmentation"] = {{"key", f.key},
+                                  {"flags", f.flags},
+                                  {"step_time_s", f.step_time_s},
+                                  {"default_required_bytes", f.default_required.count()},
+                                  {"expandable_segments_required_bytes", f.expandable_required.count()},
+                                  {"capacity_bytes", f.capacity.count()}};
+  }
   // The shard group as resolved on this cluster, not "0: the default" (issue #49 item 8), as
   // estimate's and simulate's --json give it.
   auto resolve = [&](const std::vector<planner::Candidate>& list, nlohmann::ordered_json& arr) {

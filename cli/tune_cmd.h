@@ -31,6 +31,9 @@ struct TuneArgs {
   // gets shardtune's one-line error rather than CLI11's.
   std::string measure, measure_steps, measure_dir;
   std::string jobs;                 // --jobs N ("": the hardware concurrency)
+  // --allocator default|expandable_segments|both: the caching allocator's mode the plans are
+  // judged under (PYTORCH_CUDA_ALLOC_CONF); both searches each and answers with the better.
+  std::string allocator = "default";
   PlanFlags plan;                   // given flags fix that dimension of the search
 };
 

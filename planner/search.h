@@ -111,6 +111,7 @@ struct CpVerdict {
   std::string smallest_peak_phase;
   double best_step_time_s = 0;  // fastest simulated plan that fits (0: none simulated)
   std::string best_key;
+  model::Plan best_plan;        // that plan
   Bytes best_required;  // that plan's per-GPU need
   // The caching-allocator replay (which judges the listed plans) found that plan out of memory,
   // needing best_replay_required: its memory walk fit by allocated bytes, its reserved do not.

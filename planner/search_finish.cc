@@ -65,6 +65,7 @@ void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) 
       (step_s == v.best_step_time_s && index < best->second)) {
     v.best_step_time_s = step_s;
     v.best_key = key;
+    v.best_plan = p;
     v.best_required = r.memory.required;
     verdict_best_index_[LayoutOf(p)] = index;
   }

@@ -903,6 +903,65 @@ TEST(CliTest, TuneJobsIsCheckedAndReported) {
   EXPECT_GT(w.at("wall_s").get<double>(), 0.0);
 }
 
+// tune --allocator (issue #46): the allocator is checked, the answer says which one judged it, and
+// under expandable segments the winner's need is what estimate says for that plan and allocator.
+TEST(CliTest, TuneAllocatorIsCheckedAndJudgesThePlans) {
+  const std::string base = "tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 ";
+  ExpectOneLineError(RunCli(base + "--allocator expandable"),
+                     "--allocator: expected default, expandable_segments or both, got \"expandable\"");
+  Result r = RunCli(base + "--allocator expandable_segments --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("allocator"), "expandable_segments");
+  const auto& best = j.at("top").at(0);
+  Result e = RunCli("estimate --model tiny-llama --cluster 2xH100 --seq-len 128 --allocator expandable_segments " +
+                    best.at("flags").get<std::string>() + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(nlohmann::json::parse(e.out).at("per_rank").at("required_bytes"), best.at("required_bytes"));
+  // both: the answer is the better of the two searches; the other's winner is reported.
+  Result b = RunCli(base + "--allocator both --json");
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(jb.at("allocators_searched"), "both");
+  const auto& other = jb.at("other_allocator");
+  EXPECT_NE(other.at("allocator"), jb.at("allocator"));
+  ASSERT_TRUE(other.at("found").get<bool>());
+  EXPECT_GE(jb.at("top").at(0).at("tokens_per_s").get<double>(), other.at("tokens_per_s").get<double>());
+}
+
+// The issue's case: Qwen3-30B-A3B on 8 H100 at 64 x 4096. Under the default allocator the fastest
+// plan without offload runs out of memory only in the caching allocator's replay; the answer names
+// it with both figures, and estimate of that plan agrees with each.
+TEST(CliTest, TuneNamesThePlanThatLostOnlyToFragmentation) {
+  Result r = RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --global-batch 64 --seq-len 4096 --cp-sizes 1 "
+                    "--strategy full_shard --checkpointing full --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("lost_to_fragmentation")) << r.out.substr(0, 2000);
+  const auto& f = j.at("lost_to_fragmentation");
+  EXPECT_LT(f.at("step_time_s").get<double>(), j.at("top").at(0).at("step_time_s").get<double>());
+  const int64_t capacity = f.at("capacity_bytes");
+  EXPECT_GT(f.at("default_required_bytes").get<int64_t>(), capacity);
+  EXPECT_LE(f.at("expandable_segments_required_bytes").get<int64_t>(), capacity);
+  const std::string est = "estimate --model qwen3-30b-a3b --cluster 8xH100 --seq-len 4096 " +
+                          f.at("flags").get<std::string>() + " --json";
+  Result d = RunCli(est);
+  Result x = RunCli(est + " --allocator expandable_segments");
+  ASSERT_EQ(d.code, 0) << d.err;
+  ASSERT_EQ(x.code, 0) << x.err;
+  auto jd = nlohmann::json::parse(d.out), jx = nlohmann::json::parse(x.out);
+  EXPECT_FALSE(jd.at("fits").get<bool>());
+  EXPECT_TRUE(jx.at("fits").get<bool>());
+  EXPECT_EQ(jd.at("per_rank").at("required_bytes"), f.at("default_required_bytes"));
+  EXPECT_EQ(jx.at("per_rank").at("required_bytes"), f.at("expandable_segments_required_bytes"));
+  // The text says it beside the top plans, with the setting that makes it fit.
+  Result t = RunCli("tune --model qwen3-30b-a3b --cluster 8xH100 --global-batch 64 --seq-len 4096 --cp-sizes 1 "
+                    "--strategy full_shard --checkpointing full");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_THAT(t.out, ::testing::HasSubstr("Lost only to the caching allocator's fragmentation"));
+  EXPECT_THAT(t.out, ::testing::HasSubstr("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+}
+
 TEST(CliTest, TuneMeasureRunsTheTopPlansAndReportsTheMeasuredWinner) {
   std::string dir = TempPath("tune_measure_" + std::to_string(::getpid()));
   Result r = RunCli("tune --model tiny-llama --cluster cpu:1 --global-batch 2 --seq-len 32 --measure 2 "
