@@ -113,6 +113,7 @@ SearchResult Ranker::Finish() {
   out.equivalent_hidden = top_hidden_;
   std::vector<size_t> order(candidates_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (req_.objective != Objective::kMemory) OrderNearTiesBySafety(&out.top);
   for (size_t i = 1; i < out.top.size(); ++i) out.top[i].why_not_best = WhyNotBest(out.top[i], out.top[0]);
   // Pareto front over the simulated plans: less memory or more throughput than every other.
   // Its needs are the allocator replay's, as the top list's (the simulation judged memory with
@@ -321,8 +322,58 @@ void Ranker::FinishVerdicts(SearchResult* out) const {
   }
 }
 
+namespace {
+
+int OffloadRank(model::Offload o) {
+  switch (o) {
+    case model::Offload::kNone: return 0;
+    case model::Offload::kOptimizer: return 1;
+    case model::Offload::kAll: return 2;
+  }
+  return 2;
+}
+
+int NonDefaultKnobs(const model::Plan& p) {
+  return (p.forward_prefetch ? 1 : 0) + (p.backward_prefetch != model::BackwardPrefetch::kPre ? 1 : 0);
+}
+
+// Why `best` ranks above the faster `c`: the first rule of SaferThan that decides.
+std::string SaferBecause(const Candidate& best, const Candidate& c) {
+  if (OffloadRank(best.plan.offload) != OffloadRank(c.plan.offload)) {
+    return best.plan.offload == model::Offload::kNone
+               ? std::string("#1 does not offload")
+               : std::string("#1 offloads less (") + model::ToString(best.plan.offload) + ")";
+  }
+  if (best.required != c.required) return "#1 needs " + model::GiBText(c.required - best.required) + " less memory";
+  return "#1 sets fewer knobs away from FSDP2's defaults";
+}
+
+}  // namespace
+
+bool SaferThan(const Candidate& a, const Candidate& b) {
+  const int oa = OffloadRank(a.plan.offload), ob = OffloadRank(b.plan.offload);
+  if (oa != ob) return oa < ob;
+  if (a.required != b.required) return a.required < b.required;
+  return NonDefaultKnobs(a.plan) < NonDefaultKnobs(b.plan);
+}
+
+void OrderNearTiesBySafety(std::vector<Candidate>* top) {
+  if (top->size() < 2) return;
+  const double limit = (*top)[0].objective * (1.0 + kRankTolerance);
+  auto end = top->begin();
+  while (end != top->end() && end->objective <= limit) ++end;
+  std::stable_sort(top->begin(), end, SaferThan);
+}
+
 std::string WhyNotBest(const Candidate& c, const Candidate& best) {
   double slower = 100.0 * (c.step_time_s / best.step_time_s - 1.0);
+  if (c.step_time_s < best.step_time_s) {
+    char tie[256];
+    std::snprintf(tie, sizeof tie,
+                  "step %.3f s vs %.3f s (%+.1f%%), within the %.0f%% the time model cannot tell apart: ",
+                  c.step_time_s, best.step_time_s, slower, 100 * kRankTolerance);
+    return tie + SaferBecause(best, c);
+  }
   char buf[256];
   std::snprintf(buf, sizeof buf, "step %.3f s vs %.3f s (%+.1f%%): compute %+.3f s, exposed communication %+.3f s",
                 c.step_time_s, best.step_time_s, slower, c.compute_s - best.compute_s,

@@ -147,4 +147,5 @@ class Ranker {
 // Why `c` ranks below `best`, in one sentence with the figures that differ.
 std::string WhyNotBest(const Candidate& c, const Candidate& best);
 
+
 }  // namespace shardtune::planner
