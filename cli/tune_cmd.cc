@@ -8,6 +8,7 @@
 #include <functional>
 #include <cstdio>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -488,17 +489,24 @@ void PrintTokenBudget(const TuneRun::TokenBudget& b, double winner_step_s,
       << b.max_tokens / b.cp << "\n";
 }
 
-// The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
-// and --export on its result.
-// --allocator both: the same search under expandable segments. It answers only when its winner
-// is strictly better by the objective (a tie keeps the default: one knob fewer); the other
+// The best objective of a search's top list (its #1 may be a safer near-tie, not the fastest).
+double BestObjective(const planner::SearchResult& r) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& c : r.top) best = std::min(best, c.objective);
+  return best;
+}
+
+// --allocator both: the same search under expandable segments. It answers only when its best is
+// better than the default's by more than the time model's tie tolerance (planner::
+// kRankTolerance; within it the default, one knob fewer, is the safer plan); the other
 // allocator's winner is kept for the answer either way.
 void SearchTheOtherAllocator(TuneRun* t, const std::function<void(int64_t, int64_t)>& progress) {
   planner::SearchRequest e = t->req;
   e.options.memory.allocator = sim::AllocatorMode::kExpandableSegments;
   planner::SearchResult re = planner::SearchPlans(t->spec, t->cluster, e, progress);
   const bool expandable_wins =
-      !re.top.empty() && (t->result.top.empty() || re.top.front().objective < t->result.top.front().objective);
+      !re.top.empty() && (t->result.top.empty() ||
+                          BestObjective(re) * (1.0 + planner::kRankTolerance) < BestObjective(t->result));
   if (expandable_wins) {
     t->other.allocator = sim::AllocatorMode::kDefault;
     t->other.found = !t->result.top.empty();
@@ -540,6 +548,8 @@ TuneRun::Fragmentation LostToFragmentation(const TuneRun& t) {
   return f;
 }
 
+// The search (with a progress bar on a terminal), then --measure, --search-nodes, --out, --plot
+// and --export on its result.
 TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   TuneRun t;
   t.cluster = profiles::LoadCluster(a.cluster);
