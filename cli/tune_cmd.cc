@@ -402,9 +402,8 @@ struct TuneRun {
   sim::FeatureSavings savings;
   sim::MemoryReport best_memory;
   std::vector<std::string> warnings;
-  // The allocator the result was searched under (--allocator), and with --allocator both the
-  // other one's winner.
-  sim::AllocatorMode allocator = sim::AllocatorMode::kDefault;
+  // --allocator both (the allocator the result was searched under is req.options.memory's), and
+  // then the other allocator's winner.
   bool both_allocators = false;
   struct OtherAllocator {
     sim::AllocatorMode allocator = sim::AllocatorMode::kDefault;
@@ -513,7 +512,6 @@ void SearchTheOtherAllocator(TuneRun* t, const std::function<void(int64_t, int64
     if (t->other.found) t->other.winner = t->result.top.front();
     t->result = std::move(re);
     t->req = e;
-    t->allocator = sim::AllocatorMode::kExpandableSegments;
   } else {
     t->other.allocator = sim::AllocatorMode::kExpandableSegments;
     t->other.found = !re.top.empty();
@@ -584,15 +582,16 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
   if (a.allocator == "both") {
     t.both_allocators = true;
   } else if (a.allocator == "default" || a.allocator == "expandable_segments") {
-    t.allocator = sim::ParseAllocatorMode(a.allocator, "--allocator");
+    t.req.options.memory.allocator = sim::ParseAllocatorMode(a.allocator, "--allocator");
   } else {
     throw InputError("--allocator: expected default, expandable_segments or both, got \"" +
                      model::EscapeControls(a.allocator) + "\"");
   }
-  t.req.options.memory.allocator = t.allocator;
   t.result = planner::SearchPlans(t.spec, t.cluster, t.req, progress);
   if (t.both_allocators) SearchTheOtherAllocator(&t, progress);
-  if (!t.both_allocators && t.allocator == sim::AllocatorMode::kDefault) t.fragmentation = LostToFragmentation(t);
+  if (!t.both_allocators && t.req.options.memory.allocator == sim::AllocatorMode::kDefault) {
+    t.fragmentation = LostToFragmentation(t);
+  }
   const planner::SearchResult& r = t.result;
   if (t.measure.plans > 0 && !r.top.empty()) t.measured = MeasureTopPlans(t.spec, t.cluster, t.req, r, t.measure);
   if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
@@ -613,7 +612,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     ctx.verl_rollout_n = t.from.rollout_n;
     ctx.verl_trainer = t.from.verl_trainer;
     t.exported = configs::ExportPlan(best, ctx, format);
-    if (t.allocator == sim::AllocatorMode::kExpandableSegments) {
+    if (t.req.options.memory.allocator == sim::AllocatorMode::kExpandableSegments) {
       t.exported.notes.push_back(
           "the plan was judged with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: set it in the job's "
           "environment (the launcher's, or the Ray runtime_env env_vars for verl and ROLL)");
@@ -631,7 +630,7 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
 
 // How the plans were judged: the allocator mode and, with --allocator both, that both were.
 std::string AllocatorLine(const TuneRun& t) {
-  std::string line = t.allocator == sim::AllocatorMode::kDefault
+  std::string line = t.req.options.memory.allocator == sim::AllocatorMode::kDefault
                          ? "default (PyTorch's caching allocator, its blocks and segments replayed)"
                          : "expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
   if (t.both_allocators) line += "; both were searched and this one answers (--allocator both)";
@@ -706,8 +705,9 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["seq_len"] = t.req.seq_len;
   j["seq_len_source"] = t.seq_len_note;
   j["objective"] = a.objective;
-  j["allocator"] = sim::ToString(t.allocator);
-  j["allocators_searched"] = t.both_allocators ? "both" : sim::ToString(t.allocator);
+  const char* allocator = sim::ToString(t.req.options.memory.allocator);
+  j["allocator"] = allocator;
+  j["allocators_searched"] = t.both_allocators ? "both" : allocator;
   planner::AppendSearchResultJson(t.result, &j);
   if (t.both_allocators) {
     nlohmann::ordered_json o = {{"allocator", sim::ToString(t.other.allocator)}, {"found", t.other.found}};

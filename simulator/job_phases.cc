@@ -56,7 +56,7 @@ void Replay::ApplyTo(int id, Stream pool, int64_t signed_bytes) {
     pool_seg_peak_[s] = std::max(pool_seg_peak_[s], pool_seg_[s]);
     if (total_ > phase_peak_) {
       phase_peak_ = total_;
-      moment_ = Label{label_program_ == nullptr ? label_ : std::string(), label_program_, label_op_};
+      moment_ = label_;
       at_peak_ = cur_;
     }
   } else {
@@ -69,8 +69,7 @@ void Replay::ApplyTo(int id, Stream pool, int64_t signed_bytes) {
 }
 
 void Replay::ApplyOp(const StepProgram& p, size_t i) {
-  label_program_ = &p;
-  label_op_ = i;
+  label_ = Label{std::string(), &p, i};
   ApplyActions(p, i);
 }
 

@@ -19,10 +19,7 @@ namespace shardtune::sim::internal {
 class Replay {
  public:
   void Begin(const std::string& moment);  // starts a phase: its peak is the current total
-  void set_label(const std::string& label) {
-    label_ = label;
-    label_program_ = nullptr;
-  }
+  void set_label(const std::string& label) { label_ = Label{label, nullptr, 0}; }
   void Apply(const std::string& category, Stream pool, int64_t signed_bytes) {
     ApplyTo(Id(category), pool, signed_bytes);
   }
@@ -59,10 +56,7 @@ class Replay {
   std::vector<int64_t> cur_, at_peak_;
   std::array<int64_t, kNumStreams> pool_raw_{}, pool_seg_{}, pool_raw_peak_{}, pool_seg_peak_{};
   int64_t total_ = 0, phase_peak_ = 0;
-  std::string label_;
-  const StepProgram* label_program_ = nullptr;
-  size_t label_op_ = 0;
-  Label moment_;
+  Label label_, moment_;  // the label in force now, and when the phase's peak was reached
 };
 
 int64_t RoundToSegment(int64_t bytes);
