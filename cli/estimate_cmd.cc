@@ -285,12 +285,17 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   if (explain) out << "  judged on: " << r.judged_on << "\n";
   if (capacity.evaluated) out << "  packed tokens: " << CapacityLine(plan, capacity) << "\n";
   out << "\n";
-  out << "Host (per node)\n";
+  if (r.host.scope == "node") {
+    out << "Host (per node)\n";
+  } else {
+    out << "Host (per host: " << c.GpusPerHost() << " of the node's " << c.gpus_per_node << " GPUs)\n";
+  }
   for (const auto& [k, b] : r.host.breakdown) row(k, b, "");
   row("peak (" + r.host.peak_phase + ")", r.host.peak_per_node,
       std::string(r.host.fits ? "fits" : "DOES NOT FIT") + " in " + FormatBytes(r.host.capacity_per_node));
   out << "\nWhat if (same plan, other offload / checkpointing):\n";
-  out << "  offload    checkpointing   GPU required       host per node      verdict\n";
+  out << "  offload    checkpointing   GPU required       " << (r.host.scope == "node" ? "host per node" : "RAM per host ")
+      << "      verdict\n";
   for (const auto& a : alts) {
     out << "  " << std::left << std::setw(11) << model::ToString(a.offload) << std::setw(16)
         << model::ToString(a.checkpointing) << std::setw(19) << FormatBytes(a.gpu_required)
@@ -331,7 +336,7 @@ std::string PhaseVerdict(const sim::JobPhases& p) {
   if (gpu) {
     o << ": " << FormatBytes(d.required) << " > " << FormatBytes(p.capacity) << " at the " << d.moment;
   } else {
-    o << " on the host: " << FormatBytes(d.host_total) << " per node > " << FormatBytes(p.host_limit)
+    o << " on the host: " << FormatBytes(d.host_total) << " per " << p.host_scope << " > " << FormatBytes(p.host_limit)
       << " (" << d.host_moment << ")";
   }
   if (!d.hint.empty()) o << "; " << d.hint;
@@ -368,7 +373,8 @@ std::string CheckedLoadAdvice(const sim::JobPhases& phases, const sim::MemoryEst
     const sim::PhaseMemory& x = alt.phases[static_cast<size_t>(alt.deciding)];
     const std::string figure =
         !x.fits ? FormatBytes(x.required) + " > " + FormatBytes(alt.capacity) + " on the GPU"
-                : FormatBytes(x.host_total) + " per node > " + FormatBytes(alt.host_limit) + " of host RAM";
+                : FormatBytes(x.host_total) + " per " + alt.host_scope + " > " + FormatBytes(alt.host_limit) +
+                      " of host RAM";
     out += x.phase == sim::JobPhase::kLoad
                ? ": the load still needs " + figure
                : ": loads, then runs out in " + std::string(sim::ToString(x.phase)) + ": " + figure;
@@ -383,7 +389,8 @@ void PrintPhases(const sim::JobPhases& p, std::ostream& out) {
 
 namespace {
 void PrintPhaseTable(const sim::JobPhases& p, const std::string& verdict, std::ostream& out) {
-  out << "\nJob phases (GPU per rank; host per node, pinned + pageable)\n";
+  out << "\nJob phases (GPU per rank; " << (p.host_scope == "node" ? "host per node" : "host RAM per host")
+      << ", pinned + pageable)\n";
   out << "  phase            allocated    required  GPU      host (pinned)           peak moment\n";
   for (const auto& ph : p.phases) {
     out << "  " << std::left << std::setw(15) << sim::ToString(ph.phase) << std::right << std::setw(11)
@@ -544,7 +551,7 @@ std::string FirstScreen(bool fits, const std::string& verdict, const sim::JobPha
       if (!x.fits() || (x.offload == plan.offload && x.checkpointing == plan.checkpointing)) continue;
       o << "=> fits with --offload " << model::ToString(x.offload) << " --checkpointing "
         << model::ToString(x.checkpointing) << ": " << FormatBytes(x.gpu_required) << " per GPU, "
-        << FormatBytes(x.host_peak_per_node) << " of host RAM per node\n";
+        << FormatBytes(x.host_peak_per_node) << " of host RAM per " << phases.host_scope << "\n";
       break;
     }
   }

@@ -347,6 +347,8 @@ nlohmann::ordered_json JobHeaderJson(const Job& job, const std::string& schema) 
     j["cluster"]["machine"] = job.cluster.machine;
     j["cluster"]["host_memory_bytes_per_node"] = job.cluster.host_memory_per_node.count();
     j["cluster"]["cpu_cores_per_node"] = job.cluster.cpu_cores_per_node;
+    // Only where an NVLink domain spans hosts (GB200 NVL72), so other answers keep their bytes.
+    if (job.cluster.gpus_per_host > 0) j["cluster"]["gpus_per_host"] = job.cluster.gpus_per_host;
   }
   j["plan"] = model::PlanToJson(job.plan);
   // The values used, not the plan's "0: the default" (issue #49): the sequence length and the

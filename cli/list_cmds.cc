@@ -85,8 +85,12 @@ void RunGpus(bool json, std::ostream& out) {
     for (const auto& a : p.aliases) names += ", " + a;
     if (names.size() < 44) names.resize(44, ' ');
     else names += "  ";
-    out << "  " << names << std::left << std::setw(15) << p.gpu << p.gpus_per_node << " GPUs, " << p.nics_per_node
-        << " x " << p.nic_gbps << " Gb/s " << p.network;
+    out << "  " << names << std::left << std::setw(15) << p.gpu << p.gpus_per_node << " GPUs";
+    // A node whose NVLink domain spans hosts (GB200 NVL72): its host count and size.
+    if (p.gpus_per_host > 0) {
+      out << " in one NVLink domain (" << p.gpus_per_node / p.gpus_per_host << " hosts of " << p.gpus_per_host << ")";
+    }
+    out << ", " << p.nics_per_node << " x " << p.nic_gbps << " Gb/s " << p.network;
     // The latency its net plugin reports to NCCL's tuner (ClusterSpec::net_latency).
     if (p.net_latency_us > 0) out << ", net plugin latency " << p.net_latency_us << " us (aws-ofi-nccl)";
     out << "\n      " << p.source << "\n";

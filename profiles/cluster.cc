@@ -165,6 +165,11 @@ std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
         "a divisor or a multiple of gpus_per_node (" + std::to_string(gpus_per_node) + ")",
         std::to_string(nics_per_node));
   }
+  if (gpus_per_host < 0 || (gpus_per_host > 0 && gpus_per_node >= 1 && gpus_per_node % gpus_per_host != 0)) {
+    add("gpus_per_host",
+        "0 (the node is one host) or a divisor of gpus_per_node (" + std::to_string(gpus_per_node) + ")",
+        std::to_string(gpus_per_host));
+  }
   if (num_nodes > 1 && !(nic_bandwidth.count() > 0)) {
     add("nic_bandwidth_bits_per_s", "a number > 0", Num(nic_bandwidth.count() * 8));
   }
@@ -255,6 +260,13 @@ ClusterSpec ParseClusterShorthand(const std::string& text) {
   const internal::NodeDefaults node = internal::DefaultNode(gpu->name, gpus);
   c.host_memory_per_node = node.host_memory;
   c.cpu_cores_per_node = node.cpu_cores;
+  c.gpus_per_host = node.gpus_per_host;
+  if (node.gpus_per_host > 0 && gpus % node.gpus_per_host != 0) {
+    ShorthandError(text, "a " + gpu->name + " NVLink domain is built from hosts of " +
+                             std::to_string(node.gpus_per_host) + " GPUs (compute trays): GPUS must be 1-" +
+                             std::to_string(node.gpus_per_host) + " or a multiple of " +
+                             std::to_string(node.gpus_per_host) + ", got " + std::to_string(gpus));
+  }
   auto problems = c.Problems("--cluster " + text);
   SHARDTUNE_CHECK(problems.empty()) << problems.front();
   return c;

@@ -3,6 +3,7 @@
 // "12x8xH100-roce800/node" or "cpu:4" (README.md, --cluster).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,14 @@ struct ClusterSpec {
   LinkSpec inter_node;           // the fabric between nodes
   int nics_per_node = 0;         // inter-node NICs per node (0 on one node)
   BytesPerSecond nic_bandwidth;  // per NIC, per direction
-  Bytes host_memory_per_node;    // host RAM per node
+  Bytes host_memory_per_node;    // host RAM per node (all its hosts together)
   int cpu_cores_per_node = 0;    // physical CPU cores per node (host Adam, data loading)
+  // GPUs per host (operating-system instance) when a node's NVLink domain spans several hosts:
+  // a GB200 NVL72 rack is one node of 72 GPUs for NCCL (multi-node NVLink fuses the clique's
+  // topology into one "node": NVIDIA/nccl src/graph/topo.cc:1887, init.cc:1072) and for
+  // sharding, but 18 hosts (compute trays) of 4 GPUs with their own RAM for loading and
+  // checkpoints. 0: the node is one host. A cluster file's "gpus_per_host".
+  int gpus_per_host = 0;
   // NVLink SHARP (NVLS) usable by NCCL where the GPUs have it (Hopper on, NVSwitch): its
   // default NCCL_NVLS_ENABLE=2. false: a cluster file's "nvls": false (NCCL_NVLS_ENABLE=0, or no
   // multicast support in the driver/fabric manager); NCCL then runs rings and trees in a node.
@@ -39,6 +46,11 @@ struct ClusterSpec {
                                  // (MemTotal), 2 cores"); "" otherwise
 
   int world_size() const { return num_nodes * gpus_per_node; }
+  int GpusPerHost() const { return gpus_per_host > 0 ? gpus_per_host : gpus_per_node; }
+  int HostsPerNode() const { return gpus_per_node / std::max(GpusPerHost(), 1); }
+  // One host's share of the node's RAM and cores (the node's own figures when it is one host).
+  Bytes HostMemoryPerHost() const { return host_memory_per_node / std::max(HostsPerNode(), 1); }
+  int CpuCoresPerHost() const { return cpu_cores_per_node / std::max(HostsPerNode(), 1); }
   // Every problem (empty when valid), each "<where>/<json key>: expected ..., got ...", e.g.
   // Problems("cluster.json:") -> {"cluster.json:/nodes: expected integer >= 1, got 0"}.
   std::vector<std::string> Problems(const std::string& where) const;

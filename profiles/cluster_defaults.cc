@@ -14,6 +14,9 @@ struct ReferenceMachine {
   int gpus;
   double host_memory_gib;
   int cpu_cores;
+  // The machine is one host of a larger NVLink domain (a GB200 compute tray in an NVL72 rack):
+  // nodes of more GPUs are several such hosts.
+  bool host_in_larger_domain = false;
 };
 
 // NVIDIA DGX H100 / DGX H200 datasheets: 8 GPUs, 2 TB system memory, 2x Xeon Platinum 8480C
@@ -22,6 +25,11 @@ constexpr ReferenceMachine kDgxH100{8, 2048, 112};
 // NVIDIA DGX B200 datasheet: 8 GPUs, 2 TB system memory (configurable to 4 TB), 2x Xeon Platinum
 // 8570 (112 cores).
 constexpr ReferenceMachine kDgxB200{8, 2048, 112};
+// A GB200 NVL72 compute tray (NVIDIA GB200 NVL72 specifications: 36 Grace CPUs with 2,592 Arm
+// Neoverse V2 cores and up to 17 TB LPDDR5X for 72 GPUs): 2 Grace Blackwell superchips, each
+// one Grace (72 cores, 480 GB LPDDR5X) and two GPUs = 4 GPUs, 960 GiB (the 480 GB taken as GiB,
+// as the DGX "2 TB" are), 144 cores. One host of the rack's 72-GPU NVLink domain.
+constexpr ReferenceMachine kGb200Tray{4, 960, 144, true};
 // NVIDIA DGX A100 datasheet: 8 GPUs, 2x AMD EPYC 7742 (2 x 64 cores); 2 TB system memory in the
 // 640 GB (80 GB GPU) system, 1 TB in the 320 GB (40 GB GPU) system.
 constexpr ReferenceMachine kDgxA100_640{8, 2048, 128};
@@ -46,6 +54,7 @@ constexpr KindMachine kKindMachines[] = {
     {"H100-SXM-80G", kDgxH100},
     {"H200-SXM-141G", kDgxH100},
     {"B200-180G", kDgxB200},
+    {"GB200-186G", kGb200Tray},
     // Assumption: HGX H800 / H20 servers are built as a DGX H100 (8 GPUs, 2 TB, 112 cores).
     {"H800-SXM-80G", kDgxH100},
     {"H20-96G", kDgxH100},
@@ -81,6 +90,7 @@ NodeDefaults DefaultNode(const std::string& gpu_name, int gpus_per_node) {
   NodeDefaults d;
   d.host_memory = Bytes::GiB(m.host_memory_gib * share);
   d.cpu_cores = std::max(1, static_cast<int>(std::lround(m.cpu_cores * share)));
+  if (m.host_in_larger_domain && gpus_per_node > m.gpus) d.gpus_per_host = m.gpus;
   return d;
 }
 

@@ -12,8 +12,10 @@
 namespace shardtune::profiles::internal {
 
 struct NodeDefaults {
-  Bytes host_memory;  // host RAM of the node
-  int cpu_cores = 0;  // physical cores of the node
+  Bytes host_memory;      // host RAM of the node
+  int cpu_cores = 0;      // physical cores of the node
+  int gpus_per_host = 0;  // ClusterSpec::gpus_per_host: 0 unless the kind's hosts are smaller
+                          // than an NVLink domain (GB200: 4 per compute tray)
 };
 
 // Host memory and cores of a node holding `gpus_per_node` GPUs of kind `gpu_name` (a catalog

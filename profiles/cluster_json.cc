@@ -13,6 +13,9 @@
 //  "nic_bandwidth_bits_per_s": 400e9,        optional, default: the inter-node link's rate
 //  "host_memory_bytes_per_node": B,          optional, default: the kind's reference machine
 //  "cpu_cores_per_node": C,                  optional, default: the kind's reference machine
+//  "gpus_per_host": H,                       optional, default: the kind's reference machine (GB200:
+//                                            4, a compute tray), else 0 = the node is one host;
+//                                            a divisor of G: host RAM is judged per host
 //  "nvls": false,                            optional, default true: NVLink SHARP where the GPUs
 //                                            have it (Hopper on, NVSwitch); false as under
 //                                            NCCL_NVLS_ENABLE=0 or without multicast support
@@ -49,6 +52,7 @@ GpuSpec ReadGpu(model::StrictReader& r) {
   FindLink(g.intra_node_link, gr.Where("intra_node_link"));
   FindLink(g.default_fabric, gr.Where("default_fabric"));
   FindLink(g.host_link, gr.Where("host_link"));
+  if (!g.host_copy_link.empty()) FindLink(g.host_copy_link, gr.Where("host_copy_link"));
   return g;
 }
 
@@ -97,6 +101,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
       r.OptionalInt("host_memory_bytes_per_node", node.host_memory.count(), INT64_MIN, INT64_MAX));
   c.cpu_cores_per_node =
       static_cast<int>(r.OptionalInt("cpu_cores_per_node", node.cpu_cores, -kIntBound, kIntBound));
+  c.gpus_per_host = static_cast<int>(r.OptionalInt("gpus_per_host", node.gpus_per_host, -kIntBound, kIntBound));
   c.nvls = r.OptionalBool("nvls", true);
   c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
   r.Finish();

@@ -70,6 +70,17 @@ std::vector<ClusterPreset> BuildPresets() {
       {"a3-mega", {"a3-megagpu-8g"}, "H100-SXM-80G", 8, 8, 200, "eth", 1872, 104, "GPUDirect-TCPXO",
        "Google Cloud A3 machine types, a3-megagpu-8g: 8x H100 80 GB, 8 GPU NICs of 200 Gb/s "
        "(GPUDirect-TCPXO; 1,800 Gbps with the host NIC), 1872 GB, 208 vCPUs"},
+      // One NVL72 rack is one node: its 72 GPUs share a fifth-generation NVLink domain through
+      // the rack's NVSwitch trays, and NCCL (MNNVL, 2.20+) fuses the clique into one node
+      // (src/graph/topo.cc:1887, init.cc:1072), so sharding and HSDP groups of up to 72 stay
+      // on NVLink. Host RAM is per compute tray (gpus_per_host 4).
+      {"gb200-nvl72", {"nvl72", "gb200-nvl72-ib400"}, "GB200-186G", 72, 72, 400, "ib", 18 * 960.0, 18 * 144,
+       "InfiniBand NDR",
+       "NVIDIA GB200 NVL72 specifications: 72 Blackwell GPUs and 36 Grace CPUs (2,592 Arm Neoverse V2 cores, "
+       "up to 17 TB LPDDR5X) in one NVLink domain (130 TB/s), 18 compute trays of 2 GB200 superchips (4 GPUs, "
+       "960 GB, 144 cores each); scale-out through ConnectX-7 400 Gb/s, one per GPU (4 per tray; NVIDIA DGX "
+       "GB200 user guide)",
+       0, 4},
       {"hgx-h100-roce200", {}, "H100-SXM-80G", 8, 8, 200, "roce", 2048, 112, "RoCE",
        "assumption: a common 8-GPU HGX H100 node with 8 x 200 Gb/s RoCE NICs (ConnectX-6/7, one per GPU); "
        "host memory and cores as a DGX H100"},
@@ -117,6 +128,7 @@ ClusterSpec ClusterFromPreset(const ClusterPreset& preset, int nodes, const std:
   c.nic_bandwidth = BytesPerSecond::Gbps(preset.nic_gbps);
   c.host_memory_per_node = Bytes::GiB(preset.host_memory_gib);
   c.cpu_cores_per_node = preset.cpu_cores;
+  c.gpus_per_host = preset.gpus_per_host;
   c.net_latency = Seconds::Micros(preset.net_latency_us);
   auto problems = c.Problems("cluster preset " + preset.name);
   SHARDTUNE_CHECK(problems.empty()) << problems.front();

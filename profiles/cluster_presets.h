@@ -28,6 +28,9 @@ struct ClusterPreset {
   // The latency the NCCL net plugin reports (ClusterSpec::net_latency): aws-ofi-nccl's platform
   // table for EFA (src/platform-aws.cpp platform_data_map), 0 for NCCL's own transports.
   double net_latency_us = 0;
+  // GPUs per host where the node (an NVLink domain) spans several hosts (ClusterSpec::
+  // gpus_per_host): GB200 NVL72, 18 compute trays of 4. 0: the node is one host.
+  int gpus_per_host = 0;
 };
 
 // All presets, in listing order. Names and aliases never collide with a GPU kind.

@@ -21,7 +21,11 @@ struct GpuSpec {
   BytesPerSecond memory_bandwidth;   // HBM/GDDR peak
   std::string intra_node_link;       // link kind between GPUs of one node (links.json key)
   std::string default_fabric;        // link kind between nodes when a shorthand names none
-  std::string host_link;             // GPU <-> host link (PCIe generation), for offload copies
+  std::string host_link;             // GPU <-> host link (PCIe generation): NCCL's GPU-NIC path
+  // The link host <-> device copies (offload, pinned staging) run over when it is not the PCIe
+  // link: NVLink-C2C on Grace superchips (GB200). "" = host_link. CopyLink() reads it.
+  std::string host_copy_link;
+  const std::string& CopyLink() const { return host_copy_link.empty() ? host_link : host_copy_link; }
   // SM version x 10 (H100 90, A100 80, L40S 89): picks NCCL's speed arrays, per-link NVLink
   // figure and tuning rows (profiles/nccl_model.h). 0 for the CPU pseudo-GPU.
   int compute_capability = 0;

@@ -87,6 +87,7 @@ GpuSpec ReadGpuSpec(model::StrictReader& r) {
   g.intra_node_link = r.RequiredString("intra_node_link");
   g.default_fabric = r.RequiredString("default_fabric");
   g.host_link = r.RequiredString("host_link");
+  g.host_copy_link = r.OptionalString("host_copy_link", "");
   // Optional in inline GPU objects: 0 leaves collectives to the topology graph, not NCCL's model.
   g.compute_capability = static_cast<int>(r.OptionalInt("compute_capability", 0, 0, 1000));
   g.source = r.RequiredString("source");

@@ -17,9 +17,13 @@
 //    and then raises a ring's bandwidth, a tree's intra-node bandwidth and NVLS's inter-node
 //    bandwidth while the links allow (pass 2, search.cc:1267-1287).
 // Not modelled: CollNet/IB SHARP, PAT (one GPU per node all-gather/reduce-scatter), the
-// symmetric-memory kernels of 2.28+, multi-node NVLink (GB200 NVL72), tuner plugins (aws-ofi-nccl
+// symmetric-memory kernels of 2.28+, tuner plugins (aws-ofi-nccl
 // ships one, used where NCCL_TUNER_PLUGIN names it), and the NCCL_ALGO/NCCL_PROTO/NCCL_CROSS_NIC
 // overrides. The net plugin's latency property is modelled (NcclCommShape::net_latency_us).
+// Multi-node NVLink (GB200 NVL72) is a node of the clique's size, as NCCL sees it: with MNNVL
+// it fuses the clique's topology into one system (src/graph/topo.cc:1887, "MNNVL clique
+// support") and counts nodes by clique, so a rack's 72 GPUs are ppn 72 on NVLink with NVLS.
+// Not modelled there: NVLS buffer registration, which MNNVL lacks (init.cc:1108).
 #pragma once
 
 #include <string>

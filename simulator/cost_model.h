@@ -49,7 +49,8 @@ struct CostConstants {
   double pcie_efficiency = 0.85;
   double network_efficiency = 0.9;
   // Host memory bandwidth one rank's offloaded optimizer gets (DDR5 server, shared by the
-  // node's ranks): a guess.
+  // ranks of one host: the node's, or a GB200 tray's 4 where ClusterSpec::gpus_per_host splits
+  // the node): a guess.
   BytesPerSecond host_memory_bandwidth_per_node = BytesPerSecond::GBps(200);
   // Fixed time per compute op (a kernel or a whole segment's dispatch), on top of its work: what
   // makes small ops reach less of the peak than large ones. 0 until calibrated (the GPU numbers

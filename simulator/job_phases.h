@@ -46,7 +46,11 @@ struct PhaseMemory {
 struct JobPhases {
   std::vector<PhaseMemory> phases;   // in job order; checkpoint phases absent for kNone
   Bytes capacity;                    // usable device memory per GPU
-  Bytes host_limit;                  // min(node memory, cgroup limit when given)
+  // "node", or "host" where ClusterSpec::gpus_per_host splits a node into hosts: the word the
+  // answers put after "host RAM per".
+  std::string host_scope = "node";
+  Bytes host_limit;                  // min(host memory, cgroup limit when given); a host is the
+                                     // node unless ClusterSpec::gpus_per_host splits it
   bool fits = true;                  // every phase fits on the GPU and on the host
   int deciding = 0;                  // index of the phase that decides the verdict: the first
                                      // that does not fit, else the one with the least headroom

@@ -189,9 +189,12 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
                    const MemoryOptions& o, JobPhases* out) {
   (void)spec;
   (void)report;
-  Bytes limit = cluster.host_memory_per_node;
+  // Host RAM is judged per host: the node's on a node of one host, a compute tray's where an
+  // NVLink domain spans hosts (GB200 NVL72; ClusterSpec::gpus_per_host).
+  Bytes limit = cluster.HostMemoryPerHost();
   if (o.host_memory_limit.count() > 0 && o.host_memory_limit < limit) limit = o.host_memory_limit;
   out->host_limit = limit;
+  out->host_scope = cluster.HostsPerNode() > 1 ? "host" : "node";
   for (auto& ph : out->phases) {
     HostAt h;
     if (cluster.cpu_only) {
@@ -206,7 +209,7 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
                             ph.required * g});
       if (g > 1) h.pageable.push_back({"launcher (shardtune run)", o.constants.cpu_launcher});
     } else {
-      h = HostOf(ph.phase, plan, z, o, cluster.gpus_per_node);
+      h = HostOf(ph.phase, plan, z, o, cluster.GpusPerHost());
     }
     ph.host_moment = h.moment;
     ph.host_pinned = Bytes();

@@ -96,7 +96,8 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
     if (ph.host_total > peak->host_total) peak = &ph;
   }
   HostMemory h;
-  h.capacity_per_node = c.host_memory_per_node;
+  h.capacity_per_node = c.HostMemoryPerHost();
+  h.scope = phases.host_scope;
   h.peak_per_node = peak->host_total;
   h.peak_phase = peak->phase == JobPhase::kStep0 || peak->phase == JobPhase::kSteady
                      ? "training" : ToString(peak->phase);

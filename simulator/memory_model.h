@@ -148,6 +148,8 @@ struct UnitMemory {
   int64_t trainable = 0;  // parameters with gradients (frozen and inference: fewer or none)
 };
 
+// Host RAM per host: the node's when a node is one host, one compute tray's where an NVLink
+// domain spans several (ClusterSpec::gpus_per_host); the names keep "node" for the JSON keys.
 struct HostMemory {
   Bytes peak_per_node;
   std::string peak_phase;  // "model load", "training", "checkpoint save" or "resume"
@@ -155,6 +157,7 @@ struct HostMemory {
   std::vector<std::pair<std::string, Bytes>> breakdown;  // at the peak, per node
   Bytes capacity_per_node;
   bool fits = true;
+  std::string scope = "node";  // JobPhases::host_scope
 };
 
 struct MemoryReport {

@@ -64,11 +64,13 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
     l.expert_shard = DescribeGroup(topo, c, efsdp_rings, k);
     if (!l.ep.crosses_nodes() && !l.shard.crosses_nodes()) l.ep_link = 0;
   }
-  // Host <-> device copies over the GPU's own PCIe link.
-  const profiles::LinkSpec& pcie = profiles::FindLink(c.gpu.host_link, "gpu " + c.gpu.name);
+  // Host <-> device copies over the GPU's own PCIe link, or NVLink-C2C on a Grace superchip
+  // (GpuSpec::CopyLink), at that link family's achieved fraction.
+  const profiles::LinkSpec& copy = profiles::FindLink(c.gpu.CopyLink(), "gpu " + c.gpu.name);
   l.host.ranks = 2;
-  l.host.bus_bandwidth = BytesPerSecond::Of(pcie.bandwidth_per_direction.count() * k.pcie_efficiency);
-  l.host.intra_hop_latency = pcie.latency;
+  l.host.bus_bandwidth = BytesPerSecond::Of(copy.bandwidth_per_direction.count() *
+                                            (copy.family == "nvlink" ? k.nvlink_efficiency : k.pcie_efficiency));
+  l.host.intra_hop_latency = copy.latency;
   return l;
 }
 
@@ -97,7 +99,9 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
                             const model::Plan& plan, const Links& l, const CostConstants& k,
                             int from_step = 0) {
   std::vector<OpCost> costs(p.ops.size());
-  double host_bw = k.host_memory_bandwidth_per_node.count() / std::max(1, c.gpus_per_node);
+  // The host's memory bandwidth is shared by the ranks of one host (a GB200 tray's 4, not the
+  // NVL72 node's 72).
+  double host_bw = k.host_memory_bandwidth_per_node.count() / std::max(1, c.GpusPerHost());
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step < from_step) continue;

@@ -57,6 +57,20 @@ TEST(ReadClusterFileTest, NetLatencyMustNotBeNegative) {
                                               HasSubstr("-5"), Not(HasSubstr("\n")))));
 }
 
+// A GB200 file takes its host size from the kind's compute tray; a host size that does not
+// divide the node is a one-line error naming the key.
+TEST(ReadClusterFileTest, Gb200HostsAreComputeTrays) {
+  const ClusterSpec c = ReadClusterFile(Data("gb200_two_racks.json"));
+  EXPECT_EQ(c.GpusPerHost(), 4);
+  EXPECT_EQ(c.HostMemoryPerHost(), Bytes::GiB(960));
+  EXPECT_EQ(c.nics_per_node, 72);
+  const std::string path = Data("gpus_per_host_not_divisor.json");
+  EXPECT_THAT([&] { ReadClusterFile(path); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/gpus_per_host: expected 0 (the node is one host) or a "
+                                                        "divisor of gpus_per_node (72), got 7"),
+                                              Not(HasSubstr("\n")))));
+}
+
 TEST(ReadClusterFileTest, NvlsMustBeABoolean) {
   const std::string path = Data("nvls_not_bool.json");
   EXPECT_THAT([&] { ReadClusterFile(path); },

@@ -206,6 +206,53 @@ TEST(ClusterPresetTest, NodesTimesPresetFixesGpusNicsAndHost) {
   }
 }
 
+// GB200 NVL72: one rack is one node of 72 GPUs on one NVLink domain (what NCCL's MNNVL and the
+// sharding see), built from 18 hosts of 4 GPUs (what host RAM is judged against). Figures from
+// the preset's source: 18 trays x 960 GiB and 144 cores, one 400 Gb/s NIC per GPU.
+TEST(ClusterPresetTest, Gb200Nvl72IsOneNvlinkDomainOfEighteenHosts) {
+  const ClusterSpec c = ParseClusterShorthand("2xgb200-nvl72");
+  EXPECT_EQ(c.gpu.name, "GB200-186G");
+  EXPECT_EQ(c.gpus_per_node, 72);
+  EXPECT_EQ(c.GpusPerHost(), 4);
+  EXPECT_EQ(c.HostsPerNode(), 18);
+  EXPECT_EQ(c.HostMemoryPerHost(), Bytes::GiB(960));
+  EXPECT_EQ(c.CpuCoresPerHost(), 144);
+  EXPECT_EQ(c.nics_per_node, 72);
+  EXPECT_TRUE(c.intra_node.nvlink_domain);
+  EXPECT_EQ(c.intra_node.name, "nvlink5");
+  // Host copies run over NVLink-C2C, NCCL's NIC path over PCIe.
+  EXPECT_EQ(c.gpu.CopyLink(), "nvlink-c2c");
+  EXPECT_EQ(c.gpu.host_link, "pcie5");
+  // A node of one host keeps its own figures.
+  const ClusterSpec dgx = ParseClusterShorthand("2xdgx-h100");
+  EXPECT_EQ(dgx.GpusPerHost(), 8);
+  EXPECT_EQ(dgx.HostMemoryPerHost(), dgx.host_memory_per_node);
+}
+
+// The GPUxKIND shorthand builds GB200 nodes from 4-GPU trays: up to 4 GPUs are one host, more
+// are whole trays of the same NVLink domain.
+TEST(ClusterShorthandTest, Gb200NodesAreWholeComputeTrays) {
+  const ClusterSpec four = ParseClusterShorthand("4xGB200");
+  EXPECT_EQ(four.gpus_per_host, 0);
+  EXPECT_EQ(four.host_memory_per_node, Bytes::GiB(960));
+  const ClusterSpec rack = ParseClusterShorthand("72xGB200");
+  EXPECT_EQ(rack.GpusPerHost(), 4);
+  EXPECT_EQ(rack.host_memory_per_node, Bytes::GiB(18 * 960));
+  EXPECT_EQ(rack.HostMemoryPerHost(), Bytes::GiB(960));
+  EXPECT_THAT([] { ParseClusterShorthand("6xGB200"); },
+              ThrowsMessage<InputError>(HasSubstr("hosts of 4 GPUs (compute trays): GPUS must be 1-4 or a multiple of 4, got 6")));
+}
+
+TEST(ClusterSpecProblemsTest, GpusPerHostDividesTheNode) {
+  ClusterSpec c = ParseClusterShorthand("72xGB200");
+  c.gpus_per_host = 5;
+  EXPECT_THAT(c.Problems("c.json:"),
+              ::testing::ElementsAre("c.json:/gpus_per_host: expected 0 (the node is one host) or a divisor of "
+                                     "gpus_per_node (72), got 5"));
+  c.gpus_per_host = -1;
+  EXPECT_EQ(c.Problems("c.json:").size(), 1u);
+}
+
 TEST(ClusterSpecProblemsTest, MoreNicsThanGpusAreAMultiple) {
   ClusterSpec c = ParseClusterShorthand("2x8xH100");
   c.nics_per_node = 32;  // AWS p5's 32 EFA cards, 4 beside each GPU

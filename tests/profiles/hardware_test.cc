@@ -101,8 +101,10 @@ TEST(LinkCatalogTest, EveryEntryHasPositiveFiguresAndNvlinkMarksItsDomain) {
     EXPECT_GT(l.bandwidth_per_direction.count(), 0);
     EXPECT_GT(l.latency.count(), 0);
     EXPECT_FALSE(l.source.empty());
-    EXPECT_EQ(l.nvlink_domain, l.family == "nvlink");
+    // NVLink between GPUs (links counted) is a domain; NVLink-C2C to a Grace CPU is not.
+    EXPECT_EQ(l.nvlink_domain, l.family == "nvlink" && l.nvlink_links > 0);
   }
+  EXPECT_FALSE(FindLink("nvlink-c2c", "t").nvlink_domain);
 }
 
 TEST(LinkCatalogTest, NvlinkIsHalfTheBidirectionalDatasheetFigure) {

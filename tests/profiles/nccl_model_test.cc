@@ -64,6 +64,37 @@ TEST(NcclModelTest, ShapeOfADgxH100PairIsEightRailsOfOneGpuAndOneNic) {
   EXPECT_EQ(rail.switches[0].gpus, 0);
 }
 
+// GB200 NVL72: NCCL's MNNVL fuses a rack's clique into one node (src/graph/topo.cc:1887), so a
+// rack is ppn 72 on NVLink (18 links x 40.1 GB/s, SM100_NVLINK_BW in topo.h) with NVSwitch, and
+// two racks are two nodes of 72 rails. Eight GPUs on two trays of one rack never touch a NIC:
+// the same shape as eight GPUs of one node, several times what two 4-GPU hosts get over IB,
+// whose ring all-gather is bounded by the node's 4 NICs of 50 GB/s (each byte leaves a node
+// once per ring: busbw <= 4 x 50).
+TEST(NcclModelTest, Nvl72RackIsOneNodeOfSeventyTwoOnNvlink) {
+  const NcclCommShape two = NcclShapeOf(ParseClusterShorthand("2xgb200-nvl72"), Iota(144));
+  EXPECT_EQ(two.nodes, 2);
+  EXPECT_EQ(two.ranks_per_node, 72);
+  EXPECT_EQ(two.compute_capability, 100);
+  EXPECT_NEAR(two.nvlink_GBps, 18 * 40.1, 1e-9);
+  EXPECT_TRUE(two.nvswitch);
+  ASSERT_EQ(two.switches.size(), 72u);
+  for (const auto& sw : two.switches) {
+    EXPECT_EQ(sw.gpus, 1);
+    EXPECT_EQ(sw.nics, 1);
+  }
+  const NcclCommShape trays = NcclShapeOf(ParseClusterShorthand("gb200-nvl72"), Iota(8));
+  EXPECT_EQ(trays.nodes, 1);
+  EXPECT_EQ(trays.ranks_per_node, 8);
+  EXPECT_TRUE(trays.switches.empty());
+  const NcclComm rack = CommOf("gb200-nvl72", Iota(8));
+  const NcclComm ib = CommOf("2x4xGB200-ib400", Iota(8));
+  const double rack_bus = rack.Cost(Collective::kAllGather, kLarge).bus_bandwidth.count() / 1e9;
+  const double ib_bus = ib.Cost(Collective::kAllGather, kLarge).bus_bandwidth.count() / 1e9;
+  EXPECT_LE(ib_bus, 4 * 50.0 + 1e-6);
+  EXPECT_GT(rack_bus, 2 * 4 * 50.0);
+  EXPECT_DOUBLE_EQ(rack_bus, CommOf("8xGB200", Iota(8)).Cost(Collective::kAllGather, kLarge).bus_bandwidth.count() / 1e9);
+}
+
 TEST(NcclModelTest, SingleH100NodeRingIsSixChannelsAtSixtyDoubled) {
   // sm90SpeedArrayIntra starts at 60: floor(370.8 / 60) = 6 channels (360); 50, 40, 30 give
   // 350, 360, 360, none strictly better; DupChannels (60 >= 50) doubles to 12 x 30.

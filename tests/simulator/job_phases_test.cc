@@ -124,6 +124,27 @@ TEST(JobPhasesTest, FullStateDictWithCpuOffloadMovesItToRankZerosHost) {
   EXPECT_EQ(save.host_pinned, Bytes());
 }
 
+// On a GB200 NVL72 rack the node is the 72-GPU NVLink domain, but host RAM is a compute tray's
+// (4 GPUs, 960 GiB): rank 0's full state dict lands in one tray's RAM beside 4 ranks' processes,
+// not 72, and is judged against 960 GiB, not the rack's 17,280.
+TEST(JobPhasesTest, HostRamIsJudgedPerComputeTrayOnAnNvl72Rack) {
+  auto s = model::FindModelPreset("llama3-8b");
+  MemoryOptions o;
+  o.checkpoint_format = CheckpointFormat::kFullCpuOffload;
+  Job r = Estimate("llama3-8b", "gb200-nvl72", 2048, o);
+  const int64_t params = model::ParameterCount(s);
+  const auto& save = Phase(r.phases, JobPhase::kSave);
+  EXPECT_EQ(save.host_pageable, MemoryConstants{}.host_process_baseline * 4 + Bytes::Of(params * 4 * 3));
+  EXPECT_EQ(r.phases.host_limit, Bytes::GiB(960));
+  EXPECT_EQ(r.phases.host_scope, "host");
+  EXPECT_EQ(r.est.report.host.capacity_per_node, Bytes::GiB(960));
+  EXPECT_EQ(r.est.report.host.scope, "host");
+  // A DGX node is one host: the words and the limit stay the node's.
+  Job dgx = Estimate("llama3-8b", "8xH100", 2048, o);
+  EXPECT_EQ(dgx.phases.host_scope, "node");
+  EXPECT_EQ(dgx.phases.host_limit, Bytes::GiB(2048));
+}
+
 // DCP reads the shards in place: the save adds nothing on the GPU.
 TEST(JobPhasesTest, ShardedSaveAddsNothingOnTheGpu) {
   Job r = Estimate("tiny-llama", "4xH100", 64, MemoryOptions{});
