@@ -8,7 +8,7 @@
 
 #include "cli/exec_forward.h"
 #include "cli/format.h"
-#include "executor/env_report.h"
+#include "executor/probe/env_report.h"
 
 namespace shardtune::cli {
 namespace {

@@ -12,14 +12,10 @@
 #include "cli/exec_forward.h"
 #include "cli/format.h"
 #include "cli/run_cmd.h"
-#include "executor/communicator.h"
 #include "executor/errors.h"
 #include "executor/host_info.h"
-#include "executor/gloo_communicator.h"
-#include "executor/nccl_communicator.h"
-#include "executor/probe.h"
-#include "executor/rank_env.h"
-#include "executor/rendezvous.h"
+#include "executor/probe/probe.h"
+#include "executor/train/rank_env.h"
 #include "model/errors.h"
 #include "model/plan.h"
 #include "model/presets.h"
@@ -136,23 +132,15 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
     const bool cuda = a.device == "cuda";
     backend = cuda ? "nccl" : "gloo";
     o.cuda_device = cuda ? env.local_rank : 0;
-    exec::RendezvousOptions ro;
-    ro.master_addr = env.master_addr;
-    ro.master_port = env.master_port;
-    ro.rank = env.rank;
-    ro.world_size = env.world_size;
-    ro.timeout_s = a.timeout_s;
-    auto rendezvous = exec::Rendezvous::Connect(ro);
-    std::vector<int> ranks;
-    for (int r = 0; r < env.world_size; ++r) ranks.push_back(r);
-    auto log = std::make_shared<exec::CollectiveLog>();
-    std::unique_ptr<exec::Communicator> world =
-        cuda ? exec::MakeNcclCommunicator(rendezvous.get(), "world", 0, ranks, o.cuda_device, log)
-             : exec::MakeGlooCommunicator(*rendezvous, "world", 0, ranks, log);
+    exec::ProbeWorld world;
+    world.master_addr = env.master_addr;
+    world.master_port = env.master_port;
+    world.rank = env.rank;
+    world.world_size = env.world_size;
+    world.timeout_s = a.timeout_s;
     if (env.rank == 0) err << "probe: collectives over " << env.world_size << " " << backend << " ranks\n";
-    collectives = exec::ProbeCollectives(*world, backend, a.device, o.cuda_device,
-                                         cuda ? kGpuCollectiveMaxBytes : kCpuCollectiveMaxBytes, 5);
-    world->Barrier();
+    collectives = exec::ProbeCollectivesOverWorld(world, a.device, o.cuda_device,
+                                                  cuda ? kGpuCollectiveMaxBytes : kCpuCollectiveMaxBytes, 5);
   }
   // Every rank times the kernels at once, as every rank computes at once in a run: ranks that
   // share a host's cores and memory bandwidth (CPU ranks) are measured under that sharing; rank

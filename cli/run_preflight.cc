@@ -95,10 +95,10 @@ PreflightResult CheckRunFitsThisMachine(const PreflightRequest& q) {
   PreflightResult res;
   const int procs = std::max(1, q.local_processes);
   sim::MemoryOptions opt;
-  opt.model_load = sim::ModelLoad::kExecutor;  // executor/flat_param.cc: init, then shard
+  opt.model_load = sim::ModelLoad::kExecutor;  // executor/fsdp/flat_param.cc: init, then shard
   opt.checkpoint_format = q.checkpoints ? sim::CheckpointFormat::kSharded : sim::CheckpointFormat::kNone;
   opt.host_estimate = false;
-  opt.resume_creates_state_only = true;  // executor/trainer_checkpoint.cc LoadState
+  opt.resume_creates_state_only = true;  // executor/train/trainer_checkpoint.cc LoadState
 
   // The machine's figures and the cluster the estimate runs on.
   profiles::ClusterSpec cluster;

@@ -35,7 +35,7 @@ struct PreflightResult {
   std::vector<std::string> warnings;  // checks that could not be made (no NVML, no meminfo)
 };
 
-// Bytes of one rank's checkpoint file for `plan` (executor/trainer_checkpoint.cc StateSources:
+// Bytes of one rank's checkpoint file for `plan` (executor/train/trainer_checkpoint.cc StateSources:
 // each unit's flat shard, padded to a multiple of the shard group, in its dtype; AdamW's two
 // moments for trainable units; a metadata allowance).
 int64_t CheckpointFileBytes(const model::ModelSpec& spec, const model::Plan& plan, int world);

@@ -628,7 +628,7 @@ namespace {
 // save list nor the count: recomputed. Eager attention's bmm and softmax are not in the list
 // either: the whole attention core reruns in backward (BlockActivations::
 // selective_recompute_attention) and nothing of it is kept. shardtune's executor applies the
-// same rule (executor/recompute.h SacTape), and both ask TorchtitanOpSacApplies.
+// same rule (executor/nn/recompute.h SacTape), and both ask TorchtitanOpSacApplies.
 void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const Trainability& t,
                      double elem_bytes, BlockActivations* b) {
   if (!TorchtitanOpSacApplies(spec, opt, t)) return;
@@ -707,7 +707,7 @@ BlockActivations ComputeBlockActivations(const ModelSpec& spec, const Activation
   b.checkpoint_input_per_token = c.e * h;
   if (spec.norm_placement == NormPlacement::kPre) {
     // A pre-norm block (Llama, Mistral, Qwen, their MoE kin; GPT-NeoX's parallel residual) is
-    // what shardtune's executor checkpoints piece by piece (executor/transformer.cc NormThen,
+    // what shardtune's executor checkpoints piece by piece (executor/nn/transformer.cc NormThen,
     // MlpDown): each norm and the MLP activation rerun in backward from their inputs, everything
     // else keeps what autograd saved. So the block keeps its full ledger less the norms' and the
     // activation's own tensors, plus each norm's input where nothing else saved it (fp32: the
@@ -798,7 +798,7 @@ int HeadLogits(Ctx& c, int normed) {
 }
 
 // The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
-// LigerFusedLinearCrossEntropyFunction, shardtune's executor/fused_loss.cc): one autograd node
+// LigerFusedLinearCrossEntropyFunction, shardtune's executor/nn/fused_loss.cc): one autograd node
 // whose forward runs, chunk by chunk, logits = x W^T, the fp32 softmax, the logits' gradient and
 // both matmuls of their backward, and saves the input's gradient [T, H] (compute dtype, zeros_like
 // x, a buffer no op's output) and the weight's [V, H] (fixed size: FusedLoss). Its backward only

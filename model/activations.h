@@ -192,7 +192,7 @@ struct Trainability {
 // writes it (model/activations.cc TorchtitanOpSac: every second aten.mm of the block recomputed):
 // --modeling torchtitan, a dense SwiGLU block with separate q/k/v and gate/up projections, no
 // Ulysses, a full fine-tune. Elsewhere selective keeps every projection output. The estimate and
-// the executor (executor/fsdp_runtime.cc) both decide by this.
+// the executor (executor/fsdp/fsdp_runtime.cc) both decide by this.
 bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
                             const Trainability& t);
 

@@ -1,6 +1,6 @@
 // DIR/measurements.json ("shardtune.measurements", version 1): what a run measured, as plain data.
 // The one definition of the file: the executor fills a Measurements from its run and writes it
-// with MeasurementsToJson (executor/measurements.cc); `validate` and `calibrate` read it with
+// with MeasurementsToJson (executor/train/measurements.cc); `validate` and `calibrate` read it with
 // MeasurementsFromJson (strict). Torch-free, so the simulator and the CLI read it without linking
 // the executor; tests/model/measurements_json_test.cc checks that writing and reading round-trip.
 #pragma once
@@ -96,7 +96,7 @@ struct MeasuredRankMemory {
   int64_t RequiredBytes() const { return device_used_bytes > 0 ? device_used_bytes : rss_peak_bytes; }
 };
 
-// One phase of the job as the executor measured it (executor/phase_meter.h), named as
+// One phase of the job as the executor measured it (executor/train/phase_meter.h), named as
 // JobPhase's ToString: "model load", "step 0", "steady step", "checkpoint save", "resume".
 struct MeasuredPhaseRank {
   int rank = 0;

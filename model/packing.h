@@ -1,5 +1,5 @@
 // Packed micro-batches as verl forms them under a token budget, and the sequence lengths of a
-// run's data. Torch-free: `shardtune run`'s trainer (executor/trainer.cc) cuts each rank's
+// run's data. Torch-free: `shardtune run`'s trainer (executor/train/trainer.cc) cuts each rank's
 // sequences of a step with these, and the tests hold them to verl's own rule.
 //
 // verl (volcengine/verl@b178a3c, verl/utils/seqlen_balancing.py rearrange_micro_batches): a

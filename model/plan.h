@@ -41,7 +41,7 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //  kFusedLinear:  fused linear cross-entropy, chunk by chunk over the tokens, the gradients
 //                 computed in forward (Liger-Kernel LigerFusedLinearCrossEntropyFunction,
 //                 src/liger_kernel/ops/fused_linear_cross_entropy.py; shardtune run's
-//                 executor/fused_loss.cc): only a chunk's logits ever exist; forward keeps the
+//                 executor/nn/fused_loss.cc): only a chunk's logits ever exist; forward keeps the
 //                 input's gradient [B, S, H] and the head weight's [V, H] for backward.
 //  kVerlFlashCe:  verl's actor log-prob path with use_remove_padding (dp_actor.py
 //                 _forward_micro_batch; torch_functional.py logprobs_from_logits): the packed

@@ -35,7 +35,7 @@ std::vector<std::string> LoraTargetNames(const ModelSpec& spec);
 std::vector<FsdpUnit> ApplyTrainability(const ModelSpec& spec, const Plan& plan,
                                         std::vector<FsdpUnit> units);
 
-// One FSDP unit as shardtune's executor lays it out (executor/flat_param.cc FlatParam): all its
+// One FSDP unit as shardtune's executor lays it out (executor/fsdp/flat_param.cc FlatParam): all its
 // parameters in one flat tensor padded to a multiple of the unit's shard ranks
 // (FsdpUnit::ShardRanks: an expert-parallel unit shards over its expert shard group), trainable
 // when any parameter trains (a LoRA adapter does, its frozen base does not). REQUIRES: `u` from

@@ -128,7 +128,7 @@ Bytes CpuHostMemory() { return Bytes::GiB(kCpuHostMemoryGiB); }
 
 GpuSpec CpuRankSpec(int ranks, Bytes host_memory, int host_cores) {
   const int n = std::max(ranks, 1);
-  // Each rank runs cores / ranks intra-op threads (executor/run.cc SetUpThreadsAndDevice: at
+  // Each rank runs cores / ranks intra-op threads (executor/train/run.cc SetUpThreadsAndDevice: at
   // least one); more ranks than cores share them.
   const int cores = std::max(host_cores, 1);
   const double cores_per_rank =

@@ -58,7 +58,7 @@ const char* ToString(MemoryKernel k);
 // The kernel named `name` (ToString's spelling), or nullopt.
 std::optional<MemoryKernel> MemoryKernelFromString(const std::string& name);
 
-// `bytes`: the kernel's size as the probe defines it per kernel (executor/probe.h lists them;
+// `bytes`: the kernel's size as the probe defines it per kernel (executor/probe/probe.h lists them;
 // for plain elementwise kernels, bytes read plus bytes written), the key tables are looked up by.
 struct MemoryKernelSample {
   MemoryKernel kernel = MemoryKernel::kElementwise;

@@ -14,7 +14,7 @@
 namespace shardtune::sim {
 namespace {
 
-// The executor's segment names (executor/run.cc MakeDoc: model::SegmentName) -> the program's
+// The executor's segment names (executor/train/run.cc MakeDoc: model::SegmentName) -> the program's
 // segment index (model/module_tree.h: 0 embeddings, 1..L blocks with a VL model's vision blocks
 // first, L+1 final norm, L+2 head). -1: unknown.
 int SegmentIndex(const std::string& name, const model::ModelSpec& spec) {
@@ -83,7 +83,7 @@ RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& s
   plan.grad_accum = m.grad_accum;
   plan.seq_len = m.seq_len;
   // The executor runs eager attention on LibTorch 1.x whatever the plan says (it has no public
-  // scaled_dot_product_attention there: executor/transformer.cc, `options_.sdpa = false`), so
+  // scaled_dot_product_attention there: executor/nn/transformer.cc, `options_.sdpa = false`), so
   // such a run saves and moves the S x S scores: simulate what ran.
   if (m.environment.torch_version.rfind("1.", 0) == 0) plan.attention = model::Attention::kEager;
   SimOptions o = options;
@@ -109,9 +109,9 @@ RunPrediction PredictRun(const model::Measurements& m, const model::ModelSpec& s
   }
   const MemoryReport& mem = p.report.memory;
   MemoryOptions mo = o.memory;
-  mo.model_load = ModelLoad::kExecutor;                // executor/flat_param.cc: init, then shard
-  mo.checkpoint_format = CheckpointFormat::kSharded;   // executor/checkpoint.h
-  mo.resume_creates_state_only = true;                 // executor/trainer_checkpoint.cc
+  mo.model_load = ModelLoad::kExecutor;                // executor/fsdp/flat_param.cc: init, then shard
+  mo.checkpoint_format = CheckpointFormat::kSharded;   // executor/train/checkpoint.h
+  mo.resume_creates_state_only = true;                 // executor/train/trainer_checkpoint.cc
   p.phases = EstimateJobPhases(p.report.program, mem, spec, cluster, plan, mo);
   p.communicators = (mem.shard_group > 1 ? 1 : 0) + (mem.replicas > 1 ? 1 : 0);
   profiles::Topology topo(cluster);

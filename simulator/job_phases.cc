@@ -221,7 +221,7 @@ PhaseMemory LoadPhase(const StepProgram& p, const JobSizes& z, const MemoryOptio
       // The start-up op counted every shard; the worst unit holds, beside the shards built before
       // it, its full fp32 buffer (CPU ranks: the same memory), its shard and its gathered buffer.
       const int64_t excess = cpu_ranks ? z.executor_load_excess_cpu_bytes : z.executor_load_excess_device_bytes;
-      r->set_label("building " + z.executor_load_unit + " (full, then its shard; executor/flat_param.cc)");
+      r->set_label("building " + z.executor_load_unit + " (full, then its shard; executor/fsdp/flat_param.cc)");
       r->Apply(kLoadTransient, Stream::kDefault, excess);
       r->Apply(kLoadTransient, Stream::kDefault, -excess);
       break;

@@ -16,7 +16,7 @@ JobSizes ComputeSizes(const model::ModelSpec& spec, const model::Plan& plan, int
   int64_t ef = model::BytesPerElement(plan.FrozenDtype());  // frozen ones: as they were loaded
   int64_t ec = o.checkpoint_dtype_bytes;
   int64_t largest_numel = 0;
-  // The executor's load, unit by unit (executor/flat_param.cc): a full padded fp32 buffer, the
+  // The executor's load, unit by unit (executor/fsdp/flat_param.cc): a full padded fp32 buffer, the
   // shard cloned from it in its dtype, the gathered buffer in the param dtype (freed at once);
   // unit i's peak is the shards built before it plus its own.
   const int64_t param_bytes = model::BytesPerElement(plan.param_dtype);
@@ -200,7 +200,7 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
     if (cluster.cpu_only) {
       // CPU ranks (shardtune's executor over Gloo) hold everything in host RAM: the node holds
       // every local rank's tensors and process (the per-rank figure judged above) and the
-      // launcher. Their checkpoint I/O streams from and into the tensors (executor/checkpoint.h
+      // launcher. Their checkpoint I/O streams from and into the tensors (executor/train/checkpoint.h
       // WriteBlobsAtomically, BlobFile::ReadInto): no staging copy beside them.
       const int g = cluster.gpus_per_node;
       h.moment = std::string(ToString(ph.phase)) + " on every CPU rank";

@@ -70,7 +70,7 @@ enum class ModelLoad {
   kEveryRank,  // every process loads the full checkpoint into host RAM (HF from_pretrained default)
   kRank0,      // rank 0 loads, others init on meta and receive shards (cpu_ram_efficient_loading)
   kMeta,       // meta-device init + sharded (DCP) load: no full copy anywhere
-  // shardtune's executor (executor/flat_param.cc FlatParam::FlatParam), every rank, one unit at a
+  // shardtune's executor (executor/fsdp/flat_param.cc FlatParam::FlatParam), every rank, one unit at a
   // time in unit order: the unit initialised in full fp32 on the host, its shard cloned (and
   // moved to the device), its gathered buffer allocated in the param dtype and freed. Not a
   // user choice: `run`'s pre-flight, validate and calibrate use it for executor runs.
@@ -118,7 +118,7 @@ struct MemoryOptions {
   bool host_estimate = true;
   Bytes host_memory_limit;   // cgroup limit on host RAM per node; 0: none (the node's memory)
   bool clip_grad_norm = true;  // clip_grad_norm_ before each step (HF Trainer, torchtitan default)
-  // Resume as shardtune's executor does it (executor/trainer_checkpoint.cc LoadState): the AdamW
+  // Resume as shardtune's executor does it (executor/train/trainer_checkpoint.cc LoadState): the AdamW
   // state is created empty and its blobs are read into it, with no zero gradients and no
   // optimizer step (torch.distributed.checkpoint's _init_optim_state runs one). false: DCP's.
   bool resume_creates_state_only = false;

@@ -25,7 +25,7 @@ struct WalkSetup {
   int64_t workspace_bytes = 0;  // persistent library workspaces (cuBLAS) on the compute stream
   double moe_capacity_factor = 1.0;  // MemoryOptions::moe_capacity_factor (expert-parallel all-to-alls)
   // shardtune's own executor on CPU ranks (Gloo): its reduce-scatter is an all-to-all into a
-  // receive buffer as large as the input, then a local sum (executor/gloo_communicator.cc),
+  // receive buffer as large as the input, then a local sum (executor/comm/gloo_communicator.cc),
   // alive until the reduction is waited for.
   bool reduce_scatter_receive_buffer = false;
   // A full fine-tune's block: the compute ops' traffic and kernels, and an inference role's

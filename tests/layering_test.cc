@@ -3,7 +3,11 @@
 // headers model/units.h, model/errors.h, model/strict_json.h, model/dtype.h,
 // model/collective.h and model/text.h), simulator on model and profiles, planner (the search) on simulator,
 // planner/configs (config import and export) on model and profiles alone, executor on model and
-// profiles only, cli on everything.
+// profiles only, cli on everything but the executor's inner rooms.
+// The executor's rooms (executor/README.md) depend one way: its shared basics (executor/*.h) and
+// kernels/ on nothing of the executor; comm/ on the basics; nn/ (the model) on comm/; fsdp/ on
+// nn/; probe/ on fsdp/ (the optimizer it times) and comm/; train/ on all of them. cli/ reaches the
+// executor through its entry points: the basics, probe/ and train/, never comm/, nn/ or fsdp/.
 // Public headers outside the executor never include Torch, Boost or Eigen.
 #include <filesystem>
 #include <fstream>
@@ -27,15 +31,33 @@ const std::map<std::string, std::set<std::string>>& AllowedLayers() {
       {"planner", {"planner", "simulator", "model", "profiles"}},
       {"planner/configs", {"planner/configs", "model", "profiles"}},
       {"executor", {"executor", "model", "profiles"}},
-      {"cli", {"cli", "planner", "planner/configs", "simulator", "model", "profiles", "executor"}},
+      {"executor/kernels", {"executor/kernels"}},
+      {"executor/comm", {"executor/comm", "executor", "model", "profiles"}},
+      {"executor/nn", {"executor/nn", "executor/comm", "executor/kernels", "executor", "model", "profiles"}},
+      {"executor/fsdp",
+       {"executor/fsdp", "executor/nn", "executor/comm", "executor/kernels", "executor", "model", "profiles"}},
+      {"executor/probe",
+       {"executor/probe", "executor/fsdp", "executor/comm", "executor/kernels", "executor", "model", "profiles"}},
+      {"executor/train",
+       {"executor/train", "executor/probe", "executor/fsdp", "executor/nn", "executor/comm", "executor/kernels",
+        "executor", "model", "profiles"}},
+      {"cli",
+       {"cli", "planner", "planner/configs", "simulator", "model", "profiles", "executor", "executor/probe",
+        "executor/train"}},
   };
   return m;
 }
 
-// The layer of a repository-relative path ("planner/configs/import.h" -> "planner/configs").
+// The layer of a repository-relative path ("planner/configs/import.h" -> "planner/configs",
+// "executor/nn/transformer.h" -> "executor/nn", "executor/errors.h" -> "executor").
 std::string LayerOf(const std::string& path) {
   if (path.rfind("planner/configs/", 0) == 0) return "planner/configs";
-  return path.substr(0, path.find('/'));
+  const std::string top = path.substr(0, path.find('/'));
+  if (top == "executor") {
+    const size_t room_end = path.find('/', top.size() + 1);
+    if (room_end != std::string::npos) return path.substr(0, room_end);
+  }
+  return top;
 }
 
 const std::set<std::string>& VocabularyHeaders() {

@@ -1,7 +1,7 @@
 // One pass of the fused linear cross-entropy's chunk as a CUDA kernel (issue #21): for each row
 // of a chunk of logits z [rows, V] (bf16, fp16 or fp32), the row's loss and, written over z in
 // its own dtype, the row's gradient, as Liger-Kernel's liger_cross_entropy_kernel does
-// (src/liger_kernel/ops/cross_entropy.py): the executor's ATen path (executor/fused_loss.cc)
+// (src/liger_kernel/ops/cross_entropy.py): the executor's ATen path (executor/nn/fused_loss.cc)
 // makes an fp32 copy of the chunk and runs about nine passes over it; this reads the row twice
 // and writes it once, in place. Torch-free (raw pointers and a cudaStream_t passed as void*), so
 // it builds with nvcc wherever the CUDA toolkit is and is tested against the host reference

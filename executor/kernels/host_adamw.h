@@ -1,7 +1,7 @@
 // The host optimizer's kernels (CPU ranks and CPU offload): one pass over a shard's fp32 arrays
 // for the whole AdamW update, and a deterministic fp64 sum of squares for gradient clipping.
 // Torch-free: the caller splits a shard into ranges and runs them on its threads
-// (executor/optimizer.cc and fsdp_runtime.cc with at::parallel_for).
+// (executor/fsdp/optimizer.cc and fsdp_runtime.cc with at::parallel_for).
 //
 // Why one pass. torch.optim.AdamW on CPU tensors (what FSDP2's CPUOffloadPolicy runs: the
 // foreach ops on CPU fall back to one ATen op per tensor, torch/optim/adam.py

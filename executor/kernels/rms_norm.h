@@ -1,7 +1,7 @@
 // RMSNorm forward and backward as CUDA kernels (issue #21: the executor's norms as one kernel
 // each way instead of the ~8 ATen ops of HF's LlamaRMSNorm). The same computation and the same
 // saved tensors as F.rms_norm's fused kernel (aten/src/ATen/native/cuda/layer_norm_kernel.cu,
-// rms_norm; torchtitan's RMSNorm) and the executor's FusedRmsNorm (executor/torchtitan_ops.h):
+// rms_norm; torchtitan's RMSNorm) and the executor's FusedRmsNorm (executor/nn/torchtitan_ops.h):
 // forward keeps x and rstd [rows] (fp32) for backward, nothing else. Torch-free (raw pointers,
 // a cudaStream_t passed as void*), built with nvcc wherever the CUDA toolkit is, tested against
 // the host reference below (tests/executor/rms_norm_gpu_test.cc, ctest label gpu), and the

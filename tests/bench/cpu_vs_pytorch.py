@@ -29,9 +29,9 @@ in every rank).
 Same weights: `shardtune run --nproc 1 --global-batch 1 --steps 1 --lr 1e-300 --weight-decay 0
 --warmup-steps 0 --lr-schedule constant --max-grad-norm 0 --export-full-state-dict` writes
 OUT/model.safetensors, the fp32 full parameters of seed --seed under Hugging Face names
-(executor/full_state_dict.cc), as initialized. `--lr 0` would be the obvious choice but
+(executor/train/full_state_dict.cc), as initialized. `--lr 0` would be the obvious choice but
 run_validate.cc rejects it ("--lr: expected a number > 0"); 1e-300 moves nothing: AdamW
-(executor/optimizer.cc) multiplies by 1 - lr*wd = 1 (wd 0) and adds -lr/bc1 * m/denom, whose
+(executor/fsdp/optimizer.cc) multiplies by 1 - lr*wd = 1 (wd 0) and adds -lr/bc1 * m/denom, whose
 magnitude at step 1 is lr * |g| / (|g| + eps) <= 1e-300, far below half the smallest fp32
 subnormal (7e-46), so every fp32 weight rounds back to itself (the scalar -1e-299 even becomes
 -0.0 in fp32); the constant schedule with no warmup keeps lr at 1e-300 and clipping only touches
@@ -45,8 +45,8 @@ PyTorch forward on the export step's sequence and prints its loss next to shardt
 "init check" line): that validates weights, data and forward before any training.
 
 Same data: a deterministic pseudo-text file (written to a temp dir) passed as `--data`; tokens
-are bytes (vocab >= 256). As executor/data.cc: sequence i is the S + 1 bytes from
-(i * S) mod (size - S), inputs [0, S), labels [1, S]. As executor/trainer.cc (Trainer::Batch):
+are bytes (vocab >= 256). As executor/train/data.cc: sequence i is the S + 1 bytes from
+(i * S) mod (size - S), inputs [0, S), labels [1, S]. As executor/train/trainer.cc (Trainer::Batch):
 step t (1-based), micro-batch m, data-parallel rank r, row j reads global sequence
 (t - 1) * global_batch + m * world * B + r * B + j (B = --micro-batch). The PyTorch ranks read
 exactly those, so the per-step losses are comparable; each is the mean over the global batch
@@ -55,11 +55,11 @@ micro-batches and ranks; PyTorch: the same, all-reduced over gloo).
 
 Same hyper-parameters, passed to shardtune explicitly and replicated in PyTorch:
   AdamW lr --lr (1e-3), betas (0.9, 0.999), eps 1e-8 (torch defaults, hard-wired in
-    executor/optimizer.h), weight decay --weight-decay (0.01) on every parameter (one group);
+    executor/fsdp/optimizer.h), weight decay --weight-decay (0.01) on every parameter (one group);
     torch.optim.AdamW(foreach=False), the single-tensor formula shardtune copies.
   Clipping: global L2 norm, clip coefficient min(1, max/(norm + 1e-6)) (--max-grad-norm 1;
     0 disables), torch's clip_grad_norm_ / FSDP's clip_grad_norm_.
-  LR schedule: executor/lr_schedule.cc reimplemented (linear warmup lr*step/warmup, then cosine
+  LR schedule: executor/train/lr_schedule.cc reimplemented (linear warmup lr*step/warmup, then cosine
     or WSD to 0.1*lr, or constant), --warmup-steps defaults to shardtune's steps/10.
   Gradient accumulation: global_batch / (micro_batch x ranks) micro-batches, loss / accum,
     gradients averaged over ranks. By default every config reduces gradients after every
@@ -70,7 +70,7 @@ Same hyper-parameters, passed to shardtune explicitly and replicated in PyTorch:
     one per micro-batch.) Only the summation order changes the losses.
   shardtune also gets --precision fp32 (its default is bf16), --attention eager (the PyTorch side
     is eager; a LibTorch < 2.0 build is eager anyway), --no-trace and --no-checkpoints.
-The PyTorch model matches executor/transformer.cc: LlamaRMSNorm in fp32 with the spec's norm_eps,
+The PyTorch model matches executor/nn/transformer.cc: LlamaRMSNorm in fp32 with the spec's norm_eps,
 rotary with the spec's rope_theta and rotate_half (an HF config's rms_norm_eps / rope_theta; the
 defaults 1e-5 and 10000; rope_scaling is refused here, plain RoPE only), repeat_kv GQA,
 scores * (1/sqrt(D)), causal mask, fp32 softmax, SwiGLU, optional q/k/v/o/MLP biases, qk_norm,
@@ -126,12 +126,12 @@ import torch.nn.functional as F
 
 NORM_EPS = 1e-5  # model/model_spec.cc kDefaultNormEps: a spec's norm_eps 0 means this
 ROPE_THETA = 10000.0  # model/model_spec.cc kDefaultRopeTheta: a spec's rope_theta 0 means this
-MIN_LR_RATIO, WSD_DECAY_FRACTION = 0.1, 0.2  # executor/lr_schedule.h LrOptions
+MIN_LR_RATIO, WSD_DECAY_FRACTION = 0.1, 0.2  # executor/train/lr_schedule.h LrOptions
 
 # ------------------------------------------------------------------------------------- model
 
 
-class RMSNorm(nn.Module):  # LlamaRMSNorm; executor/transformer.cc RmsNormPiece
+class RMSNorm(nn.Module):  # LlamaRMSNorm; executor/nn/transformer.cc RmsNormPiece
     def __init__(self, dim, eps):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
@@ -376,7 +376,7 @@ def write_pseudo_text(path, nbytes, seed):
 
 
 class ByteData:
-    """executor/data.cc TokenSource for a file: sequence i = S + 1 bytes from (i*S) % (size-S)."""
+    """executor/train/data.cc TokenSource for a file: sequence i = S + 1 bytes from (i*S) % (size-S)."""
 
     def __init__(self, path, seq_len):
         with open(path, "rb") as f:
@@ -391,14 +391,14 @@ class ByteData:
 
 
 def micro_batch(data, step, micro, rank, world, B, global_batch):
-    """executor/trainer.cc Trainer::Batch: step-major, then micro-batch, then dp rank."""
+    """executor/train/trainer.cc Trainer::Batch: step-major, then micro-batch, then dp rank."""
     first = (step - 1) * global_batch + micro * world * B + rank * B
     rows = torch.tensor([data.sequence(first + j) for j in range(B)], dtype=torch.long)  # [B,S+1]
     return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 def learning_rate(a, step):
-    """executor/lr_schedule.cc LearningRate (1-based step)."""
+    """executor/train/lr_schedule.cc LearningRate (1-based step)."""
     lr, warm, total = a.lr, a.warmup_steps, a.steps
     if warm > 0 and step <= warm:
         return lr * step / warm
@@ -645,7 +645,7 @@ def main():
     p.add_argument("--timeout", type=int, default=300, help="gloo timeout of the PyTorch ranks")
     a = p.parse_args()
     if a.warmup_steps is None:
-        a.warmup_steps = a.steps // 10  # executor/trainer.cc
+        a.warmup_steps = a.steps // 10  # executor/train/trainer.cc
     if not os.path.exists(a.shardtune):
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", a.shardtune)
         if os.path.exists(here):

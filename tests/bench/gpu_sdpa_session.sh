@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next GPU session's first command (#17, #21), prepared in session 19 without a GPU:
 #  1. builds shardtune, shardtune-exec and kernels_gpu_test against the machine's Python torch
-#     (the probe's per-backend SDPA code, executor/probe.cc SHARDTUNE_PROBE_SDPA_BACKENDS, was
+#     (the probe's per-backend SDPA code, executor/probe/probe.cc SHARDTUNE_PROBE_SDPA_BACKENDS, was
 #     never compiled before: LibTorch 1.13 where it was written);
 #  2. the fused AdamW GPU test with its whole output (session 18's run cut the detail off);
 #  3. `shardtune probe --device cuda` at Llama-3-8B's shapes: every SDPA backend the shape admits,

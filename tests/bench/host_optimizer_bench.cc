@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "executor/host_info.h"
-#include "executor/optimizer.h"
+#include "executor/fsdp/optimizer.h"
 
 namespace {
 

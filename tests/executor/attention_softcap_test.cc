@@ -11,8 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "executor/transformer.h"
-#include "executor/transformer_support.h"
+#include "executor/nn/transformer.h"
+#include "executor/nn/transformer_support.h"
 #include "model/presets.h"
 #include "tests/executor/attention_reference.h"
 

@@ -1,7 +1,7 @@
 // Communicators: the Emulated one's documented semantics, and the Gloo one in real processes
 // (fork, TCPStore on 127.0.0.1): the reduce-scatter built from all-to-all + a local sum equals a
 // reference sum computed independently on each rank, and records the traffic a ring sends.
-#include "executor/communicator.h"
+#include "executor/comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "executor/errors.h"
-#include "executor/gloo_communicator.h"
-#include "executor/launcher.h"
-#include "executor/rendezvous.h"
+#include "executor/comm/gloo_communicator.h"
+#include "executor/train/launcher.h"
+#include "executor/comm/rendezvous.h"
 
 namespace shardtune::exec {
 namespace {

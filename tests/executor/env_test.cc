@@ -16,10 +16,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "executor/blas_info.h"
+#include "executor/probe/blas_info.h"
 #include "executor/cuda_support.h"
-#include "executor/env_report.h"
-#include "executor/gloo_communicator.h"
+#include "executor/probe/env_report.h"
+#include "executor/comm/gloo_communicator.h"
 #include "executor/host_info.h"
 #include "tests/executor/test_util.h"
 

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "executor/checkpoint.h"
+#include "executor/train/checkpoint.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec::testing {

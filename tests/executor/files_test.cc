@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "executor/checkpoint.h"
+#include "executor/train/checkpoint.h"
 #include "executor/errors.h"
-#include "executor/launcher.h"
-#include "executor/rank_env.h"
+#include "executor/train/launcher.h"
+#include "executor/train/rank_env.h"
 #include "model/errors.h"
 #include "tests/executor/test_util.h"
 

@@ -2,7 +2,7 @@
 // sharding (leaf parameters, one autograd pass): gradients must agree for every wrap policy,
 // activation checkpointing and reshard setting, and gathered memory must be freed when the
 // plan says so. Runs in-process on the Emulated communicator (one rank, or rank 0 of N).
-#include "executor/fsdp_runtime.h"
+#include "executor/fsdp/fsdp_runtime.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

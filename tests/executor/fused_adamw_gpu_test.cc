@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "executor/optimizer.h"
-#include "executor/run.h"
+#include "executor/fsdp/optimizer.h"
+#include "executor/train/run.h"
 
 namespace shardtune::exec {
 namespace {

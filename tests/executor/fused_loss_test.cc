@@ -1,4 +1,4 @@
-// The fused linear cross-entropy (executor/fused_loss.h, issue #21): its loss and both gradients
+// The fused linear cross-entropy (executor/nn/fused_loss.h, issue #21): its loss and both gradients
 // equal the plain path's (mm, fp32 upcast, at::cross_entropy_loss, autograd) computed here in
 // double precision, with ignored labels, a last chunk shorter than the others, Gemma 2's
 // soft-capping, a frozen weight and bf16 inputs; and what it holds is what the estimate counts
@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/fused_loss.h"
+#include "executor/nn/fused_loss.h"
 #include "executor/kernels/cross_entropy_grad.h"
 #include "executor/memory_tracker.h"
 #include "model/activations.h"

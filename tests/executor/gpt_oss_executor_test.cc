@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/transformer.h"
-#include "executor/transformer_support.h"
+#include "executor/nn/transformer.h"
+#include "executor/nn/transformer_support.h"
 #include "model/module_tree.h"
 #include "model/model_spec_json.h"
 #include "tests/executor/attention_reference.h"

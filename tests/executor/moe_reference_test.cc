@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/transformer.h"
+#include "executor/nn/transformer.h"
 #include "model/module_tree.h"
 
 namespace shardtune::exec {

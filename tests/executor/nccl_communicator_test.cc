@@ -1,6 +1,6 @@
 // The NCCL communicator on a CUDA device (ctest label `gpu`): one rank's collectives give the
 // single-rank results and are recorded. Skips without a CUDA device or a CUDA-enabled LibTorch.
-#include "executor/nccl_communicator.h"
+#include "executor/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -13,10 +13,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "executor/checkpoint.h"
-#include "executor/launcher.h"
-#include "executor/rendezvous.h"
-#include "executor/run.h"
+#include "executor/train/checkpoint.h"
+#include "executor/train/launcher.h"
+#include "executor/comm/rendezvous.h"
+#include "executor/train/run.h"
 
 namespace shardtune::exec {
 namespace {
@@ -133,7 +133,7 @@ TEST(ExecutorGpuRunTest, CudaRunMatchesCpuRun) {
   const auto& mem = gpu.at("memory");
   EXPECT_GT(mem.at("per_rank").at(0).at("device_allocated_peak_bytes").get<int64_t>(), 0);
   EXPECT_GE(mem.at("peak_device_reserved_bytes").get<int64_t>(), mem.at("peak_tracked_bytes").get<int64_t>());
-  // rm -rf, not std::filesystem::remove_all: see RemoveTree in executor/checkpoint.h.
+  // rm -rf, not std::filesystem::remove_all: see RemoveTree in executor/train/checkpoint.h.
   std::system(("rm -rf " + base + "_cpu " + base + "_gpu " + base + "_cpu.log " + base + "_gpu.log").c_str());
 }
 

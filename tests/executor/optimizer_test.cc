@@ -1,6 +1,6 @@
 // The sharded optimizer against LibTorch's own torch::optim::AdamW (the reference path), the
 // learning-rate schedules against their closed forms, and the data stream's determinism.
-#include "executor/optimizer.h"
+#include "executor/fsdp/optimizer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "executor/data.h"
+#include "executor/train/data.h"
 #include "executor/kernels/host_adamw.h"
-#include "executor/lr_schedule.h"
+#include "executor/train/lr_schedule.h"
 #include "model/errors.h"
 
 namespace shardtune::exec {

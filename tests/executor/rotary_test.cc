@@ -14,8 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "executor/transformer.h"
-#include "executor/transformer_support.h"
+#include "executor/nn/transformer.h"
+#include "executor/nn/transformer_support.h"
 #include "model/hf_config.h"
 #include "model/model_spec_json.h"
 #include "model/presets.h"

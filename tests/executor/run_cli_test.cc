@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "executor/run.h"
+#include "executor/train/run.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec::testing {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "executor/launcher.h"
+#include "executor/train/launcher.h"
 #include "tests/executor/test_util.h"
 
 namespace shardtune::exec::testing {

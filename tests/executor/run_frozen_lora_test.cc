@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "executor/checkpoint.h"
-#include "executor/transformer.h"
+#include "executor/train/checkpoint.h"
+#include "executor/nn/transformer.h"
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "tests/executor/test_util.h"

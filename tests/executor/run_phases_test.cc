@@ -81,7 +81,7 @@ TEST(ExecutorPhasesTest, LazyAdamWStateAppearsAtStepZeroAndResumeReadsIntoItInPl
   EXPECT_EQ(m.at("memory").at("peak_tracked_bytes").get<int64_t>(), Peak(ph["steady step"]));
 
   // Resume in a fresh process: the state is created empty, then each blob is read straight into
-  // its tensor (executor/checkpoint.h BlobFile::ReadInto): beyond the state only scalars (the
+  // its tensor (executor/train/checkpoint.h BlobFile::ReadInto): beyond the state only scalars (the
   // chosen step, the ranks' checksum verdicts) and the RNG state's bytes, no staging shard.
   ProcessResult r2 = RunShardtune(MicroRun(out, 4));
   ASSERT_EQ(r2.exit_code, 0) << r2.output;

@@ -1,4 +1,4 @@
-// torchtitan's ops in the executor (executor/torchtitan_ops.h) against references written here:
+// torchtitan's ops in the executor (executor/nn/torchtitan_ops.h) against references written here:
 // the fused RMSNorm and its gradients against the composite formula in double precision, the
 // token dispatch and combine against a per-token loop, and the expert-parallel layout's initial
 // values against the HF per-expert tensors they stand for.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "executor/kernels/rms_norm.h"
-#include "executor/torchtitan_ops.h"
-#include "executor/transformer.h"
+#include "executor/nn/torchtitan_ops.h"
+#include "executor/nn/transformer.h"
 
 namespace shardtune::exec {
 namespace {

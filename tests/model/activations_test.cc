@@ -390,7 +390,7 @@ TEST(ActivationsTest, ValueHeadHasNoVocabulary) {
   EXPECT_LT(head.backward_peak_per_token, v / 2);  // no [T, V] tensor: the norm's backward rules
 }
 
-// The fused linear cross-entropy (Liger's chunking; executor/fused_loss.cc): per token it keeps
+// The fused linear cross-entropy (Liger's chunking; executor/nn/fused_loss.cc): per token it keeps
 // the final norm's tensors and the input's gradient (2H, bf16) instead of the log-softmax output
 // (4V); the weight's gradient (V x H, bf16) and one chunk's logits (2V + 4V per row, chunk rows
 // next_pow2(ceil(T / ceil(V / H)))) are what does not scale with the tokens.

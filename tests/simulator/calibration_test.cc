@@ -24,7 +24,7 @@ using ::testing::Not;
 using ::testing::ThrowsMessage;
 using Json = nlohmann::json;
 
-// A complete, valid measurements document of a 2-rank CPU run (the keys executor/measurements.cc
+// A complete, valid measurements document of a 2-rank CPU run (the keys executor/train/measurements.cc
 // writes).
 Json GoodMeasurements() {
   return Json::parse(R"J({
@@ -408,7 +408,7 @@ TEST(ProfileJsonTest, CalibratedProfileRoundTrips) {
 namespace shardtune::sim {
 namespace {
 
-// A "phases" entry as executor/measurements.cc PhasesJson writes it (one rank).
+// A "phases" entry as executor/train/measurements.cc PhasesJson writes it (one rank).
 Json PhaseJson(const std::string& name, int64_t peak) {
   return Json{{"name", name}, {"count", 1}, {"duration_s", 0.1}, {"peak_tracked_bytes", peak},
               {"peak_rss_bytes", 2 * peak},
