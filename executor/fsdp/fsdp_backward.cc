@@ -24,21 +24,21 @@ void Accumulate(at::Tensor* acc, const at::Tensor& g) {
 void FsdpRuntime::Impl::CloseBackwardSegment() {
   if (backward_segment < 0) return;
   double now = MonotonicSeconds();
-  recorder->Add({segment_names[static_cast<size_t>(backward_segment)], "backward", Lane::kCompute,
+  recorder->Add({segments[static_cast<size_t>(backward_segment)].name, "backward", Lane::kCompute,
                  backward_mark_s, now - backward_mark_s});
   backward_segment = -1;
 }
 
 void FsdpRuntime::Impl::FinishFrozen(int u) {
-  size_t i = static_cast<size_t>(u);
-  SHARDTUNE_CHECK(!units[i]->trainable() && !backward_done[i]) << units[i]->name();
-  if (gathers[i]) {  // prefetched, then not needed
-    gathers[i]->Wait();
-    gathers[i].reset();
+  UnitState& unit = units[static_cast<size_t>(u)];
+  SHARDTUNE_CHECK(!unit.flat->trainable() && !unit.backward_done) << unit.flat->name();
+  if (unit.gather) {  // prefetched, then not needed
+    unit.gather->Wait();
+    unit.gather.reset();
     --inflight_gathers;
   }
-  units[i]->Free();
-  backward_done[i] = true;
+  unit.flat->Free();
+  unit.backward_done = true;
 }
 
 void FsdpRuntime::Impl::PreBackward(int segment) {
@@ -46,15 +46,14 @@ void FsdpRuntime::Impl::PreBackward(int segment) {
   // A frozen unit has no AccumulateGrad to say its backward is over: it is once the backward
   // reaches a segment before its first one.
   for (size_t u = 0; u < units.size(); ++u) {
-    if (!units[u]->trainable() && !backward_done[u] &&
-        (*unit_specs)[u].first_segment > segment) {
+    if (!units[u].flat->trainable() && !units[u].backward_done && (*unit_specs)[u].first_segment > segment) {
       FinishFrozen(static_cast<int>(u));
     }
   }
   // A unit whose gradients are all done (e.g. the root once its own segments are through) is
   // not needed by the rest of backward, even though its segment range covers it.
-  for (int u : covering[static_cast<size_t>(segment)]) {
-    if (!backward_done[static_cast<size_t>(u)]) EnsureGathered(u);
+  for (int u : segments[static_cast<size_t>(segment)].covering) {
+    if (!units[static_cast<size_t>(u)].backward_done) EnsureGathered(u);
   }
   if (options.plan.backward_prefetch == model::BackwardPrefetch::kPre) {
     Prefetch(BackwardCandidates(segment), kBackwardPrefetchAhead);
@@ -64,9 +63,9 @@ void FsdpRuntime::Impl::PreBackward(int segment) {
 }
 
 void FsdpRuntime::Impl::PostBackward(int u) {
-  size_t i = static_cast<size_t>(u);
+  UnitState& state = units[static_cast<size_t>(u)];
   double t0 = MonotonicSeconds();
-  FlatParam& unit = *units[i];
+  FlatParam& unit = *state.flat;
   at::NoGradGuard no_grad;
   // Reshard first, then gather the gradients into the flat reduce input: FSDP2's post_backward
   // (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) runs reshard() before
@@ -79,20 +78,20 @@ void FsdpRuntime::Impl::PostBackward(int u) {
   if (sync) DrainReductions(0);
   at::Tensor flat = unit.TakeFlatGrad();  // [padded] reduce dtype
   ++units_done;
-  backward_done[i] = true;
+  state.backward_done = true;
   if (!sync) {  // no_sync: keep the unsharded gradient, reduce on the last micro-batch
-    Accumulate(&nosync_grads[i], flat);
+    Accumulate(&state.nosync_grad, flat);
     recorder->Add({unit.name(), "post_backward", Lane::kReduce, t0, MonotonicSeconds() - t0});
     return;
   }
-  if (nosync_grads[i].defined()) {
-    flat.add_(nosync_grads[i]);
-    nosync_grads[i] = at::Tensor();
+  if (state.nosync_grad.defined()) {
+    flat.add_(state.nosync_grad);
+    state.nosync_grad = at::Tensor();
   }
   Reduction r;
   r.unit = u;
   r.input = flat;
-  Communicator& shard = *shard_comms[i];
+  Communicator& shard = *state.shard_comm;
   if (shard.size() > 1) {
     r.output = at::empty({unit.shard_numel()}, flat.options());
     r.work = shard.ReduceScatter(r.input, r.output);
@@ -111,7 +110,7 @@ void FsdpRuntime::Impl::PostBackward(int u) {
 }
 
 void FsdpRuntime::Impl::FinishReduction(Reduction& r) {
-  FlatParam& unit = *units[static_cast<size_t>(r.unit)];
+  FlatParam& unit = *units[static_cast<size_t>(r.unit)].flat;
   double t0 = MonotonicSeconds();
   if (r.work) r.work->Wait();
   r.work.reset();
@@ -151,7 +150,7 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
   m.units_done = 0;
-  m.backward_done.assign(m.units.size(), false);
+  for (Impl::UnitState& u : m.units) u.backward_done = false;
   m.backward_segment = -1;
   torch::autograd::backward({loss}, {at::full({}, scale, loss.options())});
   transformer_.ClearSharedConstants();  // made again by the blocks recomputed in backward
@@ -163,15 +162,15 @@ void FsdpRuntime::Backward(const at::Tensor& loss, double scale, bool sync) {
     // the host): FSDP2 synchronizes on its post-reduce event for the same reason.
     SynchronizeCuda(m.options.device.index());
     for (Impl::HostGrad& h : m.host_grads) {
-      Accumulate(&m.units[static_cast<size_t>(h.unit)]->grad_shard(), h.grad);
+      Accumulate(&m.units[static_cast<size_t>(h.unit)].flat->grad_shard(), h.grad);
     }
     m.host_grads.clear();
   }
   int trainable = 0;
   for (size_t u = 0; u < m.units.size(); ++u) {
-    if (m.units[u]->trainable()) {
+    if (m.units[u].flat->trainable()) {
       ++trainable;
-    } else if (!m.backward_done[u]) {
+    } else if (!m.units[u].backward_done) {
       m.FinishFrozen(static_cast<int>(u));
     }
   }

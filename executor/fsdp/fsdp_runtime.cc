@@ -135,9 +135,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   fo.offload_shard = plan.offload != model::Offload::kNone;
   fo.keep_device_shard = plan.offload == model::Offload::kOptimizer;
   int nseg = transformer_.num_segments();
-  m.starting.resize(static_cast<size_t>(nseg));
-  m.ending.resize(static_cast<size_t>(nseg));
-  m.covering.resize(static_cast<size_t>(nseg));
+  m.segments.resize(static_cast<size_t>(nseg));
   bool strategy_reshards = model::StrategyReshardsAfterForward(plan.strategy);
   std::vector<FlatParamGroup> flat_groups = NonEmptyGroups(spec, plan);
   for (size_t u = 0; u < unit_specs_.size(); ++u) {
@@ -154,45 +152,39 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
       gfo.num_experts = spec.moe.num_experts;
       gfo.gated_experts = spec.mlp == model::MlpKind::kSwiGlu;
     }
-    m.shard_comms.push_back(comm);
     gfo.requires_grad = flat_groups[u].trainable;
     if (!gfo.requires_grad) gfo.shard_dtype = ToScalarType(plan.FrozenDtype());
     if (flat_groups[u].lora) gfo.param_dtype = ToScalarType(plan.lora.dtype);
-    m.units.push_back(std::make_unique<FlatParam>(us, gfo));
-    m.reshard_after_forward.push_back(!us.is_root && strategy_reshards &&
-                                      plan.reshard_after_forward);
+    Impl::UnitState& state = m.units.emplace_back();
+    state.flat = std::make_unique<FlatParam>(us, gfo);
+    state.reshard_after_forward = !us.is_root && strategy_reshards && plan.reshard_after_forward;
+    state.shard_comm = comm;
     int idx = static_cast<int>(u);
-    m.starting[static_cast<size_t>(us.first_segment)].push_back(idx);
-    m.ending[static_cast<size_t>(us.last_segment)].push_back(idx);
+    m.segments[static_cast<size_t>(us.first_segment)].starting.push_back(idx);
+    m.segments[static_cast<size_t>(us.last_segment)].ending.push_back(idx);
     for (int s = us.first_segment; s <= us.last_segment; ++s)
-      m.covering[static_cast<size_t>(s)].push_back(idx);
-    const FlatParam& fp = *m.units.back();
+      m.segments[static_cast<size_t>(s)].covering.push_back(idx);
+    const FlatParam& fp = *state.flat;
     for (size_t i = 0; i < fp.slots().size(); ++i) m.table[fp.slots()[i].name] = fp.params()[i];
     if (!fp.trainable()) continue;  // no gradients: nothing to reduce (FSDP2 fsdp_params_with_grad)
-    m.units.back()->InstallGradHooks([this, idx]() {
-      if (impl_->units[static_cast<size_t>(idx)]->CountGradReady()) impl_->PostBackward(idx);
+    state.flat->InstallGradHooks([this, idx]() {
+      if (impl_->units[static_cast<size_t>(idx)].flat->CountGradReady()) impl_->PostBackward(idx);
     });
   }
-  m.segment_grad.assign(static_cast<size_t>(nseg), true);
-  m.gathers.resize(m.units.size());
-  m.nosync_grads.resize(m.units.size());
-  m.backward_done.assign(m.units.size(), false);
   const std::vector<bool> op_sac = OpSacBlocks(spec, plan);
   const int nv = spec.VisionBlocks();
   // Per segment: a trainable parameter computes in it (a frozen vision block's is none).
-  m.segment_trains.assign(static_cast<size_t>(nseg), false);
   for (const FlatParamGroup& g : flat_groups) {
     if (!g.trainable) continue;
-    for (const auto& prm : g.unit.params) m.segment_trains[static_cast<size_t>(prm.segment)] = true;
+    for (const auto& prm : g.unit.params) m.segments[static_cast<size_t>(prm.segment)].trains = true;
   }
   for (int s = 0; s < nseg; ++s) {
-    m.segment_names.push_back(model::SegmentName(spec, s));
+    Impl::SegmentState& seg = m.segments[static_cast<size_t>(s)];
+    seg.name = model::SegmentName(spec, s);
     const bool block = transformer_.IsBlockSegment(s), text = block && !transformer_.IsVisionSegment(s);
-    m.op_sac.push_back(text && op_sac[static_cast<size_t>(s - 1 - nv)]);
-    m.recompute.push_back(block && (Recomputes(spec, plan, s - 1) || m.op_sac.back()));
-    m.segment_fns.push_back([this, s](const at::Tensor& x) {
-      return transformer_.Segment(impl_->table, s, x, at::Tensor());
-    });
+    seg.op_sac = text && op_sac[static_cast<size_t>(s - 1 - nv)];
+    seg.recompute = block && (Recomputes(spec, plan, s - 1) || seg.op_sac);
+    seg.fn = [this, s](const at::Tensor& x) { return transformer_.Segment(impl_->table, s, x, at::Tensor()); };
   }
 }
 
@@ -200,30 +192,30 @@ FsdpRuntime::~FsdpRuntime() = default;
 
 std::vector<FlatParam*> FsdpRuntime::units() {
   std::vector<FlatParam*> out;
-  for (auto& u : impl_->units) out.push_back(u.get());
+  for (auto& u : impl_->units) out.push_back(u.flat.get());
   return out;
 }
 
 void FsdpRuntime::Impl::Issue(int u) {
-  size_t i = static_cast<size_t>(u);
-  SHARDTUNE_CHECK(!units[i]->gathered() && !gathers[i]) << units[i]->name() << " already gathering";
-  gathers[i] = units[i]->BeginGather(*shard_comms[i]);
-  if (gathers[i]) ++inflight_gathers;
+  UnitState& unit = units[static_cast<size_t>(u)];
+  SHARDTUNE_CHECK(!unit.flat->gathered() && !unit.gather) << unit.flat->name() << " already gathering";
+  unit.gather = unit.flat->BeginGather(*unit.shard_comm);
+  if (unit.gather) ++inflight_gathers;
 }
 
 void FsdpRuntime::Impl::EnsureGathered(int u) {
-  size_t i = static_cast<size_t>(u);
-  if (units[i]->gathered()) return;
-  if (!gathers[i]) Issue(u);
-  if (!gathers[i]) return;  // a shard group of 1: the copy was the gather
+  UnitState& unit = units[static_cast<size_t>(u)];
+  if (unit.flat->gathered()) return;
+  if (!unit.gather) Issue(u);
+  if (!unit.gather) return;  // a shard group of 1: the copy was the gather
   double t0 = MonotonicSeconds();
-  gathers[i]->Wait();
-  gathers[i].reset();
+  unit.gather->Wait();
+  unit.gather.reset();
   --inflight_gathers;
-  units[i]->MarkGathered();
+  unit.flat->MarkGathered();
   double t1 = MonotonicSeconds();
   // The exposed wait; the collective itself is in the CollectiveLog (and the trace).
-  recorder->Add({units[i]->name(), "all_gather_wait", Lane::kAllGather, t0, t1 - t0});
+  recorder->Add({unit.flat->name(), "all_gather_wait", Lane::kAllGather, t0, t1 - t0});
 }
 
 int FsdpRuntime::Impl::ForwardPrefetchAhead() const {
@@ -233,17 +225,18 @@ int FsdpRuntime::Impl::ForwardPrefetchAhead() const {
 void FsdpRuntime::Impl::Prefetch(const std::vector<int>& candidates, int max_ahead) {
   for (int u : candidates) {
     if (inflight_gathers >= max_ahead) return;
-    size_t i = static_cast<size_t>(u);
-    if (!units[i]->gathered() && !gathers[i]) Issue(u);
+    const UnitState& unit = units[static_cast<size_t>(u)];
+    if (!unit.flat->gathered() && !unit.gather) Issue(u);
   }
 }
 
 std::vector<int> FsdpRuntime::Impl::BackwardCandidates(int segment) const {
   std::vector<int> out;
   for (int s = segment - 1; s >= 0; --s) {
-    if (!segment_grad[static_cast<size_t>(s)]) break;  // no backward from here down (frozen)
-    for (int u : covering[static_cast<size_t>(s)]) {
-      if (backward_done[static_cast<size_t>(u)]) continue;
+    const SegmentState& seg = segments[static_cast<size_t>(s)];
+    if (!seg.grad) break;  // no backward from here down (frozen)
+    for (int u : seg.covering) {
+      if (units[static_cast<size_t>(u)].backward_done) continue;
       if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
     }
     if (out.size() >= 4) break;
@@ -266,12 +259,12 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
   at::Tensor x = tokens;
   int nseg = transformer_.num_segments();
   for (int s = 0; s < nseg; ++s) {
-    size_t si = static_cast<size_t>(s);
+    Impl::SegmentState& seg = m.segments[static_cast<size_t>(s)];
     if (transformer_.Skips(s)) {  // a VL model's tower on a text-only micro-batch
-      m.segment_grad[si] = false;
+      seg.grad = false;
       continue;
     }
-    for (int u : m.starting[si]) m.EnsureGathered(u);
+    for (int u : seg.starting) m.EnsureGathered(u);
     if (m.options.plan.forward_prefetch) {
       std::vector<int> next;
       for (size_t u = 0; u < m.units.size(); ++u) {
@@ -286,8 +279,8 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     x = transformer_.EnterSegment(m.table, s, x);
     // A frozen vision block computes nothing backward needs (the estimate's
     // model::FirstTowerGradSegment): its recompute input is not made to require grad.
-    const bool needs_input_grad = !transformer_.IsVisionSegment(s) || m.segment_trains[si];
-    if (grad && m.recompute[si] && !x.requires_grad() && needs_input_grad) {
+    const bool needs_input_grad = !transformer_.IsVisionSegment(s) || seg.trains;
+    if (grad && seg.recompute && !x.requires_grad() && needs_input_grad) {
       // A recomputed block after frozen ones: its input has no gradient, yet its parameters do;
       // the reentrant Function's output needs an input that requires grad (HF's
       // enable_input_require_grads, used by PEFT with gradient checkpointing, for the same).
@@ -296,29 +289,28 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     // With the MoE auxiliary loss a recomputed block's router logits are outputs of its node.
     std::vector<at::Tensor>* side =
         transformer_.spec().moe.router_aux_loss ? transformer_.mutable_router_logits() : nullptr;
-    at::Tensor y = !grad || !m.recompute[si] ? transformer_.Segment(m.table, s, x, labels)
-                   : m.op_sac[si] ? SacRecompute(&m.segment_fns[si], x, transformer_.sac_tape())
-                                  : Recompute(&m.segment_fns[si], x, side);
+    at::Tensor y = !grad || !seg.recompute ? transformer_.Segment(m.table, s, x, labels)
+                   : seg.op_sac ? SacRecompute(&seg.fn, x, transformer_.sac_tape())
+                                : Recompute(&seg.fn, x, side);
     // Frozen segments before the first trainable parameter have no backward at all.
-    m.segment_grad[si] = grad && y.requires_grad();
+    seg.grad = grad && y.requires_grad();
     y = transformer_.LeaveSegment(m.table, s, y);
-    m.recorder->Add({m.segment_names[si], "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
-    if (m.segment_grad[si]) {
+    m.recorder->Add({seg.name, "forward", Lane::kCompute, t0, MonotonicSeconds() - t0});
+    if (seg.grad) {
       y.register_hook([this, s](const at::Tensor&) { impl_->PreBackward(s); });
     }
-    for (int u : m.ending[si]) {
+    for (int u : seg.ending) {
       // A unit no backward will need (frozen, before every trainable parameter) is freed now.
-      if (m.reshard_after_forward[static_cast<size_t>(u)] || (grad && !m.segment_grad[si])) {
-        m.units[static_cast<size_t>(u)]->Free();
-      }
+      Impl::UnitState& unit = m.units[static_cast<size_t>(u)];
+      if (unit.reshard_after_forward || (grad && !seg.grad)) unit.flat->Free();
     }
     x = y;
   }
   // The graph keeps what it saved; a checkpointed text layer keeps M-RoPE's tables.
   bool text_recompute = false;
   for (int s = 0; s < nseg; ++s) {
-    text_recompute = text_recompute || (m.recompute[static_cast<size_t>(s)] && m.segment_grad[static_cast<size_t>(s)] &&
-                                        !transformer_.IsVisionSegment(s));
+    const Impl::SegmentState& seg = m.segments[static_cast<size_t>(s)];
+    text_recompute = text_recompute || (seg.recompute && seg.grad && !transformer_.IsVisionSegment(s));
   }
   transformer_.ClearSharedConstants(grad && text_recompute);
   return x;
@@ -328,10 +320,10 @@ double FsdpRuntime::ClipGradNorm(double max_norm) {
   Impl& m = *impl_;
   at::NoGradGuard no_grad;
   // On the shards' device: the host under CPU offload (FSDP2 clips the CPU gradients there).
-  at::Device where = m.units.empty() ? m.options.device : m.units.front()->shard_device();
+  at::Device where = m.units.empty() ? m.options.device : m.units.front().flat->shard_device();
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
   for (auto& u : m.units) {
-    const at::Tensor& g = u->grad_shard();
+    const at::Tensor& g = u.flat->grad_shard();
     if (!g.defined()) continue;
     if (g.is_cuda()) {
       // An fp32 norm per shard, squared and summed: torch's clip_grad_norm_ takes
@@ -362,18 +354,18 @@ double FsdpRuntime::ClipGradNorm(double max_norm) {
   if (max_norm > 0) {
     double coef = std::min(1.0, max_norm / (norm + 1e-6));
     for (auto& u : m.units) {
-      if (u->grad_shard().defined()) u->grad_shard().mul_(coef);
+      if (u.flat->grad_shard().defined()) u.flat->grad_shard().mul_(coef);
     }
   }
   return norm;
 }
 
 void FsdpRuntime::RefreshDeviceShards() {
-  for (auto& u : impl_->units) u->RefreshDeviceShard();
+  for (auto& u : impl_->units) u.flat->RefreshDeviceShard();
 }
 
 void FsdpRuntime::ZeroGrad() {
-  for (auto& u : impl_->units) u->grad_shard() = at::Tensor();
+  for (auto& u : impl_->units) u.flat->grad_shard() = at::Tensor();
 }
 
 }  // namespace shardtune::exec

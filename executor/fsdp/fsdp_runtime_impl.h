@@ -19,31 +19,40 @@ struct FsdpRuntime::Impl {
   const Transformer* transformer = nullptr;
   const std::vector<model::FsdpUnit>* unit_specs = nullptr;
 
-  std::vector<std::unique_ptr<FlatParam>> units;  // forward order
-  std::vector<bool> reshard_after_forward;        // per unit
-  // Per unit: the group its shards live in (groups.shard, or groups.expert_shard for an
-  // expert-parallel unit).
-  std::vector<Communicator*> shard_comms;
-  std::vector<std::unique_ptr<Work>> gathers;     // per unit: issued, not yet waited
+  // One FSDP unit's runtime state (FSDP2's FSDPParamGroup, for one flat parameter).
+  struct UnitState {
+    std::unique_ptr<FlatParam> flat;
+    bool reshard_after_forward = false;
+    // The group its shards live in: groups.shard, or groups.expert_shard for an expert-parallel
+    // unit.
+    Communicator* shard_comm = nullptr;
+    std::unique_ptr<Work> gather;  // issued, not yet waited
+    bool backward_done = false;    // its post-backward ran in this backward (never re-gather it)
+    at::Tensor nosync_grad;        // [padded] reduce dtype, accumulated under no_sync
+  };
+  std::vector<UnitState> units;  // forward order
   int inflight_gathers = 0;
-  ParamTable table;                                          // every parameter, by name
-  std::vector<std::vector<int>> starting, ending, covering;  // per segment: unit indices
-  std::vector<std::string> segment_names;
-  std::vector<bool> recompute;         // per segment: activation checkpointing
-  std::vector<bool> op_sac;            // per segment: ... as torchtitan's op SAC (SacRecompute)
-  std::vector<SegmentFn> segment_fns;  // per segment, for Recompute
-  // Per segment: its output required grad in the last forward, so its backward runs (false for
-  // frozen segments before the first trainable parameter).
-  std::vector<bool> segment_grad;
-  std::vector<bool> segment_trains;  // per segment: a trainable parameter computes in it
+  ParamTable table;  // every parameter, by name
+  // One forward segment (the embeddings, a block, the head): which units it starts, ends and
+  // covers, and how it runs.
+  struct SegmentState {
+    std::vector<int> starting, ending, covering;  // unit indices
+    std::string name;
+    bool recompute = false;  // activation checkpointing
+    bool op_sac = false;     // ... as torchtitan's op SAC (SacRecompute)
+    SegmentFn fn;            // for Recompute
+    // Its output required grad in the last forward, so its backward runs (false for frozen
+    // segments before the first trainable parameter).
+    bool grad = true;
+    bool trains = false;  // a trainable parameter computes in it
+  };
+  std::vector<SegmentState> segments;
 
   // Backward state.
   bool sync = true;
   int backward_segment = -1;  // the segment whose backward runs now
   double backward_mark_s = 0;
-  int units_done = 0;                    // units whose post-backward ran in this backward
-  std::vector<bool> backward_done;       // per unit: its post-backward ran (never re-gather it)
-  std::vector<at::Tensor> nosync_grads;  // per unit: [padded] reduce dtype (no_sync)
+  int units_done = 0;  // units whose post-backward ran in this backward
   struct Reduction {
     int unit = 0;
     at::Tensor input, output;  // [padded] and [shard] in reduce dtype
