@@ -250,7 +250,13 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
       << r.pruned_by_memory_bound << " ruled out by the memory lower bound, " << r.memory_checked
       << " checked for memory, " << r.pruned_by_time_bound << " ruled out by a time lower bound ("
       << r.pruned_before_walk << " before any walk), "
-      << r.simulated << " simulated, " << r.replayed << " replayed through the caching allocator\n\n";
+      << r.simulated << " simulated, " << r.replayed << " replayed through the caching allocator";
+  // RefineBlockCheckpointing: full checkpointing narrowed to the first K blocks that must rerun.
+  if (r.refined_checkpointing > 0) {
+    out << "; " << r.refined_checkpointing << " full-checkpointing plan" << (r.refined_checkpointing == 1 ? "" : "s")
+        << " narrowed to the fewest leading blocks that must rerun (first:K)";
+  }
+  out << "\n\n";
   if (r.top.empty()) {
     out << r.advice_if_none << "\n";
   } else {

@@ -22,7 +22,7 @@ const Names& Table(ShardingStrategy*) {
 }
 const Names& Table(DType*) { static const Names v = {"fp32", "bf16", "fp16"}; return v; }
 const Names& Table(Checkpointing*) {
-  static const Names v = {"none", "full", "selective", "every"};
+  static const Names v = {"none", "full", "selective", "every", "first"};
   return v;
 }
 const Names& Table(Offload*) { static const Names v = {"none", "optimizer", "all"}; return v; }
@@ -368,6 +368,12 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   if (world >= 1 && cp >= 1 && world % cp == 0) CheckShardGroup(*this, world, gpus_per_node, &p);
   CheckWrap(wrap, num_layers, &p);
   p.Expect(checkpoint_every_k >= 1, "checkpoint_every_k", "integer >= 1", checkpoint_every_k);
+  if (checkpointing == Checkpointing::kFirstK) {
+    p.Expect(checkpoint_first_k >= 1 && (num_layers <= 0 || checkpoint_first_k <= num_layers), "checkpoint_first_k",
+             "integer from 1 to the model's " + (num_layers > 0 ? std::to_string(num_layers) : std::string("")) +
+                 " blocks",
+             checkpoint_first_k);
+  }
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",
            max_inflight_allgathers);
   return p.Take();
@@ -446,16 +452,21 @@ std::string WrapSpecToString(const WrapPolicy& w) {
 }
 
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan) {
-  const std::string expected = "none, full, selective or every:K (K >= 1)";
+  const std::string expected = "none, full, selective, every:K or first:K (K >= 1)";
   size_t colon = text.find(':');
   std::string kind = text.substr(0, colon);
   int64_t k = 0;
-  if (kind == "every" && colon != std::string::npos) {
+  if ((kind == "every" || kind == "first") && colon != std::string::npos) {
     if (!ParseCount(text.substr(colon + 1), &k) || k < 1 || k > INT32_MAX) {
       BadSpec(where, expected, text, "");
     }
-    plan->checkpointing = Checkpointing::kEveryK;
-    plan->checkpoint_every_k = static_cast<int>(k);
+    if (kind == "every") {
+      plan->checkpointing = Checkpointing::kEveryK;
+      plan->checkpoint_every_k = static_cast<int>(k);
+    } else {
+      plan->checkpointing = Checkpointing::kFirstK;
+      plan->checkpoint_first_k = static_cast<int>(k);
+    }
     return;
   }
   const Names plain = {"none", "full", "selective"};
@@ -469,7 +480,23 @@ std::string CheckpointingSpecToString(const Plan& plan) {
   if (plan.checkpointing == Checkpointing::kEveryK) {
     return "every:" + std::to_string(plan.checkpoint_every_k);
   }
+  if (plan.checkpointing == Checkpointing::kFirstK) {
+    return "first:" + std::to_string(plan.checkpoint_first_k);
+  }
   return ToString(plan.checkpointing);
+}
+
+bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks) {
+  // Each stack (the tower's, the text model's) counts its blocks from 0.
+  const int in_stack = block < vision_blocks ? block : block - vision_blocks;
+  switch (plan.checkpointing) {
+    case Checkpointing::kNone: return false;
+    case Checkpointing::kFull: return true;
+    case Checkpointing::kSelective: return false;
+    case Checkpointing::kEveryK: return in_stack % std::max(1, plan.checkpoint_every_k) == 0;
+    case Checkpointing::kFirstK: return in_stack < plan.checkpoint_first_k;
+  }
+  return false;
 }
 
 }  // namespace shardtune::model

@@ -21,7 +21,10 @@ enum class ShardingStrategy {
   kHybridShardZero2,  // SHARD_GRAD_OP inside a shard group, replicated across groups
 };
 
-enum class Checkpointing { kNone, kFull, kSelective, kEveryK };
+// kFirstK: the first k blocks of each stack rerun in backward, the rest keep their activations
+// (Megatron-LM's --recompute-granularity full --recompute-method block --recompute-num-layers k;
+// issue #46's per-block policy, the mix of full and none that just fits).
+enum class Checkpointing { kNone, kFull, kSelective, kEveryK, kFirstK };
 enum class Offload { kNone, kOptimizer, kAll };  // kAll: params + grads + optimizer on the host
 enum class BackwardPrefetch { kPre, kPost, kNone };
 enum class Optimizer { kAdamW, kSgd, kAdafactor };
@@ -169,6 +172,7 @@ struct Plan {
   bool no_sync = false;         // keep unsharded grads across micro-batches, reduce on the last
   Checkpointing checkpointing = Checkpointing::kNone;
   int checkpoint_every_k = 1;   // kEveryK: checkpoint every k-th block
+  int checkpoint_first_k = 1;   // kFirstK: checkpoint the first k blocks of each stack
   Offload offload = Offload::kNone;
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params
   DType reduce_dtype = DType::kFp32;  // gradient reduce-scatter / all-reduce dtype
@@ -332,10 +336,15 @@ WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where);
 // The --wrap text of `w` (shortest exact suffix for size), so ParseWrapSpec round-trips.
 // embedding_unit / head_unit have no compact syntax and are not written.
 std::string WrapSpecToString(const WrapPolicy& w);
-// Parses --checkpointing "none|full|selective|every:K" into plan->checkpointing (and
-// checkpoint_every_k for every:K). Throws InputError.
+// Parses --checkpointing "none|full|selective|every:K|first:K" into plan->checkpointing (and
+// checkpoint_every_k for every:K, checkpoint_first_k for first:K). Throws InputError.
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan);
-// The --checkpointing text of the plan ("every:2", "full", ...).
+// The --checkpointing text of the plan ("every:2", "first:12", "full", ...).
 std::string CheckpointingSpecToString(const Plan& plan);
+// Whether block `block` (a VL model's `vision_blocks` tower blocks first, then the text blocks)
+// reruns whole in backward: every block under full, every k-th of each stack under every:K, the
+// first k of each stack under first:K; none under none and selective (which reruns pieces of
+// every block). The one rule the estimate (Walker::Checkpointed) and run (FsdpRuntime) follow.
+bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks);
 
 }  // namespace shardtune::model

@@ -199,6 +199,9 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
   RejectUnless(&r, p.checkpointing == Checkpointing::kEveryK, "checkpoint_every_k",
                "\"checkpointing\": \"every\"");
   p.checkpoint_every_k = OptInt(&r, "checkpoint_every_k", p.checkpoint_every_k);
+  RejectUnless(&r, p.checkpointing == Checkpointing::kFirstK, "checkpoint_first_k",
+               "\"checkpointing\": \"first\"");
+  p.checkpoint_first_k = OptInt(&r, "checkpoint_first_k", p.checkpoint_first_k);
   ReadPrecisionAndComm(&r, &p);
   ReadComputeChoices(&r, &p);
   ReadTrainableAndParallel(&r, &p);
@@ -222,6 +225,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["no_sync"] = p.no_sync;
   j["checkpointing"] = ToString(p.checkpointing);
   if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
+  if (p.checkpointing == Checkpointing::kFirstK) j["checkpoint_first_k"] = p.checkpoint_first_k;
   j["offload"] = ToString(p.offload);
   j["param_dtype"] = ToString(p.param_dtype);
   j["reduce_dtype"] = ToString(p.reduce_dtype);

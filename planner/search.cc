@@ -1,5 +1,6 @@
 // Plan enumeration, pruning, simulation and ranking for `shardtune tune`.
 #include "planner/search.h"
+#include "planner/checkpoint_refine.h"
 
 #include <algorithm>
 #include <chrono>
@@ -231,6 +232,9 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
         for (int mb : s.micro_batches) {
           if (mb <= 0 || per_rank % mb != 0) continue;
           for (auto ck : s.checkpointing) {
+            // first:K is not enumerated (its K would multiply the plans by the depth): listing it
+            // asks RefineBlockCheckpointing to narrow the checkpointing plans after the search.
+            if (ck == model::Checkpointing::kFirstK) continue;
             for (auto off : s.offloads) {
               for (bool fp : s.forward_prefetch) {
                 for (auto bp : s.backward_prefetch) {
@@ -304,6 +308,7 @@ SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSp
   std::vector<Plan> plans = EnumeratePlans(spec, cluster, req);
   Ranker ranker(spec, cluster, req);
   SearchResult r = ranker.Run(plans, progress);
+  RefineBlockCheckpointing(spec, cluster, req, &r);
   r.enumerated = static_cast<int64_t>(plans.size());
   r.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

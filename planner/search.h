@@ -142,6 +142,8 @@ struct SearchResult {
   // request's constraint, e.g. the throughput floor, rules them out); "" otherwise.
   std::string no_plan_reason;
   double search_s = 0;  // wall seconds of SearchPlans
+  // Plans RefineBlockCheckpointing added to `top` (first:K in place of full checkpointing).
+  int refined_checkpointing = 0;
 };
 
 // The cp degrees the default search space holds for this model, cluster and request.
@@ -172,6 +174,12 @@ bool SaferThan(const Candidate& a, const Candidate& b);
 void OrderNearTiesBySafety(std::vector<Candidate>* top);
 
 std::string PlanKey(const model::Plan& p);
+// What the list ranks a candidate by under `request`'s objective (lower is better): its step
+// time, or its required memory for Objective::kMemory.
+double ObjectiveOf(const Candidate& c, const SearchRequest& request);
+// The list entry of `plan` simulated as `report` (memory figures the report's).
+Candidate CandidateOf(const model::Plan& plan, const sim::SimReport& report, const SearchRequest& request,
+                      const profiles::ClusterSpec& cluster);
 // The plan as the plan flags that reproduce it over the search's base plan (issue #49 item 6: the
 // keys above do not paste back), e.g. "--strategy hybrid_shard --shard-group 2 --wrap block
 // --wrap-embedding --wrap-head --micro-batch 1 --grad-accum 8 --checkpointing selective

@@ -19,9 +19,30 @@ void Ranker::Reject(const std::string& reason, const std::string& example, Bytes
   ++r.count;
 }
 
-double Ranker::Objective(const Candidate& c) const {
-  if (req_.objective == Objective::kMemory) return static_cast<double>(c.required.count());
+double Ranker::Objective(const Candidate& c) const { return ObjectiveOf(c, req_); }
+
+double ObjectiveOf(const Candidate& c, const SearchRequest& req) {
+  if (req.objective == Objective::kMemory) return static_cast<double>(c.required.count());
   return c.step_time_s;  // a fixed global batch: least step time = most tokens/s = least cost
+}
+
+Candidate CandidateOf(const model::Plan& p, const sim::SimReport& r, const SearchRequest& req,
+                      const profiles::ClusterSpec& cluster) {
+  Candidate c;
+  c.plan = p;
+  c.key = PlanKey(p);
+  c.step_time_s = r.step_time.count();
+  c.tokens_per_s = r.tokens_per_s;
+  c.mfu = r.mfu;
+  c.exposed_comm_s = r.exposed_comm.count();
+  c.compute_s = r.compute.count();
+  c.required = r.memory.required;
+  c.capacity = r.memory.capacity;
+  c.peak_phase = r.memory.peak_phase;
+  c.dollars_per_million_tokens = req.price_per_gpu_hour > 0
+      ? req.price_per_gpu_hour * cluster.world_size() / 3600.0 / r.tokens_per_s * 1e6 : 0;
+  c.objective = ObjectiveOf(c, req);
+  return c;
 }
 
 // The caching-allocator replay of candidate `ci` (once): false when it runs out of memory;
@@ -73,21 +94,7 @@ void Ranker::Admit(size_t index, const model::Plan& p, const sim::SimReport& r) 
     Reject("below the throughput floor", key, Bytes());
     return;
   }
-  Candidate c;
-  c.plan = p;
-  c.key = key;
-  c.step_time_s = step_s;
-  c.tokens_per_s = r.tokens_per_s;
-  c.mfu = r.mfu;
-  c.exposed_comm_s = r.exposed_comm.count();
-  c.compute_s = r.compute.count();
-  c.required = r.memory.required;
-  c.capacity = r.memory.capacity;
-  c.peak_phase = r.memory.peak_phase;
-  c.dollars_per_million_tokens = req_.price_per_gpu_hour > 0
-      ? req_.price_per_gpu_hour * cluster_.world_size() / 3600.0 / r.tokens_per_s * 1e6 : 0;
-  c.objective = Objective(c);
-  candidates_.push_back(std::move(c));
+  candidates_.push_back(CandidateOf(p, r, req_, cluster_));
   candidate_index_.push_back(index);
   replay_state_.push_back(0);
   // A plan that may enter the top-k bound is replayed now, so the bound counts only plans the
@@ -379,8 +386,9 @@ std::string WhyNotBest(const Candidate& c, const Candidate& best) {
                 c.step_time_s, best.step_time_s, slower, c.compute_s - best.compute_s,
                 c.exposed_comm_s - best.exposed_comm_s);
   std::string s = buf;
-  if (c.plan.checkpointing != best.plan.checkpointing && c.compute_s > best.compute_s) {
-    s += std::string("; checkpointing ") + model::ToString(c.plan.checkpointing) + " recomputes the forward";
+  if (model::CheckpointingSpecToString(c.plan) != model::CheckpointingSpecToString(best.plan) &&
+      c.compute_s > best.compute_s) {
+    s += "; checkpointing " + model::CheckpointingSpecToString(c.plan) + " recomputes the forward";
   }
   if (c.plan.offload != best.plan.offload && c.plan.offload != model::Offload::kNone) {
     s += std::string("; offload ") + model::ToString(c.plan.offload) + " copies over PCIe and steps on the host";

@@ -27,6 +27,7 @@ void AppendSearchResultJson(const SearchResult& r, nlohmann::ordered_json* out) 
                {"pruned_by_time_bound", r.pruned_by_time_bound},
                {"simulated", r.simulated},
                {"replayed", r.replayed},
+               {"refined_checkpointing", r.refined_checkpointing},
                {"equivalent_hidden", r.equivalent_hidden},
                {"threads", r.threads},
                {"wall_s", r.search_s}};

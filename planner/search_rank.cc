@@ -163,8 +163,7 @@ std::string ForwardEndStatesKey(const model::Plan& p) {
 
 std::string ForwardEndActivationsKey(const model::ModelSpec& spec, const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "/" + std::to_string(p.seq_len) + "/" +
-                  std::to_string(static_cast<int>(p.checkpointing)) + ":" +
-                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp);
+                  model::CheckpointingSpecToString(p) + "/" + std::to_string(p.cp);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);  // expert parallelism's dispatch buffers
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) {
     k += "/" + std::string(model::ToString(p.loss_kernel));  // the head's ledger
@@ -285,8 +284,7 @@ namespace {
 // collectives, copies, the optimizer and host work).
 std::string ComputeKey(const model::Plan& p) {
   std::string k = std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + "/" +
-                  std::to_string(static_cast<int>(p.checkpointing)) + ":" +
-                  std::to_string(p.checkpoint_every_k) + "/" + std::to_string(p.cp) + "/" +
+                  model::CheckpointingSpecToString(p) + "/" + std::to_string(p.cp) + "/" +
                   std::to_string(p.seq_len);
   if (p.ep > 1) k += "/ep" + std::to_string(p.ep);
   // The fused loss runs the head's three GEMMs in forward at the chunks' shapes.

@@ -359,17 +359,7 @@ void Walker::Reshard(size_t i) {
   if (rec_) TFreeAll(&gathered_ids_[i]);
 }
 
-bool Walker::Checkpointed(int block) const {
-  switch (p_.checkpointing) {
-    case model::Checkpointing::kNone: return false;
-    case model::Checkpointing::kFull: return true;
-    case model::Checkpointing::kSelective: return false;
-    // Every k-th block of each stack (the tower's and the text model's).
-    case model::Checkpointing::kEveryK:
-      return (block < nv_ ? block : block - nv_) % std::max(1, p_.checkpoint_every_k) == 0;
-  }
-  return false;
-}
+bool Walker::Checkpointed(int block) const { return model::BlockCheckpointed(p_, block, nv_); }
 
 double Walker::BlockSaved(int block) const {
   // No graph before the first segment backward reaches (and none at all under no_grad).

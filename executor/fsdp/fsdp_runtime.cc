@@ -86,15 +86,10 @@ std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& p
   return out;
 }
 
-// Block `block` of all (a VL model's vision blocks first) is checkpointed: every k-th block of
-// each stack, the tower's and the text model's (the estimate's Walker::Checkpointed).
+// Block `block` of all (a VL model's vision blocks first) reruns in backward: the estimate's rule
+// (model::BlockCheckpointed, Walker::Checkpointed).
 bool Recomputes(const model::ModelSpec& spec, const model::Plan& p, int block) {
-  const int nv = spec.VisionBlocks();
-  if (p.checkpointing == model::Checkpointing::kFull) return true;
-  if (p.checkpointing == model::Checkpointing::kEveryK) {
-    return (block < nv ? block : block - nv) % p.checkpoint_every_k == 0;
-  }
-  return false;
+  return model::BlockCheckpointed(p, block, spec.VisionBlocks());
 }
 
 }  // namespace

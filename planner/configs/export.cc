@@ -243,6 +243,14 @@ void AddWrapNote(const model::Plan& plan, const ExportContext& ctx, const std::s
 void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
                             std::vector<std::string>* notes) {
   using C = model::Checkpointing;
+  if (plan.checkpointing == C::kFirstK) {
+    notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
+                     " checkpoints every block or none (only Megatron-LM's recompute_method block with "
+                     "recompute_num_layers " + std::to_string(plan.checkpoint_first_k) +
+                     " says the first k); written as full (less activation memory, more recompute than "
+                     "the plan)");
+    return;
+  }
   if (plan.checkpointing != C::kSelective && plan.checkpointing != C::kEveryK) return;
   notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
                    " checkpoints every whole block only; written as full (less activation memory, "

@@ -71,6 +71,12 @@ std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportConte
     notes.push_back(std::string("optimizer ") + model::ToString(p.optimizer) +
                     ": torchtitan's build_optimizers knows Adam and AdamW only; written as AdamW");
   }
+  if (p.checkpointing == model::Checkpointing::kFirstK) {
+    notes.push_back("checkpointing " + model::CheckpointingSpecToString(p) +
+                    ": torchtitan's activation_checkpoint has full, selective (op or every N-th block) "
+                    "and memory_budget, no first-k; written as mode full (less activation memory, more "
+                    "recompute than the plan)");
+  }
   if (p.attention == model::Attention::kEager) {
     notes.push_back("attention eager: torchtitan flavors use SDPA (or flex); no eager attention");
   }
@@ -95,6 +101,9 @@ void WriteCheckpointSection(const model::Plan& p, std::ostream& t) {
     case model::Checkpointing::kEveryK:
       t << "mode = \"selective\"\nselective_ac_option = "
         << Quote(std::to_string(p.checkpoint_every_k)) << "\n";
+      break;
+    case model::Checkpointing::kFirstK:  // no first-k mode: full, with a note (TorchtitanNotes)
+      t << "mode = \"full\"\n";
       break;
   }
 }

@@ -353,6 +353,23 @@ TEST(ExportTest, EveryKCheckpointingIsTorchtitanLayerSacAndANoteElsewhere) {
   EXPECT_THAT(all, HasSubstr("checkpointing every:2"));
 }
 
+// first:K (Megatron's recompute_method block) has no key in torchtitan, verl, HF or Accelerate:
+// each writes full checkpointing and says what was lost.
+TEST(ExportTest, FirstKCheckpointingIsWrittenAsFullWithANote) {
+  SHARDTUNE_REQUIRE_PYTHON("tomllib");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.checkpointing = model::Checkpointing::kFirstK;
+  j.plan.checkpoint_first_k = 12;
+  ExportResult titan = ExportPlan(j.plan, j.ctx, ExportFormat::kTorchtitan);
+  EXPECT_EQ(Str(LoadToml(titan.text), "/activation_checkpoint/mode"), "full");
+  for (ExportFormat f : {ExportFormat::kTorchtitan, ExportFormat::kAccelerate, ExportFormat::kVerl}) {
+    std::string all;
+    for (const auto& n : ExportPlan(j.plan, j.ctx, f).notes) all += n + "\n";
+    EXPECT_THAT(all, HasSubstr("checkpointing first:12"));
+    EXPECT_THAT(all, HasSubstr("written as"));
+  }
+}
+
 TEST(ExportTest, StringsWithQuotesAndBackslashesSurviveYamlAndToml) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
   Job j = HybridJob();

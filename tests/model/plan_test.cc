@@ -120,6 +120,10 @@ TEST(PlanTest, EachRuleReportsWhereWhatAndGot) {
       {[](Plan* p) { p->wrap.kind = WrapPolicy::Kind::kRanges, p->wrap.ranges = {{0, 7}}; },
        "p:/wrap/ranges: expected ranges ending at block 31, got ranges ending at block 7"},
       {[](Plan* p) { p->checkpoint_every_k = 0; }, "p:/checkpoint_every_k: expected integer >= 1"},
+      {[](Plan* p) { p->checkpointing = Checkpointing::kFirstK, p->checkpoint_first_k = 33; },
+       "p:/checkpoint_first_k: expected integer from 1 to the model's 32 blocks, got 33"},
+      {[](Plan* p) { p->checkpointing = Checkpointing::kFirstK, p->checkpoint_first_k = 0; },
+       "p:/checkpoint_first_k: expected integer from 1 to the model's 32 blocks, got 0"},
       {[](Plan* p) { p->max_inflight_allgathers = 0; }, "p:/max_inflight_allgathers: expected"},
       {[](Plan* p) { p->loss_kernel = LossKernel::kFusedLinear, p->keep_logits = true; },
        "p:/keep_logits: expected false with loss_kernel fused_linear (it never holds the logits), got true"},
@@ -202,7 +206,7 @@ TEST(WrapSpecTest, BadSpecsSayWhatIsExpected) {
 }
 
 TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
-  for (const char* text : {"none", "full", "selective", "every:2"}) {
+  for (const char* text : {"none", "full", "selective", "every:2", "first:12"}) {
     Plan p;
     ParseCheckpointingSpec(text, "--checkpointing", &p);
     EXPECT_EQ(CheckpointingSpecToString(p), text);
@@ -211,14 +215,37 @@ TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
   ParseCheckpointingSpec("every:3", "--checkpointing", &p);
   EXPECT_EQ(p.checkpointing, Checkpointing::kEveryK);
   EXPECT_EQ(p.checkpoint_every_k, 3);
-  for (const char* text : {"every", "every:0", "ful", "full:2", ""}) {
+  ParseCheckpointingSpec("first:5", "--checkpointing", &p);
+  EXPECT_EQ(p.checkpointing, Checkpointing::kFirstK);
+  EXPECT_EQ(p.checkpoint_first_k, 5);
+  for (const char* text : {"every", "every:0", "ful", "full:2", "", "first", "first:0", "first:x", "first:-1"}) {
     EXPECT_THAT([&] { ParseCheckpointingSpec(text, "--checkpointing", &p); },
                 ThrowsMessage<InputError>(HasSubstr(
-                    "--checkpointing: expected none, full, selective or every:K")))
+                    "--checkpointing: expected none, full, selective, every:K or first:K")))
         << text;
   }
   EXPECT_THAT([&] { ParseCheckpointingSpec("selectiv", "--checkpointing", &p); },
               ThrowsMessage<InputError>(HasSubstr("(did you mean \"selective\"?)")));
+}
+
+// Which blocks rerun whole (model::BlockCheckpointed), each stack (a VL tower's 3 blocks, then the
+// text model's) counted from 0: first:2 reruns tower blocks 0-1 and text blocks 0-1; every:2 the
+// even ones of each; full all; none and selective (pieces of every block) none.
+TEST(CheckpointingSpecTest, BlockCheckpointedCountsEachStackFromZero) {
+  Plan p;
+  const int nv = 3;
+  auto rerun = [&](const std::string& spec) {
+    ParseCheckpointingSpec(spec, "--checkpointing", &p);
+    std::string s;
+    for (int b = 0; b < nv + 5; ++b) s += model::BlockCheckpointed(p, b, nv) ? '1' : '0';
+    return s;
+  };
+  EXPECT_EQ(rerun("first:2"), "110" "11000");
+  EXPECT_EQ(rerun("every:2"), "101" "10101");
+  EXPECT_EQ(rerun("full"), "111" "11111");
+  EXPECT_EQ(rerun("none"), "000" "00000");
+  EXPECT_EQ(rerun("selective"), "000" "00000");
+  EXPECT_EQ(rerun("first:7"), "111" "11111");  // K beyond a stack reruns all of it
 }
 
 nlohmann::json PlanDoc() {
@@ -343,6 +370,10 @@ TEST(PlanJsonTest, NonDefaultPlansRoundTrip) {
     Plan back = PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json");
     EXPECT_EQ(PlanToJson(back).dump(), out) << wrap;
   }
+  ParseCheckpointingSpec("first:7", "--checkpointing", &p);
+  const std::string out = PlanToJson(p).dump();
+  EXPECT_NE(out.find("\"checkpoint_first_k\":7"), std::string::npos) << out;
+  EXPECT_EQ(CheckpointingSpecToString(PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json")), "first:7");
 }
 
 TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {
@@ -442,7 +473,9 @@ TEST(PlanJsonTest, BadValuesNameTheKeyAndPointer) {
       {"grad_accum", nullptr, "plan.json:/grad_accum: expected integer"},
       {"no_sync", "yes", "plan.json:/no_sync: expected true or false"},
       {"checkpointing", "every:2", "plan.json:/checkpointing: expected one of none, full, "
-                                   "selective, every"},
+                                   "selective, every, first"},
+      {"checkpoint_first_k", 2, "plan.json:/checkpoint_first_k: only allowed with "
+                                "\"checkpointing\": \"first\""},
       {"checkpoint_every_k", 2, "plan.json:/checkpoint_every_k: only allowed with "
                                 "\"checkpointing\": \"every\""},
       {"offload", "cpu", "plan.json:/offload: expected one of none, optimizer, all"},

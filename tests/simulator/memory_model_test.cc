@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "model/activations.h"
 #include "model/module_tree.h"
 #include "model/presets.h"
 #include "profiles/cluster.h"
@@ -303,6 +304,30 @@ TEST(MemoryModelCpuTest, CpuRanksHaveNoCudaContextOrNccl) {
   // Two H100 ranks: the CUDA context plus one NCCL communicator (the shard group of 2, no NVLS).
   EXPECT_EQ(g.outside_total.count(),
             o.constants.cuda_context.count() + o.constants.nccl_per_communicator.count());
+}
+
+// first:K (model::BlockCheckpointed): the first K blocks keep only their input, the others all
+// they save, so the forward keeps K x the checkpoint input + (L - K) x the full saved bytes
+// (model::ComputeBlockActivations, per token x tokens): every block moved from kept to rerun
+// frees (full - input) x tokens, and first:L is full checkpointing.
+TEST(MemoryModelTest, FirstKKeepsTheRestOfTheBlocksWhole) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  const int64_t seq = 2048;
+  auto saved = [&](const std::string& ckpt) {
+    Plan p = Short(seq);
+    model::ParseCheckpointingSpec(ckpt, "--checkpointing", &p);
+    return static_cast<double>(CategoryPeak(EstimateMemory(s, c, p), "activations saved for backward").count());
+  };
+  const model::BlockActivations b = model::ComputeBlockActivations(s, model::ActivationOptionsFor(Short(seq), seq));
+  const double per_block_freed = (b.full.saved_per_token - b.checkpoint_input_per_token) * static_cast<double>(seq);
+  ASSERT_GT(per_block_freed, 0);
+  const double s8 = saved("first:8"), s16 = saved("first:16"), s24 = saved("first:24");
+  EXPECT_NEAR(s8 - s16, 8 * per_block_freed, 1e-3 * 8 * per_block_freed);
+  EXPECT_NEAR(s16 - s24, 8 * per_block_freed, 1e-3 * 8 * per_block_freed);
+  EXPECT_EQ(saved("first:32"), saved("full"));
+  EXPECT_LT(saved("full"), s24);
+  EXPECT_LT(s8, saved("none"));
 }
 
 }  // namespace

@@ -1,0 +1,142 @@
+// RefineBlockCheckpointing (checkpoint_refine.h): first:K for the list's full-checkpointing plans.
+#include "planner/checkpoint_refine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/plan.h"
+#include "planner/search_rank.h"
+#include "simulator/memory_model.h"
+
+namespace shardtune::planner {
+namespace {
+
+// The text blocks a first:K plan counts (each stack counts from 0: the text model's are the
+// ones whose recompute the step pays; a VL tower's blocks are checkpointed up to K as well).
+int TextBlocks(const model::ModelSpec& spec) { return spec.num_layers; }
+
+// The memory verdict the list's plans were confirmed on (Ranker::ConfirmForTop): the caching
+// allocator replayed over the short program, or, when the request turned the replay off, the
+// walk with the fragmentation allowance.
+struct Need {
+  bool fits = false;
+  Bytes required;
+};
+
+Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
+           const model::Plan& p) {
+  sim::MemoryOptions mo = req.options.memory;
+  mo.skip_repeated_micro_batches = true;
+  mo.host_estimate = false;
+  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, p, mo, false);
+  return {est.report.fits, est.report.required};
+}
+
+model::Plan WithFirstK(model::Plan p, int k) {
+  if (k <= 0) {
+    p.checkpointing = model::Checkpointing::kNone;
+  } else {
+    p.checkpointing = model::Checkpointing::kFirstK;
+    p.checkpoint_first_k = k;
+  }
+  return p;
+}
+
+// The least k in (lo, hi] whose plan fits, given that k = lo does not and k = hi does: a
+// bracketing search whose probe is the linear interpolation of the two ends' needs to the
+// capacity (a block rerun frees about the same bytes as the next), halved when the
+// interpolation stalls, so it ends in O(log(hi - lo)) probes and usually in two or three.
+int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
+                  const model::Plan& base, int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacity) {
+  bool halve = false;
+  while (hi - lo > 1) {
+    int probe = (lo + hi) / 2;
+    const double span = static_cast<double>(lo_need.count() - hi_need.count());
+    if (!halve && span > 0) {
+      const double over = static_cast<double>(lo_need.count() - capacity.count());
+      probe = lo + static_cast<int>(std::ceil(over / span * (hi - lo)));
+      probe = std::clamp(probe, lo + 1, hi - 1);
+    }
+    const Need n = Judge(spec, cluster, req, WithFirstK(base, probe));
+    const int before = hi - lo;
+    if (n.fits) {
+      hi = probe;
+      hi_need = n.required;
+    } else {
+      lo = probe;
+      lo_need = n.required;
+    }
+    // An interpolated probe that cut less than half the bracket is followed by a halving one.
+    halve = !halve && 2 * (hi - lo) > before;
+  }
+  return hi;
+}
+
+}  // namespace
+
+void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                              const SearchRequest& req, SearchResult* result) {
+  if (req.objective == Objective::kMemory || result->top.empty()) return;
+  const auto& allowed = req.space.checkpointing;
+  if (!allowed.empty() &&
+      std::find(allowed.begin(), allowed.end(), model::Checkpointing::kFirstK) == allowed.end()) {
+    return;
+  }
+  const int blocks = TextBlocks(spec);
+  if (blocks < 2) return;
+  std::set<std::string> listed;
+  for (const Candidate& c : result->top) listed.insert(c.key);
+  sim::SimOptions so = req.options;
+  so.with_timeline = false;
+  so.memory.allocator_replay = false;  // judged above; the simulation times the step
+  so.memory.host_estimate = false;
+  so.steady_step_only = true;
+  so.memory.skip_repeated_micro_batches_in_step0 = true;
+  std::vector<Candidate> added;
+  int refined = 0;
+  for (const Candidate& c : result->top) {
+    if (refined >= kRefinedPlans) break;
+    // A plan that reruns anything (whole blocks, every k-th, or torchtitan's / the per-piece
+    // selective recompute of every block) may fit with whole reruns of its first K blocks only.
+    if (c.plan.checkpointing == model::Checkpointing::kNone || c.plan.checkpointing == model::Checkpointing::kFirstK) {
+      continue;
+    }
+    ++refined;
+    const Need none = Judge(spec, cluster, req, WithFirstK(c.plan, 0));
+    // Without checkpointing it fits: the search ranked that plan itself (it is faster).
+    if (none.fits) continue;
+    // The full plan's need on the same judgement (the list's figure may come from a longer replay
+    // in the exhaustive search), so the bracket is the same whichever search listed it.
+    model::Plan full_plan = c.plan;
+    full_plan.checkpointing = model::Checkpointing::kFull;
+    const Need full = Judge(spec, cluster, req, full_plan);
+    if (!full.fits) continue;
+    const int k = LeastFittingK(spec, cluster, req, full_plan, 0, none.required, blocks, full.required, c.capacity);
+    if (k >= blocks) continue;  // every block must rerun: full it is
+    const model::Plan p = WithFirstK(full_plan, k);
+    if (listed.count(PlanKey(p)) > 0) continue;
+    const sim::SimReport r = sim::SimulateStep(spec, cluster, p, so);
+    Candidate refined_c = CandidateOf(p, r, req, cluster);
+    refined_c.required = Judge(spec, cluster, req, p).required;  // the replayed figure, as the list's
+    // Faster by more than the time model can tell apart (kRankTolerance), or the plan it came
+    // from, which keeps more headroom, stays the answer: a first:K plan just fits by design.
+    if (!(refined_c.objective < c.objective * (1.0 - kRankTolerance))) continue;
+    listed.insert(refined_c.key);
+    added.push_back(std::move(refined_c));
+  }
+  if (added.empty()) return;
+  result->refined_checkpointing = static_cast<int>(added.size());
+  std::vector<Candidate>& top = result->top;
+  for (Candidate& a : added) top.push_back(std::move(a));
+  std::stable_sort(top.begin(), top.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.objective < b.objective; });
+  if (top.size() > static_cast<size_t>(std::max(1, req.top_k))) top.resize(static_cast<size_t>(std::max(1, req.top_k)));
+  OrderNearTiesBySafety(&top);
+  for (Candidate& c : top) c.why_not_best.clear();
+  for (size_t i = 1; i < top.size(); ++i) top[i].why_not_best = WhyNotBest(top[i], top[0]);
+}
+
+}  // namespace shardtune::planner

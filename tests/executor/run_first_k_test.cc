@@ -1,0 +1,92 @@
+// --checkpointing first:K in `shardtune run` (issue #46's per-block policy: the first K blocks
+// rerun in backward, the rest keep their activations; model::BlockCheckpointed):
+// 1. Same math: first:K trains the losses and step-1 gradient norm of --checkpointing none, on 1
+//    and on 2 ranks (a rerun block computes the same ops on the same input: 1e-6 relative, fp32).
+// 2. Memory: the step-0 tracked peak lies strictly between full and none, and validate's
+//    prediction of the mixed policy's (and of none's) is within 3% of the measured one (one rank,
+//    a micro-batch of 8 x 128 tokens).
+// Real processes with Gloo on 127.0.0.1, a 4-block Llama (micro-llama's shapes, 4 layers).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/executor/test_util.h"
+
+namespace shardtune::exec::testing {
+namespace {
+
+// micro-llama (tests/executor/data) with 4 blocks, so first:1 and first:2 are real mixes.
+std::string FourBlockLlama(const TempDir& tmp) {
+  const std::string path = tmp.Sub("micro-llama-4.model.json");
+  std::ofstream out(path);
+  out << R"({"schema": "shardtune.model", "schema_version": 1, "name": "micro-llama-4", "num_layers": 4,
+             "hidden": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden": 172, "vocab_size": 512,
+             "max_seq_len": 128, "source": "shardtune tests: micro-llama with 4 blocks"})";
+  return path;
+}
+
+std::vector<std::string> Args(const std::string& model, const std::string& out, const std::string& mode, int nproc) {
+  std::vector<std::string> a{"run", "--model", model, "--steps", "3", "--out", out, "--seq-len", "32",
+                             "--global-batch", "4", "--threads", "1", "--max-grad-norm", "1.0",
+                             "--precision", "fp32", "--checkpointing", mode};
+  if (nproc > 1) a.insert(a.end(), {"--nproc", std::to_string(nproc)});
+  return a;
+}
+
+TEST(FirstKCheckpointingTest, SameLossesAsNoCheckpointingOnOneAndTwoRanks) {
+  TempDir tmp;
+  const std::string model = FourBlockLlama(tmp);
+  for (int nproc : {1, 2}) {
+    const std::string n = std::to_string(nproc);
+    for (const std::string mode : {"none", "first:1", "first:3"}) {
+      ProcessResult p = RunShardtune(Args(model, tmp.Sub(mode + "_" + n), mode, nproc));
+      ASSERT_EQ(p.exit_code, 0) << mode << " on " << nproc << ": " << p.output;
+    }
+    const std::map<int64_t, double> none = Losses(tmp.Sub("none_" + n));
+    const std::map<int64_t, double> g_none = GradNorms(tmp.Sub("none_" + n));
+    ASSERT_EQ(none.size(), 3u);
+    for (const std::string mode : {"first:1", "first:3"}) {
+      const std::map<int64_t, double> l = Losses(tmp.Sub(mode + "_" + n)), g = GradNorms(tmp.Sub(mode + "_" + n));
+      ASSERT_EQ(l.size(), 3u);
+      for (const auto& [step, loss] : none) {
+        EXPECT_NEAR(l.at(step), loss, 1e-6 * std::fabs(loss)) << mode << " on " << nproc << " ranks, step " << step;
+      }
+      EXPECT_NEAR(g.at(1), g_none.at(1), 1e-6 * g_none.at(1)) << mode << " on " << nproc << " ranks";
+    }
+    EXPECT_NE(none.at(1), none.at(3)) << "training must move the loss";
+  }
+}
+
+// One rank, 8 sequences of 128 tokens in one micro-batch (the selective test's setting,
+// run_selective_test.cc, at twice the length): activations dominate the step-0 peak, and no
+// peer's reduce-scatter timing moves it.
+TEST(FirstKCheckpointingTest, PeakLiesBetweenFullAndNoneAndIsWhatValidatePredicts) {
+  TempDir tmp;
+  const std::string model = FourBlockLlama(tmp);
+  std::map<std::string, double> measured;
+  for (const std::string mode : {"none", "first:2", "full"}) {
+    ProcessResult p = RunShardtune({"run", "--model", model, "--steps", "1", "--out", tmp.Sub(mode), "--seq-len",
+                                    "128", "--global-batch", "8", "--micro-batch", "8", "--threads", "1",
+                                    "--precision", "fp32", "--max-grad-norm", "0", "--checkpointing", mode,
+                                    "--attention", "eager"});
+    ASSERT_EQ(p.exit_code, 0) << mode << ": " << p.output;
+    auto [pred, meas] = ValidateStep0Peak(model, tmp.Sub(mode));
+    measured[mode] = meas;
+    std::cout << mode << ": step-0 peak " << meas << " B measured, " << pred << " B predicted ("
+              << (pred / meas - 1) * 100 << "%)\n";
+    // Full checkpointing itself is predicted 4.6% (0.57 MB) low at this scale (2026-11-30, not
+    // yet explained; the vision test sees full checkpointing at -2.4% to -2.9% on its batches);
+    // the mixed policy and none are held to 3%.
+    if (mode != "full") EXPECT_NEAR(pred / meas, 1.0, 0.03) << mode;
+  }
+  EXPECT_LT(measured["full"], measured["first:2"]);
+  EXPECT_LT(measured["first:2"], measured["none"]);
+}
+
+}  // namespace
+}  // namespace shardtune::exec::testing
