@@ -27,8 +27,11 @@ struct Need {
 };
 
 Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-           const model::Plan& p) {
+           const model::Plan& p, bool screening = false) {
   sim::MemoryOptions mo = req.options.memory;
+  // Screening: the walk with the fragmentation allowance (the search's own screening figure),
+  // without the replay, which costs about as much again.
+  if (screening) mo.allocator_replay = false;
   mo.skip_repeated_micro_batches = true;
   mo.host_estimate = false;
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, p, mo, false);
@@ -105,13 +108,27 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       continue;
     }
     ++refined;
+    model::Plan full_plan = c.plan;
+    full_plan.checkpointing = model::Checkpointing::kFull;
+    // A cheap screen first: the walk's figures of none and full put K near its interpolation;
+    // the plan with a K below that (optimistic) must beat its source by the tolerance, or no
+    // replay is spent on it (first:K only slows as K grows).
+    {
+      const Need none_w = Judge(spec, cluster, req, WithFirstK(c.plan, 0), true);
+      const Need full_w = Judge(spec, cluster, req, full_plan, true);
+      const double span = static_cast<double>(none_w.required.count() - full_w.required.count());
+      if (!none_w.fits && span > 0) {
+        const double over = static_cast<double>(none_w.required.count() - c.capacity.count());
+        const int optimistic = std::clamp(static_cast<int>(std::floor(over / span * blocks)) - 1, 1, blocks - 1);
+        const double best_s = sim::SimulateStep(spec, cluster, WithFirstK(full_plan, optimistic), so).step_time.count();
+        if (!(best_s < c.step_time_s * (1.0 - kRankTolerance))) continue;
+      }
+    }
     const Need none = Judge(spec, cluster, req, WithFirstK(c.plan, 0));
     // Without checkpointing it fits: the search ranked that plan itself (it is faster).
     if (none.fits) continue;
     // The full plan's need on the same judgement (the list's figure may come from a longer replay
     // in the exhaustive search), so the bracket is the same whichever search listed it.
-    model::Plan full_plan = c.plan;
-    full_plan.checkpointing = model::Checkpointing::kFull;
     const Need full = Judge(spec, cluster, req, full_plan);
     if (!full.fits) continue;
     const int k = LeastFittingK(spec, cluster, req, full_plan, 0, none.required, blocks, full.required, c.capacity);
