@@ -13,16 +13,11 @@
 #include <torch/version.h>
 
 #include <cmath>
-#include <limits>
-#include <optional>
-#include <tuple>
-#include <utility>
 
 #include "executor/comm/communicator.h"
-#include "executor/nn/fused_loss.h"
-#include "executor/nn/transformer_support.h"
 #include "executor/nn/torchtitan_ops.h"
 #include "executor/nn/transformer_pieces.h"
+#include "executor/nn/transformer_support.h"
 #include "executor/nn/ulysses.h"
 #include "model/errors.h"
 #include "model/module_tree.h"

@@ -5,33 +5,19 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard (not pulled in by ATen.h in LibTorch 2.x)
-#include <ATen/CPUGeneratorImpl.h>
-#include <torch/version.h>
 
-#include <cmath>
+#include <functional>
 #include <limits>
-#include <optional>
 #include <tuple>
-#include <utility>
 
 #include "executor/comm/communicator.h"
-#include "executor/nn/fused_loss.h"
-#include "executor/nn/transformer_support.h"
 #include "executor/nn/torchtitan_ops.h"
 #include "executor/nn/transformer_pieces.h"
-#include "executor/nn/ulysses.h"
-#include "model/errors.h"
-#include "model/module_tree.h"
-#include "model/text.h"
 
 namespace shardtune::exec {
 
 using internal::Get;
 using internal::GeluPiece;
-using internal::LayerNormPiece;
-using internal::NormalizedFp32;
-using internal::RmsNormPiece;
-using internal::RotateHalf;
 using internal::SwiGluPiece;
 
 namespace {
