@@ -181,6 +181,12 @@ planner::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& s
     req.space.micro_batches = {static_cast<int>(row / req.seq_len)};
   }
   if (FlagGiven(a.plan, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
+  if (!a.export_format.empty() && !FlagGiven(a.plan, "--checkpointing") && req.space.checkpointing.empty()) {
+    // No config format says first:K (export.cc AddBlockCheckpointNote): the exported winner must be
+    // the plan ranked, so the search leaves the refinement out (planner/checkpoint_refine.h).
+    req.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
+                               model::Checkpointing::kEveryK, model::Checkpointing::kFull};
+  }
   if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};

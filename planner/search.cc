@@ -233,8 +233,11 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
           if (mb <= 0 || per_rank % mb != 0) continue;
           for (auto ck : s.checkpointing) {
             // first:K is not enumerated (its K would multiply the plans by the depth): listing it
-            // asks RefineBlockCheckpointing to narrow the checkpointing plans after the search.
-            if (ck == model::Checkpointing::kFirstK) continue;
+            // asks RefineBlockCheckpointing to narrow the checkpointing plans after the search;
+            // a base plan with first:K (tune --checkpointing first:K) is searched at its own K.
+            if (ck == model::Checkpointing::kFirstK && req.base.checkpointing != model::Checkpointing::kFirstK) {
+              continue;
+            }
             for (auto off : s.offloads) {
               for (bool fp : s.forward_prefetch) {
                 for (auto bp : s.backward_prefetch) {

@@ -534,6 +534,29 @@ TEST(CliTest, TuneSearchesTheLossKernel) {
   EXPECT_NE(top.at("key").get<std::string>().find("loss=fused_linear"), std::string::npos) << top.dump();
 }
 
+// first:K in tune (issue #46): refined after the search when nothing pins the axis (Mixtral on two
+// nodes: the winner reruns only its first K blocks); not when the winner is to be exported (no
+// format says first:K); searched at the user's K when --checkpointing first:K pins it.
+TEST(CliTest, TuneNarrowsCheckpointingToFirstKUnlessExportedOrPinned) {
+  const std::string job = "tune --model mixtral-8x7b --cluster 2x8xH100 --global-batch 64 --seq-len 4096 --json";
+  Result free_r = RunCli(job);
+  ASSERT_EQ(free_r.code, 0) << free_r.err;
+  auto free_j = nlohmann::json::parse(free_r.out);
+  EXPECT_GE(free_j.at("work").at("refined_checkpointing").get<int>(), 1);
+  EXPECT_NE(free_j.at("top").at(0).at("key").get<std::string>().find("ckpt=first:"), std::string::npos);
+  Result exported = RunCli(job + " --export torchtitan");
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  auto ex_j = nlohmann::json::parse(exported.out);
+  EXPECT_EQ(ex_j.at("work").at("refined_checkpointing").get<int>(), 0);
+  for (const auto& c : ex_j.at("top")) EXPECT_EQ(c.at("key").get<std::string>().find("ckpt=first:"), std::string::npos);
+  Result pinned = RunCli("tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 "
+                         "--checkpointing first:1 --json");
+  ASSERT_EQ(pinned.code, 0) << pinned.err;
+  auto pin_j = nlohmann::json::parse(pinned.out);
+  ASSERT_FALSE(pin_j.at("top").empty());
+  for (const auto& c : pin_j.at("top")) EXPECT_NE(c.at("key").get<std::string>().find("ckpt=first:1"), std::string::npos);
+}
+
 // --- calibrate / validate / tune --measure (issue #6) ---
 
 // A real 1-rank CPU run (3 steps, so the first is left out of the steady figures), made once.
