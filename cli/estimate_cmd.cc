@@ -285,7 +285,8 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   if (explain) out << "  judged on: " << r.judged_on << "\n";
   if (capacity.evaluated) out << "  packed tokens: " << CapacityLine(plan, capacity) << "\n";
   out << "\n";
-  if (r.host.scope == "node") {
+  const bool per_host = c.HostsPerNode() > 1;  // a node of several hosts (GB200 NVL72)
+  if (!per_host) {
     out << "Host (per node)\n";
   } else {
     out << "Host (per host: " << c.GpusPerHost() << " of the node's " << c.gpus_per_node << " GPUs)\n";
@@ -294,7 +295,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   row("peak (" + r.host.peak_phase + ")", r.host.peak_per_node,
       std::string(r.host.fits ? "fits" : "DOES NOT FIT") + " in " + FormatBytes(r.host.capacity_per_node));
   out << "\nWhat if (same plan, other offload / checkpointing):\n";
-  out << "  offload    checkpointing   GPU required       " << (r.host.scope == "node" ? "host per node" : "RAM per host ")
+  out << "  offload    checkpointing   GPU required       " << (per_host ? "RAM per host " : "host per node")
       << "      verdict\n";
   for (const auto& a : alts) {
     out << "  " << std::left << std::setw(11) << model::ToString(a.offload) << std::setw(16)

@@ -181,12 +181,9 @@ planner::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& s
     req.space.micro_batches = {static_cast<int>(row / req.seq_len)};
   }
   if (FlagGiven(a.plan, "--checkpointing")) req.space.checkpointing = {given.checkpointing};
-  if (!a.export_format.empty() && !FlagGiven(a.plan, "--checkpointing") && req.space.checkpointing.empty()) {
-    // No config format says first:K (export.cc AddBlockCheckpointNote): the exported winner must be
-    // the plan ranked, so the search leaves the refinement out (planner/checkpoint_refine.h).
-    req.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
-                               model::Checkpointing::kEveryK, model::Checkpointing::kFull};
-  }
+  // No config format says first:K (export.cc AddBlockCheckpointNote): the exported winner must be
+  // the plan ranked, so the search leaves the refinement out (planner/checkpoint_refine.h).
+  if (!a.export_format.empty()) req.refine_block_checkpointing = false;
   if (FlagGiven(a.plan, "--offload")) req.space.offloads = {given.offload};
   if (FlagGiven(a.plan, "--forward-prefetch")) req.space.forward_prefetch = {true};
   if (FlagGiven(a.plan, "--backward-prefetch")) req.space.backward_prefetch = {given.backward_prefetch};
@@ -257,9 +254,9 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
       << " checked for memory, " << r.pruned_by_time_bound << " ruled out by a time lower bound ("
       << r.pruned_before_walk << " before any walk), "
       << r.simulated << " simulated, " << r.replayed << " replayed through the caching allocator";
-  // RefineBlockCheckpointing: full checkpointing narrowed to the first K blocks that must rerun.
+  // RefineBlockCheckpointing: checkpointing plans narrowed to the first K blocks that must rerun.
   if (r.refined_checkpointing > 0) {
-    out << "; " << r.refined_checkpointing << " full-checkpointing plan" << (r.refined_checkpointing == 1 ? "" : "s")
+    out << "; " << r.refined_checkpointing << " checkpointing plan" << (r.refined_checkpointing == 1 ? "" : "s")
         << " narrowed to the fewest leading blocks that must rerun (first:K)";
   }
   out << "\n\n";

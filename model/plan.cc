@@ -370,8 +370,8 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   p.Expect(checkpoint_every_k >= 1, "checkpoint_every_k", "integer >= 1", checkpoint_every_k);
   if (checkpointing == Checkpointing::kFirstK) {
     p.Expect(checkpoint_first_k >= 1 && (num_layers <= 0 || checkpoint_first_k <= num_layers), "checkpoint_first_k",
-             "integer from 1 to the model's " + (num_layers > 0 ? std::to_string(num_layers) : std::string("")) +
-                 " blocks",
+             num_layers > 0 ? "integer from 1 to the model's " + std::to_string(num_layers) + " blocks"
+                            : std::string("integer >= 1"),
              checkpoint_first_k);
   }
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",

@@ -1,4 +1,4 @@
-// RefineBlockCheckpointing (checkpoint_refine.h): first:K for the list's full-checkpointing plans.
+// RefineBlockCheckpointing (checkpoint_refine.h): first:K for the list's checkpointing plans.
 #include "planner/checkpoint_refine.h"
 
 #include <algorithm>
@@ -38,6 +38,15 @@ Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, c
   return {est.report.fits, est.report.required};
 }
 
+// The real k at which the line through (lo, lo_need) and (hi, hi_need) reaches `capacity` (a
+// block moved from kept to rerun frees about the same bytes as the next); lo when the ends do not
+// slope down.
+double InterpolatedK(int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacity) {
+  const double span = static_cast<double>(lo_need.count() - hi_need.count());
+  if (!(span > 0)) return lo;
+  return lo + static_cast<double>(lo_need.count() - capacity.count()) / span * (hi - lo);
+}
+
 model::Plan WithFirstK(model::Plan p, int k) {
   if (k <= 0) {
     p.checkpointing = model::Checkpointing::kNone;
@@ -48,20 +57,19 @@ model::Plan WithFirstK(model::Plan p, int k) {
   return p;
 }
 
-// The least k in (lo, hi] whose plan fits, given that k = lo does not and k = hi does: a
-// bracketing search whose probe is the linear interpolation of the two ends' needs to the
-// capacity (a block rerun frees about the same bytes as the next), halved when the
-// interpolation stalls, so it ends in O(log(hi - lo)) probes and usually in two or three.
+// The least k in (lo, hi] whose plan fits, given that k = lo does not and k = hi does, with its
+// need (`*need`, the judgement of k = hi when no probe fits below it): a bracketing search whose
+// probe is InterpolatedK rounded up, halved when the interpolation stalls, so it ends in
+// O(log(hi - lo)) probes and usually in two or three.
 int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-                  const model::Plan& base, int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacity) {
+                  const model::Plan& base, int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacity,
+                  Bytes* need) {
   bool halve = false;
   while (hi - lo > 1) {
     int probe = (lo + hi) / 2;
-    const double span = static_cast<double>(lo_need.count() - hi_need.count());
-    if (!halve && span > 0) {
-      const double over = static_cast<double>(lo_need.count() - capacity.count());
-      probe = lo + static_cast<int>(std::ceil(over / span * (hi - lo)));
-      probe = std::clamp(probe, lo + 1, hi - 1);
+    if (!halve && lo_need > hi_need) {
+      probe = std::clamp(static_cast<int>(std::ceil(InterpolatedK(lo, lo_need, hi, hi_need, capacity))), lo + 1,
+                         hi - 1);
     }
     const Need n = Judge(spec, cluster, req, WithFirstK(base, probe));
     const int before = hi - lo;
@@ -75,6 +83,7 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
     // An interpolated probe that cut less than half the bracket is followed by a halving one.
     halve = !halve && 2 * (hi - lo) > before;
   }
+  *need = hi_need;
   return hi;
 }
 
@@ -82,7 +91,7 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
 
 void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                               const SearchRequest& req, SearchResult* result) {
-  if (req.objective == Objective::kMemory || result->top.empty()) return;
+  if (!req.refine_block_checkpointing || req.objective == Objective::kMemory || result->top.empty()) return;
   const auto& allowed = req.space.checkpointing;
   if (!allowed.empty() &&
       std::find(allowed.begin(), allowed.end(), model::Checkpointing::kFirstK) == allowed.end()) {
@@ -116,10 +125,9 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     {
       const Need none_w = Judge(spec, cluster, req, WithFirstK(c.plan, 0), true);
       const Need full_w = Judge(spec, cluster, req, full_plan, true);
-      const double span = static_cast<double>(none_w.required.count() - full_w.required.count());
-      if (!none_w.fits && span > 0) {
-        const double over = static_cast<double>(none_w.required.count() - c.capacity.count());
-        const int optimistic = std::clamp(static_cast<int>(std::floor(over / span * blocks)) - 1, 1, blocks - 1);
+      if (!none_w.fits && none_w.required > full_w.required) {
+        const double k_w = InterpolatedK(0, none_w.required, blocks, full_w.required, c.capacity);
+        const int optimistic = std::clamp(static_cast<int>(std::floor(k_w)) - 1, 1, blocks - 1);
         const double best_s = sim::SimulateStep(spec, cluster, WithFirstK(full_plan, optimistic), so).step_time.count();
         if (!(best_s < c.step_time_s * (1.0 - kRankTolerance))) continue;
       }
@@ -131,13 +139,15 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     // in the exhaustive search), so the bracket is the same whichever search listed it.
     const Need full = Judge(spec, cluster, req, full_plan);
     if (!full.fits) continue;
-    const int k = LeastFittingK(spec, cluster, req, full_plan, 0, none.required, blocks, full.required, c.capacity);
+    Bytes need;
+    const int k =
+        LeastFittingK(spec, cluster, req, full_plan, 0, none.required, blocks, full.required, c.capacity, &need);
     if (k >= blocks) continue;  // every block must rerun: full it is
     const model::Plan p = WithFirstK(full_plan, k);
     if (listed.count(PlanKey(p)) > 0) continue;
     const sim::SimReport r = sim::SimulateStep(spec, cluster, p, so);
     Candidate refined_c = CandidateOf(p, r, req, cluster);
-    refined_c.required = Judge(spec, cluster, req, p).required;  // the replayed figure, as the list's
+    refined_c.required = need;  // the replayed figure, as the list's
     // Faster by more than the time model can tell apart (kRankTolerance), or the plan it came
     // from, which keeps more headroom, stays the answer: a first:K plan just fits by design.
     if (!(refined_c.objective < c.objective * (1.0 - kRankTolerance))) continue;

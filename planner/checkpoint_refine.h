@@ -23,10 +23,11 @@ inline constexpr int kRefinedPlans = 2;
 // memory fits (found by bracketing between none, which the search found does not fit or is not
 // listed, and full, which fits; the replayed need never grows as more blocks rerun), simulated
 // for its step time, when it is faster than the plan it came from by more than kRankTolerance
-// (it just fits: within the time model's error the roomier plan stays); then re-sorts the list by the objective (near ties by
-// safety, planner::OrderNearTiesBySafety), keeps request.top_k entries and rewrites the "why
-// not #1" lines. Does nothing for the memory objective, or when request.space.checkpointing is
-// given and does not list kFirstK (a config format that cannot run first:K, e.g. --export verl).
+// (it just fits: within the time model's error the roomier plan stays); then re-sorts the list
+// by the objective (near ties by safety, planner::OrderNearTiesBySafety), keeps request.top_k
+// entries and rewrites the "why not #1" lines. Does nothing for the memory objective, without
+// request.refine_block_checkpointing (tune --export), or when request.space.checkpointing is
+// given and does not list kFirstK (a pinned --checkpointing, --export verl's space).
 // Deterministic. Sets result->refined_checkpointing to the number of plans added.
 void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                               const SearchRequest& request, SearchResult* result);

@@ -66,6 +66,9 @@ struct SearchRequest {
   // fragmentation allowance and replays only the plans it is about to list in `top` (dropping any
   // the replay finds out of memory). true: replay every memory-checked plan.
   bool replay_every_plan = false;
+  // After the search, narrow the fastest checkpointing plans to first:K (checkpoint_refine.h).
+  // false: the list is only what the space enumerates (tune --export: no format says first:K).
+  bool refine_block_checkpointing = true;
   // Threads evaluating plans; 0: std::thread::hardware_concurrency(). The answer is the same for
   // any number (tests/planner/search_test.cc).
   int jobs = 0;

@@ -48,9 +48,8 @@ struct ClusterSpec {
   int world_size() const { return num_nodes * gpus_per_node; }
   int GpusPerHost() const { return gpus_per_host > 0 ? gpus_per_host : gpus_per_node; }
   int HostsPerNode() const { return gpus_per_node / std::max(GpusPerHost(), 1); }
-  // One host's share of the node's RAM and cores (the node's own figures when it is one host).
+  // One host's share of the node's RAM (the node's own figure when it is one host).
   Bytes HostMemoryPerHost() const { return host_memory_per_node / std::max(HostsPerNode(), 1); }
-  int CpuCoresPerHost() const { return cpu_cores_per_node / std::max(HostsPerNode(), 1); }
   // Every problem (empty when valid), each "<where>/<json key>: expected ..., got ...", e.g.
   // Problems("cluster.json:") -> {"cluster.json:/nodes: expected integer >= 1, got 0"}.
   std::vector<std::string> Problems(const std::string& where) const;

@@ -13,12 +13,6 @@ namespace {
 constexpr double kRingBaseLatencyS = 8.4e-6;
 constexpr double kTreeBaseLatencyS = 8.4e-6;
 
-double FamilyEfficiency(const std::string& family, const CostConstants& k) {
-  if (family == "nvlink") return k.nvlink_efficiency;
-  if (family == "pcie") return k.pcie_efficiency;
-  return k.network_efficiency;
-}
-
 // An all-to-all over `ranks` GPUs spread evenly over `nodes` nodes, every GPU of every node
 // running one at once (all the cp or ep groups of the world), as NCCL runs it: grouped
 // ncclSend/ncclRecv to every peer (nccl-tests src/alltoall.cu), with PXN (NCCL_PXN_DISABLE=0, the
@@ -50,6 +44,12 @@ int Log2Ceil(int n) {
 }
 
 }  // namespace
+
+double FamilyEfficiency(const std::string& family, const CostConstants& k) {
+  if (family == "nvlink") return k.nvlink_efficiency;
+  if (family == "pcie") return k.pcie_efficiency;
+  return k.network_efficiency;
+}
 
 FlopsPerSecond DensePeak(const profiles::GpuSpec& gpu, model::DType dtype) {
   switch (dtype) {

@@ -94,6 +94,9 @@ struct CostConstants {
 
 // The dense tensor-core peak the efficiencies are fractions of: bf16, fp16, or TF32 for fp32.
 FlopsPerSecond DensePeak(const profiles::GpuSpec& gpu, model::DType dtype);
+// The achieved fraction of a link family's bandwidth: nvlink_efficiency, pcie_efficiency, or
+// network_efficiency for the fabrics (ib, roce, eth).
+double FamilyEfficiency(const std::string& family, const CostConstants& k);
 
 // Time of a compute op: matmul FLOPs and attention FLOPs at the GPU's dense peak for `dtype`
 // times their efficiencies, plus memory-bound bytes at HBM bandwidth times its efficiency (the

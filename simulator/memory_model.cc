@@ -97,7 +97,6 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
   }
   HostMemory h;
   h.capacity_per_node = c.HostMemoryPerHost();
-  h.scope = phases.host_scope;
   h.peak_per_node = peak->host_total;
   h.peak_phase = peak->phase == JobPhase::kStep0 || peak->phase == JobPhase::kSteady
                      ? "training" : ToString(peak->phase);

@@ -157,7 +157,6 @@ struct HostMemory {
   std::vector<std::pair<std::string, Bytes>> breakdown;  // at the peak, per node
   Bytes capacity_per_node;
   bool fits = true;
-  std::string scope = "node";  // JobPhases::host_scope
 };
 
 struct MemoryReport {

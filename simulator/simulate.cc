@@ -68,8 +68,7 @@ Links DescribeLinks(const profiles::Topology& topo, const profiles::ClusterSpec&
   // (GpuSpec::CopyLink), at that link family's achieved fraction.
   const profiles::LinkSpec& copy = profiles::FindLink(c.gpu.CopyLink(), "gpu " + c.gpu.name);
   l.host.ranks = 2;
-  l.host.bus_bandwidth = BytesPerSecond::Of(copy.bandwidth_per_direction.count() *
-                                            (copy.family == "nvlink" ? k.nvlink_efficiency : k.pcie_efficiency));
+  l.host.bus_bandwidth = BytesPerSecond::Of(copy.bandwidth_per_direction.count() * FamilyEfficiency(copy.family, k));
   l.host.intra_hop_latency = copy.latency;
   return l;
 }

@@ -216,7 +216,7 @@ TEST(ClusterPresetTest, Gb200Nvl72IsOneNvlinkDomainOfEighteenHosts) {
   EXPECT_EQ(c.GpusPerHost(), 4);
   EXPECT_EQ(c.HostsPerNode(), 18);
   EXPECT_EQ(c.HostMemoryPerHost(), Bytes::GiB(960));
-  EXPECT_EQ(c.CpuCoresPerHost(), 144);
+  EXPECT_EQ(c.cpu_cores_per_node, 18 * 144);
   EXPECT_EQ(c.nics_per_node, 72);
   EXPECT_TRUE(c.intra_node.nvlink_domain);
   EXPECT_EQ(c.intra_node.name, "nvlink5");
