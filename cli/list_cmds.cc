@@ -93,6 +93,8 @@ void RunGpus(bool json, std::ostream& out) {
     out << ", " << p.nics_per_node << " x " << p.nic_gbps << " Gb/s " << p.network;
     // The latency its net plugin reports to NCCL's tuner (ClusterSpec::net_latency).
     if (p.net_latency_us > 0) out << ", net plugin latency " << p.net_latency_us << " us (aws-ofi-nccl)";
+    // The tuner plugin that overrides NCCL's algorithm choice (ClusterSpec::nccl_tuner).
+    if (p.nccl_tuner != profiles::NcclTuner::kNone) out << ", NCCL tuner " << profiles::ToString(p.nccl_tuner);
     out << "\n      " << p.source << "\n";
   }
 }

@@ -31,6 +31,8 @@ nlohmann::ordered_json CollectiveJson(const sim::CollectiveSummary& c) {
     j["algorithm"] = profiles::ToString(c.terms.nccl->algo);
     j["protocol"] = profiles::ToString(c.terms.nccl->proto);
     j["channels"] = c.terms.nccl->channels;
+    // Only where a tuner plugin overrode NCCL's own choice, so other answers keep their bytes.
+    if (c.terms.nccl->by_tuner) j["chosen_by"] = "tuner plugin";
   }
   return j;
 }
@@ -56,7 +58,8 @@ void PrintCollectives(const sim::SimReport& r, const profiles::ClusterSpec& clus
           << c.terms.nccl->channels << (c.terms.nccl->algo == profiles::NcclAlgo::kNvls ||
                                                 c.terms.nccl->algo == profiles::NcclAlgo::kNvlsTree
                                             ? " heads"
-                                            : " channels");
+                                            : " channels")
+          << (c.terms.nccl->by_tuner ? " (tuner plugin's pick)" : "");
     } else {
       out << "one ring (topology graph)";
     }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "model/errors.h"
 #include "model/text.h"
@@ -148,6 +149,29 @@ ClusterSpec ParseCpuShorthand(const std::string& text) {
 }
 
 }  // namespace
+
+namespace {
+// A cluster file's "nccl_tuner" spellings.
+constexpr std::pair<NcclTuner, const char*> kNcclTunerNames[] = {
+    {NcclTuner::kNone, "none"}, {NcclTuner::kAwsOfiP5, "aws-ofi-nccl:p5"}, {NcclTuner::kAwsOfiP5en, "aws-ofi-nccl:p5en"}};
+}  // namespace
+
+const char* ToString(NcclTuner t) {
+  for (const auto& [tuner, name] : kNcclTunerNames) {
+    if (tuner == t) return name;
+  }
+  return "?";
+}
+
+bool ParseNcclTuner(const std::string& text, NcclTuner* out) {
+  for (const auto& [tuner, name] : kNcclTunerNames) {
+    if (text == name) {
+      *out = tuner;
+      return true;
+    }
+  }
+  return false;
+}
 
 std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
   std::vector<std::string> p;

@@ -12,6 +12,15 @@
 
 namespace shardtune::profiles {
 
+// The NCCL tuner plugin the cluster's net plugin brings, which overrides NCCL's own choice of
+// algorithm and protocol (profiles/nccl_tuner_regions.h): aws-ofi-nccl's region tuner for p5/p5e
+// and for p5en. NCCL loads it from the net plugin's library unless NCCL_TUNER_PLUGIN names another.
+enum class NcclTuner { kNone, kAwsOfiP5, kAwsOfiP5en };
+// "none", "aws-ofi-nccl:p5", "aws-ofi-nccl:p5en": a cluster file's "nccl_tuner".
+const char* ToString(NcclTuner t);
+// The tuner named `text` (ToString's spellings), or false.
+bool ParseNcclTuner(const std::string& text, NcclTuner* out);
+
 struct ClusterSpec {
   std::string name;  // the shorthand or file it came from
   int num_nodes = 1;
@@ -42,6 +51,9 @@ struct ClusterSpec {
   // (src/platform-aws.cpp platform_data_map: p4d, p4de, p5, p5e 75 us; p5en, p6 35 us; 75 us
   // elsewhere). A cluster file's "net_latency_us".
   Seconds net_latency;
+  // The tuner plugin NCCL loads (NcclTuner): presets p5 and p5en set aws-ofi-nccl's; a cluster
+  // file's "nccl_tuner".
+  NcclTuner nccl_tuner = NcclTuner::kNone;
   std::string machine;           // cpu:N: whose figures these are ("this machine: 23.4 GiB RAM
                                  // (MemTotal), 2 cores"); "" otherwise
 

@@ -19,9 +19,12 @@
 //  "nvls": false,                            optional, default true: NVLink SHARP where the GPUs
 //                                            have it (Hopper on, NVSwitch); false as under
 //                                            NCCL_NVLS_ENABLE=0 or without multicast support
-//  "net_latency_us": 75}                     optional, default 0: the latency the NCCL net plugin
+//  "net_latency_us": 75,                      optional, default 0: the latency the NCCL net plugin
 //                                            reports (aws-ofi-nccl: 75 on p4d/p5, 35 on p5en;
 //                                            NCCL's IB and socket transports 0), ClusterSpec::net_latency
+//  "nccl_tuner": "aws-ofi-nccl:p5"}          optional, default "none": the tuner plugin NCCL loads
+//                                            ("aws-ofi-nccl:p5" for p5/p5e, "aws-ofi-nccl:p5en"),
+//                                            ClusterSpec::nccl_tuner
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -104,6 +107,11 @@ ClusterSpec ReadClusterFile(const std::string& path) {
   c.gpus_per_host = static_cast<int>(r.OptionalInt("gpus_per_host", node.gpus_per_host, -kIntBound, kIntBound));
   c.nvls = r.OptionalBool("nvls", true);
   c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
+  const std::string tuner = r.OptionalString("nccl_tuner", ToString(NcclTuner::kNone));
+  if (!ParseNcclTuner(tuner, &c.nccl_tuner)) {
+    throw InputError(r.Where("nccl_tuner") + ": expected \"none\", \"" + ToString(NcclTuner::kAwsOfiP5) +
+                     "\" or \"" + ToString(NcclTuner::kAwsOfiP5en) + "\", got \"" + tuner + "\"");
+  }
   r.Finish();
   const auto problems = c.Problems(path + ":");
   ThrowIfProblems(problems);

@@ -52,11 +52,11 @@ std::vector<ClusterPreset> BuildPresets() {
        "AWS EC2 P5 instances page, p5.48xlarge: 8x H100 80 GB, 3200 Gbps EFAv2 as 32 network cards of "
        "100 Gb/s (4 beside each GPU; aws-ofi-nccl presents them to NCCL as one 400 Gb/s device per GPU), "
        "2 TiB, 192 vCPUs",
-       kAwsOfiLatencyP4P5Us},
+       kAwsOfiLatencyP4P5Us, 0, NcclTuner::kAwsOfiP5},
       {"p5en", {"p5en.48xlarge"}, "H200-SXM-141G", 8, 8, 400, "eth", 2048, 96, "EFA",
        "AWS EC2 P5 instances page, p5en.48xlarge: 8x H200, 3200 Gbps EFAv3 as 16 x 200 Gb/s (2 beside each "
        "GPU; one 400 Gb/s aws-ofi-nccl device per GPU), 2 TiB, 192 vCPUs",
-       kAwsOfiLatencyP5enUs},
+       kAwsOfiLatencyP5enUs, 0, NcclTuner::kAwsOfiP5en},
       {"nd-h100-v5", {"standard_nd96isr_h100_v5"}, "H100-SXM-80G", 8, 8, 400, "ib", 1900, 48, "InfiniBand NDR",
        "Azure ND H100 v5-series page, Standard_ND96isr_H100_v5: 8x H100 80 GB, 8 x 400 Gb/s NDR "
        "InfiniBand (one per GPU), 1900 GiB, 96 vCPUs"},
@@ -130,6 +130,7 @@ ClusterSpec ClusterFromPreset(const ClusterPreset& preset, int nodes, const std:
   c.cpu_cores_per_node = preset.cpu_cores;
   c.gpus_per_host = preset.gpus_per_host;
   c.net_latency = Seconds::Micros(preset.net_latency_us);
+  c.nccl_tuner = preset.nccl_tuner;
   auto problems = c.Problems("cluster preset " + preset.name);
   SHARDTUNE_CHECK(problems.empty()) << problems.front();
   return c;
@@ -152,6 +153,8 @@ std::string DescribeNics(const ClusterSpec& c) {
   }
   // The latency the net plugin reports, which NCCL's tuner adds to every inter-node step.
   if (c.net_latency.count() > 0) out << "; the net plugin reports " << c.net_latency.count() * 1e6 << " us to NCCL";
+  // Its tuner, which overrides NCCL's choice of algorithm on more than two nodes.
+  if (c.nccl_tuner != NcclTuner::kNone) out << "; its tuner (" << ToString(c.nccl_tuner) << ") picks NCCL's algorithms";
   out << ")";
   return out.str();
 }

@@ -31,6 +31,9 @@ struct ClusterPreset {
   // GPUs per host where the node (an NVLink domain) spans several hosts (ClusterSpec::
   // gpus_per_host): GB200 NVL72, 18 compute trays of 4. 0: the node is one host.
   int gpus_per_host = 0;
+  // The NCCL tuner plugin its net plugin brings (ClusterSpec::nccl_tuner): aws-ofi-nccl's
+  // region tuner on the EC2 platforms it has tables for (p5/p5e, p5en).
+  NcclTuner nccl_tuner = NcclTuner::kNone;
 };
 
 // All presets, in listing order. Names and aliases never collide with a GPU kind.

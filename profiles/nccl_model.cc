@@ -12,9 +12,14 @@
 namespace shardtune::profiles {
 namespace {
 
-constexpr int kAlgos = 4, kProtos = 3;
-constexpr int kRing = 0, kTree = 1, kNvls = 2, kNvlsTree = 3;
+constexpr int kAlgos = 5, kProtos = 3;
+constexpr int kRing = 0, kTree = 1, kNvls = 2, kNvlsTree = 3, kPat = 4;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+static_assert(static_cast<int>(NcclAlgo::kPat) == kPat && static_cast<int>(TunerAlgo::kPat) == kPat &&
+                  static_cast<int>(TunerAlgo::kNvlsTree) == kNvlsTree && static_cast<int>(TunerAlgo::kTree) == kTree,
+              "the table's algorithm indices are NcclAlgo's and TunerAlgo's");
+static_assert(static_cast<int>(TunerProto::kSimple) == kSimple && static_cast<int>(NcclProto::kLL128) == kLL128,
+              "the table's protocol indices are NcclProto's and TunerProto's");
 
 // ringGraph->maxChannels = MAXCHANNELS / 2 (init.cc:1177, MAXCHANNELS 64 in device.h:91).
 constexpr int kMaxSearchChannels = 32;
@@ -204,21 +209,23 @@ NcclGraph SearchNvls(const NcclCommShape& sh) {
 }
 
 // tuning.cc:137-233, the default tuner constants. Indices: [algo][proto] with algo Tree, Ring,
-// NVLS, NVLSTree in kAlgos order Ring, Tree, NVLS, NVLSTree below.
+// NVLS, NVLSTree, PAT in kAlgos order Ring, Tree, NVLS, NVLSTree, PAT below.
 struct Constants {
   double base_lat[kAlgos][kProtos];
   double hw_lat[3][kAlgos][kProtos];  // NVLINK, PCI, NET
 };
 constexpr Constants kConst = {
-    // baseLatencies: Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS and NVLSTree 0.
-    {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}},
+    // baseLatencies: Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS and NVLSTree 0, PAT 8.0.
+    {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}},
     {
-        // NVLINK: Ring {.6, 1.9, 3.4}, Tree {.6, 1.25, 4.0}, NVLS {0, 0, 25}, NVLSTree {0, 0, 25}
-        {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}, {0, 0, 25}, {0, 0, 25}},
-        // PCI: Ring {1.0, 2.5, 5.7}, Tree {1.0, 1.9, 4.0}
-        {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}, {0, 0, 0}, {0, 0, 0}},
-        // NET: Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14}, NVLS {0, 0, 18}, NVLSTree {0, 0, 20.9}
-        {{2.7, 4.0, 14.0}, {5.0, 8.5, 14.0}, {0, 0, 18}, {0, 0, 20.9}},
+        // NVLINK: Ring {.6, 1.9, 3.4}, Tree {.6, 1.25, 4.0}, NVLS {0, 0, 25}, NVLSTree {0, 0, 25},
+        // PAT {0, 0, 4.0}
+        {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}},
+        // PCI: Ring {1.0, 2.5, 5.7}, Tree {1.0, 1.9, 4.0}, PAT {0, 0, 4.0}
+        {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}},
+        // NET: Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14}, NVLS {0, 0, 18}, NVLSTree {0, 0, 20.9},
+        // PAT {0, 0, 14}
+        {{2.7, 4.0, 14.0}, {5.0, 8.5, 14.0}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14.0}},
     }};
 // [compCapIndex Volta, Ampere, Hopper, Blackwell][N1, N2, N4+]
 constexpr double kLlMaxBws[4][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
@@ -280,6 +287,7 @@ const char* ToString(NcclAlgo a) {
     case NcclAlgo::kTree: return "tree";
     case NcclAlgo::kNvls: return "nvls";
     case NcclAlgo::kNvlsTree: return "nvls_tree";
+    case NcclAlgo::kPat: return "pat";
   }
   return "?";
 }
@@ -311,13 +319,18 @@ NcclGraphs SearchNcclGraphs(const NcclCommShape& sh) {
 
 // ncclTopoTuneModel (tuning.cc:243-519) for all-gather, reduce-scatter and all-reduce.
 NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNcclGraphs(shape)) {
+  if (shape.tuner != NcclTuner::kNone) {
+    auto t = std::make_shared<const AwsOfiRegionTuner>(shape.tuner, shape.nodes * shape.ranks_per_node, shape.nodes);
+    if (t->active()) tuner_ = std::move(t);
+  }
   const int nodes = shape.nodes, ranks = shape.nodes * shape.ranks_per_node;
   const double ppn = shape.ranks_per_node;
   const int cci = CompCapIndex(shape.compute_capability);
   const int index2 = nodes <= 2 ? nodes - 1 : 2;
   const int index1 = nodes == 1 ? cci : 0;  // multi-node: the CPU row (Intel x86 assumed)
   const double ll_max = kLlMaxBws[index1][index2];
-  const NcclGraph* graph[kAlgos] = {&graphs_.ring, &graphs_.tree, &graphs_.nvls, &graphs_.nvls};
+  // PAT runs on the tree graph (init.cc:980).
+  const NcclGraph* graph[kAlgos] = {&graphs_.ring, &graphs_.tree, &graphs_.nvls, &graphs_.nvls, &graphs_.tree};
   // typeIntra: NVLink between the communicator's GPUs, else PCI (a lone GPU per node: PATH_LOC).
   const int intra_hw = shape.ranks_per_node > 1 && shape.nvlink_GBps > 0 ? 0 : 1;
   const int hw_net = 2;
@@ -336,6 +349,9 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
         Entry& e = table_[coll][a][p];
         e = Entry{};
         if (!ar && (a == kTree || a == kNvlsTree)) continue;
+        // PAT: all-gather and reduce-scatter, Simple, one GPU per node, SM60 on (ncclPatEnable,
+        // tuning.cc:215-223, :298-303).
+        if (a == kPat && (ar || p != kSimple || shape.ranks_per_node != 1 || shape.compute_capability < 60)) continue;
         if ((a == kNvls || a == kNvlsTree) && p != kSimple) continue;
         if (a == kNvlsTree && nodes == 1) continue;   // "Disable NVLS Tree on a single node"
         if (a == kNvls && nodes > 1) continue;        // NVLS across nodes needs CollNet
@@ -359,6 +375,7 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
           bus = std::min(bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), g.channels * kPerChMaxTreeLL128Bws[cci][index2]);
         }
         if (a == kTree && g.tree_pattern) bus *= 0.85;
+        if (a == kPat) bus *= 0.75;
         // Bus to algorithm bandwidth (tuning.cc:376-382): rings and NVLS all-reduce by
         // nRanks/nsteps, trees by 1/2; NVLS all-gather/reduce-scatter are stored as they are.
         if (!(a != kRing && !ar)) bus *= (a == kTree) ? 0.5 : 1.0 * ranks / nsteps;
@@ -382,6 +399,9 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
           lat += 2 * ((ppn - 1) * intra_lat + Log2i(nodes) * inter_lat);
         } else if (a == kNvls) {
           lat = intra_lat + (nodes > 1 ? inter_lat : 0);
+        } else if (a == kPat) {
+          // "Log latency" plus "still a linear part" (tuning.cc:429-433).
+          lat += Log2i(nodes) * (inter_lat / 3.5) + ranks * 2.8;
         } else {
           lat += intra_lat + 2 * Log2i(nodes) * inter_lat;
         }
@@ -391,33 +411,55 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
   }
 }
 
-NcclCollectiveCost NcclComm::Cost(Collective c, Bytes size) const {
+NcclCollectiveCost NcclComm::Cost(Collective c, Bytes size, NcclReduceOp op) const {
   const int coll = CollIndex(c);
   const int64_t bytes = std::max<int64_t>(1, size.count());
   const int ranks = this->ranks();
+  // Whether NCCL's cost table has (a, p) for this call: enabled by the model, and PAT's
+  // reduce-scatter only for a plain sum (enqueue.cc:2009-2012).
+  auto enabled = [&](int a, int p) {
+    if (table_[coll][a][p].alg_bw_GBps <= 0) return false;
+    return !(a == kPat && c == Collective::kReduceScatter && op == NcclReduceOp::kScaled);
+  };
+  // ncclTopoGetAlgoTime (tuning.cc:633-655): NCCL's estimate for (a, p).
+  auto estimate = [&](int a, int p, NcclCollectiveCost* out) {
+    const Entry& e = table_[coll][a][p];
+    double bw = e.alg_bw_GBps, lat = e.latency_us;
+    const int log_size = Log2i(bytes >> 6);
+    if (a == kTree && coll == 2 && log_size >= 0 && log_size < 23) bw *= kTreeCorrection[p][log_size];
+    // Runtime channels are twice the search's (ncclTopoPostset, connect.cc:460).
+    const int64_t runtime_channels = 2LL * graphs_.ring.channels;
+    if (a == kRing && p == kSimple && shape_.nodes > 1 && coll == 2 && bytes / (runtime_channels * ranks) >= 64) {
+      lat *= shape_.compute_capability < 80 ? 1.9 : 1.4;  // "Plateau effect of ring"
+    }
+    out->algo = static_cast<NcclAlgo>(a);
+    out->proto = static_cast<NcclProto>(p);
+    out->channels = (a == kNvls || a == kNvlsTree) ? graphs_.nvls.channels : graphs_.ring.channels;
+    out->alg_bw_GBps = bw;
+    out->latency = Seconds::Micros(lat);
+    return lat + static_cast<double>(bytes) / (1000.0 * bw);
+  };
   NcclCollectiveCost best;
   double best_us = std::numeric_limits<double>::infinity();
-  for (int a = 0; a < kAlgos; ++a) {
+  // The tuner plugin runs first and sets its region's cost to 0 (enqueue.cc:2139-2148), so NCCL
+  // runs that entry; the time is still NCCL's estimate of it.
+  if (tuner_) {
+    auto choice = tuner_->Choose(c, bytes, [&](TunerAlgo ta, TunerProto tp) {
+      return enabled(static_cast<int>(ta), static_cast<int>(tp));
+    });
+    if (choice) {
+      best_us = estimate(static_cast<int>(choice->algo), static_cast<int>(choice->proto), &best);
+      best.by_tuner = true;
+    }
+  }
+  for (int a = 0; a < kAlgos && !best.by_tuner; ++a) {
     for (int p = 0; p < kProtos; ++p) {
-      const Entry& e = table_[coll][a][p];
-      if (e.alg_bw_GBps <= 0) continue;
-      double bw = e.alg_bw_GBps, lat = e.latency_us;
-      // ncclTopoGetAlgoTime (tuning.cc:633-655).
-      const int log_size = Log2i(bytes >> 6);
-      if (a == kTree && coll == 2 && log_size >= 0 && log_size < 23) bw *= kTreeCorrection[p][log_size];
-      // Runtime channels are twice the search's (ncclTopoPostset, connect.cc:460).
-      const int64_t runtime_channels = 2LL * graphs_.ring.channels;
-      if (a == kRing && p == kSimple && shape_.nodes > 1 && coll == 2 && bytes / (runtime_channels * ranks) >= 64) {
-        lat *= shape_.compute_capability < 80 ? 1.9 : 1.4;  // "Plateau effect of ring"
-      }
-      const double us = lat + static_cast<double>(bytes) / (1000.0 * bw);
+      if (!enabled(a, p)) continue;
+      NcclCollectiveCost candidate;
+      const double us = estimate(a, p, &candidate);
       if (us < best_us) {
         best_us = us;
-        best.algo = static_cast<NcclAlgo>(a);
-        best.proto = static_cast<NcclProto>(p);
-        best.channels = (a == kNvls || a == kNvlsTree) ? graphs_.nvls.channels : graphs_.ring.channels;
-        best.alg_bw_GBps = bw;
-        best.latency = Seconds::Micros(lat);
+        best = candidate;
       }
     }
   }
@@ -467,6 +509,7 @@ NcclCommShape NcclShapeOf(const ClusterSpec& cluster, const std::vector<int>& ra
   sh.pcie_GBps = PcieGBpsOf(cluster.gpu.host_link);
   sh.nvls = cluster.nvls;
   sh.net_latency_us = cluster.net_latency.count() * 1e6;
+  sh.tuner = cluster.nccl_tuner;
   if (sh.nodes > 1) {
     // The first node's GPUs of the group, placed on PCIe switches with the NICs: M/G NICs
     // beside each GPU when M >= G (AWS p5: 4); a NIC per pair of GPUs when M = G/2 (HGX A100

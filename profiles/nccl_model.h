@@ -16,28 +16,33 @@
 //  - NCCL doubles channels at high per-channel bandwidth (ncclTopoDupChannels, search.cc:1036)
 //    and then raises a ring's bandwidth, a tree's intra-node bandwidth and NVLS's inter-node
 //    bandwidth while the links allow (pass 2, search.cc:1267-1287).
-// Not modelled: CollNet/IB SHARP, PAT (one GPU per node all-gather/reduce-scatter), the
-// symmetric-memory kernels of 2.28+, tuner plugins (aws-ofi-nccl
-// ships one, used where NCCL_TUNER_PLUGIN names it), and the NCCL_ALGO/NCCL_PROTO/NCCL_CROSS_NIC
-// overrides. The net plugin's latency property is modelled (NcclCommShape::net_latency_us).
+// PAT (one GPU per node all-gather/reduce-scatter) is in the table (tuning.cc:215-223, :337,
+// :429-433). aws-ofi-nccl's tuner plugin, which NCCL loads from the net plugin's library by
+// default, overrides the choice on p5/p5e/p5en past two nodes (NcclCommShape::tuner,
+// profiles/nccl_tuner_regions.h). Not modelled: CollNet/IB SHARP, the symmetric-memory kernels
+// of 2.28+, the channel counts and chunk sizes tuner plugins set, and the NCCL_ALGO/NCCL_PROTO/
+// NCCL_CROSS_NIC overrides. The net plugin's latency property is modelled
+// (NcclCommShape::net_latency_us).
 // Multi-node NVLink (GB200 NVL72) is a node of the clique's size, as NCCL sees it: with MNNVL
 // it fuses the clique's topology into one system (src/graph/topo.cc:1887, "MNNVL clique
 // support") and counts nodes by clique, so a rack's 72 GPUs are ppn 72 on NVLink with NVLS.
 // Not modelled there: NVLS buffer registration, which MNNVL lacks (init.cc:1108).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/units.h"
 #include "profiles/cluster.h"
 #include "profiles/collective.h"
+#include "profiles/nccl_tuner_regions.h"
 
 namespace shardtune::profiles {
 
-enum class NcclAlgo { kRing, kTree, kNvls, kNvlsTree };
+enum class NcclAlgo { kRing, kTree, kNvls, kNvlsTree, kPat };
 enum class NcclProto { kLL, kLL128, kSimple };
-const char* ToString(NcclAlgo a);   // "ring", "tree", "nvls", "nvls_tree" (NCCL_ALGO's spelling, lower case)
+const char* ToString(NcclAlgo a);   // "ring", "tree", "nvls", "nvls_tree", "pat" (NCCL_ALGO's spelling, lower case)
 const char* ToString(NcclProto p);  // "LL", "LL128", "Simple"
 
 // One communicator as NCCL's search sees it. Bandwidths are in GB/s (1e9 B/s), NCCL's units.
@@ -66,7 +71,16 @@ struct NcclCommShape {
   // each graph's latencyInter (search.cc:745) and the tuner adds it to every inter-node step,
   // twice for Simple ("Also add the flush extra latency", tuning.cc:389-391).
   double net_latency_us = 0;
+  // The tuner plugin NCCL loads (ClusterSpec::nccl_tuner).
+  NcclTuner tuner = NcclTuner::kNone;
 };
+
+// How a reduction combines: a plain sum (nccl-tests' default, ncclSum), or with a scale: ncclAvg
+// on floating types and ncclPreMulSum run as ncclDevPreMulSum (enqueue.cc hostToDevRedOp), which
+// PAT's reduce-scatter does not run ("Tree reduceScatter doesn't support scaling yet",
+// enqueue.cc:2009-2012). FSDP2 reduce-scatters bf16 and fp32 gradients with ReduceOp.AVG
+// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py _get_gradient_divide_factors).
+enum class NcclReduceOp { kSum, kScaled };
 
 // A channel graph found by the search: channels x per-channel bandwidth inside a node and on
 // the network (equal for rings; trees may run faster inside; NVLS slower inside).
@@ -94,6 +108,7 @@ struct NcclCollectiveCost {
   Seconds latency;                 // NCCL's latency term for this (algo, proto)
   BytesPerSecond bus_bandwidth;    // in nccl-tests units: alg_bw x BusBwFactor(c, n)
   Seconds time;                    // latency + S / alg_bw: NCCL's estimate
+  bool by_tuner = false;           // the tuner plugin chose (algo, proto), not NCCL's own model
 };
 
 class NcclComm {
@@ -101,8 +116,9 @@ class NcclComm {
   explicit NcclComm(const NcclCommShape& shape);
   // The (algorithm, protocol) NCCL picks for `c` over `size` bytes in total (the gathered size
   // of an all-gather, the input of a reduce-scatter), with NCCL's estimate. `c` is all-gather,
-  // reduce-scatter or all-reduce (others: InternalError). size > 0.
-  NcclCollectiveCost Cost(Collective c, Bytes size) const;
+  // reduce-scatter or all-reduce (others: InternalError). size > 0. A tuner plugin's region, where
+  // one holds the point, overrides NCCL's least-time choice (by_tuner).
+  NcclCollectiveCost Cost(Collective c, Bytes size, NcclReduceOp op = NcclReduceOp::kSum) const;
   // The bandwidth NCCL's tuner gives `c` at large sizes with the algorithm it would pick there
   // (1 GiB per rank), as nccl-tests reports it.
   BytesPerSecond AsymptoticBusBandwidth(Collective c) const;
@@ -116,9 +132,10 @@ class NcclComm {
     double latency_us = 0;
   };
   // [collective: AG, RS, AR][algo][proto]
-  Entry table_[3][4][3];
+  Entry table_[3][5][3];
   NcclCommShape shape_;
   NcclGraphs graphs_;
+  std::shared_ptr<const AwsOfiRegionTuner> tuner_;  // null: no tuner plugin
 };
 
 // Whether NCCL's model describes `ranks` of `cluster`: GPU ranks (not cpu:N), the same number

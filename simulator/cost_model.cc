@@ -118,14 +118,19 @@ Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g) {
   return Seconds::Of(std::min(ring, tree));
 }
 
-CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g) {
+profiles::NcclReduceOp Fsdp2ReduceOp(model::DType reduce_dtype) {
+  return reduce_dtype == model::DType::kFp16 ? profiles::NcclReduceOp::kSum : profiles::NcclReduceOp::kScaled;
+}
+
+CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g,
+                               profiles::NcclReduceOp op) {
   SHARDTUNE_CHECK(g.ranks >= 2 && full_size.count() > 0) << "a collective needs 2 ranks and bytes";
   CollectiveTerms t;
   t.bus_bytes = static_cast<double>(full_size.count()) * profiles::BusBwFactor(c, g.ranks);
   const bool nccl_kind = c == profiles::Collective::kAllGather || c == profiles::Collective::kReduceScatter ||
                          c == profiles::Collective::kAllReduce;
   if (g.nccl && nccl_kind) {
-    t.nccl = g.nccl->Cost(c, full_size);
+    t.nccl = g.nccl->Cost(c, full_size, op);
     t.latency = t.nccl->latency;
     t.bus_bandwidth = t.nccl->bus_bandwidth * g.concurrent_share;
     return t;

@@ -168,6 +168,12 @@ Seconds CollectiveLatency(profiles::Collective c, const GroupLink& g);
 // bandwidth as bus bandwidth, times the group's concurrent share) for all-gather, reduce-scatter
 // and all-reduce on a group it describes; else the ring bottleneck and CollectiveLatency.
 // REQUIRES: g.ranks >= 2, full_size > 0.
-CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g);
+// `op` says how a reduction combines (PAT's reduce-scatter runs only a plain sum).
+CollectiveTerms CollectiveCost(profiles::Collective c, Bytes full_size, const GroupLink& g,
+                               profiles::NcclReduceOp op = profiles::NcclReduceOp::kSum);
+// The reduction FSDP2 asks NCCL for: ReduceOp.AVG (a scaled sum on floats) for bf16 and fp32
+// gradients, a plain sum with a separate divide for fp16 (torch/distributed/fsdp/_fully_shard/
+// _fsdp_collectives.py _get_gradient_divide_factors: "overflow_risk").
+profiles::NcclReduceOp Fsdp2ReduceOp(model::DType reduce_dtype);
 
 }  // namespace shardtune::sim

@@ -114,7 +114,8 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         const GroupLink& g = CollectiveGroup(l, op);
         oc.latency_ns = ToNanos(local);
         if (g.ranks > 1 && op.comm_bytes > 0) {
-          const CollectiveTerms t = CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g);
+          const CollectiveTerms t =
+              CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g, Fsdp2ReduceOp(plan.reduce_dtype));
           oc.latency_ns = ToNanos(local + t.latency.count());
           oc.transfer_ns = std::max<int64_t>(1, ToNanos(t.bus_bytes / t.bus_bandwidth.count()));
         }
@@ -188,7 +189,7 @@ double ModelFlopsPerToken(const model::ModelSpec& s, const model::Plan& plan, in
 
 // SimReport::collectives: the steady step's collectives grouped by (group, kind, size), each
 // priced as CostOps priced it.
-void SummarizeCollectives(const Links& l, SimReport* r) {
+void SummarizeCollectives(const Links& l, profiles::NcclReduceOp reduce_op, SimReport* r) {
   const auto& ops = r->program.ops;
   r->op_collective.assign(ops.size(), -1);
   std::map<std::tuple<int, int, int64_t>, int32_t> index;
@@ -209,7 +210,7 @@ void SummarizeCollectives(const Links& l, SimReport* r) {
       c.ranks = g.ranks;
       c.nodes = g.nodes;
       c.bytes = Bytes::Of(op.comm_bytes);
-      c.terms = CollectiveCost(op.collective, c.bytes, g);
+      c.terms = CollectiveCost(op.collective, c.bytes, g, reduce_op);
       it = index.emplace(key, static_cast<int32_t>(r->collectives.size())).first;
       r->collectives.push_back(std::move(c));
     }
@@ -637,7 +638,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
   r.cp = plan.cp;
   r.cp_group = links.cp;
   r.ep_group = links.ep;
-  if (o.with_timeline) SummarizeCollectives(links, &r);
+  if (o.with_timeline) SummarizeCollectives(links, Fsdp2ReduceOp(plan.reduce_dtype), &r);
   {
     // ComputeTime's terms per compute-stream op of the steady step, scaled to the op's scheduled
     // duration (the same terms CostOps charged it).

@@ -85,6 +85,7 @@ nlohmann::ordered_json ChromeTrace(const SimReport& r, const std::string& proces
         args["algorithm"] = profiles::ToString(t.nccl->algo);
         args["protocol"] = profiles::ToString(t.nccl->proto);
         args["channels"] = t.nccl->channels;
+        if (t.nccl->by_tuner) args["chosen_by"] = "tuner plugin";
       } else {
         args["algorithm"] = "ring (topology graph)";
       }

@@ -48,6 +48,16 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
   EXPECT_TRUE(ReadClusterFile(Data("two_dgx_h100.json")).nvls);  // the default
   EXPECT_DOUBLE_EQ(c.net_latency.count(), 75e-6);
   EXPECT_DOUBLE_EQ(ReadClusterFile(Data("two_dgx_h100.json")).net_latency.count(), 0.0);  // the default
+  EXPECT_EQ(c.nccl_tuner, NcclTuner::kAwsOfiP5);
+  EXPECT_EQ(ReadClusterFile(Data("two_dgx_h100.json")).nccl_tuner, NcclTuner::kNone);  // the default
+}
+
+TEST(ReadClusterFileTest, NcclTunerMustBeOneThePluginHasTablesFor) {
+  const std::string path = Data("nccl_tuner_unknown.json");
+  EXPECT_THAT([&] { ReadClusterFile(path); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/nccl_tuner: expected \"none\", \"aws-ofi-nccl:p5\" or "
+                                                        "\"aws-ofi-nccl:p5en\", got \"aws-ofi-nccl:p6\""),
+                                              Not(HasSubstr("\n")))));
 }
 
 TEST(ReadClusterFileTest, NetLatencyMustNotBeNegative) {
