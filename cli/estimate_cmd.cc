@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/format.h"
+#include "cli/report_words.h"
 #include "model/activations.h"
 #include "model/errors.h"
 #include "model/packing.h"
@@ -282,7 +283,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   row("required", r.required, std::string(r.fits ? "FITS" : "DOES NOT FIT") + " in " +
                                   FormatBytes(r.capacity) + " usable (headroom " +
                                   FormatBytes(r.capacity - r.required) + ")");
-  if (explain) out << "  judged on: " << r.judged_on << "\n";
+  if (explain) out << "  judged on: " << JudgedOnSentence(r) << "\n";
   if (capacity.evaluated) out << "  packed tokens: " << CapacityLine(plan, capacity) << "\n";
   out << "\n";
   const bool per_host = c.HostsPerNode() > 1;  // a node of several hosts (GB200 NVL72)
@@ -517,7 +518,7 @@ void PrintColocation(const sim::ColocationReport& c, std::ostream& out) {
   out << "  peak " << FormatBytes(c.peak) << " while " << c.peak_role
       << " runs: " << (c.fits ? "FITS" : "DOES NOT FIT") << " in " << FormatBytes(c.capacity)
       << "\n";
-  out << "  judged on: " << c.judged_on << "\n";
+  out << "  judged on: " << JudgedOnSentence(c) << "\n";
 }
 
 nlohmann::ordered_json ColocationJson(const sim::ColocationReport& c) {
@@ -533,7 +534,7 @@ nlohmann::ordered_json ColocationJson(const sim::ColocationReport& c) {
   }
   return {{"roles", roles},           {"peak_bytes", c.peak.count()},
           {"peak_role", c.peak_role}, {"capacity_bytes", c.capacity.count()},
-          {"fits", c.fits},           {"judged_on", c.judged_on}};
+          {"fits", c.fits},           {"judged_on", JudgedOnSentence(c)}};
 }
 
 // The answer in the first lines (issue #49 item 3): fits or not, the deciding figure, and when it
@@ -689,7 +690,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
     return;
   }
   nlohmann::ordered_json j = JobHeaderJson(job, "shardtune.estimate");
-  nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline);
+  nlohmann::ordered_json mem = sim::MemoryReportToJson(r, a.timeline, JudgedOnSentence(r));
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
   // The step fits only if it also fits beside the co-located roles' idle residue.
   if (colocating && !colocated.fits) j["fits"] = false;

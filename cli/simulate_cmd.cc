@@ -4,6 +4,7 @@
 #include <iomanip>
 
 #include "cli/format.h"
+#include "cli/report_words.h"
 #include "profiles/cluster_presets.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_report_json.h"
@@ -195,7 +196,7 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   for (const auto& [k, v] : r.time_by_category) categories[k] = v.count();
   j["time_by_category_s"] = categories;
   j["peak_time_s"] = r.peak_time.count();
-  nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline);
+  nlohmann::ordered_json mem = sim::MemoryReportToJson(r.memory, a.job.timeline, JudgedOnSentence(r.memory));
   for (auto it = mem.begin(); it != mem.end(); ++it) j[it.key()] = it.value();
   if (sim::UsesFeatures(job.plan))
     j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);

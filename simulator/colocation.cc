@@ -87,20 +87,10 @@ ColocationReport CoLocate(const std::vector<ColocatedRole>& roles, const Colocat
     per_role = per_role || r.offloaded_when_idle.has_value();
     engines += r.engine.has_value() ? 1 : 0;
   }
-  out.judged_on =
-      std::string("the running role's required figure plus every idle role's residue (") +
-      (per_role ? "each role's own offload between phases: offloaded states leave the GPU, "
-                  "others stay resident"
-       : o.offload_between_roles ? "states offloaded to the host between phases"
-                                 : "sharded parameters and optimizer state stay resident") +
-      (o.separate_processes ? "; one process per role: each keeps its CUDA context and NCCL buffers"
-                            : "; one process: one CUDA context shared") +
-      (engines == 0 ? std::string()
-                    : std::string(engines == 1 ? "; the" : "; each") +
-                          " inference engine in its own process: its share of the GPU while it "
-                          "runs, its context and CUDA graphs while it sleeps, and the trainer "
-                          "process's context and NCCL buffers beside it") +
-      ") vs the device's usable memory";
+  out.per_role_offload = per_role;
+  out.offload_between_roles = o.offload_between_roles;
+  out.separate_processes = o.separate_processes;
+  out.engines = engines;
   return out;
 }
 

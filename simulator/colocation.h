@@ -84,7 +84,13 @@ struct ColocationReport {
   std::string peak_role;  // the role running at that moment
   Bytes capacity;
   bool fits = true;
-  std::string judged_on;  // sentence saying what is added
+  // What the idle roles leave (cli/report_words.h writes it as the "judged on" sentence): each
+  // role's own offload setting, else the options' offload between roles; one process per role or
+  // one in all; how many inference engines run in their own processes.
+  bool per_role_offload = false;
+  bool offload_between_roles = false;
+  bool separate_processes = true;
+  int engines = 0;
 };
 
 // Idle residue of a role: without offload, its sharded parameters and optimizer state (gradients

@@ -540,39 +540,6 @@ void JudgeWithoutReplay(const StepProgram& program, bool expandable, const Memor
   r->fits = r->required <= r->capacity;
 }
 
-// MemoryReport::judged_on: how the verdict was reached.
-std::string JudgedOn(bool replay, bool expandable, const profiles::ClusterSpec& cluster,
-                     const MemoryOptions& options) {
-  if (cluster.cpu_only) {
-    return "peak allocated (tensor bytes through LibTorch's CPU allocator) + " +
-           std::to_string(static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)) +
-           "% fragmentation allowance + the rank's process (libraries, allocator, Gloo) vs "
-           "its share of this machine's RAM; the ranks together are judged against the "
-           "whole machine under Host";
-  }
-  std::ostringstream why;
-  if (replay) {
-    why << "the caching allocator replayed over every tensor of both steps "
-           "(c10/cuda/CUDACachingAllocator.cpp: 2 MiB small-pool and 20 MiB or 2 MiB-rounded "
-           "large-pool segments, best fit per stream, block splitting) in the device's usable "
-           "memory less the memory outside the allocator (CUDA context, NCCL); a failed cudaMalloc "
-           "frees the cached whole segments and retries, a second failure is the OOM "
-           "(nvidia-smi shows reserved + outside)";
-  } else {
-    why << "peak allocated + ";
-    if (expandable) {
-      why << "expandable_segments page rounding (20 MiB pages per stream pool)";
-    } else {
-      why << static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5)
-          << "% fragmentation allowance";
-    }
-    why << " + memory outside the allocator (CUDA context, NCCL) vs the device's usable memory; "
-           "the caching allocator frees its cache and retries before it raises OOM, so "
-           "reserved-but-free memory does not count (nvidia-smi shows reserved + outside)";
-  }
-  return why.str();
-}
-
 }  // namespace
 
 MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
@@ -632,7 +599,11 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   } else {
     JudgeWithoutReplay(est.program, expandable, options, &r);
   }
-  r.judged_on = JudgedOn(replay, expandable, cluster, options);
+  r.judged_by = cluster.cpu_only ? MemoryJudgedBy::kCpuAllocator
+                : replay         ? MemoryJudgedBy::kAllocatorReplay
+                : expandable     ? MemoryJudgedBy::kExpandablePages
+                                 : MemoryJudgedBy::kFragmentationAllowance;
+  r.fragmentation_percent = static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5);
   if (options.host_estimate) HostEstimate(spec, cluster, plan, options, &r);
   return est;
 }

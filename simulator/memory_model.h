@@ -159,6 +159,12 @@ struct HostMemory {
   bool fits = true;
 };
 
+// How MemoryReport::fits was judged: the caching allocator replayed (kAllocatorReplay); the
+// peak allocated plus an allowance, expandable segments' page rounding (kExpandablePages) or a
+// fragmentation fraction (kFragmentationAllowance), plus the memory outside the allocator; CPU
+// ranks: the peak plus the allowance and the rank's process against its share of RAM.
+enum class MemoryJudgedBy { kAllocatorReplay, kExpandablePages, kFragmentationAllowance, kCpuAllocator };
+
 struct MemoryReport {
   int world = 1, shard_group = 1, replicas = 1;
   // Ulysses degree and which ranks FSDP shards over with it ("dp_cp": shard_group includes the
@@ -209,7 +215,9 @@ struct MemoryReport {
   Bytes required_step0;
   Bytes capacity;              // usable device memory
   bool fits = true;
-  std::string judged_on;       // sentence saying what `fits` compares
+  // What `fits` compares (cli/report_words.h writes it as the "judged on" sentence).
+  MemoryJudgedBy judged_by = MemoryJudgedBy::kFragmentationAllowance;
+  int fragmentation_percent = 0;  // the allowance's percent (CPU ranks, no replay)
   std::vector<TimelinePoint> timeline;
   std::vector<UnitMemory> units;
   HostMemory host;

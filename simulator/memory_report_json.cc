@@ -10,7 +10,7 @@ nlohmann::ordered_json PairsToJson(const std::vector<std::pair<std::string, Byte
 }
 }  // namespace
 
-nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline) {
+nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline, const std::string& judged_on) {
   nlohmann::ordered_json pr;
   pr["world_size"] = r.world;
   pr["shard_group_size"] = r.shard_group;
@@ -54,7 +54,7 @@ nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timel
   nlohmann::ordered_json j;
   j["per_rank"] = pr;
   j["fits"] = r.fits;
-  j["judged_on"] = r.judged_on;
+  j["judged_on"] = judged_on;
   nlohmann::ordered_json host;
   host["peak_bytes_per_node"] = r.host.peak_per_node.count();
   host["peak_phase"] = r.host.peak_phase;

@@ -17,9 +17,10 @@ namespace shardtune::sim {
 // capacity_bytes, headroom_bytes, step0_peak_bytes, steady_peak_bytes, and with the allocator
 // replay reserved_step0_bytes, reserved_steady_bytes, largest_free_block_bytes,
 // allocator_retries (num_alloc_retries under the capacity), ...}, "fits",
-// "judged_on", "host" {peak_bytes_per_node, peak_phase, breakdown, capacity_bytes_per_node, fits},
-// "units" [...], "timeline" [...].
-nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline);
+// "judged_on" (`judged_on`: the sentence cli/report_words.h writes from r.judged_by), "host"
+// {peak_bytes_per_node, peak_phase, breakdown, capacity_bytes_per_node, fits}, "units" [...],
+// "timeline" [...].
+nlohmann::ordered_json MemoryReportToJson(const MemoryReport& r, bool with_timeline, const std::string& judged_on);
 
 // The `phases` document: {"fits", "training_fits", "deciding_phase", "capacity_bytes",
 // "host_limit_bytes_per_node", "list": [{"phase", "moment", "allocated_peak_bytes", "top" [{name,

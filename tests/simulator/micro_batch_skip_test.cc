@@ -43,7 +43,7 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
     SCOPED_TRACE("plan " + std::to_string(i) + " grad_accum " + std::to_string(p.grad_accum));
     MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
     MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);
-    auto ja = MemoryReportToJson(a.report, true), jb = MemoryReportToJson(b.report, true);
+    auto ja = MemoryReportToJson(a.report, true, ""), jb = MemoryReportToJson(b.report, true, "");
     // The one figure the screening leaves out (memory_model.h skip_repeated_micro_batches): the
     // ledger's no-replay reserved estimate and the nvidia-smi figure built on it.
     EXPECT_EQ(b.report.reserved_no_pressure.count(), 0);
@@ -218,7 +218,7 @@ TEST(MicroBatchSkipTest, AllocatorReplayOfTheShortProgramEqualsTheFullOne) {
     MemoryEstimate a = EstimateMemoryWithProgram(spec, cluster, p, full, false);
     MemoryEstimate b = EstimateMemoryWithProgram(spec, cluster, p, skip, false);
     ASSERT_TRUE(a.report.allocator_replayed);
-    EXPECT_EQ(MemoryReportToJson(a.report, true).dump(), MemoryReportToJson(b.report, true).dump());
+    EXPECT_EQ(MemoryReportToJson(a.report, true, "").dump(), MemoryReportToJson(b.report, true, "").dump());
     if (b.program.repeats_of_last_leading_micro_batch == 0) continue;  // fell back: full program
     ++verified;
     AllocatorReplay ra = ReplayAllocator(a.program), rb = ReplayAllocator(b.program);

@@ -96,7 +96,7 @@ TEST(OneNumberTest, SummaryAndPhaseTableAgreeOverRandomPlans) {
     EXPECT_EQ(r.host.breakdown, host_peak->host_breakdown);
     EXPECT_EQ(r.host.fits, host_peak->host_fits);
     // JSON carries the same figures.
-    auto rj = MemoryReportToJson(r, false);
+    auto rj = MemoryReportToJson(r, false, "");
     auto pj = JobPhasesToJson(j);
     EXPECT_EQ(rj["per_rank"]["required_bytes"].get<int64_t>(), r.required.count());
     EXPECT_EQ(rj["host"]["peak_bytes_per_node"].get<int64_t>(), r.host.peak_per_node.count());
