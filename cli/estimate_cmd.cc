@@ -80,7 +80,11 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
       << " all-to-all dispatch)";
   }
   o << ", checkpointing " << model::CheckpointingSpecToString(p) << ", offload "
-    << model::ToString(p.offload) << ", " << model::ToString(p.param_dtype) << " params / "
+    << model::ToString(p.offload)
+    << (p.activation_offload == model::ActivationOffload::kVerlAsync
+            ? " + activations to pinned host memory layer by layer (verl's enable_activation_offload)"
+            : "")
+    << ", " << model::ToString(p.param_dtype) << " params / "
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";

@@ -171,6 +171,13 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { ParseCheckpointingSpec(f.checkpointing, s.name, p); }},
       {"--offload", "none|optimizer|all", kPlanFlag, &Opt<&PlanFlags::offload>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->offload = ParseEnum<Offload>(f.offload, s.name); }},
+      {"--activation-offload",
+       "none|verl_async: saved activations to pinned host memory, one layer at a time, as verl's "
+       "enable_activation_offload does (every block but the last; two on the GPU at a time)",
+       kPlanFlag, &Opt<&PlanFlags::activation_offload>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
+         p->activation_offload = ParseEnum<model::ActivationOffload>(f.activation_offload, s.name);
+       }},
       {"--precision", "Param dtype: bf16|fp16|fp32", kPlanFlag, &Opt<&PlanFlags::precision>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->param_dtype = ParseEnum<DType>(f.precision, s.name); }},
       {"--master-dtype",
@@ -345,7 +352,7 @@ void GroupHelp(CLI::App* app) {
       {"Plan: batch and sequences",
        {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "images", "image-tokens",
         "image-pixels", "grad-accum", "global-batch", "global-batch-tokens", "no-sync", "lengths"}},
-      {"Plan: memory policy", {"checkpointing", "offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
+      {"Plan: memory policy", {"checkpointing", "offload", "activation-offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
       {"Plan: precision and optimizer",
        {"precision", "master-dtype", "reduce-dtype", "frozen-dtype", "optimizer", "optimizer-impl"}},
       {"Plan: model code and role", {"attention", "sdpa-backend", "modeling", "liger", "role"}},
@@ -370,6 +377,7 @@ void GroupHelp(CLI::App* app) {
       {"grad-accum", std::to_string(d.grad_accum)},
       {"checkpointing", ToString(d.checkpointing)},
       {"offload", ToString(d.offload)},
+      {"activation-offload", ToString(d.activation_offload)},
       {"precision", model::ToString(d.param_dtype)},
       {"master-dtype", model::ToString(d.master_dtype)},
       {"reduce-dtype", model::ToString(d.reduce_dtype)},

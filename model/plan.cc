@@ -27,6 +27,7 @@ const Names& Table(Checkpointing*) {
 }
 const Names& Table(Offload*) { static const Names v = {"none", "optimizer", "all"}; return v; }
 const Names& Table(BackwardPrefetch*) { static const Names v = {"pre", "post", "none"}; return v; }
+const Names& Table(ActivationOffload*) { static const Names v = {"none", "verl_async"}; return v; }
 const Names& Table(Optimizer*) { static const Names v = {"adamw", "sgd", "adafactor"}; return v; }
 const Names& Table(OptimizerImpl*) {
   static const Names v = {"foreach", "fused", "for_loop"};
@@ -219,6 +220,7 @@ template const Names& EnumNames<ShardingStrategy>();
 template const Names& EnumNames<DType>();
 template const Names& EnumNames<Checkpointing>();
 template const Names& EnumNames<Offload>();
+template const Names& EnumNames<ActivationOffload>();
 template const Names& EnumNames<BackwardPrefetch>();
 template const Names& EnumNames<Optimizer>();
 template const Names& EnumNames<OptimizerImpl>();
@@ -233,6 +235,7 @@ template ShardingStrategy ParseEnum<ShardingStrategy>(const std::string&, const 
 template DType ParseEnum<DType>(const std::string&, const std::string&);
 template Checkpointing ParseEnum<Checkpointing>(const std::string&, const std::string&);
 template Offload ParseEnum<Offload>(const std::string&, const std::string&);
+template ActivationOffload ParseEnum<ActivationOffload>(const std::string&, const std::string&);
 template BackwardPrefetch ParseEnum<BackwardPrefetch>(const std::string&, const std::string&);
 template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
 template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
@@ -248,6 +251,7 @@ const char* ToString(ShardingStrategy s) { return Name(s); }
 const char* ToString(DType d) { return Name(d); }
 const char* ToString(Checkpointing c) { return Name(c); }
 const char* ToString(Offload o) { return Name(o); }
+const char* ToString(ActivationOffload a) { return Name(a); }
 const char* ToString(BackwardPrefetch b) { return Name(b); }
 const char* ToString(Optimizer o) { return Name(o); }
 const char* ToString(OptimizerImpl o) { return Name(o); }
@@ -376,6 +380,12 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
   }
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",
            max_inflight_allgathers);
+  // verl offloads by FSDP layer (activation_offload.py get_layers: the fully_shard children), and
+  // wraps every decoder layer (fsdp_utils.py apply_fsdp2): one unit per block.
+  if (activation_offload != ActivationOffload::kNone && wrap.kind != WrapPolicy::Kind::kBlock) {
+    p.Add("activation_offload", "none unless wrap is block (verl offloads one FSDP layer, a block, at a time)",
+          std::string(ToString(activation_offload)) + " with wrap " + WrapSpecToString(wrap));
+  }
   return p.Take();
 }
 

@@ -26,6 +26,12 @@ enum class ShardingStrategy {
 // issue #46's per-block policy, the mix of full and none that just fits).
 enum class Checkpointing { kNone, kFull, kSelective, kEveryK, kFirstK };
 enum class Offload { kNone, kOptimizer, kAll };  // kAll: params + grads + optimizer on the host
+// Saved activations to pinned host memory. kVerlAsync: verl's enable_activation_offload
+// (verl/utils/activation_offload.py AsyncDoubleBufferGroupOffloadHandler): every FSDP layer but the
+// last offloads the tensors autograd saves in its forward on a device-to-host stream while the
+// next layer computes, and reloads them one layer ahead in backward, so at most two layers' saved
+// activations are on the GPU; the pinned copies come from PyTorch's CachingHostAllocator.
+enum class ActivationOffload { kNone, kVerlAsync };
 enum class BackwardPrefetch { kPre, kPost, kNone };
 enum class Optimizer { kAdamW, kSgd, kAdafactor };
 // How the optimizer's update is run; decides its temporaries (torch/optim/adam.py).
@@ -174,6 +180,7 @@ struct Plan {
   int checkpoint_every_k = 1;   // kEveryK: checkpoint every k-th block
   int checkpoint_first_k = 1;   // kFirstK: checkpoint the first k blocks of each stack
   Offload offload = Offload::kNone;
+  ActivationOffload activation_offload = ActivationOffload::kNone;
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params
   DType reduce_dtype = DType::kFp32;  // gradient reduce-scatter / all-reduce dtype
   DType master_dtype = DType::kFp32;  // dtype of the sharded (master) params and optimizer state
@@ -301,6 +308,7 @@ struct Plan {
 const char* ToString(ShardingStrategy s);
 const char* ToString(Checkpointing c);
 const char* ToString(Offload o);
+const char* ToString(ActivationOffload a);  // "none", "verl_async"
 const char* ToString(BackwardPrefetch b);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl o);
@@ -313,7 +321,7 @@ const char* ToString(Role r);        // "train", "infer"
 const char* ToString(WrapPolicy::Kind k);  // "block", "every", "ranges", "size"
 
 // The names ToString() gives every value of E, in declaration order. Defined for ShardingStrategy,
-// DType, Checkpointing, Offload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, LossKernel,
+// DType, Checkpointing, Offload, ActivationOffload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, LossKernel,
 // Modeling,
 // CpFsdpMesh, Role and WrapPolicy::Kind.
 template <typename E>

@@ -79,6 +79,7 @@ WrapPolicy ReadWrap(StrictReader* r) {
 
 void ReadPrecisionAndComm(StrictReader* r, Plan* p) {
   p->offload = OptEnum(r, "offload", p->offload);
+  p->activation_offload = OptEnum(r, "activation_offload", p->activation_offload);
   p->param_dtype = OptEnum(r, "param_dtype", p->param_dtype);
   p->reduce_dtype = OptEnum(r, "reduce_dtype", p->reduce_dtype);
   p->master_dtype = OptEnum(r, "master_dtype", p->master_dtype);
@@ -227,6 +228,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
   if (p.checkpointing == Checkpointing::kFirstK) j["checkpoint_first_k"] = p.checkpoint_first_k;
   j["offload"] = ToString(p.offload);
+  if (p.activation_offload != ActivationOffload::kNone) j["activation_offload"] = ToString(p.activation_offload);
   j["param_dtype"] = ToString(p.param_dtype);
   j["reduce_dtype"] = ToString(p.reduce_dtype);
   j["master_dtype"] = ToString(p.master_dtype);

@@ -167,6 +167,9 @@ std::string PlanKey(const Plan& p) {
   if (p.cp > 1) k += " cp=" + std::to_string(p.cp);
   if (p.ep > 1) k += " ep=" + std::to_string(p.ep);
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += " loss=" + std::string(model::ToString(p.loss_kernel));
+  if (p.activation_offload != model::ActivationOffload::kNone) {
+    k += " activation_offload=" + std::string(model::ToString(p.activation_offload));
+  }
   return k;
 }
 
@@ -185,6 +188,9 @@ std::string PlanAsFlags(const Plan& p) {
   if (p.no_sync) f += " --no-sync";
   f += " --checkpointing " + model::CheckpointingSpecToString(p);
   f += " --offload " + std::string(model::ToString(p.offload));
+  if (p.activation_offload != model::ActivationOffload::kNone) {
+    f += " --activation-offload " + std::string(model::ToString(p.activation_offload));
+  }
   if (p.reshard_after_forward != model::StrategyReshardsAfterForward(p.strategy)) {
     f += std::string(" --reshard-after-forward ") + (p.reshard_after_forward ? "true" : "false");
   }

@@ -120,7 +120,8 @@ int64_t FullStateHostBytes(const JobSizes& z, const model::Plan& plan, int64_t e
   return z.full_master_bytes + z.trainable_parameters * em * states + factored;
 }
 
-HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const MemoryOptions& o, int g) {
+HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const MemoryOptions& o, int g,
+              Bytes activation_pinned) {
   HostAt h;
   int64_t em = model::BytesPerElement(plan.master_dtype);
   Bytes baseline = o.constants.host_process_baseline * g;
@@ -133,6 +134,12 @@ HostAt HostOf(JobPhase ph, const model::Plan& plan, const JobSizes& z, const Mem
     int64_t ef = model::BytesPerElement(plan.FrozenDtype());
     h.pinned.push_back({"offloaded shards (pinned)",
                         Bytes::Of((z.trainable_shard_numel * per_param + frozen * ef) * g)});
+  }
+  // Activation offload's pinned copies: allocated by the first forward, then kept by the
+  // CachingHostAllocator's free lists (never returned before empty_cache) for the rest of the job;
+  // model load and a resume come before any forward.
+  if (activation_pinned.count() > 0 && ph != JobPhase::kLoad && ph != JobPhase::kResume) {
+    h.pinned.push_back({"offloaded activations (pinned, power-of-two blocks)", activation_pinned * g});
   }
   int64_t loaded = LoadedCopyBytes(z, o, em);
   switch (ph) {
@@ -188,7 +195,6 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
                    const model::Plan& plan, const MemoryReport& report, const JobSizes& z,
                    const MemoryOptions& o, JobPhases* out) {
   (void)spec;
-  (void)report;
   // Host RAM is judged per host: the node's on a node of one host, a compute tray's where an
   // NVLink domain spans hosts (GB200 NVL72; ClusterSpec::gpus_per_host).
   Bytes limit = cluster.HostMemoryPerHost();
@@ -209,7 +215,7 @@ void AddHostMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cl
                             ph.required * g});
       if (g > 1) h.pageable.push_back({"launcher (shardtune run)", o.constants.cpu_launcher});
     } else {
-      h = HostOf(ph.phase, plan, z, o, cluster.GpusPerHost());
+      h = HostOf(ph.phase, plan, z, o, cluster.GpusPerHost(), report.activation_offload_pinned);
     }
     ph.host_moment = h.moment;
     ph.host_pinned = Bytes();

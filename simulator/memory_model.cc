@@ -604,6 +604,7 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
                 : expandable     ? MemoryJudgedBy::kExpandablePages
                                  : MemoryJudgedBy::kFragmentationAllowance;
   r.fragmentation_percent = static_cast<int>(options.constants.fragmentation_fraction * 100 + 0.5);
+  r.activation_offload_pinned = Bytes::Of(est.program.activation_offload_pinned_bytes);
   if (options.host_estimate) HostEstimate(spec, cluster, plan, options, &r);
   return est;
 }

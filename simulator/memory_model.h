@@ -215,6 +215,9 @@ struct MemoryReport {
   Bytes required_step0;
   Bytes capacity;              // usable device memory
   bool fits = true;
+  // Activation offload (Plan::activation_offload): pinned host bytes per rank for one micro-batch's
+  // offloaded saved tensors (StepProgram::activation_offload_pinned_bytes), counted in host RAM.
+  Bytes activation_offload_pinned;
   // What `fits` compares (cli/report_words.h writes it as the "judged on" sentence).
   MemoryJudgedBy judged_by = MemoryJudgedBy::kFragmentationAllowance;
   int fragmentation_percent = 0;  // the allowance's percent (CPU ranks, no replay)

@@ -143,6 +143,11 @@ struct StepProgram {
   // The same, when only step 0's were left out (WalkSetup::skip_repeated_micro_batches_in_step0):
   // step 1 is whole.
   int repeats_in_step0 = 0;
+  // Activation offload (Plan::activation_offload): the pinned host bytes one micro-batch's
+  // offloaded saved tensors take per rank, each rounded up to a power of two as PyTorch's
+  // CachingHostAllocator does (aten/src/ATen/core/CachingHostAllocator.h allocate: "Round up the
+  // allocation to the nearest power of two"); its cached blocks serve every later micro-batch.
+  int64_t activation_offload_pinned_bytes = 0;
   // "step 1 · micro-batch 2/4 · backward · block 7" for reports; built on demand.
   std::string OpName(size_t i) const;
   // The same place as structure.

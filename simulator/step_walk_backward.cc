@@ -66,6 +66,7 @@ void Walker::ForwardCompute(int seg) {
         Release(&vision_rotary_, Category::kVisionActivations);  // no graph through the tower
       }
     }
+    CommitActivationOffload(b);  // last: it begins the block's device-to-host copy
   } else {
     // The text model's forward returns: its M-RoPE tables go unless a checkpointed layer saved
     // them (they then live to the backward's end).
@@ -138,7 +139,12 @@ int64_t Walker::BackwardWorkingSet(const model::ActivationLedger& l, int64_t gra
 void Walker::BackwardCompute(int seg, int64_t grads) {
   const auto& spec = *s_.spec;
   const int L = nb_;
+  if (seg >= 1 && seg <= L) ReloadActivations(seg - 1);  // the block below comes back meanwhile
   last_backward_ = Begin(OpKind::kBackward, Stream::kDefault, -1, seg);
+  if (seg >= 1 && seg <= L && reload_op_[static_cast<size_t>(seg - 1)] >= 0) {
+    Dep(reload_op_[static_cast<size_t>(seg - 1)]);  // its own reload, issued a block earlier
+    reload_op_[static_cast<size_t>(seg - 1)] = -1;
+  }
   if (seg == model::HeadSegment(L) && fused_weight_grad_ > 0) {
     // The fused loss's weight gradient, made in forward, is the one AccumulateGrad takes.
     Free(Category::kLoss, Stream::kDefault, fused_weight_grad_);
@@ -226,8 +232,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     double re_attn = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_attention : 0;
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm + re_attn) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
-    Free(b < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kDefault,
-          BlockSavedBytes(b));
+    Free(b < nv_ ? Category::kVisionActivations : Category::kActivations, SavedPool(b), BlockSavedBytes(b));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
     if (rec_) {
       TFreeAll(&act_ids_[static_cast<size_t>(b)]);
@@ -507,7 +512,9 @@ ForwardEndBound Walker::ForwardEndLowerBound() const {
     if (!units_[i].is_expert && !ReshardAfterForward(units_[i])) states += GatheredBytes(i);
   }
   int64_t& act = out.activations_bytes;
-  for (int b = 0; b < nb_; ++b) act += BlockSavedBytes(b);
+  // Offloaded blocks' GPU copies are gone by the forward's end (the last block's commit drops the
+  // one before it).
+  for (int b = 0; b < nb_; ++b) act += OffloadsActivations(b) ? 0 : BlockSavedBytes(b);
   if (p_.Trains()) {
     // ForwardCompute: the residual stream from the embeddings (freed by the head's
     // BackwardCompute) and, in the head's forward op, first its working set (logits, the fp32
@@ -574,8 +581,11 @@ void Walker::BackwardLowerBounds(ForwardEndBound* out) const {
     const auto bi = static_cast<size_t>(b);
     out->backward_states_bytes[bi] = states;
     out->backward_prefetch_bytes[bi] = prefetch;
-    out->backward_activations_bytes[bi] = saved_below + BackwardWorkingSet(Blk(b).full, 0);
-    saved_below += BlockSavedBytes(b);
+    // With activation offload the blocks below are on the host but the one reloaded meanwhile.
+    const int64_t resident_below =
+        b >= 1 && OffloadsActivations(b - 1) ? saved_below + BlockSavedBytes(b - 1) : saved_below;
+    out->backward_activations_bytes[bi] = resident_below + BackwardWorkingSet(Blk(b).full, 0);
+    if (!OffloadsActivations(b)) saved_below += BlockSavedBytes(b);
   }
 }
 

@@ -107,6 +107,8 @@ Walker::Walker(const WalkSetup& s, StepProgram* prog)
     nosync_ids_.assign(u, {});
     act_ids_.assign(static_cast<size_t>(nb_), {});
   }
+  offload_copy_op_.assign(static_cast<size_t>(nb_), -1);
+  reload_op_.assign(static_cast<size_t>(nb_), -1);
 }
 
 int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment) {
@@ -123,7 +125,15 @@ int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment)
   op.unit = unit;
   op.segment = segment;
   op.mem_begin = op.mem_end = static_cast<uint32_t>(prog_->actions.size());
-  return static_cast<int32_t>(prog_->ops.size()) - 1;
+  const auto id = static_cast<int32_t>(prog_->ops.size()) - 1;
+  // An activation-offload commit made the compute stream wait for a copy: the next compute op
+  // does (the copy-outs between them are not held back: an approximation of the stream wait).
+  if (wait_for_copy_ >= 0 && (kind == OpKind::kForward || kind == OpKind::kBackward)) {
+    const int32_t copy = wait_for_copy_;
+    wait_for_copy_ = -1;
+    Dep(copy);
+  }
+  return id;
 }
 
 void Walker::Dep(int32_t op) {
@@ -194,17 +204,78 @@ void Walker::TAllocGrads(size_t i, int seg) {
   }
 }
 
-void Walker::TAllocSaved(int block) {
+std::vector<int64_t> Walker::SavedTensorBytes(int block) const {
+  std::vector<int64_t> out;
+  if (BlockFixedSaved(block) > 0) out.push_back(BlockFixedSaved(block));
+  double saved = BlockSaved(block);
+  if (saved <= 0) return out;
+  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) {
+    out.push_back(Tok(saved));
+    return out;
+  }
+  for (const auto& t : Blk(block).full.saved) out.push_back(Tok(t.bytes_per_token));
+  return out;
+}
+
+void Walker::TAllocSaved(int block, Stream pool) {
   if (!rec_) return;
   auto& ids = act_ids_[static_cast<size_t>(block)];
-  double saved = BlockSaved(block);
-  ids.push_back(TAlloc(Stream::kDefault, BlockFixedSaved(block)));  // -1 (nothing) when 0
-  if (saved <= 0) return;
-  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) {
-    ids.push_back(TAlloc(Stream::kDefault, Tok(saved)));
-    return;
+  for (int64_t bytes : SavedTensorBytes(block)) ids.push_back(TAlloc(pool, bytes));
+}
+
+bool Walker::OffloadsActivations(int block) const {
+  return p_.activation_offload == model::ActivationOffload::kVerlAsync && nb_ >= 3 && block < nb_ - 1 &&
+         BlockSavedBytes(block) > 0;
+}
+
+Stream Walker::SavedPool(int block) const { return OffloadsActivations(block) ? Stream::kCopy : Stream::kDefault; }
+
+// AsyncDoubleBufferGroupOffloadHandler.synchronize_on_group_commit_forward with layer_window_map[i]
+// = i + 1 (num_offload_group = layers - 1): at block b's commit the compute stream and the d2h
+// stream wait for each other, block b-1's GPU copies are dropped (tensor_tag_to_buf = None; the
+// saved-tensor hooks hold only their host copies), and block b's bulk offload starts on the d2h
+// stream. Block 0's starts at its own commit (current_group == 0).
+void Walker::CommitActivationOffload(int block) {
+  if (p_.activation_offload == model::ActivationOffload::kNone) return;
+  const auto bi = static_cast<size_t>(block);
+  const auto compute = static_cast<int32_t>(prog_->ops.size()) - 1;
+  if (block >= 1 && OffloadsActivations(block - 1)) {
+    const int prev = block - 1;
+    Free(prev < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kDefault, BlockSavedBytes(prev));
+    if (rec_) TFreeAll(&act_ids_[bi - 1]);
+    wait_for_copy_ = offload_copy_op_[bi - 1];
   }
-  for (const auto& t : Blk(block).full.saved) ids.push_back(TAlloc(Stream::kDefault, Tok(t.bytes_per_token)));
+  if (!OffloadsActivations(block)) return;
+  offload_copy_op_[bi] = Begin(OpKind::kDeviceToHost, Stream::kCopy, -1, model::BlockSegment(block));
+  Dep(compute);
+  Cur().comm_bytes = BlockSavedBytes(block);
+  Cur().group = 2;
+  // Pinned host blocks from the CachingHostAllocator, each saved tensor its own power-of-two block
+  // (SynchronizedGroupOffloadHandler.offload: torch.empty(pin_memory=True) per tensor).
+  if (step_ == 0 && micro_ == 0) {
+    for (int64_t bytes : SavedTensorBytes(block)) {
+      uint64_t p = 1;
+      while (p < static_cast<uint64_t>(bytes)) p <<= 1;
+      prog_->activation_offload_pinned_bytes += static_cast<int64_t>(p);
+    }
+  }
+}
+
+// AsyncDoubleBufferGroupOffloadHandler.on_group_commit_backward at block b: the h2d stream waits for
+// the compute so far, the compute stream for the reloads issued so far (block b's own, issued at
+// block b+1), then block b-1's copies come back on the h2d stream (bulk_reload_group), allocated
+// in that stream's pool.
+void Walker::ReloadActivations(int block) {
+  if (p_.activation_offload == model::ActivationOffload::kNone || block < 1 || !OffloadsActivations(block - 1)) return;
+  const int prev = block - 1;
+  const auto pi = static_cast<size_t>(prev);
+  const int32_t after = last_backward_;
+  reload_op_[pi] = Begin(OpKind::kHostToDevice, Stream::kCopy, -1, model::BlockSegment(prev));
+  Dep(after);
+  Cur().comm_bytes = BlockSavedBytes(prev);
+  Cur().group = 2;
+  Alloc(prev < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kCopy, BlockSavedBytes(prev));
+  TAllocSaved(prev, Stream::kCopy);
 }
 
 void Walker::Run() {

@@ -81,7 +81,7 @@ class Walker {
   void TAllocGrads(size_t i, int seg);
   // What block `block` saves for backward, one tensor per SavedTensor of its ledger (the block
   // input alone under full checkpointing; selective checkpointing's outputs as one lump).
-  void TAllocSaved(int block);
+  void TAllocSaved(int block, Stream pool = Stream::kDefault);
   std::vector<int64_t> TrainableShardNumels() const;
   int64_t OptimizerLaunches() const;
   void OptimizerStateTensors(int64_t state);
@@ -125,6 +125,20 @@ class Walker {
   int64_t BlockFixedSaved(int block) const;
   // Tok(BlockSaved(block)) + BlockFixedSaved(block): the bytes the block keeps until its backward.
   int64_t BlockSavedBytes(int block) const;
+  // The saved tensors of `block` as the allocator replay sees them (TAllocSaved's pieces).
+  std::vector<int64_t> SavedTensorBytes(int block) const;
+  // verl's activation offload: whether `block`'s saved tensors go to the host (every layer but the
+  // last, with at least three layers: activation_offload.py enable_activation_offloading).
+  bool OffloadsActivations(int block) const;
+  // The forward commit of `block` (GroupCommitFunction.forward): frees the previous block's GPU
+  // copies once their device-to-host copy is done, and starts this block's.
+  void CommitActivationOffload(int block);
+  // The backward commit of `block`: reloads the block before it (bulk_reload_group) on the copy
+  // stream while this one computes.
+  void ReloadActivations(int block);
+  // The pool a block's saved tensors are freed into in backward: the copy stream's for reloaded
+  // ones (allocated under the h2d stream), else the default.
+  Stream SavedPool(int block) const;
   // What block `block` records: its own ledger under frozen parameters, LoRA or a dense prefix
   // (model::ModelSpec::Heterogeneous), else block_.
   const model::BlockActivations& Blk(int block) const {
@@ -243,6 +257,11 @@ class Walker {
   double tiled_mlp_flops_ = 0;        // the last block's MLP forward per token (an MoE's, if any)
   double tiled_dense_mlp_flops_ = 0;  // the first block's (a dense prefix's, when there is one)
   int32_t last_copy_out_ = -1, last_backward_ = -1, last_reduce_ = -1, last_d2h_ = -1;
+  // Activation offload (verl's AsyncDoubleBufferGroupOffloadHandler): per block, the device-to-host
+  // copy of its saved tensors and, in backward, their reload; the copy the compute stream waits for
+  // at the next commit (-1: none).
+  std::vector<int32_t> offload_copy_op_, reload_op_;
+  int32_t wait_for_copy_ = -1;
   int32_t last_optimizer_ = -1;
   // Tensor identities for the allocator replay (step_program.h TensorEvent).
   bool rec_ = false;

@@ -231,6 +231,11 @@ void ValidateRun(const RunOptions& o, int world_size) {
                          o.spec.name + " (output_router_logits)");
     }
   }
+  if (o.plan.activation_offload != model::ActivationOffload::kNone) {
+    problems.push_back(std::string("--activation-offload ") + model::ToString(o.plan.activation_offload) +
+                       ": run's transformer does not offload activations yet (estimate, simulate and the "
+                       "verl export do); expected none");
+  }
   for (std::string& p : VisionRunProblems(o)) problems.push_back(std::move(p));
   for (std::string& p : TorchtitanRunProblems(o, world_size)) problems.push_back(std::move(p));
   if (o.steps < 1)

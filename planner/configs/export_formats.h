@@ -47,6 +47,10 @@ void AddWrapNote(const model::Plan& plan, const ExportContext& ctx, const std::s
 // every:K; the writers then write full checkpointing (less memory, more recompute).
 void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
                             std::vector<std::string>* notes);
+// A note when the plan offloads activations as verl does and the target has no such switch: the
+// writers then leave activations on the GPU (more memory than the plan).
+void AddActivationOffloadNote(const model::Plan& plan, const std::string& target,
+                              std::vector<std::string>* notes);
 // A note when the plan offloads only the optimizer state: FSDP2's CPUOffloadPolicy moves
 // parameters, gradients and optimizer state together, so the writers write no offload.
 void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,

@@ -73,6 +73,7 @@ std::vector<std::string> HfTrainerNotes(const model::Plan& p, const ExportContex
                     ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
   }
   AddBlockCheckpointNote(p, target, &notes);
+  AddActivationOffloadNote(p, target, &notes);
   AddOptimizerOffloadNote(p, target, &notes);
   AddPrefetchNotes(p, target, &notes);
   if (p.param_dtype != DType::kFp32 && p.reduce_dtype != p.param_dtype) {
@@ -150,6 +151,9 @@ std::vector<std::string> DeepspeedNotes(const model::Plan& p, const ExportContex
         "(model.gradient_checkpointing_enable()); DeepSpeed's activation_checkpointing section "
         "only configures deepspeed.checkpointing");
   }
+  // DeepSpeed's activation_checkpointing.cpu_checkpointing moves checkpointed layer inputs only,
+  // through deepspeed.checkpointing, not what autograd saves layer by layer.
+  AddActivationOffloadNote(p, "DeepSpeed", &notes);
   if (p.offload == model::Offload::kAll && stage != 3) {
     notes.push_back(
         "offload all: offload_param needs ZeRO stage 3; only the optimizer is offloaded");

@@ -77,6 +77,7 @@ std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportConte
                     "and memory_budget, no first-k; written as mode full (less activation memory, more "
                     "recompute than the plan)");
   }
+  AddActivationOffloadNote(p, "torchtitan", &notes);
   if (p.attention == model::Attention::kEager) {
     notes.push_back("attention eager: torchtitan flavors use SDPA (or flex); no eager attention");
   }

@@ -173,7 +173,10 @@ void WriteFsdpConfig(const model::Plan& p, const ExportContext& ctx, const Layou
 }
 
 // The model keys verl's PPO (actor_rollout_ref.model) and SFT (model) sections share, at `indent`.
-void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent, std::ostream& y) {
+// `offload_key`: the trainer reads enable_activation_offload (the PPO workers and the FSDP engine
+// of sft_trainer_engine.yaml; fsdp_sft_trainer.py never does).
+void WriteModelKeys(const model::Plan& p, bool train, bool offload_key, const std::string& indent,
+                    std::ostream& y) {
   y << indent << "enable_gradient_checkpointing: "
     << YamlBool(train && p.checkpointing != model::Checkpointing::kNone) << "\n";
   if (p.loss_kernel == model::LossKernel::kVerlPaddedCe ||
@@ -186,6 +189,9 @@ void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent,
       << (p.loss_kernel == model::LossKernel::kVerlFusedTriton ? "triton" : "torch") << "\n";
   }
   if (p.liger.rms_norm && p.liger.swiglu && p.liger.rope) y << indent << "use_liger: true\n";
+  if (offload_key && train && p.activation_offload == model::ActivationOffload::kVerlAsync) {
+    y << indent << "enable_activation_offload: true\n";
+  }
   y << indent << "lora_rank: " << (p.lora.enabled() ? p.lora.rank : 0) << "\n";
   if (p.lora.enabled()) {
     y << indent << "lora_alpha: " << FormatFloat(p.lora.alpha) << "\n";
@@ -207,6 +213,7 @@ void WriteModelKeys(const model::Plan& p, bool train, const std::string& indent,
 ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const Layout& l) {
   ExportResult r;
   r.notes = VerlNotes(p, ctx, l, true);
+  AddActivationOffloadNote(p, "verl's fsdp_sft_trainer.py", &r.notes);
   int dp = p.DataParallel(ctx.world_size);
   std::ostringstream y;
   y << "defaults:\n  - sft_trainer\n  - _self_\n";
@@ -218,7 +225,7 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
   y << "  max_length: " << ctx.seq_len << "\n";
   y << "ulysses_sequence_parallel_size: " << p.cp << "\n";
   y << "model:\n  strategy: fsdp2\n";
-  WriteModelKeys(p, true, "  ", y);
+  WriteModelKeys(p, true, false, "  ", y);
   WriteFsdpConfig(p, ctx, l, "  ", y);
   r.text = CommentBlock({"verl SFT trainer config over sft_trainer.yaml: run torchrun -m "
                          "verl.trainer.fsdp_sft_trainer --config-name THIS",
@@ -249,7 +256,7 @@ ExportResult ExportVerlSftEngine(const model::Plan& p, const ExportContext& ctx,
   }
   y << "  max_length: " << batch.seq << "\n";
   y << "model:\n";
-  WriteModelKeys(p, true, "  ", y);
+  WriteModelKeys(p, true, true, "  ", y);
   WriteFsdpConfig(p, ctx, l, "", y, "engine");
   y << "  strategy: fsdp2\n  ulysses_sequence_parallel_size: " << p.cp << "\n";
   r.text = CommentBlock({"verl engine SFT trainer config over sft_trainer_engine.yaml: run torchrun "
@@ -292,7 +299,7 @@ ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
     << "\n  max_response_length: " << batch.seq - batch.prompt << "\n";
   y << "actor_rollout_ref:\n";
   y << "  model:\n";
-  WriteModelKeys(p, train, "    ", y);
+  WriteModelKeys(p, train, true, "    ", y);
   const int64_t budget = p.seq_len / std::max(1, p.cp);  // *_max_token_len_per_gpu
   if (train) {
     y << "  rollout:\n    n: " << batch.n << "\n";

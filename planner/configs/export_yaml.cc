@@ -106,6 +106,7 @@ std::vector<std::string> AccelerateNotes(const model::Plan& p, const ExportConte
                     ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
   }
   AddBlockCheckpointNote(p, target, &notes);
+  AddActivationOffloadNote(p, target, &notes);
   AddOptimizerOffloadNote(p, target, &notes);
   AddPrefetchNotes(p, target, &notes);
   AddAccelerateDtypeNotes(p, &notes);
@@ -195,6 +196,7 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
   AddFrozenDtypeNote(
       p, "ROLL loads the whole model in strategy_config param_dtype (the master copy)", &notes);
   AddBlockCheckpointNote(p, target, &notes);
+  AddActivationOffloadNote(p, target, &notes);
   AddOptimizerOffloadNote(p, target, &notes);
   AddPrefetchNotes(p, target, &notes);
   if (p.optimizer != model::Optimizer::kAdamW ||

@@ -100,7 +100,7 @@ const KeyTable& ModelKeys() {
        {"fsdp_config", KeyUse::kMapped},
        {"strategy", KeyUse::kMapped},
        {"override_config", KeyUse::kMapped},  // ReadModelNamed: the keys that change nothing
-       {"enable_activation_offload", KeyUse::kUnsupported, "activation offload to the host"},
+       {"enable_activation_offload", KeyUse::kMapped},  // ReadModel: Plan::activation_offload
        {"use_liger", KeyUse::kMapped},  // ReadLigerKernels
        {"use_fused_kernels", KeyUse::kMapped},     // ReadLogProbPath
        {"fused_kernel_options", KeyUse::kMapped},  // its impl_backend
@@ -215,14 +215,28 @@ void ReadFsdpConfig(const ConfigReader& f, const std::string& strategy, bool act
 // _apply_liger_kernel_to_instance(model) with its defaults, so rms_norm, swiglu and rope (its
 // fused linear cross-entropy runs only when the forward gets labels, which verl's never does);
 // the critic's builder does not read it).
+// `offload`: the trainer reads enable_activation_offload (the PPO workers and the FSDP engine do;
+// fsdp_sft_trainer.py, the legacy SFT trainer, never does: `out` then gets a warning).
 void ReadModel(const ConfigReader& model, bool train, const ImportContext& ctx, model::Plan* plan,
-               bool liger = true) {
+               bool liger = true, bool offload = true, ImportResult* out = nullptr) {
   plan->liger = {};
   if (liger && model.Bool("use_liger").value_or(false)) plan->liger = {true, true, true};
   // hf_model.yaml and sft_trainer.yaml: enable_gradient_checkpointing True.
   bool ckpt = model.Bool("enable_gradient_checkpointing").value_or(true);
   plan->checkpointing = train && ckpt ? model::Checkpointing::kFull : model::Checkpointing::kNone;
   plan->checkpoint_every_k = 1;
+  // enable_activation_offload: fsdp_workers.py passes it to the actor's and the critic's
+  // _build_model_optimizer (never the reference's), which calls enable_activation_offloading after
+  // fully_shard; with gradient checkpointing on, verl swaps HF's for its own per-layer reentrant
+  // checkpoint, which saves what full checkpointing saves (the layer's input).
+  const bool asked = model.Bool("enable_activation_offload").value_or(false);
+  plan->activation_offload =
+      train && offload && asked ? model::ActivationOffload::kVerlAsync : model::ActivationOffload::kNone;
+  if (asked && !offload && out != nullptr) {
+    out->warnings.push_back(model.Where("enable_activation_offload") +
+                            ": verl's fsdp_sft_trainer.py does not read it (only the PPO workers and the FSDP "
+                            "engine of sft_trainer_engine.yaml do); estimated with the activations on the GPU");
+  }
   plan->lora = model::LoraSpec{};
   int64_t rank = model.Int("lora_rank", 0, 1 << 16).value_or(0);
   if (rank > 0) {
@@ -755,7 +769,7 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
   auto fc = model.Section("fsdp_config");
   ReadFsdpConfig(fc ? *fc : ConfigReader(kEmpty, top.file(), "/model/fsdp_config", ignored),
                  strategy, true, m, ctx, out, plan);
-  ReadModel(model, true, ctx, plan);
+  ReadModel(model, true, ctx, plan, /*liger=*/true, /*offload=*/false, out);
   ConfigReader data = top.RequiredSection("data");
   // fsdp_sft_trainer.py: train_batch_size //= dp; micro-batches = that // micro_batch_size_per_gpu.
   int dp = m.world / m.sp;

@@ -370,6 +370,36 @@ TEST(ExportTest, FirstKCheckpointingIsWrittenAsFullWithANote) {
   }
 }
 
+// verl's FSDP engine and PPO workers read enable_activation_offload (hf_model.yaml); its legacy
+// fsdp_sft_trainer.py and the other formats have no such switch and say so.
+TEST(ExportTest, ActivationOffloadIsVerlsSwitchAndANoteElsewhere) {
+  SHARDTUNE_REQUIRE_PYTHON("yaml");
+  Job j = OneNodeJob(model::ShardingStrategy::kFullShard);
+  j.plan.activation_offload = model::ActivationOffload::kVerlAsync;
+  j.ctx.verl_trainer = VerlTrainer::kSftEngine;
+  ExportResult engine = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  json v = LoadYaml(engine.text);
+  EXPECT_EQ(v.at(json::json_pointer("/model/enable_activation_offload")), true);
+  for (const auto& n : engine.notes) EXPECT_THAT(n, Not(HasSubstr("activation_offload")));
+  j.ctx.verl_trainer = VerlTrainer::kSft;
+  ExportResult legacy = ExportPlan(j.plan, j.ctx, ExportFormat::kVerl);
+  EXPECT_THAT(legacy.text, Not(HasSubstr("enable_activation_offload: true")));
+  std::string legacy_notes;
+  for (const auto& n : legacy.notes) legacy_notes += n + "\n";
+  EXPECT_THAT(legacy_notes, HasSubstr("fsdp_sft_trainer.py has no switch"));
+  for (ExportFormat f : {ExportFormat::kTorchtitan, ExportFormat::kAccelerate, ExportFormat::kHfTrainer,
+                         ExportFormat::kDeepspeed, ExportFormat::kRoll}) {
+    std::string all;
+    for (const auto& n : ExportPlan(j.plan, j.ctx, f).notes) all += n + "\n";
+    EXPECT_THAT(all, HasSubstr("activation_offload verl_async")) << ExportFormatNames()[static_cast<size_t>(f)];
+    EXPECT_THAT(all, HasSubstr("written without it"));
+  }
+  // Without it, verl's file does not name the key.
+  j.plan.activation_offload = model::ActivationOffload::kNone;
+  j.ctx.verl_trainer = VerlTrainer::kSftEngine;
+  EXPECT_THAT(ExportPlan(j.plan, j.ctx, ExportFormat::kVerl).text, Not(HasSubstr("enable_activation_offload")));
+}
+
 TEST(ExportTest, StringsWithQuotesAndBackslashesSurviveYamlAndToml) {
   SHARDTUNE_REQUIRE_PYTHON("yaml");
   Job j = HybridJob();

@@ -67,6 +67,22 @@ Plan Sharded(ShardingStrategy s, int group = 0) {
   return p;
 }
 
+// verl's FSDP engine SFT config says enable_activation_offload, and reads it back.
+TEST(ImportRoundTripTest, VerlEngineKeepsActivationOffload) {
+  model::ModelSpec spec = model::FindModelPreset("llama3-8b");
+  profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("8xH100");
+  Plan p = Sharded(ShardingStrategy::kFullShard);
+  p.micro_batch = 1;
+  p.activation_offload = model::ActivationOffload::kVerlAsync;
+  ExportContext ctx = MakeExportContext(spec, cluster, p);
+  ctx.verl_trainer = VerlTrainer::kSftEngine;
+  ExportResult out = ExportPlan(p, ctx, ExportFormat::kVerl);
+  Plan back;
+  ImportFormat f = ImportFormat::kVerl;
+  ImportConfigText(out.text, "exported", MakeImportContext(spec, cluster), &f, &back);
+  EXPECT_EQ(back.activation_offload, model::ActivationOffload::kVerlAsync) << out.text;
+}
+
 void SetMixed(DType d, Plan* p) {
   p->param_dtype = d;
   p->reduce_dtype = d;

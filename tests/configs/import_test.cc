@@ -734,21 +734,38 @@ TEST(ImportErrorTest, UnknownKeyIsAnErrorWithTheClosestKnownName) {
 }
 
 TEST(ImportErrorTest, UnsupportedKeyWithAnEffectIsAnError) {
-  EXPECT_THAT(
-      [] {
-        FromText(
-            "actor_rollout_ref:\n  model:\n    enable_activation_offload: true\n  actor:\n    "
-            "ppo_micro_batch_size_per_gpu: 1\n",
-            LlamaOn8());
-      },
-      ThrowsMessage<InputError>(
-          AllOf(HasSubstr("cfg.yaml:/actor_rollout_ref/model/enable_activation_offload"),
-                HasSubstr("activation offload to the host"))));
+  EXPECT_THAT([] { FromText("distributed_type: FSDP\nuse_cpu: true\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(
+                  AllOf(HasSubstr("cfg.yaml:/use_cpu"), HasSubstr("training on CPUs through Accelerate"))));
   // The same key at its neutral value is accepted.
-  EXPECT_NO_THROW(
-      FromText("actor_rollout_ref:\n  model:\n    enable_activation_offload: false\n  actor:\n"
-               "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
-               LlamaOn8()));
+  EXPECT_NO_THROW(FromText("distributed_type: FSDP\nuse_cpu: false\nfsdp_config:\n  fsdp_version: 2\n", LlamaOn8()));
+}
+
+// verl's enable_activation_offload: fsdp_workers.py hands it to the actor's (and the critic's)
+// _build_model_optimizer, never to the reference's; false or absent leaves activations on the GPU.
+TEST(ImportVerlTest, ActivationOffloadIsTheActorsVerlAsyncOffload) {
+  const std::string actor =
+      "actor_rollout_ref:\n  model:\n    enable_activation_offload: true\n  actor:\n"
+      "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n";
+  EXPECT_EQ(FromText(actor, LlamaOn8()).activation_offload, model::ActivationOffload::kVerlAsync);
+  EXPECT_EQ(FromText("actor_rollout_ref:\n  model:\n    enable_activation_offload: false\n  actor:\n"
+                     "    ppo_micro_batch_size_per_gpu: 1\n    ppo_mini_batch_size: 8\n",
+                     LlamaOn8())
+                .activation_offload,
+            model::ActivationOffload::kNone);
+}
+
+// fsdp_sft_trainer.py (the legacy SFT trainer) never reads enable_activation_offload, so its import
+// warns and leaves the activations on the GPU.
+TEST(ImportVerlTest, ActivationOffloadIsIgnoredWithAWarningByTheLegacySftTrainer) {
+  ImportResult r;
+  const Plan legacy = FromText(
+      "defaults:\n  - sft_trainer\n  - _self_\ntrainer:\n  nnodes: 1\n  n_gpus_per_node: 8\n"
+      "data:\n  train_batch_size: 8\n  micro_batch_size_per_gpu: 1\n"
+      "  max_length: 4096\nmodel:\n  strategy: fsdp2\n  enable_activation_offload: true\n",
+      LlamaOn8(), &r);
+  EXPECT_EQ(legacy.activation_offload, model::ActivationOffload::kNone);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("fsdp_sft_trainer.py does not read it"));
 }
 
 // verl's token budget (use_dynamic_bsz): dp_actor.py update_policy packs each mini-batch into
