@@ -151,6 +151,25 @@ std::vector<std::string> AdviseOnMemory(const model::Plan& plan, const sim::Memo
                     " peak; --checkpointing full keeps only each block's input." + *checked);
     }
   }
+  // verl's activation offload: what every block but the last two saved leaves the GPU, for pinned
+  // host RAM and host-link copies beside the compute. After checkpointing (which the line above
+  // suggests first: it costs no host RAM), and only where it was re-estimated and lowers the
+  // requirement, with its host figure.
+  if (!r.fits && plan.activation_offload == model::ActivationOffload::kNone &&
+      plan.checkpointing != model::Checkpointing::kNone && check &&
+      acts.count() > r.peak_allocated.count() / 4) {
+    const CheckedChange c = check(AdvisedChange::kActivationOffload);
+    if (c.evaluated && c.required < r.required) {
+      out.push_back("Saved activations are " + model::GiBText(acts) + " of the " + model::GiBText(r.peak_allocated) +
+                    " peak; --activation-offload verl_async (verl's enable_activation_offload) keeps two blocks' "
+                    "on the GPU and copies the others to pinned host RAM, block by block beside the compute. "
+                    "Re-estimated with it: " +
+                    model::GiBText(c.required) + " required" +
+                    (c.fits ? ", which fits" : ", which still does not fit") + "; host RAM " +
+                    model::GiBText(c.host_peak_per_node) + " per node" +
+                    (c.host_fits ? "." : ", more than it has."));
+    }
+  }
   if (!r.units.empty()) {
     std::vector<int64_t> sizes;
     for (const auto& u : r.units) sizes.push_back(u.gathered_bytes.count());

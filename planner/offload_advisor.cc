@@ -190,12 +190,19 @@ CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::C
       p.frozen_dtype = model::DType::kBf16;
       c.flags = "--frozen-dtype bf16";
       break;
+    case AdvisedChange::kActivationOffload:
+      if (plan.activation_offload != model::ActivationOffload::kNone || !plan.Trains()) return c;
+      p.activation_offload = model::ActivationOffload::kVerlAsync;
+      c.flags = "--activation-offload verl_async";
+      break;
   }
   if (!valid(p)) return c;
   sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
   c.evaluated = true;
   c.required = r.required;
   c.fits = r.fits;
+  c.host_peak_per_node = r.host.peak_per_node;
+  c.host_fits = r.host.fits;
   return c;
 }
 

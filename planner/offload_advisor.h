@@ -54,11 +54,13 @@ struct CheckedChange {
   bool evaluated = false;
   Bytes required;
   bool fits = false;
+  Bytes host_peak_per_node;  // the re-estimated job's host RAM peak (per host where nodes split)
+  bool host_fits = true;
 };
 // The changes AdviseOnMemory may suggest beyond offload and the loss kernel: full activation
 // checkpointing, Ulysses cp (the smallest degree above the plan's the model and mesh take),
-// block wrapping, and frozen weights loaded in bf16.
-enum class AdvisedChange { kCheckpointing, kCp, kWrap, kFrozenDtype };
+// block wrapping, frozen weights loaded in bf16, and verl's activation offload.
+enum class AdvisedChange { kCheckpointing, kCp, kWrap, kFrozenDtype, kActivationOffload };
 CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                  const model::Plan& plan, const sim::MemoryOptions& options,
                                  AdvisedChange change);

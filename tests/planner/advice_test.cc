@@ -228,6 +228,36 @@ TEST(AdviceTest, SuggestedChangesQuoteTheirReEstimate) {
                                                       ::testing::Not(HasSubstr("Re-estimated"))));
 }
 
+// With checkpointing already on, saved activations that still make most of the peak hear of verl's
+// activation offload, quoted as re-estimated with its host RAM; without checkpointing the
+// checkpointing line comes instead (it costs no host RAM).
+TEST(AdviceTest, CheckpointedPlanHearsOfActivationOffloadWithItsHostRam) {
+  auto spec = model::FindModelPreset("llama3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  model::Plan p;
+  p.seq_len = 4096;
+  p.micro_batch = 64;
+  p.checkpointing = model::Checkpointing::kFull;
+  p.loss_kernel = model::LossKernel::kVerlFusedTriton;
+  const sim::MemoryOptions opt;
+  auto r = sim::EstimateMemory(spec, cluster, p, opt);
+  ASSERT_FALSE(r.fits);
+  model::Plan off = p;
+  off.activation_offload = model::ActivationOffload::kVerlAsync;
+  const sim::MemoryReport ro = sim::EstimateMemory(spec, cluster, off, opt);
+  ASSERT_LT(ro.required, r.required);
+  const ChangeChecker check = [&](AdvisedChange c) { return CheckAdvisedChange(spec, cluster, p, opt, c); };
+  EXPECT_THAT(Joined(AdviseOnMemory(p, r, {}, {}, "", check)),
+              AllOf(HasSubstr("--activation-offload verl_async (verl's enable_activation_offload)"),
+                    HasSubstr("Re-estimated with it: " + GiBText(ro.required) + " required"),
+                    HasSubstr("host RAM " + GiBText(ro.host.peak_per_node) + " per node")));
+  model::Plan none = p;
+  none.checkpointing = model::Checkpointing::kNone;
+  const ChangeChecker check_none = [&](AdvisedChange c) { return CheckAdvisedChange(spec, cluster, none, opt, c); };
+  EXPECT_THAT(Joined(AdviseOnMemory(none, sim::EstimateMemory(spec, cluster, none, opt), {}, {}, "", check_none)),
+              ::testing::Not(HasSubstr("--activation-offload")));
+}
+
 TEST(TokenCapacityTest, APackedRowCostsWhatItsPaddedSequencesCost) {
   auto spec = model::FindModelPreset("qwen3-8b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
