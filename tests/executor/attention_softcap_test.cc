@@ -15,22 +15,17 @@
 #include "executor/nn/transformer_support.h"
 #include "model/presets.h"
 #include "tests/executor/attention_reference.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::exec {
 namespace {
 
 model::ModelSpec Gemma2Like(double cap) {
-  model::ModelSpec s = model::FindModelPreset("tiny-llama");
-  s.num_layers = 1;
-  s.hidden = 64;
-  s.num_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 16;
-  s.ffn_hidden = 128;
-  s.vocab_size = 256;
-  s.attn_logit_softcap = cap;
-  s.FillDefaults();
-  return s;
+  model::ModelSpec base = model::FindModelPreset("tiny-llama");
+  base.head_dim = 16;
+  base.attn_logit_softcap = cap;
+  return model::testing_util::Decoder(base.name, {/*layers=*/1, /*hidden=*/64, /*heads=*/4, /*kv_heads=*/2,
+                                                  /*ffn_hidden=*/128, /*vocab=*/256}, base);
 }
 
 // The reference: causal softmax over j <= i of cap x tanh(q_i . k_j / sqrt(D) / cap).

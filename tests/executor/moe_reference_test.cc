@@ -22,22 +22,14 @@
 
 #include "executor/nn/transformer.h"
 #include "model/module_tree.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::exec {
 namespace {
 
 model::ModelSpec Dense() {
-  model::ModelSpec s;
-  s.name = "dense";
-  s.num_layers = 1;
-  s.hidden = 16;
-  s.num_heads = 2;
-  s.num_kv_heads = 1;
-  s.ffn_hidden = 24;
-  s.vocab_size = 32;
-  s.max_seq_len = 16;
-  s.FillDefaults();
-  return s;
+  return model::testing_util::Decoder("dense", {/*layers=*/1, /*hidden=*/16, /*heads=*/2, /*kv_heads=*/1,
+                                                /*ffn_hidden=*/24, /*vocab=*/32, /*max_seq_len=*/16});
 }
 
 model::ModelSpec Moe(int experts, int top_k, bool renormalise, bool shared) {

@@ -23,6 +23,7 @@
 #include "model/activations.h"
 #include "model/model_spec.h"
 #include "tests/executor/test_util.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::exec::testing {
 namespace {
@@ -164,17 +165,8 @@ std::pair<int64_t, int64_t> Step0(const TempDir& tmp, int layers, const std::str
 
 // micro-llama.model.json's shape as a ModelSpec (2 layers), with `vocab` entries.
 model::ModelSpec MicroLlama(int64_t vocab) {
-  model::ModelSpec spec;
-  spec.name = "micro-llama";
-  spec.num_layers = 2;
-  spec.hidden = 64;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn_hidden = 172;
-  spec.vocab_size = vocab;
-  spec.max_seq_len = 64;
-  spec.FillDefaults();
-  return spec;
+  return model::testing_util::Decoder("micro-llama", {/*layers=*/2, /*hidden=*/64, /*heads=*/4, /*kv_heads=*/2,
+                                                      /*ffn_hidden=*/172, vocab, /*max_seq_len=*/64});
 }
 
 TEST(SelectiveCheckpointingMemoryTest, PeakBetweenFullAndNoneAndBlockBytesMatchPlanner) {

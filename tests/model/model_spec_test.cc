@@ -9,6 +9,7 @@
 #include "model/model_spec_json.h"
 #include "model/presets.h"
 #include "model/strict_json.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::model {
 namespace {
@@ -18,17 +19,8 @@ using testing::HasSubstr;
 using testing::ThrowsMessage;
 
 ModelSpec Small() {
-  ModelSpec s;
-  s.name = "small";
-  s.num_layers = 2;
-  s.hidden = 64;
-  s.num_heads = 4;
-  s.num_kv_heads = 2;
-  s.ffn_hidden = 160;
-  s.vocab_size = 100;
-  s.max_seq_len = 32;
-  s.FillDefaults();
-  return s;
+  return testing_util::Decoder("small", {/*layers=*/2, /*hidden=*/64, /*heads=*/4, /*kv_heads=*/2,
+                                         /*ffn_hidden=*/160, /*vocab=*/100, /*max_seq_len=*/32});
 }
 
 nlohmann::json SmallJson() {

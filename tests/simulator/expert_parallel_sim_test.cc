@@ -9,6 +9,7 @@
 #include "model/presets.h"
 #include "profiles/cluster.h"
 #include "simulator/simulate.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::sim {
 namespace {
@@ -121,16 +122,9 @@ namespace {
 // them unit by unit at post-backward; rounding the segment's sum once freed more than it had
 // allocated (an internal error, 2026-11-28). Every walk must end with no unsharded gradient.
 TEST(ExpertParallelSimTest, UnitsSharingASegmentFreeTheGradientBlocksTheyAllocated) {
-  model::ModelSpec s;
-  s.name = "micro-gpt-oss";
-  s.num_layers = 2;
-  s.hidden = 64;
-  s.num_heads = 4;
-  s.num_kv_heads = 2;
-  s.head_dim = 16;
-  s.ffn_hidden = 48;
-  s.vocab_size = 512;
-  s.max_seq_len = 64;
+  model::ModelSpec s = model::testing_util::Decoder(
+      "micro-gpt-oss", {/*layers=*/2, /*hidden=*/64, /*heads=*/4, /*kv_heads=*/2, /*ffn_hidden=*/48,
+                        /*vocab=*/512, /*max_seq_len=*/64});  // head_dim 16
   s.qkv_bias = s.attn_out_bias = s.attention_sinks = s.norm_weight_fp32 = true;
   s.sliding_window = 8;
   s.full_attention_every = 2;
