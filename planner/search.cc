@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "model/context_parallel.h"
 #include "model/expert_parallel.h"
 #include "model/errors.h"
 #include "model/module_tree.h"
+#include "model/text.h"
 #include "planner/search_rank.h"
 #include "planner/wrap_partition.h"
 
@@ -80,6 +82,12 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
       w.ranges = ranges;
       s.wraps.push_back(w);
     }
+  }
+  // verl's activation offload works per FSDP layer, a block (Plan::Problems): other wraps go.
+  if (req.base.activation_offload != model::ActivationOffload::kNone) {
+    s.wraps.erase(std::remove_if(s.wraps.begin(), s.wraps.end(),
+                                 [](const model::WrapPolicy& w) { return w.kind != model::WrapPolicy::Kind::kBlock; }),
+                  s.wraps.end());
   }
   if (s.cp_sizes.empty()) s.cp_sizes = DefaultCpSizes(spec, c, req);
   if (s.loss_kernels.empty()) s.loss_kernels = {req.base.loss_kernel};
@@ -310,6 +318,40 @@ std::vector<Plan> EnumeratePlans(const model::ModelSpec& spec, const profiles::C
   return out;
 }
 
+namespace {
+
+// Nothing fits in memory: verl's activation offload moves what no searched knob moves, the saved
+// activations of every block but the last, to pinned host RAM (Plan::activation_offload). The
+// space is searched again with it (Defaults keeps block wrapping only) and the answer names its
+// fastest plan with the host RAM it takes; the plans stay out of `top`, since they need verl's
+// runtime and host RAM the request did not ask for.
+void SuggestActivationOffload(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                              const SearchRequest& req, SearchResult* r) {
+  if (!r->top.empty() || r->no_plan_reason != "memory" || !req.try_activation_offload ||
+      req.base.activation_offload != model::ActivationOffload::kNone || !req.base.Trains()) {
+    return;
+  }
+  SearchRequest again = req;
+  again.try_activation_offload = false;
+  again.base.activation_offload = model::ActivationOffload::kVerlAsync;
+  const SearchResult alt = SearchPlans(spec, cluster, again);
+  if (alt.top.empty()) return;
+  const Candidate& best = alt.top.front();
+  const sim::MemoryReport m = sim::EstimateMemory(spec, cluster, best.plan, req.options.memory);
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(3);
+  s << " With verl's activation offload (--activation-offload verl_async: the saved activations of every "
+       "block but the last go to pinned host RAM, two blocks' on the GPU at a time), plans fit on the GPU: "
+       "the fastest is "
+    << best.key << " at " << best.step_time_s << " s per step, " << model::GiBText(best.required) << " of "
+    << model::GiBText(best.capacity) << " per GPU, " << model::GiBText(m.host.peak_per_node) << " of host RAM per "
+    << (cluster.HostsPerNode() > 1 ? "host" : "node") << (m.host.fits ? "" : " (more than it has)") << ".";
+  r->advice_if_none += s.str();
+}
+
+}  // namespace
+
 SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                          const SearchRequest& req, const std::function<void(int64_t, int64_t)>& progress) {
   auto t0 = std::chrono::steady_clock::now();
@@ -319,6 +361,7 @@ SearchResult SearchPlans(const model::ModelSpec& spec, const profiles::ClusterSp
   SearchResult r = ranker.Run(plans, progress);
   RefineBlockCheckpointing(spec, cluster, req, &r);
   r.enumerated = static_cast<int64_t>(plans.size());
+  SuggestActivationOffload(spec, cluster, req, &r);
   r.search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

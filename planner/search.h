@@ -69,6 +69,9 @@ struct SearchRequest {
   // After the search, narrow the fastest checkpointing plans to first:K (checkpoint_refine.h).
   // false: the list is only what the space enumerates (tune --export: no format says first:K).
   bool refine_block_checkpointing = true;
+  // When no plan fits in memory and the base plan trains without activation offload: search again
+  // with verl's (Plan::activation_offload verl_async) and say in advice_if_none what fits with it.
+  bool try_activation_offload = true;
   // Threads evaluating plans; 0: std::thread::hardware_concurrency(). The answer is the same for
   // any number (tests/planner/search_test.cc).
   int jobs = 0;

@@ -67,6 +67,38 @@ TEST(SearchTest, PickFitsAndIsNoSlowerThanAnyEnumeratedPlan) {
   }
 }
 
+// Nothing fits: Llama-3.2-1B on one RTX 4090 at 131,072 tokens with verl's fused head, where
+// even full checkpointing keeps 16 blocks' inputs (16 x 131072 x 2048 x 2 bytes = 8 GiB). The
+// answer says what verl's activation offload makes fit, and that plan, estimated on its own,
+// fits on the GPU; the plans stay out of the list.
+TEST(SearchTest, NothingFitsNamesWhatActivationOffloadMakesFit) {
+  auto spec = model::FindModelPreset("llama3.2-1b");
+  auto c = profiles::ParseClusterShorthand("1xRTX4090");
+  SearchRequest req;
+  req.global_batch = 1;
+  req.seq_len = 131072;
+  req.base.loss_kernel = model::LossKernel::kVerlFusedTriton;
+  SearchResult r = SearchPlans(spec, c, req);
+  ASSERT_TRUE(r.top.empty());
+  ASSERT_EQ(r.no_plan_reason, "memory");
+  const std::string marker = "plans fit on the GPU: the fastest is ";
+  const size_t at = r.advice_if_none.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.advice_if_none;
+  const std::string rest = r.advice_if_none.substr(at + marker.size());
+  const std::string key = rest.substr(0, rest.find(" at "));
+  EXPECT_NE(key.find("activation_offload=verl_async"), std::string::npos) << key;
+  // Searched again with the offload pinned, the same plan comes first, and it fits.
+  SearchRequest pinned = req;
+  pinned.base.activation_offload = model::ActivationOffload::kVerlAsync;
+  SearchResult with = SearchPlans(spec, c, pinned);
+  ASSERT_FALSE(with.top.empty());
+  EXPECT_EQ(with.top.front().key, key);
+  EXPECT_TRUE(sim::EstimateMemory(spec, c, with.top.front().plan).fits);
+  // Asked not to, the search says nothing of it.
+  req.try_activation_offload = false;
+  EXPECT_EQ(SearchPlans(spec, c, req).advice_if_none.find("activation offload"), std::string::npos);
+}
+
 TEST(SearchTest, ParetoFrontIsMonotone) {
   auto spec = model::FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
