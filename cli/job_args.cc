@@ -205,6 +205,11 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   // Liger-Kernel's module patches against the model they are modelled for (model/activations.h).
   for (auto& p : model::LigerProblems(spec, plan, plan_where)) problems.push_back(p);
   for (auto& p : model::VisionProblems(spec, plan, plan_where)) problems.push_back(p);
+  // CPU ranks keep their activations in host RAM already: verl's offload would copy RAM to RAM.
+  if (cluster.cpu_only && plan.activation_offload != model::ActivationOffload::kNone) {
+    problems.push_back(plan_where + ":/activation_offload: expected none on CPU ranks (" + cluster.name +
+                       ": their activations are in host RAM already), got " + model::ToString(plan.activation_offload));
+  }
   if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
     for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),
                                                plan_where)) {

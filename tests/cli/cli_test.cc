@@ -92,6 +92,21 @@ TEST(CliTest, SdpaBackendPicksTheMeasuredAttentionRows) {
 
 // --ep: expert parallelism of an MoE model under torchtitan's code; every misuse is one line
 // naming the key and the rule, and `run` (whose MoE holds every expert on every rank) refuses it.
+// verl's activation offload: the plan line says it, the flags check it (block wrapping, GPU ranks).
+TEST(CliTest, ActivationOffloadIsNamedAndChecked) {
+  Result r = RunCli("estimate --model llama3-8b --cluster 8xH100 --seq-len 4096 --activation-offload verl_async");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("+ activations to pinned host memory layer by layer (verl's enable_activation_offload)"),
+            std::string::npos)
+      << r.out;
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --activation-offload verl_async --wrap every:2"),
+                     "activation_offload: expected none unless wrap is block");
+  ExpectOneLineError(RunCli("estimate --model tiny-llama --cluster cpu:2 --activation-offload verl_async"),
+                     "activation_offload: expected none on CPU ranks");
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --activation-offload verl"),
+                     "--activation-offload: expected one of none, verl_async");
+}
+
 TEST(CliTest, ExpertParallelDegreeIsCheckedAndReported) {
   Result r = RunCli("estimate --model qwen3-30b-a3b --cluster 8xH100 --seq-len 4096 --modeling torchtitan "
                     "--ep 4 --json");
