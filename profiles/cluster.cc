@@ -153,7 +153,10 @@ ClusterSpec ParseCpuShorthand(const std::string& text) {
 namespace {
 // A cluster file's "nccl_tuner" spellings.
 constexpr std::pair<NcclTuner, const char*> kNcclTunerNames[] = {
-    {NcclTuner::kNone, "none"}, {NcclTuner::kAwsOfiP5, "aws-ofi-nccl:p5"}, {NcclTuner::kAwsOfiP5en, "aws-ofi-nccl:p5en"}};
+    {NcclTuner::kNone, "none"},
+    {NcclTuner::kAwsOfiP5, "aws-ofi-nccl:p5"},
+    {NcclTuner::kAwsOfiP5en, "aws-ofi-nccl:p5en"},
+    {NcclTuner::kAwsOfiP6, "aws-ofi-nccl:p6"}};
 }  // namespace
 
 const char* ToString(NcclTuner t) {

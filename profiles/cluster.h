@@ -15,8 +15,9 @@ namespace shardtune::profiles {
 // The NCCL tuner plugin the cluster's net plugin brings, which overrides NCCL's own choice of
 // algorithm and protocol (profiles/nccl_tuner_regions.h): aws-ofi-nccl's region tuner for p5/p5e
 // and for p5en. NCCL loads it from the net plugin's library unless NCCL_TUNER_PLUGIN names another.
-enum class NcclTuner { kNone, kAwsOfiP5, kAwsOfiP5en };
-// "none", "aws-ofi-nccl:p5", "aws-ofi-nccl:p5en": a cluster file's "nccl_tuner".
+enum class NcclTuner { kNone, kAwsOfiP5, kAwsOfiP5en, kAwsOfiP6 };
+// "none", "aws-ofi-nccl:p5", "aws-ofi-nccl:p5en", "aws-ofi-nccl:p6" (p6-b200): a cluster file's
+// "nccl_tuner".
 const char* ToString(NcclTuner t);
 // The tuner named `text` (ToString's spellings), or false.
 bool ParseNcclTuner(const std::string& text, NcclTuner* out);

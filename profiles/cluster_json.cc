@@ -23,7 +23,8 @@
 //                                            reports (aws-ofi-nccl: 75 on p4d/p5, 35 on p5en;
 //                                            NCCL's IB and socket transports 0), ClusterSpec::net_latency
 //  "nccl_tuner": "aws-ofi-nccl:p5"}          optional, default "none": the tuner plugin NCCL loads
-//                                            ("aws-ofi-nccl:p5" for p5/p5e, "aws-ofi-nccl:p5en"),
+//                                            ("aws-ofi-nccl:p5" for p5/p5e, "aws-ofi-nccl:p5en",
+//                                            "aws-ofi-nccl:p6" for p6-b200),
 //                                            ClusterSpec::nccl_tuner
 #include <algorithm>
 #include <cstdint>
@@ -109,8 +110,9 @@ ClusterSpec ReadClusterFile(const std::string& path) {
   c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
   const std::string tuner = r.OptionalString("nccl_tuner", ToString(NcclTuner::kNone));
   if (!ParseNcclTuner(tuner, &c.nccl_tuner)) {
-    throw InputError(r.Where("nccl_tuner") + ": expected \"none\", \"" + ToString(NcclTuner::kAwsOfiP5) +
-                     "\" or \"" + ToString(NcclTuner::kAwsOfiP5en) + "\", got \"" + tuner + "\"");
+    throw InputError(r.Where("nccl_tuner") + ": expected \"none\", \"" + ToString(NcclTuner::kAwsOfiP5) + "\", \"" +
+                     ToString(NcclTuner::kAwsOfiP5en) + "\" or \"" + ToString(NcclTuner::kAwsOfiP6) + "\", got \"" +
+                     tuner + "\"");
   }
   r.Finish();
   const auto problems = c.Problems(path + ":");

@@ -57,6 +57,12 @@ std::vector<ClusterPreset> BuildPresets() {
        "AWS EC2 P5 instances page, p5en.48xlarge: 8x H200, 3200 Gbps EFAv3 as 16 x 200 Gb/s (2 beside each "
        "GPU; one 400 Gb/s aws-ofi-nccl device per GPU), 2 TiB, 192 vCPUs",
        kAwsOfiLatencyP5enUs, 0, NcclTuner::kAwsOfiP5en},
+      // aws-ofi-nccl's platform table groups p6-b200 with p5en: 2 GPUs and 2 NICs per PCIe switch,
+      // 35 us reported latency (src/platform-aws.cpp "p5en/p6-b200").
+      {"p6-b200", {"p6-b200.48xlarge"}, "B200-180G", 8, 8, 400, "eth", 2048, 96, "EFA",
+       "AWS EC2 P6 instances page, p6-b200.48xlarge: 8x B200, 3.2 Tbps EFAv4 as 8 x 400 Gb/s (one per GPU, "
+       "two GPUs and two NICs per PCIe switch: aws-ofi-nccl src/platform-aws.cpp), 2 TiB, 192 vCPUs",
+       kAwsOfiLatencyP5enUs, 0, NcclTuner::kAwsOfiP6},
       {"nd-h100-v5", {"standard_nd96isr_h100_v5"}, "H100-SXM-80G", 8, 8, 400, "ib", 1900, 48, "InfiniBand NDR",
        "Azure ND H100 v5-series page, Standard_ND96isr_H100_v5: 8x H100 80 GB, 8 x 400 Gb/s NDR "
        "InfiniBand (one per GPU), 1900 GiB, 96 vCPUs"},

@@ -18,7 +18,7 @@
 //    bandwidth while the links allow (pass 2, search.cc:1267-1287).
 // PAT (one GPU per node all-gather/reduce-scatter) is in the table (tuning.cc:215-223, :337,
 // :429-433). aws-ofi-nccl's tuner plugin, which NCCL loads from the net plugin's library by
-// default, overrides the choice on p5/p5e/p5en past two nodes (NcclCommShape::tuner,
+// default, overrides the choice on p5/p5e/p5en/p6-b200 past two nodes (NcclCommShape::tuner,
 // profiles/nccl_tuner_regions.h). Not modelled: CollNet/IB SHARP, the symmetric-memory kernels
 // of 2.28+, the channel counts and chunk sizes tuner plugins set, and the NCCL_ALGO/NCCL_PROTO/
 // NCCL_CROSS_NIC overrides. The net plugin's latency property is modelled

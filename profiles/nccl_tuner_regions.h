@@ -2,7 +2,7 @@
 // the EC2 platforms it knows, ported from aws/aws-ofi-nccl src/tuner/nccl_ofi_regions.cpp (commit
 // 2daf7d3, 2026-08-21). NCCL loads a tuner from the net plugin's library when NCCL_TUNER_PLUGIN
 // names none (NVIDIA/nccl src/plugin/tuner.cc:58-66, ncclGetNetPluginLib(ncclPluginTypeTuner)),
-// so on p5/p5e/p5en with aws-ofi-nccl it is on by default; OFI_NCCL_TUNER_TYPE=Internal or
+// so on p5/p5e/p5en/p6-b200 with aws-ofi-nccl it is on by default; OFI_NCCL_TUNER_TYPE=Internal or
 // OFI_NCCL_FORCE_NUM_RAILS turn it off (include/tuner/nccl_ofi_tuner_process_config.h).
 //
 // How the plugin decides (region_get_coll_info_internal_v3): each collective has an ordered list
@@ -12,7 +12,8 @@
 // (its edges included) has its cost set to 0, so NCCL runs it. No polygon: NCCL's own choice. On
 // two nodes or fewer the plugin always leaves the choice to NCCL ("the regions are not well
 // defined"), and it only has regions for the rank layouts listed in the tables (p5: 8, 2 or 1 GPU
-// per node; p5en: 8 or 1).
+// per node; p5en and p6-b200: 8 or 1). Its channel-count overrides (p6 tree LL128 at 4-32 MiB, PAT)
+// change the runtime, not NCCL's estimate, and are left out.
 #pragma once
 
 #include <cstdint>

@@ -55,8 +55,9 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
 TEST(ReadClusterFileTest, NcclTunerMustBeOneThePluginHasTablesFor) {
   const std::string path = Data("nccl_tuner_unknown.json");
   EXPECT_THAT([&] { ReadClusterFile(path); },
-              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/nccl_tuner: expected \"none\", \"aws-ofi-nccl:p5\" or "
-                                                        "\"aws-ofi-nccl:p5en\", got \"aws-ofi-nccl:p6\""),
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/nccl_tuner: expected \"none\", \"aws-ofi-nccl:p5\", "
+                                                        "\"aws-ofi-nccl:p5en\" or \"aws-ofi-nccl:p6\", got "
+                                                        "\"aws-ofi-nccl:p7\""),
                                               Not(HasSubstr("\n")))));
 }
 

@@ -71,6 +71,26 @@ TEST(AwsOfiRegionTunerTest, P5AtScaleLargeAllReducesGoToNvlsTreeAboveTheRingSimp
   EXPECT_FALSE(no_nvls);
 }
 
+TEST(AwsOfiRegionTunerTest, P6AllReduceOnFourNodes) {
+  // p6-b200, 32 ranks (log2 5): Tree/LL up to its vertical edge at 393216 bytes; NVLS tree left of
+  // the diagonal (kMaxSize, 16) -> (435159040, 32), i.e. below 415 MiB on the row (256 MiB lies
+  // right of Ring/LL128's (133693440, 32) and Tree/LL128's (18350080, 32) vertices); Ring/Simple
+  // right of it.
+  const AwsOfiRegionTuner t(NcclTuner::kAwsOfiP6, 32, 4);
+  auto at = [&](int64_t bytes) { return t.Choose(Collective::kAllReduce, bytes, kAll); };
+  ASSERT_TRUE(at(64 * 1024) && at(256 * kMiB) && at(8 * kGiB));
+  EXPECT_EQ(at(64 * 1024)->algo, TunerAlgo::kTree);
+  EXPECT_EQ(at(64 * 1024)->proto, TunerProto::kLL);
+  EXPECT_EQ(at(256 * kMiB)->algo, TunerAlgo::kNvlsTree);
+  EXPECT_EQ(at(8 * kGiB)->algo, TunerAlgo::kRing);
+  EXPECT_EQ(at(8 * kGiB)->proto, TunerProto::kSimple);
+  // The preset carries the tuner and the platform's 35 us latency (aws-ofi-nccl "p5en/p6-b200").
+  const ClusterSpec p6 = ParseClusterShorthand("4xp6-b200");
+  EXPECT_EQ(p6.nccl_tuner, NcclTuner::kAwsOfiP6);
+  EXPECT_DOUBLE_EQ(p6.net_latency.count(), 35e-6);
+  EXPECT_EQ(p6.gpu.name, "B200-180G");
+}
+
 TEST(AwsOfiRegionTunerTest, TwoNodesOrFewerAndUncoveredLayoutsAreLeftToNccl) {
   // "Skip when two nodes or lesser because the regions are not well defined".
   const AwsOfiRegionTuner two(NcclTuner::kAwsOfiP5, 16, 2);
