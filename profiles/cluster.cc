@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -166,14 +167,14 @@ const char* ToString(NcclTuner t) {
   return "?";
 }
 
-bool ParseNcclTuner(const std::string& text, NcclTuner* out) {
-  for (const auto& [tuner, name] : kNcclTunerNames) {
-    if (text == name) {
-      *out = tuner;
-      return true;
-    }
+NcclTuner ParseNcclTuner(const std::string& text, const std::string& where) {
+  std::string expected;
+  const size_t n = std::size(kNcclTunerNames);
+  for (size_t i = 0; i < n; ++i) {
+    if (text == kNcclTunerNames[i].second) return kNcclTunerNames[i].first;
+    expected += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + "\"" + kNcclTunerNames[i].second + "\"";
   }
-  return false;
+  throw InputError(where + ": expected " + expected + ", got \"" + text + "\"");
 }
 
 std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {

@@ -19,8 +19,9 @@ enum class NcclTuner { kNone, kAwsOfiP5, kAwsOfiP5en, kAwsOfiP6 };
 // "none", "aws-ofi-nccl:p5", "aws-ofi-nccl:p5en", "aws-ofi-nccl:p6" (p6-b200): a cluster file's
 // "nccl_tuner".
 const char* ToString(NcclTuner t);
-// The tuner named `text` (ToString's spellings), or false.
-bool ParseNcclTuner(const std::string& text, NcclTuner* out);
+// The tuner named `text` (ToString's spellings). Throws InputError "where: expected \"none\", ...
+// or \"aws-ofi-nccl:p6\", got \"text\"".
+NcclTuner ParseNcclTuner(const std::string& text, const std::string& where);
 
 struct ClusterSpec {
   std::string name;  // the shorthand or file it came from

@@ -108,12 +108,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
   c.gpus_per_host = static_cast<int>(r.OptionalInt("gpus_per_host", node.gpus_per_host, -kIntBound, kIntBound));
   c.nvls = r.OptionalBool("nvls", true);
   c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
-  const std::string tuner = r.OptionalString("nccl_tuner", ToString(NcclTuner::kNone));
-  if (!ParseNcclTuner(tuner, &c.nccl_tuner)) {
-    throw InputError(r.Where("nccl_tuner") + ": expected \"none\", \"" + ToString(NcclTuner::kAwsOfiP5) + "\", \"" +
-                     ToString(NcclTuner::kAwsOfiP5en) + "\" or \"" + ToString(NcclTuner::kAwsOfiP6) + "\", got \"" +
-                     tuner + "\"");
-  }
+  c.nccl_tuner = ParseNcclTuner(r.OptionalString("nccl_tuner", ToString(NcclTuner::kNone)), r.Where("nccl_tuner"));
   r.Finish();
   const auto problems = c.Problems(path + ":");
   ThrowIfProblems(problems);

@@ -52,8 +52,7 @@ void Walker::ForwardCompute(int seg) {
                              : InferWorkingSet(seg - 1);
     Transient(Category::kWorkingSet, Stream::kDefault, ws);
     TWorkingSet(ws, Blk(seg - 1).full);
-    Alloc(b < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kDefault,
-          BlockSavedBytes(seg - 1));
+    Alloc(SavedCategory(b), Stream::kDefault, BlockSavedBytes(seg - 1));
     TAllocSaved(seg - 1);
     Cur().host_kernels = static_cast<int16_t>(Blk(seg - 1).full.forward_ops);
     if (SplitBlock(seg - 1)) {
@@ -232,7 +231,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     double re_attn = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_attention : 0;
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm + re_attn) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
-    Free(b < nv_ ? Category::kVisionActivations : Category::kActivations, SavedPool(b), BlockSavedBytes(b));
+    Free(SavedCategory(b), SavedPool(b), BlockSavedBytes(b));
     Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
     if (rec_) {
       TFreeAll(&act_ids_[static_cast<size_t>(b)]);

@@ -241,7 +241,7 @@ void Walker::CommitActivationOffload(int block) {
   const auto compute = static_cast<int32_t>(prog_->ops.size()) - 1;
   if (block >= 1 && OffloadsActivations(block - 1)) {
     const int prev = block - 1;
-    Free(prev < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kDefault, BlockSavedBytes(prev));
+    Free(SavedCategory(prev), Stream::kDefault, BlockSavedBytes(prev));
     if (rec_) TFreeAll(&act_ids_[bi - 1]);
     wait_for_copy_ = offload_copy_op_[bi - 1];
   }
@@ -274,7 +274,7 @@ void Walker::ReloadActivations(int block) {
   Dep(after);
   Cur().comm_bytes = BlockSavedBytes(prev);
   Cur().group = 2;
-  Alloc(prev < nv_ ? Category::kVisionActivations : Category::kActivations, Stream::kCopy, BlockSavedBytes(prev));
+  Alloc(SavedCategory(prev), Stream::kCopy, BlockSavedBytes(prev));
   TAllocSaved(prev, Stream::kCopy);
 }
 

@@ -136,6 +136,10 @@ class Walker {
   // The backward commit of `block`: reloads the block before it (bulk_reload_group) on the copy
   // stream while this one computes.
   void ReloadActivations(int block);
+  // The category a block's saved tensors count under: the vision tower's or the text model's.
+  Category SavedCategory(int block) const {
+    return block < nv_ ? Category::kVisionActivations : Category::kActivations;
+  }
   // The pool a block's saved tensors are freed into in backward: the copy stream's for reloaded
   // ones (allocated under the h2d stream), else the default.
   Stream SavedPool(int block) const;
