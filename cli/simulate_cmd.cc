@@ -57,7 +57,8 @@ void PrintCollectives(const sim::SimReport& r, const profiles::ClusterSpec& clus
     if (c.terms.nccl) {
       out << profiles::ToString(c.terms.nccl->algo) << "/" << profiles::ToString(c.terms.nccl->proto) << ", "
           << c.terms.nccl->channels << (c.terms.nccl->algo == profiles::NcclAlgo::kNvls ||
-                                                c.terms.nccl->algo == profiles::NcclAlgo::kNvlsTree
+                                                c.terms.nccl->algo == profiles::NcclAlgo::kNvlsTree ||
+                                                c.terms.nccl->algo == profiles::NcclAlgo::kCollNetDirect
                                             ? " heads"
                                             : " channels")
           << (c.terms.nccl->by_tuner ? " (tuner plugin's pick)" : "");

@@ -210,6 +210,11 @@ std::vector<std::string> ClusterSpec::Problems(const std::string& where) const {
   if (!(net_latency.count() >= 0 && net_latency.count() <= 1e-2)) {
     add("net_latency_us", "a number in [0, 10000] (microseconds)", Num(net_latency.count() * 1e6));
   }
+  // SHARP aggregates in InfiniBand switches; RoCE and Ethernet fabrics have no CollNet for it.
+  if (ib_sharp && inter_node.family != "ib") {
+    add("ib_sharp", "false unless inter_node_link is an InfiniBand link (family \"ib\")",
+        "true with inter_node_link " + inter_node.name + " (family \"" + inter_node.family + "\")");
+  }
   AddGpuProblems(gpu, where + "/gpu", &p);
   AddLinkProblems(intra_node, where + "/intra_node_link", &p);
   if (num_nodes > 1) AddLinkProblems(inter_node, where + "/inter_node_link", &p);

@@ -56,6 +56,12 @@ struct ClusterSpec {
   // The tuner plugin NCCL loads (NcclTuner): presets p5 and p5en set aws-ofi-nccl's; a cluster
   // file's "nccl_tuner".
   NcclTuner nccl_tuner = NcclTuner::kNone;
+  // InfiniBand SHARP usable by NCCL as CollNet: SHARP-capable switches (Quantum and later) with
+  // the aggregation manager running, the SHARP net plugin (Mellanox/nccl-rdma-sharp-plugins,
+  // shipped in HPC-X and NVIDIA's containers) loaded, and NCCL_COLLNET_ENABLE=1, which is off by
+  // default (NVIDIA/nccl src/init.cc:2146-2158). NCCL then adds CollNetDirect, CollNetChain and
+  // NVLS across nodes (profiles/nccl_model.h). InfiniBand only. A cluster file's "ib_sharp".
+  bool ib_sharp = false;
   std::string machine;           // cpu:N: whose figures these are ("this machine: 23.4 GiB RAM
                                  // (MemTotal), 2 cores"); "" otherwise
 

@@ -22,10 +22,13 @@
 //  "net_latency_us": 75,                      optional, default 0: the latency the NCCL net plugin
 //                                            reports (aws-ofi-nccl: 75 on p4d/p5, 35 on p5en;
 //                                            NCCL's IB and socket transports 0), ClusterSpec::net_latency
-//  "nccl_tuner": "aws-ofi-nccl:p5"}          optional, default "none": the tuner plugin NCCL loads
+//  "nccl_tuner": "aws-ofi-nccl:p5",          optional, default "none": the tuner plugin NCCL loads
 //                                            ("aws-ofi-nccl:p5" for p5/p5e, "aws-ofi-nccl:p5en",
 //                                            "aws-ofi-nccl:p6" for p6-b200),
 //                                            ClusterSpec::nccl_tuner
+//  "ib_sharp": true}                         optional, default false: InfiniBand SHARP as NCCL's
+//                                            CollNet (SHARP plugin, NCCL_COLLNET_ENABLE=1);
+//                                            "ib" inter-node links only, ClusterSpec::ib_sharp
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -109,6 +112,7 @@ ClusterSpec ReadClusterFile(const std::string& path) {
   c.nvls = r.OptionalBool("nvls", true);
   c.net_latency = Seconds::Micros(r.OptionalNumber("net_latency_us", 0.0, -1e18, 1e18));
   c.nccl_tuner = ParseNcclTuner(r.OptionalString("nccl_tuner", ToString(NcclTuner::kNone)), r.Where("nccl_tuner"));
+  c.ib_sharp = r.OptionalBool("ib_sharp", false);
   r.Finish();
   const auto problems = c.Problems(path + ":");
   ThrowIfProblems(problems);

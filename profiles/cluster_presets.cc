@@ -161,6 +161,8 @@ std::string DescribeNics(const ClusterSpec& c) {
   if (c.net_latency.count() > 0) out << "; the net plugin reports " << c.net_latency.count() * 1e6 << " us to NCCL";
   // Its tuner, which overrides NCCL's choice of algorithm on more than two nodes.
   if (c.nccl_tuner != NcclTuner::kNone) out << "; its tuner (" << ToString(c.nccl_tuner) << ") picks NCCL's algorithms";
+  // InfiniBand SHARP as NCCL's CollNet.
+  if (c.ib_sharp) out << "; InfiniBand SHARP as NCCL's CollNet, NCCL_COLLNET_ENABLE=1";
   out << ")";
   return out.str();
 }

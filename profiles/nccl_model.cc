@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "model/errors.h"
@@ -12,10 +13,12 @@
 namespace shardtune::profiles {
 namespace {
 
-constexpr int kAlgos = 5, kProtos = 3;
-constexpr int kRing = 0, kTree = 1, kNvls = 2, kNvlsTree = 3, kPat = 4;
+constexpr int kAlgos = 7, kProtos = 3;
+constexpr int kRing = 0, kTree = 1, kNvls = 2, kNvlsTree = 3, kPat = 4, kCollNetDirect = 5, kCollNetChain = 6;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 static_assert(static_cast<int>(NcclAlgo::kPat) == kPat && static_cast<int>(TunerAlgo::kPat) == kPat &&
+                  static_cast<int>(NcclAlgo::kCollNetDirect) == kCollNetDirect &&
+                  static_cast<int>(NcclAlgo::kCollNetChain) == kCollNetChain &&
                   static_cast<int>(TunerAlgo::kNvlsTree) == kNvlsTree && static_cast<int>(TunerAlgo::kTree) == kTree,
               "the table's algorithm indices are NcclAlgo's and TunerAlgo's");
 static_assert(static_cast<int>(TunerProto::kSimple) == kSimple && static_cast<int>(NcclProto::kLL128) == kLL128,
@@ -25,6 +28,9 @@ static_assert(static_cast<int>(TunerProto::kSimple) == kSimple && static_cast<in
 constexpr int kMaxSearchChannels = 32;
 // NCCL_MAX_NVLS_ARITY (device.h): the most NVLS heads.
 constexpr int kMaxNvlsHeads = 32;
+// NCCL_MAX_DIRECT_ARITY + 1 (device.h: 7 + 1): the most CollNetDirect heads (search.cc:1129-1131),
+// and the most GPUs per node CollNetDirect and CollNetChain run on (enqueue.cc:2000-2003).
+constexpr int kMaxCollNetLocalRanks = 8;
 
 // Per-channel speeds the search tries, GB/s (search.cc:1052-1066).
 const std::vector<double> kSpeedIntra = {40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0};
@@ -208,24 +214,68 @@ NcclGraph SearchNvls(const NcclCommShape& sh) {
   return g;
 }
 
+// CollNet needs NCCL_COLLNET_ENABLE with a CollNet plugin, two nodes or more
+// (NCCL_COLLNET_NODE_THRESHOLD, init.cc:1468-1475) and at most eight GPUs per node
+// (enqueue.cc:2000-2003).
+bool CollNetRuns(const NcclCommShape& sh) {
+  return sh.collnet && sh.nodes >= 2 && sh.ranks_per_node <= kMaxCollNetLocalRanks;
+}
+
+// The COLLNET_DIRECT graph (search.cc:373-407, :730-773, :1129-1131): heads as NVLS's, one per
+// NIC with a GPU of its own (at most 8); each head exchanges with every other GPU of the node at
+// bwIntra / (ppn-1) in both directions (mul = 1/(ngpus-1)), so a head's NVLink carries bwIntra for
+// its own head and bwIntra / (ppn-1) for each other head. Its NIC path carries bwInter. Pass 2
+// raises bwIntra while it is under twice bwInter (search.cc:1279-1282). One GPU per node: the
+// search runs it as a tree of one channel (search.cc:1133). Disabled without NVSwitches
+// (tuning.cc:508-509).
+NcclGraph SearchCollNetDirect(const NcclCommShape& sh) {
+  NcclGraph g;
+  if (!CollNetRuns(sh) || (sh.ranks_per_node > 1 && !sh.nvswitch)) return g;
+  int heads = 0;
+  for (const auto& sw : sh.switches) heads += std::min(sw.gpus, sw.nics);
+  heads = std::min({heads, sh.ranks_per_node, kMaxCollNetLocalRanks});
+  if (sh.ranks_per_node == 1) heads = std::min(heads, 1);
+  if (heads < 1) return g;
+  const auto& speeds = Speeds(sh);
+  const double path = std::min(sh.pcie_GBps, sh.nic_GBps);
+  auto intra_fits = [&](double s) {
+    if (sh.ranks_per_node <= 1) return true;
+    return s * (1.0 + (heads - 1.0) / (sh.ranks_per_node - 1.0)) <= sh.nvlink_GBps + 1e-9;
+  };
+  auto fits = [&](double s) { return intra_fits(s) && s <= path + 1e-9; };
+  size_t i = StartIndex(speeds, MaxBw(sh), TotalBw(sh));
+  while (i + 1 < speeds.size() && !fits(speeds[i])) ++i;
+  if (!fits(speeds[i])) return g;
+  g.channels = heads;
+  g.bw_intra_GBps = g.bw_inter_GBps = speeds[i];
+  while (i > 0 && g.bw_intra_GBps < 2 * g.bw_inter_GBps && intra_fits(speeds[i - 1])) {
+    --i;
+    g.bw_intra_GBps = speeds[i];
+  }
+  return g;
+}
+
 // tuning.cc:137-233, the default tuner constants. Indices: [algo][proto] with algo Tree, Ring,
-// NVLS, NVLSTree, PAT in kAlgos order Ring, Tree, NVLS, NVLSTree, PAT below.
+// CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT in kAlgos order Ring, Tree, NVLS, NVLSTree,
+// PAT, CollNetDirect, CollNetChain below.
 struct Constants {
   double base_lat[kAlgos][kProtos];
   double hw_lat[3][kAlgos][kProtos];  // NVLINK, PCI, NET
 };
 constexpr Constants kConst = {
-    // baseLatencies: Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS and NVLSTree 0, PAT 8.0.
-    {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}},
+    // baseLatencies: Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}, NVLS and NVLSTree 0, PAT 8.0,
+    // CollNetDirect and CollNetChain 0.
+    {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}, {0, 0, 0}, {0, 0, 0}},
     {
         // NVLINK: Ring {.6, 1.9, 3.4}, Tree {.6, 1.25, 4.0}, NVLS {0, 0, 25}, NVLSTree {0, 0, 25},
-        // PAT {0, 0, 4.0}
-        {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}},
-        // PCI: Ring {1.0, 2.5, 5.7}, Tree {1.0, 1.9, 4.0}, PAT {0, 0, 4.0}
-        {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}},
+        // PAT {0, 0, 4.0}, CollNetDirect {0, 0, 3.7}, CollNetChain {0, 0, 2.8}
+        {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}, {0, 0, 25}, {0, 0, 25}, {0, 0, 4.0}, {0, 0, 3.7}, {0, 0, 2.8}},
+        // PCI: Ring {1.0, 2.5, 5.7}, Tree {1.0, 1.9, 4.0}, PAT {0, 0, 4.0}, CollNetDirect
+        // {0, 0, 3.7}, CollNetChain {0, 0, 2.8}
+        {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 4.0}, {0, 0, 3.7}, {0, 0, 2.8}},
         // NET: Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14}, NVLS {0, 0, 18}, NVLSTree {0, 0, 20.9},
-        // PAT {0, 0, 14}
-        {{2.7, 4.0, 14.0}, {5.0, 8.5, 14.0}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14.0}},
+        // PAT {0, 0, 14}, CollNetDirect {0, 0, 31}, CollNetChain {0, 0, 30}
+        {{2.7, 4.0, 14.0}, {5.0, 8.5, 14.0}, {0, 0, 18}, {0, 0, 20.9}, {0, 0, 14.0}, {0, 0, 31}, {0, 0, 30}},
     }};
 // [compCapIndex Volta, Ampere, Hopper, Blackwell][N1, N2, N4+]
 constexpr double kLlMaxBws[4][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
@@ -288,6 +338,8 @@ const char* ToString(NcclAlgo a) {
     case NcclAlgo::kNvls: return "nvls";
     case NcclAlgo::kNvlsTree: return "nvls_tree";
     case NcclAlgo::kPat: return "pat";
+    case NcclAlgo::kCollNetDirect: return "collnet_direct";
+    case NcclAlgo::kCollNetChain: return "collnet_chain";
   }
   return "?";
 }
@@ -312,6 +364,13 @@ NcclGraphs SearchNcclGraphs(const NcclCommShape& sh) {
   g.ring = SearchRing(sh);
   g.tree = SearchTree(sh, g.ring);
   g.nvls = SearchNvls(sh);
+  if (CollNetRuns(sh)) {
+    // CollNetChain: pattern TREE with the ring's channel count (init.cc:1189-1194); its search
+    // is the tree's on the same NICs (the SHARP plugin's devices are the IB NICs).
+    g.collnet_chain = SearchTree(sh, g.ring);
+    g.collnet_chain.tree_pattern = true;
+    g.collnet_direct = SearchCollNetDirect(sh);
+  }
   // comm->nChannels = treeGraph->nChannels = ringGraph->nChannels = min of the two (init.cc:1459).
   g.ring.channels = g.tree.channels = std::min(g.ring.channels, g.tree.channels);
   return g;
@@ -330,7 +389,9 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
   const int index1 = nodes == 1 ? cci : 0;  // multi-node: the CPU row (Intel x86 assumed)
   const double ll_max = kLlMaxBws[index1][index2];
   // PAT runs on the tree graph (init.cc:980).
-  const NcclGraph* graph[kAlgos] = {&graphs_.ring, &graphs_.tree, &graphs_.nvls, &graphs_.nvls, &graphs_.tree};
+  const NcclGraph* graph[kAlgos] = {&graphs_.ring, &graphs_.tree,           &graphs_.nvls,         &graphs_.nvls,
+                                    &graphs_.tree, &graphs_.collnet_direct, &graphs_.collnet_chain};
+  const bool collnet = CollNetRuns(shape);
   // typeIntra: NVLink between the communicator's GPUs, else PCI (a lone GPU per node: PATH_LOC).
   const int intra_hw = shape.ranks_per_node > 1 && shape.nvlink_GBps > 0 ? 0 : 1;
   const int hw_net = 2;
@@ -348,17 +409,21 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
       for (int p = 0; p < kProtos; ++p) {
         Entry& e = table_[coll][a][p];
         e = Entry{};
-        if (!ar && (a == kTree || a == kNvlsTree)) continue;
+        // All-gather and reduce-scatter run PAT, Ring, NVLS and CollNetDirect (tuning.cc:298-300).
+        if (!ar && (a == kTree || a == kNvlsTree || a == kCollNetChain)) continue;
+        // CollNet runs Simple only (tuning.cc:338-339).
+        if ((a == kCollNetDirect || a == kCollNetChain) && p != kSimple) continue;
         // PAT: all-gather and reduce-scatter, Simple, one GPU per node, SM60 on (ncclPatEnable,
         // tuning.cc:215-223, :298-303).
         if (a == kPat && (ar || p != kSimple || shape.ranks_per_node != 1 || shape.compute_capability < 60)) continue;
         if ((a == kNvls || a == kNvlsTree) && p != kSimple) continue;
         if (a == kNvlsTree && nodes == 1) continue;   // "Disable NVLS Tree on a single node"
-        if (a == kNvls && nodes > 1) continue;        // NVLS across nodes needs CollNet
+        if (a == kNvls && nodes > 1 && !collnet) continue;  // NVLS across nodes needs CollNet (tuning.cc:503-506)
         if (p == kLL128 && !ll128) continue;
         const NcclGraph& g = *graph[a];
         if (g.channels == 0) continue;
-        double bw = nodes <= 2 ? g.bw_intra_GBps : g.bw_inter_GBps;
+        const bool collnet_algo = a == kCollNetDirect || a == kCollNetChain;
+        double bw = nodes <= 2 || collnet_algo ? g.bw_intra_GBps : g.bw_inter_GBps;
         if (a == kNvls || a == kNvlsTree) {
           if (g.channels < 2) continue;
           double intra = g.bw_intra_GBps * kNvlsEfficiency[cci] * (g.channels - 1) / g.channels;
@@ -376,9 +441,31 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
         }
         if (a == kTree && g.tree_pattern) bus *= 0.85;
         if (a == kPat) bus *= 0.75;
-        // Bus to algorithm bandwidth (tuning.cc:376-382): rings and NVLS all-reduce by
-        // nRanks/nsteps, trees by 1/2; NVLS all-gather/reduce-scatter are stored as they are.
-        if (!(a != kRing && !ar)) bus *= (a == kTree) ? 0.5 : 1.0 * ranks / nsteps;
+        if (a == kCollNetDirect) {
+          if (!ar) {
+            bus = ppn * std::min(g.bw_intra_GBps, g.bw_inter_GBps * 0.9);
+          } else {
+            // "Collnet+Direct requires all GPUs to have a local NIC to work at full speed"
+            // (tuning.cc:343-348): the GPU/NIC ratio, halfway to 1, divides the bandwidth.
+            double factor = ppn / g.channels;
+            factor -= (factor - 1) / 2;
+            bus /= factor;
+            if (shape.compute_capability >= 90) bus *= 0.85;
+          }
+        }
+        // All-gather and reduce-scatter by NVLS or CollNetDirect across nodes need the CollNet
+        // plugin's iallgather/ireducescatter (the SHARP plugin has both, sharp_plugin.c) and no
+        // more GPUs on a node than CollNet heads: "AllGather/ReduceScatter requires 1:1 GPU:NIC"
+        // (tuning.cc:351-373).
+        if ((a == kNvls || a == kCollNetDirect) && !ar && nodes > 1 &&
+            (!collnet || shape.ranks_per_node > graphs_.collnet_direct.channels)) {
+          continue;
+        }        // Bus to algorithm bandwidth (tuning.cc:376-382): rings and NVLS all-reduce by
+        // nRanks/nsteps, trees and CollNet by 1/2; all-gather/reduce-scatter other than ring's are
+        // stored as they are.
+        if (!(a != kRing && !ar)) {
+          bus *= (a == kRing || a == kNvls || a == kNvlsTree) ? 1.0 * ranks / nsteps : 0.5;
+        }
         if (bus <= 0) continue;
         e.alg_bw_GBps = bus;
 
@@ -397,6 +484,11 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
           lat += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
         } else if (a == kTree) {
           lat += 2 * ((ppn - 1) * intra_lat + Log2i(nodes) * inter_lat);
+        } else if (a == kCollNetDirect) {
+          // "Add 0.4 us arity serialization latency" (tuning.cc:418-421).
+          lat += 2 * (std::min(1.0, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat;
+        } else if (a == kCollNetChain) {
+          lat += 2 * (ppn - 1) * intra_lat + inter_lat;  // tuning.cc:422-423
         } else if (a == kNvls) {
           lat = intra_lat + (nodes > 1 ? inter_lat : 0);
         } else if (a == kPat) {
@@ -411,62 +503,79 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
   }
 }
 
-NcclCollectiveCost NcclComm::Cost(Collective c, Bytes size, NcclReduceOp op) const {
+// Whether NCCL's cost table has (a, p) for this call: enabled by the model; PAT's reduce-scatter
+// only for a plain sum (enqueue.cc:2009-2012); NVLS and NVLS tree reduce a sum, not a scaled sum
+// (nvlsSupport, enqueue.cc:425-426 and :2004-2007; ncclNvlsSupported).
+bool NcclComm::Enabled(Collective c, int a, int p, NcclReduceOp op) const {
+  if (table_[CollIndex(c)][a][p].alg_bw_GBps <= 0) return false;
+  if (op != NcclReduceOp::kScaled || c == Collective::kAllGather) return true;
+  if (a == kNvls || a == kNvlsTree) return false;
+  return !(a == kPat && c == Collective::kReduceScatter);
+}
+
+// ncclTopoGetAlgoTime (tuning.cc:633-655): NCCL's estimate for (a, p), time and bus bandwidth set.
+NcclCollectiveCost NcclComm::Estimate(Collective c, int64_t bytes, int a, int p) const {
   const int coll = CollIndex(c);
-  const int64_t bytes = std::max<int64_t>(1, size.count());
   const int ranks = this->ranks();
-  // Whether NCCL's cost table has (a, p) for this call: enabled by the model, and PAT's
-  // reduce-scatter only for a plain sum (enqueue.cc:2009-2012).
-  auto enabled = [&](int a, int p) {
-    if (table_[coll][a][p].alg_bw_GBps <= 0) return false;
-    return !(a == kPat && c == Collective::kReduceScatter && op == NcclReduceOp::kScaled);
-  };
-  // ncclTopoGetAlgoTime (tuning.cc:633-655): NCCL's estimate for (a, p).
-  auto estimate = [&](int a, int p, NcclCollectiveCost* out) {
-    const Entry& e = table_[coll][a][p];
-    double bw = e.alg_bw_GBps, lat = e.latency_us;
-    const int log_size = Log2i(bytes >> 6);
-    if (a == kTree && coll == 2 && log_size >= 0 && log_size < 23) bw *= kTreeCorrection[p][log_size];
-    // Runtime channels are twice the search's (ncclTopoPostset, connect.cc:460).
-    const int64_t runtime_channels = 2LL * graphs_.ring.channels;
-    if (a == kRing && p == kSimple && shape_.nodes > 1 && coll == 2 && bytes / (runtime_channels * ranks) >= 64) {
-      lat *= shape_.compute_capability < 80 ? 1.9 : 1.4;  // "Plateau effect of ring"
-    }
-    out->algo = static_cast<NcclAlgo>(a);
-    out->proto = static_cast<NcclProto>(p);
-    out->channels = (a == kNvls || a == kNvlsTree) ? graphs_.nvls.channels : graphs_.ring.channels;
-    out->alg_bw_GBps = bw;
-    out->latency = Seconds::Micros(lat);
-    return lat + static_cast<double>(bytes) / (1000.0 * bw);
-  };
-  NcclCollectiveCost best;
-  double best_us = std::numeric_limits<double>::infinity();
+  const Entry& e = table_[coll][a][p];
+  double bw = e.alg_bw_GBps, lat = e.latency_us;
+  const int log_size = Log2i(bytes >> 6);
+  if (a == kTree && coll == 2 && log_size >= 0 && log_size < 23) bw *= kTreeCorrection[p][log_size];
+  // The same correction for NVLS tree on Blackwell with an x86 host (tuning.cc:643-646).
+  if (a == kNvlsTree && coll == 2 && log_size >= 0 && log_size < 24 && shape_.compute_capability >= 100 &&
+      shape_.x86_host) {
+    bw *= kTreeCorrection[p][log_size];
+  }
+  // Runtime channels are twice the search's (ncclTopoPostset, connect.cc:460).
+  const int64_t runtime_channels = 2LL * graphs_.ring.channels;
+  if (a == kRing && p == kSimple && shape_.nodes > 1 && coll == 2 && bytes / (runtime_channels * ranks) >= 64) {
+    lat *= shape_.compute_capability < 80 ? 1.9 : 1.4;  // "Plateau effect of ring"
+  }
+  NcclCollectiveCost out;
+  out.algo = static_cast<NcclAlgo>(a);
+  out.proto = static_cast<NcclProto>(p);
+  out.channels = (a == kNvls || a == kNvlsTree) ? graphs_.nvls.channels
+                 : a == kCollNetDirect          ? graphs_.collnet_direct.channels
+                 : a == kCollNetChain           ? graphs_.collnet_chain.channels
+                                                : graphs_.ring.channels;
+  out.alg_bw_GBps = bw;
+  out.latency = Seconds::Micros(lat);
+  out.time = Seconds::Micros(lat + static_cast<double>(bytes) / (1000.0 * bw));
+  out.bus_bandwidth = BytesPerSecond::Of(bw * 1e9 * BusBwFactor(c, ranks));
+  return out;
+}
+
+std::optional<NcclCollectiveCost> NcclComm::CostOf(Collective c, Bytes size, NcclAlgo algo, NcclProto proto,
+                                                   NcclReduceOp op) const {
+  const int a = static_cast<int>(algo), p = static_cast<int>(proto);
+  if (!Enabled(c, a, p, op)) return std::nullopt;
+  return Estimate(c, std::max<int64_t>(1, size.count()), a, p);
+}
+
+NcclCollectiveCost NcclComm::Cost(Collective c, Bytes size, NcclReduceOp op) const {
+  const int64_t bytes = std::max<int64_t>(1, size.count());
   // The tuner plugin runs first and sets its region's cost to 0 (enqueue.cc:2139-2148), so NCCL
   // runs that entry; the time is still NCCL's estimate of it.
   if (tuner_) {
     auto choice = tuner_->Choose(c, bytes, [&](TunerAlgo ta, TunerProto tp) {
-      return enabled(static_cast<int>(ta), static_cast<int>(tp));
+      return Enabled(c, static_cast<int>(ta), static_cast<int>(tp), op);
     });
     if (choice) {
-      best_us = estimate(static_cast<int>(choice->algo), static_cast<int>(choice->proto), &best);
-      best.by_tuner = true;
+      NcclCollectiveCost picked = Estimate(c, bytes, static_cast<int>(choice->algo), static_cast<int>(choice->proto));
+      picked.by_tuner = true;
+      return picked;
     }
   }
-  for (int a = 0; a < kAlgos && !best.by_tuner; ++a) {
+  std::optional<NcclCollectiveCost> best;
+  for (int a = 0; a < kAlgos; ++a) {
     for (int p = 0; p < kProtos; ++p) {
-      if (!enabled(a, p)) continue;
-      NcclCollectiveCost candidate;
-      const double us = estimate(a, p, &candidate);
-      if (us < best_us) {
-        best_us = us;
-        best = candidate;
-      }
+      if (!Enabled(c, a, p, op)) continue;
+      NcclCollectiveCost candidate = Estimate(c, bytes, a, p);
+      if (!best || candidate.time.count() < best->time.count()) best = candidate;
     }
   }
-  SHARDTUNE_CHECK(std::isfinite(best_us)) << "NCCL's model enables no algorithm for " << model::ToString(c);
-  best.time = Seconds::Micros(best_us);
-  best.bus_bandwidth = BytesPerSecond::Of(best.alg_bw_GBps * 1e9 * BusBwFactor(c, ranks));
-  return best;
+  SHARDTUNE_CHECK(best.has_value()) << "NCCL's model enables no algorithm for " << model::ToString(c);
+  return *best;
 }
 
 BytesPerSecond NcclComm::AsymptoticBusBandwidth(Collective c) const {
@@ -510,6 +619,9 @@ NcclCommShape NcclShapeOf(const ClusterSpec& cluster, const std::vector<int>& ra
   sh.nvls = cluster.nvls;
   sh.net_latency_us = cluster.net_latency.count() * 1e6;
   sh.tuner = cluster.nccl_tuner;
+  sh.collnet = cluster.ib_sharp;
+  // NCCL's cpuArch: Arm on Grace superchips (GB200: host copies over NVLink-C2C), x86 elsewhere.
+  sh.x86_host = cluster.gpu.host_copy_link != "nvlink-c2c";
   if (sh.nodes > 1) {
     // The first node's GPUs of the group, placed on PCIe switches with the NICs: M/G NICs
     // beside each GPU when M >= G (AWS p5: 4); a NIC per pair of GPUs when M = G/2 (HGX A100

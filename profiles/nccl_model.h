@@ -19,7 +19,9 @@
 // PAT (one GPU per node all-gather/reduce-scatter) is in the table (tuning.cc:215-223, :337,
 // :429-433). aws-ofi-nccl's tuner plugin, which NCCL loads from the net plugin's library by
 // default, overrides the choice on p5/p5e/p5en/p6-b200 past two nodes (NcclCommShape::tuner,
-// profiles/nccl_tuner_regions.h). Not modelled: CollNet/IB SHARP, the symmetric-memory kernels
+// profiles/nccl_tuner_regions.h). CollNet (InfiniBand SHARP through the SHARP net plugin with
+// NCCL_COLLNET_ENABLE=1) adds CollNetDirect, CollNetChain and NVLS across nodes
+// (NcclCommShape::collnet; nccl_model_notes.md section 9). Not modelled: the symmetric-memory kernels
 // of 2.28+, the channel counts and chunk sizes tuner plugins set, and the NCCL_ALGO/NCCL_PROTO/
 // NCCL_CROSS_NIC overrides. The net plugin's latency property is modelled
 // (NcclCommShape::net_latency_us).
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,9 +43,11 @@
 
 namespace shardtune::profiles {
 
-enum class NcclAlgo { kRing, kTree, kNvls, kNvlsTree, kPat };
+enum class NcclAlgo { kRing, kTree, kNvls, kNvlsTree, kPat, kCollNetDirect, kCollNetChain };
 enum class NcclProto { kLL, kLL128, kSimple };
-const char* ToString(NcclAlgo a);   // "ring", "tree", "nvls", "nvls_tree", "pat" (NCCL_ALGO's spelling, lower case)
+// "ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain" (NCCL_ALGO's
+// names, lower case, words split by "_").
+const char* ToString(NcclAlgo a);
 const char* ToString(NcclProto p);  // "LL", "LL128", "Simple"
 
 // One communicator as NCCL's search sees it. Bandwidths are in GB/s (1e9 B/s), NCCL's units.
@@ -73,13 +78,23 @@ struct NcclCommShape {
   double net_latency_us = 0;
   // The tuner plugin NCCL loads (ClusterSpec::nccl_tuner).
   NcclTuner tuner = NcclTuner::kNone;
+  // CollNet usable (ClusterSpec::ib_sharp): the net plugin has a CollNet (the SHARP plugin) and
+  // NCCL_COLLNET_ENABLE=1 (init.cc:2146-2158, off by default). NCCL still turns it off below
+  // NCCL_COLLNET_NODE_THRESHOLD (2) nodes (init.cc:1468-1475); the model applies that itself.
+  bool collnet = false;
+  // The host CPU is x86 (NCCL's cpuArch), as on every node but Grace superchips (Arm).
+  bool x86_host = true;
 };
 
 // How a reduction combines: a plain sum (nccl-tests' default, ncclSum), or with a scale: ncclAvg
 // on floating types and ncclPreMulSum run as ncclDevPreMulSum (enqueue.cc hostToDevRedOp), which
 // PAT's reduce-scatter does not run ("Tree reduceScatter doesn't support scaling yet",
-// enqueue.cc:2009-2012). FSDP2 reduce-scatters bf16 and fp32 gradients with ReduceOp.AVG
-// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py _get_gradient_divide_factors).
+// enqueue.cc:2009-2012) and NVLink SHARP does not reduce (ncclNvlsSupported, include/device.h:587:
+// ncclDevSum and ncclDevMinMax only), so NVLS and NVLS tree are left out of its reduce-scatters and
+// all-reduces (enqueue.cc:425-426, :2004-2007). CollNet reduces it as a sum ("Translate ncclAvg and
+// PreMulSum", enqueue.cc:1960-1975). FSDP2 reduce-scatters and HSDP-all-reduces bf16 and fp32
+// gradients with ReduceOp.AVG (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+// _get_gradient_divide_factors).
 enum class NcclReduceOp { kSum, kScaled };
 
 // A channel graph found by the search: channels x per-channel bandwidth inside a node and on
@@ -93,6 +108,9 @@ struct NcclGraph {
 
 struct NcclGraphs {
   NcclGraph ring, tree, nvls;  // nvls.channels = NVLS heads, 0 when NVLS is unavailable
+  // CollNet's graphs, channels 0 without CollNet: Direct's channels are its heads (one per NIC
+  // with a GPU of its own, as NVLS's), Chain's are the ring's (init.cc:1189-1201).
+  NcclGraph collnet_direct, collnet_chain;
 };
 
 // The search's result for `shape`. REQUIRES: shape valid (ranks_per_node >= 1, nodes >= 1, a
@@ -103,7 +121,7 @@ NcclGraphs SearchNcclGraphs(const NcclCommShape& shape);
 struct NcclCollectiveCost {
   NcclAlgo algo = NcclAlgo::kRing;
   NcclProto proto = NcclProto::kSimple;
-  int channels = 0;                // the search graph's channels (NVLS: heads)
+  int channels = 0;                // the search graph's channels (NVLS, CollNetDirect: heads)
   double alg_bw_GBps = 0;          // NCCL's algorithm bandwidth (tree correction applied)
   Seconds latency;                 // NCCL's latency term for this (algo, proto)
   BytesPerSecond bus_bandwidth;    // in nccl-tests units: alg_bw x BusBwFactor(c, n)
@@ -119,6 +137,10 @@ class NcclComm {
   // reduce-scatter or all-reduce (others: InternalError). size > 0. A tuner plugin's region, where
   // one holds the point, overrides NCCL's least-time choice (by_tuner).
   NcclCollectiveCost Cost(Collective c, Bytes size, NcclReduceOp op = NcclReduceOp::kSum) const;
+  // NCCL's estimate for one (algorithm, protocol) entry, as NCCL_ALGO/NCCL_PROTO would force it;
+  // nullopt when NCCL's table does not enable the entry for this call.
+  std::optional<NcclCollectiveCost> CostOf(Collective c, Bytes size, NcclAlgo algo, NcclProto proto,
+                                           NcclReduceOp op = NcclReduceOp::kSum) const;
   // The bandwidth NCCL's tuner gives `c` at large sizes with the algorithm it would pick there
   // (1 GiB per rank), as nccl-tests reports it.
   BytesPerSecond AsymptoticBusBandwidth(Collective c) const;
@@ -131,11 +153,14 @@ class NcclComm {
     double alg_bw_GBps = 0;  // 0: disabled
     double latency_us = 0;
   };
-  // [collective: AG, RS, AR][algo][proto]
-  Entry table_[3][5][3];
+  // [collective: AG, RS, AR][algo: NcclAlgo's order][proto]
+  Entry table_[3][7][3];
   NcclCommShape shape_;
   NcclGraphs graphs_;
   std::shared_ptr<const AwsOfiRegionTuner> tuner_;  // null: no tuner plugin
+
+  bool Enabled(Collective c, int algo, int proto, NcclReduceOp op) const;
+  NcclCollectiveCost Estimate(Collective c, int64_t bytes, int algo, int proto) const;
 };
 
 // Whether NCCL's model describes `ranks` of `cluster`: GPU ranks (not cpu:N), the same number

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -39,8 +41,9 @@ std::vector<int> World(const st::profiles::ClusterSpec& c) {
 
 // nccl-tests' busbw for NCCL's estimate of one call.
 double PredictedBusbw(const st::profiles::NcclComm& comm, Collective c, int64_t bytes,
-                      st::profiles::NcclCollectiveCost* out) {
-  *out = comm.Cost(c, st::Bytes::Of(bytes));
+                      st::profiles::NcclCollectiveCost* out,
+                      st::profiles::NcclReduceOp op = st::profiles::NcclReduceOp::kSum) {
+  *out = comm.Cost(c, st::Bytes::Of(bytes), op);
   return static_cast<double>(bytes) * st::profiles::BusBwFactor(c, comm.ranks()) / out->time.count() / 1e9;
 }
 
@@ -70,14 +73,38 @@ int main(int argc, char** argv) {
   std::vector<double> big_errors, all_errors, gib_errors, mid_errors;
   int within = 0, big = 0, gib_within = 0, mid_within = 0;
   for (const auto& p : doc.at("points")) {
-    const auto cluster = st::profiles::ParseClusterShorthand(p.at("cluster").get<std::string>());
+    auto cluster = st::profiles::ParseClusterShorthand(p.at("cluster").get<std::string>());
+    if (p.contains("ib_sharp")) cluster.ib_sharp = p.at("ib_sharp").get<bool>();
     auto shape = st::profiles::NcclShapeOf(cluster, World(cluster));
     if (p.contains("nvls")) shape.nvls = p.at("nvls").get<bool>();
     const st::profiles::NcclComm comm(shape);
     const Collective c = Kind(p.at("collective").get<std::string>());
     const int64_t bytes = p.at("bytes").get<int64_t>();
     st::profiles::NcclCollectiveCost cost;
-    const double pred = PredictedBusbw(comm, c, bytes, &cost);
+    double pred = 0;
+    if (p.contains("nccl_algo")) {
+      // NCCL_ALGO forces the algorithm; NCCL still picks the protocol by least time.
+      const std::string want = p.at("nccl_algo").get<std::string>();
+      std::optional<st::profiles::NcclCollectiveCost> best;
+      for (auto algo : {st::profiles::NcclAlgo::kRing, st::profiles::NcclAlgo::kTree, st::profiles::NcclAlgo::kNvls,
+                        st::profiles::NcclAlgo::kNvlsTree, st::profiles::NcclAlgo::kPat,
+                        st::profiles::NcclAlgo::kCollNetDirect, st::profiles::NcclAlgo::kCollNetChain}) {
+        if (want != st::profiles::ToString(algo)) continue;
+        for (auto proto : {st::profiles::NcclProto::kLL, st::profiles::NcclProto::kLL128, st::profiles::NcclProto::kSimple}) {
+          auto e = comm.CostOf(c, st::Bytes::Of(bytes), algo, proto);
+          if (e && (!best || e->time.count() < best->time.count())) best = e;
+        }
+      }
+      if (!best) {
+        std::fprintf(stderr, "%s: NCCL's model does not enable nccl_algo \"%s\" here\n", p.at("id").get<std::string>().c_str(),
+                     want.c_str());
+        return 2;
+      }
+      cost = *best;
+      pred = static_cast<double>(bytes) * st::profiles::BusBwFactor(c, comm.ranks()) / cost.time.count() / 1e9;
+    } else {
+      pred = PredictedBusbw(comm, c, bytes, &cost);
+    }
     const double pub = p.at("busbw_GBps").get<double>();
     const double err = pred / pub - 1;
     all_errors.push_back(std::fabs(err));
@@ -125,6 +152,37 @@ int main(int argc, char** argv) {
           char cell[32];
           std::snprintf(cell, sizeof cell, "%.0f %s", bw, st::profiles::ToString(cost.algo));
           std::printf(" %14s", cell);
+        }
+        std::printf("\n");
+      }
+    }
+  }
+
+  // InfiniBand SHARP (a cluster file's "ib_sharp": CollNet through the SHARP plugin with
+  // NCCL_COLLNET_ENABLE=1) on DGX H100 nodes: a sum as nccl-tests runs it, and the scaled sum
+  // FSDP2's reduce-scatters and HSDP all-reduces run (ReduceOp.AVG on bf16/fp32: no NVLS).
+  // No published point with SHARP is in the file: these are NCCL's estimates only.
+  std::printf("\nWith InfiniBand SHARP (CollNet), dgx-h100: busbw (GB/s) and NCCL's choice\n");
+  std::printf("%-34s %-15s", "cluster", "collective");
+  for (int64_t s : sizes) std::printf(" %20s", Size(s).c_str());
+  std::printf("\n");
+  for (int nodes : {2, 4, 16}) {
+    for (bool sharp : {false, true}) {
+      auto cluster = st::profiles::ParseClusterShorthand(std::to_string(nodes) + "xdgx-h100");
+      cluster.ib_sharp = sharp;
+      const std::string name = cluster.name + (sharp ? " + SHARP" : "");
+      const st::profiles::NcclComm comm(st::profiles::NcclShapeOf(cluster, World(cluster)));
+      for (auto [c, op, label] : {std::tuple{Collective::kAllGather, st::profiles::NcclReduceOp::kSum, "all_gather"},
+                                  std::tuple{Collective::kReduceScatter, st::profiles::NcclReduceOp::kScaled, "reduce_scatter avg"},
+                                  std::tuple{Collective::kAllReduce, st::profiles::NcclReduceOp::kSum, "all_reduce sum"},
+                                  std::tuple{Collective::kAllReduce, st::profiles::NcclReduceOp::kScaled, "all_reduce avg"}}) {
+        std::printf("%-34s %-15s", name.c_str(), label);
+        for (int64_t s : sizes) {
+          st::profiles::NcclCollectiveCost cost;
+          const double bw = PredictedBusbw(comm, c, s, &cost, op);
+          char cell[40];
+          std::snprintf(cell, sizeof cell, "%.0f %s", bw, st::profiles::ToString(cost.algo));
+          std::printf(" %20s", cell);
         }
         std::printf("\n");
       }

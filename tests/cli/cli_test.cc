@@ -388,6 +388,46 @@ TEST(CliTest, SimulateJsonAndTraceNameEachCollectivesAlgorithm) {
   EXPECT_GT(spans, 0);
 }
 
+// FSDP2 averages gradients with ReduceOp.AVG (bf16/fp32), which NCCL runs as a pre-multiplied sum
+// that NVLink SHARP cannot reduce (ncclNvlsSupported): NO_SHARD's all-reduce inside one H100 node
+// is the ring, not NVLS. With InfiniBand SHARP in the cluster file (NCCL's CollNet), the HSDP
+// replica group's all-reduce across 4 nodes runs CollNet; without it, the ring or the tree.
+TEST(CliTest, SimulateNamesCollNetWithIbSharpAndNoNvlsForAveragedGradients) {
+  Result node = RunCli("simulate --model llama3-8b --cluster 8xH100 --strategy no_shard --seq-len 2048 --json");
+  ASSERT_EQ(node.code, 0) << node.err;
+  int reduces = 0;
+  const auto node_json = nlohmann::json::parse(node.out);
+  for (const auto& c : node_json.at("collectives")) {
+    if (c.at("collective") != "all_reduce") continue;
+    ++reduces;
+    EXPECT_EQ(c.at("algorithm"), "ring");
+  }
+  EXPECT_GT(reduces, 0);
+  for (bool sharp : {true, false}) {
+    const std::string file = WriteFile(sharp ? "sharp.json" : "no_sharp.json",
+                                       std::string(R"({"schema": "shardtune.cluster", "schema_version": 1,
+                                           "nodes": 4, "gpus_per_node": 8, "gpu": "H100",
+                                           "inter_node_link": "ib-ndr", "ib_sharp": )") +
+                                           (sharp ? "true}" : "false}"));
+    Result r = RunCli("simulate --model llama3-8b --cluster " + file +
+                      " --strategy hybrid_shard --seq-len 2048 --global-batch 64 --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    int replica = 0;
+    const auto j = nlohmann::json::parse(r.out);
+    for (const auto& c : j.at("collectives")) {
+      if (c.at("collective") != "all_reduce" || c.at("nodes") != 4) continue;
+      ++replica;
+      const std::string algo = c.at("algorithm");
+      if (sharp) {
+        EXPECT_EQ(algo.rfind("collnet_", 0), 0u) << algo;
+      } else {
+        EXPECT_TRUE(algo == "ring" || algo == "tree") << algo;
+      }
+    }
+    EXPECT_GT(replica, 0) << (sharp ? "with" : "without") << " SHARP";
+  }
+}
+
 // The text's "where the step goes" lists the GPU's categories, which add up to the step time it
 // prints (to its 4 decimals, one rounding per line); the host's issue time, which overlaps them,
 // is printed apart and says so (issue #49: 1.72 s of categories for a 1.40 s step).

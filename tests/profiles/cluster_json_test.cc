@@ -50,6 +50,18 @@ TEST(ReadClusterFileTest, EveryKeyOverridesItsDefault) {
   EXPECT_DOUBLE_EQ(ReadClusterFile(Data("two_dgx_h100.json")).net_latency.count(), 0.0);  // the default
   EXPECT_EQ(c.nccl_tuner, NcclTuner::kAwsOfiP5);
   EXPECT_EQ(ReadClusterFile(Data("two_dgx_h100.json")).nccl_tuner, NcclTuner::kNone);  // the default
+  EXPECT_TRUE(c.ib_sharp);
+  EXPECT_FALSE(ReadClusterFile(Data("two_dgx_h100.json")).ib_sharp);  // the default
+}
+
+// SHARP aggregates in InfiniBand switches: on a RoCE fabric the key is a one-line error naming it.
+TEST(ReadClusterFileTest, IbSharpNeedsAnInfiniBandFabric) {
+  const std::string path = Data("ib_sharp_on_roce.json");
+  EXPECT_THAT([&] { ReadClusterFile(path); },
+              ThrowsMessage<InputError>(AllOf(HasSubstr(path + ":/ib_sharp: expected false unless inter_node_link is "
+                                                        "an InfiniBand link (family \"ib\"), got true with "
+                                                        "inter_node_link roce-200g (family \"roce\")"),
+                                              Not(HasSubstr("\n")))));
 }
 
 TEST(ReadClusterFileTest, NcclTunerMustBeOneThePluginHasTablesFor) {
