@@ -378,6 +378,10 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
                             : std::string("integer >= 1"),
              checkpoint_first_k);
   }
+  if (checkpoint_rest_selective && checkpointing != Checkpointing::kFirstK) {
+    p.Add("checkpoint_rest", "\"none\" unless checkpointing is \"first\" (first:K+selective)",
+          "\"selective\" with checkpointing \"" + CheckpointingSpecToString(*this) + "\"");
+  }
   p.Expect(max_inflight_allgathers >= 1, "max_inflight_allgathers", "integer >= 1",
            max_inflight_allgathers);
   // verl offloads by FSDP layer (activation_offload.py get_layers: the fully_shard children), and
@@ -462,14 +466,20 @@ std::string WrapSpecToString(const WrapPolicy& w) {
 }
 
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan) {
-  const std::string expected = "none, full, selective, every:K or first:K (K >= 1)";
+  const std::string expected = "none, full, selective, every:K, first:K or first:K+selective (K >= 1)";
   size_t colon = text.find(':');
   std::string kind = text.substr(0, colon);
   int64_t k = 0;
   if ((kind == "every" || kind == "first") && colon != std::string::npos) {
-    if (!ParseCount(text.substr(colon + 1), &k) || k < 1 || k > INT32_MAX) {
+    std::string count = text.substr(colon + 1);
+    const std::string rest = "+selective";
+    const bool rest_selective =
+        kind == "first" && count.size() > rest.size() && count.compare(count.size() - rest.size(), rest.size(), rest) == 0;
+    if (rest_selective) count.resize(count.size() - rest.size());
+    if (!ParseCount(count, &k) || k < 1 || k > INT32_MAX) {
       BadSpec(where, expected, text, "");
     }
+    plan->checkpoint_rest_selective = rest_selective;
     if (kind == "every") {
       plan->checkpointing = Checkpointing::kEveryK;
       plan->checkpoint_every_k = static_cast<int>(k);
@@ -484,6 +494,7 @@ void ParseCheckpointingSpec(const std::string& text, const std::string& where, P
     BadSpec(where, expected, text, ClosestName(kind, plain));
   }
   plan->checkpointing = ParseEnum<Checkpointing>(kind, where);
+  plan->checkpoint_rest_selective = false;
 }
 
 std::string CheckpointingSpecToString(const Plan& plan) {
@@ -491,7 +502,7 @@ std::string CheckpointingSpecToString(const Plan& plan) {
     return "every:" + std::to_string(plan.checkpoint_every_k);
   }
   if (plan.checkpointing == Checkpointing::kFirstK) {
-    return "first:" + std::to_string(plan.checkpoint_first_k);
+    return "first:" + std::to_string(plan.checkpoint_first_k) + (plan.checkpoint_rest_selective ? "+selective" : "");
   }
   return ToString(plan.checkpointing);
 }
@@ -507,6 +518,12 @@ bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks) {
     case Checkpointing::kFirstK: return in_stack < plan.checkpoint_first_k;
   }
   return false;
+}
+
+bool BlockSelective(const Plan& plan, int block, int vision_blocks) {
+  if (plan.checkpointing == Checkpointing::kSelective) return true;
+  return plan.checkpointing == Checkpointing::kFirstK && plan.checkpoint_rest_selective &&
+         !BlockCheckpointed(plan, block, vision_blocks);
 }
 
 }  // namespace shardtune::model

@@ -179,6 +179,9 @@ struct Plan {
   Checkpointing checkpointing = Checkpointing::kNone;
   int checkpoint_every_k = 1;   // kEveryK: checkpoint every k-th block
   int checkpoint_first_k = 1;   // kFirstK: checkpoint the first k blocks of each stack
+  // kFirstK only: the blocks after the first k run selective checkpointing instead of keeping
+  // every activation ("first:K+selective"; issue #46's per-block mix of full and selective).
+  bool checkpoint_rest_selective = false;
   Offload offload = Offload::kNone;
   ActivationOffload activation_offload = ActivationOffload::kNone;
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params
@@ -344,15 +347,20 @@ WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where);
 // The --wrap text of `w` (shortest exact suffix for size), so ParseWrapSpec round-trips.
 // embedding_unit / head_unit have no compact syntax and are not written.
 std::string WrapSpecToString(const WrapPolicy& w);
-// Parses --checkpointing "none|full|selective|every:K|first:K" into plan->checkpointing (and
-// checkpoint_every_k for every:K, checkpoint_first_k for first:K). Throws InputError.
+// Parses --checkpointing "none|full|selective|every:K|first:K|first:K+selective" into
+// plan->checkpointing (and checkpoint_every_k for every:K, checkpoint_first_k for first:K,
+// checkpoint_rest_selective for "+selective"). Throws InputError.
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan);
-// The --checkpointing text of the plan ("every:2", "first:12", "full", ...).
+// The --checkpointing text of the plan ("every:2", "first:12", "first:12+selective", "full", ...).
 std::string CheckpointingSpecToString(const Plan& plan);
 // Whether block `block` (a VL model's `vision_blocks` tower blocks first, then the text blocks)
 // reruns whole in backward: every block under full, every k-th of each stack under every:K, the
 // first k of each stack under first:K; none under none and selective (which reruns pieces of
 // every block). The one rule the estimate (Walker::Checkpointed) and run (FsdpRuntime) follow.
 bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks);
+// Whether block `block` runs selective checkpointing (reruns pieces of itself in backward): every
+// block under selective, the blocks after the first k of each stack under first:K+selective. The
+// one rule the estimate (Walker::Selective) and run (FsdpRuntime) follow.
+bool BlockSelective(const Plan& plan, int block, int vision_blocks);
 
 }  // namespace shardtune::model

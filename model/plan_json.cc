@@ -6,6 +6,7 @@
 
 #include "model/errors.h"
 #include "model/strict_json.h"
+#include "model/text.h"
 
 namespace shardtune::model {
 namespace {
@@ -203,6 +204,16 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
   RejectUnless(&r, p.checkpointing == Checkpointing::kFirstK, "checkpoint_first_k",
                "\"checkpointing\": \"first\"");
   p.checkpoint_first_k = OptInt(&r, "checkpoint_first_k", p.checkpoint_first_k);
+  // first:K+selective: the blocks after the first k run selective checkpointing.
+  RejectUnless(&r, p.checkpointing == Checkpointing::kFirstK, "checkpoint_rest", "\"checkpointing\": \"first\"");
+  if (r.Has("checkpoint_rest")) {
+    const std::string rest = r.OptionalString("checkpoint_rest", "none");
+    if (rest != "none" && rest != "selective") {
+      throw InputError(r.Where("checkpoint_rest") + ": expected \"none\" or \"selective\", got \"" +
+                       EscapeControls(rest) + "\"");
+    }
+    p.checkpoint_rest_selective = rest == "selective";
+  }
   ReadPrecisionAndComm(&r, &p);
   ReadComputeChoices(&r, &p);
   ReadTrainableAndParallel(&r, &p);
@@ -227,6 +238,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["checkpointing"] = ToString(p.checkpointing);
   if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
   if (p.checkpointing == Checkpointing::kFirstK) j["checkpoint_first_k"] = p.checkpoint_first_k;
+  if (p.checkpoint_rest_selective) j["checkpoint_rest"] = "selective";
   j["offload"] = ToString(p.offload);
   if (p.activation_offload != ActivationOffload::kNone) j["activation_offload"] = ToString(p.activation_offload);
   j["param_dtype"] = ToString(p.param_dtype);

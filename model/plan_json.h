@@ -20,7 +20,8 @@ inline constexpr int kPlanSchemaVersion = 1;
 // shard_group_size, wrap {policy "block"|"every"|"ranges"|"size", every_k, ranges [[0,7],[8,31]],
 // min_num_params, embedding_unit, head_unit}, micro_batch, seq_len, grad_accum, no_sync,
 // checkpointing "none"|"full"|"selective"|"every"|"first", checkpoint_every_k, checkpoint_first_k
-// (the first k blocks of each stack), offload, param_dtype,
+// (the first k blocks of each stack), checkpoint_rest "none"|"selective" (with "first": what the
+// other blocks run; absent: none), offload, param_dtype,
 // reduce_dtype, master_dtype, frozen_dtype (absent: master_dtype), reshard_after_forward,
 // forward_prefetch, backward_prefetch, max_inflight_allgathers, optimizer, optimizer_impl,
 // attention, modeling, loss_fp32_upcast, keep_logits, cp, cp_fsdp_mesh, role, frozen_prefixes,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,12 +48,16 @@ double InterpolatedK(int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacit
   return lo + static_cast<double>(lo_need.count() - capacity.count()) / span * (hi - lo);
 }
 
-model::Plan WithFirstK(model::Plan p, int k) {
+// first:K with the other blocks keeping everything (rest_selective false) or running selective
+// recompute (first:K+selective); k = 0 is none, or selective everywhere.
+model::Plan WithFirstK(model::Plan p, int k, bool rest_selective = false) {
+  p.checkpoint_rest_selective = false;
   if (k <= 0) {
-    p.checkpointing = model::Checkpointing::kNone;
+    p.checkpointing = rest_selective ? model::Checkpointing::kSelective : model::Checkpointing::kNone;
   } else {
     p.checkpointing = model::Checkpointing::kFirstK;
     p.checkpoint_first_k = k;
+    p.checkpoint_rest_selective = rest_selective;
   }
   return p;
 }
@@ -62,8 +67,8 @@ model::Plan WithFirstK(model::Plan p, int k) {
 // probe is InterpolatedK rounded up, halved when the interpolation stalls, so it ends in
 // O(log(hi - lo)) probes and usually in two or three.
 int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-                  const model::Plan& base, int lo, Bytes lo_need, int hi, Bytes hi_need, Bytes capacity,
-                  Bytes* need) {
+                  const model::Plan& base, bool rest_selective, int lo, Bytes lo_need, int hi, Bytes hi_need,
+                  Bytes capacity, Bytes* need) {
   bool halve = false;
   while (hi - lo > 1) {
     int probe = (lo + hi) / 2;
@@ -71,7 +76,7 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
       probe = std::clamp(static_cast<int>(std::ceil(InterpolatedK(lo, lo_need, hi, hi_need, capacity))), lo + 1,
                          hi - 1);
     }
-    const Need n = Judge(spec, cluster, req, WithFirstK(base, probe));
+    const Need n = Judge(spec, cluster, req, WithFirstK(base, probe, rest_selective));
     const int before = hi - lo;
     if (n.fits) {
       hi = probe;
@@ -119,40 +124,47 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     ++refined;
     model::Plan full_plan = c.plan;
     full_plan.checkpointing = model::Checkpointing::kFull;
-    // A cheap screen first: the walk's figures of none and full put K near its interpolation;
-    // the plan with a K below that (optimistic) must beat its source by the tolerance, or no
-    // replay is spent on it (first:K only slows as K grows).
-    {
-      const Need none_w = Judge(spec, cluster, req, WithFirstK(c.plan, 0), true);
-      const Need full_w = Judge(spec, cluster, req, full_plan, true);
-      if (!none_w.fits && none_w.required > full_w.required) {
-        const double k_w = InterpolatedK(0, none_w.required, blocks, full_w.required, c.capacity);
+    full_plan.checkpoint_rest_selective = false;
+    std::optional<Need> full;  // judged once, for whichever variant gets that far
+    const Need full_w = Judge(spec, cluster, req, full_plan, true);
+    // Two per-block mixes: the first K blocks rerun whole and the rest keep everything
+    // (first:K), or the rest run selective recompute (first:K+selective), which fits with a
+    // smaller K where the model's selective recompute frees much for little time.
+    for (bool rest_selective : {false, true}) {
+      // A cheap screen first: the walk's figures of the k = 0 end (none, or selective
+      // everywhere) and full put K near its interpolation; the plan with a K below that
+      // (optimistic) must beat its source by the tolerance, or no replay is spent on it (either
+      // mix only slows as K grows).
+      const Need low_w = Judge(spec, cluster, req, WithFirstK(c.plan, 0, rest_selective), true);
+      if (!low_w.fits && low_w.required > full_w.required) {
+        const double k_w = InterpolatedK(0, low_w.required, blocks, full_w.required, c.capacity);
         const int optimistic = std::clamp(static_cast<int>(std::floor(k_w)) - 1, 1, blocks - 1);
-        const double best_s = sim::SimulateStep(spec, cluster, WithFirstK(full_plan, optimistic), so).step_time.count();
+        const double best_s =
+            sim::SimulateStep(spec, cluster, WithFirstK(full_plan, optimistic, rest_selective), so).step_time.count();
         if (!(best_s < c.step_time_s * (1.0 - kRankTolerance))) continue;
       }
+      const Need low = Judge(spec, cluster, req, WithFirstK(c.plan, 0, rest_selective));
+      // Without whole-block reruns it fits: the search ranked that plan itself (it is faster).
+      if (low.fits) continue;
+      // The full plan's need on the same judgement (the list's figure may come from a longer
+      // replay in the exhaustive search), so the bracket is the same whichever search listed it.
+      if (!full) full = Judge(spec, cluster, req, full_plan);
+      if (!full->fits) break;
+      Bytes need;
+      const int k = LeastFittingK(spec, cluster, req, full_plan, rest_selective, 0, low.required, blocks,
+                                  full->required, c.capacity, &need);
+      if (k >= blocks) continue;  // every block must rerun: full it is
+      const model::Plan p = WithFirstK(full_plan, k, rest_selective);
+      if (listed.count(PlanKey(p)) > 0) continue;
+      const sim::SimReport r = sim::SimulateStep(spec, cluster, p, so);
+      Candidate refined_c = CandidateOf(p, r, req, cluster);
+      refined_c.required = need;  // the replayed figure, as the list's
+      // Faster by more than the time model can tell apart (kRankTolerance), or the plan it came
+      // from, which keeps more headroom, stays the answer: a first:K plan just fits by design.
+      if (!(refined_c.objective < c.objective * (1.0 - kRankTolerance))) continue;
+      listed.insert(refined_c.key);
+      added.push_back(std::move(refined_c));
     }
-    const Need none = Judge(spec, cluster, req, WithFirstK(c.plan, 0));
-    // Without checkpointing it fits: the search ranked that plan itself (it is faster).
-    if (none.fits) continue;
-    // The full plan's need on the same judgement (the list's figure may come from a longer replay
-    // in the exhaustive search), so the bracket is the same whichever search listed it.
-    const Need full = Judge(spec, cluster, req, full_plan);
-    if (!full.fits) continue;
-    Bytes need;
-    const int k =
-        LeastFittingK(spec, cluster, req, full_plan, 0, none.required, blocks, full.required, c.capacity, &need);
-    if (k >= blocks) continue;  // every block must rerun: full it is
-    const model::Plan p = WithFirstK(full_plan, k);
-    if (listed.count(PlanKey(p)) > 0) continue;
-    const sim::SimReport r = sim::SimulateStep(spec, cluster, p, so);
-    Candidate refined_c = CandidateOf(p, r, req, cluster);
-    refined_c.required = need;  // the replayed figure, as the list's
-    // Faster by more than the time model can tell apart (kRankTolerance), or the plan it came
-    // from, which keeps more headroom, stays the answer: a first:K plan just fits by design.
-    if (!(refined_c.objective < c.objective * (1.0 - kRankTolerance))) continue;
-    listed.insert(refined_c.key);
-    added.push_back(std::move(refined_c));
   }
   if (added.empty()) return;
   result->refined_checkpointing = static_cast<int>(added.size());

@@ -5,7 +5,8 @@
 // --recompute-num-layers k runs it (model::Plan kFirstK, "first:K"). For the fastest checkpointing
 // plans of the list, the fewest leading blocks that must rerun for the plan to fit are found on
 // the same caching-allocator replay that confirmed the plan, and the plan with first:K joins the
-// list when it is faster.
+// list when it is faster. Likewise first:K+selective, the other blocks running selective
+// recompute, bracketed between selective everywhere and full: it fits with fewer whole reruns.
 #pragma once
 
 #include "model/model_spec.h"

@@ -280,6 +280,7 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
                   }
                   p.checkpointing = ck;
                   p.checkpoint_every_k = ck == model::Checkpointing::kEveryK ? 2 : 1;
+                  p.checkpoint_rest_selective = ck == model::Checkpointing::kFirstK && req.base.checkpoint_rest_selective;
                   p.offload = off;
                   p.forward_prefetch = fp;
                   p.backward_prefetch = bp;

@@ -214,7 +214,7 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     double elem = Blk(b).full.elementwise_traffic_per_token;
     // Recomputation re-runs the forward (full), or its memory-bound part (selective).
     double re_mm = Checkpointed(b) ? 1.0 : 0.0;
-    double re_elem = Checkpointed(b) || p_.checkpointing == model::Checkpointing::kSelective ? 1.0 : 0.0;
+    double re_elem = Checkpointed(b) || Selective(b) ? 1.0 : 0.0;
     // Selective (torchtitan op SAC) reruns the mms its policy did not save
     // (BlockActivations::selective_recompute_matmul_flops_per_token).
     double re_sac = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_matmul_flops_per_token : 0;

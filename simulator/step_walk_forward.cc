@@ -209,7 +209,7 @@ std::vector<int64_t> Walker::SavedTensorBytes(int block) const {
   if (BlockFixedSaved(block) > 0) out.push_back(BlockFixedSaved(block));
   double saved = BlockSaved(block);
   if (saved <= 0) return out;
-  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) {
+  if (Checkpointed(block) || Selective(block)) {
     out.push_back(Tok(saved));
     return out;
   }
@@ -432,12 +432,14 @@ void Walker::Reshard(size_t i) {
 
 bool Walker::Checkpointed(int block) const { return model::BlockCheckpointed(p_, block, nv_); }
 
+bool Walker::Selective(int block) const { return model::BlockSelective(p_, block, nv_); }
+
 double Walker::BlockSaved(int block) const {
   // No graph before the first segment backward reaches (and none at all under no_grad).
   if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
   // Full checkpointing keeps the block input of every block backward reaches (to recompute it).
   if (Checkpointed(block)) return Blk(block).checkpoint_input_per_token;
-  if (p_.checkpointing == model::Checkpointing::kSelective) return Blk(block).selective_per_token;
+  if (Selective(block)) return Blk(block).selective_per_token;
   return Blk(block).full.saved_per_token;
 }
 
@@ -446,7 +448,7 @@ int64_t Walker::BlockFixedSaved(int block) const {
   if (block < nv_) return 0;
   if (!spec.moe.deepseek_router || !spec.MoeLayer(block - nv_) || p_.modeling != model::Modeling::kHf) return 0;
   if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
-  if (Checkpointed(block) || p_.checkpointing == model::Checkpointing::kSelective) return 0;
+  if (Checkpointed(block) || Selective(block)) return 0;
   if (e_param_ == 4) return 0;  // W.float() of an fp32 weight is the weight itself
   return static_cast<int64_t>(spec.moe.num_experts) * spec.hidden * 4;
 }

@@ -117,6 +117,7 @@ class Walker {
   bool ReshardAfterForward(const model::FsdpUnit& u) const;
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
+  bool Selective(int block) const;  // model::BlockSelective
   double BlockSaved(int block) const;
   // What autograd keeps for the block that does not scale with tokens: HF DeepSeek's router
   // matmul F.linear(x.float(), W.float()) saves the fp32 copy of its weight [E, H] for the input's

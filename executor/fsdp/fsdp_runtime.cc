@@ -45,7 +45,12 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   t.rope_local_theta = filled.rope_local_theta;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
-  t.selective = plan.checkpointing == model::Checkpointing::kSelective;
+  t.selective = plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective;
+  if (plan.checkpoint_rest_selective) {
+    // first:K+selective: the text layers after the first k (model::BlockSelective).
+    const int nv = spec.VisionBlocks();
+    for (int l = 0; l < spec.num_layers; ++l) t.selective_layers.push_back(model::BlockSelective(plan, nv + l, nv));
+  }
   t.fused_loss = plan.loss_kernel == model::LossKernel::kFusedLinear;
   t.torchtitan = plan.modeling == model::Modeling::kTorchtitan;
   if (plan.lora.enabled()) t.lora_scale = plan.lora.alpha / plan.lora.rank;  // PEFT: alpha / r
@@ -74,7 +79,7 @@ std::vector<model::FsdpUnit> Specs(const std::vector<FlatParamGroup>& groups) {
 // (model::TorchtitanOpSacApplies, with the block's trainability as model/trainable.h derives it).
 std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& plan) {
   std::vector<bool> out(static_cast<size_t>(spec.num_layers), false);
-  if (plan.checkpointing != model::Checkpointing::kSelective ||
+  if (!(plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective) ||
       plan.modeling != model::Modeling::kTorchtitan || !plan.Trains()) {
     return out;
   }
@@ -82,7 +87,11 @@ std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& p
       spec, plan, model::BuildFsdpUnits(spec, plan.wrap, std::max(1, plan.ep)));
   model::SubgraphTrainability t = model::SubgraphTrainabilities(spec, plan, units);
   model::ActivationOptions o = model::ActivationOptionsFor(plan, plan.seq_len);
-  for (size_t b = 0; b < out.size(); ++b) out[b] = model::TorchtitanOpSacApplies(spec, o, t.blocks[b]);
+  const int nv = spec.VisionBlocks();
+  for (size_t b = 0; b < out.size(); ++b) {
+    out[b] = model::BlockSelective(plan, nv + static_cast<int>(b), nv) &&
+             model::TorchtitanOpSacApplies(spec, o, t.blocks[b]);
+  }
   return out;
 }
 

@@ -299,7 +299,10 @@ void Transformer::Drop(const at::Tensor& y, const Piece& piece,
 
 // Under torchtitan's op SAC the block is checkpointed whole (SacRecompute): no piece of it is.
 bool Transformer::Selective() const {
-  return options_.selective && at::GradMode::is_enabled() && !sac_.Active();
+  if (!options_.selective || !at::GradMode::is_enabled() || sac_.Active()) return false;
+  const auto& layers = options_.selective_layers;
+  return layers.empty() || (current_layer_ >= 0 && static_cast<size_t>(current_layer_) < layers.size() &&
+                            layers[static_cast<size_t>(current_layer_)]);
 }
 
 at::Tensor Transformer::Norm(const ParamTable& p, const std::string& name, const at::Tensor& x,
@@ -322,6 +325,13 @@ std::vector<at::Tensor> Transformer::NormThen(
 }
 
 at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& x) const {
+  // Selective() asks which layer runs (TransformerOptions::selective_layers).
+  struct LayerScope {
+    int* slot;
+    int saved;
+    ~LayerScope() { *slot = saved; }
+  } scope{&current_layer_, current_layer_};
+  current_layer_ = layer;
   std::string pre = "model.layers." + std::to_string(layer);
   std::string n1 = pre + (gpt2_names_ ? ".ln_1" : ".input_layernorm");
   std::string n2 = pre + (gpt2_names_ ? ".ln_2" : ".post_attention_layernorm");

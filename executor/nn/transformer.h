@@ -72,6 +72,9 @@ struct TransformerOptions {
   // the MLP activation keep only their inputs and are recomputed in backward (recompute.h).
   // Not inside a block that runs as torchtitan's op SAC (sac_tape(), fsdp_runtime.cc).
   bool selective = false;
+  // When not empty: the text layers that run selective checkpointing (plan checkpointing
+  // "first:K+selective": the layers after the first k; model::BlockSelective). Empty: all.
+  std::vector<bool> selective_layers;
   // The LM head and loss as the fused linear cross-entropy (plan loss_kernel fused_linear,
   // fused_loss.h): the logits are never materialised whole.
   bool fused_loss = false;
@@ -334,6 +337,7 @@ class Transformer {
   mutable bool counting_ = false;
   std::vector<int> moe_row_;                // per layer: its row of expert_bias_, -1 for dense
   mutable SacTape sac_;                     // torchtitan op SAC's tape (sac_tape())
+  mutable int current_layer_ = -1;          // the text layer Block() is running, -1 outside
   // Position constants every layer shares, made once per shape as transformers makes them once
   // per forward: LlamaModel.forward computes position_embeddings = rotary_emb(x, position_ids)
   // (cos, sin) and the causal mask (create_causal_mask / sliding mask mapping) before the layers

@@ -174,8 +174,9 @@ std::vector<std::string> VisionRunProblems(const RunOptions& o) {
   if (plan.cp > 1) p.push_back("--cp " + std::to_string(plan.cp) + ": expected 1 for " + what + " (run does not split a VL model's sequences yet)");
   if (plan.packed_seq_len > 0) p.push_back("packed rows: " + what + " is not run packed yet (drop --max-tokens-per-micro-batch)");
   if (o.lengths.uniform()) p.push_back("--lengths: " + what + " runs fixed-length sequences only");
-  if (plan.checkpointing == model::Checkpointing::kSelective) {
-    p.push_back("--checkpointing selective: " + what + "'s blocks are not run with selective recompute (use full or every:K)");
+  if (plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective) {
+    p.push_back("--checkpointing " + model::CheckpointingSpecToString(plan) + ": " + what +
+                "'s blocks are not run with selective recompute (use full, every:K or first:K)");
   }
   if (plan.modeling == model::Modeling::kTorchtitan) p.push_back("--modeling torchtitan: torchtitan has no " + what);
   if (plan.images > 0 && plan.image_tokens % plan.images != 0) {

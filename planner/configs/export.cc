@@ -247,8 +247,8 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
     notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
                      " checkpoints every block or none (only Megatron-LM's recompute_method block with "
                      "recompute_num_layers " + std::to_string(plan.checkpoint_first_k) +
-                     " says the first k); written as full (less activation memory, more recompute than "
-                     "the plan)");
+                     " says the first k" + (plan.checkpoint_rest_selective ? ", and none runs the other blocks selective" : "") +
+                     "); written as full (less activation memory, more recompute than the plan)");
     return;
   }
   if (plan.checkpointing != C::kSelective && plan.checkpointing != C::kEveryK) return;

@@ -74,8 +74,8 @@ std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportConte
   if (p.checkpointing == model::Checkpointing::kFirstK) {
     notes.push_back("checkpointing " + model::CheckpointingSpecToString(p) +
                     ": torchtitan's activation_checkpoint has full, selective (op or every N-th block) "
-                    "and memory_budget, no first-k; written as mode full (less activation memory, more "
-                    "recompute than the plan)");
+                    "and memory_budget, no first-k" + std::string(p.checkpoint_rest_selective ? " nor a per-block mix" : "") +
+                    "; written as mode full (less activation memory, more recompute than the plan)");
   }
   AddActivationOffloadNote(p, "torchtitan", &notes);
   if (p.attention == model::Attention::kEager) {

@@ -1,5 +1,6 @@
 // --checkpointing first:K in `shardtune run` (issue #46's per-block policy: the first K blocks
-// rerun in backward, the rest keep their activations; model::BlockCheckpointed):
+// rerun in backward, the rest keep their activations; model::BlockCheckpointed), and
+// first:K+selective (the rest run selective recompute; model::BlockSelective):
 // 1. Same math: first:K trains the losses and step-1 gradient norm of --checkpointing none, on 1
 //    and on 2 ranks (a rerun block computes the same ops on the same input: 1e-6 relative, fp32).
 // 2. Memory: the step-0 tracked peak lies strictly between full and none, and validate's
@@ -43,14 +44,14 @@ TEST(FirstKCheckpointingTest, SameLossesAsNoCheckpointingOnOneAndTwoRanks) {
   const std::string model = FourBlockLlama(tmp);
   for (int nproc : {1, 2}) {
     const std::string n = std::to_string(nproc);
-    for (const std::string mode : {"none", "first:1", "first:3"}) {
+    for (const std::string mode : {"none", "first:1", "first:3", "first:1+selective"}) {
       ProcessResult p = RunShardtune(Args(model, tmp.Sub(mode + "_" + n), mode, nproc));
       ASSERT_EQ(p.exit_code, 0) << mode << " on " << nproc << ": " << p.output;
     }
     const std::map<int64_t, double> none = Losses(tmp.Sub("none_" + n));
     const std::map<int64_t, double> g_none = GradNorms(tmp.Sub("none_" + n));
     ASSERT_EQ(none.size(), 3u);
-    for (const std::string mode : {"first:1", "first:3"}) {
+    for (const std::string mode : {"first:1", "first:3", "first:1+selective"}) {
       const std::map<int64_t, double> l = Losses(tmp.Sub(mode + "_" + n)), g = GradNorms(tmp.Sub(mode + "_" + n));
       ASSERT_EQ(l.size(), 3u);
       for (const auto& [step, loss] : none) {
@@ -69,7 +70,7 @@ TEST(FirstKCheckpointingTest, PeakLiesBetweenFullAndNoneAndIsWhatValidatePredict
   TempDir tmp;
   const std::string model = FourBlockLlama(tmp);
   std::map<std::string, double> measured;
-  for (const std::string mode : {"none", "first:2", "full"}) {
+  for (const std::string mode : {"none", "first:2", "full", "first:2+selective"}) {
     ProcessResult p = RunShardtune({"run", "--model", model, "--steps", "1", "--out", tmp.Sub(mode), "--seq-len",
                                     "128", "--global-batch", "8", "--micro-batch", "8", "--threads", "1",
                                     "--precision", "fp32", "--max-grad-norm", "0", "--checkpointing", mode,
@@ -86,6 +87,9 @@ TEST(FirstKCheckpointingTest, PeakLiesBetweenFullAndNoneAndIsWhatValidatePredict
   }
   EXPECT_LT(measured["full"], measured["first:2"]);
   EXPECT_LT(measured["first:2"], measured["none"]);
+  // The mix of full and selective keeps less than first:2's mix of full and none, more than full.
+  EXPECT_LT(measured["first:2+selective"], measured["first:2"]);
+  EXPECT_LT(measured["full"], measured["first:2+selective"]);
 }
 
 }  // namespace

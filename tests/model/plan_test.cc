@@ -206,7 +206,7 @@ TEST(WrapSpecTest, BadSpecsSayWhatIsExpected) {
 }
 
 TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
-  for (const char* text : {"none", "full", "selective", "every:2", "first:12"}) {
+  for (const char* text : {"none", "full", "selective", "every:2", "first:12", "first:12+selective"}) {
     Plan p;
     ParseCheckpointingSpec(text, "--checkpointing", &p);
     EXPECT_EQ(CheckpointingSpecToString(p), text);
@@ -218,10 +218,21 @@ TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
   ParseCheckpointingSpec("first:5", "--checkpointing", &p);
   EXPECT_EQ(p.checkpointing, Checkpointing::kFirstK);
   EXPECT_EQ(p.checkpoint_first_k, 5);
-  for (const char* text : {"every", "every:0", "ful", "full:2", "", "first", "first:0", "first:x", "first:-1"}) {
+  ParseCheckpointingSpec("first:4+selective", "--checkpointing", &p);
+  EXPECT_EQ(p.checkpointing, Checkpointing::kFirstK);
+  EXPECT_EQ(p.checkpoint_first_k, 4);
+  EXPECT_TRUE(p.checkpoint_rest_selective);
+  ParseCheckpointingSpec("first:4", "--checkpointing", &p);  // the rest keep everything again
+  EXPECT_FALSE(p.checkpoint_rest_selective);
+  ParseCheckpointingSpec("first:4+selective", "--checkpointing", &p);
+  ParseCheckpointingSpec("full", "--checkpointing", &p);
+  EXPECT_FALSE(p.checkpoint_rest_selective);
+  for (const char* text : {"every", "every:0", "ful", "full:2", "", "first", "first:0", "first:x", "first:-1",
+                           "first:0+selective", "first:+selective", "every:2+selective", "first:3+full",
+                           "first:3+selective+selective"}) {
     EXPECT_THAT([&] { ParseCheckpointingSpec(text, "--checkpointing", &p); },
                 ThrowsMessage<InputError>(HasSubstr(
-                    "--checkpointing: expected none, full, selective, every:K or first:K")))
+                    "--checkpointing: expected none, full, selective, every:K, first:K or first:K+selective")))
         << text;
   }
   EXPECT_THAT([&] { ParseCheckpointingSpec("selectiv", "--checkpointing", &p); },
@@ -246,6 +257,25 @@ TEST(CheckpointingSpecTest, BlockCheckpointedCountsEachStackFromZero) {
   EXPECT_EQ(rerun("none"), "000" "00000");
   EXPECT_EQ(rerun("selective"), "000" "00000");
   EXPECT_EQ(rerun("first:7"), "111" "11111");  // K beyond a stack reruns all of it
+  EXPECT_EQ(rerun("first:2+selective"), "110" "11000");  // the rest run selective, not whole
+}
+
+// Which blocks run selective recompute (model::BlockSelective): every block under selective; under
+// first:K+selective the blocks of each stack after its first K; none otherwise.
+TEST(CheckpointingSpecTest, BlockSelectiveIsTheRestOfFirstKPlusSelective) {
+  Plan p;
+  const int nv = 3;
+  auto selective = [&](const std::string& spec) {
+    ParseCheckpointingSpec(spec, "--checkpointing", &p);
+    std::string s;
+    for (int b = 0; b < nv + 5; ++b) s += model::BlockSelective(p, b, nv) ? '1' : '0';
+    return s;
+  };
+  EXPECT_EQ(selective("first:2+selective"), "001" "00111");
+  EXPECT_EQ(selective("selective"), "111" "11111");
+  EXPECT_EQ(selective("first:2"), "000" "00000");
+  EXPECT_EQ(selective("full"), "000" "00000");
+  EXPECT_EQ(selective("first:7+selective"), "000" "00000");
 }
 
 nlohmann::json PlanDoc() {
@@ -374,6 +404,31 @@ TEST(PlanJsonTest, NonDefaultPlansRoundTrip) {
   const std::string out = PlanToJson(p).dump();
   EXPECT_NE(out.find("\"checkpoint_first_k\":7"), std::string::npos) << out;
   EXPECT_EQ(CheckpointingSpecToString(PlanFromJson(ParseJsonText(out, "plan.json"), "plan.json")), "first:7");
+  EXPECT_EQ(out.find("checkpoint_rest"), std::string::npos) << out;  // written only when selective
+  ParseCheckpointingSpec("first:7+selective", "--checkpointing", &p);
+  const std::string mixed = PlanToJson(p).dump();
+  EXPECT_NE(mixed.find("\"checkpoint_rest\":\"selective\""), std::string::npos) << mixed;
+  EXPECT_EQ(CheckpointingSpecToString(PlanFromJson(ParseJsonText(mixed, "plan.json"), "plan.json")),
+            "first:7+selective");
+}
+
+// checkpoint_rest means something with "checkpointing": "first" only, and takes none or selective.
+TEST(PlanJsonTest, CheckpointRestIsForFirstKOnly) {
+  EXPECT_THAT([] { PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "checkpointing": "full", "checkpoint_rest": "selective"})", "p.json"), "p.json"); },
+              ThrowsMessage<InputError>(HasSubstr("p.json:/checkpoint_rest: only allowed with \"checkpointing\": \"first\"")));
+  EXPECT_THAT([] {
+                PlanFromJson(ParseJsonText(R"({"schema": "shardtune.plan", "schema_version": 1, "checkpointing": "first", "checkpoint_first_k": 2,
+                                                "checkpoint_rest": "full"})",
+                                           "p.json"),
+                             "p.json");
+              },
+              ThrowsMessage<InputError>(HasSubstr("p.json:/checkpoint_rest: expected \"none\" or \"selective\", got \"full\"")));
+  Plan p;
+  p.checkpointing = Checkpointing::kFull;
+  p.checkpoint_rest_selective = true;
+  const auto problems = p.Problems("p", 8, 8, 32, 4096);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems.front().find("checkpoint_rest"), std::string::npos) << problems.front();
 }
 
 TEST(PlanJsonTest, ContextParallelFrozenLoraRoundTrip) {

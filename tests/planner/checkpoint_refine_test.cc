@@ -56,7 +56,12 @@ TEST(CheckpointRefineTest, MixtralRerunsOnlyTheLeadingBlocksItMust) {
   ASSERT_LT(k, spec.num_layers);
   // K is the least that fits on the allocator replay the list is judged on.
   EXPECT_TRUE(Replayed(spec, c, req, best).fits);
-  EXPECT_FALSE(Replayed(spec, c, req, k == 1 ? With(best, "none") : With(best, "first:" + std::to_string(k - 1))).fits);
+  // (first:K or first:K+selective, whichever mix the refinement found faster).
+  const std::string rest = best.checkpoint_rest_selective ? "+selective" : "";
+  EXPECT_FALSE(Replayed(spec, c, req,
+                        k == 1 ? With(best, best.checkpoint_rest_selective ? "selective" : "none")
+                               : With(best, "first:" + std::to_string(k - 1) + rest))
+                   .fits);
   // Faster than the same plan rerunning every block by more than the tie tolerance.
   sim::SimOptions so = req.options;
   so.with_timeline = false;
@@ -65,7 +70,7 @@ TEST(CheckpointRefineTest, MixtralRerunsOnlyTheLeadingBlocksItMust) {
   // The bracketing's assumption: the replayed need never grows as more blocks rerun.
   int64_t previous = INT64_MAX;
   for (int kk = 1; kk <= spec.num_layers; kk += 5) {
-    const int64_t need = Replayed(spec, c, req, With(best, "first:" + std::to_string(kk))).required.count();
+    const int64_t need = Replayed(spec, c, req, With(best, "first:" + std::to_string(kk) + rest)).required.count();
     EXPECT_LE(need, previous) << "first:" << kk;
     previous = need;
   }

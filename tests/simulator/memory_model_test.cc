@@ -330,5 +330,29 @@ TEST(MemoryModelTest, FirstKKeepsTheRestOfTheBlocksWhole) {
   EXPECT_LT(s8, saved("none"));
 }
 
+// first:K+selective (model::BlockSelective): the first K blocks keep only their input, the others
+// what selective checkpointing keeps, so moving a block from selective to rerun frees
+// (selective - input) x tokens; first:L is full checkpointing.
+TEST(MemoryModelTest, FirstKWithTheRestSelectiveKeepsTheSelectiveBytesOfTheOthers) {
+  auto s = FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  const int64_t seq = 2048;
+  auto saved = [&](const std::string& ckpt) {
+    Plan p = Short(seq);
+    model::ParseCheckpointingSpec(ckpt, "--checkpointing", &p);
+    return static_cast<double>(CategoryPeak(EstimateMemory(s, c, p), "activations saved for backward").count());
+  };
+  const model::BlockActivations b = model::ComputeBlockActivations(s, model::ActivationOptionsFor(Short(seq), seq));
+  const double per_block_freed = (b.selective_per_token - b.checkpoint_input_per_token) * static_cast<double>(seq);
+  ASSERT_GT(per_block_freed, 0);
+  const double s8 = saved("first:8+selective"), s16 = saved("first:16+selective");
+  EXPECT_NEAR(s8 - s16, 8 * per_block_freed, 1e-3 * 8 * per_block_freed);
+  EXPECT_EQ(saved("first:32+selective"), saved("full"));
+  // Between full checkpointing and selective everywhere, and below first:K keeping the rest whole.
+  EXPECT_LT(saved("full"), s16);
+  EXPECT_LT(s8, saved("selective"));
+  EXPECT_LT(s8, saved("first:8"));
+}
+
 }  // namespace
 }  // namespace shardtune::sim
