@@ -103,6 +103,9 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     o << ", loss: verl's fused log-prob kernel (torch backend: 512-token chunks of fp32 logits, "
          "recomputed in backward"
       << (p.entropy_from_logits ? ", with the entropy's gradient" : "") << ")";
+  } else if (p.loss_kernel == model::LossKernel::kTrlChunkedNll) {
+    o << ", loss: TRL's chunked NLL (" << model::kTrlChunkRows
+      << "-token chunks, fp32 logits and a fp32 copy of the head weight per chunk, rerun in backward; fp32 GEMMs)";
   } else if (p.loss_kernel == model::LossKernel::kVerlFusedTriton) {
     o << ", loss: verl's fused log-prob kernel (Triton backend: no logits tensor, d logits [tokens, "
       << model::kVerlTritonBackwardSplit << "] per vocabulary split in backward)";

@@ -975,6 +975,76 @@ ActivationLedger VerlFusedTorchHead(Ctx& c, int x, int normed) {
   return led;
 }
 
+// TRL's chunked NLL (LossKernel::kTrlChunkedNll), SFTTrainer's default loss_type "chunked_nll",
+// from huggingface/trl@f2cd577 trl/trainer/sft_trainer.py _chunked_cross_entropy_loss and _chunk:
+//   hidden = hidden_states[..., :-1, :].reshape(-1, H)   # copies the non-contiguous slice
+//   order = valid.to(torch.int8).argsort(descending=True, stable=True); hidden = hidden[order]
+//   for each 256-token chunk: torch.utils.checkpoint.checkpoint(_chunk, h_chunk, w, ...,
+//       use_reentrant=False), where _chunk runs logits = h.float() @ w.float().t(), log_softmax,
+//       nll_loss, argmax and the entropy -(log_p.exp() * log_p).sum(-1).
+// Judged with every token valid (full-sequence loss; completion-only losses gather fewer). The
+// gather's copy [T, H] is the checkpoints' input, kept for backward, with IndexBackward's indices
+// [T] int64; the reshape's copy is freed once gathered. A chunk saves nothing in forward; there it
+// holds a fp32 copy of the weight [V, H], the chunk's fp32 input, and per row the fp32 logits,
+// log_p, log_p.exp() and the entropy's product (16 bytes per vocabulary entry; soft-capping adds
+// the divided logits and tanh). Backward reruns the chunk (the weight's fp32 copy again, saved by
+// the matmul, and log_p and exp(log_p) saved for the metrics' and the loss's nodes), then holds
+// d log_p and d logits (16 per entry); at the matmul's backward d logits, log_p and exp(log_p)
+// (12), the chunk's fp32 d h [c, H] and, when the head trains, the fp32 d W [V, H] beside the
+// weight's fp32 copy; the cast of d W to the weight's dtype comes after the copy is released.
+// The weight's gradient summed over the chunks ([V, H], the weight's dtype) and the gathered
+// input's ([T, H]: each chunk's SliceBackward0 makes zeros of the whole, added into the sum) are
+// live from the second chunk on. All four GEMMs (logits, again in backward, d h, d W when the
+// weight trains) run in fp32. Traffic per vocabulary entry and row: forward logits 4,
+// log_softmax 8, exp 8, product 12, sum 4, argmax 4 (40); backward the rerun 40, nll's gradient 4
+// and log_softmax's 12; per chunk the weight's fp32 copy (e + 4 per entry of [V, H], forward and
+// again backward) and, when it trains, d W's cast back (4 + e), spread over the chunk's rows.
+ActivationLedger TrlChunkedNllHead(Ctx& c, int x, int normed) {
+  const double h = static_cast<double>(c.spec.hidden), v = static_cast<double>(c.spec.vocab_size);
+  const double rows = static_cast<double>(kTrlChunkRows);
+  const std::string weight = HeadWeightModule(c);
+  const bool softcap = c.spec.final_logit_softcap > 0;
+  int order = c.g.Tensor("order = argsort(valid) [T] int64 (IndexBackward's indices)", 8.0);
+  c.g.Op("argsort of the label mask", {}, order, {});
+  int gathered = c.g.Tensor("hidden[order] (the chunks' input, kept for backward)", c.e * h);
+  // The reshape's copy is the gather's input only: forward scratch beside it.
+  c.g.Op("reshape copy and gather hidden[order]", {normed, order}, gathered, {order});
+  c.g.SetForwardWorkspace(c.e * h);
+  int loss = c.g.Tensor("loss (summed over the checkpointed chunks)", 0.0);
+  c.g.Op("chunked cross-entropy (256-token chunks, non-reentrant checkpoint)", {gathered}, loss, {gathered});
+  c.g.MarkComputeBound();
+  const bool trains = recipes::AnyTrains(c, weight);
+  c.g.SetParam(v * h, trains, true);
+  if (c.spec.moe.enabled() && c.spec.moe.router_aux_loss && c.opt.modeling == Modeling::kHf) {
+    loss = RouterAuxLoss(c, loss);
+  }
+  ActivationLedger led = c.g.Run(x, loss, c.t.input_requires_grad);
+  ActivationLedger::FusedLoss& f = led.fused_loss;
+  f.on = true;
+  f.gradients_in_forward = false;
+  f.fp32_gemms = true;
+  f.fixed_chunk_rows = kTrlChunkRows;
+  const double per_entry = 4 * kFp32 + (softcap ? 2 * kFp32 : 0.0);
+  f.chunk_row_bytes = v * per_entry + kFp32 * h;
+  f.chunk_fixed_bytes = kFp32 * v * h;
+  const double weight_cast = (c.e + kFp32) * v * h / rows;  // per token: one cast per chunk
+  f.chunk_traffic_per_token = v * (40 + (softcap ? 24 : 0)) + (c.e + kFp32) * h + weight_cast;
+  led.elementwise_traffic_per_token += f.chunk_traffic_per_token;
+  f.live_per_token = led.saved_per_token + c.e * h;
+  f.backward_fixed_bytes = kFp32 * v * h;
+  f.backward_chunk_row_bytes = v * per_entry + kFp32 * h;
+  f.backward_dw_row_bytes = v * 3 * kFp32 + 2 * kFp32 * h;
+  f.backward_dw_bytes = trains ? kFp32 * v * h : 0;
+  f.backward_carry_bytes = trains ? c.e * v * h : 0;
+  f.backward_carry_per_token = c.e * h;
+  f.backward_head_gemms = trains ? 3.0 : 2.0;  // the logits again, d h and (training) d W
+  f.backward_traffic_per_token =
+      f.chunk_traffic_per_token + v * 16 + (trains ? (kFp32 + c.e) * v * h / rows : 0.0);
+  SHARDTUNE_CHECK(led.backward_profile.size() >= 2) << "the chunked head's node has no backward point";
+  f.backward_point = led.backward_profile[1];
+  return led;
+}
+
 // verl's fused log-prob head, Triton backend (LossKernel::kVerlFusedTriton), from volcengine/verl@
 // b178a3c verl/utils/kernel/linear_cross_entropy.py LinearCrossEntropy and kernels.py:
 // efficient_entropy_forward allocates log-probs and entropy [T] fp32 (returned), maximum and
@@ -1053,6 +1123,7 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   if (opt.loss_kernel == LossKernel::kVerlPaddedCe) return VerlPaddedCeHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFusedTorch) return VerlFusedTorchHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFusedTriton) return VerlFusedTritonHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kTrlChunkedNll) return TrlChunkedNllHead(c, x, normed);
   int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);

@@ -91,6 +91,17 @@ struct ActivationLedger {
     // transients (measured: tests/bench/verl_fused_memory.py).
     double backward_carry_bytes = 0;
     double backward_carry_row_bytes = 0;
+    // TRL's chunked NLL (kTrlChunkedNll): its GEMMs run in fp32 (h.float() @ w.float().t(), no
+    // tensor cores under torch's default allow_tf32 False); each chunk makes a fp32 copy of the
+    // head weight [V, H] in forward and again in backward (`chunk_fixed_bytes`,
+    // `backward_fixed_bytes`); from the second chunk on, the input's gradient [T, H] summed over
+    // the chunks is live too (`backward_carry_per_token`); the backward runs this many GEMMs of the
+    // head's size (0: the logits' again and both gradients', 1 + kMatmulBackwardRatio).
+    bool fp32_gemms = false;
+    double chunk_fixed_bytes = 0;
+    double backward_fixed_bytes = 0;
+    double backward_carry_per_token = 0;
+    double backward_head_gemms = 0;
     BackwardPoint backward_point;
   } fused_loss;
 };
@@ -107,6 +118,8 @@ int64_t FusedChunkRows(const ActivationLedger::FusedLoss& fused, int64_t rows, i
 // verl's FusedLinearForPPO chunk (verl/utils/experimental/torch_functional.py: chunk_size=512, the
 // default forward_with_torch_backend constructs it with).
 inline constexpr int64_t kVerlFusedChunkRows = 512;
+// TRL's chunked NLL chunk (trl/trainer/sft_trainer.py at f2cd577: _CHUNKED_LM_HEAD_CHUNK_SIZE).
+inline constexpr int64_t kTrlChunkRows = 256;
 // verl's Triton linear cross-entropy (verl/utils/kernel/kernels.py): the forward's vocabulary
 // split (vocab_per_split = 1024, one fp32 max / sum / entropy partial per split and token) and
 // the backward's d-logits split (BackwardEnum._Split_Dlogits_N, the default: vocab_per_split =

@@ -38,7 +38,7 @@ const Names& Table(SdpaBackend*) {
   static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
   return v;
 }
-const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce", "verl_fused_torch", "verl_fused_triton"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce", "verl_fused_torch", "verl_fused_triton", "trl_chunked_nll"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -340,7 +340,8 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
       p.Add("frozen_prefixes/" + std::to_string(i), "a non-empty module name prefix", "\"\"");
     }
   }
-  if (loss_kernel == LossKernel::kFusedLinear || IsVerlFusedHead(loss_kernel)) {
+  if (loss_kernel == LossKernel::kFusedLinear || IsVerlFusedHead(loss_kernel) ||
+      loss_kernel == LossKernel::kTrlChunkedNll) {
     for (const Conflict& c : FusedLossConflicts()) p.Add(c.key, c.expected, c.got);
   }
   p.Expect(response_len >= 0, "response_len", "integer >= 0", response_len);
@@ -401,9 +402,8 @@ std::vector<Plan::Conflict> Plan::FusedLossConflicts() const {
   }
   // verl's fused heads run under no_grad too (compute_log_prob, the reference): forward returns
   // the log-probs. Liger's fused loss computes gradients in forward: a training head only.
-  if (role == Role::kInfer && loss_kernel == LossKernel::kFusedLinear) {
-    out.push_back({"loss_kernel", "cross_entropy for role infer (forward only returns the logits)",
-                   "fused_linear"});
+  if (role == Role::kInfer && (loss_kernel == LossKernel::kFusedLinear || loss_kernel == LossKernel::kTrlChunkedNll)) {
+    out.push_back({"loss_kernel", "cross_entropy for role infer (forward only returns the logits)", kernel});
   }
   // The fused heads multiply by the lm_head weight itself (Liger's and verl's take
   // self.lm_head.weight), so an adapter on lm_head would not be applied.

@@ -73,7 +73,15 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 kernels.py efficient_entropy_forward / _backward): forward keeps fp32 partial
 //                 max / sum / entropy per 1024-entry vocabulary split, backward writes d logits
 //                 [T, 9504] a vocabulary split at a time. model/activations.cc VerlFusedTritonHead.
-enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe, kVerlFusedTorch, kVerlFusedTriton };
+//  kTrlChunkedNll: TRL's SFTTrainer default loss_type "chunked_nll" (trl/trainer/sft_trainer.py
+//                 at f2cd577 _chunked_cross_entropy_loss): the valid tokens gathered to the front
+//                 (hidden[order], a copy kept for backward), then per 256-token chunk, under
+//                 non-reentrant checkpointing, fp32 logits = h.float() @ w.float().t() (a fp32
+//                 copy of the head weight per chunk, fp32 GEMMs), log_softmax, nll and the
+//                 accuracy/entropy metrics; backward reruns each chunk. model/activations.cc
+//                 TrlChunkedNllHead.
+enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe, kVerlFusedTorch, kVerlFusedTriton,
+                        kTrlChunkedNll };
 // verl's fused log-prob heads (use_fused_kernels): never a [T, V] logits tensor beyond a chunk.
 inline bool IsVerlFusedHead(LossKernel k) {
   return k == LossKernel::kVerlFusedTorch || k == LossKernel::kVerlFusedTriton;

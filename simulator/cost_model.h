@@ -101,9 +101,15 @@ double FamilyEfficiency(const std::string& family, const CostConstants& k);
 // Time of a compute op: matmul FLOPs and attention FLOPs at the GPU's dense peak for `dtype`
 // times their efficiencies, plus memory-bound bytes at HBM bandwidth times its efficiency (the
 // op's kernels run one after another, so the terms add), plus k.compute_op_overhead for an op
-// with any work.
+// with any work. `fp32_matmul_flops`: GEMMs in fp32 without tensor cores, at the GPU's FP32 peak
+// times kFp32GemmEfficiency.
 Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_bytes,
-                    const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k);
+                    const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k,
+                    double fp32_matmul_flops = 0);
+// The fraction of the non-tensor-core FP32 peak a large SGEMM reaches. A guess (cuBLAS SGEMM on
+// large square shapes runs near its peak; no probe row measures it yet): calibration or a probe
+// should replace it.
+inline constexpr double kFp32GemmEfficiency = 0.85;
 
 // How a collective group maps onto the topology: ranks, nodes spanned, the bottleneck
 // per-direction bandwidth of its ring (with concurrent rings sharing links), and the per-hop

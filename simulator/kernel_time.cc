@@ -214,8 +214,10 @@ CostConstants EffectiveConstants(const CostConstants& k, const model::ModelSpec&
   const int64_t local_seq = seq_len / std::max(1, plan.cp);
   const int64_t tokens = static_cast<int64_t>(plan.micro_batch) * local_seq;
   // GEMMs: layers x block + head, forward and backward, FLOP-weighted.
+  // TRL's chunked head multiplies in fp32 (ProgramOp::fp32_matmul_flops): not among these.
   std::vector<model::GemmShape> head =
-      model::IsVerlFusedHead(plan.loss_kernel)
+      plan.loss_kernel == model::LossKernel::kTrlChunkedNll ? std::vector<model::GemmShape>{}
+      : model::IsVerlFusedHead(plan.loss_kernel)
           ? model::VerlFusedHeadGemms(spec, tokens, plan.loss_kernel == model::LossKernel::kVerlFusedTriton)
           : model::WithBackward(plan.loss_kernel == model::LossKernel::kFusedLinear
                                     ? model::FusedLinearHeadForwardGemms(spec, tokens)

@@ -106,7 +106,7 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
     if (op.step < from_step) continue;
     OpCost& oc = costs[i];
     double local = ComputeTime(op.matmul_flops, op.attention_flops, op.memory_bytes, c.gpu,
-                               plan.param_dtype, k).count();
+                               plan.param_dtype, k, op.fp32_matmul_flops).count();
     // On CPU ranks the kernels run on the issuing thread itself: their time is the compute.
     if (!c.cpu_only) oc.host_ns = ToNanos(HostSeconds(op, plan, l, k));
     switch (op.kind) {

@@ -102,6 +102,9 @@ struct ProgramOp {
   // Work. Compute: FLOPs by class and bytes moved by memory-bound kernels. Collectives: the
   // total size S (nccl-tests convention) and the group it runs over.
   double matmul_flops = 0, attention_flops = 0, memory_bytes = 0;
+  // GEMM FLOPs run in fp32 without tensor cores (TRL's chunked NLL head: h.float() @ w.float().t()
+  // under torch's default allow_tf32 False).
+  double fp32_matmul_flops = 0;
   profiles::Collective collective = profiles::Collective::kAllGather;
   int64_t comm_bytes = 0;
   // 0: shard group, 1: replicate group, 2: host link, 3: cp group, 4: expert shard group (efsdp:

@@ -78,8 +78,10 @@ void Walker::ForwardCompute(int seg) {
     // The fused linear cross-entropy runs all three head GEMMs in forward (model/activations.h);
     // verl's fused heads only the logits'.
     const bool all_gemms = fused.on && fused.gradients_in_forward && p_.Trains();
-    Cur().matmul_flops = (all_gemms ? 1.0 + BackwardMatmulRatio(seg) : 1.0) *
-                         model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    const double head_flops = (all_gemms ? 1.0 + BackwardMatmulRatio(seg) : 1.0) *
+                              model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+    // TRL's chunked head multiplies in fp32 (FusedLoss::fp32_gemms).
+    (fused.fp32_gemms ? Cur().fp32_matmul_flops : Cur().matmul_flops) = head_flops;
     Cur().memory_bytes = head_.elementwise_traffic_per_token * tokens_;
     int64_t ws = Tok(head_.forward_peak_per_token - residual_);
     fused_weight_grad_ = 0;
@@ -89,7 +91,8 @@ void Walker::ForwardCompute(int seg) {
       fused_weight_grad_ = p_.Trains() ? static_cast<int64_t>(fused.weight_grad_bytes) : 0;
       const int64_t rows = model::FusedChunkRows(fused, static_cast<int64_t>(tokens_), spec.vocab_size, spec.hidden);
       ws = std::max(ws, Tok(fused.live_per_token) + fused_weight_grad_ +
-                            static_cast<int64_t>(fused.chunk_row_bytes * static_cast<double>(rows)));
+                            static_cast<int64_t>(fused.chunk_row_bytes * static_cast<double>(rows) +
+                                                 fused.chunk_fixed_bytes));
     }
     Transient(Category::kWorkingSet, Stream::kDefault, ws);
     TWorkingSet(ws, head_);
@@ -162,10 +165,12 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       Cur().memory_bytes = kElementwiseBackwardRatio * head_.elementwise_traffic_per_token * tokens_;
     } else if (!fused.gradients_in_forward) {
       // verl's fused heads: the logits GEMM again and both gradient GEMMs, whether or not the
-      // weight trains (model/activations.cc VerlFusedTorchHead, VerlFusedTritonHead); the final
-      // norm's backward and the chunk loop's passes.
-      Cur().matmul_flops =
-          (1.0 + kMatmulBackwardRatio) * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
+      // weight trains (model/activations.cc VerlFusedTorchHead, VerlFusedTritonHead); TRL's
+      // chunked head as many as it runs, in fp32; the final norm's backward and the chunk
+      // loop's passes.
+      const double gemms = fused.backward_head_gemms > 0 ? fused.backward_head_gemms : 1.0 + kMatmulBackwardRatio;
+      (fused.fp32_gemms ? Cur().fp32_matmul_flops : Cur().matmul_flops) =
+          gemms * model::HeadForwardFlopsPerToken(spec).count() * tokens_;
       Cur().memory_bytes =
           kElementwiseBackwardRatio * (head_.elementwise_traffic_per_token - fused.chunk_traffic_per_token) * tokens_ +
           fused.backward_traffic_per_token * tokens_;
@@ -187,10 +192,12 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
       const double r = static_cast<double>(rows);
       // From the second chunk on, the loop's variables still hold the chunk before's outputs.
       const double carry = static_cast<double>(tokens_) > r
-                               ? fused.backward_carry_bytes + fused.backward_carry_row_bytes * r
+                               ? fused.backward_carry_bytes + fused.backward_carry_row_bytes * r +
+                                     fused.backward_carry_per_token * tokens_
                                : 0.0;
-      const double chunk = carry + std::max(fused.backward_chunk_row_bytes * r,
-                                            fused.backward_dw_row_bytes * r + fused.backward_dw_bytes);
+      const double chunk = carry + fused.backward_fixed_bytes +
+                           std::max(fused.backward_chunk_row_bytes * r,
+                                    fused.backward_dw_row_bytes * r + fused.backward_dw_bytes);
       const int64_t at_node = Tok(fused.backward_point.live_per_token) +
                               static_cast<int64_t>(fused.backward_point.param_grad_fraction * static_cast<double>(grads) + chunk) -
                               grads;

@@ -46,6 +46,12 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
                 "log-prob head is estimated, not run: add --loss-kernel cross_entropy to train "
                 "the plan with the executor's head)");
   }
+  if (plan.loss_kernel == model::LossKernel::kTrlChunkedNll) {
+    p.push_back(o.plan_name +
+                ":/loss_kernel: expected cross_entropy or fused_linear (the executor's heads), got trl_chunked_nll "
+                "(TRL's chunked NLL is estimated, not run: add --loss-kernel cross_entropy to train the plan with "
+                "the executor's head)");
+  }
   if (plan.liger.any()) {
     p.push_back(o.plan_name +
                 ":/liger: expected no Liger kernels (the executor runs its own RMSNorm, SwiGLU and "

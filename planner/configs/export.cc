@@ -286,6 +286,12 @@ void AddLigerNote(const model::Plan& plan, const std::string& target,
 
 void AddFusedLossNote(const model::Plan& plan, const std::string& target,
                       std::vector<std::string>* notes) {
+  if (plan.loss_kernel == model::LossKernel::kTrlChunkedNll) {
+    notes->push_back("loss_kernel trl_chunked_nll: TRL's SFTTrainer loss (loss_type chunked_nll, its default); " +
+                     target + " runs the model's own cross-entropy, whose [tokens, vocabulary] logits the "
+                     "plan's memory does not count");
+    return;
+  }
   if (plan.loss_kernel != model::LossKernel::kFusedLinear) return;
   notes->push_back("loss_kernel fused_linear: " + target +
                    " has no key for the fused loss alone; apply Liger-Kernel's "
@@ -305,7 +311,7 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                      " has no expert parallelism beside FSDP; written without (every rank holds "
                      "every expert: estimate that plan with --ep 1)");
   }
-  if (!has_fused_loss) {
+  if (!has_fused_loss || plan.loss_kernel == model::LossKernel::kTrlChunkedNll) {
     AddFusedLossNote(plan, target, notes);
     AddLigerNote(plan, target, notes);
   }

@@ -162,13 +162,16 @@ ImportFormat DetectFromTree(const internal::Json& doc, const std::string& file, 
       return ImportFormat::kRoll;
     }
   }
-  if (doc.contains("per_device_train_batch_size") || doc.contains("output_dir")) {
+  // TRL's `trl sft --config` YAML: SFTConfig (TrainingArguments) with ModelConfig and
+  // ScriptArguments in one mapping (trl/scripts/utils.py TrlParser).
+  if (doc.contains("per_device_train_batch_size") || doc.contains("output_dir") ||
+      doc.contains("model_name_or_path") || doc.contains("dataset_name")) {
     return ImportFormat::kHfTrainer;
   }
   throw InputError(
       file +
-      ": expected an Accelerate config (distributed_type), HF Trainer arguments "
-      "(per_device_train_batch_size), a ROLL pipeline (a worker with strategy_args) or "
+      ": expected an Accelerate config (distributed_type), HF Trainer or TRL arguments "
+      "(per_device_train_batch_size, model_name_or_path), a ROLL pipeline (a worker with strategy_args) or "
       "a verl config (actor_rollout_ref, or data and model with trainer or engine), got none of their "
       "keys; " +
       formats);

@@ -32,8 +32,29 @@ const KeyTable& TrainerKeys() {
         {"torch_compile", KeyUse::kUnsupported, "torch.compile"},
         {"use_liger_kernel", KeyUse::kMapped},
         {"liger_kernel_config", KeyUse::kMapped},
-        {"packing", KeyUse::kUnsupported, "packed sequences of varying length"},
-        {"padding_free", KeyUse::kUnsupported, "padding-free batches"},
+        // TRL SFTConfig packing: one padding-free row per micro-batch (ReadTrlPacking).
+        {"packing", KeyUse::kMapped},
+        {"packing_strategy", KeyUse::kMapped},
+        {"padding_free", KeyUse::kMapped},
+        {"eval_packing", KeyUse::kIgnored},
+        // TRL's ModelConfig (trl/trainer/model_config.py at f2cd577), which `trl sft --config`
+        // reads from the same file: the model, its load dtype, attention and PEFT LoRA.
+        {"model_name_or_path", KeyUse::kMapped},
+        {"dtype", KeyUse::kMapped},
+        {"torch_dtype", KeyUse::kMapped},  // the same before TRL renamed it
+        {"attn_implementation", KeyUse::kMapped},
+        {"use_peft", KeyUse::kMapped},
+        {"lora_r", KeyUse::kMapped},
+        {"lora_alpha", KeyUse::kMapped},
+        {"lora_dropout", KeyUse::kMapped},
+        {"lora_target_modules", KeyUse::kMapped},
+        {"use_dora", KeyUse::kUnsupported, "DoRA adapters"},
+        {"lora_target_parameters", KeyUse::kUnsupported, "LoRA on parameters (MoE expert weights)"},
+        {"lora_modules_to_save", KeyUse::kUnsupported, "whole modules trained beside the adapters"},
+        {"load_in_8bit", KeyUse::kUnsupported, "bitsandbytes 8-bit base weights"},
+        {"load_in_4bit", KeyUse::kUnsupported, "bitsandbytes 4-bit base weights (QLoRA)"},
+        {"activation_offloading", KeyUse::kUnsupported, "TRL's activation offloading to the CPU"},
+        {"loss_type", KeyUse::kMapped},
     };
     // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
     for (const char* name : {"output_dir",
@@ -105,6 +126,35 @@ const KeyTable& TrainerKeys() {
                              "label_smoothing_factor",
                              "optim_args",
                              "dataset_text_field",
+                             // TRL ScriptArguments (trl/scripts/utils.py) and SFTConfig / ModelConfig
+                             // keys about data, tokenizer and logging, and those whose effect on
+                             // memory and time shardtune takes as nil (use_rslora and lora_task_type
+                             // change the adapter's scale and head only; loss_type nll or dft).
+                             "dataset_name",
+                             "dataset_config",
+                             "dataset_train_split",
+                             "dataset_test_split",
+                             "dataset_streaming",
+                             "datasets",
+                             "streaming",
+                             "test_split_size",
+                             "ignore_bias_buffers",
+                             "model_revision",
+                             "trust_remote_code",
+                             "chat_template_path",
+                             "dataset_kwargs",
+                             "eos_token",
+                             "pad_token",
+                             "truncation_mode",
+                             "shuffle_dataset",
+                             "pad_to_multiple_of",
+                             "completion_only_loss",
+                             "assistant_only_loss",
+                             "use_rslora",
+                             "lora_task_type",
+                             "bnb_4bit_quant_type",
+                             "use_bnb_nested_quant",
+                             "bnb_4bit_quant_storage",
                              "dataset_num_proc",
                              "prediction_loss_only",
                              "full_determinism",
@@ -301,6 +351,161 @@ void ReadLiger(const ConfigReader& top, model::Plan* plan) {
   plan->liger.rope = on("rope", true);
 }
 
+// TRL's SFTConfig default max_length (trl/trainer/sft_config.py at f2cd577: `max_length: int |
+// None = 1024`), what a packed run uses when the file sets none.
+constexpr int64_t kTrlDefaultMaxLength = 1024;
+
+// TRL's packing (trl/trainer/sft_trainer.py at f2cd577). `padding_free = args.padding_free or
+// (args.packing and args.packing_strategy in {"bfd", "bfd_split"})`; pack_dataset bins whole
+// sequences (truncated to max_length, or split under bfd_split) into examples of at most
+// max_length tokens, and DataCollatorForLanguageModeling(padding_free=True) flattens a batch of
+// per_device_train_batch_size examples into one row with position_ids restarting per sequence
+// (FlashAttention's varlen path). So a micro-batch is one row of up to B x max_length tokens whose
+// sequences are at most max_length: shardtune's packed row (Plan::packed_seq_len). "wrapped"
+// without padding_free cuts the stream into full rows of max_length attended whole: the plain
+// fixed-length batch. padding_free without packing: TRL raises when max_length is set ("When
+// `padding_free=True` without packing, `max_length` is not enforced") and has no bound when not.
+// The key that makes a file TRL's SFTConfig rather than the Trainer's arguments alone (""
+// when none does).
+std::string TrlKey(const ConfigReader& top) {
+  for (const char* key : {"model_name_or_path", "dataset_name", "datasets", "packing", "padding_free",
+                          "use_peft", "dataset_text_field", "completion_only_loss", "assistant_only_loss",
+                          "loss_type", "max_length"}) {
+    if (top.Has(key)) return key;
+  }
+  return "";
+}
+
+// SFTConfig's defaults where they differ from TrainingArguments' (trl/trainer/sft_config.py at
+// f2cd577: "gradient_checkpointing: Defaults to True", "bf16: Defaults to True if fp16 is not
+// set"), and TrainingArguments' per_device_train_batch_size 8, which the Trainer runs when the
+// file sets none. loss_type: "chunked_nll" unless use_liger_kernel (then "nll"); "nll" is the
+// model's own cross-entropy; "dft" (probability-weighted) is not modelled.
+void ReadTrlDefaults(const ConfigReader& top, const std::string& trl_key, ImportResult* out, model::Plan* plan) {
+  if (!top.Has("per_device_train_batch_size")) {
+    plan->micro_batch = 8;
+    out->warnings.push_back(top.Where(trl_key) + ": no per_device_train_batch_size; TrainingArguments' default 8");
+  }
+  if (!top.Has("bf16") && !top.Bool("fp16").value_or(false)) {
+    plan->param_dtype = model::DType::kBf16;
+    plan->reduce_dtype = model::DType::kBf16;  // Accelerate reduces in the param dtype
+  }
+  if (!top.Has("gradient_checkpointing") && plan->checkpointing == model::Checkpointing::kNone) {
+    plan->checkpointing = model::Checkpointing::kFull;
+  }
+  const bool liger = top.Bool("use_liger_kernel").value_or(false);
+  const std::string loss =
+      top.Enum("loss_type", {"chunked_nll", "nll", "dft"}).value_or(liger ? "nll" : "chunked_nll");
+  if (loss == "dft") top.Fail("loss_type", "chunked_nll or nll (DFT's probability weights are not modelled)");
+  if (loss == "chunked_nll") {
+    if (liger) top.Fail("loss_type", "nll with use_liger_kernel (TRL: chunked_nll is not compatible with it)");
+    plan->loss_kernel = model::LossKernel::kTrlChunkedNll;
+  }
+}
+
+// A file with TRL's own keys is an SFTConfig, which truncates to max_length 1024 when it sets none
+// (trl/trainer/sft_config.py; the Trainer's arguments alone set no length).
+void ReadTrlDefaultLength(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
+  if (!out->seq_len_from.empty() || top.Has("max_length") || top.Has("max_seq_length")) return;
+  for (const char* key : {"model_name_or_path", "dataset_name", "datasets", "packing", "padding_free",
+                          "use_peft", "dataset_text_field", "completion_only_loss", "assistant_only_loss"}) {
+    if (!top.Has(key)) continue;
+    plan->seq_len = kTrlDefaultMaxLength;
+    out->seq_len_from = "TRL's SFTConfig default max_length " + std::to_string(kTrlDefaultMaxLength);
+    out->warnings.push_back(top.Where(key) + ": a TRL SFT config without max_length; TRL truncates (and packs) to "
+                            "its default " + std::to_string(kTrlDefaultMaxLength) + " tokens");
+    return;
+  }
+}
+
+void ReadTrlPacking(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
+  const bool packing = top.Bool("packing").value_or(false);
+  const std::string strategy = top.Enum("packing_strategy", {"bfd", "bfd_split", "wrapped", "bfd-requeue"}).value_or("bfd");
+  const bool padding_free = top.Bool("padding_free").value_or(false) ||
+                            (packing && (strategy == "bfd" || strategy == "bfd_split" || strategy == "bfd-requeue"));
+  if (!padding_free) return;  // unpacked, or "wrapped" rows of max_length: the fixed-length batch
+  const Json* ml = top.Raw("max_length");
+  const bool max_length_null = (ml != nullptr && ml->is_null()) || (ml == nullptr && top.Raw("max_seq_length") != nullptr &&
+                                                                      top.Raw("max_seq_length")->is_null());
+  if (!packing) {
+    if (max_length_null) {
+      top.Fail("padding_free", "false with max_length null (each row is the data's own sequences, of no bounded length)");
+    }
+    top.Fail("padding_free", "true only with packing (TRL's SFTTrainer raises \"When `padding_free=True` without "
+                             "packing, `max_length` is not enforced\")");
+  }
+  if (max_length_null) top.Fail("max_length", "an integer with packing (TRL: \"When packing is enabled, `max_length` can't be `None`\")");
+  const int64_t max_length = plan->seq_len;  // the file's, or TRL's default (ReadTrlDefaultLength)
+  const int64_t rows = plan->micro_batch;
+  plan->packed_seq_len = max_length;
+  plan->seq_len = rows * max_length;
+  plan->micro_batch = 1;
+  out->warnings.push_back(top.Where("packing") + ": TRL " + (packing ? "packs (" + strategy + ") and " : "") +
+                          "flattens each batch of " + std::to_string(rows) + " packed examples into one padding-free row of up to " +
+                          std::to_string(rows * max_length) + " tokens (sequences of at most " + std::to_string(max_length) +
+                          "); judged at that row");
+}
+
+// TRL's ModelConfig (trl/trainer/model_config.py at f2cd577) as `trl sft --config` reads it from
+// the same file as the SFTConfig. The model is named for the CLI (--model wins). The load dtype
+// (`dtype`, default "float32"; `torch_dtype` before) is the trained weights' dtype unless
+// Accelerate upcasts them: with FSDP and mixed precision it casts every trainable parameter to
+// fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model "Upcast to fp32 master weights";
+// accelerator.py prepare_model for FSDP1); without FSDP or mixed precision the weights, their
+// gradients and AdamW's states stay in the load dtype. PEFT LoRA through get_peft_config:
+// LoraConfig(r=lora_r (16), lora_alpha (32), lora_dropout (0.05), target_modules=
+// lora_target_modules or PEFT's default for the model type: q_proj and v_proj for the Llama, Qwen,
+// Mistral and Gemma families, c_attn for GPT-2 (peft/utils/constants.py
+// TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)).
+void ReadTrlModelConfig(const ConfigReader& top, const ImportContext& ctx, bool fsdp, ImportResult* out,
+                        model::Plan* plan) {
+  if (auto m = top.String("model_name_or_path")) {
+    out->model_named = *m;
+    out->model_named_where = top.Where("model_name_or_path");
+  }
+  const std::string dtype_key = top.Has("dtype") ? "dtype" : "torch_dtype";
+  if (top.Has(dtype_key)) {
+    const std::string d = top.Enum(dtype_key, {"float32", "bfloat16", "float16", "auto"}).value_or("float32");
+    const bool mixed = plan->param_dtype != model::DType::kFp32;
+    if (d != "float32") {
+      model::DType load = d == "float16" ? model::DType::kFp16 : model::DType::kBf16;
+      if (d == "auto") {
+        out->warnings.push_back(top.Where(dtype_key) + ": auto loads the checkpoint's dtype; judged as bfloat16");
+      }
+      if (fsdp && mixed) {
+        // Only trainable parameters are upcast: frozen ones (LoRA's base weights) keep the load
+        // dtype (fsdp2_prepare_model: `if param.requires_grad and param.dtype != torch.float32`).
+        plan->frozen_dtype = load;
+      } else {
+        plan->master_dtype = load;
+        if (!mixed) plan->param_dtype = load;
+        if (plan->reduce_dtype == model::DType::kFp32) plan->reduce_dtype = load;
+      }
+    }
+  }
+  if (auto a = top.Enum("attn_implementation", {"eager", "sdpa", "flash_attention_2", "flash_attention_3",
+                                                 "kernels-community/flash-attn", "kernels-community/vllm-flash-attn3",
+                                                 "flex_attention"})) {
+    if (*a == "flex_attention") top.Fail("attn_implementation", "eager, sdpa or a FlashAttention variant (flex attention is not modelled)");
+    plan->attention = *a == "eager" ? model::Attention::kEager : model::Attention::kSdpa;
+  }
+  if (!top.Bool("use_peft").value_or(false)) return;
+  plan->lora = model::LoraSpec{};
+  plan->lora.rank = static_cast<int>(top.Int("lora_r", 1, 1 << 16).value_or(16));
+  plan->lora.alpha = top.Number("lora_alpha", 0, 1e9).value_or(32.0);
+  plan->lora.dropout = top.Number("lora_dropout", 0, 0.999999).value_or(0.05);
+  std::vector<std::string> targets = top.Names("lora_target_modules").value_or(std::vector<std::string>{});
+  if (targets.size() == 1 && (targets[0] == "all-linear" || targets[0] == "all")) {
+    targets = AllLinearTargets(ctx.layer_class);
+  } else if (targets.empty()) {
+    targets = ctx.layer_class == "GPT2Block" ? std::vector<std::string>{"c_attn"}
+                                             : std::vector<std::string>{"q_proj", "v_proj"};
+    out->warnings.push_back(top.Where("use_peft") + ": no lora_target_modules; PEFT's default for the model type, " +
+                            model::Join(targets, ", "));
+  }
+  plan->lora.targets = targets;
+}
+
 }  // namespace
 
 // Keys read in huggingface/transformers src/transformers/training_args.py (TrainingArguments
@@ -375,6 +580,10 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->checkpoint_every_k = 1;
   }
   ReadLiger(top, plan);
+  if (const std::string trl = TrlKey(top); !trl.empty()) ReadTrlDefaults(top, trl, &out, plan);
+  ReadTrlModelConfig(top, ctx, !opts.empty(), &out, plan);
+  ReadTrlDefaultLength(top, &out, plan);
+  ReadTrlPacking(top, &out, plan);
   std::string w = IgnoredWarning(file, ignored);
   if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
   return out;

@@ -562,7 +562,7 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --min-tokens-per-s -5"), "--min-tokens-per-s");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --top 0"), "--top");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernels cross_entropy,fused"),
-                     "--loss-kernels: expected one of cross_entropy, fused_linear, verl_flash_ce, verl_padded_ce, verl_fused_torch, verl_fused_triton, got \"fused\"");
+                     "--loss-kernels: expected one of cross_entropy, fused_linear, verl_flash_ce, verl_padded_ce, verl_fused_torch, verl_fused_triton, trl_chunked_nll, got \"fused\"");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernel fused_linear "
                             "--loss-kernels cross_entropy,fused_linear"),
                      "--loss-kernels: leave out --loss-kernel");

@@ -207,6 +207,100 @@ TEST(ImportHfTrainerTest, ExampleFile) {
   EXPECT_THAT(AllWarnings(r), AllOf(HasSubstr("/learning_rate"), HasSubstr("/report_to")));
 }
 
+// TRL's SFT packing (trl/trainer/sft_trainer.py): under "bfd" (the default) padding-free is on, and
+// a batch of per_device_train_batch_size packed examples of at most max_length tokens is one row:
+// a packed micro-batch of B x max_length tokens whose sequences are at most max_length. "wrapped"
+// rows are full max_length rows attended whole: the fixed-length batch.
+TEST(ImportTrlTest, PackingIsOnePaddingFreeRowPerMicroBatch) {
+  const std::string base = "output_dir: out\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 2\n";
+  ImportResult r;
+  Plan bfd = FromText(base + "max_length: 2048\npacking: true\n", LlamaOn8(), &r);
+  EXPECT_EQ(bfd.micro_batch, 1);
+  EXPECT_EQ(bfd.seq_len, 4 * 2048);
+  EXPECT_EQ(bfd.packed_seq_len, 2048);
+  EXPECT_EQ(bfd.grad_accum, 2);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("cfg.yaml:/packing: TRL packs (bfd)"));
+  Plan wrapped = FromText(base + "max_length: 2048\npacking: true\npacking_strategy: wrapped\n", LlamaOn8());
+  EXPECT_EQ(wrapped.micro_batch, 4);
+  EXPECT_EQ(wrapped.seq_len, 2048);
+  EXPECT_EQ(wrapped.packed_seq_len, 0);
+  // No max_length: SFTConfig's default of 1024 tokens, said in a warning.
+  Plan deflt = FromText(base + "packing: true\n", LlamaOn8(), &r);
+  EXPECT_EQ(deflt.seq_len, 4 * 1024);
+  EXPECT_EQ(deflt.packed_seq_len, 1024);
+  EXPECT_THAT(r.seq_len_from, HasSubstr("TRL's SFTConfig default max_length 1024"));
+  // padding_free without packing: TRL raises when max_length is set; it has no bound when not.
+  EXPECT_THAT([&] { FromText(base + "max_length: 2048\npadding_free: true\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/padding_free: expected true only with packing")));
+  EXPECT_THAT([&] { FromText(base + "max_length: null\npacking: true\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/max_length: expected an integer with packing")));
+}
+
+// TRL's ModelConfig read from the same file: the model named for the CLI, attention, the load
+// dtype (kept for the trained weights without FSDP; under FSDP with mixed precision Accelerate
+// upcasts the trainable ones, so only frozen weights keep it) and PEFT LoRA with TRL's defaults
+// (r 16, alpha 32, dropout 0.05; PEFT's q_proj, v_proj for a Llama when no targets are named).
+TEST(ImportTrlTest, ModelConfigNamesTheModelAndSetsDtypeAndLora) {
+  const std::string base = "output_dir: out\nper_device_train_batch_size: 2\nbf16: true\n";
+  ImportResult r;
+  Plan ddp = FromText(base + "model_name_or_path: Qwen/Qwen2.5-7B\ndtype: bfloat16\nattn_implementation: eager\n",
+                      LlamaOn8(), &r);
+  EXPECT_EQ(r.model_named, "Qwen/Qwen2.5-7B");
+  EXPECT_EQ(r.model_named_where, "cfg.yaml:/model_name_or_path");
+  EXPECT_EQ(ddp.master_dtype, model::DType::kBf16);
+  EXPECT_EQ(ddp.attention, model::Attention::kEager);
+  Plan fsdp = FromText(base + "fsdp: full_shard auto_wrap\ntorch_dtype: bfloat16\nuse_peft: true\n", LlamaOn8(), &r);
+  EXPECT_EQ(fsdp.master_dtype, model::DType::kFp32);
+  ASSERT_TRUE(fsdp.frozen_dtype.has_value());
+  EXPECT_EQ(*fsdp.frozen_dtype, model::DType::kBf16);
+  EXPECT_EQ(fsdp.lora.rank, 16);
+  EXPECT_DOUBLE_EQ(fsdp.lora.alpha, 32.0);
+  EXPECT_DOUBLE_EQ(fsdp.lora.dropout, 0.05);
+  EXPECT_EQ(fsdp.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_THAT(AllWarnings(r), HasSubstr("PEFT's default for the model type, q_proj, v_proj"));
+  Plan all = FromText(base + "use_peft: true\nlora_r: 8\nlora_target_modules: all-linear\n", LlamaOn8());
+  EXPECT_EQ(all.lora.rank, 8);
+  EXPECT_EQ(all.lora.targets.size(), 7u);
+  Plan off = FromText(base + "use_peft: false\nlora_r: 8\n", LlamaOn8());
+  EXPECT_FALSE(off.lora.enabled());
+  for (const std::string bad : {"use_dora: true", "load_in_4bit: true", "activation_offloading: true"}) {
+    EXPECT_THAT([&] { FromText(base + bad + "\n", LlamaOn8()); },
+                ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/" + bad.substr(0, bad.find(':')))))
+        << bad;
+  }
+}
+
+// An SFTConfig's defaults where TRL's differ from the Trainer's (trl/trainer/sft_config.py):
+// gradient checkpointing on, bf16 unless fp16, loss_type chunked_nll (nll under Liger), and
+// TrainingArguments' per_device_train_batch_size 8 when the file sets none.
+TEST(ImportTrlTest, SftConfigDefaultsAndLossType) {
+  ImportResult r;
+  Plan d = FromText("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\n", LlamaOn8(), &r);
+  EXPECT_EQ(d.micro_batch, 8);
+  EXPECT_EQ(d.param_dtype, model::DType::kBf16);
+  EXPECT_EQ(d.checkpointing, model::Checkpointing::kFull);
+  EXPECT_EQ(d.loss_kernel, model::LossKernel::kTrlChunkedNll);
+  EXPECT_EQ(d.seq_len, 1024);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("TrainingArguments' default 8"));
+  Plan nll = FromText("output_dir: o\nper_device_train_batch_size: 2\nloss_type: nll\ngradient_checkpointing: false\n"
+                      "bf16: false\n",
+                      LlamaOn8());
+  EXPECT_EQ(nll.micro_batch, 2);
+  EXPECT_EQ(nll.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_EQ(nll.checkpointing, model::Checkpointing::kNone);
+  EXPECT_EQ(nll.param_dtype, model::DType::kFp32);
+  Plan liger = FromText("output_dir: o\nmax_length: 512\nuse_liger_kernel: true\n", LlamaOn8());
+  EXPECT_EQ(liger.loss_kernel, model::LossKernel::kFusedLinear);
+  EXPECT_THAT([&] { FromText("output_dir: o\nmax_length: 512\nloss_type: dft\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/loss_type: expected chunked_nll or nll")));
+  EXPECT_THAT([&] { FromText("output_dir: o\nmax_length: 512\nuse_liger_kernel: true\nloss_type: chunked_nll\n", LlamaOn8()); },
+              ThrowsMessage<InputError>(HasSubstr("cfg.yaml:/loss_type: expected nll with use_liger_kernel")));
+  // The Trainer's own arguments (no TRL key) keep the Trainer's behaviour.
+  Plan hf = FromText("{\"per_device_train_batch_size\": 2}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(hf.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_EQ(hf.checkpointing, model::Checkpointing::kNone);
+}
+
 TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
   Plan p = FromText(
       "{\"fsdp\": [\"shard_grad_op\", \"offload\"], \"fsdp_config\": {\"fsdp_min_num_params\": "

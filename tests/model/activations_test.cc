@@ -261,6 +261,40 @@ TEST(ActivationsTest, VerlFusedTorchHeadSavesItsInputAndChunksTheLogits) {
   EXPECT_DOUBLE_EQ(ent.backward_dw_row_bytes, 18 * v + 2 * h);
 }
 
+// TRL's chunked NLL (trl/trainer/sft_trainer.py _chunked_cross_entropy_loss): the head saves the
+// gathered copy hidden[order] [T, H] and the gather's int64 indices in place of the input verl's
+// fused node keeps (8 bytes per token more than verl's head); per 256-row chunk forward holds fp32
+// logits, log_p, exp(log_p) and the entropy product (16 per vocabulary entry) and the chunk's fp32
+// input, beside a fp32 copy of the weight [V, H]; backward the rerun's log_p and exp(log_p), d log_p
+// and d logits (16) and the chunk's input, at the weight GEMM 12 per entry with d h and the chunk
+// input in fp32, the fp32 copy again and the fp32 d W; the weight's gradient in bf16 and the input's
+// [T, H] are summed over the chunks. Three fp32 GEMMs of the head's size in backward when it trains.
+TEST(ActivationsTest, TrlChunkedNllKeepsTheGatheredInputAndChunksInFp32) {
+  ModelSpec s = FindModelPreset("qwen3-8b");
+  ActivationOptions o = Bf16();
+  o.loss_fp32_upcast = false;
+  o.loss_kernel = LossKernel::kVerlFusedTorch;
+  const double verl_saved = ComputeHeadActivations(s, o).saved_per_token;
+  o.loss_kernel = LossKernel::kTrlChunkedNll;
+  const double v = 151936, h = 4096;
+  auto head = ComputeHeadActivations(s, o);
+  EXPECT_DOUBLE_EQ(head.saved_per_token, verl_saved + 8);
+  const auto& f = head.fused_loss;
+  ASSERT_TRUE(f.on);
+  EXPECT_FALSE(f.gradients_in_forward);
+  EXPECT_TRUE(f.fp32_gemms);
+  EXPECT_EQ(FusedChunkRows(f, 100000, 151936, 4096), 256);
+  EXPECT_DOUBLE_EQ(f.chunk_row_bytes, 16 * v + 4 * h);
+  EXPECT_DOUBLE_EQ(f.chunk_fixed_bytes, 4 * v * h);
+  EXPECT_DOUBLE_EQ(f.backward_fixed_bytes, 4 * v * h);
+  EXPECT_DOUBLE_EQ(f.backward_chunk_row_bytes, 16 * v + 4 * h);
+  EXPECT_DOUBLE_EQ(f.backward_dw_row_bytes, 12 * v + 8 * h);
+  EXPECT_DOUBLE_EQ(f.backward_dw_bytes, 4 * v * h);
+  EXPECT_DOUBLE_EQ(f.backward_carry_bytes, 2 * v * h);
+  EXPECT_DOUBLE_EQ(f.backward_carry_per_token, 2 * h);
+  EXPECT_DOUBLE_EQ(f.backward_head_gemms, 3.0);
+}
+
 // verl's fused log-prob head, Triton backend: forward's partials [T, ceil(V / 1024)] fp32 x 3 are
 // scratch; the node saves its input and the five [T] fp32 vectors (20 bytes, one tensor here);
 // backward's scratch beside d_hidden (2H) is d_logits [T, 9504] bf16 and then either the [T, H]

@@ -20,6 +20,10 @@ TEST(CostModelTest, ComputeTimeAddsTermsAtTheirEfficiencies) {
   double expected = mm / (peak * k.matmul_efficiency) + attn / (peak * k.attention_efficiency) +
                     bytes / (bw * k.memory_efficiency);
   EXPECT_DOUBLE_EQ(ComputeTime(mm, attn, bytes, c.gpu, model::DType::kBf16, k).count(), expected);
+  // GEMMs in fp32 without tensor cores (TRL's chunked NLL head) at the FP32 peak.
+  const double fp32 = 4e13;
+  EXPECT_DOUBLE_EQ(ComputeTime(mm, attn, bytes, c.gpu, model::DType::kBf16, k, fp32).count(),
+                   expected + fp32 / (c.gpu.fp32.count() * kFp32GemmEfficiency));
 }
 
 // One node of 8 H100s: ring all-gather latency = baseLat 8.4 us + 7 steps x 3.4 us (NCCL
