@@ -381,11 +381,7 @@ std::string TrlKey(const ConfigReader& top) {
 // set"), and TrainingArguments' per_device_train_batch_size 8, which the Trainer runs when the
 // file sets none. loss_type: "chunked_nll" unless use_liger_kernel (then "nll"); "nll" is the
 // model's own cross-entropy; "dft" (probability-weighted) is not modelled.
-void ReadTrlDefaults(const ConfigReader& top, const std::string& trl_key, ImportResult* out, model::Plan* plan) {
-  if (!top.Has("per_device_train_batch_size")) {
-    plan->micro_batch = 8;
-    out->warnings.push_back(top.Where(trl_key) + ": no per_device_train_batch_size; TrainingArguments' default 8");
-  }
+void ReadTrlDefaults(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
   if (!top.Has("bf16") && !top.Bool("fp16").value_or(false)) {
     plan->param_dtype = model::DType::kBf16;
     plan->reduce_dtype = model::DType::kBf16;  // Accelerate reduces in the param dtype
@@ -580,7 +576,17 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->checkpoint_every_k = 1;
   }
   ReadLiger(top, plan);
-  if (const std::string trl = TrlKey(top); !trl.empty()) ReadTrlDefaults(top, trl, &out, plan);
+  // TrainingArguments' defaults for what the file leaves out (training_args.py: per_device_train_
+  // batch_size 8; bf16 and fp16 False: fp32 weights and compute), then SFTConfig's where TRL's differ.
+  if (!top.Has("per_device_train_batch_size")) {
+    plan->micro_batch = 8;
+    out.warnings.push_back(file + ": no per_device_train_batch_size; TrainingArguments' default 8");
+  }
+  if (!bf16 && !fp16) {
+    plan->param_dtype = model::DType::kFp32;
+    plan->reduce_dtype = model::DType::kFp32;
+  }
+  if (!TrlKey(top).empty()) ReadTrlDefaults(top, &out, plan);
   ReadTrlModelConfig(top, ctx, !opts.empty(), &out, plan);
   ReadTrlDefaultLength(top, &out, plan);
   ReadTrlPacking(top, &out, plan);

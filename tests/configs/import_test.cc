@@ -299,6 +299,11 @@ TEST(ImportTrlTest, SftConfigDefaultsAndLossType) {
   Plan hf = FromText("{\"per_device_train_batch_size\": 2}", LlamaOn8(), nullptr, "a.json");
   EXPECT_EQ(hf.loss_kernel, model::LossKernel::kCrossEntropy);
   EXPECT_EQ(hf.checkpointing, model::Checkpointing::kNone);
+  // TrainingArguments' own defaults (training_args.py): batch 8 per device, bf16 and fp16 off.
+  EXPECT_EQ(hf.param_dtype, model::DType::kFp32);
+  Plan bare = FromText("{\"gradient_accumulation_steps\": 2}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(bare.micro_batch, 8);
+  EXPECT_EQ(bare.reduce_dtype, model::DType::kFp32);
 }
 
 TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
