@@ -262,7 +262,14 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   out << "    breakdown at the peak:\n";
   for (const auto& [cat, b] : r.peak_breakdown) {
     auto it = Why().find(cat);
-    row("    " + cat, b, it == Why().end() ? "" : it->second);
+    std::string why = it == Why().end() ? "" : it->second;
+    // AdamW's states are zeros_like(param): the master weights' dtype (fp32 unless the weights
+    // train in bf16 or fp16, e.g. a TRL model loaded in bf16 without FSDP's upcast).
+    if (cat == "optimizer state" && plan.master_dtype != model::DType::kFp32) {
+      why = std::string("AdamW exp_avg + exp_avg_sq, ") + model::ToString(plan.master_dtype) +
+            " (the master weights' dtype), created at the first step()";
+    }
+    row("    " + cat, b, why);
   }
   row("step 0 peak / steady-state (step 1) peak", r.step0_peak,
       "/ " + FormatBytes(r.steady_peak) + (r.step0_peak > r.steady_peak ? "  (step 0 is worse)" : ""));

@@ -587,7 +587,8 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->reduce_dtype = model::DType::kFp32;
   }
   if (!TrlKey(top).empty()) ReadTrlDefaults(top, &out, plan);
-  ReadTrlModelConfig(top, ctx, !opts.empty(), &out, plan);
+  // FSDP as the plan runs it: this file's fsdp, an Accelerate config layered before it, or shardtune's default.
+  ReadTrlModelConfig(top, ctx, plan->Sharded(), &out, plan);
   ReadTrlDefaultLength(top, &out, plan);
   ReadTrlPacking(top, &out, plan);
   std::string w = IgnoredWarning(file, ignored);

@@ -243,12 +243,17 @@ TEST(ImportTrlTest, PackingIsOnePaddingFreeRowPerMicroBatch) {
 TEST(ImportTrlTest, ModelConfigNamesTheModelAndSetsDtypeAndLora) {
   const std::string base = "output_dir: out\nper_device_train_batch_size: 2\nbf16: true\n";
   ImportResult r;
-  Plan ddp = FromText(base + "model_name_or_path: Qwen/Qwen2.5-7B\ndtype: bfloat16\nattn_implementation: eager\n",
+  // fsdp "": the Trainer runs DDP, so the bf16-loaded weights train in bf16.
+  Plan ddp = FromText(base + "fsdp: \"\"\nmodel_name_or_path: Qwen/Qwen2.5-7B\ndtype: bfloat16\nattn_implementation: eager\n",
                       LlamaOn8(), &r);
   EXPECT_EQ(r.model_named, "Qwen/Qwen2.5-7B");
   EXPECT_EQ(r.model_named_where, "cfg.yaml:/model_name_or_path");
   EXPECT_EQ(ddp.master_dtype, model::DType::kBf16);
   EXPECT_EQ(ddp.attention, model::Attention::kEager);
+  // No fsdp key: the plan's FSDP (shardtune's default, or an Accelerate file layered first), whose
+  // mixed precision Accelerate runs with fp32 master weights.
+  Plan layered = FromText(base + "dtype: bfloat16\n", LlamaOn8());
+  EXPECT_EQ(layered.master_dtype, model::DType::kFp32);
   Plan fsdp = FromText(base + "fsdp: full_shard auto_wrap\ntorch_dtype: bfloat16\nuse_peft: true\n", LlamaOn8(), &r);
   EXPECT_EQ(fsdp.master_dtype, model::DType::kFp32);
   ASSERT_TRUE(fsdp.frozen_dtype.has_value());
