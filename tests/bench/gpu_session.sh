@@ -135,6 +135,46 @@ while time.time() < t_end:
 EOF
 kill $smi 2>/dev/null
 
+# 2b. TRL's chunked NLL head (LossKernel trl_chunked_nll, model/activations.cc TrlChunkedNllHead):
+# the fp32 GEMM rate at its chunk shape under torch's default allow_tf32 False (replaces
+# kFp32GemmEfficiency, simulator/cost_model.h) and the head's forward+backward peak above what was
+# live before it, at Qwen2.5-7B's head (H 3584, V 152064) over 8192 tokens. The loop is written
+# here after TRL's _chunked_cross_entropy_loss (trl@f2cd577): gather, 256-row chunks under
+# non-reentrant checkpointing, fp32 logits from fp32 copies.
+step trl_chunked_head 60 python3 - <<'EOF'
+import time, torch, torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+torch.backends.cuda.matmul.allow_tf32 = False
+H, V, T, C = 3584, 152064, 8192, 256
+dev = "cuda"
+h = torch.randn(C, H, device=dev); w = torch.randn(V, H, device=dev)
+for _ in range(3): h @ w.t()
+torch.cuda.synchronize(); t = time.time(); n = 10
+for _ in range(n): h @ w.t()
+torch.cuda.synchronize(); dt = (time.time() - t) / n
+print(f"fp32 GEMM [{C},{H}]x[{H},{V}]: {2*C*H*V/dt/1e12:.1f} TFLOP/s")
+del h, w
+def chunk(x, wt, lbl):
+    logits = x.float() @ wt.float().t()
+    logp = F.log_softmax(logits, dim=-1)
+    loss = F.nll_loss(logp, lbl, reduction="sum")
+    ent = (-(logp.exp() * logp).sum(-1)).sum()
+    return loss, ent
+wb = torch.nn.Parameter(torch.randn(V, H, device=dev, dtype=torch.bfloat16) * 0.02)
+hs = torch.randn(T, H, device=dev, dtype=torch.bfloat16, requires_grad=True)
+labels = torch.randint(0, V, (T,), device=dev)
+torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
+t = time.time()
+order = (labels != -100).to(torch.int8).argsort(descending=True, stable=True)
+g = hs[order]; lb = labels[order]; total = 0
+for s in range(0, T, C):
+    l, e = checkpoint(chunk, g[s:s+C], wb, lb[s:s+C], use_reentrant=False)
+    total = total + l
+total.backward(); torch.cuda.synchronize()
+print(f"chunked head fwd+bwd: {time.time()-t:.3f} s; peak above the start "
+      f"{(torch.cuda.max_memory_allocated()-base)/2**30:.2f} GiB (weight [V,H] bf16 {V*H*2/2**30:.2f} GiB)")
+EOF
+
 # The estimates of step 1's runs, now that shardtune is built (GPU-free).
 if built; then
   echo "build done at $(el) s"
