@@ -155,6 +155,33 @@ const KeyTable& TrainerKeys() {
                              "bnb_4bit_quant_type",
                              "use_bnb_nested_quant",
                              "bnb_4bit_quant_storage",
+                             // Recipe repositories' own data, tokenizer, hub and logging arguments
+                             // beside TRL's (huggingface/alignment-handbook DataArguments and
+                             // ModelArguments, huggingface/open-r1 ScriptArguments).
+                             "chat_template",
+                             "dataset_mixer",
+                             "dataset_mixture",
+                             "dataset_splits",
+                             "dataset_configs",
+                             "dataset_prompt_column",
+                             "text_column",
+                             "preprocessing_num_workers",
+                             "truncation_side",
+                             "auto_insert_empty_system_msg",
+                             "auto_set_chat_template",
+                             "system_prompt",
+                             "base_model_revision",
+                             "model_code_revision",
+                             "tokenizer_name_or_path",
+                             "use_flash_attention_2",
+                             "hub_model_revision",
+                             "overwrite_hub_revision",
+                             "push_to_hub_revision",
+                             "wandb_entity",
+                             "wandb_project",
+                             "wandb_run_group",
+                             "callbacks",
+                             "benchmarks",
                              "dataset_num_proc",
                              "prediction_loss_only",
                              "full_determinism",
@@ -390,8 +417,15 @@ void ReadTrlDefaults(const ConfigReader& top, ImportResult* out, model::Plan* pl
     plan->checkpointing = model::Checkpointing::kFull;
   }
   const bool liger = top.Bool("use_liger_kernel").value_or(false);
-  const std::string loss =
-      top.Enum("loss_type", {"chunked_nll", "nll", "dft"}).value_or(liger ? "nll" : "chunked_nll");
+  // max_seq_length is no SFTConfig field at f2cd577 (renamed max_length): a file that sets it was
+  // written for an older TRL, which had no loss_type and ran the model's own cross-entropy.
+  const bool older_trl = top.Has("max_seq_length") && !top.Has("loss_type");
+  if (older_trl) {
+    out->warnings.push_back(top.Where("max_seq_length") + ": a TRL config from before max_length (an older TRL, "
+                            "whose loss is the model's own cross-entropy; today's default chunked_nll came later)");
+  }
+  const std::string loss = top.Enum("loss_type", {"chunked_nll", "nll", "dft"})
+                               .value_or(liger || older_trl ? "nll" : "chunked_nll");
   if (loss == "dft") top.Fail("loss_type", "chunked_nll or nll (DFT's probability weights are not modelled)");
   if (loss == "chunked_nll") {
     if (liger) top.Fail("loss_type", "nll with use_liger_kernel (TRL: chunked_nll is not compatible with it)");

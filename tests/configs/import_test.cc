@@ -294,6 +294,10 @@ TEST(ImportTrlTest, SftConfigDefaultsAndLossType) {
   EXPECT_EQ(nll.loss_kernel, model::LossKernel::kCrossEntropy);
   EXPECT_EQ(nll.checkpointing, model::Checkpointing::kNone);
   EXPECT_EQ(nll.param_dtype, model::DType::kFp32);
+  // max_seq_length (renamed max_length in TRL): an older TRL, without loss_type: the model's loss.
+  Plan old = FromText("model_name_or_path: m\nmax_seq_length: 2048\n", LlamaOn8(), &r);
+  EXPECT_EQ(old.loss_kernel, model::LossKernel::kCrossEntropy);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("cfg.yaml:/max_seq_length: a TRL config from before max_length"));
   Plan liger = FromText("output_dir: o\nmax_length: 512\nuse_liger_kernel: true\n", LlamaOn8());
   EXPECT_EQ(liger.loss_kernel, model::LossKernel::kFusedLinear);
   EXPECT_THAT([&] { FromText("output_dir: o\nmax_length: 512\nloss_type: dft\n", LlamaOn8()); },
@@ -309,6 +313,20 @@ TEST(ImportTrlTest, SftConfigDefaultsAndLossType) {
   Plan bare = FromText("{\"gradient_accumulation_steps\": 2}", LlamaOn8(), nullptr, "a.json");
   EXPECT_EQ(bare.micro_batch, 8);
   EXPECT_EQ(bare.reduce_dtype, model::DType::kFp32);
+}
+
+// A recipe as open-r1 lays them out: its hub, logging and data keys are ignored by name, the rest
+// is the plan (Liger's fused loss and module patches, 2 x 32768 tokens, accumulation 8).
+TEST(ImportTrlTest, RecipeFileIsReadWhole) {
+  ImportResult r;
+  Plan p = FromFile("trl_sft_recipe.yaml", LlamaOn8(), &r);
+  EXPECT_EQ(r.model_named, "Qwen/Qwen2.5-1.5B-Instruct");
+  EXPECT_EQ(p.micro_batch, 2);
+  EXPECT_EQ(p.seq_len, 32768);
+  EXPECT_EQ(p.grad_accum, 8);
+  EXPECT_EQ(p.loss_kernel, model::LossKernel::kFusedLinear);
+  EXPECT_EQ(p.checkpointing, model::Checkpointing::kFull);
+  EXPECT_THAT(AllWarnings(r), AllOf(HasSubstr("/hub_model_id"), HasSubstr("/dataset_name"), HasSubstr("/eos_token")));
 }
 
 TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
