@@ -432,7 +432,9 @@ TEST(CliTest, SimulateNamesCollNetWithIbSharpAndNoNvlsForAveragedGradients) {
 // prints (to its 4 decimals, one rounding per line); the host's issue time, which overlaps them,
 // is printed apart and says so (issue #49: 1.72 s of categories for a 1.40 s step).
 TEST(CliTest, SimulateTextCategoriesSumToTheStepTime) {
-  Result r = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 4096");
+  // TRL's chunked NLL head runs fp32 GEMMs (ProgramOp::fp32_matmul_flops): counted as GEMM time.
+  for (const std::string extra : {"", " --loss-kernel trl_chunked_nll"}) {
+  Result r = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 4096" + extra);
   ASSERT_EQ(r.code, 0) << r.err;
   std::istringstream in(r.out);
   std::string line;
@@ -461,6 +463,7 @@ TEST(CliTest, SimulateTextCategoriesSumToTheStepTime) {
   EXPECT_NEAR(sum, step, rows * 0.5e-4 + 0.5e-4) << r.out;
   EXPECT_NE(r.out.find("  host issue "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("beside the GPU"), std::string::npos) << r.out;
+  }
 }
 
 TEST(CliTest, SimulateWritesAChromeTrace) {
