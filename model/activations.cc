@@ -797,6 +797,24 @@ int HeadLogits(Ctx& c, int normed) {
                                  HeadWeightModule(c)));
 }
 
+// The last recorded op is a chunked head's one node: compute-bound, owning the head weight [V, H]
+// (its gradient when it trains). Returns whether it trains.
+bool FusedHeadNodeParam(Ctx& c, const std::string& weight) {
+  c.g.MarkComputeBound();
+  const bool trains = recipes::AnyTrains(c, weight);
+  c.g.SetParam(static_cast<double>(c.spec.vocab_size) * static_cast<double>(c.spec.hidden), trains, true);
+  return trains;
+}
+
+// HF's MoE models add the router's auxiliary loss to the head's (modeling_*.py
+// load_balancing_loss_func); torchtitan's have none.
+int WithRouterAuxLoss(Ctx& c, int loss) {
+  if (c.spec.moe.enabled() && c.spec.moe.router_aux_loss && c.opt.modeling == Modeling::kHf) {
+    return RouterAuxLoss(c, loss);
+  }
+  return loss;
+}
+
 // The fused linear cross-entropy after the final norm (LossKernel::kFusedLinear; Liger-Kernel
 // LigerFusedLinearCrossEntropyFunction, shardtune's executor/nn/fused_loss.cc): one autograd node
 // whose forward runs, chunk by chunk, logits = x W^T, the fp32 softmax, the logits' gradient and
@@ -816,12 +834,8 @@ ActivationLedger FusedLinearHead(Ctx& c, int x, int normed) {
   c.g.Op("fused loss: zeros_like(input)", {}, gi, {});
   int loss = c.g.Tensor("loss", 0.0);
   c.g.Op("fused linear cross-entropy", {normed, gi}, loss, {{gi, 0}});
-  c.g.MarkComputeBound();
-  const bool trains = recipes::AnyTrains(c, weight);
-  c.g.SetParam(v * h, trains, true);
-  if (c.spec.moe.enabled() && c.spec.moe.router_aux_loss && c.opt.modeling == Modeling::kHf) {
-    loss = RouterAuxLoss(c, loss);
-  }
+  const bool trains = FusedHeadNodeParam(c, weight);
+  loss = WithRouterAuxLoss(c, loss);
   ActivationLedger led = c.g.Run(x, loss, c.t.input_requires_grad);
   led.fused_loss.chunk_traffic_per_token =
       v * (32 + (c.e == kFp32 ? 0 : 2 * (c.e + kFp32)) + (c.spec.final_logit_softcap > 0 ? 60 : 0));
@@ -1012,12 +1026,8 @@ ActivationLedger TrlChunkedNllHead(Ctx& c, int x, int normed) {
   c.g.SetForwardWorkspace(c.e * h);
   int loss = c.g.Tensor("loss (summed over the checkpointed chunks)", 0.0);
   c.g.Op("chunked cross-entropy (256-token chunks, non-reentrant checkpoint)", {gathered}, loss, {gathered});
-  c.g.MarkComputeBound();
-  const bool trains = recipes::AnyTrains(c, weight);
-  c.g.SetParam(v * h, trains, true);
-  if (c.spec.moe.enabled() && c.spec.moe.router_aux_loss && c.opt.modeling == Modeling::kHf) {
-    loss = RouterAuxLoss(c, loss);
-  }
+  const bool trains = FusedHeadNodeParam(c, weight);
+  loss = WithRouterAuxLoss(c, loss);
   ActivationLedger led = c.g.Run(x, loss, c.t.input_requires_grad);
   ActivationLedger::FusedLoss& f = led.fused_loss;
   f.on = true;
