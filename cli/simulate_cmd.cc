@@ -141,6 +141,43 @@ void PrintTable(const Job& job, const sim::SimReport& r, std::ostream& out) {
       << FormatBytes(m.capacity) << "\n";
 }
 
+// TRL's chunked NLL (LossKernel trl_chunked_nll) runs its head GEMMs in fp32: the same plan with
+// TRL's other losses, loss_type nll (the model's cross-entropy) and use_liger_kernel with
+// liger_kernel_config's fused_linear_cross_entropy alone (its module patches off), so the answer
+// says what the default costs.
+struct LossAlternative {
+  std::string config;  // the SFTConfig setting
+  model::LossKernel kernel;
+  sim::SimReport report;
+};
+std::vector<LossAlternative> TrlLossAlternatives(const Job& job) {
+  std::vector<LossAlternative> out;
+  if (job.plan.loss_kernel != model::LossKernel::kTrlChunkedNll) return out;
+  sim::SimOptions o = job.options;
+  o.with_timeline = false;
+  for (auto [config, kernel] : {std::pair<const char*, model::LossKernel>{"loss_type: nll", model::LossKernel::kCrossEntropy},
+                                {"use_liger_kernel (fused loss only)", model::LossKernel::kFusedLinear}}) {
+    model::Plan p = job.plan;
+    p.loss_kernel = kernel;
+    if (!p.FusedLossConflicts().empty()) continue;
+    out.push_back({config, kernel, sim::SimulateStep(job.spec, job.cluster, p, o)});
+  }
+  return out;
+}
+
+void PrintLossAlternatives(const sim::SimReport& r, const std::vector<LossAlternative>& alts, std::ostream& out) {
+  if (alts.empty()) return;
+  out << "\nTRL's chunked NLL (loss_type chunked_nll, TRL's default) multiplies its head in fp32 (no tensor cores "
+         "under torch's default allow_tf32 False); the same plan with TRL's other losses:\n";
+  for (const LossAlternative& a : alts) {
+    const auto& m = a.report.memory;
+    out << "  " << std::left << std::setw(36) << a.config << std::right << std::setprecision(4)
+        << a.report.step_time.count() << " s per step (" << std::showpos << std::setprecision(1)
+        << 100 * (a.report.step_time.count() / r.step_time.count() - 1) << std::noshowpos << " %), peak "
+        << FormatBytes(m.peak_allocated) << ", " << (m.fits ? "fits" : "DOES NOT FIT") << "\n";
+  }
+}
+
 }  // namespace
 
 void AddSimulateCommand(CLI::App* app, SimulateArgs* a) {
@@ -164,9 +201,11 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
     savings =
         sim::CompareWithFullFinetune(job.spec, job.cluster, job.plan, job.options.memory, r.memory);
   }
+  const std::vector<LossAlternative> loss_alternatives = TrlLossAlternatives(job);
   if (!a.job.json) {
     for (const auto& w : job.warnings) WriteLine(err, "warning: ", w);
     PrintTable(job, r, out);
+    PrintLossAlternatives(r, loss_alternatives, out);
     PrintFeatureSavings(savings, r.memory, out);
     PrintPhases(job_phases, out);
     return;
@@ -202,6 +241,17 @@ void RunSimulate(const SimulateArgs& a, std::ostream& out, std::ostream& err) {
   if (sim::UsesFeatures(job.plan))
     j["savings_vs_full_finetune"] = sim::FeatureSavingsToJson(savings);
   j["phases"] = sim::JobPhasesToJson(job_phases);
+  if (!loss_alternatives.empty()) {
+    nlohmann::ordered_json alts = nlohmann::ordered_json::array();
+    for (const LossAlternative& alt : loss_alternatives) {
+      alts.push_back({{"config", alt.config},
+                      {"loss_kernel", model::ToString(alt.kernel)},
+                      {"step_time_s", alt.report.step_time.count()},
+                      {"peak_allocated_bytes", alt.report.memory.peak_allocated.count()},
+                      {"fits", alt.report.memory.fits}});
+    }
+    j["loss_alternatives"] = alts;
+  }
   j["warnings"] = job.warnings;
   out << j.dump(2) << "\n";
 }

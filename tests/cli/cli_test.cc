@@ -428,6 +428,30 @@ TEST(CliTest, SimulateNamesCollNetWithIbSharpAndNoNvlsForAveragedGradients) {
   }
 }
 
+// A plan with TRL's chunked NLL loss: simulate says what TRL's other losses would take, each
+// simulated on the same plan (the text and --json agree).
+TEST(CliTest, SimulateComparesTrlsChunkedLossWithItsOtherLosses) {
+  const std::string args = "simulate --model llama3-8b --cluster 8xH100 --seq-len 4096 --loss-kernel trl_chunked_nll";
+  Result text = RunCli(args);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("TRL's chunked NLL (loss_type chunked_nll"), std::string::npos) << text.out;
+  Result js = RunCli(args + " --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  const auto j = nlohmann::json::parse(js.out);
+  ASSERT_TRUE(j.contains("loss_alternatives"));
+  ASSERT_EQ(j.at("loss_alternatives").size(), 2u);
+  for (const auto& alt : j.at("loss_alternatives")) {
+    Result one = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 4096 --json --loss-kernel " +
+                        alt.at("loss_kernel").get<std::string>());
+    ASSERT_EQ(one.code, 0) << one.err;
+    const auto o = nlohmann::json::parse(one.out);
+    EXPECT_DOUBLE_EQ(alt.at("step_time_s").get<double>(), o.at("step_time_s").get<double>());
+    EXPECT_FALSE(o.contains("loss_alternatives"));
+  }
+  Result plain = RunCli("simulate --model llama3-8b --cluster 8xH100 --seq-len 4096");
+  EXPECT_EQ(plain.out.find("TRL's chunked NLL"), std::string::npos);
+}
+
 // The text's "where the step goes" lists the GPU's categories, which add up to the step time it
 // prints (to its 4 decimals, one rounding per line); the host's issue time, which overlaps them,
 // is printed apart and says so (issue #49: 1.72 s of categories for a 1.40 s step).
