@@ -184,6 +184,14 @@ NcclGraph SearchTree(const NcclCommShape& sh, const NcclGraph& ring) {
   return g;
 }
 
+// Heads of the NVLS and COLLNET_DIRECT searches across nodes: one per NIC with a GPU of its own
+// (search.cc:754-773: the NIC's localGpu, no GPU twice), at most the node's GPUs and `most`.
+int NicHeads(const NcclCommShape& sh, int most) {
+  int heads = 0;
+  for (const auto& sw : sh.switches) heads += std::min(sw.gpus, sw.nics);
+  return std::min({heads, sh.ranks_per_node, most});
+}
+
 // The NVLS graph (search.cc:1124-1128, :410-440, :754-773): one head per NIC with a distinct
 // local GPU across nodes, every GPU on one node; each GPU's NVLink carries the speed once per
 // head and once more for its own head, so (heads+1) x bwIntra <= NVLink; pass 2 raises bwInter
@@ -191,13 +199,7 @@ NcclGraph SearchTree(const NcclCommShape& sh, const NcclGraph& ring) {
 NcclGraph SearchNvls(const NcclCommShape& sh) {
   NcclGraph g;
   if (!sh.nvls || !sh.nvswitch || sh.compute_capability < 90 || sh.ranks_per_node < 2) return g;
-  int heads = 0;
-  if (sh.nodes == 1) {
-    heads = std::min(sh.ranks_per_node, kMaxNvlsHeads);
-  } else {
-    for (const auto& sw : sh.switches) heads += std::min(sw.gpus, sw.nics);
-    heads = std::min({heads, sh.ranks_per_node, kMaxNvlsHeads});
-  }
+  const int heads = sh.nodes == 1 ? std::min(sh.ranks_per_node, kMaxNvlsHeads) : NicHeads(sh, kMaxNvlsHeads);
   if (heads < 2) return g;
   const auto& speeds = Speeds(sh);
   const double path = sh.nodes > 1 ? std::min(sh.pcie_GBps, sh.nic_GBps) : std::numeric_limits<double>::max();
@@ -231,10 +233,7 @@ bool CollNetRuns(const NcclCommShape& sh) {
 NcclGraph SearchCollNetDirect(const NcclCommShape& sh) {
   NcclGraph g;
   if (!CollNetRuns(sh) || (sh.ranks_per_node > 1 && !sh.nvswitch)) return g;
-  int heads = 0;
-  for (const auto& sw : sh.switches) heads += std::min(sw.gpus, sw.nics);
-  heads = std::min({heads, sh.ranks_per_node, kMaxCollNetLocalRanks});
-  if (sh.ranks_per_node == 1) heads = std::min(heads, 1);
+  const int heads = NicHeads(sh, kMaxCollNetLocalRanks);
   if (heads < 1) return g;
   const auto& speeds = Speeds(sh);
   const double path = std::min(sh.pcie_GBps, sh.nic_GBps);
@@ -460,7 +459,8 @@ NcclComm::NcclComm(const NcclCommShape& shape) : shape_(shape), graphs_(SearchNc
         if ((a == kNvls || a == kCollNetDirect) && !ar && nodes > 1 &&
             (!collnet || shape.ranks_per_node > graphs_.collnet_direct.channels)) {
           continue;
-        }        // Bus to algorithm bandwidth (tuning.cc:376-382): rings and NVLS all-reduce by
+        }
+        // Bus to algorithm bandwidth (tuning.cc:376-382): rings and NVLS all-reduce by
         // nRanks/nsteps, trees and CollNet by 1/2; all-gather/reduce-scatter other than ring's are
         // stored as they are.
         if (!(a != kRing && !ar)) {

@@ -60,16 +60,19 @@ FlopsPerSecond DensePeak(const profiles::GpuSpec& gpu, model::DType dtype) {
   return gpu.bf16_dense;
 }
 
+double Fp32GemmSeconds(double fp32_matmul_flops, const profiles::GpuSpec& gpu, model::DType dtype) {
+  if (!(fp32_matmul_flops > 0)) return 0;
+  const double fp32_peak = gpu.fp32.count() > 0 ? gpu.fp32.count() : DensePeak(gpu, dtype).count();
+  return fp32_matmul_flops / (fp32_peak * kFp32GemmEfficiency);
+}
+
 Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_bytes,
                     const profiles::GpuSpec& gpu, model::DType dtype, const CostConstants& k,
                     double fp32_matmul_flops) {
   double peak = DensePeak(gpu, dtype).count();
   double t = 0;
   if (matmul_flops > 0) t += matmul_flops / (peak * k.matmul_efficiency);
-  if (fp32_matmul_flops > 0) {
-    const double fp32_peak = gpu.fp32.count() > 0 ? gpu.fp32.count() : peak;
-    t += fp32_matmul_flops / (fp32_peak * kFp32GemmEfficiency);
-  }
+  t += Fp32GemmSeconds(fp32_matmul_flops, gpu, dtype);
   if (attention_flops > 0) t += attention_flops / (peak * k.attention_efficiency);
   if (memory_bytes > 0) t += memory_bytes / (gpu.memory_bandwidth.count() * k.memory_efficiency);
   if (matmul_flops > 0 || attention_flops > 0 || memory_bytes > 0 || fp32_matmul_flops > 0) {

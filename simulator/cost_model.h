@@ -110,6 +110,9 @@ Seconds ComputeTime(double matmul_flops, double attention_flops, double memory_b
 // large square shapes runs near its peak; no probe row measures it yet): calibration or a probe
 // should replace it.
 inline constexpr double kFp32GemmEfficiency = 0.85;
+// ComputeTime's fp32 GEMM term: `fp32_matmul_flops` at the GPU's FP32 peak (the dtype's dense
+// peak where the catalog has none) times kFp32GemmEfficiency; 0 for no FLOPs.
+double Fp32GemmSeconds(double fp32_matmul_flops, const profiles::GpuSpec& gpu, model::DType dtype);
 
 // How a collective group maps onto the topology: ranks, nodes spanned, the bottleneck
 // per-direction bandwidth of its ring (with concurrent rings sharing links), and the per-hop

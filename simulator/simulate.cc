@@ -650,10 +650,7 @@ SimReport SimulateProgram(MemoryEstimate&& est, const model::ModelSpec& spec,
       host += static_cast<double>(costs[i].host_ns) * 1e-9;
       if (op.stream != Stream::kDefault) continue;
       double mm = op.matmul_flops > 0 ? op.matmul_flops / (peak * k.matmul_efficiency) : 0;
-      if (op.fp32_matmul_flops > 0) {  // fp32 GEMMs (ComputeTime's term): GEMM time as well
-        const double fp32_peak = cluster.gpu.fp32.count() > 0 ? cluster.gpu.fp32.count() : peak;
-        mm += op.fp32_matmul_flops / (fp32_peak * kFp32GemmEfficiency);
-      }
+      mm += Fp32GemmSeconds(op.fp32_matmul_flops, cluster.gpu, plan.param_dtype);  // GEMM time as well
       double at = op.attention_flops > 0 ? op.attention_flops / (peak * k.attention_efficiency) : 0;
       double mb = op.memory_bytes > 0
                       ? op.memory_bytes / (cluster.gpu.memory_bandwidth.count() * k.memory_efficiency)

@@ -379,19 +379,9 @@ void ReadLiger(const ConfigReader& top, model::Plan* plan) {
 }
 
 // TRL's SFTConfig default max_length (trl/trainer/sft_config.py at f2cd577: `max_length: int |
-// None = 1024`), what a packed run uses when the file sets none.
+// None = 1024`): what a TRL file that sets none truncates (and packs) to (ReadTrlDefaultLength).
 constexpr int64_t kTrlDefaultMaxLength = 1024;
 
-// TRL's packing (trl/trainer/sft_trainer.py at f2cd577). `padding_free = args.padding_free or
-// (args.packing and args.packing_strategy in {"bfd", "bfd_split"})`; pack_dataset bins whole
-// sequences (truncated to max_length, or split under bfd_split) into examples of at most
-// max_length tokens, and DataCollatorForLanguageModeling(padding_free=True) flattens a batch of
-// per_device_train_batch_size examples into one row with position_ids restarting per sequence
-// (FlashAttention's varlen path). So a micro-batch is one row of up to B x max_length tokens whose
-// sequences are at most max_length: shardtune's packed row (Plan::packed_seq_len). "wrapped"
-// without padding_free cuts the stream into full rows of max_length attended whole: the plain
-// fixed-length batch. padding_free without packing: TRL raises when max_length is set ("When
-// `padding_free=True` without packing, `max_length` is not enforced") and has no bound when not.
 // The key that makes a file TRL's SFTConfig rather than the Trainer's arguments alone (""
 // when none does).
 std::string TrlKey(const ConfigReader& top) {
@@ -448,6 +438,16 @@ void ReadTrlDefaultLength(const ConfigReader& top, ImportResult* out, model::Pla
   }
 }
 
+// TRL's packing (trl/trainer/sft_trainer.py at f2cd577). `padding_free = args.padding_free or
+// (args.packing and args.packing_strategy in {"bfd", "bfd_split"})`; pack_dataset bins whole
+// sequences (truncated to max_length, or split under bfd_split) into examples of at most
+// max_length tokens, and DataCollatorForLanguageModeling(padding_free=True) flattens a batch of
+// per_device_train_batch_size examples into one row with position_ids restarting per sequence
+// (FlashAttention's varlen path). So a micro-batch is one row of up to B x max_length tokens whose
+// sequences are at most max_length: shardtune's packed row (Plan::packed_seq_len). "wrapped"
+// without padding_free cuts the stream into full rows of max_length attended whole: the plain
+// fixed-length batch. padding_free without packing: TRL raises when max_length is set ("When
+// `padding_free=True` without packing, `max_length` is not enforced") and has no bound when not.
 void ReadTrlPacking(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
   const bool packing = top.Bool("packing").value_or(false);
   const std::string strategy = top.Enum("packing_strategy", {"bfd", "bfd_split", "wrapped", "bfd-requeue"}).value_or("bfd");
