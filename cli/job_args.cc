@@ -188,7 +188,8 @@ void ApplyImages(const PlanFlags& flags, const model::ModelSpec& spec, model::Pl
 }
 
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                                     const model::Plan& plan, const std::string& plan_where) {
+                                     const model::Plan& plan, const std::string& plan_where,
+                                     bool executor_run) {
   std::vector<std::string> problems = spec.Problems("--model " + spec.name);
   for (auto& p : cluster.Problems("--cluster")) problems.push_back(p);
   for (auto& p : plan.Problems(plan_where, cluster.world_size(), cluster.gpus_per_node,
@@ -206,7 +207,7 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   for (auto& p : model::LigerProblems(spec, plan, plan_where)) problems.push_back(p);
   for (auto& p : model::VisionProblems(spec, plan, plan_where)) problems.push_back(p);
   // CPU ranks keep their activations in host RAM already: verl's offload would copy RAM to RAM.
-  if (cluster.cpu_only && plan.activation_offload != model::ActivationOffload::kNone) {
+  if (cluster.cpu_only && !executor_run && plan.activation_offload != model::ActivationOffload::kNone) {
     problems.push_back(plan_where + ":/activation_offload: expected none on CPU ranks (" + cluster.name +
                        ": their activations are in host RAM already), got " + model::ToString(plan.activation_offload));
   }

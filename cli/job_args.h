@@ -84,8 +84,13 @@ void ApplyImagePixels(const PlanFlags& flags, const model::ModelSpec& spec, mode
 // (model::VisionTowerIdle).
 void ApplyImages(const PlanFlags& flags, const model::ModelSpec& spec, model::Plan* plan,
                  std::vector<std::string>* warnings);
+// `executor_run`: the plan of a run of shardtune's own executor (validate's measurements). On CPU
+// ranks that run emulates a device whose memory is LibTorch's tensor allocator, and its
+// activation offload moves saved tensors out of it (executor/nn/activation_offload.h), so the
+// plan is taken there; a job planned for CPU ranks is refused it.
 std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                                     const model::Plan& plan, const std::string& plan_where);
+                                     const model::Plan& plan, const std::string& plan_where,
+                                     bool executor_run = false);
 // The warning for a rotary model asked for more tokens than its max_seq_len.
 std::string BeyondTrainedContext(const model::ModelSpec& spec, int64_t seq_len);
 // Throws InputError listing every problem of the model, cluster and plan together.

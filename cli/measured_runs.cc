@@ -34,7 +34,7 @@ std::vector<MeasuredRun> LoadMeasuredRuns(const std::vector<std::string>& paths,
       }
       model::Plan plan = m.plan;
       plan.seq_len = m.seq_len;
-      ThrowIfProblems(JobProblems(r.spec, r.cluster, plan, path + ":/plan"));
+      ThrowIfProblems(JobProblems(r.spec, r.cluster, plan, path + ":/plan", /*executor_run=*/true));
       // A packed run's rows follow verl's rule, whose largest can exceed the budget: predicted
       // at that row, as estimate judges it (job_args.h RaisePackedRowToLargest).
       if (!RaisePackedRowToLargest(m.global_batch, world, &plan).empty()) {

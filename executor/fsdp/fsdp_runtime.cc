@@ -190,6 +190,11 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     seg.recompute = block && (Recomputes(spec, plan, s - 1) || seg.op_sac);
     seg.fn = [this, s](const at::Tensor& x) { return transformer_.Segment(impl_->table, s, x, at::Tensor()); };
   }
+  // verl's enable_activation_offloading: every FSDP layer (the text blocks under block wrapping)
+  // a group, and nothing below three layers (verl/utils/activation_offload.py).
+  if (plan.activation_offload == model::ActivationOffload::kVerlAsync && spec.num_layers >= 3) {
+    m.activation_offload = std::make_unique<ActivationOffload>(spec.num_layers, options.device);
+  }
 }
 
 FsdpRuntime::~FsdpRuntime() = default;
@@ -293,9 +298,29 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     // With the MoE auxiliary loss a recomputed block's router logits are outputs of its node.
     std::vector<at::Tensor>* side =
         transformer_.spec().moe.router_aux_loss ? transformer_.mutable_router_logits() : nullptr;
-    at::Tensor y = !grad || !seg.recompute ? transformer_.Segment(m.table, s, x, labels)
-                   : seg.op_sac ? SacRecompute(&seg.fn, x, transformer_.sac_tape())
-                                : Recompute(&seg.fn, x, side);
+    // verl's offload context spans the layer's forward once FSDP gathered it (its hooks wrap the
+    // module's forward, inside fully_shard's pre- and post-forward), checkpoint included.
+    ActivationOffload* offload =
+        grad && transformer_.IsBlockSegment(s) && !transformer_.IsVisionSegment(s) ? m.activation_offload.get()
+                                                                                   : nullptr;
+    if (offload != nullptr) {
+      std::vector<at::Tensor> layer_params;
+      for (int u : seg.covering) {
+        const auto& ps = m.units[static_cast<size_t>(u)].flat->params();
+        layer_params.insert(layer_params.end(), ps.begin(), ps.end());
+      }
+      offload->EnterLayer(layer_params);
+    }
+    at::Tensor y;
+    try {
+      y = !grad || !seg.recompute ? transformer_.Segment(m.table, s, x, labels)
+          : seg.op_sac            ? SacRecompute(&seg.fn, x, transformer_.sac_tape())
+                                  : Recompute(&seg.fn, x, side);
+    } catch (...) {
+      if (offload != nullptr) offload->CancelLayer();
+      throw;
+    }
+    if (offload != nullptr) y = offload->LeaveLayer(y);
     // Frozen segments before the first trainable parameter have no backward at all.
     seg.grad = grad && y.requires_grad();
     y = transformer_.LeaveSegment(m.table, s, y);

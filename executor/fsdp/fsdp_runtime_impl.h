@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "executor/fsdp/fsdp_runtime.h"
+#include "executor/nn/activation_offload.h"
 #include "executor/nn/recompute.h"
 
 namespace shardtune::exec {
@@ -69,6 +70,9 @@ struct FsdpRuntime::Impl {
     at::Tensor grad;  // [shard] fp32 on the host, being written
   };
   std::vector<HostGrad> host_grads;
+  // verl's activation offload (Plan::activation_offload verl_async) over the text blocks; null
+  // without it or below three blocks (verl turns it off there).
+  std::unique_ptr<ActivationOffload> activation_offload;
 
   // fsdp_runtime.cc
   void Issue(int unit);

@@ -239,9 +239,19 @@ void ValidateRun(const RunOptions& o, int world_size) {
     }
   }
   if (o.plan.activation_offload != model::ActivationOffload::kNone) {
-    problems.push_back(std::string("--activation-offload ") + model::ToString(o.plan.activation_offload) +
-                       ": run's transformer does not offload activations yet (estimate, simulate and the "
-                       "verl export do); expected none");
+    // verl offloads what its layers save with no checkpointing or with its own reentrant full
+    // checkpoint (activation_offload.py enable_activation_offloading); selective recompute's
+    // dropped-and-refilled storages are not copied through it. A VL tower's blocks are FSDP
+    // layers of verl's too, which run's offload does not group.
+    const std::string what = std::string("--activation-offload ") + model::ToString(o.plan.activation_offload);
+    if (o.plan.checkpointing == model::Checkpointing::kSelective || o.plan.checkpoint_rest_selective) {
+      problems.push_back(what + ": expected --checkpointing none, full, every:K or first:K with it (verl "
+                                "offloads beside none or full), got " + model::CheckpointingSpecToString(o.plan));
+    }
+    if (o.spec.VisionBlocks() > 0) {
+      problems.push_back(what + ": run offloads a text model's blocks; " + o.spec.name +
+                         " has a vision tower (estimate and simulate model it); expected none");
+    }
   }
   for (std::string& p : VisionRunProblems(o)) problems.push_back(std::move(p));
   for (std::string& p : TorchtitanRunProblems(o, world_size)) problems.push_back(std::move(p));

@@ -19,7 +19,8 @@
 #      SM clock and power from nvidia-smi beside it.
 #   3. The executor against FSDP2 on the same GPU, minutes apart: Llama-3.2-1B world 1 at
 #      micro-batch 1, 2, 4, 8 and with CPU offload, tokens/s and peaks for both (target: >= 1.25x
-#      FSDP2's tokens/s, >= 1.0x under offload), and a --torch-profile trace of one executor step.
+#      FSDP2's tokens/s, >= 1.0x under offload), and a --torch-profile trace of one executor step;
+#      3b: the executor's verl activation offload on CUDA at micro-batch 4, and validate of it.
 #   4. `ctest -L gpu` (the GPU kernel and runtime tests) when time remains.
 #
 # Usage: [DEADLINE_S=660] tests/bench/gpu_session.sh OUT_DIR
@@ -206,10 +207,16 @@ if [[ -x $b/cli/shardtune-exec ]]; then
   step exec_offload 90 "$b/cli/shardtune-exec" run --model llama3.2-1b --device cuda --seq-len 2048 \
     --micro-batch 4 --steps 4 --offload all --no-trace --no-checkpoints --out /tmp/gs/exec_offload
   step fsdp2_offload 120 python3 "$ref/measure_fsdp2.py" --mb 4 --steps 5 --offload 1 --root-reshard default --tag offload
+  # 3b. verl's activation offload in the executor on CUDA (its streams and pinned copies, untested
+  # on CPU ranks): micro-batch 4 as exec_mb4, peak and step time beside it, and validate's figure.
+  step exec_act_offload 60 "$b/cli/shardtune-exec" run --model llama3.2-1b --device cuda --seq-len 2048 \
+    --micro-batch 4 --steps 4 --activation-offload verl_async --no-trace --no-checkpoints --out /tmp/gs/exec_act_offload
+  [[ -f /tmp/gs/exec_act_offload/measurements.json ]] && step exec_act_offload_validate 30 "$b/cli/shardtune" validate \
+    --model llama3.2-1b --cluster "1x$kind" --measurements /tmp/gs/exec_act_offload/measurements.json
   step exec_profile 60 "$b/cli/shardtune-exec" run --model llama3.2-1b --device cuda --seq-len 2048 \
     --micro-batch 4 --steps 3 --no-checkpoints --torch-profile --out /tmp/gs/exec_prof
   [[ -f /tmp/gs/exec_prof/torch_trace.json ]] && gzip -c /tmp/gs/exec_prof/torch_trace.json >"$out/exec_mb4_torch_trace.json.gz"
-  for d in /tmp/gs/exec_mb1 /tmp/gs/exec_mb2 /tmp/gs/exec_mb4 /tmp/gs/exec_mb8 /tmp/gs/exec_offload; do
+  for d in /tmp/gs/exec_mb1 /tmp/gs/exec_mb2 /tmp/gs/exec_mb4 /tmp/gs/exec_mb8 /tmp/gs/exec_offload /tmp/gs/exec_act_offload; do
     [[ -f $d/measurements.json ]] && cp "$d/measurements.json" "$out/$(basename "$d").measurements.json"
   done
   cat "$out"/fsdp2_*.log 2>/dev/null | grep '^{' >"$out/fsdp2_llama1b.jsonl"
@@ -219,7 +226,7 @@ out = sys.argv[1]
 fs = {}
 for line in open(os.path.join(out, "fsdp2_llama1b.jsonl")):
     d = json.loads(line); fs[d["config"]["tag"]] = d["tokens_per_s_per_gpu"]
-for name in ("mb1", "mb2", "mb4", "mb8", "offload"):
+for name in ("mb1", "mb2", "mb4", "mb8", "offload", "act_offload"):
     p = os.path.join(out, f"exec_{name}.measurements.json")
     if not os.path.exists(p): continue
     d = json.load(open(p)); s = d["steps"]
