@@ -50,6 +50,8 @@ const std::map<std::string, std::string>& Why() {
       {"residual stream", "the hidden state passed between blocks"},
       {"logits and loss", "log-softmax (fp32 when upcast) and logits the loop holds"},
       {"cuBLAS workspaces", "cuBLAS's per-stream workspace, allocated through the caching allocator"},
+      {"reference model shards", "the DPO reference copy's sharded parameters (frozen, load dtype)"},
+      {"reference model forward", "the DPO reference's no_grad forward inside the step: its gathered parameters, activations and logits"},
   };
   return m;
 }
@@ -89,6 +91,20 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     << model::ToString(p.optimizer_impl) << "), " << model::ToString(p.modeling) << " modeling, "
     << model::ToString(p.attention) << " attention";
   if (p.padding_mask) o << " with a padding mask (flash-attn's unpad / pad copies)";
+  switch (p.reference) {
+    case model::InStepReference::kNone: break;
+    case model::InStepReference::kFsdp2Root:
+      o << ", a reference forward per micro-batch (TRL DPO: a frozen " << model::ToString(p.FrozenDtype())
+        << " copy, FSDP2 on its root only: gathered whole for its forward)";
+      break;
+    case model::InStepReference::kFsdp1Blocks:
+      o << ", a reference forward per micro-batch (TRL DPO: a frozen " << model::ToString(p.FrozenDtype())
+        << " copy, FSDP1 a block per unit, its root kept gathered)";
+      break;
+    case model::InStepReference::kAdaptersOff:
+      o << ", a reference forward per micro-batch (TRL DPO: the policy with its adapters off)";
+      break;
+  }
   if (p.loss_kernel == model::LossKernel::kVerlFlashCe) {
     o << ", loss: verl's log-prob path (packed logits in " << model::ToString(p.param_dtype)
       << ", temperature divided in place, flash-attn cross-entropy with in-place backward)";
@@ -103,6 +119,10 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
     o << ", loss: verl's fused log-prob kernel (torch backend: 512-token chunks of fp32 logits, "
          "recomputed in backward"
       << (p.entropy_from_logits ? ", with the entropy's gradient" : "") << ")";
+  } else if (p.loss_kernel == model::LossKernel::kTrlLogps) {
+    o << ", loss: TRL's per-token log-probs (selective_log_softmax over logits [rows, S, V] in "
+      << model::ToString(p.param_dtype) << (p.param_dtype == model::DType::kFp32 ? ", logsumexp per row" : ", log_softmax per row")
+      << ")";
   } else if (p.loss_kernel == model::LossKernel::kTrlChunkedNll) {
     o << ", loss: TRL's chunked NLL (" << model::kTrlChunkRows
       << "-token chunks, fp32 logits and a fp32 copy of the head weight per chunk, rerun in backward; fp32 GEMMs)";

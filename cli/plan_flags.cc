@@ -178,6 +178,14 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
          p->activation_offload = ParseEnum<model::ActivationOffload>(f.activation_offload, s.name);
        }},
+      {"--reference",
+       "none|fsdp2_root|fsdp1_blocks|adapters_off: a reference model's no_grad forward inside each micro-batch, "
+       "after the policy's log-probs (TRL's DPOTrainer): a frozen copy sharded on its root only (FSDP2) or a block "
+       "per unit (FSDP1), or the policy with its LoRA adapters off",
+       kPlanFlag, &Opt<&PlanFlags::reference>,
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
+         p->reference = ParseEnum<model::InStepReference>(f.reference, s.name);
+       }},
       {"--precision", "Param dtype: bf16|fp16|fp32", kPlanFlag, &Opt<&PlanFlags::precision>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->param_dtype = ParseEnum<DType>(f.precision, s.name); }},
       {"--master-dtype",
@@ -352,7 +360,7 @@ void GroupHelp(CLI::App* app) {
       {"Plan: batch and sequences",
        {"micro-batch", "seq-len", "max-tokens-per-micro-batch", "images", "image-tokens",
         "image-pixels", "grad-accum", "global-batch", "global-batch-tokens", "no-sync", "lengths"}},
-      {"Plan: memory policy", {"checkpointing", "offload", "activation-offload", "tiled-mlp", "keep-logits", "loss-kernel"}},
+      {"Plan: memory policy", {"checkpointing", "offload", "activation-offload", "tiled-mlp", "keep-logits", "loss-kernel", "reference"}},
       {"Plan: precision and optimizer",
        {"precision", "master-dtype", "reduce-dtype", "frozen-dtype", "optimizer", "optimizer-impl"}},
       {"Plan: model code and role", {"attention", "sdpa-backend", "modeling", "liger", "role"}},
@@ -378,6 +386,7 @@ void GroupHelp(CLI::App* app) {
       {"checkpointing", ToString(d.checkpointing)},
       {"offload", ToString(d.offload)},
       {"activation-offload", ToString(d.activation_offload)},
+      {"reference", ToString(d.reference)},
       {"precision", model::ToString(d.param_dtype)},
       {"master-dtype", model::ToString(d.master_dtype)},
       {"reduce-dtype", model::ToString(d.reduce_dtype)},
@@ -492,8 +501,12 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
     SHARDTUNE_CHECK(from_ctx != nullptr) << "--from without a model and cluster to read it against";
     const FromReading reading = ReadingOf(f, *from_ctx);
     std::vector<std::string> applied;
+    int fsdp_version = 0;
+    std::string reference_copy_file;
     for (const auto& file : f.from_files) {
       configs::ImportResult r = reading.Read(file, &p);
+      if (r.fsdp_version > 0) fsdp_version = r.fsdp_version;
+      if (r.reference_copy) reference_copy_file = file;
       if (warnings) warnings->insert(warnings->end(), r.warnings.begin(), r.warnings.end());
       if (!r.seq_len_from.empty()) seq_from = r.seq_len_from;
       if (extras) {
@@ -515,6 +528,20 @@ model::Plan BuildPlan(const PlanFlags& f, const configs::ImportContext* from_ctx
         if (!r.engines.empty()) extras->engines = r.engines;
       }
       applied.insert(applied.end(), r.overrides_applied.begin(), r.overrides_applied.end());
+    }
+    // TRL DPO's reference copy, wrapped by prepare_fsdp (trl/models/utils.py) as the FSDP version
+    // the files say: FSDP2 fully_shard on its root only, FSDP1 the plugin's auto-wrap; none said:
+    // Accelerate's default fsdp_version 1 (accelerate/utils/dataclasses.py).
+    if (!reference_copy_file.empty() && p.reference != InStepReference::kNone &&
+        p.reference != InStepReference::kAdaptersOff) {
+      p.reference = fsdp_version == 2 ? InStepReference::kFsdp2Root : InStepReference::kFsdp1Blocks;
+      if (warnings) {
+        warnings->push_back(reference_copy_file + ": DPO's reference is a frozen copy of the model, " +
+                            (fsdp_version == 2 ? std::string("which TRL shards with FSDP2 on its root only: its forward gathers the whole model at once")
+                             : std::string("wrapped by FSDP1 a block per unit (") +
+                                   (fsdp_version == 1 ? "fsdp_version 1" : "no fsdp_version given: Accelerate's default 1") +
+                                   "; its root stays gathered after its forward)"));
+      }
     }
     for (const auto& o : f.set_overrides) {
       if (std::find(applied.begin(), applied.end(), o) == applied.end()) {

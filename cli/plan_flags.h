@@ -19,7 +19,7 @@ struct PlanFlags {
   std::string plan_file;
   std::vector<std::string> from_files;  // --from, in order (estimate, simulate, tune)
   std::string from_format, from_worker;
-  std::string strategy, wrap, checkpointing, offload, activation_offload, precision, reduce_dtype, reshard_after_forward;
+  std::string strategy, wrap, checkpointing, offload, activation_offload, reference, precision, reduce_dtype, reshard_after_forward;
   std::string backward_prefetch, optimizer, optimizer_impl, attention, sdpa_backend, modeling, loss_kernel;
   std::string cp_fsdp_mesh, role, lora_targets, lora_dtype, frozen_dtype, master_dtype, liger;
   std::string lora_exclude;

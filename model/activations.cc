@@ -570,6 +570,10 @@ ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len) {
   if (plan.loss_kernel == LossKernel::kVerlFusedTorch) o.entropy_from_logits = plan.entropy_from_logits;
   o.padding_mask = plan.padding_mask;
   o.liger = plan.liger;
+  if (plan.loss_kernel == LossKernel::kTrlLogps) {
+    o.logps_rows = plan.packed_seq_len > 0 ? 1 : std::max(1, plan.micro_batch);
+    o.no_grad = !plan.Trains();
+  }
   return o;
 }
 
@@ -1106,6 +1110,55 @@ ActivationLedger VerlFusedTritonHead(Ctx& c, int x, int normed) {
   return led;
 }
 
+// TRL's per-token log-probabilities of the labels (LossKernel::kTrlLogps), trl@f2cd577
+// trl/trainer/dpo_trainer.py _compute_loss and trl/trainer/utils.py selective_log_softmax:
+//   outputs = model(**model_kwargs)
+//   shift_logits = outputs.logits[..., :-1, :]                  # a view
+//   per_token_logps = selective_log_softmax(shift_logits, shift_labels)
+// `outputs` holds the logits [rows, S, V] (compute dtype) until _compute_loss returns, after the
+// reference forward and the loss: through the forward's end. In bf16/fp16 a Python loop over the
+// rows (iterating a tensor unbinds it): F.log_softmax(row) [S, V] (LogSoftmaxBackward0 saves its
+// result), then gather of the label (saves only the index). Backward: per row GatherBackward0's
+// zeros with the gradient scattered in and _log_softmax_backward_data's output; UnbindBackward0
+// stacks every row's gradient into one [rows, S, V] once the last row's is made (the ledger's
+// view node: the rows' gradients live while the stacked one is allocated), and SliceBackward0
+// writes that into zeros of the unshifted logits' shape. In fp32: gather, then per row
+// logsumexp(row) (LogsumexpBackward0 saves its input, a row view of the logits, and its result),
+// their difference: the logits are saved; logsumexp's backward makes exp(row - lse) per row.
+// Under no_grad (the reference's forward) nothing is saved and each row's log-softmax is freed
+// after its gather: one row's [S, V] at a time, bytes per token / rows.
+ActivationLedger TrlLogpsHead(Ctx& c, int x, int normed) {
+  const double v = static_cast<double>(c.spec.vocab_size);
+  const double rows = static_cast<double>(std::max<int64_t>(1, c.opt.logps_rows));
+  int logits = HeadLogits(c, normed);
+  c.g.HoldThroughForward(logits);
+  int lp = c.g.Tensor("per-token log-probs [rows, S]", c.e == kFp32 ? kFp32 : c.e);
+  if (c.opt.no_grad) {
+    int row = c.g.Tensor("log_softmax of one row [S, V] (no_grad: freed after its gather)", c.e * v / rows);
+    c.g.Op("selective_log_softmax: log_softmax of a row", {logits}, row, {});
+    c.g.Op("selective_log_softmax: gather", {row}, lp, {});
+    return c.g.Run(x, lp, c.t.input_requires_grad);
+  }
+  std::vector<int> shifted = c.g.Views(logits, {"shift_logits (logits[..., :-1, :])"}, {c.e * v});
+  std::vector<int> row_views = c.g.Views(shifted[0], {"shift_logits rows (unbind)"}, {c.e * v});
+  if (c.e == kFp32) {
+    int sel = c.g.Tensor("gather(logits, labels)", kFp32);
+    c.g.Op("selective_log_softmax: gather", {shifted[0]}, sel, {});
+    int lse = c.g.Tensor("logsumexp per row [rows, S]", kFp32);
+    c.g.Op("selective_log_softmax: logsumexp per row", {row_views[0]}, lse, {row_views[0], lse}, kFp32 * v / rows);
+    c.g.Op("selected - logsumexp", {sel, lse}, lp, {});
+  } else {
+    int ls = c.g.Tensor("log_softmax(row) outputs [rows, S, V]", c.e * v);
+    c.g.Op("selective_log_softmax: log_softmax per row", {row_views[0]}, ls, {ls});
+    c.g.Op("selective_log_softmax: gather", {ls}, lp, {});
+  }
+  // The DPO loss: masks, sums over the sequence, log-sigmoid of the margins ([rows] tensors).
+  int loss = c.g.Tensor("loss", 0.0);
+  c.g.Op("DPO loss over the summed log-probs", {lp}, loss, {});
+  loss = WithRouterAuxLoss(c, loss);
+  return c.g.Run(x, loss, c.t.input_requires_grad);
+}
+
 // A value head (ModelSpec::value_head; verl's critic, verl/workers/critic/dp_critic.py
 // _forward_micro_batch): score = Linear(H, 1) on the final norm's output (dropout p 0 returns its
 // input), values [T, 1] in the compute dtype, and the value loss over [B, response] tokens
@@ -1134,6 +1187,7 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   if (opt.loss_kernel == LossKernel::kVerlFusedTorch) return VerlFusedTorchHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kVerlFusedTriton) return VerlFusedTritonHead(c, x, normed);
   if (opt.loss_kernel == LossKernel::kTrlChunkedNll) return TrlChunkedNllHead(c, x, normed);
+  if (opt.loss_kernel == LossKernel::kTrlLogps) return TrlLogpsHead(c, x, normed);
   int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);

@@ -169,6 +169,11 @@ struct ActivationOptions {
   bool entropy_from_logits = false;
   bool padding_mask = false;  // Plan::padding_mask: flash attention's unpad / pad copies
   LigerKernels liger;         // Plan::liger: Liger-Kernel's RMSNorm / SwiGLU / RoPE modules
+  // TRL's selective_log_softmax (LossKernel::kTrlLogps): the rows its loop runs over (the
+  // micro-batch's; 1 for a packed row), and whether the head runs under no_grad (a reference's
+  // forward: nothing saved, one row's log-softmax at a time).
+  int64_t logps_rows = 1;
+  bool no_grad = false;
 };
 
 // Problems of plan.liger for this model, each "where:/liger/KERNEL: expected ..., got true": the

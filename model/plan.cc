@@ -4,6 +4,7 @@
 #include "model/plan.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "model/errors.h"
 #include "model/strict_json.h"
@@ -28,6 +29,10 @@ const Names& Table(Checkpointing*) {
 const Names& Table(Offload*) { static const Names v = {"none", "optimizer", "all"}; return v; }
 const Names& Table(BackwardPrefetch*) { static const Names v = {"pre", "post", "none"}; return v; }
 const Names& Table(ActivationOffload*) { static const Names v = {"none", "verl_async"}; return v; }
+const Names& Table(InStepReference*) {
+  static const Names v = {"none", "fsdp2_root", "fsdp1_blocks", "adapters_off"};
+  return v;
+}
 const Names& Table(Optimizer*) { static const Names v = {"adamw", "sgd", "adafactor"}; return v; }
 const Names& Table(OptimizerImpl*) {
   static const Names v = {"foreach", "fused", "for_loop"};
@@ -38,7 +43,7 @@ const Names& Table(SdpaBackend*) {
   static const Names v = {"auto", "flash", "cudnn", "efficient", "math"};
   return v;
 }
-const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce", "verl_fused_torch", "verl_fused_triton", "trl_chunked_nll"}; return v; }
+const Names& Table(LossKernel*) { static const Names v = {"cross_entropy", "fused_linear", "verl_flash_ce", "verl_padded_ce", "verl_fused_torch", "verl_fused_triton", "trl_chunked_nll", "trl_logps"}; return v; }
 const Names& Table(Modeling*) { static const Names v = {"hf", "torchtitan"}; return v; }
 const Names& Table(CpFsdpMesh*) { static const Names v = {"dp_cp", "dp"}; return v; }
 const Names& Table(Role*) { static const Names v = {"train", "infer"}; return v; }
@@ -221,6 +226,7 @@ template const Names& EnumNames<DType>();
 template const Names& EnumNames<Checkpointing>();
 template const Names& EnumNames<Offload>();
 template const Names& EnumNames<ActivationOffload>();
+template const Names& EnumNames<InStepReference>();
 template const Names& EnumNames<BackwardPrefetch>();
 template const Names& EnumNames<Optimizer>();
 template const Names& EnumNames<OptimizerImpl>();
@@ -236,6 +242,7 @@ template DType ParseEnum<DType>(const std::string&, const std::string&);
 template Checkpointing ParseEnum<Checkpointing>(const std::string&, const std::string&);
 template Offload ParseEnum<Offload>(const std::string&, const std::string&);
 template ActivationOffload ParseEnum<ActivationOffload>(const std::string&, const std::string&);
+template InStepReference ParseEnum<InStepReference>(const std::string&, const std::string&);
 template BackwardPrefetch ParseEnum<BackwardPrefetch>(const std::string&, const std::string&);
 template Optimizer ParseEnum<Optimizer>(const std::string&, const std::string&);
 template OptimizerImpl ParseEnum<OptimizerImpl>(const std::string&, const std::string&);
@@ -252,6 +259,7 @@ const char* ToString(DType d) { return Name(d); }
 const char* ToString(Checkpointing c) { return Name(c); }
 const char* ToString(Offload o) { return Name(o); }
 const char* ToString(ActivationOffload a) { return Name(a); }
+const char* ToString(InStepReference r) { return Name(r); }
 const char* ToString(BackwardPrefetch b) { return Name(b); }
 const char* ToString(Optimizer o) { return Name(o); }
 const char* ToString(OptimizerImpl o) { return Name(o); }
@@ -391,7 +399,44 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
     p.Add("activation_offload", "none unless wrap is block (verl offloads one FSDP layer, a block, at a time)",
           std::string(ToString(activation_offload)) + " with wrap " + WrapSpecToString(wrap));
   }
+  // TRL's reference forward runs inside a training step; without PEFT adapters there is nothing
+  // to turn off (trl DPOTrainer: ref_model None and no PEFT model creates a copy).
+  if (reference != InStepReference::kNone && !Trains()) {
+    p.Add("reference", "none for role infer (a reference forward runs inside a training step)", ToString(reference));
+  }
+  if (reference == InStepReference::kAdaptersOff && !lora.enabled()) {
+    p.Add("reference", "fsdp2_root or fsdp1_blocks without LoRA adapters to turn off (adapters_off needs lora)",
+          ToString(reference));
+  }
   return p.Take();
+}
+
+Plan Plan::ReferencePlan() const {
+  SHARDTUNE_CHECK(reference != InStepReference::kNone) << "no reference forward in this plan";
+  Plan r = *this;
+  r.role = Role::kInfer;
+  r.reference = InStepReference::kNone;
+  r.activation_offload = ActivationOffload::kNone;
+  r.checkpointing = Checkpointing::kNone;
+  r.checkpoint_rest_selective = false;
+  r.keep_logits = false;
+  r.master_dtype = FrozenDtype();
+  r.frozen_dtype = FrozenDtype();
+  r.grad_accum = 1;
+  if (reference == InStepReference::kAdaptersOff) return r;  // the policy's units, adapters included
+  // A copy loaded from the model's path (trl DPOTrainer: create_model_from_path): no adapters, no
+  // frozen prefixes (all of it is frozen).
+  r.lora = LoraSpec{};
+  r.frozen_prefixes.clear();
+  r.reshard_after_forward = true;
+  r.forward_prefetch = false;
+  WrapPolicy w;
+  if (reference == InStepReference::kFsdp2Root) {
+    w.kind = WrapPolicy::Kind::kSize;  // no module reaches it: everything in the root's unit
+    w.min_num_params = INT64_MAX;
+  }
+  r.wrap = w;
+  return r;
 }
 
 std::vector<Plan::Conflict> Plan::FusedLossConflicts() const {

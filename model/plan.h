@@ -80,8 +80,30 @@ enum class SdpaBackend { kAuto, kFlash, kCudnn, kEfficient, kMath };
 //                 copy of the head weight per chunk, fp32 GEMMs), log_softmax, nll and the
 //                 accuracy/entropy metrics; backward reruns each chunk. model/activations.cc
 //                 TrlChunkedNllHead.
+//  kTrlLogps:     TRL's per-token log-probabilities of the labels (trl/trainer/utils.py at f2cd577
+//                 selective_log_softmax, which DPOTrainer._compute_loss runs on the policy's and
+//                 the reference's logits [rows, S, V]): in bf16/fp16 a Python loop over the rows,
+//                 each F.log_softmax(row) (its output saved) then gather; in fp32 a gather and a
+//                 per-row logsumexp (the logits saved). The caller holds the logits through its
+//                 loss. model/activations.cc TrlLogpsHead.
 enum class LossKernel { kCrossEntropy, kFusedLinear, kVerlFlashCe, kVerlPaddedCe, kVerlFusedTorch, kVerlFusedTriton,
-                        kTrlChunkedNll };
+                        kTrlChunkedNll, kTrlLogps };
+// A reference model's forward inside each training micro-batch, under no_grad, on the same rows,
+// after the policy's forward and log-probs and before its backward, so it runs beside the
+// policy's saved activations (TRL's DPOTrainer._compute_loss at f2cd577: `ref_outputs =
+// self.ref_model(**model_kwargs)` in torch.no_grad(), then selective_log_softmax of its logits).
+//  kNone:       none (SFT; DPO with precompute_ref_log_probs).
+//  kFsdp2Root:  a second copy of the model, frozen in the plan's frozen dtype, sharded by TRL's
+//               prepare_fsdp (trl/models/utils.py) with FSDP2: fully_shard on the root only, so its
+//               forward gathers the whole model at once (reshard_after_forward passed explicitly:
+//               it is freed after the forward, torch's FSDPState._lazy_init keeps only an
+//               automatic root gathered).
+//  kFsdp1Blocks: the same copy under FSDP1 with the plugin's auto-wrap policy: a unit per block,
+//               the root (embeddings, final norm, head) left gathered after its forward (FSDP1's
+//               _post_forward_reshard never frees the root's flat parameter).
+//  kAdaptersOff: PEFT: the policy itself with its adapters disabled (use_adapter(model, None)):
+//               its units gathered again, no second copy.
+enum class InStepReference { kNone, kFsdp2Root, kFsdp1Blocks, kAdaptersOff };
 // verl's fused log-prob heads (use_fused_kernels): never a [T, V] logits tensor beyond a chunk.
 inline bool IsVerlFusedHead(LossKernel k) {
   return k == LossKernel::kVerlFusedTorch || k == LossKernel::kVerlFusedTriton;
@@ -214,6 +236,9 @@ struct Plan {
   bool loss_fp32_upcast = true;       // HF ForCausalLMLoss and torchtitan upcast logits to fp32
   bool keep_logits = false;  // caller holds outputs.logits through backward (HF Trainer drops it)
   LossKernel loss_kernel = LossKernel::kCrossEntropy;
+  // TRL DPO's reference forward in each micro-batch (InStepReference); its rows are the plan's
+  // micro-batch rows (chosen and rejected concatenated: 2 per preference pair).
+  InStepReference reference = InStepReference::kNone;
   // verl's padded log-prob path (kVerlPaddedCe): the last response_len positions of each padded
   // sequence of seq_len (packed_seq_len for a token-budget row) are the ones whose log-probs are
   // computed (data.max_response_length); entropy_from_logits: the entropy term reads the
@@ -261,6 +286,12 @@ struct Plan {
   int DataParallel(int world) const { return cp > 0 ? world / cp : world; }
   // True when parameters have gradients at all: a training role with something trainable.
   bool Trains() const { return role == Role::kTrain; }
+  // The plan of the reference forward `reference` names (InStepReference): an inference role on
+  // the same rows, sharding and mesh, its parameters in FrozenDtype() (the load dtype: TRL's
+  // prepare_fsdp does not upcast). kFsdp2Root: one unit (fully_shard on the root only);
+  // kFsdp1Blocks: a unit per block (the plugin's transformer auto-wrap); kAdaptersOff: the
+  // policy's own units and adapters. REQUIRES: reference != kNone.
+  Plan ReferencePlan() const;
   // What rules out loss_kernel fused_linear for this plan, as Problems() reports it: (key,
   // expected, got) per conflict; empty when the fused loss can run. The fused loss never
   // materialises the logits (nothing can hold them, a forward-only role returns them) and
@@ -320,6 +351,7 @@ const char* ToString(ShardingStrategy s);
 const char* ToString(Checkpointing c);
 const char* ToString(Offload o);
 const char* ToString(ActivationOffload a);  // "none", "verl_async"
+const char* ToString(InStepReference r);    // "none", "fsdp2_root", "fsdp1_blocks", "adapters_off"
 const char* ToString(BackwardPrefetch b);
 const char* ToString(Optimizer o);
 const char* ToString(OptimizerImpl o);
@@ -332,7 +364,7 @@ const char* ToString(Role r);        // "train", "infer"
 const char* ToString(WrapPolicy::Kind k);  // "block", "every", "ranges", "size"
 
 // The names ToString() gives every value of E, in declaration order. Defined for ShardingStrategy,
-// DType, Checkpointing, Offload, ActivationOffload, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, LossKernel,
+// DType, Checkpointing, Offload, ActivationOffload, InStepReference, BackwardPrefetch, Optimizer, OptimizerImpl, Attention, LossKernel,
 // Modeling,
 // CpFsdpMesh, Role and WrapPolicy::Kind.
 template <typename E>

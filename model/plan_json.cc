@@ -101,6 +101,7 @@ void ReadComputeChoices(StrictReader* r, Plan* p) {
   p->loss_fp32_upcast = r->OptionalBool("loss_fp32_upcast", p->loss_fp32_upcast);
   p->keep_logits = r->OptionalBool("keep_logits", p->keep_logits);
   p->loss_kernel = OptEnum(r, "loss_kernel", p->loss_kernel);
+  p->reference = OptEnum(r, "reference", p->reference);
   p->response_len = r->OptionalInt("response_len", p->response_len, INT64_MIN, INT64_MAX);
   p->entropy_from_logits = r->OptionalBool("entropy_from_logits", p->entropy_from_logits);
   p->padding_mask = r->OptionalBool("padding_mask", p->padding_mask);
@@ -257,6 +258,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   j["loss_fp32_upcast"] = p.loss_fp32_upcast;
   j["keep_logits"] = p.keep_logits;
   j["loss_kernel"] = ToString(p.loss_kernel);
+  if (p.reference != InStepReference::kNone) j["reference"] = ToString(p.reference);
   if (p.response_len > 0) j["response_len"] = p.response_len;
   if (p.entropy_from_logits) j["entropy_from_logits"] = true;
   if (p.padding_mask) j["padding_mask"] = true;

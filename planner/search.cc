@@ -91,6 +91,9 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
   }
   if (s.cp_sizes.empty()) s.cp_sizes = DefaultCpSizes(spec, c, req);
   if (s.loss_kernels.empty()) s.loss_kernels = {req.base.loss_kernel};
+  // TRL's DPO (its log-probs head, model/plan.h kTrlLogps): the loss is the preference loss over
+  // those log-probs, which no other head computes.
+  if (req.base.loss_kernel == model::LossKernel::kTrlLogps) s.loss_kernels = {model::LossKernel::kTrlLogps};
   if (s.ep_sizes.empty()) {
     s.ep_sizes = {std::max(1, req.base.ep)};
     if (spec.moe.enabled() && req.base.modeling == model::Modeling::kTorchtitan && !req.base.wrap.expert_units) {
@@ -113,6 +116,12 @@ SearchSpace Defaults(const model::ModelSpec& spec, const profiles::ClusterSpec& 
       }
     }
     std::sort(s.micro_batches.begin(), s.micro_batches.end());
+    // TRL's DPOTrainer concatenates each pair's chosen and rejected rows: a micro-batch is an
+    // even number of rows (per_device_train_batch_size pairs).
+    if (req.base.loss_kernel == model::LossKernel::kTrlLogps) {
+      s.micro_batches.erase(std::remove_if(s.micro_batches.begin(), s.micro_batches.end(), [](int mb) { return mb % 2 != 0; }),
+                            s.micro_batches.end());
+    }
   }
   if (s.checkpointing.empty()) {
     s.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kSelective,
@@ -178,6 +187,7 @@ std::string PlanKey(const Plan& p) {
   if (p.activation_offload != model::ActivationOffload::kNone) {
     k += " activation_offload=" + std::string(model::ToString(p.activation_offload));
   }
+  if (p.reference != model::InStepReference::kNone) k += " reference=" + std::string(model::ToString(p.reference));
   return k;
 }
 
@@ -209,6 +219,7 @@ std::string PlanAsFlags(const Plan& p) {
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) {
     f += " --loss-kernel " + std::string(model::ToString(p.loss_kernel));
   }
+  if (p.reference != model::InStepReference::kNone) f += " --reference " + std::string(model::ToString(p.reference));
   return f;
 }
 

@@ -156,6 +156,9 @@ std::string ActKey(const model::ActivationOptions& o) {
               : std::string()) +
          (o.loss_kernel == model::LossKernel::kVerlFusedTorch ? "/" + std::to_string(o.entropy_from_logits)
                                                                 : std::string()) +
+         (o.loss_kernel == model::LossKernel::kTrlLogps
+              ? "/" + std::to_string(o.logps_rows) + (o.no_grad ? "/nograd" : "")
+              : std::string()) +
          (o.padding_mask ? "/pad" : "") +
          (o.liger.any() ? "/liger" + std::to_string(o.liger.rms_norm) + std::to_string(o.liger.swiglu) +
                               std::to_string(o.liger.rope)
@@ -578,6 +581,21 @@ MemoryEstimate EstimateMemoryWithProgram(const model::ModelSpec& spec,
   w.skip_repeated_micro_batches_in_step0 =
       options.skip_repeated_micro_batches_in_step0 && !with_timeline && !replay;
   const ParamBytes pb = AccountParameters(w, plan, &r);
+  // TRL DPO's reference forward in each micro-batch (model::InStepReference), walked into the
+  // same program (WalkSetup::reference). It shares the policy's cuBLAS workspace.
+  Plan ref_plan;
+  WalkSetup ref;
+  if (plan.reference != model::InStepReference::kNone) {
+    ref_plan = plan.ReferencePlan();
+    ref = SetupWalk(spec, cluster, ref_plan, options, cache, r.shard_group);
+    ref.workspace_bytes = 0;
+    ref.root_reshards_after_forward = plan.reference == model::InStepReference::kFsdp2Root;
+    ref.shares_policy_units = plan.reference == model::InStepReference::kAdaptersOff;
+    ref.record_tensors = w.record_tensors;
+    ref.skip_repeated_micro_batches = w.skip_repeated_micro_batches;
+    ref.skip_repeated_micro_batches_in_step0 = w.skip_repeated_micro_batches_in_step0;
+    w.reference = &ref;
+  }
   est.program = BuildStepProgram(w, cache->TakeProgramStorage());
   MemoryLedger ledger(est.program);
   est.peak_op = ledger.peak_op();

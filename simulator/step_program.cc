@@ -29,6 +29,8 @@ const char* ToString(Category c) {
     case Category::kNoSyncGrads: return "no_sync accumulated gradients";
     case Category::kActivations: return "activations saved for backward";
     case Category::kVisionActivations: return "vision tower activations";
+    case Category::kReferenceParams: return "reference model shards";
+    case Category::kReference: return "reference model forward";
     case Category::kWorkingSet: return "activation working set (temporaries, gradients)";
     case Category::kResidual: return "residual stream";
     case Category::kLoss: return "logits and loss";

@@ -35,6 +35,9 @@ enum class Category : uint8_t {
   kUnshardedGrads, kReduceScatterBuffers, kNoSyncGrads, kActivations, kWorkingSet, kResidual,
   kLoss, kWorkspaces,
   kVisionActivations,  // what a VL model's vision blocks keep for backward (kActivations: the text's)
+  // TRL DPO's reference model (Plan::reference): its sharded parameters, and everything its
+  // no_grad forward inside the step allocates (gathered parameters, activations, logits).
+  kReferenceParams, kReference,
   kCount
 };
 inline constexpr int kNumCategories = static_cast<int>(Category::kCount);

@@ -55,6 +55,18 @@ struct WalkSetup {
   // The same in step 0 only (StepProgram::repeats_in_step0): for a program only step 1 of which
   // is scheduled (SimOptions::steady_step_only), whose ledger still sees both steps' peaks.
   bool skip_repeated_micro_batches_in_step0 = false;
+  // TRL DPO's reference forward in each micro-batch (Plan::reference): the reference's own setup
+  // (its plan model::Plan::ReferencePlan: role infer, the same rows), walked into the same
+  // program after the policy's head forward and before its backward, its start-up shards at the
+  // policy's start-up. null: none.
+  const WalkSetup* reference = nullptr;
+  // The root unit reshards after its forward like the others: TRL's prepare_fsdp passes
+  // reshard_after_forward to fully_shard explicitly, and torch keeps only a root whose setting was
+  // left automatic gathered (FSDPState._lazy_init, _auto_reshard_after_forward).
+  bool root_reshards_after_forward = false;
+  // The reference is the policy itself with its adapters off (InStepReference::kAdaptersOff): no
+  // shards of its own, and the units the policy holds gathered are used as they are.
+  bool shares_policy_units = false;
   // OptimizerKernelLaunches for these units, plan and shard group when the caller has it
   // (ModelCache keeps one per units, group and optimizer); -1: the walk computes it.
   int64_t optimizer_launches = -1;

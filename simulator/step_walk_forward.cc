@@ -122,7 +122,7 @@ int32_t Walker::Begin(OpKind kind, Stream stream, int32_t unit, int32_t segment)
   op.stream = stream;
   op.step = step_;
   op.micro = micro_;
-  op.unit = unit;
+  op.unit = unit >= 0 ? unit + unit_offset_ : unit;
   op.segment = segment;
   op.mem_begin = op.mem_end = static_cast<uint32_t>(prog_->actions.size());
   const auto id = static_cast<int32_t>(prog_->ops.size()) - 1;
@@ -148,7 +148,7 @@ void Walker::Dep(int32_t op) {
 void Walker::Alloc(Category c, Stream pool, int64_t bytes) {
   if (bytes <= 0) return;
   MemAction& m = prog_->actions.emplace_back();  // in place, as Begin
-  m.category = c;
+  m.category = Cat(c);
   m.pool = pool;
   m.bytes = bytes;
   Cur().mem_end = static_cast<uint32_t>(prog_->actions.size());
@@ -157,7 +157,7 @@ void Walker::Alloc(Category c, Stream pool, int64_t bytes) {
 void Walker::Free(Category c, Stream pool, int64_t bytes) {
   if (bytes <= 0) return;
   MemAction& m = prog_->actions.emplace_back();
-  m.category = c;
+  m.category = Cat(c);
   m.pool = pool;
   m.bytes = -bytes;
   Cur().mem_end = static_cast<uint32_t>(prog_->actions.size());
@@ -300,6 +300,13 @@ void Walker::Run() {
       }
     }
   }
+  if (s_.reference != nullptr) {
+    ref_ = std::make_unique<Walker>(*s_.reference, prog_);
+    ref_->unit_offset_ = static_cast<int32_t>(prog_->unit_names.size());
+    ref_->is_reference_ = true;
+    for (const auto& ru : *s_.reference->units) prog_->unit_names.push_back("reference " + ru.name);
+    ref_->StartReference();
+  }
   for (step_ = 0; step_ < 2; ++step_) {
     size_t first_op = prog_->ops.size();
     for (micro_ = 0; micro_ < p_.grad_accum; ++micro_) {
@@ -310,6 +317,10 @@ void Walker::Run() {
         micro_ = static_cast<int16_t>(std::max(kWalkedLeadingMicroBatches, p_.grad_accum - 1));
       }
       Forward();
+      if (ref_) {
+        if (s_.reference->shares_policy_units) ref_->AdoptGathered(gathered_);
+        ref_->ReferenceForward(step_, micro_);
+      }
       if (p_.Trains()) Backward();
     }
     // The loop syncs once per step (loss.item() for logging): the host issues step 1 only after
@@ -317,6 +328,40 @@ void Walker::Run() {
     if (step_ == 1 && first_op < prog_->ops.size()) prog_->ops[first_op].host_sync = true;
     if (p_.Trains()) OptimizerStep();  // an inference role has no optimizer
   }
+}
+
+Walker::~Walker() = default;
+
+// TRL's prepare_fsdp: fully_shard / FSDP(...) of the reference copy, its shards resident from the
+// start (trl/models/utils.py); a policy with its adapters off has none of its own.
+void Walker::StartReference() {
+  if (s_.shares_policy_units || p_.offload == model::Offload::kAll) return;
+  for (int64_t bytes : shard_bytes_) Alloc(Category::kShardedParams, Stream::kDefault, bytes);
+  if (rec_) {
+    for (const auto& u : units_) {
+      for (const auto& prm : u.params) TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * ShardedBytesPerElement(p_, prm));
+    }
+  }
+}
+
+void Walker::AdoptGathered(const std::vector<bool>& gathered) {
+  borrowed_.assign(units_.size(), false);
+  for (size_t i = 0; i < units_.size() && i < gathered.size(); ++i) {
+    if (gathered[i] && !gathered_[i]) borrowed_[i] = gathered_[i] = true;
+  }
+}
+
+// DPOTrainer._compute_loss: the reference's forward under no_grad once the policy's log-probs
+// are taken (model/plan.h InStepReference); what it gathers it frees after (its root too, under
+// FSDP2: root_reshards_after_forward), its logits are dropped once their log-probs are taken.
+void Walker::ReferenceForward(int16_t step, int16_t micro) {
+  step_ = step;
+  micro_ = micro;
+  Forward();
+  for (size_t i = 0; i < borrowed_.size(); ++i) {
+    if (borrowed_[i]) gathered_[i] = false;  // the policy's, left as the policy had it
+  }
+  borrowed_.clear();
 }
 
 bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
@@ -327,7 +372,7 @@ bool Walker::ReshardAfterForward(const model::FsdpUnit& u) const {
   // was left at its default (None). A one-rank mesh reshards too: the bf16 unsharded parameters
   // are separate all-gather outputs (measured on an H100: the same activations-after-forward at
   // world 1 and world 8, tests/data/validation/fsdp2_h100_measured.json).
-  return zero3 && p_.reshard_after_forward && !u.is_root;
+  return zero3 && p_.reshard_after_forward && (!u.is_root || s_.root_reshards_after_forward);
 }
 
 int64_t Walker::GatheredBytes(size_t i) const {

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/context_parallel.h"
@@ -54,6 +55,7 @@ struct UlyssesPieces {
 class Walker {
  public:
   Walker(const WalkSetup& s, StepProgram* prog);
+  ~Walker();
   void Run();
   ForwardEndBound ForwardEndLowerBound() const;  // step_walk.h ForwardEndLowerBound
   void BackwardLowerBounds(ForwardEndBound* out) const;
@@ -170,6 +172,24 @@ class Walker {
   void BackwardExperts(int seg, bool before_compute, bool sync);
   const std::vector<int32_t>& ExpertsStarting(int seg) const;  // per-expert units starting at seg
 
+  // TRL DPO's reference forward (WalkSetup::reference): a walker of the reference's own setup
+  // writing into the same program, its units numbered after this walk's (unit_offset_) and its
+  // bytes under the reference's categories (is_reference_).
+  std::unique_ptr<Walker> ref_;
+  int32_t unit_offset_ = 0;
+  bool is_reference_ = false;
+  Category Cat(Category c) const {
+    if (!is_reference_) return c;
+    return c == Category::kShardedParams ? Category::kReferenceParams : Category::kReference;
+  }
+  // The reference's sharded parameters (none when it is the policy itself with its adapters off),
+  // at the start-up op; and its forward in the current micro-batch.
+  void StartReference();
+  void ReferenceForward(int16_t step, int16_t micro);
+  // The policy's units gathered now, for a reference that is the policy itself (adapters off):
+  // those it finds gathered it neither gathers again nor frees.
+  void AdoptGathered(const std::vector<bool>& gathered);
+
   const WalkSetup& s_;
   const std::vector<model::FsdpUnit>& units_;
   const model::BlockActivations& block_;
@@ -223,6 +243,7 @@ class Walker {
   int64_t e_param_ = 2, e_reduce_ = 4;
   int16_t step_ = 0, micro_ = 0;
   std::vector<bool> gathered_, has_sharded_grad_, inplace_accum_;
+  std::vector<bool> borrowed_;  // a reference with adapters off: the policy's gathered units
   std::vector<int32_t> prefetch_op_;
   std::vector<int64_t> prefetched_, unsharded_grad_, accumulated_, sharded_grad_;
   int64_t deferred_ag_ = 0, deferred_rs_ = 0, kept_logits_ = 0;

@@ -52,6 +52,12 @@ std::vector<std::string> PlanProblems(const RunOptions& o, int dp_world) {
                 "(TRL's chunked NLL is estimated, not run: add --loss-kernel cross_entropy to train the plan with "
                 "the executor's head)");
   }
+  if (plan.loss_kernel == model::LossKernel::kTrlLogps || plan.reference != model::InStepReference::kNone) {
+    p.push_back(o.plan_name + ":/" + (plan.reference != model::InStepReference::kNone ? "reference" : "loss_kernel") +
+                ": expected none and cross_entropy (a DPO step, its reference forward and TRL's log-probs, is "
+                "estimated, not run), got reference " + model::ToString(plan.reference) + " with loss_kernel " +
+                model::ToString(plan.loss_kernel));
+  }
   if (plan.liger.any()) {
     p.push_back(o.plan_name +
                 ":/liger: expected no Liger kernels (the executor runs its own RMSNorm, SwiGLU and "

@@ -286,6 +286,13 @@ void AddLigerNote(const model::Plan& plan, const std::string& target,
 
 void AddFusedLossNote(const model::Plan& plan, const std::string& target,
                       std::vector<std::string>* notes) {
+  if (plan.loss_kernel == model::LossKernel::kTrlLogps || plan.reference != model::InStepReference::kNone) {
+    notes->push_back("reference " + std::string(model::ToString(plan.reference)) +
+                     ", loss_kernel trl_logps: TRL's DPO step (its reference forward and per-token log-probs); " + target +
+                     " has no key for them: run the file with `trl dpo` and your DPO keys (beta, loss_type), "
+                     "as the plan's memory assumes");
+    return;
+  }
   if (plan.loss_kernel == model::LossKernel::kTrlChunkedNll) {
     notes->push_back("loss_kernel trl_chunked_nll: TRL's SFTTrainer loss (loss_type chunked_nll, its default); " +
                      target + " runs the model's own cross-entropy, whose [tokens, vocabulary] logits the "
@@ -311,7 +318,8 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
                      " has no expert parallelism beside FSDP; written without (every rank holds "
                      "every expert: estimate that plan with --ep 1)");
   }
-  if (!has_fused_loss || plan.loss_kernel == model::LossKernel::kTrlChunkedNll) {
+  if (!has_fused_loss || plan.loss_kernel == model::LossKernel::kTrlChunkedNll ||
+      plan.loss_kernel == model::LossKernel::kTrlLogps) {
     AddFusedLossNote(plan, target, notes);
     AddLigerNote(plan, target, notes);
   }

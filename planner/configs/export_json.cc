@@ -197,7 +197,14 @@ ExportResult ExportHfTrainer(const model::Plan& p, const ExportContext& ctx) {
   r.notes = HfTrainerNotes(p, ctx, l);
   ordered_json j;
   j["output_dir"] = "trainer_output";
-  j["per_device_train_batch_size"] = p.micro_batch;
+  // TRL's DPOConfig counts preference pairs; each is a chosen and a rejected row of the plan.
+  const bool dpo_pairs = p.loss_kernel == model::LossKernel::kTrlLogps && p.micro_batch % 2 == 0;
+  j["per_device_train_batch_size"] = dpo_pairs ? p.micro_batch / 2 : p.micro_batch;
+  if (dpo_pairs) {
+    r.notes.push_back("per_device_train_batch_size " + std::to_string(p.micro_batch / 2) +
+                      ": preference pairs, as TRL's DPOConfig counts them (the plan's " +
+                      std::to_string(p.micro_batch) + " rows are their chosen and rejected completions)");
+  }
   j["gradient_accumulation_steps"] = p.grad_accum;
   j["max_grad_norm"] = ctx.max_grad_norm > 0 ? ctx.max_grad_norm : 0.0;
   j["bf16"] = p.param_dtype == DType::kBf16;

@@ -145,6 +145,13 @@ struct ImportResult {
   // fsdp2_load_full_state_dict / sync_module_states): the CLI's --model-load default becomes
   // rank0, or every-rank for a tied model.
   bool rank0_load_unless_tied = false;
+  // The FSDP API the file sets (Accelerate's fsdp_version, the Trainer's fsdp_config version);
+  // 0: it does not say.
+  int fsdp_version = 0;
+  // TRL DPO: the reference is a copy of the model (Plan::reference), wrapped as the FSDP version
+  // decides (model::InStepReference kFsdp1Blocks or kFsdp2Root), which the caller settles once
+  // every file is read (SettleReferenceWrap).
+  bool reference_copy = false;
   // Sequences per optimizer step over the whole world (verl: ppo_mini_batch_size x rollout.n) for
   // a trained worker, which a packed plan's rows do not give back; 0: the file does not say
   // (inference roles, other formats: the plan's micro_batch x grad_accum x dp is the batch).

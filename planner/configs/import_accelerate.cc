@@ -184,6 +184,7 @@ void ReadAccelerateFsdp(const ConfigReader& top, const ConfigReader& f, int worl
                         const ImportContext& ctx, ImportResult* out, model::Plan* plan) {
   f.CheckKeys(AccelerateFsdpKeys());
   int64_t version = f.Int("fsdp_version", 1, 2).value_or(1);
+  out->fsdp_version = static_cast<int>(version);
   const Json* raf = f.Raw("fsdp_reshard_after_forward");
   bool raf_is_bool = raf && raf->is_boolean();
   if (version == 1) {

@@ -55,6 +55,18 @@ const KeyTable& TrainerKeys() {
         {"load_in_4bit", KeyUse::kUnsupported, "bitsandbytes 4-bit base weights (QLoRA)"},
         {"activation_offloading", KeyUse::kUnsupported, "TRL's activation offloading to the CPU"},
         {"loss_type", KeyUse::kMapped},
+        // TRL's DPOConfig (trl/trainer/dpo_config.py at f2cd577) and an older TRL's DPO keys:
+        // what decides the reference forward (ReadTrlDpo); the loss's own coefficients change
+        // [rows]-sized tensors only.
+        {"beta", KeyUse::kMapped},
+        {"precompute_ref_log_probs", KeyUse::kMapped},
+        {"reference_free", KeyUse::kMapped},
+        {"force_use_ref_model", KeyUse::kMapped},
+        {"sync_ref_model", KeyUse::kMapped},
+        {"max_prompt_length", KeyUse::kMapped},
+        {"max_completion_length", KeyUse::kMapped},
+        {"use_logits_to_keep", KeyUse::kUnsupported, "an older TRL's DPO logits_to_keep (the prompt's logits skipped)"},
+        {"rpo_alpha", KeyUse::kMapped},
     };
     // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
     for (const char* name : {"output_dir",
@@ -186,7 +198,30 @@ const KeyTable& TrainerKeys() {
                              "prediction_loss_only",
                              "full_determinism",
                              "use_cpu",
-                             "accelerator_config"}) {
+                             "accelerator_config",
+                             // DPO's loss coefficients and reference sync schedule, its dataset and
+                             // tokenizer arguments (dpo_config.py at f2cd577 and before).
+                             "precompute_ref_batch_size",
+                             "loss_weights",
+                             "ld_alpha",
+                             "f_divergence_type",
+                             "f_alpha_divergence_coef",
+                             "label_smoothing",
+                             "use_weighting",
+                             "discopop_tau",
+                             "ref_model_mixup_alpha",
+                             "ref_model_sync_steps",
+                             "disable_dropout",
+                             "router_aux_loss_coef",
+                             "model_init_kwargs",
+                             "ref_model_init_kwargs",
+                             "model_adapter_name",
+                             "ref_adapter_name",
+                             "padding_value",
+                             "label_pad_token_id",
+                             "generate_during_eval",
+                             "is_encoder_decoder",
+                             "tools"}) {
       k.push_back({name, KeyUse::kIgnored});
     }
     return k;
@@ -282,6 +317,7 @@ void ReadFsdp(const ConfigReader& top, const std::vector<std::string>& opts,
     fc->CheckKeys(FsdpConfigKeys());
   }
   int64_t version = fc ? fc->Int("version", 1, 2).value_or(1) : 1;
+  out->fsdp_version = static_cast<int>(version);
   ShardingStrategy s = HasOption(opts, "shard_grad_op")        ? ShardingStrategy::kShardGradOp
                        : HasOption(opts, "no_shard")           ? ShardingStrategy::kNoShard
                        : HasOption(opts, "hybrid_shard")       ? ShardingStrategy::kHybridShard
@@ -398,7 +434,7 @@ std::string TrlKey(const ConfigReader& top) {
 // set"), and TrainingArguments' per_device_train_batch_size 8, which the Trainer runs when the
 // file sets none. loss_type: "chunked_nll" unless use_liger_kernel (then "nll"); "nll" is the
 // model's own cross-entropy; "dft" (probability-weighted) is not modelled.
-void ReadTrlDefaults(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
+void ReadTrlPrecisionDefaults(const ConfigReader& top, model::Plan* plan) {
   if (!top.Has("bf16") && !top.Bool("fp16").value_or(false)) {
     plan->param_dtype = model::DType::kBf16;
     plan->reduce_dtype = model::DType::kBf16;  // Accelerate reduces in the param dtype
@@ -406,6 +442,10 @@ void ReadTrlDefaults(const ConfigReader& top, ImportResult* out, model::Plan* pl
   if (!top.Has("gradient_checkpointing") && plan->checkpointing == model::Checkpointing::kNone) {
     plan->checkpointing = model::Checkpointing::kFull;
   }
+}
+
+void ReadTrlDefaults(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
+  ReadTrlPrecisionDefaults(top, plan);
   const bool liger = top.Bool("use_liger_kernel").value_or(false);
   // max_seq_length is no SFTConfig field at f2cd577 (renamed max_length): a file that sets it was
   // written for an older TRL, which had no loss_type and ran the model's own cross-entropy.
@@ -474,6 +514,104 @@ void ReadTrlPacking(const ConfigReader& top, ImportResult* out, model::Plan* pla
                           "flattens each batch of " + std::to_string(rows) + " packed examples into one padding-free row of up to " +
                           std::to_string(rows * max_length) + " tokens (sequences of at most " + std::to_string(max_length) +
                           "); judged at that row");
+}
+
+// The keys that make a file TRL's DPOConfig (a `trl dpo --config` file); "" when none does.
+std::string TrlDpoKey(const ConfigReader& top) {
+  for (const char* key : {"beta", "precompute_ref_log_probs", "reference_free", "force_use_ref_model",
+                          "sync_ref_model", "max_prompt_length", "max_completion_length", "rpo_alpha",
+                          "ld_alpha", "f_divergence_type", "discopop_tau", "ref_model_mixup_alpha",
+                          "ref_model_sync_steps", "use_weighting", "precompute_ref_batch_size", "ref_adapter_name",
+                          "ref_model_init_kwargs", "loss_weights"}) {
+    if (top.Has(key)) return key;
+  }
+  return "";
+}
+
+// DPOConfig's loss_type values (dpo_config.py at f2cd577; "sigmoid" by default); each combines
+// the same per-token log-probs of the policy and the reference ("sft" adds the chosen rows' NLL
+// from them too), so none changes what is computed or kept beyond [rows] tensors.
+const std::vector<std::string>& DpoLossTypes() {
+  static const std::vector<std::string> v = {"sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust",
+                                             "bco_pair", "sppo_hard", "aot", "aot_unpaired", "apo_zero",
+                                             "apo_down", "discopop", "sft", "sigmoid_norm"};
+  return v;
+}
+
+// TRL's DPOTrainer (trl/trainer/dpo_trainer.py at f2cd577) as `trl dpo --config` runs it:
+//  - DataCollatorForPreference pads each pair's chosen and rejected completions together and
+//    concatenates them: a micro-batch of B pairs is 2B rows of prompt + completion, truncated to
+//    max_length (default 1024) and padded to the longest row (judged at max_length);
+//  - _compute_loss: the policy's forward, selective_log_softmax of its logits (loss_kernel
+//    trl_logps), then the reference's forward under no_grad on the same rows
+//    (Plan::reference), then the loss and the policy's backward;
+//  - the reference: none with precompute_ref_log_probs (the log-probs are computed before
+//    training, a pass shardtune does not estimate) or an older TRL's reference_free; the policy
+//    with its adapters off under PEFT (unless force_use_ref_model); else a copy of the model
+//    loaded from its path, wrapped by prepare_fsdp (trl/models/utils.py): FSDP2 shards its root
+//    only, FSDP1 per the plugin's auto-wrap (the caller picks by the FSDP version the files say).
+//  - padding_free: DPOTrainer warns that it is disabled and pads (dpo_trainer.py "temporarily
+//    unavailable after a refactor"); use_liger_kernel runs Liger's fused DPO loss on the
+//    reference's hidden states, which is not modelled.
+void ReadTrlDpo(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
+  ReadTrlPrecisionDefaults(top, plan);
+  if (top.Bool("use_liger_kernel").value_or(false)) {
+    top.Fail("use_liger_kernel", "false with a DPO config (Liger's fused DPO loss over the reference's hidden states is "
+                                 "not modelled)");
+  }
+  if (const Json* lt = top.Raw("loss_type"); lt != nullptr && !lt->is_null()) {
+    std::vector<std::string> names;
+    if (lt->is_string()) {
+      names.push_back(lt->get<std::string>());
+    } else if (lt->is_array()) {
+      for (const auto& e : *lt) {
+        if (!e.is_string()) top.Fail("loss_type", "a DPO loss name or a list of them");
+        names.push_back(e.get<std::string>());
+      }
+    } else {
+      top.Fail("loss_type", "a DPO loss name or a list of them");
+    }
+    for (const auto& n : names) {
+      if (std::find(DpoLossTypes().begin(), DpoLossTypes().end(), n) == DpoLossTypes().end()) {
+        throw InputError(top.Where("loss_type") + ": expected DPO losses among " + model::Join(DpoLossTypes(), ", ") +
+                         ", got " + QuoteName(n));
+      }
+    }
+  }
+  plan->loss_kernel = model::LossKernel::kTrlLogps;
+  plan->liger = model::LigerKernels{};
+  if (top.Bool("padding_free").value_or(false)) {
+    out->warnings.push_back(top.Where("padding_free") + ": TRL's DPOTrainer turns padding_free off and pads (\"temporarily "
+                            "unavailable after a refactor\"); judged padded");
+  }
+  if (const Json* ml = top.Raw("max_length"); ml != nullptr && ml->is_null()) {
+    top.Fail("max_length", "an integer (with null TRL does not truncate, and the rows have no bound to judge at)");
+  }
+  if (out->seq_len_from.empty() && !top.Has("max_length")) {
+    plan->seq_len = kTrlDefaultMaxLength;
+    out->seq_len_from = "TRL's DPOConfig default max_length " + std::to_string(kTrlDefaultMaxLength);
+  }
+  const int pairs = plan->micro_batch;
+  plan->micro_batch = 2 * pairs;
+  out->warnings.push_back(top.Where(TrlDpoKey(top)) + ": TRL's DPOTrainer concatenates each pair's chosen and rejected "
+                          "rows: " + std::to_string(pairs) + " pair" + (pairs > 1 ? "s" : "") + " per device make " +
+                          std::to_string(2 * pairs) + " rows of up to max_length tokens (judged at max_length)");
+  const bool peft = top.Bool("use_peft").value_or(false);
+  using R = model::InStepReference;
+  if (top.Bool("precompute_ref_log_probs").value_or(false) || top.Bool("reference_free").value_or(false)) {
+    plan->reference = R::kNone;
+    out->warnings.push_back(top.Where(top.Has("precompute_ref_log_probs") ? "precompute_ref_log_probs" : "reference_free") +
+                            ": no reference forward in the training steps (the precomputing pass before "
+                            "training is not estimated)");
+  } else if (peft && !top.Bool("force_use_ref_model").value_or(false)) {
+    if (top.Bool("sync_ref_model").value_or(false)) {
+      top.Fail("sync_ref_model", "false with use_peft (TRL: sync_ref_model is not supported with a PEFT model)");
+    }
+    plan->reference = R::kAdaptersOff;
+  } else {
+    plan->reference = R::kFsdp1Blocks;  // the caller settles FSDP1 or FSDP2 (ImportResult::fsdp_version)
+    out->reference_copy = true;
+  }
 }
 
 // TRL's ModelConfig (trl/trainer/model_config.py at f2cd577) as `trl sft --config` reads it from
@@ -620,11 +758,23 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->param_dtype = model::DType::kFp32;
     plan->reduce_dtype = model::DType::kFp32;
   }
-  if (!TrlKey(top).empty()) ReadTrlDefaults(top, &out, plan);
+  const bool dpo = !TrlDpoKey(top).empty();
+  if (dpo) {
+    ReadTrlDpo(top, &out, plan);
+  } else if (!TrlKey(top).empty()) {
+    ReadTrlDefaults(top, &out, plan);
+  }
   // FSDP as the plan runs it: this file's fsdp, an Accelerate config layered before it, or shardtune's default.
   ReadTrlModelConfig(top, ctx, plan->Sharded(), &out, plan);
-  ReadTrlDefaultLength(top, &out, plan);
-  ReadTrlPacking(top, &out, plan);
+  if (dpo) {
+    if (plan->reference == model::InStepReference::kAdaptersOff && !plan->lora.enabled()) {
+      plan->reference = model::InStepReference::kFsdp1Blocks;
+      out.reference_copy = true;
+    }
+  } else {
+    ReadTrlDefaultLength(top, &out, plan);
+    ReadTrlPacking(top, &out, plan);
+  }
   std::string w = IgnoredWarning(file, ignored);
   if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
   return out;

@@ -452,6 +452,44 @@ TEST(CliTest, SimulateComparesTrlsChunkedLossWithItsOtherLosses) {
   EXPECT_EQ(plain.out.find("TRL's chunked NLL"), std::string::npos);
 }
 
+// A `trl dpo --config` file layered on an Accelerate config: the reference copy's wrapping
+// follows the Accelerate file's fsdp_version (FSDP2: its root only; none given: Accelerate's
+// default FSDP1), the breakdown names the reference's bytes, tune keeps the rows in pairs and
+// pastes back --reference, and run refuses the DPO step (estimated, not run).
+TEST(CliTest, TrlDpoConfigEstimatesTheReferenceForwardAsTheFsdpVersionWrapsIt) {
+  const std::string dpo = WriteFile("dpo.yaml",
+                                    "model_name_or_path: Qwen/Qwen2.5-7B-Instruct\ndtype: bfloat16\nbeta: 0.01\n"
+                                    "per_device_train_batch_size: 2\ngradient_accumulation_steps: 2\nmax_length: 1024\n"
+                                    "output_dir: o\n");
+  const std::string fsdp2 = WriteFile("fsdp2.yaml",
+                                      "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 8\n"
+                                      "fsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                      "  fsdp_reshard_after_forward: true\n");
+  Result two = RunCli("estimate --cluster 8xH100 --from " + fsdp2 + " --from " + dpo);
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_NE(two.out.find("micro-batch 4 x 1024 tokens"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("FSDP2 on its root only"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("reference model shards"), std::string::npos) << two.out;
+  EXPECT_NE(two.err.find("which TRL shards with FSDP2 on its root only"), std::string::npos) << two.err;
+  Result one = RunCli("estimate --cluster 8xH100 --from " + dpo);
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(one.out.find("FSDP1 a block per unit"), std::string::npos) << one.out;
+  EXPECT_NE(one.err.find("no fsdp_version given: Accelerate's default 1"), std::string::npos) << one.err;
+  // The whole copy gathered at once needs more than a block at a time.
+  Result j2 = RunCli("estimate --cluster 8xH100 --json --from " + fsdp2 + " --from " + dpo);
+  Result j1 = RunCli("estimate --cluster 8xH100 --json --from " + dpo);
+  ASSERT_EQ(j2.code, 0) << j2.err;
+  ASSERT_EQ(j1.code, 0) << j1.err;
+  EXPECT_GT(nlohmann::json::parse(j2.out).at("per_rank").at("peak_bytes").get<double>(),
+            nlohmann::json::parse(j1.out).at("per_rank").at("peak_bytes").get<double>());
+  Result t = RunCli("tune --cluster 8xH100 --from " + fsdp2 + " --from " + dpo);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("--reference fsdp2_root"), std::string::npos) << t.out;
+  for (const std::string odd : {"mb=1 ", "mb=3 ", "mb=5 "}) EXPECT_EQ(t.out.find(odd), std::string::npos) << odd;
+  ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --reference fsdp2_root --loss-kernel trl_logps"),
+                     "reference: expected none and cross_entropy");
+}
+
 // The text's "where the step goes" lists the GPU's categories, which add up to the step time it
 // prints (to its 4 decimals, one rounding per line); the host's issue time, which overlaps them,
 // is printed apart and says so (issue #49: 1.72 s of categories for a 1.40 s step).
@@ -589,7 +627,7 @@ TEST(CliTest, TuneRejectsContradictoryBatchFlags) {
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --min-tokens-per-s -5"), "--min-tokens-per-s");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --top 0"), "--top");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernels cross_entropy,fused"),
-                     "--loss-kernels: expected one of cross_entropy, fused_linear, verl_flash_ce, verl_padded_ce, verl_fused_torch, verl_fused_triton, trl_chunked_nll, got \"fused\"");
+                     "--loss-kernels: expected one of cross_entropy, fused_linear, verl_flash_ce, verl_padded_ce, verl_fused_torch, verl_fused_triton, trl_chunked_nll, trl_logps, got \"fused\"");
   ExpectOneLineError(RunCli("tune --global-batch 8 --seq-len 1024 --loss-kernel fused_linear "
                             "--loss-kernels cross_entropy,fused_linear"),
                      "--loss-kernels: leave out --loss-kernel");

@@ -42,8 +42,13 @@ TEST_P(RealConfigTest, EstimateReadsWhatTheFileSays) {
   SCOPED_TRACE(c.at("id").get<std::string>() + " (" + c.at("source").get<std::string>() + "): " +
                c.at("why").get<std::string>());
   std::string cmd = "cd " + ShellQuote(kCorpus + "/" + c.at("root").get<std::string>()) + " && " +
-                    SHARDTUNE_BIN + " estimate --json --cluster " + ShellQuote(c.at("cluster")) +
-                    " --from " + ShellQuote(c.at("from"));
+                    SHARDTUNE_BIN + " estimate --json --cluster " + ShellQuote(c.at("cluster"));
+  // One primary config, or several layered in order (an Accelerate config, then TRL's arguments).
+  if (c.at("from").is_array()) {
+    for (const auto& f : c.at("from")) cmd += " --from " + ShellQuote(f.get<std::string>());
+  } else {
+    cmd += " --from " + ShellQuote(c.at("from"));
+  }
   if (c.contains("from_format")) cmd += " --from-format " + ShellQuote(c.at("from_format"));
   for (const auto& o : c.at("set")) cmd += " --set " + ShellQuote(o.get<std::string>());
   if (c.contains("args")) {  // what the user adds beside the file (--reward-model)

@@ -315,6 +315,62 @@ TEST(ImportTrlTest, SftConfigDefaultsAndLossType) {
   EXPECT_EQ(bare.reduce_dtype, model::DType::kFp32);
 }
 
+// A `trl dpo --config` file (trl/trainer/dpo_config.py, dpo_trainer.py at f2cd577): each pair's
+// chosen and rejected rows are concatenated (2 rows per pair), max_length 1024 by default, the
+// per-token log-probs of TRL's selective_log_softmax, and a reference forward in each micro-batch:
+// a copy of the model (wrapped as the FSDP version says: BuildPlan settles it), the policy with
+// its adapters off under PEFT, none with precomputed log-probs.
+TEST(ImportTrlTest, DpoConfigDoublesTheRowsAndAddsTheReferenceForward) {
+  ImportResult r;
+  Plan d = FromText("model_name_or_path: alignment-handbook/zephyr-7b-sft-full\nbeta: 0.01\n"
+                    "per_device_train_batch_size: 8\ngradient_accumulation_steps: 2\nmax_length: 1024\n"
+                    "max_prompt_length: 512\nbf16: true\ngradient_checkpointing: true\nloss_type: sigmoid\n",
+                    LlamaOn8(), &r);
+  EXPECT_EQ(d.micro_batch, 16);
+  EXPECT_EQ(d.seq_len, 1024);
+  EXPECT_EQ(d.grad_accum, 2);
+  EXPECT_EQ(d.loss_kernel, model::LossKernel::kTrlLogps);
+  EXPECT_EQ(d.reference, model::InStepReference::kFsdp1Blocks);
+  EXPECT_TRUE(r.reference_copy);
+  EXPECT_EQ(d.checkpointing, model::Checkpointing::kFull);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("8 pairs per device make 16 rows"));
+  // DPOConfig's defaults: max_length 1024, bf16, gradient checkpointing; a list of losses.
+  Plan deflt = FromText("output_dir: o\nper_device_train_batch_size: 1\nbeta: 0.1\nloss_type: [sigmoid, sft]\n",
+                        LlamaOn8(), &r);
+  EXPECT_EQ(deflt.micro_batch, 2);
+  EXPECT_EQ(deflt.seq_len, 1024);
+  EXPECT_EQ(deflt.param_dtype, model::DType::kBf16);
+  EXPECT_EQ(deflt.checkpointing, model::Checkpointing::kFull);
+  EXPECT_THAT(r.seq_len_from, HasSubstr("TRL's DPOConfig default max_length 1024"));
+  // PEFT: the policy with its adapters off; force_use_ref_model: a copy all the same.
+  Plan peft = FromText("output_dir: o\nper_device_train_batch_size: 2\nbeta: 0.1\nuse_peft: true\n", LlamaOn8(), &r);
+  EXPECT_EQ(peft.reference, model::InStepReference::kAdaptersOff);
+  EXPECT_FALSE(r.reference_copy);
+  Plan forced = FromText("output_dir: o\nper_device_train_batch_size: 2\nbeta: 0.1\nuse_peft: true\nforce_use_ref_model: true\n",
+                         LlamaOn8());
+  EXPECT_EQ(forced.reference, model::InStepReference::kFsdp1Blocks);
+  // Precomputed reference log-probs: no reference in the steps.
+  Plan pre = FromText("output_dir: o\nper_device_train_batch_size: 2\nbeta: 0.1\nprecompute_ref_log_probs: true\n",
+                      LlamaOn8(), &r);
+  EXPECT_EQ(pre.reference, model::InStepReference::kNone);
+  EXPECT_THAT(AllWarnings(r), HasSubstr("cfg.yaml:/precompute_ref_log_probs: no reference forward"));
+  // The file's own FSDP version is recorded for BuildPlan.
+  FromText("output_dir: o\nper_device_train_batch_size: 2\nbeta: 0.1\nfsdp: full_shard auto_wrap\n"
+           "fsdp_config:\n  version: 2\n",
+           LlamaOn8(), &r);
+  EXPECT_EQ(r.fsdp_version, 2);
+  for (const auto& [bad, want] : std::vector<std::pair<std::string, std::string>>{
+           {"loss_type: chunked_nll\n", "cfg.yaml:/loss_type: expected DPO losses among sigmoid"},
+           {"use_liger_kernel: true\n", "cfg.yaml:/use_liger_kernel: expected false with a DPO config"},
+           {"max_length: null\n", "cfg.yaml:/max_length: expected an integer"},
+           {"use_peft: true\nsync_ref_model: true\n", "cfg.yaml:/sync_ref_model: expected false with use_peft"},
+           {"use_logits_to_keep: true\n", "cfg.yaml:/use_logits_to_keep"}}) {
+    EXPECT_THAT([&] { FromText("output_dir: o\nper_device_train_batch_size: 2\nbeta: 0.1\n" + bad, LlamaOn8()); },
+                ThrowsMessage<InputError>(HasSubstr(want)))
+        << bad;
+  }
+}
+
 // A recipe as open-r1 lays them out: its hub, logging and data keys are ignored by name, the rest
 // is the plan (Liger's fused loss and module patches, 2 x 32768 tokens, accumulation 8).
 TEST(ImportTrlTest, RecipeFileIsReadWhole) {
