@@ -559,23 +559,10 @@ void ReadTrlDpo(const ConfigReader& top, ImportResult* out, model::Plan* plan) {
     top.Fail("use_liger_kernel", "false with a DPO config (Liger's fused DPO loss over the reference's hidden states is "
                                  "not modelled)");
   }
-  if (const Json* lt = top.Raw("loss_type"); lt != nullptr && !lt->is_null()) {
-    std::vector<std::string> names;
-    if (lt->is_string()) {
-      names.push_back(lt->get<std::string>());
-    } else if (lt->is_array()) {
-      for (const auto& e : *lt) {
-        if (!e.is_string()) top.Fail("loss_type", "a DPO loss name or a list of them");
-        names.push_back(e.get<std::string>());
-      }
-    } else {
-      top.Fail("loss_type", "a DPO loss name or a list of them");
-    }
-    for (const auto& n : names) {
-      if (std::find(DpoLossTypes().begin(), DpoLossTypes().end(), n) == DpoLossTypes().end()) {
-        throw InputError(top.Where("loss_type") + ": expected DPO losses among " + model::Join(DpoLossTypes(), ", ") +
-                         ", got " + QuoteName(n));
-      }
+  for (const auto& n : top.Names("loss_type").value_or(std::vector<std::string>{})) {
+    if (std::find(DpoLossTypes().begin(), DpoLossTypes().end(), n) == DpoLossTypes().end()) {
+      throw InputError(top.Where("loss_type") + ": expected DPO losses among " + model::Join(DpoLossTypes(), ", ") +
+                       ", got " + QuoteName(n));
     }
   }
   plan->loss_kernel = model::LossKernel::kTrlLogps;

@@ -130,15 +130,6 @@ TEST(ActivationOffloadTest, CopiesComeBackBitIdenticalAndTheGradientsAreUnchange
   EXPECT_EQ(plain.tracked_after_forward - off.tracked_after_forward, offload.host_bytes() - tensor_bytes);
 }
 
-// micro-llama (tests/executor/data) with 4 blocks: three offloaded groups and the last kept.
-std::string FourBlockLlama(const TempDir& tmp) {
-  const std::string path = tmp.Sub("micro-llama-4.model.json");
-  std::ofstream out(path);
-  out << R"({"schema": "shardtune.model", "schema_version": 1, "name": "micro-llama-4", "num_layers": 4,
-             "hidden": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden": 172, "vocab_size": 512,
-             "max_seq_len": 128, "source": "shardtune tests: micro-llama with 4 blocks"})";
-  return path;
-}
 
 TEST(ExecutorActivationOffloadTest, SameLossesAsWithoutOffloadOnOneAndTwoRanks) {
   TempDir tmp;

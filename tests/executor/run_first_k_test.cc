@@ -21,15 +21,6 @@
 namespace shardtune::exec::testing {
 namespace {
 
-// micro-llama (tests/executor/data) with 4 blocks, so first:1 and first:2 are real mixes.
-std::string FourBlockLlama(const TempDir& tmp) {
-  const std::string path = tmp.Sub("micro-llama-4.model.json");
-  std::ofstream out(path);
-  out << R"({"schema": "shardtune.model", "schema_version": 1, "name": "micro-llama-4", "num_layers": 4,
-             "hidden": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden": 172, "vocab_size": 512,
-             "max_seq_len": 128, "source": "shardtune tests: micro-llama with 4 blocks"})";
-  return path;
-}
 
 std::vector<std::string> Args(const std::string& model, const std::string& out, const std::string& mode, int nproc) {
   std::vector<std::string> a{"run", "--model", model, "--steps", "3", "--out", out, "--seq-len", "32",

@@ -170,4 +170,13 @@ void ExpectSameLossCurves(const std::map<int64_t, double>& want, const std::map<
   for (const auto& [step, loss] : want) EXPECT_LT(std::fabs(loss - got.at(step)), 2e-4) << what << " step " << step;
 }
 
+std::string FourBlockLlama(const TempDir& tmp) {
+  const std::string path = tmp.Sub("micro-llama-4.model.json");
+  std::ofstream out(path);
+  out << R"({"schema": "shardtune.model", "schema_version": 1, "name": "micro-llama-4", "num_layers": 4,
+             "hidden": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden": 172, "vocab_size": 512,
+             "max_seq_len": 128, "source": "shardtune tests: micro-llama with 4 blocks"})";
+  return path;
+}
+
 }  // namespace shardtune::exec::testing

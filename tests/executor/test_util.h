@@ -81,4 +81,8 @@ std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const
 // The executor's test data folder (tests/executor/data) and a model file in it.
 std::string DataPath(const std::string& name);
 
+// micro-llama's shapes (tests/executor/data) with 4 blocks, written into `tmp`: enough blocks for
+// per-block policies (first:K, verl's activation offload of all but the last) to be real mixes.
+std::string FourBlockLlama(const TempDir& tmp);
+
 }  // namespace shardtune::exec::testing

@@ -11,10 +11,14 @@
 #include "profiles/cluster.h"
 #include "simulator/job_phases.h"
 #include "simulator/memory_model.h"
+#include "tests/simulator/memory_test_util.h"
 #include "simulator/step_program.h"
 
 namespace shardtune::sim {
 namespace {
+
+using memtest::CategoryPeak;
+using memtest::R512;
 
 constexpr int64_t kTokens = 4096;
 
@@ -26,13 +30,6 @@ model::Plan Llama8bPlan(model::ActivationOffload offload) {
   p.checkpointing = model::Checkpointing::kNone;
   p.activation_offload = offload;
   return p;
-}
-
-Bytes CategoryPeak(const MemoryReport& r, const std::string& name) {
-  for (const auto& [n, b] : r.category_peaks) {
-    if (n == name) return b;
-  }
-  return Bytes();
 }
 
 int64_t PowerOfTwoCeil(int64_t n) {

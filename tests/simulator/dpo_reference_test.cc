@@ -18,18 +18,13 @@
 #include "model/trainable.h"
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
+#include "tests/simulator/memory_test_util.h"
 
 namespace shardtune::sim {
 namespace {
 
-int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
-
-Bytes CategoryPeak(const MemoryReport& r, Category c) {
-  for (const auto& kv : r.category_peaks) {
-    if (kv.first == ToString(c)) return kv.second;
-  }
-  return Bytes();
-}
+using memtest::CategoryPeak;
+using memtest::R512;
 
 model::Plan DpoPlan(model::InStepReference ref) {
   model::Plan p;

@@ -1,6 +1,7 @@
 // Memory model: model states equal the ZeRO paper's formulas up to FSDP2's padding; the walk
 // follows FSDP2's allocation rules (each expected value is derived here from those rules).
 #include "simulator/memory_model.h"
+#include "tests/simulator/memory_test_util.h"
 
 #include <cstdlib>
 #include <random>
@@ -16,25 +17,19 @@
 namespace shardtune::sim {
 namespace {
 
+using memtest::CategoryPeak;
+using memtest::R512;
+
 using model::FindModelPreset;
 using model::Plan;
 
 // CUDACachingAllocator rounds every block to 512 bytes.
-int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
-
 int64_t PaddedShard(const model::ModelSpec& s, const model::WrapPolicy& w, int n) {
   int64_t t = 0;
   for (const auto& u : model::BuildFsdpUnits(s, w)) {
     for (const auto& p : u.params) t += (p.dim0 + n - 1) / n * p.inner;
   }
   return t;
-}
-
-Bytes CategoryPeak(const MemoryReport& r, const std::string& cat) {
-  for (const auto& kv : r.category_peaks) {
-    if (kv.first == cat) return kv.second;
-  }
-  return Bytes();
 }
 
 int64_t PhasePeak(const MemoryReport& r, const std::string& prefix) {

@@ -12,21 +12,16 @@
 #include "simulator/colocation.h"
 #include "simulator/feature_savings.h"
 #include "simulator/memory_model.h"
+#include "tests/simulator/memory_test_util.h"
 
 namespace shardtune::sim {
 namespace {
 
+using memtest::CategoryPeak;
+using memtest::R512;
+
 using model::FindModelPreset;
 using model::Plan;
-
-int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
-
-Bytes CategoryPeak(const MemoryReport& r, const std::string& cat) {
-  for (const auto& kv : r.category_peaks) {
-    if (kv.first == cat) return kv.second;
-  }
-  return Bytes();
-}
 
 Plan Seq(int64_t s) {
   Plan p;

@@ -12,18 +12,13 @@
 #include "profiles/cluster.h"
 #include "simulator/feature_savings.h"
 #include "simulator/memory_model.h"
+#include "tests/simulator/memory_test_util.h"
 
 namespace shardtune::sim {
 namespace {
 
-int64_t R512(int64_t b) { return (b + 511) / 512 * 512; }
-
-Bytes CategoryPeak(const MemoryReport& r, Category c) {
-  for (const auto& kv : r.category_peaks) {
-    if (kv.first == ToString(c)) return kv.second;
-  }
-  return Bytes();
-}
+using memtest::CategoryPeak;
+using memtest::R512;
 
 model::ModelSpec Qwen25Vl7b() {
   return model::ReadHfConfigFile(std::string(SHARDTUNE_TEST_DATA_DIR) + "/model/qwen2.5-vl-7b.config.json");
