@@ -21,6 +21,8 @@
 #      micro-batch 1, 2, 4, 8 and with CPU offload, tokens/s and peaks for both (target: >= 1.25x
 #      FSDP2's tokens/s, >= 1.0x under offload), and a --torch-profile trace of one executor step;
 #      3b: the executor's verl activation offload on CUDA at micro-batch 4, and validate of it.
+#   2c. TRL DPO's step in FSDP2 (policy, selective_log_softmax, a reference copy sharded on its
+#      root only), beside `estimate --loss-kernel trl_logps --reference fsdp2_root`.
 #   4. `ctest -L gpu` (the GPU kernel and runtime tests) when time remains.
 #
 # Usage: [DEADLINE_S=660] tests/bench/gpu_session.sh OUT_DIR
@@ -176,6 +178,14 @@ print(f"chunked head fwd+bwd: {time.time()-t:.3f} s; peak above the start "
       f"{(torch.cuda.max_memory_allocated()-base)/2**30:.2f} GiB (weight [V,H] bf16 {V*H*2/2**30:.2f} GiB)")
 EOF
 
+# 2c. TRL DPO's step (estimate --loss-kernel trl_logps --reference ...): Llama-3.2-1B, rank 0 of 8,
+# 2 pairs = 4 rows x 1024, full checkpointing, the policy's root left to FSDP2's default; a frozen
+# bf16 copy sharded on its root only (TRL's prepare_fsdp with FSDP2) against no reference.
+dpo=(python3 "$ref/measure_fsdp2.py" --world 8 --mb 4 --seq 1024 --ckpt full --steps 3 --root-reshard default)
+step dpo_ref_root 60 "${dpo[@]}" --dpo-reference fsdp2_root --tag dpo_ref_root
+step dpo_ref_none 45 "${dpo[@]}" --dpo-reference none --tag dpo_ref_none
+cat "$out"/dpo_ref_*.log 2>/dev/null | grep '^{' >"$out/dpo_fsdp2.jsonl"
+
 # The estimates of step 1's runs, now that shardtune is built (GPU-free).
 if built; then
   echo "build done at $(el) s"
@@ -191,6 +201,20 @@ for line in open(path):
     print(f"mb {c['mb']}: allocated {max(x['peak_allocated'] for x in d['steps'])/G:.1f} GiB measured vs "
           f"{e['peak_bytes']/G:.1f} estimated; reserved {max(x['max_reserved'] for x in d['steps'])/G:.1f} measured vs "
           f"{e['reserved_bytes']/G:.1f} replayed; allocator {s.get('allocator')}")
+EOF
+  python3 - "$b/cli/shardtune" "$kind" "$out/dpo_fsdp2.jsonl" <<'EOF' 2>&1 | tee "$out/dpo_compare.txt"
+import json, subprocess, sys
+exe, kind, path = sys.argv[1:4]
+G = 2**30
+for line in open(path):
+    d = json.loads(line); c = d["config"]
+    cmd = [exe, "estimate", "--model", "llama3.2-1b", "--cluster", f"{c['world']}x{kind}", "--seq-len", str(c["seq"]),
+           "--micro-batch", str(c["mb"]), "--checkpointing", c["ckpt"], "--loss-kernel", "trl_logps",
+           "--reference", "fsdp2_root" if c["dpo_reference"] == "fsdp2_root" else "none", "--frozen-dtype", "bf16", "--json"]
+    e = json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)["per_rank"]
+    meas = max(s["peak_allocated"] for s in d["steps"][1:])
+    print(f"DPO reference {c['dpo_reference']}: peak {meas/G:.2f} GiB measured vs {e['peak_bytes']/G:.2f} estimated "
+          f"({(e['peak_bytes']/meas-1)*100:+.1f}%); forward peak {max(s['forward_peak_allocated'] for s in d['steps'][1:])/G:.2f} GiB")
 EOF
 else
   echo "build failed or unfinished at $(el) s"; grep -E "error" /tmp/gs/build.log | head -20

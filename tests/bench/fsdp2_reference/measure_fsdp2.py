@@ -20,6 +20,15 @@ torchtitan and the FSDP2 tutorial do; MixedPrecisionPolicy(param_dtype, reduce_d
 torch.optim.AdamW (foreach by default). Loss: HF's own (labels=input_ids: fp32 upcast logits,
 shift, cross-entropy).
 
+--dpo-reference runs TRL's DPO step instead of HF's loss (huggingface/trl@f2cd577
+trl/trainer/dpo_trainer.py _compute_loss): the policy's logits, TRL's selective_log_softmax of
+them (copied below from trl/trainer/utils.py), then a reference forward under no_grad on the same
+rows (`fsdp2_root`: a frozen bf16 copy, fully_shard on its root only with reshard_after_forward
+passed explicitly, as TRL's prepare_fsdp does; `adapters_off`: the PEFT policy with its adapters
+disabled, needs --lora-rank), its log-probs, and the sigmoid DPO loss over the --mb rows as
+chosen/rejected halves; its peak is in the forward phase. shardtune's figure for it: `estimate
+--loss-kernel trl_logps --reference ...`.
+
 Per step it records the peak of torch.cuda.max_memory_allocated over forward, backward and the
 optimizer step separately (reset between phases), reserved bytes, and the device's used memory
 from cudaMemGetInfo (what nvidia-smi shows for this one process), and the step time.
@@ -124,6 +133,8 @@ def main():
                     help="dtype of the module (the sharded parameters) when fully_shard runs")
     ap.add_argument("--offload", type=int, default=0,
                     help="1: CPUOffloadPolicy(pin_memory=True); AdamW then runs on the host")
+    ap.add_argument("--dpo-reference", default="", choices=["", "none", "fsdp2_root", "adapters_off"],
+                    help="TRL's DPO step with this reference (see the module docstring); '': HF's loss")
     ap.add_argument("--trace", default="",
                     help="after the timed steps, profile 4 more (torch.profiler, CPU + CUDA, the "
                          "first as warm-up) and write their Chrome trace here: the input of "
@@ -222,6 +233,25 @@ def main():
                 m.embed_scale = torch.tensor(cfg.hidden_size**0.5, device="cuda")
     else:
         layers_parent.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+    ref = None
+    if a.dpo_reference == "fsdp2_root":
+        # TRL's reference copy: loaded frozen in bf16 (the recipe's dtype), prepare_fsdp's
+        # fully_shard(model, reshard_after_forward=..., mp_policy=...) on the root only, eval().
+        with torch.device("meta"):
+            ref = (transformers.AutoModelForCausalLM.from_config(cfg) if a.hf_config else LlamaForCausalLM(cfg))
+        ref.to(torch.bfloat16)
+        ref.requires_grad_(False)
+        ref.config.use_cache = False
+        fully_shard(ref, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+        ref.to_empty(device="cuda")
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.to_local().normal_(0.0, 0.02)
+        if not a.hf_config:
+            ref.model.rotary_emb = modeling_llama.LlamaRotaryEmbedding(config=cfg, device="cuda")
+        ref.eval()
+    if a.dpo_reference == "adapters_off" and a.lora_rank <= 0:
+        raise SystemExit("--dpo-reference adapters_off needs --lora-rank")
     torch.cuda.synchronize()
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -238,10 +268,51 @@ def main():
 
     g = torch.Generator(device="cuda").manual_seed(0)
 
+    def selective_log_softmax(logits, index):
+        # trl/trainer/utils.py at f2cd577, unchanged in substance.
+        index = index.unsqueeze(-1)
+        if logits.dtype in [torch.float32, torch.float64]:
+            selected_logits = torch.gather(logits, dim=-1, index=index)
+            logsumexp_values = torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])
+            per_token_logps = selected_logits - logsumexp_values.unsqueeze(-1)
+        else:
+            per_token_logps = []
+            for row_logits, row_labels in zip(logits, index):
+                row_logps = torch.nn.functional.log_softmax(row_logits, dim=-1)
+                per_token_logps.append(row_logps.gather(dim=-1, index=row_labels))
+            per_token_logps = torch.stack(per_token_logps)
+        return per_token_logps.squeeze(-1)
+
+    def dpo_loss(x):
+        # DPOTrainer._compute_loss: `outputs` holds the policy's logits through the reference's
+        # forward and the loss (it is released when the function returns).
+        outputs = model(input_ids=x, use_cache=False)
+        labels = x[..., 1:]
+        logps = selective_log_softmax(outputs.logits[..., :-1, :], labels).sum(dim=1)
+        with torch.no_grad():
+            if a.dpo_reference == "none":
+                ref_logps = torch.zeros_like(logps)
+            elif a.dpo_reference == "adapters_off":
+                with model.disable_adapter():
+                    r = model(input_ids=x, use_cache=False)
+                ref_logps = selective_log_softmax(r.logits[..., :-1, :], labels).sum(dim=1)
+                del r
+            else:
+                r = ref(input_ids=x, use_cache=False)
+                ref_logps = selective_log_softmax(r.logits[..., :-1, :], labels).sum(dim=1)
+                del r
+        chosen, rejected = logps.chunk(2)
+        ref_chosen, ref_rejected = ref_logps.chunk(2)
+        margin = (chosen - ref_chosen) - (rejected - ref_rejected)
+        return -torch.nn.functional.logsigmoid(0.1 * margin).mean()
+
+    def train_loss(x):
+        return dpo_loss(x) if a.dpo_reference else model(input_ids=x, labels=x).loss
+
     def plain_step():
         for _ in range(a.accum):
             x = torch.randint(0, cfg.vocab_size, (a.mb, a.seq), device="cuda", generator=g)
-            (model(input_ids=x, labels=x).loss / a.accum).backward()
+            (train_loss(x) / a.accum).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
@@ -257,7 +328,7 @@ def main():
             torch.cuda.reset_peak_memory_stats()
             rec.setdefault("before_forward_allocated", torch.cuda.memory_allocated())
             h0 = time.perf_counter()
-            out = model(input_ids=x, labels=x)
+            out = dpo_loss(x) if a.dpo_reference else model(input_ids=x, labels=x)
             # Host time to issue each phase (no synchronisation in between: the calls return once
             # their kernels are queued; where the host is the bottleneck this is its issue cost,
             # which a profiler trace inflates): the host model's measurement (#17).
@@ -265,7 +336,7 @@ def main():
             fwd_peak = max(fwd_peak, torch.cuda.max_memory_allocated())
             rec.setdefault("after_forward_allocated", torch.cuda.memory_allocated())
             torch.cuda.reset_peak_memory_stats()
-            loss = out.loss / a.accum
+            loss = (out if a.dpo_reference else out.loss) / a.accum
             del out
             h0 = time.perf_counter()
             loss.backward()
