@@ -212,6 +212,14 @@ struct Plan {
   // kFirstK only: the blocks after the first k run selective checkpointing instead of keeping
   // every activation ("first:K+selective"; issue #46's per-block mix of full and selective).
   bool checkpoint_rest_selective = false;
+  // Whole-block checkpoints rerun reentrantly: torch.utils.checkpoint(use_reentrant=True)
+  // (CheckpointFunction.backward reruns the block, holds its output in `outputs` and the
+  // incoming gradient in `args` while torch.autograd.backward goes through the rerun), as
+  // transformers' gradient_checkpointing_enable does unless told use_reentrant False, and as
+  // shardtune's executor does (executor/nn/recompute.h). false: non-reentrant (torch's
+  // recommended default, verl, TRL, torchtitan): the rerun's output is dropped, the incoming
+  // gradient freed once its first node ran.
+  bool checkpoint_reentrant = false;
   Offload offload = Offload::kNone;
   ActivationOffload activation_offload = ActivationOffload::kNone;
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params

@@ -215,6 +215,7 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
     }
     p.checkpoint_rest_selective = rest == "selective";
   }
+  p.checkpoint_reentrant = r.OptionalBool("checkpoint_reentrant", p.checkpoint_reentrant);
   ReadPrecisionAndComm(&r, &p);
   ReadComputeChoices(&r, &p);
   ReadTrainableAndParallel(&r, &p);
@@ -240,6 +241,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
   if (p.checkpointing == Checkpointing::kFirstK) j["checkpoint_first_k"] = p.checkpoint_first_k;
   if (p.checkpoint_rest_selective) j["checkpoint_rest"] = "selective";
+  if (p.checkpoint_reentrant) j["checkpoint_reentrant"] = true;
   j["offload"] = ToString(p.offload);
   if (p.activation_offload != ActivationOffload::kNone) j["activation_offload"] = ToString(p.activation_offload);
   j["param_dtype"] = ToString(p.param_dtype);

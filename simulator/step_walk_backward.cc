@@ -239,10 +239,14 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm + re_attn) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(SavedCategory(b), SavedPool(b), BlockSavedBytes(b));
-    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads));
+    // A reentrant checkpoint's backward (CheckpointFunction.backward) holds the rerun's output and
+    // the incoming gradient, each the block's residual, through the whole rerun's backward.
+    const int64_t reentrant =
+        p_.checkpoint_reentrant && Checkpointed(b) ? 2 * Tok(BlockResidual(b)) : 0;
+    Transient(Category::kWorkingSet, Stream::kDefault, BackwardWorkingSet(Blk(b).full, grads) + reentrant);
     if (rec_) {
       TFreeAll(&act_ids_[static_cast<size_t>(b)]);
-      TWorkingSet(BackwardWorkingSet(Blk(b).full, grads), Blk(b).full);
+      TWorkingSet(BackwardWorkingSet(Blk(b).full, grads) + reentrant, Blk(b).full);
     }
     if (SplitBlock(b)) {
       last_backward_ = UlyssesChain(

@@ -185,6 +185,8 @@ MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& c
   MeasurementsDoc d;
   d.model = o.spec.name;
   d.plan = o.plan;
+  // The executor's whole-block checkpoints are reentrant (executor/nn/recompute.h Recompute).
+  d.plan.checkpoint_reentrant = o.plan.checkpointing != model::Checkpointing::kNone;
   d.run.micro_batch = o.plan.micro_batch;
   d.run.grad_accum = o.plan.grad_accum;
   d.run.dp_world = ctx.dp_world;

@@ -25,6 +25,7 @@ const KeyTable& TrainerKeys() {
         {"max_grad_norm", KeyUse::kMapped},
         {"fsdp", KeyUse::kMapped},
         {"fsdp_config", KeyUse::kMapped},
+        {"gradient_checkpointing_kwargs", KeyUse::kMapped},
         // TRL SFTConfig: the sequence length the trainer pads or truncates to.
         {"max_seq_length", KeyUse::kMapped},
         {"max_length", KeyUse::kMapped},
@@ -127,7 +128,6 @@ const KeyTable& TrainerKeys() {
                              "hub_strategy",
                              "hub_token",
                              "resume_from_checkpoint",
-                             "gradient_checkpointing_kwargs",
                              "include_num_input_tokens_seen",
                              "group_by_length",
                              "length_column_name",
@@ -735,6 +735,20 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     plan->checkpoint_every_k = 1;
   }
   ReadLiger(top, plan);
+  // gradient_checkpointing: transformers' gradient_checkpointing_enable runs
+  // torch.utils.checkpoint with use_reentrant True unless gradient_checkpointing_kwargs says
+  // otherwise (modeling_utils.py: `if gradient_checkpointing_kwargs is None:
+  // gradient_checkpointing_kwargs = {"use_reentrant": True}`); TRL's trainers default it to False
+  // (trl@f2cd577: "setdefault('use_reentrant', False)"); fsdp_config's activation_checkpointing is
+  // Accelerate's checkpoint_wrapper with CheckpointImpl.NO_REENTRANT.
+  if (gc.value_or(false)) {
+    std::optional<bool> reentrant;
+    if (std::optional<ConfigReader> k = top.Section("gradient_checkpointing_kwargs")) {
+      reentrant = k->Bool("use_reentrant");
+    }
+    const bool trl = !TrlKey(top).empty() || !TrlDpoKey(top).empty();
+    plan->checkpoint_reentrant = reentrant.value_or(!trl);
+  }
   // TrainingArguments' defaults for what the file leaves out (training_args.py: per_device_train_
   // batch_size 8; bf16 and fp16 False: fp32 weights and compute), then SFTConfig's where TRL's differ.
   if (!top.Has("per_device_train_batch_size")) {

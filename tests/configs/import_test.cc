@@ -385,6 +385,30 @@ TEST(ImportTrlTest, RecipeFileIsReadWhole) {
   EXPECT_THAT(AllWarnings(r), AllOf(HasSubstr("/hub_model_id"), HasSubstr("/dataset_name"), HasSubstr("/eos_token")));
 }
 
+// gradient_checkpointing as transformers runs it: torch.utils.checkpoint with use_reentrant True
+// unless gradient_checkpointing_kwargs says False (modeling_utils.py gradient_checkpointing_enable);
+// TRL's trainers default it to False; Accelerate's fsdp activation_checkpointing is non-reentrant.
+TEST(ImportHfTrainerTest, GradientCheckpointingIsReentrantAsTransformersRunsIt) {
+  Plan hf = FromText("{\"per_device_train_batch_size\": 2, \"gradient_checkpointing\": true}", LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(hf.checkpointing, model::Checkpointing::kFull);
+  EXPECT_TRUE(hf.checkpoint_reentrant);
+  Plan off = FromText("{\"per_device_train_batch_size\": 2, \"gradient_checkpointing\": true, "
+                      "\"gradient_checkpointing_kwargs\": {\"use_reentrant\": false}}",
+                      LlamaOn8(), nullptr, "a.json");
+  EXPECT_FALSE(off.checkpoint_reentrant);
+  Plan trl = FromText("model_name_or_path: m\nmax_length: 512\ngradient_checkpointing: true\n", LlamaOn8());
+  EXPECT_FALSE(trl.checkpoint_reentrant);
+  Plan trl_on = FromText("model_name_or_path: m\nmax_length: 512\ngradient_checkpointing: true\n"
+                         "gradient_checkpointing_kwargs:\n  use_reentrant: true\n",
+                         LlamaOn8());
+  EXPECT_TRUE(trl_on.checkpoint_reentrant);
+  Plan wrapper = FromText("{\"per_device_train_batch_size\": 2, \"fsdp\": \"full_shard auto_wrap\", "
+                          "\"fsdp_config\": {\"activation_checkpointing\": true}}",
+                          LlamaOn8(), nullptr, "a.json");
+  EXPECT_EQ(wrapper.checkpointing, model::Checkpointing::kFull);
+  EXPECT_FALSE(wrapper.checkpoint_reentrant);
+}
+
 TEST(ImportHfTrainerTest, Fsdp1OptionsWithOffloadAndSizeWrap) {
   Plan p = FromText(
       "{\"fsdp\": [\"shard_grad_op\", \"offload\"], \"fsdp_config\": {\"fsdp_min_num_params\": "
