@@ -222,6 +222,9 @@ ExportResult ExportHfTrainer(const model::Plan& p, const ExportContext& ctx) {
   }
   bool ckpt = p.checkpointing != model::Checkpointing::kNone;
   j["gradient_checkpointing"] = ckpt && l.replicated_only();
+  // transformers runs it reentrant unless told otherwise (import_hf_trainer.cc): say which the
+  // plan assumes (Plan::checkpoint_reentrant).
+  if (ckpt && l.replicated_only()) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", p.checkpoint_reentrant}};
   if (!l.replicated_only()) {
     std::string fsdp = p.strategy == model::ShardingStrategy::kFullShard ||
                                p.strategy == model::ShardingStrategy::kHybridShard
