@@ -318,8 +318,18 @@ void Walker::Run() {
       }
       Forward();
       if (ref_) {
+        // DPOTrainer._compute_loss: `outputs` holds the policy's logits [rows, S, V] through the
+        // reference's forward and the loss; they go when the function returns, before backward.
+        // In fp32 selective_log_softmax's logsumexp saves them anyway (the head's saved bytes).
+        const int64_t held = p_.loss_kernel == model::LossKernel::kTrlLogps && e_param_ != 4
+                                 ? Tok(static_cast<double>(e_param_ * s_.spec->HeadOutputs()))
+                                 : 0;
+        Alloc(Category::kLoss, Stream::kDefault, held);
+        int32_t held_id = TAlloc(Stream::kDefault, held);
         if (s_.reference->shares_policy_units) ref_->AdoptGathered(gathered_);
         ref_->ReferenceForward(step_, micro_);
+        Free(Category::kLoss, Stream::kDefault, held);
+        TFree(&held_id);
       }
       if (p_.Trains()) Backward();
     }

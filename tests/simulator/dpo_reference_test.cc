@@ -6,7 +6,8 @@
 //   row's at a time;
 // - the reference copy: its shards are each parameter's padded shard in the frozen dtype; under
 //   FSDP2 (prepare_fsdp shards the root only) its forward holds the whole model gathered and its
-//   logits at once, beside the policy's persistent states; under FSDP1 a block at a time.
+//   logits at once, beside the policy's persistent states and logits; under FSDP1 a block at a
+//   time.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -76,8 +77,10 @@ TEST(DpoReferenceTest, Fsdp2ReferenceGathersTheWholeCopyBesideThePolicy) {
   // Its forward: the whole model gathered in bf16 and, at the head, its logits [4, 1024, V] bf16.
   const int64_t logits = int64_t{4} * 1024 * s.vocab_size * 2;
   EXPECT_GE(CategoryPeak(a, Category::kReference).count(), 2 * params + logits);
-  // ... at a moment when the policy's persistent states and the copy's shards are alive too.
-  EXPECT_GE(a.peak_allocated.count(), CategoryPeak(a, Category::kReference).count() + shards + none.model_state.count());
+  // ... at a moment when the policy's persistent states, the copy's shards and the policy's own
+  // logits (bf16, held by DPOTrainer's `outputs` through the reference's forward) are alive too.
+  EXPECT_GE(a.peak_allocated.count(),
+            CategoryPeak(a, Category::kReference).count() + shards + none.model_state.count() + logits);
   EXPECT_GT(a.peak_allocated.count(), none.peak_allocated.count());
 }
 
