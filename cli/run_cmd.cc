@@ -120,7 +120,7 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   std::vector<std::string> warnings;
   std::string seq_from;
   FromExtras extras;
-  o.plan = BuildPlan(a.plan, &from, &warnings, &seq_from, &extras);
+  o.plan = exec::AsExecuted(BuildPlan(a.plan, &from, &warnings, &seq_from, &extras));
   if (extras.value_head) {
     throw InputError(PlanSource(a.plan) +
                      ": --from-worker critic: expected a causal LM worker (the executor trains "

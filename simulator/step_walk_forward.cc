@@ -291,15 +291,7 @@ void Walker::Run() {
   Begin(OpKind::kStartup, Stream::kDefault, -1, -1);
   Alloc(Category::kWorkspaces, Stream::kDefault, s_.workspace_bytes);
   TAlloc(Stream::kDefault, s_.workspace_bytes);
-  if (p_.offload != model::Offload::kAll) {
-    for (int64_t bytes : shard_bytes_) Alloc(Category::kShardedParams, Stream::kDefault, bytes);
-    if (rec_) {  // fully_shard + to_empty: one padded shard per parameter (_init_sharded_param)
-      for (const auto& u : units_) {
-        for (const auto& prm : u.params)
-          TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * ShardedBytesPerElement(p_, prm));
-      }
-    }
-  }
+  AllocShardedParams();
   if (s_.reference != nullptr) {
     ref_ = std::make_unique<Walker>(*s_.reference, prog_);
     ref_->unit_offset_ = static_cast<int32_t>(prog_->unit_names.size());
@@ -321,7 +313,7 @@ void Walker::Run() {
         // DPOTrainer._compute_loss: `outputs` holds the policy's logits [rows, S, V] through the
         // reference's forward and the loss; they go when the function returns, before backward.
         // In fp32 selective_log_softmax's logsumexp saves them anyway (the head's saved bytes).
-        const int64_t held = p_.loss_kernel == model::LossKernel::kTrlLogps && e_param_ != 4
+        const int64_t held = p_.loss_kernel == model::LossKernel::kTrlLogps && p_.param_dtype != model::DType::kFp32
                                  ? Tok(static_cast<double>(e_param_ * s_.spec->HeadOutputs()))
                                  : 0;
         Alloc(Category::kLoss, Stream::kDefault, held);
@@ -342,16 +334,20 @@ void Walker::Run() {
 
 Walker::~Walker() = default;
 
-// TRL's prepare_fsdp: fully_shard / FSDP(...) of the reference copy, its shards resident from the
-// start (trl/models/utils.py); a policy with its adapters off has none of its own.
-void Walker::StartReference() {
-  if (s_.shares_policy_units || p_.offload == model::Offload::kAll) return;
+void Walker::AllocShardedParams() {
+  if (p_.offload == model::Offload::kAll) return;  // on the host
   for (int64_t bytes : shard_bytes_) Alloc(Category::kShardedParams, Stream::kDefault, bytes);
-  if (rec_) {
+  if (rec_) {  // fully_shard + to_empty: one padded shard per parameter (_init_sharded_param)
     for (const auto& u : units_) {
       for (const auto& prm : u.params) TAlloc(Stream::kDefault, prm.PaddedShardNumel(n_) * ShardedBytesPerElement(p_, prm));
     }
   }
+}
+
+// TRL's prepare_fsdp: fully_shard / FSDP(...) of the reference copy, its shards resident from the
+// start (trl/models/utils.py); a policy with its adapters off has none of its own.
+void Walker::StartReference() {
+  if (!s_.shares_policy_units) AllocShardedParams();
 }
 
 void Walker::AdoptGathered(const std::vector<bool>& gathered) {

@@ -185,6 +185,8 @@ class Walker {
   // The reference's sharded parameters (none when it is the policy itself with its adapters off),
   // at the start-up op; and its forward in the current micro-batch.
   void StartReference();
+  // The persistent sharded parameters, one padded shard per parameter (none under offload all).
+  void AllocShardedParams();
   void ReferenceForward(int16_t step, int16_t micro);
   // The policy's units gathered now, for a reference that is the policy itself (adapters off):
   // those it finds gathered it neither gathers again nor frees.

@@ -184,9 +184,7 @@ std::vector<RankMemory> GatherMemory(Communicator& world, int cuda_device, const
 MeasurementsDoc MakeDoc(const RunOptions& o, Trainer& t, const TrainerContext& ctx) {
   MeasurementsDoc d;
   d.model = o.spec.name;
-  d.plan = o.plan;
-  // The executor's whole-block checkpoints are reentrant (executor/nn/recompute.h Recompute).
-  d.plan.checkpoint_reentrant = o.plan.checkpointing != model::Checkpointing::kNone;
+  d.plan = o.plan;  // as executed (AsExecuted, set by the caller)
   d.run.micro_batch = o.plan.micro_batch;
   d.run.grad_accum = o.plan.grad_accum;
   d.run.dp_world = ctx.dp_world;

@@ -122,6 +122,11 @@ struct RunSummary {
 // (created when missing).
 void ValidateRun(const RunOptions& options, int world_size);
 
+// `plan` as the executor runs it, for its pre-flight estimate and its measurements: its
+// whole-block checkpoints rerun reentrantly (nn/recompute.h Recompute), so
+// Plan::checkpoint_reentrant is set wherever checkpointing is.
+model::Plan AsExecuted(model::Plan plan);
+
 // Runs this process's rank (env.launched false: the whole run in this process). Resumes from
 // the newest complete checkpoint in out_dir, skipping corrupted ones with a message. Throws
 // InputError, BackendError (a peer rank died, a timeout, a file system error).

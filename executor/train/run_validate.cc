@@ -324,4 +324,9 @@ void ValidateRun(const RunOptions& o, int world_size) {
   throw InputError(msg);
 }
 
+model::Plan AsExecuted(model::Plan plan) {
+  plan.checkpoint_reentrant = plan.checkpointing != model::Checkpointing::kNone;
+  return plan;
+}
+
 }  // namespace shardtune::exec

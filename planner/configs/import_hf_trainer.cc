@@ -767,12 +767,7 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
   }
   // FSDP as the plan runs it: this file's fsdp, an Accelerate config layered before it, or shardtune's default.
   ReadTrlModelConfig(top, ctx, plan->Sharded(), &out, plan);
-  if (dpo) {
-    if (plan->reference == model::InStepReference::kAdaptersOff && !plan->lora.enabled()) {
-      plan->reference = model::InStepReference::kFsdp1Blocks;
-      out.reference_copy = true;
-    }
-  } else {
+  if (!dpo) {
     ReadTrlDefaultLength(top, &out, plan);
     ReadTrlPacking(top, &out, plan);
   }
