@@ -488,6 +488,11 @@ TEST(CliTest, TrlDpoConfigEstimatesTheReferenceForwardAsTheFsdpVersionWrapsIt) {
   for (const std::string odd : {"mb=1 ", "mb=3 ", "mb=5 "}) EXPECT_EQ(t.out.find(odd), std::string::npos) << odd;
   ExpectOneLineError(RunCli("run --model tiny-llama --steps 1 --reference fsdp2_root --loss-kernel trl_logps"),
                      "reference: expected none and cross_entropy");
+  // The flag's values, and adapters to turn off.
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --reference copy"),
+                     "--reference: expected one of none, fsdp2_root, fsdp1_blocks, adapters_off, got \"copy\"");
+  ExpectOneLineError(RunCli("estimate --model llama3-8b --cluster 8xH100 --reference adapters_off"),
+                     "reference: expected fsdp2_root or fsdp1_blocks without LoRA adapters to turn off");
 }
 
 // The text's "where the step goes" lists the GPU's categories, which add up to the step time it
