@@ -259,6 +259,9 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
       << "), " << seq_len_note << "\n";
   out << first_screen;
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
+  if (model::ExplicitSacSave(plan) || plan.checkpointing == model::Checkpointing::kBlocks) {
+    out << "activations: " << model::DescribeBlockPolicy(plan) << "\n";
+  }
   out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
       << " params, " << FormatBytes(largest->gathered_bytes) << " when gathered\n\n";
   auto row = [&](const std::string& k, Bytes b, const std::string& note) {

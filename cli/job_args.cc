@@ -206,6 +206,7 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   // Liger-Kernel's module patches against the model they are modelled for (model/activations.h).
   for (auto& p : model::LigerProblems(spec, plan, plan_where)) problems.push_back(p);
   for (auto& p : model::VisionProblems(spec, plan, plan_where)) problems.push_back(p);
+  for (auto& p : model::OpSacProblems(spec, plan, plan_where)) problems.push_back(p);
   // CPU ranks keep their activations in host RAM already: verl's offload would copy RAM to RAM.
   if (cluster.cpu_only && !executor_run && plan.activation_offload != model::ActivationOffload::kNone) {
     problems.push_back(plan_where + ":/activation_offload: expected none on CPU ranks (" + cluster.name +

@@ -167,7 +167,7 @@ const std::vector<FlagSpec>& Flags() {
        kPlanFlag, &Opt<&PlanFlags::global_batch>, nullptr},
       {"--no-sync", "Keep unsharded gradients across micro-batches, reduce on the last", kPlanFlag,
        &Flag<&PlanFlags::no_sync>, [](const PlanFlags&, const FlagSpec&, Plan* p) { p->no_sync = true; }},
-      {"--checkpointing", "none|full|selective|every:K|first:K|first:K+selective", kPlanFlag, &Opt<&PlanFlags::checkpointing>,
+      {"--checkpointing", "none|full|selective|every:K|first:K|first:K+selective|sac:OPS (OPS from wq,wk,wv,wo,w1,w3,w2,sdpa joined by +)|blocks:A-B=POLICY,... (POLICY: full, none, selective, sac:OPS)", kPlanFlag, &Opt<&PlanFlags::checkpointing>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { ParseCheckpointingSpec(f.checkpointing, s.name, p); }},
       {"--offload", "none|optimizer|all", kPlanFlag, &Opt<&PlanFlags::offload>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->offload = ParseEnum<Offload>(f.offload, s.name); }},

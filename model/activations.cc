@@ -642,30 +642,24 @@ void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const 
   };
   const double h = static_cast<double>(spec.hidden), f = static_cast<double>(spec.ffn_hidden);
   const double q = static_cast<double>(spec.q_dim()), kv = static_cast<double>(spec.kv_dim());
-  const Mm order[] = {{h, q, spec.qkv_bias},  {h, kv, spec.qkv_bias}, {h, kv, spec.qkv_bias},
-                      {q, h, spec.attn_out_bias}, {h, f, spec.mlp_bias},  {h, f, spec.mlp_bias},
-                      {f, h, spec.mlp_bias}};
-  double saved = elem_bytes * h;  // the block input (the checkpoint's recompute needs it)
-  double recompute_flops = 0;
-  int mm_count = 0;
-  for (const Mm& m : order) {
-    bool save = !m.bias && (++mm_count % 2 == 1);
-    if (save) {
-      saved += elem_bytes * m.out;
-    } else {
-      recompute_flops += 2 * m.in * m.out;
-    }
-  }
-  if (opt.attention == Attention::kSdpa) {
-    // The attention kernel's outputs (output and logsumexp) are in the save list.
+  // kSacOpNames order: wq, wk, wv, wo, w1, w3, w2.
+  const Mm order[kSacMatmuls] = {{h, q, spec.qkv_bias},       {h, kv, spec.qkv_bias}, {h, kv, spec.qkv_bias},
+                                 {q, h, spec.attn_out_bias}, {h, f, spec.mlp_bias},  {h, f, spec.mlp_bias},
+                                 {f, h, spec.mlp_bias}};
+  b->sac_ops.clear();
+  for (const Mm& m : order) b->sac_ops.push_back({elem_bytes * m.out, 2 * m.in * m.out, m.bias});
+  BlockActivations::SacOp sdpa;
+  b->sac_sdpa = opt.attention == Attention::kSdpa;
+  if (b->sac_sdpa) {
+    // The attention kernel's outputs (output and logsumexp).
     for (const auto& s : b->full.saved) {
-      if (s.name.find("attn.core") != std::string::npos) saved += s.bytes_per_token;
+      if (s.name.find("attn.core") != std::string::npos) sdpa.output_per_token += s.bytes_per_token;
     }
-  } else {
-    b->selective_recompute_attention = 1.0;
   }
-  b->selective_per_token = saved;
-  b->selective_recompute_matmul_flops_per_token = recompute_flops;
+  b->sac_ops.push_back(sdpa);
+  b->selective_per_token = b->SacSavedPerToken(kTorchtitanSacSave);
+  b->selective_recompute_matmul_flops_per_token = b->SacRecomputeMatmulFlopsPerToken(kTorchtitanSacSave);
+  b->selective_recompute_attention = b->SacRecomputeAttention(kTorchtitanSacSave);
 }
 }  // namespace
 
@@ -1212,6 +1206,62 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
     if (is_logits && opt.keep_logits) t.name = "logits held by the caller";
   }
   return led;
+}
+
+SacSave BlockActivations::SacOps(SacSave save) const {
+  if (save != kTorchtitanSacSave) return save & kSacAll;
+  // torchtitan's meta counter numbers the block's aten.mm calls (bias-free projections) in
+  // forward order; the odd-numbered ones are saved, and the SDPA kernel's output.
+  SacSave out = sac_sdpa ? kSacSdpaBit : 0;
+  int mm_count = 0;
+  for (int i = 0; i < kSacMatmuls; ++i) {
+    if (!sac_ops[static_cast<size_t>(i)].bias && ++mm_count % 2 == 1) out |= SacSave{1} << i;
+  }
+  return out;
+}
+
+double BlockActivations::SacSavedPerToken(SacSave save) const {
+  const SacSave ops = SacOps(save);
+  double saved = checkpoint_input_per_token;  // the block input (the checkpoint's rerun needs it)
+  for (int i = 0; i < kSacOps; ++i) {
+    if ((ops & (SacSave{1} << i)) != 0) saved += sac_ops[static_cast<size_t>(i)].output_per_token;
+  }
+  return saved;
+}
+
+double BlockActivations::SacRecomputeMatmulFlopsPerToken(SacSave save) const {
+  const SacSave ops = SacOps(save);
+  double flops = 0;
+  for (int i = 0; i < kSacMatmuls; ++i) {
+    if ((ops & (SacSave{1} << i)) == 0) flops += sac_ops[static_cast<size_t>(i)].recompute_matmul_flops_per_token;
+  }
+  return flops;
+}
+
+double BlockActivations::SacRecomputeAttention(SacSave save) const {
+  return sac_sdpa && (SacOps(save) & kSacSdpaBit) != 0 ? 0.0 : 1.0;
+}
+
+bool ExplicitSacSave(const Plan& plan) {
+  if (plan.checkpointing == Checkpointing::kBlocks) {
+    for (const BlockRun& r : plan.checkpoint_blocks) {
+      if (r.kind == BlockRun::Kind::kSac && r.save != kTorchtitanSacSave) return true;
+    }
+    return false;
+  }
+  return (plan.checkpointing == Checkpointing::kSelective || plan.checkpoint_rest_selective) &&
+         plan.sac_save != kTorchtitanSacSave;
+}
+
+std::vector<std::string> OpSacProblems(const ModelSpec& spec, const Plan& plan, const std::string& where) {
+  if (!ExplicitSacSave(plan)) return {};
+  const ActivationOptions o = ActivationOptionsFor(plan, plan.ResolvedSeqLen(spec.max_seq_len));
+  const bool full_finetune = plan.Trains() && !plan.lora.enabled() && plan.frozen_prefixes.empty();
+  if (full_finetune && plan.tiled_mlp_shards <= 1 && TorchtitanOpSacApplies(spec, o, Trainability{})) return {};
+  return {where + ":/checkpointing: expected an op-level SAC save set only for a dense SwiGLU block with separate "
+          "q/k/v and gate/up projections under --modeling torchtitan, trained in full, without Ulysses or a "
+          "tiled MLP (other blocks run selective or full checkpointing), got " + CheckpointingSpecToString(plan) +
+          " for " + spec.name};
 }
 
 }  // namespace shardtune::model

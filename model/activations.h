@@ -140,6 +140,29 @@ struct BlockActivations {
   // policy keeps nothing of the attention core (torchtitan's op SAC over eager attention, whose
   // bmm and softmax are not in its save list), else 0.
   double selective_recompute_attention = 0;
+
+  // Op-level SAC with any save set (issue #46), where TorchtitanOpSacApplies (else empty): per
+  // op of kSacOpNames, the output bytes per token keeping it costs (sdpa: the attention kernel's
+  // saved outputs, 0 under eager attention, whose core reruns whole) and the matmul FLOPs per
+  // token rerunning it costs (sdpa: 0, its cost is the attention forward's), and whether the
+  // projection carries a bias (aten.addmm, outside torchtitan's count).
+  struct SacOp {
+    double output_per_token = 0;
+    double recompute_matmul_flops_per_token = 0;
+    bool bias = false;
+  };
+  std::vector<SacOp> sac_ops;
+  bool sac_sdpa = false;  // SDPA attention: the sdpa op's outputs can be kept
+  bool HasOpSac() const { return !sac_ops.empty(); }
+  // The explicit save set of `save` for this block (kTorchtitanSacSave: its odd-numbered
+  // bias-free projections, and sdpa under SDPA). REQUIRES: HasOpSac().
+  SacSave SacOps(SacSave save) const;
+  // Under op-level SAC keeping `save`: bytes per token the block keeps (its input and the kept
+  // outputs), matmul FLOPs per token its backward reruns, and the share of its attention forward
+  // rerun (1 unless sdpa's outputs are kept under SDPA). REQUIRES: HasOpSac().
+  double SacSavedPerToken(SacSave save) const;
+  double SacRecomputeMatmulFlopsPerToken(SacSave save) const;
+  double SacRecomputeAttention(SacSave save) const;
 };
 
 struct ActivationOptions {
@@ -180,6 +203,14 @@ struct ActivationOptions {
 // kernels are modelled for Liger's patches of the Llama-family dense decoders (Llama, Mistral,
 // Qwen2, Qwen3: SwiGLU MLPs, RMSNorm, full rotary) under --modeling hf. Empty when none is on.
 std::vector<std::string> LigerProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
+
+// Whether the plan names an op-level SAC save set of its own (sac:OPS, or a blocks: run with one)
+// rather than the model's selective rule.
+bool ExplicitSacSave(const Plan& plan);
+// Problems of an explicit save set for this model, "where:/checkpointing: expected ..., got ...":
+// the save sets are the ops of a dense SwiGLU block of --modeling torchtitan, trained in full,
+// without Ulysses or a tiled MLP (TorchtitanOpSacApplies). Empty when the plan names none.
+std::vector<std::string> OpSacProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 
 // Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and
 // whether its input does: autograd records a node only for an op with an input or a parameter

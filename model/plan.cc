@@ -23,7 +23,7 @@ const Names& Table(ShardingStrategy*) {
 }
 const Names& Table(DType*) { static const Names v = {"fp32", "bf16", "fp16"}; return v; }
 const Names& Table(Checkpointing*) {
-  static const Names v = {"none", "full", "selective", "every", "first"};
+  static const Names v = {"none", "full", "selective", "every", "first", "blocks"};
   return v;
 }
 const Names& Table(Offload*) { static const Names v = {"none", "optimizer", "all"}; return v; }
@@ -387,6 +387,9 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
                             : std::string("integer >= 1"),
              checkpoint_first_k);
   }
+  if (checkpointing == Checkpointing::kBlocks) {
+    if (auto bad = BlockRunProblem(checkpoint_blocks, num_layers)) p.Add("checkpoint_blocks", bad->first, bad->second);
+  }
   if (checkpoint_rest_selective && checkpointing != Checkpointing::kFirstK) {
     p.Add("checkpoint_rest", "\"none\" unless checkpointing is \"first\" (first:K+selective)",
           "\"selective\" with checkpointing \"" + CheckpointingSpecToString(*this) + "\"");
@@ -510,11 +513,109 @@ std::string WrapSpecToString(const WrapPolicy& w) {
   return "block";
 }
 
+namespace {
+
+// "wq+wv+sdpa" -> its SacSave; "none" is the empty set. False on an unknown or repeated name
+// (*bad: the name).
+bool ParseSacSave(const std::string& text, SacSave* out, std::string* bad) {
+  *out = 0;
+  if (text == "none") return true;
+  if (text.empty()) return false;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t plus = text.find('+', start);
+    const std::string name = text.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    int bit = -1;
+    for (int i = 0; i < kSacOps; ++i) {
+      if (name == kSacOpNames[i]) bit = i;
+    }
+    if (bit < 0 || (*out & (SacSave{1} << bit)) != 0) {
+      *bad = name;
+      return false;
+    }
+    *out |= SacSave{1} << bit;
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  return true;
+}
+
+[[noreturn]] void BadSacSave(const std::string& where, const std::string& bad, const std::string& text) {
+  std::vector<std::string> names(std::begin(kSacOpNames), std::end(kSacOpNames));
+  throw InputError(where + ": expected op names from " + Join(names, ", ") +
+                   " joined by '+' (each once) or none after sac:, got \"" + bad + "\" in \"" + text + "\"" +
+                   DidYouMean(ClosestName(bad, names)));
+}
+
+const std::string kCheckpointingExpected =
+    "none, full, selective, every:K, first:K, first:K+selective (K >= 1), sac:OPS (OPS: names from "
+    "wq, wk, wv, wo, w1, w3, w2, sdpa joined by '+', or none) or blocks:A-B=POLICY,... (POLICY: "
+    "full, none, selective or sac:OPS)";
+
+// One "A-B=POLICY" run of blocks:RUNS.
+BlockRun ParseBlockRun(const std::string& item, const std::string& where, const std::string& text) {
+  const size_t eq = item.find('=');
+  std::vector<std::pair<int, int>> range;
+  if (eq == std::string::npos || !ParseRanges(item.substr(0, eq), &range) || range.size() != 1) {
+    BadSpec(where, kCheckpointingExpected, text, "");
+  }
+  BlockRun r;
+  r.first = range[0].first;
+  r.last = range[0].second;
+  const std::string policy = item.substr(eq + 1);
+  if (policy == "full") {
+    r.kind = BlockRun::Kind::kFull;
+  } else if (policy == "none") {
+    r.kind = BlockRun::Kind::kKeep;
+  } else if (policy == "selective") {
+    r.kind = BlockRun::Kind::kSac;
+  } else if (policy.rfind("sac:", 0) == 0) {
+    r.kind = BlockRun::Kind::kSac;
+    std::string bad;
+    if (!ParseSacSave(policy.substr(4), &r.save, &bad)) {
+      BadSacSave(where, bad, text);
+    }
+  } else {
+    BadSpec(where, kCheckpointingExpected, text, ClosestName(policy, {"full", "none", "selective"}));
+  }
+  return r;
+}
+
+}  // namespace
+
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan) {
-  const std::string expected = "none, full, selective, every:K, first:K or first:K+selective (K >= 1)";
+  const std::string& expected = kCheckpointingExpected;
   size_t colon = text.find(':');
   std::string kind = text.substr(0, colon);
   int64_t k = 0;
+  if (kind == "sac" && colon != std::string::npos) {
+    SacSave save = 0;
+    std::string bad;
+    if (!ParseSacSave(text.substr(colon + 1), &save, &bad)) {
+      BadSacSave(where, bad, text);
+    }
+    plan->checkpointing = Checkpointing::kSelective;
+    plan->checkpoint_rest_selective = false;
+    plan->sac_save = save;
+    return;
+  }
+  if (kind == "blocks" && colon != std::string::npos) {
+    std::vector<BlockRun> runs;
+    const std::string body = text.substr(colon + 1);
+    size_t start = 0;
+    while (start <= body.size()) {
+      const size_t comma = body.find(',', start);
+      runs.push_back(ParseBlockRun(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start),
+                                   where, text));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    // Order and coverage need the model's depth: Plan::Problems (BlockRunProblems).
+    plan->checkpointing = Checkpointing::kBlocks;
+    plan->checkpoint_rest_selective = false;
+    plan->checkpoint_blocks = std::move(runs);
+    return;
+  }
   if ((kind == "every" || kind == "first") && colon != std::string::npos) {
     std::string count = text.substr(colon + 1);
     const std::string rest = "+selective";
@@ -536,10 +637,59 @@ void ParseCheckpointingSpec(const std::string& text, const std::string& where, P
   }
   const Names plain = {"none", "full", "selective"};
   if (colon != std::string::npos || std::find(plain.begin(), plain.end(), kind) == plain.end()) {
-    BadSpec(where, expected, text, ClosestName(kind, plain));
+    BadSpec(where, expected, text, ClosestName(kind, {"none", "full", "selective", "every", "first", "sac", "blocks"}));
   }
   plan->checkpointing = ParseEnum<Checkpointing>(kind, where);
   plan->checkpoint_rest_selective = false;
+  if (plan->checkpointing == Checkpointing::kSelective) plan->sac_save = kTorchtitanSacSave;
+}
+
+std::string SacSaveToString(SacSave save) {
+  if (save == kTorchtitanSacSave) return "selective";
+  std::string out;
+  for (int i = 0; i < kSacOps; ++i) {
+    if ((save & (SacSave{1} << i)) == 0) continue;
+    if (!out.empty()) out += '+';
+    out += kSacOpNames[i];
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string BlockRunsToString(const std::vector<BlockRun>& runs) {
+  std::string out;
+  for (const BlockRun& r : runs) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r.first);
+    if (r.last != r.first) out += "-" + std::to_string(r.last);
+    out += '=';
+    switch (r.kind) {
+      case BlockRun::Kind::kKeep: out += "none"; break;
+      case BlockRun::Kind::kFull: out += "full"; break;
+      case BlockRun::Kind::kSac:
+        out += r.save == kTorchtitanSacSave ? std::string("selective") : "sac:" + SacSaveToString(r.save);
+        break;
+    }
+  }
+  return out;
+}
+
+std::optional<std::pair<std::string, std::string>> BlockRunProblem(const std::vector<BlockRun>& runs,
+                                                                   int num_layers) {
+  const std::string text = "\"" + BlockRunsToString(runs) + "\"";
+  if (runs.empty()) return std::make_pair(std::string("runs covering the text blocks"), std::string("none"));
+  int next = 0;
+  for (const BlockRun& r : runs) {
+    if (r.first != next || r.last < r.first) {
+      return std::make_pair("runs in order from block 0 without gaps or overlaps (the next starting at block " +
+                                std::to_string(next) + ")",
+                            text);
+    }
+    next = r.last + 1;
+  }
+  if (num_layers > 0 && next != num_layers) {
+    return std::make_pair("runs ending at the model's last block " + std::to_string(num_layers - 1), text);
+  }
+  return std::nullopt;
 }
 
 std::string CheckpointingSpecToString(const Plan& plan) {
@@ -549,8 +699,22 @@ std::string CheckpointingSpecToString(const Plan& plan) {
   if (plan.checkpointing == Checkpointing::kFirstK) {
     return "first:" + std::to_string(plan.checkpoint_first_k) + (plan.checkpoint_rest_selective ? "+selective" : "");
   }
+  if (plan.checkpointing == Checkpointing::kSelective && plan.sac_save != kTorchtitanSacSave) {
+    return "sac:" + SacSaveToString(plan.sac_save);
+  }
+  if (plan.checkpointing == Checkpointing::kBlocks) return "blocks:" + BlockRunsToString(plan.checkpoint_blocks);
   return ToString(plan.checkpointing);
 }
+
+namespace {
+// The kBlocks run of text block `in_stack` (nullptr for a block no run covers).
+const BlockRun* RunOf(const Plan& plan, int in_stack) {
+  for (const BlockRun& r : plan.checkpoint_blocks) {
+    if (in_stack >= r.first && in_stack <= r.last) return &r;
+  }
+  return nullptr;
+}
+}  // namespace
 
 bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks) {
   // Each stack (the tower's, the text model's) counts its blocks from 0.
@@ -561,14 +725,69 @@ bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks) {
     case Checkpointing::kSelective: return false;
     case Checkpointing::kEveryK: return in_stack % std::max(1, plan.checkpoint_every_k) == 0;
     case Checkpointing::kFirstK: return in_stack < plan.checkpoint_first_k;
+    case Checkpointing::kBlocks: {
+      // The runs name text blocks; a VL tower's blocks keep theirs.
+      if (block < vision_blocks) return false;
+      const BlockRun* r = RunOf(plan, in_stack);
+      return r != nullptr && r->kind == BlockRun::Kind::kFull;
+    }
   }
   return false;
 }
 
 bool BlockSelective(const Plan& plan, int block, int vision_blocks) {
   if (plan.checkpointing == Checkpointing::kSelective) return true;
+  if (plan.checkpointing == Checkpointing::kBlocks) {
+    if (block < vision_blocks) return false;
+    const BlockRun* r = RunOf(plan, block - vision_blocks);
+    return r != nullptr && r->kind == BlockRun::Kind::kSac;
+  }
   return plan.checkpointing == Checkpointing::kFirstK && plan.checkpoint_rest_selective &&
          !BlockCheckpointed(plan, block, vision_blocks);
+}
+
+SacSave BlockSacSave(const Plan& plan, int block, int vision_blocks) {
+  if (plan.checkpointing == Checkpointing::kBlocks && block >= vision_blocks) {
+    const BlockRun* r = RunOf(plan, block - vision_blocks);
+    if (r != nullptr) return r->save;
+  }
+  return plan.sac_save;
+}
+
+bool AnySelectiveBlock(const Plan& plan) {
+  if (plan.checkpointing == Checkpointing::kSelective || plan.checkpoint_rest_selective) return true;
+  if (plan.checkpointing != Checkpointing::kBlocks) return false;
+  for (const BlockRun& r : plan.checkpoint_blocks) {
+    if (r.kind == BlockRun::Kind::kSac) return true;
+  }
+  return false;
+}
+
+namespace {
+std::string DescribeRun(BlockRun::Kind kind, SacSave save) {
+  switch (kind) {
+    case BlockRun::Kind::kKeep: return "keep every activation";
+    case BlockRun::Kind::kFull: return "rerun whole in backward";
+    case BlockRun::Kind::kSac: break;
+  }
+  if (save == kTorchtitanSacSave) return "selective recompute (the model's own rule)";
+  std::vector<std::string> kept, rerun;
+  for (int i = 0; i < kSacOps; ++i) ((save >> i & 1U) != 0 ? kept : rerun).push_back(kSacOpNames[i]);
+  if (kept.empty()) return "op-SAC keeps the block input only, reruns every op";
+  if (rerun.empty()) return "op-SAC keeps every op output, reruns the elementwise ops";
+  return "op-SAC keeps " + Join(kept, ", ") + ", reruns " + Join(rerun, ", ") + " and the elementwise ops";
+}
+}  // namespace
+
+std::string DescribeBlockPolicy(const Plan& plan) {
+  if (plan.checkpointing != Checkpointing::kBlocks) return "every block: " + DescribeRun(BlockRun::Kind::kSac, plan.sac_save);
+  std::vector<std::string> parts;
+  for (const BlockRun& r : plan.checkpoint_blocks) {
+    const std::string blocks =
+        r.first == r.last ? "block " + std::to_string(r.first) : "blocks " + std::to_string(r.first) + "-" + std::to_string(r.last);
+    parts.push_back(blocks + ": " + DescribeRun(r.kind, r.save));
+  }
+  return Join(parts, "; ");
 }
 
 }  // namespace shardtune::model

@@ -24,7 +24,43 @@ enum class ShardingStrategy {
 // kFirstK: the first k blocks of each stack rerun in backward, the rest keep their activations
 // (Megatron-LM's --recompute-granularity full --recompute-method block --recompute-num-layers k;
 // issue #46's per-block policy, the mix of full and none that just fits).
-enum class Checkpointing { kNone, kFull, kSelective, kEveryK, kFirstK };
+// kBlocks: a policy per text block (Plan::checkpoint_blocks): keep, rerun whole, or op-level SAC
+// with its own save set, as tune's per-block search (planner/block_sac.h) chooses it.
+enum class Checkpointing { kNone, kFull, kSelective, kEveryK, kFirstK, kBlocks };
+
+// Op-level selective activation checkpointing (issue #46): which op outputs a checkpointed block
+// keeps from its forward, as torch.utils.checkpoint's create_selective_checkpoint_contexts policy
+// answers MUST_SAVE for them (torch/utils/checkpoint.py _CachingTorchDispatchMode); every other op
+// of the block reruns in backward from the block input. The ops, in the forward order torchtitan's
+// dense block runs them (torchtitan/models/llama3/model.py Attention.forward: wq, wk, wv, sdpa,
+// wo; FeedForward.forward: w2(silu(w1(x)) * w3(x))): bit i of a SacSave is kSacOpNames[i]. The
+// save set applies where model::TorchtitanOpSacApplies (a dense SwiGLU block of torchtitan's
+// modeling); bit 7 (sdpa) counts only under SDPA attention.
+using SacSave = uint32_t;
+inline constexpr int kSacOps = 8;
+inline constexpr const char* kSacOpNames[kSacOps] = {"wq", "wk", "wv", "wo", "w1", "w3", "w2", "sdpa"};
+inline constexpr int kSacMatmuls = 7;  // bits 0-6: the block's aten.mm calls in forward order
+inline constexpr SacSave kSacSdpaBit = SacSave{1} << 7;
+inline constexpr SacSave kSacAll = (SacSave{1} << kSacOps) - 1;
+// torchtitan's `_save_list` policy (torchtitan/distributed/activation_checkpoint.py
+// _get_custom_policy): every odd-numbered aten.mm and the SDPA kernel's output. A rule rather
+// than a set (a biased projection is aten.addmm, neither saved nor counted: wq, wv, w1, w2 of a
+// bias-free block; wo, w3 of Qwen2's biased q/k/v), so a bit outside the op bits marks it;
+// model::BlockActivations::SacOps resolves it for a block.
+inline constexpr SacSave kTorchtitanSacSave = SacSave{1} << 31;
+
+// One run of text blocks under Checkpointing::kBlocks: blocks first..last (0-based, inclusive)
+// keep everything (kKeep), rerun whole (kFull), or run op-level SAC keeping `save` (kSac).
+struct BlockRun {
+  enum class Kind { kKeep, kFull, kSac };
+  int first = 0;
+  int last = 0;
+  Kind kind = Kind::kKeep;
+  SacSave save = kTorchtitanSacSave;
+  bool operator==(const BlockRun& o) const {
+    return first == o.first && last == o.last && kind == o.kind && (kind != Kind::kSac || save == o.save);
+  }
+};
 enum class Offload { kNone, kOptimizer, kAll };  // kAll: params + grads + optimizer on the host
 // Saved activations to pinned host memory. kVerlAsync: verl's enable_activation_offload
 // (verl/utils/activation_offload.py AsyncDoubleBufferGroupOffloadHandler): every FSDP layer but the
@@ -212,6 +248,11 @@ struct Plan {
   // kFirstK only: the blocks after the first k run selective checkpointing instead of keeping
   // every activation ("first:K+selective"; issue #46's per-block mix of full and selective).
   bool checkpoint_rest_selective = false;
+  // Selective blocks where op-level SAC applies keep these ops' outputs (kTorchtitanSacSave:
+  // torchtitan's policy; "sac:wq+wv+..." on the command line).
+  SacSave sac_save = kTorchtitanSacSave;
+  // kBlocks: the text blocks' runs, in order, covering 0..num_layers-1 ("blocks:0-3=full,...").
+  std::vector<BlockRun> checkpoint_blocks;
   // Whole-block checkpoints rerun reentrantly: torch.utils.checkpoint(use_reentrant=True)
   // (CheckpointFunction.backward reruns the block, holds its output in `outputs` and the
   // incoming gradient in `args` while torch.autograd.backward goes through the rerun), as
@@ -395,9 +436,12 @@ WrapPolicy ParseWrapSpec(const std::string& text, const std::string& where);
 // The --wrap text of `w` (shortest exact suffix for size), so ParseWrapSpec round-trips.
 // embedding_unit / head_unit have no compact syntax and are not written.
 std::string WrapSpecToString(const WrapPolicy& w);
-// Parses --checkpointing "none|full|selective|every:K|first:K|first:K+selective" into
-// plan->checkpointing (and checkpoint_every_k for every:K, checkpoint_first_k for first:K,
-// checkpoint_rest_selective for "+selective"). Throws InputError.
+// Parses --checkpointing "none|full|selective|every:K|first:K|first:K+selective|sac:OPS|
+// blocks:RUNS" into plan->checkpointing (and checkpoint_every_k for every:K, checkpoint_first_k
+// for first:K, checkpoint_rest_selective for "+selective", sac_save for "sac:wq+wv+sdpa" (op
+// names joined by '+', "none" for the empty set), checkpoint_blocks for
+// "blocks:0-3=full,4-11=sac:wq+wv+w1+w2+sdpa,12-31=none" (each run "A-B=" or "A=" then full,
+// none, selective or sac:OPS)). Throws InputError.
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan);
 // The --checkpointing text of the plan ("every:2", "first:12", "first:12+selective", "full", ...).
 std::string CheckpointingSpecToString(const Plan& plan);
@@ -410,5 +454,25 @@ bool BlockCheckpointed(const Plan& plan, int block, int vision_blocks);
 // block under selective, the blocks after the first k of each stack under first:K+selective. The
 // one rule the estimate (Walker::Selective) and run (FsdpRuntime) follow.
 bool BlockSelective(const Plan& plan, int block, int vision_blocks);
+// Whether any block runs selective checkpointing: selective, first:K+selective, or a blocks: run
+// of selective or sac:OPS.
+bool AnySelectiveBlock(const Plan& plan);
+// The op-level SAC save set of a selective block (BlockSelective): its kBlocks run's, else
+// plan.sac_save.
+SacSave BlockSacSave(const Plan& plan, int block, int vision_blocks);
+// "wq+wv+w1+w2+sdpa" ("none" for the empty set), in kSacOpNames order; "selective" for
+// kTorchtitanSacSave.
+std::string SacSaveToString(SacSave save);
+// A person's reading of the plan's per-block activation policy, e.g. "blocks 0-22: op-SAC keeps
+// wq, wk, wv, wo, w1, w2, sdpa, reruns w3 and the elementwise ops; blocks 23-31: op-SAC keeps
+// every op output, reruns the elementwise ops" (kBlocks; a uniform sac:OPS reads "every block:").
+std::string DescribeBlockPolicy(const Plan& plan);
+// The runs' text without the "blocks:" prefix ("0-3=full,4-31=sac:wq+sdpa").
+std::string BlockRunsToString(const std::vector<BlockRun>& runs);
+// The first problem of kBlocks runs against a model of `num_layers` text blocks (in order from
+// 0, no gap or overlap, ending at the last block; num_layers <= 0: not checked) as (expected,
+// got); nullopt when there is none.
+std::optional<std::pair<std::string, std::string>> BlockRunProblem(const std::vector<BlockRun>& runs,
+                                                                   int num_layers);
 
 }  // namespace shardtune::model

@@ -215,6 +215,26 @@ Plan PlanFromJson(const nlohmann::json& j, const std::string& file) {
     }
     p.checkpoint_rest_selective = rest == "selective";
   }
+  // Op-level SAC: the save set of selective blocks ("sac:OPS"), the runs of "blocks:RUNS", each
+  // in the --checkpointing syntax after its prefix.
+  RejectUnless(&r, p.checkpointing == Checkpointing::kSelective || p.checkpointing == Checkpointing::kFirstK,
+               "sac_save", "\"checkpointing\": \"selective\" or \"first\"");
+  if (r.Has("sac_save")) {
+    Plan parsed;
+    ParseCheckpointingSpec("sac:" + r.OptionalString("sac_save", ""), r.Where("sac_save"), &parsed);
+    p.sac_save = parsed.sac_save;
+  }
+  RejectUnless(&r, p.checkpointing == Checkpointing::kBlocks, "checkpoint_blocks", "\"checkpointing\": \"blocks\"");
+  if (p.checkpointing == Checkpointing::kBlocks) {
+    if (!r.Has("checkpoint_blocks")) {
+      throw InputError(r.Where("checkpoint_blocks") + ": expected the runs (\"0-3=full,4-31=selective\") with "
+                       "\"checkpointing\": \"blocks\", got nothing");
+    }
+    Plan parsed;
+    ParseCheckpointingSpec("blocks:" + r.OptionalString("checkpoint_blocks", ""), r.Where("checkpoint_blocks"),
+                           &parsed);
+    p.checkpoint_blocks = parsed.checkpoint_blocks;
+  }
   p.checkpoint_reentrant = r.OptionalBool("checkpoint_reentrant", p.checkpoint_reentrant);
   ReadPrecisionAndComm(&r, &p);
   ReadComputeChoices(&r, &p);
@@ -241,6 +261,11 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.checkpointing == Checkpointing::kEveryK) j["checkpoint_every_k"] = p.checkpoint_every_k;
   if (p.checkpointing == Checkpointing::kFirstK) j["checkpoint_first_k"] = p.checkpoint_first_k;
   if (p.checkpoint_rest_selective) j["checkpoint_rest"] = "selective";
+  if (p.sac_save != kTorchtitanSacSave &&
+      (p.checkpointing == Checkpointing::kSelective || p.checkpoint_rest_selective)) {
+    j["sac_save"] = SacSaveToString(p.sac_save);
+  }
+  if (p.checkpointing == Checkpointing::kBlocks) j["checkpoint_blocks"] = BlockRunsToString(p.checkpoint_blocks);
   if (p.checkpoint_reentrant) j["checkpoint_reentrant"] = true;
   j["offload"] = ToString(p.offload);
   if (p.activation_offload != ActivationOffload::kNone) j["activation_offload"] = ToString(p.activation_offload);

@@ -21,7 +21,9 @@ inline constexpr int kPlanSchemaVersion = 1;
 // min_num_params, embedding_unit, head_unit}, micro_batch, seq_len, grad_accum, no_sync,
 // checkpointing "none"|"full"|"selective"|"every"|"first", checkpoint_every_k, checkpoint_first_k
 // (the first k blocks of each stack), checkpoint_rest "none"|"selective" (with "first": what the
-// other blocks run; absent: none), offload, param_dtype,
+// other blocks run; absent: none), sac_save "wq+wv+w1+w2+sdpa" (with "selective" or "first":
+// the op-level SAC save set; absent: torchtitan's), checkpointing "blocks" with checkpoint_blocks
+// "0-3=full,4-11=sac:wq+sdpa,12-31=none" (--checkpointing blocks:'s runs), offload, param_dtype,
 // reduce_dtype, master_dtype, frozen_dtype (absent: master_dtype), reshard_after_forward,
 // forward_prefetch, backward_prefetch, max_inflight_allgathers, optimizer, optimizer_impl,
 // attention, modeling, loss_fp32_upcast, keep_logits, cp, cp_fsdp_mesh, role, frozen_prefixes,

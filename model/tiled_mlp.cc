@@ -61,6 +61,7 @@ BlockActivations TiledMlpBlockActivations(const ModelSpec& spec, const Activatio
   }
   out.full.elementwise_traffic_per_token = full.full.elementwise_traffic_per_token;
   out.selective_per_token = std::min(t.selective_per_token, out.full.saved_per_token);
+  if (shards > 1) out.sac_ops.clear();  // op-level SAC save sets are not modelled over the tiles
   out.checkpoint_input_per_token = full.checkpoint_input_per_token;
   if (shards == 1) {
     out.full.forward_ops = full.full.forward_ops;

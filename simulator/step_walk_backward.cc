@@ -224,7 +224,11 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
     double re_elem = Checkpointed(b) || Selective(b) ? 1.0 : 0.0;
     // Selective (torchtitan op SAC) reruns the mms its policy did not save
     // (BlockActivations::selective_recompute_matmul_flops_per_token).
-    double re_sac = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_matmul_flops_per_token : 0;
+    const auto sac = ExplicitSac(b);
+    double re_sac = re_mm == 0 && re_elem > 0
+                        ? (sac ? Blk(b).SacRecomputeMatmulFlopsPerToken(*sac)
+                               : Blk(b).selective_recompute_matmul_flops_per_token)
+                        : 0;
     Cur().matmul_flops = ((BackwardMatmulRatio(seg) + re_mm) * mm +
                           (kMatmulBackwardRatio + re_mm) * AdapterFlopsPerToken(seg) +
                           (re_mm > 0 ? 0 : TiledRecomputeFlopsPerToken(b)) + re_sac) *
@@ -235,7 +239,9 @@ void Walker::BackwardCompute(int seg, int64_t grads) {
                                               (re_elem > 0 ? 1 : 0) * Blk(b).full.forward_ops);
     Cur().host_python_kernels = static_cast<int16_t>(re_elem > 0 ? Blk(b).full.forward_ops : 0);
     // ... and the attention core where its policy keeps none of it (eager attention).
-    double re_attn = re_mm == 0 && re_elem > 0 ? Blk(b).selective_recompute_attention : 0;
+    double re_attn = re_mm == 0 && re_elem > 0
+                         ? (sac ? Blk(b).SacRecomputeAttention(*sac) : Blk(b).selective_recompute_attention)
+                         : 0;
     Cur().attention_flops = (kAttentionBackwardRatio + re_mm + re_attn) * attn * tokens_;
     Cur().memory_bytes = (kElementwiseBackwardRatio + re_elem) * elem * tokens_;
     Free(SavedCategory(b), SavedPool(b), BlockSavedBytes(b));

@@ -485,11 +485,19 @@ bool Walker::Checkpointed(int block) const { return model::BlockCheckpointed(p_,
 
 bool Walker::Selective(int block) const { return model::BlockSelective(p_, block, nv_); }
 
+std::optional<model::SacSave> Walker::ExplicitSac(int block) const {
+  if (!Selective(block) || !Blk(block).HasOpSac()) return std::nullopt;
+  const model::SacSave save = model::BlockSacSave(p_, block, nv_);
+  if (save == model::kTorchtitanSacSave) return std::nullopt;
+  return save;
+}
+
 double Walker::BlockSaved(int block) const {
   // No graph before the first segment backward reaches (and none at all under no_grad).
   if (!p_.Trains() || !Backprops(model::BlockSegment(block))) return 0;
   // Full checkpointing keeps the block input of every block backward reaches (to recompute it).
   if (Checkpointed(block)) return Blk(block).checkpoint_input_per_token;
+  if (const auto sac = ExplicitSac(block)) return Blk(block).SacSavedPerToken(*sac);
   if (Selective(block)) return Blk(block).selective_per_token;
   return Blk(block).full.saved_per_token;
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/context_parallel.h"
@@ -120,6 +121,9 @@ class Walker {
   int64_t GatheredBytes(size_t i) const;
   bool Checkpointed(int block) const;
   bool Selective(int block) const;  // model::BlockSelective
+  // A selective block's explicit op-level SAC save set (model::BlockSacSave), or nullopt where
+  // it runs the block's own selective rule (torchtitan's, or the per-piece recompute).
+  std::optional<model::SacSave> ExplicitSac(int block) const;
   double BlockSaved(int block) const;
   // What autograd keeps for the block that does not scale with tokens: HF DeepSeek's router
   // matmul F.linear(x.float(), W.float()) saves the fp32 copy of its weight [E, H] for the input's

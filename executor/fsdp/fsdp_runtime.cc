@@ -45,9 +45,10 @@ TransformerOptions ModelOptions(const model::ModelSpec& spec, const model::Plan&
   t.rope_local_theta = filled.rope_local_theta;
   t.dtype = ToScalarType(plan.param_dtype);
   t.sdpa = plan.attention == model::Attention::kSdpa;
-  t.selective = plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective;
-  if (plan.checkpoint_rest_selective) {
-    // first:K+selective: the text layers after the first k (model::BlockSelective).
+  t.selective = model::AnySelectiveBlock(plan);
+  if (t.selective && plan.checkpointing != model::Checkpointing::kSelective) {
+    // first:K+selective (the text layers after the first k) or blocks: (its selective runs):
+    // model::BlockSelective.
     const int nv = spec.VisionBlocks();
     for (int l = 0; l < spec.num_layers; ++l) t.selective_layers.push_back(model::BlockSelective(plan, nv + l, nv));
   }
@@ -79,8 +80,7 @@ std::vector<model::FsdpUnit> Specs(const std::vector<FlatParamGroup>& groups) {
 // (model::TorchtitanOpSacApplies, with the block's trainability as model/trainable.h derives it).
 std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& plan) {
   std::vector<bool> out(static_cast<size_t>(spec.num_layers), false);
-  if (!(plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective) ||
-      plan.modeling != model::Modeling::kTorchtitan || !plan.Trains()) {
+  if (!model::AnySelectiveBlock(plan) || plan.modeling != model::Modeling::kTorchtitan || !plan.Trains()) {
     return out;
   }
   std::vector<model::FsdpUnit> units = model::ApplyTrainability(
@@ -187,6 +187,7 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     seg.name = model::SegmentName(spec, s);
     const bool block = transformer_.IsBlockSegment(s), text = block && !transformer_.IsVisionSegment(s);
     seg.op_sac = text && op_sac[static_cast<size_t>(s - 1 - nv)];
+    if (seg.op_sac) seg.sac_save = model::BlockSacSave(plan, s - 1, nv);
     seg.recompute = block && (Recomputes(spec, plan, s - 1) || seg.op_sac);
     seg.fn = [this, s](const at::Tensor& x) { return transformer_.Segment(impl_->table, s, x, at::Tensor()); };
   }
@@ -314,7 +315,7 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     at::Tensor y;
     try {
       y = !grad || !seg.recompute ? transformer_.Segment(m.table, s, x, labels)
-          : seg.op_sac            ? SacRecompute(&seg.fn, x, transformer_.sac_tape())
+          : seg.op_sac            ? SacRecompute(&seg.fn, x, transformer_.sac_tape(), seg.sac_save)
                                   : Recompute(&seg.fn, x, side);
     } catch (...) {
       if (offload != nullptr) offload->CancelLayer();

@@ -40,7 +40,8 @@ struct FsdpRuntime::Impl {
     std::vector<int> starting, ending, covering;  // unit indices
     std::string name;
     bool recompute = false;  // activation checkpointing
-    bool op_sac = false;     // ... as torchtitan's op SAC (SacRecompute)
+    bool op_sac = false;     // ... as op-level SAC (SacRecompute)
+    model::SacSave sac_save = model::kTorchtitanSacSave;  // op_sac: what the block keeps
     SegmentFn fn;            // for Recompute
     // Its output required grad in the last forward, so its backward runs (false for frozen
     // segments before the first trainable parameter).

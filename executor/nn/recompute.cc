@@ -113,10 +113,13 @@ struct PieceFunction : public torch::autograd::Function<PieceFunction> {
 // tape is off and empty again when the pass ends, by return or by exception.
 class TapePass {
  public:
-  TapePass(SacTape* tape, SacTape::Mode mode, std::vector<at::Tensor> outputs = {}) : tape_(tape) {
+  TapePass(SacTape* tape, SacTape::Mode mode, model::SacSave save, std::vector<at::Tensor> outputs = {})
+      : tape_(tape) {
     SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
     tape->mode = mode;
+    tape->save = save;
     tape->mm_count = 0;
+    tape->proj_count = 0;
     tape->next = 0;
     tape->saved = std::move(outputs);
   }
@@ -134,13 +137,14 @@ class TapePass {
 // SacRecompute's node: forward (no grad) records the tape, backward replays it.
 struct SacFunction : public torch::autograd::Function<SacFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const SegmentFn* fn,
-                               SacTape* tape) {
+                               SacTape* tape, int64_t save) {
     ctx->saved_data["fn"] = PointerBits(fn);
     ctx->saved_data["tape"] = PointerBits(tape);
+    ctx->saved_data["save"] = save;
     at::Tensor y;
     c10::List<at::Tensor> outputs;
     {
-      TapePass pass(tape, SacTape::Mode::kRecord);
+      TapePass pass(tape, SacTape::Mode::kRecord, static_cast<model::SacSave>(save));
       y = (*fn)(x);
       for (at::Tensor& t : tape->saved) outputs.push_back(std::move(t));
     }
@@ -163,16 +167,23 @@ struct SacFunction : public torch::autograd::Function<SacFunction> {
     at::Tensor y;
     {
       // The pass's end lets go of what the rerun did not take; its graph holds what it needs.
-      TapePass pass(tape, SacTape::Mode::kReplay, std::move(outputs));
+      TapePass pass(tape, SacTape::Mode::kReplay, static_cast<model::SacSave>(ctx->saved_data["save"].toInt()),
+                    std::move(outputs));
       at::AutoGradMode enable(true);
       y = (*fn)(x);
       SHARDTUNE_CHECK(tape->next == tape->saved.size())
           << "the rerun took " << tape->next << " saved outputs, the forward saved " << tape->saved.size();
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
-    return {x.grad(), at::Tensor(), at::Tensor()};
+    return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// y = x W^T (+ b) with y's value the saved output. Variadic in the bias so that an undefined
+// tensor is never an autograd input.
+at::Tensor ReplayDx(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& x) {
+  return at::mm(dy, w).view(x.sizes());
+}
 
 struct ReplayLinearFunction : public torch::autograd::Function<ReplayLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& x,
@@ -188,9 +199,30 @@ struct ReplayLinearFunction : public torch::autograd::Function<ReplayLinearFunct
     const at::Tensor& w = s[1];
     at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});  // [rows, out]
     at::Tensor dx, dw;
-    if (ctx->needs_input_grad(1)) dx = at::mm(dy, w).view(x.sizes());
+    if (ctx->needs_input_grad(1)) dx = ReplayDx(dy, w, x);
     if (ctx->needs_input_grad(2)) dw = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
     return {at::Tensor(), dx, dw};
+  }
+};
+
+// ... and with a bias (aten.addmm): db is the rows' sum of dy.
+struct ReplayAffineFunction : public torch::autograd::Function<ReplayAffineFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& x,
+                               const at::Tensor& w, const at::Tensor& /*b*/) {
+    ctx->save_for_backward({x, w});
+    return {saved.alias()};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list s = ctx->get_saved_variables();
+    const at::Tensor& x = s[0];
+    const at::Tensor& w = s[1];
+    at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});
+    at::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(1)) dx = ReplayDx(dy, w, x);
+    if (ctx->needs_input_grad(2)) dw = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
+    if (ctx->needs_input_grad(3)) db = dy.sum(0);
+    return {at::Tensor(), dx, dw, db};
   }
 };
 
@@ -234,12 +266,12 @@ at::Tensor SacTape::TakeSaved() {
   return std::move(saved[next++]);
 }
 
-at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape) {
-  return SacFunction::apply(x, fn, tape)[0];
+at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape, model::SacSave save) {
+  return SacFunction::apply(x, fn, tape, static_cast<int64_t>(save))[0];
 }
 
-at::Tensor ReplayLinear(const at::Tensor& saved, const at::Tensor& x, const at::Tensor& w) {
-  return ReplayLinearFunction::apply(saved, x, w)[0];
+at::Tensor ReplayLinear(const at::Tensor& saved, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? ReplayAffineFunction::apply(saved, x, w, b)[0] : ReplayLinearFunction::apply(saved, x, w)[0];
 }
 
 at::Tensor RecomputePiece(PieceFn fn, double arg, const std::vector<at::Tensor>& inputs) {

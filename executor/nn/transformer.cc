@@ -373,14 +373,14 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 
 at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,
                              bool bias, bool conv1d) const {
-  // torchtitan's op SAC: a bias-free nn.Linear is one aten.mm, counted; the odd-numbered ones
-  // are saved in forward and handed back to the rerun (a biased one is aten.addmm: neither
-  // counted nor saved, recomputed like any other op).
-  const bool taped = sac_.Active() && !bias && !conv1d && sac_.CountMmSaved();
+  // Op SAC: the tape's policy says whether this projection's output is saved in forward and
+  // handed back to the rerun (torchtitan's: a bias-free nn.Linear is one aten.mm, counted, the
+  // odd-numbered ones saved; a biased one is aten.addmm, neither counted nor saved).
+  const bool taped = sac_.Active() && !conv1d && sac_.SavesProjection(bias);
   const at::Tensor& w = Get(p, module + ".weight");
-  at::Tensor y = taped && sac_.mode == SacTape::Mode::kReplay
-                     ? ReplayLinear(sac_.TakeSaved(), x, w)
-                     : Dense(x, w, Maybe(p, module + ".bias", bias), conv1d);
+  const at::Tensor b = Maybe(p, module + ".bias", bias);
+  at::Tensor y = taped && sac_.mode == SacTape::Mode::kReplay ? ReplayLinear(sac_.TakeSaved(), x, w, b)
+                                                              : Dense(x, w, b, conv1d);
   if (taped) sac_.Record(y);
   auto a = p.find(module + ".lora_A.default.weight");  // model/trainable.h's (PEFT's) names
   if (a == p.end()) return y;

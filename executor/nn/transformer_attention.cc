@@ -226,6 +226,7 @@ at::Tensor Transformer::Core(at::Tensor q, at::Tensor k, at::Tensor v, int64_t w
   // bytes kept between forward and backward are torchtitan's and the backward costs one more
   // attention forward than torchtitan's. Eager attention's bmm and softmax are not in the list.
   [[maybe_unused]] auto taped = [this](at::Tensor o) {
+    if (!sac_.SavesSdpa()) return o;  // a save set without sdpa: the kernel reruns, nothing kept
     sac_.Record(o);
     if (sac_.mode == SacTape::Mode::kReplay) sac_.TakeSaved();
     return o;

@@ -186,7 +186,7 @@ std::vector<std::string> VisionRunProblems(const RunOptions& o) {
   if (plan.cp > 1) p.push_back("--cp " + std::to_string(plan.cp) + ": expected 1 for " + what + " (run does not split a VL model's sequences yet)");
   if (plan.packed_seq_len > 0) p.push_back("packed rows: " + what + " is not run packed yet (drop --max-tokens-per-micro-batch)");
   if (o.lengths.uniform()) p.push_back("--lengths: " + what + " runs fixed-length sequences only");
-  if (plan.checkpointing == model::Checkpointing::kSelective || plan.checkpoint_rest_selective) {
+  if (model::AnySelectiveBlock(plan)) {
     p.push_back("--checkpointing " + model::CheckpointingSpecToString(plan) + ": " + what +
                 "'s blocks are not run with selective recompute (use full, every:K or first:K)");
   }
@@ -250,7 +250,7 @@ void ValidateRun(const RunOptions& o, int world_size) {
     // dropped-and-refilled storages are not copied through it. A VL tower's blocks are FSDP
     // layers of verl's too, which run's offload does not group.
     const std::string what = std::string("--activation-offload ") + model::ToString(o.plan.activation_offload);
-    if (o.plan.checkpointing == model::Checkpointing::kSelective || o.plan.checkpoint_rest_selective) {
+    if (model::AnySelectiveBlock(o.plan)) {
       problems.push_back(what + ": expected --checkpointing none, full, every:K or first:K with it (verl "
                                 "offloads beside none or full), got " + model::CheckpointingSpecToString(o.plan));
     }

@@ -232,7 +232,8 @@ TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
                            "first:3+selective+selective"}) {
     EXPECT_THAT([&] { ParseCheckpointingSpec(text, "--checkpointing", &p); },
                 ThrowsMessage<InputError>(HasSubstr(
-                    "--checkpointing: expected none, full, selective, every:K, first:K or first:K+selective")))
+                    "--checkpointing: expected none, full, selective, every:K, first:K, first:K+selective (K >= 1), "
+                    "sac:OPS")))
         << text;
   }
   EXPECT_THAT([&] { ParseCheckpointingSpec("selectiv", "--checkpointing", &p); },
