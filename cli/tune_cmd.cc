@@ -16,6 +16,7 @@
 #include "cli/job_args.h"
 #include "cli/tune_measure.h"
 #include "planner/search_json.h"
+#include "model/activations.h"
 #include "model/context_parallel.h"
 #include "model/expert_parallel.h"
 #include "model/errors.h"
@@ -257,7 +258,10 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
   // RefineBlockCheckpointing: checkpointing plans narrowed to the first K blocks that must rerun.
   if (r.refined_checkpointing > 0) {
     out << "; " << r.refined_checkpointing << " checkpointing plan" << (r.refined_checkpointing == 1 ? "" : "s")
-        << " narrowed to the fewest leading blocks that must rerun (first:K)";
+        << (r.refined_block_policies == 0
+                ? " narrowed to the fewest leading blocks that must rerun (first:K)"
+                : " narrowed block by block (first:K, or each block kept, rerun whole or op-level SAC with its own "
+                  "save set)");
   }
   out << "\n\n";
   if (r.top.empty()) {
@@ -270,6 +274,9 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << std::setprecision(1) << 100 * t.mfu << "%, step " << std::setprecision(3) << t.step_time_s
           << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n"
           << "     flags: " << planner::PlanAsFlags(t.plan) << "\n";
+      if (model::ExplicitSacSave(t.plan) || t.plan.checkpointing == model::Checkpointing::kBlocks) {
+        out << "     activations: " << model::DescribeBlockPolicy(t.plan) << "\n";
+      }
       if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
     }
     out << "\nPareto front of the simulated plans (less memory, or more throughput, than every other)\n";

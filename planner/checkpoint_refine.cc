@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/plan.h"
+#include "planner/block_levels.h"
 #include "planner/search_rank.h"
 #include "simulator/memory_model.h"
 
@@ -92,6 +94,95 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
   return hi;
 }
 
+// How much more rerun time (a share of the step) the per-block search accepts for a policy over
+// the levels' convex hull (fewer distinct levels) than the exact optimum over all of them: a tenth
+// of kRankTolerance, far below the time model's error, so the answer stays one a person can read
+// and a framework can express.
+constexpr double kSimplerPolicyTolerance = 0.002;
+
+// The per-block policy search applies to a full fine-tune of a text model whose blocks are alike
+// (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels.
+bool AlikeBlocks(const model::ModelSpec& spec, const model::Plan& p) {
+  return spec.VisionBlocks() == 0 && !spec.moe.enabled() && !spec.mla.enabled() && p.cp <= 1 &&
+         p.Trains() && !p.lora.enabled() && p.frozen_prefixes.empty() && p.tiled_mlp_shards <= 1 &&
+         spec.sliding_window == 0 && spec.num_layers >= 2;
+}
+
+// A kBlocks plan of `runs`; one run is written as its uniform policy (none, full, selective,
+// sac:OPS).
+model::Plan WithRuns(model::Plan p, const std::vector<model::BlockRun>& runs) {
+  p.checkpoint_rest_selective = false;
+  p.checkpoint_blocks.clear();
+  p.sac_save = model::kTorchtitanSacSave;
+  if (runs.size() == 1) {
+    switch (runs[0].kind) {
+      case model::BlockRun::Kind::kKeep: p.checkpointing = model::Checkpointing::kNone; break;
+      case model::BlockRun::Kind::kFull: p.checkpointing = model::Checkpointing::kFull; break;
+      case model::BlockRun::Kind::kSac:
+        p.checkpointing = model::Checkpointing::kSelective;
+        p.sac_save = runs[0].save;
+        break;
+    }
+    return p;
+  }
+  p.checkpointing = model::Checkpointing::kBlocks;
+  p.checkpoint_blocks = runs;
+  return p;
+}
+
+// The per-block policy (block_levels.h) for `c`'s plan: the levels' bytes and rerun times, a
+// budget of kept bytes from the replayed need of none and of full (the need grows with the bytes
+// every block keeps, all alive when backward starts; the line through the two ends carries the
+// allocator's rounding), the exact cheapest mix within it, confirmed on the replay and, when the
+// line was optimistic, re-solved with the budget lowered by the overshoot (three tries).
+// nullopt when none fits already, full does not, or the mix is one of the uniform policies the
+// search has.
+std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                              const SearchRequest& req, const Candidate& c, const sim::SimOptions& so,
+                                              const Need& none, const Need& full) {
+  if (none.fits || !full.fits) return std::nullopt;
+  const model::Plan& base = c.plan;
+  const PlanBlock pb = PlanBlockOf(spec, cluster, base, req.options.costs);
+  const std::vector<BlockLevel> levels = pb.Levels();
+  const double tokens = pb.tokens;
+  const model::BlockActivations& b = pb.block;
+  if (levels.size() < 3) return std::nullopt;  // keep and full only: first:K is that search
+  const int n = spec.num_layers;
+  const double bytes_keep = n * levels.back().bytes, bytes_full = n * tokens * b.checkpoint_input_per_token;
+  const double span = static_cast<double>(none.required.count() - full.required.count());
+  if (!(span > 0) || !(bytes_keep > bytes_full)) return std::nullopt;
+  const double slope = span / (bytes_keep - bytes_full);  // replayed bytes per kept byte
+  double budget = bytes_full + static_cast<double>(c.capacity.count() - full.required.count()) / slope;
+  const auto rerun_s = [&levels](const std::vector<int>& counts) {
+    double t = 0;
+    for (size_t l = 0; l < levels.size(); ++l) t += counts[l] * levels[l].rerun_s;
+    return t;
+  };
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::optional<std::vector<int>> counts = CheapestMix(levels, n, budget);
+    if (!counts) return std::nullopt;
+    // The exact answer may mix many save sets for a gain far below the time model's error: the
+    // best mix of two levels stands in for it within kSimplerPolicyTolerance of the step.
+    model::Plan p = WithRuns(base, RunsOf(levels, *counts));
+    if (const std::optional<std::vector<int>> simple = CheapestTwoLevelMix(levels, n, budget);
+        simple && rerun_s(*simple) <= rerun_s(*counts) + kSimplerPolicyTolerance * c.step_time_s) {
+      p = WithRuns(base, RunsOf(levels, *simple));
+    }
+    if (p.checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(p)) {
+      return std::nullopt;  // a uniform policy the search ranks itself
+    }
+    const Need need = Judge(spec, cluster, req, p);
+    if (need.fits) {
+      Candidate out = CandidateOf(p, sim::SimulateStep(spec, cluster, p, so), req, cluster);
+      out.required = need.required;
+      return out;
+    }
+    // Over by the overshoot: lower the budget by it (in kept bytes) and a block's smallest step.
+    budget -= static_cast<double>(need.required.count() - c.capacity.count()) / slope + levels[1].bytes - levels[0].bytes;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
@@ -104,6 +195,9 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
   }
   const int blocks = TextBlocks(spec);
   if (blocks < 2) return;
+  const bool block_policies =
+      allowed.empty() ||
+      std::find(allowed.begin(), allowed.end(), model::Checkpointing::kBlocks) != allowed.end();
   std::set<std::string> listed;
   for (const Candidate& c : result->top) listed.insert(c.key);
   sim::SimOptions so = req.options;
@@ -118,7 +212,8 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     if (refined >= kRefinedPlans) break;
     // A plan that reruns anything (whole blocks, every k-th, or torchtitan's / the per-piece
     // selective recompute of every block) may fit with whole reruns of its first K blocks only.
-    if (c.plan.checkpointing == model::Checkpointing::kNone || c.plan.checkpointing == model::Checkpointing::kFirstK) {
+    if (c.plan.checkpointing == model::Checkpointing::kNone || c.plan.checkpointing == model::Checkpointing::kFirstK ||
+        c.plan.checkpointing == model::Checkpointing::kBlocks) {
       continue;
     }
     ++refined;
@@ -164,6 +259,17 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       if (!(refined_c.objective < c.objective * (1.0 - kRankTolerance))) continue;
       listed.insert(refined_c.key);
       added.push_back(std::move(refined_c));
+    }
+    // Every block its own level (block_levels.h): keep, full, selective, or an op-level SAC save set.
+    if (block_policies && AlikeBlocks(spec, c.plan)) {
+      if (!full) full = Judge(spec, cluster, req, full_plan);
+      const Need none = Judge(spec, cluster, req, WithFirstK(c.plan, 0, false));
+      std::optional<Candidate> mixed = BlockPolicyCandidate(spec, cluster, req, c, so, none, *full);
+      if (mixed && listed.count(mixed->key) == 0 && mixed->objective < c.objective * (1.0 - kRankTolerance)) {
+        listed.insert(mixed->key);
+        added.push_back(std::move(*mixed));
+        ++result->refined_block_policies;
+      }
     }
   }
   if (added.empty()) return;

@@ -150,6 +150,9 @@ struct SearchResult {
   double search_s = 0;  // wall seconds of SearchPlans
   // Plans RefineBlockCheckpointing added to `top` (first:K in place of full checkpointing).
   int refined_checkpointing = 0;
+  // ... of which per-block activation policies (checkpoint_refine.h: every block kept, rerun
+  // whole, or op-level SAC with its own save set).
+  int refined_block_policies = 0;
 };
 
 // The cp degrees the default search space holds for this model, cluster and request.

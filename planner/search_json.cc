@@ -28,6 +28,7 @@ void AppendSearchResultJson(const SearchResult& r, nlohmann::ordered_json* out) 
                {"simulated", r.simulated},
                {"replayed", r.replayed},
                {"refined_checkpointing", r.refined_checkpointing},
+               {"refined_block_policies", r.refined_block_policies},
                {"equivalent_hidden", r.equivalent_hidden},
                {"threads", r.threads},
                {"wall_s", r.search_s}};

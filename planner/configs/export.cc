@@ -251,6 +251,13 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
                      "); written as full (less activation memory, more recompute than the plan)");
     return;
   }
+  if (plan.checkpointing == C::kBlocks) {
+    notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
+                     " checkpoints every whole block or none, not a policy per block (keep, rerun whole, "
+                     "op-level SAC with a save set); written as full (less activation memory, more recompute "
+                     "than the plan)");
+    return;
+  }
   if (plan.checkpointing != C::kSelective && plan.checkpointing != C::kEveryK) return;
   notes->push_back("checkpointing " + model::CheckpointingSpecToString(plan) + ": " + target +
                    " checkpoints every whole block only; written as full (less activation memory, "

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <utility>
 
+#include "model/activations.h"
 #include "planner/configs/export_formats.h"
 #include "planner/configs/torchtitan_models.h"
 
@@ -77,6 +78,13 @@ std::vector<std::string> TorchtitanNotes(const model::Plan& p, const ExportConte
                     "and memory_budget, no first-k" + std::string(p.checkpoint_rest_selective ? " nor a per-block mix" : "") +
                     "; written as mode full (less activation memory, more recompute than the plan)");
   }
+  if (p.checkpointing == model::Checkpointing::kBlocks || model::ExplicitSacSave(p)) {
+    notes.push_back("checkpointing " + model::CheckpointingSpecToString(p) +
+                    ": torchtitan's selective_ac_option \"op\" saves its own list (every second mm, the "
+                    "attention kernel's output) in every block, and memory_budget leaves the choice to the "
+                    "compiler; no per-block policy nor save set of one's own; written as mode full (less "
+                    "activation memory, more recompute than the plan)");
+  }
   AddActivationOffloadNote(p, "torchtitan", &notes);
   if (p.attention == model::Attention::kEager) {
     notes.push_back("attention eager: torchtitan flavors use SDPA (or flex); no eager attention");
@@ -97,13 +105,15 @@ void WriteCheckpointSection(const model::Plan& p, std::ostream& t) {
       t << "mode = \"full\"\n";
       break;
     case model::Checkpointing::kSelective:
-      t << "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+      // A save set of the plan's own has no key: full, with a note (TorchtitanNotes).
+      t << (model::ExplicitSacSave(p) ? "mode = \"full\"\n" : "mode = \"selective\"\nselective_ac_option = \"op\"\n");
       break;
     case model::Checkpointing::kEveryK:
       t << "mode = \"selective\"\nselective_ac_option = "
         << Quote(std::to_string(p.checkpoint_every_k)) << "\n";
       break;
     case model::Checkpointing::kFirstK:  // no first-k mode: full, with a note (TorchtitanNotes)
+    case model::Checkpointing::kBlocks:  // no per-block policy either
       t << "mode = \"full\"\n";
       break;
   }
