@@ -179,10 +179,19 @@ struct SacFunction : public torch::autograd::Function<SacFunction> {
   }
 };
 
-// y = x W^T (+ b) with y's value the saved output. Variadic in the bias so that an undefined
-// tensor is never an autograd input.
-at::Tensor ReplayDx(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& x) {
-  return at::mm(dy, w).view(x.sizes());
+// y = x W^T (+ b) with y's value the saved output: the forward keeps x and W, the backward is
+// aten.mm's (and the rows' sum of dy for the bias). One Function per arity, so that an undefined
+// bias is never an autograd input.
+variable_list ReplayGrads(AutogradContext* ctx, const variable_list& grads, bool bias) {
+  variable_list s = ctx->get_saved_variables();
+  const at::Tensor& x = s[0];
+  const at::Tensor& w = s[1];
+  at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});  // [rows, out]
+  variable_list out{at::Tensor(), at::Tensor(), at::Tensor()};
+  if (ctx->needs_input_grad(1)) out[1] = at::mm(dy, w).view(x.sizes());
+  if (ctx->needs_input_grad(2)) out[2] = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
+  if (bias) out.push_back(ctx->needs_input_grad(3) ? dy.sum(0) : at::Tensor());
+  return out;
 }
 
 struct ReplayLinearFunction : public torch::autograd::Function<ReplayLinearFunction> {
@@ -192,38 +201,16 @@ struct ReplayLinearFunction : public torch::autograd::Function<ReplayLinearFunct
     // A fresh alias: the output is a new tensor of this node, its bytes the saved ones.
     return {saved.alias()};
   }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list s = ctx->get_saved_variables();
-    const at::Tensor& x = s[0];
-    const at::Tensor& w = s[1];
-    at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});  // [rows, out]
-    at::Tensor dx, dw;
-    if (ctx->needs_input_grad(1)) dx = ReplayDx(dy, w, x);
-    if (ctx->needs_input_grad(2)) dw = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
-    return {at::Tensor(), dx, dw};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return ReplayGrads(ctx, grads, false); }
 };
 
-// ... and with a bias (aten.addmm): db is the rows' sum of dy.
 struct ReplayAffineFunction : public torch::autograd::Function<ReplayAffineFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& x,
                                const at::Tensor& w, const at::Tensor& /*b*/) {
     ctx->save_for_backward({x, w});
     return {saved.alias()};
   }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list s = ctx->get_saved_variables();
-    const at::Tensor& x = s[0];
-    const at::Tensor& w = s[1];
-    at::Tensor dy = grads[0].reshape({-1, grads[0].size(-1)});
-    at::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(1)) dx = ReplayDx(dy, w, x);
-    if (ctx->needs_input_grad(2)) dw = at::mm(dy.t(), x.reshape({-1, x.size(-1)}));
-    if (ctx->needs_input_grad(3)) db = dy.sum(0);
-    return {at::Tensor(), dx, dw, db};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return ReplayGrads(ctx, grads, true); }
 };
 
 // What a refill needs; held by the consumers' hooks, emptied by the first refill.

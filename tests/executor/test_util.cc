@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -147,6 +148,20 @@ std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const
   }
   ADD_FAILURE() << "no step 0 peak row in validate's answer for " << dir;
   return {0, 0};
+}
+
+std::pair<double, double> Step0PeakAgainstValidate(const std::string& model, const std::string& out,
+                                                   const std::string& mode, const std::vector<std::string>& extra) {
+  ProcessResult p = RunShardtune(With({"run", "--model", model, "--steps", "1", "--out", out, "--seq-len", "128",
+                                       "--global-batch", "8", "--micro-batch", "8", "--threads", "1", "--precision",
+                                       "fp32", "--max-grad-norm", "0", "--checkpointing", mode, "--attention", "eager"},
+                                      extra));
+  EXPECT_EQ(p.exit_code, 0) << mode << ": " << p.output;
+  if (p.exit_code != 0) return {0, 0};
+  auto [pred, meas] = ValidateStep0Peak(model, out);
+  std::cout << mode << ": step-0 peak " << meas << " B measured, " << pred << " B predicted ("
+            << (pred / meas - 1) * 100 << "%)" << std::endl;
+  return {pred, meas};
 }
 
 void ExpectInputError(const std::vector<std::string>& args, const std::string& want) {

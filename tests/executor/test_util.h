@@ -78,6 +78,14 @@ void ExpectResumeReproducesLosses(
 // row (tracked bytes): {predicted, measured}. A failure is an ADD_FAILURE and {0, 0}.
 std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const std::string& dir);
 
+// One step of `model` with --checkpointing `mode` on one rank, 8 sequences of 128 tokens in one
+// micro-batch, fp32, eager attention (activations dominate the step-0 peak, no peer's
+// reduce-scatter moves it), `extra` flags appended, written to `out`; then ValidateStep0Peak of
+// it, printed with the error as "MODE: step-0 peak ... measured, ... predicted (...%)".
+std::pair<double, double> Step0PeakAgainstValidate(const std::string& model, const std::string& out,
+                                                   const std::string& mode,
+                                                   const std::vector<std::string>& extra = {});
+
 // The executor's test data folder (tests/executor/data) and a model file in it.
 std::string DataPath(const std::string& name);
 
