@@ -84,7 +84,10 @@ std::string PlanLine(const model::Plan& p, const sim::MemoryReport& r, int64_t s
   o << ", checkpointing " << model::CheckpointingSpecToString(p) << ", offload "
     << model::ToString(p.offload)
     << (p.activation_offload == model::ActivationOffload::kVerlAsync
-            ? " + activations to pinned host memory layer by layer (verl's enable_activation_offload)"
+            ? (p.activation_offload_blocks > 0
+                   ? " + the first " + std::to_string(p.activation_offload_blocks) +
+                         " blocks' activations to pinned host memory layer by layer (verl's handler)"
+                   : std::string(" + activations to pinned host memory layer by layer (verl's enable_activation_offload)"))
             : "")
     << ", " << model::ToString(p.param_dtype) << " params / "
     << model::ToString(p.reduce_dtype) << " reduce, " << model::ToString(p.optimizer) << " ("

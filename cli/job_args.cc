@@ -210,7 +210,7 @@ std::vector<std::string> JobProblems(const model::ModelSpec& spec, const profile
   // CPU ranks keep their activations in host RAM already: verl's offload would copy RAM to RAM.
   if (cluster.cpu_only && !executor_run && plan.activation_offload != model::ActivationOffload::kNone) {
     problems.push_back(plan_where + ":/activation_offload: expected none on CPU ranks (" + cluster.name +
-                       ": their activations are in host RAM already), got " + model::ToString(plan.activation_offload));
+                       ": their activations are in host RAM already), got " + model::ActivationOffloadSpecToString(plan));
   }
   if (spec.Problems("").empty()) {  // the model's names and shapes are needed for these checks
     for (auto& p : model::TrainabilityProblems(spec, plan, plan.ResolvedSeqLen(spec.max_seq_len),

@@ -172,11 +172,12 @@ const std::vector<FlagSpec>& Flags() {
       {"--offload", "none|optimizer|all", kPlanFlag, &Opt<&PlanFlags::offload>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->offload = ParseEnum<Offload>(f.offload, s.name); }},
       {"--activation-offload",
-       "none|verl_async: saved activations to pinned host memory, one layer at a time, as verl's "
-       "enable_activation_offload does (every block but the last; two on the GPU at a time)",
+       "none|verl_async|first:K: saved activations to pinned host memory, one layer at a time, as verl's "
+       "enable_activation_offload does (every block but the last; two on the GPU at a time), or of the "
+       "first K blocks only",
        kPlanFlag, &Opt<&PlanFlags::activation_offload>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         p->activation_offload = ParseEnum<model::ActivationOffload>(f.activation_offload, s.name);
+         model::ParseActivationOffloadSpec(f.activation_offload, s.name, p);
        }},
       {"--reference",
        "none|fsdp2_root|fsdp1_blocks|adapters_off: a reference model's no_grad forward inside each micro-batch, "

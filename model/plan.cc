@@ -398,6 +398,15 @@ std::vector<std::string> Plan::Problems(const std::string& where, int world, int
            max_inflight_allgathers);
   // verl offloads by FSDP layer (activation_offload.py get_layers: the fully_shard children), and
   // wraps every decoder layer (fsdp_utils.py apply_fsdp2): one unit per block.
+  if (activation_offload_blocks != 0) {
+    p.Expect(activation_offload == ActivationOffload::kVerlAsync && activation_offload_blocks >= 1 &&
+                 (num_layers <= 0 || activation_offload_blocks < num_layers),
+             "activation_offload_blocks",
+             "with activation_offload verl_async, an integer from 1 to " +
+                 (num_layers > 0 ? std::to_string(num_layers - 1) + " (the model's blocks less the last)"
+                                 : std::string("the model's blocks less one")),
+             activation_offload_blocks);
+  }
   if (activation_offload != ActivationOffload::kNone && wrap.kind != WrapPolicy::Kind::kBlock) {
     p.Add("activation_offload", "none unless wrap is block (verl offloads one FSDP layer, a block, at a time)",
           std::string(ToString(activation_offload)) + " with wrap " + WrapSpecToString(wrap));
@@ -642,6 +651,27 @@ void ParseCheckpointingSpec(const std::string& text, const std::string& where, P
   plan->checkpointing = ParseEnum<Checkpointing>(kind, where);
   plan->checkpoint_rest_selective = false;
   if (plan->checkpointing == Checkpointing::kSelective) plan->sac_save = kTorchtitanSacSave;
+}
+
+void ParseActivationOffloadSpec(const std::string& text, const std::string& where, Plan* plan) {
+  int64_t k = 0;
+  if (text.rfind("first:", 0) == 0) {
+    if (!ParseCount(text.substr(6), &k) || k < 1 || k > INT32_MAX) {
+      BadSpec(where, "none, verl_async or first:K (K >= 1: the first K blocks)", text, "");
+    }
+    plan->activation_offload = ActivationOffload::kVerlAsync;
+    plan->activation_offload_blocks = static_cast<int>(k);
+    return;
+  }
+  plan->activation_offload = ParseEnum<ActivationOffload>(text, where);
+  plan->activation_offload_blocks = 0;
+}
+
+std::string ActivationOffloadSpecToString(const Plan& plan) {
+  if (plan.activation_offload == ActivationOffload::kVerlAsync && plan.activation_offload_blocks > 0) {
+    return "first:" + std::to_string(plan.activation_offload_blocks);
+  }
+  return ToString(plan.activation_offload);
 }
 
 std::string SacSaveToString(SacSave save) {

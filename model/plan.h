@@ -263,6 +263,11 @@ struct Plan {
   bool checkpoint_reentrant = false;
   Offload offload = Offload::kNone;
   ActivationOffload activation_offload = ActivationOffload::kNone;
+  // kVerlAsync: 0 offloads every block but the last (verl's enable_activation_offload); k >= 1
+  // only the first k text blocks, the next one closing the last group as verl's handler does for
+  // k + 1 layers ("--activation-offload first:K": issue #46's per-block offload, the rest keep
+  // their activations on the GPU).
+  int activation_offload_blocks = 0;
   DType param_dtype = DType::kBf16;   // compute dtype of gathered params
   DType reduce_dtype = DType::kFp32;  // gradient reduce-scatter / all-reduce dtype
   DType master_dtype = DType::kFp32;  // dtype of the sharded (master) params and optimizer state
@@ -443,6 +448,11 @@ std::string WrapSpecToString(const WrapPolicy& w);
 // "blocks:0-3=full,4-11=sac:wq+wv+w1+w2+sdpa,12-31=none" (each run "A-B=" or "A=" then full,
 // none, selective or sac:OPS)). Throws InputError.
 void ParseCheckpointingSpec(const std::string& text, const std::string& where, Plan* plan);
+// Parses --activation-offload "none|verl_async|first:K" into plan->activation_offload and
+// activation_offload_blocks (first:K: verl's handler over the first K blocks). Throws InputError.
+void ParseActivationOffloadSpec(const std::string& text, const std::string& where, Plan* plan);
+// The --activation-offload text of the plan ("none", "verl_async", "first:8").
+std::string ActivationOffloadSpecToString(const Plan& plan);
 // The --checkpointing text of the plan ("every:2", "first:12", "first:12+selective", "full", ...).
 std::string CheckpointingSpecToString(const Plan& plan);
 // Whether block `block` (a VL model's `vision_blocks` tower blocks first, then the text blocks)

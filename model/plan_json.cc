@@ -81,6 +81,9 @@ WrapPolicy ReadWrap(StrictReader* r) {
 void ReadPrecisionAndComm(StrictReader* r, Plan* p) {
   p->offload = OptEnum(r, "offload", p->offload);
   p->activation_offload = OptEnum(r, "activation_offload", p->activation_offload);
+  RejectUnless(r, p->activation_offload == ActivationOffload::kVerlAsync, "activation_offload_blocks",
+               "\"activation_offload\": \"verl_async\"");
+  p->activation_offload_blocks = OptInt(r, "activation_offload_blocks", p->activation_offload_blocks);
   p->param_dtype = OptEnum(r, "param_dtype", p->param_dtype);
   p->reduce_dtype = OptEnum(r, "reduce_dtype", p->reduce_dtype);
   p->master_dtype = OptEnum(r, "master_dtype", p->master_dtype);
@@ -269,6 +272,7 @@ nlohmann::ordered_json PlanToJson(const Plan& p) {
   if (p.checkpoint_reentrant) j["checkpoint_reentrant"] = true;
   j["offload"] = ToString(p.offload);
   if (p.activation_offload != ActivationOffload::kNone) j["activation_offload"] = ToString(p.activation_offload);
+  if (p.activation_offload_blocks != 0) j["activation_offload_blocks"] = p.activation_offload_blocks;
   j["param_dtype"] = ToString(p.param_dtype);
   j["reduce_dtype"] = ToString(p.reduce_dtype);
   j["master_dtype"] = ToString(p.master_dtype);

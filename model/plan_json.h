@@ -23,7 +23,8 @@ inline constexpr int kPlanSchemaVersion = 1;
 // (the first k blocks of each stack), checkpoint_rest "none"|"selective" (with "first": what the
 // other blocks run; absent: none), sac_save "wq+wv+w1+w2+sdpa" (with "selective" or "first":
 // the op-level SAC save set; absent: torchtitan's), checkpointing "blocks" with checkpoint_blocks
-// "0-3=full,4-11=sac:wq+sdpa,12-31=none" (--checkpointing blocks:'s runs), offload, param_dtype,
+// "0-3=full,4-11=sac:wq+sdpa,12-31=none" (--checkpointing blocks:'s runs), offload,
+// activation_offload, activation_offload_blocks (with "verl_async": the first k blocks), param_dtype,
 // reduce_dtype, master_dtype, frozen_dtype (absent: master_dtype), reshard_after_forward,
 // forward_prefetch, backward_prefetch, max_inflight_allgathers, optimizer, optimizer_impl,
 // attention, modeling, loss_fp32_upcast, keep_logits, cp, cp_fsdp_mesh, role, frozen_prefixes,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -27,6 +28,7 @@ int TextBlocks(const model::ModelSpec& spec) { return spec.num_layers; }
 struct Need {
   bool fits = false;
   Bytes required;
+  Bytes pinned;  // pinned host bytes per rank of verl's activation offload (one micro-batch's)
 };
 
 Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
@@ -38,7 +40,7 @@ Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, c
   mo.skip_repeated_micro_batches = true;
   mo.host_estimate = false;
   sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, p, mo, false);
-  return {est.report.fits, est.report.required};
+  return {est.report.fits, est.report.required, Bytes::Of(est.program.activation_offload_pinned_bytes)};
 }
 
 // The real k at which the line through (lo, lo_need) and (hi, hi_need) reaches `capacity` (a
@@ -69,7 +71,7 @@ model::Plan WithFirstK(model::Plan p, int k, bool rest_selective = false) {
 // probe is InterpolatedK rounded up, halved when the interpolation stalls, so it ends in
 // O(log(hi - lo)) probes and usually in two or three.
 int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-                  const model::Plan& base, bool rest_selective, int lo, Bytes lo_need, int hi, Bytes hi_need,
+                  const std::function<model::Plan(int)>& plan_of, int lo, Bytes lo_need, int hi, Bytes hi_need,
                   Bytes capacity, Bytes* need) {
   bool halve = false;
   while (hi - lo > 1) {
@@ -78,7 +80,7 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
       probe = std::clamp(static_cast<int>(std::ceil(InterpolatedK(lo, lo_need, hi, hi_need, capacity))), lo + 1,
                          hi - 1);
     }
-    const Need n = Judge(spec, cluster, req, WithFirstK(base, probe, rest_selective));
+    const Need n = Judge(spec, cluster, req, plan_of(probe));
     const int before = hi - lo;
     if (n.fits) {
       hi = probe;
@@ -94,11 +96,27 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
   return hi;
 }
 
+// The plan with verl's activation offload over its first k blocks and no checkpointing (k = 0:
+// none at all; k = blocks - 1: verl's own, every block but the last).
+model::Plan WithOffloadedFirstK(model::Plan p, int k, int blocks) {
+  p.checkpointing = model::Checkpointing::kNone;
+  p.checkpoint_rest_selective = false;
+  p.checkpoint_blocks.clear();
+  p.sac_save = model::kTorchtitanSacSave;
+  p.activation_offload = k > 0 ? model::ActivationOffload::kVerlAsync : model::ActivationOffload::kNone;
+  p.activation_offload_blocks = k > 0 && k < blocks - 1 ? k : 0;
+  return p;
+}
+
 // How much more rerun time (a share of the step) the per-block search accepts for a policy over
 // the levels' convex hull (fewer distinct levels) than the exact optimum over all of them: a tenth
 // of kRankTolerance, far below the time model's error, so the answer stays one a person can read
 // and a framework can express.
 constexpr double kSimplerPolicyTolerance = 0.002;
+
+// Replays the per-block search spends bracketing its budget of kept bytes (each a caching-allocator
+// replay of the plan, about as costly as the list's own confirmation).
+constexpr int kBudgetProbes = 3;
 
 // The per-block policy search applies to a full fine-tune of a text model whose blocks are alike
 // (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels.
@@ -146,41 +164,68 @@ std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, cons
   const std::vector<BlockLevel> levels = pb.Levels();
   const double tokens = pb.tokens;
   const model::BlockActivations& b = pb.block;
-  if (levels.size() < 3) return std::nullopt;  // keep and full only: first:K is that search
+  // Without op-level SAC the levels are keep, full and selective: first:K and first:K+selective
+  // (above) search those mixes already.
+  if (!pb.block.HasOpSac() || levels.size() < 3) return std::nullopt;
   const int n = spec.num_layers;
   const double bytes_keep = n * levels.back().bytes, bytes_full = n * tokens * b.checkpoint_input_per_token;
   const double span = static_cast<double>(none.required.count() - full.required.count());
   if (!(span > 0) || !(bytes_keep > bytes_full)) return std::nullopt;
-  const double slope = span / (bytes_keep - bytes_full);  // replayed bytes per kept byte
-  double budget = bytes_full + static_cast<double>(c.capacity.count() - full.required.count()) / slope;
   const auto rerun_s = [&levels](const std::vector<int>& counts) {
     double t = 0;
     for (size_t l = 0; l < levels.size(); ++l) t += counts[l] * levels[l].rerun_s;
     return t;
   };
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // The policy within a budget of kept bytes: the exact mix, or the best mix of two levels when it
+  // reruns at most kSimplerPolicyTolerance of the step more (the exact one may mix many save sets
+  // for a gain far below the time model's error).
+  const auto policy_at = [&](double budget) -> std::optional<model::Plan> {
     const std::optional<std::vector<int>> counts = CheapestMix(levels, n, budget);
     if (!counts) return std::nullopt;
-    // The exact answer may mix many save sets for a gain far below the time model's error: the
-    // best mix of two levels stands in for it within kSimplerPolicyTolerance of the step.
-    model::Plan p = WithRuns(base, RunsOf(levels, *counts));
     if (const std::optional<std::vector<int>> simple = CheapestTwoLevelMix(levels, n, budget);
         simple && rerun_s(*simple) <= rerun_s(*counts) + kSimplerPolicyTolerance * c.step_time_s) {
-      p = WithRuns(base, RunsOf(levels, *simple));
+      return WithRuns(base, RunsOf(levels, *simple));
     }
-    if (p.checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(p)) {
-      return std::nullopt;  // a uniform policy the search ranks itself
+    return WithRuns(base, RunsOf(levels, *counts));
+  };
+  // The largest budget whose policy fits on the replay, bracketed between full everywhere (fits)
+  // and none (does not): each probe interpolated on the two ends' needs (the need grows with the
+  // kept bytes), halved when the interpolation stalls, at most kBudgetProbes replays, ending
+  // when the bracket is narrower than the smallest step between two levels.
+  double min_step = bytes_keep;
+  for (size_t l = 1; l < levels.size(); ++l) min_step = std::min(min_step, levels[l].bytes - levels[l - 1].bytes);
+  double lo = bytes_full, hi = bytes_keep;
+  double lo_need = static_cast<double>(full.required.count()), hi_need = static_cast<double>(none.required.count());
+  std::optional<model::Plan> best;
+  Bytes best_need;
+  bool halve = false;
+  for (int probe = 0; probe < kBudgetProbes && hi - lo > min_step; ++probe) {
+    double budget = (lo + hi) / 2;
+    if (!halve && hi_need > lo_need) {
+      budget = lo + (static_cast<double>(c.capacity.count()) - lo_need) / (hi_need - lo_need) * (hi - lo);
+      budget = std::clamp(budget, lo + min_step / 2, hi - min_step / 2);
     }
-    const Need need = Judge(spec, cluster, req, p);
+    const double before = hi - lo;
+    const std::optional<model::Plan> p = policy_at(budget);
+    if (!p) break;
+    const Need need = Judge(spec, cluster, req, *p);
     if (need.fits) {
-      Candidate out = CandidateOf(p, sim::SimulateStep(spec, cluster, p, so), req, cluster);
-      out.required = need.required;
-      return out;
+      lo = budget;
+      lo_need = static_cast<double>(need.required.count());
+      best = *p;
+      best_need = need.required;
+    } else {
+      hi = budget;
+      hi_need = static_cast<double>(need.required.count());
     }
-    // Over by the overshoot: lower the budget by it (in kept bytes) and a block's smallest step.
-    budget -= static_cast<double>(need.required.count() - c.capacity.count()) / slope + levels[1].bytes - levels[0].bytes;
+    halve = !halve && 2 * (hi - lo) > before;
   }
-  return std::nullopt;
+  if (!best || (best->checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(*best))) {
+    return std::nullopt;  // nothing fits between the ends, or a uniform policy the search ranks itself
+  }
+  Candidate out = CandidateOf(*best, sim::SimulateStep(spec, cluster, *best, so), req, cluster);
+  out.required = best_need;
+  return out;
 }
 
 }  // namespace
@@ -198,6 +243,11 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
   const bool block_policies =
       allowed.empty() ||
       std::find(allowed.begin(), allowed.end(), model::Checkpointing::kBlocks) != allowed.end();
+  // Offloading leading blocks trades checkpointing for none: only where the space lets it choose
+  // none and activation offload (CPU ranks keep their activations in host memory already).
+  const bool block_offload =
+      block_policies && !cluster.cpu_only && req.base.activation_offload == model::ActivationOffload::kNone &&
+      (allowed.empty() || std::find(allowed.begin(), allowed.end(), model::Checkpointing::kNone) != allowed.end());
   std::set<std::string> listed;
   for (const Candidate& c : result->top) listed.insert(c.key);
   sim::SimOptions so = req.options;
@@ -246,8 +296,9 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       if (!full) full = Judge(spec, cluster, req, full_plan);
       if (!full->fits) break;
       Bytes need;
-      const int k = LeastFittingK(spec, cluster, req, full_plan, rest_selective, 0, low.required, blocks,
-                                  full->required, c.capacity, &need);
+      const int k = LeastFittingK(
+          spec, cluster, req, [&](int probe) { return WithFirstK(full_plan, probe, rest_selective); }, 0,
+          low.required, blocks, full->required, c.capacity, &need);
       if (k >= blocks) continue;  // every block must rerun: full it is
       const model::Plan p = WithFirstK(full_plan, k, rest_selective);
       if (listed.count(PlanKey(p)) > 0) continue;
@@ -269,6 +320,50 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
         listed.insert(mixed->key);
         added.push_back(std::move(*mixed));
         ++result->refined_block_policies;
+      }
+    }
+    // The first K blocks' activations to pinned host memory instead of any rerun (verl's
+    // handler over them; its copies overlap the next block's compute, the simulation says how
+    // much shows), for the least K that fits: between none and verl's every block but the last.
+    if (block_offload && c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
+        c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() && blocks >= 3) {
+      // A cheap screen first, as for first:K: the walk's needs of the two ends put K near its
+      // interpolation, and the plan one block below it (optimistic) must beat its source by the
+      // tolerance, or no replay is spent (more blocks offloaded only add copies).
+      const Need none_w = Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, 0, blocks), true);
+      const Need most_w = Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, blocks - 1, blocks), true);
+      bool promising = !none_w.fits && most_w.fits && none_w.required > most_w.required;
+      if (promising) {
+        const double k_w = InterpolatedK(0, none_w.required, blocks - 1, most_w.required, c.capacity);
+        const int optimistic = std::clamp(static_cast<int>(std::floor(k_w)) - 1, 1, blocks - 1);
+        const double best_s =
+            sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, optimistic, blocks), so).step_time.count();
+        promising = best_s < c.step_time_s * (1.0 - kRankTolerance);
+      }
+      const Need none = promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, 0, blocks)) : Need{};
+      const Need most =
+          promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, blocks - 1, blocks)) : Need{};
+      if (promising && !none.fits && most.fits) {
+        Bytes need;
+        const int k = LeastFittingK(
+            spec, cluster, req, [&](int probe) { return WithOffloadedFirstK(c.plan, probe, blocks); }, 0,
+            none.required, blocks - 1, most.required, c.capacity, &need);
+        const model::Plan p = WithOffloadedFirstK(c.plan, k, blocks);
+        // Its pinned host copies, every rank of a host together, beside each process's own
+        // baseline, must fit the host's RAM (the search judges the GPU only).
+        const double host_need =
+            static_cast<double>(cluster.GpusPerHost()) *
+            static_cast<double>(Judge(spec, cluster, req, p, true).pinned.count() +
+                                req.options.memory.constants.host_process_baseline.count());
+        if (listed.count(PlanKey(p)) == 0 && host_need <= static_cast<double>(cluster.HostMemoryPerHost().count())) {
+          Candidate o = CandidateOf(p, sim::SimulateStep(spec, cluster, p, so), req, cluster);
+          o.required = need;
+          if (o.objective < c.objective * (1.0 - kRankTolerance)) {
+            listed.insert(o.key);
+            added.push_back(std::move(o));
+            ++result->refined_block_policies;
+          }
+        }
       }
     }
   }

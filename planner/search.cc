@@ -185,7 +185,7 @@ std::string PlanKey(const Plan& p) {
   if (p.ep > 1) k += " ep=" + std::to_string(p.ep);
   if (p.loss_kernel != model::LossKernel::kCrossEntropy) k += " loss=" + std::string(model::ToString(p.loss_kernel));
   if (p.activation_offload != model::ActivationOffload::kNone) {
-    k += " activation_offload=" + std::string(model::ToString(p.activation_offload));
+    k += " activation_offload=" + model::ActivationOffloadSpecToString(p);
   }
   if (p.reference != model::InStepReference::kNone) k += " reference=" + std::string(model::ToString(p.reference));
   return k;
@@ -207,7 +207,7 @@ std::string PlanAsFlags(const Plan& p) {
   f += " --checkpointing " + model::CheckpointingSpecToString(p);
   f += " --offload " + std::string(model::ToString(p.offload));
   if (p.activation_offload != model::ActivationOffload::kNone) {
-    f += " --activation-offload " + std::string(model::ToString(p.activation_offload));
+    f += " --activation-offload " + model::ActivationOffloadSpecToString(p);
   }
   if (p.reshard_after_forward != model::StrategyReshardsAfterForward(p.strategy)) {
     f += std::string(" --reshard-after-forward ") + (p.reshard_after_forward ? "true" : "false");

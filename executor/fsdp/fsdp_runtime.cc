@@ -193,8 +193,13 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   }
   // verl's enable_activation_offloading: every FSDP layer (the text blocks under block wrapping)
   // a group, and nothing below three layers (verl/utils/activation_offload.py).
+  // With activation_offload_blocks k the handler covers the first k + 1 blocks (k offloaded
+  // groups, the next block closing the last one), the rest keep theirs without it.
   if (plan.activation_offload == model::ActivationOffload::kVerlAsync && spec.num_layers >= 3) {
-    m.activation_offload = std::make_unique<ActivationOffload>(spec.num_layers, options.device);
+    const int layers = plan.activation_offload_blocks > 0 ? std::min(plan.activation_offload_blocks + 1, spec.num_layers)
+                                                          : spec.num_layers;
+    m.activation_offload = std::make_unique<ActivationOffload>(layers, options.device);
+    m.activation_offload_layers = layers;
   }
 }
 
@@ -302,8 +307,10 @@ at::Tensor FsdpRuntime::Forward(const at::Tensor& tokens, const at::Tensor& labe
     // verl's offload context spans the layer's forward once FSDP gathered it (its hooks wrap the
     // module's forward, inside fully_shard's pre- and post-forward), checkpoint included.
     ActivationOffload* offload =
-        grad && transformer_.IsBlockSegment(s) && !transformer_.IsVisionSegment(s) ? m.activation_offload.get()
-                                                                                   : nullptr;
+        grad && transformer_.IsBlockSegment(s) && !transformer_.IsVisionSegment(s) &&
+                s - 1 - transformer_.spec().VisionBlocks() < m.activation_offload_layers
+            ? m.activation_offload.get()
+            : nullptr;
     if (offload != nullptr) {
       std::vector<at::Tensor> layer_params;
       for (int u : seg.covering) {

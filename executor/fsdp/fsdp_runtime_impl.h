@@ -74,6 +74,7 @@ struct FsdpRuntime::Impl {
   // verl's activation offload (Plan::activation_offload verl_async) over the text blocks; null
   // without it or below three blocks (verl turns it off there).
   std::unique_ptr<ActivationOffload> activation_offload;
+  int activation_offload_layers = 0;  // the text blocks its handler covers (the first ones)
 
   // fsdp_runtime.cc
   void Issue(int unit);

@@ -49,7 +49,9 @@ CopyKey KeyOf(const at::Tensor& t) {
 
 struct ActivationOffload::Impl {
   Impl(int layers, const at::Device& d) : num_layers(layers), num_offload_group(layers - 1), device(d) {
-    SHARDTUNE_CHECK(layers >= 3) << "verl offloads activations of three layers or more, got " << layers;
+    // verl enables it for three layers or more (enable_activation_offloading); a handler over the
+    // first k + 1 of them (Plan::activation_offload_blocks) has two or more.
+    SHARDTUNE_CHECK(layers >= 2) << "the offload handler needs two layers or more, got " << layers;
     // layer_window_map (AsyncDoubleBufferGroupOffloadHandler.__init__): the layer at whose forward
     // commit group i's copy is waited for and its device tensors dropped.
     int constant = 0;

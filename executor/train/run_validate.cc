@@ -249,7 +249,7 @@ void ValidateRun(const RunOptions& o, int world_size) {
     // checkpoint (activation_offload.py enable_activation_offloading); selective recompute's
     // dropped-and-refilled storages are not copied through it. A VL tower's blocks are FSDP
     // layers of verl's too, which run's offload does not group.
-    const std::string what = std::string("--activation-offload ") + model::ToString(o.plan.activation_offload);
+    const std::string what = std::string("--activation-offload ") + model::ActivationOffloadSpecToString(o.plan);
     if (model::AnySelectiveBlock(o.plan)) {
       problems.push_back(what + ": expected --checkpointing none, full, every:K or first:K with it (verl "
                                 "offloads beside none or full), got " + model::CheckpointingSpecToString(o.plan));

@@ -267,7 +267,7 @@ void AddBlockCheckpointNote(const model::Plan& plan, const std::string& target,
 void AddActivationOffloadNote(const model::Plan& plan, const std::string& target,
                               std::vector<std::string>* notes) {
   if (plan.activation_offload == model::ActivationOffload::kNone) return;
-  notes->push_back(std::string("activation_offload ") + model::ToString(plan.activation_offload) + ": " + target +
+  notes->push_back(std::string("activation_offload ") + model::ActivationOffloadSpecToString(plan) + ": " + target +
                    " has no switch for verl's per-layer activation offload; written without it (the "
                    "activations stay on the GPU: more memory than the plan)");
 }

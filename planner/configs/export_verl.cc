@@ -91,6 +91,11 @@ std::vector<std::string> VerlNotes(const model::Plan& p, const ExportContext& ct
                     "expert: estimate that plan with --ep 1)");
   }
   AddBlockCheckpointNote(p, target, &notes);
+  if (p.activation_offload_blocks > 0) {
+    notes.push_back("activation_offload " + model::ActivationOffloadSpecToString(p) + ": " + target +
+                    "'s enable_activation_offload offloads every layer but the last; written as that (less GPU "
+                    "memory, more PCIe traffic and pinned host memory than the plan)");
+  }
   AddFusedLossNote(p, target, &notes);
   if (p.liger.any() && !(p.liger.rms_norm && p.liger.swiglu && p.liger.rope)) {
     // import_verl.cc ReadModel: use_liger applies Liger's defaults, all three.

@@ -159,7 +159,9 @@ std::pair<double, double> Step0PeakAgainstValidate(const std::string& model, con
   EXPECT_EQ(p.exit_code, 0) << mode << ": " << p.output;
   if (p.exit_code != 0) return {0, 0};
   auto [pred, meas] = ValidateStep0Peak(model, out);
-  std::cout << mode << ": step-0 peak " << meas << " B measured, " << pred << " B predicted ("
+  std::string label = mode;
+  for (const std::string& f : extra) label += " " + f;
+  std::cout << label << ": step-0 peak " << meas << " B measured, " << pred << " B predicted ("
             << (pred / meas - 1) * 100 << "%)" << std::endl;
   return {pred, meas};
 }

@@ -159,5 +159,31 @@ TEST(OpSacActivationsTest, SaveSetsAreRefusedWhereOpSacDoesNotApply) {
   EXPECT_TRUE(OpSacProblems(spec, Parsed("blocks:0-1=selective,2-3=full"), "plan").empty());
 }
 
+// --activation-offload first:K: verl's handler over the first K blocks (issue #46's per-block
+// offload); the plan JSON carries K, and K must leave the last block on the device.
+TEST(BlockOffloadPlanTest, FirstKParsesRoundTripsAndIsChecked) {
+  Plan p;
+  ParseActivationOffloadSpec("first:5", "--activation-offload", &p);
+  EXPECT_EQ(p.activation_offload, ActivationOffload::kVerlAsync);
+  EXPECT_EQ(p.activation_offload_blocks, 5);
+  EXPECT_EQ(ActivationOffloadSpecToString(p), "first:5");
+  const Plan back = PlanFromJson(nlohmann::json::parse(PlanToJson(p).dump()), "plan.json");
+  EXPECT_EQ(back.activation_offload_blocks, 5);
+  ParseActivationOffloadSpec("verl_async", "--activation-offload", &p);
+  EXPECT_EQ(p.activation_offload_blocks, 0);
+  EXPECT_EQ(ActivationOffloadSpecToString(p), "verl_async");
+  for (const std::string bad : {"first:0", "first:x", "first:", "verl"}) {
+    EXPECT_THROW(ParseActivationOffloadSpec(bad, "--activation-offload", &p), InputError) << bad;
+  }
+  ParseActivationOffloadSpec("first:8", "--activation-offload", &p);
+  const auto problems = p.Problems("plan", 1, 1, 8, 0);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0],
+            "plan:/activation_offload_blocks: expected with activation_offload verl_async, an integer from 1 to 7 "
+            "(the model's blocks less the last), got 8");
+  EXPECT_TRUE(Parsed("none").Problems("plan", 1, 1, 8, 0).empty());
+  EXPECT_THROW(PlanFromJson(nlohmann::json{{"activation_offload_blocks", 3}}, "plan.json"), InputError);
+}
+
 }  // namespace
 }  // namespace shardtune::model

@@ -175,5 +175,40 @@ TEST(BlockLevelsTest, TuneAnswersAPerBlockPolicyThatBeatsEveryUniformOne) {
   EXPECT_FALSE(sim::EstimateMemoryWithProgram(spec, cluster, none, mo, false).report.fits);
 }
 
+// Activation offload of the leading blocks (--activation-offload first:K) in place of any rerun:
+// Llama-3-70B on a GB200 NVL72 rack, 72 x 16384 tokens. Over NVLink-C2C the copies hide behind
+// the blocks' compute, so offloading K blocks beats first:K+selective on the GPU, but each GPU's
+// pinned copies (K blocks of ~6 GiB) exceed its share of the tray's 960 GB of host RAM: the
+// search leaves it out. With the host RAM of a cluster file that has room for them it is the
+// answer, and it fits on the replay with K the least that does.
+TEST(BlockOffloadTest, LeadingBlocksOffloadWhereTheHostHasRoomForThem) {
+  const auto spec = model::FindModelPreset("llama3-70b");
+  profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("nvl72");
+  SearchRequest req;
+  req.global_batch = 72;
+  req.seq_len = 16384;
+  req.top_k = 2;
+  req.space.cp_sizes = {1};
+  req.space.strategies = {model::ShardingStrategy::kFullShard};
+  const SearchResult tight = SearchPlans(spec, cluster, req);
+  ASSERT_FALSE(tight.top.empty());
+  EXPECT_EQ(tight.top.front().plan.activation_offload, model::ActivationOffload::kNone) << tight.top.front().key;
+  cluster.host_memory_per_node = Bytes::GiB(64 * 1024);
+  const SearchResult roomy = SearchPlans(spec, cluster, req);
+  ASSERT_FALSE(roomy.top.empty());
+  const model::Plan& best = roomy.top.front().plan;
+  ASSERT_EQ(best.activation_offload, model::ActivationOffload::kVerlAsync) << roomy.top.front().key;
+  const int k = best.activation_offload_blocks;
+  ASSERT_GT(k, 0);
+  EXPECT_LT(roomy.top.front().step_time_s, tight.top.front().step_time_s * (1.0 - kRankTolerance));
+  sim::MemoryOptions mo = req.options.memory;
+  mo.skip_repeated_micro_batches = true;
+  mo.host_estimate = false;
+  EXPECT_TRUE(sim::EstimateMemoryWithProgram(spec, cluster, best, mo, false).report.fits);
+  model::Plan fewer = best;
+  fewer.activation_offload_blocks = k - 1;
+  EXPECT_FALSE(sim::EstimateMemoryWithProgram(spec, cluster, fewer, mo, false).report.fits);
+}
+
 }  // namespace
 }  // namespace shardtune::planner

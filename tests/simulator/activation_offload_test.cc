@@ -4,6 +4,7 @@
 // copied to pinned host blocks of a power-of-two size) and the block's own activation ledger.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/activations.h"
@@ -86,6 +87,39 @@ TEST(ActivationOffloadTest, TwoBlocksStayOnTheGpuAndTheOthersArePinnedOnTheHost)
   // The planner's lower bound stays below the walk's peak.
   ModelCache cache;
   EXPECT_LE(AllocatedLowerBound(spec, c, off_plan, o, &cache), off.report.peak_allocated);
+}
+
+// --activation-offload first:K (issue #46): the handler over the first K blocks and the one after,
+// which closes the last group. At the forward's end every offloaded block is off the GPU (block
+// K's commit dropped block K-1's copy source) and the L - K others keep theirs; in backward two
+// blocks are on the GPU at a time (the one computing, the one coming back), so the saved
+// tensors peak at max(L - K, 2) blocks. K blocks are pinned on the host, and K copies go out and
+// come back per micro-batch. K = L - 1 is verl's own.
+TEST(ActivationOffloadTest, TheFirstKBlocksOffloadAndTheRestKeepTheirs) {
+  const model::ModelSpec spec = model::FindModelPreset("llama3-8b");
+  const profiles::ClusterSpec c = profiles::ParseClusterShorthand("8xH100");
+  const int L = spec.num_layers;
+  model::Plan plan = Llama8bPlan(model::ActivationOffload::kVerlAsync);
+  const model::BlockActivations blk = model::ComputeBlockActivations(spec, model::ActivationOptionsFor(plan, kTokens));
+  const auto block_saved = static_cast<int64_t>(blk.full.saved_per_token * kTokens);
+  int64_t per_block_pinned = 0;
+  for (const auto& t : blk.full.saved) per_block_pinned += PowerOfTwoCeil(static_cast<int64_t>(t.bytes_per_token * kTokens));
+  MemoryOptions o;
+  const MemoryEstimate verl = EstimateMemoryWithProgram(spec, c, plan, o);
+  const std::string saved = "activations saved for backward";
+  Bytes last_peak;
+  for (int k : {4, 16, L - 1}) {
+    plan.activation_offload_blocks = k;
+    const MemoryEstimate est = EstimateMemoryWithProgram(spec, c, plan, o);
+    EXPECT_EQ(CategoryPeak(est.report, saved).count(), std::max(L - k, 2) * block_saved) << k;
+    EXPECT_EQ(est.report.activation_offload_pinned.count(), k * per_block_pinned) << k;
+    int d2h = 0;
+    for (const ProgramOp& op : est.program.ops) d2h += op.unit < 0 && op.kind == OpKind::kDeviceToHost;
+    EXPECT_EQ(d2h, 2 * plan.grad_accum * k) << k;
+    if (k > 4) EXPECT_LT(est.report.peak_allocated, last_peak) << k;
+    last_peak = est.report.peak_allocated;
+  }
+  EXPECT_EQ(last_peak, verl.report.peak_allocated);  // first:(L-1) is verl's every block but the last
 }
 
 TEST(ActivationOffloadTest, FewerThanThreeLayersOffloadNothing) {
