@@ -120,10 +120,14 @@ constexpr int kBudgetProbes = 3;
 
 // The per-block policy search applies to a full fine-tune of a text model whose blocks are alike
 // (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels.
+// Without op-level SAC (model::TorchtitanOpSacApplies) the levels would be keep, full and
+// selective, whose mixes first:K and first:K+selective search already: checked before any replay.
 bool AlikeBlocks(const model::ModelSpec& spec, const model::Plan& p) {
   return spec.VisionBlocks() == 0 && !spec.moe.enabled() && !spec.mla.enabled() && p.cp <= 1 &&
          p.Trains() && !p.lora.enabled() && p.frozen_prefixes.empty() && p.tiled_mlp_shards <= 1 &&
-         spec.sliding_window == 0 && spec.num_layers >= 2;
+         spec.sliding_window == 0 && spec.num_layers >= 2 &&
+         model::TorchtitanOpSacApplies(spec, model::ActivationOptionsFor(p, p.ResolvedSeqLen(spec.max_seq_len)),
+                                       model::Trainability{});
 }
 
 // A kBlocks plan of `runs`; one run is written as its uniform policy (none, full, selective,
@@ -164,9 +168,7 @@ std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, cons
   const std::vector<BlockLevel> levels = pb.Levels();
   const double tokens = pb.tokens;
   const model::BlockActivations& b = pb.block;
-  // Without op-level SAC the levels are keep, full and selective: first:K and first:K+selective
-  // (above) search those mixes already.
-  if (!pb.block.HasOpSac() || levels.size() < 3) return std::nullopt;
+  if (!pb.block.HasOpSac() || levels.size() < 3) return std::nullopt;  // as AlikeBlocks checked
   const int n = spec.num_layers;
   const double bytes_keep = n * levels.back().bytes, bytes_full = n * tokens * b.checkpoint_input_per_token;
   const double span = static_cast<double>(none.required.count() - full.required.count());
