@@ -150,6 +150,17 @@ std::pair<double, double> ValidateStep0Peak(const std::string& model_path, const
   return {0, 0};
 }
 
+void ExpectSameTraining(const std::string& want, const std::string& got, const std::string& what) {
+  const std::map<int64_t, double> lw = Losses(want), lg = Losses(got), gw = GradNorms(want), gg = GradNorms(got);
+  ASSERT_FALSE(lw.empty()) << what;
+  ASSERT_EQ(lg.size(), lw.size()) << what;
+  for (const auto& [step, loss] : lw) {
+    EXPECT_NEAR(lg.at(step), loss, 1e-6 * std::fabs(loss)) << what << ", step " << step;
+  }
+  ASSERT_TRUE(gw.count(1) == 1 && gg.count(1) == 1) << what;
+  EXPECT_NEAR(gg.at(1), gw.at(1), 1e-6 * gw.at(1)) << what;
+}
+
 std::pair<double, double> Step0PeakAgainstValidate(const std::string& model, const std::string& out,
                                                    const std::string& mode, const std::vector<std::string>& extra) {
   ProcessResult p = RunShardtune(With({"run", "--model", model, "--steps", "1", "--out", out, "--seq-len", "128",

@@ -65,6 +65,10 @@ void ExpectSameLossCurves(const std::map<int64_t, double>& want, const std::map<
 // step -> loss, and step -> grad_norm, from DIR/measurements.json.
 std::map<int64_t, double> Losses(const std::string& dir);
 std::map<int64_t, double> GradNorms(const std::string& dir);
+// The run in `got` trained the losses of the run in `want` step by step and its step-1 gradient
+// norm, each to 1e-6 relative (a rerun computes the same fp32 ops on the same inputs), over the
+// same number of steps (at least one); `what` names the case in failures.
+void ExpectSameTraining(const std::string& want, const std::string& got, const std::string& what);
 
 // Runs `args_for(out, 4)` uninterrupted, then `args_for(out2, 2)` and `args_for(out2, 4)` (the
 // second resumes from the first's step-2 checkpoint: args_for must ask for --checkpoint-every 2

@@ -305,16 +305,26 @@ TEST(MemoryModelCpuTest, CpuRanksHaveNoCudaContextOrNccl) {
 // they save, so the forward keeps K x the checkpoint input + (L - K) x the full saved bytes
 // (model::ComputeBlockActivations, per token x tokens): every block moved from kept to rerun
 // frees (full - input) x tokens, and first:L is full checkpointing.
+// Llama-3-8B on 8xH100, 2048 tokens: the peak of the saved activations under --checkpointing
+// `ckpt`, and the block's activations at that length.
+constexpr int64_t kFirstKSeq = 2048;
+double SavedUnder(const std::string& ckpt) {
+  Plan p = Short(kFirstKSeq);
+  model::ParseCheckpointingSpec(ckpt, "--checkpointing", &p);
+  return static_cast<double>(CategoryPeak(EstimateMemory(FindModelPreset("llama3-8b"),
+                                                         profiles::ParseClusterShorthand("8xH100"), p),
+                                          "activations saved for backward")
+                                 .count());
+}
+model::BlockActivations Llama8bBlock() {
+  return model::ComputeBlockActivations(FindModelPreset("llama3-8b"),
+                                        model::ActivationOptionsFor(Short(kFirstKSeq), kFirstKSeq));
+}
+
 TEST(MemoryModelTest, FirstKKeepsTheRestOfTheBlocksWhole) {
-  auto s = FindModelPreset("llama3-8b");
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  const int64_t seq = 2048;
-  auto saved = [&](const std::string& ckpt) {
-    Plan p = Short(seq);
-    model::ParseCheckpointingSpec(ckpt, "--checkpointing", &p);
-    return static_cast<double>(CategoryPeak(EstimateMemory(s, c, p), "activations saved for backward").count());
-  };
-  const model::BlockActivations b = model::ComputeBlockActivations(s, model::ActivationOptionsFor(Short(seq), seq));
+  const int64_t seq = kFirstKSeq;
+  const auto saved = SavedUnder;
+  const model::BlockActivations b = Llama8bBlock();
   const double per_block_freed = (b.full.saved_per_token - b.checkpoint_input_per_token) * static_cast<double>(seq);
   ASSERT_GT(per_block_freed, 0);
   const double s8 = saved("first:8"), s16 = saved("first:16"), s24 = saved("first:24");
@@ -329,15 +339,9 @@ TEST(MemoryModelTest, FirstKKeepsTheRestOfTheBlocksWhole) {
 // what selective checkpointing keeps, so moving a block from selective to rerun frees
 // (selective - input) x tokens; first:L is full checkpointing.
 TEST(MemoryModelTest, FirstKWithTheRestSelectiveKeepsTheSelectiveBytesOfTheOthers) {
-  auto s = FindModelPreset("llama3-8b");
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  const int64_t seq = 2048;
-  auto saved = [&](const std::string& ckpt) {
-    Plan p = Short(seq);
-    model::ParseCheckpointingSpec(ckpt, "--checkpointing", &p);
-    return static_cast<double>(CategoryPeak(EstimateMemory(s, c, p), "activations saved for backward").count());
-  };
-  const model::BlockActivations b = model::ComputeBlockActivations(s, model::ActivationOptionsFor(Short(seq), seq));
+  const int64_t seq = kFirstKSeq;
+  const auto saved = SavedUnder;
+  const model::BlockActivations b = Llama8bBlock();
   const double per_block_freed = (b.selective_per_token - b.checkpoint_input_per_token) * static_cast<double>(seq);
   ASSERT_GT(per_block_freed, 0);
   const double s8 = saved("first:8+selective"), s16 = saved("first:16+selective");
