@@ -81,13 +81,34 @@ PlanBlock PlanBlockOf(const model::ModelSpec& spec, const profiles::ClusterSpec&
   const int64_t attn_seq = plan.AttentionSeqLen(seq);
   out.attention_flops_per_token = model::AttentionForwardFlopsPerToken(spec, attn_seq).count();
   out.matmul_flops_per_token = model::MeanBlockForwardFlopsPerToken(spec, attn_seq).count() - out.attention_flops_per_token;
-  out.tokens = static_cast<double>(plan.micro_batch) * static_cast<double>(seq);
+  // This rank's tokens (the walk's tokens_: Ulysses splits each sequence over cp ranks).
+  out.tokens = static_cast<double>(plan.micro_batch) * static_cast<double>(seq / std::max(1, plan.cp));
   return out;
 }
 
 std::vector<BlockLevel> PlanBlock::Levels() const {
   return BlockLevels(block, tokens, attention_flops_per_token, matmul_flops_per_token, rates,
                      block.selective_per_token < block.full.saved_per_token);
+}
+
+BlockLevel PlanBlock::Under(const model::Plan& plan, int index) const {
+  using Kind = model::BlockRun::Kind;
+  const double elem_s = tokens * block.full.elementwise_traffic_per_token * rates.memory_s_per_byte;
+  const double attn_s = tokens * attention_flops_per_token * rates.attention_s_per_flop;
+  if (model::BlockCheckpointed(plan, index, 0)) {
+    return {Kind::kFull, model::kTorchtitanSacSave, tokens * block.checkpoint_input_per_token,
+            elem_s + attn_s + tokens * matmul_flops_per_token * rates.matmul_s_per_flop};
+  }
+  if (!model::BlockSelective(plan, index, 0)) return {Kind::kKeep, model::kTorchtitanSacSave, tokens * block.full.saved_per_token, 0.0};
+  const model::SacSave save = model::BlockSacSave(plan, index, 0);
+  if (save != model::kTorchtitanSacSave && block.HasOpSac()) {
+    return {Kind::kSac, save, tokens * block.SacSavedPerToken(save),
+            elem_s + block.SacRecomputeAttention(save) * attn_s +
+                tokens * block.SacRecomputeMatmulFlopsPerToken(save) * rates.matmul_s_per_flop};
+  }
+  return {Kind::kSac, model::kTorchtitanSacSave, tokens * block.selective_per_token,
+          elem_s + block.selective_recompute_attention * attn_s +
+              tokens * block.selective_recompute_matmul_flops_per_token * rates.matmul_s_per_flop};
 }
 
 std::vector<BlockLevel> LowerHull(const std::vector<BlockLevel>& levels) {

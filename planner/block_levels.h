@@ -59,6 +59,10 @@ struct PlanBlock {
   RerunRates rates;
   // BlockLevels of it (the model's selective rule included where it keeps less than keep).
   std::vector<BlockLevel> Levels() const;
+  // The bytes text block `index` keeps and the seconds its backward reruns, one micro-batch,
+  // under `plan`'s checkpointing (model::BlockCheckpointed, BlockSelective, BlockSacSave), at
+  // the levels' rates.
+  BlockLevel Under(const model::Plan& plan, int index) const;
 };
 PlanBlock PlanBlockOf(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const model::Plan& plan,
                       const sim::CostConstants& costs);

@@ -13,6 +13,8 @@
 #include "model/plan.h"
 #include "planner/block_levels.h"
 #include "planner/search_rank.h"
+#include "profiles/hardware.h"
+#include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
 
 namespace shardtune::planner {
@@ -106,6 +108,45 @@ model::Plan WithOffloadedFirstK(model::Plan p, int k, int blocks) {
   p.activation_offload = k > 0 ? model::ActivationOffload::kVerlAsync : model::ActivationOffload::kNone;
   p.activation_offload_blocks = k > 0 && k < blocks - 1 ? k : 0;
   return p;
+}
+
+// Whether offloading leading blocks can beat `c` at all, at the walk's rates and before any walk.
+// An offloaded block's copy out holds the next block's forward until it is done (verl's forward
+// commit waits for the d2h stream), its copy back its own backward: each costs at least
+// max(0, copy - forward) + max(0, copy - backward) (backward about twice the forward's FLOPs).
+// The offload plan keeps no rerun, so its step is at least c's less c's rerun (each block's, at
+// the levels' rates: PlanBlock::Under) plus that wait for each offloaded block, and it must offload at least
+// the blocks whose activations do not fit where c's plan keeps its own (c's kept bytes and
+// headroom, two blocks on the GPU at a time). Returns that least K, or 0 when the bound cannot
+// beat c by kRankTolerance or the host cannot hold that many blocks' copies.
+int OffloadCanWin(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
+                  const Candidate& c) {
+  const PlanBlock pb = PlanBlockOf(spec, cluster, c.plan, req.options.costs);
+  const model::BlockActivations& b = pb.block;
+  const int n = spec.num_layers;
+  const double block_bytes = pb.tokens * b.full.saved_per_token;
+  if (!(block_bytes > 0)) return 0;
+  const profiles::LinkSpec& copy = profiles::FindLink(cluster.gpu.CopyLink(), "gpu " + cluster.gpu.name);
+  const double copy_bw = copy.bandwidth_per_direction.count() * sim::FamilyEfficiency(copy.family, req.options.costs);
+  const double copy_s = block_bytes / copy_bw;
+  const double fwd_s = pb.tokens * (pb.matmul_flops_per_token * pb.rates.matmul_s_per_flop +
+                                    pb.attention_flops_per_token * pb.rates.attention_s_per_flop);
+  const double wait_s = std::max(0.0, copy_s - fwd_s) + std::max(0.0, copy_s - 2 * fwd_s);
+  double kept = 0, rerun_s = 0;  // what c's plan keeps of every block's activations, and reruns
+  for (int blk = 0; blk < n; ++blk) {
+    const BlockLevel l = pb.Under(c.plan, blk);
+    kept += l.bytes;
+    rerun_s += l.rerun_s;
+  }
+  const double room = kept + static_cast<double>(c.capacity.count() - c.required.count());
+  const int k_least = std::max(1, n - static_cast<int>(std::floor(room / block_bytes)) - 2);
+  const double accum = std::max(1, c.plan.grad_accum);
+  const double rerun_most = accum * rerun_s;
+  // The host must hold at least those blocks' copies (pinned in power-of-two blocks: no less).
+  const double host_least = static_cast<double>(cluster.GpusPerHost()) *
+                            (k_least * block_bytes + static_cast<double>(req.options.memory.constants.host_process_baseline.count()));
+  if (host_least > static_cast<double>(cluster.HostMemoryPerHost().count())) return 0;
+  return accum * k_least * wait_s < rerun_most - kRankTolerance * c.step_time_s ? std::min(k_least, n - 1) : 0;
 }
 
 // How much more rerun time (a share of the step) the per-block search accepts for a policy over
@@ -327,21 +368,19 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     // The first K blocks' activations to pinned host memory instead of any rerun (verl's
     // handler over them; its copies overlap the next block's compute, the simulation says how
     // much shows), for the least K that fits: between none and verl's every block but the last.
-    if (block_offload && c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
-        c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() && blocks >= 3) {
-      // A cheap screen first, as for first:K: the walk's needs of the two ends put K near its
-      // interpolation, and the plan one block below it (optimistic) must beat its source by the
-      // tolerance, or no replay is spent (more blocks offloaded only add copies).
-      const Need none_w = Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, 0, blocks), true);
-      const Need most_w = Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, blocks - 1, blocks), true);
-      bool promising = !none_w.fits && most_w.fits && none_w.required > most_w.required;
-      if (promising) {
-        const double k_w = InterpolatedK(0, none_w.required, blocks - 1, most_w.required, c.capacity);
-        const int optimistic = std::clamp(static_cast<int>(std::floor(k_w)) - 1, 1, blocks - 1);
-        const double best_s =
-            sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, optimistic, blocks), so).step_time.count();
-        promising = best_s < c.step_time_s * (1.0 - kRankTolerance);
-      }
+    // Only for the fastest checkpointing plan of the list, and where OffloadCanWin's bound allows.
+    const int k_least = block_offload && refined == 1 && c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
+                                c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() &&
+                                blocks >= 3 && spec.VisionBlocks() == 0
+                            ? OffloadCanWin(spec, cluster, req, c)
+                            : 0;
+    if (k_least > 0) {
+      // A cheap screen first: the plan with the least K the bound allows (optimistic: more blocks
+      // offloaded only add copies) simulated must beat its source by the tolerance, or no replay
+      // is spent.
+      const double best_s =
+          sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, k_least, blocks), so).step_time.count();
+      const bool promising = best_s < c.step_time_s * (1.0 - kRankTolerance);
       const Need none = promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, 0, blocks)) : Need{};
       const Need most =
           promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, blocks - 1, blocks)) : Need{};
