@@ -111,23 +111,6 @@ BlockLevel PlanBlock::Under(const model::Plan& plan, int index) const {
               tokens * block.selective_recompute_matmul_flops_per_token * rates.matmul_s_per_flop};
 }
 
-std::vector<BlockLevel> LowerHull(const std::vector<BlockLevel>& levels) {
-  // Andrew's monotone chain over points sorted by bytes (the front is), lower side: a point is
-  // dropped while the last two kept and it do not turn counter-clockwise.
-  std::vector<BlockLevel> hull;
-  for (const BlockLevel& l : levels) {
-    while (hull.size() >= 2) {
-      const BlockLevel& a = hull[hull.size() - 2];
-      const BlockLevel& b = hull.back();
-      const double cross = (b.bytes - a.bytes) * (l.rerun_s - a.rerun_s) - (b.rerun_s - a.rerun_s) * (l.bytes - a.bytes);
-      if (cross > 0) break;
-      hull.pop_back();
-    }
-    hull.push_back(l);
-  }
-  return hull;
-}
-
 std::optional<std::vector<int>> CheapestMix(const std::vector<BlockLevel>& levels, int blocks,
                                             double budget_bytes) {
   if (levels.empty() || blocks < 1) return std::nullopt;

@@ -67,11 +67,6 @@ struct PlanBlock {
 PlanBlock PlanBlockOf(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const model::Plan& plan,
                       const sim::CostConstants& costs);
 
-// The levels of `levels` (BlockLevels') on their lower convex hull in (bytes, rerun time): the
-// ones a linear relaxation of CheapestMix would use (at most two adjacent ones), each buying its
-// bytes at a better rate than any mix of its neighbours. Order kept.
-std::vector<BlockLevel> LowerHull(const std::vector<BlockLevel>& levels);
-
 // The assignment of levels to `blocks` alike blocks with the least total rerun time whose kept
 // bytes sum to at most `budget_bytes`: the count of blocks at each level (levels' order). Exact:
 // a dynamic programme over the blocks keeping, for each number of blocks placed, the Pareto front

@@ -149,10 +149,9 @@ int OffloadCanWin(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
   return accum * k_least * wait_s < rerun_most - kRankTolerance * c.step_time_s ? std::min(k_least, n - 1) : 0;
 }
 
-// How much more rerun time (a share of the step) the per-block search accepts for a policy over
-// the levels' convex hull (fewer distinct levels) than the exact optimum over all of them: a tenth
-// of kRankTolerance, far below the time model's error, so the answer stays one a person can read
-// and a framework can express.
+// How much more rerun time (a share of the step) the per-block search accepts for a mix of at most
+// two levels (CheapestTwoLevelMix) than for the exact optimum over all of them: a tenth of
+// kRankTolerance, far below the time model's error, so the answer stays one a person can read.
 constexpr double kSimplerPolicyTolerance = 0.002;
 
 // Replays the per-block search spends bracketing its budget of kept bytes (each a caching-allocator
@@ -193,13 +192,11 @@ model::Plan WithRuns(model::Plan p, const std::vector<model::BlockRun>& runs) {
   return p;
 }
 
-// The per-block policy (block_levels.h) for `c`'s plan: the levels' bytes and rerun times, a
-// budget of kept bytes from the replayed need of none and of full (the need grows with the bytes
-// every block keeps, all alive when backward starts; the line through the two ends carries the
-// allocator's rounding), the exact cheapest mix within it, confirmed on the replay and, when the
-// line was optimistic, re-solved with the budget lowered by the overshoot (three tries).
-// nullopt when none fits already, full does not, or the mix is one of the uniform policies the
-// search has.
+// The per-block policy (block_levels.h) for `c`'s plan: the levels' bytes and rerun times, and
+// the cheapest mix within the largest budget of kept bytes whose policy fits on the replay,
+// bracketed between full and none (the need grows with the bytes every block keeps, all alive
+// when backward starts). nullopt when none fits already, full does not, or the answer is one of
+// the uniform policies the search has.
 std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                                               const SearchRequest& req, const Candidate& c, const sim::SimOptions& so,
                                               const Need& none, const Need& full) {
