@@ -638,16 +638,17 @@ void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const 
   if (!TorchtitanOpSacApplies(spec, opt, t)) return;
   struct Mm {
     double in, out;
-    bool bias;
   };
   const double h = static_cast<double>(spec.hidden), f = static_cast<double>(spec.ffn_hidden);
   const double q = static_cast<double>(spec.q_dim()), kv = static_cast<double>(spec.kv_dim());
   // kSacOpNames order: wq, wk, wv, wo, w1, w3, w2.
-  const Mm order[kSacMatmuls] = {{h, q, spec.qkv_bias},       {h, kv, spec.qkv_bias}, {h, kv, spec.qkv_bias},
-                                 {q, h, spec.attn_out_bias}, {h, f, spec.mlp_bias},  {h, f, spec.mlp_bias},
-                                 {f, h, spec.mlp_bias}};
+  const Mm order[kSacMatmuls] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}};
+  const std::array<bool, kSacMatmuls> bias = SacProjectionBiases(spec);
   b->sac_ops.clear();
-  for (const Mm& m : order) b->sac_ops.push_back({elem_bytes * m.out, 2 * m.in * m.out, m.bias});
+  for (int i = 0; i < kSacMatmuls; ++i) {
+    const Mm& m = order[i];
+    b->sac_ops.push_back({elem_bytes * m.out, 2 * m.in * m.out, bias[static_cast<size_t>(i)]});
+  }
   BlockActivations::SacOp sdpa;
   b->sac_sdpa = opt.attention == Attention::kSdpa;
   if (b->sac_sdpa) {
@@ -1208,16 +1209,24 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   return led;
 }
 
-SacSave BlockActivations::SacOps(SacSave save) const {
+std::array<bool, kSacMatmuls> SacProjectionBiases(const ModelSpec& spec) {
+  return {spec.qkv_bias, spec.qkv_bias, spec.qkv_bias, spec.attn_out_bias, spec.mlp_bias, spec.mlp_bias, spec.mlp_bias};
+}
+
+SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& bias, bool sdpa) {
   if (save != kTorchtitanSacSave) return save & kSacAll;
-  // torchtitan's meta counter numbers the block's aten.mm calls (bias-free projections) in
-  // forward order; the odd-numbered ones are saved, and the SDPA kernel's output.
-  SacSave out = sac_sdpa ? kSacSdpaBit : 0;
+  SacSave out = sdpa ? kSacSdpaBit : 0;
   int mm_count = 0;
   for (int i = 0; i < kSacMatmuls; ++i) {
-    if (!sac_ops[static_cast<size_t>(i)].bias && ++mm_count % 2 == 1) out |= SacSave{1} << i;
+    if (!bias[static_cast<size_t>(i)] && ++mm_count % 2 == 1) out |= SacSave{1} << i;
   }
   return out;
+}
+
+SacSave BlockActivations::SacOps(SacSave save) const {
+  std::array<bool, kSacMatmuls> bias{};
+  for (int i = 0; i < kSacMatmuls; ++i) bias[static_cast<size_t>(i)] = sac_ops[static_cast<size_t>(i)].bias;
+  return ResolveSacSave(save, bias, sac_sdpa);
 }
 
 double BlockActivations::SacSavedPerToken(SacSave save) const {
@@ -1240,17 +1249,6 @@ double BlockActivations::SacRecomputeMatmulFlopsPerToken(SacSave save) const {
 
 double BlockActivations::SacRecomputeAttention(SacSave save) const {
   return sac_sdpa && (SacOps(save) & kSacSdpaBit) != 0 ? 0.0 : 1.0;
-}
-
-bool ExplicitSacSave(const Plan& plan) {
-  if (plan.checkpointing == Checkpointing::kBlocks) {
-    for (const BlockRun& r : plan.checkpoint_blocks) {
-      if (r.kind == BlockRun::Kind::kSac && r.save != kTorchtitanSacSave) return true;
-    }
-    return false;
-  }
-  return (plan.checkpointing == Checkpointing::kSelective || plan.checkpoint_rest_selective) &&
-         plan.sac_save != kTorchtitanSacSave;
 }
 
 std::vector<std::string> OpSacProblems(const ModelSpec& spec, const Plan& plan, const std::string& where) {

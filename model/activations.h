@@ -4,6 +4,7 @@
 // Recomputation in Large Transformer Models", eq. 2 (sbh(34 + 5as/h) for GPT with fp16).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -204,9 +205,6 @@ struct ActivationOptions {
 // Qwen2, Qwen3: SwiGLU MLPs, RMSNorm, full rotary) under --modeling hf. Empty when none is on.
 std::vector<std::string> LigerProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 
-// Whether the plan names an op-level SAC save set of its own (sac:OPS, or a blocks: run with one)
-// rather than the model's selective rule.
-bool ExplicitSacSave(const Plan& plan);
 // Problems of an explicit save set for this model, "where:/checkpointing: expected ..., got ...":
 // the save sets are the ops of a dense SwiGLU block of --modeling torchtitan, trained in full,
 // without Ulysses or a tiled MLP (TorchtitanOpSacApplies). Empty when the plan names none.
@@ -244,6 +242,16 @@ struct Trainability {
 // the executor (executor/fsdp/fsdp_runtime.cc) both decide by this.
 bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
                             const Trainability& t);
+
+// The projections of spec's dense block that carry a bias (aten.addmm), in kSacOpNames order
+// (wq, wk, wv, wo, w1, w3, w2).
+std::array<bool, kSacMatmuls> SacProjectionBiases(const ModelSpec& spec);
+// The op set `save` keeps in a block whose projections carry `bias` and whose attention is SDPA
+// (`sdpa`): itself (its op bits) when explicit; for kTorchtitanSacSave torchtitan's rule, which a
+// meta counter applies to the block's aten.mm calls (bias-free projections) in forward order: the
+// odd-numbered ones are kept, and the SDPA kernel's output. The one rule the estimate
+// (BlockActivations::SacOps) and run (FsdpRuntime's SacTape) follow.
+SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& bias, bool sdpa);
 
 // ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.
 ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);

@@ -529,11 +529,7 @@ namespace {
 bool ParseSacSave(const std::string& text, SacSave* out, std::string* bad) {
   *out = 0;
   if (text == "none") return true;
-  if (text.empty()) return false;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t plus = text.find('+', start);
-    const std::string name = text.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+  for (const std::string& name : Split(text, '+')) {
     int bit = -1;
     for (int i = 0; i < kSacOps; ++i) {
       if (name == kSacOpNames[i]) bit = i;
@@ -543,8 +539,6 @@ bool ParseSacSave(const std::string& text, SacSave* out, std::string* bad) {
       return false;
     }
     *out |= SacSave{1} << bit;
-    if (plus == std::string::npos) break;
-    start = plus + 1;
   }
   return true;
 }
@@ -610,16 +604,8 @@ void ParseCheckpointingSpec(const std::string& text, const std::string& where, P
   }
   if (kind == "blocks" && colon != std::string::npos) {
     std::vector<BlockRun> runs;
-    const std::string body = text.substr(colon + 1);
-    size_t start = 0;
-    while (start <= body.size()) {
-      const size_t comma = body.find(',', start);
-      runs.push_back(ParseBlockRun(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start),
-                                   where, text));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    // Order and coverage need the model's depth: Plan::Problems (BlockRunProblems).
+    for (const std::string& item : SplitCommas(text.substr(colon + 1))) runs.push_back(ParseBlockRun(item, where, text));
+    // Order and coverage need the model's depth: Plan::Problems (BlockRunProblem).
     plan->checkpointing = Checkpointing::kBlocks;
     plan->checkpoint_rest_selective = false;
     plan->checkpoint_blocks = std::move(runs);
@@ -782,6 +768,17 @@ SacSave BlockSacSave(const Plan& plan, int block, int vision_blocks) {
     if (r != nullptr) return r->save;
   }
   return plan.sac_save;
+}
+
+bool ExplicitSacSave(const Plan& plan) {
+  if (plan.checkpointing == Checkpointing::kBlocks) {
+    for (const BlockRun& r : plan.checkpoint_blocks) {
+      if (r.kind == BlockRun::Kind::kSac && r.save != kTorchtitanSacSave) return true;
+    }
+    return false;
+  }
+  return (plan.checkpointing == Checkpointing::kSelective || plan.checkpoint_rest_selective) &&
+         plan.sac_save != kTorchtitanSacSave;
 }
 
 bool AnySelectiveBlock(const Plan& plan) {

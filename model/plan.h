@@ -467,6 +467,9 @@ bool BlockSelective(const Plan& plan, int block, int vision_blocks);
 // Whether any block runs selective checkpointing: selective, first:K+selective, or a blocks: run
 // of selective or sac:OPS.
 bool AnySelectiveBlock(const Plan& plan);
+// Whether the plan names an op-level SAC save set of its own (sac:OPS, or a blocks: run with one)
+// rather than the model's selective rule (model::OpSacProblems says where that is allowed).
+bool ExplicitSacSave(const Plan& plan);
 // The op-level SAC save set of a selective block (BlockSelective): its kBlocks run's, else
 // plan.sac_save.
 SacSave BlockSacSave(const Plan& plan, int block, int vision_blocks);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "model/activations.h"
 #include "model/plan.h"
+#include "model/plan_json.h"
 #include "planner/block_levels.h"
 #include "planner/search_rank.h"
 #include "profiles/hardware.h"
@@ -33,17 +35,36 @@ struct Need {
   Bytes pinned;  // pinned host bytes per rank of verl's activation offload (one micro-batch's)
 };
 
-Need Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-           const model::Plan& p, bool screening = false) {
-  sim::MemoryOptions mo = req.options.memory;
+// The judgements of one refinement: each plan judged once, however many of the searches below
+// (first:K, first:K+selective, the per-block policy, the offloaded blocks) ask for it, since
+// they share their ends (none, full) and a replay costs about as much as a walk.
+class Judge {
+ public:
+  Judge(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req)
+      : spec_(spec), cluster_(cluster), req_(req) {}
+
   // Screening: the walk with the fragmentation allowance (the search's own screening figure),
   // without the replay, which costs about as much again.
-  if (screening) mo.allocator_replay = false;
-  mo.skip_repeated_micro_batches = true;
-  mo.host_estimate = false;
-  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, p, mo, false);
-  return {est.report.fits, est.report.required, Bytes::Of(est.program.activation_offload_pinned_bytes)};
-}
+  Need operator()(const model::Plan& p, bool screening = false) {
+    std::string key = model::PlanToJson(p).dump();
+    if (screening) key += " screening";
+    if (auto it = judged_.find(key); it != judged_.end()) return it->second;
+    sim::MemoryOptions mo = req_.options.memory;
+    if (screening) mo.allocator_replay = false;
+    mo.skip_repeated_micro_batches = true;
+    mo.host_estimate = false;
+    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, mo, false);
+    const Need need{est.report.fits, est.report.required, Bytes::Of(est.program.activation_offload_pinned_bytes)};
+    judged_.emplace(std::move(key), need);
+    return need;
+  }
+
+ private:
+  const model::ModelSpec& spec_;
+  const profiles::ClusterSpec& cluster_;
+  const SearchRequest& req_;
+  std::map<std::string, Need> judged_;
+};
 
 // The real k at which the line through (lo, lo_need) and (hi, hi_need) reaches `capacity` (a
 // block moved from kept to rerun frees about the same bytes as the next); lo when the ends do not
@@ -72,9 +93,8 @@ model::Plan WithFirstK(model::Plan p, int k, bool rest_selective = false) {
 // need (`*need`, the judgement of k = hi when no probe fits below it): a bracketing search whose
 // probe is InterpolatedK rounded up, halved when the interpolation stalls, so it ends in
 // O(log(hi - lo)) probes and usually in two or three.
-int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
-                  const std::function<model::Plan(int)>& plan_of, int lo, Bytes lo_need, int hi, Bytes hi_need,
-                  Bytes capacity, Bytes* need) {
+int LeastFittingK(Judge& judge, const std::function<model::Plan(int)>& plan_of, int lo, Bytes lo_need, int hi,
+                  Bytes hi_need, Bytes capacity, Bytes* need) {
   bool halve = false;
   while (hi - lo > 1) {
     int probe = (lo + hi) / 2;
@@ -82,7 +102,7 @@ int LeastFittingK(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
       probe = std::clamp(static_cast<int>(std::ceil(InterpolatedK(lo, lo_need, hi, hi_need, capacity))), lo + 1,
                          hi - 1);
     }
-    const Need n = Judge(spec, cluster, req, plan_of(probe));
+    const Need n = judge(plan_of(probe));
     const int before = hi - lo;
     if (n.fits) {
       hi = probe;
@@ -198,17 +218,16 @@ model::Plan WithRuns(model::Plan p, const std::vector<model::BlockRun>& runs) {
 // when backward starts). nullopt when none fits already, full does not, or the answer is one of
 // the uniform policies the search has.
 std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                                              const SearchRequest& req, const Candidate& c, const sim::SimOptions& so,
-                                              const Need& none, const Need& full) {
+                                              const SearchRequest& req, Judge& judge, const Candidate& c,
+                                              const sim::SimOptions& so, const Need& none, const Need& full) {
   if (none.fits || !full.fits) return std::nullopt;
   const model::Plan& base = c.plan;
   const PlanBlock pb = PlanBlockOf(spec, cluster, base, req.options.costs);
   const std::vector<BlockLevel> levels = pb.Levels();
-  const double tokens = pb.tokens;
-  const model::BlockActivations& b = pb.block;
   if (!pb.block.HasOpSac() || levels.size() < 3) return std::nullopt;  // as AlikeBlocks checked
   const int n = spec.num_layers;
-  const double bytes_keep = n * levels.back().bytes, bytes_full = n * tokens * b.checkpoint_input_per_token;
+  // The levels ascend in bytes from full (the input only) to keep.
+  const double bytes_keep = n * levels.back().bytes, bytes_full = n * levels.front().bytes;
   const double span = static_cast<double>(none.required.count() - full.required.count());
   if (!(span > 0) || !(bytes_keep > bytes_full)) return std::nullopt;
   const auto rerun_s = [&levels](const std::vector<int>& counts) {
@@ -248,7 +267,7 @@ std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, cons
     const double before = hi - lo;
     const std::optional<model::Plan> p = policy_at(budget);
     if (!p) break;
-    const Need need = Judge(spec, cluster, req, *p);
+    const Need need = judge(*p);
     if (need.fits) {
       lo = budget;
       lo_need = static_cast<double>(need.required.count());
@@ -298,6 +317,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
   so.memory.skip_repeated_micro_batches_in_step0 = true;
   std::vector<Candidate> added;
   int refined = 0;
+  Judge judge(spec, cluster, req);
   for (const Candidate& c : result->top) {
     if (refined >= kRefinedPlans) break;
     // A plan that reruns anything (whole blocks, every k-th, or torchtitan's / the per-piece
@@ -310,8 +330,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     model::Plan full_plan = c.plan;
     full_plan.checkpointing = model::Checkpointing::kFull;
     full_plan.checkpoint_rest_selective = false;
-    std::optional<Need> full;  // judged once, for whichever variant gets that far
-    const Need full_w = Judge(spec, cluster, req, full_plan, true);
+    const Need full_w = judge(full_plan, true);
     // Two per-block mixes: the first K blocks rerun whole and the rest keep everything
     // (first:K), or the rest run selective recompute (first:K+selective), which fits with a
     // smaller K where the model's selective recompute frees much for little time.
@@ -320,7 +339,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       // everywhere) and full put K near its interpolation; the plan with a K below that
       // (optimistic) must beat its source by the tolerance, or no replay is spent on it (either
       // mix only slows as K grows).
-      const Need low_w = Judge(spec, cluster, req, WithFirstK(c.plan, 0, rest_selective), true);
+      const Need low_w = judge(WithFirstK(c.plan, 0, rest_selective), true);
       if (!low_w.fits && low_w.required > full_w.required) {
         const double k_w = InterpolatedK(0, low_w.required, blocks, full_w.required, c.capacity);
         const int optimistic = std::clamp(static_cast<int>(std::floor(k_w)) - 1, 1, blocks - 1);
@@ -328,17 +347,17 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
             sim::SimulateStep(spec, cluster, WithFirstK(full_plan, optimistic, rest_selective), so).step_time.count();
         if (!(best_s < c.step_time_s * (1.0 - kRankTolerance))) continue;
       }
-      const Need low = Judge(spec, cluster, req, WithFirstK(c.plan, 0, rest_selective));
+      const Need low = judge(WithFirstK(c.plan, 0, rest_selective));
       // Without whole-block reruns it fits: the search ranked that plan itself (it is faster).
       if (low.fits) continue;
       // The full plan's need on the same judgement (the list's figure may come from a longer
       // replay in the exhaustive search), so the bracket is the same whichever search listed it.
-      if (!full) full = Judge(spec, cluster, req, full_plan);
-      if (!full->fits) break;
+      const Need full = judge(full_plan);
+      if (!full.fits) break;
       Bytes need;
       const int k = LeastFittingK(
-          spec, cluster, req, [&](int probe) { return WithFirstK(full_plan, probe, rest_selective); }, 0,
-          low.required, blocks, full->required, c.capacity, &need);
+          judge, [&](int probe) { return WithFirstK(full_plan, probe, rest_selective); }, 0, low.required, blocks,
+          full.required, c.capacity, &need);
       if (k >= blocks) continue;  // every block must rerun: full it is
       const model::Plan p = WithFirstK(full_plan, k, rest_selective);
       if (listed.count(PlanKey(p)) > 0) continue;
@@ -353,9 +372,8 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     }
     // Every block its own level (block_levels.h): keep, full, selective, or an op-level SAC save set.
     if (block_policies && AlikeBlocks(spec, c.plan)) {
-      if (!full) full = Judge(spec, cluster, req, full_plan);
-      const Need none = Judge(spec, cluster, req, WithFirstK(c.plan, 0, false));
-      std::optional<Candidate> mixed = BlockPolicyCandidate(spec, cluster, req, c, so, none, *full);
+      std::optional<Candidate> mixed =
+          BlockPolicyCandidate(spec, cluster, req, judge, c, so, judge(WithFirstK(c.plan, 0, false)), judge(full_plan));
       if (mixed && listed.count(mixed->key) == 0 && mixed->objective < c.objective * (1.0 - kRankTolerance)) {
         listed.insert(mixed->key);
         added.push_back(std::move(*mixed));
@@ -378,20 +396,19 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       const double best_s =
           sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, k_least, blocks), so).step_time.count();
       const bool promising = best_s < c.step_time_s * (1.0 - kRankTolerance);
-      const Need none = promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, 0, blocks)) : Need{};
-      const Need most =
-          promising ? Judge(spec, cluster, req, WithOffloadedFirstK(c.plan, blocks - 1, blocks)) : Need{};
+      const Need none = promising ? judge(WithOffloadedFirstK(c.plan, 0, blocks)) : Need{};
+      const Need most = promising ? judge(WithOffloadedFirstK(c.plan, blocks - 1, blocks)) : Need{};
       if (promising && !none.fits && most.fits) {
         Bytes need;
         const int k = LeastFittingK(
-            spec, cluster, req, [&](int probe) { return WithOffloadedFirstK(c.plan, probe, blocks); }, 0,
-            none.required, blocks - 1, most.required, c.capacity, &need);
+            judge, [&](int probe) { return WithOffloadedFirstK(c.plan, probe, blocks); }, 0, none.required,
+            blocks - 1, most.required, c.capacity, &need);
         const model::Plan p = WithOffloadedFirstK(c.plan, k, blocks);
         // Its pinned host copies, every rank of a host together, beside each process's own
         // baseline, must fit the host's RAM (the search judges the GPU only).
         const double host_need =
             static_cast<double>(cluster.GpusPerHost()) *
-            static_cast<double>(Judge(spec, cluster, req, p, true).pinned.count() +
+            static_cast<double>(judge(p, true).pinned.count() +
                                 req.options.memory.constants.host_process_baseline.count());
         if (listed.count(PlanKey(p)) == 0 && host_need <= static_cast<double>(cluster.HostMemoryPerHost().count())) {
           Candidate o = CandidateOf(p, sim::SimulateStep(spec, cluster, p, so), req, cluster);

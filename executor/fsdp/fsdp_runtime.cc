@@ -187,7 +187,11 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     seg.name = model::SegmentName(spec, s);
     const bool block = transformer_.IsBlockSegment(s), text = block && !transformer_.IsVisionSegment(s);
     seg.op_sac = text && op_sac[static_cast<size_t>(s - 1 - nv)];
-    if (seg.op_sac) seg.sac_save = model::BlockSacSave(plan, s - 1, nv);
+    if (seg.op_sac) {
+      // The estimate's rule, resolved once (model::ResolveSacSave, as BlockActivations::SacOps).
+      seg.sac_save = model::ResolveSacSave(model::BlockSacSave(plan, s - 1, nv), model::SacProjectionBiases(spec),
+                                           plan.attention == model::Attention::kSdpa);
+    }
     seg.recompute = block && (Recomputes(spec, plan, s - 1) || seg.op_sac);
     seg.fn = [this, s](const at::Tensor& x) { return transformer_.Segment(impl_->table, s, x, at::Tensor()); };
   }

@@ -41,7 +41,7 @@ struct FsdpRuntime::Impl {
     std::string name;
     bool recompute = false;  // activation checkpointing
     bool op_sac = false;     // ... as op-level SAC (SacRecompute)
-    model::SacSave sac_save = model::kTorchtitanSacSave;  // op_sac: what the block keeps
+    model::SacSave sac_save = 0;  // op_sac: what the block keeps (model::ResolveSacSave)
     SegmentFn fn;            // for Recompute
     // Its output required grad in the last forward, so its backward runs (false for frozen
     // segments before the first trainable parameter).

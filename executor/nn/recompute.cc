@@ -118,7 +118,6 @@ class TapePass {
     SHARDTUNE_CHECK(!tape->Active()) << "nested selective checkpoints on one tape";
     tape->mode = mode;
     tape->save = save;
-    tape->mm_count = 0;
     tape->proj_count = 0;
     tape->next = 0;
     tape->saved = std::move(outputs);

@@ -52,32 +52,28 @@ void DropUntilBackward(const at::Tensor& y, PieceFn fn, double arg,
 
 // Op-level SAC (torch.utils.checkpoint create_selective_checkpoint_contexts): the block is
 // checkpointed whole, and the outputs of the ops its policy saves are kept from the forward and
-// handed back to the rerun in backward instead of recomputing them. The policy is a save set
-// (model::SacSave): torchtitan's as its source writes it (torchtitan/distributed/
-// activation_checkpoint.py SelectiveAC; model/activations.cc TorchtitanOpSac counts the same:
-// every odd-numbered aten.mm of the block, and the SDPA kernel's output), or the ops named
-// (issue #46's per-block save sets, bit i the block's i-th projection in forward order). The
-// transformer asks the tape at each projection and attention core (transformer.cc Proj, Core);
-// SacRecompute drives the modes.
+// handed back to the rerun in backward instead of recomputing them. The policy is a resolved save
+// set (model::ResolveSacSave: torchtitan's rule as its source writes it,
+// torchtitan/distributed/activation_checkpoint.py SelectiveAC, or the ops named in issue #46's
+// per-block save sets): bit i keeps the block's i-th projection in forward order, bit 7 the SDPA
+// kernel's output. The transformer asks the tape at each projection and attention core
+// (transformer.cc Proj, Core); SacRecompute drives the modes.
 struct SacTape {
   enum class Mode { kOff, kRecord, kReplay };
   Mode mode = Mode::kOff;
-  model::SacSave save = model::kTorchtitanSacSave;  // this pass's policy
-  int mm_count = 0;               // this pass's aten.mm calls so far (torchtitan's meta counter)
+  model::SacSave save = 0;        // this pass's policy, resolved (op bits only)
   int proj_count = 0;             // this pass's projections so far (biased ones included)
   std::vector<at::Tensor> saved;  // kRecord: appended in forward order; kReplay: read in order
   size_t next = 0;                // kReplay: the next saved output to hand back
 
   bool Active() const { return mode != Mode::kOff; }
-  // Counts one projection (`bias`: aten.addmm, outside torchtitan's mm count); true when the
-  // policy saves its output.
-  bool SavesProjection(bool bias) {
+  // Counts one projection; true when the policy saves its output.
+  bool SavesProjection() {
     const int i = proj_count++;
-    if (save == model::kTorchtitanSacSave) return !bias && ++mm_count % 2 == 1;
     return i < model::kSacMatmuls && (save >> i & 1U) != 0;
   }
   // Whether the policy saves the SDPA kernel's output.
-  bool SavesSdpa() const { return save == model::kTorchtitanSacSave || (save & model::kSacSdpaBit) != 0; }
+  bool SavesSdpa() const { return (save & model::kSacSdpaBit) != 0; }
   // kReplay: the next saved output (REQUIRES: one is left).
   at::Tensor TakeSaved();
   // kRecord: keeps y for the replay; no-op otherwise.
@@ -91,8 +87,8 @@ struct SacTape {
 // outputs back) and backpropagates through it. REQUIRES: fn outlives the backward, asks *tape
 // the same questions in both passes (the same ops in the same order), and no other SacRecompute
 // runs on the same tape meanwhile.
-at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape,
-                        model::SacSave save = model::kTorchtitanSacSave);
+// `save`: the block's resolved save set (model::ResolveSacSave).
+at::Tensor SacRecompute(const SegmentFn* fn, const at::Tensor& x, SacTape* tape, model::SacSave save);
 
 // y = x W^T (+ b) (nn.Linear, aten.mm or aten.addmm on the flattened rows) whose forward value is
 // the `saved` output of the same product from the checkpoint's forward: backward is aten.mm's

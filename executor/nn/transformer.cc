@@ -373,10 +373,9 @@ at::Tensor Transformer::Block(const ParamTable& p, int layer, const at::Tensor& 
 
 at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, const at::Tensor& x,
                              bool bias, bool conv1d) const {
-  // Op SAC: the tape's policy says whether this projection's output is saved in forward and
-  // handed back to the rerun (torchtitan's: a bias-free nn.Linear is one aten.mm, counted, the
-  // odd-numbered ones saved; a biased one is aten.addmm, neither counted nor saved).
-  const bool taped = sac_.Active() && !conv1d && sac_.SavesProjection(bias);
+  // Op SAC: the tape's resolved policy says whether this projection's output is saved in forward
+  // and handed back to the rerun (model::ResolveSacSave: torchtitan's rule keeps no biased one).
+  const bool taped = sac_.Active() && !conv1d && sac_.SavesProjection();
   const at::Tensor& w = Get(p, module + ".weight");
   const at::Tensor b = Maybe(p, module + ".bias", bias);
   at::Tensor y = taped && sac_.mode == SacTape::Mode::kReplay ? ReplayLinear(sac_.TakeSaved(), x, w, b)
