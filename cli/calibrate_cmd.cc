@@ -70,6 +70,17 @@ void PrintCalibration(const sim::CalibrationResult& r, std::ostream& out) {
 
 namespace {
 
+// Writes profile `p` to --out and says so on `err`. With --json it prints the document, the only
+// output, and returns false; else true: the report follows.
+bool WriteProfile(const CalibrateArgs& a, const sim::Profile& p, std::ostream& out,
+                  std::ostream& err) {
+  std::string doc = sim::ProfileToJson(p).dump(2) + "\n";
+  sim::WriteFileAtomically(a.out, doc);
+  WriteLine(err, "wrote ", a.out);
+  if (a.json) out << doc;
+  return !a.json;
+}
+
 // `calibrate --trace`: simulate the traced plan with the base constants, fit, simulate again.
 void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream& err) {
   if (!a.measurements.empty()) {
@@ -124,13 +135,7 @@ void RunTraceCalibration(const CalibrateArgs& a, std::ostream& out, std::ostream
                  : "kept from the base constants";
     p.fits.push_back(f);
   }
-  std::string doc = sim::ProfileToJson(p).dump(2) + "\n";
-  sim::WriteFileAtomically(a.out, doc);
-  WriteLine(err, "wrote ", a.out);
-  if (a.json) {
-    out << doc;
-    return;
-  }
+  if (!WriteProfile(a, p, out, err)) return;
   for (const auto& w : job.warnings) WriteLine(err, "warning: ", w);
   for (const auto& w : cal.warnings) WriteLine(err, "warning: ", w);
   const sim::TraceStep& m = trace.typical;
@@ -183,13 +188,7 @@ void RunCalibrate(const CalibrateArgs& a, std::ostream& out, std::ostream& err) 
   }
   std::vector<MeasuredRun> runs = LoadMeasuredRuns(a.measurements, a.model, a.cluster);
   sim::CalibrationResult r = CalibrateRuns(runs);
-  std::string doc = sim::ProfileToJson(r.profile).dump(2) + "\n";
-  sim::WriteFileAtomically(a.out, doc);
-  WriteLine(err, "wrote ", a.out);
-  if (a.json) {
-    out << doc;
-    return;
-  }
+  if (!WriteProfile(a, r.profile, out, err)) return;
   for (const auto& w : r.warnings) WriteLine(err, "warning: ", w);
   out << "shardtune calibrate: " << runs.size() << " run(s) -> " << a.out << "\n" << r.profile.name << "\n\n";
   PrintCalibration(r, out);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/errors.h"
@@ -86,6 +87,23 @@ std::vector<std::string> SplitCommas(const std::string& text, const std::string&
   return out;
 }
 
+// An enum flag's apply: the name in PlanFlags field `From` parsed into Plan field `To` (ParseEnum:
+// an unknown name is an InputError naming the flag and the choices).
+template <auto From, auto To>
+void ParseInto(const PlanFlags& f, const FlagSpec& s, Plan* p) {
+  p->*To = model::ParseEnum<std::remove_reference_t<decltype(p->*To)>>(f.*From, s.name);
+}
+
+// A count flag's check (--seq-len, --images, --image-tokens): `value` must be a whole number of
+// `what` >= 1, else an InputError naming the flag; `hint` follows the value it got.
+void RequireAtLeastOne(int64_t value, const FlagSpec& s, const char* what,
+                       const std::string& hint = "") {
+  if (value < 1) {
+    throw InputError(std::string(s.name) + ": expected a whole number of " + what + " >= 1, got " +
+                     std::to_string(value) + hint);
+  }
+}
+
 const std::vector<FlagSpec>& Flags() {
   using namespace model;
   static const std::vector<FlagSpec> kFlags = {
@@ -120,12 +138,9 @@ const std::vector<FlagSpec>& Flags() {
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->micro_batch = f.micro_batch; }},
       {"--seq-len", "Tokens per sequence (default: the model's maximum, at most 8192; a --from config's own)", kPlanFlag,
        &Opt<&PlanFlags::seq_len>,
-       [](const PlanFlags& f, const FlagSpec&, Plan* p) {
+       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
          // 0 is a plan file's "the default"; a flag the user typed names a length (issue #49).
-         if (f.seq_len < 1) {
-           throw InputError("--seq-len: expected a whole number of tokens >= 1, got " +
-                            std::to_string(f.seq_len) + " (leave the flag out for the default)");
-         }
+         RequireAtLeastOne(f.seq_len, s, "tokens", " (leave the flag out for the default)");
          p->seq_len = f.seq_len;
        }},
       {"--max-tokens-per-micro-batch",
@@ -138,10 +153,7 @@ const std::vector<FlagSpec>& Flags() {
        "--image-pixels); the vision tower runs over their patches",
        kPlanFlag, &Opt<&PlanFlags::images>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         if (f.images < 1) {
-           throw InputError(std::string(s.name) + ": expected a whole number of images >= 1, got " +
-                            std::to_string(f.images) + " (leave the flag out for text only)");
-         }
+         RequireAtLeastOne(f.images, s, "images", " (leave the flag out for text only)");
          p->images = f.images;
        }},
       {"--image-tokens",
@@ -149,10 +161,7 @@ const std::vector<FlagSpec>& Flags() {
        "merger (Qwen: patches / 4; Gemma 3: 256 an image); --images defaults to 1",
        kPlanFlag, &Opt<&PlanFlags::image_tokens>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         if (f.image_tokens < 1) {
-           throw InputError(std::string(s.name) + ": expected a whole number of tokens >= 1, got " +
-                            std::to_string(f.image_tokens));
-         }
+         RequireAtLeastOne(f.image_tokens, s, "tokens");
          p->image_tokens = f.image_tokens;
          if (p->images == 0) p->images = 1;
        }},
@@ -170,7 +179,7 @@ const std::vector<FlagSpec>& Flags() {
       {"--checkpointing", "none|full|selective|every:K|first:K|first:K+selective|sac:OPS (OPS from wq,wk,wv,wo,w1,w3,w2,sdpa joined by +)|blocks:A-B=POLICY,... (POLICY: full, none, selective, sac:OPS)", kPlanFlag, &Opt<&PlanFlags::checkpointing>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) { ParseCheckpointingSpec(f.checkpointing, s.name, p); }},
       {"--offload", "none|optimizer|all", kPlanFlag, &Opt<&PlanFlags::offload>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->offload = ParseEnum<Offload>(f.offload, s.name); }},
+       &ParseInto<&PlanFlags::offload, &Plan::offload>},
       {"--activation-offload",
        "none|verl_async|first:K: saved activations to pinned host memory, one layer at a time, as verl's "
        "enable_activation_offload does (every block but the last; two on the GPU at a time), or of the "
@@ -184,19 +193,17 @@ const std::vector<FlagSpec>& Flags() {
        "after the policy's log-probs (TRL's DPOTrainer): a frozen copy sharded on its root only (FSDP2) or a block "
        "per unit (FSDP1), or the policy with its LoRA adapters off",
        kPlanFlag, &Opt<&PlanFlags::reference>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         p->reference = ParseEnum<model::InStepReference>(f.reference, s.name);
-       }},
+       &ParseInto<&PlanFlags::reference, &Plan::reference>},
       {"--precision", "Param dtype: bf16|fp16|fp32", kPlanFlag, &Opt<&PlanFlags::precision>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->param_dtype = ParseEnum<DType>(f.precision, s.name); }},
+       &ParseInto<&PlanFlags::precision, &Plan::param_dtype>},
       {"--master-dtype",
        "Dtype of the sharded (master) parameters and optimizer state: fp32 (default) | bf16 | fp16 "
        "(a model loaded in bf16 and never upcast before fully_shard; `run` keeps fp32)",
        kPlanFlag, &Opt<&PlanFlags::master_dtype>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->master_dtype = ParseEnum<DType>(f.master_dtype, s.name); }},
+       &ParseInto<&PlanFlags::master_dtype, &Plan::master_dtype>},
       {"--reduce-dtype", "Gradient reduction dtype: fp32|bf16|fp16", kPlanFlag,
        &Opt<&PlanFlags::reduce_dtype>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->reduce_dtype = ParseEnum<DType>(f.reduce_dtype, s.name); }},
+       &ParseInto<&PlanFlags::reduce_dtype, &Plan::reduce_dtype>},
       {"--reshard-after-forward", "true|false", kPlanFlag, &Opt<&PlanFlags::reshard_after_forward>,
        [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
          if (f.reshard_after_forward != "true" && f.reshard_after_forward != "false") {
@@ -209,31 +216,25 @@ const std::vector<FlagSpec>& Flags() {
        &Flag<&PlanFlags::forward_prefetch>,
        [](const PlanFlags&, const FlagSpec&, Plan* p) { p->forward_prefetch = true; }},
       {"--backward-prefetch", "pre|post|none", kPlanFlag, &Opt<&PlanFlags::backward_prefetch>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         p->backward_prefetch = ParseEnum<BackwardPrefetch>(f.backward_prefetch, s.name);
-       }},
+       &ParseInto<&PlanFlags::backward_prefetch, &Plan::backward_prefetch>},
       {"--max-inflight-allgathers", "Limit on in-flight all-gathers", kPlanFlag,
        &Opt<&PlanFlags::max_inflight>,
        [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->max_inflight_allgathers = f.max_inflight; }},
       {"--optimizer", "adamw|sgd|adafactor", kPlanFlag, &Opt<&PlanFlags::optimizer>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->optimizer = ParseEnum<Optimizer>(f.optimizer, s.name); }},
+       &ParseInto<&PlanFlags::optimizer, &Plan::optimizer>},
       {"--optimizer-impl", "foreach|fused|for_loop (torch.optim)", kPlanFlag,
        &Opt<&PlanFlags::optimizer_impl>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         p->optimizer_impl = ParseEnum<OptimizerImpl>(f.optimizer_impl, s.name);
-       }},
+       &ParseInto<&PlanFlags::optimizer_impl, &Plan::optimizer_impl>},
       {"--attention", "sdpa|eager", kPlanFlag, &Opt<&PlanFlags::attention>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->attention = ParseEnum<Attention>(f.attention, s.name); }},
+       &ParseInto<&PlanFlags::attention, &Plan::attention>},
       {"--sdpa-backend",
        "auto|flash|cudnn|efficient|math: the SDPA kernel whose measured times the step uses (auto: "
        "what PyTorch picked where the profile was measured; flash for torch < 2.11 on H100)",
        kPlanFlag, &Opt<&PlanFlags::sdpa_backend>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) {
-         p->sdpa_backend = ParseEnum<SdpaBackend>(f.sdpa_backend, s.name);
-       }},
+       &ParseInto<&PlanFlags::sdpa_backend, &Plan::sdpa_backend>},
       {"--modeling", "hf|torchtitan: whose model code (what autograd saves)", kPlanFlag,
        &Opt<&PlanFlags::modeling>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->modeling = ParseEnum<Modeling>(f.modeling, s.name); }},
+       &ParseInto<&PlanFlags::modeling, &Plan::modeling>},
       {"--keep-logits", "The training loop holds outputs.logits through backward", kPlanFlag,
        &Flag<&PlanFlags::keep_logits>, [](const PlanFlags&, const FlagSpec&, Plan* p) { p->keep_logits = true; }},
       {"--loss-kernel",
@@ -241,7 +242,7 @@ const std::vector<FlagSpec>& Flags() {
        "logits materialised then F.cross_entropy, the chunked fused linear cross-entropy (Liger's; "
        "shardtune run's), or one of verl's log-prob heads",
        kPlanFlag, &Opt<&PlanFlags::loss_kernel>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->loss_kernel = ParseEnum<LossKernel>(f.loss_kernel, s.name); }},
+       &ParseInto<&PlanFlags::loss_kernel, &Plan::loss_kernel>},
       {"--liger",
        "none|all|rms_norm,swiglu,rope: Liger-Kernel's module patches (HF Trainer's use_liger_kernel, "
        "verl's use_liger; Llama, Mistral, Qwen2, Qwen3): what they save instead of Hugging Face's",
@@ -251,13 +252,13 @@ const std::vector<FlagSpec>& Flags() {
        &Opt<&PlanFlags::cp>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->cp = f.cp; }},
       {"--cp-fsdp-mesh", "dp_cp|dp: FSDP shards over data-parallel x cp ranks (verl, torchtitan) or dp only",
        kPlanFlag, &Opt<&PlanFlags::cp_fsdp_mesh>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->cp_fsdp_mesh = ParseEnum<CpFsdpMesh>(f.cp_fsdp_mesh, s.name); }},
+       &ParseInto<&PlanFlags::cp_fsdp_mesh, &Plan::cp_fsdp_mesh>},
       {"--ep", "Expert-parallel degree (MoE: torchtitan's expert_parallel_degree under --modeling "
                "torchtitan, ROLL's ep_size under hf)",
        kPlanFlag, &Opt<&PlanFlags::ep>, [](const PlanFlags& f, const FlagSpec&, Plan* p) { p->ep = f.ep; }},
       {"--role", "train|infer (forward only: reference / log-prob workers)", kPlanFlag,
        &Opt<&PlanFlags::role>,
-       [](const PlanFlags& f, const FlagSpec& s, Plan* p) { p->role = ParseEnum<Role>(f.role, s.name); }},
+       &ParseInto<&PlanFlags::role, &Plan::role>},
       {"--freeze",
        "Freeze parameters whose name starts with this prefix (repeatable), e.g. model.embed_tokens",
        kPlanFlag, &Opt<&PlanFlags::freeze>,

@@ -15,7 +15,7 @@
 #include "executor/errors.h"
 #include "executor/host_info.h"
 #include "executor/probe/probe.h"
-#include "executor/train/rank_env.h"
+#include "executor/rank_env.h"
 #include "model/errors.h"
 #include "model/plan.h"
 #include "model/presets.h"
@@ -132,14 +132,8 @@ int RunProbeCommand(const ProbeArgs& a, std::ostream& out, std::ostream& err) {
     const bool cuda = a.device == "cuda";
     backend = cuda ? "nccl" : "gloo";
     o.cuda_device = cuda ? env.local_rank : 0;
-    exec::ProbeWorld world;
-    world.master_addr = env.master_addr;
-    world.master_port = env.master_port;
-    world.rank = env.rank;
-    world.world_size = env.world_size;
-    world.timeout_s = a.timeout_s;
     if (env.rank == 0) err << "probe: collectives over " << env.world_size << " " << backend << " ranks\n";
-    collectives = exec::ProbeCollectivesOverWorld(world, a.device, o.cuda_device,
+    collectives = exec::ProbeCollectivesOverWorld(env, a.timeout_s, a.device, o.cuda_device,
                                                   cuda ? kGpuCollectiveMaxBytes : kCpuCollectiveMaxBytes, 5);
   }
   // Every rank times the kernels at once, as every rank computes at once in a run: ranks that

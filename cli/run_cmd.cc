@@ -21,7 +21,7 @@
 #include "executor/train/checkpoint.h"
 #include "executor/errors.h"
 #include "executor/train/launcher.h"
-#include "executor/train/rank_env.h"
+#include "executor/rank_env.h"
 #include "executor/train/run.h"
 #include "model/errors.h"
 #include "model/packing.h"
@@ -97,12 +97,12 @@ void ApplyGlobalBatch(const RunArgs& a, int dp, const FromExtras& extras, model:
 }
 
 exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::ostream* warn) {
-  exec::RunOptions o;
+  exec::RunOptions o = a.options;
   {
     configs::ImportContext w;
-    w.world_size = a.emulate_world > 0 ? a.emulate_world : world;
-    w.gpus_per_node = a.emulate_world > 0 ? 0 : local_world;
-    w.world_flag = a.emulate_world > 0 ? "--emulate-world" : "--nproc";
+    w.world_size = o.emulate_world > 0 ? o.emulate_world : world;
+    w.gpus_per_node = o.emulate_world > 0 ? 0 : local_world;
+    w.world_flag = o.emulate_world > 0 ? "--emulate-world" : "--nproc";
     std::vector<std::string> model_warnings;
     JobModel jm = ResolveJobModel(a.model, a.plan, w, &model_warnings);
     o.spec = jm.spec;
@@ -114,8 +114,8 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
   // --from: the trainer config is read against this run's world (the emulated one with
   // --emulate-world) and its ranks per node, as estimate reads it against --cluster.
   configs::ImportContext from =
-      a.emulate_world > 0
-          ? configs::MakeImportContext(o.spec, a.emulate_world, 0, "--emulate-world")
+      o.emulate_world > 0
+          ? configs::MakeImportContext(o.spec, o.emulate_world, 0, "--emulate-world")
           : configs::MakeImportContext(o.spec, world, local_world, "--nproc");
   std::vector<std::string> warnings;
   std::string seq_from;
@@ -137,33 +137,18 @@ exec::RunOptions MakeOptions(const RunArgs& a, int world, int local_world, std::
     for (const std::string& w : warnings) *warn << "warning: " << w << "\n";
   }
   if (!a.plan.plan_file.empty()) o.plan_name = a.plan.plan_file;
-  ApplyGlobalBatch(a, o.plan.DataParallel(a.emulate_world > 0 ? a.emulate_world : world), extras,
+  ApplyGlobalBatch(a, o.plan.DataParallel(o.emulate_world > 0 ? o.emulate_world : world), extras,
                    &o.plan, &o.sequences_per_step);
   o.lengths = model::SequenceLengths::Parse(
       a.lengths, "--lengths", o.plan.AttentionSeqLen(o.plan.ResolvedSeqLen(o.spec.max_seq_len)));
   o.steps = a.steps;
-  o.out_dir = a.out;
-  o.seed = a.seed;
-  o.data_path = a.data;
-  o.emulate_world = a.emulate_world;
-  o.lr = a.lr;
-  o.warmup_steps = a.warmup_steps;
   o.lr_schedule = exec::ParseLrSchedule(a.lr_schedule, "--lr-schedule");
-  o.weight_decay = a.weight_decay;
-  o.max_grad_norm = a.max_grad_norm;
-  o.checkpoint_every = a.checkpoint_every;
-  o.threads = a.threads;
-  o.timeout_s = a.timeout_s;
   o.trace = !a.no_trace;
-  o.torch_profile = a.torch_profile;
   o.checkpoints = !a.no_checkpoints;
-  o.keep_checkpoints = a.keep_checkpoints;
   if (a.on_nonfinite == "skip") {
     o.on_nonfinite = exec::OnNonFinite::kSkip;
   }
   o.device = a.device == "auto" ? (exec::CudaRunsAvailable() ? "cuda" : "cpu") : a.device;
-  o.watchdog_timeout_s = a.watchdog_timeout_s;
-  o.export_full_state_dict = a.export_full_state_dict;
   ApplyTestStall(&o);
   return o;
 }
@@ -185,10 +170,12 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--model", a->model,
                   "Preset, shardtune.model JSON or HF config.json (default tiny-llama)");
   run->add_option("--steps", a->steps, "Optimizer steps to reach (a resumed run continues)");
-  run->add_option("--out", a->out, "Output folder: measurements.json, trace.json, checkpoints/");
+  run->add_option("--out", a->options.out_dir,
+                  "Output folder: measurements.json, trace.json, checkpoints/");
   run->add_option("--nproc", a->nproc, "Local ranks to launch (default 1)");
-  run->add_option("--seed", a->seed, "Seed of the initialization and synthetic data");
-  run->add_option("--data", a->data, "Text file read as byte-level tokens (default: synthetic)");
+  run->add_option("--seed", a->options.seed, "Seed of the initialization and synthetic data");
+  run->add_option("--data", a->options.data_path,
+                  "Text file read as byte-level tokens (default: synthetic)");
   run->add_option("--lengths", a->lengths,
                   "uniform:MIN-MAX: sequence lengths drawn evenly in [MIN, MAX], padded (labels "
                   "ignored) or packed whole into --max-tokens-per-micro-batch rows (default: every "
@@ -196,23 +183,24 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
   run->add_option("--device", a->device,
                   "auto|cpu|cuda: where the ranks run (auto: cuda when built with a CUDA LibTorch "
                   "and a GPU is visible; each rank uses GPU LOCAL_RANK and NCCL)");
-  run->add_option("--emulate-world", a->emulate_world,
+  run->add_option("--emulate-world", a->options.emulate_world,
                   "Run rank 0 of a world of N in this one process (Emulated collectives)");
-  run->add_option("--lr", a->lr, "Peak learning rate (default 1e-3)");
+  run->add_option("--lr", a->options.lr, "Peak learning rate (default 1e-3)");
   run->add_option("--lr-schedule", a->lr_schedule, "cosine|wsd|constant (after linear warmup)");
-  run->add_option("--warmup-steps", a->warmup_steps, "Warmup steps (default steps / 10)");
-  run->add_option("--weight-decay", a->weight_decay, "AdamW weight decay (default 0.01)");
-  run->add_option("--max-grad-norm", a->max_grad_norm,
+  run->add_option("--warmup-steps", a->options.warmup_steps, "Warmup steps (default steps / 10)");
+  run->add_option("--weight-decay", a->options.weight_decay, "AdamW weight decay (default 0.01)");
+  run->add_option("--max-grad-norm", a->options.max_grad_norm,
                   "Global-norm clipping; 0 disables (default 1)");
-  run->add_option("--checkpoint-every", a->checkpoint_every,
+  run->add_option("--checkpoint-every", a->options.checkpoint_every,
                   "Steps between checkpoints (0: at the end)");
-  run->add_option("--threads", a->threads, "Intra-op threads per rank (default cores / ranks)");
-  run->add_option("--timeout", a->timeout_s,
+  run->add_option("--threads", a->options.threads,
+                  "Intra-op threads per rank (default cores / ranks)");
+  run->add_option("--timeout", a->options.timeout_s,
                   "Rendezvous and collective timeout in seconds (default 60)");
-  run->add_option("--watchdog-timeout", a->watchdog_timeout_s,
+  run->add_option("--watchdog-timeout", a->options.watchdog_timeout_s,
                   "A rank with no progress for this many seconds names its phase and exits "
                   "with code 3 (default 600; 0: no watchdog)");
-  run->add_flag("--export-full-state-dict", a->export_full_state_dict,
+  run->add_flag("--export-full-state-dict", a->options.export_full_state_dict,
                 "After the last step, write OUT/model.safetensors: the full fp32 parameters "
                 "gathered to rank 0 under Hugging Face names");
   run->add_flag("--no-trace", a->no_trace, "Do not write trace.json");
@@ -220,11 +208,11 @@ void AddRunCommand(CLI::App* app, RunArgs* a) {
                 "Start the ranks without first checking that every phase of the plan fits this "
                 "machine's available memory (CPU: RAM shared by the ranks; CUDA: each GPU's free "
                 "memory) and that its checkpoints fit the free space under --out");
-  run->add_flag("--torch-profile", a->torch_profile,
+  run->add_flag("--torch-profile", a->options.torch_profile,
                 "Rank 0 records the steps after the first with the PyTorch profiler (CPU and "
                 "CUDA activities) and writes OUT/torch_trace.json, the Chrome trace "
                 "`shardtune calibrate --trace` reads");
-  run->add_option("--keep-checkpoints", a->keep_checkpoints,
+  run->add_option("--keep-checkpoints", a->options.keep_checkpoints,
                   "Keep only the newest K complete checkpoints; an older one is deleted after "
                   "the new one is complete (HF save_total_limit, torchtitan keep_latest_k, verl "
                   "max_ckpt_to_keep; default 0: keep all)");

@@ -10,34 +10,26 @@
 #include <string>
 
 #include "cli/plan_flags.h"
+#include "executor/train/run.h"
 
 namespace shardtune::cli {
 
 struct RunArgs {
+  // The flags that set a RunOptions field as they are (--out, --data, --seed, --emulate-world,
+  // --lr, --warmup-steps, --weight-decay, --max-grad-norm, --checkpoint-every, --threads,
+  // --timeout, --torch-profile, --keep-checkpoints, --watchdog-timeout,
+  // --export-full-state-dict) write it here; the run's options start as a copy of it, so its
+  // defaults are the executor's own. Spec, plan and the rest are filled from the other flags.
+  exec::RunOptions options;
   std::string model = "tiny-llama";
-  std::string out;
-  std::string data;
   std::string lr_schedule = "cosine";
-  std::string device = "auto";
+  std::string device = "auto";  // auto: cuda when this build has CUDA and a GPU is visible
   std::string lengths;  // --lengths uniform:MIN-MAX (empty: every sequence the longest)
-  std::string on_nonfinite = "stop";  // stop|skip (CLI11 checks the choice)  // auto: cuda when this build has CUDA and a GPU is visible
-  int steps = 0;
+  std::string on_nonfinite = "stop";  // stop|skip (CLI11 checks the choice)
+  int steps = 0;  // 0 until --steps is given: ValidateRun then names the flag (RunOptions says 1)
   int nproc = 1;
-  int emulate_world = 0;
-  uint64_t seed = 0;
-  double lr = 1e-3;
-  int warmup_steps = -1;
-  double weight_decay = 0.01;
-  double max_grad_norm = 1.0;
-  int checkpoint_every = 0;
-  int threads = 0;
-  double timeout_s = 60;
-  double watchdog_timeout_s = 600;
-  bool export_full_state_dict = false;
   bool no_trace = false;
-  bool torch_profile = false;  // --torch-profile
   bool no_checkpoints = false;
-  int keep_checkpoints = 0;  // --keep-checkpoints K: keep the newest K (0: all)
   bool no_preflight = false;
   PlanFlags plan;
 };

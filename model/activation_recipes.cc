@@ -53,6 +53,13 @@ int LoraAdapter(Ctx& c, int x, int base, double out, double copies, const std::s
 
 }  // namespace
 
+int CastUnlessFp32(Ctx& c, int x, double bytes, const std::string& tensor, const std::string& op) {
+  if (c.e == kFp32) return x;
+  int y = c.g.Tensor(tensor, bytes);
+  c.g.Op(op, {x}, y, {});
+  return y;
+}
+
 bool WeightTrains(const Ctx& c, const std::string& m) {
   return c.t.all_params_train || Has(c.t.trainable, m + ".weight");
 }
@@ -120,11 +127,7 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
     c.g.SetParam(param, w, any);
     return y;
   }
-  int x32 = x;
-  if (c.e != kFp32) {
-    x32 = c.g.Tensor(name + " fp32 copy of input", kFp32 * dim);
-    c.g.Op(name + " to(float32)", {x}, x32, {});
-  }
+  int x32 = CastUnlessFp32(c, x, kFp32 * dim, name + " fp32 copy of input", name + " to(float32)");
   int sq = c.g.Tensor(name + " x^2 (fp32)", kFp32 * dim);
   c.g.Op(name + " pow", {x32}, sq, {x32});
   int var = c.g.Tensor(name + " variance", kFp32 * rows);
@@ -144,16 +147,9 @@ int RmsNorm(Ctx& c, int x, double dim, const std::string& name, const std::strin
     int y32 = c.g.Tensor(name + " weight * normalized (fp32)", kFp32 * dim);
     c.g.Op(name + " weight mul (fp32)", {n32}, y32, {{n32, SavedFor::kParamGrad}});
     c.g.SetParam(param, w, any);
-    if (c.e == kFp32) return y32;
-    int y = c.g.Tensor(name + " output", c.e * dim);
-    c.g.Op(name + " to(dtype)", {y32}, y, {});
-    return y;
+    return CastUnlessFp32(c, y32, c.e * dim, name + " output", name + " to(dtype)");
   }
-  int nb = n32;
-  if (c.e != kFp32) {
-    nb = c.g.Tensor(name + " normalized", c.e * dim);
-    c.g.Op(name + " to(dtype)", {n32}, nb, {});
-  }
+  int nb = CastUnlessFp32(c, n32, c.e * dim, name + " normalized", name + " to(dtype)");
   int y = c.g.Tensor(name + " output", c.e * dim);
   c.g.Op(name + " weight mul", {nb}, y, {{nb, SavedFor::kParamGrad}});
   c.g.SetParam(param, w, any);
@@ -265,11 +261,8 @@ int AttentionKernel(Ctx& c, int q, int k, int v, int kv_heads, const std::string
       c.g.Op(name + " lse - sinks", {lse}, diff, {});
       int sig = c.g.Tensor(name + " sigmoid(lse - sinks) (fp32)", kFp32 * a);
       c.g.Op(name + " sink sigmoid", {diff}, sig, {sig});
-      int scale = sig;
-      if (c.e != kFp32) {
-        scale = c.g.Tensor(name + " sink scale to(dtype)", c.e * a);
-        c.g.Op(name + " sink scale to(dtype)", {sig}, scale, {});
-      }
+      const std::string to_dtype = name + " sink scale to(dtype)";
+      int scale = CastUnlessFp32(c, sig, c.e * a, to_dtype, to_dtype);
       int rescaled = c.g.Tensor(name + " output * sink scale", c.e * od);
       c.g.Op(name + " sink rescale", {out, scale}, rescaled, {{out, 1}, {scale, 0}});
       return rescaled;
@@ -331,11 +324,7 @@ int AttentionKernel(Ctx& c, int q, int k, int v, int kv_heads, const std::string
   c.g.Op(name + " softmax", {sm}, p32, {p32});
   // .to(query.dtype): a new tensor in bf16/fp16; in fp32 the softmax output itself (Tensor.to
   // returns self when the dtype already matches), so probs @ v saves the same tensor.
-  int p = p32;
-  if (c.e != kFp32) {
-    p = c.g.Tensor(name + " probs", c.e * scores);
-    c.g.Op(name + " probs to(dtype)", {p32}, p, {});
-  }
+  int p = CastUnlessFp32(c, p32, c.e * scores, name + " probs", name + " probs to(dtype)");
   int o = c.g.Tensor(name + " probs@v", c.e * od);
   c.g.Op(name + " matmul pv", {p, vr}, o, {{p, 1}, {vr, 0}});
   c.g.MarkComputeBound();

@@ -31,6 +31,10 @@ bool Gpt2(const Ctx& c);
 // `copies`: routed copies per token (MoE experts: top_k).
 int Linear(Ctx& c, int x, double out_features, const std::string& name, const std::string& module,
            double copies = 1);
+// A cast between fp32 and the compute dtype (x.float(), x.to(dtype)): a new tensor `tensor` of
+// `bytes` per token made by op `op`, or `x` itself when the compute dtype is fp32 (Tensor.to
+// returns self when the dtype already matches). Saves nothing.
+int CastUnlessFp32(Ctx& c, int x, double bytes, const std::string& tensor, const std::string& op);
 // Module `m`'s weight requires grad.
 bool WeightTrains(const Ctx& c, const std::string& m);
 // Some parameter of module `m` (weight or bias; any name under "m.") requires grad.

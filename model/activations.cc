@@ -26,6 +26,15 @@ using recipes::kFp32;
 using recipes::Linear;
 using recipes::Norm;
 
+// An int64 index of k entries per token (routed rows: topk's indices, an argsort, a gather of
+// expert ids), made by an op that saves nothing: no gradient flows through integers.
+int Int64Index(Ctx& c, double k, const std::string& tensor, const std::string& op,
+               const std::vector<int>& inputs = {}) {
+  int idx = c.g.Tensor(tensor, 8 * k);
+  c.g.Op(op, inputs, idx, {});
+  return idx;
+}
+
 // `module`: the HF module path ("mlp", "block_sparse_moe.experts.*"); `mult`: routed copies.
 int DenseMlp(Ctx& c, int x, double ffn, double mult, const std::string& name,
              const std::string& module) {
@@ -131,14 +140,14 @@ std::pair<int, int> GptOssClampedGlu(Ctx& c, int gate_up, double fe, double k, c
 // The weighted product and its unsorted copy are locals to the return too.
 int HfGroupedExperts(Ctx& c, int x, int w, double w_bytes, const std::function<int(int)>& body) {
   double h = static_cast<double>(c.spec.hidden), k = c.spec.moe.top_k;
-  int token_idx = c.g.Tensor("moe.experts token_idx (int64)", 8 * k);
-  c.g.Op("moe.experts token_idx arange.expand.reshape", {}, token_idx, {});
+  int token_idx = Int64Index(c, k, "moe.experts token_idx (int64)",
+                             "moe.experts token_idx arange.expand.reshape");
   int selected = c.g.Tensor("moe.experts selected_hidden_states = x[token_idx]", c.e * h * k);
   c.g.Op("moe.experts gather tokens", {x, token_idx}, selected, {token_idx});
-  int perm = c.g.Tensor("moe.experts perm = argsort(expert_ids) (int64)", 8 * k);
-  c.g.Op("moe.experts argsort", {}, perm, {});
-  int inv_perm = c.g.Tensor("moe.experts inv_perm = argsort(perm) (int64)", 8 * k);
-  c.g.Op("moe.experts argsort(perm)", {perm}, inv_perm, {});
+  int perm = Int64Index(c, k, "moe.experts perm = argsort(expert_ids) (int64)",
+                        "moe.experts argsort");
+  int inv_perm = Int64Index(c, k, "moe.experts inv_perm = argsort(perm) (int64)",
+                            "moe.experts argsort(perm)", {perm});
   int w_g = c.g.Tensor("moe.experts sample_weights[perm]", w_bytes * k);
   c.g.Op("moe.experts sort weights", {w, perm}, w_g, {perm});
   int rows = c.g.Tensor("moe.experts selected_hidden_states[perm]", c.e * h * k);
@@ -176,15 +185,14 @@ int GptOssMoe(Ctx& c, int x) {
   double fe = static_cast<double>(m.expert_ffn_hidden > 0 ? m.expert_ffn_hidden : c.spec.ffn_hidden);
   bool train = AnyTrains(c, "block_sparse_moe.experts");
   int logits = Linear(c, x, E, "moe.router", "block_sparse_moe.gate");
-  int idx = c.g.Tensor("moe.router topk indices (int64)", 8 * k);
-  c.g.Op("moe.router topk indices", {}, idx, {});
+  int idx = Int64Index(c, k, "moe.router topk indices (int64)", "moe.router topk indices");
   int top = c.g.Tensor("moe.router top-k values", c.e * k);
   c.g.Op("moe.router topk", {logits, idx}, top, {idx});
   int probs = c.g.Tensor("moe.router softmax over top-k", c.e * k);
   c.g.Op("moe.router softmax", {top}, probs, {probs});
   return HfGroupedExperts(c, x, probs, c.e, [&](int rows) {
-    int ids_g = c.g.Tensor("moe.experts expert_ids_g (int64)", 8 * k);
-    c.g.Op("moe.experts expert_ids[perm]", {}, ids_g, {});
+    int ids_g = Int64Index(c, k, "moe.experts expert_ids_g (int64)",
+                           "moe.experts expert_ids[perm]");
     int gate_up = GroupedMmPlusBias(c, rows, ids_g, 2 * fe, E * h * 2 * fe, E * 2 * fe, train,
                                     "_grouped_mm(x, gate_up_proj)", "gate_up_proj_bias[expert_ids_g]");
     auto [glu, up] = GptOssClampedGlu(c, gate_up, fe, k, "gate", "up");
@@ -211,19 +219,16 @@ int DeepseekRouter(Ctx& c, int x) {
   const MoeSpec& m = c.spec.moe;
   double h = static_cast<double>(c.spec.hidden), E = m.num_experts, k = m.top_k;
   bool train = AnyTrains(c, "block_sparse_moe.gate");
-  int x32 = x;
-  if (c.e != kFp32) {
-    x32 = c.g.Tensor("moe.router input.float()", kFp32 * h);
-    c.g.Op("moe.router input to(float32)", {x}, x32, {});
-  }
+  int x32 =
+      CastUnlessFp32(c, x, kFp32 * h, "moe.router input.float()", "moe.router input to(float32)");
   int logits = c.g.Tensor("moe.router logits (fp32)", kFp32 * E);
   c.g.Op("moe.router", {x32}, logits, {{x32, SavedFor::kParamGrad}});
   c.g.MarkComputeBound();
   c.g.SetParam(E * h, train, train);
   int scores = c.g.Tensor("moe.router scores (fp32)", kFp32 * E);
   c.g.Op("moe.router sigmoid / softmax", {logits}, scores, {scores});
-  int idx = c.g.Tensor("moe.router group-limited topk indices (int64)", 8 * k);
-  c.g.Op("moe.router topk (no_grad)", {scores}, idx, {});
+  int idx = Int64Index(c, k, "moe.router group-limited topk indices (int64)",
+                       "moe.router topk (no_grad)", {scores});
   int gathered = c.g.Tensor("moe.router scores.gather(topk)", kFp32 * k);
   c.g.Op("moe.router gather", {scores, idx}, gathered, {idx});
   int weights = c.g.Tensor("moe.router topk weights (normalised, scaled)", kFp32 * k);
@@ -249,15 +254,15 @@ int GptOssGroupedExperts(Ctx& c, int x, double fe, double k) {
   bool train = AnyTrains(c, "block_sparse_moe.experts");
   // repeat_interleave with tensor repeats is index_select(bias, 0, repeat_interleave(repeats)):
   // each bias's own int64 row index [k].
-  int i1 = c.g.Tensor("moe.experts mlp1_bias repeat_interleave index (int64)", 8 * k);
-  c.g.Op("moe.experts mlp1 bias repeat_interleave index", {}, i1, {});
+  int i1 = Int64Index(c, k, "moe.experts mlp1_bias repeat_interleave index (int64)",
+                      "moe.experts mlp1 bias repeat_interleave index");
   int gate_up = GroupedMmPlusBias(c, x, i1, 2 * fe, E * h * 2 * fe, E * 2 * fe, train,
                                   "_grouped_mm(x, mlp1)", "mlp1_bias.repeat_interleave");
   auto [out_glu, lin] = GptOssClampedGlu(c, gate_up, fe, k, "x_glu", "x_linear");
   int act = c.g.Tensor("moe.experts addcmul(out_glu, out_glu, x_linear)", c.e * fe * k);
   c.g.Op("moe.experts addcmul", {out_glu, lin}, act, {{out_glu, 1}, {lin, 0}});
-  int i2 = c.g.Tensor("moe.experts mlp2_bias repeat_interleave index (int64)", 8 * k);
-  c.g.Op("moe.experts mlp2 bias repeat_interleave index", {}, i2, {});
+  int i2 = Int64Index(c, k, "moe.experts mlp2_bias repeat_interleave index (int64)",
+                      "moe.experts mlp2 bias repeat_interleave index");
   int out = GroupedMmPlusBias(c, act, i2, h, E * fe * h, E * h, train, "_grouped_mm(h, mlp2)",
                               "mlp2_bias.repeat_interleave");
   return out;
@@ -298,10 +303,10 @@ int SharedExpertsAdded(Ctx& c, int x, int routed, double fe) {
 //   the other's gradient: a [k, H] fp32 copy per token), .to(x.dtype), .clone().
 int RollExpertParallel(Ctx& c, int x, int probs, double fe) {
   const double h = static_cast<double>(c.spec.hidden), k = c.spec.moe.top_k;
-  int sorted_idx = c.g.Tensor("moe.ep token_indices_experts_sorted = argsort(ids) (int64)", 8 * k);
-  c.g.Op("moe.ep argsort", {}, sorted_idx, {});
-  int src = c.g.Tensor("moe.ep token_indices_experts_sorted // top_k (int64)", 8 * k);
-  c.g.Op("moe.ep // top_k", {sorted_idx}, src, {});
+  int sorted_idx = Int64Index(c, k, "moe.ep token_indices_experts_sorted = argsort(ids) (int64)",
+                              "moe.ep argsort");
+  int src = Int64Index(c, k, "moe.ep token_indices_experts_sorted // top_k (int64)",
+                       "moe.ep // top_k", {sorted_idx});
   int routed = c.g.Tensor("moe.ep routed_input = x[indices // top_k]", c.e * h * k);
   c.g.Op("moe.ep gather", {x, src}, routed, {src});
   int recv = c.g.Tensor("moe.ep dispatch all-to-all output", c.e * h * k);
@@ -324,19 +329,13 @@ int RollExpertParallel(Ctx& c, int x, int probs, double fe) {
   c.g.MarkComputeBound();
   int unsorted = c.g.Tensor("moe.ep routed_output_unsorted (zeros + index_put)", c.e * h * k);
   c.g.Op("moe.ep unsort", {back, sorted_idx}, unsorted, {sorted_idx});
-  int weights_operand = unsorted;
-  if (c.e != kFp32) {
-    weights_operand = c.g.Tensor("moe.ep routed_output_unsorted.to(float32)", kFp32 * h * k);
-    c.g.Op("moe.ep to(float32)", {unsorted}, weights_operand, {});
-  }
+  int weights_operand =
+      CastUnlessFp32(c, unsorted, kFp32 * h * k, "moe.ep routed_output_unsorted.to(float32)",
+                     "moe.ep to(float32)");
   int combined = c.g.Tensor("moe.ep bmm(top_scores, routed_output) (fp32)", kFp32 * h);
   c.g.Op("moe.ep bmm by routing weight", {probs, weights_operand}, combined,
          {{weights_operand, 0}, {probs, 1}});
-  if (c.e != kFp32) {
-    int cast = c.g.Tensor("moe.ep combined.to(dtype)", c.e * h);
-    c.g.Op("moe.ep to(dtype)", {combined}, cast, {});
-    combined = cast;
-  }
+  combined = CastUnlessFp32(c, combined, c.e * h, "moe.ep combined.to(dtype)", "moe.ep to(dtype)");
   int clone = c.g.Tensor("moe.ep out_experts.clone()", c.e * h);
   c.g.Op("moe.ep clone", {combined}, clone, {});
   return clone;
@@ -357,11 +356,8 @@ int Moe(Ctx& c, int x) {
     // TokenChoiceTopKRouter: `with torch.autocast(dtype=float32): scores = self.gate(x)`; the
     // autocast cast of x is what the gate's matmul saves for its weight gradient (the weight's
     // fp32 copy [E, H] is per layer, not per token), softmax in fp32 saves its output.
-    int x32 = x;
-    if (c.e != kFp32) {
-      x32 = c.g.Tensor("moe.router input to(float32) (autocast)", kFp32 * h);
-      c.g.Op("moe.router autocast cast", {x}, x32, {});
-    }
+    int x32 = CastUnlessFp32(c, x, kFp32 * h, "moe.router input to(float32) (autocast)",
+                             "moe.router autocast cast");
     int logits = c.g.Tensor("moe.router logits (fp32)", kFp32 * m.num_experts);
     c.g.Op("moe.router (fp32)", {x32}, logits, {{x32, SavedFor::kParamGrad}});
     c.g.MarkComputeBound();
@@ -372,8 +368,7 @@ int Moe(Ctx& c, int x) {
     c.g.Op("moe.softmax", {logits}, softmax, {softmax});
     // topk (under no grad in effect: its values are dropped) picks, gather saves the int64
     // indices and returns the k scores, route_norm divides them by their sum.
-    int ids = c.g.Tensor("moe.router top-k expert ids (int64)", 8 * k);
-    c.g.Op("moe.router topk", {softmax}, ids, {});
+    int ids = Int64Index(c, k, "moe.router top-k expert ids (int64)", "moe.router topk", {softmax});
     probs = c.g.Tensor("moe.router top-k scores (fp32)", kFp32 * k);
     c.g.Op("moe.router gather", {softmax, ids}, probs, {ids});
     if (m.norm_topk_prob || m.gpt_oss_experts) {
@@ -400,15 +395,11 @@ int Moe(Ctx& c, int x) {
     // in-place division saves the sum and the values); Qwen's .to(router_logits.dtype) casts to
     // the softmax's fp32, so the routing weights stay fp32.
     int logits = Linear(c, x, m.num_experts, "moe.router", "block_sparse_moe.gate");
-    if (c.e != kFp32) {
-      int up = c.g.Tensor("moe.router logits.float()", kFp32 * m.num_experts);
-      c.g.Op("moe.router logits to(float32)", {logits}, up, {});
-      logits = up;
-    }
+    logits = CastUnlessFp32(c, logits, kFp32 * m.num_experts, "moe.router logits.float()",
+                            "moe.router logits to(float32)");
     int softmax = c.g.Tensor("moe.router softmax (fp32)", kFp32 * m.num_experts);
     c.g.Op("moe.softmax", {logits}, softmax, {softmax});
-    int ids = c.g.Tensor("moe.router topk indices (int64)", 8 * k);
-    c.g.Op("moe.router topk indices", {}, ids, {});
+    int ids = Int64Index(c, k, "moe.router topk indices (int64)", "moe.router topk indices");
     probs = c.g.Tensor("moe.router top-k values (fp32)", kFp32 * k);
     c.g.Op("moe.router topk", {softmax, ids}, probs, {ids});
     if (m.norm_topk_prob) {
@@ -429,8 +420,7 @@ int Moe(Ctx& c, int x) {
   int gathered = c.g.Tensor("moe.gathered tokens (x top_k)", c.e * h * k);
   // _local_reorder: argsort of the expert ids, x[token_indices_experts_sorted] saves the int64
   // indices (the combine's scatter_add saves an expanded view of the same tensor).
-  int token_index = c.g.Tensor("moe.token_indices_experts_sorted (int64)", 8 * k);
-  c.g.Op("moe.argsort", {}, token_index, {});
+  int token_index = Int64Index(c, k, "moe.token_indices_experts_sorted (int64)", "moe.argsort");
   c.g.Op("moe.gather", {x, token_index}, gathered, {token_index});
   const bool ep = c.opt.ep > 1;
   int perm = -1;
@@ -442,8 +432,7 @@ int Moe(Ctx& c, int x) {
     int recv = c.g.Tensor("moe.ep dispatch all-to-all output", c.e * h * k);
     c.g.Op("moe.ep dispatch all_to_all_single", {gathered}, recv, {});
     c.g.MarkComputeBound();  // NCCL moves these bytes (the walk's all-to-all ops), not a kernel here
-    perm = c.g.Tensor("moe.ep permuted_indices (int64)", 8 * k);
-    c.g.Op("moe.ep permuted_indices", {}, perm, {});
+    perm = Int64Index(c, k, "moe.ep permuted_indices (int64)", "moe.ep permuted_indices");
     int permuted = c.g.Tensor("moe.ep routed_input[permuted_indices]", c.e * h * k);
     c.g.Op("moe.ep permute", {recv, perm}, permuted, {perm});
     gathered = permuted;
@@ -462,21 +451,15 @@ int Moe(Ctx& c, int x) {
   }
   // LocalTokenDispatcher.combine: (routed_output.to(float32) * topk_scores_experts_sorted)
   // .to(dtype): the mul saves the fp32 copy (for the scores' gradient) and the sorted scores.
-  if (c.e != kFp32) {
-    int up = c.g.Tensor("moe.expert output to(float32)", kFp32 * h * k);
-    c.g.Op("moe.combine to(float32)", {expert_out}, up, {});
-    expert_out = up;
-  }
+  expert_out = CastUnlessFp32(c, expert_out, kFp32 * h * k, "moe.expert output to(float32)",
+                              "moe.combine to(float32)");
   int sorted = c.g.Tensor("moe.topk_scores_experts_sorted (fp32)", kFp32 * k);
   c.g.Op("moe.scores sort", {probs, token_index}, sorted, {});
   int weighted = c.g.Tensor("moe.weighted expert output", kFp32 * h * k);
   c.g.Op("moe.scale by routing weight", {expert_out, sorted}, weighted,
          {{expert_out, 1}, {sorted, 0}});
-  if (c.e != kFp32) {
-    int cast = c.g.Tensor("moe.weighted expert output to(dtype)", c.e * h * k);
-    c.g.Op("moe.weighted to(dtype)", {weighted}, cast, {});
-    weighted = cast;
-  }
+  weighted = CastUnlessFp32(c, weighted, c.e * h * k, "moe.weighted expert output to(dtype)",
+                            "moe.weighted to(dtype)");
   int out = c.g.Tensor("moe.combined output", c.e * h);
   c.g.Op("moe.scatter_add", {weighted, token_index}, out, {{token_index}});
   return SharedExpertsAdded(c, x, out, fe);
@@ -1186,12 +1169,10 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   int logits = HeadLogits(c, normed);
   c.g.HoldThroughForward(logits);
   if (opt.keep_logits) c.g.HoldByCaller(logits);
-  int l32 = logits;
-  if (opt.loss_fp32_upcast && c.e != kFp32) {
-    // HF ForCausalLMLoss: logits = logits.float(); torchtitan: cross_entropy(pred.float(), ...).
-    l32 = c.g.Tensor("logits.float()", kFp32 * v);
-    c.g.Op("upcast logits", {logits}, l32, {});
-  }
+  // HF ForCausalLMLoss: logits = logits.float(); torchtitan: cross_entropy(pred.float(), ...).
+  int l32 = opt.loss_fp32_upcast
+                ? CastUnlessFp32(c, logits, kFp32 * v, "logits.float()", "upcast logits")
+                : logits;
   // F.cross_entropy = log_softmax (saves its output) + nll_loss (saves only targets).
   double ls_bytes = (l32 == logits ? c.e : kFp32) * v;
   int ls = c.g.Tensor("log_softmax output", ls_bytes);

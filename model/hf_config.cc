@@ -435,6 +435,29 @@ void CheckGemmaActivation(HfReader* h) {
   }
 }
 
+// The shape keys and the layout every Gemma generation shares: the shapes with the config
+// class's defaults for absent keys, a tied head (tie_word_embeddings), q/k/v/o biases as
+// attention_bias (default false), RMSNorm as (x_hat * (1 + w)) in fp32, the GeGLU MLP and
+// embeddings times sqrt(H).
+struct GemmaShapeDefaults {
+  int64_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab, positions;
+};
+void ReadGemmaShape(HfReader* h, const GemmaShapeDefaults& d, ModelSpec* s) {
+  s->num_layers = static_cast<int>(h->OptInt("num_hidden_layers", d.layers));
+  s->hidden = h->OptInt("hidden_size", d.hidden);
+  s->num_heads = static_cast<int>(h->OptInt("num_attention_heads", d.heads));
+  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", d.kv_heads));
+  s->head_dim = h->OptInt("head_dim", d.head_dim);
+  s->ffn_hidden = h->OptInt("intermediate_size", d.ffn);
+  s->vocab_size = h->OptInt("vocab_size", d.vocab);
+  s->max_seq_len = h->OptInt("max_position_embeddings", d.positions);
+  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
+  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  s->norm_weight_fp32 = s->norm_unit_offset = true;
+  s->gelu_gate = true;
+  s->scaled_embedding = true;
+}
+
 // Gemma2ForCausalLM (modeling_gemma2.py), Gemma3ForCausalLM and the text backbone of
 // Gemma3ForConditionalGeneration (modeling_gemma3.py): Llama's projections with sandwich norms
 // (input, post-attention, pre- and post-feedforward), RMSNorm as (x_hat * (1 + w)) in fp32, a
@@ -446,21 +469,13 @@ void CheckGemmaActivation(HfReader* h) {
 // the published Gemma 3 text_config lists only what differs from them.
 void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
   const bool g3 = f != Family::kGemma2;
-  s->num_layers = static_cast<int>(h->OptInt("num_hidden_layers", 26));
-  s->hidden = h->OptInt("hidden_size", 2304);
-  s->num_heads = static_cast<int>(h->OptInt("num_attention_heads", 8));
-  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", 4));
-  s->head_dim = h->OptInt("head_dim", 256);
-  s->ffn_hidden = h->OptInt("intermediate_size", 9216);
-  s->vocab_size = h->OptInt("vocab_size", g3 ? 262208 : 256000);
-  s->max_seq_len = h->OptInt("max_position_embeddings", g3 ? 131072 : 8192);
-  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
-  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  ReadGemmaShape(h,
+                 {/*layers=*/26, /*hidden=*/2304, /*heads=*/8, /*kv_heads=*/4, /*head_dim=*/256,
+                  /*ffn=*/9216, /*vocab=*/g3 ? 262208 : 256000,
+                  /*positions=*/g3 ? 131072 : 8192},
+                 s);
   s->qk_norm = g3;  // Gemma3Attention: q_norm, k_norm = Gemma3RMSNorm(head_dim)
   s->norm_placement = NormPlacement::kSandwich;
-  s->norm_weight_fp32 = s->norm_unit_offset = true;
-  s->gelu_gate = true;
-  s->scaled_embedding = true;
   s->final_logit_softcap = h->NumberOrOff("final_logit_softcapping", g3 ? 0 : 30.0, 1e6);
   s->attn_logit_softcap = h->NumberOrOff("attn_logit_softcapping", g3 ? 0 : 50.0, 1e6);
   s->query_pre_attn_scalar = h->OptNumber("query_pre_attn_scalar", 256, 1e9);
@@ -485,20 +500,11 @@ void ReadGemma(HfReader* h, Family f, ModelSpec* s) {
 // modular_gemma.py has no hidden_activation and GemmaMLP reads hidden_act, exact GELU for
 // "gelu": the same saved input, other values.)
 void ReadGemma1(HfReader* h, ModelSpec* s) {
-  s->num_layers = static_cast<int>(h->OptInt("num_hidden_layers", 28));
-  s->hidden = h->OptInt("hidden_size", 3072);
-  s->num_heads = static_cast<int>(h->OptInt("num_attention_heads", 16));
-  s->num_kv_heads = static_cast<int>(h->OptInt("num_key_value_heads", 16));
-  s->head_dim = h->OptInt("head_dim", 256);
-  s->ffn_hidden = h->OptInt("intermediate_size", 24576);
-  s->vocab_size = h->OptInt("vocab_size", 256000);
-  s->max_seq_len = h->OptInt("max_position_embeddings", 8192);
-  s->tied_embeddings = h->OptBool("tie_word_embeddings", true);
-  s->qkv_bias = s->attn_out_bias = h->OptBool("attention_bias", false);
+  ReadGemmaShape(h,
+                 {/*layers=*/28, /*hidden=*/3072, /*heads=*/16, /*kv_heads=*/16, /*head_dim=*/256,
+                  /*ffn=*/24576, /*vocab=*/256000, /*positions=*/8192},
+                 s);
   s->norm_placement = NormPlacement::kPre;
-  s->norm_weight_fp32 = s->norm_unit_offset = true;
-  s->gelu_gate = true;
-  s->scaled_embedding = true;
   s->rope_theta = h->OptNumber("rope_theta", 10000.0, 1e12);
   h->ReadRope("rope_parameters", &s->rope_scaling, &s->rope_theta);
   h->ReadRope("rope_scaling", &s->rope_scaling, &s->rope_theta);

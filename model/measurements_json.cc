@@ -57,6 +57,23 @@ void ForEach(StrictReader& r, const std::string& key, std::vector<std::string>* 
   }
 }
 
+// A span's steady-state figures (written only when the run kept a trace of more than one step):
+// "steady_count" and the seconds at `key`, both or neither (AddSteady).
+void ReadSteady(StrictReader& e, const std::string& key, int64_t* count,
+                std::optional<double>* seconds) {
+  if (!e.Has(key)) return;
+  *count = e.RequiredInt("steady_count", 1, kMaxCount);
+  *seconds = e.RequiredNumber(key, 0, kMaxSeconds);
+}
+
+// The CUDA figures of one rank (absent on CPU runs: 0), as AddDeviceBytes writes them.
+void ReadDeviceBytes(StrictReader& e, int64_t* allocated_peak, int64_t* reserved_peak,
+                     int64_t* used) {
+  *allocated_peak = e.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
+  *reserved_peak = e.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
+  *used = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+}
+
 void ReadEnvironment(StrictReader& top, Measurements* m, std::vector<std::string>* p) {
   Try(p, [&] {
     StrictReader e = top.RequiredObject("environment");
@@ -131,10 +148,7 @@ void ReadLists(StrictReader& top, Measurements* m, std::vector<std::string>* p) 
     c.count = e.RequiredInt("count", 1, kMaxCount);
     c.total_s = e.RequiredNumber("total_s", 0, kMaxSeconds);
     c.mean_s = e.RequiredNumber("mean_s", 0, kMaxSeconds);
-    if (e.Has("steady_mean_s")) {
-      c.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
-      c.steady_mean_s = e.RequiredNumber("steady_mean_s", 0, kMaxSeconds);
-    }
+    ReadSteady(e, "steady_mean_s", &c.steady_count, &c.steady_mean_s);
     m->compute.push_back(c);
   });
 }
@@ -146,10 +160,7 @@ void ReadCommunication(StrictReader& top, Measurements* m, std::vector<std::stri
     w.phase = e.RequiredString("phase");
     w.count = e.RequiredInt("count", 1, kMaxCount);
     w.total_s = e.RequiredNumber("total_s", 0, kMaxSeconds);
-    if (e.Has("steady_total_s")) {
-      w.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
-      w.steady_total_s = e.RequiredNumber("steady_total_s", 0, kMaxSeconds);
-    }
+    ReadSteady(e, "steady_total_s", &w.steady_count, &w.steady_total_s);
     m->waits.push_back(w);
   });
   ForEach(top, "collectives", p, [&](StrictReader& e) {
@@ -164,10 +175,7 @@ void ReadCommunication(StrictReader& top, Measurements* m, std::vector<std::stri
     c.busbw_bytes_per_s = e.RequiredNumber("busbw_bytes_per_s", 0, 1e18);
     c.sent_bytes_per_call = e.RequiredInt("sent_bytes_per_call", 0, kMaxCount);
     c.emulated = e.OptionalBool("emulated", false);
-    if (e.Has("steady_time_s")) {
-      c.steady_count = e.RequiredInt("steady_count", 1, kMaxCount);
-      c.steady_time_s = e.RequiredNumber("steady_time_s", 0, kMaxSeconds);
-    }
+    ReadSteady(e, "steady_time_s", &c.steady_count, &c.steady_time_s);
     m->collectives.push_back(c);
   });
 }
@@ -185,10 +193,8 @@ void ReadMemory(StrictReader& top, Measurements* m, std::vector<std::string>* p)
       k.rank = static_cast<int>(e.RequiredInt("rank", 0, 1 << 24));
       k.tracked_peak_bytes = e.RequiredInt("tracked_peak_bytes", 0, kMaxCount);
       k.rss_peak_bytes = e.RequiredInt("rss_peak_bytes", 0, kMaxCount);
-      // Written for CUDA runs only.
-      k.device_allocated_peak_bytes = e.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
-      k.device_reserved_peak_bytes = e.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
-      k.device_used_bytes = e.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+      ReadDeviceBytes(e, &k.device_allocated_peak_bytes, &k.device_reserved_peak_bytes,
+                      &k.device_used_bytes);
       k.device_alloc_retries = e.OptionalInt("device_alloc_retries", 0, 0, kMaxCount);
       m->memory_per_rank.push_back(k);
     });
@@ -218,9 +224,8 @@ void ReadPhases(StrictReader& top, Measurements* m, std::vector<std::string>* p)
       k.tracked_start_bytes = r.RequiredInt("tracked_start_bytes", 0, kMaxCount);
       k.tracked_peak_bytes = r.RequiredInt("tracked_peak_bytes", 0, kMaxCount);
       k.rss_peak_bytes = r.RequiredInt("rss_peak_bytes", 0, kMaxCount);
-      k.device_allocated_peak_bytes = r.OptionalInt("device_allocated_peak_bytes", 0, 0, kMaxCount);
-      k.device_reserved_peak_bytes = r.OptionalInt("device_reserved_peak_bytes", 0, 0, kMaxCount);
-      k.device_used_bytes = r.OptionalInt("device_used_bytes", 0, 0, kMaxCount);
+      ReadDeviceBytes(r, &k.device_allocated_peak_bytes, &k.device_reserved_peak_bytes,
+                      &k.device_used_bytes);
       ph.per_rank.push_back(k);
     });
     ThrowIfProblems(inner);
@@ -258,6 +263,14 @@ void AddDeviceBytes(OJson* j, int64_t allocated_peak, int64_t reserved_peak, int
   (*j)["device_allocated_peak_bytes"] = allocated_peak;
   (*j)["device_reserved_peak_bytes"] = reserved_peak;
   (*j)["device_used_bytes"] = used;
+}
+
+// A span's steady-state figures, when the run has them (ReadSteady).
+void AddSteady(OJson* j, const std::string& key, int64_t count,
+               const std::optional<double>& seconds) {
+  if (!seconds) return;
+  (*j)["steady_count"] = count;
+  (*j)[key] = *seconds;
 }
 
 OJson EnvironmentJson(const MeasuredEnvironment& e) {
@@ -370,20 +383,14 @@ OJson MeasurementsToJson(const Measurements& m) {
   for (const MeasuredCompute& c : m.compute) {
     OJson e = {{"segment", c.segment}, {"unit", c.unit},       {"phase", c.phase},
                {"count", c.count},     {"total_s", c.total_s}, {"mean_s", c.mean_s}};
-    if (c.steady_mean_s) {
-      e["steady_count"] = c.steady_count;
-      e["steady_mean_s"] = *c.steady_mean_s;
-    }
+    AddSteady(&e, "steady_mean_s", c.steady_count, c.steady_mean_s);
     compute.push_back(e);
   }
   j["compute"] = compute;
   OJson waits = OJson::array();
   for (const MeasuredWait& w : m.waits) {
     OJson e = {{"name", w.name}, {"phase", w.phase}, {"count", w.count}, {"total_s", w.total_s}};
-    if (w.steady_total_s) {
-      e["steady_count"] = w.steady_count;
-      e["steady_total_s"] = *w.steady_total_s;
-    }
+    AddSteady(&e, "steady_total_s", w.steady_count, w.steady_total_s);
     waits.push_back(e);
   }
   j["waits"] = waits;
@@ -399,10 +406,7 @@ OJson MeasurementsToJson(const Measurements& m) {
                {"busbw_bytes_per_s", c.busbw_bytes_per_s},
                {"sent_bytes_per_call", c.sent_bytes_per_call},
                {"emulated", c.emulated}};
-    if (c.steady_time_s) {
-      e["steady_count"] = c.steady_count;
-      e["steady_time_s"] = *c.steady_time_s;
-    }
+    AddSteady(&e, "steady_time_s", c.steady_count, c.steady_time_s);
     collectives.push_back(e);
   }
   j["collectives"] = collectives;

@@ -125,6 +125,37 @@ RopeScaling ReadRopeScaling(StrictReader* r) {
   return s;
 }
 
+// The object at `key`, when present, read by `read` into `out` (absent: `out` keeps its default,
+// a disabled section).
+template <typename T>
+void ReadOptionalObject(StrictReader* r, const std::string& key, T (*read)(StrictReader*), T* out) {
+  if (!r->Has(key)) return;
+  StrictReader object = r->RequiredObject(key);
+  *out = read(&object);
+}
+
+// The boolean layout flags, in the order they are read and written.
+struct FlagKey {
+  const char* key;
+  bool ModelSpec::*member;
+};
+// Written always.
+constexpr FlagKey kLayoutFlags[] = {{"qkv_bias", &ModelSpec::qkv_bias},
+                                    {"attn_out_bias", &ModelSpec::attn_out_bias},
+                                    {"mlp_bias", &ModelSpec::mlp_bias},
+                                    {"qk_norm", &ModelSpec::qk_norm},
+                                    {"parallel_residual", &ModelSpec::parallel_residual},
+                                    {"tied_embeddings", &ModelSpec::tied_embeddings}};
+// Added with later models (OLMo 2 and Phi-3's, then Gemma's and GPT-OSS's): written only when set,
+// so files written before them stay as they were.
+constexpr FlagKey kLaterLayoutFlags[] = {{"fused_qkv", &ModelSpec::fused_qkv},
+                                         {"fused_gate_up", &ModelSpec::fused_gate_up},
+                                         {"norm_weight_fp32", &ModelSpec::norm_weight_fp32},
+                                         {"norm_unit_offset", &ModelSpec::norm_unit_offset},
+                                         {"gelu_gate", &ModelSpec::gelu_gate},
+                                         {"attention_sinks", &ModelSpec::attention_sinks},
+                                         {"scaled_embedding", &ModelSpec::scaled_embedding}};
+
 void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->norm = r->OptionalEnum("norm", "rms_norm", {"rms_norm", "layer_norm"}) == "rms_norm"
                 ? NormKind::kRmsNorm
@@ -135,25 +166,14 @@ void ReadKinds(StrictReader* r, ModelSpec* s) {
   s->positions = r->OptionalEnum("positions", "rotary", {"rotary", "learned"}) == "rotary"
                      ? PositionKind::kRotary
                      : PositionKind::kLearned;
-  s->qkv_bias = r->OptionalBool("qkv_bias", false);
-  s->attn_out_bias = r->OptionalBool("attn_out_bias", false);
-  s->mlp_bias = r->OptionalBool("mlp_bias", false);
-  s->qk_norm = r->OptionalBool("qk_norm", false);
-  s->parallel_residual = r->OptionalBool("parallel_residual", false);
-  s->tied_embeddings = r->OptionalBool("tied_embeddings", false);
+  for (const FlagKey& f : kLayoutFlags) s->*f.member = r->OptionalBool(f.key, false);
   s->qk_norm_full_width = r->OptionalBool("qk_norm_full_width", false);
   const std::string placement =
       r->OptionalEnum("norm_placement", "pre", {"pre", "post", "sandwich"});
   s->norm_placement = placement == "pre"    ? NormPlacement::kPre
                       : placement == "post" ? NormPlacement::kPost
                                             : NormPlacement::kSandwich;
-  s->fused_qkv = r->OptionalBool("fused_qkv", false);
-  s->fused_gate_up = r->OptionalBool("fused_gate_up", false);
-  s->norm_weight_fp32 = r->OptionalBool("norm_weight_fp32", false);
-  s->norm_unit_offset = r->OptionalBool("norm_unit_offset", false);
-  s->gelu_gate = r->OptionalBool("gelu_gate", false);
-  s->attention_sinks = r->OptionalBool("attention_sinks", false);
-  s->scaled_embedding = r->OptionalBool("scaled_embedding", false);
+  for (const FlagKey& f : kLaterLayoutFlags) s->*f.member = r->OptionalBool(f.key, false);
   s->final_logit_softcap = r->OptionalNumber("final_logit_softcap", 0, -1e300, 1e300);
   s->attn_logit_softcap = r->OptionalNumber("attn_logit_softcap", 0, -1e300, 1e300);
   s->query_pre_attn_scalar = r->OptionalNumber("query_pre_attn_scalar", 0, -1e300, 1e300);
@@ -186,22 +206,10 @@ ModelSpec ModelSpecFromJson(const nlohmann::json& j, const std::string& file) {
   s.vocab_size = r.RequiredInt("vocab_size", kIntMin, kIntMax);
   s.max_seq_len = r.RequiredInt("max_seq_len", kIntMin, kIntMax);
   ReadKinds(&r, &s);
-  if (r.Has("moe")) {
-    StrictReader moe = r.RequiredObject("moe");
-    s.moe = ReadMoe(&moe);
-  }
-  if (r.Has("mla")) {
-    StrictReader mla = r.RequiredObject("mla");
-    s.mla = ReadMla(&mla);
-  }
-  if (r.Has("vision")) {
-    StrictReader vision = r.RequiredObject("vision");
-    s.vision = ReadVision(&vision);
-  }
-  if (r.Has("rope_scaling")) {
-    StrictReader rope = r.RequiredObject("rope_scaling");
-    s.rope_scaling = ReadRopeScaling(&rope);
-  }
+  ReadOptionalObject(&r, "moe", ReadMoe, &s.moe);
+  ReadOptionalObject(&r, "mla", ReadMla, &s.mla);
+  ReadOptionalObject(&r, "vision", ReadVision, &s.vision);
+  ReadOptionalObject(&r, "rope_scaling", ReadRopeScaling, &s.rope_scaling);
   s.source = r.OptionalString("source", "");
   s.hf_architecture = r.OptionalString("hf_architecture", "");
   r.Finish();
@@ -230,23 +238,13 @@ nlohmann::ordered_json ModelSpecToJson(const ModelSpec& spec) {
   j["norm_bias"] = s.norm_bias;
   j["mlp"] = ToString(s.mlp);
   j["positions"] = ToString(s.positions);
-  j["qkv_bias"] = s.qkv_bias;
-  j["attn_out_bias"] = s.attn_out_bias;
-  j["mlp_bias"] = s.mlp_bias;
-  j["qk_norm"] = s.qk_norm;
-  j["parallel_residual"] = s.parallel_residual;
-  j["tied_embeddings"] = s.tied_embeddings;
+  for (const FlagKey& f : kLayoutFlags) j[f.key] = s.*f.member;
   // The layouts added for OLMo 2 and Phi-3, written when set (older files never name them).
   if (s.qk_norm_full_width) j["qk_norm_full_width"] = true;
   if (s.norm_placement != NormPlacement::kPre) j["norm_placement"] = ToString(s.norm_placement);
-  if (s.fused_qkv) j["fused_qkv"] = true;
-  if (s.fused_gate_up) j["fused_gate_up"] = true;
-  if (s.norm_weight_fp32) j["norm_weight_fp32"] = true;
-  // Gemma's, likewise.
-  if (s.norm_unit_offset) j["norm_unit_offset"] = true;
-  if (s.gelu_gate) j["gelu_gate"] = true;
-  if (s.attention_sinks) j["attention_sinks"] = true;
-  if (s.scaled_embedding) j["scaled_embedding"] = true;
+  for (const FlagKey& f : kLaterLayoutFlags) {
+    if (s.*f.member) j[f.key] = true;
+  }
   if (s.final_logit_softcap != 0) j["final_logit_softcap"] = s.final_logit_softcap;
   if (s.attn_logit_softcap != 0) j["attn_logit_softcap"] = s.attn_logit_softcap;
   if (s.query_pre_attn_scalar != 0) j["query_pre_attn_scalar"] = s.query_pre_attn_scalar;

@@ -109,6 +109,15 @@ Ranker::~Ranker() = default;
 
 Ranker::Worker& Ranker::WorkerOf(size_t thread) { return *workers_[thread]; }
 
+template <typename Fn>
+void Ranker::ForEachPlan(const std::vector<model::Plan>& plans, const std::vector<size_t>& indices,
+                         Fn&& each) {
+  ParallelFor(
+      indices.size(), result_.threads,
+      [&](size_t j, int t) { each(j, plans[indices[j]], WorkerOf(static_cast<size_t>(t))); },
+      [](size_t) {});
+}
+
 // Persistent model states the plan keeps on the GPU at the optimizer step (params, grads and
 // optimizer state, sharded and padded) plus the CUDA context: no plan of this kind can need
 // less, since the step's peak includes them (simulator/step_walk_backward.cc OptimizerStep).
@@ -343,27 +352,22 @@ void Ranker::PrewalkBounds(const std::vector<model::Plan>& plans) {
     if (rep) reps.push_back(i);
   }
   std::vector<sim::StepTimeBound> figures(reps.size());
-  ParallelFor(
-      reps.size(), result_.threads,
-      [&](size_t j, int t) {
-        Worker& w = WorkerOf(static_cast<size_t>(t));
-        const model::Plan& p = plans[reps[j]];
-        sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory,
-                                                                 false, &sim::CacheOf(w.ctx));
-        figures[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
-        // This walk is the plan's own memory walk too (EvaluateInOrder then skips it); the
-        // exhaustive search walks it again there, after its prewalk bounds are set, to check them.
-        if (!exhaustive_) {
-          Screened* s = &screened_[reps[j]];
-          Judge(p, est, s);
-          if (s->fits) {
-            s->time_lb_s = figures[j].seconds;
-            s->time_lb_resource = figures[j].resource;
-          }
-        }
-        sim::CacheOf(w.ctx).Recycle(std::move(est.program));
-      },
-      [](size_t) {});
+  ForEachPlan(plans, reps, [&](size_t j, const model::Plan& p, Worker& w) {
+    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, opt_.memory, false,
+                                                             &sim::CacheOf(w.ctx));
+    figures[j] = sim::StepLowerBound(est, spec_, cluster_, p, opt_, &w.ctx);
+    // This walk is the plan's own memory walk too (EvaluateInOrder then skips it); the
+    // exhaustive search walks it again there, after its prewalk bounds are set, to check them.
+    if (!exhaustive_) {
+      Screened* s = &screened_[reps[j]];
+      Judge(p, est, s);
+      if (s->fits) {
+        s->time_lb_s = figures[j].seconds;
+        s->time_lb_resource = figures[j].resource;
+      }
+    }
+    sim::CacheOf(w.ctx).Recycle(std::move(est.program));
+  });
   result_.prewalk_bound_walks = static_cast<int64_t>(reps.size());
   auto figure_of = [&](size_t k, const std::string& key) -> const sim::StepTimeBound* {
     auto it = first_of[k].find(key);
@@ -454,10 +458,9 @@ void Ranker::EvaluateInOrder(const std::vector<model::Plan>& plans,
       judged.push_back(i);
       if (!screened_[i].evaluated) walk.push_back(i);
     }
-    ParallelFor(
-        walk.size(), result_.threads,
-        [&](size_t j, int t) { Walk(plans[walk[j]], WorkerOf(static_cast<size_t>(t)), &screened_[walk[j]]); },
-        [](size_t) {});
+    ForEachPlan(plans, walk, [&](size_t j, const model::Plan& p, Worker& w) {
+      Walk(p, w, &screened_[walk[j]]);
+    });
     for (size_t i : judged) {
       Screened& s = screened_[i];
       if (s.bound_oom || !s.fits) continue;
@@ -639,22 +642,17 @@ void Ranker::SimulateSome(const std::vector<model::Plan>& plans,
     }
   }
   std::vector<sim::SimReport> reports(run.size());
-  ParallelFor(
-      run.size(), result_.threads,
-      [&](size_t j, int t) {
-        Worker& w = WorkerOf(static_cast<size_t>(t));
-        const model::Plan& p = plans[run[j]];
-        sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(
-            spec_, cluster_, p, full_opt_.memory, false, &sim::CacheOf(w.ctx));
-        reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
-        // Admit reads the figures only: the program's buffers serve this worker's next plan,
-        // and the schedule and per-op counters are dropped at once.
-        sim::CacheOf(w.ctx).Recycle(std::move(reports[j].program));
-        reports[j].schedule = {};
-        reports[j].allocated_after = {};
-        reports[j].memory.units = {};
-      },
-      [](size_t) {});
+  ForEachPlan(plans, run, [&](size_t j, const model::Plan& p, Worker& w) {
+    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, full_opt_.memory,
+                                                             false, &sim::CacheOf(w.ctx));
+    reports[j] = sim::SimulateProgram(std::move(est), spec_, cluster_, p, full_opt_, &w.ctx);
+    // Admit reads the figures only: the program's buffers serve this worker's next plan, and the
+    // schedule and per-op counters are dropped at once.
+    sim::CacheOf(w.ctx).Recycle(std::move(reports[j].program));
+    reports[j].schedule = {};
+    reports[j].allocated_after = {};
+    reports[j].memory.units = {};
+  });
   for (size_t j = 0; j < run.size(); ++j) {
     Screened& s = screened_[run[j]];
     ++result_.simulated;

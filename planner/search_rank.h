@@ -87,6 +87,11 @@ class Ranker {
 
  private:
   Worker& WorkerOf(size_t thread);
+  // Runs each(j, plans[indices[j]], worker) for every j on the search's threads (ParallelFor:
+  // what is written by j is the same for any thread count). Defined in search_rank.cc.
+  template <typename Fn>
+  void ForEachPlan(const std::vector<model::Plan>& plans, const std::vector<size_t>& indices,
+                   Fn&& each);
   void Bound(const model::Plan& plan, Worker& w, Screened* s) const;
   void Walk(const model::Plan& plan, Worker& w, Screened* s) const;
   void Judge(const model::Plan& plan, const sim::MemoryEstimate& est, Screened* s) const;

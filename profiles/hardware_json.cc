@@ -67,6 +67,24 @@ void CheckUnique(const std::vector<std::vector<std::string>>& names, const std::
   }
 }
 
+// A catalog document ({"schema": `schema`, "about": ..., `key`: [...]}, version 1): each entry
+// read by `read`, then the entries' names (`names_of`: its name and aliases) checked unique.
+template <typename T, typename Read, typename Names>
+std::vector<T> ReadCatalog(const std::string& text, const std::string& name,
+                           const std::string& schema, const std::string& key, Read read,
+                           Names names_of) {
+  nlohmann::json doc = model::ParseJsonText(text, name);
+  model::StrictReader root(doc, name);
+  root.CheckSchema(schema, 1);
+  root.OptionalString("about", "");
+  std::vector<T> entries = ReadArray<T>(root, key, read);
+  root.Finish();
+  std::vector<std::vector<std::string>> names;
+  for (const T& e : entries) names.push_back(names_of(e));
+  CheckUnique(names, name, key);
+  return entries;
+}
+
 }  // namespace
 
 GpuSpec ReadGpuSpec(model::StrictReader& r) {
@@ -112,32 +130,17 @@ LinkSpec ReadLinkSpec(model::StrictReader& r) {
 }
 
 std::vector<GpuSpec> ParseGpuCatalog(const std::string& text, const std::string& name) {
-  nlohmann::json doc = model::ParseJsonText(text, name);
-  model::StrictReader root(doc, name);
-  root.CheckSchema("shardtune.gpu_catalog", 1);
-  root.OptionalString("about", "");
-  auto gpus = ReadArray<GpuSpec>(root, "gpus", ReadGpuSpec);
-  root.Finish();
-  std::vector<std::vector<std::string>> names;
-  for (const auto& g : gpus) {
-    names.push_back(g.aliases);
-    names.back().push_back(g.name);
-  }
-  CheckUnique(names, name, "gpus");
-  return gpus;
+  return ReadCatalog<GpuSpec>(text, name, "shardtune.gpu_catalog", "gpus", ReadGpuSpec,
+                              [](const GpuSpec& g) {
+                                std::vector<std::string> names = g.aliases;
+                                names.push_back(g.name);
+                                return names;
+                              });
 }
 
 std::vector<LinkSpec> ParseLinkCatalog(const std::string& text, const std::string& name) {
-  nlohmann::json doc = model::ParseJsonText(text, name);
-  model::StrictReader root(doc, name);
-  root.CheckSchema("shardtune.link_catalog", 1);
-  root.OptionalString("about", "");
-  auto links = ReadArray<LinkSpec>(root, "links", ReadLinkSpec);
-  root.Finish();
-  std::vector<std::vector<std::string>> names;
-  for (const auto& l : links) names.push_back({l.name});
-  CheckUnique(names, name, "links");
-  return links;
+  return ReadCatalog<LinkSpec>(text, name, "shardtune.link_catalog", "links", ReadLinkSpec,
+                               [](const LinkSpec& l) { return std::vector<std::string>{l.name}; });
 }
 
 }  // namespace shardtune::profiles::internal

@@ -107,6 +107,15 @@ void HostEstimate(const model::ModelSpec& spec, const profiles::ClusterSpec& c, 
   r->host = h;
 }
 
+// The entry of `key` in `cache`, made by `make()` the first time. std::map's nodes stay put, so
+// the reference stays valid while the entry is kept (until Impl::Check clears the cache).
+template <typename Map, typename Make>
+const typename Map::mapped_type& Cached(Map& cache, const typename Map::key_type& key, Make make) {
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make()).first;
+  return it->second;
+}
+
 }  // namespace
 
 struct ModelCache::Impl {
@@ -181,11 +190,8 @@ int64_t ModelCache::OptimizerLaunches(const model::ModelSpec& spec, const std::v
   impl_->Check(spec);
   auto key = std::make_tuple(static_cast<const void*>(&units), shard_n, static_cast<int>(plan.optimizer),
                              static_cast<int>(plan.optimizer_impl), plan.Trains());
-  auto it = impl_->optimizer_launches.find(key);
-  if (it == impl_->optimizer_launches.end()) {
-    it = impl_->optimizer_launches.emplace(key, OptimizerKernelLaunches(spec, units, plan, shard_n)).first;
-  }
-  return it->second;
+  return Cached(impl_->optimizer_launches, key,
+                [&] { return OptimizerKernelLaunches(spec, units, plan, shard_n); });
 }
 
 const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& spec,
@@ -195,9 +201,7 @@ const std::vector<model::FsdpUnit>& ModelCache::Units(const model::ModelSpec& sp
                     std::to_string(w.head_unit) + std::to_string(w.expert_units) +
                     std::to_string(w.sub_block_units) +
                     (ep > 1 ? "/ep" + std::to_string(ep) : std::string());
-  auto it = impl_->units.find(key);
-  if (it == impl_->units.end()) it = impl_->units.emplace(key, model::BuildFsdpUnits(spec, w, ep)).first;
-  return it->second;
+  return Cached(impl_->units, key, [&] { return model::BuildFsdpUnits(spec, w, ep); });
 }
 
 namespace {
@@ -222,38 +226,27 @@ const std::vector<model::FsdpUnit>& ModelCache::UnitsFor(const model::ModelSpec&
   const auto& base = Units(spec, plan.wrap, plan.ep);
   if (!model::ChangesTrainability(spec, plan)) return base;
   std::string key = "trainability/" + TrainabilityKey(plan);
-  auto it = impl_->units.find(key);
-  if (it == impl_->units.end()) {
-    it = impl_->units.emplace(key, model::ApplyTrainability(spec, plan, base)).first;
-  }
-  return it->second;
+  return Cached(impl_->units, key, [&] { return model::ApplyTrainability(spec, plan, base); });
 }
 
 const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
                                                  const model::ActivationOptions& o) {
   impl_->Check(spec);
-  auto it = impl_->blocks.find(ActKey(o));
-  if (it == impl_->blocks.end()) it = impl_->blocks.emplace(ActKey(o), model::ComputeBlockActivations(spec, o)).first;
-  return it->second;
+  return Cached(impl_->blocks, ActKey(o), [&] { return model::ComputeBlockActivations(spec, o); });
 }
 
 const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
                                                 const model::ActivationOptions& o) {
   impl_->Check(spec);
-  auto it = impl_->heads.find(ActKey(o));
-  if (it == impl_->heads.end()) it = impl_->heads.emplace(ActKey(o), model::ComputeHeadActivations(spec, o)).first;
-  return it->second;
+  return Cached(impl_->heads, ActKey(o), [&] { return model::ComputeHeadActivations(spec, o); });
 }
 
 const model::SubgraphTrainability& ModelCache::TrainabilityFor(const model::ModelSpec& spec,
                                                                const Plan& plan) {
   const auto& units = UnitsFor(spec, plan);
   std::string key = TrainabilityKey(plan);
-  auto it = impl_->trainability.find(key);
-  if (it == impl_->trainability.end()) {
-    it = impl_->trainability.emplace(key, model::SubgraphTrainabilities(spec, plan, units)).first;
-  }
-  return it->second;
+  return Cached(impl_->trainability, key,
+                [&] { return model::SubgraphTrainabilities(spec, plan, units); });
 }
 
 const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
@@ -265,14 +258,10 @@ const model::BlockActivations& ModelCache::Block(const model::ModelSpec& spec,
   impl_->Check(spec);
   std::string key = ActKey(o) + "/" + t.Key() + "/" + std::to_string(tiled_shards) + "/" +
                     std::to_string(capacity);
-  auto it = impl_->blocks.find(key);
-  if (it == impl_->blocks.end()) {
-    model::BlockActivations b =
-        tiled ? model::TiledMlpBlockActivations(spec, o, tiled_shards, capacity, t)
-              : model::ComputeBlockActivations(spec, o, t);
-    it = impl_->blocks.emplace(key, std::move(b)).first;
-  }
-  return it->second;
+  return Cached(impl_->blocks, key, [&] {
+    return tiled ? model::TiledMlpBlockActivations(spec, o, tiled_shards, capacity, t)
+                 : model::ComputeBlockActivations(spec, o, t);
+  });
 }
 
 const model::BlockActivations& ModelCache::LayerBlock(const model::ModelSpec& spec,
@@ -287,14 +276,10 @@ const model::BlockActivations& ModelCache::LayerBlock(const model::ModelSpec& sp
   if (!impl_->dense_spec) impl_->dense_spec = spec.DenseLayerSpec();
   const model::ModelSpec& d = *impl_->dense_spec;
   std::string key = "dense/" + ActKey(o) + "/" + t.Key() + "/" + std::to_string(tiled_shards);
-  auto it = impl_->blocks.find(key);
-  if (it == impl_->blocks.end()) {
-    model::BlockActivations b = tiled_shards > 1
-                                    ? model::TiledMlpBlockActivations(d, o, tiled_shards, 1.0, t)
-                                    : model::ComputeBlockActivations(d, o, t);
-    it = impl_->blocks.emplace(key, std::move(b)).first;
-  }
-  return it->second;
+  return Cached(impl_->blocks, key, [&] {
+    return tiled_shards > 1 ? model::TiledMlpBlockActivations(d, o, tiled_shards, 1.0, t)
+                            : model::ComputeBlockActivations(d, o, t);
+  });
 }
 
 const model::BlockActivations& ModelCache::VisionBlock(const model::ModelSpec& spec,
@@ -305,11 +290,8 @@ const model::BlockActivations& ModelCache::VisionBlock(const model::ModelSpec& s
   std::string key = "vision/" + std::to_string(b) + "/" + ActKey(o) + "/" + t.Key() + "/" +
                     std::to_string(std::llround(load.patches_per_token * 1e9)) + "/" +
                     std::to_string(std::llround(load.patches_per_image));
-  auto it = impl_->blocks.find(key);
-  if (it == impl_->blocks.end()) {
-    it = impl_->blocks.emplace(key, model::VisionBlockActivations(spec, o, t, b, load)).first;
-  }
-  return it->second;
+  return Cached(impl_->blocks, key,
+                [&] { return model::VisionBlockActivations(spec, o, t, b, load); });
 }
 
 const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
@@ -318,11 +300,7 @@ const model::ActivationLedger& ModelCache::Head(const model::ModelSpec& spec,
   if (t.FullFinetune()) return Head(spec, o);
   impl_->Check(spec);
   std::string key = ActKey(o) + "/" + t.Key();
-  auto it = impl_->heads.find(key);
-  if (it == impl_->heads.end()) {
-    it = impl_->heads.emplace(key, model::ComputeHeadActivations(spec, o, t)).first;
-  }
-  return it->second;
+  return Cached(impl_->heads, key, [&] { return model::ComputeHeadActivations(spec, o, t); });
 }
 
 namespace {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "executor/rank_env.h"
+
 namespace shardtune::exec {
 
 struct RendezvousOptions {
@@ -16,6 +18,12 @@ struct RendezvousOptions {
   int world_size = 1;
   double timeout_s = 60;  // store connection and collective timeout
 };
+
+// The store of the launched ranks `env` names (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), with
+// `timeout_s`: what `run` and `probe` connect to.
+inline RendezvousOptions RendezvousOptionsOf(const RankEnv& env, double timeout_s) {
+  return {env.master_addr, env.master_port, env.rank, env.world_size, timeout_s};
+}
 
 // Holds the store; process groups keep their own reference to it. Not copyable.
 class Rendezvous {

@@ -41,26 +41,23 @@ Communicator& FromContext(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["cp"].toInt()));
 }
 
+using AllToAll = at::Tensor (*)(const at::Tensor&, Communicator&);
+
+// One direction of the all-to-all; its backward is the other direction, its inverse.
 // saved_data holds IValues only: the communicator travels as an integer (it outlives the graph).
-struct SeqToHeadsFunction : public torch::autograd::Function<SeqToHeadsFunction> {
+template <AllToAll kForward, AllToAll kBackward>
+struct AllToAllFunction : public torch::autograd::Function<AllToAllFunction<kForward, kBackward>> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Communicator* cp) {
     ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
-    return {SeqToHeads(x, *cp)};
+    return {kForward(x, *cp)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {HeadsToSeq(grads[0], FromContext(ctx)), at::Tensor()};
+    return {kBackward(grads[0], FromContext(ctx)), at::Tensor()};
   }
 };
 
-struct HeadsToSeqFunction : public torch::autograd::Function<HeadsToSeqFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& y, Communicator* cp) {
-    ctx->saved_data["cp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cp));
-    return {HeadsToSeq(y, *cp)};
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {SeqToHeads(grads[0], FromContext(ctx)), at::Tensor()};
-  }
-};
+using SeqToHeadsFunction = AllToAllFunction<SeqToHeads, HeadsToSeq>;
+using HeadsToSeqFunction = AllToAllFunction<HeadsToSeq, SeqToHeads>;
 
 }  // namespace
 

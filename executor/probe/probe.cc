@@ -500,17 +500,12 @@ std::vector<profiles::CollectiveSample> ProbeCollectives(Communicator& world,
   return out;
 }
 
-std::vector<profiles::CollectiveSample> ProbeCollectivesOverWorld(const ProbeWorld& world,
+std::vector<profiles::CollectiveSample> ProbeCollectivesOverWorld(const RankEnv& world,
+                                                                  double timeout_s,
                                                                   const std::string& device,
                                                                   int cuda_device, int64_t max_bytes,
                                                                   int iters) {
-  RendezvousOptions ro;
-  ro.master_addr = world.master_addr;
-  ro.master_port = world.master_port;
-  ro.rank = world.rank;
-  ro.world_size = world.world_size;
-  ro.timeout_s = world.timeout_s;
-  auto rendezvous = Rendezvous::Connect(ro);
+  auto rendezvous = Rendezvous::Connect(RendezvousOptionsOf(world, timeout_s));
   std::vector<int> ranks;
   for (int r = 0; r < world.world_size; ++r) ranks.push_back(r);
   auto log = std::make_shared<CollectiveLog>();

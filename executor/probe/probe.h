@@ -28,6 +28,7 @@
 
 #include "model/dtype.h"
 #include "model/model_spec.h"
+#include "executor/rank_env.h"
 #include "profiles/kernel_tables.h"
 
 namespace shardtune::exec {
@@ -67,21 +68,14 @@ std::vector<profiles::CollectiveSample> ProbeCollectives(Communicator& world,
                                                          int cuda_device, int64_t max_bytes,
                                                          int iters);
 
-// The ranks `shardtune probe --nproc N` launched, as their environment names them (RankEnv).
-struct ProbeWorld {
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  int rank = 0;
-  int world_size = 1;
-  double timeout_s = 60;  // rendezvous and collective timeout
-};
-
-// ProbeCollectives over every rank of `world`, on the communicator the device takes (NCCL on
-// "cuda" with GPU `cuda_device`, Gloo on "cpu"), followed by a barrier: what `shardtune probe`
-// runs before the kernels, so that cli/ builds no communicator itself (as `run` does not).
-// Every rank calls it; each gets its own samples. Throws BackendError when the rendezvous or the
-// backend fails.
-std::vector<profiles::CollectiveSample> ProbeCollectivesOverWorld(const ProbeWorld& world,
+// ProbeCollectives over every rank `shardtune probe --nproc N` launched (`world`, as their
+// environment names them; `timeout_s` for the rendezvous and the collectives), on the
+// communicator the device takes (NCCL on "cuda" with GPU `cuda_device`, Gloo on "cpu"), followed
+// by a barrier: what `shardtune probe` runs before the kernels, so that cli/ builds no
+// communicator itself (as `run` does not). Every rank calls it; each gets its own samples. Throws
+// BackendError when the rendezvous or the backend fails.
+std::vector<profiles::CollectiveSample> ProbeCollectivesOverWorld(const RankEnv& world,
+                                                                  double timeout_s,
                                                                   const std::string& device,
                                                                   int cuda_device, int64_t max_bytes,
                                                                   int iters);

@@ -114,9 +114,16 @@ std::vector<pid_t> StartRanks(const LaunchOptions& o, int port) {
   return pids;
 }
 
-// The rank of child `pid`, or pids.size() when it is none of ours.
-size_t RankOf(const std::vector<pid_t>& pids, pid_t pid) {
-  return static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+// Child `pid` was reaped: marks its rank done, one fewer remaining. Returns the rank, or
+// pids.size() when it is none of ours (then nothing changes).
+size_t MarkReaped(const std::vector<pid_t>& pids, pid_t pid, std::vector<bool>* done,
+                  size_t* remaining) {
+  const auto r = static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+  if (r < pids.size()) {
+    (*done)[r] = true;
+    --*remaining;
+  }
+  return r;
 }
 
 // Reaps the ranks; the first failure sends SIGTERM to the rest, SIGKILL after grace_s.
@@ -139,10 +146,8 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    size_t r = RankOf(pids, pid);
+    size_t r = MarkReaped(pids, pid, &done, &remaining);
     if (r == pids.size()) continue;
-    done[r] = true;
-    --remaining;
     bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!failed || result.exit_code != 0) continue;
     // The first failure seen may be a rank that only lost its peer (a socket error, exit 3, or
@@ -164,10 +169,8 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;
       }
-      size_t r2 = RankOf(pids, p2);
+      size_t r2 = MarkReaped(pids, p2, &done, &remaining);
       if (r2 == pids.size()) continue;
-      done[r2] = true;
-      --remaining;
       if (cause(st)) {
         best_r = r2;
         best_pid = p2;

@@ -180,16 +180,9 @@ void AddPhases(const std::vector<RankPhases>& ranks, model::Measurements* m) {
     ph.name = PhaseName(static_cast<RunPhase>(i));
     for (size_t r = 0; r < ranks.size(); ++r) {
       const PhasePeak& p = ranks[r][idx];
-      model::MeasuredPhaseRank e;
+      model::MeasuredPhaseRank e = p;  // the record itself (phase_meter.h), its time rounded
       e.rank = static_cast<int>(r);
-      e.count = p.count;
       e.duration_s = Ns(p.duration_s);
-      e.tracked_start_bytes = p.tracked_start_bytes;
-      e.tracked_peak_bytes = p.tracked_peak_bytes;
-      e.rss_peak_bytes = p.rss_peak_bytes;
-      e.device_allocated_peak_bytes = p.device_allocated_peak_bytes;
-      e.device_reserved_peak_bytes = p.device_reserved_peak_bytes;
-      e.device_used_bytes = p.device_used_bytes;
       ph.per_rank.push_back(e);
       ph.peak_tracked_bytes = std::max(ph.peak_tracked_bytes, p.tracked_peak_bytes);
       ph.peak_rss_bytes = std::max(ph.peak_rss_bytes, p.rss_peak_bytes);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "model/measurements_json.h"
+
 namespace shardtune::exec {
 
 class Communicator;
@@ -21,17 +23,12 @@ inline constexpr int kNumRunPhases = 5;
 // "model load", "step 0", "steady step", "checkpoint save", "resume" (JobPhase's names).
 const char* PhaseName(RunPhase p);
 
-// One rank's figures of one phase, over every time it was entered.
-struct PhasePeak {
-  int64_t count = 0;                // times entered; 0: never (left out of measurements.json)
-  double duration_s = 0;            // summed wall time
-  int64_t tracked_start_bytes = 0;  // live tracked (CUDA: allocated) bytes when first entered
-  int64_t tracked_peak_bytes = 0;   // CPU: tensor bytes; CUDA: torch.cuda.max_memory_allocated
-  int64_t rss_peak_bytes = 0;       // host VmHWM within the phase (the process's so far when the
-                                    // kernel refuses the reset)
-  int64_t device_allocated_peak_bytes = 0, device_reserved_peak_bytes = 0;  // CUDA only
-  int64_t device_used_bytes = 0;    // CUDA only: cudaMemGetInfo at the phase's end (maximum)
-};
+// One rank's figures of one phase, over every time it was entered, as measurements.json records
+// them (the file's one definition; BuildMeasurements sets `rank`): count 0: never entered (left
+// out of the file); duration_s: summed wall time; rss_peak_bytes: the process's VmHWM so far when
+// the kernel refuses the reset; the device_* figures: CUDA only, device_used_bytes the maximum of
+// cudaMemGetInfo at the phase's ends.
+using PhasePeak = model::MeasuredPhaseRank;
 
 using RankPhases = std::array<PhasePeak, kNumRunPhases>;
 

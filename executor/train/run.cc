@@ -73,8 +73,7 @@ Groups MakeGroups(const RunOptions& o, const RankEnv& env, std::shared_ptr<Colle
     }
     return g;
   }
-  RendezvousOptions ro{env.master_addr, env.master_port, rank, W, o.timeout_s};
-  g.rendezvous = Rendezvous::Connect(ro);
+  g.rendezvous = Rendezvous::Connect(RendezvousOptionsOf(env, o.timeout_s));  // launched: W > 1
   std::vector<int> all(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) all[static_cast<size_t>(r)] = r;
   auto make = [&](const std::string& name, int index,

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "executor/train/lr_schedule.h"
-#include "executor/train/rank_env.h"
+#include "executor/rank_env.h"
 #include "model/model_spec.h"
 #include "model/packing.h"
 #include "model/plan.h"

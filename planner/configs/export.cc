@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
 
 #include "model/errors.h"
 #include "model/strict_json.h"
 #include "model/text.h"
 #include "planner/configs/export_formats.h"
+#include "planner/configs/format_names.h"
 
 namespace shardtune::configs {
 namespace {
@@ -48,19 +50,12 @@ const std::vector<std::string>& ExportFormatNames() {
 }
 
 const char* ToString(ExportFormat f) {
-  const auto& names = ExportFormatNames();
-  auto i = static_cast<size_t>(f);
-  SHARDTUNE_CHECK(i < names.size()) << "export format " << i << " has no name";
-  return names[i].c_str();
+  return internal::FormatName(ExportFormatNames(), static_cast<size_t>(f), "export format");
 }
 
 ExportFormat ParseExportFormat(const std::string& text, const std::string& where) {
-  const auto& names = ExportFormatNames();
-  auto it = std::find(names.begin(), names.end(), text);
-  if (it != names.end()) return static_cast<ExportFormat>(it - names.begin());
-  std::string hint = model::ClosestName(text, names);
-  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got \"" + text + "\"" +
-                   model::DidYouMean(hint));
+  return static_cast<ExportFormat>(
+      internal::ParseFormatName(ExportFormatNames(), text, where, "\"" + text + "\""));
 }
 
 // Class names as the HF modeling files define them: modeling_gpt2.py GPT2Block,
@@ -124,22 +119,15 @@ ExportResult ExportPlan(const model::Plan& plan, const ExportContext& ctx, Expor
                       "the sub-block classes)");
     return r;
   }
-  switch (format) {
-    case ExportFormat::kAccelerate:
-      return internal::ExportAccelerate(plan, ctx);
-    case ExportFormat::kTorchtitan:
-      return internal::ExportTorchtitan(plan, ctx);
-    case ExportFormat::kHfTrainer:
-      return internal::ExportHfTrainer(plan, ctx);
-    case ExportFormat::kDeepspeed:
-      return internal::ExportDeepspeed(plan, ctx);
-    case ExportFormat::kRoll:
-      return internal::ExportRoll(plan, ctx);
-    case ExportFormat::kVerl:
-      return internal::ExportVerl(plan, ctx);
-  }
-  SHARDTUNE_CHECK(false) << "unhandled export format " << static_cast<int>(format);
-  return {};
+  // The writer of each format, in ExportFormat's order.
+  using Writer = ExportResult (*)(const model::Plan& plan, const ExportContext& ctx);
+  static constexpr Writer kWriters[] = {internal::ExportAccelerate, internal::ExportTorchtitan,
+                                        internal::ExportHfTrainer, internal::ExportDeepspeed,
+                                        internal::ExportRoll, internal::ExportVerl};
+  auto i = static_cast<size_t>(format);
+  SHARDTUNE_CHECK(i < std::size(kWriters))
+      << "unhandled export format " << static_cast<int>(format);
+  return kWriters[i](plan, ctx);
 }
 
 namespace internal {
@@ -213,6 +201,12 @@ std::string Provenance(const model::Plan& plan, const ExportContext& ctx) {
          ".";
 }
 
+std::string CommentedText(const std::string& how_to_run, const model::Plan& plan,
+                          const ExportContext& ctx, const std::vector<std::string>& notes,
+                          const std::string& body) {
+  return CommentBlock({how_to_run, Provenance(plan, ctx)}, notes) + body;
+}
+
 void AddPrefetchNotes(const model::Plan& plan, const std::string& target,
                       std::vector<std::string>* notes) {
   if (plan.forward_prefetch) {
@@ -278,6 +272,26 @@ void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
   notes->push_back("offload optimizer: " + target +
                    " offloads parameters, gradients and optimizer "
                    "state together (FSDP2 CPUOffloadPolicy) or nothing; written as no offload");
+}
+
+void AddBlockUnitNotes(const model::Plan& plan, const std::string& target,
+                       std::vector<std::string>* notes) {
+  AddBlockCheckpointNote(plan, target, notes);
+  AddActivationOffloadNote(plan, target, notes);
+  AddOptimizerOffloadNote(plan, target, notes);
+  AddPrefetchNotes(plan, target, notes);
+}
+
+void AddAccelerateFsdpNotes(const model::Plan& plan, const ExportContext& ctx,
+                            const std::string& target, const std::string& transformer_wrap,
+                            std::vector<std::string>* notes) {
+  AddWrapNote(plan, ctx, target, /*supports_size=*/true, notes);
+  if (plan.wrap.kind != model::WrapPolicy::Kind::kSize &&
+      (plan.wrap.embedding_unit || plan.wrap.head_unit)) {
+    notes->push_back("embedding_unit/head_unit: " + transformer_wrap + " wraps only " +
+                     ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
+  }
+  AddBlockUnitNotes(plan, target, notes);
 }
 
 void AddLigerNote(const model::Plan& plan, const std::string& target,
@@ -369,12 +383,17 @@ void AddModelFeatureNotes(const model::Plan& plan, const std::string& target, bo
 void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,
                         std::vector<std::string>* notes) {
   if (!plan.frozen_dtype || *plan.frozen_dtype == plan.master_dtype) return;
-  const char* torch = *plan.frozen_dtype == model::DType::kBf16   ? "torch.bfloat16"
-                      : *plan.frozen_dtype == model::DType::kFp16 ? "torch.float16"
-                                                                  : "torch.float32";
   notes->push_back(std::string("frozen_dtype ") + model::ToString(*plan.frozen_dtype) + ": " +
-                   why + "; load the frozen weights with from_pretrained(torch_dtype=" + torch +
-                   ") in code");
+                   why + "; load the frozen weights with from_pretrained(torch_dtype=" +
+                   TorchDtype(*plan.frozen_dtype) + ") in code");
+}
+
+const char* DtypeName(model::DType d, const char* bf16, const char* fp16, const char* fp32) {
+  return d == model::DType::kBf16 ? bf16 : d == model::DType::kFp16 ? fp16 : fp32;
+}
+
+const char* TorchDtype(model::DType d) {
+  return DtypeName(d, "torch.bfloat16", "torch.float16", "torch.float32");
 }
 
 // MoE expert MLP classes of the HF modeling files: modeling_mixtral.py MixtralBlockSparseTop2MLP,

@@ -35,6 +35,12 @@ std::string CommentBlock(const std::vector<std::string>& header,
 // One line saying where the config came from (model, strategy, GPUs), for headers.
 std::string Provenance(const model::Plan& plan, const ExportContext& ctx);
 
+// A commented config's text: the CommentBlock of `how_to_run` and Provenance(plan, ctx) with
+// `notes`, then `body`.
+std::string CommentedText(const std::string& how_to_run, const model::Plan& plan,
+                          const ExportContext& ctx, const std::vector<std::string>& notes,
+                          const std::string& body);
+
 // Notes every FSDP2-based target shares: explicit forward prefetch, a backward prefetch other
 // than "pre" and a different in-flight all-gather limit have no setting anywhere.
 void AddPrefetchNotes(const model::Plan& plan, const std::string& target,
@@ -55,6 +61,17 @@ void AddActivationOffloadNote(const model::Plan& plan, const std::string& target
 // parameters, gradients and optimizer state together, so the writers write no offload.
 void AddOptimizerOffloadNote(const model::Plan& plan, const std::string& target,
                              std::vector<std::string>* notes);
+// Notes every FSDP2 target that wraps whole blocks shares after its wrap note:
+// AddBlockCheckpointNote, AddActivationOffloadNote, AddOptimizerOffloadNote, AddPrefetchNotes.
+void AddBlockUnitNotes(const model::Plan& plan, const std::string& target,
+                       std::vector<std::string>* notes);
+// The notes of FSDP2 through Accelerate's FullyShardedDataParallelPlugin (its config file, the
+// Trainer's fsdp_config): AddWrapNote (size-based wrapping supported), the embedding and head
+// units that transformer-based wrapping (`transformer_wrap`, as `target` names it) leaves in the
+// root unit, then AddBlockUnitNotes.
+void AddAccelerateFsdpNotes(const model::Plan& plan, const ExportContext& ctx,
+                            const std::string& target, const std::string& transformer_wrap,
+                            std::vector<std::string>* notes);
 // Notes for the plan fields of model-side features a target has no key for: Ulysses cp, the
 // inference role, frozen prefixes, LoRA, tiled MLP, frozen dtype, the fused loss unless
 // `has_fused_loss` (each only when the plan uses it).
@@ -70,6 +87,11 @@ void AddFusedLossNote(const model::Plan& plan, const std::string& target,
 // (Plan::frozen_dtype), which the target cannot express (`why`). AddModelFeatureNotes adds it.
 void AddFrozenDtypeNote(const model::Plan& plan, const std::string& why,
                         std::vector<std::string>* notes);
+// `d` as a format spells it, given its names of bf16, fp16 and fp32.
+const char* DtypeName(model::DType d, const char* bf16, const char* fp16, const char* fp32);
+// torch's name of `d` ("torch.bfloat16"), as from_pretrained(torch_dtype=...) and
+// MixedPrecisionPolicy take it in code.
+const char* TorchDtype(model::DType d);
 // The class of one MoE expert MLP for a block class (MixtralBlockSparseTop2MLP, Qwen2MoeMLP,
 // Qwen3MoeMLP); "" for dense blocks.
 std::string HfExpertClass(const std::string& layer_class);

@@ -66,16 +66,7 @@ std::vector<std::string> HfTrainerNotes(const model::Plan& p, const ExportContex
         "written it shards over all " +
         std::to_string(ctx.world_size) + " ranks");
   }
-  AddWrapNote(p, ctx, target, /*supports_size=*/true, &notes);
-  if (p.wrap.kind != model::WrapPolicy::Kind::kSize &&
-      (p.wrap.embedding_unit || p.wrap.head_unit)) {
-    notes.push_back("embedding_unit/head_unit: transformer-based wrapping wraps only " +
-                    ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
-  }
-  AddBlockCheckpointNote(p, target, &notes);
-  AddActivationOffloadNote(p, target, &notes);
-  AddOptimizerOffloadNote(p, target, &notes);
-  AddPrefetchNotes(p, target, &notes);
+  AddAccelerateFsdpNotes(p, ctx, target, "transformer-based wrapping", &notes);
   if (p.param_dtype != DType::kFp32 && p.reduce_dtype != p.param_dtype) {
     notes.push_back(std::string("reduce_dtype ") + model::ToString(p.reduce_dtype) + ": " +
                     model::ToString(p.param_dtype) +

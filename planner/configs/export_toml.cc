@@ -170,12 +170,10 @@ ExportResult ExportTorchtitan(const model::Plan& p, const ExportContext& ctx) {
   // ParallelDims: ep borrows its ranks from dp_shard x cp (efsdp = dp_shard x cp / ep).
   t << "expert_parallel_degree = " << p.ep << "\n";
   WriteCheckpointSection(p, t);
-  r.text = CommentBlock(
-               {"torchtitan job config: torchrun ... -m torchtitan.train --job.config_file THIS "
-                "(torchtitan <= 0.2.2; later versions take Python configs)",
-                Provenance(p, ctx)},
-               r.notes) +
-           "\n" + t.str();
+  r.text = CommentedText(
+      "torchtitan job config: torchrun ... -m torchtitan.train --job.config_file THIS "
+      "(torchtitan <= 0.2.2; later versions take Python configs)",
+      p, ctx, r.notes, "\n" + t.str());
   return r;
 }
 

@@ -232,11 +232,10 @@ ExportResult ExportVerlSft(const model::Plan& p, const ExportContext& ctx, const
   y << "model:\n  strategy: fsdp2\n";
   WriteModelKeys(p, true, false, "  ", y);
   WriteFsdpConfig(p, ctx, l, "  ", y);
-  r.text = CommentBlock({"verl SFT trainer config over sft_trainer.yaml: run torchrun -m "
-                         "verl.trainer.fsdp_sft_trainer --config-name THIS",
-                         Provenance(p, ctx)},
-                        r.notes) +
-           y.str();
+  r.text = CommentedText(
+      "verl SFT trainer config over sft_trainer.yaml: run torchrun -m "
+      "verl.trainer.fsdp_sft_trainer --config-name THIS",
+      p, ctx, r.notes, y.str());
   return r;
 }
 
@@ -264,12 +263,11 @@ ExportResult ExportVerlSftEngine(const model::Plan& p, const ExportContext& ctx,
   WriteModelKeys(p, true, true, "  ", y);
   WriteFsdpConfig(p, ctx, l, "", y, "engine");
   y << "  strategy: fsdp2\n  ulysses_sequence_parallel_size: " << p.cp << "\n";
-  r.text = CommentBlock({"verl engine SFT trainer config over sft_trainer_engine.yaml: run torchrun "
-                         "--nproc-per-node " + std::to_string(ctx.gpus_per_node) +
-                         " -m verl.trainer.sft_trainer --config-name THIS",
-                         Provenance(p, ctx)},
-                        r.notes) +
-           y.str();
+  r.text = CommentedText(
+      "verl engine SFT trainer config over sft_trainer_engine.yaml: run torchrun "
+      "--nproc-per-node " + std::to_string(ctx.gpus_per_node) +
+          " -m verl.trainer.sft_trainer --config-name THIS",
+      p, ctx, r.notes, y.str());
   return r;
 }
 
@@ -328,12 +326,11 @@ ExportResult ExportVerl(const model::Plan& p, const ExportContext& ctx) {
   }
   y << "    ulysses_sequence_parallel_size: " << p.cp << "\n";
   WriteFsdpConfig(p, ctx, l, "    ", y);
-  r.text = CommentBlock({"verl PPO trainer config over ppo_trainer.yaml: copy it next to "
-                         "verl/trainer/config/ppo_trainer.yaml and run python3 -m "
-                         "verl.trainer.main_ppo --config-name THIS",
-                         Provenance(p, ctx)},
-                        r.notes) +
-           y.str();
+  r.text = CommentedText(
+      "verl PPO trainer config over ppo_trainer.yaml: copy it next to "
+      "verl/trainer/config/ppo_trainer.yaml and run python3 -m "
+      "verl.trainer.main_ppo --config-name THIS",
+      p, ctx, r.notes, y.str());
   return r;
 }
 

@@ -14,29 +14,7 @@ using model::DType;
 const char* YamlBool(bool b) { return b ? "true" : "false"; }
 
 // Accelerate's --mixed_precision values (commands/launch.py): "no", "fp16", "bf16", "fp8".
-const char* AccelerateMixedPrecision(DType d) {
-  switch (d) {
-    case DType::kBf16:
-      return "bf16";
-    case DType::kFp16:
-      return "fp16";
-    case DType::kFp32:
-      return "no";
-  }
-  return "no";
-}
-
-const char* TorchDtype(DType d) {
-  switch (d) {
-    case DType::kBf16:
-      return "torch.bfloat16";
-    case DType::kFp16:
-      return "torch.float16";
-    case DType::kFp32:
-      return "torch.float32";
-  }
-  return "torch.float32";
-}
+const char* AccelerateMixedPrecision(DType d) { return DtypeName(d, "bf16", "fp16", "no"); }
 
 // Accelerate's mixed_precision string sets param and reduce dtype alike and keeps fp32 master
 // weights (utils/dataclasses.py set_mixed_precision, utils/fsdp_utils.py fsdp2_prepare_model).
@@ -99,16 +77,7 @@ std::vector<std::string> AccelerateNotes(const model::Plan& p, const ExportConte
     }
     return notes;
   }
-  AddWrapNote(p, ctx, target, /*supports_size=*/true, &notes);
-  if (p.wrap.kind != model::WrapPolicy::Kind::kSize &&
-      (p.wrap.embedding_unit || p.wrap.head_unit)) {
-    notes.push_back("embedding_unit/head_unit: TRANSFORMER_BASED_WRAP wraps only " +
-                    ctx.layer_class + "; the embedding and [norm, head] stay in the root unit");
-  }
-  AddBlockCheckpointNote(p, target, &notes);
-  AddActivationOffloadNote(p, target, &notes);
-  AddOptimizerOffloadNote(p, target, &notes);
-  AddPrefetchNotes(p, target, &notes);
+  AddAccelerateFsdpNotes(p, ctx, target, "TRANSFORMER_BASED_WRAP", &notes);
   AddAccelerateDtypeNotes(p, &notes);
   return notes;
 }
@@ -195,10 +164,7 @@ std::vector<std::string> RollNotes(const model::Plan& p, const ExportContext& ct
   }
   AddFrozenDtypeNote(
       p, "ROLL loads the whole model in strategy_config param_dtype (the master copy)", &notes);
-  AddBlockCheckpointNote(p, target, &notes);
-  AddActivationOffloadNote(p, target, &notes);
-  AddOptimizerOffloadNote(p, target, &notes);
-  AddPrefetchNotes(p, target, &notes);
+  AddBlockUnitNotes(p, target, &notes);
   if (p.optimizer != model::Optimizer::kAdamW ||
       p.optimizer_impl != model::OptimizerImpl::kForeach) {
     notes.push_back("optimizer " + OptimizerText(p) +
@@ -261,11 +227,9 @@ ExportResult ExportAccelerate(const model::Plan& p, const ExportContext& ctx) {
   y << "main_training_function: \"main\"\n";
   y << "use_cpu: false\n";
   if (!l.replicated_only()) WriteAccelerateFsdp(p, ctx, l, y);
-  r.text =
-      CommentBlock({"Hugging Face Accelerate config: accelerate launch --config_file THIS train.py",
-                    Provenance(p, ctx)},
-                   r.notes) +
-      y.str();
+  r.text = CommentedText(
+      "Hugging Face Accelerate config: accelerate launch --config_file THIS train.py", p, ctx,
+      r.notes, y.str());
   return r;
 }
 
@@ -345,11 +309,9 @@ ExportResult ExportRoll(const model::Plan& p, const ExportContext& ctx) {
   if (!expert.empty()) y << "        moe_experts: [" << Quote(expert) << "]\n";
   y << "  device_mapping: " << Quote("list(range(0," + std::to_string(ctx.world_size) + "))")
     << "\n";
-  r.text =
-      CommentBlock({"ROLL worker config with the FSDP2 strategy (strategy_args.strategy_config)",
-                    Provenance(p, ctx)},
-                   r.notes) +
-      y.str();
+  r.text = CommentedText(
+      "ROLL worker config with the FSDP2 strategy (strategy_args.strategy_config)", p, ctx,
+      r.notes, y.str());
   return r;
 }
 

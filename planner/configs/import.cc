@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "planner/configs/config_toml.h"
 #include "planner/configs/config_yaml.h"
 #include "planner/configs/export.h"
+#include "planner/configs/format_names.h"
 #include "planner/configs/hydra_compose.h"
 #include "planner/configs/import_reader.h"
 #include "planner/configs/interpolation.h"
@@ -94,20 +96,12 @@ const std::vector<std::string>& ImportFormatNames() {
 }
 
 const char* ToString(ImportFormat f) {
-  const auto& names = ImportFormatNames();
-  auto i = static_cast<size_t>(f);
-  SHARDTUNE_CHECK(i < names.size()) << "import format " << i << " has no name";
-  return names[i].c_str();
+  return internal::FormatName(ImportFormatNames(), static_cast<size_t>(f), "import format");
 }
 
 ImportFormat ParseImportFormat(const std::string& text, const std::string& where) {
-  const auto& names = ImportFormatNames();
-  auto it = std::find(names.begin(), names.end(), text);
-  if (it != names.end()) return static_cast<ImportFormat>(it - names.begin());
-  std::string hint = model::ClosestName(text, names);
-  throw InputError(where + ": expected one of " + Join(names, ", ") + ", got " +
-                   internal::QuoteName(text) +
-                   model::DidYouMean(hint));
+  return static_cast<ImportFormat>(
+      internal::ParseFormatName(ImportFormatNames(), text, where, internal::QuoteName(text)));
 }
 
 ImportContext MakeImportContext(const model::ModelSpec& spec, int world_size, int gpus_per_node,
@@ -241,24 +235,18 @@ ImportResult ImportConfigText(const std::string& text, const std::string& file,
     unresolved = ResolveInterpolations(&doc, ProcessEnvironment());
   }
   internal::UnresolvedScope scope(&unresolved);
-  ImportResult r;
-  switch (f) {
-    case ImportFormat::kAccelerate:
-      r = internal::ImportAccelerate(doc, file, ctx, plan);
-      break;
-    case ImportFormat::kHfTrainer:
-      r = internal::ImportHfTrainer(doc, file, ctx, plan);
-      break;
-    case ImportFormat::kRoll:
-      r = internal::ImportRoll(doc, file, ctx, plan);
-      break;
-    case ImportFormat::kVerl:
-      r = internal::ImportVerl(doc, file, ctx, plan);
-      break;
-    case ImportFormat::kTorchtitan:
-      r = internal::ImportTorchtitan(doc, file, ctx, plan);
-      break;
-  }
+  // The reader of each format, in ImportFormat's order.
+  static constexpr internal::FormatReader kReaders[] = {
+      internal::ImportAccelerate, internal::ImportHfTrainer, internal::ImportRoll,
+      internal::ImportVerl, internal::ImportTorchtitan};
+  auto i = static_cast<size_t>(f);
+  SHARDTUNE_CHECK(i < std::size(kReaders)) << "import format " << i << " has no reader";
+  std::vector<std::string> ignored;
+  const internal::ConfigReader top(doc, file, "", &ignored);
+  ImportResult r = kReaders[i](top, ctx, &ignored, plan);
+  r.format = f;
+  std::string warning = internal::IgnoredWarning(file, ignored);
+  if (!warning.empty()) r.warnings.insert(r.warnings.begin(), warning);
   r.overrides_applied = applied;
   r.composed_from = composed_from;
   return r;
@@ -365,16 +353,11 @@ const Json* ConfigReader::Raw(const std::string& key) const {
   return it == obj_.end() ? nullptr : &*it;
 }
 
-UnresolvedScope::UnresolvedScope(const UnresolvedInterpolations* u) : previous_(g_unresolved) {
-  g_unresolved = u;
-}
-UnresolvedScope::~UnresolvedScope() { g_unresolved = previous_; }
+UnresolvedScope::UnresolvedScope(const UnresolvedInterpolations* u)
+    : ScopedValue(&g_unresolved, u) {}
 
 UnknownKeysIgnoredScope::UnknownKeysIgnoredScope(const char* why)
-    : previous_(g_unknown_ignored_why) {
-  g_unknown_ignored_why = why;
-}
-UnknownKeysIgnoredScope::~UnknownKeysIgnoredScope() { g_unknown_ignored_why = previous_; }
+    : ScopedValue(&g_unknown_ignored_why, why) {}
 
 void ConfigReader::ThrowIfUnresolved(const std::string& key) const {
   if (!g_unresolved) return;

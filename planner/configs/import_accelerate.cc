@@ -265,12 +265,9 @@ void ReadAccelerateFsdp(const ConfigReader& top, const ConfigReader& f, int worl
 // FullyShardedDataParallelPlugin (fsdp_version 2 rejects forward_prefetch and drops
 // backward_prefetch), utils/constants.py (strategy, wrap, prefetch and state-dict names),
 // docs/source/usage_guides/fsdp.md, docs/source/concept_guides/fsdp1_vs_fsdp2.md.
-ImportResult ImportAccelerate(const Json& doc, const std::string& file, const ImportContext& ctx,
-                              model::Plan* plan) {
+ImportResult ImportAccelerate(const ConfigReader& top, const ImportContext& ctx,
+                              std::vector<std::string>* ignored, model::Plan* plan) {
   ImportResult out;
-  out.format = ImportFormat::kAccelerate;
-  std::vector<std::string> ignored;
-  ConfigReader top(doc, file, "", &ignored);
   top.CheckKeys(AccelerateTopKeys());
   int world = ctx.world_size;
   if (auto n = top.Int("num_processes", 1, 1 << 20)) {
@@ -307,11 +304,9 @@ ImportResult ImportAccelerate(const Json& doc, const std::string& file, const Im
     plan->shard_group_size = 0;
     plan->reshard_after_forward = false;
     plan->offload = model::Offload::kNone;
-    if (top.Has("fsdp_config")) ignored.push_back("/fsdp_config");
-    if (top.Has("parallelism_config")) ignored.push_back("/parallelism_config");
+    if (top.Has("fsdp_config")) ignored->push_back("/fsdp_config");
+    if (top.Has("parallelism_config")) ignored->push_back("/parallelism_config");
   }
-  std::string w = IgnoredWarning(file, ignored);
-  if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
   return out;
 }
 

@@ -14,8 +14,8 @@ namespace {
 using model::ShardingStrategy;
 
 const KeyTable& TrainerKeys() {
-  static const KeyTable t = [] {
-    KeyTable k = {
+  static const KeyTable t = WithIgnored(
+      {
         {"per_device_train_batch_size", KeyUse::kMapped},
         {"gradient_accumulation_steps", KeyUse::kMapped},
         {"gradient_checkpointing", KeyUse::kMapped},
@@ -68,164 +68,160 @@ const KeyTable& TrainerKeys() {
         {"max_completion_length", KeyUse::kMapped},
         {"use_logits_to_keep", KeyUse::kUnsupported, "an older TRL's DPO logits_to_keep (the prompt's logits skipped)"},
         {"rpo_alpha", KeyUse::kMapped},
-    };
-    // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
-    for (const char* name : {"output_dir",
-                             "overwrite_output_dir",
-                             "do_train",
-                             "do_eval",
-                             "do_predict",
-                             "eval_strategy",
-                             "evaluation_strategy",
-                             "eval_steps",
-                             "per_device_eval_batch_size",
-                             "eval_accumulation_steps",
-                             "learning_rate",
-                             "weight_decay",
-                             "adam_beta1",
-                             "adam_beta2",
-                             "adam_epsilon",
-                             "num_train_epochs",
-                             "max_steps",
-                             "lr_scheduler_type",
-                             "lr_scheduler_kwargs",
-                             "warmup_ratio",
-                             "warmup_steps",
-                             "log_level",
-                             "logging_dir",
-                             "logging_strategy",
-                             "logging_first_step",
-                             "logging_steps",
-                             "logging_nan_inf_filter",
-                             "save_strategy",
-                             "save_steps",
-                             "save_total_limit",
-                             "save_safetensors",
-                             "save_only_model",
-                             "seed",
-                             "data_seed",
-                             "tf32",
-                             "local_rank",
-                             "ddp_backend",
-                             "ddp_timeout",
-                             "ddp_find_unused_parameters",
-                             "ddp_bucket_cap_mb",
-                             "dataloader_num_workers",
-                             "dataloader_pin_memory",
-                             "dataloader_prefetch_factor",
-                             "dataloader_drop_last",
-                             "dataloader_persistent_workers",
-                             "run_name",
-                             "disable_tqdm",
-                             "remove_unused_columns",
-                             "label_names",
-                             "load_best_model_at_end",
-                             "metric_for_best_model",
-                             "greater_is_better",
-                             "report_to",
-                             "push_to_hub",
-                             "hub_model_id",
-                             "hub_strategy",
-                             "hub_token",
-                             "resume_from_checkpoint",
-                             "include_num_input_tokens_seen",
-                             "group_by_length",
-                             "length_column_name",
-                             "bf16_full_eval",
-                             "fp16_full_eval",
-                             "half_precision_backend",
-                             "fp16_opt_level",
-                             "label_smoothing_factor",
-                             "optim_args",
-                             "dataset_text_field",
-                             // TRL ScriptArguments (trl/scripts/utils.py) and SFTConfig / ModelConfig
-                             // keys about data, tokenizer and logging, and those whose effect on
-                             // memory and time shardtune takes as nil (use_rslora and lora_task_type
-                             // change the adapter's scale and head only; loss_type nll or dft).
-                             "dataset_name",
-                             "dataset_config",
-                             "dataset_train_split",
-                             "dataset_test_split",
-                             "dataset_streaming",
-                             "datasets",
-                             "streaming",
-                             "test_split_size",
-                             "ignore_bias_buffers",
-                             "model_revision",
-                             "trust_remote_code",
-                             "chat_template_path",
-                             "dataset_kwargs",
-                             "eos_token",
-                             "pad_token",
-                             "truncation_mode",
-                             "shuffle_dataset",
-                             "pad_to_multiple_of",
-                             "completion_only_loss",
-                             "assistant_only_loss",
-                             "use_rslora",
-                             "lora_task_type",
-                             "bnb_4bit_quant_type",
-                             "use_bnb_nested_quant",
-                             "bnb_4bit_quant_storage",
-                             // Recipe repositories' own data, tokenizer, hub and logging arguments
-                             // beside TRL's (huggingface/alignment-handbook DataArguments and
-                             // ModelArguments, huggingface/open-r1 ScriptArguments).
-                             "chat_template",
-                             "dataset_mixer",
-                             "dataset_mixture",
-                             "dataset_splits",
-                             "dataset_configs",
-                             "dataset_prompt_column",
-                             "text_column",
-                             "preprocessing_num_workers",
-                             "truncation_side",
-                             "auto_insert_empty_system_msg",
-                             "auto_set_chat_template",
-                             "system_prompt",
-                             "base_model_revision",
-                             "model_code_revision",
-                             "tokenizer_name_or_path",
-                             "use_flash_attention_2",
-                             "hub_model_revision",
-                             "overwrite_hub_revision",
-                             "push_to_hub_revision",
-                             "wandb_entity",
-                             "wandb_project",
-                             "wandb_run_group",
-                             "callbacks",
-                             "benchmarks",
-                             "dataset_num_proc",
-                             "prediction_loss_only",
-                             "full_determinism",
-                             "use_cpu",
-                             "accelerator_config",
-                             // DPO's loss coefficients and reference sync schedule, its dataset and
-                             // tokenizer arguments (dpo_config.py at f2cd577 and before).
-                             "precompute_ref_batch_size",
-                             "loss_weights",
-                             "ld_alpha",
-                             "f_divergence_type",
-                             "f_alpha_divergence_coef",
-                             "label_smoothing",
-                             "use_weighting",
-                             "discopop_tau",
-                             "ref_model_mixup_alpha",
-                             "ref_model_sync_steps",
-                             "disable_dropout",
-                             "router_aux_loss_coef",
-                             "model_init_kwargs",
-                             "ref_model_init_kwargs",
-                             "model_adapter_name",
-                             "ref_adapter_name",
-                             "padding_value",
-                             "label_pad_token_id",
-                             "generate_during_eval",
-                             "is_encoder_decoder",
-                             "tools"}) {
-      k.push_back({name, KeyUse::kIgnored});
-    }
-    return k;
-  }();
+      },
+      // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
+      {"output_dir",
+       "overwrite_output_dir",
+       "do_train",
+       "do_eval",
+       "do_predict",
+       "eval_strategy",
+       "evaluation_strategy",
+       "eval_steps",
+       "per_device_eval_batch_size",
+       "eval_accumulation_steps",
+       "learning_rate",
+       "weight_decay",
+       "adam_beta1",
+       "adam_beta2",
+       "adam_epsilon",
+       "num_train_epochs",
+       "max_steps",
+       "lr_scheduler_type",
+       "lr_scheduler_kwargs",
+       "warmup_ratio",
+       "warmup_steps",
+       "log_level",
+       "logging_dir",
+       "logging_strategy",
+       "logging_first_step",
+       "logging_steps",
+       "logging_nan_inf_filter",
+       "save_strategy",
+       "save_steps",
+       "save_total_limit",
+       "save_safetensors",
+       "save_only_model",
+       "seed",
+       "data_seed",
+       "tf32",
+       "local_rank",
+       "ddp_backend",
+       "ddp_timeout",
+       "ddp_find_unused_parameters",
+       "ddp_bucket_cap_mb",
+       "dataloader_num_workers",
+       "dataloader_pin_memory",
+       "dataloader_prefetch_factor",
+       "dataloader_drop_last",
+       "dataloader_persistent_workers",
+       "run_name",
+       "disable_tqdm",
+       "remove_unused_columns",
+       "label_names",
+       "load_best_model_at_end",
+       "metric_for_best_model",
+       "greater_is_better",
+       "report_to",
+       "push_to_hub",
+       "hub_model_id",
+       "hub_strategy",
+       "hub_token",
+       "resume_from_checkpoint",
+       "include_num_input_tokens_seen",
+       "group_by_length",
+       "length_column_name",
+       "bf16_full_eval",
+       "fp16_full_eval",
+       "half_precision_backend",
+       "fp16_opt_level",
+       "label_smoothing_factor",
+       "optim_args",
+       "dataset_text_field",
+       // TRL ScriptArguments (trl/scripts/utils.py) and SFTConfig / ModelConfig
+       // keys about data, tokenizer and logging, and those whose effect on
+       // memory and time shardtune takes as nil (use_rslora and lora_task_type
+       // change the adapter's scale and head only; loss_type nll or dft).
+       "dataset_name",
+       "dataset_config",
+       "dataset_train_split",
+       "dataset_test_split",
+       "dataset_streaming",
+       "datasets",
+       "streaming",
+       "test_split_size",
+       "ignore_bias_buffers",
+       "model_revision",
+       "trust_remote_code",
+       "chat_template_path",
+       "dataset_kwargs",
+       "eos_token",
+       "pad_token",
+       "truncation_mode",
+       "shuffle_dataset",
+       "pad_to_multiple_of",
+       "completion_only_loss",
+       "assistant_only_loss",
+       "use_rslora",
+       "lora_task_type",
+       "bnb_4bit_quant_type",
+       "use_bnb_nested_quant",
+       "bnb_4bit_quant_storage",
+       // Recipe repositories' own data, tokenizer, hub and logging arguments
+       // beside TRL's (huggingface/alignment-handbook DataArguments and
+       // ModelArguments, huggingface/open-r1 ScriptArguments).
+       "chat_template",
+       "dataset_mixer",
+       "dataset_mixture",
+       "dataset_splits",
+       "dataset_configs",
+       "dataset_prompt_column",
+       "text_column",
+       "preprocessing_num_workers",
+       "truncation_side",
+       "auto_insert_empty_system_msg",
+       "auto_set_chat_template",
+       "system_prompt",
+       "base_model_revision",
+       "model_code_revision",
+       "tokenizer_name_or_path",
+       "use_flash_attention_2",
+       "hub_model_revision",
+       "overwrite_hub_revision",
+       "push_to_hub_revision",
+       "wandb_entity",
+       "wandb_project",
+       "wandb_run_group",
+       "callbacks",
+       "benchmarks",
+       "dataset_num_proc",
+       "prediction_loss_only",
+       "full_determinism",
+       "use_cpu",
+       "accelerator_config",
+       // DPO's loss coefficients and reference sync schedule, its dataset and
+       // tokenizer arguments (dpo_config.py at f2cd577 and before).
+       "precompute_ref_batch_size",
+       "loss_weights",
+       "ld_alpha",
+       "f_divergence_type",
+       "f_alpha_divergence_coef",
+       "label_smoothing",
+       "use_weighting",
+       "discopop_tau",
+       "ref_model_mixup_alpha",
+       "ref_model_sync_steps",
+       "disable_dropout",
+       "router_aux_loss_coef",
+       "model_init_kwargs",
+       "ref_model_init_kwargs",
+       "model_adapter_name",
+       "ref_adapter_name",
+       "padding_value",
+       "label_pad_token_id",
+       "generate_during_eval",
+       "is_encoder_decoder",
+       "tools"});
   return t;
 }
 
@@ -667,12 +663,9 @@ void ReadTrlModelConfig(const ConfigReader& top, const ImportContext& ctx, bool 
 // fields; __post_init__ / _process_fsdp_args for fsdp and fsdp_config, OptimizerNames for optim)
 // and trl/trainer/sft_config.py (max_seq_length, later max_length). With FSDP the Trainer hands
 // mixed precision to Accelerate, which reduces in the param dtype.
-ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const ImportContext& ctx,
-                             model::Plan* plan) {
+ImportResult ImportHfTrainer(const ConfigReader& top, const ImportContext& ctx,
+                             std::vector<std::string>* ignored, model::Plan* plan) {
   ImportResult out;
-  out.format = ImportFormat::kHfTrainer;
-  std::vector<std::string> ignored;
-  ConfigReader top(doc, file, "", &ignored);
   top.CheckKeys(TrainerKeys());
   if (auto b = top.Int("per_device_train_batch_size", 1, 1 << 20)) {
     plan->micro_batch = static_cast<int>(*b);
@@ -713,7 +706,7 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
   }
   std::vector<std::string> opts = FsdpOptions(top);
   if (!opts.empty()) {
-    ReadFsdp(top, opts, ctx, &out, plan, &ignored);
+    ReadFsdp(top, opts, ctx, &out, plan, ignored);
   } else if (top.Raw("fsdp") != nullptr) {
     plan->strategy = ShardingStrategy::kNoShard;  // fsdp "" / false: the Trainer runs DDP
     plan->shard_group_size = 0;
@@ -726,7 +719,7 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
   if (!opts.empty() && fc && fc->is_object()) {
     Json s = StripPrefixes(*fc);
     if (s.contains("activation_checkpointing")) {
-      ac = ConfigReader(s, file, "/fsdp_config", nullptr).Bool("activation_checkpointing");
+      ac = ConfigReader(s, top.file(), "/fsdp_config", nullptr).Bool("activation_checkpointing");
     }
   }
   if (gc || ac) {
@@ -753,7 +746,8 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
   // batch_size 8; bf16 and fp16 False: fp32 weights and compute), then SFTConfig's where TRL's differ.
   if (!top.Has("per_device_train_batch_size")) {
     plan->micro_batch = 8;
-    out.warnings.push_back(file + ": no per_device_train_batch_size; TrainingArguments' default 8");
+    out.warnings.push_back(top.file() +
+                           ": no per_device_train_batch_size; TrainingArguments' default 8");
   }
   if (!bf16 && !fp16) {
     plan->param_dtype = model::DType::kFp32;
@@ -771,8 +765,6 @@ ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const Imp
     ReadTrlDefaultLength(top, &out, plan);
     ReadTrlPacking(top, &out, plan);
   }
-  std::string w = IgnoredWarning(file, ignored);
-  if (!w.empty()) out.warnings.insert(out.warnings.begin(), w);
   return out;
 }
 

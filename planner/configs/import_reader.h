@@ -84,31 +84,34 @@ class ConfigReader {
   std::vector<std::string>* ignored_;
 };
 
-// The unresolved interpolations of the file one import reads, for ConfigReader's messages: set by
-// ImportConfigText for the duration of the reader's walk (thread-local; scopes nest).
-class UnresolvedScope {
+// Sets `*slot`, a thread-local of import.cc, to `value` while alive and back to what it was
+// after, so that scopes nest.
+template <typename T>
+class ScopedValue {
  public:
-  explicit UnresolvedScope(const UnresolvedInterpolations* unresolved);
-  ~UnresolvedScope();
-  UnresolvedScope(const UnresolvedScope&) = delete;
-  UnresolvedScope& operator=(const UnresolvedScope&) = delete;
+  ScopedValue(T* slot, T value) : slot_(slot), previous_(*slot) { *slot_ = value; }
+  ~ScopedValue() { *slot_ = previous_; }
+  ScopedValue(const ScopedValue&) = delete;
+  ScopedValue& operator=(const ScopedValue&) = delete;
 
  private:
-  const UnresolvedInterpolations* previous_;
+  T* slot_;
+  T previous_;
+};
+
+// The unresolved interpolations of the file one import reads, for ConfigReader's messages: set by
+// ImportConfigText for the duration of the reader's walk (thread-local; scopes nest).
+class UnresolvedScope : public ScopedValue<const UnresolvedInterpolations*> {
+ public:
+  explicit UnresolvedScope(const UnresolvedInterpolations* unresolved);
 };
 
 // While alive, ConfigReader::CheckKeys collects a key its table lacks as ignored, with `why` (and
 // the closest known name), instead of throwing: for a framework that itself drops keys its config
 // classes lack (ROLL: dacite.from_dict with strict=False). Thread-local; scopes nest.
-class UnknownKeysIgnoredScope {
+class UnknownKeysIgnoredScope : public ScopedValue<const char*> {
  public:
   explicit UnknownKeysIgnoredScope(const char* why);
-  ~UnknownKeysIgnoredScope();
-  UnknownKeysIgnoredScope(const UnknownKeysIgnoredScope&) = delete;
-  UnknownKeysIgnoredScope& operator=(const UnknownKeysIgnoredScope&) = delete;
-
- private:
-  const char* previous_;
 };
 
 // `s` as a JSON string literal ("a\\nb" for a, newline, b): how messages show a name from the file.
@@ -136,15 +139,21 @@ void CheckWorld(int config_world, const ImportContext& ctx, const std::string& w
 // The warning listing the ignored keys of `file`; "" when none.
 std::string IgnoredWarning(const std::string& file, const std::vector<std::string>& ignored);
 
-ImportResult ImportAccelerate(const Json& doc, const std::string& file, const ImportContext& ctx,
-                              model::Plan* plan);
-ImportResult ImportHfTrainer(const Json& doc, const std::string& file, const ImportContext& ctx,
-                             model::Plan* plan);
-ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportContext& ctx,
-                        model::Plan* plan);
-ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportContext& ctx,
-                        model::Plan* plan);
-ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const ImportContext& ctx,
-                              model::Plan* plan);
+// The readers of the formats, one signature (ImportConfigText picks one by format). Each reads
+// `top`, the reader of the whole file, onto `*plan` and adds to `*ignored` (the vector `top`
+// collects ignored keys into) the keys it skips without a key table. The caller sets
+// ImportResult::format and puts the IgnoredWarning of `*ignored` first among the warnings.
+using FormatReader = ImportResult (*)(const ConfigReader& top, const ImportContext& ctx,
+                                      std::vector<std::string>* ignored, model::Plan* plan);
+ImportResult ImportAccelerate(const ConfigReader& top, const ImportContext& ctx,
+                              std::vector<std::string>* ignored, model::Plan* plan);
+ImportResult ImportHfTrainer(const ConfigReader& top, const ImportContext& ctx,
+                             std::vector<std::string>* ignored, model::Plan* plan);
+ImportResult ImportRoll(const ConfigReader& top, const ImportContext& ctx,
+                        std::vector<std::string>* ignored, model::Plan* plan);
+ImportResult ImportVerl(const ConfigReader& top, const ImportContext& ctx,
+                        std::vector<std::string>* ignored, model::Plan* plan);
+ImportResult ImportTorchtitan(const ConfigReader& top, const ImportContext& ctx,
+                              std::vector<std::string>* ignored, model::Plan* plan);
 
 }  // namespace shardtune::configs::internal

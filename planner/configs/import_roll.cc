@@ -17,8 +17,8 @@ const std::vector<std::string> kPipelineMapped = {"sequence_length", "prompt_len
 
 // roll/configs/worker_config.py WorkerConfig.
 const KeyTable& WorkerKeys() {
-  static const KeyTable t = [] {
-    KeyTable k = {
+  static const KeyTable t = WithIgnored(
+      {
         {"model_args", KeyUse::kMapped},
         {"training_args", KeyUse::kMapped},
         {"strategy_args", KeyUse::kMapped},
@@ -37,41 +37,37 @@ const KeyTable& WorkerKeys() {
         // reads it (the fsdp2 strategies this reader takes run padded micro-batches).
         {"use_sequence_packing", KeyUse::kIgnored, "read only by ROLL's megatron strategy"},
         {"mtp_training_mode", KeyUse::kUnsupported, "multi-token prediction", "disabled"},
-    };
-    for (const char* name : {"name",
-                             "worker_cls",
-                             "num_gpus_per_worker",
-                             "model_update_frequency",
-                             "backend_timeout",
-                             "system_envs",
-                             "generating_args",
-                             "data_args",
-                             "offload_nccl",
-                             "max_concurrency",
-                             "checkpoint_config",
-                             "max_tokens_per_microbatch_in_train",
-                             "sequence_length_round_in_train",
-                             "max_tokens_per_microbatch_in_infer",
-                             "sequence_length_round_in_infer",
-                             "sequence_packing_args",
-                             "apply_loss_scale",
-                             "topr_positive_weight",
-                             "topr_negative_weight",
-                             "pg_variant",
-                             "algorithm",
-                             "tag_included",
-                             "router_replay",
-                             "opd_kl_coef",
-                             "max_packed_sequence_length_forward",
-                             "max_packed_sequence_length_train",
-                             "min_num_micro_batches_forward",
-                             "min_num_micro_batches_train",
-                             "loss_agg_mode",
-                             "use_remove_padding"}) {
-      k.push_back({name, KeyUse::kIgnored});
-    }
-    return k;
-  }();
+      },
+      {"name",
+       "worker_cls",
+       "num_gpus_per_worker",
+       "model_update_frequency",
+       "backend_timeout",
+       "system_envs",
+       "generating_args",
+       "data_args",
+       "offload_nccl",
+       "max_concurrency",
+       "checkpoint_config",
+       "max_tokens_per_microbatch_in_train",
+       "sequence_length_round_in_train",
+       "max_tokens_per_microbatch_in_infer",
+       "sequence_length_round_in_infer",
+       "sequence_packing_args",
+       "apply_loss_scale",
+       "topr_positive_weight",
+       "topr_negative_weight",
+       "pg_variant",
+       "algorithm",
+       "tag_included",
+       "router_replay",
+       "opd_kl_coef",
+       "max_packed_sequence_length_forward",
+       "max_packed_sequence_length_train",
+       "min_num_micro_batches_forward",
+       "min_num_micro_batches_train",
+       "loss_agg_mode",
+       "use_remove_padding"});
   return t;
 }
 
@@ -105,17 +101,12 @@ const KeyTable& ModelArgsKeys() {
 }
 
 const KeyTable& TrainingArgsKeys() {
-  static const KeyTable t = [] {
-    KeyTable k = {{"per_device_train_batch_size", KeyUse::kMapped},
-                  {"gradient_accumulation_steps", KeyUse::kMapped}};
-    for (const char* name :
-         {"learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "num_train_epochs",
-          "max_steps", "lr_scheduler_type", "seed", "data_seed", "output_dir",
-          "dataloader_num_workers", "save_hf_model", "adam_beta1", "adam_beta2", "max_grad_norm"}) {
-      k.push_back({name, KeyUse::kIgnored});
-    }
-    return k;
-  }();
+  static const KeyTable t = WithIgnored(
+      {{"per_device_train_batch_size", KeyUse::kMapped},
+       {"gradient_accumulation_steps", KeyUse::kMapped}},
+      {"learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "num_train_epochs",
+       "max_steps", "lr_scheduler_type", "seed", "data_seed", "output_dir",
+       "dataloader_num_workers", "save_hf_model", "adam_beta1", "adam_beta2", "max_grad_norm"});
   return t;
 }
 
@@ -424,22 +415,19 @@ void ReadStrategyConfig(const ConfigReader& cfg, const ConfigReader& ma, bool tr
 // tiled_num_shards default 4; reduce_scatter_during_grad_accumulation default true),
 // roll/utils/fsdp_utils.py apply_fsdp2 (wrap_policy), docs_roll/docs/User Guides/Configuration/
 // fsdp2.md.
-ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportContext& ctx,
-                        model::Plan* plan) {
+ImportResult ImportRoll(const ConfigReader& top, const ImportContext& ctx,
+                        std::vector<std::string>* ignored, model::Plan* plan) {
   ImportResult out;
-  out.format = ImportFormat::kRoll;
-  std::vector<std::string> ignored;
-  ConfigReader top(doc, file, "", &ignored);
   // examples/start_*_pipeline.py: from_dict(data_class=..., data=OmegaConf.to_container(cfg))
   // with dacite's default Config (strict=False) drops a key no config dataclass has.
   UnknownKeysIgnoredScope unknown("not a field of ROLL's config dataclasses, which dacite's "
                                   "from_dict drops");
-  out.worker = PickWorker(doc, file, ctx);
-  for (const auto& item : doc.items()) {
+  out.worker = PickWorker(top.obj(), top.file(), ctx);
+  for (const auto& item : top.obj().items()) {
     const std::string& k = item.key();
     if (k != out.worker &&
         std::find(kPipelineMapped.begin(), kPipelineMapped.end(), k) == kPipelineMapped.end()) {
-      ignored.push_back("/" + k);
+      ignored->push_back("/" + k);
     }
   }
   if (auto g = top.Int("num_gpus_per_node", 1, 1 << 16);
@@ -485,12 +473,12 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   auto sc = sa.Section("strategy_config");
   ConfigReader cfg =
       sc ? *sc
-         : ConfigReader(kEmpty, file, "/" + out.worker + "/strategy_args/strategy_config",
-                        &ignored);
+         : ConfigReader(kEmpty, top.file(), "/" + out.worker + "/strategy_args/strategy_config",
+                        ignored);
   cfg.CheckKeys(StrategyConfigKeys());
   auto mas = w.Section("model_args");
   ConfigReader ma =
-      mas ? *mas : ConfigReader(kEmpty, file, "/" + out.worker + "/model_args", &ignored);
+      mas ? *mas : ConfigReader(kEmpty, top.file(), "/" + out.worker + "/model_args", ignored);
   ma.CheckKeys(ModelArgsKeys());
   // The worker's model: model_args.model_name_or_path, which the pipeline config fills when the
   // worker leaves it unset, from the top-level pretrain (the critic: reward_pretrain), and the
@@ -529,21 +517,19 @@ ImportResult ImportRoll(const Json& doc, const std::string& file, const ImportCo
   if (train) {
     auto tas = w.Section("training_args");
     ConfigReader ta =
-        tas ? *tas : ConfigReader(kEmpty, file, "/" + out.worker + "/training_args", &ignored);
+        tas ? *tas : ConfigReader(kEmpty, top.file(), "/" + out.worker + "/training_args", ignored);
     ta.CheckKeys(TrainingArgsKeys());
     plan->micro_batch =
         static_cast<int>(ta.Int("per_device_train_batch_size", 1, 1 << 20).value_or(8));
     plan->grad_accum =
         static_cast<int>(ta.Int("gradient_accumulation_steps", 1, 1 << 20).value_or(1));
-    if (w.Has("infer_batch_size")) ignored.push_back("/" + out.worker + "/infer_batch_size");
+    if (w.Has("infer_batch_size")) ignored->push_back("/" + out.worker + "/infer_batch_size");
   } else {
     plan->micro_batch = static_cast<int>(w.Int("infer_batch_size", 1, 1 << 20).value_or(16));
     plan->grad_accum = 1;
     plan->no_sync = false;
-    if (w.Has("training_args")) ignored.push_back("/" + out.worker + "/training_args");
+    if (w.Has("training_args")) ignored->push_back("/" + out.worker + "/training_args");
   }
-  std::string warn = IgnoredWarning(file, ignored);
-  if (!warn.empty()) out.warnings.insert(out.warnings.begin(), warn);
   return out;
 }
 

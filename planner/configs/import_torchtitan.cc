@@ -23,12 +23,9 @@ model::DType Dtype(const ConfigReader& r, const std::string& key, model::DType f
 
 }  // namespace
 
-ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const ImportContext& ctx,
-                              model::Plan* plan) {
+ImportResult ImportTorchtitan(const ConfigReader& top, const ImportContext& ctx,
+                              std::vector<std::string>* ignored, model::Plan* plan) {
   ImportResult out;
-  out.format = ImportFormat::kTorchtitan;
-  std::vector<std::string> ignored;
-  ConfigReader top(doc, file, "", &ignored);
   // JobConfig's sections (job_config.py). [quantize] configures the converters, which
   // model.converters turns on (refused there); [checkpoint] is saving, not the step.
   top.CheckKeys(WithIgnored({{"model"}, {"optimizer"}, {"training"}, {"parallelism"}, {"activation_checkpoint"},
@@ -38,7 +35,7 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   static const Json kEmpty = Json::object();
   auto section = [&](const char* name) {
     auto s = top.Section(name);
-    return s ? *s : ConfigReader(kEmpty, file, std::string("/") + name, &ignored);
+    return s ? *s : ConfigReader(kEmpty, top.file(), std::string("/") + name, ignored);
   };
   // [model]: which model; --model is what shardtune estimates (ImportResult::model_named).
   ConfigReader m = section("model");
@@ -184,8 +181,6 @@ ImportResult ImportTorchtitan(const Json& doc, const std::string& file, const Im
   plan->loss_kernel = model::LossKernel::kCrossEntropy;
   plan->loss_fp32_upcast = true;
   plan->role = model::Role::kTrain;
-  std::string warn = IgnoredWarning(file, ignored);
-  if (!warn.empty()) out.warnings.insert(out.warnings.begin(), warn);
   return out;
 }
 

@@ -382,6 +382,21 @@ int ReadWorld(const ConfigReader& top, const ImportContext& ctx, ImportResult* o
   return out->world_size;
 }
 
+// The world (ReadWorld; one is required) and the Ulysses size of a role whose
+// ulysses_sequence_parallel_size `sp_from` holds (default 1, a divisor of the world), set on
+// `*plan` as Ulysses inside an FSDP mesh over the whole world.
+Fsdp ReadUlyssesMesh(const ConfigReader& top, const ConfigReader& sp_from, const ImportContext& ctx,
+                     ImportResult* out, model::Plan* plan) {
+  Fsdp m;
+  m.world = ReadWorld(top, ctx, out);
+  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
+  m.sp = static_cast<int>(sp_from.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
+  if (m.world % m.sp != 0) sp_from.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
+  plan->cp = m.sp;
+  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  return m;
+}
+
 // grad_accum = per-rank batch / micro-batch, each exactly (dp_actor.py asserts divisibility).
 int Accumulation(const ConfigReader& r, const std::string& key, int64_t per_rank, int micro) {
   if (per_rank < micro || per_rank % micro != 0) {
@@ -612,13 +627,7 @@ void ImportCritic(const ConfigReader& top, const ImportContext& ctx, ImportResul
   c.CheckKeys(CriticKeys());
   auto arr = top.Section("actor_rollout_ref");
   std::optional<ConfigReader> actor = arr ? arr->Section("actor") : std::nullopt;
-  Fsdp m;
-  m.world = ReadWorld(top, ctx, out);
-  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
-  m.sp = static_cast<int>(c.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
-  if (m.world % m.sp != 0) c.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
-  plan->cp = m.sp;
-  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  const Fsdp m = ReadUlyssesMesh(top, c, ctx, out, plan);
   plan->role = model::Role::kTrain;
   std::string strategy = c.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp");
   auto model = c.Section("model");
@@ -753,13 +762,7 @@ void ImportSft(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
     return;
   }
   out->verl_trainer = VerlTrainer::kSft;
-  Fsdp m;
-  m.world = ReadWorld(top, ctx, out);
-  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
-  m.sp = static_cast<int>(top.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
-  if (m.world % m.sp != 0) top.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
-  plan->cp = m.sp;
-  plan->cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  const Fsdp m = ReadUlyssesMesh(top, top, ctx, out, plan);
   plan->role = model::Role::kTrain;
   ConfigReader model = top.RequiredSection("model");
   model.CheckKeys(ModelKeys());
@@ -1042,13 +1045,7 @@ void AddRewardModelRole(const ConfigReader& rm, const ConfigReader& top, const I
   r.plan = base;
   r.value_head = true;
   ImportResult scratch;
-  Fsdp m;
-  m.world = ReadWorld(top, ctx, &scratch);
-  if (m.world <= 0) top.Fail("trainer", "trainer.nnodes / n_gpus_per_node or a --cluster");
-  m.sp = static_cast<int>(rm.Int("ulysses_sequence_parallel_size", 1, m.world).value_or(1));
-  if (m.world % m.sp != 0) rm.Fail("ulysses_sequence_parallel_size", "a divisor of the world");
-  r.plan.cp = m.sp;
-  r.plan.cp_fsdp_mesh = model::CpFsdpMesh::kDpCp;
+  const Fsdp m = ReadUlyssesMesh(top, rm, ctx, &scratch, &r.plan);
   r.plan.role = model::Role::kInfer;
   const std::string strategy = rm.Enum("strategy", {"fsdp", "fsdp2"}).value_or("fsdp");
   auto model_section = rm.Section("model");
@@ -1149,28 +1146,25 @@ void ReadRewardModel(const ConfigReader& top, const ImportContext& ctx, const mo
 // model_dtype default fp32 for the actor and bf16 otherwise, mixed_precision param bf16 / reduce
 // fp32, CPU offload forced on for non-actor roles, offload_policy for the fsdp2 actor,
 // ppo_mini_batch_size normalization); verl/workers/config/engine.py FSDPEngineConfig.
-ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportContext& ctx,
-                        model::Plan* plan) {
+ImportResult ImportVerl(const ConfigReader& top, const ImportContext& ctx,
+                        std::vector<std::string>* ignored, model::Plan* plan) {
   ImportResult out;
-  out.format = ImportFormat::kVerl;
-  std::vector<std::string> ignored;
-  ConfigReader top(doc, file, "", &ignored);
   bool ppo = top.Has("actor_rollout_ref");
   // fsdp_workers.py builds the actor, critic and ref under get_init_weight_context_manager(
   // use_meta_tensor=not tie_word_embeddings) (fsdp_utils.py: the CPU on mesh coordinate 0, meta
   // elsewhere); the SFT trainer (fsdp_sft_trainer.py) does the same.
   out.rank0_load_unless_tied = true;
-  for (const auto& item : doc.items()) {
+  for (const auto& item : top.obj().items()) {
     const std::string& k = item.key();
     bool mapped = k == "trainer" || k == "data" ||
                   (ppo ? k == "actor_rollout_ref" || k == "algorithm" || k == "critic"
                        : k == "model" || k == "ulysses_sequence_parallel_size" || k == "engine");
-    if (!mapped) ignored.push_back("/" + k);
+    if (!mapped) ignored->push_back("/" + k);
   }
   if (auto tr = top.Section("trainer")) {
     for (const auto& item : tr->obj().items()) {
       if (item.key() != "nnodes" && item.key() != "n_gpus_per_node")
-        ignored.push_back("/trainer/" + item.key());
+        ignored->push_back("/trainer/" + item.key());
     }
   }
   if (ppo) {
@@ -1178,14 +1172,14 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
     if (auto data = top.Section("data")) {
       for (const auto& item : data->obj().items()) {
         if (item.key() != "max_prompt_length" && item.key() != "max_response_length") {
-          ignored.push_back("/data/" + item.key());
+          ignored->push_back("/data/" + item.key());
         }
       }
     }
     if (auto alg = top.Section("algorithm")) {
       for (const auto& item : alg->obj().items()) {
         if (item.key() != "adv_estimator" && item.key() != "use_kl_in_reward")
-          ignored.push_back("/algorithm/" + item.key());
+          ignored->push_back("/algorithm/" + item.key());
       }
     }
     const model::Plan base = *plan;
@@ -1195,24 +1189,22 @@ ImportResult ImportVerl(const Json& doc, const std::string& file, const ImportCo
       out.worker = "critic";
       out.value_head = true;
       out.offloaded_when_idle = OffloadedWhenIdle(top, {"critic", "model", "fsdp_config"});
-      ignored.push_back("/actor_rollout_ref");
+      ignored->push_back("/actor_rollout_ref");
     } else {
-      ImportPpo(top, ctx, &out, &ignored, plan);
+      ImportPpo(top, ctx, &out, ignored, plan);
       out.offloaded_when_idle = OffloadedWhenIdle(top, {"actor_rollout_ref", "actor", "fsdp_config"});
       bool critic_read = false;
       if (ctx.worker.empty() && out.worker == "actor") {
-        critic_read = AddVerlRoles(top, ctx, base, &out, &ignored);
-        ReadRolloutEngine(top.RequiredSection("actor_rollout_ref"), &out, &ignored);
+        critic_read = AddVerlRoles(top, ctx, base, &out, ignored);
+        ReadRolloutEngine(top.RequiredSection("actor_rollout_ref"), &out, ignored);
         AddOldLogProbRole(top, ctx, *plan, &out);
-        ReadRewardModel(top, ctx, base, &out, &ignored);
+        ReadRewardModel(top, ctx, base, &out, ignored);
       }
-      if (!critic_read && top.Has("critic")) ignored.push_back("/critic");
+      if (!critic_read && top.Has("critic")) ignored->push_back("/critic");
     }
   } else {
-    ImportSft(top, ctx, &out, &ignored, plan);
+    ImportSft(top, ctx, &out, ignored, plan);
   }
-  std::string warn = IgnoredWarning(file, ignored);
-  if (!warn.empty()) out.warnings.insert(out.warnings.begin(), warn);
   return out;
 }
 

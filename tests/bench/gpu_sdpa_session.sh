@@ -69,55 +69,13 @@ for a in d["kernels"]["attention"]:
 EOF
 
 # 4. The same through Python, at torchtitan's shape.
-timeout 90 python3 - <<'EOF' 2>&1 | tee "$out/sdpa_python.txt"
-import contextlib, torch, torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-B, H, KV, S, D = 2, 32, 8, 8192, 128
-q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-k = torch.randn(B, KV, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-v = torch.randn(B, KV, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-g = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
-flops = 4 * S * S * H * D / 2 * B
-def timed(fn, n=10):
-    for _ in range(3): fn()
-    torch.cuda.synchronize(); s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(n): fn()
-    e.record(); torch.cuda.synchronize(); return s.elapsed_time(e) / n / 1e3
-for name, be in [("default", None), ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                 ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
-    try:
-        ctx = sdpa_kernel([be]) if be is not None else contextlib.nullcontext()
-        with ctx:
-            def forward_only():
-                with torch.no_grad():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            fwd = timed(forward_only)
-            both = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).backward(g))
-        print(f"{name}: forward {fwd*1e3:.3f} ms ({flops/fwd/1e12:.0f} TFLOP/s), backward {(both-fwd)*1e3:.3f} ms "
-              f"({2.5*flops/(both-fwd)/1e12:.0f} TFLOP/s)")
-    except Exception as ex:
-        print(f"{name}: {type(ex).__name__}: {str(ex).splitlines()[0][:200]}")
-EOF
+timeout 90 python3 "$root/tests/bench/sdpa_backends.py" 8192 2>&1 | tee "$out/sdpa_python.txt"
 echo "sdpa python done at $(el) s"
 
 # 5. Sustained GEMM rate with the SM clock and power beside it.
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 1000 >"$out/smi_sustained.csv" 2>&1 &
 smi=$!
-timeout 60 python3 - <<'EOF' 2>&1 | tee "$out/sustained_gemm.txt"
-import time, torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
-flop = 2 * 8192 ** 3; t_end = time.time() + 30; second = 0
-while time.time() < t_end:
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True); s.record(); n = 0
-    t1 = time.time() + 1
-    while time.time() < t1:
-        for _ in range(20): a @ b
-        n += 20
-        torch.cuda.synchronize()
-    e.record(); torch.cuda.synchronize()
-    print(f"second {second}: {flop * n / (s.elapsed_time(e) / 1e3) / 1e12:.0f} TFLOP/s"); second += 1
-EOF
+timeout 60 python3 "$root/tests/bench/sustained_gemm.py" 2>&1 | tee "$out/sustained_gemm.txt"
 kill $smi 2>/dev/null
 
 # 6. torchtitan's op SAC in the executor over SDPA (session 20; the taped SDPA path compiles on

@@ -25,56 +25,22 @@ namespace {
 
 using Json = nlohmann::json;
 
-using sim::testing::PickOf;
 using views::ExpectShows;
 using views::Gib;
 using views::Line;
 
 // A random estimate command line; about a third of them run out of memory.
 std::string RandomCommand(std::mt19937_64& rng) {
-  std::ostringstream c;
-  c << "estimate --model " << PickOf<std::string>(rng, {"llama3.2-1b", "qwen2.5-7b", "llama3-8b"})
-    << " --cluster " << PickOf<std::string>(rng, {"8xH100", "4xRTX4090", "2x4xA100-40G"});
-  std::string strategy = PickOf<std::string>(
-      rng, {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"});
-  c << " --strategy " << strategy;
-  if (strategy.rfind("hybrid", 0) == 0) c << " --shard-group " << PickOf<int>(rng, {2, 4});
-  c << " --micro-batch " << PickOf<int>(rng, {1, 2, 4}) << " --grad-accum "
-    << PickOf<int>(rng, {1, 2, 3}) << " --seq-len " << PickOf<int>(rng, {1024, 2048, 4096})
-    << " --checkpointing " << PickOf<std::string>(rng, {"none", "full", "selective", "every:2"})
-    << " --offload " << PickOf<std::string>(rng, {"none", "optimizer", "all"});
-  if (rng() % 3 == 0) c << " --no-sync";
-  if (rng() % 3 == 0) c << " --cp 2";
-  if (rng() % 4 == 0) c << " --lora-rank 8 --lora-targets q_proj,v_proj";
-  if (rng() % 3 == 0) c << " --wrap every:2";
-  if (rng() % 2 == 0) c << " --forward-prefetch";
-  return c.str();
-}
-
-// RunEstimate on `command` (text, or --json); returns false when the plan is refused as input.
-bool Estimate(const std::string& command, std::string* out) {
-  return views::RunIn<EstimateArgs>(command, AddEstimateCommand, RunEstimate, out);
+  return views::RandomPlanCommand("estimate",
+                                  {{"8xH100", "4xRTX4090", "2x4xA100-40G"},
+                                   {"none", "full", "selective", "every:2"},
+                                   /*no_sync_and_wrap=*/true},
+                                  rng);
 }
 
 TEST(EstimateViewsTest, TextShowsTheJsonFiguresAndTheSummaryIsTheDecidingPhase) {
-  const uint64_t seed = sim::testing::TestSeed(20261125);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  int checked = 0, oom = 0, refused = 0;
-  while (checked < 500) {
-    std::string cmd = RandomCommand(rng);
-    SCOPED_TRACE(cmd);
-    std::string text, json_text;
-    if (!Estimate(cmd, &text)) {
-      ++refused;
-      ASSERT_LT(refused, 2000) << "almost every random plan is refused";
-      continue;
-    }
-    ASSERT_TRUE(Estimate(cmd + " --json", &json_text));
-    Json j = Json::parse(json_text);
+  auto check = [](const std::string& text, const Json& j) {
     const Json& r = j.at("per_rank");
-    ++checked;
-    oom += j.at("fits").get<bool>() ? 0 : 1;
     ExpectShows(Line(text, "peak allocated (torch max_memory_allocated)"), ")",
                 Gib(r.at("peak_allocated_bytes")));
     std::string peaks = Line(text, "step 0 peak / steady-state (step 1) peak");
@@ -122,11 +88,9 @@ TEST(EstimateViewsTest, TextShowsTheJsonFiguresAndTheSummaryIsTheDecidingPhase) 
       EXPECT_EQ(gpu + " " + gpu_unit, Gib(alt.at("gpu_required_bytes"))) << row;
       EXPECT_EQ(host + " " + host_unit, Gib(alt.at("host_peak_bytes_per_node"))) << row;
     }
-    if (HasFailure()) break;  // one plan's report is enough to read
-  }
-  EXPECT_GT(oom, 0);
-  EXPECT_LT(oom, checked);
-  std::printf("checked %d plans (%d out of memory), %d refused as input\n", checked, oom, refused);
+  };
+  views::CheckRandomPlans<EstimateArgs>(20261125, 500, "plans", RandomCommand, AddEstimateCommand,
+                                        RunEstimate, check);
 }
 
 }  // namespace

@@ -24,54 +24,22 @@ namespace shardtune::cli {
 namespace {
 
 using Json = nlohmann::json;
-using sim::testing::PickOf;
 using views::ExpectShows;
 using views::Fixed;
 using views::Gib;
 using views::Line;
 
 std::string RandomSimulateCommand(std::mt19937_64& rng) {
-  std::ostringstream c;
-  c << "simulate --model " << PickOf<std::string>(rng, {"llama3.2-1b", "qwen2.5-7b", "llama3-8b"})
-    << " --cluster " << PickOf<std::string>(rng, {"8xH100", "4xRTX4090", "2x4xA100-40G", "2x8xH100-ib400"});
-  std::string strategy = PickOf<std::string>(
-      rng, {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"});
-  c << " --strategy " << strategy;
-  if (strategy.rfind("hybrid", 0) == 0) c << " --shard-group " << PickOf<int>(rng, {2, 4});
-  c << " --micro-batch " << PickOf<int>(rng, {1, 2, 4}) << " --grad-accum "
-    << PickOf<int>(rng, {1, 2, 3}) << " --seq-len " << PickOf<int>(rng, {1024, 2048, 4096})
-    << " --checkpointing " << PickOf<std::string>(rng, {"none", "full", "selective"})
-    << " --offload " << PickOf<std::string>(rng, {"none", "optimizer", "all"});
-  if (rng() % 3 == 0) c << " --cp 2";
-  if (rng() % 4 == 0) c << " --lora-rank 8 --lora-targets q_proj,v_proj";
-  if (rng() % 2 == 0) c << " --forward-prefetch";
-  return c.str();
-}
-
-bool Simulate(const std::string& command, std::string* out) {
-  return views::RunIn<SimulateArgs>(command, AddSimulateCommand, RunSimulate, out);
+  return views::RandomPlanCommand(
+      "simulate",
+      {{"8xH100", "4xRTX4090", "2x4xA100-40G", "2x8xH100-ib400"}, {"none", "full", "selective"}},
+      rng);
 }
 
 TEST(SimulateViewsTest, TextShowsTheJsonFiguresAndTheCategoriesSumToTheStep) {
-  const uint64_t seed = sim::testing::TestSeed(20261129);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  int checked = 0, oom = 0, refused = 0;
-  while (checked < 300) {
-    std::string cmd = RandomSimulateCommand(rng);
-    SCOPED_TRACE(cmd);
-    std::string text, json_text;
-    if (!Simulate(cmd, &text)) {
-      ++refused;
-      ASSERT_LT(refused, 2000) << "almost every random plan is refused";
-      continue;
-    }
-    ASSERT_TRUE(Simulate(cmd + " --json", &json_text));
-    Json j = Json::parse(json_text);
+  auto check = [](const std::string& text, const Json& j) {
     const Json& r = j.at("per_rank");
-    ++checked;
     const bool fits = j.at("fits").get<bool>();
-    oom += fits ? 0 : 1;
     const double step = j.at("step_time_s").get<double>();
     // The verdict line.
     std::string verdict = Line(text, "=> ");
@@ -112,12 +80,9 @@ TEST(SimulateViewsTest, TextShowsTheJsonFiguresAndTheCategoriesSumToTheStep) {
     std::string required = Line(text, "required ");
     ExpectShows(required, "required", Gib(r.at("required_bytes")));
     EXPECT_NE(required.find(fits ? " fits in " : " DOES NOT FIT in "), std::string::npos) << required;
-    if (HasFailure()) break;  // one plan's report is enough to read
-  }
-  EXPECT_GT(oom, 0);
-  EXPECT_LT(oom, checked);
-  std::printf("checked %d simulated plans (%d out of memory), %d refused as input\n", checked, oom,
-              refused);
+  };
+  views::CheckRandomPlans<SimulateArgs>(20261129, 300, "simulated plans", RandomSimulateCommand,
+                                        AddSimulateCommand, RunSimulate, check);
 }
 
 }  // namespace

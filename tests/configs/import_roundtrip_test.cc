@@ -88,6 +88,27 @@ void SetMixed(DType d, Plan* p) {
   p->reduce_dtype = d;
 }
 
+// shard_grad_op in fp32, wrapped by size: the size-wrap case of the trainers that offer it.
+Plan ShardGradOpSizeWrapFp32(int64_t min_num_params) {
+  Plan p = Sharded(ShardingStrategy::kShardGradOp);
+  SetMixed(DType::kFp32, &p);
+  p.wrap.kind = model::WrapPolicy::Kind::kSize;
+  p.wrap.min_num_params = min_num_params;
+  return p;
+}
+
+// A worker that only runs forwards (verl's ref and rollout log-prob workers): fully sharded, no
+// optimizer states (bf16 master weights), everything offloaded between calls.
+Plan InferWorker(int64_t micro_batch, int64_t seq_len) {
+  Plan p = Sharded(ShardingStrategy::kFullShard);
+  p.role = model::Role::kInfer;
+  p.master_dtype = DType::kBf16;
+  p.offload = model::Offload::kAll;
+  p.micro_batch = micro_batch;
+  p.seq_len = seq_len;
+  return p;
+}
+
 TEST(ImportRoundTripTest, Accelerate) {
   std::vector<Case> cases;
   Plan a = Sharded(ShardingStrategy::kFullShard);
@@ -95,10 +116,7 @@ TEST(ImportRoundTripTest, Accelerate) {
   a.checkpointing = model::Checkpointing::kFull;
   a.offload = model::Offload::kAll;
   cases.push_back({"full_shard", "llama3-8b", "8xH100", a});
-  Plan b = Sharded(ShardingStrategy::kShardGradOp);
-  SetMixed(DType::kFp32, &b);
-  b.wrap.kind = model::WrapPolicy::Kind::kSize;
-  b.wrap.min_num_params = 100000000;
+  Plan b = ShardGradOpSizeWrapFp32(100000000);
   cases.push_back({"shard_grad_op size wrap fp32", "llama3-8b", "8xH100", b});
   Plan c = Sharded(ShardingStrategy::kHybridShard, 8);
   SetMixed(DType::kFp16, &c);
@@ -166,10 +184,7 @@ TEST(ImportRoundTripTest, HfTrainer) {
   a.offload = model::Offload::kAll;
   a.optimizer_impl = model::OptimizerImpl::kFused;
   cases.push_back({"full_shard fused", "llama3-8b", "8xH100", a});
-  Plan b = Sharded(ShardingStrategy::kShardGradOp);
-  SetMixed(DType::kFp32, &b);
-  b.wrap.kind = model::WrapPolicy::Kind::kSize;
-  b.wrap.min_num_params = 5000000;
+  Plan b = ShardGradOpSizeWrapFp32(5000000);
   b.optimizer = model::Optimizer::kSgd;
   cases.push_back({"shard_grad_op sgd", "gpt2", "8xH100", b});
   Plan c = Sharded(ShardingStrategy::kNoShard);
@@ -207,12 +222,7 @@ TEST(ImportRoundTripTest, Roll) {
   a.frozen_prefixes = {"model.embed_tokens", "model.layers.0."};
   a.tiled_mlp_shards = 4;
   cases.push_back({"hsdp cp lora freeze tiled", "llama3-8b", "8xH100", a});
-  Plan b = Sharded(ShardingStrategy::kFullShard);
-  b.role = model::Role::kInfer;
-  b.master_dtype = DType::kBf16;
-  b.offload = model::Offload::kAll;
-  b.micro_batch = 4;
-  b.seq_len = 2048;
+  Plan b = InferWorker(4, 2048);
   b.wrap.embedding_unit = true;
   b.wrap.head_unit = true;
   cases.push_back({"fsdp2_infer", "llama3-8b", "8xH100", b});
@@ -287,13 +297,7 @@ TEST(ImportRoundTripTest, Verl) {
   b.reduce_dtype = DType::kBf16;
   b.seq_len = 2048;
   cases.push_back({"hybrid zero2 size wrap", "qwen3-8b", "2x8xH100", VerlLogProbs(b)});
-  Plan c = Sharded(ShardingStrategy::kFullShard);
-  c.role = model::Role::kInfer;
-  c.master_dtype = DType::kBf16;
-  c.offload = model::Offload::kAll;
-  c.micro_batch = 8;
-  c.seq_len = 2048;
-  cases.push_back({"ref worker", "llama3-8b", "8xH100", VerlLogProbs(c)});
+  cases.push_back({"ref worker", "llama3-8b", "8xH100", VerlLogProbs(InferWorker(8, 2048))});
   // A token budget: rows of 8192 tokens per rank over sp 2 (16384 per cp group), sequences up to
   // 4096, 8 rows per update.
   Plan d = VerlLogProbs(Sharded(ShardingStrategy::kFullShard));

@@ -9,7 +9,7 @@
 #include "executor/train/checkpoint.h"
 #include "executor/errors.h"
 #include "executor/train/launcher.h"
-#include "executor/train/rank_env.h"
+#include "executor/rank_env.h"
 #include "model/errors.h"
 #include "tests/executor/test_util.h"
 

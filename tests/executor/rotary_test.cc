@@ -19,6 +19,7 @@
 #include "model/hf_config.h"
 #include "model/model_spec_json.h"
 #include "model/presets.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::exec {
 namespace {
@@ -67,14 +68,11 @@ void ExpectFrequencies(const model::ModelSpec& spec) {
 }
 
 model::ModelSpec Small(model::ModelSpec s) {  // the preset's rotary settings on a small body
-  s.num_layers = 1;
-  s.hidden = 512;
-  s.num_heads = 4;
-  s.num_kv_heads = 4;
   s.head_dim = 128;
-  s.ffn_hidden = 256;
-  s.vocab_size = 256;
-  return s;
+  return model::testing_util::Decoder(s.name,
+                                      {/*layers=*/1, /*hidden=*/512, /*heads=*/4, /*kv_heads=*/4,
+                                       /*ffn_hidden=*/256, /*vocab=*/256},
+                                      s);
 }
 
 TEST(RotaryTest, FrequenciesFollowThetaAndLlama3AndLinearScaling) {

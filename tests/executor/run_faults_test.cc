@@ -46,17 +46,24 @@ std::vector<std::string> Args(const std::string& out, int steps, int nproc) {
           "20"};
 }
 
-double MaxDiffOnCommonSteps(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b,
-                            int* common) {
-  double d = 0;
-  *common = 0;
-  for (const auto& [step, loss] : a) {
-    auto it = b.find(step);
-    if (it == b.end()) continue;
-    ++*common;
-    d = std::max(d, std::fabs(loss - it->second));
+// The losses of the relaunched run (tmp/run) against the uninterrupted one's (tmp/ref): the steps
+// both logged and the largest loss difference on them.
+struct ResumedLosses {
+  std::map<int64_t, double> resumed;  // step -> loss of the relaunched run
+  int common_steps = 0;
+  double max_diff = 0;
+};
+
+ResumedLosses CompareWithUninterrupted(const TempDir& tmp) {
+  ResumedLosses r;
+  r.resumed = Losses(tmp.Sub("run"));
+  for (const auto& [step, loss] : Losses(tmp.Sub("ref"))) {
+    auto it = r.resumed.find(step);
+    if (it == r.resumed.end()) continue;
+    ++r.common_steps;
+    r.max_diff = std::max(r.max_diff, std::fabs(loss - it->second));
   }
-  return d;
+  return r;
 }
 
 TEST(ExecutorRunFaultsTest, SigkillThenRelaunchResumesWithTheUninterruptedLosses) {
@@ -73,16 +80,14 @@ TEST(ExecutorRunFaultsTest, SigkillThenRelaunchResumesWithTheUninterruptedLosses
   ProcessResult again = RunShardtune(Args(tmp.Sub("run"), 8, 2));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("resumed from checkpoint"), std::string::npos) << again.output;
-  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
-  ASSERT_FALSE(resumed.empty());
-  EXPECT_GE(resumed.begin()->first, 5) << "resumes after a checkpoint of step >= 4";
-  EXPECT_EQ(resumed.rbegin()->first, 8);
-  int common = 0;
-  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
-  std::cout << "resumed at step " << resumed.begin()->first << ": loss max diff vs uninterrupted "
-            << d << " over " << common << " steps\n";
-  EXPECT_EQ(common, static_cast<int>(resumed.size()));
-  EXPECT_EQ(d, 0.0) << "the same computation, restored bit for bit";
+  ResumedLosses r = CompareWithUninterrupted(tmp);
+  ASSERT_FALSE(r.resumed.empty());
+  EXPECT_GE(r.resumed.begin()->first, 5) << "resumes after a checkpoint of step >= 4";
+  EXPECT_EQ(r.resumed.rbegin()->first, 8);
+  std::cout << "resumed at step " << r.resumed.begin()->first << ": loss max diff vs uninterrupted "
+            << r.max_diff << " over " << r.common_steps << " steps\n";
+  EXPECT_EQ(r.common_steps, static_cast<int>(r.resumed.size()));
+  EXPECT_EQ(r.max_diff, 0.0) << "the same computation, restored bit for bit";
 }
 
 TEST(ExecutorRunFaultsTest, CorruptedAndTruncatedCheckpointsAreSkipped) {
@@ -118,12 +123,10 @@ TEST(ExecutorRunFaultsTest, CorruptedAndTruncatedCheckpointsAreSkipped) {
             std::string::npos)
       << again.output;
   // Steps 3..6 of the resumed run equal the uninterrupted run's.
-  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
-  EXPECT_EQ(resumed.begin()->first, 3);
-  int common = 0;
-  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
-  EXPECT_EQ(common, 4);
-  EXPECT_EQ(d, 0.0);
+  ResumedLosses r = CompareWithUninterrupted(tmp);
+  EXPECT_EQ(r.resumed.begin()->first, 3);
+  EXPECT_EQ(r.common_steps, 4);
+  EXPECT_EQ(r.max_diff, 0.0);
 }
 
 // torchtitan's MoE balances its experts with a bias updated before every optimizer step
@@ -146,12 +149,10 @@ TEST(ExecutorRunFaultsTest, TorchtitanMoeResumesWithItsExpertBias) {
   ProcessResult again = RunShardtune(args(tmp.Sub("run")));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("(step 4)"), std::string::npos) << again.output;
-  std::map<int64_t, double> resumed = Losses(tmp.Sub("run"));
-  EXPECT_EQ(resumed.begin()->first, 5);
-  int common = 0;
-  double d = MaxDiffOnCommonSteps(Losses(tmp.Sub("ref")), resumed, &common);
-  EXPECT_EQ(common, 2);
-  EXPECT_EQ(d, 0.0);
+  ResumedLosses r = CompareWithUninterrupted(tmp);
+  EXPECT_EQ(r.resumed.begin()->first, 5);
+  EXPECT_EQ(r.common_steps, 2);
+  EXPECT_EQ(r.max_diff, 0.0);
 }
 
 // Ranks started the way torchrun starts them (RANK, WORLD_SIZE, MASTER_*): no launcher kills

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/module_tree.h"
@@ -268,6 +270,25 @@ std::pair<SafeTensors, SafeTensors> ExportOneRankAndEp2(const TempDir& tmp, cons
           ReadSafeTensors(ReadText(tmp.Sub("ep") + "/model.safetensors"))};
 }
 
+// Each tensor of `a` (its header's entries but __metadata__), traced by name: `b` must hold it with
+// the same shape and byte size; `check` then compares its bytes in each file's data.
+void ForEachTensorInBoth(
+    const SafeTensors& a, const SafeTensors& b,
+    const std::function<void(std::string_view a_bytes, std::string_view b_bytes)>& check) {
+  for (const auto& [name, t] : a.header.items()) {
+    SCOPED_TRACE(name);
+    if (name == "__metadata__") continue;
+    ASSERT_TRUE(b.header.contains(name));
+    EXPECT_EQ(t.at("shape"), b.header[name].at("shape"));
+    auto oa = t.at("data_offsets").get<std::vector<int64_t>>();
+    auto ob = b.header[name].at("data_offsets").get<std::vector<int64_t>>();
+    ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
+    const size_t n = static_cast<size_t>(oa[1] - oa[0]);
+    check(std::string_view(a.data).substr(static_cast<size_t>(oa[0]), n),
+          std::string_view(b.data).substr(static_cast<size_t>(ob[0]), n));
+  }
+}
+
 // An MoE checkpoint under transformers' names (micro-qwen-moe as Qwen2-MoE's class names it:
 // "mlp.gate", "mlp.experts.N.*", "mlp.shared_expert(_gate)"), written by one rank holding every
 // expert and by two ranks with expert parallelism (torchtitan's code, ep 2: 3 of 6 experts each,
@@ -283,17 +304,11 @@ TEST(ExecutorExportTest, ExpertParallelExportWritesEachExpertUnderItsHfName) {
     EXPECT_TRUE(a.header.contains(name)) << name;
   }
   for (const auto& [name, t] : a.header.items()) {
-    SCOPED_TRACE(name);
-    EXPECT_EQ(name.find("block_sparse_moe"), std::string::npos);
-    if (name == "__metadata__") continue;
-    ASSERT_TRUE(b.header.contains(name));
-    EXPECT_EQ(t.at("shape"), b.header[name].at("shape"));
-    auto oa = t.at("data_offsets").get<std::vector<int64_t>>();
-    auto ob = b.header[name].at("data_offsets").get<std::vector<int64_t>>();
-    ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
-    EXPECT_TRUE(a.data.compare(static_cast<size_t>(oa[0]), static_cast<size_t>(oa[1] - oa[0]), b.data,
-                               static_cast<size_t>(ob[0]), static_cast<size_t>(ob[1] - ob[0])) == 0);
+    EXPECT_EQ(name.find("block_sparse_moe"), std::string::npos) << name;
   }
+  ForEachTensorInBoth(a, b, [](std::string_view a_bytes, std::string_view b_bytes) {
+    EXPECT_TRUE(a_bytes == b_bytes);
+  });
 }
 
 // GPT-OSS's experts are [E, ...] tensors under transformers' names (mlp.experts.gate_up_proj
@@ -316,22 +331,15 @@ TEST(ExecutorExportTest, ExpertParallelExportWritesGptOssExpertsAsWholeTensors) 
   EXPECT_EQ(b.header[experts + "down_proj"].at("shape"), Json::array({4, 48, 64}));
   EXPECT_EQ(b.header[experts + "down_proj_bias"].at("shape"), Json::array({4, 64}));
   EXPECT_TRUE(b.header.contains("model.layers.0.mlp.router.bias"));
-  for (const auto& [name, t] : a.header.items()) {
-    SCOPED_TRACE(name);
-    if (name == "__metadata__") continue;
-    ASSERT_TRUE(b.header.contains(name));
-    EXPECT_EQ(t.at("shape"), b.header[name].at("shape"));
-    auto oa = t.at("data_offsets").get<std::vector<int64_t>>();
-    auto ob = b.header[name].at("data_offsets").get<std::vector<int64_t>>();
-    ASSERT_EQ(oa[1] - oa[0], ob[1] - ob[0]);
-    const size_t n = static_cast<size_t>(oa[1] - oa[0]) / sizeof(float);
+  ForEachTensorInBoth(a, b, [](std::string_view a_bytes, std::string_view b_bytes) {
+    const size_t n = a_bytes.size() / sizeof(float);
     std::vector<float> va(n), vb(n);
-    std::memcpy(va.data(), a.data.data() + oa[0], n * sizeof(float));
-    std::memcpy(vb.data(), b.data.data() + ob[0], n * sizeof(float));
+    std::memcpy(va.data(), a_bytes.data(), n * sizeof(float));
+    std::memcpy(vb.data(), b_bytes.data(), n * sizeof(float));
     double worst = 0;
     for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(va[i]) - double(vb[i])));
     EXPECT_LT(worst, 1e-20);
-  }
+  });
 }
 
 TEST(ExecutorExportTest, ExportWithAnEmulatedWorldIsAnInputError) {

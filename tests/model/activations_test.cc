@@ -18,6 +18,15 @@ ActivationOptions Bf16(Modeling m = Modeling::kHf) {
   return o;
 }
 
+// Bf16() with the loss head of `kernel` on bf16 logits: verl's and trl's heads take the logits
+// without the fp32 upcast.
+ActivationOptions Bf16WithLossKernel(LossKernel kernel) {
+  ActivationOptions o = Bf16();
+  o.loss_kernel = kernel;
+  o.loss_fp32_upcast = false;
+  return o;
+}
+
 // HF LlamaDecoderLayer, bf16, SDPA, per token:
 //   each RMSNorm: fp32 input copy 4H + rsqrt 4 + normalized 2H, output 2H (saved by the linears)
 //   attention: rope saves nothing per token (cos/sin need no gradient, so q*cos saves only cos);
@@ -183,9 +192,7 @@ TEST(ActivationsTest, HfLossPeakIsTwelveBytesPerVocabEntry) {
 // measured the 8V (3.00 x 2VT above the start of backward with the 2V dlogits buffer live then).
 TEST(ActivationsTest, VerlLogProbHeadKeepsBf16LogitsAndPeaksAtCopySlices) {
   ModelSpec s = FindModelPreset("qwen3-8b");
-  ActivationOptions o = Bf16();
-  o.loss_kernel = LossKernel::kVerlFlashCe;
-  o.loss_fp32_upcast = false;
+  ActivationOptions o = Bf16WithLossKernel(LossKernel::kVerlFlashCe);
   auto head = ComputeHeadActivations(s, o);
   double v = 151936, h = 4096;
   EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4 + 2 * v + 8);
@@ -208,9 +215,7 @@ TEST(ActivationsTest, VerlLogProbHeadKeepsBf16LogitsAndPeaksAtCopySlices) {
 // and the compiled entropy's gradient (f 2V) joins at the top of backward beside the loss's.
 TEST(ActivationsTest, VerlPaddedLogProbHeadCopiesTheResponseSlice) {
   ModelSpec s = FindModelPreset("qwen3-8b");
-  ActivationOptions o = Bf16();
-  o.loss_kernel = LossKernel::kVerlPaddedCe;
-  o.loss_fp32_upcast = false;
+  ActivationOptions o = Bf16WithLossKernel(LossKernel::kVerlPaddedCe);
   o.response_fraction = 0.75;
   const double v = 151936, h = 4096, f = 0.75;
   auto head = ComputeHeadActivations(s, o);
@@ -237,9 +242,7 @@ TEST(ActivationsTest, VerlPaddedLogProbHeadCopiesTheResponseSlice) {
 // head weight's gradient made (V H of the V H + H head parameters).
 TEST(ActivationsTest, VerlFusedTorchHeadSavesItsInputAndChunksTheLogits) {
   ModelSpec s = FindModelPreset("qwen3-8b");
-  ActivationOptions o = Bf16();
-  o.loss_kernel = LossKernel::kVerlFusedTorch;
-  o.loss_fp32_upcast = false;
+  ActivationOptions o = Bf16WithLossKernel(LossKernel::kVerlFusedTorch);
   const double v = 151936, h = 4096;
   auto head = ComputeHeadActivations(s, o);
   EXPECT_DOUBLE_EQ(head.saved_per_token, 8 * h + 4);
@@ -271,9 +274,7 @@ TEST(ActivationsTest, VerlFusedTorchHeadSavesItsInputAndChunksTheLogits) {
 // [T, H] are summed over the chunks. Three fp32 GEMMs of the head's size in backward when it trains.
 TEST(ActivationsTest, TrlChunkedNllKeepsTheGatheredInputAndChunksInFp32) {
   ModelSpec s = FindModelPreset("qwen3-8b");
-  ActivationOptions o = Bf16();
-  o.loss_fp32_upcast = false;
-  o.loss_kernel = LossKernel::kVerlFusedTorch;
+  ActivationOptions o = Bf16WithLossKernel(LossKernel::kVerlFusedTorch);
   const double verl_saved = ComputeHeadActivations(s, o).saved_per_token;
   o.loss_kernel = LossKernel::kTrlChunkedNll;
   const double v = 151936, h = 4096;
@@ -304,9 +305,7 @@ TEST(ActivationsTest, TrlChunkedNllKeepsTheGatheredInputAndChunksInFp32) {
 // duration.
 TEST(ActivationsTest, VerlFusedTritonHeadKeepsStatisticsAndSplitsDLogits) {
   ModelSpec s = FindModelPreset("qwen2.5-7b");
-  ActivationOptions o = Bf16();
-  o.loss_kernel = LossKernel::kVerlFusedTriton;
-  o.loss_fp32_upcast = false;
+  ActivationOptions o = Bf16WithLossKernel(LossKernel::kVerlFusedTriton);
   const double h = 3584, v = 152064;
   ASSERT_EQ(s.vocab_size, 16 * 9504);
   auto head = ComputeHeadActivations(s, o);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/model_spec.h"
+#include "model/presets.h"
 
 namespace shardtune::model::testing_util {
 
@@ -33,6 +34,17 @@ inline ModelSpec Decoder(const std::string& name, const DecoderShape& shape, Mod
   if (shape.max_seq_len > 0) base.max_seq_len = shape.max_seq_len;
   base.FillDefaults();
   return base;
+}
+
+// tiny-llama with 4 experts of half its MLP width, 2 routed per token: the smallest MoE the
+// module-tree and memory tests build expert units from.
+inline ModelSpec TinyMoe() {
+  ModelSpec s = FindModelPreset("tiny-llama");
+  s.name = "tiny-moe";
+  s.moe.num_experts = 4;
+  s.moe.top_k = 2;
+  s.moe.expert_ffn_hidden = s.ffn_hidden / 2;
+  return s;
 }
 
 }  // namespace shardtune::model::testing_util

@@ -240,17 +240,24 @@ TEST(CheckpointingSpecTest, ParsesAndRoundTrips) {
               ThrowsMessage<InputError>(HasSubstr("(did you mean \"selective\"?)")));
 }
 
+// `spec` parsed into `plan` (which keeps what earlier specs set, as the flag parser's plan does),
+// then `pred` (model::BlockCheckpointed or model::BlockSelective) of each block of a VL tower's 3
+// blocks and the text model's 5 after them: '1' where it holds.
+std::string BlockMask(const std::string& spec, bool (*pred)(const Plan&, int, int), Plan* plan) {
+  const int vision_blocks = 3;
+  ParseCheckpointingSpec(spec, "--checkpointing", plan);
+  std::string s;
+  for (int b = 0; b < vision_blocks + 5; ++b) s += pred(*plan, b, vision_blocks) ? '1' : '0';
+  return s;
+}
+
 // Which blocks rerun whole (model::BlockCheckpointed), each stack (a VL tower's 3 blocks, then the
 // text model's) counted from 0: first:2 reruns tower blocks 0-1 and text blocks 0-1; every:2 the
 // even ones of each; full all; none and selective (pieces of every block) none.
 TEST(CheckpointingSpecTest, BlockCheckpointedCountsEachStackFromZero) {
   Plan p;
-  const int nv = 3;
   auto rerun = [&](const std::string& spec) {
-    ParseCheckpointingSpec(spec, "--checkpointing", &p);
-    std::string s;
-    for (int b = 0; b < nv + 5; ++b) s += model::BlockCheckpointed(p, b, nv) ? '1' : '0';
-    return s;
+    return BlockMask(spec, model::BlockCheckpointed, &p);
   };
   EXPECT_EQ(rerun("first:2"), "110" "11000");
   EXPECT_EQ(rerun("every:2"), "101" "10101");
@@ -265,12 +272,8 @@ TEST(CheckpointingSpecTest, BlockCheckpointedCountsEachStackFromZero) {
 // first:K+selective the blocks of each stack after its first K; none otherwise.
 TEST(CheckpointingSpecTest, BlockSelectiveIsTheRestOfFirstKPlusSelective) {
   Plan p;
-  const int nv = 3;
   auto selective = [&](const std::string& spec) {
-    ParseCheckpointingSpec(spec, "--checkpointing", &p);
-    std::string s;
-    for (int b = 0; b < nv + 5; ++b) s += model::BlockSelective(p, b, nv) ? '1' : '0';
-    return s;
+    return BlockMask(spec, model::BlockSelective, &p);
   };
   EXPECT_EQ(selective("first:2+selective"), "001" "00111");
   EXPECT_EQ(selective("selective"), "111" "11111");

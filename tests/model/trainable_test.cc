@@ -7,20 +7,13 @@
 
 #include "model/presets.h"
 #include "model/tiled_mlp.h"
+#include "tests/model/decoder_shape.h"
 
 namespace shardtune::model {
 namespace {
 
 using ::testing::HasSubstr;
-
-ModelSpec TinyMoe() {
-  ModelSpec s = FindModelPreset("tiny-llama");
-  s.name = "tiny-moe";
-  s.moe.num_experts = 4;
-  s.moe.top_k = 2;
-  s.moe.expert_ffn_hidden = s.ffn_hidden / 2;
-  return s;
-}
+using testing_util::TinyMoe;
 
 TEST(TrainableTest, LoraTrainableCountIsRankTimesInPlusOutPerBlockAndTarget) {
   ModelSpec s = FindModelPreset("llama3-8b");

@@ -156,20 +156,27 @@ model::Plan VerlGrpoQwen3() {
   return p;
 }
 
+// The advice on `p` for Qwen3-8B on 8 H100s, where the loss head's backward must be the peak (the
+// verl head tests' premise).
+void VerlHeadAdvice(const model::Plan& p, std::string* advice) {
+  auto spec = model::FindModelPreset("qwen3-8b");
+  auto cluster = profiles::ParseClusterShorthand("8xH100");
+  auto r = sim::EstimateMemory(spec, cluster, p, sim::MemoryOptions{});
+  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
+  *advice = Joined(AdviseOnMemory(p, r, {}));
+}
+
 // verl's padded log-prob head (use_remove_padding false): with 16 sequences of 512 + 1024 the
 // head's backward (two [16 x 1536, 151,936] bf16 tensors, 14 GiB) is the peak, and the advice
 // names what verl itself offers, not the HF path's fp32 log-softmax.
 TEST(AdviceTest, VerlPaddedHeadAdviceNamesRemovePadding) {
-  auto spec = model::FindModelPreset("qwen3-8b");
-  auto cluster = profiles::ParseClusterShorthand("8xH100");
   model::Plan p = VerlGrpoQwen3();
   p.micro_batch = 16;
   p.loss_kernel = model::LossKernel::kVerlPaddedCe;
   p.response_len = 1024;
   p.padding_mask = true;
-  auto r = sim::EstimateMemory(spec, cluster, p, sim::MemoryOptions{});
-  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
-  std::string advice = Joined(AdviseOnMemory(p, r, {}));
+  std::string advice;
+  ASSERT_NO_FATAL_FAILURE(VerlHeadAdvice(p, &advice));
   EXPECT_THAT(advice, AllOf(HasSubstr("without use_remove_padding"),
                             HasSubstr("use_remove_padding: true")));
   EXPECT_THAT(advice, ::testing::Not(HasSubstr("fp32 log-softmax")));
@@ -180,14 +187,11 @@ TEST(AdviceTest, VerlPaddedHeadAdviceNamesRemovePadding) {
 // micro-batch that is the peak, and the advice says so instead of the fp32 log-softmax or the
 // four [tokens, V] tensors of verl's flash-attn head.
 TEST(AdviceTest, VerlFusedHeadAdviceNamesItsFixedBuffers) {
-  auto spec = model::FindModelPreset("qwen3-8b");
-  auto cluster = profiles::ParseClusterShorthand("8xH100");
   model::Plan p = VerlGrpoQwen3();
   p.micro_batch = 4;
   p.loss_kernel = model::LossKernel::kVerlFusedTorch;
-  auto r = sim::EstimateMemory(spec, cluster, p, sim::MemoryOptions{});
-  ASSERT_THAT(r.peak_phase, HasSubstr("loss"));
-  std::string advice = Joined(AdviseOnMemory(p, r, {}));
+  std::string advice;
+  ASSERT_NO_FATAL_FAILURE(VerlHeadAdvice(p, &advice));
   EXPECT_THAT(advice, AllOf(HasSubstr("verl's fused log-prob head"), HasSubstr("chunk before's")));
   EXPECT_THAT(advice, ::testing::Not(HasSubstr("fp32 log-softmax")));
   EXPECT_THAT(advice, ::testing::Not(HasSubstr("CopySlices")));

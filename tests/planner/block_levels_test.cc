@@ -16,11 +16,13 @@
 #include "profiles/cluster.h"
 #include "simulator/memory_model.h"
 #include "simulator/simulate.h"
+#include "tests/planner/search_fixture.h"
 
 namespace shardtune::planner {
 namespace {
 
 using Kind = model::BlockRun::Kind;
+using testing::RequestFor;
 
 // Every multiset of `levels` for n blocks: the least rerun time within the budget (inf if none).
 double BruteForce(const std::vector<BlockLevel>& levels, int n, double budget) {
@@ -136,9 +138,7 @@ TEST(BlockLevelsTest, RunsPutTheHeaviestRerunsFirst) {
 TEST(BlockLevelsTest, TuneAnswersAPerBlockPolicyThatBeatsEveryUniformOne) {
   const auto spec = model::FindModelPreset("llama3-8b");
   const auto cluster = profiles::ParseClusterShorthand("8xA100-40G");
-  SearchRequest req;
-  req.global_batch = 64;
-  req.seq_len = 8192;
+  SearchRequest req = RequestFor(64, 8192);
   req.top_k = 3;
   req.base.modeling = model::Modeling::kTorchtitan;
   req.space.cp_sizes = {1};
@@ -184,9 +184,7 @@ TEST(BlockLevelsTest, TuneAnswersAPerBlockPolicyThatBeatsEveryUniformOne) {
 TEST(BlockOffloadTest, LeadingBlocksOffloadWhereTheHostHasRoomForThem) {
   const auto spec = model::FindModelPreset("llama3-70b");
   profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("nvl72");
-  SearchRequest req;
-  req.global_batch = 72;
-  req.seq_len = 16384;
+  SearchRequest req = RequestFor(72, 16384);
   req.top_k = 2;
   req.space.cp_sizes = {1};
   req.space.strategies = {model::ShardingStrategy::kFullShard};

@@ -7,9 +7,12 @@
 #include "model/presets.h"
 #include "model/text.h"
 #include "profiles/cluster.h"
+#include "tests/planner/search_fixture.h"
 
 namespace shardtune::planner {
 namespace {
+
+using testing::RequestFor;
 
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
@@ -20,9 +23,7 @@ int Count(const std::string& text, const std::string& what) {
 TEST(ParetoPlotTest, MarksTheFrontTheTopPlansAndTheWinner) {
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto c = profiles::ParseClusterShorthand("8xH100");
-  SearchRequest req;
-  req.global_batch = 32;
-  req.seq_len = 2048;
+  SearchRequest req = RequestFor(32, 2048);
   req.top_k = 3;
   req.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kFull};
   SearchResult r = SearchPlans(spec, c, req);

@@ -10,14 +10,15 @@
 #include "model/presets.h"
 #include "planner/search_rank.h"
 #include "profiles/cluster.h"
+#include "tests/planner/search_fixture.h"
 
 namespace shardtune::planner {
 namespace {
 
+using testing::RequestFor;
+
 SearchRequest SmallSpace(int64_t global_batch, int64_t seq) {
-  SearchRequest r;
-  r.global_batch = global_batch;
-  r.seq_len = seq;
+  SearchRequest r = RequestFor(global_batch, seq);
   r.top_k = 3;
   r.space.wraps = {model::WrapPolicy{}};
   r.space.checkpointing = {model::Checkpointing::kNone, model::Checkpointing::kFull};
@@ -74,9 +75,7 @@ TEST(SearchTest, PickFitsAndIsNoSlowerThanAnyEnumeratedPlan) {
 TEST(SearchTest, NothingFitsNamesWhatActivationOffloadMakesFit) {
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto c = profiles::ParseClusterShorthand("1xRTX4090");
-  SearchRequest req;
-  req.global_batch = 1;
-  req.seq_len = 131072;
+  SearchRequest req = RequestFor(1, 131072);
   req.base.loss_kernel = model::LossKernel::kVerlFusedTriton;
   SearchResult r = SearchPlans(spec, c, req);
   ASSERT_TRUE(r.top.empty());
@@ -201,9 +200,7 @@ TEST(SearchTest, DefaultCpSizesAreTheValidOnesInsideANode) {
 TEST(SearchTest, UlyssesCpSizesThatFitLlama3At64kOn8xH100) {
   auto spec = Llama31_8b();
   auto c = profiles::ParseClusterShorthand("8xH100");
-  SearchRequest req;
-  req.global_batch = 8;
-  req.seq_len = 65536;
+  SearchRequest req = RequestFor(8, 65536);
   req.top_k = 3;
   req.space.strategies = {model::ShardingStrategy::kFullShard};
   req.space.wraps = {model::WrapPolicy{}};

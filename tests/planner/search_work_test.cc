@@ -16,9 +16,12 @@
 #include "planner/search.h"
 #include "profiles/cluster.h"
 #include "simulator/profile_json.h"
+#include "tests/planner/search_fixture.h"
 
 namespace shardtune::planner {
 namespace {
+
+using testing::RequestFor;
 
 // The reasons whose counts depend on how much was simulated or replayed (the exhaustive search
 // simulates every plan that fits and replays every plan): left out of the comparison, and
@@ -76,9 +79,7 @@ struct Case {
 };
 
 SearchRequest RequestOf(const Case& k) {
-  SearchRequest r;
-  r.global_batch = k.global_batch;
-  r.seq_len = k.seq_len;
+  SearchRequest r = RequestFor(k.global_batch, k.seq_len);
   r.objective = k.objective;
   r.min_tokens_per_s = k.objective == Objective::kMemory ? 1e5 : 0;
   r.top_k = 3;
@@ -230,9 +231,7 @@ TEST(SearchWorkTest, SameAnswerForAnyThreadCount) {
 TEST(SearchWorkTest, WorkStaysBoundedOnTheReadmeExample) {
   auto spec = model::FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
-  SearchRequest req;
-  req.global_batch = 64;
-  req.seq_len = 8192;
+  SearchRequest req = RequestFor(64, 8192);
   SearchResult r = SearchPlans(spec, c, req);
   ASSERT_FALSE(r.top.empty());
   // Every plan is ruled out by a memory bound, by the compute bound before any walk, or walked.

@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace shardtune::profiles {
 namespace {
@@ -20,18 +22,27 @@ std::string Entry(const std::string& name, Bytes memory) {
 // The device's total memory as the catalog records it for that entry (what torch reports).
 Bytes Usable(const std::string& entry) { return FindGpu(entry, "test").usable_memory; }
 
+// Expects each driver name, reporting its catalog entry's memory, to map to that entry.
+void ExpectNamesMapToEntries(
+    std::initializer_list<std::pair<const char*, const char*>> name_and_entry) {
+  for (const auto& [name, entry] : name_and_entry) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(Entry(name, Usable(entry)), entry);
+  }
+}
+
 TEST(DeviceNamesTest, DriverNamesOfCatalogPartsMapToTheirEntries) {
-  EXPECT_EQ(Entry("NVIDIA H100 80GB HBM3", Usable("H100-SXM-80G")), "H100-SXM-80G");
-  EXPECT_EQ(Entry("NVIDIA H100 PCIe", Usable("H100-PCIe-80G")), "H100-PCIe-80G");
-  EXPECT_EQ(Entry("NVIDIA H200", Usable("H200-SXM-141G")), "H200-SXM-141G");
-  EXPECT_EQ(Entry("NVIDIA A100-SXM4-80GB", Usable("A100-SXM-80G")), "A100-SXM-80G");
-  EXPECT_EQ(Entry("NVIDIA A100-SXM4-40GB", Usable("A100-SXM-40G")), "A100-SXM-40G");
-  EXPECT_EQ(Entry("NVIDIA L40S", Usable("L40S")), "L40S");
-  EXPECT_EQ(Entry("NVIDIA GeForce RTX 4090", Usable("RTX4090")), "RTX4090");
-  EXPECT_EQ(Entry("NVIDIA GeForce RTX 3090", Usable("RTX3090")), "RTX3090");
-  EXPECT_EQ(Entry("NVIDIA A10G", Usable("A10G")), "A10G");
-  EXPECT_EQ(Entry("Tesla V100-SXM2-32GB", Usable("V100-SXM2-32G")), "V100-SXM2-32G");
-  EXPECT_EQ(Entry("Tesla V100-SXM2-16GB", Usable("V100-SXM2-16G")), "V100-SXM2-16G");
+  ExpectNamesMapToEntries({{"NVIDIA H100 80GB HBM3", "H100-SXM-80G"},
+                           {"NVIDIA H100 PCIe", "H100-PCIe-80G"},
+                           {"NVIDIA H200", "H200-SXM-141G"},
+                           {"NVIDIA A100-SXM4-80GB", "A100-SXM-80G"},
+                           {"NVIDIA A100-SXM4-40GB", "A100-SXM-40G"},
+                           {"NVIDIA L40S", "L40S"},
+                           {"NVIDIA GeForce RTX 4090", "RTX4090"},
+                           {"NVIDIA GeForce RTX 3090", "RTX3090"},
+                           {"NVIDIA A10G", "A10G"},
+                           {"Tesla V100-SXM2-32GB", "V100-SXM2-32G"},
+                           {"Tesla V100-SXM2-16GB", "V100-SXM2-16G"}});
 }
 
 TEST(DeviceNamesTest, DriverVersionsDriftOfTensOfMiBStillMatches) {
@@ -50,11 +61,11 @@ TEST(DeviceNamesTest, MemoryPicksTheCapacityWithinAFamily) {
 }
 
 TEST(DeviceNamesTest, TheTwentyTwentySixPartsMapToTheirEntries) {
-  EXPECT_EQ(Entry("NVIDIA B200", Usable("B200-180G")), "B200-180G");
-  EXPECT_EQ(Entry("NVIDIA H800", Usable("H800-SXM-80G")), "H800-SXM-80G");
-  EXPECT_EQ(Entry("NVIDIA H20", Usable("H20-96G")), "H20-96G");
-  EXPECT_EQ(Entry("NVIDIA L20", Usable("L20")), "L20");
-  EXPECT_EQ(Entry("NVIDIA L4", Usable("L4")), "L4");
+  ExpectNamesMapToEntries({{"NVIDIA B200", "B200-180G"},
+                           {"NVIDIA H800", "H800-SXM-80G"},
+                           {"NVIDIA H20", "H20-96G"},
+                           {"NVIDIA L20", "L20"},
+                           {"NVIDIA L4", "L4"}});
 }
 
 TEST(DeviceNamesTest, PartsWithoutAnEntryMapToNone) {

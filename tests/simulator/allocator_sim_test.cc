@@ -28,9 +28,7 @@ constexpr int64_t kMiB = 1 << 20;
 // chunks split and empty ones go.
 TEST(CachingAllocatorModelTest, FreeListOrdersAsTorchsBlockPool) {
   using Entry = CachingAllocatorModel::FreeEntry;
-  uint64_t seed = testing::TestSeed(20261126);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261126);
   CachingAllocatorModel::FreeList list;
   std::set<std::pair<int64_t, uint64_t>> ref;
   uint64_t next_addr = 0;

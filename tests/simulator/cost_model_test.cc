@@ -12,6 +12,13 @@
 namespace shardtune::sim {
 namespace {
 
+// The link of one shard group of all `cluster`'s GPUs (ranks 0 to n-1) under constants `k`.
+GroupLink WholeClusterLink(const std::string& cluster, const CostConstants& k) {
+  auto c = profiles::ParseClusterShorthand(cluster);
+  profiles::Topology topo(c);
+  return DescribeGroup(topo, c, {topo.ShardGroup(c.world_size(), 0)}, k);
+}
+
 TEST(CostModelTest, ComputeTimeAddsTermsAtTheirEfficiencies) {
   auto c = profiles::ParseClusterShorthand("1xH100");
   CostConstants k;
@@ -33,10 +40,8 @@ TEST(CostModelTest, ComputeTimeAddsTermsAtTheirEfficiencies) {
 // Simple ring at busbw 360 GB/s with latency 8.4 + 7 x 3.4 us (tuning.cc base and hw latencies).
 // The graph's ring bottleneck (450 GB/s x the NVLink efficiency) stays for all-to-alls.
 TEST(CostModelTest, RingAllGatherInsideOneNode) {
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  profiles::Topology topo(c);
   CostConstants k;
-  GroupLink g = DescribeGroup(topo, c, {topo.ShardGroup(8, 0)}, k);
+  GroupLink g = WholeClusterLink("8xH100", k);
   EXPECT_EQ(g.ranks, 8);
   EXPECT_EQ(g.nodes, 1);
   EXPECT_NEAR(g.bus_bandwidth.count(), 450e9 * k.nvlink_efficiency, 1);
@@ -58,10 +63,8 @@ TEST(CostModelTest, RingAllGatherInsideOneNode) {
 // The graph's latency model (for groups NCCL's does not describe): 2 of the ring's 15 steps are
 // inter-node for all-gather; all-reduce takes the faster of ring (30 steps, 2 inter) and tree.
 TEST(CostModelTest, TwoNodeGroupUsesNetworkAndTreeForAllReduce) {
-  auto c = profiles::ParseClusterShorthand("2x8xH100-ib400");
-  profiles::Topology topo(c);
   CostConstants k;
-  GroupLink g = DescribeGroup(topo, c, {topo.ShardGroup(16, 0)}, k);
+  GroupLink g = WholeClusterLink("2x8xH100-ib400", k);
   EXPECT_EQ(g.nodes, 2);
   EXPECT_NEAR(g.bus_bandwidth.count(), 50e9 * k.network_efficiency, 1);
   double intra = 3.4e-6, inter = 14e-6;
@@ -120,18 +123,13 @@ TEST(CostModelTest, AllToAllAcrossNodesIsThePerGpuNetworkShare) {
     EXPECT_NEAR(g.AllToAllBandwidth().count(), expected(c, n, 8), 1e3) << name;
   }
   // Eight NICs per node against one of the same speed: eight times the bandwidth.
-  auto rail = profiles::ParseClusterShorthand("2x8xH100-ib400");
-  auto one = profiles::ParseClusterShorthand("2x8xH100-ib400/node");
-  profiles::Topology rt(rail), ot(one);
-  EXPECT_NEAR(DescribeGroup(rt, rail, {rt.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(),
-              8 * DescribeGroup(ot, one, {ot.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(), 1e3);
+  const GroupLink rail = WholeClusterLink("2x8xH100-ib400", k);
+  EXPECT_NEAR(rail.AllToAllBandwidth().count(),
+              8 * WholeClusterLink("2x8xH100-ib400/node", k).AllToAllBandwidth().count(), 1e3);
   // On 2 nodes the bus bandwidth is 15/8 of a GPU's network share; on 4, 31/24.
-  EXPECT_NEAR(DescribeGroup(rt, rail, {rt.ShardGroup(16, 0)}, k).AllToAllBandwidth().count(),
-              50e9 * k.network_efficiency * 15 / 8, 1e3);
+  EXPECT_NEAR(rail.AllToAllBandwidth().count(), 50e9 * k.network_efficiency * 15 / 8, 1e3);
   // Inside a node: no all-to-all term, the group's bus bandwidth.
-  auto node = profiles::ParseClusterShorthand("8xH100");
-  profiles::Topology nt(node);
-  GroupLink in = DescribeGroup(nt, node, {nt.ShardGroup(8, 0)}, k);
+  GroupLink in = WholeClusterLink("8xH100", k);
   EXPECT_EQ(in.all_to_all_bus_bandwidth.count(), 0);
   EXPECT_EQ(in.AllToAllBandwidth().count(), in.bus_bandwidth.count());
 }
@@ -143,10 +141,8 @@ TEST(CostModelTest, MoreBandwidthIsNeverSlower) {
   const std::vector<std::string> nics = {"2x8xH100-roce100", "2x8xH100-roce200", "2x8xH100-roce400",
                                          "2x8xH100-roce800"};
   for (size_t i = 0; i + 1 < nics.size(); ++i) {
-    auto sc = profiles::ParseClusterShorthand(nics[i]), fc = profiles::ParseClusterShorthand(nics[i + 1]);
-    profiles::Topology st(sc), ft(fc);
-    GroupLink a = DescribeGroup(st, sc, {st.ShardGroup(16, 0)}, k);
-    GroupLink b = DescribeGroup(ft, fc, {ft.ShardGroup(16, 0)}, k);
+    GroupLink a = WholeClusterLink(nics[i], k);
+    GroupLink b = WholeClusterLink(nics[i + 1], k);
     for (int64_t s : {int64_t{1} << 10, int64_t{1} << 20, int64_t{1} << 26, int64_t{1} << 30}) {
       for (auto coll : {profiles::Collective::kAllGather, profiles::Collective::kReduceScatter,
                         profiles::Collective::kAllReduce}) {
@@ -155,12 +151,10 @@ TEST(CostModelTest, MoreBandwidthIsNeverSlower) {
       }
     }
   }
-  auto c = profiles::ParseClusterShorthand("4xL40S");
-  profiles::Topology topo(c);
   CostConstants slow, fast;
   fast.pcie_efficiency = slow.pcie_efficiency * 1.1;
-  GroupLink a = DescribeGroup(topo, c, {topo.ShardGroup(4, 0)}, slow);
-  GroupLink b = DescribeGroup(topo, c, {topo.ShardGroup(4, 0)}, fast);
+  GroupLink a = WholeClusterLink("4xL40S", slow);
+  GroupLink b = WholeClusterLink("4xL40S", fast);
   ASSERT_EQ(a.nccl, nullptr);
   EXPECT_LT(CollectiveTime(profiles::Collective::kAllGather, Bytes::GiB(1), b).count(),
             CollectiveTime(profiles::Collective::kAllGather, Bytes::GiB(1), a).count());

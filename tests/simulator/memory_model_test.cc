@@ -2,6 +2,7 @@
 // follows FSDP2's allocation rules (each expected value is derived here from those rules).
 #include "simulator/memory_model.h"
 #include "tests/simulator/memory_test_util.h"
+#include "tests/simulator/random_plan.h"
 
 #include <cstdlib>
 #include <random>
@@ -253,10 +254,7 @@ TEST(MemoryModelTest, VerlFusedTorchHeadEntropyGradientAddsFourBytesPerEntryPerC
 }
 
 TEST(MemoryModelTest, PropertiesOverRandomPlans) {
-  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261122;
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261122);
   auto s = FindModelPreset("llama3.2-1b");
   auto c = profiles::ParseClusterShorthand("8xH100");
   for (int i = 0; i < 12; ++i) {
@@ -277,12 +275,6 @@ TEST(MemoryModelTest, PropertiesOverRandomPlans) {
     EXPECT_EQ(MemoryReportToJson(base, true, "").dump(), MemoryReportToJson(EstimateMemory(s, c, p), true, "").dump());
   }
 }
-
-}  // namespace
-}  // namespace shardtune::sim
-
-namespace shardtune::sim {
-namespace {
 
 // CPU ranks (cpu:N, shardtune's executor over Gloo) have no CUDA context and no NCCL buffers:
 // what lives outside the tensor allocator is the LibTorch process itself.

@@ -1,7 +1,6 @@
 // The planner's memory screening walks micro-batches 1, 2 and the last only
 // (MemoryOptions::skip_repeated_micro_batches): over random plans, its report must equal the full
 // walk's field for field, and its step-time lower bound must equal the full program's.
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -25,10 +24,7 @@ using model::Plan;
 using testing::RandomPlan;
 
 TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
-  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 20261124;
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261124);
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
   MemoryOptions full;
@@ -91,9 +87,7 @@ TEST(MicroBatchSkipTest, ScreeningReportEqualsTheFullWalkOverRandomPlans) {
 // random plans of a dense model, an MoE model with per-expert units, frozen prefixes and
 // inference roles (the search rules plans out on it without walking them).
 TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
-  uint64_t seed = testing::TestSeed(20261125);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261125);
   auto cluster = profiles::ParseClusterShorthand("8xH100");
   MemoryOptions o;
   o.allocator_replay = false;
@@ -138,9 +132,7 @@ TEST(MicroBatchSkipTest, ForwardEndBoundNeverExceedsTheWalk) {
 // that product never exceeds the plan's own transfers (equals them without no_sync), and the
 // per-micro-batch figure is the same at twice the micro-batch and half the accumulation.
 TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
-  uint64_t seed = testing::TestSeed(20261125);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261125);
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto cluster = profiles::ParseClusterShorthand("2x8xH100-ib400");
   testing::RandomPlanSpace space;
@@ -200,9 +192,7 @@ TEST(MicroBatchSkipTest, CollectivesPerMicroBatchDoNotDependOnItsSize) {
 // repeats): every figure equals the full program's replay, free and pressed under a capacity
 // that forces cache releases, and so does the estimate's report.
 TEST(MicroBatchSkipTest, AllocatorReplayOfTheShortProgramEqualsTheFullOne) {
-  uint64_t seed = testing::TestSeed(20261125);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261125);
   auto spec = model::FindModelPreset("llama3.2-1b");
   auto cluster = profiles::ParseClusterShorthand("8xH100");
   testing::RandomPlanSpace space;

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "model/model_spec.h"
 #include "model/plan.h"
@@ -21,6 +24,23 @@ inline uint64_t TestSeed(uint64_t fallback) {
   const char* env = std::getenv("SHARDTUNE_TEST_SEED");
   return env ? std::strtoull(env, nullptr, 10) : fallback;
 }
+
+// The property tests' random engine, seeded with TestSeed(fallback): while it lives, every failure
+// of the test names the seed ("SHARDTUNE_TEST_SEED=..."), as a SCOPED_TRACE would.
+class SeededRng : public std::mt19937_64 {
+ public:
+  explicit SeededRng(uint64_t fallback) : SeededRng(Seed{TestSeed(fallback)}) {}
+
+ private:
+  struct Seed {
+    uint64_t value;
+  };
+  explicit SeededRng(Seed seed)
+      : std::mt19937_64(seed.value),
+        trace_(__FILE__, __LINE__, "SHARDTUNE_TEST_SEED=" + std::to_string(seed.value)) {}
+
+  ::testing::ScopedTrace trace_;
+};
 
 // The plans the property tests keep: those Plan::Problems accepts for this model and cluster.
 inline bool Valid(const model::Plan& p, const model::ModelSpec& spec,

@@ -1,9 +1,9 @@
 // FSDP semantics of the simulated step, one test each, and properties of the time model.
 #include "simulator/simulate.h"
 
-#include <cstdlib>
 #include <map>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -27,6 +27,15 @@ int Count(const SimReport& r, OpKind k, int step = 1, int micro = -1) {
     n += op.kind == k && op.step == step && (micro < 0 || op.micro == micro);
   }
   return n;
+}
+
+// llama3-8b's step at 2048 tokens on `cluster` under backward prefetch `prefetch` (the prefetch
+// tests compare the policies on one model and cluster).
+SimReport Llama8bStepUnderPrefetch(const std::string& cluster, model::BackwardPrefetch prefetch) {
+  model::Plan p = Plan(2048);
+  p.backward_prefetch = prefetch;
+  return SimulateStep(model::FindModelPreset("llama3-8b"), profiles::ParseClusterShorthand(cluster),
+                      p);
 }
 
 int Units(const model::ModelSpec& s, const model::Plan& p) {
@@ -130,15 +139,11 @@ TEST(SimulateTest, OffloadedOptimizerTakesTheMeasuredHostRate) {
 // Backward prefetch: with BACKWARD_PRE the next unit's all-gather is issued at this unit's
 // pre-backward and overlaps its compute; with none it waits for that compute to end.
 TEST(SimulateTest, BackwardPrefetchOverlapsTheNextAllGather) {
-  auto s = model::FindModelPreset("llama3-8b");
   // One 100 Gb/s NIC per node: communication-bound, so what prefetch hides shows (eight rail
   // NICs carry 384 GB/s and hide every all-gather behind backward either way).
-  auto c = profiles::ParseClusterShorthand("2x8xH100-roce100/node");
-  model::Plan pre = Plan(2048);
-  model::Plan none = pre;
-  none.backward_prefetch = model::BackwardPrefetch::kNone;
-  auto a = SimulateStep(s, c, pre);
-  auto b = SimulateStep(s, c, none);
+  const std::string cluster = "2x8xH100-roce100/node";
+  auto a = Llama8bStepUnderPrefetch(cluster, model::BackwardPrefetch::kPre);
+  auto b = Llama8bStepUnderPrefetch(cluster, model::BackwardPrefetch::kNone);
   EXPECT_LT(a.step_time.count(), b.step_time.count());
   EXPECT_LE(a.exposed_comm.count(), b.exposed_comm.count());
 }
@@ -245,10 +250,7 @@ TEST(SimulateTest, OnlyUnitsBackwardReachesChargeAPostBackwardHook) {
 }
 
 TEST(SimulateTest, StepTimeMonotoneInHardware) {
-  const char* env = std::getenv("SHARDTUNE_TEST_SEED");
-  uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 7;
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(7);
   auto s = model::FindModelPreset("llama3.2-1b");
   auto c = profiles::ParseClusterShorthand("2x8xH100");
   for (int i = 0; i < 6; ++i) {
@@ -297,13 +299,10 @@ TEST(SimulateTest, InflightAllGatherLimitBoundsPrefetchedBuffers) {
 // BACKWARD_POST issues the next all-gather only after this unit's gradients are computed, so it
 // cannot overlap that compute: never faster than BACKWARD_PRE.
 TEST(SimulateTest, BackwardPostPrefetchesLaterThanPre) {
-  auto s = model::FindModelPreset("llama3-8b");
-  auto c = profiles::ParseClusterShorthand("2x8xH100");
-  model::Plan pre = Plan(2048);
-  model::Plan post = pre;
-  post.backward_prefetch = model::BackwardPrefetch::kPost;
-  EXPECT_LE(SimulateStep(s, c, pre).step_time.count(), SimulateStep(s, c, post).step_time.count());
-  EXPECT_EQ(Count(SimulateStep(s, c, post), OpKind::kAllGather), Count(SimulateStep(s, c, pre), OpKind::kAllGather));
+  SimReport pre = Llama8bStepUnderPrefetch("2x8xH100", model::BackwardPrefetch::kPre);
+  SimReport post = Llama8bStepUnderPrefetch("2x8xH100", model::BackwardPrefetch::kPost);
+  EXPECT_LE(pre.step_time.count(), post.step_time.count());
+  EXPECT_EQ(Count(post, OpKind::kAllGather), Count(pre, OpKind::kAllGather));
 }
 
 }  // namespace
@@ -316,9 +315,7 @@ namespace {
 // schedule's, over random plans (strategies, offload, prefetch, cp, LoRA) on one and two nodes,
 // also when step 0's repeated micro-batches were not walked (the planner's simulations).
 TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
-  uint64_t seed = testing::TestSeed(20261125);
-  SCOPED_TRACE("SHARDTUNE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  testing::SeededRng rng(20261125);
   auto spec = model::FindModelPreset("llama3.2-1b");
   int checked = 0;
   for (const char* name : {"8xH100", "2x8xH100-ib400"}) {
@@ -367,6 +364,26 @@ TEST(SimulateTest, SteadyStepAloneGivesTheSameFigures) {
 namespace shardtune::sim {
 namespace {
 
+// One sequence of 2048 tokens under torchtitan's modeling and checkpointing `ck`: the op SAC
+// tests' plan.
+model::Plan TorchtitanPlan(model::Checkpointing ck) {
+  model::Plan p;
+  p.modeling = model::Modeling::kTorchtitan;
+  p.seq_len = 2048;
+  p.micro_batch = 1;
+  p.checkpointing = ck;
+  return p;
+}
+
+// The sum of `field` (a FLOP count of ProgramOp) over the steady step's (step 1's) ops.
+double Step1Total(const SimReport& r, double ProgramOp::*field) {
+  double total = 0;
+  for (const auto& op : r.program.ops) {
+    if (op.step == 1) total += op.*field;
+  }
+  return total;
+}
+
 // torchtitan's op SAC reruns the block mms its policy did not save (wk, wo, w3 of a Llama
 // block): the step's matmul FLOPs exceed those without checkpointing by exactly that per token
 // per block, and full checkpointing reruns every block mm.
@@ -374,16 +391,7 @@ TEST(SimulateTest, TorchtitanSelectiveRerunsEveryOtherMatmul) {
   model::ModelSpec s = model::FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
   auto matmul = [&](model::Checkpointing ck) {
-    model::Plan p;
-    p.modeling = model::Modeling::kTorchtitan;
-    p.seq_len = 2048;
-    p.micro_batch = 1;
-    p.checkpointing = ck;
-    double mm = 0;
-    for (const auto& op : SimulateStep(s, c, p).program.ops) {
-      if (op.step == 1) mm += op.matmul_flops;
-    }
-    return mm;
+    return Step1Total(SimulateStep(s, c, TorchtitanPlan(ck)), &ProgramOp::matmul_flops);
   };
   double h = 4096, qd = 4096, kv = 1024, f = 14336, tokens = 2048;
   double rerun = 2 * (h * kv + qd * h + h * f) * tokens * s.num_layers;
@@ -400,17 +408,9 @@ TEST(SimulateTest, TorchtitanSelectiveOverEagerAttentionRerunsTheAttention) {
   model::ModelSpec s = model::FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
   auto attention = [&](model::Checkpointing ck, model::Attention a) {
-    model::Plan p;
-    p.modeling = model::Modeling::kTorchtitan;
+    model::Plan p = TorchtitanPlan(ck);
     p.attention = a;
-    p.seq_len = 2048;
-    p.micro_batch = 1;
-    p.checkpointing = ck;
-    double flops = 0;
-    for (const auto& op : SimulateStep(s, c, p).program.ops) {
-      if (op.step == 1) flops += op.attention_flops;
-    }
-    return flops;
+    return Step1Total(SimulateStep(s, c, p), &ProgramOp::attention_flops);
   };
   for (model::Attention a : {model::Attention::kEager, model::Attention::kSdpa}) {
     double none = attention(model::Checkpointing::kNone, a);

@@ -12,6 +12,7 @@
 #include "simulator/colocation.h"
 #include "simulator/feature_savings.h"
 #include "simulator/memory_model.h"
+#include "tests/model/decoder_shape.h"
 #include "tests/simulator/memory_test_util.h"
 
 namespace shardtune::sim {
@@ -22,10 +23,19 @@ using memtest::R512;
 
 using model::FindModelPreset;
 using model::Plan;
+using model::testing_util::TinyMoe;
 
 Plan Seq(int64_t s) {
   Plan p;
   p.seq_len = s;
+  return p;
+}
+
+// Seq(s) with LoRA adapters of rank `rank` on q_proj and v_proj (PEFT's default targets).
+Plan LoraQv(int64_t s, int rank) {
+  Plan p = Seq(s);
+  p.lora.rank = rank;
+  p.lora.targets = {"q_proj", "v_proj"};
   return p;
 }
 
@@ -138,9 +148,7 @@ TEST(TrainableMemoryTest, NothingBelowTheFirstTrainableBlockRunsBackward) {
 TEST(TrainableMemoryTest, LoraBlocksSaveOnlyWhatTheAdaptersAndGradInputNeed) {
   auto s = FindModelPreset("tiny-llama");
   auto c = profiles::ParseClusterShorthand("4xH100");
-  Plan p = Seq(64);
-  p.lora.rank = 8;
-  p.lora.targets = {"q_proj", "v_proj"};
+  Plan p = LoraQv(64, 8);
   auto r = EstimateMemory(s, c, p);
   double h = 256, qd = 256, kv = 128, heads = 8, f = 688, rk = 8, e = 2;
   double norm = 4 * h + 4, sdpa = e * (2 * qd + 2 * kv) + 4 * heads;
@@ -160,9 +168,7 @@ TEST(TrainableMemoryTest, LoraBlocksSaveOnlyWhatTheAdaptersAndGradInputNeed) {
 TEST(TrainableMemoryTest, LoraModelStatesCoverOnlyTheAdapters) {
   auto s = FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
-  Plan p = Seq(1);
-  p.lora.rank = 16;
-  p.lora.targets = {"q_proj", "v_proj"};
+  Plan p = LoraQv(1, 16);
   auto r = EstimateMemory(s, c, p);
   int64_t rk = 16, h = s.hidden, n = 8;
   EXPECT_EQ(r.trainable_parameters, s.num_layers * (rk * (h + s.q_dim()) + rk * (h + s.kv_dim())));
@@ -182,9 +188,7 @@ TEST(TrainableMemoryTest, LoraModelStatesCoverOnlyTheAdapters) {
 TEST(TrainableMemoryTest, FrozenDtypeSetsTheFrozenShardsBytes) {
   auto s = FindModelPreset("llama3-8b");
   auto c = profiles::ParseClusterShorthand("8xH100");
-  Plan p = Seq(1);
-  p.lora.rank = 16;
-  p.lora.targets = {"q_proj", "v_proj"};
+  Plan p = LoraQv(1, 16);
   Plan bf16 = p;
   bf16.frozen_dtype = model::DType::kBf16;
   auto a = EstimateMemoryWithProgram(s, c, p, {}, false),
@@ -283,15 +287,6 @@ TEST(TrainableMemoryTest, InferValueHeadKeepsScoresNotLogits) {
   MemoryReport scores = EstimateMemory(v, c, p);
   EXPECT_LE(CategoryPeak(scores, "logits and loss").count(), 2 * tokens + 512);  // bf16 [T, 1]
   EXPECT_LT(scores.peak_allocated.count() + 2 * tokens * (s.vocab_size - 1) / 2, lm.peak_allocated.count());
-}
-
-model::ModelSpec TinyMoe() {
-  model::ModelSpec s = FindModelPreset("tiny-llama");
-  s.name = "tiny-moe";
-  s.moe.num_experts = 4;
-  s.moe.top_k = 2;
-  s.moe.expert_ffn_hidden = s.ffn_hidden / 2;
-  return s;
 }
 
 // Per-expert units: one expert is gathered at a time, so the gathered peak is the root, one
@@ -403,27 +398,36 @@ TEST(TrainableMemoryTest, DensePrefixBlocksRecordTheirOwnLedgerAndFlops) {
   }
 }
 
-}  // namespace
-}  // namespace shardtune::sim
+// llama3-8b on 8xH100 at 2048 tokens: the training role's report and that of the same plan as an
+// inference role (a reference model, or a pass over the actor's own model) to co-locate with it.
+struct TrainAndInferReports {
+  MemoryReport train;
+  MemoryReport infer;
+};
+TrainAndInferReports Llama8bTrainAndInfer() {
+  auto s = model::FindModelPreset("llama3-8b");
+  auto c = profiles::ParseClusterShorthand("8xH100");
+  Plan train = Seq(2048);
+  Plan infer = train;
+  infer.role = model::Role::kInfer;
+  return {EstimateMemory(s, c, train), EstimateMemory(s, c, infer)};
+}
 
-namespace shardtune::sim {
-namespace {
+// All roles in one process (verl's hybrid engine): an idle role keeps no context of its own.
+ColocationOptions OneProcess() {
+  ColocationOptions o;
+  o.separate_processes = false;
+  return o;
+}
 
 // Co-location: while one role runs, every other role's idle residue is on the GPU too. Without
 // offload that residue is its sharded params + optimizer state (+ its own process's context,
 // NCCL buffers and cuBLAS workspace); with offload and one process, nothing.
 TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
-  auto s = model::FindModelPreset("llama3-8b");
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  Plan actor = Seq(2048);
-  Plan ref = actor;
-  ref.role = model::Role::kInfer;
-  MemoryReport a = EstimateMemory(s, c, actor), r = EstimateMemory(s, c, ref);
+  const auto [a, r] = Llama8bTrainAndInfer();
   std::vector<ColocatedRole> roles{{"actor", a}, {"reference", r}};
   MemoryConstants k;
-  ColocationOptions resident;
-  resident.separate_processes = false;
-  ColocationReport x = CoLocate(roles, resident, k);
+  ColocationReport x = CoLocate(roles, OneProcess(), k);
   ASSERT_EQ(x.roles.size(), 2u);
   EXPECT_EQ(x.roles[0].colocated_required, a.required + r.sharded_params);
   EXPECT_EQ(x.roles[1].colocated_required, r.required + a.sharded_params + a.optimizer_state);
@@ -432,9 +436,8 @@ TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
   ColocationReport y = CoLocate(roles, separate, k);
   EXPECT_EQ(y.roles[0].colocated_required,
             a.required + r.sharded_params + r.outside_total + k.cublas_workspace);
-  ColocationOptions offload;
+  ColocationOptions offload = OneProcess();
   offload.offload_between_roles = true;
-  offload.separate_processes = false;
   ColocationReport z = CoLocate(roles, offload, k);
   EXPECT_EQ(z.roles[0].colocated_required, a.required);
   EXPECT_EQ(z.roles[1].colocated_required, r.required);
@@ -444,18 +447,11 @@ TEST(ColocationTest, RunningRolePlusTheOthersResidentStates) {
 // runs the actor's optimizer state (not its parameters, which the pass's own figure holds) is
 // beside it.
 TEST(ColocationTest, APassOnTheActorsModelCountsItsParametersOnce) {
-  auto s = model::FindModelPreset("llama3-8b");
-  auto c = profiles::ParseClusterShorthand("8xH100");
-  Plan actor = Seq(2048);
-  Plan pass = actor;
-  pass.role = model::Role::kInfer;
-  MemoryReport a = EstimateMemory(s, c, actor), p = EstimateMemory(s, c, pass);
+  const auto [a, p] = Llama8bTrainAndInfer();
   std::vector<ColocatedRole> roles{{"actor", a}, {"old log-prob", p}};
   roles[1].states_of = 0;
-  ColocationOptions one;
-  one.separate_processes = false;
   MemoryConstants k;
-  ColocationReport x = CoLocate(roles, one, k);
+  ColocationReport x = CoLocate(roles, OneProcess(), k);
   EXPECT_EQ(x.roles[1].idle_total, Bytes());
   EXPECT_EQ(x.roles[0].colocated_required, a.required);
   EXPECT_EQ(x.roles[1].colocated_required, p.required + a.optimizer_state);
@@ -473,8 +469,7 @@ TEST(ColocationTest, RolloutEngineTakesItsShareBesideTheTrainerProcess) {
   const Bytes share = Bytes::Of(static_cast<int64_t>(0.6 * static_cast<double>(c.gpu.usable_memory.count())));
   ColocatedRole vllm = RolloutEngineRole("rollout", "vllm", 0.6, true, false, c.gpu.usable_memory, k);
   std::vector<ColocatedRole> roles{{"actor", a}, vllm};
-  ColocationOptions one;
-  one.separate_processes = false;
+  const ColocationOptions one = OneProcess();
   ColocationReport x = CoLocate(roles, one, k);
   ASSERT_EQ(x.roles.size(), 2u);
   EXPECT_EQ(x.roles[1].own_required, share + k.cuda_context);

@@ -1,5 +1,5 @@
 // torchrun / Slurm variables -> RankEnv.
-#include "executor/train/rank_env.h"
+#include "executor/rank_env.h"
 
 #include "model/errors.h"
 #include "model/text.h"
