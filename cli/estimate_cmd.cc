@@ -619,7 +619,9 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
   const sim::MemoryOptions& opt = job.options.memory;
   if (!a.plot.empty()) sim::CheckPlotName(a.plot, "--plot");
   if (!a.memory_snapshot.empty()) sim::CheckSnapshotName(a.memory_snapshot, "--memory-snapshot");
-  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, true);
+  // The per-op timeline (an OpName string per op: millions for an MoE with a unit per expert)
+  // only when it is printed.
+  sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec, cluster, plan, opt, a.timeline);
   const sim::MemoryReport& r = est.report;
   sim::JobPhases phases = sim::EstimateJobPhases(est.program, r, spec, cluster, plan, opt);
   const std::string load_check = CheckedLoadAdvice(phases, est, spec, cluster, plan, opt);
@@ -697,7 +699,7 @@ void RunEstimate(const EstimateArgs& a, std::ostream& out, std::ostream& err) {
     if (capacity.typical_tokens > 0 && capacity.typical_fits) {
       const model::Plan t =
           planner::PackedRowPlan(plan, capacity.typical_tokens, capacity.longest_sequence);
-      sim::MemoryEstimate te = sim::EstimateMemoryWithProgram(spec, cluster, t, opt, true);
+      sim::MemoryEstimate te = sim::EstimateMemoryWithProgram(spec, cluster, t, opt, false);
       sim::JobPhases tp = sim::EstimateJobPhases(te.program, te.report, spec, cluster, t, opt);
       typical_fits = tp.fits;
       if (typical_fits && colocating) {

@@ -139,7 +139,7 @@ PreflightResult CheckRunFitsThisMachine(const PreflightRequest& q) {
   }
 
   if (budget.count() > 0) {
-    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(q.spec, cluster, q.plan, opt, true);
+    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(q.spec, cluster, q.plan, opt, false);
     sim::JobPhases phases = sim::EstimateJobPhases(est.program, est.report, q.spec, cluster, q.plan, opt);
     const Bytes launcher = !q.cuda && procs > 1 ? opt.constants.cpu_launcher : Bytes();
     const sim::PhaseMemory* worst = nullptr;

@@ -10,12 +10,13 @@ namespace shardtune::planner {
 
 namespace {
 
-// An alternative's report without the per-op timeline, so the walk may leave out the repeated
-// micro-batches (WalkSetup::skip_repeated_micro_batches, as tune's search does): the same peak,
-// required and fit, in a fraction of the time on long accumulations.
+// An alternative's report (sim::EstimateMemoryReport: no timeline, the repeated micro-batches
+// left out). The walks of one advisor call share a cache: the model's unit and activation tables,
+// and one program's buffers.
 sim::MemoryReport AlternativeReport(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                                    const model::Plan& plan, const sim::MemoryOptions& options) {
-  return sim::EstimateMemoryWithProgram(spec, cluster, plan, options, /*with_timeline=*/false).report;
+                                    const model::Plan& plan, const sim::MemoryOptions& options,
+                                    sim::ModelCache* cache) {
+  return sim::EstimateMemoryReport(spec, cluster, plan, options, cache);
 }
 
 }  // namespace
@@ -50,9 +51,10 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
   const bool screen = known_fit_tokens > 0 && options.allocator_replay;
   sim::MemoryOptions screen_options = options;
   screen_options.allocator_replay = false;
+  sim::ModelCache cache;
   auto judged = [&](int64_t tokens, Bytes* required, const sim::MemoryOptions& o) {
     sim::MemoryReport r =
-        AlternativeReport(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o);
+        AlternativeReport(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o, &cache);
     if (required) *required = r.required;
     return r.fits;
   };
@@ -111,12 +113,13 @@ std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& 
                                                         const model::Plan& plan,
                                                         const sim::MemoryOptions& options) {
   std::vector<Alternative> out;
+  sim::ModelCache cache;
   for (auto off : {model::Offload::kNone, model::Offload::kOptimizer, model::Offload::kAll}) {
     for (auto ckpt : {model::Checkpointing::kNone, model::Checkpointing::kFull}) {
       model::Plan p = plan;
       p.offload = off;
       p.checkpointing = ckpt;
-      sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
+      sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
       Alternative a;
       a.offload = off;
       a.checkpointing = ckpt;
@@ -144,7 +147,8 @@ FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profil
            .empty()) {
     return a;
   }
-  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
+  sim::ModelCache cache;
+  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
   a.evaluated = true;
   a.peak_allocated = r.peak_allocated;
   a.required = r.required;
@@ -197,7 +201,8 @@ CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::C
       break;
   }
   if (!valid(p)) return c;
-  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options);
+  sim::ModelCache cache;
+  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
   c.evaluated = true;
   c.required = r.required;
   c.fits = r.fits;

@@ -48,7 +48,7 @@ FeatureSavings CompareWithFullFinetune(const model::ModelSpec& spec,
   cur.tiled_mlp_shards = 1;
   cur.wrap.expert_units = false;
   ModelCache cache;
-  MemoryReport prev = EstimateMemoryWithProgram(spec, cluster, cur, options, false, &cache).report;
+  MemoryReport prev = EstimateMemoryReport(spec, cluster, cur, options, &cache);
   out.full_finetune_peak = prev.peak_allocated;
   out.full_finetune_required = prev.required;
   struct Step {
@@ -75,7 +75,7 @@ FeatureSavings CompareWithFullFinetune(const model::ModelSpec& spec,
     MemoryReport next =
         --remaining == 0
             ? report
-            : EstimateMemoryWithProgram(spec, cluster, cur, options, false, &cache).report;
+            : EstimateMemoryReport(spec, cluster, cur, options, &cache);
     FeatureSaving f;
     f.feature = s.name;
     auto a = Figures(prev), b = Figures(next);

@@ -610,4 +610,13 @@ MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::Cluste
   return EstimateMemoryWithProgram(spec, cluster, plan, options, true).report;
 }
 
+MemoryReport EstimateMemoryReport(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                  const Plan& plan, const MemoryOptions& options, ModelCache* cache) {
+  MemoryOptions o = options;
+  o.skip_repeated_micro_batches = true;
+  MemoryEstimate est = EstimateMemoryWithProgram(spec, cluster, plan, o, /*with_timeline=*/false, cache);
+  cache->Recycle(std::move(est.program));
+  return std::move(est.report);
+}
+
 }  // namespace shardtune::sim

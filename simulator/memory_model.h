@@ -309,4 +309,12 @@ int64_t ExpandableReserved(int64_t pool_bytes);
 MemoryReport EstimateMemory(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
                             const model::Plan& plan, const MemoryOptions& options = {});
 
+// The report alone, for what-ifs beside a plan's own estimate: no timeline, so the walk leaves out
+// the repeated micro-batches (MemoryOptions::skip_repeated_micro_batches: the same peak, required
+// and fit), and the program's buffers go back to `cache` (ModelCache::Recycle) for the next walk
+// (an MoE walk with a unit per expert fills them with millions of ops). Walks that share `cache`
+// must share the spec object.
+MemoryReport EstimateMemoryReport(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                  const model::Plan& plan, const MemoryOptions& options, ModelCache* cache);
+
 }  // namespace shardtune::sim
