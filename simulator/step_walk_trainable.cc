@@ -43,10 +43,10 @@ void Walker::InitTrainability() {
       if (trains && (prm.segment == 0 || tied)) lookup_grad_bytes_ += prm.numel() * e_param_;
       if (trains && tied) tied_grad_bytes_ += prm.numel() * e_param_;
       auto seg = static_cast<size_t>(prm.segment);
-      double share =
-          moe.enabled() && prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
       if (prm.lora_adapter) {
         // What the adapters save is in the block's ledger (model/activations.h Trainability).
+        double share =
+            moe.enabled() && prm.name.find(".experts.") != std::string::npos ? expert_share : 1.0;
         adapter_numel_[seg] += share * static_cast<double>(prm.numel());
       } else if (prm.inner > 1 && seg > 0) {  // matmul weights (segment 0 holds lookup tables)
         mat[seg] += static_cast<double>(prm.numel());
