@@ -62,61 +62,32 @@ void SetMixedPrecision(model::DType d, model::Plan* plan) {
 
 const KeyTable& AccelerateTopKeys() {
   // commands/config/config_args.py ClusterConfig / BaseConfig.
-  static const KeyTable t = {
-      {"compute_environment", KeyUse::kIgnored},
-      {"distributed_type", KeyUse::kMapped},
-      {"mixed_precision", KeyUse::kMapped},
-      {"num_processes", KeyUse::kMapped},
-      {"num_machines", KeyUse::kMapped},
-      {"machine_rank", KeyUse::kIgnored},
-      {"main_process_ip", KeyUse::kIgnored},
-      {"main_process_port", KeyUse::kIgnored},
-      {"main_training_function", KeyUse::kIgnored},
-      {"rdzv_backend", KeyUse::kIgnored},
-      {"same_network", KeyUse::kIgnored},
-      {"gpu_ids", KeyUse::kIgnored},
-      {"downcast_bf16", KeyUse::kIgnored},
-      {"debug", KeyUse::kIgnored},
-      {"enable_cpu_affinity", KeyUse::kIgnored},
-      {"tpu_env", KeyUse::kIgnored},
-      {"tpu_use_cluster", KeyUse::kIgnored},
-      {"tpu_use_sudo", KeyUse::kIgnored},
-      {"tpu_name", KeyUse::kIgnored},
-      {"tpu_zone", KeyUse::kIgnored},
-      {"commands", KeyUse::kIgnored},
-      {"command_file", KeyUse::kIgnored},
-      {"ipex_config", KeyUse::kIgnored},
-      {"mpirun_config", KeyUse::kIgnored},
-      {"use_cpu", KeyUse::kUnsupported, "training on CPUs through Accelerate"},
-      {"dynamo_config", KeyUse::kUnsupported, "torch.compile"},
-      {"deepspeed_config", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
-      {"megatron_lm_config", KeyUse::kUnsupported, "Megatron-LM tensor/pipeline parallelism"},
-      {"fp8_config", KeyUse::kUnsupported, "FP8 training"},
-      {"fsdp_config", KeyUse::kMapped},
-      {"parallelism_config", KeyUse::kMapped},
-  };
+  static const KeyTable t = Concat({
+      Ignored({"compute_environment"}),
+      Mapped({"distributed_type", "mixed_precision", "num_processes", "num_machines"}),
+      Ignored({"machine_rank", "main_process_ip", "main_process_port", "main_training_function",
+               "rdzv_backend", "same_network", "gpu_ids", "downcast_bf16", "debug",
+               "enable_cpu_affinity", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "tpu_name",
+               "tpu_zone", "commands", "command_file", "ipex_config", "mpirun_config"}),
+      {{"use_cpu", KeyUse::kUnsupported, "training on CPUs through Accelerate"},
+       {"dynamo_config", KeyUse::kUnsupported, "torch.compile"},
+       {"deepspeed_config", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
+       {"megatron_lm_config", KeyUse::kUnsupported, "Megatron-LM tensor/pipeline parallelism"},
+       {"fp8_config", KeyUse::kUnsupported, "FP8 training"}},
+      Mapped({"fsdp_config", "parallelism_config"}),
+  });
   return t;
 }
 
 // utils/dataclasses.py FullyShardedDataParallelPlugin fields as commands/launch.py names them.
 const KeyTable& AccelerateFsdpKeys() {
-  static const KeyTable t = {
-      {"fsdp_version", KeyUse::kMapped},
-      {"fsdp_sharding_strategy", KeyUse::kMapped},
-      {"fsdp_reshard_after_forward", KeyUse::kMapped},
-      {"fsdp_auto_wrap_policy", KeyUse::kMapped},
-      {"fsdp_min_num_params", KeyUse::kMapped},
-      {"fsdp_transformer_layer_cls_to_wrap", KeyUse::kMapped},
-      {"fsdp_offload_params", KeyUse::kMapped},
-      {"fsdp_backward_prefetch", KeyUse::kMapped},
-      {"fsdp_backward_prefetch_policy", KeyUse::kMapped},
-      {"fsdp_forward_prefetch", KeyUse::kMapped},
-      {"fsdp_activation_checkpointing", KeyUse::kMapped},
-      {"fsdp_state_dict_type", KeyUse::kMapped},
-      {"fsdp_cpu_ram_efficient_loading", KeyUse::kMapped},
-      {"fsdp_sync_module_states", KeyUse::kIgnored},
-      {"fsdp_use_orig_params", KeyUse::kIgnored},
-  };
+  static const KeyTable t = WithIgnored(
+      Mapped({"fsdp_version", "fsdp_sharding_strategy", "fsdp_reshard_after_forward",
+              "fsdp_auto_wrap_policy", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap",
+              "fsdp_offload_params", "fsdp_backward_prefetch", "fsdp_backward_prefetch_policy",
+              "fsdp_forward_prefetch", "fsdp_activation_checkpointing", "fsdp_state_dict_type",
+              "fsdp_cpu_ram_efficient_loading"}),
+      {"fsdp_sync_module_states", "fsdp_use_orig_params"});
   return t;
 }
 

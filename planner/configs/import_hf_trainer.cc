@@ -15,60 +15,43 @@ using model::ShardingStrategy;
 
 const KeyTable& TrainerKeys() {
   static const KeyTable t = WithIgnored(
-      {
-        {"per_device_train_batch_size", KeyUse::kMapped},
-        {"gradient_accumulation_steps", KeyUse::kMapped},
-        {"gradient_checkpointing", KeyUse::kMapped},
-        {"bf16", KeyUse::kMapped},
-        {"fp16", KeyUse::kMapped},
-        {"optim", KeyUse::kMapped},
-        {"max_grad_norm", KeyUse::kMapped},
-        {"fsdp", KeyUse::kMapped},
-        {"fsdp_config", KeyUse::kMapped},
-        {"gradient_checkpointing_kwargs", KeyUse::kMapped},
-        // TRL SFTConfig: the sequence length the trainer pads or truncates to.
-        {"max_seq_length", KeyUse::kMapped},
-        {"max_length", KeyUse::kMapped},
-        {"deepspeed", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
-        {"torch_compile", KeyUse::kUnsupported, "torch.compile"},
-        {"use_liger_kernel", KeyUse::kMapped},
-        {"liger_kernel_config", KeyUse::kMapped},
-        // TRL SFTConfig packing: one padding-free row per micro-batch (ReadTrlPacking).
-        {"packing", KeyUse::kMapped},
-        {"packing_strategy", KeyUse::kMapped},
-        {"padding_free", KeyUse::kMapped},
-        {"eval_packing", KeyUse::kIgnored},
-        // TRL's ModelConfig (trl/trainer/model_config.py at f2cd577), which `trl sft --config`
-        // reads from the same file: the model, its load dtype, attention and PEFT LoRA.
-        {"model_name_or_path", KeyUse::kMapped},
-        {"dtype", KeyUse::kMapped},
-        {"torch_dtype", KeyUse::kMapped},  // the same before TRL renamed it
-        {"attn_implementation", KeyUse::kMapped},
-        {"use_peft", KeyUse::kMapped},
-        {"lora_r", KeyUse::kMapped},
-        {"lora_alpha", KeyUse::kMapped},
-        {"lora_dropout", KeyUse::kMapped},
-        {"lora_target_modules", KeyUse::kMapped},
-        {"use_dora", KeyUse::kUnsupported, "DoRA adapters"},
-        {"lora_target_parameters", KeyUse::kUnsupported, "LoRA on parameters (MoE expert weights)"},
-        {"lora_modules_to_save", KeyUse::kUnsupported, "whole modules trained beside the adapters"},
-        {"load_in_8bit", KeyUse::kUnsupported, "bitsandbytes 8-bit base weights"},
-        {"load_in_4bit", KeyUse::kUnsupported, "bitsandbytes 4-bit base weights (QLoRA)"},
-        {"activation_offloading", KeyUse::kUnsupported, "TRL's activation offloading to the CPU"},
-        {"loss_type", KeyUse::kMapped},
-        // TRL's DPOConfig (trl/trainer/dpo_config.py at f2cd577) and an older TRL's DPO keys:
-        // what decides the reference forward (ReadTrlDpo); the loss's own coefficients change
-        // [rows]-sized tensors only.
-        {"beta", KeyUse::kMapped},
-        {"precompute_ref_log_probs", KeyUse::kMapped},
-        {"reference_free", KeyUse::kMapped},
-        {"force_use_ref_model", KeyUse::kMapped},
-        {"sync_ref_model", KeyUse::kMapped},
-        {"max_prompt_length", KeyUse::kMapped},
-        {"max_completion_length", KeyUse::kMapped},
-        {"use_logits_to_keep", KeyUse::kUnsupported, "an older TRL's DPO logits_to_keep (the prompt's logits skipped)"},
-        {"rpo_alpha", KeyUse::kMapped},
-      },
+      Concat({
+          Mapped({"per_device_train_batch_size", "gradient_accumulation_steps",
+                  "gradient_checkpointing", "bf16", "fp16", "optim", "max_grad_norm", "fsdp",
+                  "fsdp_config", "gradient_checkpointing_kwargs",
+                  // TRL SFTConfig: the sequence length the trainer pads or truncates to.
+                  "max_seq_length", "max_length"}),
+          {{"deepspeed", KeyUse::kUnsupported, "DeepSpeed ZeRO"},
+           {"torch_compile", KeyUse::kUnsupported, "torch.compile"}},
+          Mapped({"use_liger_kernel", "liger_kernel_config",
+                  // TRL SFTConfig packing: one padding-free row per micro-batch (ReadTrlPacking).
+                  "packing", "packing_strategy", "padding_free"}),
+          Ignored({"eval_packing"}),
+          // TRL's ModelConfig (trl/trainer/model_config.py at f2cd577), which `trl sft --config`
+          // reads from the same file: the model, its load dtype, attention and PEFT LoRA.
+          Mapped({"model_name_or_path", "dtype",
+                  "torch_dtype",  // the same before TRL renamed it
+                  "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
+                  "lora_target_modules"}),
+          {{"use_dora", KeyUse::kUnsupported, "DoRA adapters"},
+           {"lora_target_parameters", KeyUse::kUnsupported,
+            "LoRA on parameters (MoE expert weights)"},
+           {"lora_modules_to_save", KeyUse::kUnsupported,
+            "whole modules trained beside the adapters"},
+           {"load_in_8bit", KeyUse::kUnsupported, "bitsandbytes 8-bit base weights"},
+           {"load_in_4bit", KeyUse::kUnsupported, "bitsandbytes 4-bit base weights (QLoRA)"},
+           {"activation_offloading", KeyUse::kUnsupported,
+            "TRL's activation offloading to the CPU"}},
+          Mapped({"loss_type"}),
+          // TRL's DPOConfig (trl/trainer/dpo_config.py at f2cd577) and an older TRL's DPO keys:
+          // what decides the reference forward (ReadTrlDpo); the loss's own coefficients change
+          // [rows]-sized tensors only.
+          Mapped({"beta", "precompute_ref_log_probs", "reference_free", "force_use_ref_model",
+                  "sync_ref_model", "max_prompt_length", "max_completion_length"}),
+          {{"use_logits_to_keep", KeyUse::kUnsupported,
+            "an older TRL's DPO logits_to_keep (the prompt's logits skipped)"}},
+          Mapped({"rpo_alpha"}),
+      }),
       // Paths, logging, evaluation, schedule and data-loading keys of training_args.py.
       {"output_dir",
        "overwrite_output_dir",
@@ -227,26 +210,17 @@ const KeyTable& TrainerKeys() {
 
 // training_args.py fsdp_config keys (the "fsdp_" prefix is optional: __post_init__ strips it).
 const KeyTable& FsdpConfigKeys() {
-  static const KeyTable t = {
-      {"version", KeyUse::kMapped},
-      {"min_num_params", KeyUse::kMapped},
-      {"transformer_layer_cls_to_wrap", KeyUse::kMapped},
-      {"auto_wrap_policy", KeyUse::kMapped},
-      {"backward_prefetch", KeyUse::kMapped},
-      {"forward_prefetch", KeyUse::kMapped},
-      {"limit_all_gathers", KeyUse::kMapped},
-      {"activation_checkpointing", KeyUse::kMapped},
-      {"reshard_after_forward", KeyUse::kMapped},
-      {"offload_params", KeyUse::kMapped},
-      {"cpu_ram_efficient_loading", KeyUse::kMapped},
-      {"state_dict_type", KeyUse::kIgnored},
-      {"use_orig_params", KeyUse::kIgnored},
-      {"sync_module_states", KeyUse::kIgnored},
-      {"xla", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
-      {"xla_fsdp_v2", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
-      {"xla_fsdp_grad_ckpt", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
-      {"xla_fsdp_settings", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
-  };
+  static const KeyTable t = Concat({
+      Mapped({"version", "min_num_params", "transformer_layer_cls_to_wrap", "auto_wrap_policy",
+              "backward_prefetch", "forward_prefetch", "limit_all_gathers",
+              "activation_checkpointing", "reshard_after_forward", "offload_params",
+              "cpu_ram_efficient_loading"}),
+      Ignored({"state_dict_type", "use_orig_params", "sync_module_states"}),
+      {{"xla", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+       {"xla_fsdp_v2", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+       {"xla_fsdp_grad_ckpt", KeyUse::kUnsupported, "PyTorch/XLA FSDP"},
+       {"xla_fsdp_settings", KeyUse::kUnsupported, "PyTorch/XLA FSDP"}},
+  });
   return t;
 }
 

@@ -36,6 +36,27 @@ struct KeyRule {
   Json neutral = nullptr;  // kUnsupported: a further value that is harmless (e.g. 1 for tp_size)
 };
 using KeyTable = std::vector<KeyRule>;
+// A row of `use` for each of `names`, in order: a run of keys with one use and no note, written
+// as one list. Mapped({...}) and Ignored({...}) say which.
+inline KeyTable KeysOf(KeyUse use, std::initializer_list<const char*> names) {
+  KeyTable t;
+  for (const char* n : names) t.push_back({n, use});
+  return t;
+}
+inline KeyTable Mapped(std::initializer_list<const char*> names) {
+  return KeysOf(KeyUse::kMapped, names);
+}
+inline KeyTable Ignored(std::initializer_list<const char*> names) {
+  return KeysOf(KeyUse::kIgnored, names);
+}
+// The rows of `parts` one after another: a table mixing runs (Mapped, Ignored) with rows that
+// carry a note. The order matters: CheckKeys' "did you mean" takes the first of equally close
+// names.
+inline KeyTable Concat(std::initializer_list<KeyTable> parts) {
+  KeyTable t;
+  for (const KeyTable& p : parts) t.insert(t.end(), p.begin(), p.end());
+  return t;
+}
 // `t` with each of `names` added as an ignored key.
 inline KeyTable WithIgnored(KeyTable t, std::initializer_list<const char*> names) {
   for (const char* n : names) t.push_back({n, KeyUse::kIgnored});

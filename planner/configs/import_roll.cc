@@ -18,26 +18,28 @@ const std::vector<std::string> kPipelineMapped = {"sequence_length", "prompt_len
 // roll/configs/worker_config.py WorkerConfig.
 const KeyTable& WorkerKeys() {
   static const KeyTable t = WithIgnored(
-      {
-        {"model_args", KeyUse::kMapped},
-        {"training_args", KeyUse::kMapped},
-        {"strategy_args", KeyUse::kMapped},
-        {"device_mapping", KeyUse::kMapped},
-        {"world_size", KeyUse::kMapped},
-        {"infer_batch_size", KeyUse::kMapped},
-        // The pipeline groups sequences into dynamic micro-batches (utils/dynamic_batching.py),
-        // but fsdp2_strategy.py's train_step and forward_step cut what they receive into
-        // per_device_train_batch_size / micro_batch_size chunks of the padded width whatever the
-        // grouping; only megatron_strategy.py runs the dynamic micro-batches (alibaba/ROLL@8eb27cc).
-        {"use_dynamic_batching_in_train", KeyUse::kIgnored,
-         "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs dynamic ones"},
-        {"use_dynamic_batching_in_infer", KeyUse::kIgnored,
-         "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs dynamic ones"},
-        // worker_config.py: "Only supported in the megatron strategy"; only megatron_strategy.py
-        // reads it (the fsdp2 strategies this reader takes run padded micro-batches).
-        {"use_sequence_packing", KeyUse::kIgnored, "read only by ROLL's megatron strategy"},
-        {"mtp_training_mode", KeyUse::kUnsupported, "multi-token prediction", "disabled"},
-      },
+      Concat({
+          Mapped({"model_args", "training_args", "strategy_args", "device_mapping", "world_size",
+                  "infer_batch_size"}),
+          {
+            // The pipeline groups sequences into dynamic micro-batches
+            // (utils/dynamic_batching.py), but fsdp2_strategy.py's train_step and forward_step
+            // cut what they receive into per_device_train_batch_size / micro_batch_size chunks of
+            // the padded width whatever the grouping; only megatron_strategy.py runs the dynamic
+            // micro-batches (alibaba/ROLL@8eb27cc).
+            {"use_dynamic_batching_in_train", KeyUse::kIgnored,
+             "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs "
+             "dynamic ones"},
+            {"use_dynamic_batching_in_infer", KeyUse::kIgnored,
+             "fsdp2 strategies keep fixed micro-batches; only ROLL's megatron strategy runs "
+             "dynamic ones"},
+            // worker_config.py: "Only supported in the megatron strategy"; only
+            // megatron_strategy.py reads it (the fsdp2 strategies this reader takes run padded
+            // micro-batches).
+            {"use_sequence_packing", KeyUse::kIgnored, "read only by ROLL's megatron strategy"},
+            {"mtp_training_mode", KeyUse::kUnsupported, "multi-token prediction", "disabled"},
+          },
+      }),
       {"name",
        "worker_cls",
        "num_gpus_per_worker",
@@ -73,37 +75,26 @@ const KeyTable& WorkerKeys() {
 
 // roll/configs/model_args.py ModelArguments.
 const KeyTable& ModelArgsKeys() {
-  static const KeyTable t = {
-      {"disable_gradient_checkpointing", KeyUse::kMapped},
-      {"ulysses_size", KeyUse::kMapped},
-      {"freeze_module_prefix", KeyUse::kMapped},
-      {"lora_rank", KeyUse::kMapped},
-      {"lora_alpha", KeyUse::kMapped},
-      {"lora_target", KeyUse::kMapped},
-      {"autocast_adapter_dtype", KeyUse::kMapped},
-      {"attn_implementation", KeyUse::kMapped},
+  static const KeyTable t = Concat({
+      Mapped({"disable_gradient_checkpointing", "ulysses_size", "freeze_module_prefix", "lora_rank",
+              "lora_alpha", "lora_target", "autocast_adapter_dtype", "attn_implementation"}),
       // fsdp2 loads and computes in strategy_config.param_dtype, which overrides dtype
       // (fsdp2_strategy.py _prepare_fsdp2_model sets model_args.compute_dtype).
-      {"dtype", KeyUse::kIgnored},
-      {"model_name_or_path", KeyUse::kMapped},  // ImportResult::model_named
-      {"model_type", KeyUse::kIgnored},
-      {"gradient_checkpointing_use_reentrant", KeyUse::kIgnored},
-      {"lora_dropout", KeyUse::kMapped},
-      {"adapter_name_or_path", KeyUse::kIgnored},
-      {"num_labels", KeyUse::kIgnored},
-      {"device_map", KeyUse::kIgnored},
-      {"moe_aux_loss_coef", KeyUse::kIgnored},
-      {"vision_dp", KeyUse::kIgnored},
-      {"additional_target", KeyUse::kUnsupported, "extra fully trainable modules next to LoRA"},
-      {"model_config_kwargs", KeyUse::kUnsupported, "overrides of the model's config.json"},
-  };
+      Ignored({"dtype"}),
+      Mapped({"model_name_or_path"}),  // ImportResult::model_named
+      Ignored({"model_type", "gradient_checkpointing_use_reentrant"}),
+      Mapped({"lora_dropout"}),
+      Ignored(
+          {"adapter_name_or_path", "num_labels", "device_map", "moe_aux_loss_coef", "vision_dp"}),
+      {{"additional_target", KeyUse::kUnsupported, "extra fully trainable modules next to LoRA"},
+       {"model_config_kwargs", KeyUse::kUnsupported, "overrides of the model's config.json"}},
+  });
   return t;
 }
 
 const KeyTable& TrainingArgsKeys() {
   static const KeyTable t = WithIgnored(
-      {{"per_device_train_batch_size", KeyUse::kMapped},
-       {"gradient_accumulation_steps", KeyUse::kMapped}},
+      Mapped({"per_device_train_batch_size", "gradient_accumulation_steps"}),
       {"learning_rate", "weight_decay", "warmup_steps", "warmup_ratio", "num_train_epochs",
        "max_steps", "lr_scheduler_type", "seed", "data_seed", "output_dir",
        "dataloader_num_workers", "save_hf_model", "adam_beta1", "adam_beta2", "max_grad_norm"});
@@ -113,35 +104,25 @@ const KeyTable& TrainingArgsKeys() {
 // roll/distributed/strategy/fsdp2_strategy.py (strategy_config.get(...)) and
 // docs_roll/docs/User Guides/Configuration/fsdp2.md.
 const KeyTable& StrategyConfigKeys() {
-  static const KeyTable t = {
-      {"fsdp_size", KeyUse::kMapped},
-      {"param_dtype", KeyUse::kMapped},
-      {"reduce_dtype", KeyUse::kMapped},
-      {"reshard_after_forward", KeyUse::kMapped},
-      {"offload_policy", KeyUse::kMapped},
-      {"reduce_scatter_during_grad_accumulation", KeyUse::kMapped},
-      {"wrap_policy", KeyUse::kMapped},
-      {"apply_tiled_mlp", KeyUse::kMapped},
-      {"tiled_num_shards", KeyUse::kMapped},
-      {"apply_expert_patch", KeyUse::kMapped},
-      {"ep_size", KeyUse::kMapped},     // ReadExpertParallel
-      {"efsdp_size", KeyUse::kMapped},
-      {"moe_use_grouped_mm", KeyUse::kIgnored},  // the experts' kernels: same saves either way
-      {"async_save_ckpt", KeyUse::kIgnored},
-      {"model_type", KeyUse::kIgnored},
+  static const KeyTable t = Concat({
+      Mapped({"fsdp_size", "param_dtype", "reduce_dtype", "reshard_after_forward", "offload_policy",
+              "reduce_scatter_during_grad_accumulation", "wrap_policy", "apply_tiled_mlp",
+              "tiled_num_shards", "apply_expert_patch",
+              "ep_size",  // ReadExpertParallel
+              "efsdp_size"}),
+      Ignored({"moe_use_grouped_mm",  // the experts' kernels: same saves either way
+               "async_save_ckpt", "model_type"}),
       // In ROLL's example YAMLs (examples/*/rlvr_*fsdp2*.yaml) but read by none of its code
       // (fsdp2_strategy.py reads strategy_config with .get() of the keys above).
-      {"use_batched_model_update", KeyUse::kIgnored, "not read by ROLL's fsdp2 strategy"},
-  };
+      {{"use_batched_model_update", KeyUse::kIgnored, "not read by ROLL's fsdp2 strategy"}},
+  });
   return t;
 }
 
 // roll/utils/fsdp_utils.py apply_fsdp2.
 const KeyTable& WrapPolicyKeys() {
-  static const KeyTable t = {{"transformer_layer_cls_to_wrap", KeyUse::kMapped},
-                             {"wrap_embeddings", KeyUse::kMapped},
-                             {"wrap_lm_output", KeyUse::kMapped},
-                             {"moe_experts", KeyUse::kMapped}};
+  static const KeyTable t =
+      Mapped({"transformer_layer_cls_to_wrap", "wrap_embeddings", "wrap_lm_output", "moe_experts"});
   return t;
 }
 

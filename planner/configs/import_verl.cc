@@ -16,19 +16,9 @@ namespace {
 // SFT trainer's model.fsdp_config adds cpu_offload / offload_params.
 const KeyTable& FsdpConfigKeys() {
   static const KeyTable t =
-      WithIgnored({{"wrap_policy", KeyUse::kMapped},
-                   {"param_offload", KeyUse::kMapped},
-                   {"optimizer_offload", KeyUse::kMapped},
-                   {"offload_policy", KeyUse::kMapped},
-                   {"reshard_after_forward", KeyUse::kMapped},
-                   {"fsdp_size", KeyUse::kMapped},
-                   {"forward_prefetch", KeyUse::kMapped},
-                   {"model_dtype", KeyUse::kMapped},
-                   {"mixed_precision", KeyUse::kMapped},
-                   {"dtype", KeyUse::kMapped},
-                   {"strategy", KeyUse::kMapped},
-                   {"cpu_offload", KeyUse::kMapped},
-                   {"offload_params", KeyUse::kMapped}},
+      WithIgnored(Mapped({"wrap_policy", "param_offload", "optimizer_offload", "offload_policy",
+                          "reshard_after_forward", "fsdp_size", "forward_prefetch", "model_dtype",
+                          "mixed_precision", "dtype", "strategy", "cpu_offload", "offload_params"}),
                   {"_target_", "use_orig_params", "seed", "full_determinism",
                    "ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking",
                    "use_torch_compile", "entropy_checkpointing", "forward_only", "grad_offload"});
@@ -38,26 +28,15 @@ const KeyTable& FsdpConfigKeys() {
 // verl/trainer/config/actor/actor.yaml, dp_actor.yaml, ref/ref.yaml, ref/dp_ref.yaml.
 const KeyTable& WorkerKeys() {
   static const KeyTable t =
-      WithIgnored({{"strategy", KeyUse::kMapped},
-                   {"ppo_mini_batch_size", KeyUse::kMapped},
-                   {"ppo_micro_batch_size", KeyUse::kMapped},
-                   {"ppo_micro_batch_size_per_gpu", KeyUse::kMapped},
-                   {"log_prob_micro_batch_size", KeyUse::kMapped},
-                   {"log_prob_micro_batch_size_per_gpu", KeyUse::kMapped},
-                   {"ulysses_sequence_parallel_size", KeyUse::kMapped},
-                   {"fsdp_config", KeyUse::kMapped},
-                   {"rollout_n", KeyUse::kMapped},
-                   {"use_dynamic_bsz", KeyUse::kMapped},
-                   {"log_prob_use_dynamic_bsz", KeyUse::kMapped},
-                   {"ppo_max_token_len_per_gpu", KeyUse::kMapped},
-                   {"log_prob_max_token_len_per_gpu", KeyUse::kMapped},
-                   {"entropy_coeff", KeyUse::kMapped},
-                   {"calculate_entropy", KeyUse::kMapped},
-                   {"freeze_vision_tower", KeyUse::kMapped},
-                   {"use_torch_compile", KeyUse::kMapped},
-                   {"entropy_from_logits_with_chunking", KeyUse::kMapped},
-                   {"model", KeyUse::kIgnored}},
-                  {"_target_",
+      WithIgnored(Mapped({"strategy", "ppo_mini_batch_size", "ppo_micro_batch_size",
+                          "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size",
+                          "log_prob_micro_batch_size_per_gpu", "ulysses_sequence_parallel_size",
+                          "fsdp_config", "rollout_n", "use_dynamic_bsz", "log_prob_use_dynamic_bsz",
+                          "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
+                          "entropy_coeff", "calculate_entropy", "freeze_vision_tower",
+                          "use_torch_compile", "entropy_from_logits_with_chunking"}),
+                  {"model",
+                   "_target_",
                    "defaults",
                    "clip_ratio",
                    "clip_ratio_low",
@@ -91,23 +70,17 @@ const KeyTable& WorkerKeys() {
 // verl/trainer/config/model/hf_model.yaml (and the SFT trainer's model section).
 const KeyTable& ModelKeys() {
   static const KeyTable t = WithIgnored(
-      {{"enable_gradient_checkpointing", KeyUse::kMapped},
-       {"use_remove_padding", KeyUse::kMapped},
-       {"lora_rank", KeyUse::kMapped},
-       {"lora_alpha", KeyUse::kMapped},
-       {"target_modules", KeyUse::kMapped},
-       {"tiled_mlp", KeyUse::kMapped},
-       {"fsdp_config", KeyUse::kMapped},
-       {"strategy", KeyUse::kMapped},
-       {"override_config", KeyUse::kMapped},  // ReadModelNamed: the keys that change nothing
-       {"enable_activation_offload", KeyUse::kMapped},  // ReadModel: Plan::activation_offload
-       {"use_liger", KeyUse::kMapped},  // ReadLigerKernels
-       {"use_fused_kernels", KeyUse::kMapped},     // ReadLogProbPath
-       {"fused_kernel_options", KeyUse::kMapped},  // its impl_backend
-       {"exclude_modules", KeyUse::kMapped},
-       {"path", KeyUse::kMapped},               // the model (ImportResult::model_named)
-       {"partial_pretrain", KeyUse::kMapped},   // sft_trainer.yaml's name for it
-       {"hf_config_path", KeyUse::kMapped}},    // where its config.json is read when set
+      Mapped({"enable_gradient_checkpointing", "use_remove_padding", "lora_rank", "lora_alpha",
+              "target_modules", "tiled_mlp", "fsdp_config", "strategy",
+              "override_config",            // ReadModelNamed: the keys that change nothing
+              "enable_activation_offload",  // ReadModel: Plan::activation_offload
+              "use_liger",                  // ReadLigerKernels
+              "use_fused_kernels",          // ReadLogProbPath
+              "fused_kernel_options",       // its impl_backend
+              "exclude_modules",
+              "path",              // the model (ImportResult::model_named)
+              "partial_pretrain",  // sft_trainer.yaml's name for it
+              "hf_config_path"}),  // where its config.json is read when set
       {"_target_", "tokenizer_path", "use_shm",
        "trust_remote_code", "custom_chat_template", "external_lib",
        "lora_adapter_path", "mtp"});
@@ -602,16 +575,9 @@ void ImportPpo(const ConfigReader& top, const ImportContext& ctx, ImportResult* 
 // differs, and the padded count is the larger).
 const KeyTable& CriticKeys() {
   static const KeyTable t = WithIgnored(
-      {{"strategy", KeyUse::kMapped},
-       {"enable", KeyUse::kMapped},
-       {"model", KeyUse::kMapped},
-       {"rollout_n", KeyUse::kMapped},
-       {"ppo_mini_batch_size", KeyUse::kMapped},
-       {"ppo_micro_batch_size", KeyUse::kMapped},
-       {"ppo_micro_batch_size_per_gpu", KeyUse::kMapped},
-       {"use_dynamic_bsz", KeyUse::kMapped},
-       {"ppo_max_token_len_per_gpu", KeyUse::kMapped},
-       {"ulysses_sequence_parallel_size", KeyUse::kMapped}},
+      Mapped({"strategy", "enable", "model", "rollout_n", "ppo_mini_batch_size",
+              "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz",
+              "ppo_max_token_len_per_gpu", "ulysses_sequence_parallel_size"}),
       {"_target_", "optim", "forward_max_token_len_per_gpu", "forward_micro_batch_size",
        "forward_micro_batch_size_per_gpu", "ppo_epochs", "shuffle", "data_loader_seed",
        "cliprange_value", "loss_agg_mode", "checkpoint", "profiler", "grad_clip", "defaults",
@@ -967,18 +933,9 @@ void ReadRolloutEngine(const ConfigReader& arr, ImportResult* out, std::vector<s
 // experimental/reward_loop read of them).
 const KeyTable& RewardModelKeys() {
   static const KeyTable t = WithIgnored(
-      {{"enable", KeyUse::kMapped},
-       {"enable_resource_pool", KeyUse::kMapped},
-       {"use_reward_loop", KeyUse::kMapped},
-       {"strategy", KeyUse::kMapped},
-       {"model", KeyUse::kMapped},
-       {"rollout", KeyUse::kMapped},
-       {"micro_batch_size", KeyUse::kMapped},
-       {"micro_batch_size_per_gpu", KeyUse::kMapped},
-       {"max_length", KeyUse::kMapped},
-       {"use_dynamic_bsz", KeyUse::kMapped},
-       {"forward_max_token_len_per_gpu", KeyUse::kMapped},
-       {"ulysses_sequence_parallel_size", KeyUse::kMapped}},
+      Mapped({"enable", "enable_resource_pool", "use_reward_loop", "strategy", "model", "rollout",
+              "micro_batch_size", "micro_batch_size_per_gpu", "max_length", "use_dynamic_bsz",
+              "forward_max_token_len_per_gpu", "ulysses_sequence_parallel_size"}),
       {"_target_", "n_gpus_per_node", "nnodes", "num_workers", "reward_manager",
        "reward_loop_source", "reward_loop_module_path", "reward_loop_class_name",
        "launch_reward_fn_async", "sandbox_fusion", "profiler", "truncation", "nccl_timeout",
@@ -990,11 +947,7 @@ const KeyTable& RewardModelKeys() {
 // no LoRA and no gradient checkpointing: the model only runs forward).
 const KeyTable& RewardModelModelKeys() {
   static const KeyTable t = WithIgnored(
-      {{"path", KeyUse::kMapped},
-       {"input_tokenizer", KeyUse::kMapped},
-       {"override_config", KeyUse::kMapped},
-       {"use_remove_padding", KeyUse::kMapped},
-       {"fsdp_config", KeyUse::kMapped}},
+      Mapped({"path", "input_tokenizer", "override_config", "use_remove_padding", "fsdp_config"}),
       {"_target_", "external_lib", "trust_remote_code", "use_shm", "use_fused_kernels"});
   return t;
 }

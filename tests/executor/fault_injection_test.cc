@@ -125,6 +125,14 @@ void ExpectResumesWithReferenceLosses(const std::string& out, int steps, int64_t
   }
 }
 
+// The run a test then damages and resumes: `steps` steps on 2 ranks into tmp/out, a checkpoint
+// every 2 steps; `out` is set to that folder.
+void FirstRun(const TempDir& tmp, int steps, std::string* out) {
+  *out = tmp.Sub("out");
+  ProcessResult first = RunShardtune(Args(*out, steps, 2));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+}
+
 class FaultInjectionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -197,9 +205,8 @@ TEST_F(FaultInjectionTest, RankKilledInsideForwardBackwardCollectiveOrCheckpoint
 // A full disk while checkpointing: rank files larger than the file-size limit fail with EFBIG.
 TEST_F(FaultInjectionTest, FailedCheckpointWriteIsAClearErrorAndKeepsThePreviousOne) {
   TempDir tmp;
-  std::string out = tmp.Sub("out");
-  ProcessResult first = RunShardtune(Args(out, 4, 2));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(FirstRun(tmp, 4, &out));
   std::map<std::string, std::string> before;
   for (const auto& e : fs::directory_iterator(out + "/checkpoints/step_00000004")) {
     before[e.path().filename().string()] = ReadText(e.path().string());
@@ -226,9 +233,8 @@ TEST_F(FaultInjectionTest, FailedCheckpointWriteIsAClearErrorAndKeepsThePrevious
 // A checkpoints folder that cannot be created: a regular file stands where it must go.
 TEST_F(FaultInjectionTest, UnwritableCheckpointFolderIsAClearError) {
   TempDir tmp;
-  std::string out = tmp.Sub("out");
-  ProcessResult first = RunShardtune(Args(out, 2, 2));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(FirstRun(tmp, 2, &out));
   // step_00000004.tmp's parent is a file now: create_directories must fail (ENOTDIR), also as root.
   fs::rename(out + "/checkpoints", out + "/kept");
   { std::ofstream(out + "/checkpoints") << "not a folder"; }
@@ -250,9 +256,8 @@ TEST_F(FaultInjectionTest, UnwritableCheckpointFolderIsAClearError) {
 
 TEST_F(FaultInjectionTest, CheckpointOfAnotherWorldSizeOrPlanIsAnInputError) {
   TempDir tmp;
-  std::string out = tmp.Sub("out");
-  ProcessResult first = RunShardtune(Args(out, 2, 2));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(FirstRun(tmp, 2, &out));
   struct Case {
     std::string what;
     std::vector<std::string> args;

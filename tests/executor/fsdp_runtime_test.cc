@@ -157,13 +157,18 @@ INSTANTIATE_TEST_SUITE_P(
                            "block", "none"}),
     [](const ::testing::TestParamInfo<Case>& p) { return p.param.name; });
 
+// The runtime options of the tests below: micro-llama's plan with block units and no recompute,
+// on `world` ranks.
+RuntimeOptions BlockUnitOptions(int world) {
+  return {PlanOf(Case{"block", "micro-llama.model.json", "block", "none"}), world, kSeed, at::kCPU};
+}
+
 TEST(ExecutorFsdpRuntimeNoSyncTest, UnshardedAccumulationEqualsPerMicroBatchReduction) {
   model::ModelSpec spec = Spec("micro-llama.model.json");
-  Case c{"no_sync", "micro-llama.model.json", "block", "none"};
   auto log = std::make_shared<CollectiveLog>();
   Recorder rec;
-  FsdpRuntime sync(spec, {PlanOf(c), 1, kSeed, at::kCPU}, Emulated(1, 1, log), &rec);
-  FsdpRuntime nosync(spec, {PlanOf(c), 1, kSeed, at::kCPU}, Emulated(1, 1, log), &rec);
+  FsdpRuntime sync(spec, BlockUnitOptions(1), Emulated(1, 1, log), &rec);
+  FsdpRuntime nosync(spec, BlockUnitOptions(1), Emulated(1, 1, log), &rec);
   Batch b1 = MakeBatch(spec, 1, 16, 3), b2 = MakeBatch(spec, 1, 16, 4);
   for (auto [rt, first_sync] : {std::pair{&sync, true}, std::pair{&nosync, false}}) {
     rt->Backward(rt->Forward(b1.tokens, b1.labels), 0.5, first_sync);
@@ -184,10 +189,9 @@ TEST(ExecutorFsdpRuntimeNoSyncTest, UnshardedAccumulationEqualsPerMicroBatchRedu
 // forward and again in backward (FULL_SHARD) and reduce-scattered once per backward.
 TEST(ExecutorFsdpRuntimeEmulatedTest, RankOfFourShardsAndRecordsEveryCollective) {
   model::ModelSpec spec = Spec("micro-llama.model.json");
-  Case c{"emulated", "micro-llama.model.json", "block", "none"};
   auto log = std::make_shared<CollectiveLog>();
   Recorder rec;
-  FsdpRuntime rt(spec, {PlanOf(c), 4, kSeed, at::kCPU}, Emulated(4, 1, log), &rec);
+  FsdpRuntime rt(spec, BlockUnitOptions(4), Emulated(4, 1, log), &rec);
   Batch b = MakeBatch(spec, 1, 16, 5);
   rt.Backward(rt.Forward(b.tokens, b.labels), 1.0, true);
   int ag = 0, rs = 0;
@@ -240,13 +244,12 @@ class FailingReduceScatter : public Communicator {
 // was (cli/main.cc then exits 3 with its message), not as an internal error.
 TEST(ExecutorFsdpRuntimeErrorTest, CollectiveFailureInsideBackwardHookSurfacesAsBackendError) {
   model::ModelSpec spec = Spec("micro-llama.model.json");
-  Case c{"failing", "micro-llama.model.json", "block", "none"};
   auto log = std::make_shared<CollectiveLog>();
   Recorder rec;
   ProcessGroups g{MakeEmulatedCommunicator("world", 0, 1, log),
                   std::make_shared<FailingReduceScatter>(log),
                   MakeEmulatedCommunicator("replicate", 0, 1, log), nullptr, nullptr, nullptr};
-  FsdpRuntime rt(spec, {PlanOf(c), 2, kSeed, at::kCPU}, g, &rec);
+  FsdpRuntime rt(spec, BlockUnitOptions(2), g, &rec);
   Batch b = MakeBatch(spec, 1, 16, 6);
   at::Tensor loss = rt.Forward(b.tokens, b.labels);
   EXPECT_THROW(

@@ -21,10 +21,12 @@
 namespace shardtune::exec {
 namespace {
 
+// Whether this build has NCCL, this machine a CUDA device, and this LibTorch CUDA: what every
+// one-rank NCCL test needs, else it skips.
+bool NcclRunsHere() { return NcclAvailable() && CudaDeviceAvailable() && at::hasCUDA(); }
+
 TEST(ExecutorNcclTest, OneRankCollectivesOnTheGpu) {
-  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
-    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
-  }
+  if (!NcclRunsHere()) GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
   auto rdv = Rendezvous::Connect({"127.0.0.1", FindFreePort(), 0, 1, 30});
   auto log = std::make_shared<CollectiveLog>();
   auto comm = MakeNcclCommunicator(rdv.get(), "world", 0, {0}, 0, log);
@@ -46,9 +48,7 @@ TEST(ExecutorNcclTest, OneRankCollectivesOnTheGpu) {
 // All-to-all as grouped send/recv (the Ulysses path): on one rank every chunk comes back to its
 // own slot. Its time is filled when the log is resolved (Wait does not block the host).
 TEST(ExecutorNcclTest, OneRankAllToAllIsTheIdentityAndIsTimed) {
-  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
-    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
-  }
+  if (!NcclRunsHere()) GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
   auto log = std::make_shared<CollectiveLog>();
   auto comm = MakeNcclCommunicator(nullptr, "cp", 0, {0}, 0, log);
   auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kBFloat16);
@@ -67,9 +67,7 @@ TEST(ExecutorNcclTest, OneRankAllToAllIsTheIdentityAndIsTimed) {
 // reduces into a fresh buffer filled with NaN first, so a read that overtook the collective
 // would show.
 TEST(ExecutorNcclTest, WaitOrdersTheComputeStreamAfterTheCollective) {
-  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
-    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
-  }
+  if (!NcclRunsHere()) GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
   auto log = std::make_shared<CollectiveLog>();
   auto comm = MakeNcclCommunicator(nullptr, "shard", 0, {0}, 0, log);
   auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
@@ -84,9 +82,7 @@ TEST(ExecutorNcclTest, WaitOrdersTheComputeStreamAfterTheCollective) {
 
 // CPU tensors (loss and norm scalars) go through the device and come back.
 TEST(ExecutorNcclTest, CpuTensorsAreStagedThroughTheGpu) {
-  if (!NcclAvailable() || !CudaDeviceAvailable() || !at::hasCUDA()) {
-    GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
-  }
+  if (!NcclRunsHere()) GTEST_SKIP() << "no CUDA device, or this LibTorch has no CUDA";
   auto log = std::make_shared<CollectiveLog>();
   auto comm = MakeNcclCommunicator(nullptr, "world", 0, {0}, 0, log);
   at::Tensor t = at::full({3}, 2.5, at::kDouble);

@@ -75,8 +75,7 @@ TEST(ExecutorRunCliTest, TorchProfileWritesProfilerStepsOrRefusesBeforeTheFirstS
 TEST(ExecutorRunCliTest, HostAdamWIsRecordedAsFused) {
   for (const char* impl : {"foreach", "fused"}) {
     TempDir tmp;
-    auto a = Base(tmp.Sub("out"));
-    a.insert(a.end(), {"--optimizer-impl", impl});
+    auto a = With(Base(tmp.Sub("out")), {"--optimizer-impl", impl});
     ProcessResult r = RunShardtune(a);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.find("note: --optimizer-impl"), std::string::npos) << r.output;
@@ -87,9 +86,8 @@ TEST(ExecutorRunCliTest, HostAdamWIsRecordedAsFused) {
 
 TEST(ExecutorRunCliTest, NprocZeroIsAnInputError) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--nproc", "0"});
-  ExpectInputError(a, "--nproc: expected an integer >= 1, got 0");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--nproc", "0"}),
+                   "--nproc: expected an integer >= 1, got 0");
 }
 
 TEST(ExecutorRunCliTest, StepsZeroIsAnInputError) {
@@ -115,24 +113,21 @@ TEST(ExecutorRunCliTest, SequenceBeyondTheTrainedContextRunsWithEstimatesWarning
 
 TEST(ExecutorRunCliTest, UnreadableDataIsAnInputError) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--data", tmp.Sub("missing.txt")});
-  ExpectInputError(a, "--data: cannot read \"" + tmp.Sub("missing.txt") + "\": No such file");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--data", tmp.Sub("missing.txt")}),
+                   "--data: cannot read \"" + tmp.Sub("missing.txt") + "\": No such file");
 }
 
 TEST(ExecutorRunCliTest, DataShorterThanASequenceIsAnInputError) {
   TempDir tmp;
   std::ofstream(tmp.Sub("short.txt")) << "hello";
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--data", tmp.Sub("short.txt")});
-  ExpectInputError(a, "holds 5 bytes, expected at least seq_len + 1 = 17");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--data", tmp.Sub("short.txt")}),
+                   "holds 5 bytes, expected at least seq_len + 1 = 17");
 }
 
 TEST(ExecutorRunCliTest, NegativeKeepCheckpointsIsAnInputError) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--keep-checkpoints", "-1"});
-  ExpectInputError(a, "--keep-checkpoints: expected an integer >= 0 (0: keep all), got -1");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--keep-checkpoints", "-1"}),
+                   "--keep-checkpoints: expected an integer >= 0 (0: keep all), got -1");
 }
 
 TEST(ExecutorRunCliTest, OutThatCannotBeAFolderIsAnInputError) {
@@ -143,24 +138,19 @@ TEST(ExecutorRunCliTest, OutThatCannotBeAFolderIsAnInputError) {
 
 TEST(ExecutorRunCliTest, GlobalBatchMustDivideIntoMicroBatchesAndRanks) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--nproc", "2", "--global-batch", "3"});
-  ExpectInputError(a,
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--nproc", "2", "--global-batch", "3"}),
                    "--global-batch: expected a multiple of micro-batch x data-parallel ranks = 1 x "
                    "2 = 2, got 3");
 }
 
 TEST(ExecutorRunCliTest, UnsupportedPlanChoicesAreInputErrors) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--optimizer", "adafactor"});
-  ExpectInputError(a, "--optimizer: the executor runs adamw or sgd, got adafactor");
-  auto b = Base(tmp.Sub("out"));
-  b.insert(b.end(), {"--emulate-world", "4", "--nproc", "2"});
-  ExpectInputError(b, "--emulate-world: runs in one process");
-  auto c = Base(tmp.Sub("out"));
-  c.insert(c.end(), {"--device", "gpu"});
-  ExpectInputError(c, "--device: expected cpu or cuda, got 'gpu'");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--optimizer", "adafactor"}),
+                   "--optimizer: the executor runs adamw or sgd, got adafactor");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--emulate-world", "4", "--nproc", "2"}),
+                   "--emulate-world: runs in one process");
+  ExpectInputError(With(Base(tmp.Sub("out")), {"--device", "gpu"}),
+                   "--device: expected cpu or cuda, got 'gpu'");
 }
 
 TEST(ExecutorRunCliTest, TinyLlamaDefaultPlanOnTwoRanksWritesMeasurementsAndTrace) {
@@ -248,8 +238,7 @@ TEST(ExecutorRunCliTest, PreflightRefusesWhatThisMachineCannotHoldBeforeAnyRankS
   TempDir tmp;
   { std::ofstream(tmp.Sub("meminfo")) << "MemTotal: 8388608 kB\nMemAvailable: 102400 kB\n"; }
   const std::map<std::string, std::string> env{{"SHARDTUNE_TEST_MEMINFO", tmp.Sub("meminfo")}};
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--nproc", "2"});
+  auto a = With(Base(tmp.Sub("out")), {"--nproc", "2"});
   ProcessResult r = RunShardtune(a, 60, env);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   std::vector<std::string> errors;
@@ -274,8 +263,7 @@ TEST(ExecutorRunCliTest, PreflightRefusesWhatThisMachineCannotHoldBeforeAnyRankS
 
 TEST(ExecutorRunCliTest, PreflightRefusesCheckpointsTheDiskCannotHold) {
   TempDir tmp;
-  auto a = Base(tmp.Sub("out"));
-  a.insert(a.end(), {"--checkpoint-every", "1"});
+  auto a = With(Base(tmp.Sub("out")), {"--checkpoint-every", "1"});
   a[4] = "3";
   ProcessResult r = RunShardtune(a, 60, {{"SHARDTUNE_TEST_DISK_FREE_BYTES", "1000"}});
   EXPECT_EQ(r.exit_code, 1) << r.output;

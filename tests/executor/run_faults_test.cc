@@ -66,6 +66,17 @@ ResumedLosses CompareWithUninterrupted(const TempDir& tmp) {
   return r;
 }
 
+// The relaunched run resumed after step `first_step - 1` and then logged the uninterrupted run's
+// losses bit for bit over `common_steps` steps.
+void ExpectResumedWithTheUninterruptedLosses(const TempDir& tmp, int64_t first_step,
+                                             int common_steps) {
+  SCOPED_TRACE("resumed at step " + std::to_string(first_step));
+  ResumedLosses r = CompareWithUninterrupted(tmp);
+  EXPECT_EQ(r.resumed.begin()->first, first_step);
+  EXPECT_EQ(r.common_steps, common_steps);
+  EXPECT_EQ(r.max_diff, 0.0);
+}
+
 TEST(ExecutorRunFaultsTest, SigkillThenRelaunchResumesWithTheUninterruptedLosses) {
   TempDir tmp;
   ProcessResult ref = RunShardtune(Args(tmp.Sub("ref"), 8, 2));
@@ -123,10 +134,7 @@ TEST(ExecutorRunFaultsTest, CorruptedAndTruncatedCheckpointsAreSkipped) {
             std::string::npos)
       << again.output;
   // Steps 3..6 of the resumed run equal the uninterrupted run's.
-  ResumedLosses r = CompareWithUninterrupted(tmp);
-  EXPECT_EQ(r.resumed.begin()->first, 3);
-  EXPECT_EQ(r.common_steps, 4);
-  EXPECT_EQ(r.max_diff, 0.0);
+  ExpectResumedWithTheUninterruptedLosses(tmp, 3, 4);
 }
 
 // torchtitan's MoE balances its experts with a bias updated before every optimizer step
@@ -149,10 +157,7 @@ TEST(ExecutorRunFaultsTest, TorchtitanMoeResumesWithItsExpertBias) {
   ProcessResult again = RunShardtune(args(tmp.Sub("run")));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("(step 4)"), std::string::npos) << again.output;
-  ResumedLosses r = CompareWithUninterrupted(tmp);
-  EXPECT_EQ(r.resumed.begin()->first, 5);
-  EXPECT_EQ(r.common_steps, 2);
-  EXPECT_EQ(r.max_diff, 0.0);
+  ExpectResumedWithTheUninterruptedLosses(tmp, 5, 2);
 }
 
 // Ranks started the way torchrun starts them (RANK, WORLD_SIZE, MASTER_*): no launcher kills

@@ -19,6 +19,7 @@ using testing::HasSubstr;
 using testing::ThrowsMessage;
 
 using testing_util::Data;
+using testing_util::ExpectEachImportFails;
 using testing_util::Shape;
 
 nlohmann::json Load(const std::string& name) { return ReadJsonFile(Data(name)); }
@@ -217,29 +218,19 @@ TEST(HfConfigTest, UnknownKeysWarnWithPointerAndDoNotFail) {
 }
 
 TEST(HfConfigTest, MissingOrMistypedKeysFail) {
-  nlohmann::json j = Load("llama3-8b.config.json");
-  j.erase("hidden_size");
-  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
-              ThrowsMessage<InputError>(HasSubstr("config.json:/: missing required key "
-                                                  "\"hidden_size\"")));
-  j = Load("llama3-8b.config.json");
-  j["hidden_size"] = "4096";
-  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
-              ThrowsMessage<InputError>(HasSubstr("config.json:/hidden_size: expected integer in "
-                                                  "[1, 2147483647], got string \"4096\"")));
-  j = Load("llama3-8b.config.json");
-  j["hidden_size"] = 0;
-  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
-              ThrowsMessage<InputError>(HasSubstr("config.json:/hidden_size: expected integer")));
-  j = Load("llama3-8b.config.json");
-  j["tie_word_embeddings"] = "no";
-  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
-              ThrowsMessage<InputError>(HasSubstr("config.json:/tie_word_embeddings: expected "
-                                                  "true or false")));
-  j = Load("mixtral-8x7b.config.json");
-  j.erase("num_local_experts");
-  EXPECT_THAT([&] { ImportHfConfig(j, "config.json"); },
-              ThrowsMessage<InputError>(HasSubstr("\"num_local_experts\"")));
+  ExpectEachImportFails({
+      {"llama3-8b.config.json", [](nlohmann::json& j) { j.erase("hidden_size"); }, "config.json",
+       "config.json:/: missing required key \"hidden_size\""},
+      {"llama3-8b.config.json", [](nlohmann::json& j) { j["hidden_size"] = "4096"; },
+       "config.json",
+       "config.json:/hidden_size: expected integer in [1, 2147483647], got string \"4096\""},
+      {"llama3-8b.config.json", [](nlohmann::json& j) { j["hidden_size"] = 0; }, "config.json",
+       "config.json:/hidden_size: expected integer"},
+      {"llama3-8b.config.json", [](nlohmann::json& j) { j["tie_word_embeddings"] = "no"; },
+       "config.json", "config.json:/tie_word_embeddings: expected true or false"},
+      {"mixtral-8x7b.config.json", [](nlohmann::json& j) { j.erase("num_local_experts"); },
+       "config.json", "\"num_local_experts\""},
+  });
 }
 
 TEST(HfConfigTest, CrossFieldProblemsAreValidated) {

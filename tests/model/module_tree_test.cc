@@ -159,31 +159,42 @@ TEST(HfParameterTest, EachMoeFamilyGetsItsCheckpointNames) {
     return HfParameter(s, n, {1}).name;
   };
   const std::string moe = "model.layers.3.block_sparse_moe";
-  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.gate_proj.weight"),
-            "model.layers.3.block_sparse_moe.experts.7.w1.weight");
-  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.up_proj.weight"),
-            "model.layers.3.block_sparse_moe.experts.7.w3.weight");
-  EXPECT_EQ(name("MixtralForCausalLM", moe + ".experts.7.down_proj.weight"),
-            "model.layers.3.block_sparse_moe.experts.7.w2.weight");
-  EXPECT_EQ(name("MixtralForCausalLM", moe + ".gate.weight"), moe + ".gate.weight");
-  EXPECT_EQ(name("Qwen3MoeForCausalLM", moe + ".experts.7.up_proj.weight"),
-            "model.layers.3.mlp.experts.7.up_proj.weight");
-  EXPECT_EQ(name("Qwen3MoeForCausalLM", moe + ".gate.weight"), "model.layers.3.mlp.gate.weight");
-  EXPECT_EQ(name("Qwen2MoeForCausalLM", moe + ".shared_expert.down_proj.weight"),
-            "model.layers.3.mlp.shared_expert.down_proj.weight");
-  EXPECT_EQ(name("Qwen2MoeForCausalLM", moe + ".shared_expert_gate.weight"),
-            "model.layers.3.mlp.shared_expert_gate.weight");
-  EXPECT_EQ(name("DeepseekV3ForCausalLM", moe + ".shared_expert.gate_proj.weight"),
-            "model.layers.3.mlp.shared_experts.gate_proj.weight");
-  EXPECT_EQ(name("DeepseekV2ForCausalLM", moe + ".experts.0.down_proj.weight"),
-            "model.layers.3.mlp.experts.0.down_proj.weight");
-  EXPECT_EQ(name("GptOssForCausalLM", moe + ".gate.bias"), "model.layers.3.mlp.router.bias");
-  EXPECT_EQ(name("GptOssForCausalLM", moe + ".experts.down_proj_bias"),
-            "model.layers.3.mlp.experts.down_proj_bias");
-  // Unknown class (a hand-written file), and names outside the MoE blocks: unchanged.
-  EXPECT_EQ(name("", moe + ".experts.7.gate_proj.weight"), moe + ".experts.7.gate_proj.weight");
-  EXPECT_EQ(name("Qwen3MoeForCausalLM", "model.layers.3.self_attn.q_proj.weight"),
-            "model.layers.3.self_attn.q_proj.weight");
+  struct Case {
+    std::string arch;             // the spec's hf_architecture
+    std::string name;             // the module tree's
+    std::string checkpoint_name;  // the safetensors index's
+  };
+  const Case cases[] = {
+      {"MixtralForCausalLM", moe + ".experts.7.gate_proj.weight",
+       "model.layers.3.block_sparse_moe.experts.7.w1.weight"},
+      {"MixtralForCausalLM", moe + ".experts.7.up_proj.weight",
+       "model.layers.3.block_sparse_moe.experts.7.w3.weight"},
+      {"MixtralForCausalLM", moe + ".experts.7.down_proj.weight",
+       "model.layers.3.block_sparse_moe.experts.7.w2.weight"},
+      {"MixtralForCausalLM", moe + ".gate.weight", moe + ".gate.weight"},
+      {"Qwen3MoeForCausalLM", moe + ".experts.7.up_proj.weight",
+       "model.layers.3.mlp.experts.7.up_proj.weight"},
+      {"Qwen3MoeForCausalLM", moe + ".gate.weight", "model.layers.3.mlp.gate.weight"},
+      {"Qwen2MoeForCausalLM", moe + ".shared_expert.down_proj.weight",
+       "model.layers.3.mlp.shared_expert.down_proj.weight"},
+      {"Qwen2MoeForCausalLM", moe + ".shared_expert_gate.weight",
+       "model.layers.3.mlp.shared_expert_gate.weight"},
+      {"DeepseekV3ForCausalLM", moe + ".shared_expert.gate_proj.weight",
+       "model.layers.3.mlp.shared_experts.gate_proj.weight"},
+      {"DeepseekV2ForCausalLM", moe + ".experts.0.down_proj.weight",
+       "model.layers.3.mlp.experts.0.down_proj.weight"},
+      {"GptOssForCausalLM", moe + ".gate.bias", "model.layers.3.mlp.router.bias"},
+      {"GptOssForCausalLM", moe + ".experts.down_proj_bias",
+       "model.layers.3.mlp.experts.down_proj_bias"},
+      // Unknown class (a hand-written file), and names outside the MoE blocks: unchanged.
+      {"", moe + ".experts.7.gate_proj.weight", moe + ".experts.7.gate_proj.weight"},
+      {"Qwen3MoeForCausalLM", "model.layers.3.self_attn.q_proj.weight",
+       "model.layers.3.self_attn.q_proj.weight"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.arch + " " + c.name);
+    EXPECT_EQ(name(c.arch, c.name), c.checkpoint_name);
+  }
 }
 
 // GptOssExperts holds gate_up_proj [E, H, 2F] and down_proj [E, F, H] (modeling_gpt_oss.py);

@@ -251,35 +251,39 @@ std::string BlockMask(const std::string& spec, bool (*pred)(const Plan&, int, in
   return s;
 }
 
+// Each (spec, mask) in turn parsed into one plan, as the flag parser's plan keeps what earlier
+// specs set: `pred`'s BlockMask after the spec is `mask`.
+void ExpectBlockMasks(bool (*pred)(const Plan&, int, int),
+                      const std::vector<std::pair<std::string, std::string>>& spec_masks) {
+  Plan p;
+  for (const auto& [spec, mask] : spec_masks) {
+    SCOPED_TRACE(spec);
+    EXPECT_EQ(BlockMask(spec, pred, &p), mask);
+  }
+}
+
 // Which blocks rerun whole (model::BlockCheckpointed), each stack (a VL tower's 3 blocks, then the
 // text model's) counted from 0: first:2 reruns tower blocks 0-1 and text blocks 0-1; every:2 the
 // even ones of each; full all; none and selective (pieces of every block) none.
 TEST(CheckpointingSpecTest, BlockCheckpointedCountsEachStackFromZero) {
-  Plan p;
-  auto rerun = [&](const std::string& spec) {
-    return BlockMask(spec, model::BlockCheckpointed, &p);
-  };
-  EXPECT_EQ(rerun("first:2"), "110" "11000");
-  EXPECT_EQ(rerun("every:2"), "101" "10101");
-  EXPECT_EQ(rerun("full"), "111" "11111");
-  EXPECT_EQ(rerun("none"), "000" "00000");
-  EXPECT_EQ(rerun("selective"), "000" "00000");
-  EXPECT_EQ(rerun("first:7"), "111" "11111");  // K beyond a stack reruns all of it
-  EXPECT_EQ(rerun("first:2+selective"), "110" "11000");  // the rest run selective, not whole
+  ExpectBlockMasks(model::BlockCheckpointed,
+                   {{"first:2", "110" "11000"},
+                    {"every:2", "101" "10101"},
+                    {"full", "111" "11111"},
+                    {"none", "000" "00000"},
+                    {"selective", "000" "00000"},
+                    {"first:7", "111" "11111"},             // K beyond a stack reruns all of it
+                    {"first:2+selective", "110" "11000"}});  // the rest run selective, not whole
 }
 
 // Which blocks run selective recompute (model::BlockSelective): every block under selective; under
 // first:K+selective the blocks of each stack after its first K; none otherwise.
 TEST(CheckpointingSpecTest, BlockSelectiveIsTheRestOfFirstKPlusSelective) {
-  Plan p;
-  auto selective = [&](const std::string& spec) {
-    return BlockMask(spec, model::BlockSelective, &p);
-  };
-  EXPECT_EQ(selective("first:2+selective"), "001" "00111");
-  EXPECT_EQ(selective("selective"), "111" "11111");
-  EXPECT_EQ(selective("first:2"), "000" "00000");
-  EXPECT_EQ(selective("full"), "000" "00000");
-  EXPECT_EQ(selective("first:7+selective"), "000" "00000");
+  ExpectBlockMasks(model::BlockSelective, {{"first:2+selective", "001" "00111"},
+                                           {"selective", "111" "11111"},
+                                           {"first:2", "000" "00000"},
+                                           {"full", "000" "00000"},
+                                           {"first:7+selective", "000" "00000"}});
 }
 
 nlohmann::json PlanDoc() {

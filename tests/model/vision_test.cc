@@ -21,6 +21,7 @@ namespace shardtune::model {
 namespace {
 
 using testing_util::Data;
+using testing_util::ExpectEachImportFails;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
 
@@ -174,53 +175,41 @@ TEST(VisionTest, ImageTokensFollowTheProcessorRules) {
 }
 
 TEST(VisionTest, BadVisionConfigsAreOneLineErrors) {
-  nlohmann::json j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["vision_config"]["out_hidden_size"] = 4096;
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("vision/out_hidden: expected the text model's hidden = 3584")));
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["vision_config"]["fullatt_block_indexes"] = {7, "x"};
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config/fullatt_block_indexes/1")));
-  // M-RoPE's sections: integers (named by index), three of them summing to head_dim / 2 = 64.
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["rope_scaling"]["mrope_section"] = {16, "x", 24};
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("q.json:/rope_scaling/mrope_section/1: expected a section size")));
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["rope_scaling"]["mrope_section"] = {16, 24, 20};
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("mrope_section: expected 3 positive section sizes summing to "
-                                                  "head_dim / 2 = 64 (rotary positions, all of head_dim rotated), "
-                                                  "got 3 sections summing to 60")));
+  ExpectEachImportFails({
+      {"qwen2.5-vl-7b.config.json",
+       [](nlohmann::json& j) { j["vision_config"]["out_hidden_size"] = 4096; }, "q.json",
+       "vision/out_hidden: expected the text model's hidden = 3584"},
+      {"qwen2.5-vl-7b.config.json",
+       [](nlohmann::json& j) { j["vision_config"]["fullatt_block_indexes"] = {7, "x"}; }, "q.json",
+       "q.json:/vision_config/fullatt_block_indexes/1"},
+      // M-RoPE's sections: integers (named by index), three of them summing to head_dim / 2 = 64.
+      {"qwen2.5-vl-7b.config.json",
+       [](nlohmann::json& j) { j["rope_scaling"]["mrope_section"] = {16, "x", 24}; }, "q.json",
+       "q.json:/rope_scaling/mrope_section/1: expected a section size"},
+      {"qwen2.5-vl-7b.config.json",
+       [](nlohmann::json& j) { j["rope_scaling"]["mrope_section"] = {16, 24, 20}; }, "q.json",
+       "mrope_section: expected 3 positive section sizes summing to head_dim / 2 = 64 (rotary "
+       "positions, all of head_dim rotated), got 3 sections summing to 60"},
+      {"qwen2.5-vl-7b.config.json",
+       [](nlohmann::json& j) { j["vision_config"]["fullatt_block_indexes"] = {40}; }, "q.json",
+       "vision/fullatt_block_indexes: expected block indexes in [0, depth - 1]"},
+      {"qwen2.5-vl-7b.config.json", [](nlohmann::json& j) { j["vision_config"].erase("depth"); },
+       "q.json", "q.json:/vision_config: missing required key \"depth\""},
+      {"qwen2.5-vl-7b.config.json", [](nlohmann::json& j) { j["vision_config"] = 3; }, "q.json",
+       "q.json:/vision_config: expected an object"},
+      {"gemma-3-27b.config.json",
+       [](nlohmann::json& j) { j["vision_config"]["vision_use_head"] = true; }, "g.json",
+       "g.json:/vision_config/vision_use_head: expected false"},
+      {"gemma-3-27b.config.json", [](nlohmann::json& j) { j["mm_tokens_per_image"] = 250; },
+       "g.json", "vision/mm_tokens_per_image: expected a square"},
+      {"qwen3-vl-2b.config.json",
+       [](nlohmann::json& j) { j["architectures"] = {"Qwen3VLMoeForConditionalGeneration"}; },
+       "m.json", "Qwen3VLMoeForConditionalGeneration is not modelled yet"},
+  });
   nlohmann::json m = ModelSpecToJson(FindModelPreset("qwen2.5-vl-7b"));
   m["mrope_section"] = "16,24,24";
   EXPECT_THAT([&] { ModelSpecFromJson(m, "m.json"); },
               ThrowsMessage<InputError>(HasSubstr("m.json:/mrope_section: expected an array of section sizes")));
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["vision_config"]["fullatt_block_indexes"] = {40};
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("vision/fullatt_block_indexes: expected block indexes in [0, depth - 1]")));
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["vision_config"].erase("depth");
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config: missing required key \"depth\"")));
-  j = ReadJsonFile(Data("qwen2.5-vl-7b.config.json"));
-  j["vision_config"] = 3;
-  EXPECT_THAT([&] { ImportHfConfig(j, "q.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("q.json:/vision_config: expected an object")));
-  j = ReadJsonFile(Data("gemma-3-27b.config.json"));
-  j["vision_config"]["vision_use_head"] = true;
-  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("g.json:/vision_config/vision_use_head: expected false")));
-  j = ReadJsonFile(Data("gemma-3-27b.config.json"));
-  j["mm_tokens_per_image"] = 250;
-  EXPECT_THAT([&] { ImportHfConfig(j, "g.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("vision/mm_tokens_per_image: expected a square")));
-  j = ReadJsonFile(Data("qwen3-vl-2b.config.json"));
-  j["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
-  EXPECT_THAT([&] { ImportHfConfig(j, "m.json", nullptr); },
-              ThrowsMessage<InputError>(HasSubstr("Qwen3VLMoeForConditionalGeneration is not modelled yet")));
 }
 
 // The module tree holds every counted parameter once, with transformers' module names; the tower's
