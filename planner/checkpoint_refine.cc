@@ -51,10 +51,9 @@ class Judge {
     if (auto it = judged_.find(key); it != judged_.end()) return it->second;
     sim::MemoryOptions mo = req_.options.memory;
     if (screening) mo.allocator_replay = false;
-    mo.skip_repeated_micro_batches = true;
     mo.host_estimate = false;
-    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, p, mo, false);
-    const Need need{est.report.fits, est.report.required, Bytes::Of(est.program.activation_offload_pinned_bytes)};
+    const sim::MemoryReport r = sim::EstimateMemoryReport(spec_, cluster_, p, mo, &cache_);
+    const Need need{r.fits, r.required, r.activation_offload_pinned};
     judged_.emplace(std::move(key), need);
     return need;
   }
@@ -64,6 +63,7 @@ class Judge {
   const profiles::ClusterSpec& cluster_;
   const SearchRequest& req_;
   std::map<std::string, Need> judged_;
+  sim::ModelCache cache_;  // the judged plans' walks share the model's tables and one program's buffers
 };
 
 // The real k at which the line through (lo, lo_need) and (hi, hi_need) reaches `capacity` (a

@@ -8,19 +8,6 @@
 
 namespace shardtune::planner {
 
-namespace {
-
-// An alternative's report (sim::EstimateMemoryReport: no timeline, the repeated micro-batches
-// left out). The walks of one advisor call share a cache: the model's unit and activation tables,
-// and one program's buffers.
-sim::MemoryReport AlternativeReport(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
-                                    const model::Plan& plan, const sim::MemoryOptions& options,
-                                    sim::ModelCache* cache) {
-  return sim::EstimateMemoryReport(spec, cluster, plan, options, cache);
-}
-
-}  // namespace
-
 model::Plan PackedRowPlan(const model::Plan& plan, int64_t tokens, int64_t longest) {
   model::Plan p = plan;
   p.micro_batch = 1;
@@ -51,10 +38,10 @@ TokenCapacity LargestFittingMicroBatchTokens(const model::ModelSpec& spec,
   const bool screen = known_fit_tokens > 0 && options.allocator_replay;
   sim::MemoryOptions screen_options = options;
   screen_options.allocator_replay = false;
-  sim::ModelCache cache;
+  sim::ModelCache cache;  // the walks of this call share the model's tables and one program's buffers
   auto judged = [&](int64_t tokens, Bytes* required, const sim::MemoryOptions& o) {
     sim::MemoryReport r =
-        AlternativeReport(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o, &cache);
+        sim::EstimateMemoryReport(spec, cluster, PackedRowPlan(plan, tokens, c.longest_sequence), o, &cache);
     if (required) *required = r.required;
     return r.fits;
   };
@@ -119,7 +106,7 @@ std::vector<Alternative> CompareOffloadAndCheckpointing(const model::ModelSpec& 
       model::Plan p = plan;
       p.offload = off;
       p.checkpointing = ckpt;
-      sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
+      sim::MemoryReport r = sim::EstimateMemoryReport(spec, cluster, p, options, &cache);
       Alternative a;
       a.offload = off;
       a.checkpointing = ckpt;
@@ -148,7 +135,7 @@ FusedLossAlternative CompareFusedLoss(const model::ModelSpec& spec, const profil
     return a;
   }
   sim::ModelCache cache;
-  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
+  sim::MemoryReport r = sim::EstimateMemoryReport(spec, cluster, p, options, &cache);
   a.evaluated = true;
   a.peak_allocated = r.peak_allocated;
   a.required = r.required;
@@ -202,7 +189,7 @@ CheckedChange CheckAdvisedChange(const model::ModelSpec& spec, const profiles::C
   }
   if (!valid(p)) return c;
   sim::ModelCache cache;
-  sim::MemoryReport r = AlternativeReport(spec, cluster, p, options, &cache);
+  sim::MemoryReport r = sim::EstimateMemoryReport(spec, cluster, p, options, &cache);
   c.evaluated = true;
   c.required = r.required;
   c.fits = r.fits;

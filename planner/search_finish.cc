@@ -58,15 +58,13 @@ bool Ranker::ConfirmForTop(Candidate* c) {
   } else if (replay_top_) {
     sim::MemoryOptions mo = opt_.memory;
     mo.allocator_replay = true;
-    // The short program: the replay lays out the micro-batches it left out (allocator_sim.h).
-    mo.skip_repeated_micro_batches = true;
-    sim::ModelCache& cache = sim::CacheOf(workers_[0]->ctx);
-    sim::MemoryEstimate est = sim::EstimateMemoryWithProgram(spec_, cluster_, c->plan, mo, false, &cache);
-    const sim::MemoryReport& m = est.report;
+    // The short program (EstimateMemoryReport): the replay lays out the micro-batches it left out
+    // (allocator_sim.h).
+    const sim::MemoryReport m =
+        sim::EstimateMemoryReport(spec_, cluster_, c->plan, mo, &sim::CacheOf(workers_[0]->ctx));
     ++result_.replayed;
     fits = m.fits;
     c->required = m.required;
-    cache.Recycle(std::move(est.program));  // its buffers serve the next walk
   }
   replay_state_[ci] = fits ? 1 : -1;
   if (!fits) {
