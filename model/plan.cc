@@ -653,6 +653,12 @@ void ParseActivationOffloadSpec(const std::string& text, const std::string& wher
   plan->activation_offload_blocks = 0;
 }
 
+int ActivationOffloadedBlocks(const Plan& plan, int num_layers) {
+  if (plan.activation_offload != ActivationOffload::kVerlAsync || num_layers < 3) return 0;
+  return plan.activation_offload_blocks > 0 ? std::min(plan.activation_offload_blocks, num_layers - 1)
+                                            : num_layers - 1;
+}
+
 std::string ActivationOffloadSpecToString(const Plan& plan) {
   if (plan.activation_offload == ActivationOffload::kVerlAsync && plan.activation_offload_blocks > 0) {
     return "first:" + std::to_string(plan.activation_offload_blocks);
@@ -808,11 +814,24 @@ std::string DescribeRun(BlockRun::Kind kind, SacSave save) {
 
 std::string DescribeBlockPolicy(const Plan& plan) {
   if (plan.checkpointing != Checkpointing::kBlocks) return "every block: " + DescribeRun(BlockRun::Kind::kSac, plan.sac_save);
+  // The blocks whose saved tensors verl's handler copies to the host say so; a run that
+  // straddles the last of them is told as two.
+  const int offloaded =
+      plan.checkpoint_blocks.empty() ? 0 : ActivationOffloadedBlocks(plan, plan.checkpoint_blocks.back().last + 1);
   std::vector<std::string> parts;
+  const auto add = [&parts](int first, int last, const std::string& what) {
+    parts.push_back((first == last ? "block " + std::to_string(first)
+                                   : "blocks " + std::to_string(first) + "-" + std::to_string(last)) +
+                    ": " + what);
+  };
   for (const BlockRun& r : plan.checkpoint_blocks) {
-    const std::string blocks =
-        r.first == r.last ? "block " + std::to_string(r.first) : "blocks " + std::to_string(r.first) + "-" + std::to_string(r.last);
-    parts.push_back(blocks + ": " + DescribeRun(r.kind, r.save));
+    const std::string what = DescribeRun(r.kind, r.save);
+    if (r.first < offloaded) {
+      add(r.first, std::min(r.last, offloaded - 1), what + ", offloaded to pinned host memory");
+      if (r.last >= offloaded) add(offloaded, r.last, what);
+    } else {
+      add(r.first, r.last, what);
+    }
   }
   return Join(parts, "; ");
 }

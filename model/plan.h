@@ -451,6 +451,14 @@ void ParseCheckpointingSpec(const std::string& text, const std::string& where, P
 // Parses --activation-offload "none|verl_async|first:K" into plan->activation_offload and
 // activation_offload_blocks (first:K: verl's handler over the first K blocks). Throws InputError.
 void ParseActivationOffloadSpec(const std::string& text, const std::string& where, Plan* plan);
+// The leading text blocks whose saved tensors verl's handler copies to pinned host memory, of a
+// model with `num_layers` text blocks: none without activation offload or below three blocks
+// (verl turns it off, verl/utils/activation_offload.py enable_activation_offloading), the first
+// K under first:K (at most every block but the last), every block but the last under verl_async
+// (the last group stays on the device). The handler covers one block more, which closes the last
+// offloaded group. The one rule the estimate (Walker::OffloadsActivations) and run (FsdpRuntime,
+// its validation) follow.
+int ActivationOffloadedBlocks(const Plan& plan, int num_layers);
 // The --activation-offload text of the plan ("none", "verl_async", "first:8").
 std::string ActivationOffloadSpecToString(const Plan& plan);
 // The --checkpointing text of the plan ("every:2", "first:12", "first:12+selective", "full", ...).
@@ -479,6 +487,8 @@ std::string SacSaveToString(SacSave save);
 // A person's reading of the plan's per-block activation policy, e.g. "blocks 0-22: op-SAC keeps
 // wq, wk, wv, wo, w1, w2, sdpa, reruns w3 and the elementwise ops; blocks 23-31: op-SAC keeps
 // every op output, reruns the elementwise ops" (kBlocks; a uniform sac:OPS reads "every block:").
+// Blocks whose activations go to the host (ActivationOffloadedBlocks) add ", offloaded to pinned
+// host memory".
 std::string DescribeBlockPolicy(const Plan& plan);
 // The runs' text without the "blocks:" prefix ("0-3=full,4-31=sac:wq+sdpa").
 std::string BlockRunsToString(const std::vector<BlockRun>& runs);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "model/module_tree.h"
@@ -111,43 +112,65 @@ BlockLevel PlanBlock::Under(const model::Plan& plan, int index) const {
               tokens * block.selective_recompute_matmul_flops_per_token * rates.matmul_s_per_flop};
 }
 
-std::optional<std::vector<int>> CheapestMix(const std::vector<BlockLevel>& levels, int blocks,
-                                            double budget_bytes) {
-  if (levels.empty() || blocks < 1) return std::nullopt;
-  struct Point {
-    double bytes = 0, secs = 0;
-    int32_t prev = -1;  // index in the previous step's front
-    int32_t level = -1;
-  };
-  const auto bytes = [](const Point& p) { return p.bytes; };
-  const auto secs = [](const Point& p) { return p.secs; };
-  std::vector<std::vector<Point>> steps(static_cast<size_t>(blocks) + 1);
-  steps[0] = {Point{}};
-  for (int k = 1; k <= blocks; ++k) {
-    const std::vector<Point>& prev = steps[static_cast<size_t>(k - 1)];
-    std::vector<Point> next;
+namespace {
+
+struct MixPoint {
+  double bytes = 0, secs = 0;
+  int32_t prev = -1;  // index in the previous step's front
+  int32_t level = -1;
+};
+
+// CheapestMix's dynamic programme: fronts[m] is the Pareto front of (bytes, seconds) of the
+// multisets of m levels within `budget_bytes`, for m = 0 up to `blocks` or the first m with none
+// (the fronts stop there: a partial mix over the budget stays over it, every level keeps >= 0
+// bytes).
+std::vector<std::vector<MixPoint>> MixFronts(const std::vector<BlockLevel>& levels, int blocks, double budget_bytes) {
+  const auto bytes = [](const MixPoint& p) { return p.bytes; };
+  const auto secs = [](const MixPoint& p) { return p.secs; };
+  std::vector<std::vector<MixPoint>> steps;
+  steps.reserve(static_cast<size_t>(std::max(blocks, 0)) + 1);
+  steps.push_back({MixPoint{}});
+  for (int k = 1; k <= blocks && !levels.empty(); ++k) {
+    const std::vector<MixPoint>& prev = steps.back();
+    std::vector<MixPoint> next;
     next.reserve(prev.size() * levels.size());
     for (size_t i = 0; i < prev.size(); ++i) {
       for (size_t l = 0; l < levels.size(); ++l) {
         const double b = prev[i].bytes + levels[l].bytes;
-        // A partial mix over the budget stays over it: every level keeps >= 0 bytes.
         if (b > budget_bytes) continue;
         next.push_back({b, prev[i].secs + levels[l].rerun_s, static_cast<int32_t>(i), static_cast<int32_t>(l)});
       }
     }
-    if (next.empty()) return std::nullopt;
+    if (next.empty()) break;
     KeepFront(&next, bytes, secs);
-    steps[static_cast<size_t>(k)] = std::move(next);
+    steps.push_back(std::move(next));
   }
+  return steps;
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> CheapestMix(const std::vector<BlockLevel>& levels, int blocks,
+                                            double budget_bytes) {
+  if (levels.empty() || blocks < 1) return std::nullopt;
+  const std::vector<std::vector<MixPoint>> steps = MixFronts(levels, blocks, budget_bytes);
+  if (steps.size() <= static_cast<size_t>(blocks)) return std::nullopt;
   // The front's last point is the fastest within the budget (seconds descend as bytes ascend).
   std::vector<int> counts(levels.size(), 0);
   int32_t at = static_cast<int32_t>(steps[static_cast<size_t>(blocks)].size()) - 1;
   for (int k = blocks; k >= 1; --k) {
-    const Point& p = steps[static_cast<size_t>(k)][static_cast<size_t>(at)];
+    const MixPoint& p = steps[static_cast<size_t>(k)][static_cast<size_t>(at)];
     ++counts[static_cast<size_t>(p.level)];
     at = p.prev;
   }
   return counts;
+}
+
+std::vector<double> LeastRerunByCount(const std::vector<BlockLevel>& levels, int blocks, double budget_bytes) {
+  std::vector<double> out(static_cast<size_t>(std::max(blocks, 0)) + 1, std::numeric_limits<double>::infinity());
+  const std::vector<std::vector<MixPoint>> steps = MixFronts(levels, blocks, budget_bytes);
+  for (size_t m = 0; m < steps.size() && m < out.size(); ++m) out[m] = steps[m].back().secs;
+  return out;
 }
 
 std::optional<std::vector<int>> CheapestTwoLevelMix(const std::vector<BlockLevel>& levels, int blocks,

@@ -76,6 +76,12 @@ PlanBlock PlanBlockOf(const model::ModelSpec& spec, const profiles::ClusterSpec&
 std::optional<std::vector<int>> CheapestMix(const std::vector<BlockLevel>& levels, int blocks,
                                             double budget_bytes);
 
+// The least total rerun time of m alike blocks whose kept bytes sum to at most `budget_bytes`, for
+// every m from 0 to `blocks` (index m; infinity where even the fewest bytes exceed the budget): the
+// figures CheapestMix(levels, m, budget_bytes) reaches, from its one dynamic programme (which
+// places the blocks one at a time under the same budget).
+std::vector<double> LeastRerunByCount(const std::vector<BlockLevel>& levels, int blocks, double budget_bytes);
+
 // CheapestMix restricted to at most two distinct levels (k blocks at one, the rest at another,
 // over every pair and k): the linear relaxation's shape, rounded. Counts as CheapestMix's.
 std::optional<std::vector<int>> CheapestTwoLevelMix(const std::vector<BlockLevel>& levels, int blocks,

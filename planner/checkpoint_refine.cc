@@ -130,28 +130,47 @@ model::Plan WithOffloadedFirstK(model::Plan p, int k, int blocks) {
   return p;
 }
 
+// What offloading one block's activations costs at the walk's rates, one micro-batch: its saved
+// bytes, and the wait its copies cannot hide. An offloaded block's copy out holds the next
+// block's forward until it is done (verl's forward commit waits for the d2h stream), its copy back
+// its own backward: at least max(0, copy - forward) + max(0, copy - backward) (backward about
+// twice the forward's FLOPs), at the GPU's host link (hardware catalog) and its family's
+// efficiency.
+struct OffloadCost {
+  double block_bytes = 0;
+  double wait_s = 0;
+};
+OffloadCost OffloadCostOf(const PlanBlock& pb, const profiles::ClusterSpec& cluster, const SearchRequest& req) {
+  OffloadCost out;
+  out.block_bytes = pb.tokens * pb.block.full.saved_per_token;
+  const profiles::LinkSpec& copy = profiles::FindLink(cluster.gpu.CopyLink(), "gpu " + cluster.gpu.name);
+  const double copy_bw = copy.bandwidth_per_direction.count() * sim::FamilyEfficiency(copy.family, req.options.costs);
+  const double copy_s = out.block_bytes / copy_bw;
+  const double fwd_s = pb.tokens * (pb.matmul_flops_per_token * pb.rates.matmul_s_per_flop +
+                                    pb.attention_flops_per_token * pb.rates.attention_s_per_flop);
+  out.wait_s = std::max(0.0, copy_s - fwd_s) + std::max(0.0, copy_s - 2 * fwd_s);
+  return out;
+}
+
+// The pinned host bytes one GPU's share of its host leaves for offloaded activations: the host's
+// RAM over its GPUs, less each process's own baseline.
+double HostRoomPerGpu(const profiles::ClusterSpec& cluster, const SearchRequest& req) {
+  return static_cast<double>(cluster.HostMemoryPerHost().count()) / std::max(1, cluster.GpusPerHost()) -
+         static_cast<double>(req.options.memory.constants.host_process_baseline.count());
+}
+
 // Whether offloading leading blocks can beat `c` at all, at the walk's rates and before any walk.
-// An offloaded block's copy out holds the next block's forward until it is done (verl's forward
-// commit waits for the d2h stream), its copy back its own backward: each costs at least
-// max(0, copy - forward) + max(0, copy - backward) (backward about twice the forward's FLOPs).
 // The offload plan keeps no rerun, so its step is at least c's less c's rerun (each block's, at
-// the levels' rates: PlanBlock::Under) plus that wait for each offloaded block, and it must offload at least
-// the blocks whose activations do not fit where c's plan keeps its own (c's kept bytes and
-// headroom, two blocks on the GPU at a time). Returns that least K, or 0 when the bound cannot
-// beat c by kRankTolerance or the host cannot hold that many blocks' copies.
+// the levels' rates: PlanBlock::Under) plus OffloadCostOf's wait for each offloaded block, and it
+// must offload at least the blocks whose activations do not fit where c's plan keeps its own (c's
+// kept bytes and headroom, two blocks on the GPU at a time). Returns that least K, or 0 when the
+// bound cannot beat c by kRankTolerance or the host cannot hold that many blocks' copies.
 int OffloadCanWin(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster, const SearchRequest& req,
                   const Candidate& c) {
   const PlanBlock pb = PlanBlockOf(spec, cluster, c.plan, req.options.costs);
-  const model::BlockActivations& b = pb.block;
   const int n = spec.num_layers;
-  const double block_bytes = pb.tokens * b.full.saved_per_token;
-  if (!(block_bytes > 0)) return 0;
-  const profiles::LinkSpec& copy = profiles::FindLink(cluster.gpu.CopyLink(), "gpu " + cluster.gpu.name);
-  const double copy_bw = copy.bandwidth_per_direction.count() * sim::FamilyEfficiency(copy.family, req.options.costs);
-  const double copy_s = block_bytes / copy_bw;
-  const double fwd_s = pb.tokens * (pb.matmul_flops_per_token * pb.rates.matmul_s_per_flop +
-                                    pb.attention_flops_per_token * pb.rates.attention_s_per_flop);
-  const double wait_s = std::max(0.0, copy_s - fwd_s) + std::max(0.0, copy_s - 2 * fwd_s);
+  const OffloadCost oc = OffloadCostOf(pb, cluster, req);
+  if (!(oc.block_bytes > 0)) return 0;
   double kept = 0, rerun_s = 0;  // what c's plan keeps of every block's activations, and reruns
   for (int blk = 0; blk < n; ++blk) {
     const BlockLevel l = pb.Under(c.plan, blk);
@@ -159,14 +178,12 @@ int OffloadCanWin(const model::ModelSpec& spec, const profiles::ClusterSpec& clu
     rerun_s += l.rerun_s;
   }
   const double room = kept + static_cast<double>(c.capacity.count() - c.required.count());
-  const int k_least = std::max(1, n - static_cast<int>(std::floor(room / block_bytes)) - 2);
+  const int k_least = std::max(1, n - static_cast<int>(std::floor(room / oc.block_bytes)) - 2);
   const double accum = std::max(1, c.plan.grad_accum);
   const double rerun_most = accum * rerun_s;
   // The host must hold at least those blocks' copies (pinned in power-of-two blocks: no less).
-  const double host_least = static_cast<double>(cluster.GpusPerHost()) *
-                            (k_least * block_bytes + static_cast<double>(req.options.memory.constants.host_process_baseline.count()));
-  if (host_least > static_cast<double>(cluster.HostMemoryPerHost().count())) return 0;
-  return accum * k_least * wait_s < rerun_most - kRankTolerance * c.step_time_s ? std::min(k_least, n - 1) : 0;
+  if (k_least * oc.block_bytes > HostRoomPerGpu(cluster, req)) return 0;
+  return accum * k_least * oc.wait_s < rerun_most - kRankTolerance * c.step_time_s ? std::min(k_least, n - 1) : 0;
 }
 
 // How much more rerun time (a share of the step) the per-block search accepts for a mix of at most
@@ -179,13 +196,17 @@ constexpr double kSimplerPolicyTolerance = 0.002;
 constexpr int kBudgetProbes = 3;
 
 // The per-block policy search applies to a full fine-tune of a text model whose blocks are alike
-// (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels.
-// Without op-level SAC (model::TorchtitanOpSacApplies) the levels would be keep, full and
-// selective, whose mixes first:K and first:K+selective search already: checked before any replay.
+// (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels
+// (AlikeBlocks). Without op-level SAC (model::TorchtitanOpSacApplies: AlikeOpSacBlocks) the levels
+// are keep, full and selective, whose mixes first:K and first:K+selective search already: checked
+// before any replay. The offloaded blocks' mix (OffloadMixCandidate) uses them too.
 bool AlikeBlocks(const model::ModelSpec& spec, const model::Plan& p) {
   return spec.VisionBlocks() == 0 && !spec.moe.enabled() && !spec.mla.enabled() && p.cp <= 1 &&
          p.Trains() && !p.lora.enabled() && p.frozen_prefixes.empty() && p.tiled_mlp_shards <= 1 &&
-         spec.sliding_window == 0 && spec.num_layers >= 2 &&
+         spec.sliding_window == 0 && spec.num_layers >= 2;
+}
+bool AlikeOpSacBlocks(const model::ModelSpec& spec, const model::Plan& p) {
+  return AlikeBlocks(spec, p) &&
          model::TorchtitanOpSacApplies(spec, model::ActivationOptionsFor(p, p.ResolvedSeqLen(spec.max_seq_len)),
                                        model::Trainability{});
 }
@@ -212,6 +233,67 @@ model::Plan WithRuns(model::Plan p, const std::vector<model::BlockRun>& runs) {
   return p;
 }
 
+// The levels' counts for `blocks` alike blocks within a budget of kept bytes: the exact mix
+// (CheapestMix), or the best mix of two levels (CheapestTwoLevelMix) when it reruns at most
+// kSimplerPolicyTolerance of the step (`step_s`) more, since the exact one may mix many save sets
+// for a gain far below the time model's error. nullopt when nothing fits the budget.
+std::optional<std::vector<int>> ReadableMix(const std::vector<BlockLevel>& levels, int blocks, double budget,
+                                            double step_s) {
+  const auto rerun_s = [&levels](const std::vector<int>& counts) {
+    double t = 0;
+    for (size_t l = 0; l < levels.size(); ++l) t += counts[l] * levels[l].rerun_s;
+    return t;
+  };
+  std::optional<std::vector<int>> counts = CheapestMix(levels, blocks, budget);
+  if (!counts) return std::nullopt;
+  if (std::optional<std::vector<int>> simple = CheapestTwoLevelMix(levels, blocks, budget);
+      simple && rerun_s(*simple) <= rerun_s(*counts) + kSimplerPolicyTolerance * step_s) {
+    return simple;
+  }
+  return counts;
+}
+
+// A plan judged to fit, with its need.
+struct Fitting {
+  model::Plan plan;
+  Bytes need;
+};
+
+// The plan of the largest budget of kept bytes in (lo, hi) whose policy (`policy_at`, nullopt
+// when none exists) fits on the replay, given that lo's fits with need lo_need and hi's does not
+// with need hi_need: each probe interpolated on the two ends' needs (the need grows with the
+// kept bytes), halved when the interpolation stalls, at most kBudgetProbes replays, ending when
+// the bracket is narrower than `min_step` (the smallest step between two levels). nullopt when no
+// probe fits.
+std::optional<Fitting> LargestFittingBudget(Judge& judge,
+                                            const std::function<std::optional<model::Plan>(double)>& policy_at,
+                                            double lo, double lo_need, double hi, double hi_need, Bytes capacity,
+                                            double min_step) {
+  std::optional<Fitting> best;
+  bool halve = false;
+  for (int probe = 0; probe < kBudgetProbes && hi - lo > min_step; ++probe) {
+    double budget = (lo + hi) / 2;
+    if (!halve && hi_need > lo_need) {
+      budget = lo + (static_cast<double>(capacity.count()) - lo_need) / (hi_need - lo_need) * (hi - lo);
+      budget = std::clamp(budget, lo + min_step / 2, hi - min_step / 2);
+    }
+    const double before = hi - lo;
+    const std::optional<model::Plan> p = policy_at(budget);
+    if (!p) break;
+    const Need need = judge(*p);
+    if (need.fits) {
+      lo = budget;
+      lo_need = static_cast<double>(need.required.count());
+      best = Fitting{*p, need.required};
+    } else {
+      hi = budget;
+      hi_need = static_cast<double>(need.required.count());
+    }
+    halve = !halve && 2 * (hi - lo) > before;
+  }
+  return best;
+}
+
 // The per-block policy (block_levels.h) for `c`'s plan: the levels' bytes and rerun times, and
 // the cheapest mix within the largest budget of kept bytes whose policy fits on the replay,
 // bracketed between full and none (the need grows with the bytes every block keeps, all alive
@@ -230,60 +312,130 @@ std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, cons
   const double bytes_keep = n * levels.back().bytes, bytes_full = n * levels.front().bytes;
   const double span = static_cast<double>(none.required.count() - full.required.count());
   if (!(span > 0) || !(bytes_keep > bytes_full)) return std::nullopt;
-  const auto rerun_s = [&levels](const std::vector<int>& counts) {
-    double t = 0;
-    for (size_t l = 0; l < levels.size(); ++l) t += counts[l] * levels[l].rerun_s;
-    return t;
-  };
-  // The policy within a budget of kept bytes: the exact mix, or the best mix of two levels when it
-  // reruns at most kSimplerPolicyTolerance of the step more (the exact one may mix many save sets
-  // for a gain far below the time model's error).
   const auto policy_at = [&](double budget) -> std::optional<model::Plan> {
-    const std::optional<std::vector<int>> counts = CheapestMix(levels, n, budget);
+    const std::optional<std::vector<int>> counts = ReadableMix(levels, n, budget, c.step_time_s);
     if (!counts) return std::nullopt;
-    if (const std::optional<std::vector<int>> simple = CheapestTwoLevelMix(levels, n, budget);
-        simple && rerun_s(*simple) <= rerun_s(*counts) + kSimplerPolicyTolerance * c.step_time_s) {
-      return WithRuns(base, RunsOf(levels, *simple));
-    }
     return WithRuns(base, RunsOf(levels, *counts));
   };
   // The largest budget whose policy fits on the replay, bracketed between full everywhere (fits)
-  // and none (does not): each probe interpolated on the two ends' needs (the need grows with the
-  // kept bytes), halved when the interpolation stalls, at most kBudgetProbes replays, ending
-  // when the bracket is narrower than the smallest step between two levels.
+  // and none (does not).
   double min_step = bytes_keep;
   for (size_t l = 1; l < levels.size(); ++l) min_step = std::min(min_step, levels[l].bytes - levels[l - 1].bytes);
-  double lo = bytes_full, hi = bytes_keep;
-  double lo_need = static_cast<double>(full.required.count()), hi_need = static_cast<double>(none.required.count());
-  std::optional<model::Plan> best;
-  Bytes best_need;
-  bool halve = false;
-  for (int probe = 0; probe < kBudgetProbes && hi - lo > min_step; ++probe) {
-    double budget = (lo + hi) / 2;
-    if (!halve && hi_need > lo_need) {
-      budget = lo + (static_cast<double>(c.capacity.count()) - lo_need) / (hi_need - lo_need) * (hi - lo);
-      budget = std::clamp(budget, lo + min_step / 2, hi - min_step / 2);
-    }
-    const double before = hi - lo;
-    const std::optional<model::Plan> p = policy_at(budget);
-    if (!p) break;
-    const Need need = judge(*p);
-    if (need.fits) {
-      lo = budget;
-      lo_need = static_cast<double>(need.required.count());
-      best = *p;
-      best_need = need.required;
-    } else {
-      hi = budget;
-      hi_need = static_cast<double>(need.required.count());
-    }
-    halve = !halve && 2 * (hi - lo) > before;
-  }
-  if (!best || (best->checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(*best))) {
+  const std::optional<Fitting> fit =
+      LargestFittingBudget(judge, policy_at, bytes_full, static_cast<double>(full.required.count()), bytes_keep,
+                           static_cast<double>(none.required.count()), c.capacity, min_step);
+  if (!fit || (fit->plan.checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(fit->plan))) {
     return std::nullopt;  // nothing fits between the ends, or a uniform policy the search ranks itself
   }
-  Candidate out = CandidateOf(*best, sim::SimulateStep(spec, cluster, *best, so), req, cluster);
-  out.required = best_need;
+  Candidate out = CandidateOf(fit->plan, sim::SimulateStep(spec, cluster, fit->plan, so), req, cluster);
+  out.required = fit->need;
+  return out;
+}
+
+// Issue #46's mix of offloaded and recomputed blocks for `c`'s plan: verl's handler over the first
+// K blocks, which keep everything (their copies go to pinned host memory, so they keep nothing on
+// the GPU once the next block committed), and the per-block policy (block_levels.h: keep, full,
+// selective, op-level SAC save sets) over the other n - K, within the budget of kept bytes the
+// plan's GPU has. Where the host holds only some blocks' copies, or their copies show in part,
+// this beats both offloading alone (which needs every other block kept) and recompute alone.
+//  - The budget: the largest kept bytes that fit, interpolated between the no-offload ends' needs
+//    (`full`, `none`: the need grows with the kept bytes).
+//  - K: the least step at the levels' rates, K x an offloaded block's cost + the exact least rerun
+//    of n - K blocks within the budget (LeastRerunByCount, every K from one programme), for K up
+//    to what the host's RAM holds (HostRoomPerGpu) and n - 1. Only a K that beats both c's own
+//    reruns and the best mix without offload by kRankTolerance goes on. The block's cost is
+//    OffloadCostOf's wait (a bound, which screens first), or what two simulations say it adds.
+//  - The plan of that K is then judged on the replay, its budget bracketed down when it does not
+//    fit (LargestFittingBudget, from the other n - K blocks all rerun whole), simulated, and its
+//    pinned host copies checked against the host's RAM.
+// nullopt when none fits already, full does not, no K can win, or the other blocks would keep
+// everything (offloading alone: the first:K offload search finds its least K).
+std::optional<Candidate> OffloadMixCandidate(const model::ModelSpec& spec, const profiles::ClusterSpec& cluster,
+                                             const SearchRequest& req, Judge& judge, const Candidate& c,
+                                             const sim::SimOptions& so, const Need& none, const Need& full) {
+  if (none.fits || !full.fits) return std::nullopt;
+  const PlanBlock pb = PlanBlockOf(spec, cluster, c.plan, req.options.costs);
+  const std::vector<BlockLevel> levels = pb.Levels();
+  const int n = spec.num_layers;
+  const OffloadCost oc = OffloadCostOf(pb, cluster, req);
+  if (levels.size() < 2 || !(oc.block_bytes > 0)) return std::nullopt;
+  const double bytes_keep = n * levels.back().bytes, bytes_full = n * levels.front().bytes;
+  const double span = static_cast<double>(none.required.count() - full.required.count());
+  if (!(span > 0) || !(bytes_keep > bytes_full)) return std::nullopt;
+  const double budget =
+      bytes_full + static_cast<double>(c.capacity.count() - full.required.count()) / span * (bytes_keep - bytes_full);
+  const int k_host = static_cast<int>(std::floor(HostRoomPerGpu(cluster, req) / oc.block_bytes));
+  const int k_most = std::min(n - 1, k_host);
+  if (k_most < 1) return std::nullopt;
+  const std::vector<double> rerun_of = LeastRerunByCount(levels, n, budget);
+  double c_rerun_s = 0;
+  for (int blk = 0; blk < n; ++blk) c_rerun_s += pb.Under(c.plan, blk).rerun_s;
+  const double accum = std::max(1, c.plan.grad_accum);
+  const double margin_s = kRankTolerance * c.step_time_s / accum;
+  // The K of the least step for an offloaded block's cost `wait_s`, one micro-batch; 0 when no K
+  // beats both c's own reruns and the best mix without offload by kRankTolerance.
+  const auto best_k = [&](double wait_s) {
+    int k_best = 0;
+    double best_s = rerun_of[static_cast<size_t>(n)];
+    for (int k = 1; k <= k_most; ++k) {
+      const double s = k * wait_s + rerun_of[static_cast<size_t>(n - k)];
+      if (s < best_s) {
+        best_s = s;
+        k_best = k;
+      }
+    }
+    return k_best > 0 && best_s < c_rerun_s - margin_s && best_s < rerun_of[static_cast<size_t>(n)] - margin_s ? k_best
+                                                                                                             : 0;
+  };
+  // OffloadCostOf's wait is a bound. The simulation also sees the handler's stream waits hold the
+  // collectives queued behind them (exposed communication the copies alone would not show), so,
+  // once the bound lets a K win, each offloaded block's cost is read off two simulations: k_most
+  // blocks offloaded, every block keeping, against the same plan without offload; the larger of
+  // the two figures decides K.
+  if (best_k(oc.wait_s) == 0) return std::nullopt;
+  const double kept_s = sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, 0, n), so).step_time.count();
+  const double offloaded_s =
+      sim::SimulateStep(spec, cluster, WithOffloadedFirstK(c.plan, k_most, n), so).step_time.count();
+  const int k = best_k(std::max(oc.wait_s, (offloaded_s - kept_s) / (accum * k_most)));
+  if (k == 0) return std::nullopt;
+  const int rest = n - k;
+  // The plan of K offloaded blocks and the other blocks' policy within `kept` bytes.
+  const auto policy_at = [&](double kept) -> std::optional<model::Plan> {
+    const std::optional<std::vector<int>> counts = ReadableMix(levels, rest, kept, c.step_time_s);
+    if (!counts) return std::nullopt;
+    std::vector<model::BlockRun> runs{model::BlockRun{0, k - 1, model::BlockRun::Kind::kKeep}};
+    for (model::BlockRun r : RunsOf(levels, *counts)) {
+      r.first += k;
+      r.last += k;
+      if (r.kind == model::BlockRun::Kind::kKeep && runs.back().kind == model::BlockRun::Kind::kKeep) {
+        runs.back().last = r.last;
+      } else {
+        runs.push_back(r);
+      }
+    }
+    return WithRuns(WithOffloadedFirstK(c.plan, k, n), runs);
+  };
+  std::optional<model::Plan> p = policy_at(budget);
+  if (!p || p->checkpointing == model::Checkpointing::kNone) return std::nullopt;  // offloading alone
+  Need need = judge(*p);
+  if (!need.fits) {
+    const std::optional<model::Plan> lo_plan = policy_at(rest * levels.front().bytes);
+    if (!lo_plan) return std::nullopt;
+    const Need lo = judge(*lo_plan);
+    if (!lo.fits) return std::nullopt;
+    double min_step = bytes_keep;
+    for (size_t l = 1; l < levels.size(); ++l) min_step = std::min(min_step, levels[l].bytes - levels[l - 1].bytes);
+    const std::optional<Fitting> fit =
+        LargestFittingBudget(judge, policy_at, rest * levels.front().bytes, static_cast<double>(lo.required.count()),
+                             budget, static_cast<double>(need.required.count()), c.capacity, min_step);
+    p = fit ? fit->plan : *lo_plan;
+    need = fit ? Need{true, fit->need, {}} : lo;
+  }
+  // Its pinned host copies, every rank of a host together, beside each process's own baseline,
+  // must fit the host's RAM (the search judges the GPU only).
+  if (static_cast<double>(judge(*p, true).pinned.count()) > HostRoomPerGpu(cluster, req)) return std::nullopt;
+  Candidate out = CandidateOf(*p, sim::SimulateStep(spec, cluster, *p, so), req, cluster);
+  out.required = need.required;
   return out;
 }
 
@@ -371,7 +523,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       added.push_back(std::move(refined_c));
     }
     // Every block its own level (block_levels.h): keep, full, selective, or an op-level SAC save set.
-    if (block_policies && AlikeBlocks(spec, c.plan)) {
+    if (block_policies && AlikeOpSacBlocks(spec, c.plan)) {
       std::optional<Candidate> mixed =
           BlockPolicyCandidate(spec, cluster, req, judge, c, so, judge(WithFirstK(c.plan, 0, false)), judge(full_plan));
       if (mixed && listed.count(mixed->key) == 0 && mixed->objective < c.objective * (1.0 - kRankTolerance)) {
@@ -384,11 +536,11 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     // handler over them; its copies overlap the next block's compute, the simulation says how
     // much shows), for the least K that fits: between none and verl's every block but the last.
     // Only for the fastest checkpointing plan of the list, and where OffloadCanWin's bound allows.
-    const int k_least = block_offload && refined == 1 && c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
-                                c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() &&
-                                blocks >= 3 && spec.VisionBlocks() == 0
-                            ? OffloadCanWin(spec, cluster, req, c)
-                            : 0;
+    const bool offload_applies = block_offload && refined == 1 &&
+                                 c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
+                                 c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() &&
+                                 blocks >= 3 && spec.VisionBlocks() == 0;
+    const int k_least = offload_applies ? OffloadCanWin(spec, cluster, req, c) : 0;
     if (k_least > 0) {
       // A cheap screen first: the plan with the least K the bound allows (optimistic: more blocks
       // offloaded only add copies) simulated must beat its source by the tolerance, or no replay
@@ -419,6 +571,18 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
             ++result->refined_block_policies;
           }
         }
+      }
+    }
+    // The first K blocks offloaded and the others' per-block policy (OffloadMixCandidate), where
+    // the blocks are alike. Its budget starts from the screening figures of none and full (the
+    // walks above), so no replay is spent unless the levels' rates say a K wins.
+    if (offload_applies && AlikeBlocks(spec, c.plan)) {
+      std::optional<Candidate> mix = OffloadMixCandidate(spec, cluster, req, judge, c, so,
+                                                         judge(WithFirstK(c.plan, 0, false), true), full_w);
+      if (mix && listed.count(mix->key) == 0 && mix->objective < c.objective * (1.0 - kRankTolerance)) {
+        listed.insert(mix->key);
+        added.push_back(std::move(*mix));
+        ++result->refined_block_policies;
       }
     }
   }

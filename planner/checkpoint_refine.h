@@ -24,7 +24,11 @@ inline constexpr int kRefinedPlans = 2;
 // memory fits (found by bracketing between none, which the search found does not fit or is not
 // listed, and full, which fits; the replayed need never grows as more blocks rerun), simulated
 // for its step time, when it is faster than the plan it came from by more than kRankTolerance
-// (it just fits: within the time model's error the roomier plan stays); then re-sorts the list
+// (it just fits: within the time model's error the roomier plan stays). Also tried, under the
+// same rule: first:K+selective; where the blocks are alike, a policy per block (keep, full,
+// selective, op-level SAC save sets); for the fastest one, verl's activation offload of the first
+// K blocks instead of any rerun, and the first K blocks offloaded beside the per-block policy of
+// the rest where the host holds only some blocks' copies or their copies show. Then re-sorts the list
 // by the objective (near ties by safety, planner::OrderNearTiesBySafety), keeps request.top_k
 // entries and rewrites the "why not #1" lines. Does nothing for the memory objective, without
 // request.refine_block_checkpointing (tune --export), or when request.space.checkpointing is

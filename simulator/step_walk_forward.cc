@@ -226,9 +226,7 @@ void Walker::TAllocSaved(int block, Stream pool) {
 bool Walker::OffloadsActivations(int block) const {
   // verl's handler over every layer but the last, or over the first k blocks and the one after
   // (Plan::activation_offload_blocks).
-  const int offloaded = p_.activation_offload_blocks > 0 ? std::min(p_.activation_offload_blocks, nb_ - 1) : nb_ - 1;
-  return p_.activation_offload == model::ActivationOffload::kVerlAsync && nb_ >= 3 && block < offloaded &&
-         BlockSavedBytes(block) > 0;
+  return block < model::ActivationOffloadedBlocks(p_, nb_) && BlockSavedBytes(block) > 0;
 }
 
 Stream Walker::SavedPool(int block) const { return OffloadsActivations(block) ? Stream::kCopy : Stream::kDefault; }

@@ -199,9 +199,8 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
   // a group, and nothing below three layers (verl/utils/activation_offload.py).
   // With activation_offload_blocks k the handler covers the first k + 1 blocks (k offloaded
   // groups, the next block closing the last one), the rest keep theirs without it.
-  if (plan.activation_offload == model::ActivationOffload::kVerlAsync && spec.num_layers >= 3) {
-    const int layers = plan.activation_offload_blocks > 0 ? std::min(plan.activation_offload_blocks + 1, spec.num_layers)
-                                                          : spec.num_layers;
+  if (const int offloaded = model::ActivationOffloadedBlocks(plan, spec.num_layers); offloaded > 0) {
+    const int layers = offloaded + 1;
     m.activation_offload = std::make_unique<ActivationOffload>(layers, options.device);
     m.activation_offload_layers = layers;
   }

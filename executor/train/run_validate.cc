@@ -247,12 +247,21 @@ void ValidateRun(const RunOptions& o, int world_size) {
   if (o.plan.activation_offload != model::ActivationOffload::kNone) {
     // verl offloads what its layers save with no checkpointing or with its own reentrant full
     // checkpoint (activation_offload.py enable_activation_offloading); selective recompute's
-    // dropped-and-refilled storages are not copied through it. A VL tower's blocks are FSDP
-    // layers of verl's too, which run's offload does not group.
+    // dropped-and-refilled storages and op-level SAC's kept outputs (held by the checkpoint, not
+    // saved through autograd's hooks, as torch.utils.checkpoint's SAC cache) are not copied
+    // through it. So each offloaded block keeps everything or reruns whole; the blocks after them
+    // (the one closing the last group included, whose tensors stay on the device) may run any
+    // policy. A VL tower's blocks are FSDP layers of verl's too, which run's offload does not
+    // group.
     const std::string what = std::string("--activation-offload ") + model::ActivationOffloadSpecToString(o.plan);
-    if (model::AnySelectiveBlock(o.plan)) {
-      problems.push_back(what + ": expected --checkpointing none, full, every:K or first:K with it (verl "
-                                "offloads beside none or full), got " + model::CheckpointingSpecToString(o.plan));
+    const int offloaded = model::ActivationOffloadedBlocks(o.plan, o.spec.num_layers);
+    for (int b = 0; b < offloaded; ++b) {
+      if (!model::BlockSelective(o.plan, b, 0)) continue;
+      problems.push_back(what + ": expected the offloaded blocks 0-" + std::to_string(offloaded - 1) +
+                         " to keep everything or rerun whole (verl offloads beside none or full), got block " +
+                         std::to_string(b) + " running selective recompute under --checkpointing " +
+                         model::CheckpointingSpecToString(o.plan));
+      break;
     }
     if (o.spec.VisionBlocks() > 0) {
       problems.push_back(what + ": run offloads a text model's blocks; " + o.spec.name +

@@ -9,6 +9,8 @@
 //    2 ranks (real processes, Gloo on 127.0.0.1).
 // 3. Memory: one rank, a micro-batch of 8 x 128 tokens: the step-0 peak drops below no offload's,
 //    and validate predicts it within 3%.
+// 4. Offloaded leading blocks beside per-block recompute (issue #46): the same losses on 1 and 2
+//    ranks, the peak within 3% of validate; selective recompute of an offloaded block is refused.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -180,11 +182,58 @@ TEST(ExecutorActivationOffloadTest, PeakDropsAndIsWhatValidatePredicts) {
   EXPECT_LT(measured["first:2"], measured["none"]);
 }
 
-TEST(ExecutorActivationOffloadTest, SelectiveRecomputeIsRefusedWithIt) {
+// Issue #46's mix of offloaded blocks and per-block recompute: blocks 0-1 go to the host (block 0
+// keeping everything, block 1 rerunning whole from its offloaded input), block 2 closes the last
+// group under op-level SAC (its tensors pass the handler's hooks and stay on the device), block 3
+// runs torchtitan's selective rule outside the handler.
+const std::string kMixedCheckpointing = "blocks:0=none,1=full,2=sac:wk+wo+w3+sdpa,3=selective";
+
+TEST(ExecutorActivationOffloadTest, OffloadedBlocksBesidePerBlockRecomputeTrainTheSameLosses) {
+  TempDir tmp;
+  const std::string model = FourBlockLlama(tmp);
+  for (int nproc : {1, 2}) {
+    const std::string n = std::to_string(nproc);
+    std::vector<std::string> base{"run", "--model", model, "--steps", "3", "--seq-len", "32", "--global-batch", "4",
+                                  "--threads", "1", "--max-grad-norm", "1.0", "--precision", "fp32", "--modeling",
+                                  "torchtitan"};
+    if (nproc > 1) base.insert(base.end(), {"--nproc", n});
+    ProcessResult none = RunShardtune(With(base, {"--out", tmp.Sub("none_" + n), "--checkpointing", "none"}));
+    ASSERT_EQ(none.exit_code, 0) << none.output;
+    ProcessResult mixed = RunShardtune(With(base, {"--out", tmp.Sub("mixed_" + n), "--checkpointing",
+                                                   kMixedCheckpointing, "--activation-offload", "first:2"}));
+    ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+    ExpectSameTraining(tmp.Sub("none_" + n), tmp.Sub("mixed_" + n), "first:2 beside " + kMixedCheckpointing + " on " + n);
+  }
+}
+
+TEST(ExecutorActivationOffloadTest, MixedPolicyPeakIsWhatValidatePredicts) {
+  TempDir tmp;
+  const std::string model = FourBlockLlama(tmp);
+  auto [plain_pred, plain] = Step0PeakAgainstValidate(model, tmp.Sub("plain"), kMixedCheckpointing,
+                                                      {"--modeling", "torchtitan"});
+  auto [pred, meas] = Step0PeakAgainstValidate(model, tmp.Sub("mixed"), kMixedCheckpointing,
+                                               {"--modeling", "torchtitan", "--activation-offload", "first:2"});
+  ASSERT_GT(meas, 0);
+  ASSERT_GT(plain, 0);
+  EXPECT_NEAR(pred / meas, 1.0, 0.03);
+  // Offloading block 0's activations and block 1's input lowers the same policy's peak. The policy
+  // without offload is not held to 3% here: its last block's selective rerun under eager
+  // attention is predicted 2-4% low (about one FFN-wide tensor at the peak, as for torchtitan's
+  // selective everywhere: an open gap, issue #46's session-43 note).
+  EXPECT_LT(meas, plain);
+  EXPECT_LT(pred, plain_pred);
+}
+
+TEST(ExecutorActivationOffloadTest, SelectiveRecomputeOfAnOffloadedBlockIsRefused) {
   TempDir tmp;
   ExpectInputError({"run", "--model", FourBlockLlama(tmp), "--steps", "1", "--out", tmp.Sub("o"),
                     "--checkpointing", "selective", "--activation-offload", "verl_async"},
-                   "--activation-offload verl_async: expected --checkpointing none, full, every:K or first:K");
+                   "--activation-offload verl_async: expected the offloaded blocks 0-2 to keep everything or rerun "
+                   "whole (verl offloads beside none or full), got block 0 running selective recompute");
+  ExpectInputError({"run", "--model", FourBlockLlama(tmp), "--steps", "1", "--out", tmp.Sub("o"), "--modeling",
+                    "torchtitan", "--checkpointing", "blocks:0=none,1=sac:wq+sdpa,2-3=none", "--activation-offload",
+                    "first:2"},
+                   "got block 1 running selective recompute under --checkpointing blocks:0=none,1=sac:wq+sdpa,2-3=none");
 }
 
 }  // namespace

@@ -183,6 +183,41 @@ TEST(BlockOffloadPlanTest, FirstKParsesRoundTripsAndIsChecked) {
             "(the model's blocks less the last), got 8");
   EXPECT_TRUE(Parsed("none").Problems("plan", 1, 1, 8, 0).empty());
   EXPECT_THROW(PlanFromJson(nlohmann::json{{"activation_offload_blocks", 3}}, "plan.json"), InputError);
+  // The blocks whose saved tensors go to the host: K under first:K (at most every block but the
+  // last), every block but the last under verl_async, none below three blocks (verl's rule).
+  ParseActivationOffloadSpec("first:5", "--activation-offload", &p);
+  EXPECT_EQ(ActivationOffloadedBlocks(p, 32), 5);
+  EXPECT_EQ(ActivationOffloadedBlocks(p, 4), 3);
+  EXPECT_EQ(ActivationOffloadedBlocks(p, 2), 0);
+  ParseActivationOffloadSpec("verl_async", "--activation-offload", &p);
+  EXPECT_EQ(ActivationOffloadedBlocks(p, 32), 31);
+  EXPECT_EQ(ActivationOffloadedBlocks(Parsed("none"), 32), 0);
+}
+
+// The per-block policy in words (estimate's and tune's "activations:" line): one clause per run,
+// and the blocks whose activations verl's handler takes to the host say so; a run across the last
+// of them is told as two.
+TEST(BlockPolicyTextTest, EachRunAndTheOffloadedBlocksInWords) {
+  Plan p = Parsed("blocks:0-5=full,6-20=sac:wq+wk+w2+sdpa,21-31=none");
+  EXPECT_EQ(DescribeBlockPolicy(p),
+            "blocks 0-5: rerun whole in backward; blocks 6-20: op-SAC keeps wq, wk, w2, sdpa, reruns wv, wo, w1, w3 "
+            "and the elementwise ops; blocks 21-31: keep every activation");
+  p = Parsed("blocks:0-32=none,33-79=selective");
+  ParseActivationOffloadSpec("first:33", "--activation-offload", &p);
+  EXPECT_EQ(DescribeBlockPolicy(p),
+            "blocks 0-32: keep every activation, offloaded to pinned host memory; blocks 33-79: selective recompute "
+            "(the model's own rule)");
+  p = Parsed("blocks:0-9=none,10=full,11-15=none");
+  ParseActivationOffloadSpec("first:4", "--activation-offload", &p);
+  EXPECT_EQ(DescribeBlockPolicy(p),
+            "blocks 0-3: keep every activation, offloaded to pinned host memory; blocks 4-9: keep every activation; "
+            "block 10: rerun whole in backward; blocks 11-15: keep every activation");
+  // verl's own handler: every block but the last.
+  ParseActivationOffloadSpec("verl_async", "--activation-offload", &p);
+  EXPECT_EQ(DescribeBlockPolicy(p),
+            "blocks 0-9: keep every activation, offloaded to pinned host memory; block 10: rerun whole in backward, "
+            "offloaded to pinned host memory; blocks 11-14: keep every activation, offloaded to pinned host memory; "
+            "block 15: keep every activation");
 }
 
 }  // namespace

@@ -80,9 +80,18 @@ TEST(BlockLevelsTest, CheapestMixIsTheBruteForceOptimum) {
     double two_bytes = 0;
     EXPECT_GE(Secs(levels, *two, &two_bytes), want - 1e-9);
     EXPECT_LE(two_bytes, budget);
+    // Every count of blocks under the same budget at once: the brute force of each count.
+    const std::vector<double> by_count = LeastRerunByCount(levels, n, budget);
+    ASSERT_EQ(by_count.size(), static_cast<size_t>(n) + 1);
+    EXPECT_EQ(by_count[0], 0.0);
+    for (int m = 1; m <= n; ++m) EXPECT_NEAR(by_count[static_cast<size_t>(m)], BruteForce(levels, m, budget), 1e-9) << trial;
   }
   // Below the least bytes there is no answer.
   EXPECT_FALSE(CheapestMix({{Kind::kFull, 0, 2.0, 1.0}}, 3, 5.9).has_value());
+  // 2 blocks fit 5.9 bytes, 3 do not.
+  const std::vector<double> by_count = LeastRerunByCount({{Kind::kFull, 0, 2.0, 1.0}}, 3, 5.9);
+  EXPECT_EQ(by_count[2], 2.0);
+  EXPECT_EQ(by_count[3], std::numeric_limits<double>::infinity());
 }
 
 // Llama-3-8B's block under torchtitan's modeling, 8192 tokens: every one of the 256 save sets
@@ -175,37 +184,121 @@ TEST(BlockLevelsTest, TuneAnswersAPerBlockPolicyThatBeatsEveryUniformOne) {
   EXPECT_FALSE(sim::EstimateMemoryWithProgram(spec, cluster, none, mo, false).report.fits);
 }
 
-// Activation offload of the leading blocks (--activation-offload first:K) in place of any rerun:
-// Llama-3-70B on a GB200 NVL72 rack, 72 x 16384 tokens. Over NVLink-C2C the copies hide behind
-// the blocks' compute, so offloading K blocks beats first:K+selective on the GPU, but each GPU's
-// pinned copies (K blocks of ~6 GiB) exceed its share of the tray's 960 GB of host RAM: the
-// search leaves it out. With the host RAM of a cluster file that has room for them it is the
-// answer, and it fits on the replay with K the least that does.
-TEST(BlockOffloadTest, LeadingBlocksOffloadWhereTheHostHasRoomForThem) {
-  const auto spec = model::FindModelPreset("llama3-70b");
+// Activation offload of the leading blocks (--activation-offload first:K): Llama-3-70B on a GB200
+// NVL72 rack, 72 x 16384 tokens, where nothing fits without rerunning. Over NVLink-C2C the copies
+// mostly hide behind the blocks' compute, so offloading blocks beats rerunning them, as far as the
+// host's RAM holds their pinned copies (each GPU's block is ~6 GiB; the preset's tray of 4 GPUs has
+// 960 GiB).
+struct OffloadCase {
+  model::ModelSpec spec = model::FindModelPreset("llama3-70b");
   profiles::ClusterSpec cluster = profiles::ParseClusterShorthand("nvl72");
   SearchRequest req = RequestFor(72, 16384);
-  req.top_k = 2;
-  req.space.cp_sizes = {1};
-  req.space.strategies = {model::ShardingStrategy::kFullShard};
-  const SearchResult tight = SearchPlans(spec, cluster, req);
-  ASSERT_FALSE(tight.top.empty());
-  EXPECT_EQ(tight.top.front().plan.activation_offload, model::ActivationOffload::kNone) << tight.top.front().key;
-  cluster.host_memory_per_node = Bytes::GiB(64 * 1024);
-  const SearchResult roomy = SearchPlans(spec, cluster, req);
+  sim::MemoryOptions mo;
+  sim::SimOptions so;
+  OffloadCase() {
+    req.top_k = 2;
+    req.space.cp_sizes = {1};
+    req.space.strategies = {model::ShardingStrategy::kFullShard};
+    mo = req.options.memory;
+    mo.skip_repeated_micro_batches = true;
+    mo.host_estimate = false;
+    so = req.options;
+    so.with_timeline = false;
+    so.memory.allocator_replay = false;
+    so.memory.host_estimate = false;
+    so.steady_step_only = true;
+    so.memory.skip_repeated_micro_batches_in_step0 = true;
+  }
+  // A tray's RAM in GiB for every tray of the rack.
+  void SetHostGiBPerTray(int64_t gib) { cluster.host_memory_per_node = Bytes::GiB(gib * cluster.HostsPerNode()); }
+  sim::MemoryReport Memory(const model::Plan& p) const {
+    return sim::EstimateMemoryWithProgram(spec, cluster, p, mo, false).report;
+  }
+  double StepS(const model::Plan& p) const { return sim::SimulateStep(spec, cluster, p, so).step_time.count(); }
+  // Whether the host holds its GPUs' pinned copies beside each process's baseline.
+  bool HostHolds(const model::Plan& p) const {
+    const double need = static_cast<double>(cluster.GpusPerHost()) *
+                        static_cast<double>(Memory(p).activation_offload_pinned.count() +
+                                            req.options.memory.constants.host_process_baseline.count());
+    return need <= static_cast<double>(cluster.HostMemoryPerHost().count());
+  }
+};
+
+// Offloading alone (the other blocks keeping everything) where the host has room: with 64 TiB per
+// rack it fits with the least K, and the answer offloads and beats every plan without offload (a
+// tray of 12 GiB, which leaves no room for any copy).
+TEST(BlockOffloadTest, LeadingBlocksOffloadWhereTheHostHasRoomForThem) {
+  OffloadCase t;
+  t.SetHostGiBPerTray(12);
+  const SearchResult no_room = SearchPlans(t.spec, t.cluster, t.req);
+  ASSERT_FALSE(no_room.top.empty());
+  EXPECT_EQ(no_room.top.front().plan.activation_offload, model::ActivationOffload::kNone) << no_room.top.front().key;
+  t.cluster.host_memory_per_node = Bytes::GiB(64 * 1024);
+  const SearchResult roomy = SearchPlans(t.spec, t.cluster, t.req);
   ASSERT_FALSE(roomy.top.empty());
   const model::Plan& best = roomy.top.front().plan;
   ASSERT_EQ(best.activation_offload, model::ActivationOffload::kVerlAsync) << roomy.top.front().key;
-  const int k = best.activation_offload_blocks;
+  EXPECT_LT(roomy.top.front().step_time_s, no_room.top.front().step_time_s * (1.0 - kRankTolerance));
+  EXPECT_TRUE(t.Memory(best).fits);
+  EXPECT_TRUE(t.HostHolds(best));
+}
+
+// Issue #46's mix: with the preset's 960 GiB trays the host holds only some blocks' copies, and
+// offloading alone needs more of them (the least K that fits the GPU with every other block kept
+// overflows the tray). The answer offloads the first K blocks and reruns part of the others
+// (a blocks: policy): it fits the GPU on the replay and the host beside it, K more blocks would
+// not fit the host, and it is faster than every plan without offload (the search's answer on
+// trays with no room, first:K+selective) by more than the time model's error.
+TEST(BlockOffloadTest, OffloadedBlocksBesideRecomputeWhereTheHostHoldsOnlySome) {
+  OffloadCase t;
+  t.SetHostGiBPerTray(12);
+  const SearchResult no_room = SearchPlans(t.spec, t.cluster, t.req);
+  ASSERT_FALSE(no_room.top.empty());
+  t.cluster = profiles::ParseClusterShorthand("nvl72");  // the preset's trays
+  const SearchResult r = SearchPlans(t.spec, t.cluster, t.req);
+  ASSERT_FALSE(r.top.empty());
+  const model::Plan& best = r.top.front().plan;
+  ASSERT_EQ(best.activation_offload, model::ActivationOffload::kVerlAsync) << r.top.front().key;
+  ASSERT_EQ(best.checkpointing, model::Checkpointing::kBlocks) << r.top.front().key;
+  const int n = t.spec.num_layers;
+  const int k = model::ActivationOffloadedBlocks(best, n);
   ASSERT_GT(k, 0);
-  EXPECT_LT(roomy.top.front().step_time_s, tight.top.front().step_time_s * (1.0 - kRankTolerance));
-  sim::MemoryOptions mo = req.options.memory;
-  mo.skip_repeated_micro_batches = true;
-  mo.host_estimate = false;
-  EXPECT_TRUE(sim::EstimateMemoryWithProgram(spec, cluster, best, mo, false).report.fits);
-  model::Plan fewer = best;
-  fewer.activation_offload_blocks = k - 1;
-  EXPECT_FALSE(sim::EstimateMemoryWithProgram(spec, cluster, fewer, mo, false).report.fits);
+  ASSERT_LT(k, n - 1);
+  // The offloaded blocks keep everything (what run can offload); some later block reruns.
+  bool reruns = false;
+  for (int b = 0; b < n; ++b) {
+    if (b < k) {
+      EXPECT_FALSE(model::BlockCheckpointed(best, b, 0) || model::BlockSelective(best, b, 0)) << b;
+    } else {
+      reruns = reruns || model::BlockCheckpointed(best, b, 0) || model::BlockSelective(best, b, 0);
+    }
+  }
+  EXPECT_TRUE(reruns);
+  EXPECT_TRUE(t.Memory(best).fits);
+  EXPECT_TRUE(t.HostHolds(best));
+  model::Plan more = best;
+  more.activation_offload_blocks = k + 8;
+  EXPECT_FALSE(t.HostHolds(more));
+  EXPECT_LT(r.top.front().step_time_s, no_room.top.front().step_time_s * (1.0 - kRankTolerance));
+  EXPECT_LT(t.StepS(best), t.StepS(no_room.top.front().plan) * (1.0 - kRankTolerance));
+  // Offloading alone: the least K whose plan fits the GPU with every other block keeping
+  // (bisection on the replay: more offloaded blocks never need more) overflows the tray.
+  model::Plan alone = best;
+  alone.checkpointing = model::Checkpointing::kNone;
+  alone.checkpoint_blocks.clear();
+  int lo = 0, hi = n - 1;  // hi fits (verl's every block but the last), lo does not
+  const auto with_k = [&](int kk) {
+    model::Plan p = alone;
+    p.activation_offload_blocks = kk < n - 1 ? kk : 0;
+    return p;
+  };
+  ASSERT_TRUE(t.Memory(with_k(hi)).fits);
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (t.Memory(with_k(mid)).fits ? hi : lo) = mid;
+  }
+  EXPECT_GT(hi, k);
+  EXPECT_FALSE(t.HostHolds(with_k(hi))) << "first:" << hi;
 }
 
 }  // namespace
