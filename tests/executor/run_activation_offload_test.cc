@@ -217,9 +217,9 @@ TEST(ExecutorActivationOffloadTest, MixedPolicyPeakIsWhatValidatePredicts) {
   ASSERT_GT(plain, 0);
   EXPECT_NEAR(pred / meas, 1.0, 0.03);
   // Offloading block 0's activations and block 1's input lowers the same policy's peak. The policy
-  // without offload is not held to 3% here: its last block's selective rerun under eager
-  // attention is predicted 2-4% low (about one FFN-wide tensor at the peak, as for torchtitan's
-  // selective everywhere: an open gap, issue #46's session-43 note).
+  // without offload is not held to 3% here: its op-SAC blocks' reentrant-style rerun holds two
+  // block residuals PyTorch's non-reentrant SAC (which the walk follows) does not, so it is
+  // predicted about 3.6% low (an open gap, executor/README.md "Activation offload").
   EXPECT_LT(meas, plain);
   EXPECT_LT(pred, plain_pred);
 }
