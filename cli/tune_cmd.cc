@@ -237,8 +237,25 @@ planner::SearchRequest BuildRequest(const TuneArgs& a, const model::ModelSpec& s
   return req;
 }
 
+// The pinned host bytes per host (a node, or a compute tray where an NVLink domain spans several:
+// ClusterSpec::GpusPerHost) that verl's activation offload of `p` holds during training: each
+// GPU's copies of one micro-batch's offloaded blocks, in the CachingHostAllocator's power-of-two
+// blocks (sim::MemoryReport::activation_offload_pinned), times the host's GPUs. 0 without it.
+// The search judges the GPU only; the refinement checked these against the host's RAM.
+Bytes PinnedActivationsPerHost(const model::ModelSpec& spec, const profiles::ClusterSpec& c,
+                               const sim::MemoryOptions& options, const model::Plan& p) {
+  if (p.activation_offload == model::ActivationOffload::kNone) return Bytes();
+  sim::MemoryOptions mo = options;
+  mo.allocator_replay = false;
+  mo.host_estimate = false;
+  mo.skip_repeated_micro_batches = true;
+  sim::ModelCache cache;
+  return sim::EstimateMemoryReport(spec, c, p, mo, &cache).activation_offload_pinned * c.GpusPerHost();
+}
+
 void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles::ClusterSpec& c,
                 const planner::SearchRequest& req, const planner::SearchResult& r,
+                const std::vector<Bytes>& pinned_per_host,
                 const std::string& seq_len_note, const std::string& model_from,
                 const std::string& allocator_line, const std::string& notes, std::ostream& out) {
   out << "shardtune tune: " << spec.name << (model_from.empty() ? "" : " (" + model_from + ")")
@@ -276,6 +293,13 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << "     flags: " << planner::PlanAsFlags(t.plan) << "\n";
       if (model::ExplicitSacSave(t.plan) || t.plan.checkpointing == model::Checkpointing::kBlocks) {
         out << "     activations: " << model::DescribeBlockPolicy(t.plan) << "\n";
+      }
+      if (i < pinned_per_host.size() && pinned_per_host[i].count() > 0) {
+        const int g = c.GpusPerHost();
+        out << "     host: " << FormatBytes(pinned_per_host[i]) << " of pinned activation copies per "
+            << (c.HostsPerNode() > 1 ? "host" : "node") << " (its " << g << " GPU" << (g == 1 ? "" : "s")
+            << "), beside " << FormatBytes(req.options.memory.constants.host_process_baseline * g)
+            << " for the processes, of " << FormatBytes(c.HostMemoryPerHost()) << "\n";
       }
       if (!t.why_not_best.empty()) out << "     why not #1: " << t.why_not_best << "\n";
     }
@@ -417,6 +441,9 @@ struct TuneRun {
   bool features = false;  // the winner freezes or adapts parameters: savings against a full fine-tune
   sim::FeatureSavings savings;
   sim::MemoryReport best_memory;
+  // Per plan of result.top: the pinned host bytes per host its activation offload holds (every
+  // GPU of the host: PinnedActivationsPerHost), 0 without activation offload.
+  std::vector<Bytes> pinned_per_host;
   std::vector<std::string> warnings;
   // --allocator both (the allocator the result was searched under is req.options.memory's), and
   // then the other allocator's winner.
@@ -609,6 +636,9 @@ TuneRun RunTuneSearch(const TuneArgs& a, std::ostream& err) {
     t.fragmentation = LostToFragmentation(t);
   }
   const planner::SearchResult& r = t.result;
+  for (const planner::Candidate& c : r.top) {
+    t.pinned_per_host.push_back(PinnedActivationsPerHost(t.spec, t.cluster, t.req.options.memory, c.plan));
+  }
   if (t.measure.plans > 0 && !r.top.empty()) t.measured = MeasureTopPlans(t.spec, t.cluster, t.req, r, t.measure);
   if (a.search_nodes) t.nodes = SearchNodes(t.spec, t.cluster, t.req, a.min_tokens_per_s);
   if (!a.out.empty() && !r.top.empty()) {
@@ -686,8 +716,8 @@ void PrintTune(const TuneArgs& a, const TuneRun& t, std::ostream& out, std::ostr
   for (const auto& w : t.warnings) WriteLine(err, "warning: ", w);
   std::ostringstream notes;
   PrintAllocatorNotes(t, notes);
-  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.seq_len_note, t.model_from, AllocatorLine(t), notes.str(),
-             out);
+  PrintTable(a, t.spec, t.cluster, t.req, t.result, t.pinned_per_host, t.seq_len_note, t.model_from,
+             AllocatorLine(t), notes.str(), out);
   if (!t.result.top.empty()) {
     PrintTokenBudget(t.budget, t.result.top.front().step_time_s, t.from.verl_trainer, out);
   }
@@ -725,6 +755,12 @@ nlohmann::ordered_json TuneJson(const TuneArgs& a, const TuneRun& t) {
   j["allocator"] = allocator;
   j["allocators_searched"] = t.both_allocators ? "both" : allocator;
   planner::AppendSearchResultJson(t.result, &j);
+  // Beside each listed plan with activation offload: its pinned host bytes per host.
+  for (size_t i = 0; i < t.pinned_per_host.size() && i < j["top"].size(); ++i) {
+    if (t.pinned_per_host[i].count() > 0) {
+      j["top"][i]["activation_offload_pinned_bytes_per_host"] = t.pinned_per_host[i].count();
+    }
+  }
   if (t.both_allocators) {
     nlohmann::ordered_json o = {{"allocator", sim::ToString(t.other.allocator)}, {"found", t.other.found}};
     if (t.other.found) {

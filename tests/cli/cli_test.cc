@@ -571,6 +571,36 @@ TEST(CliTest, TuneWritesAWinnerThatEstimateReads) {
   EXPECT_EQ(j.at("plan").at("micro_batch").get<int>() * j.at("plan").value("grad_accum", 1) * 2, 8);
 }
 
+// A plan with activation offload says what it holds in pinned host memory: tune's winner on the
+// NVL72 preset (the first blocks offloaded beside per-block recompute, issue #46) prints a host
+// line, and its JSON figure is the one estimate puts in the same plan's host breakdown during
+// training (every GPU of a tray's copies).
+TEST(CliTest, TuneSaysWhatActivationOffloadHoldsOnTheHost) {
+  const std::string plan = TempPath("offload_winner.json");
+  const std::string job = " --model llama3-70b --cluster nvl72 --global-batch 72 --seq-len 16384";
+  Result t = RunCli("tune" + job + " --cp-sizes 1 --strategy full_shard --top 1 --json --out " + plan);
+  ASSERT_EQ(t.code, 0) << t.err;
+  const auto tj = nlohmann::json::parse(t.out);
+  const auto& top = tj.at("top").at(0);
+  ASSERT_TRUE(top.contains("activation_offload_pinned_bytes_per_host")) << top.dump();
+  const int64_t pinned = top.at("activation_offload_pinned_bytes_per_host").get<int64_t>();
+  Result e = RunCli("estimate" + job + " --plan " + plan + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  const auto ej = nlohmann::json::parse(e.out);
+  int64_t in_estimate = -1;
+  for (const auto& ph : ej.at("phases").at("list")) {
+    const auto& b = ph.at("host").at("breakdown");
+    if (b.contains("offloaded activations (pinned, power-of-two blocks)")) {
+      in_estimate = b.at("offloaded activations (pinned, power-of-two blocks)").get<int64_t>();
+    }
+  }
+  EXPECT_EQ(pinned, in_estimate);
+  Result text = RunCli("tune" + job + " --cp-sizes 1 --strategy full_shard --top 1");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, ::testing::HasSubstr("of pinned activation copies per host (its 4 GPUs)"));
+  EXPECT_THAT(text.out, ::testing::HasSubstr("offloaded to pinned host memory"));
+}
+
 TEST(CliTest, TuneJsonRanksBestFirst) {
   Result r = RunCli("tune --model tiny-llama --cluster 2xH100 --global-batch 8 --seq-len 128 --json");
   ASSERT_EQ(r.code, 0) << r.err;
