@@ -536,10 +536,12 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     // handler over them; its copies overlap the next block's compute, the simulation says how
     // much shows), for the least K that fits: between none and verl's every block but the last.
     // Only for the fastest checkpointing plan of the list, and where OffloadCanWin's bound allows.
+    // Not beside offloaded parameters or optimizer states: their pinned shards already take the
+    // host's RAM (and its PCIe link), which HostRoomPerGpu does not count.
     const bool offload_applies = block_offload && refined == 1 &&
                                  c.plan.wrap.kind == model::WrapPolicy::Kind::kBlock &&
                                  c.plan.activation_offload == model::ActivationOffload::kNone && c.plan.Trains() &&
-                                 blocks >= 3 && spec.VisionBlocks() == 0;
+                                 c.plan.offload == model::Offload::kNone && blocks >= 3 && spec.VisionBlocks() == 0;
     const int k_least = offload_applies ? OffloadCanWin(spec, cluster, req, c) : 0;
     if (k_least > 0) {
       // A cheap screen first: the plan with the least K the bound allows (optimistic: more blocks
