@@ -264,42 +264,50 @@ std::vector<Plan> PlansForCp(const model::ModelSpec& spec, const profiles::Clust
               continue;
             }
             for (auto off : s.offloads) {
+              Plan base = req.base;
+              base.strategy = strategy;
+              base.shard_group_size = g;
+              base.reshard_after_forward = model::StrategyReshardsAfterForward(strategy);
+              base.wrap = w;
+              // Per-expert units are a property of the model's MoE blocks, orthogonal to how
+              // blocks are grouped: the base plan's choice applies to every wrap searched.
+              base.wrap.expert_units = w.expert_units || req.base.wrap.expert_units;
+              base.micro_batch = mb;
+              base.grad_accum = static_cast<int>(per_rank / mb);
+              base.seq_len = req.seq_len;
+              if (req.base.packed_seq_len > 0) {
+                // A token budget of mb longest sequences per row (verl use_dynamic_bsz with
+                // ppo_max_token_len_per_gpu = mb x seq_len / cp): judged at full rows, as
+                // many as the per-rank batch needs when every sequence is the longest
+                // (seqlen_balancing.py: ceil(tokens / budget) micro-batches).
+                base.micro_batch = 1;
+                base.seq_len = static_cast<int64_t>(mb) * req.seq_len;
+                base.packed_seq_len = req.seq_len;
+              }
+              base.checkpointing = ck;
+              base.checkpoint_every_k = ck == model::Checkpointing::kEveryK ? 2 : 1;
+              base.checkpoint_rest_selective = ck == model::Checkpointing::kFirstK && req.base.checkpoint_rest_selective;
+              base.offload = off;
+              base.cp = cp;
+              // The cp and ep checks read no prefetch setting (Plan::Problems, CpProblems,
+              // EpProblems): judged once for the prefetch variants below.
+              if (cp > 1 && !CpFits(spec, c, base)) continue;
+              std::vector<char> ep_fits;
+              for (int ep : s.ep_sizes) {
+                base.ep = ep;
+                ep_fits.push_back(ep <= 1 || EpFits(spec, c, base));
+              }
               for (bool fp : s.forward_prefetch) {
                 for (auto bp : s.backward_prefetch) {
                   // Units that stay gathered through backward issue no backward all-gather:
                   // backward prefetch cannot matter, so only the default is searched.
                   if (!model::StrategyReshardsAfterForward(strategy) && bp != s.backward_prefetch.front()) continue;
-                  Plan p = req.base;
-                  p.strategy = strategy;
-                  p.shard_group_size = g;
-                  p.reshard_after_forward = model::StrategyReshardsAfterForward(strategy);
-                  p.wrap = w;
-                  // Per-expert units are a property of the model's MoE blocks, orthogonal to how
-                  // blocks are grouped: the base plan's choice applies to every wrap searched.
-                  p.wrap.expert_units = w.expert_units || req.base.wrap.expert_units;
-                  p.micro_batch = mb;
-                  p.grad_accum = static_cast<int>(per_rank / mb);
-                  p.seq_len = req.seq_len;
-                  if (req.base.packed_seq_len > 0) {
-                    // A token budget of mb longest sequences per row (verl use_dynamic_bsz with
-                    // ppo_max_token_len_per_gpu = mb x seq_len / cp): judged at full rows, as
-                    // many as the per-rank batch needs when every sequence is the longest
-                    // (seqlen_balancing.py: ceil(tokens / budget) micro-batches).
-                    p.micro_batch = 1;
-                    p.seq_len = static_cast<int64_t>(mb) * req.seq_len;
-                    p.packed_seq_len = req.seq_len;
-                  }
-                  p.checkpointing = ck;
-                  p.checkpoint_every_k = ck == model::Checkpointing::kEveryK ? 2 : 1;
-                  p.checkpoint_rest_selective = ck == model::Checkpointing::kFirstK && req.base.checkpoint_rest_selective;
-                  p.offload = off;
+                  Plan p = base;
                   p.forward_prefetch = fp;
                   p.backward_prefetch = bp;
-                  p.cp = cp;
-                  if (cp > 1 && !CpFits(spec, c, p)) continue;
-                  for (int ep : s.ep_sizes) {
-                    p.ep = ep;
-                    if (ep > 1 && !EpFits(spec, c, p)) continue;
+                  for (size_t e = 0; e < s.ep_sizes.size(); ++e) {
+                    if (!ep_fits[e]) continue;
+                    p.ep = s.ep_sizes[e];
                     for (auto lk : s.loss_kernels) {
                       p.loss_kernel = lk;
                       if (lk == model::LossKernel::kFusedLinear && !p.FusedLossConflicts().empty()) continue;
