@@ -101,6 +101,17 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
   // The host's memory bandwidth is shared by the ranks of one host (a GB200 tray's 4, not the
   // NVL72 node's 72).
   double host_bw = k.host_memory_bandwidth_per_node.count() / std::max(1, c.GpusPerHost());
+  // The blocks' collectives repeat through the step with the same kind, size and group: each
+  // distinct one is priced once (NcclComm::Cost tries every algorithm and protocol), the few of
+  // a step searched in order.
+  struct Priced {
+    profiles::Collective kind;
+    int64_t bytes;
+    const GroupLink* group;
+    CollectiveTerms terms;
+  };
+  std::vector<Priced> priced;
+  const profiles::NcclReduceOp reduce_op = Fsdp2ReduceOp(plan.reduce_dtype);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const ProgramOp& op = p.ops[i];
     if (op.step < from_step) continue;
@@ -114,8 +125,15 @@ std::vector<OpCost> CostOps(const StepProgram& p, const profiles::ClusterSpec& c
         const GroupLink& g = CollectiveGroup(l, op);
         oc.latency_ns = ToNanos(local);
         if (g.ranks > 1 && op.comm_bytes > 0) {
-          const CollectiveTerms t =
-              CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g, Fsdp2ReduceOp(plan.reduce_dtype));
+          auto at = std::find_if(priced.begin(), priced.end(), [&](const Priced& q) {
+            return q.kind == op.collective && q.bytes == op.comm_bytes && q.group == &g;
+          });
+          if (at == priced.end()) {
+            priced.push_back({op.collective, op.comm_bytes, &g,
+                              CollectiveCost(op.collective, Bytes::Of(op.comm_bytes), g, reduce_op)});
+            at = priced.end() - 1;
+          }
+          const CollectiveTerms& t = at->terms;
           oc.latency_ns = ToNanos(local + t.latency.count());
           oc.transfer_ns = std::max<int64_t>(1, ToNanos(t.bus_bytes / t.bus_bandwidth.count()));
         }
