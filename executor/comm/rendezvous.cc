@@ -2,6 +2,8 @@
 #include "executor/comm/rendezvous.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "executor/errors.h"
@@ -39,6 +41,13 @@ std::unique_ptr<Rendezvous> Rendezvous::Connect(const RendezvousOptions& o) {
   } catch (const std::exception& e) {
     throw BackendError(Where(o) +
                        " failed (is MASTER_PORT free and every rank started?): " + e.what());
+  }
+  // Ranks started by `shardtune run` share their launch's id (executor/train/launcher.cc): every
+  // key goes under it, so two launches handed the same port on one machine cannot exchange
+  // addresses (seen once: two concurrent tests' ranks paired across runs and both failed). The
+  // variable is the launcher's, not a user setting; ranks started otherwise have none.
+  if (const char* run = std::getenv("SHARDTUNE_RUN_ID"); run != nullptr && *run != '\0') {
+    impl->store = c10::make_intrusive<c10d::PrefixStore>(std::string(run), impl->store);
   }
   return std::unique_ptr<Rendezvous>(new Rendezvous(o, std::move(impl)));
 }

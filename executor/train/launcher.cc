@@ -36,14 +36,18 @@ int ExitCodeOf(int status) {
 }
 
 // The environment of rank `rank`: the given one, with the rendezvous variables replaced.
-std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank, int port) {
+std::vector<std::string> RankEnvironment(const LaunchOptions& o, int rank, int port, const std::string& run_id) {
   const std::vector<std::pair<std::string, std::string>> vars{
       {"RANK", std::to_string(rank)},
       {"LOCAL_RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(o.nproc)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
       {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(port)}};
+      {"MASTER_PORT", std::to_string(port)},
+      // This launch's own key space in the store (executor/comm/rendezvous.cc): a
+      // rank of another launch that was handed the same free port (FindFreePort's port is free
+      // again until rank 0 listens on it) then never pairs with these ranks.
+      {"SHARDTUNE_RUN_ID", run_id}};
   std::vector<std::string> env;
   for (const std::string& kv : o.environment) {
     std::string key = kv.substr(0, kv.find('='));
@@ -93,12 +97,15 @@ namespace {
 
 std::vector<pid_t> StartRanks(const LaunchOptions& o, int port) {
   pid_t self = ::getpid();
+  // One id for every rank of this launch (RankEnvironment's SHARDTUNE_RUN_ID).
+  const std::string run_id = std::to_string(self) + "." + std::to_string(port) + "." +
+                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::vector<pid_t> pids;
   std::vector<char*> argv;
   for (const std::string& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (int r = 0; r < o.nproc; ++r) {
-    std::vector<std::string> env = RankEnvironment(o, r, port);
+    std::vector<std::string> env = RankEnvironment(o, r, port, run_id);
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
