@@ -248,8 +248,7 @@ Bytes PinnedActivationsPerHost(const model::ModelSpec& spec, const profiles::Clu
   sim::MemoryOptions mo = options;
   mo.allocator_replay = false;
   mo.host_estimate = false;
-  mo.skip_repeated_micro_batches = true;
-  sim::ModelCache cache;
+  sim::ModelCache cache;  // EstimateMemoryReport leaves out the repeated micro-batches
   return sim::EstimateMemoryReport(spec, c, p, mo, &cache).activation_offload_pinned * c.GpusPerHost();
 }
 

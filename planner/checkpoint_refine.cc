@@ -159,6 +159,19 @@ double HostRoomPerGpu(const profiles::ClusterSpec& cluster, const SearchRequest&
          static_cast<double>(req.options.memory.constants.host_process_baseline.count());
 }
 
+// Whether a plan's pinned host copies per rank (Need::pinned), every rank of a host together,
+// beside each process's own baseline, fit the host's RAM (the search judges the GPU only).
+bool HostHolds(const profiles::ClusterSpec& cluster, const SearchRequest& req, Bytes pinned) {
+  return static_cast<double>(pinned.count()) <= HostRoomPerGpu(cluster, req);
+}
+
+// The smallest step in kept bytes between two adjacent levels (ascending in bytes), at most
+// `most`: where bracketing a budget of kept bytes can stop.
+double SmallestLevelStep(const std::vector<BlockLevel>& levels, double most) {
+  for (size_t l = 1; l < levels.size(); ++l) most = std::min(most, levels[l].bytes - levels[l - 1].bytes);
+  return most;
+}
+
 // Whether offloading leading blocks can beat `c` at all, at the walk's rates and before any walk.
 // The offload plan keeps no rerun, so its step is at least c's less c's rerun (each block's, at
 // the levels' rates: PlanBlock::Under) plus OffloadCostOf's wait for each offloaded block, and it
@@ -319,11 +332,10 @@ std::optional<Candidate> BlockPolicyCandidate(const model::ModelSpec& spec, cons
   };
   // The largest budget whose policy fits on the replay, bracketed between full everywhere (fits)
   // and none (does not).
-  double min_step = bytes_keep;
-  for (size_t l = 1; l < levels.size(); ++l) min_step = std::min(min_step, levels[l].bytes - levels[l - 1].bytes);
   const std::optional<Fitting> fit =
       LargestFittingBudget(judge, policy_at, bytes_full, static_cast<double>(full.required.count()), bytes_keep,
-                           static_cast<double>(none.required.count()), c.capacity, min_step);
+                           static_cast<double>(none.required.count()), c.capacity,
+                           SmallestLevelStep(levels, bytes_keep));
   if (!fit || (fit->plan.checkpointing != model::Checkpointing::kBlocks && !model::ExplicitSacSave(fit->plan))) {
     return std::nullopt;  // nothing fits between the ends, or a uniform policy the search ranks itself
   }
@@ -423,17 +435,14 @@ std::optional<Candidate> OffloadMixCandidate(const model::ModelSpec& spec, const
     if (!lo_plan) return std::nullopt;
     const Need lo = judge(*lo_plan);
     if (!lo.fits) return std::nullopt;
-    double min_step = bytes_keep;
-    for (size_t l = 1; l < levels.size(); ++l) min_step = std::min(min_step, levels[l].bytes - levels[l - 1].bytes);
     const std::optional<Fitting> fit =
         LargestFittingBudget(judge, policy_at, rest * levels.front().bytes, static_cast<double>(lo.required.count()),
-                             budget, static_cast<double>(need.required.count()), c.capacity, min_step);
+                             budget, static_cast<double>(need.required.count()), c.capacity,
+                             SmallestLevelStep(levels, bytes_keep));
     p = fit ? fit->plan : *lo_plan;
     need = fit ? Need{true, fit->need, {}} : lo;
   }
-  // Its pinned host copies, every rank of a host together, beside each process's own baseline,
-  // must fit the host's RAM (the search judges the GPU only).
-  if (static_cast<double>(judge(*p, true).pinned.count()) > HostRoomPerGpu(cluster, req)) return std::nullopt;
+  if (!HostHolds(cluster, req, judge(*p, true).pinned)) return std::nullopt;
   Candidate out = CandidateOf(*p, sim::SimulateStep(spec, cluster, *p, so), req, cluster);
   out.required = need.required;
   return out;
@@ -479,6 +488,14 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
       continue;
     }
     ++refined;
+    // A per-block policy or offload plan joins the list when it is new and faster than its source
+    // by more than the time model can tell apart (kRankTolerance).
+    const auto add_block_policy = [&](Candidate&& o) {
+      if (listed.count(o.key) > 0 || !(o.objective < c.objective * (1.0 - kRankTolerance))) return;
+      listed.insert(o.key);
+      added.push_back(std::move(o));
+      ++result->refined_block_policies;
+    };
     model::Plan full_plan = c.plan;
     full_plan.checkpointing = model::Checkpointing::kFull;
     full_plan.checkpoint_rest_selective = false;
@@ -526,11 +543,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     if (block_policies && AlikeOpSacBlocks(spec, c.plan)) {
       std::optional<Candidate> mixed =
           BlockPolicyCandidate(spec, cluster, req, judge, c, so, judge(WithFirstK(c.plan, 0, false)), judge(full_plan));
-      if (mixed && listed.count(mixed->key) == 0 && mixed->objective < c.objective * (1.0 - kRankTolerance)) {
-        listed.insert(mixed->key);
-        added.push_back(std::move(*mixed));
-        ++result->refined_block_policies;
-      }
+      if (mixed) add_block_policy(std::move(*mixed));
     }
     // The first K blocks' activations to pinned host memory instead of any rerun (verl's
     // handler over them; its copies overlap the next block's compute, the simulation says how
@@ -558,20 +571,10 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
             judge, [&](int probe) { return WithOffloadedFirstK(c.plan, probe, blocks); }, 0, none.required,
             blocks - 1, most.required, c.capacity, &need);
         const model::Plan p = WithOffloadedFirstK(c.plan, k, blocks);
-        // Its pinned host copies, every rank of a host together, beside each process's own
-        // baseline, must fit the host's RAM (the search judges the GPU only).
-        const double host_need =
-            static_cast<double>(cluster.GpusPerHost()) *
-            static_cast<double>(judge(p, true).pinned.count() +
-                                req.options.memory.constants.host_process_baseline.count());
-        if (listed.count(PlanKey(p)) == 0 && host_need <= static_cast<double>(cluster.HostMemoryPerHost().count())) {
+        if (listed.count(PlanKey(p)) == 0 && HostHolds(cluster, req, judge(p, true).pinned)) {
           Candidate o = CandidateOf(p, sim::SimulateStep(spec, cluster, p, so), req, cluster);
           o.required = need;
-          if (o.objective < c.objective * (1.0 - kRankTolerance)) {
-            listed.insert(o.key);
-            added.push_back(std::move(o));
-            ++result->refined_block_policies;
-          }
+          add_block_policy(std::move(o));
         }
       }
     }
@@ -581,11 +584,7 @@ void RefineBlockCheckpointing(const model::ModelSpec& spec, const profiles::Clus
     if (offload_applies && AlikeBlocks(spec, c.plan)) {
       std::optional<Candidate> mix = OffloadMixCandidate(spec, cluster, req, judge, c, so,
                                                          judge(WithFirstK(c.plan, 0, false), true), full_w);
-      if (mix && listed.count(mix->key) == 0 && mix->objective < c.objective * (1.0 - kRankTolerance)) {
-        listed.insert(mix->key);
-        added.push_back(std::move(*mix));
-        ++result->refined_block_policies;
-      }
+      if (mix) add_block_policy(std::move(*mix));
     }
   }
   if (added.empty()) return;
