@@ -263,7 +263,7 @@ void PrintTable(const model::ModelSpec& spec, const profiles::ClusterSpec& c, co
   out << first_screen;
   out << "plan: " << PlanLine(plan, r, seq) << "\n";
   if (model::ExplicitSacSave(plan) || plan.checkpointing == model::Checkpointing::kBlocks) {
-    out << "activations: " << model::DescribeBlockPolicy(plan) << "\n";
+    out << "activations: " << BlockPolicyLine(spec, plan) << "\n";
   }
   out << "largest unit: " << largest->name << ", " << FormatCount(largest->parameters)
       << " params, " << FormatBytes(largest->gathered_bytes) << " when gathered\n\n";

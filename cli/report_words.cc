@@ -3,7 +3,18 @@
 
 #include <sstream>
 
+#include "model/activations.h"
+
 namespace shardtune::cli {
+
+std::string BlockPolicyLine(const model::ModelSpec& spec, const model::Plan& plan) {
+  std::string line = model::DescribeBlockPolicy(plan);
+  const model::ActivationOptions o = model::ActivationOptionsFor(plan, plan.ResolvedSeqLen(spec.max_seq_len));
+  if (spec.moe.enabled() && model::TorchtitanOpSacApplies(spec, o, model::Trainability{})) {
+    line += " (in an MoE block w1, w3, w2 are the routed experts' grouped GEMMs; its router always reruns)";
+  }
+  return line;
+}
 
 std::string JudgedOnSentence(const sim::MemoryReport& r) {
   using sim::MemoryJudgedBy;

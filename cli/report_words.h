@@ -16,4 +16,9 @@ std::string JudgedOnSentence(const sim::MemoryReport& r);
 // What ColocationReport::fits compared: the running role plus the idle roles' residue.
 std::string JudgedOnSentence(const sim::ColocationReport& c);
 
+// The plan's per-block activation policy (model::DescribeBlockPolicy), and where the model's
+// blocks are MoE ones under op-level SAC what w1, w3, w2 name there (the routed experts' grouped
+// GEMMs) and that the router reruns (model/activations.cc TorchtitanOpSac).
+std::string BlockPolicyLine(const model::ModelSpec& spec, const model::Plan& plan);
+
 }  // namespace shardtune::cli

@@ -14,6 +14,7 @@
 
 #include "cli/format.h"
 #include "cli/job_args.h"
+#include "cli/report_words.h"
 #include "cli/tune_measure.h"
 #include "planner/search_json.h"
 #include "model/activations.h"
@@ -291,7 +292,7 @@ void PrintTable(const TuneArgs& a, const model::ModelSpec& spec, const profiles:
           << " s, needs " << FormatBytes(t.required) << " of " << FormatBytes(t.capacity) << "\n     " << t.key << "\n"
           << "     flags: " << planner::PlanAsFlags(t.plan) << "\n";
       if (model::ExplicitSacSave(t.plan) || t.plan.checkpointing == model::Checkpointing::kBlocks) {
-        out << "     activations: " << model::DescribeBlockPolicy(t.plan) << "\n";
+        out << "     activations: " << BlockPolicyLine(spec, t.plan) << "\n";
       }
       if (i < pinned_per_host.size() && pinned_per_host[i].count() > 0) {
         const int g = c.GpusPerHost();

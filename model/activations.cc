@@ -594,7 +594,13 @@ double ResidualPerToken(const ModelSpec& spec, const ActivationOptions& opt) {
 
 bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
                             const Trainability& t) {
-  return opt.modeling == Modeling::kTorchtitan && opt.cp <= 1 && !spec.moe.enabled() &&
+  // An MoE block: torchtitan's MoE (models/moe/moe.py: TokenChoiceTopKRouter's softmax router,
+  // GroupedExperts on the expert-sorted rows) with routed experts only and its experts local
+  // (ep 1: an expert-parallel block's all-to-alls would rerun in backward, outside this rule).
+  const MoeSpec& m = spec.moe;
+  const bool moe_block = !m.enabled() || (opt.ep <= 1 && m.num_shared_experts == 0 && !m.gpt_oss_experts &&
+                                          !m.deepseek_router && !spec.mlp_bias);
+  return opt.modeling == Modeling::kTorchtitan && opt.cp <= 1 && moe_block &&
          !spec.mla.enabled() && !spec.fused_qkv && !spec.fused_gate_up &&
          spec.mlp == MlpKind::kSwiGlu && !spec.gelu_gate && t.FullFinetune();
 }
@@ -611,27 +617,42 @@ namespace {
 // which the non-reentrant checkpoint keeps. For the dense block torchtitan's models run
 // (llama3/qwen3 model.py: wq, wk, wv, then wo after attention; FeedForward w2(silu(w1(x)) *
 // w3(x))) the mms are wq, wk, wv, wo, w1, w3, w2: wq, wv, w1, w2 are saved; wk, wo, w3 rerun in
-// backward. A biased projection is aten.addmm (ATen's linear on a bias), which is in neither the
-// save list nor the count: recomputed. Eager attention's bmm and softmax are not in the list
-// either: the whole attention core reruns in backward (BlockActivations::
-// selective_recompute_attention) and nothing of it is kept. shardtune's executor applies the
-// same rule (executor/nn/recompute.h SacTape), and both ask TorchtitanOpSacApplies.
+// backward. A biased projection is aten.addmm, which is in neither the save list nor the count:
+// recomputed. Eager attention's bmm and softmax are not in the list either: the whole attention
+// core reruns in backward (BlockActivations::selective_recompute_attention) and nothing of it is
+// kept. shardtune's executor applies the same rule (executor/nn/recompute.h SacTape), and both
+// ask TorchtitanOpSacApplies.
+//
+// An MoE block (torchtitan's qwen3 and llama4 parallelize.py pass the same `_op_sac_save_list`):
+// the router's gate is force-recomputed and left out of the count (activation_checkpoint.py
+// `per_op_sac_force_recompute_mm_shapes_by_fqns`, default ["moe.router.gate"]: an mm of its
+// weight's shape returns PREFER_RECOMPUTE before the counter moves), and the experts'
+// torch._grouped_mm is not in the save list (GroupedExperts._run_experts_grouped_mm: w1, w3, w2
+// in that order): so the counted mms are wq, wk, wv, wo, and the block keeps its input, wq, wv
+// and SDPA's outputs; the whole MoE reruns in backward. An explicit save set may keep the
+// experts' grouped outputs (w1, w3, w2: one row per routed (token, expert), top_k per token).
 void TorchtitanOpSac(const ModelSpec& spec, const ActivationOptions& opt, const Trainability& t,
                      double elem_bytes, BlockActivations* b) {
   if (!TorchtitanOpSacApplies(spec, opt, t)) return;
   struct Mm {
-    double in, out;
+    double in, out, rows;  // rows per token: 1, or top_k for a routed expert's grouped GEMM
   };
-  const double h = static_cast<double>(spec.hidden), f = static_cast<double>(spec.ffn_hidden);
+  const double h = static_cast<double>(spec.hidden);
   const double q = static_cast<double>(spec.q_dim()), kv = static_cast<double>(spec.kv_dim());
+  const bool moe = spec.moe.enabled();
+  const double f = static_cast<double>(moe && spec.moe.expert_ffn_hidden > 0 ? spec.moe.expert_ffn_hidden
+                                                                              : spec.ffn_hidden);
+  const double k = moe ? static_cast<double>(spec.moe.top_k) : 1.0;
   // kSacOpNames order: wq, wk, wv, wo, w1, w3, w2.
-  const Mm order[kSacMatmuls] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}};
-  const std::array<bool, kSacMatmuls> bias = SacProjectionBiases(spec);
+  const Mm order[kSacMatmuls] = {{h, q, 1}, {h, kv, 1}, {h, kv, 1}, {q, h, 1}, {h, f, k}, {h, f, k}, {f, h, k}};
+  const std::array<bool, kSacMatmuls> uncounted = SacUncountedProjections(spec);
   b->sac_ops.clear();
   for (int i = 0; i < kSacMatmuls; ++i) {
     const Mm& m = order[i];
-    b->sac_ops.push_back({elem_bytes * m.out, 2 * m.in * m.out, bias[static_cast<size_t>(i)]});
+    b->sac_ops.push_back({elem_bytes * m.out * m.rows, 2 * m.in * m.out * m.rows, uncounted[static_cast<size_t>(i)]});
   }
+  // The router's gate (H -> E, fp32 under autocast) reruns whatever the save set.
+  b->sac_rerun_matmul_flops_per_token = moe ? 2 * h * static_cast<double>(spec.moe.num_experts) : 0.0;
   BlockActivations::SacOp sdpa;
   b->sac_sdpa = opt.attention == Attention::kSdpa;
   if (b->sac_sdpa) {
@@ -1190,24 +1211,25 @@ ActivationLedger ComputeHeadActivations(const ModelSpec& spec, const ActivationO
   return led;
 }
 
-std::array<bool, kSacMatmuls> SacProjectionBiases(const ModelSpec& spec) {
-  return {spec.qkv_bias, spec.qkv_bias, spec.qkv_bias, spec.attn_out_bias, spec.mlp_bias, spec.mlp_bias, spec.mlp_bias};
+std::array<bool, kSacMatmuls> SacUncountedProjections(const ModelSpec& spec) {
+  const bool mlp = spec.mlp_bias || spec.moe.enabled();  // aten.addmm, or the experts' _grouped_mm
+  return {spec.qkv_bias, spec.qkv_bias, spec.qkv_bias, spec.attn_out_bias, mlp, mlp, mlp};
 }
 
-SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& bias, bool sdpa) {
+SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& uncounted, bool sdpa) {
   if (save != kTorchtitanSacSave) return save & kSacAll;
   SacSave out = sdpa ? kSacSdpaBit : 0;
   int mm_count = 0;
   for (int i = 0; i < kSacMatmuls; ++i) {
-    if (!bias[static_cast<size_t>(i)] && ++mm_count % 2 == 1) out |= SacSave{1} << i;
+    if (!uncounted[static_cast<size_t>(i)] && ++mm_count % 2 == 1) out |= SacSave{1} << i;
   }
   return out;
 }
 
 SacSave BlockActivations::SacOps(SacSave save) const {
-  std::array<bool, kSacMatmuls> bias{};
-  for (int i = 0; i < kSacMatmuls; ++i) bias[static_cast<size_t>(i)] = sac_ops[static_cast<size_t>(i)].bias;
-  return ResolveSacSave(save, bias, sac_sdpa);
+  std::array<bool, kSacMatmuls> uncounted{};
+  for (int i = 0; i < kSacMatmuls; ++i) uncounted[static_cast<size_t>(i)] = sac_ops[static_cast<size_t>(i)].uncounted;
+  return ResolveSacSave(save, uncounted, sac_sdpa);
 }
 
 double BlockActivations::SacSavedPerToken(SacSave save) const {
@@ -1221,7 +1243,7 @@ double BlockActivations::SacSavedPerToken(SacSave save) const {
 
 double BlockActivations::SacRecomputeMatmulFlopsPerToken(SacSave save) const {
   const SacSave ops = SacOps(save);
-  double flops = 0;
+  double flops = sac_rerun_matmul_flops_per_token;
   for (int i = 0; i < kSacMatmuls; ++i) {
     if ((ops & (SacSave{1} << i)) == 0) flops += sac_ops[static_cast<size_t>(i)].recompute_matmul_flops_per_token;
   }
@@ -1237,10 +1259,10 @@ std::vector<std::string> OpSacProblems(const ModelSpec& spec, const Plan& plan, 
   const ActivationOptions o = ActivationOptionsFor(plan, plan.ResolvedSeqLen(spec.max_seq_len));
   const bool full_finetune = plan.Trains() && !plan.lora.enabled() && plan.frozen_prefixes.empty();
   if (full_finetune && plan.tiled_mlp_shards <= 1 && TorchtitanOpSacApplies(spec, o, Trainability{})) return {};
-  return {where + ":/checkpointing: expected an op-level SAC save set only for a dense SwiGLU block with separate "
-          "q/k/v and gate/up projections under --modeling torchtitan, trained in full, without Ulysses or a "
-          "tiled MLP (other blocks run selective or full checkpointing), got " + CheckpointingSpecToString(plan) +
-          " for " + spec.name};
+  return {where + ":/checkpointing: expected an op-level SAC save set only for a SwiGLU block with separate "
+          "q/k/v and gate/up projections (dense, or an MoE of routed experts only with a softmax router and "
+          "--ep 1) under --modeling torchtitan, trained in full, without Ulysses or a tiled MLP (other blocks "
+          "run selective or full checkpointing), got " + CheckpointingSpecToString(plan) + " for " + spec.name};
 }
 
 }  // namespace shardtune::model

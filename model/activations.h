@@ -146,13 +146,17 @@ struct BlockActivations {
   // op of kSacOpNames, the output bytes per token keeping it costs (sdpa: the attention kernel's
   // saved outputs, 0 under eager attention, whose core reruns whole) and the matmul FLOPs per
   // token rerunning it costs (sdpa: 0, its cost is the attention forward's), and whether the
-  // projection carries a bias (aten.addmm, outside torchtitan's count).
+  // projection is outside torchtitan's count (a biased one, aten.addmm; an MoE block's experts).
+  // An MoE block's w1, w3, w2 are its routed experts' grouped GEMMs (top_k rows per token).
   struct SacOp {
     double output_per_token = 0;
     double recompute_matmul_flops_per_token = 0;
-    bool bias = false;
+    bool uncounted = false;  // aten.addmm or aten._grouped_mm: outside torchtitan's mm count
   };
   std::vector<SacOp> sac_ops;
+  // Matmul FLOPs per token every save set reruns: an MoE block's router gate, which torchtitan
+  // force-recomputes (model/activations.cc TorchtitanOpSac); 0 for a dense block.
+  double sac_rerun_matmul_flops_per_token = 0;
   bool sac_sdpa = false;  // SDPA attention: the sdpa op's outputs can be kept
   bool HasOpSac() const { return !sac_ops.empty(); }
   // The explicit save set of `save` for this block (kTorchtitanSacSave: its odd-numbered
@@ -206,8 +210,9 @@ struct ActivationOptions {
 std::vector<std::string> LigerProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 
 // Problems of an explicit save set for this model, "where:/checkpointing: expected ..., got ...":
-// the save sets are the ops of a dense SwiGLU block of --modeling torchtitan, trained in full,
-// without Ulysses or a tiled MLP (TorchtitanOpSacApplies). Empty when the plan names none.
+// the save sets are the ops of a SwiGLU block of --modeling torchtitan (dense, or an MoE of
+// routed experts), trained in full, without Ulysses or a tiled MLP (TorchtitanOpSacApplies).
+// Empty when the plan names none.
 std::vector<std::string> OpSacProblems(const ModelSpec& spec, const Plan& plan, const std::string& where);
 
 // Which parameters of one sub-graph (a block, or the head: final norm + LM head) require grad, and
@@ -237,21 +242,24 @@ struct Trainability {
 
 // Whether --checkpointing selective follows torchtitan's op-level SAC policy as its source
 // writes it (model/activations.cc TorchtitanOpSac: every second aten.mm of the block recomputed):
-// --modeling torchtitan, a dense SwiGLU block with separate q/k/v and gate/up projections, no
-// Ulysses, a full fine-tune. Elsewhere selective keeps every projection output. The estimate and
-// the executor (executor/fsdp/fsdp_runtime.cc) both decide by this.
+// --modeling torchtitan, a SwiGLU block with separate q/k/v and gate/up projections, dense or
+// torchtitan's MoE with routed experts only (softmax router, no shared expert, not GPT-OSS's or
+// DeepSeek's, ep 1), no Ulysses, a full fine-tune. `spec` is the block's own (an MoE model's
+// dense prefix: ModelSpec::DenseLayerSpec). Elsewhere selective keeps every projection output.
+// The estimate and the executor (executor/fsdp/fsdp_runtime.cc) both decide by this.
 bool TorchtitanOpSacApplies(const ModelSpec& spec, const ActivationOptions& opt,
                             const Trainability& t);
 
-// The projections of spec's dense block that carry a bias (aten.addmm), in kSacOpNames order
-// (wq, wk, wv, wo, w1, w3, w2).
-std::array<bool, kSacMatmuls> SacProjectionBiases(const ModelSpec& spec);
-// The op set `save` keeps in a block whose projections carry `bias` and whose attention is SDPA
-// (`sdpa`): itself (its op bits) when explicit; for kTorchtitanSacSave torchtitan's rule, which a
-// meta counter applies to the block's aten.mm calls (bias-free projections) in forward order: the
-// odd-numbered ones are kept, and the SDPA kernel's output. The one rule the estimate
+// The projections of spec's block (its own spec, as TorchtitanOpSacApplies) outside torchtitan's
+// mm count, in kSacOpNames order (wq, wk, wv, wo, w1, w3, w2): a biased one (aten.addmm), and an
+// MoE block's experts (aten._grouped_mm).
+std::array<bool, kSacMatmuls> SacUncountedProjections(const ModelSpec& spec);
+// The op set `save` keeps in a block whose projections `uncounted` are outside the count and
+// whose attention is SDPA (`sdpa`): itself (its op bits) when explicit; for kTorchtitanSacSave
+// torchtitan's rule, which a meta counter applies to the block's aten.mm calls in forward order:
+// the odd-numbered ones are kept, and the SDPA kernel's output. The one rule the estimate
 // (BlockActivations::SacOps) and run (FsdpRuntime's SacTape) follow.
-SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& bias, bool sdpa);
+SacSave ResolveSacSave(SacSave save, const std::array<bool, kSacMatmuls>& uncounted, bool sdpa);
 
 // ActivationOptionsFor copies the plan's dtype, attention, modeling and loss settings.
 ActivationOptions ActivationOptionsFor(const Plan& plan, int64_t seq_len);

@@ -34,8 +34,9 @@ enum class Checkpointing { kNone, kFull, kSelective, kEveryK, kFirstK, kBlocks }
 // of the block reruns in backward from the block input. The ops, in the forward order torchtitan's
 // dense block runs them (torchtitan/models/llama3/model.py Attention.forward: wq, wk, wv, sdpa,
 // wo; FeedForward.forward: w2(silu(w1(x)) * w3(x))): bit i of a SacSave is kSacOpNames[i]. The
-// save set applies where model::TorchtitanOpSacApplies (a dense SwiGLU block of torchtitan's
-// modeling); bit 7 (sdpa) counts only under SDPA attention.
+// save set applies where model::TorchtitanOpSacApplies (a SwiGLU block of torchtitan's modeling;
+// in its MoE block w1, w3, w2 are the routed experts' grouped GEMMs, GroupedExperts' w1, w3, w2);
+// bit 7 (sdpa) counts only under SDPA attention.
 using SacSave = uint32_t;
 inline constexpr int kSacOps = 8;
 inline constexpr const char* kSacOpNames[kSacOps] = {"wq", "wk", "wv", "wo", "w1", "w3", "w2", "sdpa"};

@@ -209,17 +209,21 @@ constexpr double kSimplerPolicyTolerance = 0.002;
 constexpr int kBudgetProbes = 3;
 
 // The per-block policy search applies to a full fine-tune of a text model whose blocks are alike
-// (dense, one kind of attention), unsplit by Ulysses: each block then has the same levels
-// (AlikeBlocks). Without op-level SAC (model::TorchtitanOpSacApplies: AlikeOpSacBlocks) the levels
-// are keep, full and selective, whose mixes first:K and first:K+selective search already: checked
-// before any replay. The offloaded blocks' mix (OffloadMixCandidate) uses them too.
-bool AlikeBlocks(const model::ModelSpec& spec, const model::Plan& p) {
-  return spec.VisionBlocks() == 0 && !spec.moe.enabled() && !spec.mla.enabled() && p.cp <= 1 &&
+// (one kind of attention and of MLP), unsplit by Ulysses: each block then has the same levels.
+// AlikeBlocks: dense blocks. Without op-level SAC (model::TorchtitanOpSacApplies: AlikeOpSacBlocks)
+// the levels are keep, full and selective, whose mixes first:K and first:K+selective search
+// already: checked before any replay. The offloaded blocks' mix (OffloadMixCandidate) uses them
+// too. AlikeOpSacBlocks: dense blocks, or MoE blocks without a dense prefix, under op-level SAC.
+bool AlikeBlocksOfAnyMlp(const model::ModelSpec& spec, const model::Plan& p) {
+  return spec.VisionBlocks() == 0 && !spec.Heterogeneous() && !spec.mla.enabled() && p.cp <= 1 &&
          p.Trains() && !p.lora.enabled() && p.frozen_prefixes.empty() && p.tiled_mlp_shards <= 1 &&
          spec.sliding_window == 0 && spec.num_layers >= 2;
 }
+bool AlikeBlocks(const model::ModelSpec& spec, const model::Plan& p) {
+  return AlikeBlocksOfAnyMlp(spec, p) && !spec.moe.enabled();
+}
 bool AlikeOpSacBlocks(const model::ModelSpec& spec, const model::Plan& p) {
-  return AlikeBlocks(spec, p) &&
+  return AlikeBlocksOfAnyMlp(spec, p) &&
          model::TorchtitanOpSacApplies(spec, model::ActivationOptionsFor(p, p.ResolvedSeqLen(spec.max_seq_len)),
                                        model::Trainability{});
 }

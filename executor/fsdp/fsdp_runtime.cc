@@ -75,6 +75,11 @@ std::vector<model::FsdpUnit> Specs(const std::vector<FlatParamGroup>& groups) {
   return out;
 }
 
+// Text block `b`'s own spec: an MoE model's dense prefix blocks have a dense MLP.
+model::ModelSpec BlockSpec(const model::ModelSpec& spec, int b) {
+  return spec.MoeLayer(b) || !spec.moe.enabled() ? spec : spec.DenseLayerSpec();
+}
+
 // Per block: whether selective checkpointing is torchtitan's op SAC there (the whole block
 // checkpointed, its policy's op outputs kept: SacRecompute), as the estimate decides it
 // (model::TorchtitanOpSacApplies, with the block's trainability as model/trainable.h derives it).
@@ -90,7 +95,7 @@ std::vector<bool> OpSacBlocks(const model::ModelSpec& spec, const model::Plan& p
   const int nv = spec.VisionBlocks();
   for (size_t b = 0; b < out.size(); ++b) {
     out[b] = model::BlockSelective(plan, nv + static_cast<int>(b), nv) &&
-             model::TorchtitanOpSacApplies(spec, o, t.blocks[b]);
+             model::TorchtitanOpSacApplies(BlockSpec(spec, static_cast<int>(b)), o, t.blocks[b]);
   }
   return out;
 }
@@ -189,7 +194,8 @@ FsdpRuntime::FsdpRuntime(const model::ModelSpec& spec, const RuntimeOptions& opt
     seg.op_sac = text && op_sac[static_cast<size_t>(s - 1 - nv)];
     if (seg.op_sac) {
       // The estimate's rule, resolved once (model::ResolveSacSave, as BlockActivations::SacOps).
-      seg.sac_save = model::ResolveSacSave(model::BlockSacSave(plan, s - 1, nv), model::SacProjectionBiases(spec),
+      seg.sac_save = model::ResolveSacSave(model::BlockSacSave(plan, s - 1, nv),
+                                           model::SacUncountedProjections(BlockSpec(spec, s - 1 - nv)),
                                            plan.attention == model::Attention::kSdpa);
     }
     seg.recompute = block && (Recomputes(spec, plan, s - 1) || seg.op_sac);

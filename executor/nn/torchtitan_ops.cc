@@ -48,58 +48,91 @@ at::Tensor ExpertMatrix(const variable_list& w, size_t e) {
   return StackedWeights(w) ? w[0].select(0, static_cast<int64_t>(e)) : w[e].t();
 }
 
+// The grouped product into a fresh [S, out] output.
+at::Tensor GroupedProduct(const at::Tensor& rows, const std::vector<int64_t>& counts, const variable_list& w) {
+  at::Tensor out = at::empty({rows.size(0), ExpertMatrix(w, 0).size(1)}, rows.options());
+  int64_t offset = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t n = counts[e];
+    if (n > 0) {
+      at::Tensor dst = out.narrow(0, offset, n);
+      at::mm_out(dst, rows.narrow(0, offset, n), ExpertMatrix(w, e));
+    }
+    offset += n;
+  }
+  return out;
+}
+
+// Saves what the grouped product's backward reads: the rows, the weights, the counts.
+void SaveGrouped(AutogradContext* ctx, const at::Tensor& rows, const std::vector<int64_t>& counts,
+                 const variable_list& w) {
+  ctx->saved_data["counts"] = counts;
+  variable_list saved{rows};
+  saved.insert(saved.end(), w.begin(), w.end());
+  ctx->save_for_backward(saved);
+}
+
+// The grouped product's backward; `first` is the rows' edge (needs_input_grad counts the tensor
+// inputs only: the weights' edges follow the rows'). Returns one gradient per argument from the
+// rows on: the rows', none for the counts, each weight's.
+variable_list GroupedBackward(AutogradContext* ctx, const variable_list& grads, size_t first) {
+  std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+  variable_list saved = ctx->get_saved_variables();
+  const at::Tensor rows = saved[0];
+  variable_list w(saved.begin() + 1, saved.end());
+  const bool stacked = StackedWeights(w);
+  at::Tensor g = grads[0].contiguous();
+  at::Tensor grad_rows;
+  if (ctx->needs_input_grad(first)) grad_rows = at::empty_like(rows);
+  variable_list grad_w(w.size());
+  if (stacked && ctx->needs_input_grad(first + 1)) grad_w[0] = at::zeros_like(w[0]);
+  int64_t offset = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t n = counts[e];
+    at::Tensor ge = g.narrow(0, offset, n), xe = rows.narrow(0, offset, n);
+    if (grad_rows.defined() && n > 0) {
+      at::Tensor dst = grad_rows.narrow(0, offset, n);
+      at::mm_out(dst, ge, ExpertMatrix(w, e).t());
+    }
+    if (stacked) {
+      if (grad_w[0].defined() && n > 0) {
+        at::Tensor dst = grad_w[0].select(0, static_cast<int64_t>(e));
+        at::mm_out(dst, xe.t(), ge);
+      }
+    } else if (ctx->needs_input_grad(first + 1 + e)) {  // edges: the tensor inputs only
+      grad_w[e] = n > 0 ? at::mm(ge.t(), xe) : at::zeros_like(w[e]);  // [out, in]
+    }
+    offset += n;
+  }
+  variable_list result{grad_rows, at::Tensor()};
+  result.insert(result.end(), grad_w.begin(), grad_w.end());
+  return result;
+}
+
 struct GroupedLinearFunction : public torch::autograd::Function<GroupedLinearFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& rows,
                                const std::vector<int64_t>& counts, at::TensorList weights) {
     variable_list w(weights.begin(), weights.end());
-    at::Tensor out = at::empty({rows.size(0), ExpertMatrix(w, 0).size(1)}, rows.options());
-    int64_t offset = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      const int64_t n = counts[e];
-      if (n > 0) {
-        at::Tensor dst = out.narrow(0, offset, n);
-        at::mm_out(dst, rows.narrow(0, offset, n), ExpertMatrix(w, e));
-      }
-      offset += n;
-    }
-    ctx->saved_data["counts"] = counts;
-    variable_list saved{rows};
-    saved.insert(saved.end(), w.begin(), w.end());
-    ctx->save_for_backward(saved);
-    return {out};
+    SaveGrouped(ctx, rows, counts, w);
+    return {GroupedProduct(rows, counts, w)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
-    variable_list saved = ctx->get_saved_variables();
-    const at::Tensor rows = saved[0];
-    variable_list w(saved.begin() + 1, saved.end());
-    const bool stacked = StackedWeights(w);
-    at::Tensor g = grads[0].contiguous();
-    at::Tensor grad_rows;
-    if (ctx->needs_input_grad(0)) grad_rows = at::empty_like(rows);
-    variable_list grad_w(w.size());
-    if (stacked && ctx->needs_input_grad(1)) grad_w[0] = at::zeros_like(w[0]);
-    int64_t offset = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      const int64_t n = counts[e];
-      at::Tensor ge = g.narrow(0, offset, n), xe = rows.narrow(0, offset, n);
-      if (grad_rows.defined() && n > 0) {
-        at::Tensor dst = grad_rows.narrow(0, offset, n);
-        at::mm_out(dst, ge, ExpertMatrix(w, e).t());
-      }
-      if (stacked) {
-        if (grad_w[0].defined() && n > 0) {
-          at::Tensor dst = grad_w[0].select(0, static_cast<int64_t>(e));
-          at::mm_out(dst, xe.t(), ge);
-        }
-      } else if (ctx->needs_input_grad(1 + e)) {  // edges: the tensor inputs only
-        grad_w[e] = n > 0 ? at::mm(ge.t(), xe) : at::zeros_like(w[e]);  // [out, in]
-      }
-      offset += n;
-    }
-    variable_list result{grad_rows, at::Tensor()};
-    result.insert(result.end(), grad_w.begin(), grad_w.end());
-    return result;
+    return GroupedBackward(ctx, grads, 0);
+  }
+};
+
+// GroupedLinear with its forward value the `saved` output of the same product (op SAC's replay).
+struct ReplayGroupedLinearFunction : public torch::autograd::Function<ReplayGroupedLinearFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& rows,
+                               const std::vector<int64_t>& counts, at::TensorList weights) {
+    SaveGrouped(ctx, rows, counts, variable_list(weights.begin(), weights.end()));
+    // A fresh alias: the output is a new tensor of this node, its bytes the saved ones.
+    return {saved.alias()};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out{at::Tensor()};
+    for (at::Tensor& g : GroupedBackward(ctx, grads, 1)) out.push_back(std::move(g));
+    return out;
   }
 };
 
@@ -147,13 +180,18 @@ std::vector<int64_t> ToHost(const at::Tensor& t) {
 }
 
 at::Tensor GroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
-                         at::TensorList weights) {
+                         at::TensorList weights, const at::Tensor& saved) {
   const bool stacked = StackedWeights(weights);
   SHARDTUNE_CHECK(!counts.empty() && (stacked ? weights[0].size(0) == static_cast<int64_t>(counts.size())
                                               : weights.size() == counts.size()))
       << counts.size() << " expert counts for " << weights.size() << " weight tensors";
   SHARDTUNE_CHECK(std::accumulate(counts.begin(), counts.end(), int64_t{0}) == rows.size(0))
       << "expert counts do not sum to the " << rows.size(0) << " rows";
+  if (saved.defined()) {
+    SHARDTUNE_CHECK(saved.dim() == 2 && saved.size(0) == rows.size(0))
+        << "a kept grouped output of " << saved.sizes() << " for " << rows.size(0) << " rows";
+    return ReplayGroupedLinearFunction::apply(saved, rows, counts, weights)[0];
+  }
   return GroupedLinearFunction::apply(rows, counts, weights)[0];
 }
 

@@ -34,8 +34,11 @@ std::vector<int64_t> ToHost(const at::Tensor& t);
 // executor's per-expert modules). Autograd saves the rows and the weights (_grouped_mm's
 // derivative saves both operands); backward makes the rows' gradient [S, in] and each weight's,
 // zeros for an expert no row chose. REQUIRES: sum(counts) == S, one count per expert.
+// With `saved` (op-level SAC's replay, recompute.h SacTape: the same product kept from the
+// checkpoint's forward) the output is `saved`'s bytes and nothing is multiplied; the backward is
+// the same.
 at::Tensor GroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
-                         at::TensorList weights);
+                         at::TensorList weights, const at::Tensor& saved = at::Tensor());
 
 // c10d all_to_all_single with split sizes as an autograd node (torch.distributed's
 // _functional_collectives all_to_all_single_autograd): rows x[sum(input_splits), ...] go

@@ -294,6 +294,9 @@ class Transformer {
   // sorted by expert, counts[e] for the e-th; returns [rows, H].
   at::Tensor RoutedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& rows,
                            const std::vector<int64_t>& counts, int64_t first) const;
+  // GroupedLinear (torchtitan_ops.h) that asks the op-SAC tape whether its output is kept, as Proj.
+  at::Tensor TapedGroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                                at::TensorList weights) const;
   // MoE block `prefix`'s shared expert(s) on tokens [T, H] (with Qwen2-MoE's sigmoid gate).
   at::Tensor SharedExperts(const ParamTable& p, const std::string& prefix, const at::Tensor& flat) const;
   // torchtitan's MoE (moe.py MoE.forward; options_.torchtitan): TokenChoiceTopKRouter (the gate

@@ -153,13 +153,25 @@ at::Tensor Transformer::RoutedExperts(const ParamTable& p, const std::string& pr
     fused = spec_.fused_gate_up;
   }
   std::vector<at::Tensor> up;
-  for (const std::vector<at::Tensor>& w : up_weights) up.push_back(GroupedLinear(rows, counts, w));
+  for (const std::vector<at::Tensor>& w : up_weights) up.push_back(TapedGroupedLinear(rows, counts, w));
   if (fused) up = up[0].chunk(2, -1);
   Piece act = ActivationPiece(up);
   at::Tensor h = Run(act);
-  at::Tensor out = GroupedLinear(h, counts, down_weights);
+  at::Tensor out = TapedGroupedLinear(h, counts, down_weights);
   Drop(h, act, {out});
   return out;
+}
+
+at::Tensor Transformer::TapedGroupedLinear(const at::Tensor& rows, const std::vector<int64_t>& counts,
+                                           at::TensorList weights) const {
+  // Op SAC in a torchtitan MoE block: the experts' w1, w3, w2 are the tape's projections 4-6
+  // (after wq, wk, wv, wo; the router's gate, force-recomputed, is not asked). torchtitan's rule
+  // keeps none of them (model::SacUncountedProjections); an explicit save set may.
+  const bool taped = sac_.Active() && sac_.SavesProjection();
+  at::Tensor y = GroupedLinear(rows, counts, weights,
+                               taped && sac_.mode == SacTape::Mode::kReplay ? sac_.TakeSaved() : at::Tensor());
+  if (taped) sac_.Record(y);
+  return y;
 }
 
 // The shared expert(s) on every token, scaled by sigmoid(their gate) when the model has one

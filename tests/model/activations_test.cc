@@ -105,6 +105,44 @@ TEST(ActivationsTest, TorchtitanSelectiveSavesEveryOtherMatmul) {
                        .selective_recompute_matmul_flops_per_token, 0.0);
 }
 
+// torchtitan's MoE block (qwen3 / llama4 parallelize.py `_op_sac_save_list`, activation_checkpoint.py
+// with per_op_sac_force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]): the router's gate mm
+// is force-recomputed before the counter moves, the experts' torch._grouped_mm is not in the save
+// list, so the counted mms are wq, wk, wv, wo: the block keeps its input, wq, wv and SDPA's output
+// and logsumexp; backward reruns wk, wo, the router and all three expert GEMMs (top_k rows per
+// token each). Qwen3-30B-A3B: H 2048, 32 x 128 query, 4 x 128 KV, 128 experts of 768, top 8.
+TEST(ActivationsTest, TorchtitanSelectiveOnAnMoeBlockKeepsOnlyAttention) {
+  const ModelSpec s = FindModelPreset("qwen3-30b-a3b");
+  const double h = 2048, qd = 32 * 128, kv = 4 * 128, fe = 768, k = 8, experts = 128, heads = 32;
+  ActivationOptions o = Bf16(Modeling::kTorchtitan);
+  o.seq_len = 8192;
+  const auto b = ComputeBlockActivations(s, o);
+  ASSERT_TRUE(b.HasOpSac());
+  EXPECT_DOUBLE_EQ(b.selective_per_token, 2 * (h + qd + kv) + 2 * qd + 4 * heads);
+  const double router = 2 * h * experts, experts_gemms = 3 * 2 * h * fe * k;
+  EXPECT_DOUBLE_EQ(b.selective_recompute_matmul_flops_per_token, 2 * (h * kv + qd * h) + router + experts_gemms);
+  EXPECT_DOUBLE_EQ(b.selective_recompute_attention, 0.0);
+  EXPECT_EQ(ResolveSacSave(kTorchtitanSacSave, SacUncountedProjections(s), true),
+            SacSave{1} << 0 | SacSave{1} << 2 | kSacSdpaBit);
+  // An explicit save set may keep the experts' grouped outputs: w1 [k x F] and w2 [k x H] per
+  // token; the router still reruns.
+  const SacSave w1_w2 = SacSave{1} << 4 | SacSave{1} << 6;
+  EXPECT_DOUBLE_EQ(b.SacSavedPerToken(w1_w2), 2 * h + 2 * fe * k + 2 * h * k);
+  EXPECT_DOUBLE_EQ(b.SacRecomputeMatmulFlopsPerToken(w1_w2),
+                   2 * (h * qd + 2 * h * kv + qd * h) + router + 2 * h * fe * k);
+  EXPECT_DOUBLE_EQ(b.SacRecomputeAttention(w1_w2), 1.0);
+  // Outside the rule: expert parallelism (its all-to-alls), a shared expert (Qwen2-MoE's),
+  // DeepSeek's router, HF's modeling. There selective keeps every projection output.
+  ActivationOptions ep = o;
+  ep.ep = 2;
+  EXPECT_FALSE(ComputeBlockActivations(s, ep).HasOpSac());
+  ModelSpec shared = s;
+  shared.moe.num_shared_experts = 1;
+  EXPECT_FALSE(ComputeBlockActivations(shared, o).HasOpSac());
+  EXPECT_FALSE(ComputeBlockActivations(FindModelPreset("deepseek-v3"), o).HasOpSac());
+  EXPECT_FALSE(ComputeBlockActivations(s, Bf16()).HasOpSac());
+}
+
 // The backward profile: no parameter gradient exists before the first node, all exist after
 // the last; the head's peak (the loss backward) comes before the LM head's dW.
 TEST(ActivationsTest, BackwardProfileOrdersWeightGradients) {

@@ -159,6 +159,28 @@ TEST(OpSacActivationsTest, SaveSetsAreRefusedWhereOpSacDoesNotApply) {
   EXPECT_TRUE(OpSacProblems(spec, Parsed("blocks:0-1=selective,2-3=full"), "plan").empty());
 }
 
+// An MoE block of routed experts takes save sets under torchtitan's modeling (w1, w3, w2: the
+// experts' grouped GEMMs); with expert parallelism, a shared expert or DeepSeek's router it does not.
+TEST(OpSacActivationsTest, MoeBlocksOfRoutedExpertsTakeSaveSets) {
+  ModelSpec base;
+  base.moe.num_experts = 4;
+  base.moe.top_k = 2;
+  base.moe.expert_ffn_hidden = 48;
+  const ModelSpec spec = testing_util::Decoder("mixtral-shape", {4, 64, 4, 2, 128, 256, 64}, base);
+  Plan p = Parsed("sac:w1+w2+sdpa");
+  p.modeling = Modeling::kTorchtitan;
+  EXPECT_TRUE(OpSacProblems(spec, p, "plan").empty());
+  p.ep = 2;
+  EXPECT_EQ(OpSacProblems(spec, p, "plan").size(), 1u);
+  p.ep = 1;
+  ModelSpec shared = spec;
+  shared.moe.num_shared_experts = 1;
+  EXPECT_EQ(OpSacProblems(shared, p, "plan").size(), 1u);
+  ModelSpec deepseek = spec;
+  deepseek.moe.deepseek_router = true;
+  EXPECT_EQ(OpSacProblems(deepseek, p, "plan").size(), 1u);
+}
+
 // --activation-offload first:K: verl's handler over the first K blocks (issue #46's per-block
 // offload); the plan JSON carries K, and K must leave the last block on the device.
 TEST(BlockOffloadPlanTest, FirstKParsesRoundTripsAndIsChecked) {
