@@ -31,10 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pytorch_auto_sac as torch_sac  # noqa: E402
 
 CASES = [
-    # (model, cluster, seq_len, micro_batch): issue #46's Llama-3-8B at 8192 tokens, a Qwen3 dense
-    # block (Qwen3-30B-A3B's MoE block is outside op-level SAC as shardtune models it:
-    # model::TorchtitanOpSacApplies wants a dense SwiGLU block), and a longer sequence.
+    # (model, cluster, seq_len, micro_batch): issue #46's Llama-3-8B and Qwen3-30B-A3B at 8192
+    # tokens (the MoE block's w1, w3, w2 are its routed experts' grouped GEMMs, top 8 rows per
+    # token; its router reruns on both sides), a Qwen3 dense block, and a longer sequence.
     ("llama3-8b", "8xH100", 8192, 1),
+    ("qwen3-30b-a3b", "8xH100", 8192, 1),
     ("qwen3-8b", "8xH100", 8192, 1),
     ("llama3-8b", "8xH100", 32768, 1),
 ]

@@ -5,10 +5,11 @@
 //   sac_levels MODEL CLUSTER SEQ_LEN MICRO_BATCH [BUDGETS]
 //
 // MODEL: a preset; the plan is torchtitan's modeling, bf16, SDPA (op-level SAC applies to its dense
-// block). The op table: per op of model::kSacOpNames, the bytes keeping its output costs and the
+// block, and to an MoE block of routed experts: w1, w3, w2 are then the experts' grouped GEMMs).
+// The op table: per op of model::kSacOpNames, the bytes keeping its output costs and the
 // seconds rerunning it costs (planner/block_levels.h's rates: the walk's), the block input, the
 // bytes a block keeps beyond the ops' outputs without checkpointing, and the elementwise rerun
-// every checkpointed block pays. Budgets: BUDGETS (default 13) points of total kept bytes over the
+// every checkpointed block pays (with an MoE block's router). Budgets: BUDGETS (default 13) points of total kept bytes over the
 // blocks, evenly from every block at full checkpointing to every block keeping everything.
 #include <cstdio>
 #include <cstdlib>
@@ -60,7 +61,10 @@ int main(int argc, char** argv) {
   }
   j["ops"] = ops;
   j["other_saved_bytes"] = std::max(0.0, t * b.full.saved_per_token - t * b.checkpoint_input_per_token - op_bytes);
-  j["elementwise_recompute_s"] = t * b.full.elementwise_traffic_per_token * pb.rates.memory_s_per_byte;
+  // Every checkpointed block's elementwise rerun, and an MoE block's router gate, which op-level SAC
+  // as shardtune models it always reruns (torchtitan force-recomputes it): a cost both sides pay.
+  j["elementwise_recompute_s"] = t * b.full.elementwise_traffic_per_token * pb.rates.memory_s_per_byte +
+                                 t * b.sac_rerun_matmul_flops_per_token * pb.rates.matmul_s_per_flop;
   const std::vector<planner::BlockLevel> levels = pb.Levels();
   const int n = spec.num_layers;
   const double lo = n * levels.front().bytes, hi = n * levels.back().bytes;
