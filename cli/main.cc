@@ -1,6 +1,7 @@
 // The shardtune command line. Only this file catches: errors print one line "error: ..." on
 // stderr and exit 1 (bad input), 3 (backend) or 70 (internal), README.md "Conventions"; `tune`
-// exits 2 when its search finds no plan that fits (cli/tune_cmd.h kExitNoPlan).
+// exits 2 when its search finds no plan that fits (cli/tune_cmd.h kExitNoPlan); a launched rank 0
+// whose MASTER_PORT is taken exits 75 (executor/errors.h kExitPortInUse).
 // Built twice (cli/CMakeLists.txt): `shardtune` without the executor, which hands `run` to
 // `shardtune-exec`, and `shardtune-exec` with it (SHARDTUNE_CLI_WITH_EXECUTOR).
 #include <algorithm>
@@ -153,6 +154,9 @@ int main(int argc, char** argv) {
   } catch (const shardtune::InputError& e) {
     WriteLine(std::cerr, "error: ", e.what());
     return kExitInput;
+  } catch (const shardtune::exec::PortInUseError& e) {
+    WriteLine(std::cerr, "error: ", e.what());
+    return shardtune::exec::kExitPortInUse;  // the launcher retries on another port
   } catch (const shardtune::exec::BackendError& e) {
     WriteLine(std::cerr, "error: ", e.what());
     return kExitBackend;

@@ -232,6 +232,11 @@ int LaunchThisProgramAsRanks(int nproc, std::ostream& err) {
   lo.argv = OwnArgv();
   lo.environment = EnvironmentList();
   exec::LaunchResult r = exec::LaunchLocalRanks(lo);
+  for (int port : r.taken_ports) {
+    WriteLine(err, "note: ", "MASTER_PORT " + std::to_string(port) +
+                                 " was taken before rank 0 listened on it (another process bound it after the "
+                                 "launcher found it free)");
+  }
   if (r.exit_code == 0) return 0;
   WriteLine(err, "error: ", r.message);
   return r.exit_code == 1 || r.exit_code == 70 ? r.exit_code : 3;

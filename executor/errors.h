@@ -15,4 +15,17 @@ class BackendError : public std::runtime_error {
   explicit BackendError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Rank 0 could not listen on MASTER_PORT: something else holds it (EADDRINUSE). A port the
+// launcher found free can be taken before rank 0 binds it (by another launch on the machine);
+// cli/main.cc maps this to kExitPortInUse, on which the launcher starts the ranks again on
+// another port (executor/train/launcher.h).
+class PortInUseError : public BackendError {
+ public:
+  explicit PortInUseError(const std::string& what) : BackendError(what) {}
+};
+
+// The exit code of a rank that failed with PortInUseError: sysexits.h EX_TEMPFAIL ("a temporary
+// failure ... the user is invited to retry").
+inline constexpr int kExitPortInUse = 75;
+
 }  // namespace shardtune::exec

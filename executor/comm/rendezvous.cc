@@ -1,8 +1,11 @@
 // TCPStore rendezvous: rank 0 serves, the others connect; c10d errors become BackendError.
 #include "executor/comm/rendezvous.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -39,6 +42,11 @@ std::unique_ptr<Rendezvous> Rendezvous::Connect(const RendezvousOptions& o) {
   try {
     impl->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, t);
   } catch (const std::exception& e) {
+    // c10d's server socket reports a port someone else holds with strerror(EADDRINUSE)
+    // (torch/csrc/distributed/c10d/socket.cpp: "(errno: 98 - Address already in use)").
+    if (t.isServer && std::string(e.what()).find(std::strerror(EADDRINUSE)) != std::string::npos) {
+      throw PortInUseError(Where(o) + " failed: the port is taken: " + e.what());
+    }
     throw BackendError(Where(o) +
                        " failed (is MASTER_PORT free and every rank started?): " + e.what());
   }

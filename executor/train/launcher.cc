@@ -199,7 +199,24 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
 }  // namespace
 
 LaunchResult LaunchLocalRanks(const LaunchOptions& o) {
-  return WaitRanks(StartRanks(o, FindFreePort()), o.grace_s);
+  std::vector<int> taken;
+  for (int attempt = 1;; ++attempt) {
+    const int port = o.pick_port ? o.pick_port() : FindFreePort();
+    LaunchResult r = WaitRanks(StartRanks(o, port), o.grace_s);
+    // Rank 0's own failure to listen (WaitRanks names the cause: rank 0's exit code, the others
+    // stopped after it) is the launcher's race, not the job's: a fresh port, while attempts last.
+    const bool port_taken = r.exit_code == kExitPortInUse && r.message.rfind("rank 0 ", 0) == 0;
+    if (!port_taken || attempt >= kPortAttempts) {
+      if (port_taken) {
+        r.message += "; MASTER_PORT was taken before rank 0 listened on each of " + std::to_string(attempt) +
+                     " ports tried";
+      }
+      if (port_taken) taken.push_back(port);
+      r.taken_ports = std::move(taken);
+      return r;
+    }
+    taken.push_back(port);
+  }
 }
 
 }  // namespace shardtune::exec

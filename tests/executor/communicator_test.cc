@@ -6,6 +6,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +24,23 @@
 
 namespace shardtune::exec {
 namespace {
+
+// Rank 0 whose MASTER_PORT another process holds fails with PortInUseError (the launcher's cue to
+// start the ranks again on another port), not a plain BackendError.
+TEST(RendezvousTest, Rank0OnAPortSomeoneHoldsSaysThePortIsTaken) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  EXPECT_THROW(Rendezvous::Connect({"127.0.0.1", port, 0, 1, 5}), PortInUseError);
+  ::close(fd);
+}
 
 TEST(ExecutorCommunicatorTest, EmulatedAllGatherReplicatesTheLocalShard) {
   auto log = std::make_shared<CollectiveLog>();

@@ -219,6 +219,45 @@ TEST(ExecutorLauncherTest, FirstFailureIsReportedAndTheOthersAreStopped) {
   EXPECT_LT(s, 10.0);
 }
 
+// A port the launcher found free can be bound by another process before rank 0 listens: rank 0
+// then exits kExitPortInUse and the ranks start again on a fresh port (the first two starts here
+// are handed ports the test holds; rank 0's script fails while its port is the held one).
+TEST(ExecutorLauncherTest, RanksStartAgainOnAFreshPortWhenRank0FindsItsPortTaken) {
+  std::vector<int> picked;
+  LaunchOptions o;
+  o.nproc = 2;
+  o.exe = "/bin/sh";
+  const int held = FindFreePort();
+  o.environment = {"HELD=" + std::to_string(held)};
+  o.argv = {"sh", "-c", "if [ \"$RANK\" = 0 ] && [ \"$MASTER_PORT\" = \"$HELD\" ]; then exit 75; fi; exit 0"};
+  o.pick_port = [&] {
+    picked.push_back(picked.size() < 2 ? held : FindFreePort());
+    return picked.back();
+  };
+  LaunchResult r = LaunchLocalRanks(o);
+  EXPECT_EQ(r.exit_code, 0) << r.message;
+  ASSERT_EQ(picked.size(), 3u);
+  EXPECT_EQ(r.taken_ports, (std::vector<int>{held, held}));
+  // Always taken: kPortAttempts starts, then rank 0's failure is the answer.
+  picked.clear();
+  o.pick_port = [&] {
+    picked.push_back(held);
+    return held;
+  };
+  r = LaunchLocalRanks(o);
+  EXPECT_EQ(r.exit_code, kExitPortInUse);
+  EXPECT_EQ(picked.size(), static_cast<size_t>(kPortAttempts));
+  EXPECT_THAT(r.message, HasSubstr("MASTER_PORT was taken before rank 0 listened on each of 3 ports tried"));
+  // Another rank's 75 is the job's own failure: no second start.
+  picked.clear();
+  o.argv = {"sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 75; fi; exec sleep 60"};
+  o.grace_s = 2;
+  r = LaunchLocalRanks(o);
+  EXPECT_EQ(r.exit_code, kExitPortInUse);
+  EXPECT_EQ(picked.size(), 1u);
+  EXPECT_TRUE(r.taken_ports.empty());
+}
+
 TEST(ExecutorLauncherTest, RanksSeeTorchrunVariables) {
   LaunchOptions o;
   o.nproc = 2;
