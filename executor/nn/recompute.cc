@@ -7,6 +7,8 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <memory>
 
@@ -173,7 +175,18 @@ struct SacFunction : public torch::autograd::Function<SacFunction> {
       SHARDTUNE_CHECK(tape->next == tape->saved.size())
           << "the rerun took " << tape->next << " saved outputs, the forward saved " << tape->saved.size();
     }
-    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    if (y.requires_grad()) {
+      // Backpropagate from y's node with y itself let go first: nothing in the rerun's graph saves
+      // the block's output (its last op is the residual add, whose backward reads no tensor), so
+      // its bytes are free through the rerun's backward, as under PyTorch's non-reentrant
+      // checkpoint (the only one op SAC runs under), which never recreates the output. The
+      // incoming gradient stays held by this node's caller until it returns: one block residual
+      // the non-reentrant checkpoint frees after the MLP's backward (executor/README.md).
+      torch::autograd::edge_list roots{torch::autograd::impl::gradient_edge(y)};
+      y.reset();
+      torch::autograd::Engine::get_default_engine().execute(roots, {grads[0]}, /*keep_graph=*/false,
+                                                            /*create_graph=*/false, /*accumulate_grad=*/true);
+    }
     return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

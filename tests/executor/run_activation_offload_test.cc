@@ -216,10 +216,11 @@ TEST(ExecutorActivationOffloadTest, MixedPolicyPeakIsWhatValidatePredicts) {
   ASSERT_GT(meas, 0);
   ASSERT_GT(plain, 0);
   EXPECT_NEAR(pred / meas, 1.0, 0.03);
-  // Offloading block 0's activations and block 1's input lowers the same policy's peak. The policy
-  // without offload is not held to 3% here: its op-SAC blocks' reentrant-style rerun holds two
-  // block residuals PyTorch's non-reentrant SAC (which the walk follows) does not, so it is
-  // predicted about 3.6% low (an open gap, executor/README.md "Activation offload").
+  // The same policy without offload, within 3% too (-2.3% on 2026-12-01: the op-SAC rerun still
+  // holds its incoming gradient, one block residual PyTorch's non-reentrant SAC frees earlier,
+  // executor/README.md "Activation offload"). Offloading block 0's activations and block 1's
+  // input lowers its peak.
+  EXPECT_NEAR(plain_pred / plain, 1.0, 0.03);
   EXPECT_LT(meas, plain);
   EXPECT_LT(pred, plain_pred);
 }

@@ -100,9 +100,9 @@ TEST(OpSacRunTest, MoeBlocksTrainTheSameLosses) {
 // each other in the three blocks whose backward has not begun at the peak (in the last block's):
 // per token w1 and w3 [top_k x F] and w2 [top_k x H] less wq [q] and wv [kv], fp32, measured and
 // predicted alike. The peaks themselves: none within 3% of validate; full and the op-SAC rows are
-// printed (predicted 5-9% low on these 12-16 MB peaks: a fixed ~0.5 MB shortfall none has too,
-// and the reentrant-style rerun's two block residuals, executor/README.md "Selective activation
-// checkpointing").
+// printed (predicted 5-8% low on these 12-16 MB peaks: a fixed ~0.5 MB shortfall none has too,
+// and the incoming gradient the reentrant-style rerun holds, executor/README.md "Selective
+// activation checkpointing").
 TEST(OpSacRunTest, MoeSaveSetsOrderThePeaks) {
   TempDir tmp;
   const std::string model = FourBlockMoe(tmp);
