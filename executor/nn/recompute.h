@@ -80,6 +80,18 @@ struct SacTape {
   void Record(const at::Tensor& y) {
     if (mode == Mode::kRecord) saved.push_back(y);
   }
+  // One projection of the block (counted when `counted`: a dense one, a grouped expert GEMM; not
+  // GPT-2's Conv1D): `run(kept)` computes it, `kept` being the output the forward kept when this
+  // pass replays a projection the policy saves (run hands it back with the projection's backward:
+  // ReplayLinear, GroupedLinear's replay), else undefined (run computes it). A saved projection's
+  // output is recorded in the forward.
+  template <typename Run>
+  at::Tensor Projection(bool counted, const Run& run) {
+    const bool taped = Active() && counted && SavesProjection();
+    at::Tensor y = run(taped && mode == Mode::kReplay ? TakeSaved() : at::Tensor());
+    if (taped) Record(y);
+    return y;
+  }
 };
 
 // Returns fn(x) with a graph that keeps x and the outputs fn put on *tape (kRecord, under

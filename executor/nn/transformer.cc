@@ -375,12 +375,11 @@ at::Tensor Transformer::Proj(const ParamTable& p, const std::string& module, con
                              bool bias, bool conv1d) const {
   // Op SAC: the tape's resolved policy says whether this projection's output is saved in forward
   // and handed back to the rerun (model::ResolveSacSave: torchtitan's rule keeps no biased one).
-  const bool taped = sac_.Active() && !conv1d && sac_.SavesProjection();
   const at::Tensor& w = Get(p, module + ".weight");
   const at::Tensor b = Maybe(p, module + ".bias", bias);
-  at::Tensor y = taped && sac_.mode == SacTape::Mode::kReplay ? ReplayLinear(sac_.TakeSaved(), x, w, b)
-                                                              : Dense(x, w, b, conv1d);
-  if (taped) sac_.Record(y);
+  at::Tensor y = sac_.Projection(!conv1d, [&](const at::Tensor& kept) {
+    return kept.defined() ? ReplayLinear(kept, x, w, b) : Dense(x, w, b, conv1d);
+  });
   auto a = p.find(module + ".lora_A.default.weight");  // model/trainable.h's (PEFT's) names
   if (a == p.end()) return y;
   // PEFT lora.Linear.forward: x cast to the adapter dtype, result += lora_B(lora_A(x)) * scaling

@@ -167,11 +167,7 @@ at::Tensor Transformer::TapedGroupedLinear(const at::Tensor& rows, const std::ve
   // Op SAC in a torchtitan MoE block: the experts' w1, w3, w2 are the tape's projections 4-6
   // (after wq, wk, wv, wo; the router's gate, force-recomputed, is not asked). torchtitan's rule
   // keeps none of them (model::SacUncountedProjections); an explicit save set may.
-  const bool taped = sac_.Active() && sac_.SavesProjection();
-  at::Tensor y = GroupedLinear(rows, counts, weights,
-                               taped && sac_.mode == SacTape::Mode::kReplay ? sac_.TakeSaved() : at::Tensor());
-  if (taped) sac_.Record(y);
-  return y;
+  return sac_.Projection(true, [&](const at::Tensor& kept) { return GroupedLinear(rows, counts, weights, kept); });
 }
 
 // The shared expert(s) on every token, scaled by sigmoid(their gate) when the model has one

@@ -185,7 +185,8 @@ LaunchResult WaitRanks(const std::vector<pid_t>& pids, double grace_s) {
       }
     }
     result.exit_code = ExitCodeOf(best_status);
-    result.message = Describe(static_cast<int>(best_r), best_pid, best_status);
+    result.failed_rank = static_cast<int>(best_r);
+    result.message = Describe(result.failed_rank, best_pid, best_status);
     if (remaining == 0) continue;
     result.message += "; stopped the other " + std::to_string(remaining) + " rank(s)";
     SignalAll(pids, done, SIGTERM);
@@ -205,7 +206,7 @@ LaunchResult LaunchLocalRanks(const LaunchOptions& o) {
     LaunchResult r = WaitRanks(StartRanks(o, port), o.grace_s);
     // Rank 0's own failure to listen (WaitRanks names the cause: rank 0's exit code, the others
     // stopped after it) is the launcher's race, not the job's: a fresh port, while attempts last.
-    const bool port_taken = r.exit_code == kExitPortInUse && r.message.rfind("rank 0 ", 0) == 0;
+    const bool port_taken = r.exit_code == kExitPortInUse && r.failed_rank == 0;
     if (!port_taken || attempt >= kPortAttempts) {
       if (port_taken) {
         r.message += "; MASTER_PORT was taken before rank 0 listened on each of " + std::to_string(attempt) +

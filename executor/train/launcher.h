@@ -21,6 +21,7 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;    // 0, or the first failed rank's code (128 + signal when killed)
   std::string message;  // empty, or e.g. "rank 1 (pid 4242) was killed by signal 9 (Killed); ..."
+  int failed_rank = -1;  // the rank `message` names first, or -1
   // Ports given up because rank 0 could not listen on them (it exited kExitPortInUse), in order.
   std::vector<int> taken_ports;
 };

@@ -214,6 +214,7 @@ TEST(ExecutorLauncherTest, FirstFailureIsReportedAndTheOthersAreStopped) {
   LaunchResult r = LaunchLocalRanks(o);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.exit_code, 7);
+  EXPECT_EQ(r.failed_rank, 1);
   EXPECT_THAT(r.message, HasSubstr("rank 1 (pid "));
   EXPECT_THAT(r.message, HasSubstr("exited with code 7; stopped the other 2 rank(s)"));
   EXPECT_LT(s, 10.0);
